@@ -1,0 +1,415 @@
+/* SPDX-License-Identifier: MIT */
+/* The agent's lifecycle: options at start-up, activation on the first counted call, the writer
+ * thread that owns every database byte, fork children as runs of their own, and the final
+ * write at exit.
+ *
+ * Why a writer thread and a separately loaded store: a host thread must never wait on I/O,
+ * and a process that never calls an operator must pay nothing (no SQLite load, no file, no
+ * thread). So the host thread only bumps counters; the writer dlopen()s libopjit-store.so
+ * (which links SQLite) beside this library, opens the database and copies the counters into it
+ * every OPJIT_FLUSH_MS. Each flush writes cumulative totals, so a failed one loses nothing:
+ * the next writes the same rows again. */
+#define _GNU_SOURCE
+#include "agent.h"
+#include "log.h"
+#include "opt.h"
+#include "runinfo.h"
+#include "../store/store.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <unistd.h>
+
+_Atomic int ag_state;
+_Atomic int ag_active;
+ag_table_t *ag_table;
+_Atomic uint64_t ag_overflow_calls;
+uint32_t ag_time_mask;
+long ag_hosts;
+AG_TLS int ag_tl_depth;
+AG_TLS uint32_t ag_tl_tick;
+
+static ag_opts_t opts;
+static char self_dir[PATH_MAX]; /* folder of libopjit.so: the store module lives beside it */
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t activate_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Writer state. mu guards stop/writer_running and is held by the writer while it touches the
+ * database, so fork's prepare handler can wait for a quiet moment. */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t db_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_t writer;
+static int writer_running, stop;
+static int64_t run_start_ns, parent_run;
+static int fork_db_held; /* prepare got db_mu */
+
+/* Writer-thread-only state. */
+static const st_api_t *store;
+static st_db_t *db;
+static int64_t run_id;
+static int store_dead;
+static uint64_t *flushed_calls; /* per entry: calls at the last successful flush */
+static uint32_t flushed_cap;
+static uint64_t flushed_overflow;
+
+static void report_option(const char *line) { ag_log(AG_LOG_ERROR, "%s", line); }
+
+static const char *env_get(const char *name) { return getenv(name); }
+
+static int64_t realtime_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void atfork_prepare(void);
+static void atfork_parent(void);
+static void atfork_child(void);
+
+static void init_once_fn(void)
+{
+  if (getauxval(AT_SECURE)) { /* setuid and friends: no agent at all */
+    atomic_store(&ag_state, AG_PASS);
+    return;
+  }
+  ag_opts_parse(&opts, env_get, report_option);
+  int log_fd = -1;
+  const char *lf = opts.str[AG_OPT_LOG_FILE];
+  if (lf && *lf && (log_fd = open(lf, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600)) < 0)
+    ag_log(AG_LOG_ERROR, "OPJIT_LOG_FILE=%s cannot be opened (%s); logging to stderr", lf,
+           strerror(errno));
+  ag_log_setup((int)opts.num[AG_OPT_LOG], log_fd);
+  ag_time_mask = (uint32_t)opts.num[AG_OPT_TIME_EVERY] - 1;
+  ag_hosts = opts.num[AG_OPT_HOSTS];
+  Dl_info di;
+  if (dladdr((void *)init_once_fn, &di) && di.dli_fname) {
+    char *real = realpath(di.dli_fname, NULL);
+    snprintf(self_dir, sizeof self_dir, "%s", real ? real : di.dli_fname);
+    free(real);
+    char *slash = strrchr(self_dir, '/');
+    if (slash)
+      *slash = 0;
+    else
+      snprintf(self_dir, sizeof self_dir, ".");
+  }
+  int off = opts.num[AG_OPT_DISABLE] || opts.num[AG_OPT_MODE] == AG_MODE_OFF || !ag_hosts;
+  if (!off)
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+  atomic_store(&ag_state, off ? AG_PASS : AG_COUNT);
+}
+
+void ag_init(void) { pthread_once(&init_once, init_once_fn); }
+
+__attribute__((constructor)) static void agent_constructor(void) { ag_init(); }
+
+void *ag_resolve(void *_Atomic *cache, const char *name)
+{
+  void *fn = atomic_load_explicit(cache, memory_order_acquire);
+  if (ag_likely(fn != NULL))
+    return fn;
+  fn = dlsym(RTLD_NEXT, name);
+  if (!fn) { /* the host resolved the operator by name without linking a BLAS */
+    static const char *const libs[] = {"libblas.so.3", "libopenblas.so.0", "libcblas.so.3"};
+    for (size_t i = 0; !fn && i < sizeof libs / sizeof *libs; i++) {
+      void *h = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
+      fn = h ? dlsym(h, name) : NULL;
+    }
+  }
+  if (!fn)
+    ag_log(AG_LOG_ERROR, "no definition of %s after the agent and no system BLAS: the call "
+                         "is skipped", name);
+  else
+    atomic_store_explicit(cache, fn, memory_order_release);
+  return fn;
+}
+
+/* ---- writer thread ---------------------------------------------------------------------- */
+
+/* Loads the store module and opens the database; sets store_dead on permanent failure. */
+static void open_store(void)
+{
+  char path[PATH_MAX + 32], dbpath[PATH_MAX], err[512];
+  if (!store) {
+    snprintf(path, sizeof path, "%s/%s", self_dir, ST_MODULE_NAME);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    const st_api_t *api = h ? dlsym(h, ST_API_SYMBOL) : NULL;
+    if (!api || api->abi != ST_API_ABI) {
+      ag_log(AG_LOG_ERROR, "cannot load the store %s (%s): profiles are not recorded", path,
+             h ? "wrong ABI" : dlerror());
+      store_dead = 1;
+      return;
+    }
+    store = api;
+  }
+  if (ag_opts_db_path(&opts, env_get, dbpath, sizeof dbpath)) {
+    ag_log(AG_LOG_ERROR, "no database path (set OPJIT_DB, HOME or XDG_CACHE_HOME): profiles "
+                         "are not recorded");
+    store_dead = 1;
+    return;
+  }
+  int rc = store->open(dbpath, ST_OPEN_CREATE, (int)opts.num[AG_OPT_BUSY_MS], &db, err, sizeof err);
+  if (rc == ST_EBUSY || rc == ST_EFULL) {
+    ag_log_once(AG_LOG_WARN, "%s; will retry", err);
+    return;
+  }
+  if (rc) {
+    ag_log(AG_LOG_ERROR, "%s: profiles are not recorded, the program runs unchanged", err);
+    store_dead = 1;
+    return;
+  }
+  ag_log(AG_LOG_INFO, "recording into %s", dbpath);
+}
+
+/* Handles a failed write: transient codes retry at the next flush, others stop recording. */
+static void write_failed(const char *what, int rc)
+{
+  if (rc == ST_EBUSY || rc == ST_EFULL) {
+    ag_log_once(AG_LOG_WARN, "%s: %s; will retry", what, store->errstr(rc));
+    return;
+  }
+  ag_log(AG_LOG_ERROR, "%s: %s: profiles are no longer recorded, the program runs unchanged",
+         what, store->errstr(rc));
+  store_dead = 1;
+}
+
+static void begin_run(void)
+{
+  static ag_runinfo_t ri; /* large; writer thread only */
+  static char optbuf[4096];
+  ag_runinfo_read(&ri);
+  size_t used = 0;
+  for (int id = 0; id < AG_OPT__COUNT; id++) {
+    char val[512];
+    ag_opts_format(&opts, id, val, sizeof val);
+    int n = snprintf(optbuf + used, sizeof optbuf - used, "%s=%s", ag_opt_desc(id)->name, val);
+    if (n < 0 || (size_t)n >= sizeof optbuf - used)
+      break;
+    used += (size_t)n + 1;
+  }
+  st_run_info_t in = {
+      .exe = ri.exe, .build_id = ri.build_id, .cmdline = ri.cmdline,
+      .cmdline_len = ri.cmdline_len, .options = optbuf, .options_len = used,
+      .cpu_model = ri.cpu_model, .cpu_flags = ri.cpu_flags, .ncpu = ri.ncpu,
+      .pid = getpid(), .ppid = getppid(), .parent_run = parent_run, .start_ns = run_start_ns,
+      .agent_version = OPJIT_VERSION,
+  };
+  int rc = store->run_begin(db, &in, &run_id);
+  if (rc)
+    write_failed("cannot record the run", rc);
+  else
+    ag_log(AG_LOG_INFO, "run %lld started", (long long)run_id);
+}
+
+/* Writes every signature whose count moved since the last successful flush. */
+static void flush(void)
+{
+  uint32_t n = ag_table_count(ag_table);
+  if (n > flushed_cap) {
+    uint64_t *p = realloc(flushed_calls, n * sizeof *p);
+    if (!p)
+      return;
+    memset(p + flushed_cap, 0, (n - flushed_cap) * sizeof *p);
+    flushed_calls = p, flushed_cap = n;
+  }
+  st_sig_rec_t *recs = calloc(n ? n : 1, sizeof *recs);
+  char (*text)[4][256] = calloc(n ? n : 1, sizeof *text);
+  uint64_t *calls = calloc(n ? n : 1, sizeof *calls);
+  uint32_t *idx = calloc(n ? n : 1, sizeof *idx);
+  size_t m = 0;
+  uint64_t overflow = atomic_load(&ag_overflow_calls);
+  if (!recs || !text || !calls || !idx)
+    goto out;
+  for (uint32_t i = 0; i < n; i++) {
+    ag_entry_t *e = ag_table_entry(ag_table, i);
+    uint64_t c = atomic_load_explicit(&e->calls, memory_order_relaxed);
+    if (c == flushed_calls[i])
+      continue;
+    st_sig_rec_t *r = &recs[m];
+    snprintf(text[m][0], sizeof text[m][0], "%016llx", (unsigned long long)ag_sig_hash(&e->key));
+    ag_sig_opname(&e->key, text[m][1], sizeof text[m][1]);
+    ag_sig_format(&e->key, text[m][2], sizeof text[m][2]);
+    ag_sig_params_json(&e->key, text[m][3], sizeof text[m][3]);
+    *r = (st_sig_rec_t){.key = &e->key, .key_len = sizeof e->key, .sig = text[m][0],
+                        .op = text[m][1], .name = text[m][2], .params = text[m][3],
+                        .calls = c,
+                        .timed_calls = atomic_load_explicit(&e->timed, memory_order_relaxed),
+                        .timed_ns = atomic_load_explicit(&e->timed_ns, memory_order_relaxed)};
+    calls[m] = c;
+    idx[m++] = i;
+  }
+  if (m == 0 && overflow == flushed_overflow)
+    goto out;
+  int rc = store->run_flush(db, run_id, recs, m, overflow, realtime_ns());
+  if (rc) {
+    write_failed("cannot write the profile", rc);
+    goto out;
+  }
+  for (size_t j = 0; j < m; j++)
+    flushed_calls[idx[j]] = calls[j];
+  flushed_overflow = overflow;
+out:
+  free(recs), free(text), free(calls), free(idx);
+}
+
+/* One writer step: open what is not open yet, then flush; the last step also ends the run. */
+static void writer_step(int final)
+{
+  pthread_mutex_lock(&db_mu);
+  if (!store_dead && !db)
+    open_store();
+  if (!store_dead && db && !run_id)
+    begin_run();
+  if (!store_dead && db && run_id) {
+    flush();
+    if (final && !store_dead) {
+      int rc = store->run_end(db, run_id, realtime_ns(), "exited");
+      if (rc)
+        write_failed("cannot record the end of the run", rc);
+    }
+  }
+  pthread_mutex_unlock(&db_mu);
+}
+
+static void *writer_main(void *arg)
+{
+  (void)arg;
+  pthread_setname_np(pthread_self(), "opjit-writer");
+  pthread_mutex_lock(&mu);
+  for (;;) {
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    long ms = opts.num[AG_OPT_FLUSH_MS];
+    dl.tv_sec += ms / 1000;
+    dl.tv_nsec += (ms % 1000) * 1000000;
+    if (dl.tv_nsec >= 1000000000)
+      dl.tv_sec++, dl.tv_nsec -= 1000000000;
+    while (!stop && pthread_cond_timedwait(&cond, &mu, &dl) != ETIMEDOUT)
+      ;
+    int final = stop;
+    pthread_mutex_unlock(&mu);
+    writer_step(final);
+    if (final)
+      return NULL;
+    pthread_mutex_lock(&mu);
+  }
+}
+
+/* At exit: ask the writer for its final flush and wait for it, at most OPJIT_EXIT_WAIT_MS. */
+static void agent_atexit(void)
+{
+  pthread_mutex_lock(&mu);
+  int running = writer_running;
+  stop = 1;
+  pthread_cond_signal(&cond);
+  pthread_mutex_unlock(&mu);
+  if (!running)
+    return;
+  struct timespec dl;
+  clock_gettime(CLOCK_REALTIME, &dl);
+  long ms = opts.num[AG_OPT_EXIT_WAIT_MS];
+  dl.tv_sec += ms / 1000 + 1; /* whole-second slack: the join clock is coarse */
+  if (pthread_timedjoin_np(writer, NULL, &dl) == 0)
+    writer_running = 0;
+  else
+    ag_log(AG_LOG_WARN, "the final database write did not finish within %ld ms; the run keeps "
+                        "its last periodic flush", ms);
+}
+
+int ag_activate(void)
+{
+  static int atexit_done;
+  pthread_mutex_lock(&activate_mu);
+  if (atomic_load(&ag_active)) {
+    pthread_mutex_unlock(&activate_mu);
+    return 0;
+  }
+  int rc = -1;
+  if (!ag_table && !(ag_table = ag_table_new((uint32_t)opts.num[AG_OPT_MAX_SIGS], NULL))) {
+    ag_log_once(AG_LOG_ERROR, "out of memory for the signature table: calls are not counted");
+    goto out;
+  }
+  run_start_ns = realtime_ns();
+  if (!atexit_done)
+    atexit_done = atexit(agent_atexit) == 0;
+  /* The writer must never take a host signal: start it with every signal blocked. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_mutex_lock(&mu);
+  stop = 0;
+  writer_running = pthread_create(&writer, NULL, writer_main, NULL) == 0;
+  pthread_mutex_unlock(&mu);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (!writer_running)
+    ag_log_once(AG_LOG_ERROR, "cannot start the writer thread: calls are counted but not recorded");
+  atomic_store_explicit(&ag_active, 1, memory_order_release);
+  rc = 0;
+out:
+  pthread_mutex_unlock(&activate_mu);
+  return rc;
+}
+
+/* ---- fork -------------------------------------------------------------------------------- */
+
+/* Before fork: wait (bounded) until the writer is outside SQLite, so the child never inherits
+ * a lock mid-transaction; hold the table's insert lock for the same reason. */
+static void atfork_prepare(void)
+{
+  struct timespec dl;
+  clock_gettime(CLOCK_REALTIME, &dl);
+  dl.tv_sec += 1;
+  fork_db_held = pthread_mutex_timedlock(&db_mu, &dl) == 0;
+  pthread_mutex_lock(&activate_mu);
+  if (ag_table)
+    ag_table_lock(ag_table);
+}
+
+static void atfork_parent(void)
+{
+  if (ag_table)
+    ag_table_unlock(ag_table);
+  pthread_mutex_unlock(&activate_mu);
+  if (fork_db_held)
+    pthread_mutex_unlock(&db_mu);
+}
+
+/* The child is a new run: same signatures, zero counts, no writer until its first call. The
+ * parent's connection is abandoned, never closed: closing it here could checkpoint or delete
+ * the parent's WAL. */
+static void atfork_child(void)
+{
+  if (ag_table) {
+    ag_table_unlock(ag_table);
+    ag_table_reset_counts(ag_table);
+  }
+  pthread_mutex_unlock(&activate_mu);
+  pthread_mutex_init(&mu, NULL);
+  pthread_cond_init(&cond, NULL);
+  pthread_mutex_init(&db_mu, NULL);
+  parent_run = run_id;
+  run_id = 0;
+  db = NULL;
+  if (!fork_db_held && !store_dead) { /* the writer was stuck inside SQLite */
+    store_dead = 1;
+    ag_log(AG_LOG_WARN, "forked while the profile was being written: this child's run is "
+                        "not recorded");
+  }
+  free(flushed_calls);
+  flushed_calls = NULL;
+  flushed_cap = 0;
+  flushed_overflow = 0;
+  atomic_store(&ag_overflow_calls, 0);
+  writer_running = 0;
+  stop = 0;
+  atomic_store(&ag_active, 0);
+}

@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+/* The BLAS host: interposes the Fortran (sgemm_ ...) and CBLAS (cblas_sgemm ...) symbols,
+ * reduces each call to a signature and forwards it, arguments untouched, to the next
+ * definition in the process. Integers are LP64 BLAS ints (int32), as Debian's libblas.so.3. */
+#include "../agent.h"
+#include "../opt.h"
+
+typedef int blasint;
+
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_COL_MAJOR = 102 };
+enum { CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112, CBLAS_CONJ_TRANS = 113 };
+
+static uint8_t cblas_trans(int t)
+{
+  return t == CBLAS_NO_TRANS ? AG_N : t == CBLAS_TRANS ? AG_T : t == CBLAS_CONJ_TRANS ? AG_C : AG_TRANS_BAD;
+}
+
+static uint8_t classes(double alpha, double beta)
+{
+  return (uint8_t)(ag_scalar_class(alpha) | ag_scalar_class(beta) << 4);
+}
+
+/* Defines an interposed symbol: resolve the original once, account for the call around it.
+ * KEY is a statement list that fills ag_sig_t k from the arguments. */
+#define INTERPOSE(ret, name, params, args, KEY)                                              \
+  typedef ret (*name##_fn) params;                                                           \
+  AG_EXPORT ret name params                                                                  \
+  {                                                                                          \
+    static void *_Atomic real;                                                               \
+    name##_fn fn = (name##_fn)ag_resolve(&real, #name);                                      \
+    ag_sig_t k = {.host = AG_HOST_ID_BLAS};                                                  \
+    KEY;                                                                                     \
+    ag_call_t c;                                                                             \
+    if (!ag_call_begin(&c, &k, AG_HOST_BLAS)) {                                              \
+      INTERPOSE_PASS_##ret(fn, args)                                                         \
+    }                                                                                        \
+    INTERPOSE_CALL_##ret(fn, args)                                                           \
+  }
+#define INTERPOSE_PASS_void(fn, args)                                                        \
+  if (fn)                                                                                    \
+    fn args;                                                                                 \
+  return;
+#define INTERPOSE_PASS_float(fn, args) return fn ? fn args : 0.0f;
+#define INTERPOSE_PASS_double(fn, args) return fn ? fn args : 0.0;
+#define INTERPOSE_CALL_void(fn, args)                                                        \
+  if (fn)                                                                                    \
+    fn args;                                                                                 \
+  ag_call_end(&c);
+#define INTERPOSE_CALL_float(fn, args)                                                       \
+  float r = fn ? fn args : 0.0f;                                                             \
+  ag_call_end(&c);                                                                           \
+  return r;
+#define INTERPOSE_CALL_double(fn, args)                                                      \
+  double r = fn ? fn args : 0.0;                                                             \
+  ag_call_end(&c);                                                                           \
+  return r;
+
+/* ---- Fortran ----------------------------------------------------------------------------- */
+
+#define F77_GEMM(name, T, DT)                                                                \
+  INTERPOSE(void, name,                                                                      \
+            (const char *ta, const char *tb, const blasint *m, const blasint *n,             \
+             const blasint *k_, const T *alpha, const T *a, const blasint *lda, const T *b,  \
+             const blasint *ldb, const T *beta, T *c_, const blasint *ldc),                  \
+            (ta, tb, m, n, k_, alpha, a, lda, b, ldb, beta, c_, ldc),                        \
+            k.op = AG_OP_GEMM; k.dtype = DT; k.api = AG_API_F77; k.ta = ag_trans_char(*ta);  \
+            k.tb = ag_trans_char(*tb); k.ab = classes(*alpha, *beta); k.m = *m; k.n = *n;    \
+            k.k = *k_; k.lda = *lda; k.ldb = *ldb; k.ldc = *ldc)
+
+#define F77_GEMV(name, T, DT)                                                                \
+  INTERPOSE(void, name,                                                                      \
+            (const char *tr, const blasint *m, const blasint *n, const T *alpha, const T *a, \
+             const blasint *lda, const T *x, const blasint *incx, const T *beta, T *y,       \
+             const blasint *incy),                                                           \
+            (tr, m, n, alpha, a, lda, x, incx, beta, y, incy),                               \
+            k.op = AG_OP_GEMV; k.dtype = DT; k.api = AG_API_F77; k.ta = ag_trans_char(*tr);  \
+            k.ab = classes(*alpha, *beta); k.m = *m; k.n = *n; k.lda = *lda;                 \
+            k.ldb = *incx; k.ldc = *incy)
+
+#define F77_AXPY(name, T, DT)                                                                \
+  INTERPOSE(void, name,                                                                      \
+            (const blasint *n, const T *alpha, const T *x, const blasint *incx, T *y,        \
+             const blasint *incy),                                                           \
+            (n, alpha, x, incx, y, incy),                                                    \
+            k.op = AG_OP_AXPY; k.dtype = DT; k.api = AG_API_F77;                             \
+            k.ab = classes(*alpha, 1.0); k.m = *n; k.lda = *incx; k.ldb = *incy)
+
+#define F77_DOT(name, T, DT)                                                                 \
+  INTERPOSE(T, name,                                                                         \
+            (const blasint *n, const T *x, const blasint *incx, const T *y,                  \
+             const blasint *incy),                                                           \
+            (n, x, incx, y, incy),                                                           \
+            k.op = AG_OP_DOT; k.dtype = DT; k.api = AG_API_F77; k.ab = AG_S_NONE | AG_S_NONE << 4; \
+            k.m = *n; k.lda = *incx; k.ldb = *incy)
+
+F77_GEMM(sgemm_, float, AG_F32)
+F77_GEMM(dgemm_, double, AG_F64)
+F77_GEMV(sgemv_, float, AG_F32)
+F77_GEMV(dgemv_, double, AG_F64)
+F77_AXPY(saxpy_, float, AG_F32)
+F77_AXPY(daxpy_, double, AG_F64)
+F77_DOT(sdot_, float, AG_F32)
+F77_DOT(ddot_, double, AG_F64)
+
+/* ---- CBLAS ------------------------------------------------------------------------------- */
+
+#define CBLAS_GEMM(name, T, DT)                                                              \
+  INTERPOSE(void, name,                                                                      \
+            (int order, int ta, int tb, blasint m, blasint n, blasint k_, T alpha,           \
+             const T *a, blasint lda, const T *b, blasint ldb, T beta, T *c_, blasint ldc),  \
+            (order, ta, tb, m, n, k_, alpha, a, lda, b, ldb, beta, c_, ldc),                 \
+            k.op = AG_OP_GEMM; k.dtype = DT; k.api = AG_API_CBLAS;                           \
+            k.order = order == CBLAS_ROW_MAJOR ? AG_ROW : AG_COL; k.ta = cblas_trans(ta);    \
+            k.tb = cblas_trans(tb); k.ab = classes(alpha, beta); k.m = m; k.n = n; k.k = k_; \
+            k.lda = lda; k.ldb = ldb; k.ldc = ldc)
+
+#define CBLAS_GEMV(name, T, DT)                                                              \
+  INTERPOSE(void, name,                                                                      \
+            (int order, int tr, blasint m, blasint n, T alpha, const T *a, blasint lda,      \
+             const T *x, blasint incx, T beta, T *y, blasint incy),                          \
+            (order, tr, m, n, alpha, a, lda, x, incx, beta, y, incy),                        \
+            k.op = AG_OP_GEMV; k.dtype = DT; k.api = AG_API_CBLAS;                           \
+            k.order = order == CBLAS_ROW_MAJOR ? AG_ROW : AG_COL; k.ta = cblas_trans(tr);    \
+            k.ab = classes(alpha, beta); k.m = m; k.n = n; k.lda = lda; k.ldb = incx;        \
+            k.ldc = incy)
+
+#define CBLAS_AXPY(name, T, DT)                                                              \
+  INTERPOSE(void, name, (blasint n, T alpha, const T *x, blasint incx, T *y, blasint incy),  \
+            (n, alpha, x, incx, y, incy),                                                    \
+            k.op = AG_OP_AXPY; k.dtype = DT; k.api = AG_API_CBLAS;                           \
+            k.ab = classes(alpha, 1.0); k.m = n; k.lda = incx; k.ldb = incy)
+
+#define CBLAS_DOT(name, T, DT)                                                               \
+  INTERPOSE(T, name, (blasint n, const T *x, blasint incx, const T *y, blasint incy),        \
+            (n, x, incx, y, incy),                                                           \
+            k.op = AG_OP_DOT; k.dtype = DT; k.api = AG_API_CBLAS;                            \
+            k.ab = AG_S_NONE | AG_S_NONE << 4; k.m = n; k.lda = incx; k.ldb = incy)
+
+CBLAS_GEMM(cblas_sgemm, float, AG_F32)
+CBLAS_GEMM(cblas_dgemm, double, AG_F64)
+CBLAS_GEMV(cblas_sgemv, float, AG_F32)
+CBLAS_GEMV(cblas_dgemv, double, AG_F64)
+CBLAS_AXPY(cblas_saxpy, float, AG_F32)
+CBLAS_AXPY(cblas_daxpy, double, AG_F64)
+CBLAS_DOT(cblas_sdot, float, AG_F32)
+CBLAS_DOT(cblas_ddot, double, AG_F64)

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+/* Agent logging: one line per message, "opjit[pid]: ...", to stderr or OPJIT_LOG_FILE.
+ * Safe from any thread; never allocates; a message longer than 512 bytes is truncated. */
+#ifndef OPJIT_AGENT_LOG_H
+#define OPJIT_AGENT_LOG_H
+
+#include <stdatomic.h>
+
+enum ag_log_level {
+  AG_LOG_ERROR = 0, /* the agent lost a capability (store, a host) */
+  AG_LOG_WARN,      /* bad input handled with a fallback */
+  AG_LOG_INFO,      /* lifecycle: run started, store opened */
+  AG_LOG_DEBUG,     /* everything else */
+};
+
+/* Where messages go. fd < 0 restores stderr. A test may install a sink that receives every
+ * formatted line (without the trailing newline) instead of any fd. */
+void ag_log_setup(int level, int fd);
+void ag_log_set_sink(void (*sink)(int level, const char *line));
+
+/* Formats and writes one line if level is enabled. */
+void ag_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Logs once per call site (per process): for conditions that would otherwise repeat. */
+#define ag_log_once(level, ...)                                                              \
+  do {                                                                                       \
+    static atomic_flag once_ = ATOMIC_FLAG_INIT;                                             \
+    if (!atomic_flag_test_and_set_explicit(&once_, memory_order_relaxed))                    \
+      ag_log(level, __VA_ARGS__);                                                            \
+  } while (0)
+
+#endif

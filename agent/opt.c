@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: MIT */
+/* The option parser: one pass over AG_OPTIONS, each variable read and validated once. */
+#include "opt.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const ag_opt_desc_t opt_descs[AG_OPT__COUNT] = {
+#define AG_OPT_DESC_(name, kind, def, min, max, choices, help)                                \
+  [AG_OPT_##name] = {#name, AG_OK_##kind, def, min, max, choices, help},
+    AG_OPTIONS(AG_OPT_DESC_)
+#undef AG_OPT_DESC_
+};
+
+const ag_opt_desc_t *ag_opt_desc(int id)
+{
+  return id >= 0 && id < AG_OPT__COUNT ? &opt_descs[id] : NULL;
+}
+
+/* Index of word [s, s+n) among '|'-separated choices, or -1. */
+static int choice_index(const char *choices, const char *s, size_t n)
+{
+  int i = 0;
+  for (const char *c = choices; *c; i++) {
+    size_t len = strcspn(c, "|");
+    if (len == n && strncasecmp(c, s, n) == 0)
+      return i;
+    c += len;
+    if (*c == '|')
+      c++;
+  }
+  return -1;
+}
+
+static int parse_bool(const char *s, long *out)
+{
+  static const char *const yes[] = {"1", "on", "yes", "true"}, *const no[] = {"0", "off", "no", "false"};
+  for (size_t i = 0; i < 4; i++) {
+    if (strcasecmp(s, yes[i]) == 0)
+      return *out = 1, 0;
+    if (strcasecmp(s, no[i]) == 0)
+      return *out = 0, 0;
+  }
+  return -1;
+}
+
+static int parse_int(const char *s, long min, long max, long *out)
+{
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (end == s || errno)
+    return -1;
+  int shift = 0;
+  switch (toupper((unsigned char)*end)) {
+  case 'K': shift = 10, end++; break;
+  case 'M': shift = 20, end++; break;
+  case 'G': shift = 30, end++; break;
+  }
+  if (*end || v < min || v > max || (shift && (v > (LONG_MAX >> shift) || v < 0)))
+    return -1;
+  v <<= shift;
+  if (v > max)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_flags(const char *s, const char *choices, long *out)
+{
+  if (strcasecmp(s, "all") == 0)
+    return *out = LONG_MAX, 0;
+  if (strcasecmp(s, "none") == 0 || !*s)
+    return *out = 0, 0;
+  long mask = 0;
+  while (*s) {
+    size_t n = strcspn(s, ",");
+    int i = choice_index(choices, s, n);
+    if (i < 0)
+      return -1;
+    mask |= 1L << i;
+    s += n;
+    if (*s == ',')
+      s++;
+  }
+  *out = mask;
+  return 0;
+}
+
+/* Parses text for option d into o; returns 0 or -1 when it is not a valid value. */
+static int parse_value(ag_opts_t *o, int id, const char *s)
+{
+  const ag_opt_desc_t *d = &opt_descs[id];
+  switch (d->kind) {
+  case AG_OK_BOOL: return parse_bool(s, &o->num[id]);
+  case AG_OK_INT: return parse_int(s, d->min, d->max, &o->num[id]);
+  case AG_OK_FLAGS: return parse_flags(s, d->choices, &o->num[id]);
+  case AG_OK_ENUM: {
+    int i = choice_index(d->choices, s, strlen(s));
+    return i < 0 ? -1 : (o->num[id] = i, 0);
+  }
+  default:
+    free(o->str[id]);
+    o->str[id] = strdup(s);
+    return o->str[id] ? 0 : -1;
+  }
+}
+
+static void describe_valid(const ag_opt_desc_t *d, char *buf, size_t len)
+{
+  switch (d->kind) {
+  case AG_OK_BOOL: snprintf(buf, len, "expected 1/0/on/off/yes/no"); break;
+  case AG_OK_INT: snprintf(buf, len, "expected an integer in [%ld, %ld]", d->min, d->max); break;
+  case AG_OK_ENUM: snprintf(buf, len, "expected one of %s", d->choices); break;
+  case AG_OK_FLAGS: snprintf(buf, len, "expected all, none or a comma list of %s", d->choices); break;
+  default: snprintf(buf, len, "expected text"); break;
+  }
+}
+
+int ag_opts_parse(ag_opts_t *o, ag_getenv_fn get, void (*report)(const char *line))
+{
+  int bad = 0;
+  memset(o, 0, sizeof *o);
+  for (int id = 0; id < AG_OPT__COUNT; id++) {
+    const ag_opt_desc_t *d = &opt_descs[id];
+    if (parse_value(o, id, d->def) != 0)
+      abort(); /* a default that does not parse is a build defect, caught by the tests */
+    char var[64];
+    snprintf(var, sizeof var, "OPJIT_%s", d->name);
+    const char *s = get ? get(var) : NULL;
+    if (!s)
+      continue;
+    if (parse_value(o, id, s) == 0) {
+      o->from_env[id] = 1;
+      continue;
+    }
+    parse_value(o, id, d->def);
+    bad++;
+    if (report) {
+      char why[160], line[512];
+      describe_valid(d, why, sizeof why);
+      snprintf(line, sizeof line, "%s='%.200s' is not valid (%s); using the default '%s'", var, s,
+               why, d->def);
+      report(line);
+    }
+  }
+  if (o->num[AG_OPT_TIME_EVERY] > 0) { /* round up to a power of two */
+    long v = 1;
+    while (v < o->num[AG_OPT_TIME_EVERY])
+      v <<= 1;
+    o->num[AG_OPT_TIME_EVERY] = v;
+  }
+  return bad;
+}
+
+void ag_opts_free(ag_opts_t *o)
+{
+  for (int id = 0; id < AG_OPT__COUNT; id++) {
+    free(o->str[id]);
+    o->str[id] = NULL;
+  }
+}
+
+void ag_opts_format(const ag_opts_t *o, int id, char *buf, size_t len)
+{
+  const ag_opt_desc_t *d = ag_opt_desc(id);
+  if (!d || !len)
+    return;
+  long v = o->num[id];
+  switch (d->kind) {
+  case AG_OK_STR: snprintf(buf, len, "%s", o->str[id] ? o->str[id] : ""); return;
+  case AG_OK_BOOL:
+  case AG_OK_INT: snprintf(buf, len, "%ld", v); return;
+  default: break;
+  }
+  buf[0] = 0;
+  size_t used = 0;
+  int i = 0;
+  for (const char *c = d->choices; *c; i++) {
+    size_t n = strcspn(c, "|");
+    int on = d->kind == AG_OK_ENUM ? v == i : (v >> i) & 1;
+    if (on && used + n + 2 < len) {
+      if (used)
+        buf[used++] = ',';
+      memcpy(buf + used, c, n);
+      buf[used += n] = 0;
+    }
+    c += n;
+    if (*c == '|')
+      c++;
+  }
+  if (d->kind == AG_OK_FLAGS && !used)
+    snprintf(buf, len, "none");
+}
+
+int ag_opts_db_path(const ag_opts_t *o, ag_getenv_fn get, char *buf, size_t len)
+{
+  const char *db = o->str[AG_OPT_DB];
+  int n;
+  if (db && *db)
+    n = snprintf(buf, len, "%s", db);
+  else {
+    const char *xdg = get ? get("XDG_CACHE_HOME") : NULL, *home = get ? get("HOME") : NULL;
+    if (xdg && xdg[0] == '/')
+      n = snprintf(buf, len, "%s/opjit/profile.db", xdg);
+    else if (home && *home)
+      n = snprintf(buf, len, "%s/.cache/opjit/profile.db", home);
+    else
+      return -1;
+  }
+  return n < 0 || (size_t)n >= len ? -1 : 0;
+}

@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/* The OPJIT_* option table: one X-macro list generates the ids, the parser and the help.
+ * Parsed once at start-up (the agent) or on demand (`opjit doctor`). A bad value gets one
+ * line naming the variable, the value and the default used; the default is kept. */
+#ifndef OPJIT_AGENT_OPT_H
+#define OPJIT_AGENT_OPT_H
+
+#include <stddef.h>
+
+/* OPT(NAME, kind, default, min, max, choices, help)
+ * kinds: BOOL (1/0/on/off/yes/no/true/false), INT (decimal, K/M/G suffixes = 2^10/20/30),
+ * ENUM (one of the '|'-separated choices; the value is its index), FLAGS (comma list of
+ * choices, or all/none; the value is a bit mask), STR (any text). */
+#define AG_OPTIONS(OPT)                                                                      \
+  OPT(DISABLE, BOOL, "0", 0, 1, NULL, "1 makes the agent a pure pass-through")               \
+  OPT(MODE, ENUM, "profile", 0, 0, "off|profile",                                            \
+      "off: forward calls untouched; profile: count, time and record every call")            \
+  OPT(DB, STR, "", 0, 0, NULL,                                                               \
+      "profile database (default $XDG_CACHE_HOME/opjit/profile.db, else ~/.cache/opjit/)")   \
+  OPT(HOSTS, FLAGS, "all", 0, 0, "blas", "hosts whose operators are intercepted")            \
+  OPT(TIME_EVERY, INT, "16", 1, 1 << 20,                                                     \
+      NULL, "time one call in N per thread (rounded up to a power of two)")                  \
+  OPT(FLUSH_MS, INT, "1000", 10, 3600000, NULL, "period of the background database writes")   \
+  OPT(EXIT_WAIT_MS, INT, "2000", 0, 60000, NULL,                                             \
+      "longest wait at exit for the final database write")                                   \
+  OPT(BUSY_MS, INT, "200", 0, 60000, NULL, "how long a write waits for a locked database")    \
+  OPT(MAX_SIGS, INT, "4096", 16, 1 << 20, NULL,                                              \
+      "distinct signatures tracked per process; calls beyond are counted as overflow")       \
+  OPT(LOG, ENUM, "warn", 0, 0, "error|warn|info|debug", "agent message level")               \
+  OPT(LOG_FILE, STR, "", 0, 0, NULL, "append agent messages to this file instead of stderr")
+
+enum ag_opt_id {
+#define AG_OPT_ENUM_(name, ...) AG_OPT_##name,
+  AG_OPTIONS(AG_OPT_ENUM_)
+#undef AG_OPT_ENUM_
+      AG_OPT__COUNT
+};
+
+enum ag_opt_kind { AG_OK_BOOL, AG_OK_INT, AG_OK_ENUM, AG_OK_FLAGS, AG_OK_STR };
+
+enum { AG_MODE_OFF = 0, AG_MODE_PROFILE = 1 };  /* values of OPJIT_MODE */
+enum { AG_HOST_BLAS = 1 << 0 };                 /* bits of OPJIT_HOSTS */
+
+typedef struct ag_opt_desc_s {
+  const char *name;    /* without the OPJIT_ prefix */
+  int kind;            /* enum ag_opt_kind */
+  const char *def;     /* default, as text */
+  long min, max;       /* INT bounds */
+  const char *choices; /* ENUM/FLAGS choices, '|'-separated */
+  const char *help;
+} ag_opt_desc_t;
+
+typedef struct ag_opts_s {
+  long num[AG_OPT__COUNT];  /* BOOL/INT/ENUM/FLAGS values */
+  char *str[AG_OPT__COUNT]; /* STR values (malloc'ed), NULL otherwise */
+  unsigned char from_env[AG_OPT__COUNT]; /* 1 when the environment set a valid value */
+} ag_opts_t;
+
+typedef const char *(*ag_getenv_fn)(const char *name);
+
+/* Fills *o from the environment (through get, normally getenv). Every bad value is reported
+ * through report (one line each) and replaced by the default. Returns the number of bad
+ * values; never fails otherwise. */
+int ag_opts_parse(ag_opts_t *o, ag_getenv_fn get, void (*report)(const char *line));
+void ag_opts_free(ag_opts_t *o);
+
+/* The description of option id, or NULL. */
+const ag_opt_desc_t *ag_opt_desc(int id);
+
+/* Writes the effective value of option id as text (enum and flag names spelt out). */
+void ag_opts_format(const ag_opts_t *o, int id, char *buf, size_t len);
+
+/* The database path: OPJIT_DB if set, else $XDG_CACHE_HOME/opjit/profile.db, else
+ * $HOME/.cache/opjit/profile.db. Returns 0, or -1 when no path can be formed or it is too long. */
+int ag_opts_db_path(const ag_opts_t *o, ag_getenv_fn get, char *buf, size_t len);
+
+#endif

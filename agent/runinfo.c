@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/* Program and machine identity. The build-id comes from the main program's PT_NOTE segment as
+ * it is mapped (dl_iterate_phdr): no file is reopened, so a replaced binary cannot lie. */
+#define _GNU_SOURCE
+#include "runinfo.h"
+
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Finds NT_GNU_BUILD_ID in the first object (the executable) and hex-encodes it. */
+static int build_id_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+  (void)size;
+  char *out = arg;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_NOTE)
+      continue;
+    const char *p = (const char *)(info->dlpi_addr + ph->p_vaddr), *end = p + ph->p_memsz;
+    while (p + sizeof(ElfW(Nhdr)) <= end) {
+      const ElfW(Nhdr) *nh = (const void *)p;
+      const char *name = p + sizeof *nh;
+      const unsigned char *desc = (const unsigned char *)name + ((nh->n_namesz + 3) & ~3u);
+      if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && memcmp(name, "GNU", 4) == 0 &&
+          nh->n_descsz <= 60) {
+        for (unsigned j = 0; j < nh->n_descsz; j++)
+          sprintf(out + 2 * j, "%02x", desc[j]);
+        return 1;
+      }
+      p = (const char *)desc + ((nh->n_descsz + 3) & ~3u);
+    }
+  }
+  return 1; /* only the first object is the executable */
+}
+
+/* Reads up to len - 1 bytes of a /proc file; returns the count. */
+static size_t read_file(const char *path, char *buf, size_t len)
+{
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  size_t n = 0;
+  if (fd < 0)
+    return 0;
+  for (ssize_t r; n < len - 1 && (r = read(fd, buf + n, len - 1 - n)) > 0;)
+    n += (size_t)r;
+  close(fd);
+  buf[n] = 0;
+  return n;
+}
+
+/* Copies the value of the first "key<spaces>: value" line of cpuinfo. */
+static void cpuinfo_field(const char *cpuinfo, const char *key, char *out, size_t len)
+{
+  size_t klen = strlen(key);
+  for (const char *l = cpuinfo; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+    if (strncmp(l, key, klen) != 0 || (l[klen] != ' ' && l[klen] != '\t' && l[klen] != ':'))
+      continue;
+    const char *v = strchr(l, ':');
+    if (!v)
+      return;
+    v += 1 + (v[1] == ' ');
+    size_t n = strcspn(v, "\n");
+    snprintf(out, len, "%.*s", (int)n, v);
+    return;
+  }
+}
+
+void ag_runinfo_read(ag_runinfo_t *ri)
+{
+  static char cpuinfo[1 << 16]; /* first CPU's block is enough; writer thread only */
+  memset(ri, 0, sizeof *ri);
+  ssize_t n = readlink("/proc/self/exe", ri->exe, sizeof ri->exe - 1);
+  ri->exe[n > 0 ? n : 0] = 0;
+  dl_iterate_phdr(build_id_cb, ri->build_id);
+  ri->cmdline_len = read_file("/proc/self/cmdline", ri->cmdline, sizeof ri->cmdline);
+  if (ri->cmdline_len == sizeof ri->cmdline - 1) /* truncated: end at the last whole argument */
+    while (ri->cmdline_len && ri->cmdline[ri->cmdline_len - 1])
+      ri->cmdline_len--;
+  read_file("/proc/cpuinfo", cpuinfo, sizeof cpuinfo);
+  cpuinfo_field(cpuinfo, "model name", ri->cpu_model, sizeof ri->cpu_model);
+  cpuinfo_field(cpuinfo, "flags", ri->cpu_flags, sizeof ri->cpu_flags);
+  ri->ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
+}

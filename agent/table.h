@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/* The signature table: open addressing over a fixed slot array, read without locks, entries
+ * inserted under one mutex and published with release stores. Entries never move and are
+ * never removed, so a pointer returned by ag_table_get stays valid for the table's life.
+ * Counters are relaxed atomics: a host thread adds, the writer thread reads. */
+#ifndef OPJIT_AGENT_TABLE_H
+#define OPJIT_AGENT_TABLE_H
+
+#include "sig.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+/* One signature's counters; 64-byte aligned so two signatures never share a cache line. */
+typedef struct ag_entry_s {
+  ag_sig_t key;
+  uint64_t hash;
+  _Atomic uint64_t calls;    /* calls seen */
+  _Atomic uint64_t timed;    /* calls whose duration was measured */
+  _Atomic uint64_t timed_ns; /* sum of the measured durations */
+} __attribute__((aligned(64))) ag_entry_t;
+
+typedef struct ag_table_s ag_table_t;
+typedef uint64_t (*ag_hash_fn)(const ag_sig_t *key);
+
+/* A table holding up to capacity signatures; hash is ag_sig_hash unless a test needs
+ * collisions. Returns NULL when out of memory. */
+ag_table_t *ag_table_new(uint32_t capacity, ag_hash_fn hash);
+void ag_table_free(ag_table_t *t);
+
+/* The entry of key, inserted if new. NULL when the table is full (the caller counts the
+ * call as overflow). Lock-free when the key is present. */
+ag_entry_t *ag_table_get(ag_table_t *t, const ag_sig_t *key);
+
+/* Number of entries, and entry i (0 <= i < count): for the writer's snapshots. */
+uint32_t ag_table_count(const ag_table_t *t);
+ag_entry_t *ag_table_entry(ag_table_t *t, uint32_t i);
+
+/* Zeroes every counter (a fork child starts its own run with the parent's signatures). */
+void ag_table_reset_counts(ag_table_t *t);
+
+/* The table's insert mutex, for pthread_atfork: held across fork so no child inherits it
+ * locked mid-insert. */
+void ag_table_lock(ag_table_t *t);
+void ag_table_unlock(ag_table_t *t);
+
+#endif

@@ -1,0 +1,11 @@
+#!/bin/sh
+# Installs what is missing, builds, then profiles a numpy workload (Debian's python3-numpy on
+# OpenBLAS) under `opjit run` and shows what the profile database learnt with `opjit top`.
+set -eu
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+scripts/build.sh
+echo "== opjit run -- /usr/bin/python3 scripts/demo_workload.py"
+build/opjit run -- /usr/bin/python3 scripts/demo_workload.py
+echo "== opjit top"
+build/opjit top

@@ -1,0 +1,13 @@
+/* SPDX-License-Identifier: MIT */
+/* libopjit-store.so: the store as a module the agent's writer thread dlopen()s. */
+#include "store.h"
+
+__attribute__((visibility("default"))) const st_api_t opjit_store_api = {
+    .abi = ST_API_ABI,
+    .errstr = st_errstr,
+    .open = st_open,
+    .close = st_close,
+    .run_begin = st_run_begin,
+    .run_flush = st_run_flush,
+    .run_end = st_run_end,
+};

@@ -1,0 +1,426 @@
+/* SPDX-License-Identifier: MIT */
+/* The SQLite profile store: open-with-checks, ordered migrations, the writes of a run, gc.
+ *
+ * Schema history (PRAGMA user_version):
+ *   1  meta, programs, machines, runs, signatures, run_sigs
+ *   2  runs.parent_run (fork lineage), runs.overflow_calls, index run_sigs(sig_id)
+ * A file whose user_version is newer than ST_SCHEMA_VERSION is refused, never downgraded. */
+#include "store.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct st_db_s {
+  sqlite3 *db;
+  int readonly;
+};
+
+static const char *const migrations[] = {
+    /* 1 */
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+    "INSERT INTO meta VALUES('application', 'opjit');"
+    "CREATE TABLE programs(id INTEGER PRIMARY KEY, exe TEXT NOT NULL,"
+    "  build_id TEXT NOT NULL DEFAULT '', UNIQUE(exe, build_id));"
+    "CREATE TABLE machines(id INTEGER PRIMARY KEY, cpu_model TEXT NOT NULL,"
+    "  cpu_flags TEXT NOT NULL, ncpu INTEGER NOT NULL, UNIQUE(cpu_model, cpu_flags, ncpu));"
+    "CREATE TABLE runs(id INTEGER PRIMARY KEY,"
+    "  program_id INTEGER NOT NULL REFERENCES programs(id),"
+    "  machine_id INTEGER NOT NULL REFERENCES machines(id),"
+    "  pid INTEGER NOT NULL, ppid INTEGER NOT NULL, argv TEXT NOT NULL, options TEXT NOT NULL,"
+    "  agent_version TEXT NOT NULL, start_ns INTEGER NOT NULL, flush_ns INTEGER,"
+    "  end_ns INTEGER, status TEXT NOT NULL DEFAULT 'running');"
+    "CREATE TABLE signatures(id INTEGER PRIMARY KEY, key BLOB NOT NULL UNIQUE,"
+    "  sig TEXT NOT NULL, op TEXT NOT NULL, name TEXT NOT NULL, params TEXT NOT NULL);"
+    "CREATE INDEX signatures_sig ON signatures(sig);"
+    "CREATE TABLE run_sigs(run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  sig_id INTEGER NOT NULL REFERENCES signatures(id), calls INTEGER NOT NULL,"
+    "  timed_calls INTEGER NOT NULL, timed_ns INTEGER NOT NULL,"
+    "  PRIMARY KEY(run_id, sig_id)) WITHOUT ROWID;",
+    /* 2 */
+    "ALTER TABLE runs ADD COLUMN parent_run INTEGER REFERENCES runs(id) ON DELETE SET NULL;"
+    "ALTER TABLE runs ADD COLUMN overflow_calls INTEGER NOT NULL DEFAULT 0;"
+    "CREATE INDEX run_sigs_sig ON run_sigs(sig_id);",
+};
+_Static_assert(sizeof migrations / sizeof *migrations == ST_SCHEMA_VERSION,
+               "one migration per schema version");
+
+static const char *const err_text[ST__NERR] = {
+#define ST_ERR_TEXT_(name, text) [ST_IDX_##name] = text,
+    ST_ERRORS(ST_ERR_TEXT_)
+#undef ST_ERR_TEXT_
+};
+
+const char *st_errstr(int code)
+{
+  if (code == ST_OK)
+    return "ok";
+  int i = -1 - code;
+  return i >= 0 && i < ST__NERR ? err_text[i] : "unknown error";
+}
+
+/* Maps an SQLite result code onto ours. */
+static int map_rc(int rc)
+{
+  switch (rc & 0xff) {
+  case SQLITE_OK:
+  case SQLITE_DONE:
+  case SQLITE_ROW: return ST_OK;
+  case SQLITE_BUSY:
+  case SQLITE_LOCKED: return ST_EBUSY;
+  case SQLITE_READONLY:
+  case SQLITE_PERM:
+  case SQLITE_AUTH: return ST_EREADONLY;
+  case SQLITE_CORRUPT:
+  case SQLITE_NOTADB: return ST_ECORRUPT;
+  case SQLITE_FULL: return ST_EFULL;
+  case SQLITE_NOMEM: return ST_ENOMEM;
+  case SQLITE_CANTOPEN: return ST_ENOENT;
+  default: return ST_EIO;
+  }
+}
+
+static int fail(char *err, size_t len, int code, const char *fmt, ...)
+{
+  if (err && len) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+static int exec_sql(sqlite3 *db, const char *sql) { return map_rc(sqlite3_exec(db, sql, NULL, NULL, NULL)); }
+
+/* Runs a query returning one integer; *out untouched when there is no row. */
+static int query_int(sqlite3 *db, const char *sql, int64_t *out)
+{
+  sqlite3_stmt *st;
+  int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+  if (rc != SQLITE_OK)
+    return map_rc(rc);
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
+    *out = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return map_rc(rc);
+}
+
+int st_schema_version(st_db_t *db, int *version)
+{
+  int64_t v = 0;
+  int rc = query_int(db->db, "PRAGMA user_version", &v);
+  *version = (int)v;
+  return rc;
+}
+
+sqlite3 *st_sqlite(st_db_t *db) { return db->db; }
+
+int st_migrate_to(st_db_t *db, int version)
+{
+  if (version > ST_SCHEMA_VERSION)
+    return ST_ENEWER;
+  for (;;) {
+    int rc = exec_sql(db->db, "BEGIN IMMEDIATE");
+    if (rc)
+      return rc;
+    int cur;
+    rc = st_schema_version(db, &cur); /* re-read inside the lock: another process may migrate */
+    if (rc || cur >= version) {
+      exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
+      return rc ? rc : cur > ST_SCHEMA_VERSION ? ST_ENEWER : ST_OK;
+    }
+    char bump[64];
+    snprintf(bump, sizeof bump, "PRAGMA user_version = %d", cur + 1);
+    if ((rc = exec_sql(db->db, migrations[cur])) || (rc = exec_sql(db->db, bump)) ||
+        (rc = exec_sql(db->db, "COMMIT"))) {
+      exec_sql(db->db, "ROLLBACK");
+      return rc;
+    }
+  }
+}
+
+/* mkdir -p of path's folder; folders it creates get mode 0700. */
+static int make_parent(const char *path)
+{
+  char dir[4096];
+  if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir)
+    return -ENAMETOOLONG;
+  char *slash = strrchr(dir, '/');
+  if (!slash || slash == dir)
+    return 0;
+  *slash = 0;
+  for (char *p = dir + 1;; p++) {
+    if (*p != '/' && *p)
+      continue;
+    char c = *p;
+    *p = 0;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+      return -errno;
+    if (!(*p = c))
+      return 0;
+  }
+}
+
+int st_open(const char *path, int flags, int busy_ms, st_db_t **out, char *err, size_t errlen)
+{
+  *out = NULL;
+  int ro = flags & ST_OPEN_READONLY;
+  if (!ro && (flags & ST_OPEN_CREATE)) {
+    int e = make_parent(path);
+    if (e)
+      return fail(err, errlen, e == -EROFS || e == -EACCES ? ST_EREADONLY : ST_EIO,
+                  "cannot create the folder of %s: %s", path, strerror(-e));
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600); /* SQLite would use 0644 */
+    if (fd >= 0)
+      close(fd);
+  }
+  st_db_t *db = calloc(1, sizeof *db);
+  if (!db)
+    return fail(err, errlen, ST_ENOMEM, "out of memory");
+  db->readonly = ro;
+  int oflags = ro ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE;
+  int rc = sqlite3_open_v2(path, &db->db, oflags | SQLITE_OPEN_NOMUTEX, NULL);
+  if (rc != SQLITE_OK) {
+    int code = map_rc(rc);
+    fail(err, errlen, code, "cannot open %s: %s", path,
+         code == ST_ENOENT ? "no such file (no run has recorded into it yet)" : st_errstr(code));
+    st_close(db);
+    return code;
+  }
+  sqlite3_busy_timeout(db->db, busy_ms);
+  int version;
+  int64_t ntables = 0, ours = 0;
+  if ((rc = st_schema_version(db, &version)) ||
+      (rc = query_int(db->db, "SELECT count(*) FROM sqlite_master", &ntables)))
+    goto out_fail;
+  if (version > ST_SCHEMA_VERSION) {
+    fail(err, errlen, ST_ENEWER,
+         "%s has schema version %d, newer than this opjit's %d: upgrade opjit or use another "
+         "database (OPJIT_DB / --db)", path, version, ST_SCHEMA_VERSION);
+    st_close(db);
+    return ST_ENEWER;
+  }
+  if (version > 0 || ntables > 0) {
+    rc = query_int(db->db, "SELECT count(*) FROM meta WHERE key='application' AND value='opjit'",
+                   &ours);
+    if (rc == ST_EIO || version == 0 || !ours) { /* no meta table, or not ours */
+      fail(err, errlen, ST_ENOTOURS,
+           "%s is an SQLite database but not an opjit profile: refusing to touch it", path);
+      st_close(db);
+      return ST_ENOTOURS;
+    }
+    if (rc)
+      goto out_fail;
+  }
+  if (ro) {
+    if (version == 0) {
+      fail(err, errlen, ST_ENOENT, "%s holds no opjit profile yet", path);
+      st_close(db);
+      return ST_ENOENT;
+    }
+  } else {
+    if ((rc = exec_sql(db->db, "PRAGMA journal_mode=WAL")) ||
+        (rc = exec_sql(db->db, "PRAGMA synchronous=NORMAL")))
+      goto out_fail;
+    if (!(flags & ST_OPEN_NO_MIGRATE) && (rc = st_migrate_to(db, ST_SCHEMA_VERSION)))
+      goto out_fail;
+  }
+  exec_sql(db->db, "PRAGMA foreign_keys=ON");
+  *out = db;
+  return ST_OK;
+out_fail:
+  fail(err, errlen, rc, "cannot use %s: %s (%s)", path, st_errstr(rc), sqlite3_errmsg(db->db));
+  st_close(db);
+  return rc;
+}
+
+void st_close(st_db_t *db)
+{
+  if (!db)
+    return;
+  sqlite3_close_v2(db->db);
+  free(db);
+}
+
+/* Prepares sql, binds the arguments per fmt ('i' int64, 't' text, 'b' blob + size_t length,
+ * 'n' null, which takes no argument) and steps it once. If out is non-NULL and a row comes
+ * back, *out = column 0. */
+static int vrun1(sqlite3 *db, int64_t *out, const char *sql, const char *fmt, va_list ap)
+{
+  sqlite3_stmt *st;
+  int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+  if (rc != SQLITE_OK)
+    return map_rc(rc);
+  for (int i = 1; *fmt; fmt++, i++) {
+    switch (*fmt) {
+    case 'i': sqlite3_bind_int64(st, i, va_arg(ap, int64_t)); break;
+    case 't': sqlite3_bind_text(st, i, va_arg(ap, const char *), -1, SQLITE_STATIC); break;
+    case 'b': {
+      const void *p = va_arg(ap, const void *);
+      sqlite3_bind_blob(st, i, p, (int)va_arg(ap, size_t), SQLITE_STATIC);
+      break;
+    }
+    default: sqlite3_bind_null(st, i); break;
+    }
+  }
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW && out)
+    *out = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return map_rc(rc);
+}
+
+static int run1(sqlite3 *db, int64_t *out, const char *sql, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = vrun1(db, out, sql, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+/* The id of the row whose unique columns are the arguments, inserted if missing. */
+static int upsert_id(sqlite3 *db, int64_t *id, const char *insert, const char *select,
+                     const char *fmt, ...)
+{
+  va_list ap, again;
+  va_start(ap, fmt);
+  va_copy(again, ap);
+  int rc = vrun1(db, NULL, insert, fmt, ap);
+  if (!rc)
+    rc = vrun1(db, id, select, fmt, again);
+  va_end(again);
+  va_end(ap);
+  return rc;
+}
+
+/* NUL-separated strings as a JSON array (kv=0) or as an object of NAME=value (kv=1). */
+static char *nul_list_json(const char *s, size_t len, int kv)
+{
+  cJSON *j = kv ? cJSON_CreateObject() : cJSON_CreateArray();
+  for (size_t i = 0; j && s && i < len;) {
+    size_t n = strnlen(s + i, len - i);
+    char *item = strndup(s + i, n);
+    if (!item)
+      break;
+    char *eq = kv ? strchr(item, '=') : NULL;
+    if (eq) {
+      *eq = 0;
+      cJSON_AddStringToObject(j, item, eq + 1);
+    } else if (!kv) {
+      cJSON_AddItemToArray(j, cJSON_CreateString(item));
+    }
+    free(item);
+    i += n + 1;
+  }
+  char *out = j ? cJSON_PrintUnformatted(j) : NULL;
+  cJSON_Delete(j);
+  return out;
+}
+
+int st_run_begin(st_db_t *db, const st_run_info_t *in, int64_t *run_id)
+{
+  char *argv = nul_list_json(in->cmdline, in->cmdline_len, 0);
+  char *opts = nul_list_json(in->options, in->options_len, 1);
+  int64_t prog = 0, mach = 0;
+  int rc = !argv || !opts ? ST_ENOMEM : exec_sql(db->db, "BEGIN IMMEDIATE");
+  if (rc)
+    goto out;
+  if (!(rc = upsert_id(db->db, &prog, "INSERT OR IGNORE INTO programs(exe, build_id) VALUES(?,?)",
+                       "SELECT id FROM programs WHERE exe=? AND build_id=?", "tt", in->exe,
+                       in->build_id)) &&
+      !(rc = upsert_id(db->db, &mach,
+                       "INSERT OR IGNORE INTO machines(cpu_model, cpu_flags, ncpu) VALUES(?,?,?)",
+                       "SELECT id FROM machines WHERE cpu_model=? AND cpu_flags=? AND ncpu=?",
+                       "tti", in->cpu_model, in->cpu_flags, (int64_t)in->ncpu)))
+    rc = run1(db->db, run_id,
+              "INSERT INTO runs(program_id, machine_id, pid, ppid, argv, options, agent_version,"
+              " start_ns, flush_ns, parent_run) VALUES(?,?,?,?,?,?,?,?,?8,?) RETURNING id",
+              in->parent_run > 0 ? "iiiitttii" : "iiiitttin", prog, mach, (int64_t)in->pid,
+              (int64_t)in->ppid, argv, opts, in->agent_version, in->start_ns, in->parent_run);
+  exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
+out:
+  cJSON_free(argv);
+  cJSON_free(opts);
+  return rc;
+}
+
+int st_run_flush(st_db_t *db, int64_t run_id, const st_sig_rec_t *recs, size_t n,
+                 uint64_t overflow_calls, int64_t now_ns)
+{
+  int rc = exec_sql(db->db, "BEGIN IMMEDIATE");
+  if (rc)
+    return rc;
+  for (size_t i = 0; i < n && !rc; i++) {
+    const st_sig_rec_t *r = &recs[i];
+    int64_t sig_id = 0;
+    rc = run1(db->db, NULL,
+              "INSERT OR IGNORE INTO signatures(key, sig, op, name, params) VALUES(?,?,?,?,?)",
+              "btttt", r->key, r->key_len, r->sig, r->op, r->name, r->params);
+    if (!rc)
+      rc = run1(db->db, &sig_id, "SELECT id FROM signatures WHERE key=?", "b", r->key, r->key_len);
+    if (!rc)
+      rc = run1(db->db, NULL,
+                "INSERT INTO run_sigs(run_id, sig_id, calls, timed_calls, timed_ns)"
+                " VALUES(?,?,?,?,?) ON CONFLICT(run_id, sig_id) DO UPDATE SET"
+                " calls=excluded.calls, timed_calls=excluded.timed_calls,"
+                " timed_ns=excluded.timed_ns",
+                "iiiii", run_id, sig_id, (int64_t)r->calls, (int64_t)r->timed_calls,
+                (int64_t)r->timed_ns);
+  }
+  if (!rc)
+    rc = run1(db->db, NULL, "UPDATE runs SET flush_ns=?, overflow_calls=? WHERE id=?", "iii",
+              now_ns, (int64_t)overflow_calls, run_id);
+  exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
+  return rc;
+}
+
+int st_run_end(st_db_t *db, int64_t run_id, int64_t end_ns, const char *status)
+{
+  return run1(db->db, NULL, "UPDATE runs SET end_ns=?, flush_ns=?1, status=? WHERE id=?", "iti",
+              end_ns, status, run_id);
+}
+
+static void sql_pid_alive(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+  (void)argc;
+  pid_t pid = (pid_t)sqlite3_value_int64(argv[0]);
+  sqlite3_result_int(ctx, pid > 0 && (kill(pid, 0) == 0 || errno == EPERM));
+}
+
+int st_gc(st_db_t *db, int64_t keep_runs, int64_t older_than_ns, st_gc_result_t *res)
+{
+  memset(res, 0, sizeof *res);
+  sqlite3_create_function(db->db, "pid_alive", 1, SQLITE_UTF8, NULL, sql_pid_alive, NULL, NULL);
+  int rc = exec_sql(db->db, "BEGIN IMMEDIATE");
+  if (rc)
+    return rc;
+  /* A run still marked running whose process is alive is never collected. */
+  rc = run1(db->db, NULL,
+            "DELETE FROM runs WHERE NOT (status='running' AND pid_alive(pid)) AND ("
+            " id NOT IN (SELECT id FROM runs ORDER BY id DESC LIMIT ?)"
+            " OR (?2 > 0 AND coalesce(end_ns, flush_ns, start_ns) < ?2))",
+            "ii", keep_runs < 0 ? (int64_t)INT64_MAX : keep_runs, older_than_ns);
+  res->runs = sqlite3_changes(db->db);
+  if (!rc)
+    rc = exec_sql(db->db, "DELETE FROM signatures WHERE id NOT IN (SELECT sig_id FROM run_sigs)");
+  res->signatures = sqlite3_changes(db->db);
+  if (!rc)
+    rc = exec_sql(db->db, "DELETE FROM programs WHERE id NOT IN (SELECT program_id FROM runs)");
+  res->programs = sqlite3_changes(db->db);
+  if (!rc)
+    rc = exec_sql(db->db, "DELETE FROM machines WHERE id NOT IN (SELECT machine_id FROM runs)");
+  res->machines = sqlite3_changes(db->db);
+  exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
+  return rc;
+}

@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: MIT */
+/* The profile store: one SQLite file shared by every run of every program, WAL, busy timeout,
+ * schema versioned with PRAGMA user_version and ordered migrations.
+ * Every function returns ST_OK (0) or a negative ST_E* code; where an err buffer is given it
+ * receives one sentence a user can act on. A db handle is used by one thread at a time. */
+#ifndef OPJIT_STORE_H
+#define OPJIT_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ST_SCHEMA_VERSION 2 /* the newest schema this build writes and reads */
+
+#define ST_ERRORS(E)                                                                         \
+  E(BUSY, "the database is locked by another process")                                       \
+  E(READONLY, "the database is read-only")                                                   \
+  E(CORRUPT, "the file is corrupt or not an SQLite database")                                \
+  E(FULL, "the disk is full")                                                                \
+  E(NEWER, "the database was written by a newer opjit")                                      \
+  E(NOTOURS, "the file is an SQLite database but not an opjit profile")                      \
+  E(NOENT, "no such database or run")                                                        \
+  E(NOMEM, "out of memory")                                                                  \
+  E(IO, "input/output error")
+
+enum st_err_index {
+#define ST_ERR_IDX_(name, text) ST_IDX_##name,
+  ST_ERRORS(ST_ERR_IDX_)
+#undef ST_ERR_IDX_
+      ST__NERR
+};
+/* ST_OK, then one negative code per ST_ERRORS entry: ST_EBUSY = -1, ST_EREADONLY = -2, ... */
+enum st_err {
+  ST_OK = 0,
+#define ST_ERR_ENUM_(name, text) ST_E##name = -1 - ST_IDX_##name,
+  ST_ERRORS(ST_ERR_ENUM_)
+#undef ST_ERR_ENUM_
+};
+
+enum st_open_flags {
+  ST_OPEN_CREATE = 1,     /* create the file (0600) and its folder (0700) when missing */
+  ST_OPEN_READONLY = 2,   /* never write (inspect's readers) */
+  ST_OPEN_NO_MIGRATE = 4, /* leave the schema as found (tests drive st_migrate_to) */
+};
+
+typedef struct st_db_s st_db_t;
+typedef struct sqlite3 sqlite3;
+
+/* Static text for a code. */
+const char *st_errstr(int code);
+
+/* Opens path. Refuses (ST_ENEWER, ST_ENOTOURS, ST_ECORRUPT) what it must not touch; migrates
+ * an older opjit schema to ST_SCHEMA_VERSION unless ST_OPEN_NO_MIGRATE or READONLY. */
+int st_open(const char *path, int flags, int busy_ms, st_db_t **out, char *err, size_t errlen);
+void st_close(st_db_t *db);
+
+/* Applies migrations up to version (<= ST_SCHEMA_VERSION), each in its own transaction. */
+int st_migrate_to(st_db_t *db, int version);
+/* The schema version found in the file. */
+int st_schema_version(st_db_t *db, int *version);
+/* The underlying connection, for inspect's queries. */
+sqlite3 *st_sqlite(st_db_t *db);
+
+/* What a run records about itself when it starts. */
+typedef struct st_run_info_s {
+  const char *exe;           /* executable path */
+  const char *build_id;      /* hex GNU build-id of the executable, "" if none */
+  const char *cmdline;       /* argv as NUL-separated strings (as /proc/self/cmdline) */
+  size_t cmdline_len;
+  const char *options;       /* effective options as NUL-separated NAME=value strings */
+  size_t options_len;
+  const char *cpu_model;     /* /proc/cpuinfo "model name" */
+  const char *cpu_flags;     /* /proc/cpuinfo "flags" */
+  int ncpu;
+  int pid, ppid;
+  int64_t parent_run;        /* run of the process this one forked from, 0 if none */
+  int64_t start_ns;          /* CLOCK_REALTIME */
+  const char *agent_version;
+} st_run_info_t;
+
+/* One signature's cumulative totals in a run: flushes overwrite, so repeating one is harmless. */
+typedef struct st_sig_rec_s {
+  const void *key;      /* the raw key bytes (agent/sig.h) */
+  size_t key_len;
+  const char *sig;      /* stable id: 16 hex digits of the key's hash */
+  const char *op;       /* "sgemm", "cblas_ddot", ... */
+  const char *name;     /* human form */
+  const char *params;   /* JSON object */
+  uint64_t calls, timed_calls, timed_ns;
+} st_sig_rec_t;
+
+int st_run_begin(st_db_t *db, const st_run_info_t *info, int64_t *run_id);
+int st_run_flush(st_db_t *db, int64_t run_id, const st_sig_rec_t *recs, size_t n,
+                 uint64_t overflow_calls, int64_t now_ns);
+/* status: "exited" (normal exit) or "exec" (the process image was replaced). */
+int st_run_end(st_db_t *db, int64_t run_id, int64_t end_ns, const char *status);
+
+/* Deletes runs beyond the newest keep_runs and runs that ended before older_than_ns (0: no
+ * age limit), never a run still marked running unless its process is gone, then everything
+ * no remaining run refers to. Counts what it deleted. */
+typedef struct st_gc_result_s {
+  int64_t runs, signatures, programs, machines;
+} st_gc_result_t;
+int st_gc(st_db_t *db, int64_t keep_runs, int64_t older_than_ns, st_gc_result_t *res);
+
+/* The agent loads the store as its own shared object (libopjit-store.so, which links SQLite)
+ * from its writer thread, so a process that records nothing never loads SQLite. */
+typedef struct st_api_s {
+  int abi; /* ST_API_ABI */
+  const char *(*errstr)(int code);
+  int (*open)(const char *path, int flags, int busy_ms, st_db_t **out, char *err, size_t len);
+  void (*close)(st_db_t *db);
+  int (*run_begin)(st_db_t *db, const st_run_info_t *info, int64_t *run_id);
+  int (*run_flush)(st_db_t *db, int64_t run_id, const st_sig_rec_t *recs, size_t n,
+                   uint64_t overflow_calls, int64_t now_ns);
+  int (*run_end)(st_db_t *db, int64_t run_id, int64_t end_ns, const char *status);
+} st_api_t;
+#define ST_API_ABI 1
+#define ST_API_SYMBOL "opjit_store_api"
+#define ST_MODULE_NAME "libopjit-store.so"
+
+#endif
