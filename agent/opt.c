@@ -62,10 +62,10 @@ static int parse_int(const char *s, long min, long max, long *out)
   case 'M': shift = 20, end++; break;
   case 'G': shift = 30, end++; break;
   }
-  if (*end || v < min || v > max || (shift && (v > (LONG_MAX >> shift) || v < 0)))
+  if (*end || (v < 0 && shift) || v > (LONG_MAX >> shift))
     return -1;
   v <<= shift;
-  if (v > max)
+  if (v < min || v > max)
     return -1;
   *out = v;
   return 0;

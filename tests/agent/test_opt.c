@@ -1,0 +1,167 @@
+/* SPDX-License-Identifier: MIT */
+/* Options: every option parsed from the environment, bad values rejected with the default
+ * kept and one line naming variable, value and default. */
+#include "agent/opt.h"
+
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+/* A fake environment: NAME=value pairs. */
+static const char *env_vals[32][2];
+static int env_n;
+static char lines[32][512];
+static int nlines;
+
+static const char *fake_get(const char *name)
+{
+  for (int i = 0; i < env_n; i++)
+    if (strcmp(env_vals[i][0], name) == 0)
+      return env_vals[i][1];
+  return NULL;
+}
+
+static void capture(const char *line)
+{
+  if (nlines < 32)
+    snprintf(lines[nlines++], sizeof lines[0], "%s", line);
+}
+
+static void setenv_fake(const char *name, const char *value)
+{
+  env_vals[env_n][0] = name;
+  env_vals[env_n++][1] = value;
+}
+
+static void reset(void) { env_n = 0, nlines = 0; }
+
+TestSuite(opt, .init = reset);
+
+Test(opt, defaults_parse_and_match_the_table)
+{
+  ag_opts_t o;
+  cr_assert_eq(ag_opts_parse(&o, fake_get, capture), 0);
+  cr_assert_eq(nlines, 0);
+  cr_assert_eq(o.num[AG_OPT_DISABLE], 0);
+  cr_assert_eq(o.num[AG_OPT_MODE], AG_MODE_PROFILE);
+  cr_assert_eq(o.num[AG_OPT_TIME_EVERY], 16);
+  cr_assert_eq(o.num[AG_OPT_FLUSH_MS], 1000);
+  cr_assert(o.num[AG_OPT_HOSTS] & AG_HOST_BLAS);
+  for (int id = 0; id < AG_OPT__COUNT; id++)
+    cr_assert_eq(o.from_env[id], 0);
+  ag_opts_free(&o);
+}
+
+Test(opt, every_option_parsed)
+{
+  setenv_fake("OPJIT_DISABLE", "yes");
+  setenv_fake("OPJIT_MODE", "off");
+  setenv_fake("OPJIT_DB", "/tmp/x.db");
+  setenv_fake("OPJIT_HOSTS", "none");
+  setenv_fake("OPJIT_TIME_EVERY", "100");
+  setenv_fake("OPJIT_FLUSH_MS", "2K");
+  setenv_fake("OPJIT_EXIT_WAIT_MS", "0");
+  setenv_fake("OPJIT_BUSY_MS", "50");
+  setenv_fake("OPJIT_MAX_SIGS", "1M");
+  setenv_fake("OPJIT_LOG", "DEBUG");
+  setenv_fake("OPJIT_LOG_FILE", "/tmp/opjit.log");
+  cr_assert_eq(env_n, AG_OPT__COUNT, "a new option needs a line in this test");
+  ag_opts_t o;
+  cr_assert_eq(ag_opts_parse(&o, fake_get, capture), 0, "%s", nlines ? lines[0] : "");
+  cr_assert_eq(o.num[AG_OPT_DISABLE], 1);
+  cr_assert_eq(o.num[AG_OPT_MODE], AG_MODE_OFF);
+  cr_assert_str_eq(o.str[AG_OPT_DB], "/tmp/x.db");
+  cr_assert_eq(o.num[AG_OPT_HOSTS], 0);
+  cr_assert_eq(o.num[AG_OPT_TIME_EVERY], 128, "rounded up to a power of two");
+  cr_assert_eq(o.num[AG_OPT_FLUSH_MS], 2048);
+  cr_assert_eq(o.num[AG_OPT_EXIT_WAIT_MS], 0);
+  cr_assert_eq(o.num[AG_OPT_BUSY_MS], 50);
+  cr_assert_eq(o.num[AG_OPT_MAX_SIGS], 1 << 20);
+  cr_assert_eq(o.num[AG_OPT_LOG], 3);
+  cr_assert_str_eq(o.str[AG_OPT_LOG_FILE], "/tmp/opjit.log");
+  for (int id = 0; id < AG_OPT__COUNT; id++)
+    cr_assert_eq(o.from_env[id], 1, "OPJIT_%s not marked as set", ag_opt_desc(id)->name);
+  ag_opts_free(&o);
+}
+
+Test(opt, bad_values_keep_the_default_with_one_line_each)
+{
+  static const char *const bad[][2] = {
+      {"OPJIT_DISABLE", "maybe"},    {"OPJIT_MODE", "jit"},       {"OPJIT_HOSTS", "blas,cuda"},
+      {"OPJIT_TIME_EVERY", "0"},     {"OPJIT_FLUSH_MS", "abc"},   {"OPJIT_EXIT_WAIT_MS", "-5"},
+      {"OPJIT_BUSY_MS", "12x"},      {"OPJIT_MAX_SIGS", "99999999999999999999"},
+      {"OPJIT_LOG", ""},
+  };
+  size_t n = sizeof bad / sizeof *bad;
+  for (size_t i = 0; i < n; i++)
+    setenv_fake(bad[i][0], bad[i][1]);
+  ag_opts_t o, def;
+  cr_assert_eq(ag_opts_parse(&o, fake_get, capture), (int)n);
+  cr_assert_eq(nlines, (int)n);
+  reset();
+  ag_opts_parse(&def, fake_get, NULL);
+  for (int id = 0; id < AG_OPT__COUNT; id++)
+    if (ag_opt_desc(id)->kind != AG_OK_STR)
+      cr_assert_eq(o.num[id], def.num[id], "OPJIT_%s lost its default", ag_opt_desc(id)->name);
+  for (size_t i = 0; i < n; i++) {
+    char value[128];
+    snprintf(value, sizeof value, "'%s'", bad[i][1]);
+    cr_assert(strstr(lines[i], bad[i][0]) && strstr(lines[i], value) &&
+                  strstr(lines[i], "using the default"),
+              "line %zu does not name variable, value and default: %s", i, lines[i]);
+  }
+  cr_assert(strstr(lines[1], "'profile'"), "%s", lines[1]);
+  ag_opts_free(&o);
+  ag_opts_free(&def);
+}
+
+Test(opt, int_suffix_overflow_and_bounds)
+{
+  setenv_fake("OPJIT_MAX_SIGS", "2G");      /* above max */
+  setenv_fake("OPJIT_FLUSH_MS", "9");       /* below min */
+  ag_opts_t o;
+  cr_assert_eq(ag_opts_parse(&o, fake_get, capture), 2);
+  cr_assert_eq(o.num[AG_OPT_MAX_SIGS], 4096);
+  cr_assert_eq(o.num[AG_OPT_FLUSH_MS], 1000);
+  ag_opts_free(&o);
+}
+
+Test(opt, format_spells_out_enums_and_flags)
+{
+  setenv_fake("OPJIT_HOSTS", "blas");
+  setenv_fake("OPJIT_LOG", "info");
+  ag_opts_t o;
+  ag_opts_parse(&o, fake_get, capture);
+  char buf[128];
+  ag_opts_format(&o, AG_OPT_HOSTS, buf, sizeof buf);
+  cr_assert_str_eq(buf, "blas");
+  ag_opts_format(&o, AG_OPT_LOG, buf, sizeof buf);
+  cr_assert_str_eq(buf, "info");
+  ag_opts_format(&o, AG_OPT_MODE, buf, sizeof buf);
+  cr_assert_str_eq(buf, "profile");
+  ag_opts_free(&o);
+}
+
+Test(opt, database_path)
+{
+  ag_opts_t o;
+  char buf[PATH_MAX];
+  setenv_fake("HOME", "/home/u");
+  ag_opts_parse(&o, fake_get, capture);
+  cr_assert_eq(ag_opts_db_path(&o, fake_get, buf, sizeof buf), 0);
+  cr_assert_str_eq(buf, "/home/u/.cache/opjit/profile.db");
+  setenv_fake("XDG_CACHE_HOME", "/xdg");
+  cr_assert_eq(ag_opts_db_path(&o, fake_get, buf, sizeof buf), 0);
+  cr_assert_str_eq(buf, "/xdg/opjit/profile.db");
+  ag_opts_free(&o);
+  setenv_fake("OPJIT_DB", "/d/p.db");
+  ag_opts_parse(&o, fake_get, capture);
+  cr_assert_eq(ag_opts_db_path(&o, fake_get, buf, sizeof buf), 0);
+  cr_assert_str_eq(buf, "/d/p.db");
+  ag_opts_free(&o);
+  reset();
+  ag_opts_parse(&o, fake_get, capture);
+  cr_assert_eq(ag_opts_db_path(&o, fake_get, buf, sizeof buf), -1, "no HOME, no XDG, no DB");
+  ag_opts_free(&o);
+}

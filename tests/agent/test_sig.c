@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/* Signatures: stable hashes, human forms and JSON parameters of keys. */
+#include "agent/sig.h"
+
+#include <criterion/criterion.h>
+#include <string.h>
+
+static ag_sig_t gemm(int m, int n, int k)
+{
+  ag_sig_t s = {.host = AG_HOST_ID_BLAS, .op = AG_OP_GEMM, .dtype = AG_F32, .api = AG_API_F77,
+                .ab = AG_S_ONE | AG_S_ZERO << 4, .m = m, .n = n, .k = k,
+                .lda = m, .ldb = k, .ldc = m};
+  return s;
+}
+
+Test(sig, equal_keys_hash_equal)
+{
+  ag_sig_t a = gemm(64, 64, 64), b = gemm(64, 64, 64);
+  cr_assert_eq(ag_sig_hash(&a), ag_sig_hash(&b));
+}
+
+Test(sig, every_field_changes_the_hash)
+{
+  ag_sig_t base = gemm(64, 32, 16);
+  uint64_t h = ag_sig_hash(&base);
+  for (size_t byte = 0; byte < sizeof base; byte++) {
+    ag_sig_t s = base;
+    ((unsigned char *)&s)[byte] ^= 1;
+    cr_assert_neq(ag_sig_hash(&s), h, "flipping byte %zu did not change the hash", byte);
+  }
+}
+
+Test(sig, hash_is_the_persisted_id)
+{
+  /* The hash names a signature in every database: it must never change between builds. */
+  ag_sig_t s = gemm(64, 64, 64);
+  cr_assert_eq(ag_sig_hash(&s), 0xc70ff435602efc89ull, "hash changed: %016llx",
+               (unsigned long long)ag_sig_hash(&s));
+}
+
+Test(sig, human_form)
+{
+  char buf[256];
+  ag_sig_t s = gemm(64, 64, 64);
+  ag_sig_format(&s, buf, sizeof buf);
+  cr_assert_str_eq(buf, "sgemm NN 64x64x64 β=0");
+  s.api = AG_API_CBLAS, s.order = AG_ROW, s.ta = AG_T, s.ab = AG_S_MINUS_ONE | AG_S_OTHER << 4;
+  s.dtype = AG_F64, s.m = 10, s.n = 20, s.k = 30, s.lda = 10, s.ldb = 20, s.ldc = 25;
+  ag_sig_format(&s, buf, sizeof buf);
+  cr_assert_str_eq(buf, "cblas_dgemm row TN 10x20x30 α=-1 β=* ldc=25");
+  ag_sig_t d = {.op = AG_OP_DOT, .dtype = AG_F32, .api = AG_API_F77, .m = 16, .lda = 1, .ldb = 2};
+  ag_sig_format(&d, buf, sizeof buf);
+  cr_assert_str_eq(buf, "sdot n=16 incy=2");
+  ag_sig_t v = {.op = AG_OP_GEMV, .dtype = AG_F64, .api = AG_API_CBLAS, .order = AG_COL,
+                .ta = AG_T, .ab = AG_S_OTHER, .m = 256, .n = 128, .lda = 300, .ldb = 1, .ldc = 1};
+  ag_sig_format(&v, buf, sizeof buf);
+  cr_assert_str_eq(buf, "cblas_dgemv col T 256x128 α=* β=1 lda=300");
+}
+
+Test(sig, params_json)
+{
+  char buf[512];
+  ag_sig_t s = gemm(4, 5, 6);
+  ag_sig_params_json(&s, buf, sizeof buf);
+  cr_assert_str_eq(buf, "{\"op\":\"gemm\",\"dtype\":\"f32\",\"api\":\"fortran\",\"order\":\"col\","
+                        "\"transa\":\"N\",\"transb\":\"N\",\"m\":4,\"n\":5,\"k\":6,\"lda\":4,"
+                        "\"ldb\":6,\"ldc\":4,\"alpha\":\"1\",\"beta\":\"0\"}");
+}
+
+Test(sig, scalar_classes)
+{
+  cr_assert_eq(ag_scalar_class(1.0), AG_S_ONE);
+  cr_assert_eq(ag_scalar_class(0.0), AG_S_ZERO);
+  cr_assert_eq(ag_scalar_class(-0.0), AG_S_ZERO);
+  cr_assert_eq(ag_scalar_class(-1.0), AG_S_MINUS_ONE);
+  cr_assert_eq(ag_scalar_class(0.5), AG_S_OTHER);
+  cr_assert_eq(ag_trans_char('t'), AG_T);
+  cr_assert_eq(ag_trans_char('C'), AG_C);
+  cr_assert_eq(ag_trans_char('x'), AG_TRANS_BAD);
+}

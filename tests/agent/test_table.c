@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: MIT */
+/* The signature table: one entry per distinct key, collisions resolved by the full key, and
+ * no count lost when many threads hammer it. */
+#include "agent/table.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+
+static ag_sig_t key(int i)
+{
+  ag_sig_t s = {.host = AG_HOST_ID_BLAS, .op = (uint8_t)(1 + i % 4), .dtype = AG_F32,
+                .api = AG_API_F77, .m = i, .n = 2 * i, .k = 3, .lda = i, .ldb = 1, .ldc = i};
+  return s;
+}
+
+static uint64_t constant_hash(const ag_sig_t *s)
+{
+  (void)s;
+  return 42; /* every key collides */
+}
+
+Test(table, equal_calls_map_to_one_entry)
+{
+  ag_table_t *t = ag_table_new(64, NULL);
+  ag_sig_t a = key(7), b = key(7);
+  ag_entry_t *ea = ag_table_get(t, &a), *eb = ag_table_get(t, &b);
+  cr_assert_not_null(ea);
+  cr_assert_eq(ea, eb);
+  cr_assert_eq(ag_table_count(t), 1);
+  ag_table_free(t);
+}
+
+Test(table, distinct_keys_never_confused_even_when_hashes_collide)
+{
+  ag_table_t *t = ag_table_new(64, constant_hash);
+  ag_entry_t *e[40];
+  for (int i = 0; i < 40; i++) {
+    ag_sig_t k = key(i);
+    e[i] = ag_table_get(t, &k);
+    cr_assert_not_null(e[i]);
+    cr_assert_eq(memcmp(&e[i]->key, &k, sizeof k), 0);
+  }
+  cr_assert_eq(ag_table_count(t), 40);
+  for (int i = 0; i < 40; i++) {
+    ag_sig_t k = key(i);
+    cr_assert_eq(ag_table_get(t, &k), e[i], "key %d found another entry", i);
+    for (int j = 0; j < i; j++)
+      cr_assert_neq(e[i], e[j]);
+  }
+  ag_table_free(t);
+}
+
+Test(table, full_table_returns_null_and_keeps_its_entries)
+{
+  ag_table_t *t = ag_table_new(16, NULL);
+  for (int i = 0; i < 16; i++) {
+    ag_sig_t k = key(i);
+    cr_assert_not_null(ag_table_get(t, &k));
+  }
+  ag_sig_t extra = key(99), old = key(3);
+  cr_assert_null(ag_table_get(t, &extra));
+  cr_assert_not_null(ag_table_get(t, &old));
+  cr_assert_eq(ag_table_count(t), 16);
+  ag_table_free(t);
+}
+
+Test(table, reset_zeroes_counts_keeps_keys)
+{
+  ag_table_t *t = ag_table_new(16, NULL);
+  ag_sig_t k = key(1);
+  ag_entry_t *e = ag_table_get(t, &k);
+  atomic_fetch_add(&e->calls, 5);
+  atomic_fetch_add(&e->timed_ns, 50);
+  ag_table_reset_counts(t);
+  cr_assert_eq(atomic_load(&e->calls), 0);
+  cr_assert_eq(atomic_load(&e->timed_ns), 0);
+  cr_assert_eq(ag_table_get(t, &k), e);
+  ag_table_free(t);
+}
+
+#define THREADS 8
+#define KEYS 97
+#define ROUNDS 20000
+
+struct hammer {
+  ag_table_t *t;
+  int id;
+};
+
+static void *hammer_main(void *arg)
+{
+  struct hammer *h = arg;
+  for (int r = 0; r < ROUNDS; r++) {
+    ag_sig_t k = key((r * 7 + h->id * 13) % KEYS);
+    ag_entry_t *e = ag_table_get(h->t, &k);
+    if (!e)
+      return (void *)1;
+    atomic_fetch_add_explicit(&e->calls, 1, memory_order_relaxed);
+  }
+  return NULL;
+}
+
+static void hammer(ag_hash_fn hash)
+{
+  ag_table_t *t = ag_table_new(128, hash);
+  pthread_t th[THREADS];
+  struct hammer h[THREADS];
+  for (int i = 0; i < THREADS; i++) {
+    h[i] = (struct hammer){t, i};
+    cr_assert_eq(pthread_create(&th[i], NULL, hammer_main, &h[i]), 0);
+  }
+  for (int i = 0; i < THREADS; i++) {
+    void *rv;
+    pthread_join(th[i], &rv);
+    cr_assert_null(rv, "thread %d found the table full", i);
+  }
+  /* Each thread's calls per key are known: recount them and compare key by key. */
+  uint64_t expect[KEYS] = {0}, total = 0;
+  for (int i = 0; i < THREADS; i++)
+    for (int r = 0; r < ROUNDS; r++)
+      expect[(r * 7 + i * 13) % KEYS]++;
+  cr_assert_eq(ag_table_count(t), KEYS);
+  for (int i = 0; i < KEYS; i++) {
+    ag_sig_t k = key(i);
+    ag_entry_t *e = ag_table_get(t, &k);
+    cr_assert_eq(atomic_load(&e->calls), expect[i], "key %d: %llu calls, expected %llu", i,
+                 (unsigned long long)atomic_load(&e->calls), (unsigned long long)expect[i]);
+    total += atomic_load(&e->calls);
+  }
+  cr_assert_eq(total, (uint64_t)THREADS * ROUNDS);
+  ag_table_free(t);
+}
+
+Test(table, eight_threads_lose_no_count) { hammer(NULL); }
+
+Test(table, eight_threads_with_colliding_hashes_lose_no_count) { hammer(constant_hash); }
