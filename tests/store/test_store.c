@@ -1,0 +1,279 @@
+/* SPDX-License-Identifier: MIT */
+/* The store: schema creation and migration, refusal of what is not ours, cumulative flushes,
+ * crash safety under SIGKILL, and gc. Real SQLite files in a temporary folder. */
+#include "store/store.h"
+
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[64], path[128];
+
+static void setup(void)
+{
+  snprintf(dir, sizeof dir, "/tmp/opjit-test-store-XXXXXX");
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/sub/deeper/p.db", dir);
+}
+
+static void teardown(void)
+{
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(store, .init = setup, .fini = teardown);
+
+static int64_t query(st_db_t *db, const char *sql)
+{
+  sqlite3_stmt *st;
+  cr_assert_eq(sqlite3_prepare_v2(st_sqlite(db), sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+               sqlite3_errmsg(st_sqlite(db)));
+  int64_t v = -1;
+  if (sqlite3_step(st) == SQLITE_ROW)
+    v = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return v;
+}
+
+static st_db_t *open_ok(int flags)
+{
+  st_db_t *db;
+  char err[512] = "";
+  int rc = st_open(path, flags, 1000, &db, err, sizeof err);
+  cr_assert_eq(rc, ST_OK, "st_open: %s", err);
+  return db;
+}
+
+static const char cmdline[] = "prog\0--flag\0x y";
+static const char options[] = "MODE=profile\0DB=/x";
+
+static int64_t begin(st_db_t *db, int pid)
+{
+  st_run_info_t in = {.exe = "/bin/prog", .build_id = "abcd", .cmdline = cmdline,
+                      .cmdline_len = sizeof cmdline, .options = options,
+                      .options_len = sizeof options, .cpu_model = "Test CPU",
+                      .cpu_flags = "fpu avx2 fma", .ncpu = 2, .pid = pid, .ppid = 1,
+                      .start_ns = 1000, .agent_version = "test"};
+  int64_t run = 0;
+  cr_assert_eq(st_run_begin(db, &in, &run), ST_OK);
+  cr_assert_gt(run, 0);
+  return run;
+}
+
+static st_sig_rec_t rec(const char *sig, uint64_t calls)
+{
+  static char keys[8][32];
+  static int next;
+  char *key = keys[next++ % 8];
+  memset(key, 0, 32);
+  memcpy(key, sig, strlen(sig));
+  return (st_sig_rec_t){.key = key, .key_len = 32, .sig = sig, .op = "sgemm",
+                        .name = "sgemm NN 4x4x4 β=0", .params = "{}", .calls = calls,
+                        .timed_calls = calls / 2, .timed_ns = calls * 10};
+}
+
+Test(store, creates_schema_private_file_and_folders)
+{
+  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  int v;
+  cr_assert_eq(st_schema_version(db, &v), ST_OK);
+  cr_assert_eq(v, ST_SCHEMA_VERSION);
+  cr_assert_eq(query(db, "SELECT count(*) FROM meta WHERE value='opjit'"), 1);
+  st_close(db);
+  struct stat st;
+  cr_assert_eq(stat(path, &st), 0);
+  cr_assert_eq(st.st_mode & 0777, 0600, "db mode %o", st.st_mode & 0777);
+  char folder[128];
+  snprintf(folder, sizeof folder, "%s/sub/deeper", dir);
+  cr_assert_eq(stat(folder, &st), 0);
+  cr_assert_eq(st.st_mode & 0777, 0700, "folder mode %o", st.st_mode & 0777);
+}
+
+Test(store, migrates_from_version_1_keeping_data)
+{
+  st_db_t *db = open_ok(ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
+  cr_assert_eq(st_migrate_to(db, 1), ST_OK);
+  int v;
+  st_schema_version(db, &v);
+  cr_assert_eq(v, 1);
+  cr_assert_eq(sqlite3_exec(st_sqlite(db),
+                            "INSERT INTO programs VALUES(1, '/bin/old', '');"
+                            "INSERT INTO machines VALUES(1, 'cpu', 'f', 1);"
+                            "INSERT INTO runs(id, program_id, machine_id, pid, ppid, argv, options,"
+                            " agent_version, start_ns) VALUES(7, 1, 1, 5, 1, '[]', '{}', 'v1', 9);",
+                            NULL, NULL, NULL),
+               SQLITE_OK);
+  /* A version-1 file has no parent_run column yet. */
+  cr_assert_neq(sqlite3_exec(st_sqlite(db), "SELECT parent_run FROM runs", NULL, NULL, NULL),
+                SQLITE_OK);
+  st_close(db);
+  db = open_ok(ST_OPEN_CREATE);
+  st_schema_version(db, &v);
+  cr_assert_eq(v, ST_SCHEMA_VERSION);
+  cr_assert_eq(query(db, "SELECT pid FROM runs WHERE id=7"), 5);
+  cr_assert_eq(query(db, "SELECT count(*) FROM runs WHERE parent_run IS NULL AND overflow_calls=0"), 1);
+  st_close(db);
+}
+
+static void expect_refused(int want, const char *words)
+{
+  st_db_t *db = NULL;
+  char err[512] = "";
+  int rc = st_open(path, ST_OPEN_CREATE, 100, &db, err, sizeof err);
+  cr_assert_eq(rc, want, "got %d (%s): %s", rc, st_errstr(rc), err);
+  cr_assert_null(db);
+  cr_assert(strstr(err, words), "message '%s' lacks '%s'", err, words);
+  rc = st_open(path, ST_OPEN_READONLY, 100, &db, err, sizeof err);
+  cr_assert_eq(rc, want, "read-only open: %d", rc);
+}
+
+Test(store, refuses_a_newer_schema)
+{
+  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  cr_assert_eq(sqlite3_exec(st_sqlite(db), "PRAGMA user_version=99", NULL, NULL, NULL), SQLITE_OK);
+  st_close(db);
+  expect_refused(ST_ENEWER, "newer");
+  db = NULL;
+  sqlite3 *raw;
+  sqlite3_open(path, &raw);
+  int64_t v = 0;
+  sqlite3_stmt *st;
+  sqlite3_prepare_v2(raw, "PRAGMA user_version", -1, &st, NULL);
+  if (sqlite3_step(st) == SQLITE_ROW)
+    v = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+  cr_assert_eq(v, 99, "a refused file must not be downgraded");
+}
+
+Test(store, refuses_an_sqlite_file_that_is_not_ours)
+{
+  st_db_t *db = open_ok(ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
+  cr_assert_eq(sqlite3_exec(st_sqlite(db), "CREATE TABLE users(name TEXT)", NULL, NULL, NULL),
+               SQLITE_OK);
+  st_close(db);
+  expect_refused(ST_ENOTOURS, "not an opjit profile");
+}
+
+Test(store, refuses_a_garbage_file)
+{
+  st_close(open_ok(ST_OPEN_CREATE));
+  FILE *f = fopen(path, "w");
+  for (int i = 0; i < 8192; i++)
+    fputc((i * 7919) & 0xff, f);
+  fclose(f);
+  char wal[160];
+  snprintf(wal, sizeof wal, "%s-wal", path);
+  unlink(wal);
+  expect_refused(ST_ECORRUPT, "corrupt");
+}
+
+Test(store, flushes_are_cumulative_not_additive)
+{
+  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  int64_t run = begin(db, 42);
+  st_sig_rec_t r[2] = {rec("aaaa", 10), rec("bbbb", 3)};
+  cr_assert_eq(st_run_flush(db, run, r, 2, 0, 2000), ST_OK);
+  r[0].calls = 25;
+  cr_assert_eq(st_run_flush(db, run, r, 2, 4, 3000), ST_OK);
+  cr_assert_eq(st_run_flush(db, run, r, 1, 4, 3500), ST_OK, "repeating a flush is harmless");
+  cr_assert_eq(st_run_end(db, run, 4000, "exited"), ST_OK);
+  cr_assert_eq(query(db, "SELECT calls FROM run_sigs JOIN signatures ON id=sig_id WHERE sig='aaaa'"), 25);
+  cr_assert_eq(query(db, "SELECT calls FROM run_sigs JOIN signatures ON id=sig_id WHERE sig='bbbb'"), 3);
+  cr_assert_eq(query(db, "SELECT count(*) FROM signatures"), 2);
+  cr_assert_eq(query(db, "SELECT overflow_calls FROM runs"), 4);
+  cr_assert_eq(query(db, "SELECT end_ns FROM runs WHERE status='exited'"), 4000);
+  cr_assert_eq(query(db, "SELECT count(*) FROM runs WHERE argv='[\"prog\",\"--flag\",\"x y\"]'"), 1);
+  cr_assert_eq(query(db, "SELECT count(*) FROM runs WHERE options='{\"MODE\":\"profile\",\"DB\":\"/x\"}'"), 1);
+  /* A second run of the same program on the same machine shares program and machine rows. */
+  begin(db, 43);
+  cr_assert_eq(query(db, "SELECT count(*) FROM programs"), 1);
+  cr_assert_eq(query(db, "SELECT count(*) FROM machines"), 1);
+  st_close(db);
+}
+
+Test(store, sigkill_mid_write_keeps_every_committed_run)
+{
+  int fds[2];
+  cr_assert_eq(pipe(fds), 0);
+  st_close(open_ok(ST_OPEN_CREATE));
+  pid_t pid = fork();
+  if (pid == 0) { /* child: record runs as fast as it can, report each commit */
+    close(fds[0]);
+    st_db_t *db;
+    if (st_open(path, ST_OPEN_CREATE, 1000, &db, NULL, 0))
+      _exit(1);
+    for (int i = 1;; i++) {
+      int64_t run = begin(db, i);
+      st_sig_rec_t r[3] = {rec("k1", (uint64_t)i), rec("k2", 2 * (uint64_t)i), rec("k3", 7)};
+      for (int j = 0; j < 5; j++)
+        st_run_flush(db, run, r, 3, 0, 10 + j);
+      if (st_run_end(db, run, 99, "exited"))
+        _exit(2);
+      if (write(fds[1], &i, sizeof i) != sizeof i)
+        _exit(3);
+    }
+  }
+  close(fds[1]);
+  int last = 0, got;
+  while (last < 40 && read(fds[0], &got, sizeof got) == sizeof got)
+    last = got;
+  kill(pid, SIGKILL);
+  int status;
+  waitpid(pid, &status, 0);
+  while (read(fds[0], &got, sizeof got) == sizeof got) /* commits reported before the kill */
+    last = got;
+  close(fds[0]);
+  cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "child ended otherwise: %d", status);
+  cr_assert_geq(last, 40);
+  st_db_t *db = open_ok(ST_OPEN_READONLY);
+  cr_assert_eq(query(db, "SELECT count(*) FROM pragma_integrity_check WHERE integrity_check='ok'"), 1);
+  cr_assert_geq(query(db, "SELECT count(*) FROM runs WHERE status='exited'"), last);
+  char sql[256];
+  snprintf(sql, sizeof sql,
+           "SELECT count(*) FROM runs r JOIN run_sigs s ON s.run_id=r.id WHERE r.status='exited'"
+           " AND r.pid<=%d AND ((s.calls=r.pid) OR (s.calls=2*r.pid) OR s.calls=7)", last);
+  cr_assert_eq(query(db, sql), 3 * last, "every committed run keeps its three signatures");
+  st_close(db);
+}
+
+Test(store, gc_keeps_the_newest_runs_and_drops_orphans)
+{
+  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  for (int i = 0; i < 5; i++) {
+    int64_t run = begin(db, 900000 + i); /* pids that do not exist */
+    st_sig_rec_t r = rec(i < 4 ? "old" : "new", 1);
+    st_run_flush(db, run, &r, 1, 0, 5);
+    st_run_end(db, run, 10, "exited");
+  }
+  st_gc_result_t res;
+  cr_assert_eq(st_gc(db, 1, 0, &res), ST_OK);
+  cr_assert_eq(res.runs, 4);
+  cr_assert_eq(res.signatures, 1, "the signature only old runs used is gone");
+  cr_assert_eq(query(db, "SELECT count(*) FROM runs"), 1);
+  cr_assert_eq(query(db, "SELECT sig FROM signatures") != -1, 1);
+  cr_assert_eq(query(db, "SELECT count(*) FROM signatures WHERE sig='new'"), 1);
+  st_close(db);
+}
+
+Test(store, gc_never_collects_a_live_running_run)
+{
+  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  begin(db, getpid()); /* this process: alive, still running */
+  int64_t done = begin(db, 900001);
+  st_run_end(db, done, 10, "exited");
+  st_gc_result_t res;
+  cr_assert_eq(st_gc(db, 0, 0, &res), ST_OK);
+  cr_assert_eq(res.runs, 1);
+  cr_assert_eq(query(db, "SELECT count(*) FROM runs WHERE status='running'"), 1);
+  st_close(db);
+}
