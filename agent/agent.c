@@ -49,6 +49,7 @@ static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t db_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_t writer;
 static int writer_running, stop;
+static const char *end_status = "exited"; /* what the final step records */
 static int64_t run_start_ns, parent_run;
 static int fork_db_held; /* prepare got db_mu */
 
@@ -272,7 +273,7 @@ static void writer_step(int final)
   if (!store_dead && db && run_id) {
     flush();
     if (final && !store_dead) {
-      int rc = store->run_end(db, run_id, realtime_ns(), "exited");
+      int rc = store->run_end(db, run_id, realtime_ns(), end_status);
       if (rc)
         write_failed("cannot record the end of the run", rc);
     }
@@ -304,25 +305,64 @@ static void *writer_main(void *arg)
   }
 }
 
-/* At exit: ask the writer for its final flush and wait for it, at most OPJIT_EXIT_WAIT_MS. */
-static void agent_atexit(void)
+/* Asks the writer for its final step (recording status) and waits for it, at most
+ * OPJIT_EXIT_WAIT_MS. Returns 1 when the writer has finished. */
+static int stop_writer(const char *status)
 {
   pthread_mutex_lock(&mu);
   int running = writer_running;
   stop = 1;
+  end_status = status;
   pthread_cond_signal(&cond);
   pthread_mutex_unlock(&mu);
   if (!running)
-    return;
+    return 1;
   struct timespec dl;
   clock_gettime(CLOCK_REALTIME, &dl);
   long ms = opts.num[AG_OPT_EXIT_WAIT_MS];
-  dl.tv_sec += ms / 1000 + 1; /* whole-second slack: the join clock is coarse */
-  if (pthread_timedjoin_np(writer, NULL, &dl) == 0)
+  dl.tv_sec += ms / 1000;
+  dl.tv_nsec += (ms % 1000) * 1000000;
+  if (dl.tv_nsec >= 1000000000)
+    dl.tv_sec++, dl.tv_nsec -= 1000000000;
+  if (pthread_timedjoin_np(writer, NULL, &dl) == 0) {
     writer_running = 0;
-  else
-    ag_log(AG_LOG_WARN, "the final database write did not finish within %ld ms; the run keeps "
-                        "its last periodic flush", ms);
+    return 1;
+  }
+  ag_log(AG_LOG_WARN, "the final database write did not finish within %ld ms; the run keeps "
+                      "its last periodic flush", ms);
+  return 0;
+}
+
+static void agent_atexit(void) { stop_writer("exited"); }
+
+/* Starts the writer thread with every signal blocked (it must never take a host signal).
+ * Called with activate_mu held. */
+static void start_writer(void)
+{
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_mutex_lock(&mu);
+  stop = 0;
+  writer_running = pthread_create(&writer, NULL, writer_main, NULL) == 0;
+  pthread_mutex_unlock(&mu);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (!writer_running)
+    ag_log_once(AG_LOG_ERROR, "cannot start the writer thread: calls are counted but not recorded");
+}
+
+void ag_before_exec(void)
+{
+  if (atomic_load(&ag_active))
+    stop_writer("exec");
+}
+
+void ag_after_failed_exec(void)
+{
+  pthread_mutex_lock(&activate_mu);
+  if (atomic_load(&ag_active) && !writer_running)
+    start_writer(); /* the run goes on; its next final step records the real end */
+  pthread_mutex_unlock(&activate_mu);
 }
 
 int ag_activate(void)
@@ -341,17 +381,7 @@ int ag_activate(void)
   run_start_ns = realtime_ns();
   if (!atexit_done)
     atexit_done = atexit(agent_atexit) == 0;
-  /* The writer must never take a host signal: start it with every signal blocked. */
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_mutex_lock(&mu);
-  stop = 0;
-  writer_running = pthread_create(&writer, NULL, writer_main, NULL) == 0;
-  pthread_mutex_unlock(&mu);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  if (!writer_running)
-    ag_log_once(AG_LOG_ERROR, "cannot start the writer thread: calls are counted but not recorded");
+  start_writer();
   atomic_store_explicit(&ag_active, 1, memory_order_release);
   rc = 0;
 out:

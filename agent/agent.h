@@ -37,6 +37,11 @@ void ag_init(void);
 /* Creates the table and starts the writer; returns 0 when counting can go on. */
 int ag_activate(void);
 
+/* Around exec: the run of the image being replaced gets its final write (status "exec") before
+ * the exec; if the exec fails, the writer starts again and the run goes on. */
+void ag_before_exec(void);
+void ag_after_failed_exec(void);
+
 /* An original operator, resolved once into *cache: the next definition after the agent
  * (RTLD_NEXT), else the system BLAS. NULL (with one error message) when none exists. */
 void *ag_resolve(void *_Atomic *cache, const char *name);
