@@ -50,7 +50,8 @@ static pthread_mutex_t db_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_t writer;
 static int writer_running, stop;
 static const char *end_status = "exited"; /* what the final step records */
-static int64_t run_start_ns, parent_run;
+static int64_t run_start_ns, parent_start_ns;
+static pid_t parent_pid; /* the forking parent, as seen at fork time */
 static int fork_db_held; /* prepare got db_mu */
 
 /* Writer-thread-only state. */
@@ -58,6 +59,7 @@ static const st_api_t *store;
 static st_db_t *db;
 static int64_t run_id;
 static int store_dead;
+static int store_retry; /* the last step met a transient error (locked, full) */
 static uint64_t *flushed_calls; /* per entry: calls at the last successful flush */
 static uint32_t flushed_cap;
 static uint64_t flushed_overflow;
@@ -161,6 +163,7 @@ static void open_store(void)
   int rc = store->open(dbpath, ST_OPEN_CREATE, (int)opts.num[AG_OPT_BUSY_MS], &db, err, sizeof err);
   if (rc == ST_EBUSY || rc == ST_EFULL) {
     ag_log_once(AG_LOG_WARN, "%s; will retry", err);
+    store_retry = 1;
     return;
   }
   if (rc) {
@@ -176,6 +179,7 @@ static void write_failed(const char *what, int rc)
 {
   if (rc == ST_EBUSY || rc == ST_EFULL) {
     ag_log_once(AG_LOG_WARN, "%s: %s; will retry", what, store->errstr(rc));
+    store_retry = 1;
     return;
   }
   ag_log(AG_LOG_ERROR, "%s: %s: profiles are no longer recorded, the program runs unchanged",
@@ -201,7 +205,7 @@ static void begin_run(void)
       .exe = ri.exe, .build_id = ri.build_id, .cmdline = ri.cmdline,
       .cmdline_len = ri.cmdline_len, .options = optbuf, .options_len = used,
       .cpu_model = ri.cpu_model, .cpu_flags = ri.cpu_flags, .ncpu = ri.ncpu,
-      .pid = getpid(), .ppid = getppid(), .parent_run = parent_run, .start_ns = run_start_ns,
+      .pid = getpid(), .ppid = parent_start_ns ? parent_pid : getppid(), .parent_start_ns = parent_start_ns, .start_ns = run_start_ns,
       .agent_version = OPJIT_VERSION,
   };
   int rc = store->run_begin(db, &in, &run_id);
@@ -262,23 +266,35 @@ out:
   free(recs), free(text), free(calls), free(idx);
 }
 
-/* One writer step: open what is not open yet, then flush; the last step also ends the run. */
-static void writer_step(int final)
+/* One writer step: open what is not open yet, then flush; the last step also ends the run.
+ * Returns 1 when a transient error (locked, full) left work undone. */
+static int writer_step(int final)
 {
   pthread_mutex_lock(&db_mu);
+  store_retry = 0;
   if (!store_dead && !db)
     open_store();
   if (!store_dead && db && !run_id)
     begin_run();
   if (!store_dead && db && run_id) {
     flush();
-    if (final && !store_dead) {
+    if (final && !store_dead && !store_retry) {
       int rc = store->run_end(db, run_id, realtime_ns(), end_status);
       if (rc)
         write_failed("cannot record the end of the run", rc);
     }
   }
   pthread_mutex_unlock(&db_mu);
+  return !store_dead && store_retry;
+}
+
+/* The final step retries transient errors while the exit wait allows (another process of the
+ * same program may be writing its own final step right now). */
+static void final_step(void)
+{
+  uint64_t deadline = ag_now_ns() + (uint64_t)opts.num[AG_OPT_EXIT_WAIT_MS] * 1000000u * 3 / 4;
+  while (writer_step(1) && ag_now_ns() < deadline)
+    nanosleep(&(struct timespec){0, 20 * 1000000}, NULL);
 }
 
 static void *writer_main(void *arg)
@@ -298,9 +314,11 @@ static void *writer_main(void *arg)
       ;
     int final = stop;
     pthread_mutex_unlock(&mu);
-    writer_step(final);
-    if (final)
+    if (final) {
+      final_step();
       return NULL;
+    }
+    writer_step(0);
     pthread_mutex_lock(&mu);
   }
 }
@@ -355,6 +373,12 @@ void ag_before_exec(void)
 {
   if (atomic_load(&ag_active))
     stop_writer("exec");
+}
+
+void ag_before_exit(void)
+{
+  if (atomic_load(&ag_active))
+    stop_writer("exited");
 }
 
 void ag_after_failed_exec(void)
@@ -426,7 +450,8 @@ static void atfork_child(void)
   pthread_mutex_init(&mu, NULL);
   pthread_cond_init(&cond, NULL);
   pthread_mutex_init(&db_mu, NULL);
-  parent_run = run_id;
+  parent_start_ns = run_start_ns;
+  parent_pid = getppid();
   run_id = 0;
   db = NULL;
   if (!fork_db_held && !store_dead) { /* the writer was stuck inside SQLite */

@@ -41,6 +41,8 @@ int ag_activate(void);
  * the exec; if the exec fails, the writer starts again and the run goes on. */
 void ag_before_exec(void);
 void ag_after_failed_exec(void);
+/* Before _exit/_Exit: the run's final write, as at exit(). */
+void ag_before_exit(void);
 
 /* An original operator, resolved once into *cache: the next definition after the agent
  * (RTLD_NEXT), else the system BLAS. NULL (with one error message) when none exists. */

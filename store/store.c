@@ -3,7 +3,8 @@
  *
  * Schema history (PRAGMA user_version):
  *   1  meta, programs, machines, runs, signatures, run_sigs
- *   2  runs.parent_run (fork lineage), runs.overflow_calls, index run_sigs(sig_id)
+ *   2  runs.parent_run + parent_start_ns (fork lineage), runs.overflow_calls,
+ *      index run_sigs(sig_id)
  * A file whose user_version is newer than ST_SCHEMA_VERSION is refused, never downgraded. */
 #include "store.h"
 
@@ -47,6 +48,7 @@ static const char *const migrations[] = {
     "  PRIMARY KEY(run_id, sig_id)) WITHOUT ROWID;",
     /* 2 */
     "ALTER TABLE runs ADD COLUMN parent_run INTEGER REFERENCES runs(id) ON DELETE SET NULL;"
+    "ALTER TABLE runs ADD COLUMN parent_start_ns INTEGER;"
     "ALTER TABLE runs ADD COLUMN overflow_calls INTEGER NOT NULL DEFAULT 0;"
     "CREATE INDEX run_sigs_sig ON run_sigs(sig_id);",
 };
@@ -345,9 +347,17 @@ int st_run_begin(st_db_t *db, const st_run_info_t *in, int64_t *run_id)
                        "tti", in->cpu_model, in->cpu_flags, (int64_t)in->ncpu)))
     rc = run1(db->db, run_id,
               "INSERT INTO runs(program_id, machine_id, pid, ppid, argv, options, agent_version,"
-              " start_ns, flush_ns, parent_run) VALUES(?,?,?,?,?,?,?,?,?8,?) RETURNING id",
-              in->parent_run > 0 ? "iiiitttii" : "iiiitttin", prog, mach, (int64_t)in->pid,
-              (int64_t)in->ppid, argv, opts, in->agent_version, in->start_ns, in->parent_run);
+              " start_ns, flush_ns, parent_start_ns, parent_run) VALUES(?,?,?,?,?,?,?,?,?8,?,"
+              " (SELECT id FROM runs WHERE pid=?4 AND start_ns=?9)) RETURNING id",
+              in->parent_start_ns ? "iiiitttii" : "iiiitttin", prog, mach, (int64_t)in->pid,
+              (int64_t)in->ppid, argv, opts, in->agent_version, in->start_ns,
+              in->parent_start_ns);
+  /* Children that forked from this run and were recorded before it now find their parent. */
+  if (!rc)
+    rc = run1(db->db, NULL,
+              "UPDATE runs SET parent_run=? WHERE parent_run IS NULL AND ppid=? AND"
+              " parent_start_ns=?",
+              "iii", *run_id, (int64_t)in->pid, in->start_ns);
   exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
 out:
   cJSON_free(argv);

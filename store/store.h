@@ -72,7 +72,8 @@ typedef struct st_run_info_s {
   const char *cpu_flags;     /* /proc/cpuinfo "flags" */
   int ncpu;
   int pid, ppid;
-  int64_t parent_run;        /* run of the process this one forked from, 0 if none */
+  int64_t parent_start_ns;   /* start of the run this process forked from, 0 if none: with
+                                ppid it links the two runs whichever is recorded first */
   int64_t start_ns;          /* CLOCK_REALTIME */
   const char *agent_version;
 } st_run_info_t;

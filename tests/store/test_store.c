@@ -277,3 +277,25 @@ Test(store, gc_never_collects_a_live_running_run)
   cr_assert_eq(query(db, "SELECT count(*) FROM runs WHERE status='running'"), 1);
   st_close(db);
 }
+
+Test(store, fork_lineage_links_whichever_run_is_recorded_first)
+{
+  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  st_run_info_t child = {.exe = "/bin/p", .build_id = "", .cmdline = "p", .cmdline_len = 2,
+                         .options = "", .options_len = 0, .cpu_model = "c", .cpu_flags = "f",
+                         .ncpu = 1, .pid = 200, .ppid = 100, .parent_start_ns = 5000,
+                         .start_ns = 6000, .agent_version = "t"};
+  st_run_info_t parent = child;
+  parent.pid = 100, parent.ppid = 1, parent.parent_start_ns = 0, parent.start_ns = 5000;
+  int64_t c1, p, c2;
+  cr_assert_eq(st_run_begin(db, &child, &c1), ST_OK); /* the child writes first */
+  cr_assert_eq(st_run_begin(db, &parent, &p), ST_OK);
+  child.pid = 201, child.start_ns = 7000;
+  cr_assert_eq(st_run_begin(db, &child, &c2), ST_OK); /* a later child finds it directly */
+  char sql[128];
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE parent_run=%lld", (long long)p);
+  cr_assert_eq(query(db, sql), 2);
+  snprintf(sql, sizeof sql, "SELECT parent_run IS NULL FROM runs WHERE id=%lld", (long long)p);
+  cr_assert_eq(query(db, sql), 1);
+  st_close(db);
+}

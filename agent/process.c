@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* The exec family, interposed so that a process replacing its image first records its run.
- * glibc's exec functions call __execve internally (not through the PLT), so each public entry
- * point is wrapped; the l-variants collect their arguments and call the v-variants' originals.
- * Nothing happens unless this process has an active run. */
+/* The calls that end a process image without exit(): the exec family and _exit/_Exit
+ * (what fork children of Python's multiprocessing, for one, end with). Each gives the run its
+ * final write first, as exit()'s atexit handler does. glibc's exec functions call __execve
+ * internally (not through the PLT), so each public entry point is wrapped; the l-variants
+ * collect their arguments and call the v-variants. exit() reaches the kernel through an
+ * internal alias, so it never comes through _exit here. Nothing happens unless this process has
+ * an active run. */
 #define _GNU_SOURCE
 #include "agent.h"
 
@@ -18,6 +21,7 @@
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 typedef int (*execv_fn)(const char *, char *const[]);
 typedef int (*fexecve_fn)(int, char *const[], char *const[]);
+typedef void (*exit_fn)(int);
 
 /* Runs one exec call between the agent's before/after hooks. */
 #define AROUND_EXEC(call)                                                                    \
@@ -97,4 +101,20 @@ AG_EXPORT int execle(const char *path, const char *arg0, ...)
 {
   COLLECT_ARGS(arg0, 1);
   return execve(path, argv, envp);
+}
+
+AG_EXPORT void _exit(int status)
+{
+  REAL(_exit, exit_fn);
+  ag_before_exit();
+  real__exit(status);
+  __builtin_unreachable();
+}
+
+AG_EXPORT void _Exit(int status)
+{
+  REAL(_Exit, exit_fn);
+  ag_before_exit();
+  real__Exit(status);
+  __builtin_unreachable();
 }
