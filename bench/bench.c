@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: MIT */
+/* Helpers shared by bench_passthrough and bench_startup (see bench.h). */
+#define _GNU_SOURCE
+#include "bench.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+uint64_t bn_now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double bn_median(double *v, size_t n)
+{
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+double bn_half_iqr(double *v, size_t n)
+{
+  qsort(v, n, sizeof *v, cmp_double);
+  return (v[(3 * (n - 1) + 2) / 4] - v[(n - 1 + 2) / 4]) / 2;
+}
+
+/* Whether the "NAME=value" string e is one the benchmarks control themselves. */
+static int controlled(const char *e)
+{
+  return strncmp(e, "LD_PRELOAD=", 11) == 0 || strncmp(e, "OPJIT_", 6) == 0 ||
+         strncmp(e, "OPENBLAS_NUM_THREADS=", 21) == 0;
+}
+
+char **bn_env(const char *const *add)
+{
+  size_t n = 0, nadd = 0;
+  while (environ[n])
+    n++;
+  while (add && add[nadd])
+    nadd++;
+  char **env = calloc(n + nadd + 1, sizeof *env);
+  if (!env) {
+    fprintf(stderr, "bench: out of memory for a child environment\n");
+    return NULL;
+  }
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!controlled(environ[i]))
+      env[m++] = environ[i];
+  for (size_t i = 0; i < nadd; i++)
+    env[m++] = (char *)add[i];
+  return env;
+}
+
+void bn_env_free(char **env) { free(env); }
+
+int bn_spawn_wait(const char *path, char *const argv[], char *const env[],
+                  const char *stderr_path)
+{
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (stderr_path)
+    posix_spawn_file_actions_addopen(&fa, 2, stderr_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  pid_t pid;
+  int rc = posix_spawn(&pid, path, &fa, NULL, argv, env);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc) {
+    fprintf(stderr, "bench: cannot spawn %s: %s\n", path, strerror(rc));
+    return -1;
+  }
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) {
+      fprintf(stderr, "bench: waitpid for %s: %s\n", path, strerror(errno));
+      return -1;
+    }
+  return status;
+}
+
+int bn_scratch_new(char *dir, size_t len)
+{
+  const char *tmp = getenv("TMPDIR");
+  snprintf(dir, len, "%s/opjit-bench.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(dir)) {
+    fprintf(stderr, "bench: cannot create a scratch folder %s: %s\n", dir, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+int bn_scratch_count(const char *dir)
+{
+  DIR *d = opendir(dir);
+  if (!d)
+    return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));)
+    n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+  closedir(d);
+  return n;
+}
+
+void bn_scratch_free(const char *dir)
+{
+  DIR *d = opendir(dir);
+  if (d) {
+    for (struct dirent *e; (e = readdir(d));)
+      if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+        unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+  }
+  rmdir(dir);
+}

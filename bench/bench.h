@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+/* What the benchmarks share: a monotonic clock, medians, child environments with or without
+ * the agent, spawning a child and waiting for it, and a scratch folder for OPJIT_DB.
+ * Functions that can fail print one line on stderr naming what failed and return -1 (or
+ * NULL); the benchmarks then stop, since a half-measured table is worse than none.
+ * bench/CMakeLists.txt defines OPJIT_AGENT_PATH: the libopjit.so this build produced. */
+#ifndef OPJIT_BENCH_BENCH_H
+#define OPJIT_BENCH_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t bn_now_ns(void);
+
+/* The median of v[0..n), n > 0; sorts v in place. */
+double bn_median(double *v, size_t n);
+/* Half the interquartile range of v[0..n), n > 0 (nearest rank): the spread printed beside a
+ * median. Sorts v in place. */
+double bn_half_iqr(double *v, size_t n);
+
+/* A copy of the environment without LD_PRELOAD, OPJIT_* and OPENBLAS_NUM_THREADS, plus the
+ * "NAME=value" strings of add (NULL-terminated; may be NULL). Free with bn_env_free. */
+char **bn_env(const char *const *add);
+void bn_env_free(char **env);
+
+/* Spawns path with argv and env (stderr to stderr_path unless that is NULL) and waits.
+ * Returns the wait status, or -1 when the spawn failed. */
+int bn_spawn_wait(const char *path, char *const argv[], char *const env[],
+                  const char *stderr_path);
+
+/* Creates a private scratch folder under $TMPDIR (else /tmp) into dir. Returns 0 or -1. */
+int bn_scratch_new(char *dir, size_t len);
+/* Number of entries in the scratch folder; -1 when it cannot be read. */
+int bn_scratch_count(const char *dir);
+/* Removes the scratch folder and the files in it. */
+void bn_scratch_free(const char *dir);
+
+#endif

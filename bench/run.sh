@@ -1,0 +1,56 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Builds opjit and runs its benchmarks: the agent's pass-through cost per BLAS call
+# (bench_passthrough), its start-up cost per process (bench_startup) and, when valgrind is
+# installed, the instructions the agent adds to /bin/true (callgrind's "Collected" total with
+# vs without LD_PRELOAD): start-up cost without the machine's noise.
+#   bench/run.sh [passthrough rounds [startup rounds]]
+# BUILD_DIR (default build) names the build folder; a new one is configured without tests.
+# Exits non-zero when a benchmark's own checks fail (never on a missed goal).
+set -u
+cd "$(dirname "$0")/.."
+build=${BUILD_DIR:-build}
+[ -f "$build/CMakeCache.txt" ] ||
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOPJIT_BUILD_TESTS=OFF >/dev/null ||
+  exit 1
+# Only what the benchmarks need (they depend on the agent and the store module).
+cmake --build "$build" -j"$(nproc)" --target bench_passthrough bench_startup >/dev/null || exit 1
+agent=$(cd "$build" && pwd)/libopjit.so
+status=0
+
+echo "== bench_passthrough"
+"$build/bench_passthrough" ${1:-} || status=1
+echo
+echo "== bench_startup"
+"$build/bench_startup" ${2:-} || status=1
+echo
+
+echo "== instructions of /bin/true (callgrind)"
+if ! command -v valgrind >/dev/null; then
+  echo "skipped: valgrind is not installed"
+  exit $status
+fi
+scratch=$(mktemp -d) || exit 1
+trap 'rm -rf "$scratch"' EXIT
+# Prints the instructions callgrind collected from /bin/true, run with a minimal environment
+# plus the assignments given as arguments.
+count() {
+  env -i PATH="$PATH" "$@" valgrind --tool=callgrind --callgrind-out-file=/dev/null /bin/true 2>&1 |
+    sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p'
+}
+bare=$(count)
+with=$(count LD_PRELOAD="$agent" OPJIT_DB="$scratch/callgrind.db")
+if [ -z "$bare" ] || [ -z "$with" ]; then
+  echo "callgrind printed no \"Collected\" total" >&2
+  exit 1
+fi
+printf '%-26s %12s %12s %12s %8s\n' command bare agent added ratio
+printf '%-26s %12d %12d %12d %8.3f\n' /bin/true "$bare" "$with" $((with - bare)) \
+  "$(echo "$with $bare" | awk '{print $1 / $2}')"
+if [ -z "$(ls -A "$scratch")" ]; then
+  echo "no-trace check: ok (no OPJIT_DB file after the callgrind run)"
+else
+  echo "no-trace check: FAILED ($(ls -A "$scratch" | tr '\n' ' '))"
+  status=1
+fi
+exit $status
