@@ -90,6 +90,20 @@ static int map_rc(int rc)
   }
 }
 
+/* Refines an SQLite failure with the errno behind it: a full disk or a read-only file often
+ * surfaces as a generic I/O or can't-open error. */
+static int db_code(sqlite3 *db, int rc, const char *path)
+{
+  int code = map_rc(rc), e = db ? sqlite3_system_errno(db) : 0;
+  if (e == ENOSPC || e == EDQUOT)
+    return ST_EFULL;
+  if (e == EROFS || e == EACCES || e == EPERM)
+    return ST_EREADONLY;
+  if (code == ST_ENOENT && path && access(path, F_OK) == 0)
+    return access(path, W_OK) == 0 ? ST_EIO : ST_EREADONLY;
+  return code;
+}
+
 static int fail(char *err, size_t len, int code, const char *fmt, ...)
 {
   if (err && len) {
@@ -101,7 +115,10 @@ static int fail(char *err, size_t len, int code, const char *fmt, ...)
   return code;
 }
 
-static int exec_sql(sqlite3 *db, const char *sql) { return map_rc(sqlite3_exec(db, sql, NULL, NULL, NULL)); }
+static int exec_sql(sqlite3 *db, const char *sql)
+{
+  return db_code(db, sqlite3_exec(db, sql, NULL, NULL, NULL), NULL);
+}
 
 /* Runs a query returning one integer; *out untouched when there is no row. */
 static int query_int(sqlite3 *db, const char *sql, int64_t *out)
@@ -109,12 +126,12 @@ static int query_int(sqlite3 *db, const char *sql, int64_t *out)
   sqlite3_stmt *st;
   int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
   if (rc != SQLITE_OK)
-    return map_rc(rc);
+    return db_code(db, rc, NULL);
   rc = sqlite3_step(st);
   if (rc == SQLITE_ROW)
     *out = sqlite3_column_int64(st, 0);
   sqlite3_finalize(st);
-  return map_rc(rc);
+  return db_code(db, rc, NULL);
 }
 
 int st_schema_version(st_db_t *db, int *version)
@@ -193,7 +210,7 @@ int st_open(const char *path, int flags, int busy_ms, st_db_t **out, char *err, 
   int oflags = ro ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE;
   int rc = sqlite3_open_v2(path, &db->db, oflags | SQLITE_OPEN_NOMUTEX, NULL);
   if (rc != SQLITE_OK) {
-    int code = map_rc(rc);
+    int code = db_code(db->db, rc, path);
     fail(err, errlen, code, "cannot open %s: %s", path,
          code == ST_ENOENT ? "no such file (no run has recorded into it yet)" : st_errstr(code));
     st_close(db);
@@ -231,6 +248,11 @@ int st_open(const char *path, int flags, int busy_ms, st_db_t **out, char *err, 
       return ST_ENOENT;
     }
   } else {
+    if (sqlite3_db_readonly(db->db, "main") == 1) {
+      fail(err, errlen, ST_EREADONLY, "cannot write %s: the database is read-only", path);
+      st_close(db);
+      return ST_EREADONLY;
+    }
     if ((rc = exec_sql(db->db, "PRAGMA journal_mode=WAL")) ||
         (rc = exec_sql(db->db, "PRAGMA synchronous=NORMAL")))
       goto out_fail;
@@ -262,7 +284,7 @@ static int vrun1(sqlite3 *db, int64_t *out, const char *sql, const char *fmt, va
   sqlite3_stmt *st;
   int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
   if (rc != SQLITE_OK)
-    return map_rc(rc);
+    return db_code(db, rc, NULL);
   for (int i = 1; *fmt; fmt++, i++) {
     switch (*fmt) {
     case 'i': sqlite3_bind_int64(st, i, va_arg(ap, int64_t)); break;
@@ -279,7 +301,7 @@ static int vrun1(sqlite3 *db, int64_t *out, const char *sql, const char *fmt, va
   if (rc == SQLITE_ROW && out)
     *out = sqlite3_column_int64(st, 0);
   sqlite3_finalize(st);
-  return map_rc(rc);
+  return db_code(db, rc, NULL);
 }
 
 static int run1(sqlite3 *db, int64_t *out, const char *sql, const char *fmt, ...)

@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: MIT */
+/* Integration harness: fork/exec with a controlled environment, captured output, SQLite reads. */
+#include "harness.h"
+
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+char h_dir[64], h_db[128];
+
+void h_setup(void)
+{
+  snprintf(h_dir, sizeof h_dir, "/tmp/opjit-it-XXXXXX");
+  cr_assert_not_null(mkdtemp(h_dir));
+  snprintf(h_db, sizeof h_db, "%s/profile.db", h_dir);
+}
+
+void h_teardown(void)
+{
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", h_dir);
+  cr_assert_eq(system(cmd), 0);
+}
+
+pid_t h_spawn(const char *tag, int agent, const char *const *env, const char *const *argv)
+{
+  /* The child's environment: the test's entries first (getenv takes the first match), then
+   * ours minus any OPJIT_ and LD_PRELOAD, then the defaults the test did not set. */
+  static char dbvar[160], preload[512];
+  const char *envp[512];
+  size_t n = 0;
+  for (; env && *env && n < 100; env++)
+    envp[n++] = *env;
+  for (char **e = environ; *e && n < 500; e++)
+    if (strncmp(*e, "OPJIT_", 6) && strncmp(*e, "LD_PRELOAD=", 11))
+      envp[n++] = *e;
+  snprintf(dbvar, sizeof dbvar, "OPJIT_DB=%s", h_db);
+  envp[n++] = dbvar;
+  envp[n++] = "OPENBLAS_NUM_THREADS=1";
+  if (agent) {
+    snprintf(preload, sizeof preload, "LD_PRELOAD=%s", H_AGENT);
+    envp[n++] = preload;
+  }
+  envp[n] = NULL;
+  char out[160], err[160];
+  snprintf(out, sizeof out, "%s/%s.out", h_dir, tag);
+  snprintf(err, sizeof err, "%s/%s.err", h_dir, tag);
+  fflush(NULL);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
+      _exit(126);
+    execve(argv[0], (char *const *)argv, (char *const *)envp);
+    _exit(127);
+  }
+  return pid;
+}
+
+int h_run(const char *tag, int agent, const char *const *env, const char *const *argv)
+{
+  int status;
+  pid_t pid = h_spawn(tag, agent, env, argv);
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  return status;
+}
+
+const char *h_output(const char *tag, const char *ext)
+{
+  static char buf[1 << 16];
+  char path[160];
+  snprintf(path, sizeof path, "%s/%s.%s", h_dir, tag, ext);
+  FILE *f = fopen(path, "r");
+  size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  if (f)
+    fclose(f);
+  buf[n] = 0;
+  return buf;
+}
+
+int h_count_lines(const char *text, const char *needle)
+{
+  int n = 0;
+  for (const char *l = text; l && *l;) {
+    const char *end = strchr(l, '\n');
+    size_t len = end ? (size_t)(end - l) : strlen(l);
+    char line[1024];
+    snprintf(line, sizeof line, "%.*s", (int)len, l);
+    n += strstr(line, needle) != NULL;
+    l = end ? end + 1 : NULL;
+  }
+  return n;
+}
+
+int h_same_file(const char *a, const char *b)
+{
+  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+  int same = fa && fb;
+  for (int ca = 0, cb = 0; same && ca != EOF;) {
+    ca = fgetc(fa), cb = fgetc(fb);
+    same = ca == cb;
+  }
+  if (fa)
+    fclose(fa);
+  if (fb)
+    fclose(fb);
+  return same;
+}
+
+int64_t h_query(const char *path, const char *fmt, ...)
+{
+  char sql[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(sql, sizeof sql, fmt, ap);
+  va_end(ap);
+  sqlite3 *db;
+  cr_assert_eq(sqlite3_open_v2(path ? path : h_db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK,
+               "cannot open %s", path ? path : h_db);
+  sqlite3_busy_timeout(db, 2000);
+  sqlite3_stmt *st;
+  int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+  cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
+  int64_t v = -1;
+  if (sqlite3_step(st) == SQLITE_ROW)
+    v = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return v;
+}

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/* Integration harness: runs real programs with or without the agent preloaded, in a fresh
+ * temporary folder, and reads the profile database they leave. */
+#ifndef OPJIT_TESTS_HARNESS_H
+#define OPJIT_TESTS_HARNESS_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+extern char h_dir[]; /* this test's temporary folder (made by h_setup, removed by h_teardown) */
+extern char h_db[];  /* h_dir/profile.db */
+
+void h_setup(void);
+void h_teardown(void);
+
+/* Runs argv (argv[0] a path) with the agent preloaded when agent is set, extra environment
+ * entries "NAME=value" (NULL-terminated, may be NULL), stdout and stderr to
+ * h_dir/<tag>.out / .err. Returns the raw wait status. */
+int h_run(const char *tag, int agent, const char *const *env, const char *const *argv);
+/* The same, started in the background: returns the pid. */
+pid_t h_spawn(const char *tag, int agent, const char *const *env, const char *const *argv);
+
+/* The contents of h_dir/<tag>.<ext> (static buffer, NUL-terminated). */
+const char *h_output(const char *tag, const char *ext);
+/* Lines of text that contain needle. */
+int h_count_lines(const char *text, const char *needle);
+/* 1 when two files have identical bytes. */
+int h_same_file(const char *a, const char *b);
+
+/* Runs one integer query on a database (h_db when path is NULL); -1 when there is no row. */
+int64_t h_query(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define H_AGENT OPJIT_BUILD_DIR "/libopjit.so"
+#define H_BLAS_PROG OPJIT_BUILD_DIR "/blas_prog"
+#define H_HOST_PROG OPJIT_BUILD_DIR "/host_prog"
+
+#endif

@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: MIT */
+/* A host program with one mode per integration scenario (linked against -lblas):
+ *   noop                 calls no operator; prints "threads=N sqlite=S agent=A" after 200 ms
+ *   forkexec             cblas_sdot x3, fork (child: cblas_ddot x5), a fork child with no
+ *                        BLAS, cblas_sdot x2, then execv itself as "stage2"
+ *   stage2               cblas_daxpy x7
+ *   loop                 cblas_sdot n=64 forever (killed by the test)
+ *   threads T N          T threads, thread t calls cblas_sdot n=1+t, N times each
+ *   dlopen AGENT         calls cblas_sdot x4 through dlopen(AGENT)'s symbol (AT_SECURE test) */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+float cblas_sdot(int, const float *, int, const float *, int);
+double cblas_ddot(int, const double *, int, const double *, int);
+void cblas_daxpy(int, double, const double *, int, double *, int);
+
+static float fx[4096], fy[4096];
+static double dx[4096], dy[4096];
+static long calls_per_thread;
+
+static int count_threads(void)
+{
+  DIR *d = opendir("/proc/self/task");
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));)
+    n += e->d_name[0] != '.';
+  if (d)
+    closedir(d);
+  return n;
+}
+
+static int mapped(const char *what)
+{
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[4096];
+  int found = 0;
+  while (f && fgets(line, sizeof line, f))
+    found |= strstr(line, what) != NULL;
+  if (f)
+    fclose(f);
+  return found;
+}
+
+static void *thread_main(void *arg)
+{
+  int t = (int)(long)arg;
+  float acc = 0;
+  for (long i = 0; i < calls_per_thread; i++)
+    acc += cblas_sdot(1 + t, fx, 1, fy, 1);
+  return (void *)(long)(acc != acc); /* NaN never: keeps the loop honest */
+}
+
+int main(int argc, char **argv)
+{
+  for (int i = 0; i < 4096; i++)
+    fx[i] = fy[i] = 1.0f, dx[i] = dy[i] = 0.5;
+  const char *mode = argc > 1 ? argv[1] : "";
+  if (!strcmp(mode, "noop")) {
+    usleep(200000);
+    printf("threads=%d sqlite=%d agent=%d\n", count_threads(), mapped("libsqlite3"),
+           mapped("libopjit.so"));
+    return 0;
+  }
+  if (!strcmp(mode, "forkexec")) {
+    float s = 0;
+    for (int i = 0; i < 3; i++)
+      s += cblas_sdot(100, fx, 1, fy, 1);
+    pid_t c = fork();
+    if (c == 0) {
+      double d = 0;
+      for (int i = 0; i < 5; i++)
+        d += cblas_ddot(50, dx, 1, dy, 1);
+      _exit(d == 62.5 ? 0 : 1);
+    }
+    pid_t quiet = fork();
+    if (quiet == 0)
+      _exit(0);
+    int st1, st2;
+    waitpid(c, &st1, 0);
+    waitpid(quiet, &st2, 0);
+    for (int i = 0; i < 2; i++)
+      s += cblas_sdot(100, fx, 1, fy, 1);
+    if (s != 500 || !WIFEXITED(st1) || WEXITSTATUS(st1))
+      return 1;
+    char *args[] = {argv[0], "stage2", NULL};
+    execv("/proc/self/exe", args);
+    return 3;
+  }
+  if (!strcmp(mode, "stage2")) {
+    for (int i = 0; i < 7; i++)
+      cblas_daxpy(10, 2.0, dx, 1, dy, 1);
+    return dy[0] == 7.5 ? 0 : 1;
+  }
+  if (!strcmp(mode, "loop")) {
+    for (volatile float s = 0;;)
+      s += cblas_sdot(64, fx, 1, fy, 1);
+  }
+  if (!strcmp(mode, "threads") && argc > 3) {
+    int n = atoi(argv[2]);
+    calls_per_thread = atol(argv[3]);
+    pthread_t th[64];
+    for (int t = 0; t < n && t < 64; t++)
+      pthread_create(&th[t], NULL, thread_main, (void *)(long)t);
+    long bad = 0;
+    for (int t = 0; t < n && t < 64; t++) {
+      void *rv;
+      pthread_join(th[t], &rv);
+      bad += (long)rv;
+    }
+    return bad != 0;
+  }
+  if (!strcmp(mode, "dlopen") && argc > 2) {
+    void *h = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
+    float (*sdot)(int, const float *, int, const float *, int) = h ? dlsym(h, "cblas_sdot") : NULL;
+    if (!sdot)
+      return 4;
+    float s = 0;
+    for (int i = 0; i < 4; i++)
+      s += sdot(10, fx, 1, fy, 1);
+    printf("sdot=%g\n", s);
+    return s == 40 ? 0 : 1;
+  }
+  fprintf(stderr, "usage: %s noop|forkexec|loop|threads T N|dlopen AGENT\n", argv[0]);
+  return 2;
+}

@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: MIT */
+/* The agent preloaded into real programs: outputs bit-identical with and without it, exact
+ * call counts in the database, fork and exec as runs of their own, no trace in processes that
+ * call no operator, and what survives a SIGKILL. */
+#include "harness.h"
+
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+TestSuite(preload, .init = h_setup, .fini = h_teardown, .timeout = 120);
+
+static void assert_exited_ok(int status, const char *tag)
+{
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: status %d, stderr: %s", tag,
+            status, h_output(tag, "err"));
+}
+
+Test(preload, every_function_identical_outputs_and_exact_counts)
+{
+  char plain[160], agent[160];
+  snprintf(plain, sizeof plain, "%s/plain", h_dir);
+  snprintf(agent, sizeof agent, "%s/agent", h_dir);
+  assert_exited_ok(h_run("plain", 0, NULL, (const char *[]){H_BLAS_PROG, plain, "11", "4000", NULL}), "plain");
+  assert_exited_ok(h_run("agent", 1, NULL, (const char *[]){H_BLAS_PROG, agent, "11", "4000", NULL}), "agent");
+  char a[200], b[200];
+  snprintf(a, sizeof a, "%s.bin", plain);
+  snprintf(b, sizeof b, "%s.bin", agent);
+  cr_assert(h_same_file(a, b), "outputs differ with the agent");
+  cr_assert_str_empty(h_output("agent", "err"), "the agent printed: %s", h_output("agent", "err"));
+
+  /* The program's own count of each function equals the database's. */
+  snprintf(a, sizeof a, "%s.counts", agent);
+  FILE *f = fopen(a, "r");
+  cr_assert_not_null(f);
+  char name[64];
+  long calls, total = 0;
+  int functions = 0;
+  while (fscanf(f, "%63s %ld", name, &calls) == 2) {
+    int64_t got = h_query(NULL, "SELECT coalesce(sum(calls), 0) FROM run_sigs JOIN signatures"
+                                " ON id=sig_id WHERE op='%s'", name);
+    cr_assert_eq(got, calls, "%s: database %lld, program %ld", name, (long long)got, calls);
+    cr_assert_gt(calls, 0, "%s was never called", name);
+    total += calls, functions++;
+  }
+  fclose(f);
+  cr_assert_eq(functions, 16);
+  cr_assert_eq(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), total);
+  cr_assert_eq(h_query(NULL, "SELECT calls FROM run_sigs JOIN signatures ON id=sig_id"
+                             " WHERE name='sgemm NN 64x64x64 β=0'"), 17);
+  /* Timing: a sampled subset, never more than the calls, and every signature timed once. */
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM run_sigs WHERE timed_calls < 1"
+                             " OR timed_calls > calls OR timed_ns <= 0"), 0);
+  cr_assert_lt(h_query(NULL, "SELECT sum(timed_calls) FROM run_sigs"), total);
+  /* The run: one, ended normally, knows its program, arguments and machine. */
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs r JOIN programs p ON p.id=program_id"
+                             " JOIN machines m ON m.id=machine_id WHERE status='exited'"
+                             " AND end_ns >= start_ns AND p.exe='%s' AND length(p.build_id)=40"
+                             " AND argv LIKE '%%\"11\",\"4000\"]' AND m.ncpu > 0"
+                             " AND length(m.cpu_model) > 0", H_BLAS_PROG), 1);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE json_extract(options, '$.MODE')"
+                             "='profile'"), 1);
+}
+
+Test(preload, fork_and_exec_are_runs_of_their_own)
+{
+  assert_exited_ok(h_run("fe", 1, NULL, (const char *[]){H_HOST_PROG, "forkexec", NULL}), "fe");
+  /* Three runs: the parent before exec, its BLAS-calling child, the exec'd image. The child
+   * that called no operator left no run. */
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs"), 3);
+  int64_t parent = h_query(NULL, "SELECT id FROM runs WHERE status='exec'");
+  cr_assert_gt(parent, 0);
+  cr_assert_eq(h_query(NULL, "SELECT calls FROM run_sigs JOIN signatures ON id=sig_id"
+                             " WHERE run_id=%lld AND name='cblas_sdot n=100'", (long long)parent), 5);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM run_sigs WHERE run_id=%lld", (long long)parent), 1,
+               "the child's calls leaked into the parent's run");
+  int64_t child = h_query(NULL, "SELECT id FROM runs WHERE parent_run=%lld", (long long)parent);
+  cr_assert_gt(child, 0, "the fork child's run does not name its parent");
+  cr_assert_eq(h_query(NULL, "SELECT calls FROM run_sigs JOIN signatures ON id=sig_id"
+                             " WHERE run_id=%lld AND name='cblas_ddot n=50'", (long long)child), 5);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM run_sigs WHERE run_id=%lld", (long long)child), 1,
+               "the child inherited the parent's counts");
+  int64_t exec = h_query(NULL, "SELECT id FROM runs WHERE argv LIKE '%%stage2%%'");
+  cr_assert_gt(exec, 0);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE id=%lld AND status='exited' AND pid="
+                             "(SELECT pid FROM runs WHERE id=%lld)", (long long)exec, (long long)parent), 1);
+  cr_assert_eq(h_query(NULL, "SELECT calls FROM run_sigs WHERE run_id=%lld", (long long)exec), 7);
+}
+
+Test(preload, eight_host_threads_lose_no_count)
+{
+  assert_exited_ok(h_run("mt", 1, NULL, (const char *[]){H_HOST_PROG, "threads", "8", "30000", NULL}), "mt");
+  for (int t = 0; t < 8; t++)
+    cr_assert_eq(h_query(NULL, "SELECT calls FROM run_sigs JOIN signatures ON id=sig_id WHERE"
+                               " name='cblas_sdot n=%d'", t + 1), 30000, "thread %d", t);
+}
+
+Test(preload, a_process_that_calls_no_operator_leaves_no_trace)
+{
+  const char *env[] = {NULL, NULL};
+  char db[200];
+  snprintf(db, sizeof db, "OPJIT_DB=%s/never/profile.db", h_dir);
+  env[0] = db;
+  assert_exited_ok(h_run("plain", 0, env, (const char *[]){H_HOST_PROG, "noop", NULL}), "plain");
+  assert_exited_ok(h_run("agent", 1, env, (const char *[]){H_HOST_PROG, "noop", NULL}), "agent");
+  char plain[128];
+  snprintf(plain, sizeof plain, "%s", h_output("plain", "out"));
+  const char *agent = h_output("agent", "out");
+  cr_assert(strstr(plain, "agent=0"), "%s", plain);
+  cr_assert(strstr(agent, "agent=1"), "the agent was not loaded: %s", agent);
+  cr_assert(strstr(agent, "sqlite=0"), "SQLite was loaded: %s", agent);
+  /* Same thread count as without the agent (OpenBLAS's own pool aside, none of ours). */
+  cr_assert(!strncmp(plain, agent, strcspn(plain, " ")), "threads differ: '%s' vs '%s'", plain, agent);
+  char dir[160];
+  snprintf(dir, sizeof dir, "%s/never", h_dir);
+  struct stat st;
+  cr_assert_neq(stat(dir, &st), 0, "the agent created %s", dir);
+  cr_assert_str_empty(h_output("agent", "err"));
+}
+
+Test(preload, disabled_agent_is_a_pure_pass_through)
+{
+  char plain[160], agent[160], a[200], b[200];
+  snprintf(plain, sizeof plain, "%s/plain", h_dir);
+  snprintf(agent, sizeof agent, "%s/agent", h_dir);
+  const char *env[] = {"OPJIT_DISABLE=1", NULL};
+  assert_exited_ok(h_run("plain", 0, NULL, (const char *[]){H_BLAS_PROG, plain, "5", "500", NULL}), "plain");
+  assert_exited_ok(h_run("agent", 1, env, (const char *[]){H_BLAS_PROG, agent, "5", "500", NULL}), "agent");
+  snprintf(a, sizeof a, "%s.bin", plain);
+  snprintf(b, sizeof b, "%s.bin", agent);
+  cr_assert(h_same_file(a, b));
+  struct stat st;
+  cr_assert_neq(stat(h_db, &st), 0, "a disabled agent wrote a database");
+}
+
+Test(preload, sigkill_keeps_what_was_flushed)
+{
+  const char *env[] = {"OPJIT_FLUSH_MS=50", NULL};
+  pid_t pid = h_spawn("loop", 1, env, (const char *[]){H_HOST_PROG, "loop", NULL});
+  int64_t calls = -1;
+  struct stat st;
+  for (int i = 0; i < 400 && calls <= 0; i++) {
+    usleep(25000);
+    if (stat(h_db, &st) == 0 && h_query(NULL, "SELECT count(*) FROM sqlite_master WHERE name='run_sigs'") == 1)
+      calls = h_query(NULL, "SELECT coalesce(sum(calls), 0) FROM run_sigs");
+  }
+  kill(pid, SIGKILL);
+  int status;
+  waitpid(pid, &status, 0);
+  cr_assert(WIFSIGNALED(status));
+  cr_assert_gt(calls, 0, "nothing was flushed in 10 s");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM pragma_quick_check WHERE quick_check='ok'"), 1);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE status='running' AND end_ns IS NULL"), 1);
+  cr_assert_geq(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), calls);
+}
+
+Test(preload, secure_execution_gets_no_agent)
+{
+  /* A set-user-ID copy of the host (owner nobody) runs with AT_SECURE. glibc drops LD_PRELOAD
+   * there, so the program loads the agent itself; the agent must still stay inert. */
+  char copy[128], cmd[640];
+  snprintf(copy, sizeof copy, "%s/suid_host", h_dir);
+  snprintf(cmd, sizeof cmd, "cp %s %s && chown 65534 %s && chmod 4755 %s && chmod 777 %s",
+           H_HOST_PROG, copy, copy, copy, h_dir);
+  if (geteuid() != 0 || system(cmd) != 0)
+    cr_skip_test("needs root to make a set-user-ID test program");
+  int status = h_run("suid", 0, NULL, (const char *[]){copy, "dlopen", H_AGENT, NULL});
+  assert_exited_ok(status, "suid");
+  cr_assert(strstr(h_output("suid", "out"), "sdot=40"));
+  struct stat st;
+  usleep(100000);
+  cr_assert_neq(stat(h_db, &st), 0, "the agent recorded a secure-execution process");
+  /* Control: the same program without set-user-ID records its run. */
+  status = h_run("plain", 0, NULL, (const char *[]){H_HOST_PROG, "dlopen", H_AGENT, NULL});
+  assert_exited_ok(status, "plain");
+  cr_assert_eq(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), 4);
+}
