@@ -1,0 +1,405 @@
+/* SPDX-License-Identifier: MIT */
+/* `opjit doctor`: what the agent would do here and now. The effective options (from the same
+ * table and parser the agent uses), the database's health, where the agent is, and what this
+ * machine offers (SIMD, perf_event, the system BLAS). Unhealthy = the database is unusable. */
+#define _GNU_SOURCE
+#include "agentlib.h"
+#include "cmd.h"
+#include "db.h"
+#include "table.h"
+
+#include "agent/opt.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <link.h>
+#include <linux/perf_event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static cJSON *option_warnings; /* lines from ag_opts_parse's report callback */
+
+static void collect_warning(const char *line)
+{
+  cJSON_AddItemToArray(option_warnings, cJSON_CreateString(line));
+}
+
+static cJSON *check_options(void)
+{
+  ag_opts_t o;
+  cJSON *list = cJSON_CreateArray();
+  ag_opts_parse(&o, ins_getenv, collect_warning);
+  for (int id = 0; id < AG_OPT__COUNT; id++) {
+    const ag_opt_desc_t *d = ag_opt_desc(id);
+    char var[64], val[512];
+    snprintf(var, sizeof var, "OPJIT_%s", d->name);
+    ag_opts_format(&o, id, val, sizeof val);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "name", var);
+    cJSON_AddStringToObject(j, "value", val);
+    cJSON_AddStringToObject(j, "source", o.from_env[id] ? "env"
+                                         : getenv(var)  ? "default (bad env value)"
+                                                        : "default");
+    cJSON_AddStringToObject(j, "help", d->help);
+    cJSON_AddItemToArray(list, j);
+  }
+  ag_opts_free(&o);
+  return list;
+}
+
+/* Adds mode (octal text) of path under key, and a warning when it is not want. */
+static void add_mode(cJSON *o, cJSON *warnings, const char *key, const char *path, unsigned want)
+{
+  struct stat sb;
+  if (stat(path, &sb) != 0) {
+    cJSON_AddNullToObject(o, key);
+    return;
+  }
+  char mode[8], line[4200];
+  snprintf(mode, sizeof mode, "%04o", (unsigned)sb.st_mode & 07777);
+  cJSON_AddStringToObject(o, key, mode);
+  if (((unsigned)sb.st_mode & 0777) != want) {
+    snprintf(line, sizeof line, "%s has mode %s, expected %04o (profiles reveal what you run): "
+             "chmod %o %s", path, mode, want, want, path);
+    cJSON_AddItemToArray(warnings, cJSON_CreateString(line));
+  }
+}
+
+/* Runs a one-value query (PRAGMA ...) and adds its text under key; NULL on error. */
+static void add_query(cJSON *o, st_db_t *db, const char *key, const char *sql)
+{
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(st_sqlite(db), sql, -1, &st, NULL) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW) {
+    if (sqlite3_column_type(st, 0) == SQLITE_INTEGER)
+      cJSON_AddNumberToObject(o, key, (double)sqlite3_column_int64(st, 0));
+    else
+      cJSON_AddStringToObject(o, key, ins_col_text(st, 0));
+  } else {
+    cJSON_AddStringToObject(o, key, sqlite3_errmsg(st_sqlite(db)));
+  }
+  sqlite3_finalize(st);
+}
+
+/* The database: returns its report; *usable = 0 when the agent or the readers cannot use it. */
+static cJSON *check_database(const char *dbopt, int *usable)
+{
+  cJSON *o = cJSON_CreateObject(), *warnings = cJSON_CreateArray();
+  char path[4096], dir[4096], err[1024];
+  *usable = 0;
+  if (ins_db_path(dbopt, path, sizeof path)) {
+    cJSON_AddNullToObject(o, "path");
+    cJSON_AddStringToObject(o, "error", "no database path (set OPJIT_DB, XDG_CACHE_HOME or HOME)");
+    goto out;
+  }
+  cJSON_AddStringToObject(o, "path", path);
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else
+    slash[slash == dir] = 0; /* "/x.db" lives in "/" */
+  struct stat sb;
+  int exists = stat(path, &sb) == 0;
+  cJSON_AddBoolToObject(o, "exists", exists);
+  cJSON_AddNumberToObject(o, "supported_schema_version", ST_SCHEMA_VERSION);
+  add_mode(o, warnings, "mode", path, 0600);
+  add_mode(o, warnings, "folder_mode", dir, 0700);
+  if (!exists) {
+    *usable = 1; /* the agent creates it with the first recorded run */
+    cJSON_AddStringToObject(o, "note", "not created yet: the first recorded run creates it");
+    goto out;
+  }
+  st_db_t *db;
+  if (st_open(path, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db, err, sizeof err)) {
+    cJSON_AddStringToObject(o, "error", err);
+    goto out;
+  }
+  int version = 0;
+  st_schema_version(db, &version);
+  cJSON_AddNumberToObject(o, "schema_version", version);
+  add_query(o, db, "quick_check", "PRAGMA quick_check");
+  add_query(o, db, "runs", "SELECT count(*) FROM runs");
+  add_query(o, db, "journal_mode", "PRAGMA journal_mode");
+  st_close(db);
+  const char *qc = cJSON_GetStringValue(cJSON_GetObjectItem(o, "quick_check"));
+  *usable = qc && strcmp(qc, "ok") == 0;
+  if (!*usable)
+    cJSON_AddStringToObject(o, "error", "PRAGMA quick_check found damage");
+  if (version < ST_SCHEMA_VERSION)
+    cJSON_AddItemToArray(warnings, cJSON_CreateString("older schema: the next recorded run or "
+                                                      "opjit gc migrates it"));
+out:
+  cJSON_AddBoolToObject(o, "usable", *usable);
+  cJSON_AddItemToObject(o, "warnings", warnings);
+  return o;
+}
+
+static cJSON *check_agent(void)
+{
+  cJSON *o = cJSON_CreateObject();
+  char path[PATH_MAX], searched[2 * PATH_MAX], store[PATH_MAX + 64];
+  if (ins_agent_find(path, sizeof path, searched, sizeof searched)) {
+    cJSON_AddNullToObject(o, "path");
+    cJSON_AddStringToObject(o, "searched", searched);
+    return o;
+  }
+  cJSON_AddStringToObject(o, "path", path);
+  snprintf(store, sizeof store, "%.*s/%s", (int)(strrchr(path, '/') - path), path,
+           ST_MODULE_NAME);
+  cJSON_AddStringToObject(o, "store_module", store);
+  cJSON_AddBoolToObject(o, "store_module_found", access(store, R_OK) == 0);
+  return o;
+}
+
+/* Reads a small file into buf (NUL-terminated); returns its length or -1. */
+static ssize_t slurp(const char *path, char *buf, size_t len)
+{
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return -1;
+  size_t n = fread(buf, 1, len - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  return (ssize_t)n;
+}
+
+/* The value of the first "key : value" line of cpuinfo, in out. */
+static void cpuinfo_field(const char *cpuinfo, const char *key, char *out, size_t len)
+{
+  size_t klen = strlen(key);
+  out[0] = 0;
+  for (const char *l = cpuinfo; l; l = strchr(l, '\n'), l = l ? l + 1 : NULL)
+    if (strncmp(l, key, klen) == 0 && strchr(" \t:", l[klen])) {
+      const char *v = strchr(l, ':');
+      if (v)
+        snprintf(out, len, "%.*s", (int)strcspn(v + 2, "\n"), v + 2);
+      return;
+    }
+}
+
+static int has_word(const char *list, const char *word)
+{
+  size_t n = strlen(word);
+  for (const char *p = list; (p = strstr(p, word)); p += n)
+    if ((p == list || p[-1] == ' ') && (p[n] == ' ' || !p[n]))
+      return 1;
+  return 0;
+}
+
+/* Opens (then closes) a user-only counter on this thread; adds {ok, error}. */
+static void check_perf(cJSON *o, const char *key, unsigned type, unsigned long long config,
+                       int paranoid)
+{
+  struct perf_event_attr a = {.size = sizeof a, .type = type, .config = config, .disabled = 1,
+                              .exclude_kernel = 1, .exclude_hv = 1};
+  int fd = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+  int e = errno;
+  cJSON *j = cJSON_AddObjectToObject(o, key);
+  cJSON_AddBoolToObject(j, "ok", fd >= 0);
+  if (fd >= 0) {
+    close(fd);
+    return;
+  }
+  char why[256];
+  switch (e) {
+  case ENOENT:
+  case EOPNOTSUPP:
+  case ENODEV:
+    snprintf(why, sizeof why, "%s: no such event here (no hardware PMU, as in most VMs)",
+             strerror(e));
+    break;
+  case EACCES:
+  case EPERM:
+    snprintf(why, sizeof why, "%s: perf_event_paranoid is %d (user-only events need <= 2), or "
+             "a seccomp filter (containers) blocks perf_event_open", strerror(e), paranoid);
+    break;
+  case ENOSYS: snprintf(why, sizeof why, "%s: the kernel has no perf events", strerror(e)); break;
+  default: snprintf(why, sizeof why, "%s", strerror(e)); break;
+  }
+  cJSON_AddStringToObject(j, "error", why);
+}
+
+/* The file the dynamic linker picks for libblas.so.3 (through alternatives links), or NULL. */
+static char *system_blas(void)
+{
+  void *h = dlopen("libblas.so.3", RTLD_LAZY | RTLD_LOCAL);
+  struct link_map *lm = NULL;
+  char *real = NULL;
+  if (h && dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name)
+    real = realpath(lm->l_name, NULL);
+  if (h)
+    dlclose(h);
+  return real;
+}
+
+static cJSON *check_machine(void)
+{
+  static char cpuinfo[1 << 16];
+  char model[256], flags[4096], buf[64];
+  cJSON *o = cJSON_CreateObject();
+  slurp("/proc/cpuinfo", cpuinfo, sizeof cpuinfo);
+  cpuinfo_field(cpuinfo, "model name", model, sizeof model);
+  cpuinfo_field(cpuinfo, "flags", flags, sizeof flags);
+  cJSON_AddStringToObject(o, "cpu_model", model);
+  cJSON_AddNumberToObject(o, "ncpu", (double)sysconf(_SC_NPROCESSORS_ONLN));
+  cJSON_AddBoolToObject(o, "avx2", has_word(flags, "avx2"));
+  cJSON_AddBoolToObject(o, "fma", has_word(flags, "fma"));
+  cJSON_AddBoolToObject(o, "avx512f", has_word(flags, "avx512f"));
+  int paranoid = slurp("/proc/sys/kernel/perf_event_paranoid", buf, sizeof buf) > 0 ? atoi(buf) : 99;
+  if (paranoid != 99)
+    cJSON_AddNumberToObject(o, "perf_event_paranoid", paranoid);
+  else
+    cJSON_AddNullToObject(o, "perf_event_paranoid");
+  check_perf(o, "perf_cycles", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES, paranoid);
+  check_perf(o, "perf_task_clock", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK, paranoid);
+  char *blas = system_blas();
+  if (blas)
+    cJSON_AddStringToObject(o, "libblas", blas);
+  else
+    cJSON_AddNullToObject(o, "libblas");
+  free(blas);
+  return o;
+}
+
+/* ---- human output ------------------------------------------------------------------------ */
+
+static const char *str(const cJSON *o, const char *key)
+{
+  const cJSON *j = cJSON_GetObjectItem(o, key);
+  static char num[32];
+  if (cJSON_IsString(j))
+    return j->valuestring;
+  if (cJSON_IsNumber(j)) {
+    snprintf(num, sizeof num, "%.0f", j->valuedouble);
+    return num;
+  }
+  return cJSON_IsBool(j) ? (cJSON_IsTrue(j) ? "yes" : "no") : "-";
+}
+
+static void print_perf(const cJSON *m, const char *key, const char *label)
+{
+  const cJSON *p = cJSON_GetObjectItem(m, key);
+  printf("  %-20s %s%s\n", label, cJSON_IsTrue(cJSON_GetObjectItem(p, "ok")) ? "works" : "fails: ",
+         cJSON_IsTrue(cJSON_GetObjectItem(p, "ok")) ? "" : str(p, "error"));
+}
+
+static void print_report(const cJSON *doc)
+{
+  const cJSON *opts = cJSON_GetObjectItem(doc, "options"), *o, *w;
+  static const char *const head[] = {"OPTION", "VALUE", "SOURCE", "MEANING"};
+  ins_table_t *t = ins_table_new("llll", head);
+  cJSON_ArrayForEach(o, opts)
+  {
+    const char *row[] = {str(o, "name"), NULL, NULL, NULL};
+    char value[512], source[64];
+    snprintf(value, sizeof value, "%s", str(o, "value"));
+    snprintf(source, sizeof source, "%s", str(o, "source"));
+    row[1] = *value ? value : "\"\"", row[2] = source, row[3] = str(o, "help");
+    ins_table_row(t, row);
+  }
+  printf("options\n");
+  ins_table_print(t, stdout);
+  ins_table_free(t);
+  cJSON_ArrayForEach(w, cJSON_GetObjectItem(doc, "option_warnings"))
+    printf("warning: %s\n", w->valuestring);
+
+  const cJSON *d = cJSON_GetObjectItem(doc, "database");
+  printf("\ndatabase\n  %-20s %s\n", "path", str(d, "path"));
+  printf("  %-20s %s\n", "exists", str(d, "exists"));
+  if (cJSON_GetObjectItem(d, "schema_version")) {
+    printf("  %-20s %s", "schema", str(d, "schema_version"));
+    printf(" (this opjit: %s)\n", str(d, "supported_schema_version"));
+    printf("  %-20s %s\n", "quick_check", str(d, "quick_check"));
+    printf("  %-20s %s\n", "runs", str(d, "runs"));
+    printf("  %-20s %s\n", "journal mode", str(d, "journal_mode"));
+  }
+  printf("  %-20s %s\n", "file mode", str(d, "mode"));
+  printf("  %-20s %s\n", "folder mode", str(d, "folder_mode"));
+  if (cJSON_GetObjectItem(d, "note"))
+    printf("  %-20s %s\n", "note", str(d, "note"));
+  printf("  %-20s %s\n", "usable", str(d, "usable"));
+  if (cJSON_GetObjectItem(d, "error"))
+    printf("error: %s\n", str(d, "error"));
+  cJSON_ArrayForEach(w, cJSON_GetObjectItem(d, "warnings"))
+    printf("warning: %s\n", w->valuestring);
+
+  const cJSON *a = cJSON_GetObjectItem(doc, "agent");
+  printf("\nagent\n");
+  if (cJSON_IsNull(cJSON_GetObjectItem(a, "path"))) {
+    printf("  %-20s not found (searched %s)\n", "library", str(a, "searched"));
+  } else {
+    printf("  %-20s %s\n", "library", str(a, "path"));
+    printf("  %-20s %s (%s)\n", "store module", str(a, "store_module"),
+           cJSON_IsTrue(cJSON_GetObjectItem(a, "store_module_found")) ? "found" : "MISSING");
+  }
+
+  const cJSON *m = cJSON_GetObjectItem(doc, "machine");
+  printf("\nmachine\n  %-20s %s (%s CPUs)\n", "cpu", str(m, "cpu_model"), str(m, "ncpu"));
+  printf("  %-20s avx2 %s, fma %s, avx512f %s\n", "simd", str(m, "avx2"), str(m, "fma"),
+         str(m, "avx512f"));
+  printf("  %-20s %s\n", "perf_event_paranoid", str(m, "perf_event_paranoid"));
+  print_perf(m, "perf_cycles", "hw cycles");
+  print_perf(m, "perf_task_clock", "sw task-clock");
+  printf("  %-20s %s\n", "libblas.so.3", str(m, "libblas"));
+  printf("\n%s\n", cJSON_IsTrue(cJSON_GetObjectItem(doc, "healthy")) ? "healthy"
+                                                                     : "unhealthy: the database is unusable");
+}
+
+static int cmd_doctor(int argc, char **argv)
+{
+  static const struct option longopts[] = {{"db", required_argument, NULL, 'd'},
+                                           {"json", no_argument, NULL, 'j'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {0}};
+  const char *dbopt = NULL;
+  int json = 0, usable;
+  for (int c; (c = getopt_long(argc, argv, "d:jh", longopts, NULL)) != -1;) {
+    switch (c) {
+    case 'd': dbopt = optarg; break;
+    case 'j': json = 1; break;
+    case 'h': return ins_help(&ins_cmd_doctor);
+    default: return ins_bad_option(&ins_cmd_doctor, argv);
+    }
+  }
+  if (optind < argc)
+    return ins_usage_error(&ins_cmd_doctor, "unexpected argument '%s'", argv[optind]);
+  cJSON *doc = cJSON_CreateObject();
+  option_warnings = cJSON_CreateArray();
+  cJSON_AddItemToObject(doc, "options", check_options());
+  cJSON_AddItemToObject(doc, "option_warnings", option_warnings);
+  cJSON_AddItemToObject(doc, "database", check_database(dbopt, &usable));
+  cJSON_AddItemToObject(doc, "agent", check_agent());
+  cJSON_AddItemToObject(doc, "machine", check_machine());
+  cJSON_AddBoolToObject(doc, "healthy", usable);
+  if (json) {
+    if (ins_json_emit(doc))
+      return INS_EXIT_FAIL;
+  } else {
+    print_report(doc);
+    cJSON_Delete(doc);
+  }
+  return usable ? INS_EXIT_OK : INS_EXIT_FAIL;
+}
+
+const ins_cmd_t ins_cmd_doctor = {
+    .name = "doctor",
+    .main = cmd_doctor,
+    .synopsis = "[--db PATH] [--json]",
+    .summary = "check the options, the database, the agent and this machine",
+    .help = "Shows the effective OPJIT_* options as the agent would parse them from this\n"
+            "environment (bad values are reported), the database's path, schema, integrity,\n"
+            "permissions and journal mode, where the agent library is, and what this machine\n"
+            "offers (AVX2/FMA/AVX-512, perf_event access, the system BLAS).\n"
+            "Exits 1 when the database exists but is unusable.\n\n"
+            "options:\n"
+            "  --db PATH    the profile database\n"
+            "  --json       one JSON document\n"
+            "  -h, --help   this help\n",
+};

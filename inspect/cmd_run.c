@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: MIT */
+/* `opjit run`: launches a program with the agent preloaded, waits for it like a shell does,
+ * exits with its status and names the run(s) it recorded.
+ *
+ * Signals: a terminal's ^C, ^\ or hang-up reaches the whole foreground process group, the
+ * program included, so the launcher only survives them (as shells do while waiting). A signal
+ * sent to the launcher alone (kill PID: si_code <= 0) is forwarded to the program. */
+#define _GNU_SOURCE
+#include "agentlib.h"
+#include "cmd.h"
+#include "db.h"
+
+#include "agent/opt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const int forwarded[] = {SIGINT, SIGTERM, SIGQUIT, SIGHUP};
+#define NFORWARDED (sizeof forwarded / sizeof *forwarded)
+
+static volatile sig_atomic_t child_pid;
+
+static void forward(int sig, siginfo_t *si, void *uc)
+{
+  (void)uc;
+  int saved = errno;
+  if (si->si_code <= 0 && child_pid > 0) /* sent by a process, not by the terminal */
+    kill((pid_t)child_pid, sig);
+  errno = saved;
+}
+
+static int64_t realtime_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Execs argv in the child with the launcher's signal state undone; reports errno through fd. */
+static void child_exec(char **argv, const struct sigaction *old_act, const sigset_t *old_mask,
+                       int fd)
+{
+  for (size_t i = 0; i < NFORWARDED; i++)
+    sigaction(forwarded[i], &old_act[i], NULL);
+  sigprocmask(SIG_SETMASK, old_mask, NULL);
+  execvp(argv[0], argv);
+  int e = errno;
+  ssize_t w = write(fd, &e, sizeof e);
+  (void)w;
+  _exit(INS_EXIT_NOTFOUND);
+}
+
+/* Whether the agent will record at all under this environment. */
+static const char *agent_disabled(void)
+{
+  ag_opts_t o;
+  ag_opts_parse(&o, ins_getenv, NULL);
+  const char *why = o.num[AG_OPT_DISABLE]              ? "OPJIT_DISABLE is set"
+                    : o.num[AG_OPT_MODE] == AG_MODE_OFF ? "OPJIT_MODE=off"
+                    : !o.num[AG_OPT_HOSTS]              ? "OPJIT_HOSTS=none"
+                                                        : NULL;
+  ag_opts_free(&o);
+  return why;
+}
+
+/* Prints one line naming the runs pid (or its children) recorded since launch_ns. */
+static void report_runs(const char *dbopt, pid_t pid, int64_t launch_ns)
+{
+  char path[4096], err[1024];
+  st_db_t *db = NULL;
+  const char *off = agent_disabled();
+  if (ins_db_path(dbopt, path, sizeof path))
+    return;
+  int rc = st_open(path, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db, err, sizeof err);
+  if (rc == ST_ENOENT) {
+    fprintf(stderr, "opjit: no run recorded for pid %d: %s\n", (int)pid,
+            off ? off : "the program made no BLAS call the agent intercepts");
+    return;
+  }
+  if (rc) {
+    fprintf(stderr, "opjit: cannot look up the runs of pid %d: %s\n", (int)pid, err);
+    return;
+  }
+  /* The program's own runs (one per exec), its direct children's, and their fork lineage. */
+  sqlite3_stmt *st = ins_db_prepare(
+      db, "WITH RECURSIVE tree(id) AS ("
+          "  SELECT id FROM runs WHERE start_ns >= ?1 AND (pid = ?2 OR ppid = ?2)"
+          "  UNION SELECT r.id FROM runs r JOIN tree t ON r.parent_run = t.id)"
+          " SELECT r.id, r.status, r.pid, r.start_ns, count(rs.sig_id), coalesce(sum(rs.calls), 0)"
+          " FROM runs r JOIN tree USING(id) LEFT JOIN run_sigs rs ON rs.run_id = r.id"
+          " GROUP BY r.id ORDER BY r.id");
+  if (!st)
+    goto out;
+  sqlite3_bind_int64(st, 1, launch_ns);
+  sqlite3_bind_int64(st, 2, pid);
+  char line[1024] = "";
+  size_t used = 0;
+  int n = 0;
+  int64_t best = 0, best_calls = -1;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t id = sqlite3_column_int64(st, 0), calls = sqlite3_column_int64(st, 5);
+    const char *status = ins_run_status(ins_col_text(st, 1), sqlite3_column_int64(st, 2),
+                                        sqlite3_column_int64(st, 3));
+    int w = snprintf(line + used, sizeof line - used, "%s%lld (%lld signatures, %lld calls%s%s)",
+                     n ? ", " : "", (long long)id, (long long)sqlite3_column_int64(st, 4),
+                     (long long)calls, strcmp(status, "exited") ? ", " : "",
+                     strcmp(status, "exited") ? status : "");
+    used += w > 0 && (size_t)w < sizeof line - used ? (size_t)w : 0;
+    if (calls > best_calls)
+      best = id, best_calls = calls;
+    n++;
+  }
+  if (ins_db_finish(db, st, rc))
+    goto out;
+  if (!n)
+    fprintf(stderr, "opjit: no run recorded for pid %d: %s\n", (int)pid,
+            off ? off : "the program made no BLAS call the agent intercepts");
+  else
+    fprintf(stderr, "opjit: recorded run%s %s in %s; see: opjit top%s%s %lld\n", n > 1 ? "s" : "",
+            line, path, dbopt ? " --db " : "", dbopt ? dbopt : "", (long long)best);
+out:
+  st_close(db);
+}
+
+static int cmd_run(int argc, char **argv)
+{
+  static const struct option longopts[] = {{"db", required_argument, NULL, 'd'},
+                                           {"quiet", no_argument, NULL, 'q'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {0}};
+  const char *dbopt = NULL;
+  int quiet = 0;
+  for (int c; (c = getopt_long(argc, argv, "+d:qh", longopts, NULL)) != -1;) {
+    switch (c) {
+    case 'd': dbopt = optarg; break;
+    case 'q': quiet = 1; break;
+    case 'h': return ins_help(&ins_cmd_run);
+    default: return ins_bad_option(&ins_cmd_run, argv);
+    }
+  }
+  if (optind >= argc)
+    return ins_usage_error(&ins_cmd_run, "no command to run");
+  char **cmd = argv + optind;
+
+  char agent[PATH_MAX], searched[2 * PATH_MAX];
+  if (ins_agent_find(agent, sizeof agent, searched, sizeof searched)) {
+    fprintf(stderr, "opjit: cannot find the agent %s (searched %s): reinstall opjit\n",
+            INS_AGENT_NAME, searched);
+    return INS_EXIT_FAIL;
+  }
+  const char *old = getenv("LD_PRELOAD");
+  size_t plen = strlen(agent) + (old ? strlen(old) : 0) + 2;
+  char *preload = malloc(plen);
+  if (!preload) {
+    fputs("opjit: out of memory\n", stderr);
+    return INS_EXIT_FAIL;
+  }
+  snprintf(preload, plen, "%s%s%s", agent, old && *old ? ":" : "", old ? old : "");
+  int bad = setenv("LD_PRELOAD", preload, 1) || (dbopt && setenv("OPJIT_DB", dbopt, 1));
+  free(preload);
+  if (bad) {
+    fprintf(stderr, "opjit: cannot set the environment: %s\n", strerror(errno));
+    return INS_EXIT_FAIL;
+  }
+
+  int pfd[2];
+  if (pipe2(pfd, O_CLOEXEC)) {
+    fprintf(stderr, "opjit: pipe: %s\n", strerror(errno));
+    return INS_EXIT_FAIL;
+  }
+  sigset_t fwd, old_mask;
+  struct sigaction act = {.sa_sigaction = forward, .sa_flags = SA_SIGINFO}, old_act[NFORWARDED];
+  sigemptyset(&fwd);
+  for (size_t i = 0; i < NFORWARDED; i++)
+    sigaddset(&fwd, forwarded[i]);
+  act.sa_mask = fwd;
+  sigprocmask(SIG_BLOCK, &fwd, &old_mask); /* no forwarding until child_pid is known */
+  for (size_t i = 0; i < NFORWARDED; i++)
+    sigaction(forwarded[i], &act, &old_act[i]);
+  int64_t launch_ns = realtime_ns();
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(pfd[0]);
+    child_exec(cmd, old_act, &old_mask, pfd[1]);
+  }
+  int fork_errno = errno;
+  close(pfd[1]);
+  child_pid = pid;
+  sigprocmask(SIG_SETMASK, &old_mask, NULL);
+  if (pid < 0) {
+    close(pfd[0]);
+    fprintf(stderr, "opjit: cannot fork: %s\n", strerror(fork_errno));
+    return INS_EXIT_FAIL;
+  }
+
+  int exec_errno = 0, status = 0;
+  ssize_t r;
+  while ((r = read(pfd[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR)
+    ;
+  close(pfd[0]);
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    ;
+  if (r == (ssize_t)sizeof exec_errno) {
+    if (exec_errno == ENOENT) {
+      fprintf(stderr, "opjit: %s: command not found\n", cmd[0]);
+      return INS_EXIT_NOTFOUND;
+    }
+    fprintf(stderr, "opjit: cannot execute %s: %s\n", cmd[0], strerror(exec_errno));
+    return INS_EXIT_NOEXEC;
+  }
+  if (!quiet)
+    report_runs(dbopt, pid, launch_ns);
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+const ins_cmd_t ins_cmd_run = {
+    .name = "run",
+    .main = cmd_run,
+    .synopsis = "[--db PATH] [--quiet] [--] CMD [ARGS...]",
+    .summary = "run a program with the agent preloaded and record its profile",
+    .help = "Prepends the agent to LD_PRELOAD (keeping what is there), runs CMD, waits for it\n"
+            "and exits with its status (128+N when signal N ended it; 127: CMD not found;\n"
+            "126: CMD cannot be executed). Then names the run(s) recorded on stderr.\n\n"
+            "options:\n"
+            "  --db PATH    record into PATH (sets OPJIT_DB for the program)\n"
+            "  -q, --quiet  do not name the recorded runs afterwards\n"
+            "  -h, --help   this help\n",
+};

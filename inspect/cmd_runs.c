@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: MIT */
+/* `opjit runs`: the recorded runs, newest first. */
+#include "cmd.h"
+#include "db.h"
+#include "table.h"
+
+#include <getopt.h>
+#include <stdio.h>
+
+#define PROGRAM_WIDTH 48 /* characters of "exe args" in the table */
+
+static int cmd_runs(int argc, char **argv)
+{
+  static const struct option longopts[] = {{"db", required_argument, NULL, 'd'},
+                                           {"limit", required_argument, NULL, 'n'},
+                                           {"json", no_argument, NULL, 'j'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {0}};
+  const char *dbopt = NULL;
+  int json = 0, rc;
+  long limit = 20;
+  for (int c; (c = getopt_long(argc, argv, "d:n:jh", longopts, NULL)) != -1;) {
+    switch (c) {
+    case 'd': dbopt = optarg; break;
+    case 'n':
+      if ((rc = ins_parse_long(&ins_cmd_runs, "--limit", optarg, 0, 1L << 40, &limit)))
+        return rc;
+      break;
+    case 'j': json = 1; break;
+    case 'h': return ins_help(&ins_cmd_runs);
+    default: return ins_bad_option(&ins_cmd_runs, argv);
+    }
+  }
+  if (optind < argc)
+    return ins_usage_error(&ins_cmd_runs, "unexpected argument '%s'", argv[optind]);
+  st_db_t *db;
+  if (ins_db_open(dbopt, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db))
+    return INS_EXIT_FAIL;
+  sqlite3_stmt *st = ins_db_prepare(
+      db, "SELECT r.id, r.start_ns, coalesce(r.flush_ns, 0), coalesce(r.end_ns, 0), r.status,"
+          " r.pid, r.ppid, p.exe, r.argv, r.parent_run, count(rs.sig_id),"
+          " coalesce(sum(rs.calls), 0), r.overflow_calls"
+          " FROM runs r JOIN programs p ON p.id = r.program_id"
+          " LEFT JOIN run_sigs rs ON rs.run_id = r.id"
+          " GROUP BY r.id ORDER BY r.id DESC LIMIT ?");
+  if (!st) {
+    st_close(db);
+    return INS_EXIT_FAIL;
+  }
+  sqlite3_bind_int64(st, 1, limit ? limit : -1);
+  cJSON *doc = cJSON_CreateObject(), *runs = cJSON_AddArrayToObject(doc, "runs");
+  cJSON_AddStringToObject(doc, "database", sqlite3_db_filename(st_sqlite(db), "main"));
+  static const char *const head[] = {"RUN", "STARTED", "DURATION", "STATUS", "PROGRAM",
+                                     "PARENT", "SIGS", "CALLS"};
+  ins_table_t *t = json ? NULL : ins_table_new("rllllrrr", head);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t id = sqlite3_column_int64(st, 0), start = sqlite3_column_int64(st, 1);
+    int64_t wall = ins_run_wall_ns(start, sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3));
+    const char *status = ins_run_status(ins_col_text(st, 4), sqlite3_column_int64(st, 5), start);
+    int has_parent = sqlite3_column_type(st, 9) != SQLITE_NULL;
+    if (json) {
+      cJSON *r = cJSON_CreateObject();
+      cJSON_AddNumberToObject(r, "id", (double)id);
+      cJSON_AddNumberToObject(r, "start_ns", (double)start);
+      cJSON_AddNumberToObject(r, "duration_ns", (double)wall);
+      cJSON_AddStringToObject(r, "status", status);
+      cJSON_AddNumberToObject(r, "pid", (double)sqlite3_column_int64(st, 5));
+      cJSON_AddNumberToObject(r, "ppid", (double)sqlite3_column_int64(st, 6));
+      cJSON_AddStringToObject(r, "exe", ins_col_text(st, 7));
+      cJSON_AddItemToObject(r, "argv", ins_json_parse_or_string(ins_col_text(st, 8)));
+      if (has_parent)
+        cJSON_AddNumberToObject(r, "parent_run", (double)sqlite3_column_int64(st, 9));
+      else
+        cJSON_AddNullToObject(r, "parent_run");
+      cJSON_AddNumberToObject(r, "signatures", (double)sqlite3_column_int64(st, 10));
+      cJSON_AddNumberToObject(r, "calls", (double)sqlite3_column_int64(st, 11));
+      cJSON_AddNumberToObject(r, "overflow_calls", (double)sqlite3_column_int64(st, 12));
+      cJSON_AddItemToArray(runs, r);
+      continue;
+    }
+    char sid[24], started[32], dur[32], prog[256], parent[24] = "-", sigs[24], calls[24];
+    snprintf(sid, sizeof sid, "%lld", (long long)id);
+    ins_fmt_time(start, started, sizeof started);
+    ins_fmt_duration(wall, dur, sizeof dur);
+    ins_program_label(ins_col_text(st, 7), ins_col_text(st, 8), PROGRAM_WIDTH, prog, sizeof prog);
+    if (has_parent)
+      snprintf(parent, sizeof parent, "%lld", (long long)sqlite3_column_int64(st, 9));
+    snprintf(sigs, sizeof sigs, "%lld", (long long)sqlite3_column_int64(st, 10));
+    snprintf(calls, sizeof calls, "%lld", (long long)sqlite3_column_int64(st, 11));
+    const char *row[] = {sid, started, dur, status, prog, parent, sigs, calls};
+    ins_table_row(t, row);
+  }
+  rc = ins_db_finish(db, st, rc);
+  st_close(db);
+  if (!rc && json)
+    return ins_json_emit(doc);
+  cJSON_Delete(doc);
+  if (t && !rc)
+    ins_table_print(t, stdout);
+  ins_table_free(t);
+  return rc;
+}
+
+const ins_cmd_t ins_cmd_runs = {
+    .name = "runs",
+    .main = cmd_runs,
+    .synopsis = "[--db PATH] [--limit N] [--json]",
+    .summary = "list the recorded runs, newest first",
+    .help = "STATUS is exited, exec (the process image was replaced), running, or lost: marked\n"
+            "running but its process is gone (killed before its final write; the run keeps its\n"
+            "last periodic flush). PARENT is the run of the process it was forked from.\n\n"
+            "options:\n"
+            "  --db PATH    the profile database\n"
+            "  --limit N    at most N runs (default 20; 0: all)\n"
+            "  --json       one JSON document\n"
+            "  -h, --help   this help\n",
+};

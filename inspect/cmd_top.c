@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: MIT */
+/* `opjit top`: a run's signatures ranked by estimated operator time. The agent times one call
+ * in OPJIT_TIME_EVERY, so a signature's time is estimated per run as
+ * calls × timed_ns / timed_calls; --all sums those estimates over every run. */
+#include "cmd.h"
+#include "db.h"
+#include "table.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#define PROGRAM_WIDTH 60
+
+/* What the footer compares the operators against. */
+typedef struct scope_s {
+  int64_t run;      /* 0: every run */
+  int64_t runs;     /* runs covered */
+  int64_t wall_ns;  /* their wall time (recorded so far) */
+  int64_t overflow; /* calls beyond the signature table */
+} scope_t;
+
+/* The newest run with any signature, into *run; INS_EXIT_FAIL when there is none. */
+static int newest_run(st_db_t *db, int64_t *run)
+{
+  sqlite3_stmt *st = ins_db_prepare(db, "SELECT max(run_id) FROM run_sigs");
+  if (!st)
+    return INS_EXIT_FAIL;
+  int rc = sqlite3_step(st);
+  *run = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+  if (rc == SQLITE_ROW)
+    rc = sqlite3_step(st);
+  if (ins_db_finish(db, st, rc))
+    return INS_EXIT_FAIL;
+  if (!*run)
+    fprintf(stderr, "opjit: no run in %s has recorded an operator call yet\n",
+            sqlite3_db_filename(st_sqlite(db), "main"));
+  return *run ? 0 : INS_EXIT_FAIL;
+}
+
+/* Fills the scope's totals and, for one run, its one-line description into title. */
+static int read_scope(st_db_t *db, scope_t *sc, char *title, size_t len)
+{
+  sqlite3_stmt *st = ins_db_prepare(
+      db, "SELECT count(*), coalesce(sum(coalesce(r.end_ns, r.flush_ns, r.start_ns) - r.start_ns), 0),"
+          " coalesce(sum(r.overflow_calls), 0), max(r.start_ns), max(r.status), max(r.pid),"
+          " max(p.exe), max(r.argv), max(r.flush_ns), max(r.end_ns)"
+          " FROM runs r JOIN programs p ON p.id = r.program_id WHERE ?1 = 0 OR r.id = ?1");
+  if (!st)
+    return INS_EXIT_FAIL;
+  sqlite3_bind_int64(st, 1, sc->run);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    sc->runs = sqlite3_column_int64(st, 0);
+    sc->wall_ns = sqlite3_column_int64(st, 1);
+    sc->overflow = sqlite3_column_int64(st, 2);
+    if (sc->run) {
+      char prog[512], when[32];
+      int64_t start = sqlite3_column_int64(st, 3);
+      ins_program_label(ins_col_text(st, 6), ins_col_text(st, 7), PROGRAM_WIDTH, prog, sizeof prog);
+      snprintf(title, len, "run %lld: %s (%s, started %s)", (long long)sc->run, prog,
+               ins_run_status(ins_col_text(st, 4), sqlite3_column_int64(st, 5), start),
+               ins_fmt_time(start, when, sizeof when));
+    } else {
+      snprintf(title, len, "all %lld runs", (long long)sc->runs);
+    }
+    rc = sqlite3_step(st);
+  }
+  return ins_db_finish(db, st, rc);
+}
+
+static int cmd_top(int argc, char **argv)
+{
+  static const struct option longopts[] = {{"db", required_argument, NULL, 'd'},
+                                           {"limit", required_argument, NULL, 'n'},
+                                           {"json", no_argument, NULL, 'j'},
+                                           {"all", no_argument, NULL, 'a'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {0}};
+  const char *dbopt = NULL;
+  int json = 0, all = 0, rc;
+  long limit = 20, run = 0;
+  for (int c; (c = getopt_long(argc, argv, "d:n:jah", longopts, NULL)) != -1;) {
+    switch (c) {
+    case 'd': dbopt = optarg; break;
+    case 'n':
+      if ((rc = ins_parse_long(&ins_cmd_top, "--limit", optarg, 0, 1L << 40, &limit)))
+        return rc;
+      break;
+    case 'j': json = 1; break;
+    case 'a': all = 1; break;
+    case 'h': return ins_help(&ins_cmd_top);
+    default: return ins_bad_option(&ins_cmd_top, argv);
+    }
+  }
+  if (optind < argc &&
+      (rc = ins_parse_long(&ins_cmd_top, "RUN", argv[optind++], 1, INT64_MAX, &run)))
+    return rc;
+  if (optind < argc)
+    return ins_usage_error(&ins_cmd_top, "unexpected argument '%s'", argv[optind]);
+  if (all && run)
+    return ins_usage_error(&ins_cmd_top, "give a RUN or --all, not both");
+
+  st_db_t *db;
+  if (ins_db_open(dbopt, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db))
+    return INS_EXIT_FAIL;
+  scope_t sc = {.run = run};
+  char title[1024];
+  sqlite3_stmt *st = NULL;
+  cJSON *doc = NULL;
+  ins_table_t *t = NULL;
+  rc = INS_EXIT_FAIL;
+  if ((!all && !run && newest_run(db, &sc.run)) || (run && ins_run_exists(db, run) != 1) ||
+      read_scope(db, &sc, title, sizeof title))
+    goto out;
+  st = ins_db_prepare(
+      db, "SELECT s.sig, s.name, s.op, s.params, sum(rs.calls), sum(rs.timed_calls),"
+          " sum(rs.timed_ns), sum(CASE WHEN rs.timed_calls > 0"
+          "  THEN CAST(rs.calls AS REAL) * rs.timed_ns / rs.timed_calls ELSE 0 END) AS est"
+          " FROM run_sigs rs JOIN signatures s ON s.id = rs.sig_id"
+          " WHERE ?1 = 0 OR rs.run_id = ?1"
+          " GROUP BY s.id ORDER BY est DESC, sum(rs.calls) DESC, s.sig");
+  if (!st)
+    goto out;
+  sqlite3_bind_int64(st, 1, sc.run);
+
+  /* Totals come first (shares need them): one pass to sum, then a second to print. */
+  double est_total = 0;
+  int64_t calls_total = 0, nsigs = 0;
+  int step;
+  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+    est_total += sqlite3_column_double(st, 7);
+    calls_total += sqlite3_column_int64(st, 4);
+    nsigs++;
+  }
+  if (step != SQLITE_DONE || sqlite3_reset(st) != SQLITE_OK) {
+    fprintf(stderr, "opjit: cannot read the database: %s\n", sqlite3_errmsg(st_sqlite(db)));
+    goto out;
+  }
+
+  doc = cJSON_CreateObject();
+  cJSON *sigs = cJSON_CreateArray();
+  static const char *const head[] = {"SHARE", "EST.TIME", "CALLS", "MEAN", "SIG", "NAME"};
+  t = ins_table_new("rrrrll", head);
+  for (int64_t shown = 0; (step = sqlite3_step(st)) == SQLITE_ROW && (!limit || shown < limit);
+       shown++) {
+    int64_t calls = sqlite3_column_int64(st, 4), timed = sqlite3_column_int64(st, 5);
+    double est = sqlite3_column_double(st, 7);
+    double share = est_total > 0 ? 100.0 * est / est_total : 0;
+    double mean = timed > 0 && calls > 0 ? est / (double)calls : -1;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "sig", ins_col_text(st, 0));
+    cJSON_AddStringToObject(j, "name", ins_col_text(st, 1));
+    cJSON_AddStringToObject(j, "op", ins_col_text(st, 2));
+    cJSON_AddItemToObject(j, "params", ins_json_parse_or_string(ins_col_text(st, 3)));
+    cJSON_AddNumberToObject(j, "calls", (double)calls);
+    cJSON_AddNumberToObject(j, "timed_calls", (double)timed);
+    cJSON_AddNumberToObject(j, "timed_ns", (double)sqlite3_column_int64(st, 6));
+    cJSON_AddNumberToObject(j, "est_ns", est);
+    cJSON_AddNumberToObject(j, "share_pct", share);
+    if (mean >= 0)
+      cJSON_AddNumberToObject(j, "mean_ns", mean);
+    else
+      cJSON_AddNullToObject(j, "mean_ns");
+    cJSON_AddItemToArray(sigs, j);
+    char c0[16], c1[32], c2[24], c3[32];
+    snprintf(c0, sizeof c0, "%.1f%%", share);
+    snprintf(c2, sizeof c2, "%lld", (long long)calls);
+    const char *row[] = {c0, ins_fmt_ns(timed ? est : -1, c1, sizeof c1), c2,
+                         ins_fmt_ns(mean, c3, sizeof c3), ins_col_text(st, 0), ins_col_text(st, 1)};
+    ins_table_row(t, row);
+  }
+  if (step != SQLITE_DONE && step != SQLITE_ROW) {
+    fprintf(stderr, "opjit: cannot read the database: %s\n", sqlite3_errmsg(st_sqlite(db)));
+    cJSON_Delete(sigs);
+    goto out;
+  }
+  rc = INS_EXIT_OK;
+  if (json) {
+    if (sc.run)
+      cJSON_AddNumberToObject(doc, "run", (double)sc.run);
+    else
+      cJSON_AddNullToObject(doc, "run");
+    cJSON_AddNumberToObject(doc, "runs", (double)sc.runs);
+    cJSON_AddStringToObject(doc, "database", sqlite3_db_filename(st_sqlite(db), "main"));
+    cJSON_AddNumberToObject(doc, "wall_ns", (double)sc.wall_ns);
+    cJSON_AddNumberToObject(doc, "total_calls", (double)calls_total);
+    cJSON_AddNumberToObject(doc, "est_ns", est_total);
+    cJSON_AddNumberToObject(doc, "overflow_calls", (double)sc.overflow);
+    cJSON_AddNumberToObject(doc, "total_signatures", (double)nsigs);
+    cJSON_AddItemToObject(doc, "signatures", sigs);
+    rc = ins_json_emit(doc);
+    doc = NULL;
+    goto out;
+  }
+  cJSON_Delete(sigs);
+  printf("%s\n\n", title);
+  if (nsigs)
+    ins_table_print(t, stdout);
+  else
+    printf("no operator calls recorded\n");
+  char est_s[32], wall_s[32];
+  printf("\n%lld calls in %lld signatures; estimated operator time %s of %s wall",
+         (long long)calls_total, (long long)nsigs, ins_fmt_ns(est_total, est_s, sizeof est_s),
+         ins_fmt_duration(sc.wall_ns, wall_s, sizeof wall_s));
+  if (sc.wall_ns > 0)
+    printf(" (%.1f%%)", 100.0 * est_total / (double)sc.wall_ns);
+  printf("\n");
+  if (limit && nsigs > limit)
+    printf("showing the top %ld of %lld signatures (--limit 0 for all)\n", limit, (long long)nsigs);
+  if (sc.overflow > 0)
+    printf("%lld calls overflowed the signature table (OPJIT_MAX_SIGS) and are not shown\n",
+           (long long)sc.overflow);
+out:
+  ins_table_free(t);
+  cJSON_Delete(doc);
+  sqlite3_finalize(st);
+  st_close(db);
+  return rc;
+}
+
+const ins_cmd_t ins_cmd_top = {
+    .name = "top",
+    .main = cmd_top,
+    .synopsis = "[--db PATH] [RUN | --all] [--limit N] [--json]",
+    .summary = "rank a run's operator signatures by estimated time",
+    .help = "RUN defaults to the newest run that recorded a call. The agent times one call in\n"
+            "OPJIT_TIME_EVERY; a signature's time is estimated as calls × timed_ns / timed_calls\n"
+            "(per run, summed with --all). SHARE is its part of all signatures' estimated time;\n"
+            "the footer compares that total with the run's wall time.\n\n"
+            "options:\n"
+            "  --db PATH    the profile database\n"
+            "  --all        aggregate every run\n"
+            "  --limit N    at most N signatures (default 20; 0: all)\n"
+            "  --json       one JSON document\n"
+            "  -h, --help   this help\n",
+};
