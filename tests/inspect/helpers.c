@@ -1,0 +1,214 @@
+/* SPDX-License-Identifier: MIT */
+/* Subprocesses, scratch folders and crafted databases for the inspect tests. */
+#define _GNU_SOURCE
+#include "helpers.h"
+
+#include "agent/sig.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char *scratch; /* this test's folder, removed when the test process exits */
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+  (void)sb, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+static void remove_scratch(void)
+{
+  if (scratch)
+    nftw(scratch, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+char *scratch_dir(void)
+{
+  char *d = strdup("/tmp/opjit-inspect-XXXXXX");
+  cr_assert(d && mkdtemp(d), "mkdtemp: %s", strerror(errno));
+  cr_assert(!scratch, "one scratch folder per test");
+  scratch = d;
+  atexit(remove_scratch);
+  return d;
+}
+
+char *path_in(const char *dir, const char *name)
+{
+  char *p;
+  cr_assert(asprintf(&p, "%s/%s", dir, name) > 0);
+  return p;
+}
+
+int64_t now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* In the child: adds env, execs opjit with args. */
+static void exec_opjit(const char *const *env, const char *const *args)
+{
+  for (; env && *env; env++)
+    putenv((char *)*env);
+  size_t n = 0;
+  while (args[n])
+    n++;
+  char **argv = calloc(n + 2, sizeof *argv);
+  argv[0] = (char *)"opjit";
+  memcpy(argv + 1, args, n * sizeof *argv);
+  execv(OPJIT_EXE, argv);
+  _exit(255);
+}
+
+int wait_status(int pid)
+{
+  int st;
+  while (waitpid(pid, &st, 0) < 0)
+    cr_assert(errno == EINTR, "waitpid: %s", strerror(errno));
+  return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+}
+
+int opjit_spawn(const char *const *env, const char *const *args)
+{
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) {
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 1);
+    dup2(null, 2);
+    exec_opjit(env, args);
+  }
+  return pid;
+}
+
+/* Appends what fd has to *buf; returns 0 at end of file. */
+static int drain(int fd, char **buf, size_t *len)
+{
+  char chunk[4096];
+  ssize_t r = read(fd, chunk, sizeof chunk);
+  if (r <= 0)
+    return r < 0 && errno == EINTR;
+  *buf = realloc(*buf, *len + (size_t)r + 1);
+  memcpy(*buf + *len, chunk, (size_t)r);
+  (*buf)[*len += (size_t)r] = 0;
+  return 1;
+}
+
+proc_t opjit(const char *const *env, const char *const *args)
+{
+  int out[2], err[2];
+  cr_assert(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0);
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    exec_opjit(env, args);
+  }
+  close(out[1]);
+  close(err[1]);
+  proc_t p = {.out = calloc(1, 1), .err = calloc(1, 1)};
+  size_t olen = 0, elen = 0;
+  struct pollfd fds[2] = {{.fd = out[0], .events = POLLIN}, {.fd = err[0], .events = POLLIN}};
+  while (fds[0].fd >= 0 || fds[1].fd >= 0) {
+    if (poll(fds, 2, -1) < 0) {
+      cr_assert(errno == EINTR);
+      continue;
+    }
+    for (int i = 0; i < 2; i++)
+      if (fds[i].fd >= 0 && fds[i].revents &&
+          !drain(fds[i].fd, i ? &p.err : &p.out, i ? &elen : &olen)) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+      }
+  }
+  p.status = wait_status(pid);
+  return p;
+}
+
+void proc_free(proc_t *p)
+{
+  free(p->out);
+  free(p->err);
+}
+
+cJSON *proc_json(const proc_t *p)
+{
+  cJSON *j = cJSON_Parse(p->out);
+  cr_assert(j, "not JSON (status %d): %s\nstderr: %s", p->status, p->out, p->err);
+  return j;
+}
+
+int64_t craft_run(const char *path, int pid, int64_t start_ns, int ended, const fake_sig_t *sigs,
+                  size_t n)
+{
+  st_db_t *db;
+  char err[512];
+  int rc = st_open(path, ST_OPEN_CREATE, 1000, &db, err, sizeof err);
+  cr_assert_eq(rc, ST_OK, "st_open: %s", err);
+  static const char cmdline[] = "/usr/bin/fake\0--size\0" "42";
+  static const char options[] = "MODE=profile\0TIME_EVERY=16";
+  st_run_info_t info = {.exe = "/usr/bin/fake", .build_id = "", .cmdline = cmdline,
+                        .cmdline_len = sizeof cmdline, .options = options,
+                        .options_len = sizeof options, .cpu_model = "Test CPU",
+                        .cpu_flags = "fpu avx2 fma", .ncpu = 2, .pid = pid ? pid : getpid(),
+                        .ppid = getppid(), .start_ns = start_ns ? start_ns : now_ns(),
+                        .agent_version = "test"};
+  int64_t run;
+  cr_assert_eq(st_run_begin(db, &info, &run), ST_OK);
+  ag_sig_t *keys = calloc(n ? n : 1, sizeof *keys);
+  st_sig_rec_t *recs = calloc(n ? n : 1, sizeof *recs);
+  char (*text)[4][256] = calloc(n ? n : 1, sizeof *text);
+  for (size_t i = 0; i < n; i++) {
+    int m = sigs[i].m;
+    keys[i] = (ag_sig_t){.host = AG_HOST_ID_BLAS, .op = AG_OP_GEMM, .dtype = AG_F32,
+                         .api = AG_API_CBLAS, .order = AG_ROW, .ab = AG_S_ZERO << 4, .m = m,
+                         .n = m, .k = m, .lda = m, .ldb = m, .ldc = m};
+    snprintf(text[i][0], sizeof text[i][0], "%016llx", (unsigned long long)ag_sig_hash(&keys[i]));
+    ag_sig_opname(&keys[i], text[i][1], sizeof text[i][1]);
+    ag_sig_format(&keys[i], text[i][2], sizeof text[i][2]);
+    ag_sig_params_json(&keys[i], text[i][3], sizeof text[i][3]);
+    recs[i] = (st_sig_rec_t){.key = &keys[i], .key_len = sizeof keys[i],
+                             .sig = sigs[i].sig ? sigs[i].sig : text[i][0], .op = text[i][1],
+                             .name = text[i][2], .params = text[i][3], .calls = sigs[i].calls,
+                             .timed_calls = sigs[i].timed_calls, .timed_ns = sigs[i].timed_ns};
+  }
+  cr_assert_eq(st_run_flush(db, run, recs, n, 0, info.start_ns + 1000000), ST_OK);
+  if (ended)
+    cr_assert_eq(st_run_end(db, run, info.start_ns + 2000000, "exited"), ST_OK);
+  st_close(db);
+  free(keys), free(recs), free(text);
+  return run;
+}
+
+void sql_exec(const char *path, const char *sql)
+{
+  sqlite3 *db;
+  char *msg = NULL;
+  cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+  int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+  cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, msg ? msg : "?");
+  sqlite3_close(db);
+}
+
+int dead_pid(void)
+{
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0)
+    _exit(0);
+  wait_status(pid);
+  return pid;
+}

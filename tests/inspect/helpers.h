@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/* What the inspect tests share: running the built `opjit` as a subprocess, scratch folders,
+ * and databases crafted through the store API with exact counts. */
+#ifndef OPJIT_TESTS_INSPECT_HELPERS_H
+#define OPJIT_TESTS_INSPECT_HELPERS_H
+
+#include "store/store.h"
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define OPJIT_EXE OPJIT_BUILD_DIR "/opjit"
+#define PYTHON "/usr/bin/python3" /* Debian's, with numpy */
+
+/* One finished subprocess: exit status (128+N when signal N ended it), stdout, stderr. */
+typedef struct proc_s {
+  int status;
+  char *out, *err;
+} proc_t;
+
+/* A fresh folder /tmp/opjit-inspect-XXXXXX (mode 0700), removed with its content when the
+ * test process exits; one per test. Aborts the test on failure. */
+char *scratch_dir(void);
+/* dir/name, malloc'ed. */
+char *path_in(const char *dir, const char *name);
+
+/* Runs opjit with args (NULL-terminated) and the extra environment entries env ("NAME=value",
+ * NULL-terminated, may be NULL) added to this process's; waits and captures. */
+proc_t opjit(const char *const *env, const char *const *args);
+/* Same, started without waiting: returns the pid; stdout/stderr go to /dev/null. */
+int opjit_spawn(const char *const *env, const char *const *args);
+/* Waits for pid; returns its status as opjit() does. */
+int wait_status(int pid);
+void proc_free(proc_t *p);
+/* Parses p->out as JSON; fails the test when it is not. */
+cJSON *proc_json(const proc_t *p);
+
+/* One crafted signature: a gemm key of size m (distinct m, distinct key), and its counts.
+ * sig overrides the id text (NULL: the key's real hash). */
+typedef struct fake_sig_s {
+  int m;
+  const char *sig;
+  uint64_t calls, timed_calls, timed_ns;
+} fake_sig_t;
+
+/* Records a run into the database at path (created if needed) with these signatures, started
+ * at start_ns (0: now) by process pid (0: this one); ends it ("exited") when ended. Returns the
+ * run id; fails the test on any store error. */
+int64_t craft_run(const char *path, int pid, int64_t start_ns, int ended, const fake_sig_t *sigs,
+                  size_t n);
+/* Executes sql on the database at path with plain SQLite; fails the test on error. */
+void sql_exec(const char *path, const char *sql);
+/* The pid of a process that has exited and been reaped (so is not alive). */
+int dead_pid(void);
+int64_t now_ns(void);
+
+#endif
