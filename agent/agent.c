@@ -45,7 +45,7 @@ static pthread_mutex_t activate_mu = PTHREAD_MUTEX_INITIALIZER;
 /* Writer state. mu guards stop/writer_running and is held by the writer while it touches the
  * database, so fork's prepare handler can wait for a quiet moment. */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t cond; /* on CLOCK_MONOTONIC: made by init_cond() */
 static pthread_mutex_t db_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_t writer;
 static int writer_running, stop;
@@ -75,6 +75,16 @@ static int64_t realtime_ns(void)
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* The writer's wake-up: its deadlines are CLOCK_MONOTONIC, so the condition must be too. */
+static void init_cond(void)
+{
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&cond, &ca);
+  pthread_condattr_destroy(&ca);
+}
+
 static void atfork_prepare(void);
 static void atfork_parent(void);
 static void atfork_child(void);
@@ -85,13 +95,9 @@ static void init_once_fn(void)
     atomic_store(&ag_state, AG_PASS);
     return;
   }
+  init_cond();
   ag_opts_parse(&opts, env_get, report_option);
-  int log_fd = -1;
-  const char *lf = opts.str[AG_OPT_LOG_FILE];
-  if (lf && *lf && (log_fd = open(lf, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600)) < 0)
-    ag_log(AG_LOG_ERROR, "OPJIT_LOG_FILE=%s cannot be opened (%s); logging to stderr", lf,
-           strerror(errno));
-  ag_log_setup((int)opts.num[AG_OPT_LOG], log_fd);
+  ag_log_setup((int)opts.num[AG_OPT_LOG], opts.str[AG_OPT_LOG_FILE]);
   ag_time_mask = (uint32_t)opts.num[AG_OPT_TIME_EVERY] - 1;
   ag_hosts = opts.num[AG_OPT_HOSTS];
   Dl_info di;
@@ -448,7 +454,7 @@ static void atfork_child(void)
   }
   pthread_mutex_unlock(&activate_mu);
   pthread_mutex_init(&mu, NULL);
-  pthread_cond_init(&cond, NULL);
+  init_cond();
   pthread_mutex_init(&db_mu, NULL);
   parent_start_ns = run_start_ns;
   parent_pid = getppid();

@@ -2,21 +2,42 @@
 /* Agent logging: formats into a stack buffer and writes the line with one write(2). */
 #include "log.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 static int log_level = AG_LOG_WARN;
-static int log_fd = 2;
+static const char *log_path; /* NULL: stderr */
+static int log_fd = -1;      /* opened at the first message */
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static void (*log_sink)(int, const char *);
 
-void ag_log_setup(int level, int fd)
+void ag_log_setup(int level, const char *path)
 {
   log_level = level;
-  log_fd = fd < 0 ? 2 : fd;
+  log_path = path && *path ? path : NULL;
 }
 
-void ag_log_set_sink(void (*sink)(int, const char *)) { log_sink = sink; }
+static void open_log(void)
+{
+  if (!log_path) {
+    log_fd = 2;
+    return;
+  }
+  log_fd = open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (log_fd < 0) {
+    char buf[512];
+    int n = snprintf(buf, sizeof buf, "opjit[%d]: OPJIT_LOG_FILE=%.300s cannot be opened (%s); "
+                     "logging to stderr\n", (int)getpid(), log_path, strerror(errno));
+    log_fd = 2;
+    ssize_t w = write(2, buf, n > 0 && n < (int)sizeof buf ? (size_t)n : sizeof buf - 1);
+    (void)w;
+  }
+}
 
 void ag_log(int level, const char *fmt, ...)
 {
@@ -39,6 +60,7 @@ void ag_log(int level, const char *fmt, ...)
     return;
   }
   buf[n++] = '\n';
+  pthread_once(&log_once, open_log);
   ssize_t w = write(log_fd, buf, (size_t)n);
   (void)w;
 }
