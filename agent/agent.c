@@ -34,8 +34,7 @@ ag_table_t *ag_table;
 _Atomic uint64_t ag_overflow_calls;
 uint32_t ag_time_mask;
 long ag_hosts;
-AG_TLS int ag_tl_depth;
-AG_TLS uint32_t ag_tl_tick;
+AG_TLS ag_thread_t ag_tl;
 
 static ag_opts_t opts;
 static char self_dir[PATH_MAX]; /* folder of libopjit.so: the store module lives beside it */
@@ -121,12 +120,9 @@ void ag_init(void) { pthread_once(&init_once, init_once_fn); }
 
 __attribute__((constructor)) static void agent_constructor(void) { ag_init(); }
 
-void *ag_resolve(void *_Atomic *cache, const char *name)
+void *ag_resolve_slow(void *_Atomic *cache, const char *name)
 {
-  void *fn = atomic_load_explicit(cache, memory_order_acquire);
-  if (ag_likely(fn != NULL))
-    return fn;
-  fn = dlsym(RTLD_NEXT, name);
+  void *fn = dlsym(RTLD_NEXT, name);
   if (!fn) { /* the host resolved the operator by name without linking a BLAS */
     static const char *const libs[] = {"libblas.so.3", "libopenblas.so.0", "libcblas.so.3"};
     for (size_t i = 0; !fn && i < sizeof libs / sizeof *libs; i++) {
@@ -234,15 +230,16 @@ static void flush(void)
   }
   st_sig_rec_t *recs = calloc(n ? n : 1, sizeof *recs);
   char (*text)[4][256] = calloc(n ? n : 1, sizeof *text);
-  uint64_t *calls = calloc(n ? n : 1, sizeof *calls);
+  uint64_t *total = calloc(n ? n : 1, sizeof *total), *calls = calloc(n ? n : 1, sizeof *calls);
   uint32_t *idx = calloc(n ? n : 1, sizeof *idx);
   size_t m = 0;
   uint64_t overflow = atomic_load(&ag_overflow_calls);
-  if (!recs || !text || !calls || !idx)
+  if (!recs || !text || !total || !calls || !idx)
     goto out;
+  ag_tcount_sum(total, n);
   for (uint32_t i = 0; i < n; i++) {
     ag_entry_t *e = ag_table_entry(ag_table, i);
-    uint64_t c = atomic_load_explicit(&e->calls, memory_order_relaxed);
+    uint64_t c = total[i];
     if (c == flushed_calls[i])
       continue;
     st_sig_rec_t *r = &recs[m];
@@ -269,7 +266,7 @@ static void flush(void)
     flushed_calls[idx[j]] = calls[j];
   flushed_overflow = overflow;
 out:
-  free(recs), free(text), free(calls), free(idx);
+  free(recs), free(text), free(total), free(calls), free(idx);
 }
 
 /* One writer step: open what is not open yet, then flush; the last step also ends the run.
@@ -404,9 +401,14 @@ int ag_activate(void)
     return 0;
   }
   int rc = -1;
-  if (!ag_table && !(ag_table = ag_table_new((uint32_t)opts.num[AG_OPT_MAX_SIGS], NULL))) {
-    ag_log_once(AG_LOG_ERROR, "out of memory for the signature table: calls are not counted");
-    goto out;
+  if (!ag_table) {
+    uint32_t cap = (uint32_t)opts.num[AG_OPT_MAX_SIGS];
+    if (!(ag_table = ag_table_new(cap, NULL)) || ag_tcount_init(ag_table, cap)) {
+      ag_log_once(AG_LOG_ERROR, "out of memory for the signature table: calls are not counted");
+      ag_table_free(ag_table);
+      ag_table = NULL;
+      goto out;
+    }
   }
   run_start_ns = realtime_ns();
   if (!atexit_done)
@@ -430,14 +432,18 @@ static void atfork_prepare(void)
   dl.tv_sec += 1;
   fork_db_held = pthread_mutex_timedlock(&db_mu, &dl) == 0;
   pthread_mutex_lock(&activate_mu);
-  if (ag_table)
+  if (ag_table) {
     ag_table_lock(ag_table);
+    ag_tcount_lock();
+  }
 }
 
 static void atfork_parent(void)
 {
-  if (ag_table)
+  if (ag_table) {
+    ag_tcount_unlock();
     ag_table_unlock(ag_table);
+  }
   pthread_mutex_unlock(&activate_mu);
   if (fork_db_held)
     pthread_mutex_unlock(&db_mu);
@@ -451,6 +457,7 @@ static void atfork_child(void)
   if (ag_table) {
     ag_table_unlock(ag_table);
     ag_table_reset_counts(ag_table);
+    ag_tcount_after_fork_child();
   }
   pthread_mutex_unlock(&activate_mu);
   pthread_mutex_init(&mu, NULL);

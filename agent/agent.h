@@ -10,6 +10,7 @@
 #define OPJIT_AGENT_AGENT_H
 
 #include "table.h"
+#include "tcount.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -29,8 +30,25 @@ extern ag_table_t *ag_table;       /* valid while ag_active */
 extern _Atomic uint64_t ag_overflow_calls; /* calls that found the table full */
 extern uint32_t ag_time_mask;      /* OPJIT_TIME_EVERY - 1 */
 extern long ag_hosts;              /* OPJIT_HOSTS mask, valid once ag_state != UNINIT */
-extern AG_TLS int ag_tl_depth;     /* > 0 while this thread is inside an intercepted call */
-extern AG_TLS uint32_t ag_tl_tick; /* this thread's counted calls, for timing one in N */
+/* Per-thread cache of recently seen keys: most calls find their entry here with four word
+ * compares, without hashing or probing the shared table. Entries never move, so a cached
+ * pointer stays valid for the process's life (fork children included). */
+#define AG_TLC_SLOTS 8
+typedef struct ag_tlc_slot_s {
+  uint64_t w[4];  /* the key's words */
+  ag_entry_t *e;  /* NULL: empty slot */
+} ag_tlc_slot_t;
+
+/* Everything a host thread keeps: one thread-local block, so the hot path finds it with one
+ * address computation. */
+typedef struct ag_thread_s {
+  int depth;                 /* > 0 while this thread is inside an intercepted call */
+  int shared;                /* 1: no counters of its own, count on the shared entries */
+  uint32_t tick;             /* counted calls, for timing one in N */
+  _Atomic uint64_t *calls;   /* this thread's counters (tcount.h), or NULL */
+  ag_tlc_slot_t tlc[AG_TLC_SLOTS];
+} ag_thread_t;
+extern AG_TLS ag_thread_t ag_tl;
 
 /* Parses options once (normally from the constructor; any thread may get here first). */
 void ag_init(void);
@@ -46,7 +64,14 @@ void ag_before_exit(void);
 
 /* An original operator, resolved once into *cache: the next definition after the agent
  * (RTLD_NEXT), else the system BLAS. NULL (with one error message) when none exists. */
-void *ag_resolve(void *_Atomic *cache, const char *name);
+void *ag_resolve_slow(void *_Atomic *cache, const char *name);
+
+static inline __attribute__((always_inline)) void *ag_resolve(void *_Atomic *cache,
+                                                              const char *name)
+{
+  void *fn = atomic_load_explicit(cache, memory_order_acquire);
+  return ag_likely(fn != NULL) ? fn : ag_resolve_slow(cache, name);
+}
 
 static inline uint64_t ag_now_ns(void)
 {
@@ -65,7 +90,24 @@ typedef struct ag_call_s {
  * (then ag_call_end must follow the forwarded call), 0 for a pure pass-through: the agent is
  * off, or this thread is already inside an intercepted call (a CBLAS wrapper calling the
  * Fortran symbol, say), which is the original's own business. */
-static inline int ag_call_begin(ag_call_t *c, const ag_sig_t *key, long host)
+/* The entry of key: the thread's cache first, then the shared table (NULL when full). */
+static inline __attribute__((always_inline)) ag_entry_t *ag_lookup(const ag_sig_t *key)
+{
+  const uint64_t *w = (const uint64_t *)(const void *)key;
+  unsigned i = (unsigned)(((w[0] ^ w[1] ^ w[2] ^ w[3]) * 0x9e3779b97f4a7c15ull) >> 61);
+  ag_tlc_slot_t *s = &ag_tl.tlc[i];
+  if (ag_likely(s->e && s->w[0] == w[0] && s->w[1] == w[1] && s->w[2] == w[2] && s->w[3] == w[3]))
+    return s->e;
+  ag_entry_t *e = ag_table_get(ag_table, key);
+  if (e) {
+    s->w[0] = w[0], s->w[1] = w[1], s->w[2] = w[2], s->w[3] = w[3];
+    s->e = e;
+  }
+  return e;
+}
+
+static inline __attribute__((always_inline)) int ag_call_begin(ag_call_t *c, const ag_sig_t *key,
+                                                               long host)
 {
   int st = atomic_load_explicit(&ag_state, memory_order_acquire);
   if (ag_unlikely(st != AG_COUNT)) {
@@ -75,33 +117,41 @@ static inline int ag_call_begin(ag_call_t *c, const ag_sig_t *key, long host)
     if (atomic_load(&ag_state) != AG_COUNT)
       return 0;
   }
-  if (ag_tl_depth || !(ag_hosts & host))
+  if (ag_tl.depth || !(ag_hosts & host))
     return 0;
   if (ag_unlikely(!atomic_load_explicit(&ag_active, memory_order_acquire)) && ag_activate())
     return 0;
-  ag_tl_depth++;
-  ag_entry_t *e = ag_table_get(ag_table, key);
+  ag_tl.depth++;
+  ag_entry_t *e = ag_lookup(key);
   c->e = e;
   c->t0 = 0;
   if (ag_unlikely(!e)) {
     atomic_fetch_add_explicit(&ag_overflow_calls, 1, memory_order_relaxed);
     return 1;
   }
-  atomic_fetch_add_explicit(&e->calls, 1, memory_order_relaxed);
-  if ((++ag_tl_tick & ag_time_mask) == 0 ||
+  if (ag_unlikely(!ag_tl.calls) && !ag_tl.shared)
+    ag_tl.shared = !(ag_tl.calls = ag_tcount_register());
+  if (ag_likely(ag_tl.calls != NULL)) { /* only this thread stores here: no locked add */
+    _Atomic uint64_t *p = &ag_tl.calls[e->index];
+    atomic_store_explicit(p, atomic_load_explicit(p, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+  } else {
+    atomic_fetch_add_explicit(&e->calls, 1, memory_order_relaxed);
+  }
+  if ((++ag_tl.tick & ag_time_mask) == 0 ||
       ag_unlikely(!atomic_load_explicit(&e->timed, memory_order_relaxed)))
     c->t0 = ag_now_ns();
   return 1;
 }
 
-static inline void ag_call_end(ag_call_t *c)
+static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
 {
   if (c->t0) {
     uint64_t dt = ag_now_ns() - c->t0;
     atomic_fetch_add_explicit(&c->e->timed, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->e->timed_ns, dt, memory_order_relaxed);
   }
-  ag_tl_depth--;
+  ag_tl.depth--;
 }
 
 #endif

@@ -27,21 +27,41 @@ typedef struct ag_sig_s {
 
 _Static_assert(sizeof(ag_sig_t) == 32, "ag_sig_t must be 32 bytes without padding");
 
+/* Builds a key from its fields as four 64-bit words (little-endian x86-64: the same bytes as
+ * assigning the fields). Word stores let the lookup's word loads forward from them; eight byte
+ * stores read back as one word would stall the hot path on every call. */
+static inline ag_sig_t ag_sig_make(uint8_t host, uint8_t op, uint8_t dtype, uint8_t api,
+                                   uint8_t order, uint8_t ta, uint8_t tb, uint8_t ab, int32_t m,
+                                   int32_t n, int32_t k, int32_t lda, int32_t ldb, int32_t ldc)
+{
+  union {
+    ag_sig_t s;
+    uint64_t w[4];
+  } u;
+  u.w[0] = (uint64_t)host | (uint64_t)op << 8 | (uint64_t)dtype << 16 | (uint64_t)api << 24 |
+           (uint64_t)order << 32 | (uint64_t)ta << 40 | (uint64_t)tb << 48 | (uint64_t)ab << 56;
+  u.w[1] = (uint32_t)m | (uint64_t)(uint32_t)n << 32;
+  u.w[2] = (uint32_t)k | (uint64_t)(uint32_t)lda << 32;
+  u.w[3] = (uint32_t)ldb | (uint64_t)(uint32_t)ldc << 32;
+  return u.s;
+}
+
 /* The class of a scalar value. */
 static inline uint8_t ag_scalar_class(double v)
 {
   return v == 1.0 ? AG_S_ONE : v == 0.0 ? AG_S_ZERO : v == -1.0 ? AG_S_MINUS_ONE : AG_S_OTHER;
 }
 
-/* Fortran transpose character to enum ag_trans. */
+/* Fortran transpose character to enum ag_trans, by table: a switch costs a dozen branches on
+ * every gemm call. */
 static inline uint8_t ag_trans_char(char c)
 {
-  switch (c) {
-  case 'N': case 'n': return AG_N;
-  case 'T': case 't': return AG_T;
-  case 'C': case 'c': return AG_C;
-  default: return AG_TRANS_BAD;
-  }
+  static const uint8_t tab[256] = {
+      ['N'] = AG_N + 1, ['n'] = AG_N + 1, ['T'] = AG_T + 1,
+      ['t'] = AG_T + 1, ['C'] = AG_C + 1, ['c'] = AG_C + 1,
+  };
+  uint8_t v = tab[(unsigned char)c];
+  return v ? (uint8_t)(v - 1) : AG_TRANS_BAD;
 }
 
 /* The key's hash (stable across builds and machines: it is the persisted signature id). */

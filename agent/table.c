@@ -57,7 +57,7 @@ static ag_entry_t *probe(ag_table_t *t, const ag_sig_t *key, uint64_t h, uint32_
       return NULL;
     }
     ag_entry_t *e = &t->entries[u - 1];
-    if (e->hash == h && memcmp(&e->key, key, sizeof *key) == 0)
+    if (e->hash == (uint32_t)h && memcmp(&e->key, key, sizeof *key) == 0)
       return e;
   }
 }
@@ -77,7 +77,8 @@ ag_entry_t *ag_table_get(ag_table_t *t, const ag_sig_t *key)
       e = &t->entries[n];
       memset(e, 0, sizeof *e);
       e->key = *key;
-      e->hash = h;
+      e->hash = (uint32_t)h;
+      e->index = n;
       atomic_store_explicit(&t->count, n + 1, memory_order_release);
       atomic_store_explicit(&t->slots[empty], n + 1, memory_order_release);
     }

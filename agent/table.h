@@ -14,8 +14,9 @@
 /* One signature's counters; 64-byte aligned so two signatures never share a cache line. */
 typedef struct ag_entry_s {
   ag_sig_t key;
-  uint64_t hash;
-  _Atomic uint64_t calls;    /* calls seen */
+  uint32_t hash;             /* low half of the key's hash: a cheap reject while probing */
+  uint32_t index;            /* position in the table (per-thread counter arrays use it) */
+  _Atomic uint64_t calls;    /* calls seen (threads with their own counters add at exit) */
   _Atomic uint64_t timed;    /* calls whose duration was measured */
   _Atomic uint64_t timed_ns; /* sum of the measured durations */
 } __attribute__((aligned(64))) ag_entry_t;

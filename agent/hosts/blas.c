@@ -21,15 +21,14 @@ static uint8_t classes(double alpha, double beta)
 }
 
 /* Defines an interposed symbol: resolve the original once, account for the call around it.
- * KEY is a statement list that fills ag_sig_t k from the arguments. */
+ * KEY is an expression building the call's ag_sig_t (ag_sig_make) from the arguments. */
 #define INTERPOSE(ret, name, params, args, KEY)                                              \
   typedef ret (*name##_fn) params;                                                           \
   AG_EXPORT ret name params                                                                  \
   {                                                                                          \
     static void *_Atomic real;                                                               \
     name##_fn fn = (name##_fn)ag_resolve(&real, #name);                                      \
-    ag_sig_t k = {.host = AG_HOST_ID_BLAS};                                                  \
-    KEY;                                                                                     \
+    ag_sig_t k = KEY;                                                                        \
     ag_call_t c;                                                                             \
     if (!ag_call_begin(&c, &k, AG_HOST_BLAS)) {                                              \
       INTERPOSE_PASS_##ret(fn, args)                                                         \
@@ -55,6 +54,9 @@ static uint8_t classes(double alpha, double beta)
   ag_call_end(&c);                                                                           \
   return r;
 
+#define BLAS_KEY(...) ag_sig_make(AG_HOST_ID_BLAS, __VA_ARGS__)
+#define NO_SCALARS (AG_S_NONE | AG_S_NONE << 4)
+
 /* ---- Fortran ----------------------------------------------------------------------------- */
 
 #define F77_GEMM(name, T, DT)                                                                \
@@ -63,9 +65,9 @@ static uint8_t classes(double alpha, double beta)
              const blasint *k_, const T *alpha, const T *a, const blasint *lda, const T *b,  \
              const blasint *ldb, const T *beta, T *c_, const blasint *ldc),                  \
             (ta, tb, m, n, k_, alpha, a, lda, b, ldb, beta, c_, ldc),                        \
-            k.op = AG_OP_GEMM; k.dtype = DT; k.api = AG_API_F77; k.ta = ag_trans_char(*ta);  \
-            k.tb = ag_trans_char(*tb); k.ab = classes(*alpha, *beta); k.m = *m; k.n = *n;    \
-            k.k = *k_; k.lda = *lda; k.ldb = *ldb; k.ldc = *ldc)
+            BLAS_KEY(AG_OP_GEMM, DT, AG_API_F77, AG_COL, ag_trans_char(*ta),                 \
+                     ag_trans_char(*tb), classes(*alpha, *beta), *m, *n, *k_, *lda, *ldb,    \
+                     *ldc))
 
 #define F77_GEMV(name, T, DT)                                                                \
   INTERPOSE(void, name,                                                                      \
@@ -73,25 +75,24 @@ static uint8_t classes(double alpha, double beta)
              const blasint *lda, const T *x, const blasint *incx, const T *beta, T *y,       \
              const blasint *incy),                                                           \
             (tr, m, n, alpha, a, lda, x, incx, beta, y, incy),                               \
-            k.op = AG_OP_GEMV; k.dtype = DT; k.api = AG_API_F77; k.ta = ag_trans_char(*tr);  \
-            k.ab = classes(*alpha, *beta); k.m = *m; k.n = *n; k.lda = *lda;                 \
-            k.ldb = *incx; k.ldc = *incy)
+            BLAS_KEY(AG_OP_GEMV, DT, AG_API_F77, AG_COL, ag_trans_char(*tr), 0,              \
+                     classes(*alpha, *beta), *m, *n, 0, *lda, *incx, *incy))
 
 #define F77_AXPY(name, T, DT)                                                                \
   INTERPOSE(void, name,                                                                      \
             (const blasint *n, const T *alpha, const T *x, const blasint *incx, T *y,        \
              const blasint *incy),                                                           \
             (n, alpha, x, incx, y, incy),                                                    \
-            k.op = AG_OP_AXPY; k.dtype = DT; k.api = AG_API_F77;                             \
-            k.ab = classes(*alpha, 1.0); k.m = *n; k.lda = *incx; k.ldb = *incy)
+            BLAS_KEY(AG_OP_AXPY, DT, AG_API_F77, AG_COL, 0, 0, classes(*alpha, 1.0), *n, 0,  \
+                     0, *incx, *incy, 0))
 
 #define F77_DOT(name, T, DT)                                                                 \
   INTERPOSE(T, name,                                                                         \
             (const blasint *n, const T *x, const blasint *incx, const T *y,                  \
              const blasint *incy),                                                           \
             (n, x, incx, y, incy),                                                           \
-            k.op = AG_OP_DOT; k.dtype = DT; k.api = AG_API_F77; k.ab = AG_S_NONE | AG_S_NONE << 4; \
-            k.m = *n; k.lda = *incx; k.ldb = *incy)
+            BLAS_KEY(AG_OP_DOT, DT, AG_API_F77, AG_COL, 0, 0, NO_SCALARS, *n, 0, 0, *incx,   \
+                     *incy, 0))
 
 F77_GEMM(sgemm_, float, AG_F32)
 F77_GEMM(dgemm_, double, AG_F64)
@@ -104,37 +105,35 @@ F77_DOT(ddot_, double, AG_F64)
 
 /* ---- CBLAS ------------------------------------------------------------------------------- */
 
+#define ORDER(o) ((o) == CBLAS_ROW_MAJOR ? AG_ROW : AG_COL)
+
 #define CBLAS_GEMM(name, T, DT)                                                              \
   INTERPOSE(void, name,                                                                      \
             (int order, int ta, int tb, blasint m, blasint n, blasint k_, T alpha,           \
              const T *a, blasint lda, const T *b, blasint ldb, T beta, T *c_, blasint ldc),  \
             (order, ta, tb, m, n, k_, alpha, a, lda, b, ldb, beta, c_, ldc),                 \
-            k.op = AG_OP_GEMM; k.dtype = DT; k.api = AG_API_CBLAS;                           \
-            k.order = order == CBLAS_ROW_MAJOR ? AG_ROW : AG_COL; k.ta = cblas_trans(ta);    \
-            k.tb = cblas_trans(tb); k.ab = classes(alpha, beta); k.m = m; k.n = n; k.k = k_; \
-            k.lda = lda; k.ldb = ldb; k.ldc = ldc)
+            BLAS_KEY(AG_OP_GEMM, DT, AG_API_CBLAS, ORDER(order), cblas_trans(ta),            \
+                     cblas_trans(tb), classes(alpha, beta), m, n, k_, lda, ldb, ldc))
 
 #define CBLAS_GEMV(name, T, DT)                                                              \
   INTERPOSE(void, name,                                                                      \
             (int order, int tr, blasint m, blasint n, T alpha, const T *a, blasint lda,      \
              const T *x, blasint incx, T beta, T *y, blasint incy),                          \
             (order, tr, m, n, alpha, a, lda, x, incx, beta, y, incy),                        \
-            k.op = AG_OP_GEMV; k.dtype = DT; k.api = AG_API_CBLAS;                           \
-            k.order = order == CBLAS_ROW_MAJOR ? AG_ROW : AG_COL; k.ta = cblas_trans(tr);    \
-            k.ab = classes(alpha, beta); k.m = m; k.n = n; k.lda = lda; k.ldb = incx;        \
-            k.ldc = incy)
+            BLAS_KEY(AG_OP_GEMV, DT, AG_API_CBLAS, ORDER(order), cblas_trans(tr), 0,         \
+                     classes(alpha, beta), m, n, 0, lda, incx, incy))
 
 #define CBLAS_AXPY(name, T, DT)                                                              \
   INTERPOSE(void, name, (blasint n, T alpha, const T *x, blasint incx, T *y, blasint incy),  \
             (n, alpha, x, incx, y, incy),                                                    \
-            k.op = AG_OP_AXPY; k.dtype = DT; k.api = AG_API_CBLAS;                           \
-            k.ab = classes(alpha, 1.0); k.m = n; k.lda = incx; k.ldb = incy)
+            BLAS_KEY(AG_OP_AXPY, DT, AG_API_CBLAS, AG_COL, 0, 0, classes(alpha, 1.0), n, 0,  \
+                     0, incx, incy, 0))
 
 #define CBLAS_DOT(name, T, DT)                                                               \
   INTERPOSE(T, name, (blasint n, const T *x, blasint incx, const T *y, blasint incy),        \
             (n, x, incx, y, incy),                                                           \
-            k.op = AG_OP_DOT; k.dtype = DT; k.api = AG_API_CBLAS;                            \
-            k.ab = AG_S_NONE | AG_S_NONE << 4; k.m = n; k.lda = incx; k.ldb = incy)
+            BLAS_KEY(AG_OP_DOT, DT, AG_API_CBLAS, AG_COL, 0, 0, NO_SCALARS, n, 0, 0, incx,   \
+                     incy, 0))
 
 CBLAS_GEMM(cblas_sgemm, float, AG_F32)
 CBLAS_GEMM(cblas_dgemm, double, AG_F64)

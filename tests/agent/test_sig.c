@@ -78,3 +78,15 @@ Test(sig, scalar_classes)
   cr_assert_eq(ag_trans_char('C'), AG_C);
   cr_assert_eq(ag_trans_char('x'), AG_TRANS_BAD);
 }
+
+Test(sig, make_writes_the_same_bytes_as_the_fields)
+{
+  ag_sig_t f;
+  memset(&f, 0, sizeof f);
+  f.host = AG_HOST_ID_BLAS, f.op = AG_OP_GEMV, f.dtype = AG_F64, f.api = AG_API_CBLAS;
+  f.order = AG_ROW, f.ta = AG_T, f.tb = AG_C, f.ab = AG_S_OTHER | AG_S_ZERO << 4;
+  f.m = -3, f.n = 70000, f.k = 5, f.lda = 6, f.ldb = -7, f.ldc = 2147483647;
+  ag_sig_t m = ag_sig_make(AG_HOST_ID_BLAS, AG_OP_GEMV, AG_F64, AG_API_CBLAS, AG_ROW, AG_T, AG_C,
+                           AG_S_OTHER | AG_S_ZERO << 4, -3, 70000, 5, 6, -7, 2147483647);
+  cr_assert_eq(memcmp(&f, &m, sizeof f), 0);
+}

@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT */
+/* Per-thread call counters: a registry of live threads' arrays, summed by the writer. */
+#define _GNU_SOURCE
+#include "tcount.h"
+#include "agent.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+typedef struct tc_thread_s {
+  struct tc_thread_s *next, *prev;
+  _Atomic uint64_t *calls;
+} tc_thread_t;
+
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static tc_thread_t reg_head = {&reg_head, &reg_head, NULL}; /* circular list */
+static pthread_key_t reg_key;
+static ag_table_t *reg_table;
+static size_t reg_bytes;
+static AG_TLS tc_thread_t *tl_self;
+
+/* Adds a thread's counts to the table's entries and zeroes them. Called with reg_mu held. */
+static void fold(tc_thread_t *t)
+{
+  uint32_t n = ag_table_count(reg_table);
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t c = atomic_load_explicit(&t->calls[i], memory_order_relaxed);
+    if (c) {
+      atomic_fetch_add_explicit(&ag_table_entry(reg_table, i)->calls, c, memory_order_relaxed);
+      atomic_store_explicit(&t->calls[i], 0, memory_order_relaxed);
+    }
+  }
+}
+
+static void release(tc_thread_t *t)
+{
+  munmap((void *)t->calls, reg_bytes);
+  free(t);
+}
+
+/* Thread exit: fold, unlink, free. The thread makes no more counted calls through this
+ * array (ag_tl.calls is cleared; a later call from another destructor registers anew). */
+static void thread_gone(void *arg)
+{
+  tc_thread_t *t = arg;
+  pthread_mutex_lock(&reg_mu);
+  fold(t);
+  t->prev->next = t->next;
+  t->next->prev = t->prev;
+  pthread_mutex_unlock(&reg_mu);
+  ag_tl.calls = NULL;
+  tl_self = NULL;
+  release(t);
+}
+
+int ag_tcount_init(ag_table_t *t, uint32_t capacity)
+{
+  reg_table = t;
+  reg_bytes = (size_t)capacity * sizeof(uint64_t);
+  return pthread_key_create(&reg_key, thread_gone) ? -1 : 0;
+}
+
+_Atomic uint64_t *ag_tcount_register(void)
+{
+  tc_thread_t *t = calloc(1, sizeof *t);
+  void *mem = t ? mmap(NULL, reg_bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                : MAP_FAILED;
+  if (mem == MAP_FAILED) {
+    free(t);
+    return NULL;
+  }
+  t->calls = mem;
+  if (pthread_setspecific(reg_key, t)) {
+    release(t);
+    return NULL;
+  }
+  pthread_mutex_lock(&reg_mu);
+  t->next = reg_head.next;
+  t->prev = &reg_head;
+  reg_head.next->prev = t;
+  reg_head.next = t;
+  pthread_mutex_unlock(&reg_mu);
+  tl_self = t;
+  return t->calls;
+}
+
+void ag_tcount_sum(uint64_t *out, uint32_t n)
+{
+  pthread_mutex_lock(&reg_mu);
+  for (uint32_t i = 0; i < n; i++)
+    out[i] = atomic_load_explicit(&ag_table_entry(reg_table, i)->calls, memory_order_relaxed);
+  for (tc_thread_t *t = reg_head.next; t != &reg_head; t = t->next)
+    for (uint32_t i = 0; i < n; i++)
+      out[i] += atomic_load_explicit(&t->calls[i], memory_order_relaxed);
+  pthread_mutex_unlock(&reg_mu);
+}
+
+void ag_tcount_lock(void) { pthread_mutex_lock(&reg_mu); }
+void ag_tcount_unlock(void) { pthread_mutex_unlock(&reg_mu); }
+
+void ag_tcount_after_fork_child(void)
+{
+  for (tc_thread_t *t = reg_head.next, *next; t != &reg_head; t = next) {
+    next = t->next;
+    if (t != tl_self)
+      release(t); /* its thread did not survive the fork */
+  }
+  reg_head.next = reg_head.prev = &reg_head;
+  if (tl_self) {
+    memset((void *)tl_self->calls, 0, (size_t)ag_table_count(reg_table) * sizeof(uint64_t));
+    tl_self->next = tl_self->prev = &reg_head;
+    reg_head.next = reg_head.prev = tl_self;
+  }
+  pthread_mutex_unlock(&reg_mu);
+}
