@@ -136,3 +136,15 @@ int64_t h_query(const char *path, const char *fmt, ...)
   sqlite3_close(db);
   return v;
 }
+
+int h_nobody_can_use_build(void)
+{
+  if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0)
+    return 0;
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "/usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups /bin/sh -c "
+           "'test -r %s && test -x %s && test -x %s' 2>/dev/null",
+           H_AGENT, H_BLAS_PROG, H_HOST_PROG);
+  return system(cmd) == 0;
+}

@@ -20,6 +20,10 @@ int h_run(const char *tag, int agent, const char *const *env, const char *const 
 /* The same, started in the background: returns the pid. */
 pid_t h_spawn(const char *tag, int agent, const char *const *env, const char *const *argv);
 
+/* 1 when user nobody (65534) can read and run the build's agent and host programs: tests
+ * that run a host as nobody skip otherwise (a build folder inside a private home, say). */
+int h_nobody_can_use_build(void);
+
 /* The contents of h_dir/<tag>.<ext> (static buffer, NUL-terminated). */
 const char *h_output(const char *tag, const char *ext);
 /* Lines of text that contain needle. */
