@@ -63,6 +63,18 @@ static uint64_t *flushed_calls; /* per entry: calls at the last successful flush
 static uint32_t flushed_cap;
 static uint64_t flushed_overflow;
 
+/* The absolute time ms milliseconds from now on clock. */
+static struct timespec deadline_after(clockid_t clock, long ms)
+{
+  struct timespec dl;
+  clock_gettime(clock, &dl);
+  dl.tv_sec += ms / 1000;
+  dl.tv_nsec += (ms % 1000) * 1000000;
+  if (dl.tv_nsec >= 1000000000)
+    dl.tv_sec++, dl.tv_nsec -= 1000000000;
+  return dl;
+}
+
 static void report_option(const char *line) { ag_log(AG_LOG_ERROR, "%s", line); }
 
 static const char *env_get(const char *name) { return getenv(name); }
@@ -306,13 +318,7 @@ static void *writer_main(void *arg)
   pthread_setname_np(pthread_self(), "opjit-writer");
   pthread_mutex_lock(&mu);
   for (;;) {
-    struct timespec dl;
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    long ms = opts.num[AG_OPT_FLUSH_MS];
-    dl.tv_sec += ms / 1000;
-    dl.tv_nsec += (ms % 1000) * 1000000;
-    if (dl.tv_nsec >= 1000000000)
-      dl.tv_sec++, dl.tv_nsec -= 1000000000;
+    struct timespec dl = deadline_after(CLOCK_MONOTONIC, opts.num[AG_OPT_FLUSH_MS]);
     while (!stop && pthread_cond_timedwait(&cond, &mu, &dl) != ETIMEDOUT)
       ;
     int final = stop;
@@ -338,13 +344,8 @@ static int stop_writer(const char *status)
   pthread_mutex_unlock(&mu);
   if (!running)
     return 1;
-  struct timespec dl;
-  clock_gettime(CLOCK_REALTIME, &dl);
   long ms = opts.num[AG_OPT_EXIT_WAIT_MS];
-  dl.tv_sec += ms / 1000;
-  dl.tv_nsec += (ms % 1000) * 1000000;
-  if (dl.tv_nsec >= 1000000000)
-    dl.tv_sec++, dl.tv_nsec -= 1000000000;
+  struct timespec dl = deadline_after(CLOCK_REALTIME, ms);
   if (pthread_timedjoin_np(writer, NULL, &dl) == 0) {
     writer_running = 0;
     return 1;
@@ -427,9 +428,7 @@ out:
  * a lock mid-transaction; hold the table's insert lock for the same reason. */
 static void atfork_prepare(void)
 {
-  struct timespec dl;
-  clock_gettime(CLOCK_REALTIME, &dl);
-  dl.tv_sec += 1;
+  struct timespec dl = deadline_after(CLOCK_REALTIME, 1000);
   fork_db_held = pthread_mutex_timedlock(&db_mu, &dl) == 0;
   pthread_mutex_lock(&activate_mu);
   if (ag_table) {
