@@ -16,7 +16,6 @@
 #include <stdint.h>
 #include <time.h>
 
-#define OPJIT_VERSION "0.1.0"
 #define AG_EXPORT __attribute__((visibility("default")))
 #define AG_TLS __thread __attribute__((tls_model("initial-exec")))
 #define ag_likely(x) __builtin_expect(!!(x), 1)

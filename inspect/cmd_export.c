@@ -5,7 +5,6 @@
 #include "db.h"
 #include "table.h"
 
-#include "agent/agent.h"
 
 #include <getopt.h>
 #include <stdio.h>

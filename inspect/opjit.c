@@ -4,7 +4,6 @@
 #include "cmd.h"
 #include "table.h"
 
-#include "agent/agent.h"
 #include "store/store.h"
 
 #include <errno.h>

@@ -4,7 +4,7 @@
  * Schema history (PRAGMA user_version):
  *   1  meta, programs, machines, runs, signatures, run_sigs
  *   2  runs.parent_run + parent_start_ns (fork lineage), runs.overflow_calls,
- *      index run_sigs(sig_id)
+ *      indexes run_sigs(sig_id), runs(pid)
  * A file whose user_version is newer than ST_SCHEMA_VERSION is refused, never downgraded. */
 #include "store.h"
 
@@ -50,7 +50,8 @@ static const char *const migrations[] = {
     "ALTER TABLE runs ADD COLUMN parent_run INTEGER REFERENCES runs(id) ON DELETE SET NULL;"
     "ALTER TABLE runs ADD COLUMN parent_start_ns INTEGER;"
     "ALTER TABLE runs ADD COLUMN overflow_calls INTEGER NOT NULL DEFAULT 0;"
-    "CREATE INDEX run_sigs_sig ON run_sigs(sig_id);",
+    "CREATE INDEX run_sigs_sig ON run_sigs(sig_id);"
+    "CREATE INDEX runs_pid ON runs(pid);",
 };
 _Static_assert(sizeof migrations / sizeof *migrations == ST_SCHEMA_VERSION,
                "one migration per schema version");
