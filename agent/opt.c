@@ -12,7 +12,7 @@
 
 static const ag_opt_desc_t opt_descs[AG_OPT__COUNT] = {
 #define AG_OPT_DESC_(name, kind, def, min, max, choices, help)                                \
-  [AG_OPT_##name] = {#name, AG_OK_##kind, def, min, max, choices, help},
+  [AG_OPT_##name] = {#name, "OPJIT_" #name, AG_OK_##kind, def, min, max, choices, help},
     AG_OPTIONS(AG_OPT_DESC_)
 #undef AG_OPT_DESC_
 };
@@ -130,9 +130,7 @@ int ag_opts_parse(ag_opts_t *o, ag_getenv_fn get, void (*report)(const char *lin
     const ag_opt_desc_t *d = &opt_descs[id];
     if (parse_value(o, id, d->def) != 0)
       abort(); /* a default that does not parse is a build defect, caught by the tests */
-    char var[64];
-    snprintf(var, sizeof var, "OPJIT_%s", d->name);
-    const char *s = get ? get(var) : NULL;
+    const char *var = d->var, *s = get ? get(var) : NULL;
     if (!s)
       continue;
     if (parse_value(o, id, s) == 0) {

@@ -43,6 +43,7 @@ enum { AG_HOST_BLAS = 1 << 0 };                 /* bits of OPJIT_HOSTS */
 
 typedef struct ag_opt_desc_s {
   const char *name;    /* without the OPJIT_ prefix */
+  const char *var;     /* the environment variable: OPJIT_<name> */
   int kind;            /* enum ag_opt_kind */
   const char *def;     /* default, as text */
   long min, max;       /* INT bounds */
