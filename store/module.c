@@ -10,4 +10,5 @@ __attribute__((visibility("default"))) const st_api_t opjit_store_api = {
     .run_begin = st_run_begin,
     .run_flush = st_run_flush,
     .run_end = st_run_end,
+    .run_samples = st_run_samples,
 };

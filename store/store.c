@@ -5,6 +5,8 @@
  *   1  meta, programs, machines, runs, signatures, run_sigs
  *   2  runs.parent_run + parent_start_ns (fork lineage), runs.overflow_calls,
  *      indexes run_sigs(sig_id), runs(pid)
+ *   3  sampling: runs.sampling (JSON), symbols, run_pcs (PC histogram by symbol), run_stacks
+ *      (folded stacks), run_counters (hardware counter totals); sig_id 0 = outside operators
  * A file whose user_version is newer than ST_SCHEMA_VERSION is refused, never downgraded. */
 #include "store.h"
 
@@ -52,6 +54,19 @@ static const char *const migrations[] = {
     "ALTER TABLE runs ADD COLUMN overflow_calls INTEGER NOT NULL DEFAULT 0;"
     "CREATE INDEX run_sigs_sig ON run_sigs(sig_id);"
     "CREATE INDEX runs_pid ON runs(pid);",
+    /* 3 */
+    "ALTER TABLE runs ADD COLUMN sampling TEXT;"
+    "CREATE TABLE symbols(id INTEGER PRIMARY KEY, module TEXT NOT NULL, name TEXT NOT NULL,"
+    "  UNIQUE(module, name));"
+    "CREATE TABLE run_pcs(run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  sig_id INTEGER NOT NULL, symbol_id INTEGER NOT NULL REFERENCES symbols(id),"
+    "  samples INTEGER NOT NULL, PRIMARY KEY(run_id, sig_id, symbol_id)) WITHOUT ROWID;"
+    "CREATE TABLE run_stacks(run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  sig_id INTEGER NOT NULL, stack TEXT NOT NULL, samples INTEGER NOT NULL,"
+    "  PRIMARY KEY(run_id, sig_id, stack)) WITHOUT ROWID;"
+    "CREATE TABLE run_counters(run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  sig_id INTEGER NOT NULL, event TEXT NOT NULL, value INTEGER NOT NULL,"
+    "  PRIMARY KEY(run_id, sig_id, event)) WITHOUT ROWID;",
 };
 _Static_assert(sizeof migrations / sizeof *migrations == ST_SCHEMA_VERSION,
                "one migration per schema version");
@@ -424,6 +439,52 @@ int st_run_end(st_db_t *db, int64_t run_id, int64_t end_ns, const char *status)
               end_ns, status, run_id);
 }
 
+/* The signature id of a key (0 for NULL: outside operators); ST_ENOENT if never flushed. */
+static int sig_id_of(sqlite3 *db, const void *key, size_t len, int64_t *id)
+{
+  *id = 0;
+  if (!key)
+    return ST_OK;
+  int rc = run1(db, id, "SELECT id FROM signatures WHERE key=?", "b", key, len);
+  return rc ? rc : *id ? ST_OK : ST_ENOENT;
+}
+
+int st_run_samples(st_db_t *db, int64_t run_id, const st_samples_t *s)
+{
+  int rc = exec_sql(db->db, "BEGIN IMMEDIATE");
+  if (rc)
+    return rc;
+  int64_t sig, sym;
+  for (size_t i = 0; i < s->npcs && !rc; i++) {
+    const st_pc_rec_t *r = &s->pcs[i];
+    if (!(rc = sig_id_of(db->db, r->key, r->key_len, &sig)) &&
+        !(rc = upsert_id(db->db, &sym, "INSERT OR IGNORE INTO symbols(module, name) VALUES(?,?)",
+                         "SELECT id FROM symbols WHERE module=? AND name=?", "tt", r->module,
+                         r->symbol)))
+      rc = run1(db->db, NULL,
+                "INSERT INTO run_pcs VALUES(?,?,?,?) ON CONFLICT DO UPDATE SET"
+                " samples=excluded.samples", "iiii", run_id, sig, sym, (int64_t)r->samples);
+  }
+  for (size_t i = 0; i < s->nstacks && !rc; i++) {
+    const st_stack_rec_t *r = &s->stacks[i];
+    if (!(rc = sig_id_of(db->db, r->key, r->key_len, &sig)))
+      rc = run1(db->db, NULL,
+                "INSERT INTO run_stacks VALUES(?,?,?,?) ON CONFLICT DO UPDATE SET"
+                " samples=excluded.samples", "iiti", run_id, sig, r->stack, (int64_t)r->samples);
+  }
+  for (size_t i = 0; i < s->ncounters && !rc; i++) {
+    const st_counter_rec_t *r = &s->counters[i];
+    if (!(rc = sig_id_of(db->db, r->key, r->key_len, &sig)))
+      rc = run1(db->db, NULL,
+                "INSERT INTO run_counters VALUES(?,?,?,?) ON CONFLICT DO UPDATE SET"
+                " value=excluded.value", "iiti", run_id, sig, r->event, (int64_t)r->value);
+  }
+  if (!rc && s->sampling)
+    rc = run1(db->db, NULL, "UPDATE runs SET sampling=? WHERE id=?", "ti", s->sampling, run_id);
+  exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
+  return rc;
+}
+
 static void sql_pid_alive(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
   (void)argc;
@@ -446,7 +507,8 @@ int st_gc(st_db_t *db, int64_t keep_runs, int64_t older_than_ns, st_gc_result_t 
             "ii", keep_runs < 0 ? (int64_t)INT64_MAX : keep_runs, older_than_ns);
   res->runs = sqlite3_changes(db->db);
   if (!rc)
-    rc = exec_sql(db->db, "DELETE FROM signatures WHERE id NOT IN (SELECT sig_id FROM run_sigs)");
+    rc = exec_sql(db->db, "DELETE FROM signatures WHERE id NOT IN (SELECT sig_id FROM run_sigs)"
+                          " AND id NOT IN (SELECT sig_id FROM run_pcs)");
   res->signatures = sqlite3_changes(db->db);
   if (!rc)
     rc = exec_sql(db->db, "DELETE FROM programs WHERE id NOT IN (SELECT program_id FROM runs)");
@@ -454,6 +516,9 @@ int st_gc(st_db_t *db, int64_t keep_runs, int64_t older_than_ns, st_gc_result_t 
   if (!rc)
     rc = exec_sql(db->db, "DELETE FROM machines WHERE id NOT IN (SELECT machine_id FROM runs)");
   res->machines = sqlite3_changes(db->db);
+  if (!rc)
+    rc = exec_sql(db->db, "DELETE FROM symbols WHERE id NOT IN (SELECT symbol_id FROM run_pcs)");
+  res->symbols = sqlite3_changes(db->db);
   exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
   return rc;
 }

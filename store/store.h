@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ST_SCHEMA_VERSION 2 /* the newest schema this build writes and reads */
+#define ST_SCHEMA_VERSION 3 /* the newest schema this build writes and reads */
 
 #define ST_ERRORS(E)                                                                         \
   E(BUSY, "the database is locked by another process")                                       \
@@ -95,11 +95,43 @@ int st_run_flush(st_db_t *db, int64_t run_id, const st_sig_rec_t *recs, size_t n
 /* status: "exited" (normal exit) or "exec" (the process image was replaced). */
 int st_run_end(st_db_t *db, int64_t run_id, int64_t end_ns, const char *status);
 
+/* What the sampler learnt, as cumulative totals per run (flushes overwrite). A NULL key means
+ * "outside any operator" (the host's own time, stored as sig_id 0); a key must belong to a
+ * signature this run already flushed. */
+typedef struct st_pc_rec_s {  /* samples whose PC fell in one symbol */
+  const void *key;
+  size_t key_len;
+  const char *module, *symbol; /* module path; symbol name, or "+0x1234" when none */
+  uint64_t samples;
+} st_pc_rec_t;
+typedef struct st_stack_rec_s { /* samples of one call stack */
+  const void *key;
+  size_t key_len;
+  const char *stack; /* folded, outermost frame first: "mod`sym;mod`sym" */
+  uint64_t samples;
+} st_stack_rec_t;
+typedef struct st_counter_rec_s { /* a hardware counter's total over the samples */
+  const void *key;
+  size_t key_len;
+  const char *event;
+  uint64_t value;
+} st_counter_rec_t;
+typedef struct st_samples_s {
+  const char *sampling; /* JSON object: mode, event, hz, notes, samples, lost */
+  const st_pc_rec_t *pcs;
+  size_t npcs;
+  const st_stack_rec_t *stacks;
+  size_t nstacks;
+  const st_counter_rec_t *counters;
+  size_t ncounters;
+} st_samples_t;
+int st_run_samples(st_db_t *db, int64_t run_id, const st_samples_t *s);
+
 /* Deletes runs beyond the newest keep_runs and runs that ended before older_than_ns (0: no
  * age limit), never a run still marked running unless its process is gone, then everything
  * no remaining run refers to. Counts what it deleted. */
 typedef struct st_gc_result_s {
-  int64_t runs, signatures, programs, machines;
+  int64_t runs, signatures, programs, machines, symbols;
 } st_gc_result_t;
 int st_gc(st_db_t *db, int64_t keep_runs, int64_t older_than_ns, st_gc_result_t *res);
 
@@ -114,8 +146,9 @@ typedef struct st_api_s {
   int (*run_flush)(st_db_t *db, int64_t run_id, const st_sig_rec_t *recs, size_t n,
                    uint64_t overflow_calls, int64_t now_ns);
   int (*run_end)(st_db_t *db, int64_t run_id, int64_t end_ns, const char *status);
+  int (*run_samples)(st_db_t *db, int64_t run_id, const st_samples_t *s);
 } st_api_t;
-#define ST_API_ABI 1
+#define ST_API_ABI 2
 #define ST_API_SYMBOL "opjit_store_api"
 #define ST_MODULE_NAME "libopjit-store.so"
 

@@ -299,3 +299,30 @@ Test(store, fork_lineage_links_whichever_run_is_recorded_first)
   cr_assert_eq(query(db, sql), 1);
   st_close(db);
 }
+
+Test(store, samples_are_cumulative_and_host_time_is_sig_zero)
+{
+  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  int64_t run = begin(db, 77);
+  st_sig_rec_t r = rec("gemm", 10);
+  cr_assert_eq(st_run_flush(db, run, &r, 1, 0, 5), ST_OK);
+  st_pc_rec_t pcs[2] = {{r.key, r.key_len, "/lib/libblas.so", "sgemm_kernel", 30},
+                        {NULL, 0, "/bin/prog", "main", 10}};
+  st_stack_rec_t stacks[1] = {{r.key, r.key_len, "prog`main;libblas.so`sgemm_", 30}};
+  st_counter_rec_t ctr[1] = {{r.key, r.key_len, "instructions", 1000}};
+  st_samples_t s = {"{\"mode\":\"perf\"}", pcs, 2, stacks, 1, ctr, 1};
+  cr_assert_eq(st_run_samples(db, run, &s), ST_OK);
+  pcs[0].samples = 45;
+  cr_assert_eq(st_run_samples(db, run, &s), ST_OK);
+  cr_assert_eq(query(db, "SELECT samples FROM run_pcs JOIN symbols ON id=symbol_id"
+                         " WHERE name='sgemm_kernel'"), 45, "overwritten, not added");
+  cr_assert_eq(query(db, "SELECT samples FROM run_pcs WHERE sig_id=0"), 10);
+  cr_assert_eq(query(db, "SELECT count(*) FROM symbols"), 2);
+  cr_assert_eq(query(db, "SELECT samples FROM run_stacks"), 30);
+  cr_assert_eq(query(db, "SELECT value FROM run_counters WHERE event='instructions'"), 1000);
+  cr_assert_eq(query(db, "SELECT count(*) FROM runs WHERE sampling LIKE '%perf%'"), 1);
+  st_pc_rec_t unknown = {"never-flushed-key-never-flushed!", 32, "m", "s", 1};
+  st_samples_t bad = {NULL, &unknown, 1, NULL, 0, NULL, 0};
+  cr_assert_eq(st_run_samples(db, run, &bad), ST_ENOENT);
+  st_close(db);
+}
