@@ -14,6 +14,8 @@
 #include "log.h"
 #include "opt.h"
 #include "runinfo.h"
+#include "../sampler/aggregate.h"
+#include "../sampler/sampler.h"
 #include "../store/store.h"
 
 #include <dlfcn.h>
@@ -62,6 +64,13 @@ static int store_retry; /* the last step met a transient error (locked, full) */
 static uint64_t *flushed_calls; /* per entry: calls at the last successful flush */
 static uint32_t flushed_cap;
 static uint64_t flushed_overflow;
+static sp_agg_t *agg;       /* what the sampler found in this run */
+static int sampling;        /* sp_start succeeded for this writer */
+static int agg_opmods;      /* resolved originals already declared to agg */
+
+/* Originals resolved so far: their modules are where operator time goes (sampler attribution). */
+static const void *_Atomic resolved[32];
+static _Atomic int nresolved;
 
 /* The absolute time ms milliseconds from now on clock. */
 static struct timespec deadline_after(clockid_t clock, long ms)
@@ -142,11 +151,16 @@ void *ag_resolve_slow(void *_Atomic *cache, const char *name)
       fn = h ? dlsym(h, name) : NULL;
     }
   }
-  if (!fn)
+  if (!fn) {
     ag_log(AG_LOG_ERROR, "no definition of %s after the agent and no system BLAS: the call "
                          "is skipped", name);
-  else
-    atomic_store_explicit(cache, fn, memory_order_release);
+    return NULL;
+  }
+  if (!atomic_exchange(cache, fn)) {
+    int i = atomic_fetch_add(&nresolved, 1);
+    if (i < (int)(sizeof resolved / sizeof *resolved))
+      atomic_store(&resolved[i], fn);
+  }
   return fn;
 }
 
@@ -281,6 +295,153 @@ out:
   free(recs), free(text), free(total), free(calls), free(idx);
 }
 
+/* ---- sampling (on the writer thread) ----------------------------------------------------- */
+
+static uint32_t own_op(void) { return ag_tl.cur ? atomic_load_explicit(ag_tl.cur, memory_order_relaxed) : 0; }
+
+/* Threads that registered are host threads: their samples are theirs alone. The others (BLAS
+ * pool threads) work for whichever operator is in flight. */
+static uint32_t pool_op(void) { return ag_tl.cur ? 0 : ag_tcount_inflight(); }
+
+static void start_sampling(void)
+{
+  static const char *const events[] = {"auto", "cycles", "task-clock", "cpu-clock", "timer"};
+  sampling = 0;
+  if (opts.num[AG_OPT_SAMPLE_HZ] <= 0)
+    return;
+  if (!agg && !(agg = sp_agg_new()))
+    return;
+  sp_config_t c = {.hz = (int)opts.num[AG_OPT_SAMPLE_HZ],
+                   .events = events[opts.num[AG_OPT_EVENTS]],
+                   .stack_depth = (int)opts.num[AG_OPT_STACK_DEPTH],
+                   .attrib = {own_op, pool_op}};
+  int rc = sp_start(&c);
+  sp_status_t st;
+  sp_status(&st);
+  for (char *p = st.notes; *p; p++)
+    if (*p == '\n')
+      *p = ';';
+  /* No PMU in a VM is normal: the note is kept in the run; a refusal of perf_event is not. */
+  int refused = rc || st.mode == SP_TIMER ||
+                (opts.num[AG_OPT_EVENTS] == 1 && st.mode != SP_PERF_HW);
+  if (rc)
+    ag_log(AG_LOG_WARN, "sampling is off: %s", st.notes);
+  else if (refused)
+    ag_log(AG_LOG_WARN, "sampling with %s: %s", st.event, st.notes);
+  else if (st.notes[0])
+    ag_log(AG_LOG_INFO, "sampling with %s: %s", st.event, st.notes);
+  sampling = rc == 0;
+}
+
+/* Moves the sampler's rings into the aggregation. */
+static void drain_samples(void)
+{
+  static sp_sample_t buf[512];
+  int n = atomic_load(&nresolved);
+  for (; agg_opmods < n && agg_opmods < (int)(sizeof resolved / sizeof *resolved); agg_opmods++)
+    sp_agg_operator_module(agg, atomic_load(&resolved[agg_opmods]));
+  sp_status_t st;
+  sp_status(&st);
+  for (size_t got; (got = sp_drain(buf, sizeof buf / sizeof *buf)) > 0;)
+    sp_agg_add(agg, buf, got, st.ncounters);
+}
+
+/* Growable arrays of store records, filled by sp_agg_visit. */
+typedef struct samples_out_s {
+  st_pc_rec_t *pcs;
+  st_stack_rec_t *stacks;
+  st_counter_rec_t *counters;
+  size_t npcs, nstacks, ncounters, cap[3];
+  sp_status_t st;
+  int oom;
+} samples_out_t;
+
+/* The key of operator op (entry index + 1), or NULL for 0 and unknown operators. */
+static const ag_sig_t *op_key(uint32_t op)
+{
+  return op && op <= ag_table_count(ag_table) ? &ag_table_entry(ag_table, op - 1)->key : NULL;
+}
+
+#define PUSH(o, arr, n, capi, rec)                                                           \
+  do {                                                                                       \
+    if ((o)->n == (o)->cap[capi]) {                                                          \
+      size_t nc_ = (o)->cap[capi] ? 2 * (o)->cap[capi] : 64;                                 \
+      void *p_ = realloc((o)->arr, nc_ * sizeof *(o)->arr);                                  \
+      if (!p_) {                                                                             \
+        (o)->oom = 1;                                                                        \
+        break;                                                                               \
+      }                                                                                      \
+      (o)->arr = p_, (o)->cap[capi] = nc_;                                                   \
+    }                                                                                        \
+    (o)->arr[(o)->n++] = rec;                                                                \
+  } while (0)
+
+static void visit_pc(void *ctx, uint32_t op, const char *module, const char *symbol, uint64_t n)
+{
+  samples_out_t *o = ctx;
+  const ag_sig_t *k = op_key(op);
+  PUSH(o, pcs, npcs, 0, ((st_pc_rec_t){k, k ? sizeof *k : 0, module, symbol, n}));
+}
+
+static void visit_stack(void *ctx, uint32_t op, const char *folded, uint64_t n)
+{
+  samples_out_t *o = ctx;
+  const ag_sig_t *k = op_key(op);
+  PUSH(o, stacks, nstacks, 1, ((st_stack_rec_t){k, k ? sizeof *k : 0, folded, n}));
+}
+
+static void visit_counter(void *ctx, uint32_t op, int c, uint64_t v)
+{
+  samples_out_t *o = ctx;
+  const ag_sig_t *k = op_key(op);
+  if (c < o->st.ncounters)
+    PUSH(o, counters, ncounters, 2, ((st_counter_rec_t){k, k ? sizeof *k : 0, o->st.counter_names[c], v}));
+}
+
+/* The run's sampling summary as a JSON object. */
+static void sampling_json(const sp_status_t *st, char *buf, size_t len)
+{
+  static const char *const modes[] = {"off", "perf", "perf", "timer"};
+  int n = snprintf(buf, len,
+                   "{\"mode\":\"%s\",\"event\":\"%s\",\"hz\":%d,\"stack_depth\":%d,"
+                   "\"samples\":%llu,\"lost\":%llu,\"counters\":[",
+                   modes[st->mode], st->event, st->hz, st->stack_depth,
+                   (unsigned long long)st->samples, (unsigned long long)st->lost);
+  for (int i = 0; i < st->ncounters && n > 0 && (size_t)n < len; i++)
+    n += snprintf(buf + n, len - (size_t)n, "%s\"%s\"", i ? "," : "", st->counter_names[i]);
+  if (n > 0 && (size_t)n < len)
+    n += snprintf(buf + n, len - (size_t)n, "],\"notes\":[");
+  for (const char *p = st->notes; *p && n > 0 && (size_t)n + 8 < len;) {
+    size_t l = strcspn(p, "\n");
+    n += snprintf(buf + n, len - (size_t)n, "%s\"", p == st->notes ? "" : ",");
+    for (size_t i = 0; i < l && (size_t)n + 4 < len; i++)
+      buf[n++] = p[i] == '"' || p[i] == '\\' ? '\'' : p[i];
+    n += snprintf(buf + n, len - (size_t)n, "\"");
+    p += l + (p[l] == '\n');
+  }
+  if (n > 0 && (size_t)n < len)
+    snprintf(buf + n, len - (size_t)n, "]}");
+}
+
+/* Writes the sampled profile so far (cumulative, like the counts). */
+static void write_samples(void)
+{
+  if (!agg)
+    return;
+  samples_out_t o = {0};
+  sp_status(&o.st);
+  char json[2048];
+  sampling_json(&o.st, json, sizeof json);
+  sp_agg_visit(agg, &(sp_agg_visit_t){&o, NULL, visit_pc, visit_stack, visit_counter});
+  if (!o.oom) {
+    st_samples_t s = {json, o.pcs, o.npcs, o.stacks, o.nstacks, o.counters, o.ncounters};
+    int rc = store->run_samples(db, run_id, &s);
+    if (rc)
+      write_failed("cannot write the samples", rc);
+  }
+  free(o.pcs), free(o.stacks), free(o.counters);
+}
+
 /* One writer step: open what is not open yet, then flush; the last step also ends the run.
  * Returns 1 when a transient error (locked, full) left work undone. */
 static int writer_step(int final)
@@ -293,6 +454,8 @@ static int writer_step(int final)
     begin_run();
   if (!store_dead && db && run_id) {
     flush();
+    if (!store_dead && !store_retry)
+      write_samples();
     if (final && !store_dead && !store_retry) {
       int rc = store->run_end(db, run_id, realtime_ns(), end_status);
       if (rc)
@@ -307,18 +470,27 @@ static int writer_step(int final)
  * same program may be writing its own final step right now). */
 static void final_step(void)
 {
+  if (sampling) {
+    sp_stop();
+    drain_samples();
+  }
   uint64_t deadline = ag_now_ns() + (uint64_t)opts.num[AG_OPT_EXIT_WAIT_MS] * 1000000u * 3 / 4;
   while (writer_step(1) && ag_now_ns() < deadline)
     nanosleep(&(struct timespec){0, 20 * 1000000}, NULL);
 }
 
+/* The writer: drains the sampler every tick (100 ms, or the flush period if shorter), rescans
+ * threads every 5 ticks, and writes to the database every OPJIT_FLUSH_MS. */
 static void *writer_main(void *arg)
 {
   (void)arg;
   pthread_setname_np(pthread_self(), "opjit-writer");
+  start_sampling();
+  long flush_ms = opts.num[AG_OPT_FLUSH_MS], tick_ms = sampling && flush_ms > 100 ? 100 : flush_ms;
+  uint64_t next_flush = ag_now_ns() + (uint64_t)flush_ms * 1000000u;
   pthread_mutex_lock(&mu);
-  for (;;) {
-    struct timespec dl = deadline_after(CLOCK_MONOTONIC, opts.num[AG_OPT_FLUSH_MS]);
+  for (unsigned ticks = 1;; ticks++) {
+    struct timespec dl = deadline_after(CLOCK_MONOTONIC, tick_ms);
     while (!stop && pthread_cond_timedwait(&cond, &mu, &dl) != ETIMEDOUT)
       ;
     int final = stop;
@@ -327,7 +499,15 @@ static void *writer_main(void *arg)
       final_step();
       return NULL;
     }
-    writer_step(0);
+    if (sampling) {
+      drain_samples();
+      if (ticks % 5 == 0)
+        sp_rescan();
+    }
+    if (ag_now_ns() >= next_flush) {
+      writer_step(0);
+      next_flush = ag_now_ns() + (uint64_t)flush_ms * 1000000u;
+    }
     pthread_mutex_lock(&mu);
   }
 }
@@ -458,6 +638,11 @@ static void atfork_child(void)
     ag_table_reset_counts(ag_table);
     ag_tcount_after_fork_child();
   }
+  sp_after_fork_child();
+  sp_agg_free(agg); /* the parent's samples */
+  agg = NULL;
+  agg_opmods = 0;
+  sampling = 0;
   pthread_mutex_unlock(&activate_mu);
   pthread_mutex_init(&mu, NULL);
   init_cond();

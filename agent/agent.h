@@ -42,9 +42,11 @@ typedef struct ag_tlc_slot_s {
  * address computation. */
 typedef struct ag_thread_s {
   int depth;                 /* > 0 while this thread is inside an intercepted call */
-  int shared;                /* 1: no counters of its own, count on the shared entries */
   uint32_t tick;             /* counted calls, for timing one in N */
-  _Atomic uint64_t *calls;   /* this thread's counters (tcount.h), or NULL */
+  _Atomic uint64_t *calls;   /* this thread's counters (tcount.h), or NULL: shared entries */
+  _Atomic uint32_t *cur;     /* where this thread's current operator is kept; NULL until the
+                                thread registers (tcount.h) */
+  _Atomic uint32_t own_cur;  /* ... when no shared slot was free */
   ag_tlc_slot_t tlc[AG_TLC_SLOTS];
 } ag_thread_t;
 extern AG_TLS ag_thread_t ag_tl;
@@ -128,8 +130,9 @@ static inline __attribute__((always_inline)) int ag_call_begin(ag_call_t *c, con
     atomic_fetch_add_explicit(&ag_overflow_calls, 1, memory_order_relaxed);
     return 1;
   }
-  if (ag_unlikely(!ag_tl.calls) && !ag_tl.shared)
-    ag_tl.shared = !(ag_tl.calls = ag_tcount_register());
+  if (ag_unlikely(!ag_tl.cur))
+    ag_tcount_register();
+  atomic_store_explicit(ag_tl.cur, e->index + 1, memory_order_relaxed);
   if (ag_likely(ag_tl.calls != NULL)) { /* only this thread stores here: no locked add */
     _Atomic uint64_t *p = &ag_tl.calls[e->index];
     atomic_store_explicit(p, atomic_load_explicit(p, memory_order_relaxed) + 1,
@@ -145,6 +148,8 @@ static inline __attribute__((always_inline)) int ag_call_begin(ag_call_t *c, con
 
 static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
 {
+  if (ag_likely(c->e != NULL))
+    atomic_store_explicit(ag_tl.cur, 0, memory_order_relaxed);
   if (c->t0) {
     uint64_t dt = ag_now_ns() - c->t0;
     atomic_fetch_add_explicit(&c->e->timed, 1, memory_order_relaxed);

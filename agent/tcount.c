@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Per-thread call counters: a registry of live threads' arrays, summed by the writer. */
+/* The registry of host threads: counter arrays summed by the writer, and the current-operator
+ * slots the sampler reads. */
 #define _GNU_SOURCE
 #include "tcount.h"
 #include "agent.h"
@@ -11,8 +12,19 @@
 
 typedef struct tc_thread_s {
   struct tc_thread_s *next, *prev;
-  _Atomic uint64_t *calls;
+  _Atomic uint64_t *calls; /* NULL: this thread counts on the shared entries */
+  int cur_slot;            /* index in cur_slots, or -1 (ag_tl.own_cur is used) */
 } tc_thread_t;
+
+/* Current-operator slots, one cache line each: written by their thread on every counted call,
+ * read by signal handlers in other threads. Claimed at registration, released at exit. */
+typedef struct cur_slot_s {
+  _Atomic uint32_t op;
+  _Atomic int owned;
+  char pad[56];
+} cur_slot_t;
+static cur_slot_t cur_slots[AG_CUR_SLOTS];
+static _Atomic int cur_hiwater;
 
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static tc_thread_t reg_head = {&reg_head, &reg_head, NULL}; /* circular list */
@@ -24,7 +36,7 @@ static AG_TLS tc_thread_t *tl_self;
 /* Adds a thread's counts to the table's entries and zeroes them. Called with reg_mu held. */
 static void fold(tc_thread_t *t)
 {
-  uint32_t n = ag_table_count(reg_table);
+  uint32_t n = t->calls ? ag_table_count(reg_table) : 0;
   for (uint32_t i = 0; i < n; i++) {
     uint64_t c = atomic_load_explicit(&t->calls[i], memory_order_relaxed);
     if (c) {
@@ -36,7 +48,12 @@ static void fold(tc_thread_t *t)
 
 static void release(tc_thread_t *t)
 {
-  munmap((void *)t->calls, reg_bytes);
+  if (t->calls)
+    munmap((void *)t->calls, reg_bytes);
+  if (t->cur_slot >= 0) {
+    atomic_store(&cur_slots[t->cur_slot].op, 0);
+    atomic_store(&cur_slots[t->cur_slot].owned, 0);
+  }
   free(t);
 }
 
@@ -51,6 +68,7 @@ static void thread_gone(void *arg)
   t->next->prev = t->prev;
   pthread_mutex_unlock(&reg_mu);
   ag_tl.calls = NULL;
+  ag_tl.cur = NULL;
   tl_self = NULL;
   release(t);
 }
@@ -62,20 +80,34 @@ int ag_tcount_init(ag_table_t *t, uint32_t capacity)
   return pthread_key_create(&reg_key, thread_gone) ? -1 : 0;
 }
 
-_Atomic uint64_t *ag_tcount_register(void)
+/* Claims a free current-operator slot; -1 when all are taken. */
+static int claim_cur_slot(void)
 {
-  tc_thread_t *t = calloc(1, sizeof *t);
-  void *mem = t ? mmap(NULL, reg_bytes, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-                : MAP_FAILED;
-  if (mem == MAP_FAILED) {
-    free(t);
-    return NULL;
+  for (int i = 0; i < AG_CUR_SLOTS; i++) {
+    int free_ = 0;
+    if (atomic_compare_exchange_strong(&cur_slots[i].owned, &free_, 1)) {
+      int hi = atomic_load(&cur_hiwater);
+      while (hi <= i && !atomic_compare_exchange_weak(&cur_hiwater, &hi, i + 1))
+        ;
+      return i;
+    }
   }
-  t->calls = mem;
+  return -1;
+}
+
+void ag_tcount_register(void)
+{
+  ag_tl.cur = &ag_tl.own_cur;
+  tc_thread_t *t = calloc(1, sizeof *t);
+  if (!t)
+    return;
+  void *mem = mmap(NULL, reg_bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  t->calls = mem == MAP_FAILED ? NULL : mem;
+  t->cur_slot = claim_cur_slot();
   if (pthread_setspecific(reg_key, t)) {
     release(t);
-    return NULL;
+    return;
   }
   pthread_mutex_lock(&reg_mu);
   t->next = reg_head.next;
@@ -84,7 +116,20 @@ _Atomic uint64_t *ag_tcount_register(void)
   reg_head.next = t;
   pthread_mutex_unlock(&reg_mu);
   tl_self = t;
-  return t->calls;
+  ag_tl.calls = t->calls;
+  if (t->cur_slot >= 0)
+    ag_tl.cur = &cur_slots[t->cur_slot].op;
+}
+
+uint32_t ag_tcount_inflight(void)
+{
+  int n = atomic_load_explicit(&cur_hiwater, memory_order_relaxed);
+  for (int i = 0; i < n; i++) {
+    uint32_t op = atomic_load_explicit(&cur_slots[i].op, memory_order_relaxed);
+    if (op)
+      return op;
+  }
+  return 0;
 }
 
 void ag_tcount_sum(uint64_t *out, uint32_t n)
@@ -93,7 +138,7 @@ void ag_tcount_sum(uint64_t *out, uint32_t n)
   for (uint32_t i = 0; i < n; i++)
     out[i] = atomic_load_explicit(&ag_table_entry(reg_table, i)->calls, memory_order_relaxed);
   for (tc_thread_t *t = reg_head.next; t != &reg_head; t = t->next)
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = 0; t->calls && i < n; i++)
       out[i] += atomic_load_explicit(&t->calls[i], memory_order_relaxed);
   pthread_mutex_unlock(&reg_mu);
 }
@@ -110,7 +155,8 @@ void ag_tcount_after_fork_child(void)
   }
   reg_head.next = reg_head.prev = &reg_head;
   if (tl_self) {
-    memset((void *)tl_self->calls, 0, (size_t)ag_table_count(reg_table) * sizeof(uint64_t));
+    if (tl_self->calls)
+      memset((void *)tl_self->calls, 0, (size_t)ag_table_count(reg_table) * sizeof(uint64_t));
     tl_self->next = tl_self->prev = &reg_head;
     reg_head.next = reg_head.prev = tl_self;
   }

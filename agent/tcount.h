@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
-/* Per-thread call counters: each host thread counts its calls in an array of its own, indexed
- * like the signature table, with plain (relaxed) stores, so a call never pays for a locked
- * add. The writer sums the table's counters and every live thread's array under one mutex; a
- * thread that exits adds its counts to the table first (pthread key destructor).
- *
- *   total calls of entry i = table.entry[i].calls + sum over live threads of thread.calls[i]
- *
- * The arrays are anonymous mappings the size of the table: only the pages a thread touches
- * become memory. A thread whose array cannot be made falls back to atomic adds on the entry. */
+/* The registry of host threads: each thread that makes a counted call registers once and gets
+ *  - its own call counters, an array indexed like the signature table, bumped with plain
+ *    (relaxed) stores so a call never pays for a locked add. The writer sums the table's
+ *    counters and every live thread's array under one mutex; a thread that exits adds its
+ *    counts to the table first (pthread key destructor):
+ *        total calls of entry i = table.entry[i].calls + sum over live threads of calls[i]
+ *    The arrays are anonymous mappings the size of the table: only touched pages cost memory.
+ *    A thread whose array cannot be made counts with atomic adds on the shared entries.
+ *  - its "current operator" slot (entry index + 1, 0 = none), which the sampler's signal
+ *    handler reads: the thread's own for its samples, every thread's for samples taken in
+ *    threads that never call an operator themselves (BLAS pool threads). */
 #ifndef OPJIT_AGENT_TCOUNT_H
 #define OPJIT_AGENT_TCOUNT_H
 
@@ -16,14 +18,21 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#define AG_CUR_SLOTS 256 /* threads whose operator pool threads can see; more keep their own */
+
 /* Sets up the registry for table t (once per process, before the first call is counted). */
 int ag_tcount_init(ag_table_t *t, uint32_t capacity);
 
-/* Registers the calling thread; returns its counter array or NULL (then use atomic adds). */
-_Atomic uint64_t *ag_tcount_register(void);
+/* Registers the calling thread: sets ag_tl.calls (NULL: count on the shared entries) and
+ * ag_tl.cur (never NULL afterwards). */
+void ag_tcount_register(void);
 
 /* Total calls of entries [0, n) into out[0..n). */
 void ag_tcount_sum(uint64_t *out, uint32_t n);
+
+/* For the sampler's handler (async-signal-safe): the operator some registered thread is
+ * running now (entry index + 1), or 0. */
+uint32_t ag_tcount_inflight(void);
 
 /* Fork child: the threads that did not survive the fork are forgotten, and the surviving
  * thread's counts zeroed (the child's run starts from zero). */

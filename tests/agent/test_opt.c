@@ -64,6 +64,9 @@ Test(opt, every_option_parsed)
   setenv_fake("OPJIT_EXIT_WAIT_MS", "0");
   setenv_fake("OPJIT_BUSY_MS", "50");
   setenv_fake("OPJIT_MAX_SIGS", "1M");
+  setenv_fake("OPJIT_SAMPLE_HZ", "997");
+  setenv_fake("OPJIT_EVENTS", "timer");
+  setenv_fake("OPJIT_STACK_DEPTH", "0");
   setenv_fake("OPJIT_LOG", "DEBUG");
   setenv_fake("OPJIT_LOG_FILE", "/tmp/opjit.log");
   cr_assert_eq(env_n, AG_OPT__COUNT, "a new option needs a line in this test");
@@ -78,6 +81,9 @@ Test(opt, every_option_parsed)
   cr_assert_eq(o.num[AG_OPT_EXIT_WAIT_MS], 0);
   cr_assert_eq(o.num[AG_OPT_BUSY_MS], 50);
   cr_assert_eq(o.num[AG_OPT_MAX_SIGS], 1 << 20);
+  cr_assert_eq(o.num[AG_OPT_SAMPLE_HZ], 997);
+  cr_assert_eq(o.num[AG_OPT_EVENTS], 4);
+  cr_assert_eq(o.num[AG_OPT_STACK_DEPTH], 0);
   cr_assert_eq(o.num[AG_OPT_LOG], 3);
   cr_assert_str_eq(o.str[AG_OPT_LOG_FILE], "/tmp/opjit.log");
   for (int id = 0; id < AG_OPT__COUNT; id++)
@@ -91,6 +97,7 @@ Test(opt, bad_values_keep_the_default_with_one_line_each)
       {"OPJIT_DISABLE", "maybe"},    {"OPJIT_MODE", "jit"},       {"OPJIT_HOSTS", "blas,cuda"},
       {"OPJIT_TIME_EVERY", "0"},     {"OPJIT_FLUSH_MS", "abc"},   {"OPJIT_EXIT_WAIT_MS", "-5"},
       {"OPJIT_BUSY_MS", "12x"},      {"OPJIT_MAX_SIGS", "99999999999999999999"},
+      {"OPJIT_SAMPLE_HZ", "fast"},   {"OPJIT_EVENTS", "instructions"}, {"OPJIT_STACK_DEPTH", "64"},
       {"OPJIT_LOG", ""},
   };
   size_t n = sizeof bad / sizeof *bad;

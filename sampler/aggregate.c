@@ -1,0 +1,270 @@
+/* SPDX-License-Identifier: MIT */
+/* The aggregator: interned strings, a PC -> symbol cache, and one counting map keyed by
+ * (operator, kind, interned string or number). Open addressing, doubled when half full. */
+#define _GNU_SOURCE
+#include "aggregate.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { K_OP, K_PC, K_STACK, K_COUNTER }; /* what a count is of */
+
+typedef struct agg_key_s {
+  uint32_t op, kind;
+  const char *s; /* interned (K_PC: the symbol; K_STACK: the folded stack) */
+  const char *module; /* K_PC: interned module path */
+  uint64_t n;    /* K_COUNTER: counter index */
+} agg_key_t;
+
+typedef struct count_s {
+  agg_key_t key;
+  uint64_t value;
+  int used;
+} count_t;
+
+typedef struct str_s {
+  char *s;
+  uint64_t hash;
+} str_t;
+
+typedef struct pcsym_s {
+  uint64_t pc;
+  const char *module, *symbol, *frame; /* interned; frame = folded frame name */
+  int opmod;                           /* the PC is in an operator module */
+} pcsym_t;
+
+struct sp_agg_s {
+  count_t *counts;
+  size_t ncounts, capcounts;
+  str_t *strs;
+  size_t nstrs, capstrs;
+  pcsym_t *pcs;
+  size_t npcs, cappcs;
+  const void *opmods[16]; /* base addresses of declared operator modules */
+  int nopmods;
+};
+
+static uint64_t hash_bytes(const void *p, size_t n, uint64_t h)
+{
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+static uint64_t mix(uint64_t h)
+{
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  return h ^ (h >> 33);
+}
+
+/* Grows an open-addressing array to twice its size (or 64) and reinserts with rehash. */
+#define GROW(arr, n, cap, type, HASH, EMPTY)                                                 \
+  do {                                                                                       \
+    size_t ncap_ = (cap) ? 2 * (cap) : 64;                                                   \
+    type *na_ = calloc(ncap_, sizeof *na_);                                                  \
+    if (!na_)                                                                                \
+      return NULL;                                                                           \
+    for (size_t i_ = 0; i_ < (cap); i_++) {                                                  \
+      if (EMPTY((arr)[i_]))                                                                  \
+        continue;                                                                            \
+      size_t j_ = HASH((arr)[i_]) & (ncap_ - 1);                                             \
+      while (!EMPTY(na_[j_]))                                                                \
+        j_ = (j_ + 1) & (ncap_ - 1);                                                         \
+      na_[j_] = (arr)[i_];                                                                   \
+    }                                                                                        \
+    free(arr);                                                                               \
+    (arr) = na_;                                                                             \
+    (cap) = ncap_;                                                                           \
+  } while (0)
+
+#define STR_EMPTY(x) (!(x).s)
+#define STR_HASH(x) ((x).hash)
+#define PC_EMPTY(x) (!(x).module)
+#define PC_HASH(x) (mix((x).pc))
+#define COUNT_EMPTY(x) (!(x).used)
+#define COUNT_HASH(x) (key_hash(&(x).key))
+
+static uint64_t key_hash(const agg_key_t *k)
+{
+  return mix(((uint64_t)k->op << 32 | k->kind) ^ (uint64_t)(uintptr_t)k->s * 31 ^
+             (uint64_t)(uintptr_t)k->module * 17 ^ k->n * 0x9e3779b97f4a7c15ull);
+}
+
+/* The interned copy of s (NULL when out of memory). */
+static const char *intern(sp_agg_t *a, const char *s)
+{
+  if (2 * (a->nstrs + 1) > a->capstrs)
+    GROW(a->strs, a->nstrs, a->capstrs, str_t, STR_HASH, STR_EMPTY);
+  uint64_t h = hash_bytes(s, strlen(s), 0xcbf29ce484222325ull);
+  size_t i = h & (a->capstrs - 1);
+  for (; a->strs[i].s; i = (i + 1) & (a->capstrs - 1))
+    if (a->strs[i].hash == h && strcmp(a->strs[i].s, s) == 0)
+      return a->strs[i].s;
+  if (!(a->strs[i].s = strdup(s)))
+    return NULL;
+  a->strs[i].hash = h;
+  a->nstrs++;
+  return a->strs[i].s;
+}
+
+static int is_opmod_name(const char *path)
+{
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  return strstr(base, "blas") || strstr(base, "lapack") || strstr(base, "blis") ||
+         strstr(base, "mkl");
+}
+
+void sp_frame_name(const char *module, const char *symbol, char *out, size_t len)
+{
+  const char *base = strrchr(module, '/');
+  snprintf(out, len, "%s`%s", base ? base + 1 : module, symbol);
+  for (char *p = out; *p; p++)
+    if (*p == ';' || *p == ' ' || *p == '\n' || *p == '\t')
+      *p = '_';
+}
+
+/* The symbol of pc, from the cache or dladdr. NULL when out of memory. */
+static const pcsym_t *symbolise(sp_agg_t *a, uint64_t pc)
+{
+  if (2 * (a->npcs + 1) > a->cappcs)
+    GROW(a->pcs, a->npcs, a->cappcs, pcsym_t, PC_HASH, PC_EMPTY);
+  size_t i = mix(pc) & (a->cappcs - 1);
+  for (; a->pcs[i].module; i = (i + 1) & (a->cappcs - 1))
+    if (a->pcs[i].pc == pc)
+      return &a->pcs[i];
+  Dl_info di;
+  char sym[64], frame[512];
+  const char *module = "[unknown]", *name = NULL;
+  int opmod = 0;
+  if (dladdr((void *)pc, &di) && di.dli_fname) {
+    module = di.dli_fname[0] ? di.dli_fname : "[main]";
+    name = di.dli_sname;
+    if (!name) {
+      snprintf(sym, sizeof sym, "+0x%llx",
+               (unsigned long long)(pc - (uint64_t)(uintptr_t)di.dli_fbase));
+      name = sym;
+    }
+    opmod = is_opmod_name(module);
+    for (int k = 0; k < a->nopmods && !opmod; k++)
+      opmod = a->opmods[k] == di.dli_fbase;
+  } else {
+    snprintf(sym, sizeof sym, "0x%llx", (unsigned long long)pc);
+    name = sym;
+  }
+  sp_frame_name(module, name, frame, sizeof frame);
+  pcsym_t *p = &a->pcs[i];
+  if (!(p->symbol = intern(a, name)) || !(p->frame = intern(a, frame)) ||
+      !(p->module = intern(a, module)))
+    return p->module = NULL, NULL;
+  p->pc = pc;
+  p->opmod = opmod;
+  a->npcs++;
+  return p;
+}
+
+static count_t *grow_counts(sp_agg_t *a)
+{
+  GROW(a->counts, a->ncounts, a->capcounts, count_t, COUNT_HASH, COUNT_EMPTY);
+  return a->counts;
+}
+
+/* Adds v to the count of key k (dropped when out of memory). */
+static void count(sp_agg_t *a, agg_key_t k, uint64_t v)
+{
+  if (2 * (a->ncounts + 1) > a->capcounts && !grow_counts(a))
+    return;
+  size_t i = key_hash(&k) & (a->capcounts - 1);
+  for (; a->counts[i].used; i = (i + 1) & (a->capcounts - 1)) {
+    agg_key_t *c = &a->counts[i].key;
+    if (c->op == k.op && c->kind == k.kind && c->s == k.s && c->module == k.module && c->n == k.n) {
+      a->counts[i].value += v;
+      return;
+    }
+  }
+  a->counts[i] = (count_t){k, v, 1};
+  a->ncounts++;
+}
+
+sp_agg_t *sp_agg_new(void) { return calloc(1, sizeof(sp_agg_t)); }
+
+void sp_agg_free(sp_agg_t *a)
+{
+  if (!a)
+    return;
+  for (size_t i = 0; i < a->capstrs; i++)
+    free(a->strs[i].s);
+  free(a->strs);
+  free(a->pcs);
+  free(a->counts);
+  free(a);
+}
+
+void sp_agg_operator_module(sp_agg_t *a, const void *addr)
+{
+  Dl_info di;
+  if (a->nopmods < (int)(sizeof a->opmods / sizeof *a->opmods) && dladdr(addr, &di))
+    a->opmods[a->nopmods++] = di.dli_fbase;
+}
+
+void sp_agg_add(sp_agg_t *a, const sp_sample_t *s, size_t n, int ncounters)
+{
+  char folded[8192];
+  for (size_t i = 0; i < n; i++, s++) {
+    const pcsym_t *found = symbolise(a, s->pc);
+    if (!found)
+      continue;
+    const pcsym_t pc = *found; /* a copy: symbolising the frames may grow the cache */
+    uint32_t op = (s->flags & SP_F_POOL) && !pc.opmod ? 0 : s->op;
+    count(a, (agg_key_t){op, K_OP, NULL, NULL, 0}, 1);
+    count(a, (agg_key_t){op, K_PC, pc.symbol, pc.module, 0}, 1);
+    size_t used = 0;
+    folded[0] = 0;
+    for (int f = s->nframes - 1; f >= 0; f--) { /* outermost first */
+      /* Return addresses are symbolised one byte back: the call, not what follows it. */
+      const pcsym_t *fp = f == 0 ? &pc : symbolise(a, s->frames[f] - 1);
+      if (!fp)
+        continue;
+      int w = snprintf(folded + used, sizeof folded - used, "%s%s", used ? ";" : "", fp->frame);
+      if (w < 0 || (size_t)w >= sizeof folded - used)
+        break;
+      used += (size_t)w;
+    }
+    const char *stack = intern(a, folded);
+    if (stack)
+      count(a, (agg_key_t){op, K_STACK, stack, NULL, 0}, 1);
+    for (int c = 0; c < ncounters && c < SP_MAX_COUNTERS; c++)
+      count(a, (agg_key_t){op, K_COUNTER, NULL, NULL, (uint64_t)c}, s->counters[c]);
+  }
+}
+
+void sp_agg_visit(sp_agg_t *a, const sp_agg_visit_t *v)
+{
+  for (size_t i = 0; i < a->capcounts; i++) {
+    const count_t *c = &a->counts[i];
+    if (!c->used)
+      continue;
+    switch (c->key.kind) {
+    case K_OP:
+      if (v->op)
+        v->op(v->ctx, c->key.op, c->value);
+      break;
+    case K_PC:
+      if (v->pc)
+        v->pc(v->ctx, c->key.op, c->key.module, c->key.s, c->value);
+      break;
+    case K_STACK:
+      if (v->stack)
+        v->stack(v->ctx, c->key.op, c->key.s, c->value);
+      break;
+    default:
+      if (v->counter)
+        v->counter(v->ctx, c->key.op, (int)c->key.n, c->value);
+      break;
+    }
+  }
+}

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/* The aggregator: turns drained samples into what the store keeps per operator: samples, a
+ * histogram of the symbols the PCs fell in, folded stacks and counter totals. Symbols come from
+ * dladdr (module path + nearest dynamic symbol), cached per PC. Runs on the writer thread only.
+ * Operators are opaque numbers here (the agent's entry index + 1; 0 = outside any operator). */
+#ifndef OPJIT_SAMPLER_AGGREGATE_H
+#define OPJIT_SAMPLER_AGGREGATE_H
+
+#include "sampler.h"
+
+typedef struct sp_agg_s sp_agg_t;
+
+/* A new, empty aggregation; NULL when out of memory. */
+sp_agg_t *sp_agg_new(void);
+void sp_agg_free(sp_agg_t *a);
+
+/* Declares the module holding addr (an original operator's code) as an operator module. A
+ * sample attributed through the in-flight operators (SP_F_POOL) whose PC is outside every
+ * operator module is the program's own time, not the operator's. Modules whose file name
+ * contains "blas", "lapack", "blis" or "mkl" are operator modules too. */
+void sp_agg_operator_module(sp_agg_t *a, const void *addr);
+
+/* Merges n samples; ncounters counter values per sample are summed. */
+void sp_agg_add(sp_agg_t *a, const sp_sample_t *s, size_t n, int ncounters);
+
+/* Everything merged so far, by callback (strings valid until sp_agg_free). */
+typedef struct sp_agg_visit_s {
+  void *ctx;
+  void (*op)(void *ctx, uint32_t op, uint64_t samples);
+  void (*pc)(void *ctx, uint32_t op, const char *module, const char *symbol, uint64_t samples);
+  void (*stack)(void *ctx, uint32_t op, const char *folded, uint64_t samples);
+  void (*counter)(void *ctx, uint32_t op, int counter, uint64_t value);
+} sp_agg_visit_t;
+void sp_agg_visit(sp_agg_t *a, const sp_agg_visit_t *v);
+
+/* The folded frame name of a module path and symbol: "basename`symbol", with ';', spaces and
+ * newlines replaced by '_' (folded-stack readers split on them). */
+void sp_frame_name(const char *module, const char *symbol, char *out, size_t len);
+
+#endif

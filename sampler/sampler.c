@@ -1,0 +1,542 @@
+/* SPDX-License-Identifier: MIT */
+/* The sampler: per-thread events, the recording signal handler, the rings, and draining.
+ *
+ * Slots: one per sampled thread, in a fixed array that is never freed, so the handler can
+ * always touch the slot (and its ring) it finds. A slot's state moves
+ *     FREE ──claim──▶ SETUP ──armed──▶ ARMED ──release──▶ FREE
+ * under sp_mu (never taken by the handler). The handler writes only into an ARMED slot's ring,
+ * and only the slot's own thread runs it (the signal is directed at that thread), so each ring
+ * has one producer; sp_drain is the one consumer. Rings stay allocated when a slot is freed:
+ * a late signal can never write into freed memory. The handler stays installed for the life of
+ * the process: a real-time signal's default action would kill it. */
+#define _GNU_SOURCE
+#include "sampler.h"
+#include "sys.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#define SP_RING 256 /* samples per thread between drains (~0.5 s at 499 Hz) */
+
+enum { SLOT_FREE = 0, SLOT_SETUP, SLOT_ARMED };
+
+typedef struct sp_ring_s {
+  _Atomic uint32_t head; /* written by the handler (producer) */
+  _Atomic uint32_t tail; /* written by sp_drain (consumer) */
+  sp_sample_t buf[SP_RING];
+} sp_ring_t;
+
+typedef struct sp_slot_s {
+  _Atomic int state;
+  pid_t tid;
+  int fd;                       /* perf event (group leader), or -1 */
+  int member_fds[SP_MAX_COUNTERS];
+  timer_t timer;
+  int has_timer;
+  uint64_t last[SP_MAX_COUNTERS]; /* counter values at the previous sample (handler only) */
+  sp_ring_t *ring;
+} sp_slot_t;
+
+static sp_slot_t slots[SP_MAX_THREADS];
+static _Atomic int hiwater; /* slots [0, hiwater) have been used */
+static pthread_mutex_t sp_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int active;
+static sp_config_t cfg;
+static sp_status_t status;
+static _Atomic uint64_t lost, drained;
+static int (*unw_backtrace_fn)(void **buf, int size);
+static int handler_installed;
+
+/* Hardware counter group: the sampling leader first, then the members. */
+static const struct {
+  const char *name;
+  uint32_t type;
+  uint64_t config;
+} hw_events[] = {
+    {"cycles", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES},
+    {"instructions", PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS},
+    {"cache-misses", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CACHE_MISSES},
+    {"branch-misses", PERF_TYPE_HARDWARE, PERF_COUNT_HW_BRANCH_MISSES},
+    {"LLC-load-misses", PERF_TYPE_HW_CACHE,
+     PERF_COUNT_HW_CACHE_LL | PERF_COUNT_HW_CACHE_OP_READ << 8 |
+         PERF_COUNT_HW_CACHE_RESULT_MISS << 16},
+};
+_Static_assert(sizeof hw_events / sizeof *hw_events == SP_MAX_COUNTERS + 1,
+               "the leader plus SP_MAX_COUNTERS members");
+static int member_on[SP_MAX_COUNTERS]; /* which members opened on the probe thread */
+
+int sp_parse_group(const void *buf, size_t len, uint64_t *values, int max)
+{
+  const uint64_t *w = buf;
+  if (len < sizeof *w || w[0] > (uint64_t)max || len < (1 + w[0]) * sizeof *w)
+    return -1;
+  for (uint64_t i = 0; i < w[0]; i++)
+    values[i] = w[1 + i];
+  return (int)w[0];
+}
+
+/* ---- the signal handler ------------------------------------------------------------------ */
+
+static sp_slot_t *slot_of(const siginfo_t *si)
+{
+  int n = atomic_load_explicit(&hiwater, memory_order_acquire);
+  if (si->si_code == SI_TIMER) {
+    int i = si->si_value.sival_int;
+    return i >= 0 && i < n ? &slots[i] : NULL;
+  }
+  for (int i = 0; i < n; i++)
+    if (slots[i].fd == si->si_fd)
+      return &slots[i];
+  return NULL;
+}
+
+/* The stack: libunwind's frames from the interrupted PC outwards (the handler's own frames and
+ * the signal trampoline come first and are skipped). */
+static int record_stack(sp_sample_t *s)
+{
+  void *raw[SP_MAX_FRAMES + 8];
+  s->frames[0] = s->pc;
+  if (!unw_backtrace_fn || cfg.stack_depth <= 1)
+    return 1;
+  int n = unw_backtrace_fn(raw, cfg.stack_depth + 8), at = -1;
+  for (int i = 0; i < n && at < 0; i++)
+    if ((uint64_t)raw[i] == s->pc)
+      at = i;
+  if (at < 0)
+    return 1;
+  int k = 1;
+  for (int i = at + 1; i < n && k < cfg.stack_depth; i++)
+    s->frames[k++] = (uint64_t)raw[i];
+  return k;
+}
+
+static void handler(int signo, siginfo_t *si, void *ucv)
+{
+  (void)signo;
+  int saved = errno;
+  sp_slot_t *t = atomic_load_explicit(&active, memory_order_relaxed) ? slot_of(si) : NULL;
+  if (!t || atomic_load_explicit(&t->state, memory_order_acquire) != SLOT_ARMED)
+    goto out;
+  sp_ring_t *r = t->ring;
+  uint32_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+  if (h - atomic_load_explicit(&r->tail, memory_order_acquire) >= SP_RING) {
+    atomic_fetch_add_explicit(&lost, 1, memory_order_relaxed);
+    goto out;
+  }
+  sp_sample_t *s = &r->buf[h % SP_RING];
+  s->pc = (uint64_t)((ucontext_t *)ucv)->uc_mcontext.gregs[REG_RIP];
+  s->op = cfg.attrib.own ? cfg.attrib.own() : 0;
+  s->flags = 0;
+  if (!s->op && cfg.attrib.inflight && (s->op = cfg.attrib.inflight()))
+    s->flags = SP_F_POOL;
+  s->nframes = (uint16_t)record_stack(s);
+  memset(s->counters, 0, sizeof s->counters);
+  if (status.mode == SP_PERF_HW) {
+    uint64_t buf[2 + SP_MAX_COUNTERS + 1], v[SP_MAX_COUNTERS + 1];
+    ssize_t n = sp_sys.read(t->fd, buf, sizeof buf);
+    int m = n > 0 ? sp_parse_group(buf, (size_t)n, v, SP_MAX_COUNTERS + 1) : -1;
+    for (int i = 1; i < m && i <= SP_MAX_COUNTERS; i++) { /* v[0] is the leader (cycles) */
+      s->counters[i - 1] = v[i] - t->last[i - 1];
+      t->last[i - 1] = v[i];
+    }
+  }
+  atomic_store_explicit(&r->head, h + 1, memory_order_release);
+out:
+  errno = saved;
+}
+
+/* ---- events ------------------------------------------------------------------------------ */
+
+/* One line on why an event could not be opened, with the usual causes spelt out. */
+static void explain(const char *what, int err)
+{
+  const char *why = err == ENOENT || err == EOPNOTSUPP ? "not supported by this CPU or VM"
+                    : err == EACCES || err == EPERM
+                        ? "not permitted (kernel.perf_event_paranoid, or a seccomp filter)"
+                    : err == EMFILE || err == ENFILE ? "out of file descriptors"
+                    : err == ENOSYS ? "perf_event_open is not available (seccomp or kernel)"
+                                    : strerror(err);
+  size_t used = strlen(status.notes);
+  snprintf(status.notes + used, sizeof status.notes - used, "%s%s: %s (%s)", used ? "\n" : "",
+           what, why, strerrorname_np(err) ? strerrorname_np(err) : "?");
+}
+
+static int open_event(uint32_t type, uint64_t config, pid_t tid, int group, int sampling)
+{
+  struct perf_event_attr a;
+  memset(&a, 0, sizeof a);
+  a.size = sizeof a;
+  a.type = type;
+  a.config = config;
+  a.exclude_kernel = 1;
+  a.exclude_hv = 1;
+  a.disabled = group < 0;
+  if (sampling) {
+    if (type == PERF_TYPE_SOFTWARE) {
+      a.sample_period = 1000000000ull / (uint64_t)cfg.hz; /* the clocks count nanoseconds */
+    } else {
+      a.freq = 1;
+      a.sample_freq = (uint64_t)cfg.hz;
+    }
+    a.wakeup_events = 1;
+    a.read_format = status.mode == SP_PERF_HW ? PERF_FORMAT_GROUP : 0;
+  }
+  return sp_sys.perf_event_open(&a, tid, -1, group, PERF_FLAG_FD_CLOEXEC);
+}
+
+/* Directs the event's overflow signal at thread tid and starts it. */
+static int route_and_enable(int fd, pid_t tid)
+{
+  struct f_owner_ex owner = {F_OWNER_TID, tid};
+  if (sp_sys.fcntl(fd, F_SETFL, O_ASYNC | O_NONBLOCK) || sp_sys.fcntl(fd, F_SETSIG, status.signo) ||
+      sp_sys.fcntl(fd, F_SETOWN_EX, (long)&owner) ||
+      sp_sys.ioctl(fd, PERF_EVENT_IOC_RESET, PERF_IOC_FLAG_GROUP) ||
+      sp_sys.ioctl(fd, PERF_EVENT_IOC_ENABLE, PERF_IOC_FLAG_GROUP))
+    return -1;
+  return 0;
+}
+
+/* The thread CPU-time clock of another thread (glibc's encoding of a per-thread CPU clock). */
+static clockid_t thread_cpu_clock(pid_t tid) { return (clockid_t)((~(unsigned)tid << 3) | 6); }
+
+/* Starts slot i's event for its thread. Called with sp_mu held. */
+static int arm_slot(int i)
+{
+  sp_slot_t *t = &slots[i];
+  t->fd = -1;
+  t->has_timer = 0;
+  memset(t->last, 0, sizeof t->last);
+  for (int k = 0; k < SP_MAX_COUNTERS; k++)
+    t->member_fds[k] = -1;
+  if (status.mode == SP_PERF_HW || status.mode == SP_PERF_SW) {
+    const int sw_config = strcmp(status.event, "cpu-clock") == 0 ? PERF_COUNT_SW_CPU_CLOCK
+                                                                  : PERF_COUNT_SW_TASK_CLOCK;
+    t->fd = status.mode == SP_PERF_HW
+                ? open_event(hw_events[0].type, hw_events[0].config, t->tid, -1, 1)
+                : open_event(PERF_TYPE_SOFTWARE, (uint64_t)sw_config, t->tid, -1, 1);
+    if (t->fd < 0)
+      return -1;
+    for (int k = 0; status.mode == SP_PERF_HW && k < SP_MAX_COUNTERS; k++)
+      if (member_on[k])
+        t->member_fds[k] = open_event(hw_events[k + 1].type, hw_events[k + 1].config, t->tid, t->fd, 0);
+    return route_and_enable(t->fd, t->tid);
+  }
+  struct sigevent ev;
+  memset(&ev, 0, sizeof ev);
+  ev.sigev_notify = SIGEV_THREAD_ID;
+  ev.sigev_signo = status.signo;
+  ev.sigev_value.sival_int = i;
+  ev._sigev_un._tid = t->tid;
+  if (sp_sys.timer_create(thread_cpu_clock(t->tid), &ev, &t->timer))
+    return -1;
+  t->has_timer = 1;
+  long ns = 1000000000L / cfg.hz;
+  struct itimerspec its = {{ns / 1000000000L, ns % 1000000000L}, {ns / 1000000000L, ns % 1000000000L}};
+  return sp_sys.timer_settime(t->timer, 0, &its, NULL);
+}
+
+/* Stops slot i's event. Called with sp_mu held. */
+static void disarm_slot(int i)
+{
+  sp_slot_t *t = &slots[i];
+  atomic_store_explicit(&t->state, SLOT_SETUP, memory_order_release);
+  for (int k = 0; k < SP_MAX_COUNTERS; k++)
+    if (t->member_fds[k] >= 0)
+      sp_sys.close(t->member_fds[k]), t->member_fds[k] = -1;
+  if (t->fd >= 0)
+    sp_sys.close(t->fd);
+  if (t->has_timer)
+    sp_sys.timer_delete(t->timer);
+  t->fd = -1;
+  t->has_timer = 0;
+  atomic_store_explicit(&t->state, SLOT_FREE, memory_order_release);
+}
+
+/* The slot sampling tid, or -1. Called with sp_mu held. */
+static int find_tid(pid_t tid)
+{
+  int n = atomic_load(&hiwater);
+  for (int i = 0; i < n; i++)
+    if (atomic_load(&slots[i].state) == SLOT_ARMED && slots[i].tid == tid)
+      return i;
+  return -1;
+}
+
+/* Arms thread tid unless it is armed already. Called with sp_mu held. Returns 0, or -1 when
+ * its event could not be made (errno kept). */
+static int arm_tid(pid_t tid)
+{
+  if (find_tid(tid) >= 0)
+    return 0;
+  int n = atomic_load(&hiwater), i;
+  for (i = 0; i < n && atomic_load(&slots[i].state) != SLOT_FREE; i++)
+    ;
+  if (i == SP_MAX_THREADS) {
+    atomic_fetch_add(&lost, 1);
+    return 0; /* counted; the thread runs unsampled */
+  }
+  sp_slot_t *t = &slots[i];
+  if (!t->ring && !(t->ring = calloc(1, sizeof *t->ring)))
+    return -1;
+  atomic_store(&t->state, SLOT_SETUP);
+  t->tid = tid;
+  if (i == n)
+    atomic_store_explicit(&hiwater, n + 1, memory_order_release);
+  if (arm_slot(i)) {
+    int e = errno;
+    disarm_slot(i);
+    errno = e;
+    return -1;
+  }
+  atomic_store_explicit(&t->state, SLOT_ARMED, memory_order_release);
+  status.threads++;
+  return 0;
+}
+
+/* ---- choosing the mechanism -------------------------------------------------------------- */
+
+/* The first real-time signal nobody handles (SIGPROF and the host's own signals stay theirs). */
+static int pick_signal(void)
+{
+  for (int sig = SIGRTMIN + 4; sig < SIGRTMAX - 2; sig++) {
+    struct sigaction old;
+    if (sigaction(sig, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
+        old.sa_handler == SIG_DFL)
+      return sig;
+  }
+  return -1;
+}
+
+/* Probes the mechanisms from the best down on the calling thread; sets status.mode/event. */
+static void choose_mode(pid_t self)
+{
+  const char *want = cfg.events ? cfg.events : "auto";
+  int auto_ = strcmp(want, "auto") == 0;
+  if (auto_ || strcmp(want, "cycles") == 0) {
+    status.mode = SP_PERF_HW;
+    int fd = open_event(hw_events[0].type, hw_events[0].config, self, -1, 1);
+    if (fd >= 0) {
+      status.event = "cycles";
+      for (int k = 0; k < SP_MAX_COUNTERS; k++) {
+        int m = open_event(hw_events[k + 1].type, hw_events[k + 1].config, self, fd, 0);
+        if ((member_on[k] = m >= 0)) {
+          status.counter_names[status.ncounters++] = hw_events[k + 1].name;
+          sp_sys.close(m);
+        } else {
+          explain(hw_events[k + 1].name, errno);
+        }
+      }
+      sp_sys.close(fd);
+      return;
+    }
+    explain("cycles", errno);
+  }
+  if (auto_ || strcmp(want, "cycles") == 0 || strcmp(want, "task-clock") == 0 ||
+      strcmp(want, "cpu-clock") == 0) {
+    status.mode = SP_PERF_SW;
+    status.event = strcmp(want, "cpu-clock") == 0 ? "cpu-clock" : "task-clock";
+    int fd = open_event(PERF_TYPE_SOFTWARE,
+                        status.event[0] == 'c' ? PERF_COUNT_SW_CPU_CLOCK : PERF_COUNT_SW_TASK_CLOCK,
+                        self, -1, 1);
+    if (fd >= 0) {
+      sp_sys.close(fd);
+      return;
+    }
+    explain(status.event, errno);
+  }
+  status.mode = SP_TIMER;
+  status.event = "timer";
+}
+
+int sp_start(const sp_config_t *c)
+{
+  pthread_mutex_lock(&sp_mu);
+  int rc = 0;
+  cfg = *c;
+  if (cfg.stack_depth > SP_MAX_FRAMES)
+    cfg.stack_depth = SP_MAX_FRAMES;
+  memset(&status, 0, sizeof status);
+  status.event = "off";
+  status.hz = cfg.hz;
+  status.stack_depth = cfg.stack_depth;
+  if (cfg.hz <= 0)
+    goto out;
+  if (!handler_installed) {
+    if ((status.signo = pick_signal()) < 0) {
+      explain("signal", EBUSY);
+      rc = -1;
+      goto out;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = handler;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigfillset(&sa.sa_mask);
+    sigaction(status.signo, &sa, NULL);
+    handler_installed = status.signo;
+  }
+  status.signo = handler_installed;
+  if (cfg.stack_depth > 1 && !unw_backtrace_fn) {
+    /* RTLD_LOCAL: linked, libunwind would take over the host's C++ exception unwinding. */
+    void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+    if ((unw_backtrace_fn = h ? (int (*)(void **, int))dlsym(h, "unw_backtrace") : NULL)) {
+      void *warm[SP_MAX_FRAMES];
+      unw_backtrace_fn(warm, SP_MAX_FRAMES); /* its caches fill here, not in the handler */
+    } else {
+      explain("stacks (libunwind.so.8)", ENOENT);
+    }
+  }
+  pid_t self = gettid();
+  choose_mode(self);
+  atomic_store(&active, 1);
+  /* Arm every thread; the mechanism that fails on one is dropped for all, one step down. */
+  for (;;) {
+    int failed = 0, err = 0;
+    DIR *d = opendir("/proc/self/task");
+    for (struct dirent *e; d && (e = readdir(d));) {
+      pid_t tid = (pid_t)atoi(e->d_name);
+      if (tid > 0 && tid != self && arm_tid(tid) && !failed)
+        failed = 1, err = errno;
+    }
+    if (d)
+      closedir(d);
+    if (!failed)
+      break;
+    for (int i = 0; i < atomic_load(&hiwater); i++)
+      if (atomic_load(&slots[i].state) == SLOT_ARMED)
+        disarm_slot(i);
+    status.threads = 0;
+    if (status.mode == SP_TIMER) {
+      explain("timer", err);
+      status.mode = SP_OFF;
+      status.event = "off";
+      atomic_store(&active, 0);
+      rc = -1;
+      break;
+    }
+    explain(status.event, err);
+    status.mode = status.mode == SP_PERF_HW ? SP_PERF_SW : SP_TIMER;
+    status.event = status.mode == SP_TIMER ? "timer" : "task-clock";
+    status.ncounters = 0;
+  }
+out:
+  pthread_mutex_unlock(&sp_mu);
+  return rc;
+}
+
+void sp_arm_self(void)
+{
+  if (!atomic_load(&active))
+    return;
+  pthread_mutex_lock(&sp_mu);
+  if (atomic_load(&active))
+    arm_tid(gettid());
+  pthread_mutex_unlock(&sp_mu);
+}
+
+void sp_rescan(void)
+{
+  if (!atomic_load(&active))
+    return;
+  pthread_mutex_lock(&sp_mu);
+  int n = atomic_load(&hiwater);
+  char path[64];
+  struct stat st;
+  for (int i = 0; i < n; i++) { /* release the events of threads that exited */
+    if (atomic_load(&slots[i].state) != SLOT_ARMED)
+      continue;
+    snprintf(path, sizeof path, "/proc/self/task/%d", (int)slots[i].tid);
+    if (stat(path, &st) != 0) {
+      disarm_slot(i);
+      status.threads--;
+    }
+  }
+  DIR *d = opendir("/proc/self/task");
+  pid_t self = gettid();
+  for (struct dirent *e; d && (e = readdir(d));) {
+    pid_t tid = (pid_t)atoi(e->d_name);
+    if (tid > 0 && tid != self)
+      arm_tid(tid);
+  }
+  if (d)
+    closedir(d);
+  pthread_mutex_unlock(&sp_mu);
+}
+
+size_t sp_drain(sp_sample_t *out, size_t max)
+{
+  size_t got = 0;
+  int n = atomic_load_explicit(&hiwater, memory_order_acquire);
+  for (int i = 0; i < n && got < max; i++) {
+    sp_ring_t *r = slots[i].ring;
+    if (!r)
+      continue;
+    uint32_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    uint32_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+    for (; tail != head && got < max; tail++)
+      out[got++] = r->buf[tail % SP_RING];
+    atomic_store_explicit(&r->tail, tail, memory_order_release);
+  }
+  atomic_fetch_add(&drained, got);
+  return got;
+}
+
+void sp_stop(void)
+{
+  pthread_mutex_lock(&sp_mu);
+  atomic_store(&active, 0);
+  int n = atomic_load(&hiwater);
+  for (int i = 0; i < n; i++)
+    if (atomic_load(&slots[i].state) == SLOT_ARMED)
+      disarm_slot(i);
+  status.threads = 0;
+  pthread_mutex_unlock(&sp_mu);
+}
+
+void sp_status(sp_status_t *out)
+{
+  pthread_mutex_lock(&sp_mu);
+  *out = status;
+  out->samples = atomic_load(&drained);
+  out->lost = atomic_load(&lost);
+  pthread_mutex_unlock(&sp_mu);
+}
+
+int sp_active(void) { return atomic_load(&active); }
+
+void sp_after_fork_child(void)
+{
+  pthread_mutex_init(&sp_mu, NULL);
+  atomic_store(&active, 0);
+  int n = atomic_load(&hiwater);
+  for (int i = 0; i < n; i++) {
+    sp_slot_t *t = &slots[i];
+    if (atomic_load(&t->state) == SLOT_FREE)
+      continue;
+    for (int k = 0; k < SP_MAX_COUNTERS; k++)
+      if (t->member_fds[k] >= 0)
+        close(t->member_fds[k]);
+    if (t->fd >= 0)
+      close(t->fd); /* the parent's thread's event: not ours (timers are not inherited) */
+    t->fd = -1;
+    t->has_timer = 0;
+    atomic_store(&t->state, SLOT_FREE);
+    if (t->ring)
+      atomic_store(&t->ring->tail, atomic_load(&t->ring->head)); /* the parent's samples */
+  }
+  atomic_store(&lost, 0);
+  atomic_store(&drained, 0);
+}

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/* The sampler: one CPU-time event per thread of the process, delivering a signal to that
+ * thread; the handler only records (PC, the thread's operator, a short stack, counter values)
+ * into that thread's preallocated ring; sp_drain() empties the rings on another thread.
+ *
+ *   event choice:  hardware cycles + counter group ──(refused)──▶ perf task-clock (user only)
+ *                  ──(refused)──▶ per-thread CPU-time timers ──(refused)──▶ off
+ * Each step down is one warning and one note in the status. Threads are armed when sampling
+ * starts (every thread in /proc/self/task), when they are created (sp_arm_self from the
+ * agent's pthread_create wrapper) and by sp_rescan(), which also releases the events of
+ * threads that exited. The signal is a real-time one the process does not use.
+ * Every function returns 0 or -1; none may be called from the signal handler. */
+#ifndef OPJIT_SAMPLER_H
+#define OPJIT_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SP_MAX_FRAMES 32   /* stack depth ceiling (OPJIT_STACK_DEPTH) */
+#define SP_MAX_COUNTERS 4  /* hardware counters read with each sample */
+#define SP_MAX_THREADS 1024 /* threads sampled at once; more are left unsampled, counted */
+
+enum sp_mode { SP_OFF = 0, SP_PERF_HW, SP_PERF_SW, SP_TIMER };
+enum sp_flags {
+  SP_F_POOL = 1, /* attributed through the in-flight operators: the thread had none itself */
+};
+
+/* How a sample is attributed: both are called in the signal handler and must be
+ * async-signal-safe. own() is the interrupted thread's operator (entry index + 1, 0 = none);
+ * inflight() any operator in flight on another thread (0 = none). */
+typedef struct sp_attrib_s {
+  uint32_t (*own)(void);
+  uint32_t (*inflight)(void);
+} sp_attrib_t;
+
+typedef struct sp_config_s {
+  int hz;              /* samples per second of CPU time per thread */
+  const char *events;  /* "auto", "cycles", "task-clock", "cpu-clock" or "timer" */
+  int stack_depth;     /* frames per sample, 0..SP_MAX_FRAMES */
+  sp_attrib_t attrib;
+} sp_config_t;
+
+typedef struct sp_sample_s {
+  uint64_t pc;
+  uint32_t op;         /* entry index + 1, 0 = outside any operator */
+  uint16_t flags;      /* enum sp_flags */
+  uint16_t nframes;
+  uint64_t counters[SP_MAX_COUNTERS]; /* deltas since the thread's previous sample */
+  uint64_t frames[SP_MAX_FRAMES];     /* return addresses, innermost first; frames[0] = pc */
+} sp_sample_t;
+
+/* What sampling is doing, for the run's record. */
+typedef struct sp_status_s {
+  int mode;                 /* enum sp_mode */
+  const char *event;        /* "cycles", "task-clock", "cpu-clock", "timer" or "off" */
+  int hz, stack_depth, signo;
+  int ncounters;
+  const char *counter_names[SP_MAX_COUNTERS];
+  char notes[1024];         /* why better events were not used, '\n'-separated */
+  uint64_t samples, lost;   /* drained so far; dropped (ring full, thread table full) */
+  int threads;              /* threads armed now */
+} sp_status_t;
+
+/* Starts sampling every thread of the process. Returns 0 (sampling, or off by choice: hz 0)
+ * or -1 when no mechanism works (status says why; the caller warns once). */
+int sp_start(const sp_config_t *cfg);
+/* Arms the calling thread (a thread the host just created). */
+void sp_arm_self(void);
+/* Arms threads that appeared and releases those that exited. */
+void sp_rescan(void);
+/* Moves up to max recorded samples into out; returns how many. */
+size_t sp_drain(sp_sample_t *out, size_t max);
+/* Stops every event (the signal handler stays, ignoring late signals). */
+void sp_stop(void);
+/* Current status (a copy). */
+void sp_status(sp_status_t *out);
+/* 1 while sampling is on. */
+int sp_active(void);
+
+/* In a fork child: the parent's events belong to the parent's threads; close them all and
+ * forget the rings. The child starts its own sampling with sp_start. */
+void sp_after_fork_child(void);
+
+/* Parses a PERF_FORMAT_GROUP read (nr, then one value per event) into values; returns the
+ * number of values or -1 when the buffer is short or malformed. For unit tests and the
+ * handler. */
+int sp_parse_group(const void *buf, size_t len, uint64_t *values, int max);
+
+#endif
