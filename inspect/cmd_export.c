@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* `opjit export`: every run (or one) with its program, machine, options, argv and signatures,
- * as one JSON document on stdout. */
+/* `opjit export`: every run (or one) with its program, machine, options, argv, signatures and
+ * what the sampler recorded (summary, PC histogram, folded stacks, counters), as one JSON
+ * document on stdout. */
 #include "cmd.h"
 #include "db.h"
 #include "table.h"
-
 
 #include <getopt.h>
 #include <stdio.h>
@@ -39,6 +39,29 @@ static int add_signatures(sqlite3_stmt *st, int64_t run, cJSON *out)
   return rc;
 }
 
+/* Appends run's rows of st (bound to the run as ?1) to array out as objects whose members are
+ * named by keys, one per column: text, integer or null as stored. Returns the final step
+ * code. */
+static int add_rows(sqlite3_stmt *st, int64_t run, const char *const *keys, cJSON *out)
+{
+  sqlite3_reset(st);
+  sqlite3_bind_int64(st, 1, run);
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    cJSON *o = cJSON_CreateObject();
+    for (int i = 0; keys[i]; i++) {
+      if (sqlite3_column_type(st, i) == SQLITE_INTEGER)
+        cJSON_AddNumberToObject(o, keys[i], (double)sqlite3_column_int64(st, i));
+      else if (sqlite3_column_type(st, i) == SQLITE_NULL)
+        cJSON_AddNullToObject(o, keys[i]);
+      else
+        cJSON_AddStringToObject(o, keys[i], ins_col_text(st, i));
+    }
+    cJSON_AddItemToArray(out, o);
+  }
+  return rc;
+}
+
 static int cmd_export(int argc, char **argv)
 {
   static const struct option longopts[] = {{"db", required_argument, NULL, 'd'},
@@ -68,21 +91,38 @@ static int cmd_export(int argc, char **argv)
   if (ins_db_open(dbopt, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db))
     return INS_EXIT_FAIL;
   int version = 0;
-  sqlite3_stmt *runs_st = NULL, *sigs_st = NULL;
+  sqlite3_stmt *runs_st = NULL, *sigs_st = NULL, *pcs_st = NULL, *stacks_st = NULL,
+               *counters_st = NULL;
+  /* sig is null for what fell outside any operator (the program's own time). */
+  static const char *const pc_keys[] = {"sig", "module", "symbol", "samples", NULL};
+  static const char *const stack_keys[] = {"sig", "stack", "samples", NULL};
+  static const char *const counter_keys[] = {"sig", "event", "value", NULL};
   cJSON *doc = NULL;
   rc = INS_EXIT_FAIL;
   if ((run && ins_run_exists(db, run) != 1) || st_schema_version(db, &version) ||
       !(runs_st = ins_db_prepare(
             db, "SELECT r.id, r.pid, r.ppid, r.parent_run, r.status, r.start_ns, r.flush_ns,"
                 " r.end_ns, r.overflow_calls, r.agent_version, r.argv, r.options,"
-                " p.exe, p.build_id, m.cpu_model, m.cpu_flags, m.ncpu"
+                " p.exe, p.build_id, m.cpu_model, m.cpu_flags, m.ncpu, r.sampling"
                 " FROM runs r JOIN programs p ON p.id = r.program_id"
                 " JOIN machines m ON m.id = r.machine_id"
                 " WHERE ?1 = 0 OR r.id = ?1 ORDER BY r.id")) ||
       !(sigs_st = ins_db_prepare(
             db, "SELECT s.sig, s.op, s.name, s.params, rs.calls, rs.timed_calls, rs.timed_ns"
                 " FROM run_sigs rs JOIN signatures s ON s.id = rs.sig_id WHERE rs.run_id = ?"
-                " ORDER BY rs.calls DESC, s.sig")))
+                " ORDER BY rs.calls DESC, s.sig")) ||
+      !(pcs_st = ins_db_prepare(
+            db, "SELECT s.sig, y.module, y.name, p.samples FROM run_pcs p"
+                " JOIN symbols y ON y.id = p.symbol_id LEFT JOIN signatures s ON s.id = p.sig_id"
+                " WHERE p.run_id = ? ORDER BY p.sig_id, p.samples DESC, y.module, y.name")) ||
+      !(stacks_st = ins_db_prepare(
+            db, "SELECT s.sig, k.stack, k.samples FROM run_stacks k"
+                " LEFT JOIN signatures s ON s.id = k.sig_id WHERE k.run_id = ?"
+                " ORDER BY k.sig_id, k.samples DESC, k.stack")) ||
+      !(counters_st = ins_db_prepare(
+            db, "SELECT s.sig, c.event, c.value FROM run_counters c"
+                " LEFT JOIN signatures s ON s.id = c.sig_id WHERE c.run_id = ?"
+                " ORDER BY c.sig_id, c.event")))
     goto out;
   doc = cJSON_CreateObject();
   cJSON_AddStringToObject(doc, "opjit_version", OPJIT_VERSION);
@@ -118,7 +158,17 @@ static int cmd_export(int argc, char **argv)
     cJSON_AddStringToObject(m, "cpu_model", ins_col_text(runs_st, 14));
     cJSON_AddStringToObject(m, "cpu_flags", ins_col_text(runs_st, 15));
     cJSON_AddNumberToObject(m, "ncpu", (double)sqlite3_column_int64(runs_st, 16));
+    if (sqlite3_column_type(runs_st, 17) == SQLITE_NULL)
+      cJSON_AddNullToObject(r, "sampling");
+    else
+      cJSON_AddItemToObject(r, "sampling", ins_json_parse_or_string(ins_col_text(runs_st, 17)));
     int srk = add_signatures(sigs_st, id, cJSON_AddArrayToObject(r, "signatures"));
+    if (srk == SQLITE_DONE)
+      srk = add_rows(pcs_st, id, pc_keys, cJSON_AddArrayToObject(r, "pcs"));
+    if (srk == SQLITE_DONE)
+      srk = add_rows(stacks_st, id, stack_keys, cJSON_AddArrayToObject(r, "stacks"));
+    if (srk == SQLITE_DONE)
+      srk = add_rows(counters_st, id, counter_keys, cJSON_AddArrayToObject(r, "counters"));
     if (srk != SQLITE_DONE) {
       step = srk;
       break;
@@ -132,6 +182,9 @@ static int cmd_export(int argc, char **argv)
   doc = NULL;
 out:
   cJSON_Delete(doc);
+  sqlite3_finalize(counters_st);
+  sqlite3_finalize(stacks_st);
+  sqlite3_finalize(pcs_st);
   sqlite3_finalize(sigs_st);
   sqlite3_finalize(runs_st);
   st_close(db);
@@ -145,7 +198,9 @@ const ins_cmd_t ins_cmd_export = {
     .summary = "dump runs and their signatures as JSON",
     .help = "Writes one JSON document to stdout: every run (or only RUN) with its program,\n"
             "machine, argv, options and signatures (parameters and counts). \"lost\" is true\n"
-            "for a run marked running whose process is gone.\n\n"
+            "for a run marked running whose process is gone. A sampled run adds its sampling\n"
+            "summary, its PC histogram by symbol (pcs), folded stacks and hardware counter\n"
+            "totals, each row naming its signature (null: outside any operator).\n\n"
             "options:\n"
             "  --json       JSON (the only format; required so others can be added)\n"
             "  --db PATH    the profile database\n"

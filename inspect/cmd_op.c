@@ -1,50 +1,16 @@
 /* SPDX-License-Identifier: MIT */
-/* `opjit op`: one signature, found by its id or a unique prefix, and the runs that called it. */
+/* `opjit op`: one signature, found by its id or a unique prefix, the runs that called it and,
+ * when they were sampled, the symbols its samples fell in and its hardware counters. */
 #include "cmd.h"
 #include "db.h"
 #include "table.h"
 
-#include <ctype.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
 #define PROGRAM_WIDTH 48
-#define MAX_CANDIDATES 20 /* listed for an ambiguous prefix */
-
-/* Resolves prefix to one full signature id in sig[17]; prints the reason and returns
- * INS_EXIT_FAIL when none or several match. */
-static int resolve(st_db_t *db, const char *prefix, char *sig)
-{
-  sqlite3_stmt *st = ins_db_prepare(
-      db, "SELECT sig, min(name), count(*) OVER () FROM signatures WHERE sig GLOB ?1 || '*'"
-          " GROUP BY sig ORDER BY sig LIMIT ?2");
-  if (!st)
-    return INS_EXIT_FAIL;
-  sqlite3_bind_text(st, 1, prefix, -1, SQLITE_STATIC);
-  sqlite3_bind_int(st, 2, MAX_CANDIDATES);
-  int rc, n = 0;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    int64_t total = sqlite3_column_int64(st, 2);
-    if (n == 0 && total == 1)
-      snprintf(sig, 17, "%s", ins_col_text(st, 0));
-    else {
-      if (n == 0)
-        fprintf(stderr, "opjit: signature prefix '%s' is ambiguous: %lld signatures match\n",
-                prefix, (long long)total);
-      fprintf(stderr, "  %s  %s\n", ins_col_text(st, 0), ins_col_text(st, 1));
-      if (n == MAX_CANDIDATES - 1 && total > MAX_CANDIDATES)
-        fprintf(stderr, "  ... and %lld more\n", (long long)(total - MAX_CANDIDATES));
-    }
-    n++;
-  }
-  if (ins_db_finish(db, st, rc))
-    return INS_EXIT_FAIL;
-  if (!n)
-    fprintf(stderr, "opjit: no signature %s%s in %s (see opjit top)\n", prefix,
-            strlen(prefix) < 16 ? "..." : "", sqlite3_db_filename(st_sqlite(db), "main"));
-  return n == 1 ? INS_EXIT_OK : INS_EXIT_FAIL;
-}
+#define TOP_SYMBOLS 15 /* symbols in the text output (--json lists them all) */
 
 /* Prints a flat JSON object as "key=value key=value". */
 static void print_params(const cJSON *params)
@@ -64,17 +30,113 @@ static void print_params(const cJSON *params)
   printf("\n");
 }
 
+/* The symbols sig's samples fell in (run 0: every run), most samples first, into doc's
+ * "samples" and "symbols" and, for text, the top TOP_SYMBOLS into table *t. Returns 0, or
+ * INS_EXIT_FAIL (printed). */
+static int read_symbols(st_db_t *db, const char *sig, int64_t run, cJSON *doc, ins_table_t **t)
+{
+  sqlite3_stmt *st = ins_db_prepare(
+      db, "SELECT y.module, y.name, sum(p.samples) AS n, sum(sum(p.samples)) OVER ()"
+          " FROM run_pcs p JOIN signatures s ON s.id = p.sig_id"
+          " JOIN symbols y ON y.id = p.symbol_id"
+          " WHERE s.sig = ?1 AND (?2 = 0 OR p.run_id = ?2)"
+          " GROUP BY y.id ORDER BY n DESC, y.module, y.name");
+  if (!st)
+    return INS_EXIT_FAIL;
+  sqlite3_bind_text(st, 1, sig, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, run);
+  static const char *const head[] = {"SAMPLES", "SHARE", "SYMBOL"};
+  *t = ins_table_new("rrl", head);
+  cJSON *syms = cJSON_AddArrayToObject(doc, "symbols");
+  int64_t total = 0, rest = 0, n = 0;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *module = ins_col_text(st, 0), *slash = strrchr(module, '/');
+    int64_t samples = sqlite3_column_int64(st, 2);
+    total = sqlite3_column_int64(st, 3);
+    double pct = ins_pct(samples, total);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "module", module);
+    cJSON_AddStringToObject(j, "symbol", ins_col_text(st, 1));
+    cJSON_AddNumberToObject(j, "samples", (double)samples);
+    cJSON_AddNumberToObject(j, "pct", pct);
+    cJSON_AddItemToArray(syms, j);
+    if (n++ >= TOP_SYMBOLS) {
+      rest += samples;
+      continue;
+    }
+    char c0[24], c1[16], c2[1024];
+    snprintf(c0, sizeof c0, "%lld", (long long)samples);
+    snprintf(c1, sizeof c1, "%.1f%%", pct);
+    snprintf(c2, sizeof c2, "%s`%s", slash ? slash + 1 : module, ins_col_text(st, 1));
+    ins_table_row(*t, (const char *const[]){c0, c1, c2});
+  }
+  if (n > TOP_SYMBOLS) {
+    char c0[24], c1[16], c2[64];
+    snprintf(c0, sizeof c0, "%lld", (long long)rest);
+    snprintf(c1, sizeof c1, "%.1f%%", ins_pct(rest, total));
+    snprintf(c2, sizeof c2, "(%lld more symbols)", (long long)(n - TOP_SYMBOLS));
+    ins_table_row(*t, (const char *const[]){c0, c1, c2});
+  }
+  cJSON_AddNumberToObject(doc, "samples", (double)total);
+  return ins_db_finish(db, st, rc);
+}
+
+/* sig's hardware counter totals (run 0: every run) into doc's "counters" and table *t; per
+ * call divides by the calls of the runs that counted the event. Returns 0 or INS_EXIT_FAIL. */
+static int read_counters(st_db_t *db, const char *sig, int64_t run, cJSON *doc, ins_table_t **t)
+{
+  sqlite3_stmt *st = ins_db_prepare(
+      db, "SELECT c.event, sum(c.value), sum(rs.calls) FROM run_counters c"
+          " JOIN signatures s ON s.id = c.sig_id"
+          " JOIN run_sigs rs ON rs.run_id = c.run_id AND rs.sig_id = c.sig_id"
+          " WHERE s.sig = ?1 AND (?2 = 0 OR c.run_id = ?2) GROUP BY c.event ORDER BY c.event");
+  if (!st)
+    return INS_EXIT_FAIL;
+  sqlite3_bind_text(st, 1, sig, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, run);
+  static const char *const head[] = {"EVENT", "TOTAL", "PER CALL"};
+  *t = ins_table_new("lrr", head);
+  cJSON *counters = cJSON_AddArrayToObject(doc, "counters");
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t value = sqlite3_column_int64(st, 1), calls = sqlite3_column_int64(st, 2);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "event", ins_col_text(st, 0));
+    cJSON_AddNumberToObject(j, "value", (double)value);
+    cJSON_AddNumberToObject(j, "calls", (double)calls);
+    if (calls)
+      cJSON_AddNumberToObject(j, "per_call", (double)value / (double)calls);
+    else
+      cJSON_AddNullToObject(j, "per_call");
+    cJSON_AddItemToArray(counters, j);
+    char c1[24], c2[32] = "-";
+    snprintf(c1, sizeof c1, "%lld", (long long)value);
+    double per = calls ? (double)value / (double)calls : 0;
+    if (calls)
+      snprintf(c2, sizeof c2, per < 1000 ? "%.2f" : "%.0f", per);
+    ins_table_row(*t, (const char *const[]){ins_col_text(st, 0), c1, c2});
+  }
+  return ins_db_finish(db, st, rc);
+}
+
 static int cmd_op(int argc, char **argv)
 {
   static const struct option longopts[] = {{"db", required_argument, NULL, 'd'},
+                                           {"run", required_argument, NULL, 'r'},
                                            {"json", no_argument, NULL, 'j'},
                                            {"help", no_argument, NULL, 'h'},
                                            {0}};
   const char *dbopt = NULL;
-  int json = 0;
-  for (int c; (c = getopt_long(argc, argv, "d:jh", longopts, NULL)) != -1;) {
+  int json = 0, rc;
+  long run = 0;
+  for (int c; (c = getopt_long(argc, argv, "d:r:jh", longopts, NULL)) != -1;) {
     switch (c) {
     case 'd': dbopt = optarg; break;
+    case 'r':
+      if ((rc = ins_parse_long(&ins_cmd_op, "--run", optarg, 1, INT64_MAX, &run)))
+        return rc;
+      break;
     case 'j': json = 1; break;
     case 'h': return ins_help(&ins_cmd_op);
     default: return ins_bad_option(&ins_cmd_op, argv);
@@ -85,20 +147,18 @@ static int cmd_op(int argc, char **argv)
   if (optind + 1 < argc)
     return ins_usage_error(&ins_cmd_op, "unexpected argument '%s'", argv[optind + 1]);
   char prefix[17], sig[17];
-  const char *arg = argv[optind];
-  size_t len = strlen(arg);
-  if (len == 0 || len > 16 || strspn(arg, "0123456789abcdefABCDEF") != len)
-    return ins_usage_error(&ins_cmd_op, "'%s' is not a signature id (1 to 16 hex digits)", arg);
-  for (size_t i = 0; i <= len; i++)
-    prefix[i] = (char)tolower((unsigned char)arg[i]);
+  if ((rc = ins_parse_sig(&ins_cmd_op, argv[optind], prefix)))
+    return rc;
 
   st_db_t *db;
   if (ins_db_open(dbopt, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db))
     return INS_EXIT_FAIL;
-  int rc = resolve(db, prefix, sig);
+  rc = ins_sig_resolve(db, prefix, sig);
+  if (!rc && run && ins_run_exists(db, run) != 1)
+    rc = INS_EXIT_FAIL;
   sqlite3_stmt *st = NULL;
   cJSON *doc = NULL;
-  ins_table_t *t = NULL;
+  ins_table_t *t = NULL, *syms = NULL, *counters = NULL;
   if (rc || !(st = ins_db_prepare(db, "SELECT name, op, params FROM signatures WHERE sig = ?"
                                       " ORDER BY id LIMIT 1")))
     goto out;
@@ -119,10 +179,12 @@ static int cmd_op(int argc, char **argv)
                           " rs.calls, rs.timed_calls, rs.timed_ns"
                           " FROM signatures s JOIN run_sigs rs ON rs.sig_id = s.id"
                           " JOIN runs r ON r.id = rs.run_id JOIN programs p ON p.id = r.program_id"
-                          " WHERE s.sig = ? ORDER BY rs.run_id DESC");
+                          " WHERE s.sig = ?1 AND (?2 = 0 OR rs.run_id = ?2)"
+                          " ORDER BY rs.run_id DESC");
   if (!st)
     goto out;
   sqlite3_bind_text(st, 1, sig, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, run);
   cJSON *runs = cJSON_AddArrayToObject(doc, "runs");
   static const char *const head[] = {"RUN", "STARTED", "STATUS", "CALLS", "TIMED", "MEAN",
                                      "PROGRAM"};
@@ -167,6 +229,9 @@ static int cmd_op(int argc, char **argv)
   cJSON_AddNumberToObject(doc, "total_calls", (double)total_calls);
   cJSON_AddNumberToObject(doc, "total_timed_calls", (double)total_timed);
   cJSON_AddNumberToObject(doc, "est_ns", total_est);
+  if ((rc = read_symbols(db, sig, run, doc, &syms)) ||
+      (rc = read_counters(db, sig, run, doc, &counters)))
+    goto out;
   if (json) {
     rc = ins_json_emit(doc);
     doc = NULL;
@@ -183,7 +248,18 @@ static int cmd_op(int argc, char **argv)
          cJSON_GetArraySize(runs), ins_fmt_ns(total_est, est_s, sizeof est_s),
          ins_fmt_ns(total_calls && total_timed ? total_est / (double)total_calls : -1, mean_s,
                     sizeof mean_s));
+  int64_t samples = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(doc, "samples"));
+  if (samples) {
+    printf("\nwhere the samples fell (%lld samples):\n", (long long)samples);
+    ins_table_print(syms, stdout);
+  }
+  if (cJSON_GetArraySize(cJSON_GetObjectItem(doc, "counters"))) {
+    printf("\nhardware counters:\n");
+    ins_table_print(counters, stdout);
+  }
 out:
+  ins_table_free(counters);
+  ins_table_free(syms);
   ins_table_free(t);
   cJSON_Delete(doc);
   sqlite3_finalize(st);
@@ -194,12 +270,16 @@ out:
 const ins_cmd_t ins_cmd_op = {
     .name = "op",
     .main = cmd_op,
-    .synopsis = "[--db PATH] [--json] SIG",
-    .summary = "show one signature and the runs that called it",
+    .synopsis = "[--db PATH] [--run RUN] [--json] SIG",
+    .summary = "show one signature, the runs that called it and where its samples fell",
     .help = "SIG is a signature id (16 hex digits, as opjit top prints it) or any prefix that\n"
-            "only one signature has; an ambiguous prefix lists the candidates.\n\n"
+            "only one signature has; an ambiguous prefix lists the candidates. For sampled runs,\n"
+            "the symbols (module`symbol) the signature's samples fell in, with their share of\n"
+            "its samples (the top 15; --json lists all), and the hardware counters the sampler\n"
+            "read, in total and per call. Both are summed over the runs, or only RUN's.\n\n"
             "options:\n"
             "  --db PATH    the profile database\n"
+            "  --run RUN    only this run\n"
             "  --json       one JSON document\n"
             "  -h, --help   this help\n",
 };

@@ -39,7 +39,7 @@ static int cmd_runs(int argc, char **argv)
   sqlite3_stmt *st = ins_db_prepare(
       db, "SELECT r.id, r.start_ns, coalesce(r.flush_ns, 0), coalesce(r.end_ns, 0), r.status,"
           " r.pid, r.ppid, p.exe, r.argv, r.parent_run, count(rs.sig_id),"
-          " coalesce(sum(rs.calls), 0), r.overflow_calls"
+          " coalesce(sum(rs.calls), 0), r.overflow_calls, r.sampling"
           " FROM runs r JOIN programs p ON p.id = r.program_id"
           " LEFT JOIN run_sigs rs ON rs.run_id = r.id"
           " GROUP BY r.id ORDER BY r.id DESC LIMIT ?");
@@ -51,13 +51,15 @@ static int cmd_runs(int argc, char **argv)
   cJSON *doc = cJSON_CreateObject(), *runs = cJSON_AddArrayToObject(doc, "runs");
   cJSON_AddStringToObject(doc, "database", sqlite3_db_filename(st_sqlite(db), "main"));
   static const char *const head[] = {"RUN", "STARTED", "DURATION", "STATUS", "PROGRAM",
-                                     "PARENT", "SIGS", "CALLS"};
-  ins_table_t *t = json ? NULL : ins_table_new("rllllrrr", head);
+                                     "PARENT", "SIGS", "CALLS", "SAMPLES"};
+  ins_table_t *t = json ? NULL : ins_table_new("rllllrrrr", head);
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     int64_t id = sqlite3_column_int64(st, 0), start = sqlite3_column_int64(st, 1);
     int64_t wall = ins_run_wall_ns(start, sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3));
     const char *status = ins_run_status(ins_col_text(st, 4), sqlite3_column_int64(st, 5), start);
     int has_parent = sqlite3_column_type(st, 9) != SQLITE_NULL;
+    ins_sampling_t samp = {0};
+    ins_sampling_add(&samp, ins_col_text(st, 13));
     if (json) {
       cJSON *r = cJSON_CreateObject();
       cJSON_AddNumberToObject(r, "id", (double)id);
@@ -75,10 +77,15 @@ static int cmd_runs(int argc, char **argv)
       cJSON_AddNumberToObject(r, "signatures", (double)sqlite3_column_int64(st, 10));
       cJSON_AddNumberToObject(r, "calls", (double)sqlite3_column_int64(st, 11));
       cJSON_AddNumberToObject(r, "overflow_calls", (double)sqlite3_column_int64(st, 12));
+      if (samp.sampled)
+        cJSON_AddNumberToObject(r, "samples", (double)samp.samples);
+      else
+        cJSON_AddNullToObject(r, "samples");
       cJSON_AddItemToArray(runs, r);
       continue;
     }
-    char sid[24], started[32], dur[32], prog[256], parent[24] = "-", sigs[24], calls[24];
+    char sid[24], started[32], dur[32], prog[256], parent[24] = "-", sigs[24], calls[24],
+        samples[24] = "";
     snprintf(sid, sizeof sid, "%lld", (long long)id);
     ins_fmt_time(start, started, sizeof started);
     ins_fmt_duration(wall, dur, sizeof dur);
@@ -87,7 +94,9 @@ static int cmd_runs(int argc, char **argv)
       snprintf(parent, sizeof parent, "%lld", (long long)sqlite3_column_int64(st, 9));
     snprintf(sigs, sizeof sigs, "%lld", (long long)sqlite3_column_int64(st, 10));
     snprintf(calls, sizeof calls, "%lld", (long long)sqlite3_column_int64(st, 11));
-    const char *row[] = {sid, started, dur, status, prog, parent, sigs, calls};
+    if (samp.sampled)
+      snprintf(samples, sizeof samples, "%lld", (long long)samp.samples);
+    const char *row[] = {sid, started, dur, status, prog, parent, sigs, calls, samples};
     ins_table_row(t, row);
   }
   rc = ins_db_finish(db, st, rc);
@@ -108,7 +117,8 @@ const ins_cmd_t ins_cmd_runs = {
     .summary = "list the recorded runs, newest first",
     .help = "STATUS is exited, exec (the process image was replaced), running, or lost: marked\n"
             "running but its process is gone (killed before its final write; the run keeps its\n"
-            "last periodic flush). PARENT is the run of the process it was forked from.\n\n"
+            "last periodic flush). PARENT is the run of the process it was forked from. SAMPLES\n"
+            "is what the sampling profiler took (blank when the run was not sampled).\n\n"
             "options:\n"
             "  --db PATH    the profile database\n"
             "  --limit N    at most N runs (default 20; 0: all)\n"

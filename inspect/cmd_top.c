@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* `opjit top`: a run's signatures ranked by estimated operator time. The agent times one call
  * in OPJIT_TIME_EVERY, so a signature's time is estimated per run as
- * calls × timed_ns / timed_calls; --all sums those estimates over every run. */
+ * calls × timed_ns / timed_calls; --all sums those estimates over every run. When the run was
+ * sampled, each signature's samples and their share of all the run's samples (CPU%, the
+ * program's own time included) stand beside the estimate. */
 #include "cmd.h"
 #include "db.h"
 #include "table.h"
@@ -19,24 +21,6 @@ typedef struct scope_s {
   int64_t wall_ns;  /* their wall time (recorded so far) */
   int64_t overflow; /* calls beyond the signature table */
 } scope_t;
-
-/* The newest run with any signature, into *run; INS_EXIT_FAIL when there is none. */
-static int newest_run(st_db_t *db, int64_t *run)
-{
-  sqlite3_stmt *st = ins_db_prepare(db, "SELECT max(run_id) FROM run_sigs");
-  if (!st)
-    return INS_EXIT_FAIL;
-  int rc = sqlite3_step(st);
-  *run = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-  if (rc == SQLITE_ROW)
-    rc = sqlite3_step(st);
-  if (ins_db_finish(db, st, rc))
-    return INS_EXIT_FAIL;
-  if (!*run)
-    fprintf(stderr, "opjit: no run in %s has recorded an operator call yet\n",
-            sqlite3_db_filename(st_sqlite(db), "main"));
-  return *run ? 0 : INS_EXIT_FAIL;
-}
 
 /* Fills the scope's totals and, for one run, its one-line description into title. */
 static int read_scope(st_db_t *db, scope_t *sc, char *title, size_t len)
@@ -67,6 +51,33 @@ static int read_scope(st_db_t *db, scope_t *sc, char *title, size_t len)
     rc = sqlite3_step(st);
   }
   return ins_db_finish(db, st, rc);
+}
+
+/* The footer's line on sampling: what sampled and where the samples fell; for an unsampled
+ * run with a summary, why it was not sampled. Prints nothing for runs without one. */
+static void print_sampling(const scope_t *sc, const ins_sampling_t *samp)
+{
+  char how[256];
+  const cJSON *note;
+  if (samp->sampled) {
+    printf("sampled: ");
+    if (!sc->run)
+      printf("%lld of %lld runs, ", (long long)samp->sampled, (long long)sc->runs);
+    printf("%s; %.1f%% of samples inside operators, %.1f%% in the program itself\n",
+           ins_sampling_describe(samp, how, sizeof how),
+           ins_pct(samp->total - samp->host, samp->total), ins_pct(samp->host, samp->total));
+    return;
+  }
+  if (!samp->runs)
+    return;
+  printf("not sampled");
+  int first = 1;
+  cJSON_ArrayForEach(note, samp->notes)
+  {
+    printf("%s%s", first ? ": " : "; ", note->valuestring);
+    first = 0;
+  }
+  printf("\n");
 }
 
 static int cmd_top(int argc, char **argv)
@@ -105,21 +116,16 @@ static int cmd_top(int argc, char **argv)
   if (ins_db_open(dbopt, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db))
     return INS_EXIT_FAIL;
   scope_t sc = {.run = run};
+  ins_sampling_t samp = {0};
   char title[1024];
   sqlite3_stmt *st = NULL;
   cJSON *doc = NULL;
   ins_table_t *t = NULL;
   rc = INS_EXIT_FAIL;
-  if ((!all && !run && newest_run(db, &sc.run)) || (run && ins_run_exists(db, run) != 1) ||
-      read_scope(db, &sc, title, sizeof title))
+  if ((!all && !run && ins_newest_run(db, 0, &sc.run)) || (run && ins_run_exists(db, run) != 1) ||
+      read_scope(db, &sc, title, sizeof title) || ins_sampling_read(db, sc.run, &samp))
     goto out;
-  st = ins_db_prepare(
-      db, "SELECT s.sig, s.name, s.op, s.params, sum(rs.calls), sum(rs.timed_calls),"
-          " sum(rs.timed_ns), sum(CASE WHEN rs.timed_calls > 0"
-          "  THEN CAST(rs.calls AS REAL) * rs.timed_ns / rs.timed_calls ELSE 0 END) AS est"
-          " FROM run_sigs rs JOIN signatures s ON s.id = rs.sig_id"
-          " WHERE ?1 = 0 OR rs.run_id = ?1"
-          " GROUP BY s.id ORDER BY est DESC, sum(rs.calls) DESC, s.sig");
+  st = ins_db_prepare(db, ins_sql_sig_totals);
   if (!st)
     goto out;
   sqlite3_bind_int64(st, 1, sc.run);
@@ -141,7 +147,9 @@ static int cmd_top(int argc, char **argv)
   doc = cJSON_CreateObject();
   cJSON *sigs = cJSON_CreateArray();
   static const char *const head[] = {"SHARE", "EST.TIME", "CALLS", "MEAN", "SIG", "NAME"};
-  t = ins_table_new("rrrrll", head);
+  static const char *const sampled_head[] = {"SHARE", "EST.TIME", "CALLS", "MEAN",
+                                             "SAMPLES", "CPU%", "SIG", "NAME"};
+  t = samp.sampled ? ins_table_new("rrrrrrll", sampled_head) : ins_table_new("rrrrll", head);
   for (int64_t shown = 0; (step = sqlite3_step(st)) == SQLITE_ROW && (!limit || shown < limit);
        shown++) {
     int64_t calls = sqlite3_column_int64(st, 4), timed = sqlite3_column_int64(st, 5);
@@ -162,13 +170,22 @@ static int cmd_top(int argc, char **argv)
       cJSON_AddNumberToObject(j, "mean_ns", mean);
     else
       cJSON_AddNullToObject(j, "mean_ns");
+    int64_t samples = sqlite3_column_int64(st, 8);
+    if (samp.sampled) {
+      cJSON_AddNumberToObject(j, "samples", (double)samples);
+      cJSON_AddNumberToObject(j, "cpu_pct", ins_pct(samples, samp.total));
+    }
     cJSON_AddItemToArray(sigs, j);
-    char c0[16], c1[32], c2[24], c3[32];
+    char c0[16], c1[32], c2[24], c3[32], c4[24], c5[16];
     snprintf(c0, sizeof c0, "%.1f%%", share);
     snprintf(c2, sizeof c2, "%lld", (long long)calls);
-    const char *row[] = {c0, ins_fmt_ns(timed ? est : -1, c1, sizeof c1), c2,
-                         ins_fmt_ns(mean, c3, sizeof c3), ins_col_text(st, 0), ins_col_text(st, 1)};
-    ins_table_row(t, row);
+    snprintf(c4, sizeof c4, "%lld", (long long)samples);
+    snprintf(c5, sizeof c5, "%.1f%%", ins_pct(samples, samp.total));
+    ins_fmt_ns(timed ? est : -1, c1, sizeof c1);
+    ins_fmt_ns(mean, c3, sizeof c3);
+    const char *row[] = {c0, c1, c2, c3, c4, c5, ins_col_text(st, 0), ins_col_text(st, 1)};
+    const char *unsampled_row[] = {c0, c1, c2, c3, ins_col_text(st, 0), ins_col_text(st, 1)};
+    ins_table_row(t, samp.sampled ? row : unsampled_row);
   }
   if (step != SQLITE_DONE && step != SQLITE_ROW) {
     fprintf(stderr, "opjit: cannot read the database: %s\n", sqlite3_errmsg(st_sqlite(db)));
@@ -188,6 +205,8 @@ static int cmd_top(int argc, char **argv)
     cJSON_AddNumberToObject(doc, "est_ns", est_total);
     cJSON_AddNumberToObject(doc, "overflow_calls", (double)sc.overflow);
     cJSON_AddNumberToObject(doc, "total_signatures", (double)nsigs);
+    if (samp.runs)
+      cJSON_AddItemToObject(doc, "sampling", ins_sampling_json(&samp));
     cJSON_AddItemToObject(doc, "signatures", sigs);
     rc = ins_json_emit(doc);
     doc = NULL;
@@ -211,7 +230,9 @@ static int cmd_top(int argc, char **argv)
   if (sc.overflow > 0)
     printf("%lld calls overflowed the signature table (OPJIT_MAX_SIGS) and are not shown\n",
            (long long)sc.overflow);
+  print_sampling(&sc, &samp);
 out:
+  ins_sampling_free(&samp);
   ins_table_free(t);
   cJSON_Delete(doc);
   sqlite3_finalize(st);
@@ -227,7 +248,9 @@ const ins_cmd_t ins_cmd_top = {
     .help = "RUN defaults to the newest run that recorded a call. The agent times one call in\n"
             "OPJIT_TIME_EVERY; a signature's time is estimated as calls × timed_ns / timed_calls\n"
             "(per run, summed with --all). SHARE is its part of all signatures' estimated time;\n"
-            "the footer compares that total with the run's wall time.\n\n"
+            "the footer compares that total with the run's wall time. For a sampled run, SAMPLES\n"
+            "counts the profiler's samples inside the signature and CPU% is their share of all\n"
+            "the run's samples, the program's own time included.\n\n"
             "options:\n"
             "  --db PATH    the profile database\n"
             "  --all        aggregate every run\n"

@@ -3,6 +3,7 @@
 #include "db.h"
 
 #include "agent/opt.h"
+#include "cmd.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -68,6 +69,66 @@ const char *ins_col_text(sqlite3_stmt *st, int i)
   const unsigned char *s = sqlite3_column_text(st, i);
   return s ? (const char *)s : "";
 }
+
+int ins_newest_run(st_db_t *db, int stacks, int64_t *run)
+{
+  sqlite3_stmt *st = ins_db_prepare(db, stacks ? "SELECT max(run_id) FROM run_stacks"
+                                               : "SELECT max(run_id) FROM run_sigs");
+  if (!st)
+    return INS_EXIT_FAIL;
+  int rc = sqlite3_step(st);
+  *run = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+  if (rc == SQLITE_ROW)
+    rc = sqlite3_step(st);
+  if (ins_db_finish(db, st, rc))
+    return INS_EXIT_FAIL;
+  if (!*run)
+    fprintf(stderr, "opjit: no run in %s has %s yet\n", sqlite3_db_filename(st_sqlite(db), "main"),
+            stacks ? "sampled stacks" : "recorded an operator call");
+  return *run ? 0 : INS_EXIT_FAIL;
+}
+
+int ins_sig_resolve(st_db_t *db, const char *prefix, char *sig)
+{
+  enum { MAX_CANDIDATES = 20 }; /* listed for an ambiguous prefix */
+  sqlite3_stmt *st = ins_db_prepare(
+      db, "SELECT sig, min(name), count(*) OVER () FROM signatures WHERE sig GLOB ?1 || '*'"
+          " GROUP BY sig ORDER BY sig LIMIT ?2");
+  if (!st)
+    return INS_EXIT_FAIL;
+  sqlite3_bind_text(st, 1, prefix, -1, SQLITE_STATIC);
+  sqlite3_bind_int(st, 2, MAX_CANDIDATES);
+  int rc, n = 0;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t total = sqlite3_column_int64(st, 2);
+    if (n == 0 && total == 1)
+      snprintf(sig, 17, "%s", ins_col_text(st, 0));
+    else {
+      if (n == 0)
+        fprintf(stderr, "opjit: signature prefix '%s' is ambiguous: %lld signatures match\n",
+                prefix, (long long)total);
+      fprintf(stderr, "  %s  %s\n", ins_col_text(st, 0), ins_col_text(st, 1));
+      if (n == MAX_CANDIDATES - 1 && total > MAX_CANDIDATES)
+        fprintf(stderr, "  ... and %lld more\n", (long long)(total - MAX_CANDIDATES));
+    }
+    n++;
+  }
+  if (ins_db_finish(db, st, rc))
+    return INS_EXIT_FAIL;
+  if (!n)
+    fprintf(stderr, "opjit: no signature %s%s in %s (see opjit top)\n", prefix,
+            strlen(prefix) < 16 ? "..." : "", sqlite3_db_filename(st_sqlite(db), "main"));
+  return n == 1 ? INS_EXIT_OK : INS_EXIT_FAIL;
+}
+
+const char ins_sql_sig_totals[] =
+    "SELECT s.sig, s.name, s.op, s.params, sum(rs.calls), sum(rs.timed_calls), sum(rs.timed_ns),"
+    " sum(CASE WHEN rs.timed_calls > 0"
+    "  THEN CAST(rs.calls AS REAL) * rs.timed_ns / rs.timed_calls ELSE 0 END) AS est,"
+    " (SELECT coalesce(sum(p.samples), 0) FROM run_pcs p"
+    "  WHERE p.sig_id = s.id AND (?1 = 0 OR p.run_id = ?1))"
+    " FROM run_sigs rs JOIN signatures s ON s.id = rs.sig_id WHERE ?1 = 0 OR rs.run_id = ?1"
+    " GROUP BY s.id ORDER BY est DESC, sum(rs.calls) DESC, s.sig";
 
 int ins_run_exists(st_db_t *db, int64_t id)
 {
@@ -177,4 +238,111 @@ void ins_program_label(const char *exe, const char *argv_json, int width, char *
     memcpy(buf + cut, "…", sizeof "…");
   else
     buf[cut] = 0;
+}
+
+double ins_pct(int64_t part, int64_t whole)
+{
+  return whole > 0 ? 100.0 * (double)part / (double)whole : 0;
+}
+
+void ins_sampling_add(ins_sampling_t *s, const char *text)
+{
+  cJSON *j = cJSON_Parse(text), *note;
+  const char *mode = cJSON_GetStringValue(cJSON_GetObjectItem(j, "mode"));
+  const char *event = cJSON_GetStringValue(cJSON_GetObjectItem(j, "event"));
+  int64_t hz = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "hz"));
+  if (!cJSON_IsObject(j)) { /* NULL or not a summary: nothing to add */
+    cJSON_Delete(j);
+    return;
+  }
+  s->runs++;
+  cJSON_ArrayForEach(note, cJSON_GetObjectItem(j, "notes"))
+  {
+    const char *n = cJSON_GetStringValue(note), *seen = NULL;
+    const cJSON *old;
+    cJSON_ArrayForEach(old, s->notes)
+      if (n && strcmp(n, old->valuestring) == 0)
+        seen = n;
+    if (n && !seen && s->notes)
+      cJSON_AddItemToArray(s->notes, cJSON_CreateString(n));
+  }
+  if (mode && strcmp(mode, "off") != 0) {
+    event = event ? event : "?";
+    if (!s->sampled++) {
+      snprintf(s->mode, sizeof s->mode, "%s", mode);
+      snprintf(s->event, sizeof s->event, "%s", event);
+      s->hz = hz;
+    } else if (strcmp(s->mode, mode) || strcmp(s->event, event) || s->hz != hz) {
+      snprintf(s->mode, sizeof s->mode, "mixed");
+      snprintf(s->event, sizeof s->event, "mixed");
+      s->hz = 0;
+    }
+    s->samples += (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "samples"));
+    s->lost += (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "lost"));
+  }
+  cJSON_Delete(j);
+}
+
+int ins_sampling_read(st_db_t *db, int64_t run, ins_sampling_t *s)
+{
+  *s = (ins_sampling_t){.mode = "off", .notes = cJSON_CreateArray()};
+  sqlite3_stmt *st = ins_db_prepare(
+      db, "SELECT sampling FROM runs WHERE sampling IS NOT NULL AND (?1 = 0 OR id = ?1)"
+          " ORDER BY id");
+  if (!st)
+    return INS_EXIT_FAIL;
+  sqlite3_bind_int64(st, 1, run);
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    ins_sampling_add(s, ins_col_text(st, 0));
+  if (ins_db_finish(db, st, rc) ||
+      !(st = ins_db_prepare(db, "SELECT coalesce(sum(samples), 0),"
+                                " coalesce(sum(CASE WHEN sig_id = 0 THEN samples END), 0)"
+                                " FROM run_pcs WHERE ?1 = 0 OR run_id = ?1")))
+    return INS_EXIT_FAIL;
+  sqlite3_bind_int64(st, 1, run);
+  if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    s->total = sqlite3_column_int64(st, 0);
+    s->host = sqlite3_column_int64(st, 1);
+    rc = sqlite3_step(st);
+  }
+  return ins_db_finish(db, st, rc);
+}
+
+void ins_sampling_free(ins_sampling_t *s)
+{
+  cJSON_Delete(s->notes);
+  s->notes = NULL;
+}
+
+const char *ins_sampling_describe(const ins_sampling_t *s, char *buf, size_t len)
+{
+  char rate[32] = "";
+  if (!s->sampled) {
+    snprintf(buf, len, "off");
+    return buf;
+  }
+  if (s->hz > 0)
+    snprintf(rate, sizeof rate, " at %lld Hz", (long long)s->hz);
+  snprintf(buf, len, "%s %s%s, %lld samples (%lld lost)", s->mode, s->event, rate,
+           (long long)s->samples, (long long)s->lost);
+  return buf;
+}
+
+cJSON *ins_sampling_json(const ins_sampling_t *s)
+{
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddNumberToObject(j, "runs", (double)s->runs);
+  cJSON_AddNumberToObject(j, "sampled_runs", (double)s->sampled);
+  cJSON_AddStringToObject(j, "mode", s->mode);
+  cJSON_AddStringToObject(j, "event", s->event);
+  cJSON_AddNumberToObject(j, "hz", (double)s->hz);
+  cJSON_AddNumberToObject(j, "samples", (double)s->samples);
+  cJSON_AddNumberToObject(j, "lost", (double)s->lost);
+  cJSON_AddItemToObject(j, "notes", cJSON_Duplicate(s->notes, 1));
+  cJSON_AddNumberToObject(j, "attributed", (double)s->total);
+  cJSON_AddNumberToObject(j, "outside_operators", (double)s->host);
+  cJSON_AddNumberToObject(j, "inside_pct", ins_pct(s->total - s->host, s->total));
+  cJSON_AddNumberToObject(j, "program_pct", ins_pct(s->host, s->total));
+  return j;
 }

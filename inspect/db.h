@@ -7,6 +7,8 @@
 
 #include "store/store.h"
 
+#include <cjson/cJSON.h>
+
 #include <sqlite3.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,6 +35,17 @@ int ins_db_finish(st_db_t *db, sqlite3_stmt *st, int last_rc);
 /* Column i as text, "" when NULL. */
 const char *ins_col_text(sqlite3_stmt *st, int i);
 
+/* The newest run that recorded an operator call (stacks 0) or a sampled stack (stacks 1),
+ * into *run; prints why and returns INS_EXIT_FAIL when there is none. */
+int ins_newest_run(st_db_t *db, int stacks, int64_t *run);
+/* Resolves a signature id prefix (lower-case hex) to one full id in sig[17]; prints the
+ * candidates or the absence and returns INS_EXIT_FAIL when several or none match. */
+int ins_sig_resolve(st_db_t *db, const char *prefix, char *sig);
+
+/* The signatures of run ?1 (0: every run), ranked by estimated time (per run, then summed):
+ * columns sig, name, op, params, calls, timed_calls, timed_ns, est_ns, samples (run_pcs). */
+extern const char ins_sql_sig_totals[];
+
 /* Whether run id exists; prints "opjit: no run ID in PATH" when it does not. Returns 1, 0,
  * or -1 on an SQLite error (printed). */
 int ins_run_exists(st_db_t *db, int64_t id);
@@ -46,5 +59,32 @@ int64_t ins_run_wall_ns(int64_t start_ns, int64_t flush_ns, int64_t end_ns);
 /* "python3.11 -c import numpy…": exe's basename and argv[1..] (a JSON array), abbreviated
  * with "…" to at most width characters. */
 void ins_program_label(const char *exe, const char *argv_json, int width, char *buf, size_t len);
+
+/* What the sampler recorded over a scope: one run, or every run (run 0). */
+typedef struct ins_sampling_s {
+  int64_t runs;          /* runs with a sampling summary (runs.sampling not NULL) */
+  int64_t sampled;       /* of which actually sampled (mode not "off") */
+  int64_t samples, lost; /* the summaries' counts, summed */
+  int64_t total, host;   /* samples attributed by PC (run_pcs), and those outside operators */
+  char mode[16];         /* the sampled runs' mode, event and rate; "mixed"/"mixed"/0 when */
+  char event[32];        /* they differ; "off"/""/0 when none was sampled */
+  int64_t hz;
+  cJSON *notes;          /* array of the distinct notes (why better events were not used) */
+} ins_sampling_t;
+
+/* Reads the sampling of run (0: every run) into *s (free with ins_sampling_free). Returns 0,
+ * or INS_EXIT_FAIL (printed). */
+int ins_sampling_read(st_db_t *db, int64_t run, ins_sampling_t *s);
+/* Adds one run's summary text (a runs.sampling value; "" or malformed adds nothing) to s;
+ * notes only when s->notes is an array. */
+void ins_sampling_add(ins_sampling_t *s, const char *text);
+void ins_sampling_free(ins_sampling_t *s);
+/* "perf task-clock at 499 Hz, 1234 samples (12 lost)", or "off" when nothing was sampled. */
+const char *ins_sampling_describe(const ins_sampling_t *s, char *buf, size_t len);
+/* The summary as JSON: runs, mode, event, hz, samples, lost, notes, attributed, outside, and
+ * inside_pct / program_pct (the shares of attributed samples in and outside operators). */
+cJSON *ins_sampling_json(const ins_sampling_t *s);
+/* pct of part in whole, 0 when whole is 0. */
+double ins_pct(int64_t part, int64_t whole);
 
 #endif

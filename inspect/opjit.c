@@ -6,6 +6,7 @@
 
 #include "store/store.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
@@ -14,8 +15,8 @@
 #include <string.h>
 
 static const ins_cmd_t *const commands[] = {
-    &ins_cmd_run, &ins_cmd_runs, &ins_cmd_top, &ins_cmd_op,
-    &ins_cmd_export, &ins_cmd_gc, &ins_cmd_doctor,
+    &ins_cmd_run, &ins_cmd_runs,   &ins_cmd_top, &ins_cmd_op,     &ins_cmd_flame,
+    &ins_cmd_report, &ins_cmd_export, &ins_cmd_gc, &ins_cmd_doctor,
 };
 #define NCOMMANDS (sizeof commands / sizeof *commands)
 
@@ -55,6 +56,16 @@ int ins_parse_long(const ins_cmd_t *cmd, const char *name, const char *text, lon
     return ins_usage_error(cmd, "%s wants an integer in [%ld, %ld], not '%s'", name, min, max,
                            text);
   *out = v;
+  return 0;
+}
+
+int ins_parse_sig(const ins_cmd_t *cmd, const char *text, char *prefix)
+{
+  size_t len = strlen(text);
+  if (len == 0 || len > 16 || strspn(text, "0123456789abcdefABCDEF") != len)
+    return ins_usage_error(cmd, "'%s' is not a signature id (1 to 16 hex digits)", text);
+  for (size_t i = 0; i <= len; i++)
+    prefix[i] = (char)tolower((unsigned char)text[i]);
   return 0;
 }
 

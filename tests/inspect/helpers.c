@@ -151,6 +151,14 @@ cJSON *proc_json(const proc_t *p)
   return j;
 }
 
+/* The crafted gemm key of size m (what craft_run flushes for a fake_sig_t of that m). */
+static ag_sig_t fake_key(int m)
+{
+  return (ag_sig_t){.host = AG_HOST_ID_BLAS, .op = AG_OP_GEMM, .dtype = AG_F32,
+                    .api = AG_API_CBLAS, .order = AG_ROW, .ab = AG_S_ZERO << 4, .m = m, .n = m,
+                    .k = m, .lda = m, .ldb = m, .ldc = m};
+}
+
 int64_t craft_run(const char *path, int pid, int64_t start_ns, int ended, const fake_sig_t *sigs,
                   size_t n)
 {
@@ -173,9 +181,7 @@ int64_t craft_run(const char *path, int pid, int64_t start_ns, int ended, const 
   char (*text)[4][256] = calloc(n ? n : 1, sizeof *text);
   for (size_t i = 0; i < n; i++) {
     int m = sigs[i].m;
-    keys[i] = (ag_sig_t){.host = AG_HOST_ID_BLAS, .op = AG_OP_GEMM, .dtype = AG_F32,
-                         .api = AG_API_CBLAS, .order = AG_ROW, .ab = AG_S_ZERO << 4, .m = m,
-                         .n = m, .k = m, .lda = m, .ldb = m, .ldc = m};
+    keys[i] = fake_key(m);
     snprintf(text[i][0], sizeof text[i][0], "%016llx", (unsigned long long)ag_sig_hash(&keys[i]));
     ag_sig_opname(&keys[i], text[i][1], sizeof text[i][1]);
     ag_sig_format(&keys[i], text[i][2], sizeof text[i][2]);
@@ -191,6 +197,38 @@ int64_t craft_run(const char *path, int pid, int64_t start_ns, int ended, const 
   st_close(db);
   free(keys), free(recs), free(text);
   return run;
+}
+
+void craft_samples(const char *path, int64_t run, const fake_samples_t *s)
+{
+  size_t n = s->npcs + s->nstacks + s->ncounters;
+  ag_sig_t *keys = calloc(n ? n : 1, sizeof *keys);
+  st_pc_rec_t *pcs = calloc(s->npcs + 1, sizeof *pcs);
+  st_stack_rec_t *stacks = calloc(s->nstacks + 1, sizeof *stacks);
+  st_counter_rec_t *counters = calloc(s->ncounters + 1, sizeof *counters);
+  size_t k = 0;
+#define KEY(m) ((m) ? (keys[k] = fake_key(m), &keys[k++]) : NULL)
+  for (size_t i = 0; i < s->npcs; i++)
+    pcs[i] = (st_pc_rec_t){.key = KEY(s->pcs[i].m), .key_len = sizeof *keys,
+                           .module = s->pcs[i].module, .symbol = s->pcs[i].symbol,
+                           .samples = s->pcs[i].samples};
+  for (size_t i = 0; i < s->nstacks; i++)
+    stacks[i] = (st_stack_rec_t){.key = KEY(s->stacks[i].m), .key_len = sizeof *keys,
+                                 .stack = s->stacks[i].stack, .samples = s->stacks[i].samples};
+  for (size_t i = 0; i < s->ncounters; i++)
+    counters[i] = (st_counter_rec_t){.key = KEY(s->counters[i].m), .key_len = sizeof *keys,
+                                     .event = s->counters[i].event,
+                                     .value = s->counters[i].value};
+#undef KEY
+  st_db_t *db;
+  char err[512];
+  cr_assert_eq(st_open(path, 0, 1000, &db, err, sizeof err), ST_OK, "st_open: %s", err);
+  st_samples_t rec = {.sampling = s->sampling, .pcs = pcs, .npcs = s->npcs, .stacks = stacks,
+                      .nstacks = s->nstacks, .counters = counters, .ncounters = s->ncounters};
+  int rc = st_run_samples(db, run, &rec);
+  cr_assert_eq(rc, ST_OK, "st_run_samples: %s", st_errstr(rc));
+  st_close(db);
+  free(keys), free(pcs), free(stacks), free(counters);
 }
 
 void sql_exec(const char *path, const char *sql)

@@ -49,6 +49,36 @@ typedef struct fake_sig_s {
  * run id; fails the test on any store error. */
 int64_t craft_run(const char *path, int pid, int64_t start_ns, int ended, const fake_sig_t *sigs,
                   size_t n);
+/* What a crafted run's sampler recorded. Rows name their signature by the m of a fake_sig_t
+ * already flushed in the run; m 0 stands for outside any operator. */
+typedef struct fake_pc_s {
+  int m;
+  const char *module, *symbol;
+  uint64_t samples;
+} fake_pc_t;
+typedef struct fake_stack_s {
+  int m;
+  const char *stack;
+  uint64_t samples;
+} fake_stack_t;
+typedef struct fake_counter_s {
+  int m;
+  const char *event;
+  uint64_t value;
+} fake_counter_t;
+typedef struct fake_samples_s {
+  const char *sampling; /* runs.sampling JSON */
+  const fake_pc_t *pcs;
+  size_t npcs;
+  const fake_stack_t *stacks;
+  size_t nstacks;
+  const fake_counter_t *counters;
+  size_t ncounters;
+} fake_samples_t;
+
+/* Records s for run in the database at path through st_run_samples; fails the test on any
+ * store error. */
+void craft_samples(const char *path, int64_t run, const fake_samples_t *s);
 /* Executes sql on the database at path with plain SQLite; fails the test on error. */
 void sql_exec(const char *path, const char *sql);
 /* The pid of a process that has exited and been reaped (so is not alive). */

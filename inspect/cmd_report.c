@@ -1,0 +1,460 @@
+/* SPDX-License-Identifier: MIT */
+/* `opjit report`: one self-contained HTML page for a run: header, bar charts of the hottest
+ * signatures, the `top` table and an icicle flame graph of the sampled stacks. Inline CSS
+ * and SVG only (no script, no network, no font files), every layout computed here; every
+ * text from the database is HTML-escaped. Entry point: cmd_report(). */
+#include "cmd.h"
+#include "db.h"
+#include "fold.h"
+#include "table.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CHART_ROWS 12     /* signatures per bar chart */
+#define TABLE_ROWS 100    /* signatures in the table */
+#define CHART_WIDTH 560   /* px, each chart */
+#define CHART_LABEL 300   /* px of a chart row given to its label */
+#define CHART_ROW 20      /* px per chart row */
+#define FLAME_WIDTH 1200  /* px */
+#define FLAME_ROW 18      /* px per frame */
+#define CHAR_PX 7.0       /* width of one label character at the 12 px monospace font */
+#define MIN_FRAME_PX 0.25 /* narrower frames (and what they hold) are not drawn */
+
+/* One signature as `top` ranks it. */
+typedef struct sig_row_s {
+  char sig[17];
+  char *name;
+  int64_t calls, timed, samples;
+  double est;
+} sig_row_t;
+
+/* Everything the page shows, read before a byte is written. */
+typedef struct report_s {
+  FILE *f;
+  int64_t run, pid, start_ns, end_ns, wall_ns;
+  char *exe, *argv, *status, *database;
+  ins_sampling_t samp;
+  sig_row_t *sigs;
+  size_t nsigs;
+  int64_t calls;
+  double est;
+  ins_frame_t *flame;
+  int64_t stacks;
+} report_t;
+
+/* Writes s[0..n) to f with &, <, >, " and ' escaped for HTML text and attributes. */
+static void esc_n(FILE *f, const char *s, size_t n)
+{
+  for (size_t i = 0; i < n && s[i]; i++) {
+    switch (s[i]) {
+    case '&': fputs("&amp;", f); break;
+    case '<': fputs("&lt;", f); break;
+    case '>': fputs("&gt;", f); break;
+    case '"': fputs("&quot;", f); break;
+    case '\'': fputs("&#39;", f); break;
+    default: fputc(s[i], f);
+    }
+  }
+}
+
+static void esc(FILE *f, const char *s) { esc_n(f, s, strlen(s)); }
+
+/* Writes s escaped, cut to at most max characters (UTF-8) with "…" when it is longer. */
+static void esc_clip(FILE *f, const char *s, int max)
+{
+  size_t cut = 0, chars = 0;
+  for (size_t i = 0; s[i]; i++)
+    if (((unsigned char)s[i] & 0xc0) != 0x80 && ++chars == (size_t)max)
+      cut = i; /* where character max begins: "…" takes its place if more follow */
+  if (chars <= (size_t)max) {
+    esc(f, s);
+    return;
+  }
+  esc_n(f, s, cut);
+  fputs("…", f);
+}
+
+/* Reads run's row into rep. Returns 0 or INS_EXIT_FAIL (printed). */
+static int read_run(st_db_t *db, report_t *rep)
+{
+  sqlite3_stmt *st = ins_db_prepare(
+      db, "SELECT p.exe, r.argv, r.status, r.pid, r.start_ns, coalesce(r.flush_ns, 0),"
+          " coalesce(r.end_ns, 0) FROM runs r JOIN programs p ON p.id = r.program_id"
+          " WHERE r.id = ?");
+  if (!st)
+    return INS_EXIT_FAIL;
+  sqlite3_bind_int64(st, 1, rep->run);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    rep->exe = ins_xstrdup(ins_col_text(st, 0));
+    rep->argv = ins_xstrdup(ins_col_text(st, 1));
+    rep->pid = sqlite3_column_int64(st, 3);
+    rep->start_ns = sqlite3_column_int64(st, 4);
+    rep->end_ns = sqlite3_column_int64(st, 6);
+    rep->wall_ns = ins_run_wall_ns(rep->start_ns, sqlite3_column_int64(st, 5), rep->end_ns);
+    rep->status = ins_xstrdup(ins_run_status(ins_col_text(st, 2), rep->pid, rep->start_ns));
+    rc = sqlite3_step(st);
+  }
+  return ins_db_finish(db, st, rc);
+}
+
+/* Reads the run's signatures, ranked as `top` ranks them, into rep. Returns 0 or
+ * INS_EXIT_FAIL (printed). */
+static int read_sigs(st_db_t *db, report_t *rep)
+{
+  sqlite3_stmt *st = ins_db_prepare(db, ins_sql_sig_totals);
+  if (!st)
+    return INS_EXIT_FAIL;
+  sqlite3_bind_int64(st, 1, rep->run);
+  size_t cap = 0;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (rep->nsigs == cap) {
+      cap = cap ? 2 * cap : 64;
+      sig_row_t *grown = ins_xmalloc(cap * sizeof *grown);
+      if (rep->nsigs)
+        memcpy(grown, rep->sigs, rep->nsigs * sizeof *grown);
+      free(rep->sigs);
+      rep->sigs = grown;
+    }
+    sig_row_t *r = &rep->sigs[rep->nsigs++];
+    snprintf(r->sig, sizeof r->sig, "%s", ins_col_text(st, 0));
+    r->name = ins_xstrdup(ins_col_text(st, 1));
+    r->calls = sqlite3_column_int64(st, 4);
+    r->timed = sqlite3_column_int64(st, 5);
+    r->est = sqlite3_column_double(st, 7);
+    r->samples = sqlite3_column_int64(st, 8);
+    rep->calls += r->calls;
+    rep->est += r->est;
+  }
+  return ins_db_finish(db, st, rc);
+}
+
+/* Adds one folded stack to the report's frame tree (ins_fold_fn). */
+static void add_stack(void *ctx, const char *line, int64_t samples)
+{
+  ins_frame_add(((report_t *)ctx)->flame, line, samples);
+}
+
+static const char style[] =
+    "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1240px}"
+    "h1{font-size:20px;margin:0 0 8px}h2{font-size:16px;margin:28px 0 8px}"
+    "code,td.m,dd.m{font-family:ui-monospace,monospace}"
+    "dl{display:grid;grid-template-columns:max-content auto;gap:2px 16px;margin:0}"
+    "dt{color:#666}dd{margin:0;word-break:break-all}"
+    "table{border-collapse:collapse;font-size:13px}th,td{padding:2px 10px;text-align:left}"
+    "th{border-bottom:1px solid #999}td.r,th.r{text-align:right}tr:nth-child(even){background:#f4f4f4}"
+    ".charts{display:flex;flex-wrap:wrap;gap:24px}.note{color:#666}"
+    "svg text{font:12px ui-monospace,monospace;fill:#222}"
+    ".bar-est{fill:#6fa8dc}.bar-cpu{fill:#f2a65a}.bar-prog{fill:#bbb}"
+    ".fr{stroke:#fff;stroke-width:0.5}.k-root{fill:#c8c8c8}.k-program{fill:#f2a65a}"
+    ".k-agent{fill:#b39ddb}.k-library{fill:#6fa8dc}.k-jit{fill:#81c784}"
+    ".key{display:inline-block;width:12px;height:12px;margin:0 4px 0 14px;vertical-align:-1px}";
+
+/* The page's head and the run's header. */
+static void write_header(const report_t *rep)
+{
+  FILE *f = rep->f;
+  char prog[1024], buf[256];
+  ins_program_label(rep->exe, rep->argv, 0, prog, sizeof prog);
+  fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>opjit run ", f);
+  fprintf(f, "%lld: ", (long long)rep->run);
+  esc_clip(f, prog, 80);
+  fprintf(f, "</title>\n<style>%s</style></head>\n<body>\n<h1>opjit run %lld: ", style,
+          (long long)rep->run);
+  esc_clip(f, prog, 100);
+  fputs("</h1>\n<dl>\n<dt>executable</dt><dd class=\"m\">", f);
+  esc(f, rep->exe);
+  fputs("</dd>\n<dt>argv</dt><dd class=\"m\">", f);
+  esc(f, rep->argv);
+  fprintf(f, "</dd>\n<dt>run</dt><dd>%lld (pid %lld, ", (long long)rep->run, (long long)rep->pid);
+  esc(f, rep->status);
+  fprintf(f, ")</dd>\n<dt>started</dt><dd>%s</dd>\n",
+          ins_fmt_time(rep->start_ns, buf, sizeof buf));
+  fprintf(f, "<dt>ended</dt><dd>%s</dd>\n",
+          rep->end_ns ? ins_fmt_time(rep->end_ns, buf, sizeof buf) : "not recorded");
+  fprintf(f, "<dt>wall time</dt><dd>%s</dd>\n", ins_fmt_duration(rep->wall_ns, buf, sizeof buf));
+  fputs("<dt>sampling</dt><dd>", f);
+  esc(f, rep->samp.runs ? ins_sampling_describe(&rep->samp, buf, sizeof buf) : "not sampled");
+  const cJSON *note;
+  cJSON_ArrayForEach(note, rep->samp.notes)
+  {
+    fputs("<br><span class=\"note\">", f);
+    esc(f, note->valuestring);
+    fputs("</span>", f);
+  }
+  fputs("</dd>\n<dt>database</dt><dd class=\"m\">", f);
+  esc(f, rep->database);
+  fputs("</dd>\n</dl>\n", f);
+}
+
+/* One horizontal bar chart: n labels with their percentage; cls[i] is each bar's class. */
+static void bar_chart(FILE *f, const char *title, const char *const *labels, const double *pct,
+                      const char *const *cls, int n)
+{
+  double span = CHART_WIDTH - CHART_LABEL - 60;
+  fprintf(f, "<figure style=\"margin:0\"><figcaption>%s</figcaption>\n", title);
+  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" role=\"img\">\n",
+          CHART_WIDTH, n * CHART_ROW + 4);
+  for (int i = 0; i < n; i++) {
+    int y = i * CHART_ROW + 2;
+    fprintf(f, "<g><title>");
+    esc(f, labels[i]);
+    fprintf(f, ": %.1f%%</title><text x=\"0\" y=\"%d\">", pct[i], y + 13);
+    esc_clip(f, labels[i], (int)((CHART_LABEL - 8) / CHAR_PX));
+    fprintf(f, "</text><rect class=\"%s\" x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\"/>",
+            cls[i], CHART_LABEL, y, span * pct[i] / 100.0, CHART_ROW - 4);
+    fprintf(f, "<text x=\"%.2f\" y=\"%d\">%.1f%%</text></g>\n",
+            CHART_LABEL + span * pct[i] / 100.0 + 4, y + 13, pct[i]);
+  }
+  fputs("</svg></figure>\n", f);
+}
+
+/* Orders signature rows by samples, most first (qsort). */
+static int by_samples(const void *a, const void *b)
+{
+  const sig_row_t *x = *(sig_row_t *const *)a, *y = *(sig_row_t *const *)b;
+  return (y->samples > x->samples) - (y->samples < x->samples);
+}
+
+/* The two bar charts: estimated time share, and share of samples (the program included). */
+static void write_charts(const report_t *rep)
+{
+  FILE *f = rep->f;
+  const char *labels[CHART_ROWS + 1], *cls[CHART_ROWS + 1];
+  double pct[CHART_ROWS + 1];
+  int n = 0;
+  fputs("<h2>Hottest signatures</h2>\n<div class=\"charts\">\n", f);
+  for (; n < CHART_ROWS && (size_t)n < rep->nsigs; n++) {
+    labels[n] = rep->sigs[n].name;
+    pct[n] = rep->est > 0 ? 100.0 * rep->sigs[n].est / rep->est : 0;
+    cls[n] = "bar-est";
+  }
+  bar_chart(f, "share of estimated operator time", labels, pct, cls, n);
+  if (rep->samp.sampled) {
+    const sig_row_t **order = ins_xmalloc((rep->nsigs + 1) * sizeof *order);
+    for (size_t i = 0; i < rep->nsigs; i++)
+      order[i] = &rep->sigs[i];
+    qsort(order, rep->nsigs, sizeof *order, by_samples);
+    labels[0] = INS_FOLD_PROGRAM;
+    pct[0] = ins_pct(rep->samp.host, rep->samp.total);
+    cls[0] = "bar-prog";
+    for (n = 1; n <= CHART_ROWS && (size_t)n <= rep->nsigs; n++) {
+      labels[n] = order[n - 1]->name;
+      pct[n] = ins_pct(order[n - 1]->samples, rep->samp.total);
+      cls[n] = "bar-cpu";
+    }
+    free(order);
+    bar_chart(f, "share of CPU samples (CPU%), the program's own time included", labels, pct, cls,
+              n);
+  }
+  fputs("</div>\n", f);
+}
+
+/* The `top` table and its footer. */
+static void write_table(const report_t *rep)
+{
+  FILE *f = rep->f;
+  int sampled = rep->samp.sampled > 0;
+  char a[32], b[32];
+  fputs("<h2>Signatures</h2>\n<table>\n<tr><th class=\"r\">SHARE</th><th class=\"r\">EST.TIME</th>"
+        "<th class=\"r\">CALLS</th><th class=\"r\">MEAN</th>", f);
+  if (sampled)
+    fputs("<th class=\"r\">SAMPLES</th><th class=\"r\">CPU%</th>", f);
+  fputs("<th>SIG</th><th>NAME</th></tr>\n", f);
+  for (size_t i = 0; i < rep->nsigs && i < TABLE_ROWS; i++) {
+    const sig_row_t *r = &rep->sigs[i];
+    double mean = r->timed > 0 && r->calls > 0 ? r->est / (double)r->calls : -1;
+    fprintf(f, "<tr><td class=\"r\">%.1f%%</td><td class=\"r\">%s</td><td class=\"r\">%lld</td>"
+               "<td class=\"r\">%s</td>",
+            rep->est > 0 ? 100.0 * r->est / rep->est : 0, ins_fmt_ns(r->timed ? r->est : -1, a,
+            sizeof a), (long long)r->calls, ins_fmt_ns(mean, b, sizeof b));
+    if (sampled)
+      fprintf(f, "<td class=\"r\">%lld</td><td class=\"r\">%.1f%%</td>", (long long)r->samples,
+              ins_pct(r->samples, rep->samp.total));
+    fputs("<td class=\"m\">", f);
+    esc(f, r->sig);
+    fputs("</td><td>", f);
+    esc(f, r->name);
+    fputs("</td></tr>\n", f);
+  }
+  fprintf(f, "</table>\n<p>%lld calls in %zu signatures; estimated operator time %s of %s wall",
+          (long long)rep->calls, rep->nsigs, ins_fmt_ns(rep->est, a, sizeof a),
+          ins_fmt_duration(rep->wall_ns, b, sizeof b));
+  if (rep->wall_ns > 0)
+    fprintf(f, " (%.1f%%)", 100.0 * rep->est / (double)rep->wall_ns);
+  if (sampled)
+    fprintf(f, "; %.1f%% of samples inside operators, %.1f%% in the program itself",
+            ins_pct(rep->samp.total - rep->samp.host, rep->samp.total),
+            ins_pct(rep->samp.host, rep->samp.total));
+  fputs(".</p>\n", f);
+  if (rep->nsigs > TABLE_ROWS)
+    fprintf(f, "<p class=\"note\">The table shows the top %d of %zu signatures (opjit top "
+               "--limit 0 %lld lists them all).</p>\n", TABLE_ROWS, rep->nsigs, (long long)rep->run);
+}
+
+/* Draws fr and what it holds; counts the frames too narrow to draw in *hidden. */
+static void draw_frame(FILE *f, const ins_frame_t *fr, double px_per_sample, int64_t total,
+                       int64_t *hidden)
+{
+  static const char *const kind[] = {[INS_FRAME_ROOT] = "root", [INS_FRAME_PROGRAM] = "program",
+                                     [INS_FRAME_AGENT] = "agent", [INS_FRAME_LIBRARY] = "library",
+                                     [INS_FRAME_JIT] = "jit"};
+  double x = (double)fr->offset * px_per_sample, w = (double)fr->samples * px_per_sample;
+  if (w < MIN_FRAME_PX) {
+    ++*hidden;
+    for (const ins_frame_t *c = fr->child; c; c = c->next)
+      draw_frame(f, c, px_per_sample, total, hidden);
+    return;
+  }
+  int y = fr->depth * FLAME_ROW;
+  fputs("<g><title>", f);
+  esc(f, fr->name);
+  fprintf(f, " (%lld samples, %.2f%%)</title>", (long long)fr->samples,
+          ins_pct(fr->samples, total));
+  fprintf(f, "<rect class=\"fr k-%s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\"/>",
+          kind[fr->kind], x, y, w, FLAME_ROW - 1);
+  int chars = (int)((w - 6) / CHAR_PX);
+  if (chars >= 3) {
+    fprintf(f, "<text x=\"%.2f\" y=\"%d\">", x + 3, y + FLAME_ROW - 5);
+    esc_clip(f, fr->name, chars);
+    fputs("</text>", f);
+  }
+  fputs("</g>\n", f);
+  for (const ins_frame_t *c = fr->child; c; c = c->next)
+    draw_frame(f, c, px_per_sample, total, hidden);
+}
+
+/* The flame graph (an icicle: callers above callees), or why there is none. */
+static void write_flame(const report_t *rep)
+{
+  FILE *f = rep->f;
+  fputs("<h2>Where the samples fell</h2>\n", f);
+  if (!rep->stacks || !rep->flame->samples) {
+    fprintf(f, "<p class=\"note\">%s: no flame graph.</p>\n",
+            rep->samp.sampled ? "The sampler recorded no stacks for this run"
+                              : "This run was not sampled");
+    return;
+  }
+  int depth = 0;
+  int64_t nodes = ins_frame_layout(rep->flame, &depth), hidden = 0;
+  fputs("<p>Each box is a frame, as wide as its samples; its callers are above it. The first row "
+        "under the run is the operator (by signature) or [program] for the program's own time."
+        "<br><span class=\"key k-program\"></span>program<span class=\"key k-agent\"></span>"
+        "opjit interposer<span class=\"key k-library\"></span>operator's library"
+        "<span class=\"key k-jit\"></span>JIT code</p>\n", f);
+  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+             "role=\"img\" data-frames=\"%lld\">\n",
+          FLAME_WIDTH, (depth + 1) * FLAME_ROW, (long long)nodes);
+  draw_frame(f, rep->flame, (double)FLAME_WIDTH / (double)rep->flame->samples,
+             rep->flame->samples, &hidden);
+  fputs("</svg>\n", f);
+  if (hidden)
+    fprintf(f, "<p class=\"note\">%lld frames narrower than %.2f px are not drawn.</p>\n",
+            (long long)hidden, MIN_FRAME_PX);
+}
+
+/* Writes the whole page to rep->f. */
+static void write_report(const report_t *rep)
+{
+  write_header(rep);
+  write_charts(rep);
+  write_table(rep);
+  write_flame(rep);
+  fprintf(rep->f, "<p class=\"note\">opjit %s</p>\n</body></html>\n", OPJIT_VERSION);
+}
+
+static void report_free(report_t *rep)
+{
+  for (size_t i = 0; i < rep->nsigs; i++)
+    free(rep->sigs[i].name);
+  free(rep->sigs);
+  free(rep->exe);
+  free(rep->argv);
+  free(rep->status);
+  free(rep->database);
+  ins_sampling_free(&rep->samp);
+  ins_frame_free(rep->flame);
+}
+
+static int cmd_report(int argc, char **argv)
+{
+  static const struct option longopts[] = {{"db", required_argument, NULL, 'd'},
+                                           {"output", required_argument, NULL, 'o'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {0}};
+  const char *dbopt = NULL, *out = NULL;
+  int rc;
+  long run = 0;
+  for (int c; (c = getopt_long(argc, argv, "d:o:h", longopts, NULL)) != -1;) {
+    switch (c) {
+    case 'd': dbopt = optarg; break;
+    case 'o': out = optarg; break;
+    case 'h': return ins_help(&ins_cmd_report);
+    default: return ins_bad_option(&ins_cmd_report, argv);
+    }
+  }
+  if (optind < argc &&
+      (rc = ins_parse_long(&ins_cmd_report, "RUN", argv[optind++], 1, INT64_MAX, &run)))
+    return rc;
+  if (optind < argc)
+    return ins_usage_error(&ins_cmd_report, "unexpected argument '%s'", argv[optind]);
+  if (!out)
+    return ins_usage_error(&ins_cmd_report, "where to? give -o FILE.html (or -o - for stdout)");
+
+  st_db_t *db;
+  if (ins_db_open(dbopt, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db))
+    return INS_EXIT_FAIL;
+  report_t rep = {.run = run};
+  rc = INS_EXIT_FAIL;
+  if ((run && ins_run_exists(db, run) != 1) || (!run && ins_newest_run(db, 0, &rep.run)))
+    goto out;
+  char title[32];
+  snprintf(title, sizeof title, "run %lld", (long long)rep.run);
+  rep.flame = ins_frame_tree(title);
+  rep.database = ins_xstrdup(sqlite3_db_filename(st_sqlite(db), "main"));
+  if (read_run(db, &rep) || read_sigs(db, &rep) || ins_sampling_read(db, rep.run, &rep.samp) ||
+      ins_fold_each(db, rep.run, NULL, add_stack, &rep, &rep.stacks))
+    goto out;
+  int to_stdout = strcmp(out, "-") == 0;
+  rep.f = to_stdout ? stdout : fopen(out, "w");
+  if (!rep.f) {
+    fprintf(stderr, "opjit: cannot write %s: %m\n", out);
+    goto out;
+  }
+  write_report(&rep);
+  if (ferror(rep.f) | (to_stdout ? fflush(rep.f) : fclose(rep.f))) {
+    fprintf(stderr, "opjit: cannot write %s: %m\n", to_stdout ? "the report" : out);
+    if (!to_stdout)
+      unlink(out);
+    goto out;
+  }
+  if (!to_stdout)
+    fprintf(stderr, "opjit: wrote %s (run %lld)\n", out, (long long)rep.run);
+  rc = INS_EXIT_OK;
+out:
+  report_free(&rep);
+  st_close(db);
+  return rc;
+}
+
+const ins_cmd_t ins_cmd_report = {
+    .name = "report",
+    .main = cmd_report,
+    .synopsis = "[--db PATH] [RUN] -o FILE.html",
+    .summary = "write a run's profile as one self-contained HTML page",
+    .help = "One HTML file with everything inline (no scripts, fonts or network resources): the\n"
+            "run's program, argv, dates, wall time and sampling; bar charts of the hottest\n"
+            "signatures by estimated time and by CPU samples; the table opjit top prints; and,\n"
+            "for a sampled run, a flame graph (icicle) of its stacks, each operator the root of\n"
+            "its own, coloured by program, opjit interposer, operator's library and JIT code.\n"
+            "RUN defaults to the newest run that recorded an operator call.\n\n"
+            "options:\n"
+            "  --db PATH        the profile database\n"
+            "  -o, --output F   write the page to F (- for stdout)\n"
+            "  -h, --help       this help\n",
+};

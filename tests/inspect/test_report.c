@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: MIT */
+/* report on crafted runs: one self-contained page, escaped text, one rectangle per frame. */
+#include "helpers.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const fake_sig_t two[] = {
+    {.m = 64, .sig = "aaaa000000000064", .calls = 10, .timed_calls = 1, .timed_ns = 500},
+    {.m = 32, .sig = "bbbb000000000032", .calls = 10, .timed_calls = 1, .timed_ns = 100},
+};
+/* 14 frames: the run, then 5 under A, 3 under B, 5 under [program]. */
+static const fake_stack_t stacks[] = {
+    {64, "python3`main;libopjit.so`cblas_sgemm;libopenblas.so.0`sgemm_kernel", 20},
+    {64, "python3`main;libopjit.so`cblas_sgemm;libopenblas.so.0`sgemm_beta", 10},
+    {32, "python3`main;libopenblas.so.0`sgemm_kernel", 10},
+    {0, "python3`main;python3`busy", 60},
+    {0, "python3`main;;python3`x", 5},
+};
+static const fake_pc_t pcs[] = {{64, "/lib/libopenblas.so.0", "sgemm_kernel", 30},
+                                {32, "/lib/libopenblas.so.0", "sgemm_kernel", 10},
+                                {0, "/usr/bin/python3", "busy", 65}};
+static const fake_samples_t sampled = {
+    .sampling = "{\"mode\":\"perf\",\"event\":\"task-clock\",\"hz\":99,\"samples\":105,\"lost\":0,"
+                "\"notes\":[\"cycles: <none> & more\"]}",
+    .pcs = pcs, .npcs = 3, .stacks = stacks, .nstacks = 5};
+
+static size_t count(const char *hay, const char *needle)
+{
+  size_t n = 0;
+  for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+    n++;
+  return n;
+}
+
+static char *slurp(const char *path)
+{
+  FILE *f = fopen(path, "r");
+  cr_assert(f, "no %s", path);
+  char *buf = calloc(1, 1 << 20);
+  size_t n = fread(buf, 1, (1 << 20) - 1, f);
+  fclose(f);
+  cr_assert(n > 0 && n < (1 << 20) - 1);
+  return buf;
+}
+
+/* The sampled run, with a program path, argv and signature name that need escaping. */
+static int64_t craft(const char *db)
+{
+  int64_t run = craft_run(db, 0, 0, 1, two, 2);
+  craft_samples(db, run, &sampled);
+  sql_exec(db, "UPDATE programs SET exe = '/opt/a<b&c/fake';"
+               "UPDATE runs SET argv = '[\"fake\",\"<script>alert(1)</script>\",\"x&y\"]';"
+               "UPDATE signatures SET name = 'op<T>&\"q\"' WHERE sig = 'bbbb000000000032'");
+  return run;
+}
+
+/* Every "http" in html is the SVG namespace, and nothing loads a resource. */
+static void expect_self_contained(const char *html)
+{
+  for (const char *p = html; (p = strstr(p, "http")); p += 4)
+    cr_expect(strncmp(p, "http://www.w3.org/2000/svg\"", 27) == 0, "external: %.60s", p);
+  cr_expect(!strstr(html, "<script") && !strstr(html, "<link") && !strstr(html, "@import") &&
+            !strstr(html, "url(") && !strstr(html, "src="));
+}
+
+Test(report, sampled_run_page_is_escaped_self_contained_with_one_rect_per_frame)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db"), *out = path_in(dir, "r.html");
+  craft(db);
+  proc_t p = opjit(NULL, (const char *[]){"report", "--db", db, "-o", out, NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  char *html = slurp(out);
+  cr_expect(!strncmp(html, "<!DOCTYPE html>", 15));
+  cr_expect(strstr(html, "</html>\n"));
+  cr_expect(count(html, "<svg") == 3, "two bar charts and the flame graph");
+  expect_self_contained(html);
+  cr_expect(strstr(html, "/opt/a&lt;b&amp;c/fake"));
+  cr_expect(strstr(html, "&lt;script&gt;alert(1)&lt;/script&gt;"));
+  cr_expect(strstr(html, "op&lt;T&gt;&amp;&quot;q&quot;"));
+  cr_expect(strstr(html, "cycles: &lt;none&gt; &amp; more"));
+  cr_expect(!strstr(html, "op<T>") && !strstr(html, "a<b"));
+  cr_expect(strstr(html, "perf task-clock at 99 Hz, 105 samples (0 lost)"));
+  cr_expect_eq(count(html, "<rect class=\"fr "), 14, "one rectangle per distinct frame");
+  cr_expect(strstr(html, "data-frames=\"14\""));
+  cr_expect_eq(count(html, "fr k-agent"), 1);
+  cr_expect_eq(count(html, "fr k-library"), 3, "below the interposer, or the leaf's module");
+  cr_expect_eq(count(html, "fr k-root"), 4, "the run, two operators, [program]");
+  cr_expect(strstr(html, "<td>op&lt;T&gt;&amp;&quot;q&quot;</td>"), "the table row");
+  free(html);
+  proc_free(&p);
+}
+
+Test(report, unsampled_run_has_a_note_instead_of_a_flame_graph_and_stdout_works)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  craft(db);
+  craft_run(db, 0, 0, 1, two, 2);
+  proc_t p = opjit(NULL, (const char *[]){"report", "--db", db, "-o", "-", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cr_expect(!strncmp(p.out, "<!DOCTYPE html>", 15));
+  cr_expect(strstr(p.out, "This run was not sampled: no flame graph."));
+  cr_expect_eq(count(p.out, "<rect class=\"fr "), 0);
+  cr_expect_eq(count(p.out, "<svg"), 1, "the time chart only");
+  expect_self_contained(p.out);
+  proc_free(&p);
+
+  p = opjit(NULL, (const char *[]){"report", "--db", db, NULL});
+  cr_expect_eq(p.status, 2, "-o is required");
+  proc_free(&p);
+  p = opjit(NULL, (const char *[]){"report", "--db", db, "-o", "/nonexistent/dir/r.html", NULL});
+  cr_expect_eq(p.status, 1);
+  cr_expect(strstr(p.err, "cannot write /nonexistent/dir/r.html"), "%s", p.err);
+  proc_free(&p);
+}
+
+Test(report, renders_in_headless_chromium)
+{
+  const char *browser = NULL;
+  static const char *const names[] = {"/usr/bin/chromium", "/usr/bin/chromium-browser",
+                                      "/usr/bin/google-chrome"};
+  for (size_t i = 0; i < 3 && !browser; i++)
+    if (access(names[i], X_OK) == 0)
+      browser = names[i];
+  if (!browser)
+    cr_skip_test("no chromium installed: the page is not rendered");
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db"), *out = path_in(dir, "r.html");
+  char *png = path_in(dir, "r.png"), *cmd;
+  craft(db);
+  proc_t p = opjit(NULL, (const char *[]){"report", "--db", db, "-o", out, NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  proc_free(&p);
+  cr_assert(asprintf(&cmd, "%s --headless --no-sandbox --disable-gpu --screenshot=%s "
+                           "--window-size=1280,2000 file://%s >/dev/null 2>&1",
+                     browser, png, out) > 0);
+  cr_expect_eq(system(cmd), 0);
+  cr_expect_eq(access(png, R_OK), 0, "no screenshot");
+  free(cmd);
+}
