@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
+#include <unistd.h>
 
 enum { K_OP, K_PC, K_STACK, K_COUNTER }; /* what a count is of */
 
@@ -44,6 +46,8 @@ struct sp_agg_s {
   size_t npcs, cappcs;
   const void *opmods[16]; /* base addresses of declared operator modules */
   int nopmods;
+  const void *main_base;  /* the executable's load address: dladdr names it after argv[0], */
+  char exe[512];          /* which a program may change; /proc/self/exe is its real path */
 };
 
 static uint64_t hash_bytes(const void *p, size_t n, uint64_t h)
@@ -142,7 +146,9 @@ static const pcsym_t *symbolise(sp_agg_t *a, uint64_t pc)
   const char *module = "[unknown]", *name = NULL;
   int opmod = 0;
   if (dladdr((void *)pc, &di) && di.dli_fname) {
-    module = di.dli_fname[0] ? di.dli_fname : "[main]";
+    module = di.dli_fbase == a->main_base && a->exe[0] ? a->exe
+             : di.dli_fname[0]                         ? di.dli_fname
+                                                       : "[main]";
     name = di.dli_sname;
     if (!name) {
       snprintf(sym, sizeof sym, "+0x%llx",
@@ -190,7 +196,18 @@ static void count(sp_agg_t *a, agg_key_t k, uint64_t v)
   a->ncounts++;
 }
 
-sp_agg_t *sp_agg_new(void) { return calloc(1, sizeof(sp_agg_t)); }
+sp_agg_t *sp_agg_new(void)
+{
+  sp_agg_t *a = calloc(1, sizeof *a);
+  Dl_info di;
+  ssize_t n;
+  if (a && dladdr((void *)getauxval(AT_PHDR), &di) &&
+      (n = readlink("/proc/self/exe", a->exe, sizeof a->exe - 1)) > 0) {
+    a->exe[n] = 0;
+    a->main_base = di.dli_fbase;
+  }
+  return a;
+}
 
 void sp_agg_free(sp_agg_t *a)
 {

@@ -66,7 +66,9 @@ static const char *const migrations[] = {
     "  PRIMARY KEY(run_id, sig_id, stack)) WITHOUT ROWID;"
     "CREATE TABLE run_counters(run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
     "  sig_id INTEGER NOT NULL, event TEXT NOT NULL, value INTEGER NOT NULL,"
-    "  PRIMARY KEY(run_id, sig_id, event)) WITHOUT ROWID;",
+    "  PRIMARY KEY(run_id, sig_id, event)) WITHOUT ROWID;"
+    "CREATE INDEX run_pcs_sig ON run_pcs(sig_id);"
+    "CREATE INDEX run_stacks_sig ON run_stacks(sig_id);",
 };
 _Static_assert(sizeof migrations / sizeof *migrations == ST_SCHEMA_VERSION,
                "one migration per schema version");
@@ -507,8 +509,9 @@ int st_gc(st_db_t *db, int64_t keep_runs, int64_t older_than_ns, st_gc_result_t 
             "ii", keep_runs < 0 ? (int64_t)INT64_MAX : keep_runs, older_than_ns);
   res->runs = sqlite3_changes(db->db);
   if (!rc)
-    rc = exec_sql(db->db, "DELETE FROM signatures WHERE id NOT IN (SELECT sig_id FROM run_sigs)"
-                          " AND id NOT IN (SELECT sig_id FROM run_pcs)");
+    rc = exec_sql(db->db, "DELETE FROM signatures WHERE id NOT IN (SELECT sig_id FROM run_sigs"
+                          " UNION SELECT sig_id FROM run_pcs UNION SELECT sig_id FROM run_stacks"
+                          " UNION SELECT sig_id FROM run_counters)");
   res->signatures = sqlite3_changes(db->db);
   if (!rc)
     rc = exec_sql(db->db, "DELETE FROM programs WHERE id NOT IN (SELECT program_id FROM runs)");

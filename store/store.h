@@ -107,7 +107,8 @@ typedef struct st_pc_rec_s {  /* samples whose PC fell in one symbol */
 typedef struct st_stack_rec_s { /* samples of one call stack */
   const void *key;
   size_t key_len;
-  const char *stack; /* folded, outermost frame first: "mod`sym;mod`sym" */
+  const char *stack; /* folded, outermost frame first: "mod`sym;mod`sym"; frames never
+                        contain ';', spaces or newlines (sp_frame_name) */
   uint64_t samples;
 } st_stack_rec_t;
 typedef struct st_counter_rec_s { /* a hardware counter's total over the samples */
@@ -117,7 +118,8 @@ typedef struct st_counter_rec_s { /* a hardware counter's total over the samples
   uint64_t value;
 } st_counter_rec_t;
 typedef struct st_samples_s {
-  const char *sampling; /* JSON object: mode, event, hz, notes, samples, lost */
+  const char *sampling; /* JSON object: mode, event, hz, notes, samples (= the sum of the
+                           pcs' samples once drained), lost */
   const st_pc_rec_t *pcs;
   size_t npcs;
   const st_stack_rec_t *stacks;
