@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* report on crafted runs: one self-contained page, escaped text, one rectangle per frame. */
+#define _GNU_SOURCE
 #include "helpers.h"
 
 #include <criterion/criterion.h>
