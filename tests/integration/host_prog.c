@@ -6,14 +6,22 @@
  *   stage2               cblas_daxpy x7
  *   loop                 cblas_sdot n=64 forever (killed by the test)
  *   threads T N          T threads, thread t calls cblas_sdot n=1+t, N times each
- *   dlopen AGENT         calls cblas_sdot x4 through dlopen(AGENT)'s symbol (AT_SECURE test) */
+ *   dlopen AGENT         calls cblas_sdot x4 through dlopen(AGENT)'s symbol (AT_SECURE test)
+ *   ratio N              N rounds of 3 cblas_sgemm 96^3 (lda 96) and 1 with lda 97: two
+ *                        signatures whose CPU cost is 3:1; prints a checksum of C
+ *   big N                N cblas_sgemm 384^3 (OpenBLAS splits them over its thread pool)
+ *   sigprof N            installs its own SIGPROF handler and ITIMER_PROF, runs "ratio N",
+ *                        prints how many SIGPROFs it received */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,6 +63,34 @@ static void *thread_main(void *arg)
   for (long i = 0; i < calls_per_thread; i++)
     acc += cblas_sdot(1 + t, fx, 1, fy, 1);
   return (void *)(long)(acc != acc); /* NaN never: keeps the loop honest */
+}
+
+void cblas_sgemm(int, int, int, int, int, int, float, const float *, int, const float *, int,
+                 float, float *, int);
+
+/* The ratio workload; returns a checksum of the results. */
+static double ratio_work(long rounds)
+{
+  enum { D = 96, L = 97 };
+  static float a[D * L], b[D * L], c[D * L];
+  for (int i = 0; i < D * L; i++)
+    a[i] = (float)(i % 13) / 13, b[i] = (float)(i % 7) / 7;
+  double sum = 0;
+  for (long r = 0; r < rounds; r++) {
+    for (int k = 0; k < 3; k++)
+      cblas_sgemm(102, 111, 111, D, D, D, 1.0f, a, D, b, D, 0.0f, c, D);
+    sum += c[r % (D * D)];
+    cblas_sgemm(102, 111, 111, D, D, D, 1.0f, a, L, b, L, 0.0f, c, L);
+    sum += c[r % (D * D)];
+  }
+  return sum;
+}
+
+static atomic_int prof_signals;
+static void on_sigprof(int s)
+{
+  (void)s;
+  atomic_fetch_add(&prof_signals, 1);
 }
 
 int main(int argc, char **argv)
@@ -127,6 +163,33 @@ int main(int argc, char **argv)
     printf("sdot=%g\n", s);
     return s == 40 ? 0 : 1;
   }
-  fprintf(stderr, "usage: %s noop|forkexec|loop|threads T N|dlopen AGENT\n", argv[0]);
+  if (!strcmp(mode, "ratio") && argc > 2) {
+    printf("checksum %.9g\n", ratio_work(atol(argv[2])));
+    return 0;
+  }
+  if (!strcmp(mode, "big") && argc > 2) {
+    enum { D = 384 };
+    static float a[D * D], b[D * D], c[D * D];
+    for (int i = 0; i < D * D; i++)
+      a[i] = (float)(i % 5), b[i] = (float)(i % 3);
+    for (long r = atol(argv[2]); r > 0; r--)
+      cblas_sgemm(102, 111, 111, D, D, D, 1.0f, a, D, b, D, 0.0f, c, D);
+    printf("c0 %g\n", c[0]);
+    return 0;
+  }
+  if (!strcmp(mode, "sigprof") && argc > 2) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigprof;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGPROF, &sa, NULL);
+    struct itimerval it = {{0, 2000}, {0, 2000}};
+    setitimer(ITIMER_PROF, &it, NULL);
+    double sum = ratio_work(atol(argv[2]));
+    printf("checksum %.9g sigprof %d\n", sum, atomic_load(&prof_signals) > 0);
+    return 0;
+  }
+  fprintf(stderr, "usage: %s noop|forkexec|loop|threads T N|dlopen AGENT|ratio N|big N|sigprof N\n",
+          argv[0]);
   return 2;
 }

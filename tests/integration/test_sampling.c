@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+/* The sampler inside real hosts under the agent: CPU shares per operator signature, BLAS pool
+ * threads (started before the agent's constructor) attributed to the operator in flight, a
+ * host's own SIGPROF untouched, and unchanged outputs. */
+#include "harness.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+
+TestSuite(sampling, .init = h_setup, .fini = h_teardown, .timeout = 180);
+
+static void run_ok(const char *tag, int agent, const char *const *env, const char *const *argv)
+{
+  int st = h_run(tag, agent, env, argv);
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d: %s", tag, st,
+            h_output(tag, "err"));
+}
+
+#define SIG_SAMPLES(name)                                                                    \
+  h_query(NULL, "SELECT coalesce(sum(p.samples), 0) FROM run_pcs p JOIN signatures s"        \
+                " ON s.id=p.sig_id WHERE s.name='%s'", name)
+
+Test(sampling, operators_costing_3_to_1_get_75_25_of_the_samples)
+{
+  const char *env[] = {"OPJIT_SAMPLE_HZ=1000", NULL};
+  run_ok("plain", 0, NULL, (const char *[]){H_HOST_PROG, "ratio", "15000", NULL});
+  run_ok("agent", 1, env, (const char *[]){H_HOST_PROG, "ratio", "15000", NULL});
+  char plain[256];
+  snprintf(plain, sizeof plain, "%s", h_output("plain", "out"));
+  cr_assert_str_eq(h_output("agent", "out"), plain, "the host's output changed");
+  int64_t a = SIG_SAMPLES("cblas_sgemm col NN 96x96x96 β=0");
+  int64_t b = SIG_SAMPLES("cblas_sgemm col NN 96x96x96 β=0 lda=97 ldb=97 ldc=97");
+  cr_assert_gt(a + b, 500, "too few samples to judge: %lld", (long long)(a + b));
+  double share = 100.0 * (double)a / (double)(a + b);
+  cr_assert(share > 70 && share < 80, "sampled share %.1f%% (%lld:%lld), expected 75 +- 5",
+            share, (long long)a, (long long)b);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE json_extract(sampling, '$.hz')=1000"
+                             " AND json_extract(sampling, '$.mode')='perf'"), 1);
+  cr_assert_eq(h_query(NULL, "SELECT json_extract(sampling, '$.samples') FROM runs"),
+               h_query(NULL, "SELECT sum(samples) FROM run_pcs"),
+               "the summary's count equals the histogram's");
+  /* The PCs of the operators fall in the BLAS library, and their stacks reach main. */
+  cr_assert_gt(h_query(NULL, "SELECT sum(p.samples) FROM run_pcs p JOIN symbols y ON y.id="
+                             "p.symbol_id WHERE p.sig_id > 0 AND y.module LIKE '%%blas%%'"),
+               (a + b) * 8 / 10);
+  cr_assert_gt(h_query(NULL, "SELECT sum(samples) FROM run_stacks WHERE sig_id > 0 AND"
+                             " stack LIKE '%%host_prog`main%%'"), (a + b) / 2);
+}
+
+Test(sampling, pool_threads_started_before_the_agent_work_for_the_operator)
+{
+  const char *env[] = {"OPJIT_SAMPLE_HZ=1000", "OPENBLAS_NUM_THREADS=2", NULL};
+  run_ok("big", 1, env, (const char *[]){H_HOST_PROG, "big", "60", NULL});
+  const char *op = "cblas_sgemm col NN 384x384x384 β=0";
+  int64_t all = SIG_SAMPLES(op);
+  cr_assert_gt(all, 50);
+  /* Samples taken in OpenBLAS's pool thread: their stacks never pass through main. */
+  int64_t pool = h_query(NULL, "SELECT coalesce(sum(r.samples), 0) FROM run_stacks r JOIN"
+                               " signatures s ON s.id=r.sig_id WHERE s.name='%s' AND"
+                               " r.stack NOT LIKE '%%host_prog`main%%'", op);
+  cr_assert_gt(pool, all / 5, "pool samples %lld of %lld", (long long)pool, (long long)all);
+}
+
+Test(sampling, a_host_with_its_own_sigprof_keeps_it)
+{
+  const char *env[] = {"OPJIT_SAMPLE_HZ=1000", NULL};
+  run_ok("plain", 0, NULL, (const char *[]){H_HOST_PROG, "sigprof", "3000", NULL});
+  run_ok("agent", 1, env, (const char *[]){H_HOST_PROG, "sigprof", "3000", NULL});
+  char plain[256];
+  snprintf(plain, sizeof plain, "%s", h_output("plain", "out"));
+  cr_assert(strstr(plain, "sigprof 1"), "%s", plain);
+  cr_assert_str_eq(h_output("agent", "out"), plain);
+  cr_assert_gt(h_query(NULL, "SELECT sum(samples) FROM run_pcs"), 20);
+}
+
+Test(sampling, sample_hz_zero_turns_it_off)
+{
+  const char *env[] = {"OPJIT_SAMPLE_HZ=0", NULL};
+  run_ok("agent", 1, env, (const char *[]){H_HOST_PROG, "ratio", "300", NULL});
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM run_pcs"), 0);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE sampling IS NULL"), 1);
+  cr_assert_gt(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), 1000, "still counted");
+}
