@@ -10,6 +10,8 @@
  *   ratio N              N rounds of 3 cblas_sgemm 96^3 (lda 96) and 1 with lda 97: two
  *                        signatures whose CPU cost is 3:1; prints a checksum of C
  *   big N                N cblas_sgemm 384^3 (OpenBLAS splits them over its thread pool)
+ *   forkratio N          "ratio N", then a fork child runs "ratio 6N" while the parent waits,
+ *                        then the parent runs "ratio N" again
  *   sigprof N            installs its own SIGPROF handler and ITIMER_PROF, runs "ratio N",
  *                        prints how many SIGPROFs it received */
 #define _GNU_SOURCE
@@ -165,6 +167,18 @@ int main(int argc, char **argv)
   }
   if (!strcmp(mode, "ratio") && argc > 2) {
     printf("checksum %.9g\n", ratio_work(atol(argv[2])));
+    return 0;
+  }
+  if (!strcmp(mode, "forkratio") && argc > 2) {
+    long n = atol(argv[2]);
+    double sum = ratio_work(n);
+    pid_t c = fork();
+    if (c == 0)
+      exit(ratio_work(6 * n) > 0 ? 0 : 1);
+    int st;
+    waitpid(c, &st, 0);
+    sum += ratio_work(n);
+    printf("checksum %.9g child %d\n", sum, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
     return 0;
   }
   if (!strcmp(mode, "big") && argc > 2) {

@@ -83,3 +83,19 @@ Test(sampling, sample_hz_zero_turns_it_off)
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE sampling IS NULL"), 1);
   cr_assert_gt(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), 1000, "still counted");
 }
+
+Test(sampling, a_fork_child_samples_its_own_run)
+{
+  const char *env[] = {"OPJIT_SAMPLE_HZ=1000", NULL};
+  run_ok("fork", 1, env, (const char *[]){H_HOST_PROG, "forkratio", "500", NULL});
+  cr_assert(strstr(h_output("fork", "out"), "child 0"), "%s", h_output("fork", "out"));
+  int64_t parent = h_query(NULL, "SELECT id FROM runs WHERE parent_run IS NULL");
+  int64_t child = h_query(NULL, "SELECT id FROM runs WHERE parent_run=%lld", (long long)parent);
+  cr_assert_gt(child, 0);
+  int64_t ps = h_query(NULL, "SELECT sum(samples) FROM run_pcs WHERE run_id=%lld", (long long)parent);
+  int64_t cs = h_query(NULL, "SELECT sum(samples) FROM run_pcs WHERE run_id=%lld", (long long)child);
+  /* The child did three times the parent's work: its run, not the parent's, holds it. */
+  cr_assert_gt(cs, 100, "child samples %lld", (long long)cs);
+  cr_assert_gt(cs, 2 * ps, "child %lld vs parent %lld samples", (long long)cs, (long long)ps);
+  cr_assert_gt(ps, 10, "the parent sampled again after the fork: %lld", (long long)ps);
+}

@@ -265,3 +265,30 @@ Test(sampler, folded_frame_names_are_sanitised)
   sp_frame_name("/usr/lib/libx.so", "op;er ator\n", out, sizeof out);
   cr_assert_str_eq(out, "libx.so`op_er_ator_");
 }
+
+static void *short_life(void *p)
+{
+  (void)p;
+  sp_arm_self();
+  burn_ms(5);
+  return NULL;
+}
+
+Test(sampler, threads_that_exit_release_their_event)
+{
+  sp_config_t cfg = {.hz = 500, .events = "auto", .stack_depth = 2, .attrib = {own, NULL}};
+  cr_assert_eq(sp_start(&cfg), 0);
+  sp_status_t st;
+  sp_status(&st);
+  int base = st.threads;
+  for (int i = 0; i < 40; i++) {
+    pthread_t t;
+    pthread_create(&t, NULL, short_life, NULL);
+    pthread_join(t, NULL);
+  }
+  sp_status(&st);
+  cr_assert_geq(st.threads, base + 1, "the short-lived threads were armed");
+  sp_rescan();
+  sp_status(&st);
+  cr_assert_eq(st.threads, base, "%d events still held after the threads exited", st.threads - base);
+}
