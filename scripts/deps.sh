@@ -3,7 +3,7 @@
 # that already has them is left alone (no apt-get update, no network).
 set -eu
 pkgs="build-essential cmake pkg-config libsqlite3-dev sqlite3 libcjson-dev libcriterion-dev
-      libblas3 libopenblas0-pthread python3-numpy valgrind libunwind8"
+      libblas3 libopenblas0-pthread python3-numpy valgrind libunwind8 llvm-19-dev"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' ||

@@ -1,0 +1,296 @@
+/* SPDX-License-Identifier: MIT */
+/* The GEMM generator: LLVM IR for one jt_gemm_t, every shape constant baked in.
+ *
+ * Register blocking (DESIGN.md §5): C is computed in MR x NR blocks held in vector registers,
+ * MR = two vectors (16 floats or 8 doubles on AVX2), NR = 6, so 12 accumulators + 2 A vectors +
+ * 1 broadcast fit the 16 ymm registers. For each k: two vector loads of op(A)'s column slice,
+ * NR broadcasts of op(B)[k, j], 2 NR fused multiply-adds (llvm.fma). K is an IR loop whose
+ * accumulators are phis; nothing is left for a heavy pass pipeline to discover.
+ *
+ *   for each row block i0 (MR rows; the last one masked):
+ *     if op(A) = A^T: copy the block's rows of A^T into a contiguous MR x K panel on the stack,
+ *                     so the micro-kernel reads it as it reads a plain A (one pass, not per j0)
+ *     for each column block j0 (NR columns; the last one narrower):
+ *       acc = 0; for k: acc += op(A)[i0.., k] * op(B)[k, j0..]
+ *       C[i0.., j0..] = alpha * acc + beta * C   (beta = 0: C is never read; alpha = 1: no scale)
+ * Rows beyond M in the last block are never loaded from A or C, nor stored (masked memory
+ * operations), so the kernel touches exactly the memory BLAS would. */
+#include "gemm.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define NR 6
+
+typedef struct gen_s {
+  LLVMContextRef cx;
+  LLVMModuleRef mod;
+  LLVMBuilderRef b;
+  LLVMValueRef fn;
+  const jt_gemm_t *g;
+  LLVMTypeRef elem, vec, i64, i32, i1, ptr, mask_t;
+  int V, MR;                 /* lanes per vector, rows per block */
+  LLVMValueRef a, bm, c;     /* the kernel's pointer arguments */
+  LLVMValueRef alpha, beta;  /* splatted vectors */
+  LLVMValueRef pack;         /* the A^T panel (alloca), or NULL */
+  LLVMValueRef fma, mload, mstore;
+  LLVMTypeRef fma_t, mload_t, mstore_t;
+} gen_t;
+
+typedef struct loop_s {
+  LLVMBasicBlockRef head, exit;
+  LLVMValueRef iv;
+  long step;
+} loop_t;
+
+static LLVMValueRef i64c(gen_t *g, long v) { return LLVMConstInt(g->i64, (unsigned long long)v, 1); }
+
+/* Opens a counted loop iv = start; iv < end; iv += step, leaving the builder in its body. */
+static loop_t loop_begin(gen_t *g, LLVMValueRef start, long end, long step, const char *name)
+{
+  loop_t l = {.step = step};
+  LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
+  l.head = LLVMAppendBasicBlockInContext(g->cx, g->fn, name);
+  LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->cx, g->fn, "body");
+  l.exit = LLVMAppendBasicBlockInContext(g->cx, g->fn, "exit");
+  LLVMBuildBr(g->b, l.head);
+  LLVMPositionBuilderAtEnd(g->b, l.head);
+  l.iv = LLVMBuildPhi(g->b, g->i64, name);
+  LLVMAddIncoming(l.iv, &start, &pre, 1);
+  LLVMValueRef more = LLVMBuildICmp(g->b, LLVMIntSLT, l.iv, i64c(g, end), "more");
+  LLVMBuildCondBr(g->b, more, body, l.exit);
+  LLVMPositionBuilderAtEnd(g->b, body);
+  return l;
+}
+
+/* Closes a loop: the step, the back edge; the builder continues after the loop. */
+static void loop_end(gen_t *g, loop_t *l)
+{
+  LLVMValueRef next = LLVMBuildNSWAdd(g->b, l->iv, i64c(g, l->step), "next");
+  LLVMBasicBlockRef from = LLVMGetInsertBlock(g->b);
+  LLVMAddIncoming(l->iv, &next, &from, 1);
+  LLVMBuildBr(g->b, l->head);
+  LLVMPositionBuilderAtEnd(g->b, l->exit);
+}
+
+/* &base[index] in elements. */
+static LLVMValueRef at(gen_t *g, LLVMValueRef base, LLVMValueRef index)
+{
+  return LLVMBuildInBoundsGEP2(g->b, g->elem, base, &index, 1, "p");
+}
+
+/* a * x + y, elementwise. */
+static LLVMValueRef fma3(gen_t *g, LLVMValueRef a, LLVMValueRef x, LLVMValueRef y)
+{
+  LLVMValueRef args[3] = {a, x, y};
+  return LLVMBuildCall2(g->b, g->fma_t, g->fma, args, 3, "fma");
+}
+
+static LLVMValueRef splat(gen_t *g, LLVMValueRef scalar)
+{
+  LLVMValueRef v = LLVMBuildInsertElement(g->b, LLVMGetUndef(g->vec), scalar,
+                                          LLVMConstInt(g->i32, 0, 0), "ins");
+  return LLVMBuildShuffleVector(g->b, v, LLVMGetUndef(g->vec),
+                                LLVMConstNull(LLVMVectorType(g->i32, (unsigned)g->V)), "splat");
+}
+
+/* The mask of the first lanes lanes. */
+static LLVMValueRef lane_mask(gen_t *g, int lanes)
+{
+  LLVMValueRef bits[16];
+  for (int i = 0; i < g->V; i++)
+    bits[i] = LLVMConstInt(g->i1, i < lanes, 0);
+  return LLVMConstVector(bits, (unsigned)g->V);
+}
+
+/* A vector load of lanes elements at p (masked when lanes < V: nothing past them is read). */
+static LLVMValueRef vload(gen_t *g, LLVMValueRef p, int lanes)
+{
+  unsigned align = g->g->f64 ? 8 : 4; /* element alignment: BLAS arrays need no more */
+  if (lanes == g->V) {
+    LLVMValueRef v = LLVMBuildLoad2(g->b, g->vec, p, "v");
+    LLVMSetAlignment(v, align);
+    return v;
+  }
+  LLVMValueRef args[4] = {p, LLVMConstInt(g->i32, align, 0), lane_mask(g, lanes),
+                          LLVMConstNull(g->vec)};
+  return LLVMBuildCall2(g->b, g->mload_t, g->mload, args, 4, "mv");
+}
+
+static void vstore(gen_t *g, LLVMValueRef v, LLVMValueRef p, int lanes)
+{
+  unsigned align = g->g->f64 ? 8 : 4; /* element alignment: BLAS arrays need no more */
+  if (lanes == g->V) {
+    LLVMSetAlignment(LLVMBuildStore(g->b, v, p), align);
+    return;
+  }
+  LLVMValueRef args[4] = {v, p, LLVMConstInt(g->i32, align, 0), lane_mask(g, lanes)};
+  LLVMBuildCall2(g->b, g->mstore_t, g->mstore, args, 4, "");
+}
+
+/* Copies rows i0 .. i0+mr-1 of op(A) = A^T into the panel: pack[k*MR + i] = A[k + (i0+i)*lda]. */
+static void emit_pack(gen_t *g, LLVMValueRef i0, int mr)
+{
+  loop_t k = loop_begin(g, i64c(g, 0), g->g->k, 1, "pk");
+  for (int i = 0; i < mr; i++) {
+    LLVMValueRef col = LLVMBuildNSWMul(g->b, LLVMBuildNSWAdd(g->b, i0, i64c(g, i), "r"),
+                                       i64c(g, g->g->lda), "col");
+    LLVMValueRef v = LLVMBuildLoad2(g->b, g->elem, at(g, g->a, LLVMBuildNSWAdd(g->b, col, k.iv, "ix")), "a");
+    LLVMValueRef dst = LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, k.iv, i64c(g, g->MR), "kr"),
+                                       i64c(g, i), "d");
+    LLVMBuildStore(g->b, v, at(g, g->pack, dst));
+  }
+  loop_end(g, &k);
+}
+
+/* One mr x nr block of C at (i0, j0): the K loop over accumulators, then the update of C. */
+static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int nr)
+{
+  const jt_gemm_t *s = g->g;
+  int nv = (mr + g->V - 1) / g->V;
+  LLVMValueRef acc[2][NR], zero = LLVMConstNull(g->vec);
+  LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
+  LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(g->cx, g->fn, "k");
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->cx, g->fn, "store");
+  LLVMBuildBr(g->b, head);
+  LLVMPositionBuilderAtEnd(g->b, head);
+  LLVMValueRef k = LLVMBuildPhi(g->b, g->i64, "k");
+  LLVMValueRef kzero = i64c(g, 0);
+  LLVMAddIncoming(k, &kzero, &pre, 1);
+  for (int v = 0; v < nv; v++)
+    for (int j = 0; j < nr; j++) {
+      acc[v][j] = LLVMBuildPhi(g->b, g->vec, "acc");
+      LLVMAddIncoming(acc[v][j], &zero, &pre, 1);
+    }
+  /* op(A)[i0 + v*V .., k]: from A (column k) or from the packed A^T panel. */
+  LLVMValueRef av[2];
+  for (int v = 0; v < nv; v++) {
+    int lanes = mr - v * g->V < g->V ? mr - v * g->V : g->V;
+    LLVMValueRef p;
+    if (g->pack) {
+      p = at(g, g->pack, LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, k, i64c(g, g->MR), ""),
+                                         i64c(g, v * g->V), ""));
+      lanes = g->V; /* the panel has room for full vectors; lanes past mr are never stored */
+    } else {
+      LLVMValueRef row = LLVMBuildNSWAdd(g->b, i0, i64c(g, v * g->V), "row");
+      p = at(g, g->a, LLVMBuildNSWAdd(g->b, row, LLVMBuildNSWMul(g->b, k, i64c(g, s->lda), ""), ""));
+    }
+    av[v] = vload(g, p, lanes);
+  }
+  LLVMValueRef next_acc[2][NR];
+  for (int j = 0; j < nr; j++) {
+    LLVMValueRef col = LLVMBuildNSWAdd(g->b, j0, i64c(g, j), "col");
+    LLVMValueRef ix = s->tb ? LLVMBuildNSWAdd(g->b, col, LLVMBuildNSWMul(g->b, k, i64c(g, s->ldb), ""), "")
+                            : LLVMBuildNSWAdd(g->b, k, LLVMBuildNSWMul(g->b, col, i64c(g, s->ldb), ""), "");
+    LLVMValueRef bj = splat(g, LLVMBuildLoad2(g->b, g->elem, at(g, g->bm, ix), "b"));
+    for (int v = 0; v < nv; v++)
+      next_acc[v][j] = fma3(g, av[v], bj, acc[v][j]);
+  }
+  LLVMValueRef k1 = LLVMBuildNSWAdd(g->b, k, i64c(g, 1), "k1");
+  LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
+  LLVMAddIncoming(k, &k1, &latch, 1);
+  for (int v = 0; v < nv; v++)
+    for (int j = 0; j < nr; j++)
+      LLVMAddIncoming(acc[v][j], &next_acc[v][j], &latch, 1);
+  LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, k1, i64c(g, s->k), ""), head, done);
+  LLVMPositionBuilderAtEnd(g->b, done);
+  for (int j = 0; j < nr; j++) {
+    LLVMValueRef col = LLVMBuildNSWMul(g->b, LLVMBuildNSWAdd(g->b, j0, i64c(g, j), ""),
+                                       i64c(g, s->ldc), "ccol");
+    for (int v = 0; v < nv; v++) {
+      int lanes = mr - v * g->V < g->V ? mr - v * g->V : g->V;
+      LLVMValueRef p = at(g, g->c, LLVMBuildNSWAdd(g->b, col, LLVMBuildNSWAdd(g->b, i0, i64c(g, v * g->V), ""), ""));
+      LLVMValueRef r = next_acc[v][j];
+      if (!s->alpha_one)
+        r = LLVMBuildFMul(g->b, r, g->alpha, "ar");
+      if (s->beta_class == 1)
+        r = LLVMBuildFAdd(g->b, r, vload(g, p, lanes), "r");
+      else if (s->beta_class == 2)
+        r = fma3(g, g->beta, vload(g, p, lanes), r);
+      vstore(g, r, p, lanes);
+    }
+  }
+}
+
+/* All column blocks of the row block at i0 (mr rows). */
+static void emit_row_block(gen_t *g, LLVMValueRef i0, int mr)
+{
+  const jt_gemm_t *s = g->g;
+  if (g->pack)
+    emit_pack(g, i0, mr);
+  int nfull = s->n / NR * NR, ntail = s->n % NR;
+  if (nfull) {
+    loop_t j = loop_begin(g, i64c(g, 0), nfull, NR, "j");
+    emit_block(g, i0, j.iv, mr, NR);
+    loop_end(g, &j);
+  }
+  if (ntail)
+    emit_block(g, i0, i64c(g, nfull), mr, ntail);
+}
+
+static LLVMValueRef intrinsic(gen_t *g, const char *name, LLVMTypeRef *types, size_t n,
+                              LLVMTypeRef *fn_type)
+{
+  unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+  LLVMValueRef f = LLVMGetIntrinsicDeclaration(g->mod, id, types, n);
+  *fn_type = LLVMGlobalGetValueType(f);
+  return f;
+}
+
+void jt_gemm_name(const jt_gemm_t *s, char *buf, size_t len)
+{
+  snprintf(buf, len, "opjit_%cgemm_%c%c_%dx%dx%d_l%d_%d_%d_a%d_b%d", s->f64 ? 'd' : 's',
+           s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', s->m, s->n, s->k, s->lda, s->ldb, s->ldc,
+           s->alpha_one, s->beta_class);
+}
+
+LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
+{
+  gen_t g = {.cx = cx, .mod = mod, .g = s};
+  g.elem = s->f64 ? LLVMDoubleTypeInContext(cx) : LLVMFloatTypeInContext(cx);
+  g.V = s->f64 ? 4 : 8;
+  g.MR = 2 * g.V;
+  g.vec = LLVMVectorType(g.elem, (unsigned)g.V);
+  g.i64 = LLVMInt64TypeInContext(cx);
+  g.i32 = LLVMInt32TypeInContext(cx);
+  g.i1 = LLVMInt1TypeInContext(cx);
+  g.ptr = LLVMPointerTypeInContext(cx, 0);
+  LLVMTypeRef dbl = LLVMDoubleTypeInContext(cx);
+  LLVMTypeRef params[5] = {g.ptr, g.ptr, g.ptr, dbl, dbl};
+  char name[128];
+  jt_gemm_name(s, name, sizeof name);
+  g.fn = LLVMAddFunction(mod, name, LLVMFunctionType(LLVMVoidTypeInContext(cx), params, 5, 0));
+  for (unsigned i = 0; i < 3; i++) { /* A, B and C never alias: the caller's guard checks */
+    unsigned kind = LLVMGetEnumAttributeKindForName("noalias", 7);
+    LLVMAddAttributeAtIndex(g.fn, i + 1, LLVMCreateEnumAttribute(cx, kind, 0));
+  }
+  LLVMTypeRef vt = g.vec, mt[2] = {g.vec, g.ptr};
+  g.fma = intrinsic(&g, "llvm.fma", &vt, 1, &g.fma_t);
+  g.mload = intrinsic(&g, "llvm.masked.load", mt, 2, &g.mload_t);
+  g.mstore = intrinsic(&g, "llvm.masked.store", mt, 2, &g.mstore_t);
+  g.b = LLVMCreateBuilderInContext(cx);
+  LLVMPositionBuilderAtEnd(g.b, LLVMAppendBasicBlockInContext(cx, g.fn, "entry"));
+  g.a = LLVMGetParam(g.fn, 0);
+  g.bm = LLVMGetParam(g.fn, 1);
+  g.c = LLVMGetParam(g.fn, 2);
+  LLVMValueRef alpha = LLVMGetParam(g.fn, 3), beta = LLVMGetParam(g.fn, 4);
+  if (!s->f64) {
+    alpha = LLVMBuildFPTrunc(g.b, alpha, g.elem, "alpha");
+    beta = LLVMBuildFPTrunc(g.b, beta, g.elem, "beta");
+  }
+  g.alpha = splat(&g, alpha);
+  g.beta = splat(&g, beta);
+  if (s->ta)
+    g.pack = LLVMBuildArrayAlloca(g.b, g.elem, i64c(&g, (long)g.MR * s->k), "pack");
+  int mfull = s->m / g.MR * g.MR, mtail = s->m % g.MR;
+  if (mfull) {
+    loop_t i = loop_begin(&g, i64c(&g, 0), mfull, g.MR, "i");
+    emit_row_block(&g, i.iv, g.MR);
+    loop_end(&g, &i);
+  }
+  if (mtail)
+    emit_row_block(&g, i64c(&g, mfull), mtail);
+  LLVMBuildRetVoid(g.b);
+  LLVMDisposeBuilder(g.b);
+  return g.fn;
+}

@@ -1,0 +1,16 @@
+/* SPDX-License-Identifier: MIT */
+/* The GEMM kernel generator (IR only; jit/session.c compiles it). */
+#ifndef OPJIT_JIT_GEMM_H
+#define OPJIT_JIT_GEMM_H
+
+#include "jit.h"
+
+#include <llvm-c/Core.h>
+
+/* Adds the kernel for s to mod (whose data layout is set) and returns the function. */
+LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s);
+
+/* The kernel's symbol name: unique per jt_gemm_t. */
+void jt_gemm_name(const jt_gemm_t *s, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/* The JIT: LLVM-compiled, shape-specialised BLAS kernels. Lives in its own shared object,
+ * libopjit-jit.so (which links libLLVM), loaded with dlopen by the agent's compile thread the
+ * first time something is worth compiling, so a process that never compiles never loads LLVM.
+ * One ORC LLJIT session per process, targeting the host CPU name and features; code is never
+ * writable and executable at once (ORC's memory manager maps it RW, then RX).
+ * Functions are called from one thread at a time (the compile thread); compiled kernels may be
+ * called from any thread. Every function returns 0, or -1 with a sentence in err. */
+#ifndef OPJIT_JIT_H
+#define OPJIT_JIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define JT_GENERATOR_VERSION 1 /* bumped whenever generated code changes */
+
+/* A column-major GEMM, C = alpha * op(A) * op(B) + beta * C, with every shape constant known.
+ * Row-major (CBLAS) calls are mapped onto it by the caller: C^T = op(B)^T op(A)^T. */
+typedef struct jt_gemm_s {
+  int f64;            /* 0: float, 1: double */
+  int ta, tb;         /* 0: op(X) = X, 1: op(X) = X^T (conjugate = plain for real types) */
+  int m, n, k;        /* C is m x n, op(A) m x k, op(B) k x n; all >= 1 */
+  int lda, ldb, ldc;
+  int alpha_one;      /* alpha == 1: the product is not scaled */
+  int beta_class;     /* 0: beta == 0 (C is never read), 1: beta == 1, 2: any other */
+} jt_gemm_t;
+
+/* The compiled kernel. alpha and beta are passed as doubles whatever the type; the kernel
+ * honours only what its class leaves variable. A and B must not overlap C. */
+typedef void (*jt_gemm_fn)(const void *a, const void *b, void *c, double alpha, double beta);
+
+typedef struct jt_api_s {
+  int abi; /* JT_API_ABI */
+  /* Creates the session for the host CPU. */
+  int (*init)(char *err, size_t len);
+  /* Compiles one kernel. */
+  int (*gemm)(const jt_gemm_t *g, jt_gemm_fn *out, char *err, size_t len);
+  /* "19.1.7", and the CPU the code is generated for ("znver3"). */
+  const char *(*llvm_version)(void);
+  const char *(*cpu)(void);
+} jt_api_t;
+#define JT_API_ABI 1
+#define JT_API_SYMBOL "opjit_jit_api"
+#define JT_MODULE_NAME "libopjit-jit.so"
+
+/* The generator's limits: larger shapes stay on the original library (where packing and cache
+ * blocking, which this generator does not do yet, decide the speed). */
+#define JT_GEMM_MAX_DIM 512
+#define JT_GEMM_MAX_K 1024
+
+/* 1 when g is within what the generator compiles. */
+static inline int jt_gemm_supported(const jt_gemm_t *g)
+{
+  return g->m >= 1 && g->n >= 1 && g->k >= 1 && g->m <= JT_GEMM_MAX_DIM &&
+         g->n <= JT_GEMM_MAX_DIM && g->k <= JT_GEMM_MAX_K &&
+         g->lda >= (g->ta ? g->k : g->m) && g->ldb >= (g->tb ? g->n : g->k) && g->ldc >= g->m;
+}
+
+#endif

@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: MIT */
+/* The GEMM generator's kernels against Debian's reference BLAS (libblas3's netlib library,
+ * loaded explicitly): random shapes, transposes, leading dimensions, alpha/beta classes, float
+ * and double, each result within a bound derived from K and the type's epsilon. */
+#define _GNU_SOURCE
+#include "jit/jit.h"
+
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REFBLAS "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3"
+
+typedef void (*sgemm_t)(const char *, const char *, const int *, const int *, const int *,
+                        const float *, const float *, const int *, const float *, const int *,
+                        const float *, float *, const int *);
+typedef void (*dgemm_t)(const char *, const char *, const int *, const int *, const int *,
+                        const double *, const double *, const int *, const double *,
+                        const int *, const double *, double *, const int *);
+
+static const jt_api_t *jit;
+static sgemm_t ref_s;
+static dgemm_t ref_d;
+static uint64_t rng = 12345;
+
+static uint32_t rnd(uint32_t n)
+{
+  rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+  return (uint32_t)(rng >> 33) % n;
+}
+
+static void setup(void)
+{
+  void *h = dlopen(OPJIT_BUILD_DIR "/" JT_MODULE_NAME, RTLD_NOW | RTLD_LOCAL);
+  cr_assert_not_null(h, "%s", dlerror());
+  jit = dlsym(h, JT_API_SYMBOL);
+  cr_assert_not_null(jit);
+  char err[512] = "";
+  cr_assert_eq(jit->init(err, sizeof err), 0, "%s", err);
+  void *r = dlopen(REFBLAS, RTLD_NOW | RTLD_LOCAL);
+  if (!r)
+    cr_skip_test("reference BLAS %s is not installed (package libblas3)", REFBLAS);
+  ref_s = (sgemm_t)dlsym(r, "sgemm_");
+  ref_d = (dgemm_t)dlsym(r, "dgemm_");
+}
+
+TestSuite(gemm_kernels, .init = setup, .timeout = 600);
+
+/* Runs one kernel call and the reference on the same inputs; checks every element of C (and
+ * that padding rows between m and ldc are untouched). Returns the worst error / bound. */
+static double check(const jt_gemm_t *g, jt_gemm_fn fn, double alpha, double beta, int nan_c)
+{
+  int ar = g->ta ? g->k : g->m, ac = g->ta ? g->m : g->k;
+  int br = g->tb ? g->n : g->k, bc = g->tb ? g->k : g->n;
+  size_t esz = g->f64 ? 8 : 4;
+  size_t na = (size_t)g->lda * ac, nb = (size_t)g->ldb * bc, nc = (size_t)g->ldc * g->n;
+  double *A = malloc(na * 8), *B = malloc(nb * 8), *C = malloc(nc * 8);
+  for (size_t i = 0; i < na; i++)
+    A[i] = (double)((int)rnd(2001) - 1000) / 1000;
+  for (size_t i = 0; i < nb; i++)
+    B[i] = (double)((int)rnd(2001) - 1000) / 1000;
+  for (size_t i = 0; i < nc; i++)
+    C[i] = nan_c ? NAN : (double)((int)rnd(2001) - 1000) / 1000;
+  (void)ar, (void)br;
+  /* Typed copies: a, b, c (kernel), r (reference), mag (the bound's magnitudes). */
+  void *a = malloc(na * esz), *b = malloc(nb * esz), *c = malloc(nc * esz), *r = malloc(nc * esz);
+  void *aa = malloc(na * esz), *ab = malloc(nb * esz), *mag = malloc(nc * esz);
+#define FILL(T)                                                                              \
+  for (size_t i = 0; i < na; i++)                                                            \
+    ((T *)a)[i] = (T)A[i], ((T *)aa)[i] = (T)fabs(A[i]);                                     \
+  for (size_t i = 0; i < nb; i++)                                                            \
+    ((T *)b)[i] = (T)B[i], ((T *)ab)[i] = (T)fabs(B[i]);                                     \
+  for (size_t i = 0; i < nc; i++)                                                            \
+    ((T *)c)[i] = ((T *)r)[i] = (T)C[i], ((T *)mag)[i] = nan_c ? 0 : (T)fabs(C[i]);
+  if (g->f64) {
+    FILL(double)
+  } else {
+    FILL(float)
+  }
+  fn(a, b, c, alpha, beta);
+  char ta = g->ta ? 'T' : 'N', tb = g->tb ? 'T' : 'N';
+  double aal = fabs(alpha), abe = fabs(beta);
+  if (g->f64) {
+    ref_d(&ta, &tb, &g->m, &g->n, &g->k, &alpha, a, &g->lda, b, &g->ldb, &beta, r, &g->ldc);
+    ref_d(&ta, &tb, &g->m, &g->n, &g->k, &aal, aa, &g->lda, ab, &g->ldb, &abe, mag, &g->ldc);
+  } else {
+    float fa = (float)alpha, fb = (float)beta, faa = (float)aal, fab = (float)abe;
+    ref_s(&ta, &tb, &g->m, &g->n, &g->k, &fa, a, &g->lda, b, &g->ldb, &fb, r, &g->ldc);
+    ref_s(&ta, &tb, &g->m, &g->n, &g->k, &faa, aa, &g->lda, ab, &g->ldb, &fab, mag, &g->ldc);
+  }
+  double eps = g->f64 ? DBL_EPSILON : FLT_EPSILON, worst = 0;
+  for (int j = 0; j < g->n; j++)
+    for (int i = 0; i < g->ldc; i++) {
+      size_t ix = (size_t)j * g->ldc + i;
+      double got = g->f64 ? ((double *)c)[ix] : ((float *)c)[ix];
+      double want = g->f64 ? ((double *)r)[ix] : ((float *)r)[ix];
+      double m = g->f64 ? ((double *)mag)[ix] : ((float *)mag)[ix];
+      if (i >= g->m) { /* padding: untouched, bit for bit (NaN stays NaN) */
+        cr_assert(got == want || (isnan(got) && isnan(want)), "padding changed at %d,%d", i, j);
+        continue;
+      }
+      double bound = 2.0 * (g->k + 2) * eps * m + 4 * DBL_MIN;
+      cr_assert(!isnan(got), "NaN at %d,%d (beta class %d)", i, j, g->beta_class);
+      double e = fabs(got - want) / bound;
+      cr_assert(e <= 1.0, "%cgemm %c%c %dx%dx%d lda %d ldb %d ldc %d alpha %g beta %g: "
+                "C[%d,%d] = %.9g, reference %.9g, bound %.3g", g->f64 ? 'd' : 's', ta, tb,
+                g->m, g->n, g->k, g->lda, g->ldb, g->ldc, alpha, beta, i, j, got, want, bound);
+      if (e > worst)
+        worst = e;
+    }
+  free(A), free(B), free(C), free(a), free(b), free(c), free(r), free(aa), free(ab), free(mag);
+  return worst;
+}
+
+static const double alphas[] = {1, -1, 0.75, 2.5}, betas[] = {0, 1, -1, 0.5};
+
+static jt_gemm_fn compile(const jt_gemm_t *g)
+{
+  jt_gemm_fn fn = NULL;
+  char err[512] = "";
+  cr_assert_eq(jit->gemm(g, &fn, err, sizeof err), 0, "%s", err);
+  cr_assert_not_null(fn);
+  return fn;
+}
+
+Test(gemm_kernels, random_shapes_match_the_reference)
+{
+  int calls = 0;
+  for (int t = 0; t < 300; t++) {
+    jt_gemm_t g = {.f64 = (int)rnd(2), .ta = (int)rnd(2), .tb = (int)rnd(2)};
+    int small = rnd(3) != 0; /* most shapes small, some up to 300 */
+    g.m = 1 + (int)rnd(small ? 40 : 300), g.n = 1 + (int)rnd(small ? 40 : 300);
+    g.k = 1 + (int)rnd(small ? 40 : 300);
+    g.lda = (g.ta ? g.k : g.m) + (int)rnd(3);
+    g.ldb = (g.tb ? g.n : g.k) + (int)rnd(3);
+    g.ldc = g.m + (int)rnd(3);
+    double alpha = alphas[rnd(4)], beta = betas[rnd(4)];
+    g.alpha_one = alpha == 1;
+    g.beta_class = beta == 0 ? 0 : beta == 1 ? 1 : 2;
+    jt_gemm_fn fn = compile(&g);
+    for (int rep = 0; rep < 3; rep++, calls++) { /* other values of the same classes */
+      double a2 = g.alpha_one ? 1 : alphas[2 + rnd(2)] * (rep + 1);
+      double b2 = g.beta_class == 2 ? betas[2 + rnd(2)] * (rep + 1) : beta;
+      check(&g, fn, a2, b2, 0);
+    }
+  }
+  cr_assert_eq(calls, 900);
+}
+
+Test(gemm_kernels, edges_zero_padding_one_and_nan_beta0)
+{
+  static const int dims[] = {1, 2, 7, 8, 9, 15, 16, 17, 23};
+  for (int f64 = 0; f64 < 2; f64++)
+    for (int t = 0; t < 4; t++)
+      for (int d = 0; d < 9; d++) {
+        jt_gemm_t g = {.f64 = f64, .ta = t & 1, .tb = t >> 1, .m = dims[d], .n = dims[8 - d],
+                       .k = dims[(d + 3) % 9], .alpha_one = 1, .beta_class = 0};
+        g.lda = (g.ta ? g.k : g.m) + 1, g.ldb = g.tb ? g.n : g.k, g.ldc = g.m + 3;
+        check(&g, compile(&g), 1, 0, 1); /* beta = 0 over a C full of NaN: no NaN may leak */
+      }
+}
+
+Test(gemm_kernels, same_shape_twice_is_the_same_kernel)
+{
+  jt_gemm_t g = {.m = 32, .n = 32, .k = 32, .lda = 32, .ldb = 32, .ldc = 32, .alpha_one = 1};
+  cr_assert_eq(compile(&g), compile(&g));
+  cr_assert_str_neq(jit->llvm_version(), "");
+  cr_assert_str_neq(jit->cpu(), "");
+}
