@@ -14,6 +14,8 @@
 #include "log.h"
 #include "opt.h"
 #include "runinfo.h"
+#include "tier.h"
+#include "jit/jit.h"
 #include "../sampler/aggregate.h"
 #include "../sampler/sampler.h"
 #include "../store/store.h"
@@ -38,7 +40,8 @@ uint32_t ag_time_mask;
 long ag_hosts;
 AG_TLS ag_thread_t ag_tl;
 
-static ag_opts_t opts;
+ag_opts_t ag_opts;
+uint64_t ag_hot_calls;
 static char self_dir[PATH_MAX]; /* folder of libopjit.so: the store module lives beside it */
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t activate_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -116,10 +119,11 @@ static void init_once_fn(void)
     return;
   }
   init_cond();
-  ag_opts_parse(&opts, env_get, report_option);
-  ag_log_setup((int)opts.num[AG_OPT_LOG], opts.str[AG_OPT_LOG_FILE]);
-  ag_time_mask = (uint32_t)opts.num[AG_OPT_TIME_EVERY] - 1;
-  ag_hosts = opts.num[AG_OPT_HOSTS];
+  ag_opts_parse(&ag_opts, env_get, report_option);
+  ag_log_setup((int)ag_opts.num[AG_OPT_LOG], ag_opts.str[AG_OPT_LOG_FILE]);
+  ag_time_mask = (uint32_t)ag_opts.num[AG_OPT_TIME_EVERY] - 1;
+  ag_hosts = ag_opts.num[AG_OPT_HOSTS];
+  ag_hot_calls = ag_opts.num[AG_OPT_MODE] == AG_MODE_JIT ? (uint64_t)ag_opts.num[AG_OPT_HOT_CALLS] : 0;
   Dl_info di;
   if (dladdr((void *)init_once_fn, &di) && di.dli_fname) {
     char *real = realpath(di.dli_fname, NULL);
@@ -131,13 +135,15 @@ static void init_once_fn(void)
     else
       snprintf(self_dir, sizeof self_dir, ".");
   }
-  int off = opts.num[AG_OPT_DISABLE] || opts.num[AG_OPT_MODE] == AG_MODE_OFF || !ag_hosts;
+  int off = ag_opts.num[AG_OPT_DISABLE] || ag_opts.num[AG_OPT_MODE] == AG_MODE_OFF || !ag_hosts;
   if (!off)
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
   atomic_store(&ag_state, off ? AG_PASS : AG_COUNT);
 }
 
 void ag_init(void) { pthread_once(&init_once, init_once_fn); }
+
+const char *ag_self_dir(void) { return self_dir; }
 
 __attribute__((constructor)) static void agent_constructor(void) { ag_init(); }
 
@@ -182,13 +188,13 @@ static void open_store(void)
     }
     store = api;
   }
-  if (ag_opts_db_path(&opts, env_get, dbpath, sizeof dbpath)) {
+  if (ag_opts_db_path(&ag_opts, env_get, dbpath, sizeof dbpath)) {
     ag_log(AG_LOG_ERROR, "no database path (set OPJIT_DB, HOME or XDG_CACHE_HOME): profiles "
                          "are not recorded");
     store_dead = 1;
     return;
   }
-  int rc = store->open(dbpath, ST_OPEN_CREATE, (int)opts.num[AG_OPT_BUSY_MS], &db, err, sizeof err);
+  int rc = store->open(dbpath, ST_OPEN_CREATE, (int)ag_opts.num[AG_OPT_BUSY_MS], &db, err, sizeof err);
   if (rc == ST_EBUSY || rc == ST_EFULL) {
     ag_log_once(AG_LOG_WARN, "%s; will retry", err);
     store_retry = 1;
@@ -223,7 +229,7 @@ static void begin_run(void)
   size_t used = 0;
   for (int id = 0; id < AG_OPT__COUNT; id++) {
     char val[512];
-    ag_opts_format(&opts, id, val, sizeof val);
+    ag_opts_format(&ag_opts, id, val, sizeof val);
     int n = snprintf(optbuf + used, sizeof optbuf - used, "%s=%s", ag_opt_desc(id)->name, val);
     if (n < 0 || (size_t)n >= sizeof optbuf - used)
       break;
@@ -257,12 +263,13 @@ static void flush(void)
   st_sig_rec_t *recs = calloc(n ? n : 1, sizeof *recs);
   char (*text)[4][256] = calloc(n ? n : 1, sizeof *text);
   uint64_t *total = calloc(n ? n : 1, sizeof *total), *calls = calloc(n ? n : 1, sizeof *calls);
+  uint64_t *vtotal = calloc(n ? n : 1, sizeof *vtotal);
   uint32_t *idx = calloc(n ? n : 1, sizeof *idx);
   size_t m = 0;
   uint64_t overflow = atomic_load(&ag_overflow_calls);
-  if (!recs || !text || !total || !calls || !idx)
+  if (!recs || !text || !total || !calls || !idx || !vtotal)
     goto out;
-  ag_tcount_sum(total, n);
+  ag_tcount_sum(total, vtotal, n);
   for (uint32_t i = 0; i < n; i++) {
     ag_entry_t *e = ag_table_entry(ag_table, i);
     uint64_t c = total[i];
@@ -292,7 +299,7 @@ static void flush(void)
     flushed_calls[idx[j]] = calls[j];
   flushed_overflow = overflow;
 out:
-  free(recs), free(text), free(total), free(calls), free(idx);
+  free(recs), free(text), free(total), free(vtotal), free(calls), free(idx);
 }
 
 /* ---- sampling (on the writer thread) ----------------------------------------------------- */
@@ -307,13 +314,13 @@ static void start_sampling(void)
 {
   static const char *const events[] = {"auto", "cycles", "task-clock", "cpu-clock", "timer"};
   sampling = 0;
-  if (opts.num[AG_OPT_SAMPLE_HZ] <= 0)
+  if (ag_opts.num[AG_OPT_SAMPLE_HZ] <= 0)
     return;
   if (!agg && !(agg = sp_agg_new()))
     return;
-  sp_config_t c = {.hz = (int)opts.num[AG_OPT_SAMPLE_HZ],
-                   .events = events[opts.num[AG_OPT_EVENTS]],
-                   .stack_depth = (int)opts.num[AG_OPT_STACK_DEPTH],
+  sp_config_t c = {.hz = (int)ag_opts.num[AG_OPT_SAMPLE_HZ],
+                   .events = events[ag_opts.num[AG_OPT_EVENTS]],
+                   .stack_depth = (int)ag_opts.num[AG_OPT_STACK_DEPTH],
                    .attrib = {own_op, pool_op}};
   int rc = sp_start(&c);
   sp_status_t st;
@@ -323,7 +330,7 @@ static void start_sampling(void)
       *p = ';';
   /* No PMU in a VM is normal: the note is kept in the run; a refusal of perf_event is not. */
   int refused = rc || st.mode == SP_TIMER ||
-                (opts.num[AG_OPT_EVENTS] == 1 && st.mode != SP_PERF_HW);
+                (ag_opts.num[AG_OPT_EVENTS] == 1 && st.mode != SP_PERF_HW);
   if (rc)
     ag_log(AG_LOG_WARN, "sampling is off: %s", st.notes);
   else if (refused)
@@ -442,6 +449,55 @@ static void write_samples(void)
   free(o.pcs), free(o.stacks), free(o.counters);
 }
 
+/* ---- JIT variants and events (on the writer thread) ------------------------------------- */
+
+static ag_event_rec_t pending_events[512]; /* drained from the tiers, not yet written */
+static size_t npending;
+
+/* Writes every signature's variant and the events since the last successful write. */
+static void write_variants(void)
+{
+  static const char *const status[] = {[AG_TIER_QUEUED] = "queued", [AG_TIER_READY] = "ready",
+                                       [AG_TIER_FAILED] = "failed", [AG_TIER_DEMOTED] = "demoted"};
+  static const char *const kinds[] = {[AG_EV_QUEUED] = "queued", [AG_EV_PUBLISHED] = "published",
+                                      [AG_EV_VERIFIED] = "verified",
+                                      [AG_EV_VERIFY_FAILED] = "verify-failed",
+                                      [AG_EV_DEMOTED] = "demoted", [AG_EV_FAILED] = "failed"};
+  npending += ag_tier_events(pending_events + npending,
+                             sizeof pending_events / sizeof *pending_events - npending);
+  uint32_t n = ag_table_count(ag_table);
+  uint64_t *calls = calloc(n ? n : 1, sizeof *calls), *vcalls = calloc(n ? n : 1, sizeof *vcalls);
+  st_variant_rec_t *v = calloc(n ? n : 1, sizeof *v);
+  st_event_rec_t ev[512];
+  size_t nv = 0;
+  if (!calls || !vcalls || !v)
+    goto out;
+  ag_tcount_sum(calls, vcalls, n);
+  for (uint32_t i = 0; i < n; i++) {
+    ag_entry_t *e = ag_table_entry(ag_table, i);
+    uint32_t t = atomic_load(&e->tier);
+    if (t == AG_TIER_COLD || t == AG_TIER_NONE || !calls[i])
+      continue;
+    v[nv++] = (st_variant_rec_t){&e->key, sizeof e->key, status[t], JT_GENERATOR_VERSION,
+                                 ag_tier_llvm_version(), ag_tier_cpu(), e->compile_ns, vcalls[i],
+                                 atomic_load(&e->vtimed), atomic_load(&e->vtimed_ns)};
+  }
+  for (size_t i = 0; i < npending; i++) {
+    ag_entry_t *e = ag_table_entry(ag_table, pending_events[i].index);
+    ev[i] = (st_event_rec_t){&e->key, sizeof e->key, pending_events[i].time_ns,
+                             kinds[pending_events[i].kind], pending_events[i].detail};
+  }
+  if (!nv && !npending)
+    goto out;
+  int rc = store->run_variants(db, run_id, v, nv, ev, npending);
+  if (rc)
+    write_failed("cannot write the JIT variants", rc);
+  else
+    npending = 0;
+out:
+  free(calls), free(vcalls), free(v);
+}
+
 /* One writer step: open what is not open yet, then flush; the last step also ends the run.
  * Returns 1 when a transient error (locked, full) left work undone. */
 static int writer_step(int final)
@@ -456,6 +512,8 @@ static int writer_step(int final)
     flush();
     if (!store_dead && !store_retry)
       write_samples();
+    if (!store_dead && !store_retry)
+      write_variants();
     if (final && !store_dead && !store_retry) {
       int rc = store->run_end(db, run_id, realtime_ns(), end_status);
       if (rc)
@@ -474,7 +532,7 @@ static void final_step(void)
     sp_stop();
     drain_samples();
   }
-  uint64_t deadline = ag_now_ns() + (uint64_t)opts.num[AG_OPT_EXIT_WAIT_MS] * 1000000u * 3 / 4;
+  uint64_t deadline = ag_now_ns() + (uint64_t)ag_opts.num[AG_OPT_EXIT_WAIT_MS] * 1000000u * 3 / 4;
   while (writer_step(1) && ag_now_ns() < deadline)
     nanosleep(&(struct timespec){0, 20 * 1000000}, NULL);
 }
@@ -486,7 +544,7 @@ static void *writer_main(void *arg)
   (void)arg;
   pthread_setname_np(pthread_self(), "opjit-writer");
   start_sampling();
-  long flush_ms = opts.num[AG_OPT_FLUSH_MS], tick_ms = sampling && flush_ms > 100 ? 100 : flush_ms;
+  long flush_ms = ag_opts.num[AG_OPT_FLUSH_MS], tick_ms = sampling && flush_ms > 100 ? 100 : flush_ms;
   uint64_t next_flush = ag_now_ns() + (uint64_t)flush_ms * 1000000u;
   pthread_mutex_lock(&mu);
   for (unsigned ticks = 1;; ticks++) {
@@ -524,7 +582,7 @@ static int stop_writer(const char *status)
   pthread_mutex_unlock(&mu);
   if (!running)
     return 1;
-  long ms = opts.num[AG_OPT_EXIT_WAIT_MS];
+  long ms = ag_opts.num[AG_OPT_EXIT_WAIT_MS];
   struct timespec dl = deadline_after(CLOCK_REALTIME, ms);
   if (pthread_timedjoin_np(writer, NULL, &dl) == 0) {
     writer_running = 0;
@@ -583,7 +641,7 @@ int ag_activate(void)
   }
   int rc = -1;
   if (!ag_table) {
-    uint32_t cap = (uint32_t)opts.num[AG_OPT_MAX_SIGS];
+    uint32_t cap = (uint32_t)ag_opts.num[AG_OPT_MAX_SIGS];
     if (!(ag_table = ag_table_new(cap, NULL)) || ag_tcount_init(ag_table, cap)) {
       ag_log_once(AG_LOG_ERROR, "out of memory for the signature table: calls are not counted");
       ag_table_free(ag_table);
@@ -638,7 +696,9 @@ static void atfork_child(void)
     ag_table_reset_counts(ag_table);
     ag_tcount_after_fork_child();
   }
+  ag_tier_after_fork_child();
   sp_after_fork_child();
+  npending = 0; /* the parent's events */
   sp_agg_free(agg); /* the parent's samples */
   agg = NULL;
   agg_opmods = 0;

@@ -9,8 +9,10 @@
 #ifndef OPJIT_AGENT_AGENT_H
 #define OPJIT_AGENT_AGENT_H
 
+#include "opt.h"
 #include "table.h"
 #include "tcount.h"
+#include "tier.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -29,6 +31,11 @@ extern ag_table_t *ag_table;       /* valid while ag_active */
 extern _Atomic uint64_t ag_overflow_calls; /* calls that found the table full */
 extern uint32_t ag_time_mask;      /* OPJIT_TIME_EVERY - 1 */
 extern long ag_hosts;              /* OPJIT_HOSTS mask, valid once ag_state != UNINIT */
+extern uint64_t ag_hot_calls;      /* OPJIT_HOT_CALLS */
+extern ag_opts_t ag_opts;          /* the options, parsed once */
+
+/* The folder libopjit.so was loaded from (its modules live beside it). */
+const char *ag_self_dir(void);
 /* Per-thread cache of recently seen keys: most calls find their entry here with four word
  * compares, without hashing or probing the shared table. Entries never move, so a cached
  * pointer stays valid for the process's life (fork children included). */
@@ -42,7 +49,8 @@ typedef struct ag_tlc_slot_s {
  * address computation. */
 typedef struct ag_thread_s {
   int depth;                 /* > 0 while this thread is inside an intercepted call */
-  uint32_t tick;             /* counted calls, for timing one in N */
+  uint32_t rng;              /* xorshift state: which calls are timed, which run the original
+                                (random, so a periodic call pattern cannot alias with it) */
   _Atomic uint64_t *calls;   /* this thread's counters (tcount.h), or NULL: shared entries */
   _Atomic uint32_t *cur;     /* where this thread's current operator is kept; NULL until the
                                 thread registers (tcount.h) */
@@ -50,6 +58,9 @@ typedef struct ag_thread_s {
   ag_tlc_slot_t tlc[AG_TLC_SLOTS];
 } ag_thread_t;
 extern AG_TLS ag_thread_t ag_tl;
+/* Set on the compile thread: the C++ static destructors of what it loads and runs (LLVM) are not
+ * registered with __cxa_atexit (process.c), so exit never destroys LLVM under a compile. */
+extern AG_TLS int ag_tl_keep_statics;
 
 /* Parses options once (normally from the constructor; any thread may get here first). */
 void ag_init(void);
@@ -85,6 +96,7 @@ static inline uint64_t ag_now_ns(void)
 typedef struct ag_call_s {
   ag_entry_t *e;  /* NULL when the table is full */
   uint64_t t0;    /* start time when this call is timed, else 0 */
+  int variant;    /* 1 when the JIT variant served the call */
 } ag_call_t;
 
 /* Accounts for a call of key by host (AG_HOST_* bit). Returns 1 when the call is counted
@@ -126,6 +138,7 @@ static inline __attribute__((always_inline)) int ag_call_begin(ag_call_t *c, con
   ag_entry_t *e = ag_lookup(key);
   c->e = e;
   c->t0 = 0;
+  c->variant = 0;
   if (ag_unlikely(!e)) {
     atomic_fetch_add_explicit(&ag_overflow_calls, 1, memory_order_relaxed);
     return 1;
@@ -133,27 +146,59 @@ static inline __attribute__((always_inline)) int ag_call_begin(ag_call_t *c, con
   if (ag_unlikely(!ag_tl.cur))
     ag_tcount_register();
   atomic_store_explicit(ag_tl.cur, e->index + 1, memory_order_relaxed);
+  uint64_t n;
   if (ag_likely(ag_tl.calls != NULL)) { /* only this thread stores here: no locked add */
     _Atomic uint64_t *p = &ag_tl.calls[e->index];
-    atomic_store_explicit(p, atomic_load_explicit(p, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
+    n = atomic_load_explicit(p, memory_order_relaxed) + 1;
+    atomic_store_explicit(p, n, memory_order_relaxed);
   } else {
-    atomic_fetch_add_explicit(&e->calls, 1, memory_order_relaxed);
+    n = atomic_fetch_add_explicit(&e->calls, 1, memory_order_relaxed) + 1;
   }
-  if ((++ag_tl.tick & ag_time_mask) == 0 ||
+  if (ag_unlikely(n == ag_hot_calls))
+    ag_tier_hot(e);
+  uint32_t x = ag_tl.rng;
+  x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+  ag_tl.rng = x;
+  if ((x & ag_time_mask) == 0 ||
       ag_unlikely(!atomic_load_explicit(&e->timed, memory_order_relaxed)))
     c->t0 = ag_now_ns();
   return 1;
 }
 
+/* The published variant the call should run, or NULL for the original: one call in 256 (at
+ * random) runs the original anyway, and is timed (OPJIT_TIME_EVERY <= 256 divides it), so the
+ * variant is always compared with a fresh measurement of the original. */
+static inline __attribute__((always_inline)) void *ag_call_variant(const ag_call_t *c)
+{
+  void *v = c->e ? atomic_load_explicit(&c->e->variant, memory_order_acquire) : NULL;
+  return v && (ag_tl.rng & 255) != 0 ? v : NULL;
+}
+
 static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
 {
-  if (ag_likely(c->e != NULL))
+  ag_entry_t *e = c->e;
+  if (ag_likely(e != NULL))
     atomic_store_explicit(ag_tl.cur, 0, memory_order_relaxed);
+  if (c->variant) {
+    if (ag_likely(ag_tl.calls != NULL)) {
+      _Atomic uint64_t *p = &ag_tl.calls[ag_tcount_capacity + e->index];
+      atomic_store_explicit(p, atomic_load_explicit(p, memory_order_relaxed) + 1,
+                            memory_order_relaxed);
+    } else {
+      atomic_fetch_add_explicit(&e->vcalls, 1, memory_order_relaxed);
+    }
+  }
   if (c->t0) {
     uint64_t dt = ag_now_ns() - c->t0;
-    atomic_fetch_add_explicit(&c->e->timed, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&c->e->timed_ns, dt, memory_order_relaxed);
+    if (c->variant) {
+      atomic_fetch_add_explicit(&e->vtimed, 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(&e->vtimed_ns, dt, memory_order_relaxed);
+    } else {
+      if (!atomic_load_explicit(&e->timed, memory_order_relaxed))
+        atomic_store_explicit(&e->first_ns, dt, memory_order_relaxed);
+      atomic_fetch_add_explicit(&e->timed, 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(&e->timed_ns, dt, memory_order_relaxed);
+    }
   }
   ag_tl.depth--;
 }

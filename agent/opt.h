@@ -13,13 +13,14 @@
  * choices, or all/none; the value is a bit mask), STR (any text). */
 #define AG_OPTIONS(OPT)                                                                      \
   OPT(DISABLE, BOOL, "0", 0, 1, NULL, "1 makes the agent a pure pass-through")               \
-  OPT(MODE, ENUM, "profile", 0, 0, "off|profile",                                            \
-      "off: forward calls untouched; profile: count, time and record every call")            \
+  OPT(MODE, ENUM, "jit", 0, 0, "off|profile|jit",                                            \
+      "off: forward calls untouched; profile: count, time and record every call; jit: "      \
+      "also run LLVM-compiled kernels for hot signatures")                                   \
   OPT(DB, STR, "", 0, 0, NULL,                                                               \
       "profile database (default $XDG_CACHE_HOME/opjit/profile.db, else ~/.cache/opjit/)")   \
   OPT(HOSTS, FLAGS, "all", 0, 0, "blas", "hosts whose operators are intercepted")            \
-  OPT(TIME_EVERY, INT, "16", 1, 1 << 20,                                                     \
-      NULL, "time one call in N per thread (rounded up to a power of two)")                  \
+  OPT(TIME_EVERY, INT, "16", 1, 256,                                                         \
+      NULL, "time one call in N, at random (rounded up to a power of two)")                  \
   OPT(FLUSH_MS, INT, "1000", 10, 3600000, NULL, "period of the background database writes")   \
   OPT(EXIT_WAIT_MS, INT, "2000", 0, 60000, NULL,                                             \
       "longest wait at exit for the final database write")                                   \
@@ -32,6 +33,13 @@
       "sampling event: auto = hardware cycles and counters where the CPU exposes them, "     \
       "else task-clock")                                                                     \
   OPT(STACK_DEPTH, INT, "24", 0, 32, NULL, "frames recorded per sample (0: the PC only)")     \
+  OPT(HOT_CALLS, INT, "64", 1, 1 << 30, NULL,                                                \
+      "calls of one signature (on one thread) after which it is compiled")                   \
+  OPT(JIT_MAX_DIM, INT, "160", 1, 4096, NULL,                                                \
+      "largest M, N or K compiled: bigger GEMMs stay on the library, whose cache blocking "  \
+      "wins there")                                                                          \
+  OPT(VERIFY, INT, "2", 0, 1000, NULL,                                                       \
+      "calls of a new variant also run on the original and compared")                        \
   OPT(LOG, ENUM, "warn", 0, 0, "error|warn|info|debug", "agent message level")               \
   OPT(LOG_FILE, STR, "", 0, 0, NULL, "append agent messages to this file instead of stderr")
 
@@ -44,7 +52,7 @@ enum ag_opt_id {
 
 enum ag_opt_kind { AG_OK_BOOL, AG_OK_INT, AG_OK_ENUM, AG_OK_FLAGS, AG_OK_STR };
 
-enum { AG_MODE_OFF = 0, AG_MODE_PROFILE = 1 };  /* values of OPJIT_MODE */
+enum { AG_MODE_OFF = 0, AG_MODE_PROFILE = 1, AG_MODE_JIT = 2 }; /* values of OPJIT_MODE */
 enum { AG_HOST_BLAS = 1 << 0 };                 /* bits of OPJIT_HOSTS */
 
 typedef struct ag_opt_desc_s {

@@ -22,6 +22,20 @@ typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 typedef int (*execv_fn)(const char *, char *const[]);
 typedef int (*fexecve_fn)(int, char *const[], char *const[]);
 typedef void (*exit_fn)(int);
+typedef int (*cxa_atexit_fn)(void (*)(void *), void *, void *);
+
+AG_TLS int ag_tl_keep_statics;
+
+/* C++ static destructors register here. Those of the compile thread (LLVM's, registered while
+ * it loads and first uses LLVM) are dropped: the process exits with LLVM intact, whatever the
+ * compile thread is doing at that moment. Everyone else's pass through. */
+AG_EXPORT int __cxa_atexit(void (*fn)(void *), void *arg, void *dso)
+{
+  REAL(__cxa_atexit, cxa_atexit_fn);
+  if (ag_tl_keep_statics)
+    return 0;
+  return real___cxa_atexit ? real___cxa_atexit(fn, arg, dso) : -1;
+}
 
 /* Runs one exec call between the agent's before/after hooks. */
 #define AROUND_EXEC(call)                                                                    \

@@ -11,14 +11,23 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-/* One signature's counters; 64-byte aligned so two signatures never share a cache line. */
+/* One signature: its counters and its JIT variant. 64-byte aligned so two signatures never
+ * share a cache line; the fields a host thread reads on every call come first. */
 typedef struct ag_entry_s {
   ag_sig_t key;
   uint32_t hash;             /* low half of the key's hash: a cheap reject while probing */
   uint32_t index;            /* position in the table (per-thread counter arrays use it) */
+  void *_Atomic variant;     /* the published kernel, or NULL: the original runs (tier.h) */
+  _Atomic uint32_t tier;     /* enum ag_tier (tier.h) */
+  _Atomic int32_t verify;    /* calls still to verify against the original */
   _Atomic uint64_t calls;    /* calls seen (threads with their own counters add at exit) */
-  _Atomic uint64_t timed;    /* calls whose duration was measured */
+  _Atomic uint64_t timed;    /* original's calls whose duration was measured */
   _Atomic uint64_t timed_ns; /* sum of the measured durations */
+  _Atomic uint64_t first_ns; /* the first call's duration (a library's warm-up, often) */
+  _Atomic uint64_t vcalls;   /* calls the variant served (threads with counters add at exit) */
+  _Atomic uint64_t vtimed, vtimed_ns;  /* variant's timed calls */
+  uint64_t base_timed, base_ns;        /* original's timing when the variant was published */
+  uint64_t compile_ns;                 /* the variant's compile time */
 } __attribute__((aligned(64))) ag_entry_t;
 
 typedef struct ag_table_s ag_table_t;

@@ -31,6 +31,7 @@ static tc_thread_t reg_head = {&reg_head, &reg_head, NULL}; /* circular list */
 static pthread_key_t reg_key;
 static ag_table_t *reg_table;
 static size_t reg_bytes;
+uint32_t ag_tcount_capacity;
 static AG_TLS tc_thread_t *tl_self;
 
 /* Adds a thread's counts to the table's entries and zeroes them. Called with reg_mu held. */
@@ -38,10 +39,16 @@ static void fold(tc_thread_t *t)
 {
   uint32_t n = t->calls ? ag_table_count(reg_table) : 0;
   for (uint32_t i = 0; i < n; i++) {
+    ag_entry_t *e = ag_table_entry(reg_table, i);
     uint64_t c = atomic_load_explicit(&t->calls[i], memory_order_relaxed);
+    uint64_t v = atomic_load_explicit(&t->calls[ag_tcount_capacity + i], memory_order_relaxed);
     if (c) {
-      atomic_fetch_add_explicit(&ag_table_entry(reg_table, i)->calls, c, memory_order_relaxed);
+      atomic_fetch_add_explicit(&e->calls, c, memory_order_relaxed);
       atomic_store_explicit(&t->calls[i], 0, memory_order_relaxed);
+    }
+    if (v) {
+      atomic_fetch_add_explicit(&e->vcalls, v, memory_order_relaxed);
+      atomic_store_explicit(&t->calls[ag_tcount_capacity + i], 0, memory_order_relaxed);
     }
   }
 }
@@ -76,7 +83,8 @@ static void thread_gone(void *arg)
 int ag_tcount_init(ag_table_t *t, uint32_t capacity)
 {
   reg_table = t;
-  reg_bytes = (size_t)capacity * sizeof(uint64_t);
+  reg_bytes = 2 * (size_t)capacity * sizeof(uint64_t);
+  ag_tcount_capacity = capacity;
   return pthread_key_create(&reg_key, thread_gone) ? -1 : 0;
 }
 
@@ -98,6 +106,9 @@ static int claim_cur_slot(void)
 void ag_tcount_register(void)
 {
   ag_tl.cur = &ag_tl.own_cur;
+  ag_tl.rng = (uint32_t)(uintptr_t)&ag_tl ^ (uint32_t)ag_now_ns();
+  if (!ag_tl.rng)
+    ag_tl.rng = 1; /* xorshift's one fixed point */
   tc_thread_t *t = calloc(1, sizeof *t);
   if (!t)
     return;
@@ -132,14 +143,18 @@ uint32_t ag_tcount_inflight(void)
   return 0;
 }
 
-void ag_tcount_sum(uint64_t *out, uint32_t n)
+void ag_tcount_sum(uint64_t *calls, uint64_t *vcalls, uint32_t n)
 {
   pthread_mutex_lock(&reg_mu);
-  for (uint32_t i = 0; i < n; i++)
-    out[i] = atomic_load_explicit(&ag_table_entry(reg_table, i)->calls, memory_order_relaxed);
+  for (uint32_t i = 0; i < n; i++) {
+    calls[i] = atomic_load_explicit(&ag_table_entry(reg_table, i)->calls, memory_order_relaxed);
+    vcalls[i] = atomic_load_explicit(&ag_table_entry(reg_table, i)->vcalls, memory_order_relaxed);
+  }
   for (tc_thread_t *t = reg_head.next; t != &reg_head; t = t->next)
-    for (uint32_t i = 0; t->calls && i < n; i++)
-      out[i] += atomic_load_explicit(&t->calls[i], memory_order_relaxed);
+    for (uint32_t i = 0; t->calls && i < n; i++) {
+      calls[i] += atomic_load_explicit(&t->calls[i], memory_order_relaxed);
+      vcalls[i] += atomic_load_explicit(&t->calls[ag_tcount_capacity + i], memory_order_relaxed);
+    }
   pthread_mutex_unlock(&reg_mu);
 }
 
@@ -156,7 +171,7 @@ void ag_tcount_after_fork_child(void)
   reg_head.next = reg_head.prev = &reg_head;
   if (tl_self) {
     if (tl_self->calls)
-      memset((void *)tl_self->calls, 0, (size_t)ag_table_count(reg_table) * sizeof(uint64_t));
+      madvise((void *)tl_self->calls, reg_bytes, MADV_DONTNEED); /* zero pages again */
     tl_self->next = tl_self->prev = &reg_head;
     reg_head.next = reg_head.prev = tl_self;
   }

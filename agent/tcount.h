@@ -27,8 +27,10 @@ int ag_tcount_init(ag_table_t *t, uint32_t capacity);
  * ag_tl.cur (never NULL afterwards). */
 void ag_tcount_register(void);
 
-/* Total calls of entries [0, n) into out[0..n). */
-void ag_tcount_sum(uint64_t *out, uint32_t n);
+/* Total calls of entries [0, n) into calls[0..n), and the calls their variants served into
+ * vcalls[0..n). A thread's array holds both: calls at [i], variant calls at [capacity + i]. */
+void ag_tcount_sum(uint64_t *calls, uint64_t *vcalls, uint32_t n);
+extern uint32_t ag_tcount_capacity;
 
 /* For the sampler's handler (async-signal-safe): the operator some registered thread is
  * running now (entry index + 1), or 0. */

@@ -11,4 +11,5 @@ __attribute__((visibility("default"))) const st_api_t opjit_store_api = {
     .run_flush = st_run_flush,
     .run_end = st_run_end,
     .run_samples = st_run_samples,
+    .run_variants = st_run_variants,
 };

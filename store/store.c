@@ -7,6 +7,7 @@
  *      indexes run_sigs(sig_id), runs(pid)
  *   3  sampling: runs.sampling (JSON), symbols, run_pcs (PC histogram by symbol), run_stacks
  *      (folded stacks), run_counters (hardware counter totals); sig_id 0 = outside operators
+ *   4  the JIT: variants (per run and signature) and events (a signature's life)
  * A file whose user_version is newer than ST_SCHEMA_VERSION is refused, never downgraded. */
 #include "store.h"
 
@@ -69,6 +70,16 @@ static const char *const migrations[] = {
     "  PRIMARY KEY(run_id, sig_id, event)) WITHOUT ROWID;"
     "CREATE INDEX run_pcs_sig ON run_pcs(sig_id);"
     "CREATE INDEX run_stacks_sig ON run_stacks(sig_id);",
+    /* 4 */
+    "CREATE TABLE variants(run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  sig_id INTEGER NOT NULL REFERENCES signatures(id), status TEXT NOT NULL,"
+    "  generator INTEGER NOT NULL, llvm TEXT NOT NULL, cpu TEXT NOT NULL,"
+    "  compile_ns INTEGER NOT NULL, calls INTEGER NOT NULL, timed_calls INTEGER NOT NULL,"
+    "  timed_ns INTEGER NOT NULL, PRIMARY KEY(run_id, sig_id)) WITHOUT ROWID;"
+    "CREATE TABLE events(id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id)"
+    "  ON DELETE CASCADE, sig_id INTEGER NOT NULL REFERENCES signatures(id),"
+    "  time_ns INTEGER NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL);"
+    "CREATE INDEX events_run ON events(run_id);",
 };
 _Static_assert(sizeof migrations / sizeof *migrations == ST_SCHEMA_VERSION,
                "one migration per schema version");
@@ -487,6 +498,32 @@ int st_run_samples(st_db_t *db, int64_t run_id, const st_samples_t *s)
   return rc;
 }
 
+int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size_t nv,
+                    const st_event_rec_t *ev, size_t nev)
+{
+  int rc = exec_sql(db->db, "BEGIN IMMEDIATE");
+  if (rc)
+    return rc;
+  int64_t sig;
+  for (size_t i = 0; i < nv && !rc; i++)
+    if (!(rc = sig_id_of(db->db, v[i].key, v[i].key_len, &sig)))
+      rc = run1(db->db, NULL,
+                "INSERT INTO variants VALUES(?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO UPDATE SET"
+                " status=excluded.status, generator=excluded.generator, llvm=excluded.llvm,"
+                " cpu=excluded.cpu, compile_ns=excluded.compile_ns, calls=excluded.calls,"
+                " timed_calls=excluded.timed_calls, timed_ns=excluded.timed_ns",
+                "iitittiiii", run_id, sig, v[i].status, (int64_t)v[i].generator, v[i].llvm,
+                v[i].cpu, (int64_t)v[i].compile_ns, (int64_t)v[i].calls,
+                (int64_t)v[i].timed_calls, (int64_t)v[i].timed_ns);
+  for (size_t i = 0; i < nev && !rc; i++)
+    if (!(rc = sig_id_of(db->db, ev[i].key, ev[i].key_len, &sig)))
+      rc = run1(db->db, NULL,
+                "INSERT INTO events(run_id, sig_id, time_ns, kind, detail) VALUES(?,?,?,?,?)",
+                "iiitt", run_id, sig, ev[i].time_ns, ev[i].kind, ev[i].detail);
+  exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
+  return rc;
+}
+
 static void sql_pid_alive(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
   (void)argc;
@@ -511,7 +548,8 @@ int st_gc(st_db_t *db, int64_t keep_runs, int64_t older_than_ns, st_gc_result_t 
   if (!rc)
     rc = exec_sql(db->db, "DELETE FROM signatures WHERE id NOT IN (SELECT sig_id FROM run_sigs"
                           " UNION SELECT sig_id FROM run_pcs UNION SELECT sig_id FROM run_stacks"
-                          " UNION SELECT sig_id FROM run_counters)");
+                          " UNION SELECT sig_id FROM run_counters UNION SELECT sig_id FROM"
+                          " variants UNION SELECT sig_id FROM events)");
   res->signatures = sqlite3_changes(db->db);
   if (!rc)
     rc = exec_sql(db->db, "DELETE FROM programs WHERE id NOT IN (SELECT program_id FROM runs)");

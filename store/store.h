@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ST_SCHEMA_VERSION 3 /* the newest schema this build writes and reads */
+#define ST_SCHEMA_VERSION 4 /* the newest schema this build writes and reads */
 
 #define ST_ERRORS(E)                                                                         \
   E(BUSY, "the database is locked by another process")                                       \
@@ -129,6 +129,28 @@ typedef struct st_samples_s {
 } st_samples_t;
 int st_run_samples(st_db_t *db, int64_t run_id, const st_samples_t *s);
 
+/* A JIT variant of a signature in a run (cumulative: flushes overwrite). */
+typedef struct st_variant_rec_s {
+  const void *key;
+  size_t key_len;
+  const char *status;            /* queued, ready, failed, demoted */
+  int generator;                 /* the generator's version */
+  const char *llvm, *cpu;        /* what the code was compiled with and for */
+  uint64_t compile_ns;
+  uint64_t calls;                /* calls the variant served */
+  uint64_t timed_calls, timed_ns; /* the variant's timed calls */
+} st_variant_rec_t;
+/* An event of a signature's life (appended). */
+typedef struct st_event_rec_s {
+  const void *key;
+  size_t key_len;
+  int64_t time_ns;
+  const char *kind;   /* queued, published, verified, verify-failed, demoted, failed */
+  const char *detail;
+} st_event_rec_t;
+int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size_t nv,
+                    const st_event_rec_t *ev, size_t nev);
+
 /* Deletes runs beyond the newest keep_runs and runs that ended before older_than_ns (0: no
  * age limit), never a run still marked running unless its process is gone, then everything
  * no remaining run refers to. Counts what it deleted. */
@@ -149,8 +171,10 @@ typedef struct st_api_s {
                    uint64_t overflow_calls, int64_t now_ns);
   int (*run_end)(st_db_t *db, int64_t run_id, int64_t end_ns, const char *status);
   int (*run_samples)(st_db_t *db, int64_t run_id, const st_samples_t *s);
+  int (*run_variants)(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size_t nv,
+                      const st_event_rec_t *ev, size_t nev);
 } st_api_t;
-#define ST_API_ABI 2
+#define ST_API_ABI 3
 #define ST_API_SYMBOL "opjit_store_api"
 #define ST_MODULE_NAME "libopjit-store.so"
 

@@ -9,7 +9,7 @@
 #include <string.h>
 
 /* A fake environment: NAME=value pairs. */
-static const char *env_vals[32][2];
+static const char *env_vals[48][2];
 static int env_n;
 static char lines[32][512];
 static int nlines;
@@ -44,7 +44,7 @@ Test(opt, defaults_parse_and_match_the_table)
   cr_assert_eq(ag_opts_parse(&o, fake_get, capture), 0);
   cr_assert_eq(nlines, 0);
   cr_assert_eq(o.num[AG_OPT_DISABLE], 0);
-  cr_assert_eq(o.num[AG_OPT_MODE], AG_MODE_PROFILE);
+  cr_assert_eq(o.num[AG_OPT_MODE], AG_MODE_JIT);
   cr_assert_eq(o.num[AG_OPT_TIME_EVERY], 16);
   cr_assert_eq(o.num[AG_OPT_FLUSH_MS], 1000);
   cr_assert(o.num[AG_OPT_HOSTS] & AG_HOST_BLAS);
@@ -60,6 +60,9 @@ Test(opt, every_option_parsed)
   setenv_fake("OPJIT_DB", "/tmp/x.db");
   setenv_fake("OPJIT_HOSTS", "none");
   setenv_fake("OPJIT_TIME_EVERY", "100");
+  setenv_fake("OPJIT_HOT_CALLS", "1");
+  setenv_fake("OPJIT_JIT_MAX_DIM", "64");
+  setenv_fake("OPJIT_VERIFY", "0");
   setenv_fake("OPJIT_FLUSH_MS", "2K");
   setenv_fake("OPJIT_EXIT_WAIT_MS", "0");
   setenv_fake("OPJIT_BUSY_MS", "50");
@@ -77,6 +80,9 @@ Test(opt, every_option_parsed)
   cr_assert_str_eq(o.str[AG_OPT_DB], "/tmp/x.db");
   cr_assert_eq(o.num[AG_OPT_HOSTS], 0);
   cr_assert_eq(o.num[AG_OPT_TIME_EVERY], 128, "rounded up to a power of two");
+  cr_assert_eq(o.num[AG_OPT_HOT_CALLS], 1);
+  cr_assert_eq(o.num[AG_OPT_JIT_MAX_DIM], 64);
+  cr_assert_eq(o.num[AG_OPT_VERIFY], 0);
   cr_assert_eq(o.num[AG_OPT_FLUSH_MS], 2048);
   cr_assert_eq(o.num[AG_OPT_EXIT_WAIT_MS], 0);
   cr_assert_eq(o.num[AG_OPT_BUSY_MS], 50);
@@ -94,7 +100,7 @@ Test(opt, every_option_parsed)
 Test(opt, bad_values_keep_the_default_with_one_line_each)
 {
   static const char *const bad[][2] = {
-      {"OPJIT_DISABLE", "maybe"},    {"OPJIT_MODE", "jit"},       {"OPJIT_HOSTS", "blas,cuda"},
+      {"OPJIT_DISABLE", "maybe"},    {"OPJIT_MODE", "turbo"},       {"OPJIT_HOSTS", "blas,cuda"},
       {"OPJIT_TIME_EVERY", "0"},     {"OPJIT_FLUSH_MS", "abc"},   {"OPJIT_EXIT_WAIT_MS", "-5"},
       {"OPJIT_BUSY_MS", "12x"},      {"OPJIT_MAX_SIGS", "99999999999999999999"},
       {"OPJIT_SAMPLE_HZ", "fast"},   {"OPJIT_EVENTS", "instructions"}, {"OPJIT_STACK_DEPTH", "64"},
@@ -118,7 +124,7 @@ Test(opt, bad_values_keep_the_default_with_one_line_each)
                   strstr(lines[i], "using the default"),
               "line %zu does not name variable, value and default: %s", i, lines[i]);
   }
-  cr_assert(strstr(lines[1], "'profile'"), "%s", lines[1]);
+  cr_assert(strstr(lines[1], "'jit'"), "%s", lines[1]);
   ag_opts_free(&o);
   ag_opts_free(&def);
 }
@@ -146,7 +152,7 @@ Test(opt, format_spells_out_enums_and_flags)
   ag_opts_format(&o, AG_OPT_LOG, buf, sizeof buf);
   cr_assert_str_eq(buf, "info");
   ag_opts_format(&o, AG_OPT_MODE, buf, sizeof buf);
-  cr_assert_str_eq(buf, "profile");
+  cr_assert_str_eq(buf, "jit");
   ag_opts_free(&o);
 }
 

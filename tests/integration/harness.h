@@ -14,7 +14,8 @@ void h_setup(void);
 void h_teardown(void);
 
 /* Runs argv (argv[0] a path) with the agent preloaded when agent is set, extra environment
- * entries "NAME=value" (NULL-terminated, may be NULL), stdout and stderr to
+ * entries "NAME=value" (NULL-terminated, may be NULL; they win over the defaults OPJIT_DB=h_db,
+ * OPJIT_MODE=profile and OPENBLAS_NUM_THREADS=1), stdout and stderr to
  * h_dir/<tag>.out / .err. Returns the raw wait status. */
 int h_run(const char *tag, int agent, const char *const *env, const char *const *argv);
 /* The same, started in the background: returns the pid. */

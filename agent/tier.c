@@ -1,0 +1,358 @@
+/* SPDX-License-Identifier: MIT */
+/* Tiers: the compile queue and thread, publication, verification against the original, the
+ * never-slower watch, and the events the writer records. See tier.h for the state machine.
+ *
+ * Never slower: once a variant is published, one call in 256 still runs the original (timed),
+ * so both means are measured on the same recent workload; a variant whose mean is more than
+ * 15 % above the original's (over at least 64 and 16 timed calls) is demoted. Verification: the first OPJIT_VERIFY calls run the
+ * variant on a copy of C and the original on the host's C, and compare within a bound derived
+ * from K and the type's epsilon; the host always keeps the original's result on those calls. */
+#define _GNU_SOURCE
+#include "tier.h"
+#include "agent.h"
+#include "log.h"
+#include "opt.h"
+#include "jit/jit.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define QUEUE_MAX 1024
+#define EVENTS_MAX 512
+
+static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t q_cond = PTHREAD_COND_INITIALIZER;
+static uint32_t queue[QUEUE_MAX];
+static unsigned q_len;
+static int thread_started;
+
+static const jt_api_t *jit;
+static _Atomic int jit_dead;
+static jt_gemm_t *shapes; /* per entry: the column-major problem its variant solves */
+static uint8_t *row_major;  /* per entry: a CBLAS row-major call (operands swapped) */
+
+static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
+static ag_event_rec_t events[EVENTS_MAX];
+static unsigned ev_len;
+static uint64_t ev_dropped;
+
+static int64_t realtime_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void event(const ag_entry_t *e, int kind, const char *fmt, ...)
+  __attribute__((format(printf, 3, 4)));
+static void event(const ag_entry_t *e, int kind, const char *fmt, ...)
+{
+  pthread_mutex_lock(&ev_mu);
+  if (ev_len == EVENTS_MAX) {
+    ev_dropped++;
+  } else {
+    ag_event_rec_t *r = &events[ev_len++];
+    r->time_ns = realtime_ns();
+    r->index = e->index;
+    r->kind = kind;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->detail, sizeof r->detail, fmt, ap);
+    va_end(ap);
+  }
+  pthread_mutex_unlock(&ev_mu);
+}
+
+size_t ag_tier_events(ag_event_rec_t *out, size_t max)
+{
+  pthread_mutex_lock(&ev_mu);
+  size_t n = ev_len < max ? ev_len : max;
+  memcpy(out, events, n * sizeof *out);
+  memmove(events, events + n, (ev_len - n) * sizeof *events);
+  ev_len -= (unsigned)n;
+  pthread_mutex_unlock(&ev_mu);
+  return n;
+}
+
+const char *ag_tier_llvm_version(void) { return jit ? jit->llvm_version() : ""; }
+const char *ag_tier_cpu(void) { return jit ? jit->cpu() : ""; }
+
+/* The column-major problem of a GEMM key, or 0 when the generator or the policy declines it. */
+static int gemm_of(const ag_sig_t *k, jt_gemm_t *g, int *row)
+{
+  unsigned ac = k->ab & 15, bc = k->ab >> 4;
+  if (k->op != AG_OP_GEMM || k->ta == AG_TRANS_BAD || k->tb == AG_TRANS_BAD || ac == AG_S_ZERO)
+    return 0;
+  *row = k->order == AG_ROW;
+  /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
+  *g = (jt_gemm_t){.f64 = k->dtype == AG_F64, .ta = *row ? k->tb != AG_N : k->ta != AG_N,
+                   .tb = *row ? k->ta != AG_N : k->tb != AG_N, .m = *row ? k->n : k->m,
+                   .n = *row ? k->m : k->n, .k = k->k, .lda = *row ? k->ldb : k->lda,
+                   .ldb = *row ? k->lda : k->ldb, .ldc = k->ldc, .alpha_one = ac == AG_S_ONE,
+                   .beta_class = bc == AG_S_ZERO ? 0 : bc == AG_S_ONE ? 1 : 2};
+  long maxd = ag_opts.num[AG_OPT_JIT_MAX_DIM];
+  return jt_gemm_supported(g) && g->m <= maxd && g->n <= maxd && g->k <= maxd;
+}
+
+/* Loads libopjit-jit.so (and LLVM) beside the agent. Compile thread only. */
+static int load_jit(void)
+{
+  char path[4200], err[512] = "";
+  snprintf(path, sizeof path, "%s/%s", ag_self_dir(), JT_MODULE_NAME);
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  const jt_api_t *api = h ? dlsym(h, JT_API_SYMBOL) : NULL;
+  if (!api || api->abi != JT_API_ABI || api->init(err, sizeof err)) {
+    ag_log(AG_LOG_WARN, "the JIT is unavailable (%s): every signature stays on the original "
+                        "library", api ? (err[0] ? err : "wrong ABI") : dlerror());
+    return -1;
+  }
+  jit = api;
+  ag_log(AG_LOG_INFO, "JIT ready: LLVM %s for %s", jit->llvm_version(), jit->cpu());
+  return 0;
+}
+
+/* Compiles and publishes entry i. Compile thread only. */
+static void compile_one(uint32_t i)
+{
+  ag_entry_t *e = ag_table_entry(ag_table, i);
+  jt_gemm_t g = shapes[i];
+  const char *fault = getenv("OPJIT_TEST_FAULT"); /* fault injection for the tests only */
+  char err[512] = "";
+  jt_gemm_fn fn = NULL;
+  uint64_t t0 = ag_now_ns();
+  if (fault && strcmp(fault, "wrong") == 0)
+    g.alpha_one = !g.alpha_one, g.beta_class = (g.beta_class + 1) % 3; /* a real, wrong kernel */
+  int rc = fault && strcmp(fault, "compile") == 0
+               ? (snprintf(err, sizeof err, "injected compile failure"), -1)
+               : jit->gemm(&g, &fn, err, sizeof err);
+  uint64_t dt = ag_now_ns() - t0;
+  if (rc) {
+    atomic_store(&e->tier, AG_TIER_FAILED);
+    event(e, AG_EV_FAILED, "%s", err);
+    ag_log_once(AG_LOG_WARN, "a kernel failed to compile (%s): its signature stays on the "
+                             "original library", err);
+    return;
+  }
+  e->base_timed = atomic_load(&e->timed);
+  e->base_ns = atomic_load(&e->timed_ns);
+  e->compile_ns = dt;
+  atomic_store(&e->verify, (int32_t)ag_opts.num[AG_OPT_VERIFY]);
+  atomic_store(&e->tier, AG_TIER_READY);
+  atomic_store_explicit(&e->variant, (void *)fn, memory_order_release);
+  event(e, AG_EV_PUBLISHED, "compiled in %.2f ms", (double)dt / 1e6);
+}
+
+/* Demotes READY variants that measure slower than the original. Compile thread only. */
+static void watch_speed(void)
+{
+  uint32_t n = ag_table_count(ag_table);
+  for (uint32_t i = 0; i < n; i++) {
+    ag_entry_t *e = ag_table_entry(ag_table, i);
+    if (atomic_load(&e->tier) != AG_TIER_READY)
+      continue;
+    uint64_t vt = atomic_load(&e->vtimed), vn = atomic_load(&e->vtimed_ns);
+    uint64_t ot = atomic_load(&e->timed) - e->base_timed, on = atomic_load(&e->timed_ns) - e->base_ns;
+    if (vt < 64 || ot < 16) /* this VM's timings vary 2x: judge on enough of them */
+      continue;
+    double vmean = (double)vn / (double)vt, omean = (double)on / (double)ot;
+    if (vmean > 1.15 * omean) {
+      atomic_store_explicit(&e->variant, NULL, memory_order_release);
+      atomic_store(&e->tier, AG_TIER_DEMOTED);
+      event(e, AG_EV_DEMOTED, "variant %.0f ns per call, original %.0f ns", vmean, omean);
+    }
+  }
+}
+
+static void *compile_main(void *arg)
+{
+  (void)arg;
+  pthread_setname_np(pthread_self(), "opjit-jit");
+  ag_tl_keep_statics = 1; /* LLVM's static destructors are never registered (process.c) */
+  int ok = load_jit() == 0;
+  pthread_mutex_lock(&q_mu);
+  if (!ok)
+    atomic_store(&jit_dead, 1);
+  for (;;) {
+    while (q_len) {
+      uint32_t i = queue[--q_len];
+      pthread_mutex_unlock(&q_mu);
+      if (ok)
+        compile_one(i);
+      else
+        atomic_store(&ag_table_entry(ag_table, i)->tier, AG_TIER_FAILED);
+      pthread_mutex_lock(&q_mu);
+    }
+    if (!ok)
+      break;
+    pthread_mutex_unlock(&q_mu);
+    watch_speed();
+    pthread_mutex_lock(&q_mu);
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_nsec += 200 * 1000000;
+    if (dl.tv_nsec >= 1000000000)
+      dl.tv_sec++, dl.tv_nsec -= 1000000000;
+    if (!q_len)
+      pthread_cond_timedwait(&q_cond, &q_mu, &dl);
+  }
+  pthread_mutex_unlock(&q_mu);
+  return NULL;
+}
+
+void ag_tier_hot(ag_entry_t *e)
+{
+  if (ag_opts.num[AG_OPT_MODE] != AG_MODE_JIT || atomic_load(&jit_dead) ||
+      atomic_load(&e->tier) != AG_TIER_COLD)
+    return;
+  pthread_mutex_lock(&q_mu);
+  uint32_t cold = AG_TIER_COLD;
+  if (!shapes) {
+    shapes = calloc(ag_tcount_capacity, sizeof *shapes);
+    row_major = calloc(ag_tcount_capacity, 1);
+  }
+  int row = 0;
+  jt_gemm_t g;
+  if (!shapes || !row_major || !gemm_of(&e->key, &g, &row)) {
+    atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE);
+  } else if (q_len < QUEUE_MAX && atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_QUEUED)) {
+    shapes[e->index] = g;
+    row_major[e->index] = (uint8_t)row;
+    queue[q_len++] = e->index;
+    event(e, AG_EV_QUEUED, "hot after %ld calls", ag_opts.num[AG_OPT_HOT_CALLS]);
+    if (!thread_started) {
+      sigset_t all, old;
+      pthread_t t;
+      sigfillset(&all);
+      pthread_sigmask(SIG_SETMASK, &all, &old); /* never a host signal on the compile thread */
+      thread_started = pthread_create(&t, NULL, compile_main, NULL) == 0;
+      pthread_sigmask(SIG_SETMASK, &old, NULL);
+      if (thread_started)
+        pthread_detach(t);
+      else
+        atomic_store(&jit_dead, 1);
+    }
+    pthread_cond_signal(&q_cond);
+  }
+  pthread_mutex_unlock(&q_mu);
+}
+
+/* [p, p + elements) in bytes. */
+typedef struct span_s {
+  uintptr_t lo, hi;
+} span_t;
+
+static span_t span(const void *p, long rows, long cols, long ld, size_t esz)
+{
+  uintptr_t lo = (uintptr_t)p;
+  return (span_t){lo, lo + (uintptr_t)((ld * (cols - 1) + rows) * (long)esz)};
+}
+
+static int overlap(span_t x, span_t y) { return x.lo < y.hi && y.lo < x.hi; }
+
+/* Largest magnitude in a rows x cols column-major block. */
+static double max_abs(const void *p, long rows, long cols, long ld, int f64)
+{
+  double m = 0;
+  for (long j = 0; j < cols; j++)
+    for (long i = 0; i < rows; i++) {
+      double v = f64 ? ((const double *)p)[j * ld + i] : ((const float *)p)[j * ld + i];
+      m = fabs(v) > m || isnan(v) ? fabs(v) : m;
+    }
+  return m;
+}
+
+int ag_tier_gemm(ag_entry_t *e, void *v, const void *a, const void *b, void *c, double alpha,
+                 double beta, ag_verify_t *vf)
+{
+  const jt_gemm_t *g = &shapes[e->index];
+  if (row_major[e->index]) { /* the kernel solves C^T = op(B)^T op(A)^T */
+    const void *t = a;
+    a = b, b = t;
+  }
+  size_t esz = g->f64 ? 8 : 4;
+  span_t sa = span(a, g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda, esz);
+  span_t sb = span(b, g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb, esz);
+  span_t sc = span(c, g->m, g->n, g->ldc, esz);
+  if (overlap(sc, sa) || overlap(sc, sb))
+    return 0; /* speculative guard: the kernel assumes C aliases neither operand */
+  jt_gemm_fn fn = (jt_gemm_fn)v;
+  if (atomic_load_explicit(&e->verify, memory_order_relaxed) <= 0 ||
+      atomic_fetch_sub(&e->verify, 1) <= 0) {
+    fn(a, b, c, alpha, beta);
+    return AG_RUN_DONE;
+  }
+  /* Verification: the variant on a copy, the original (by the caller) on the host's C. */
+  size_t bytes = sc.hi - sc.lo;
+  void *copy = malloc(bytes);
+  if (!copy)
+    return AG_RUN_ORIGINAL;
+  memcpy(copy, c, bytes);
+  double amax = max_abs(a, g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda, g->f64);
+  double bmax = max_abs(b, g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb, g->f64);
+  double cmax = g->beta_class ? max_abs(c, g->m, g->n, g->ldc, g->f64) : 0;
+  fn(a, b, copy, alpha, beta);
+  double eps = g->f64 ? DBL_EPSILON : FLT_EPSILON;
+  *vf = (ag_verify_t){e, copy, c,
+                      4.0 * (g->k + 2) * eps * (fabs(alpha) * g->k * amax * bmax + fabs(beta) * cmax) +
+                          4 * DBL_MIN};
+  return AG_RUN_VERIFY;
+}
+
+void ag_tier_verify_end(ag_verify_t *vf)
+{
+  ag_entry_t *e = vf->e;
+  const jt_gemm_t *g = &shapes[e->index];
+  double worst = 0;
+  long wi = 0, wj = 0;
+  for (long j = 0; j < g->n; j++)
+    for (long i = 0; i < g->m; i++) {
+      long ix = j * g->ldc + i;
+      double x = g->f64 ? ((double *)vf->copy)[ix] : ((float *)vf->copy)[ix];
+      double y = g->f64 ? ((double *)vf->c)[ix] : ((float *)vf->c)[ix];
+      double d = fabs(x - y);
+      if (d > worst || (isnan(d) && !isnan(worst) && !isnan(y)))
+        worst = d, wi = i, wj = j;
+    }
+  free(vf->copy);
+  if (worst <= vf->bound) {
+    if (atomic_load(&e->verify) <= 0)
+      event(e, AG_EV_VERIFIED, "matches the original within %.3g", vf->bound);
+    return;
+  }
+  uint32_t ready = AG_TIER_READY;
+  if (atomic_compare_exchange_strong(&e->tier, &ready, AG_TIER_FAILED)) {
+    atomic_store_explicit(&e->variant, NULL, memory_order_release);
+    event(e, AG_EV_VERIFY_FAILED, "C[%ld,%ld] off by %.3g, bound %.3g: blacklisted", wi, wj,
+          worst, vf->bound);
+    ag_log(AG_LOG_WARN, "a JIT kernel disagreed with the original library (C[%ld,%ld] off by "
+                        "%.3g): it is blacklisted, results stay the original's", wi, wj, worst);
+  }
+}
+
+void ag_tier_after_fork_child(void)
+{
+  pthread_mutex_init(&q_mu, NULL);
+  pthread_cond_init(&q_cond, NULL);
+  pthread_mutex_init(&ev_mu, NULL);
+  q_len = 0;
+  ev_len = 0;
+  thread_started = 0;
+  /* LLVM's state in the child is whatever the parent's compile thread left mid-compile: the
+   * child keeps the variants it inherited and compiles nothing new. */
+  atomic_store(&jit_dead, 1);
+  if (ag_table) { /* queued work died with the parent's compile thread: let it be hot again */
+    uint32_t n = ag_table_count(ag_table);
+    for (uint32_t i = 0; i < n; i++) {
+      uint32_t queued = AG_TIER_QUEUED;
+      atomic_compare_exchange_strong(&ag_table_entry(ag_table, i)->tier, &queued, AG_TIER_COLD);
+    }
+  }
+}

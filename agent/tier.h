@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+/* Tiers: when a signature gets a JIT variant, how it is published, verified, kept honest and
+ * dropped. The compile thread (started with the first hot signature) loads libopjit-jit.so —
+ * and with it LLVM — and is the only thread that calls it; host threads only read the published
+ * variant pointer.
+ *
+ *   NONE ◀── not compilable (op, shape, alpha = 0)
+ *   COLD ──hot (OPJIT_HOT_CALLS calls)──▶ QUEUED ──compiled──▶ READY (variant published)
+ *                                           └──LLVM error──▶ FAILED (blacklisted)
+ *   READY ──verification mismatch──▶ FAILED      READY ──measured slower──▶ DEMOTED
+ * A variant's code is never freed while the process lives (no eviction yet), so a thread still
+ * inside an unpublished variant is always safe. Nor is LLVM: the compile thread may be inside it
+ * when the host exits, so LLVM's static destructors are never registered (ag_tl_keep_statics)
+ * and exit cannot tear LLVM down under it. */
+#ifndef OPJIT_AGENT_TIER_H
+#define OPJIT_AGENT_TIER_H
+
+#include "table.h"
+
+#include <stdint.h>
+
+enum ag_tier { AG_TIER_COLD = 0, AG_TIER_NONE, AG_TIER_QUEUED, AG_TIER_READY, AG_TIER_FAILED,
+               AG_TIER_DEMOTED };
+
+/* Event kinds, as recorded in the database. */
+enum ag_event { AG_EV_QUEUED, AG_EV_PUBLISHED, AG_EV_VERIFIED, AG_EV_VERIFY_FAILED,
+                AG_EV_DEMOTED, AG_EV_FAILED };
+
+/* Called on a host thread when entry e reached OPJIT_HOT_CALLS calls on it: queues it for
+ * compilation if it can be compiled (cheap; never waits for LLVM). */
+void ag_tier_hot(ag_entry_t *e);
+
+/* How a GEMM call with a published variant goes. */
+enum ag_run { AG_RUN_ORIGINAL = 0, /* a guard failed: the caller runs the original */
+              AG_RUN_DONE,         /* the variant computed C */
+              AG_RUN_VERIFY };     /* the variant computed a copy of C: the caller runs the
+                                      original on C, then calls ag_tier_verify_end */
+typedef struct ag_verify_s {
+  ag_entry_t *e;
+  void *copy, *c;
+  double bound;
+} ag_verify_t;
+
+/* Dispatches a GEMM call to e's variant v: the call's own arguments (A and B as the host
+ * passed them, CBLAS row-major included), guarded against C overlapping A or B. */
+int ag_tier_gemm(ag_entry_t *e, void *v, const void *a, const void *b, void *c, double alpha,
+                 double beta, ag_verify_t *vf);
+/* Compares the variant's copy with the original's C: a mismatch beyond the bound unpublishes
+ * and blacklists the variant (the host keeps the original's result either way). */
+void ag_tier_verify_end(ag_verify_t *vf);
+
+/* One recorded event, for the writer. */
+typedef struct ag_event_rec_s {
+  int64_t time_ns;   /* CLOCK_REALTIME */
+  uint32_t index;    /* entry */
+  int kind;          /* enum ag_event */
+  char detail[160];
+} ag_event_rec_t;
+/* Moves up to max events recorded since the last call into out; returns how many. */
+size_t ag_tier_events(ag_event_rec_t *out, size_t max);
+
+/* What the variants were compiled with, for the run's record ("" before the first compile). */
+const char *ag_tier_llvm_version(void);
+const char *ag_tier_cpu(void);
+
+/* Fork child: the compile thread did not survive; forget the queue (variants stay valid). */
+void ag_tier_after_fork_child(void);
+
+#endif
