@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Helpers shared by bench_passthrough and bench_startup (see bench.h). */
+/* Helpers shared by the benchmarks (see bench.h). */
 #define _GNU_SOURCE
 #include "bench.h"
 
@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -74,6 +75,12 @@ void bn_env_free(char **env) { free(env); }
 int bn_spawn_wait(const char *path, char *const argv[], char *const env[],
                   const char *stderr_path)
 {
+  return bn_spawn_wait4(path, argv, env, stderr_path, NULL);
+}
+
+int bn_spawn_wait4(const char *path, char *const argv[], char *const env[],
+                   const char *stderr_path, struct rusage *ru)
+{
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   if (stderr_path)
@@ -86,7 +93,8 @@ int bn_spawn_wait(const char *path, char *const argv[], char *const env[],
     return -1;
   }
   int status;
-  while (waitpid(pid, &status, 0) < 0)
+  struct rusage ignored;
+  while (wait4(pid, &status, 0, ru ? ru : &ignored) < 0)
     if (errno != EINTR) {
       fprintf(stderr, "bench: waitpid for %s: %s\n", path, strerror(errno));
       return -1;

@@ -28,6 +28,11 @@ void bn_env_free(char **env);
  * Returns the wait status, or -1 when the spawn failed. */
 int bn_spawn_wait(const char *path, char *const argv[], char *const env[],
                   const char *stderr_path);
+struct rusage;
+/* Like bn_spawn_wait, and fills *ru (when not NULL) with the child's resource usage
+ * (wait4): its CPU time is ru_utime + ru_stime. */
+int bn_spawn_wait4(const char *path, char *const argv[], char *const env[],
+                   const char *stderr_path, struct rusage *ru);
 
 /* Creates a private scratch folder under $TMPDIR (else /tmp) into dir. Returns 0 or -1. */
 int bn_scratch_new(char *dir, size_t len);

@@ -1,10 +1,12 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # Builds opjit and runs its benchmarks: the agent's pass-through cost per BLAS call
-# (bench_passthrough), its start-up cost per process (bench_startup) and, when valgrind is
-# installed, the instructions the agent adds to /bin/true (callgrind's "Collected" total with
-# vs without LD_PRELOAD): start-up cost without the machine's noise.
-#   bench/run.sh [passthrough rounds [startup rounds]]
+# (bench_passthrough), its start-up cost per process (bench_startup), the sampler's cost to a
+# BLAS-bound process (bench_sampling: no agent, SAMPLE_HZ=0, the default rate and 1000 Hz,
+# plus a check from the databases that sampling happened) and, when valgrind is installed, the
+# instructions the agent adds to /bin/true (callgrind's "Collected" total with vs without
+# LD_PRELOAD): start-up cost without the machine's noise.
+#   bench/run.sh [passthrough rounds [startup rounds [sampling rounds]]]
 # BUILD_DIR (default build) names the build folder; a new one is configured without tests.
 # Exits non-zero when a benchmark's own checks fail (never on a missed goal).
 set -u
@@ -14,7 +16,8 @@ build=${BUILD_DIR:-build}
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOPJIT_BUILD_TESTS=OFF >/dev/null ||
   exit 1
 # Only what the benchmarks need (they depend on the agent and the store module).
-cmake --build "$build" -j"$(nproc)" --target bench_passthrough bench_startup >/dev/null || exit 1
+cmake --build "$build" -j"$(nproc)" --target bench_passthrough bench_startup \
+  bench_sampling >/dev/null || exit 1
 agent=$(cd "$build" && pwd)/libopjit.so
 status=0
 
@@ -23,6 +26,9 @@ echo "== bench_passthrough"
 echo
 echo "== bench_startup"
 "$build/bench_startup" ${2:-} || status=1
+echo
+echo "== bench_sampling"
+"$build/bench_sampling" ${3:-} || status=1
 echo
 
 echo "== instructions of /bin/true (callgrind)"
