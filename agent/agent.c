@@ -108,6 +108,7 @@ static void init_cond(void)
   pthread_condattr_destroy(&ca);
 }
 
+static void agent_atexit(void);
 static void atfork_prepare(void);
 static void atfork_parent(void);
 static void atfork_child(void);
@@ -136,8 +137,12 @@ static void init_once_fn(void)
       snprintf(self_dir, sizeof self_dir, ".");
   }
   int off = ag_opts.num[AG_OPT_DISABLE] || ag_opts.num[AG_OPT_MODE] == AG_MODE_OFF || !ag_hosts;
-  if (!off)
+  if (!off) {
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    /* Registered now, the final write runs after every exit handler registered later, so
+     * operator calls made from those handlers are in the run too. */
+    atexit(agent_atexit);
+  }
   atomic_store(&ag_state, off ? AG_PASS : AG_COUNT);
 }
 
@@ -158,8 +163,8 @@ void *ag_resolve_slow(void *_Atomic *cache, const char *name)
     }
   }
   if (!fn) {
-    ag_log(AG_LOG_ERROR, "no definition of %s after the agent and no system BLAS: the call "
-                         "is skipped", name);
+    ag_log_once(AG_LOG_ERROR, "no definition of %s after the agent and no system BLAS: such "
+                              "calls are skipped", name);
     return NULL;
   }
   if (!atomic_exchange(cache, fn)) {
@@ -558,7 +563,9 @@ static void *writer_main(void *arg)
       return NULL;
     }
     if (sampling) {
+      pthread_mutex_lock(&db_mu); /* fork waits for the aggregation to be consistent */
       drain_samples();
+      pthread_mutex_unlock(&db_mu);
       if (ticks % 5 == 0)
         sp_rescan();
     }
@@ -571,10 +578,13 @@ static void *writer_main(void *arg)
 }
 
 /* Asks the writer for its final step (recording status) and waits for it, at most
- * OPJIT_EXIT_WAIT_MS. Returns 1 when the writer has finished. */
-static int stop_writer(const char *status)
+ * OPJIT_EXIT_WAIT_MS. With try set (_exit, possibly from a signal handler that interrupted a
+ * thread holding the writer's mutex) it gives up rather than wait for the mutex. Returns 1 when
+ * the writer has finished. */
+static int stop_writer(const char *status, int try)
 {
-  pthread_mutex_lock(&mu);
+  if (try ? pthread_mutex_trylock(&mu) != 0 : pthread_mutex_lock(&mu) != 0)
+    return 0;
   int running = writer_running;
   stop = 1;
   end_status = status;
@@ -593,7 +603,17 @@ static int stop_writer(const char *status)
   return 0;
 }
 
-static void agent_atexit(void) { stop_writer("exited"); }
+/* The process this agent state belongs to: a vfork child shares the parent's memory and must
+ * not stop the parent's writer from its exec or _exit. */
+static pid_t active_pid;
+
+static int ours(void) { return atomic_load(&ag_active) && getpid() == active_pid; }
+
+static void agent_atexit(void)
+{
+  if (ours())
+    stop_writer("exited", 0);
+}
 
 /* Starts the writer thread with every signal blocked (it must never take a host signal).
  * Called with activate_mu held. */
@@ -613,27 +633,31 @@ static void start_writer(void)
 
 void ag_before_exec(void)
 {
-  if (atomic_load(&ag_active))
-    stop_writer("exec");
+  if (!ours())
+    return;
+  stop_writer("exec", 0);
+  sp_stop(); /* even when the writer timed out: no event may signal the new image, */
+  sp_discard_pending(); /* nor a signal stay pending into it (its action would kill it) */
 }
 
 void ag_before_exit(void)
 {
-  if (atomic_load(&ag_active))
-    stop_writer("exited");
+  if (ours())
+    stop_writer("exited", 1);
 }
 
 void ag_after_failed_exec(void)
 {
+  if (!ours())
+    return;
   pthread_mutex_lock(&activate_mu);
-  if (atomic_load(&ag_active) && !writer_running)
-    start_writer(); /* the run goes on; its next final step records the real end */
+  if (!writer_running)
+    start_writer(); /* the run goes on (sampling too); its next final step records the end */
   pthread_mutex_unlock(&activate_mu);
 }
 
 int ag_activate(void)
 {
-  static int atexit_done;
   pthread_mutex_lock(&activate_mu);
   if (atomic_load(&ag_active)) {
     pthread_mutex_unlock(&activate_mu);
@@ -650,8 +674,7 @@ int ag_activate(void)
     }
   }
   run_start_ns = realtime_ns();
-  if (!atexit_done)
-    atexit_done = atexit(agent_atexit) == 0;
+  active_pid = getpid();
   start_writer();
   atomic_store_explicit(&ag_active, 1, memory_order_release);
   rc = 0;
@@ -666,7 +689,7 @@ out:
  * a lock mid-transaction; hold the table's insert lock for the same reason. */
 static void atfork_prepare(void)
 {
-  struct timespec dl = deadline_after(CLOCK_REALTIME, 1000);
+  struct timespec dl = deadline_after(CLOCK_REALTIME, 100); /* bounded: fork must stay fast */
   fork_db_held = pthread_mutex_timedlock(&db_mu, &dl) == 0;
   pthread_mutex_lock(&activate_mu);
   if (ag_table) {

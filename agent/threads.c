@@ -25,7 +25,10 @@ static void *trampoline(void *p)
   trampoline_t t = *(trampoline_t *)p;
   free(p);
   sp_arm_self();
-  return t.start(t.arg);
+  void *rv = t.start(t.arg);
+  sp_disarm_self(); /* a thread that returns frees its descriptor now (pthread_exit: at the
+                       sampler's next rescan) */
+  return rv;
 }
 
 AG_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*start)(void *),

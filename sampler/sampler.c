@@ -25,7 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -57,6 +59,9 @@ static _Atomic int active;
 static sp_config_t cfg;
 static sp_status_t status;
 static _Atomic uint64_t lost, drained;
+static _Atomic uint64_t unsampled; /* threads left unsampled: table or descriptor budget full,
+                                      or the thread blocks the signal */
+static int max_armed;              /* threads armed at once: a quarter of RLIMIT_NOFILE's fds */
 static int (*unw_backtrace_fn)(void **buf, int size);
 static int handler_installed;
 
@@ -90,15 +95,18 @@ int sp_parse_group(const void *buf, size_t len, uint64_t *values, int max)
 
 /* ---- the signal handler ------------------------------------------------------------------ */
 
+/* The slot whose event signalled this thread. The thread id is checked too: a signal queued
+ * before a slot was re-armed for another thread must not write into that thread's ring. */
 static sp_slot_t *slot_of(const siginfo_t *si)
 {
   int n = atomic_load_explicit(&hiwater, memory_order_acquire);
+  pid_t self = (pid_t)syscall(SYS_gettid);
   if (si->si_code == SI_TIMER) {
     int i = si->si_value.sival_int;
-    return i >= 0 && i < n ? &slots[i] : NULL;
+    return i >= 0 && i < n && slots[i].tid == self ? &slots[i] : NULL;
   }
   for (int i = 0; i < n; i++)
-    if (slots[i].fd == si->si_fd)
+    if (slots[i].fd == si->si_fd && slots[i].tid == self)
       return &slots[i];
   return NULL;
 }
@@ -277,6 +285,25 @@ static int find_tid(pid_t tid)
 
 /* Arms thread tid unless it is armed already. Called with sp_mu held. Returns 0, or -1 when
  * its event could not be made (errno kept). */
+/* 1 when thread tid blocks (or has pending) the sampler's signal: such a thread would queue
+ * every sample as a pending real-time signal until the user's queue overflows, and then the
+ * kernel sends SIGIO, which kills the process. */
+static int blocks_signal(pid_t tid)
+{
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
+  FILE *f = fopen(path, "re");
+  int blocked = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "SigBlk:", 7) || !strncmp(line, "SigPnd:", 7)) {
+      unsigned long long mask = strtoull(line + 7, NULL, 16);
+      blocked |= (mask >> (status.signo - 1)) & 1;
+    }
+  if (f)
+    fclose(f);
+  return blocked;
+}
+
 static int arm_tid(pid_t tid)
 {
   if (find_tid(tid) >= 0)
@@ -284,8 +311,8 @@ static int arm_tid(pid_t tid)
   int n = atomic_load(&hiwater), i;
   for (i = 0; i < n && atomic_load(&slots[i].state) != SLOT_FREE; i++)
     ;
-  if (i == SP_MAX_THREADS) {
-    atomic_fetch_add(&lost, 1);
+  if (i == SP_MAX_THREADS || status.threads >= max_armed || blocks_signal(tid)) {
+    atomic_fetch_add(&unsampled, 1);
     return 0; /* counted; the thread runs unsampled */
   }
   sp_slot_t *t = &slots[i];
@@ -298,6 +325,11 @@ static int arm_tid(pid_t tid)
   if (arm_slot(i)) {
     int e = errno;
     disarm_slot(i);
+    char path[64];
+    struct stat st;
+    snprintf(path, sizeof path, "/proc/self/task/%d", (int)tid);
+    if (e == ESRCH || stat(path, &st) != 0)
+      return 0; /* the thread exited meanwhile: nothing to sample */
     errno = e;
     return -1;
   }
@@ -399,8 +431,11 @@ int sp_start(const sp_config_t *c)
       explain("stacks (libunwind.so.8)", ENOENT);
     }
   }
+  struct rlimit rl;
+  long fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (long)rl.rlim_cur : 4096;
   pid_t self = gettid();
   choose_mode(self);
+  max_armed = (int)(fds / 4 / (status.mode == SP_PERF_HW ? 1 + status.ncounters : 1));
   atomic_store(&active, 1);
   /* Arm every thread; the mechanism that fails on one is dropped for all, one step down. */
   for (;;) {
@@ -447,6 +482,29 @@ void sp_arm_self(void)
   pthread_mutex_unlock(&sp_mu);
 }
 
+void sp_disarm_self(void)
+{
+  pthread_mutex_lock(&sp_mu);
+  int i = find_tid(gettid());
+  if (i >= 0) {
+    disarm_slot(i);
+    status.threads--;
+  }
+  pthread_mutex_unlock(&sp_mu);
+}
+
+void sp_discard_pending(void)
+{
+  if (!handler_installed)
+    return;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, handler_installed);
+  struct timespec zero = {0, 0};
+  while (sigtimedwait(&set, NULL, &zero) > 0)
+    ;
+}
+
 void sp_rescan(void)
 {
   if (!atomic_load(&active))
@@ -459,7 +517,7 @@ void sp_rescan(void)
     if (atomic_load(&slots[i].state) != SLOT_ARMED)
       continue;
     snprintf(path, sizeof path, "/proc/self/task/%d", (int)slots[i].tid);
-    if (stat(path, &st) != 0) {
+    if (stat(path, &st) != 0 || blocks_signal(slots[i].tid)) {
       disarm_slot(i);
       status.threads--;
     }
@@ -512,6 +570,7 @@ void sp_status(sp_status_t *out)
   *out = status;
   out->samples = atomic_load(&drained);
   out->lost = atomic_load(&lost);
+  out->unsampled = atomic_load(&unsampled);
   pthread_mutex_unlock(&sp_mu);
 }
 

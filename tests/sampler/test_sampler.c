@@ -56,11 +56,13 @@ struct worker {
   uint32_t op;
   int ms, arm_self;
   pthread_barrier_t *go;
+  atomic_int started; /* the thread runs (a thread not yet started blocks every signal) */
 };
 
 static void *worker_main(void *p)
 {
   struct worker *w = p;
+  atomic_store(&w->started, 1);
   my_op = w->op;
   if (w->arm_self)
     sp_arm_self();
@@ -81,10 +83,11 @@ Test(sampler, threads_armed_before_and_after_the_start_are_both_sampled)
 {
   pthread_barrier_t go;
   pthread_barrier_init(&go, NULL, 3);
-  struct worker before = {1, 400, 0, &go}, after = {2, 400, 1, &go};
+  struct worker before = {1, 400, 0, &go, 0}, after = {2, 400, 1, &go, 0};
   pthread_t t1, t2;
   pthread_create(&t1, NULL, worker_main, &before); /* exists when sampling starts */
-  usleep(20000);
+  while (!atomic_load(&before.started))
+    usleep(1000);
   sp_config_t cfg = {.hz = 1000, .events = "auto", .stack_depth = 16, .attrib = {own, NULL}};
   cr_assert_eq(sp_start(&cfg), 0);
   pthread_create(&t2, NULL, worker_main, &after); /* arms itself, as the agent's wrapper does */
@@ -210,9 +213,11 @@ Test(sampler, refused_perf_and_timers_turn_sampling_off)
   sp_sys.timer_create = refuse_timer;
   pthread_barrier_t go;
   pthread_barrier_init(&go, NULL, 2);
-  struct worker w = {1, 50, 0, &go}; /* a thread to arm, so the timer is tried */
+  struct worker w = {1, 50, 0, &go, 0}; /* a thread to arm, so the timer is tried */
   pthread_t t;
   pthread_create(&t, NULL, worker_main, &w);
+  while (!atomic_load(&w.started))
+    usleep(1000);
   sp_config_t cfg = {.hz = 200, .events = "auto", .stack_depth = 4, .attrib = {own, NULL}};
   cr_assert_eq(sp_start(&cfg), -1);
   pthread_barrier_wait(&go);
@@ -291,4 +296,33 @@ Test(sampler, threads_that_exit_release_their_event)
   sp_rescan();
   sp_status(&st);
   cr_assert_eq(st.threads, base, "%d events still held after the threads exited", st.threads - base);
+}
+
+static void *blocker(void *p)
+{
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, NULL);
+  atomic_store((atomic_int *)p, 1);
+  burn_ms(300);
+  return NULL;
+}
+
+Test(sampler, threads_that_block_the_signal_are_left_alone)
+{
+  atomic_int started = 0;
+  pthread_t t;
+  pthread_create(&t, NULL, blocker, &started);
+  while (!atomic_load(&started))
+    usleep(1000);
+  sp_config_t cfg = {.hz = 1000, .events = "auto", .stack_depth = 2, .attrib = {own, NULL}};
+  cr_assert_eq(sp_start(&cfg), 0);
+  pthread_join(t, NULL);
+  sp_status_t st;
+  sp_status(&st);
+  cr_assert_geq(st.unsampled, 1, "the blocking thread was armed");
+  /* Nothing is left pending for the process: a blocked thread's samples would queue up. */
+  sigset_t pending;
+  sigpending(&pending);
+  cr_assert_eq(sigismember(&pending, st.signo), 0);
 }
