@@ -1,0 +1,283 @@
+/* SPDX-License-Identifier: MIT */
+/* A host program for the JIT tests: GEMM calls through whatever sgemm_/dgemm_/cblas_* the
+ * process resolves (the agent, when preloaded), each result checked against Debian's reference
+ * BLAS (libblas3's netlib library, loaded explicitly so the agent never sees those calls).
+ *   sweep S P SEED   S random signatures (Fortran and CBLAS row/column-major, all transposes,
+ *                    alpha/beta in {0, 1, -1, general}, padded leading dimensions, float and
+ *                    double, M, N, K in 1..160), each called P times in passes separated by
+ *                    short pauses (so compiled variants serve the later passes)
+ *   threads T N      T threads calling a shared set of signatures N times each
+ *   alias            after a signature has a variant, calls it with C overlapping B: the result
+ *                    must be the original library's, bit for bit
+ * Prints "calls N checked N mismatches M" and exits 1 when M > 0. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define REFBLAS "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3"
+
+typedef void (*sgemm_t)(const char *, const char *, const int *, const int *, const int *,
+                        const float *, const float *, const int *, const float *, const int *,
+                        const float *, float *, const int *);
+typedef void (*dgemm_t)(const char *, const char *, const int *, const int *, const int *,
+                        const double *, const double *, const int *, const double *,
+                        const int *, const double *, double *, const int *);
+void sgemm_(const char *, const char *, const int *, const int *, const int *, const float *,
+            const float *, const int *, const float *, const int *, const float *, float *,
+            const int *);
+void dgemm_(const char *, const char *, const int *, const int *, const int *, const double *,
+            const double *, const int *, const double *, const int *, const double *, double *,
+            const int *);
+void cblas_sgemm(int, int, int, int, int, int, float, const float *, int, const float *, int,
+                 float, float *, int);
+void cblas_dgemm(int, int, int, int, int, int, double, const double *, int, const double *, int,
+                 double, double *, int);
+
+static sgemm_t ref_s;
+static dgemm_t ref_d;
+static long calls, mismatches;
+static pthread_mutex_t count_mu = PTHREAD_MUTEX_INITIALIZER;
+
+typedef struct sig_s {
+  int f64, api, row;      /* api: 0 Fortran, 1 CBLAS; row: CBLAS row-major */
+  char ta, tb;
+  int m, n, k, lda, ldb, ldc;
+  double alpha, beta;
+} sig_t;
+
+static uint64_t next(uint64_t *s)
+{
+  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+  return *s >> 33;
+}
+
+static void random_sig(sig_t *g, uint64_t *s)
+{
+  static const double sc[] = {0, 1, -1, 0.5, -2.25};
+  g->f64 = (int)(next(s) % 2);
+  g->api = (int)(next(s) % 2);
+  g->row = g->api && next(s) % 2;
+  g->ta = "NTC"[next(s) % 3];
+  g->tb = "NTC"[next(s) % 3];
+  int big = next(s) % 8 == 0;
+  g->m = 1 + (int)(next(s) % (big ? 160 : 48));
+  g->n = 1 + (int)(next(s) % (big ? 160 : 48));
+  g->k = 1 + (int)(next(s) % (big ? 160 : 48));
+  g->alpha = sc[next(s) % 5];
+  g->beta = sc[next(s) % 5];
+  /* Leading dimensions: rows of each operand as stored (row-major stores rows as columns). */
+  int an = g->ta == 'N', bn = g->tb == 'N';
+  int arows = an != g->row ? g->m : g->k, brows = bn != g->row ? g->k : g->n;
+  g->lda = arows + (int)(next(s) % 3);
+  g->ldb = brows + (int)(next(s) % 3);
+  g->ldc = (g->row ? g->n : g->m) + (int)(next(s) % 3);
+}
+
+/* Elements an operand with rows x cols (as stored) and leading dimension ld spans. */
+static size_t extent(int rows, int cols, int ld) { return (size_t)ld * (size_t)(cols - 1) + (size_t)rows; }
+
+/* Calls g through the process's BLAS, then the reference on copies; counts a mismatch when an
+ * element differs by more than the bound (NaN where the reference has none included). */
+static void call_and_check(const sig_t *g, uint64_t *s, int nan_c)
+{
+  int an = g->ta == 'N', bn = g->tb == 'N';
+  /* Stored shapes (rows x cols in the storage order). */
+  int ar = an != g->row ? g->m : g->k, ac = an != g->row ? g->k : g->m;
+  int br = bn != g->row ? g->k : g->n, bc = bn != g->row ? g->n : g->k;
+  int cr = g->row ? g->n : g->m, cc = g->row ? g->m : g->n;
+  size_t na = extent(ar, ac, g->lda), nb = extent(br, bc, g->ldb), nc = extent(cr, cc, g->ldc);
+  size_t es = g->f64 ? 8 : 4;
+  char *a = malloc(na * es), *b = malloc(nb * es), *c = malloc(nc * es), *r = malloc(nc * es);
+  char *aa = malloc(na * es), *ab = malloc(nb * es), *mag = malloc(nc * es);
+  for (size_t i = 0; i < na + nb + nc; i++) {
+    double v = ((double)(next(s) % 2001) - 1000) / 1000;
+    char *p = i < na ? a + i * es : i < na + nb ? b + (i - na) * es : c + (i - na - nb) * es;
+    if (i >= na + nb && nan_c)
+      v = NAN;
+    if (g->f64)
+      *(double *)p = v;
+    else
+      *(float *)p = (float)v;
+  }
+  memcpy(r, c, nc * es);
+  for (size_t i = 0; i < na; i++)
+    g->f64 ? (((double *)aa)[i] = fabs(((double *)a)[i])) : (((float *)aa)[i] = fabsf(((float *)a)[i]));
+  for (size_t i = 0; i < nb; i++)
+    g->f64 ? (((double *)ab)[i] = fabs(((double *)b)[i])) : (((float *)ab)[i] = fabsf(((float *)b)[i]));
+  for (size_t i = 0; i < nc; i++) {
+    double v = g->f64 ? ((double *)c)[i] : ((float *)c)[i];
+    v = isnan(v) ? 0 : fabs(v);
+    g->f64 ? (((double *)mag)[i] = v) : (((float *)mag)[i] = (float)v);
+  }
+  int cta = g->ta == 'N' ? 111 : g->ta == 'T' ? 112 : 113;
+  int ctb = g->tb == 'N' ? 111 : g->tb == 'T' ? 112 : 113;
+  float fa = (float)g->alpha, fb = (float)g->beta;
+  if (g->api == 0 && g->f64)
+    dgemm_(&g->ta, &g->tb, &g->m, &g->n, &g->k, &g->alpha, (double *)a, &g->lda, (double *)b,
+           &g->ldb, &g->beta, (double *)c, &g->ldc);
+  else if (g->api == 0)
+    sgemm_(&g->ta, &g->tb, &g->m, &g->n, &g->k, &fa, (float *)a, &g->lda, (float *)b, &g->ldb,
+           &fb, (float *)c, &g->ldc);
+  else if (g->f64)
+    cblas_dgemm(g->row ? 101 : 102, cta, ctb, g->m, g->n, g->k, g->alpha, (double *)a, g->lda,
+                (double *)b, g->ldb, g->beta, (double *)c, g->ldc);
+  else
+    cblas_sgemm(g->row ? 101 : 102, cta, ctb, g->m, g->n, g->k, fa, (float *)a, g->lda,
+                (float *)b, g->ldb, fb, (float *)c, g->ldc);
+  /* The reference in column-major terms: a row-major C is C^T = op(B)^T op(A)^T. */
+  const char *p1 = g->row ? b : a, *p2 = g->row ? a : b, *q1 = g->row ? ab : aa, *q2 = g->row ? aa : ab;
+  char t1 = g->row ? g->tb : g->ta, t2 = g->row ? g->ta : g->tb;
+  int m = g->row ? g->n : g->m, n = g->row ? g->m : g->n, l1 = g->row ? g->ldb : g->lda,
+      l2 = g->row ? g->lda : g->ldb;
+  double aal = fabs(g->alpha), abe = fabs(g->beta);
+  if (g->f64) {
+    ref_d(&t1, &t2, &m, &n, &g->k, &g->alpha, (const double *)p1, &l1, (const double *)p2, &l2,
+          &g->beta, (double *)r, &g->ldc);
+    ref_d(&t1, &t2, &m, &n, &g->k, &aal, (const double *)q1, &l1, (const double *)q2, &l2, &abe,
+          (double *)mag, &g->ldc);
+  } else {
+    float faa = (float)aal, fab = (float)abe;
+    ref_s(&t1, &t2, &m, &n, &g->k, &fa, (const float *)p1, &l1, (const float *)p2, &l2, &fb,
+          (float *)r, &g->ldc);
+    ref_s(&t1, &t2, &m, &n, &g->k, &faa, (const float *)q1, &l1, (const float *)q2, &l2, &fab,
+          (float *)mag, &g->ldc);
+  }
+  double eps = g->f64 ? DBL_EPSILON : FLT_EPSILON;
+  long bad = 0;
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < m; i++) {
+      size_t ix = (size_t)j * g->ldc + i;
+      double x = g->f64 ? ((double *)c)[ix] : ((float *)c)[ix];
+      double y = g->f64 ? ((double *)r)[ix] : ((float *)r)[ix];
+      double bound = 2.0 * (g->k + 2) * eps * (g->f64 ? ((double *)mag)[ix] : ((float *)mag)[ix]) + 4 * DBL_MIN;
+      if (isnan(x) != isnan(y) || fabs(x - y) > bound)
+        bad++;
+    }
+  if (bad)
+    fprintf(stderr, "mismatch: %s %cgemm %s %c%c %dx%dx%d ld %d %d %d alpha %g beta %g: %ld elements\n",
+            g->api ? "cblas" : "f77", g->f64 ? 'd' : 's', g->row ? "row" : "col", g->ta, g->tb,
+            g->m, g->n, g->k, g->lda, g->ldb, g->ldc, g->alpha, g->beta, bad);
+  pthread_mutex_lock(&count_mu);
+  calls++;
+  mismatches += bad != 0;
+  pthread_mutex_unlock(&count_mu);
+  free(a), free(b), free(c), free(r), free(aa), free(ab), free(mag);
+}
+
+static void sweep(int nsigs, int passes, uint64_t seed)
+{
+  sig_t *sigs = calloc((size_t)nsigs, sizeof *sigs);
+  uint64_t s = seed;
+  for (int i = 0; i < nsigs; i++)
+    random_sig(&sigs[i], &s);
+  for (int p = 0; p < passes; p++) {
+    for (int i = 0; i < nsigs; i++)
+      call_and_check(&sigs[i], &s, sigs[i].beta == 0 && next(&s) % 2);
+    usleep(p == 0 ? 8000 * (useconds_t)nsigs : 50000); /* the compile thread works through
+                                                          the queue (~4-8 ms a kernel) */
+  }
+  free(sigs);
+}
+
+typedef struct worker_s {
+  int id, n;
+  const sig_t *sigs;
+  int nsigs;
+} worker_t;
+
+static void *worker(void *p)
+{
+  worker_t *w = p;
+  uint64_t s = 99 + (uint64_t)w->id;
+  for (int i = 0; i < w->n; i++)
+    call_and_check(&w->sigs[(i + w->id) % w->nsigs], &s, 0);
+  return NULL;
+}
+
+static void threads(int t, int n)
+{
+  enum { NS = 12 };
+  sig_t sigs[NS];
+  uint64_t s = 7;
+  for (int i = 0; i < NS; i++) {
+    random_sig(&sigs[i], &s);
+    sigs[i].m = sigs[i].m % 24 + 1, sigs[i].n = sigs[i].n % 24 + 1, sigs[i].k = sigs[i].k % 24 + 1;
+    sigs[i].row = 0, sigs[i].ta = sigs[i].tb = 'N'; /* keep the dimensions consistent */
+    sigs[i].lda = sigs[i].m, sigs[i].ldb = sigs[i].k, sigs[i].ldc = sigs[i].m;
+  }
+  for (int i = 0; i < NS; i++) /* every signature hot, and compiled before the threads run */
+    for (int r = 0; r < 8; r++)
+      call_and_check(&sigs[i], &s, 0);
+  usleep(1000000);
+  pthread_t th[64];
+  worker_t w[64];
+  for (int i = 0; i < t && i < 64; i++) {
+    w[i] = (worker_t){i, n, sigs, NS};
+    pthread_create(&th[i], NULL, worker, &w[i]);
+  }
+  for (int i = 0; i < t && i < 64; i++)
+    pthread_join(th[i], NULL);
+}
+
+/* C overlapping B: the agent's guard must send the call to the original library. */
+static void alias(void)
+{
+  void *h = dlopen("libblas.so.3", RTLD_NOW | RTLD_NOLOAD);
+  sgemm_t lib = h ? (sgemm_t)dlsym(h, "sgemm_") : NULL;
+  if (!lib || lib == (sgemm_t)sgemm_) {
+    fprintf(stderr, "alias: no separate system sgemm_ to compare with\n");
+    mismatches++;
+    return;
+  }
+  enum { D = 24 };
+  static float a[D * D], buf1[2 * D * D], buf2[2 * D * D];
+  int d = D;
+  float one = 1, zero = 0;
+  for (int i = 0; i < D * D; i++)
+    a[i] = (float)(i % 11) / 11;
+  for (int i = 0; i < 200; i++) { /* make the signature hot and let it compile */
+    sgemm_("N", "N", &d, &d, &d, &one, a, &d, buf1, &d, &zero, buf1 + D * D, &d);
+    usleep(2000);
+  }
+  for (int i = 0; i < 2 * D * D; i++)
+    buf1[i] = buf2[i] = (float)(i % 7) / 7;
+  /* C = buf + 8 overlaps B = buf: same signature, aliased operands. */
+  sgemm_("N", "N", &d, &d, &d, &one, a, &d, buf1, &d, &zero, buf1 + 8, &d);
+  lib("N", "N", &d, &d, &d, &one, a, &d, buf2, &d, &zero, buf2 + 8, &d);
+  calls++;
+  if (memcmp(buf1, buf2, sizeof buf1) != 0) {
+    fprintf(stderr, "alias: the aliased call did not run the original library\n");
+    mismatches++;
+  }
+}
+
+int main(int argc, char **argv)
+{
+  void *r = dlopen(REFBLAS, RTLD_NOW | RTLD_LOCAL);
+  ref_s = r ? (sgemm_t)dlsym(r, "sgemm_") : NULL;
+  ref_d = r ? (dgemm_t)dlsym(r, "dgemm_") : NULL;
+  if (!ref_s || !ref_d) {
+    fprintf(stderr, "reference BLAS %s not found (package libblas3)\n", REFBLAS);
+    return 77;
+  }
+  const char *mode = argc > 1 ? argv[1] : "";
+  if (!strcmp(mode, "sweep") && argc > 4)
+    sweep(atoi(argv[2]), atoi(argv[3]), strtoull(argv[4], NULL, 10));
+  else if (!strcmp(mode, "threads") && argc > 3)
+    threads(atoi(argv[2]), atoi(argv[3]));
+  else if (!strcmp(mode, "alias"))
+    alias();
+  else {
+    fprintf(stderr, "usage: %s sweep S P SEED | threads T N | alias\n", argv[0]);
+    return 2;
+  }
+  printf("calls %ld checked %ld mismatches %ld\n", calls, calls, mismatches);
+  return mismatches != 0;
+}

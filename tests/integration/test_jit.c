@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+/* The JIT inside real hosts: a sweep of more than 10,000 GEMM calls over random signatures with
+ * every signature compiled (OPJIT_HOT_CALLS=1), each result checked against the reference BLAS;
+ * 8 threads while variants are published; the aliasing guard; injected compile failures and a
+ * variant that computes wrong results (fallback, blacklist, events; the host's results stay
+ * right). */
+#include "harness.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#define H_JIT_PROG OPJIT_BUILD_DIR "/jit_prog"
+#define H_JIT_MODULE OPJIT_BUILD_DIR "/libopjit-jit.so"
+
+static void setup(void)
+{
+  struct stat st;
+  if (stat(H_JIT_MODULE, &st) != 0)
+    cr_skip_test("the JIT module was not built (LLVM 19 missing)");
+  h_setup();
+}
+
+TestSuite(jit, .init = setup, .fini = h_teardown, .timeout = 600);
+
+static void run_checked(const char *tag, const char *const *env, const char *const *argv)
+{
+  int st = h_run(tag, 1, env, argv);
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 77)
+    cr_skip_test("%s", h_output(tag, "err"));
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d\n%s\n%s", tag, st,
+            h_output(tag, "out"), h_output(tag, "err"));
+  cr_assert(strstr(h_output(tag, "out"), "mismatches 0"), "%s", h_output(tag, "out"));
+}
+
+Test(jit, ten_thousand_random_calls_match_the_reference)
+{
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_SAMPLE_HZ=0", NULL};
+  run_checked("sweep", env, (const char *[]){H_JIT_PROG, "sweep", "400", "25", "4242", NULL});
+  cr_assert(strstr(h_output("sweep", "out"), "calls 10000 "), "%s", h_output("sweep", "out"));
+  /* Every signature went through the JIT: compiled (ready) or, alpha = 0, never queued. */
+  int64_t sigs = h_query(NULL, "SELECT count(*) FROM run_sigs");
+  int64_t ready = h_query(NULL, "SELECT count(*) FROM variants WHERE status='ready'");
+  int64_t served = h_query(NULL, "SELECT sum(calls) FROM variants");
+  cr_assert_gt(ready, sigs * 6 / 10, "%lld of %lld signatures have a ready variant",
+               (long long)ready, (long long)sigs);
+  cr_assert_gt(served, 5000, "variants served %lld of 10000 calls", (long long)served);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind IN ('failed',"
+                             " 'verify-failed')"), 0);
+  cr_assert_geq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verified'"), ready);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants v JOIN signatures s ON"
+                             " s.id=v.sig_id WHERE json_extract(s.params, '$.alpha')='0'"), 0,
+               "alpha = 0 is never compiled");
+}
+
+Test(jit, eight_threads_while_variants_are_published)
+{
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=4", "OPJIT_SAMPLE_HZ=0", NULL};
+  run_checked("mt", env, (const char *[]){H_JIT_PROG, "threads", "8", "400", NULL});
+  cr_assert(strstr(h_output("mt", "out"), "calls 3296 "), "%s", h_output("mt", "out"));
+  cr_assert_eq(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), 3296, "counts consistent");
+  cr_assert_gt(h_query(NULL, "SELECT sum(calls) FROM variants"), 1600, "variants served");
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM variants WHERE status='ready'"), 0);
+}
+
+Test(jit, the_aliasing_guard_sends_the_call_to_the_original)
+{
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=8", "OPJIT_SAMPLE_HZ=0", NULL};
+  run_checked("alias", env, (const char *[]){H_JIT_PROG, "alias", NULL});
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE status='ready'"), 1,
+               "the signature had a variant when the aliased call came");
+}
+
+Test(jit, an_llvm_failure_falls_back_and_blacklists)
+{
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_SAMPLE_HZ=0",
+                       "OPJIT_TEST_FAULT=compile", NULL};
+  run_checked("fail", env, (const char *[]){H_JIT_PROG, "sweep", "40", "3", "7", NULL});
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM variants WHERE status='failed'"), 20);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE status='ready'"), 0);
+  cr_assert_eq(h_query(NULL, "SELECT coalesce(sum(calls), 0) FROM variants"), 0);
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events WHERE kind='failed' AND"
+                             " detail LIKE '%%injected%%'"), 20);
+  cr_assert_eq(h_count_lines(h_output("fail", "err"), "failed to compile"), 1, "one warning: %s",
+               h_output("fail", "err"));
+}
+
+Test(jit, a_wrong_variant_is_caught_by_verification)
+{
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_SAMPLE_HZ=0",
+                       "OPJIT_TEST_FAULT=wrong", NULL};
+  run_checked("wrong", env, (const char *[]){H_JIT_PROG, "sweep", "40", "4", "11", NULL});
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 20);
+  cr_assert_eq(h_query(NULL, "SELECT coalesce(sum(calls), 0) FROM variants"), 0,
+               "a wrong variant never served a call");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE status='ready' AND calls > 0"), 0);
+  cr_assert(strstr(h_output("wrong", "err"), "blacklisted"), "%s", h_output("wrong", "err"));
+}
