@@ -542,14 +542,19 @@ static void final_step(void)
     nanosleep(&(struct timespec){0, 20 * 1000000}, NULL);
 }
 
-/* The writer: drains the sampler every tick (100 ms, or the flush period if shorter), rescans
- * threads every 5 ticks, and writes to the database every OPJIT_FLUSH_MS. */
+/* The writer: drains the sampler every tick (sized so no ring overflows: 250 ms at the default
+ * rate), rescans threads every 5 ticks, and writes to the database every OPJIT_FLUSH_MS. */
 static void *writer_main(void *arg)
 {
   (void)arg;
   pthread_setname_np(pthread_self(), "opjit-writer");
   start_sampling();
-  long flush_ms = ag_opts.num[AG_OPT_FLUSH_MS], tick_ms = sampling && flush_ms > 100 ? 100 : flush_ms;
+  /* A ring holds 256 samples: drain it twice per fill at the sampling rate, at most 4x/s. */
+  long flush_ms = ag_opts.num[AG_OPT_FLUSH_MS], hz = ag_opts.num[AG_OPT_SAMPLE_HZ];
+  long tick_ms = sampling ? 128000 / (hz > 0 ? hz : 1) : flush_ms;
+  tick_ms = tick_ms < 20 ? 20 : tick_ms > 250 ? 250 : tick_ms;
+  if (tick_ms > flush_ms)
+    tick_ms = flush_ms;
   uint64_t next_flush = ag_now_ns() + (uint64_t)flush_ms * 1000000u;
   pthread_mutex_lock(&mu);
   for (unsigned ticks = 1;; ticks++) {

@@ -5,6 +5,7 @@
 #include "aggregate.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +38,14 @@ typedef struct pcsym_s {
   int opmod;                           /* the PC is in an operator module */
 } pcsym_t;
 
+typedef struct range_s { /* [lo, hi) belongs to one symbol (or one 256-byte bucket) */
+  uint64_t lo, hi;
+  pcsym_t sym;
+} range_t;
+
 struct sp_agg_s {
+  range_t *ranges; /* sorted by lo: most PCs are found here without dladdr */
+  size_t nranges, capranges;
   count_t *counts;
   size_t ncounts, capcounts;
   str_t *strs;
@@ -132,9 +140,50 @@ void sp_frame_name(const char *module, const char *symbol, char *out, size_t len
       *p = '_';
 }
 
-/* The symbol of pc, from the cache or dladdr. NULL when out of memory. */
+/* The cached range holding pc, or NULL. */
+static const range_t *find_range(const sp_agg_t *a, uint64_t pc)
+{
+  size_t lo = 0, hi = a->nranges;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (a->ranges[mid].hi <= pc)
+      lo = mid + 1;
+    else if (a->ranges[mid].lo > pc)
+      hi = mid;
+    else
+      return &a->ranges[mid];
+  }
+  return NULL;
+}
+
+/* Remembers that [lo, hi) is symbol p (ignored when out of memory or overlapping). */
+static void add_range(sp_agg_t *a, uint64_t lo, uint64_t hi, const pcsym_t *p)
+{
+  if (a->nranges == a->capranges) {
+    size_t cap = a->capranges ? 2 * a->capranges : 256;
+    range_t *r = realloc(a->ranges, cap * sizeof *r);
+    if (!r)
+      return;
+    a->ranges = r, a->capranges = cap;
+  }
+  size_t at = 0;
+  while (at < a->nranges && a->ranges[at].lo < lo)
+    at++;
+  if ((at > 0 && a->ranges[at - 1].hi > lo) || (at < a->nranges && a->ranges[at].lo < hi))
+    return;
+  memmove(a->ranges + at + 1, a->ranges + at, (a->nranges - at) * sizeof *a->ranges);
+  a->ranges[at] = (range_t){lo, hi, *p};
+  a->nranges++;
+}
+
+/* The symbol of pc: from the range cache (a symbol's extent, from its ELF size), else the PC
+ * cache, else dladdr. PCs in no dynamic symbol are named by their module offset rounded to 256
+ * bytes, so one stripped function does not become a thousand names. NULL when out of memory. */
 static const pcsym_t *symbolise(sp_agg_t *a, uint64_t pc)
 {
+  const range_t *hit = find_range(a, pc);
+  if (hit)
+    return &hit->sym;
   if (2 * (a->npcs + 1) > a->cappcs)
     GROW(a->pcs, a->npcs, a->cappcs, pcsym_t, PC_HASH, PC_EMPTY);
   size_t i = mix(pc) & (a->cappcs - 1);
@@ -142,18 +191,25 @@ static const pcsym_t *symbolise(sp_agg_t *a, uint64_t pc)
     if (a->pcs[i].pc == pc)
       return &a->pcs[i];
   Dl_info di;
+  const ElfW(Sym) *es = NULL;
   char sym[64], frame[512];
   const char *module = "[unknown]", *name = NULL;
+  uint64_t lo = 0, hi = 0;
   int opmod = 0;
-  if (dladdr((void *)pc, &di) && di.dli_fname) {
+  if (dladdr1((void *)pc, &di, (void **)&es, RTLD_DL_SYMENT) && di.dli_fname) {
     module = di.dli_fbase == a->main_base && a->exe[0] ? a->exe
              : di.dli_fname[0]                         ? di.dli_fname
                                                        : "[main]";
     name = di.dli_sname;
-    if (!name) {
-      snprintf(sym, sizeof sym, "+0x%llx",
-               (unsigned long long)(pc - (uint64_t)(uintptr_t)di.dli_fbase));
+    if (name && es && es->st_size && pc < (uint64_t)(uintptr_t)di.dli_saddr + es->st_size) {
+      lo = (uint64_t)(uintptr_t)di.dli_saddr;
+      hi = lo + es->st_size;
+    } else {
+      uint64_t off = (pc - (uint64_t)(uintptr_t)di.dli_fbase) & ~(uint64_t)0xff;
+      snprintf(sym, sizeof sym, "+0x%llx", (unsigned long long)off);
       name = sym;
+      lo = (uint64_t)(uintptr_t)di.dli_fbase + off;
+      hi = lo + 0x100;
     }
     opmod = is_opmod_name(module);
     for (int k = 0; k < a->nopmods && !opmod; k++)
@@ -170,6 +226,11 @@ static const pcsym_t *symbolise(sp_agg_t *a, uint64_t pc)
   p->pc = pc;
   p->opmod = opmod;
   a->npcs++;
+  if (hi > lo) {
+    add_range(a, lo, hi, p);
+    const range_t *r = find_range(a, pc);
+    return r ? &r->sym : p;
+  }
   return p;
 }
 
@@ -216,6 +277,7 @@ void sp_agg_free(sp_agg_t *a)
   for (size_t i = 0; i < a->capstrs; i++)
     free(a->strs[i].s);
   free(a->strs);
+  free(a->ranges);
   free(a->pcs);
   free(a->counts);
   free(a);

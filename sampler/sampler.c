@@ -285,9 +285,9 @@ static int find_tid(pid_t tid)
 
 /* Arms thread tid unless it is armed already. Called with sp_mu held. Returns 0, or -1 when
  * its event could not be made (errno kept). */
-/* 1 when thread tid blocks (or has pending) the sampler's signal: such a thread would queue
- * every sample as a pending real-time signal until the user's queue overflows, and then the
- * kernel sends SIGIO, which kills the process. */
+/* 1 when thread tid blocks the sampler's signal: such a thread would queue every sample as a
+ * pending real-time signal until the user's queue overflows, and then the kernel sends SIGIO,
+ * which kills the process. (A signal merely pending is normal: it is on its way.) */
 static int blocks_signal(pid_t tid)
 {
   char path[64], line[256];
@@ -295,7 +295,7 @@ static int blocks_signal(pid_t tid)
   FILE *f = fopen(path, "re");
   int blocked = 0;
   while (f && fgets(line, sizeof line, f))
-    if (!strncmp(line, "SigBlk:", 7) || !strncmp(line, "SigPnd:", 7)) {
+    if (!strncmp(line, "SigBlk:", 7)) {
       unsigned long long mask = strtoull(line + 7, NULL, 16);
       blocked |= (mask >> (status.signo - 1)) & 1;
     }

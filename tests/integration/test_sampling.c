@@ -52,7 +52,7 @@ Test(sampling, operators_costing_3_to_1_get_75_25_of_the_samples)
 Test(sampling, pool_threads_started_before_the_agent_work_for_the_operator)
 {
   const char *env[] = {"OPJIT_SAMPLE_HZ=1000", "OPENBLAS_NUM_THREADS=2", NULL};
-  run_ok("big", 1, env, (const char *[]){H_HOST_PROG, "big", "60", NULL});
+  run_ok("big", 1, env, (const char *[]){H_HOST_PROG, "big", "300", NULL});
   const char *op = "cblas_sgemm col NN 384x384x384 β=0";
   int64_t all = SIG_SAMPLES(op);
   cr_assert_gt(all, 50);
@@ -87,7 +87,7 @@ Test(sampling, sample_hz_zero_turns_it_off)
 Test(sampling, a_fork_child_samples_its_own_run)
 {
   const char *env[] = {"OPJIT_SAMPLE_HZ=1000", NULL};
-  run_ok("fork", 1, env, (const char *[]){H_HOST_PROG, "forkratio", "500", NULL});
+  run_ok("fork", 1, env, (const char *[]){H_HOST_PROG, "forkratio", "1500", NULL});
   cr_assert(strstr(h_output("fork", "out"), "child 0"), "%s", h_output("fork", "out"));
   int64_t parent = h_query(NULL, "SELECT id FROM runs WHERE parent_run IS NULL");
   int64_t child = h_query(NULL, "SELECT id FROM runs WHERE parent_run=%lld", (long long)parent);
