@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* `opjit doctor`: what the agent would do here and now. The effective options (from the same
- * table and parser the agent uses), the database's health, where the agent is, and what this
- * machine offers (SIMD, perf_event, the system BLAS). Unhealthy = the database is unusable. */
+ * table and parser the agent uses), the database's health, where the agent is, whether its JIT
+ * can load (libopjit-jit.so beside it and the LLVM it needs: read from the files, never
+ * loaded), and what this machine offers (SIMD, perf_event, the system BLAS). Unhealthy = the
+ * database is unusable. */
 #define _GNU_SOURCE
 #include "agentlib.h"
 #include "cmd.h"
@@ -9,9 +11,12 @@
 #include "table.h"
 
 #include "agent/opt.h"
+#include "jit/jit.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <link.h>
@@ -19,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -141,6 +147,141 @@ out:
   return o;
 }
 
+#define LLVM_DEFAULT "/usr/lib/llvm-19/lib/libLLVM.so.19.1" /* what the JIT is built against */
+
+/* The file offset of virtual address vaddr in the ELF image at base (size len), or 0. */
+static uint64_t elf_offset(const unsigned char *base, size_t len, uint64_t vaddr)
+{
+  const Elf64_Ehdr *eh = (const void *)base;
+  for (int i = 0; i < eh->e_phnum; i++) {
+    const Elf64_Phdr *ph = (const void *)(base + eh->e_phoff + (size_t)i * eh->e_phentsize);
+    if (ph->p_type == PT_LOAD && vaddr >= ph->p_vaddr && vaddr < ph->p_vaddr + ph->p_filesz &&
+        vaddr - ph->p_vaddr + ph->p_offset < len)
+      return vaddr - ph->p_vaddr + ph->p_offset;
+  }
+  return 0;
+}
+
+/* Reads a 64-bit ELF object's first DT_NEEDED entry that starts with want, and its
+ * DT_RUNPATH (else DT_RPATH), from the file: the linker is not involved. Returns 0, or -1
+ * when path is unreadable or not such an object. */
+static int elf_needed(const char *path, const char *want, char *needed, size_t nlen,
+                      char *runpath, size_t rlen)
+{
+  int fd = open(path, O_RDONLY | O_CLOEXEC), rc = -1;
+  struct stat sb;
+  needed[0] = runpath[0] = 0;
+  if (fd < 0)
+    return -1;
+  if (fstat(fd, &sb) != 0 || sb.st_size < (off_t)sizeof(Elf64_Ehdr)) {
+    close(fd);
+    return -1;
+  }
+  size_t len = (size_t)sb.st_size;
+  const unsigned char *base = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED)
+    return -1;
+  const Elf64_Ehdr *eh = (const void *)base;
+  const Elf64_Dyn *dyn = NULL;
+  size_t ndyn = 0;
+  if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+      eh->e_phentsize < sizeof(Elf64_Phdr) ||
+      eh->e_phoff + (uint64_t)eh->e_phnum * eh->e_phentsize > len)
+    goto out;
+  for (int i = 0; i < eh->e_phnum; i++) {
+    const Elf64_Phdr *ph = (const void *)(base + eh->e_phoff + (size_t)i * eh->e_phentsize);
+    if (ph->p_type == PT_DYNAMIC && ph->p_offset + ph->p_filesz <= len) {
+      dyn = (const void *)(base + ph->p_offset);
+      ndyn = ph->p_filesz / sizeof *dyn;
+    }
+  }
+  uint64_t strtab = 0, strsz = 0;
+  for (size_t i = 0; i < ndyn && dyn[i].d_tag != DT_NULL; i++) {
+    if (dyn[i].d_tag == DT_STRTAB)
+      strtab = elf_offset(base, len, dyn[i].d_un.d_ptr);
+    if (dyn[i].d_tag == DT_STRSZ)
+      strsz = dyn[i].d_un.d_val;
+  }
+  if (!strtab || !strsz || strtab + strsz > len)
+    goto out;
+  const char *strs = (const char *)base + strtab;
+  for (size_t i = 0; i < ndyn && dyn[i].d_tag != DT_NULL; i++) {
+    uint64_t at = dyn[i].d_un.d_val;
+    if (at >= strsz || !memchr(strs + at, 0, strsz - at))
+      continue;
+    if (dyn[i].d_tag == DT_NEEDED && !needed[0] && strncmp(strs + at, want, strlen(want)) == 0)
+      snprintf(needed, nlen, "%s", strs + at);
+    else if (dyn[i].d_tag == DT_RUNPATH || (dyn[i].d_tag == DT_RPATH && !runpath[0]))
+      snprintf(runpath, rlen, "%s", strs + at);
+  }
+  rc = 0;
+out:
+  munmap((void *)base, len);
+  return rc;
+}
+
+/* Where the dynamic linker would find soname for an object in folder origin: the
+ * LD_LIBRARY_PATH folders, the object's run path ($ORIGIN expanded), LLVM 19's folder, then
+ * the system folders (ld.so.cache aside). The real path into out; returns 0, or -1. */
+static int find_library(const char *soname, const char *runpath, const char *origin, char *out,
+                        size_t len)
+{
+  const char *ldpath = getenv("LD_LIBRARY_PATH");
+  char dirs[8192];
+  snprintf(dirs, sizeof dirs, "%s:%s:/usr/lib/llvm-19/lib:/lib/x86_64-linux-gnu:"
+           "/usr/lib/x86_64-linux-gnu:/lib64:/usr/lib64:/lib:/usr/lib", ldpath ? ldpath : "",
+           runpath);
+  for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+    char cand[PATH_MAX + 256];
+    if (strncmp(d, "$ORIGIN", 7) == 0)
+      snprintf(cand, sizeof cand, "%s%s/%s", origin, d + 7, soname);
+    else
+      snprintf(cand, sizeof cand, "%s/%s", d, soname);
+    char *real = realpath(cand, NULL);
+    int ok = real && access(real, R_OK) == 0 && strlen(real) < len;
+    if (ok)
+      snprintf(out, len, "%s", real);
+    free(real);
+    if (ok)
+      return 0;
+  }
+  return -1;
+}
+
+/* Whether the JIT can load beside the agent in folder dir (NULL: the agent was not found):
+ * adds jit_module, jit_module_found, llvm_needed, llvm_path, llvm_found and jit_ready. */
+static void check_jit(cJSON *o, const char *dir)
+{
+  char module[PATH_MAX + 64], needed[256] = "", runpath[4096] = "", llvm[PATH_MAX];
+  int have_module = 0, have_llvm = 0;
+  if (dir) {
+    snprintf(module, sizeof module, "%s/%s", dir, JT_MODULE_NAME);
+    have_module = access(module, R_OK) == 0;
+    cJSON_AddStringToObject(o, "jit_module", module);
+  } else {
+    cJSON_AddNullToObject(o, "jit_module");
+  }
+  cJSON_AddBoolToObject(o, "jit_module_found", have_module);
+  if (have_module && elf_needed(module, "libLLVM", needed, sizeof needed, runpath,
+                                sizeof runpath) == 0 && needed[0]) {
+    have_llvm = find_library(needed, runpath, dir, llvm, sizeof llvm) == 0;
+  } else { /* no module to read: what the JIT is built against */
+    snprintf(needed, sizeof needed, "%s", strrchr(LLVM_DEFAULT, '/') + 1);
+    have_llvm = access(LLVM_DEFAULT, R_OK) == 0;
+    char *real = have_llvm ? realpath(LLVM_DEFAULT, NULL) : NULL;
+    snprintf(llvm, sizeof llvm, "%s", real ? real : LLVM_DEFAULT);
+    free(real);
+  }
+  cJSON_AddStringToObject(o, "llvm_needed", needed);
+  if (have_llvm)
+    cJSON_AddStringToObject(o, "llvm_path", llvm);
+  else
+    cJSON_AddNullToObject(o, "llvm_path");
+  cJSON_AddBoolToObject(o, "llvm_found", have_llvm);
+  cJSON_AddBoolToObject(o, "jit_ready", have_module && have_llvm);
+}
+
 static cJSON *check_agent(void)
 {
   cJSON *o = cJSON_CreateObject();
@@ -148,6 +289,7 @@ static cJSON *check_agent(void)
   if (ins_agent_find(path, sizeof path, searched, sizeof searched)) {
     cJSON_AddNullToObject(o, "path");
     cJSON_AddStringToObject(o, "searched", searched);
+    check_jit(o, NULL);
     return o;
   }
   cJSON_AddStringToObject(o, "path", path);
@@ -155,6 +297,8 @@ static cJSON *check_agent(void)
            ST_MODULE_NAME);
   cJSON_AddStringToObject(o, "store_module", store);
   cJSON_AddBoolToObject(o, "store_module_found", access(store, R_OK) == 0);
+  *strrchr(path, '/') = 0;
+  check_jit(o, path);
   return o;
 }
 
@@ -338,7 +482,17 @@ static void print_report(const cJSON *doc)
     printf("  %-20s %s\n", "library", str(a, "path"));
     printf("  %-20s %s (%s)\n", "store module", str(a, "store_module"),
            cJSON_IsTrue(cJSON_GetObjectItem(a, "store_module_found")) ? "found" : "MISSING");
+    printf("  %-20s %s (%s)\n", "jit module", str(a, "jit_module"),
+           cJSON_IsTrue(cJSON_GetObjectItem(a, "jit_module_found")) ? "found" : "MISSING");
   }
+  if (cJSON_IsTrue(cJSON_GetObjectItem(a, "llvm_found")))
+    printf("  %-20s %s (%s)\n", "LLVM", str(a, "llvm_needed"), str(a, "llvm_path"));
+  else
+    printf("  %-20s %s not found (install LLVM 19: apt-get install libllvm19)\n", "LLVM",
+           str(a, "llvm_needed"));
+  printf("  %-20s %s\n", "jit", cJSON_IsTrue(cJSON_GetObjectItem(a, "jit_ready"))
+                                  ? "can load (OPJIT_MODE=jit compiles hot signatures)"
+                                  : "cannot load: OPJIT_MODE=jit runs as profile");
 
   const cJSON *m = cJSON_GetObjectItem(doc, "machine");
   printf("\nmachine\n  %-20s %s (%s CPUs)\n", "cpu", str(m, "cpu_model"), str(m, "ncpu"));
@@ -395,8 +549,10 @@ const ins_cmd_t ins_cmd_doctor = {
     .summary = "check the options, the database, the agent and this machine",
     .help = "Shows the effective OPJIT_* options as the agent would parse them from this\n"
             "environment (bad values are reported), the database's path, schema, integrity,\n"
-            "permissions and journal mode, where the agent library is, and what this machine\n"
-            "offers (AVX2/FMA/AVX-512, perf_event access, the system BLAS).\n"
+            "permissions and journal mode, where the agent library is, whether its JIT can\n"
+            "load (libopjit-jit.so beside the agent and the LLVM 19 library it needs, read from\n"
+            "the files, never loaded), and what this machine offers (AVX2/FMA/AVX-512,\n"
+            "perf_event access, the system BLAS).\n"
             "Exits 1 when the database exists but is unusable.\n\n"
             "options:\n"
             "  --db PATH    the profile database\n"

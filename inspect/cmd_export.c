@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* `opjit export`: every run (or one) with its program, machine, options, argv, signatures and
- * what the sampler recorded (summary, PC histogram, folded stacks, counters), as one JSON
- * document on stdout. */
+/* `opjit export`: every run (or one) with its program, machine, options, argv, signatures,
+ * what the sampler recorded (summary, PC histogram, folded stacks, counters) and what the JIT
+ * did (variants, events), as one JSON document on stdout. */
 #include "cmd.h"
 #include "db.h"
 #include "table.h"
@@ -92,11 +92,15 @@ static int cmd_export(int argc, char **argv)
     return INS_EXIT_FAIL;
   int version = 0;
   sqlite3_stmt *runs_st = NULL, *sigs_st = NULL, *pcs_st = NULL, *stacks_st = NULL,
-               *counters_st = NULL;
+               *counters_st = NULL, *variants_st = NULL, *events_st = NULL;
   /* sig is null for what fell outside any operator (the program's own time). */
   static const char *const pc_keys[] = {"sig", "module", "symbol", "samples", NULL};
   static const char *const stack_keys[] = {"sig", "stack", "samples", NULL};
   static const char *const counter_keys[] = {"sig", "event", "value", NULL};
+  static const char *const variant_keys[] = {"sig", "status", "generator", "llvm", "cpu",
+                                             "compile_ns", "calls", "timed_calls", "timed_ns",
+                                             NULL};
+  static const char *const event_keys[] = {"sig", "time_ns", "kind", "detail", NULL};
   cJSON *doc = NULL;
   rc = INS_EXIT_FAIL;
   if ((run && ins_run_exists(db, run) != 1) || st_schema_version(db, &version) ||
@@ -122,7 +126,15 @@ static int cmd_export(int argc, char **argv)
       !(counters_st = ins_db_prepare(
             db, "SELECT s.sig, c.event, c.value FROM run_counters c"
                 " LEFT JOIN signatures s ON s.id = c.sig_id WHERE c.run_id = ?"
-                " ORDER BY c.sig_id, c.event")))
+                " ORDER BY c.sig_id, c.event")) ||
+      !(variants_st = ins_db_prepare(
+            db, "SELECT s.sig, v.status, v.generator, v.llvm, v.cpu, v.compile_ns, v.calls,"
+                " v.timed_calls, v.timed_ns FROM variants v JOIN signatures s ON s.id = v.sig_id"
+                " WHERE v.run_id = ? ORDER BY v.calls DESC, s.sig")) ||
+      !(events_st = ins_db_prepare(
+            db, "SELECT s.sig, e.time_ns, e.kind, e.detail FROM events e"
+                " JOIN signatures s ON s.id = e.sig_id WHERE e.run_id = ?"
+                " ORDER BY e.time_ns, e.id")))
     goto out;
   doc = cJSON_CreateObject();
   cJSON_AddStringToObject(doc, "opjit_version", OPJIT_VERSION);
@@ -169,6 +181,10 @@ static int cmd_export(int argc, char **argv)
       srk = add_rows(stacks_st, id, stack_keys, cJSON_AddArrayToObject(r, "stacks"));
     if (srk == SQLITE_DONE)
       srk = add_rows(counters_st, id, counter_keys, cJSON_AddArrayToObject(r, "counters"));
+    if (srk == SQLITE_DONE)
+      srk = add_rows(variants_st, id, variant_keys, cJSON_AddArrayToObject(r, "variants"));
+    if (srk == SQLITE_DONE)
+      srk = add_rows(events_st, id, event_keys, cJSON_AddArrayToObject(r, "events"));
     if (srk != SQLITE_DONE) {
       step = srk;
       break;
@@ -182,6 +198,8 @@ static int cmd_export(int argc, char **argv)
   doc = NULL;
 out:
   cJSON_Delete(doc);
+  sqlite3_finalize(events_st);
+  sqlite3_finalize(variants_st);
   sqlite3_finalize(counters_st);
   sqlite3_finalize(stacks_st);
   sqlite3_finalize(pcs_st);
@@ -200,7 +218,9 @@ const ins_cmd_t ins_cmd_export = {
             "machine, argv, options and signatures (parameters and counts). \"lost\" is true\n"
             "for a run marked running whose process is gone. A sampled run adds its sampling\n"
             "summary, its PC histogram by symbol (pcs), folded stacks and hardware counter\n"
-            "totals, each row naming its signature (null: outside any operator).\n\n"
+            "totals, each row naming its signature (null: outside any operator). The JIT's\n"
+            "variants (status, compiler, compile time, calls served and timed) and events\n"
+            "(CLOCK_REALTIME time_ns, kind, detail) follow, by signature.\n\n"
             "options:\n"
             "  --json       JSON (the only format; required so others can be added)\n"
             "  --db PATH    the profile database\n"

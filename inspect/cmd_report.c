@@ -7,6 +7,7 @@
 #include "db.h"
 #include "fold.h"
 #include "table.h"
+#include "variants.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -32,6 +33,14 @@ typedef struct sig_row_s {
   double est;
 } sig_row_t;
 
+/* One JIT variant of the run. */
+typedef struct jit_row_s {
+  char sig[17];
+  char *name, *status, *llvm, *cpu;
+  ins_split_t split;
+  int64_t compile_ns;
+} jit_row_t;
+
 /* Everything the page shows, read before a byte is written. */
 typedef struct report_s {
   FILE *f;
@@ -44,6 +53,8 @@ typedef struct report_s {
   double est;
   ins_frame_t *flame;
   int64_t stacks;
+  jit_row_t *jit;
+  size_t njit;
 } report_t;
 
 /* Writes s[0..n) to f with &, <, >, " and ' escaped for HTML text and attributes. */
@@ -125,11 +136,46 @@ static int read_sigs(st_db_t *db, report_t *rep)
     snprintf(r->sig, sizeof r->sig, "%s", ins_col_text(st, 0));
     r->name = ins_xstrdup(ins_col_text(st, 1));
     r->calls = sqlite3_column_int64(st, 4);
-    r->timed = sqlite3_column_int64(st, 5);
+    r->timed = sqlite3_column_int64(st, INS_SIG_TIMED) + sqlite3_column_int64(st, INS_SIG_VTIMED);
     r->est = sqlite3_column_double(st, 7);
     r->samples = sqlite3_column_int64(st, 8);
     rep->calls += r->calls;
     rep->est += r->est;
+  }
+  return ins_db_finish(db, st, rc);
+}
+
+/* Reads the run's JIT variants, most calls served first, into rep. Returns 0 or INS_EXIT_FAIL
+ * (printed). */
+static int read_jit(st_db_t *db, report_t *rep)
+{
+  sqlite3_stmt *st = ins_db_prepare(
+      db, "SELECT s.sig, s.name, v.status, v.llvm, v.cpu, v.compile_ns, v.calls, v.timed_calls,"
+          " v.timed_ns, coalesce(rs.calls, 0), coalesce(rs.timed_calls, 0),"
+          " coalesce(rs.timed_ns, 0), count(*) OVER ()"
+          " FROM variants v JOIN signatures s ON s.id = v.sig_id"
+          " LEFT JOIN run_sigs rs ON rs.run_id = v.run_id AND rs.sig_id = v.sig_id"
+          " WHERE v.run_id = ? ORDER BY v.calls DESC, s.sig");
+  if (!st)
+    return INS_EXIT_FAIL;
+  sqlite3_bind_int64(st, 1, rep->run);
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (!rep->jit)
+      rep->jit = ins_xmalloc((size_t)sqlite3_column_int64(st, 12) * sizeof *rep->jit);
+    jit_row_t *r = &rep->jit[rep->njit++];
+    snprintf(r->sig, sizeof r->sig, "%s", ins_col_text(st, 0));
+    r->name = ins_xstrdup(ins_col_text(st, 1));
+    r->status = ins_xstrdup(ins_col_text(st, 2));
+    r->llvm = ins_xstrdup(ins_col_text(st, 3));
+    r->cpu = ins_xstrdup(ins_col_text(st, 4));
+    r->compile_ns = sqlite3_column_int64(st, 5);
+    r->split = (ins_split_t){.vcalls = sqlite3_column_int64(st, 6),
+                             .vtimed = sqlite3_column_int64(st, 7),
+                             .vtimed_ns = sqlite3_column_int64(st, 8),
+                             .calls = sqlite3_column_int64(st, 9),
+                             .otimed = sqlite3_column_int64(st, 10),
+                             .otimed_ns = sqlite3_column_int64(st, 11)};
   }
   return ins_db_finish(db, st, rc);
 }
@@ -297,6 +343,42 @@ static void write_table(const report_t *rep)
                "--limit 0 %lld lists them all).</p>\n", TABLE_ROWS, rep->nsigs, (long long)rep->run);
 }
 
+/* The JIT's variants, when the run has any. */
+static void write_jit(const report_t *rep)
+{
+  FILE *f = rep->f;
+  if (!rep->njit)
+    return;
+  fputs("<h2>JIT</h2>\n<table>\n<tr><th>STATUS</th><th class=\"r\">CALLS</th>"
+        "<th class=\"r\">%CALLS</th><th class=\"r\">VARIANT</th><th class=\"r\">ORIGINAL</th>"
+        "<th class=\"r\">SPEEDUP</th><th class=\"r\">COMPILE</th><th>COMPILER</th>"
+        "<th>SIG</th><th>NAME</th></tr>\n", f);
+  for (size_t i = 0; i < rep->njit; i++) {
+    const jit_row_t *r = &rep->jit[i];
+    char v[32], o[32], x[32], c[32];
+    fputs("<tr><td>", f);
+    esc(f, r->status);
+    fprintf(f, "</td><td class=\"r\">%lld</td><td class=\"r\">%.1f%%</td><td class=\"r\">%s"
+               "</td><td class=\"r\">%s</td><td class=\"r\">%s</td><td class=\"r\">%s</td><td>",
+            (long long)r->split.vcalls, ins_pct(r->split.vcalls, r->split.calls),
+            ins_fmt_ns(ins_split_vmean(&r->split), v, sizeof v),
+            ins_fmt_ns(ins_split_omean(&r->split), o, sizeof o),
+            ins_fmt_speedup(ins_split_speedup(&r->split), x, sizeof x),
+            ins_fmt_ns(r->compile_ns > 0 ? (double)r->compile_ns : -1, c, sizeof c));
+    fputs("LLVM ", f);
+    esc(f, *r->llvm ? r->llvm : "?");
+    fputs(", ", f);
+    esc(f, *r->cpu ? r->cpu : "?");
+    fputs("</td><td class=\"m\">", f);
+    esc(f, r->sig);
+    fputs("</td><td>", f);
+    esc(f, r->name);
+    fputs("</td></tr>\n", f);
+  }
+  fputs("</table>\n<p class=\"note\">VARIANT and ORIGINAL are mean times per timed call; the "
+        "estimated times above count each part of a signature's calls at its own mean.</p>\n", f);
+}
+
 /* Draws fr and what it holds; counts the frames too narrow to draw in *hidden. */
 static void draw_frame(FILE *f, const ins_frame_t *fr, double px_per_sample, int64_t total,
                        int64_t *hidden)
@@ -364,6 +446,7 @@ static void write_report(const report_t *rep)
   write_header(rep);
   write_charts(rep);
   write_table(rep);
+  write_jit(rep);
   write_flame(rep);
   fprintf(rep->f, "<p class=\"note\">opjit %s</p>\n</body></html>\n", OPJIT_VERSION);
 }
@@ -373,6 +456,13 @@ static void report_free(report_t *rep)
   for (size_t i = 0; i < rep->nsigs; i++)
     free(rep->sigs[i].name);
   free(rep->sigs);
+  for (size_t i = 0; i < rep->njit; i++) {
+    free(rep->jit[i].name);
+    free(rep->jit[i].status);
+    free(rep->jit[i].llvm);
+    free(rep->jit[i].cpu);
+  }
+  free(rep->jit);
   free(rep->exe);
   free(rep->argv);
   free(rep->status);
@@ -417,7 +507,8 @@ static int cmd_report(int argc, char **argv)
   snprintf(title, sizeof title, "run %lld", (long long)rep.run);
   rep.flame = ins_frame_tree(title);
   rep.database = ins_xstrdup(sqlite3_db_filename(st_sqlite(db), "main"));
-  if (read_run(db, &rep) || read_sigs(db, &rep) || ins_sampling_read(db, rep.run, &rep.samp) ||
+  if (read_run(db, &rep) || read_sigs(db, &rep) || read_jit(db, &rep) ||
+      ins_sampling_read(db, rep.run, &rep.samp) ||
       ins_fold_each(db, rep.run, NULL, add_stack, &rep, &rep.stacks))
     goto out;
   int to_stdout = strcmp(out, "-") == 0;

@@ -39,7 +39,8 @@ static int cmd_runs(int argc, char **argv)
   sqlite3_stmt *st = ins_db_prepare(
       db, "SELECT r.id, r.start_ns, coalesce(r.flush_ns, 0), coalesce(r.end_ns, 0), r.status,"
           " r.pid, r.ppid, p.exe, r.argv, r.parent_run, count(rs.sig_id),"
-          " coalesce(sum(rs.calls), 0), r.overflow_calls, r.sampling"
+          " coalesce(sum(rs.calls), 0), r.overflow_calls, r.sampling,"
+          " (SELECT count(*) FROM variants v WHERE v.run_id = r.id AND v.status = 'ready')"
           " FROM runs r JOIN programs p ON p.id = r.program_id"
           " LEFT JOIN run_sigs rs ON rs.run_id = r.id"
           " GROUP BY r.id ORDER BY r.id DESC LIMIT ?");
@@ -48,16 +49,37 @@ static int cmd_runs(int argc, char **argv)
     return INS_EXIT_FAIL;
   }
   sqlite3_bind_int64(st, 1, limit ? limit : -1);
+  /* The JIT column only when a listed run has a ready variant. */
+  int jit_col = 0;
+  sqlite3_stmt *any = ins_db_prepare(
+      db, "SELECT EXISTS(SELECT 1 FROM variants WHERE status = 'ready' AND run_id IN"
+          " (SELECT id FROM runs ORDER BY id DESC LIMIT ?))");
+  if (!any) {
+    sqlite3_finalize(st);
+    st_close(db);
+    return INS_EXIT_FAIL;
+  }
+  sqlite3_bind_int64(any, 1, limit ? limit : -1);
+  if ((rc = sqlite3_step(any)) == SQLITE_ROW) {
+    jit_col = sqlite3_column_int(any, 0);
+    rc = sqlite3_step(any);
+  }
+  if (ins_db_finish(db, any, rc)) {
+    sqlite3_finalize(st);
+    st_close(db);
+    return INS_EXIT_FAIL;
+  }
   cJSON *doc = cJSON_CreateObject(), *runs = cJSON_AddArrayToObject(doc, "runs");
   cJSON_AddStringToObject(doc, "database", sqlite3_db_filename(st_sqlite(db), "main"));
   static const char *const head[] = {"RUN", "STARTED", "DURATION", "STATUS", "PROGRAM",
-                                     "PARENT", "SIGS", "CALLS", "SAMPLES"};
-  ins_table_t *t = json ? NULL : ins_table_new("rllllrrrr", head);
+                                     "PARENT", "SIGS", "CALLS", "SAMPLES", "JIT"};
+  ins_table_t *t = json ? NULL : ins_table_new(jit_col ? "rllllrrrrl" : "rllllrrrr", head);
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     int64_t id = sqlite3_column_int64(st, 0), start = sqlite3_column_int64(st, 1);
     int64_t wall = ins_run_wall_ns(start, sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3));
     const char *status = ins_run_status(ins_col_text(st, 4), sqlite3_column_int64(st, 5), start);
     int has_parent = sqlite3_column_type(st, 9) != SQLITE_NULL;
+    int64_t ready = sqlite3_column_int64(st, 14);
     ins_sampling_t samp = {0};
     ins_sampling_add(&samp, ins_col_text(st, 13));
     if (json) {
@@ -81,11 +103,12 @@ static int cmd_runs(int argc, char **argv)
         cJSON_AddNumberToObject(r, "samples", (double)samp.samples);
       else
         cJSON_AddNullToObject(r, "samples");
+      cJSON_AddNumberToObject(r, "jit_ready", (double)ready);
       cJSON_AddItemToArray(runs, r);
       continue;
     }
     char sid[24], started[32], dur[32], prog[256], parent[24] = "-", sigs[24], calls[24],
-        samples[24] = "";
+        samples[24] = "", jit[24] = "";
     snprintf(sid, sizeof sid, "%lld", (long long)id);
     ins_fmt_time(start, started, sizeof started);
     ins_fmt_duration(wall, dur, sizeof dur);
@@ -96,7 +119,9 @@ static int cmd_runs(int argc, char **argv)
     snprintf(calls, sizeof calls, "%lld", (long long)sqlite3_column_int64(st, 11));
     if (samp.sampled)
       snprintf(samples, sizeof samples, "%lld", (long long)samp.samples);
-    const char *row[] = {sid, started, dur, status, prog, parent, sigs, calls, samples};
+    if (ready)
+      snprintf(jit, sizeof jit, "%lld", (long long)ready);
+    const char *row[] = {sid, started, dur, status, prog, parent, sigs, calls, samples, jit};
     ins_table_row(t, row);
   }
   rc = ins_db_finish(db, st, rc);
@@ -118,7 +143,9 @@ const ins_cmd_t ins_cmd_runs = {
     .help = "STATUS is exited, exec (the process image was replaced), running, or lost: marked\n"
             "running but its process is gone (killed before its final write; the run keeps its\n"
             "last periodic flush). PARENT is the run of the process it was forked from. SAMPLES\n"
-            "is what the sampling profiler took (blank when the run was not sampled).\n\n"
+            "is what the sampling profiler took (blank when the run was not sampled). JIT\n"
+            "counts the signatures whose JIT variant was serving calls at the run's last write\n"
+            "(shown when a listed run has one; see opjit variants).\n\n"
             "options:\n"
             "  --db PATH    the profile database\n"
             "  --limit N    at most N runs (default 20; 0: all)\n"

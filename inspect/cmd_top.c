@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /* `opjit top`: a run's signatures ranked by estimated operator time. The agent times one call
  * in OPJIT_TIME_EVERY, so a signature's time is estimated per run as
- * calls × timed_ns / timed_calls; --all sums those estimates over every run. When the run was
- * sampled, each signature's samples and their share of all the run's samples (CPU%, the
- * program's own time included) stand beside the estimate. */
+ * calls × timed_ns / timed_calls; --all sums those estimates over every run. A signature with
+ * a JIT variant has its calls split: the original library's calls at the original's mean, the
+ * variant's at the variant's (ins_sql_sig_totals), and a JIT column with the variant's status
+ * and speedup. When the run was sampled, each signature's samples and their share of all the
+ * run's samples (CPU%, the program's own time included) stand beside the estimate. */
 #include "cmd.h"
 #include "db.h"
 #include "table.h"
+#include "variants.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -51,6 +54,36 @@ static int read_scope(st_db_t *db, scope_t *sc, char *title, size_t len)
     rc = sqlite3_step(st);
   }
   return ins_db_finish(db, st, rc);
+}
+
+/* The JIT's part of a signature row as a JSON object (null when it has no variant). */
+static cJSON *jit_json(sqlite3_stmt *st, const ins_split_t *sp)
+{
+  if (sqlite3_column_type(st, INS_SIG_STATUS) == SQLITE_NULL)
+    return cJSON_CreateNull();
+  cJSON *j = cJSON_CreateObject();
+  double omean = ins_split_omean(sp), vmean = ins_split_vmean(sp), x = ins_split_speedup(sp);
+  cJSON_AddStringToObject(j, "status", ins_col_text(st, INS_SIG_STATUS));
+  cJSON_AddNumberToObject(j, "calls", (double)sp->vcalls);
+  cJSON_AddNumberToObject(j, "calls_pct", ins_pct(sp->vcalls, sp->calls));
+  cJSON_AddNumberToObject(j, "original_calls", (double)(sp->calls - sp->vcalls));
+  cJSON_AddNumberToObject(j, "timed_calls", (double)sp->vtimed);
+  cJSON_AddNumberToObject(j, "timed_ns", (double)sp->vtimed_ns);
+  if (vmean >= 0)
+    cJSON_AddNumberToObject(j, "variant_mean_ns", vmean);
+  else
+    cJSON_AddNullToObject(j, "variant_mean_ns");
+  if (omean >= 0)
+    cJSON_AddNumberToObject(j, "original_mean_ns", omean);
+  else
+    cJSON_AddNullToObject(j, "original_mean_ns");
+  if (x >= 0)
+    cJSON_AddNumberToObject(j, "speedup", x);
+  else
+    cJSON_AddNullToObject(j, "speedup");
+  cJSON_AddNumberToObject(j, "saving_ns", sqlite3_column_double(st, INS_SIG_SAVING));
+  cJSON_AddNumberToObject(j, "runs", (double)sqlite3_column_int64(st, INS_SIG_NVARIANTS));
+  return j;
 }
 
 /* The footer's line on sampling: what sampled and where the samples fell; for an unsampled
@@ -131,12 +164,16 @@ static int cmd_top(int argc, char **argv)
   sqlite3_bind_int64(st, 1, sc.run);
 
   /* Totals come first (shares need them): one pass to sum, then a second to print. */
-  double est_total = 0;
-  int64_t calls_total = 0, nsigs = 0;
+  double est_total = 0, saving_total = 0;
+  int64_t calls_total = 0, nsigs = 0, vcalls_total = 0, jit_sigs = 0, variants = 0;
   int step;
   while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-    est_total += sqlite3_column_double(st, 7);
-    calls_total += sqlite3_column_int64(st, 4);
+    est_total += sqlite3_column_double(st, INS_SIG_EST);
+    calls_total += sqlite3_column_int64(st, INS_SIG_CALLS);
+    vcalls_total += sqlite3_column_int64(st, INS_SIG_VCALLS);
+    jit_sigs += sqlite3_column_int64(st, INS_SIG_VCALLS) > 0;
+    saving_total += sqlite3_column_double(st, INS_SIG_SAVING);
+    variants += sqlite3_column_int64(st, INS_SIG_NVARIANTS);
     nsigs++;
   }
   if (step != SQLITE_DONE || sqlite3_reset(st) != SQLITE_OK) {
@@ -146,14 +183,30 @@ static int cmd_top(int argc, char **argv)
 
   doc = cJSON_CreateObject();
   cJSON *sigs = cJSON_CreateArray();
-  static const char *const head[] = {"SHARE", "EST.TIME", "CALLS", "MEAN", "SIG", "NAME"};
-  static const char *const sampled_head[] = {"SHARE", "EST.TIME", "CALLS", "MEAN",
-                                             "SAMPLES", "CPU%", "SIG", "NAME"};
-  t = samp.sampled ? ins_table_new("rrrrrrll", sampled_head) : ins_table_new("rrrrll", head);
+  /* Columns: SAMPLES and CPU% only for a sampled scope, JIT only when it has variants. */
+  static const char *const head[] = {"SHARE", "EST.TIME", "CALLS", "MEAN", "JIT",
+                                     "SAMPLES", "CPU%", "SIG", "NAME"};
+  static const char align[] = "rrrrlrrll";
+  int keep[9], ncols = 0;
+  char spec[10];
+  const char *heads[9];
+  for (int c = 0; c < 9; c++)
+    if ((c != 4 || variants) && ((c != 5 && c != 6) || samp.sampled)) {
+      spec[ncols] = align[c], heads[ncols] = head[c];
+      keep[ncols++] = c;
+    }
+  spec[ncols] = 0;
+  t = ins_table_new(spec, heads);
   for (int64_t shown = 0; (step = sqlite3_step(st)) == SQLITE_ROW && (!limit || shown < limit);
        shown++) {
-    int64_t calls = sqlite3_column_int64(st, 4), timed = sqlite3_column_int64(st, 5);
-    double est = sqlite3_column_double(st, 7);
+    ins_split_t sp = {.calls = sqlite3_column_int64(st, INS_SIG_CALLS),
+                      .vcalls = sqlite3_column_int64(st, INS_SIG_VCALLS),
+                      .otimed = sqlite3_column_int64(st, INS_SIG_TIMED),
+                      .otimed_ns = sqlite3_column_int64(st, INS_SIG_TIMED_NS),
+                      .vtimed = sqlite3_column_int64(st, INS_SIG_VTIMED),
+                      .vtimed_ns = sqlite3_column_int64(st, INS_SIG_VTIMED_NS)};
+    int64_t calls = sp.calls, timed = sp.otimed + sp.vtimed;
+    double est = sqlite3_column_double(st, INS_SIG_EST);
     double share = est_total > 0 ? 100.0 * est / est_total : 0;
     double mean = timed > 0 && calls > 0 ? est / (double)calls : -1;
     cJSON *j = cJSON_CreateObject();
@@ -162,7 +215,7 @@ static int cmd_top(int argc, char **argv)
     cJSON_AddStringToObject(j, "op", ins_col_text(st, 2));
     cJSON_AddItemToObject(j, "params", ins_json_parse_or_string(ins_col_text(st, 3)));
     cJSON_AddNumberToObject(j, "calls", (double)calls);
-    cJSON_AddNumberToObject(j, "timed_calls", (double)timed);
+    cJSON_AddNumberToObject(j, "timed_calls", (double)sp.otimed);
     cJSON_AddNumberToObject(j, "timed_ns", (double)sqlite3_column_int64(st, 6));
     cJSON_AddNumberToObject(j, "est_ns", est);
     cJSON_AddNumberToObject(j, "share_pct", share);
@@ -175,17 +228,23 @@ static int cmd_top(int argc, char **argv)
       cJSON_AddNumberToObject(j, "samples", (double)samples);
       cJSON_AddNumberToObject(j, "cpu_pct", ins_pct(samples, samp.total));
     }
+    cJSON_AddItemToObject(j, "jit", jit_json(st, &sp));
     cJSON_AddItemToArray(sigs, j);
-    char c0[16], c1[32], c2[24], c3[32], c4[24], c5[16];
+    char c0[16], c1[32], c2[24], c3[32], c4[24], c5[16], jit[48];
     snprintf(c0, sizeof c0, "%.1f%%", share);
     snprintf(c2, sizeof c2, "%lld", (long long)calls);
     snprintf(c4, sizeof c4, "%lld", (long long)samples);
     snprintf(c5, sizeof c5, "%.1f%%", ins_pct(samples, samp.total));
     ins_fmt_ns(timed ? est : -1, c1, sizeof c1);
     ins_fmt_ns(mean, c3, sizeof c3);
-    const char *row[] = {c0, c1, c2, c3, c4, c5, ins_col_text(st, 0), ins_col_text(st, 1)};
-    const char *unsampled_row[] = {c0, c1, c2, c3, ins_col_text(st, 0), ins_col_text(st, 1)};
-    ins_table_row(t, samp.sampled ? row : unsampled_row);
+    const char *status = sqlite3_column_type(st, INS_SIG_STATUS) == SQLITE_NULL
+                             ? NULL : ins_col_text(st, INS_SIG_STATUS);
+    ins_jit_label(status, ins_split_speedup(&sp), jit, sizeof jit);
+    const char *row[] = {c0, c1, c2, c3, jit, c4, c5, ins_col_text(st, 0), ins_col_text(st, 1)};
+    const char *shown_row[9];
+    for (int c = 0; c < ncols; c++)
+      shown_row[c] = row[keep[c]];
+    ins_table_row(t, shown_row);
   }
   if (step != SQLITE_DONE && step != SQLITE_ROW) {
     fprintf(stderr, "opjit: cannot read the database: %s\n", sqlite3_errmsg(st_sqlite(db)));
@@ -207,6 +266,13 @@ static int cmd_top(int argc, char **argv)
     cJSON_AddNumberToObject(doc, "total_signatures", (double)nsigs);
     if (samp.runs)
       cJSON_AddItemToObject(doc, "sampling", ins_sampling_json(&samp));
+    if (variants) {
+      cJSON *jit = cJSON_AddObjectToObject(doc, "jit");
+      cJSON_AddNumberToObject(jit, "signatures", (double)jit_sigs);
+      cJSON_AddNumberToObject(jit, "calls", (double)vcalls_total);
+      cJSON_AddNumberToObject(jit, "calls_pct", ins_pct(vcalls_total, calls_total));
+      cJSON_AddNumberToObject(jit, "saving_ns", saving_total);
+    }
     cJSON_AddItemToObject(doc, "signatures", sigs);
     rc = ins_json_emit(doc);
     doc = NULL;
@@ -230,6 +296,10 @@ static int cmd_top(int argc, char **argv)
   if (sc.overflow > 0)
     printf("%lld calls overflowed the signature table (OPJIT_MAX_SIGS) and are not shown\n",
            (long long)sc.overflow);
+  if (variants)
+    printf("%lld signature%s run%s JIT code: %.1f%% of calls, estimated saving %.3f ms\n",
+           (long long)jit_sigs, jit_sigs == 1 ? "" : "s", jit_sigs == 1 ? "s" : "",
+           ins_pct(vcalls_total, calls_total), saving_total / 1e6);
   print_sampling(&sc, &samp);
 out:
   ins_sampling_free(&samp);
@@ -250,7 +320,13 @@ const ins_cmd_t ins_cmd_top = {
             "(per run, summed with --all). SHARE is its part of all signatures' estimated time;\n"
             "the footer compares that total with the run's wall time. For a sampled run, SAMPLES\n"
             "counts the profiler's samples inside the signature and CPU% is their share of all\n"
-            "the run's samples, the program's own time included.\n\n"
+            "the run's samples, the program's own time included.\n"
+            "When the scope has JIT variants, a signature's calls served by its variant are\n"
+            "estimated at the variant's mean and the rest at the original library's, and a JIT\n"
+            "column shows the variant: \"jit 2.4×\" (serving calls, 2.4 times faster than the\n"
+            "original), \"jit (demoted)\" (measured slower, back on the original), failed or\n"
+            "queued. The footer adds the share of calls JIT code served and the estimated\n"
+            "saving: variant calls × (original mean − variant mean). See opjit variants.\n\n"
             "options:\n"
             "  --db PATH    the profile database\n"
             "  --all        aggregate every run\n"

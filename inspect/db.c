@@ -4,6 +4,7 @@
 
 #include "agent/opt.h"
 #include "cmd.h"
+#include "table.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -33,6 +34,26 @@ int ins_db_path(const char *opt, char *buf, size_t len)
   return rc;
 }
 
+/* A read-only reader of a schema older than 4 sees empty variants and events tables (TEMP
+ * ones, which shadow nothing and vanish with the connection), so every query reads alike.
+ * Returns 0, or -1 after printing SQLite's message. */
+static int jit_tables(st_db_t *db)
+{
+  static const char sql[] =
+      "CREATE TEMP TABLE variants(run_id INTEGER, sig_id INTEGER, status TEXT, generator INTEGER,"
+      " llvm TEXT, cpu TEXT, compile_ns INTEGER, calls INTEGER, timed_calls INTEGER,"
+      " timed_ns INTEGER);"
+      "CREATE TEMP TABLE events(id INTEGER PRIMARY KEY, run_id INTEGER, sig_id INTEGER,"
+      " time_ns INTEGER, kind TEXT, detail TEXT);";
+  int version = 0;
+  if (st_schema_version(db, &version) || version >= 4)
+    return 0;
+  if (sqlite3_exec(st_sqlite(db), sql, NULL, NULL, NULL) == SQLITE_OK)
+    return 0;
+  fprintf(stderr, "opjit: cannot read the database: %s\n", sqlite3_errmsg(st_sqlite(db)));
+  return -1;
+}
+
 int ins_db_open(const char *opt, int flags, int busy_ms, st_db_t **db)
 {
   char path[4096], err[1024];
@@ -40,6 +61,11 @@ int ins_db_open(const char *opt, int flags, int busy_ms, st_db_t **db)
     return 1;
   if (st_open(path, flags, busy_ms, db, err, sizeof err) != ST_OK) {
     fprintf(stderr, "opjit: %s\n", err);
+    return 1;
+  }
+  if (jit_tables(*db)) {
+    st_close(*db);
+    *db = NULL;
     return 1;
   }
   return 0;
@@ -121,14 +147,35 @@ int ins_sig_resolve(st_db_t *db, const char *prefix, char *sig)
   return n == 1 ? INS_EXIT_OK : INS_EXIT_FAIL;
 }
 
+/* Per run, a signature's calls split between the original library (run_sigs' timed calls are
+ * the original's only) and its JIT variant (variants.calls, clamped: the two rows are written
+ * in separate transactions), each part estimated with its own mean; a part without timed calls
+ * borrows the other's mean. */
 const char ins_sql_sig_totals[] =
-    "SELECT s.sig, s.name, s.op, s.params, sum(rs.calls), sum(rs.timed_calls), sum(rs.timed_ns),"
-    " sum(CASE WHEN rs.timed_calls > 0"
-    "  THEN CAST(rs.calls AS REAL) * rs.timed_ns / rs.timed_calls ELSE 0 END) AS est,"
+    "WITH split AS (SELECT rs.run_id, rs.sig_id, rs.calls, rs.timed_calls AS otimed,"
+    "  rs.timed_ns AS otimed_ns, min(coalesce(v.calls, 0), rs.calls) AS vcalls,"
+    "  coalesce(v.timed_calls, 0) AS vtimed, coalesce(v.timed_ns, 0) AS vtimed_ns,"
+    "  v.status AS status"
+    "  FROM run_sigs rs LEFT JOIN variants v ON v.run_id = rs.run_id AND v.sig_id = rs.sig_id"
+    "  WHERE ?1 = 0 OR rs.run_id = ?1),"
+    " means AS (SELECT *, calls - vcalls AS ocalls,"
+    "  CASE WHEN otimed > 0 THEN CAST(otimed_ns AS REAL) / otimed END AS omean,"
+    "  CASE WHEN vtimed > 0 THEN CAST(vtimed_ns AS REAL) / vtimed END AS vmean FROM split)"
+    " SELECT s.sig, s.name, s.op, s.params, sum(m.calls), sum(m.otimed), sum(m.otimed_ns),"
+    " sum(CASE WHEN m.otimed > 0 THEN CAST(m.ocalls AS REAL) * m.otimed_ns / m.otimed"
+    "  ELSE m.ocalls * coalesce(m.vmean, 0) END"
+    "  + CASE WHEN m.vtimed > 0 THEN CAST(m.vcalls AS REAL) * m.vtimed_ns / m.vtimed"
+    "  ELSE m.vcalls * coalesce(m.omean, 0) END) AS est,"
     " (SELECT coalesce(sum(p.samples), 0) FROM run_pcs p"
-    "  WHERE p.sig_id = s.id AND (?1 = 0 OR p.run_id = ?1))"
-    " FROM run_sigs rs JOIN signatures s ON s.id = rs.sig_id WHERE ?1 = 0 OR rs.run_id = ?1"
-    " GROUP BY s.id ORDER BY est DESC, sum(rs.calls) DESC, s.sig";
+    "  WHERE p.sig_id = s.id AND (?1 = 0 OR p.run_id = ?1)),"
+    " sum(m.vcalls), sum(m.vtimed), sum(m.vtimed_ns),"
+    " sum(CASE WHEN m.omean IS NOT NULL AND m.vmean IS NOT NULL"
+    "  THEN m.vcalls * (m.omean - m.vmean) ELSE 0 END),"
+    " (SELECT v.status FROM variants v WHERE v.sig_id = s.id AND (?1 = 0 OR v.run_id = ?1)"
+    "  ORDER BY v.run_id DESC LIMIT 1),"
+    " count(m.status)"
+    " FROM means m JOIN signatures s ON s.id = m.sig_id"
+    " GROUP BY s.id ORDER BY est DESC, sum(m.calls) DESC, s.sig";
 
 int ins_run_exists(st_db_t *db, int64_t id)
 {
@@ -147,6 +194,30 @@ int ins_run_exists(st_db_t *db, int64_t id)
     fprintf(stderr, "opjit: no run %lld in %s (see opjit runs)\n", (long long)id,
             sqlite3_db_filename(st_sqlite(db), "main"));
   return found;
+}
+
+int ins_run_title(st_db_t *db, int64_t run, int width, char *buf, size_t len, int64_t *start_ns)
+{
+  sqlite3_stmt *st = ins_db_prepare(db, "SELECT p.exe, r.argv, r.status, r.pid, r.start_ns"
+                                        " FROM runs r JOIN programs p ON p.id = r.program_id"
+                                        " WHERE r.id = ?");
+  if (!st)
+    return INS_EXIT_FAIL;
+  sqlite3_bind_int64(st, 1, run);
+  snprintf(buf, len, "run %lld", (long long)run);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    char prog[512], when[32];
+    int64_t start = sqlite3_column_int64(st, 4);
+    ins_program_label(ins_col_text(st, 0), ins_col_text(st, 1), width, prog, sizeof prog);
+    snprintf(buf, len, "run %lld: %s (%s, started %s)", (long long)run, prog,
+             ins_run_status(ins_col_text(st, 2), sqlite3_column_int64(st, 3), start),
+             ins_fmt_time(start, when, sizeof when));
+    if (start_ns)
+      *start_ns = start;
+    rc = sqlite3_step(st);
+  }
+  return ins_db_finish(db, st, rc);
 }
 
 /* The CLOCK_REALTIME instant process pid started, in ns (to about a second), or -1. */

@@ -23,7 +23,8 @@ const char *ins_getenv(const char *name);
  * HOME). Returns 0, or -1 (with a message) when no path can be formed. */
 int ins_db_path(const char *opt, char *buf, size_t len);
 
-/* Opens the database named by opt (see ins_db_path) with st_open flags. Returns 0, or
+/* Opens the database named by opt (see ins_db_path) with st_open flags; a read-only reader of
+ * a schema before the JIT's (4) sees empty variants and events tables. Returns 0, or
  * INS_EXIT_FAIL after printing st_open's message. */
 int ins_db_open(const char *opt, int flags, int busy_ms, st_db_t **db);
 
@@ -43,12 +44,25 @@ int ins_newest_run(st_db_t *db, int stacks, int64_t *run);
 int ins_sig_resolve(st_db_t *db, const char *prefix, char *sig);
 
 /* The signatures of run ?1 (0: every run), ranked by estimated time (per run, then summed):
- * columns sig, name, op, params, calls, timed_calls, timed_ns, est_ns, samples (run_pcs). */
+ * columns sig, name, op, params, calls (all), timed_calls and timed_ns (the original
+ * library's), est_ns (original calls × original mean + variant calls × variant mean), samples
+ * (run_pcs), then the JIT's part: variant calls, its timed_calls and timed_ns, the estimated
+ * saving (variant calls × (original mean − variant mean), where both are timed), the status
+ * of the newest variant (NULL: none) and the number of runs with a variant. */
+enum ins_sig_col { INS_SIG_SIG, INS_SIG_NAME, INS_SIG_OP, INS_SIG_PARAMS, INS_SIG_CALLS,
+                   INS_SIG_TIMED, INS_SIG_TIMED_NS, INS_SIG_EST, INS_SIG_SAMPLES, INS_SIG_VCALLS,
+                   INS_SIG_VTIMED, INS_SIG_VTIMED_NS, INS_SIG_SAVING, INS_SIG_STATUS,
+                   INS_SIG_NVARIANTS };
 extern const char ins_sql_sig_totals[];
 
 /* Whether run id exists; prints "opjit: no run ID in PATH" when it does not. Returns 1, 0,
  * or -1 on an SQLite error (printed). */
 int ins_run_exists(st_db_t *db, int64_t id);
+
+/* "run 12: python3 -c import numpy… (exited, started 2025-11-29 14:03:12)" for run into buf,
+ * the program cut to width characters; its start (CLOCK_REALTIME ns) into *start_ns when
+ * non-NULL. Returns 0, or INS_EXIT_FAIL (printed). */
+int ins_run_title(st_db_t *db, int64_t run, int width, char *buf, size_t len, int64_t *start_ns);
 
 /* The status to show for a run row: "lost" for a run still marked running whose process is
  * gone (or whose pid now belongs to a process started after the run), else status itself. */

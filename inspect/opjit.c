@@ -15,8 +15,9 @@
 #include <string.h>
 
 static const ins_cmd_t *const commands[] = {
-    &ins_cmd_run, &ins_cmd_runs,   &ins_cmd_top, &ins_cmd_op,     &ins_cmd_flame,
-    &ins_cmd_report, &ins_cmd_export, &ins_cmd_gc, &ins_cmd_doctor,
+    &ins_cmd_run,    &ins_cmd_runs,   &ins_cmd_top, &ins_cmd_op,     &ins_cmd_variants,
+    &ins_cmd_events, &ins_cmd_flame,  &ins_cmd_report, &ins_cmd_export, &ins_cmd_gc,
+    &ins_cmd_doctor,
 };
 #define NCOMMANDS (sizeof commands / sizeof *commands)
 
@@ -75,7 +76,7 @@ static void global_help(FILE *f)
         "Run programs under the opjit agent and read the profiles it records.\n\n"
         "commands:\n", f);
   for (size_t i = 0; i < NCOMMANDS; i++)
-    fprintf(f, "  %-8s %s\n", commands[i]->name, commands[i]->summary);
+    fprintf(f, "  %-9s %s\n", commands[i]->name, commands[i]->summary);
   fputs("\nEvery command takes --db PATH (default: $OPJIT_DB, else $XDG_CACHE_HOME/opjit/"
         "profile.db,\nelse ~/.cache/opjit/profile.db) and -h/--help; data commands take --json.\n"
         "\nexit status:\n"

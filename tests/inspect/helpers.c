@@ -231,6 +231,43 @@ void craft_samples(const char *path, int64_t run, const fake_samples_t *s)
   free(keys), free(pcs), free(stacks), free(counters);
 }
 
+void craft_variants(const char *path, int64_t run, const fake_variant_t *v, size_t nv,
+                    const fake_event_t *ev, size_t nev)
+{
+  ag_sig_t *keys = calloc(nv + nev + 1, sizeof *keys);
+  st_variant_rec_t *vr = calloc(nv + 1, sizeof *vr);
+  st_event_rec_t *er = calloc(nev + 1, sizeof *er);
+  st_db_t *db;
+  char err[512];
+  cr_assert_eq(st_open(path, 0, 1000, &db, err, sizeof err), ST_OK, "st_open: %s", err);
+  sqlite3_stmt *st;
+  int64_t start = 0;
+  cr_assert_eq(sqlite3_prepare_v2(st_sqlite(db), "SELECT start_ns FROM runs WHERE id = ?", -1,
+                                  &st, NULL), SQLITE_OK);
+  sqlite3_bind_int64(st, 1, run);
+  cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "no run %lld", (long long)run);
+  start = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  for (size_t i = 0; i < nv; i++) {
+    keys[i] = fake_key(v[i].m);
+    vr[i] = (st_variant_rec_t){.key = &keys[i], .key_len = sizeof *keys, .status = v[i].status,
+                               .generator = 1, .llvm = v[i].llvm ? v[i].llvm : "19.1.7",
+                               .cpu = v[i].cpu ? v[i].cpu : "znver4",
+                               .compile_ns = v[i].compile_ns, .calls = v[i].calls,
+                               .timed_calls = v[i].timed_calls, .timed_ns = v[i].timed_ns};
+  }
+  for (size_t i = 0; i < nev; i++) {
+    keys[nv + i] = fake_key(ev[i].m);
+    er[i] = (st_event_rec_t){.key = &keys[nv + i], .key_len = sizeof *keys,
+                             .time_ns = start + ev[i].offset_ns, .kind = ev[i].kind,
+                             .detail = ev[i].detail};
+  }
+  int rc = st_run_variants(db, run, vr, nv, er, nev);
+  cr_assert_eq(rc, ST_OK, "st_run_variants: %s", st_errstr(rc));
+  st_close(db);
+  free(keys), free(vr), free(er);
+}
+
 void sql_exec(const char *path, const char *sql)
 {
   sqlite3 *db;

@@ -79,6 +79,24 @@ typedef struct fake_samples_s {
 /* Records s for run in the database at path through st_run_samples; fails the test on any
  * store error. */
 void craft_samples(const char *path, int64_t run, const fake_samples_t *s);
+/* What a crafted run's JIT recorded. Rows name their signature by the m of a fake_sig_t
+ * already flushed in the run; an event's time is offset_ns after the run's start. */
+typedef struct fake_variant_s {
+  int m;
+  const char *status;    /* queued, ready, failed, demoted */
+  const char *llvm, *cpu; /* NULL: "19.1.7", "znver4" */
+  uint64_t compile_ns, calls, timed_calls, timed_ns;
+} fake_variant_t;
+typedef struct fake_event_s {
+  int m;
+  int64_t offset_ns;
+  const char *kind, *detail;
+} fake_event_t;
+
+/* Records variants and events for run in the database at path through st_run_variants;
+ * fails the test on any store error. */
+void craft_variants(const char *path, int64_t run, const fake_variant_t *v, size_t nv,
+                    const fake_event_t *ev, size_t nev);
 /* Executes sql on the database at path with plain SQLite; fails the test on error. */
 void sql_exec(const char *path, const char *sql);
 /* The pid of a process that has exited and been reaped (so is not alive). */

@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: MIT */
+/* `opjit events`: the life of a run's JIT variants in order: queued, published, verified,
+ * verify-failed, demoted, failed; each at its time since the run started. Default: the newest
+ * run that has an event. */
+#include "cmd.h"
+#include "db.h"
+#include "table.h"
+#include "variants.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#define PROGRAM_WIDTH 60
+
+static int cmd_events(int argc, char **argv)
+{
+  static const struct option longopts[] = {{"db", required_argument, NULL, 'd'},
+                                           {"sig", required_argument, NULL, 's'},
+                                           {"kind", required_argument, NULL, 'k'},
+                                           {"json", no_argument, NULL, 'j'},
+                                           {"all", no_argument, NULL, 'a'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {0}};
+  const char *dbopt = NULL, *kind = NULL;
+  char prefix[17] = "", sig[17] = "";
+  int json = 0, all = 0, rc;
+  long run = 0;
+  for (int c; (c = getopt_long(argc, argv, "d:s:k:jah", longopts, NULL)) != -1;) {
+    switch (c) {
+    case 'd': dbopt = optarg; break;
+    case 's':
+      if ((rc = ins_parse_sig(&ins_cmd_events, optarg, prefix)))
+        return rc;
+      break;
+    case 'k': kind = optarg; break;
+    case 'j': json = 1; break;
+    case 'a': all = 1; break;
+    case 'h': return ins_help(&ins_cmd_events);
+    default: return ins_bad_option(&ins_cmd_events, argv);
+    }
+  }
+  if (optind < argc &&
+      (rc = ins_parse_long(&ins_cmd_events, "RUN", argv[optind++], 1, INT64_MAX, &run)))
+    return rc;
+  if (optind < argc)
+    return ins_usage_error(&ins_cmd_events, "unexpected argument '%s'", argv[optind]);
+  if (all && run)
+    return ins_usage_error(&ins_cmd_events, "give a RUN or --all, not both");
+  if (kind) {
+    size_t i = 0;
+    while (ins_event_kinds[i] && strcmp(ins_event_kinds[i], kind) != 0)
+      i++;
+    if (!ins_event_kinds[i])
+      return ins_usage_error(&ins_cmd_events, "no event kind '%s' (queued, published, verified, "
+                             "verify-failed, demoted, failed)", kind);
+  }
+
+  st_db_t *db;
+  if (ins_db_open(dbopt, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db))
+    return INS_EXIT_FAIL;
+  int64_t scope = run;
+  char title[1024] = "all runs";
+  sqlite3_stmt *st = NULL;
+  cJSON *doc = NULL;
+  ins_table_t *t = NULL;
+  rc = INS_EXIT_FAIL;
+  if ((run && ins_run_exists(db, run) != 1) || (*prefix && ins_sig_resolve(db, prefix, sig)))
+    goto out;
+  if (!run && !all) {
+    if (ins_newest_jit_run(db, "events", &scope))
+      goto out;
+    if (!scope) {
+      fprintf(stderr, "opjit: no JIT events yet in %s: " INS_NO_JIT_YET "\n",
+              sqlite3_db_filename(st_sqlite(db), "main"));
+      goto out;
+    }
+  }
+  if (scope && ins_run_title(db, scope, PROGRAM_WIDTH, title, sizeof title, NULL))
+    goto out;
+  st = ins_db_prepare(
+      db, "SELECT e.run_id, e.time_ns, e.time_ns - r.start_ns, e.kind, s.sig, s.name, e.detail"
+          " FROM events e JOIN runs r ON r.id = e.run_id JOIN signatures s ON s.id = e.sig_id"
+          " WHERE (?1 = 0 OR e.run_id = ?1) AND (?2 = '' OR s.sig = ?2)"
+          " AND (?3 IS NULL OR e.kind = ?3) ORDER BY e.run_id, e.time_ns, e.id");
+  if (!st)
+    goto out;
+  sqlite3_bind_int64(st, 1, scope);
+  sqlite3_bind_text(st, 2, sig, -1, SQLITE_STATIC);
+  if (kind)
+    sqlite3_bind_text(st, 3, kind, -1, SQLITE_STATIC);
+  doc = cJSON_CreateObject();
+  if (scope)
+    cJSON_AddNumberToObject(doc, "run", (double)scope);
+  else
+    cJSON_AddNullToObject(doc, "run");
+  cJSON_AddStringToObject(doc, "database", sqlite3_db_filename(st_sqlite(db), "main"));
+  cJSON *list = cJSON_AddArrayToObject(doc, "events");
+  static const char *const head[] = {"RUN", "TIME", "KIND", "SIG", "NAME", "DETAIL"};
+  t = all ? ins_table_new("rrllll", head) : ins_table_new("rllll", head + 1);
+  int step, n = 0;
+  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t id = sqlite3_column_int64(st, 0), rel = sqlite3_column_int64(st, 2);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "run", (double)id);
+    cJSON_AddNumberToObject(j, "time_ns", (double)sqlite3_column_int64(st, 1));
+    cJSON_AddNumberToObject(j, "time_ms", (double)rel / 1e6);
+    cJSON_AddStringToObject(j, "kind", ins_col_text(st, 3));
+    cJSON_AddStringToObject(j, "sig", ins_col_text(st, 4));
+    cJSON_AddStringToObject(j, "name", ins_col_text(st, 5));
+    cJSON_AddStringToObject(j, "detail", ins_col_text(st, 6));
+    cJSON_AddItemToArray(list, j);
+    char c0[24], c1[32];
+    snprintf(c0, sizeof c0, "%lld", (long long)id);
+    snprintf(c1, sizeof c1, "%.1f ms", (double)rel / 1e6);
+    const char *row[] = {c0, c1, ins_col_text(st, 3), ins_col_text(st, 4), ins_col_text(st, 5),
+                         ins_col_text(st, 6)};
+    ins_table_row(t, all ? row : row + 1);
+    n++;
+  }
+  rc = ins_db_finish(db, st, step);
+  st = NULL;
+  if (rc)
+    goto out;
+  if (json) {
+    rc = ins_json_emit(doc);
+    doc = NULL;
+    goto out;
+  }
+  printf("%s\n\n", title);
+  if (n)
+    ins_table_print(t, stdout);
+  else if (*sig || kind)
+    printf("no matching events\n");
+  else
+    printf("no JIT events: " INS_NO_JIT_YET "\n");
+out:
+  ins_table_free(t);
+  cJSON_Delete(doc);
+  sqlite3_finalize(st);
+  st_close(db);
+  return rc;
+}
+
+const ins_cmd_t ins_cmd_events = {
+    .name = "events",
+    .main = cmd_events,
+    .synopsis = "[--db PATH] [RUN | --all] [--sig SIG] [--kind KIND] [--json]",
+    .summary = "show the JIT's events of a run in order (queued, published, verified, ...)",
+    .help = "RUN defaults to the newest run that has an event. TIME is since the run started\n"
+            "(its first operator call). KIND is queued (the signature got hot), published (its\n"
+            "variant serves calls; DETAIL gives the compile time), verified, verify-failed (a\n"
+            "result differed from the original library's: the variant is dropped), demoted\n"
+            "(measured slower than the original) or failed (LLVM could not compile it).\n\n"
+            "options:\n"
+            "  --db PATH    the profile database\n"
+            "  --all        every run's events, oldest run first\n"
+            "  --sig SIG    only this signature (id or unique prefix, as opjit top shows it)\n"
+            "  --kind KIND  only events of this kind\n"
+            "  --json       one JSON document\n"
+            "  -h, --help   this help\n",
+};

@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: MIT */
+/* `opjit variants`: the JIT variants of a run (default: the newest run that has one), each
+ * with its status, the calls it served, its mean against the original library's and the
+ * speedup, how long it took to compile and what it was compiled with. */
+#include "cmd.h"
+#include "db.h"
+#include "table.h"
+#include "variants.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#define PROGRAM_WIDTH 60
+
+/* Adds x under key, or null when x < 0 (not measured). */
+static void add_or_null(cJSON *o, const char *key, double x)
+{
+  if (x >= 0)
+    cJSON_AddNumberToObject(o, key, x);
+  else
+    cJSON_AddNullToObject(o, key);
+}
+
+static int cmd_variants(int argc, char **argv)
+{
+  static const struct option longopts[] = {{"db", required_argument, NULL, 'd'},
+                                           {"json", no_argument, NULL, 'j'},
+                                           {"all", no_argument, NULL, 'a'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {0}};
+  const char *dbopt = NULL;
+  int json = 0, all = 0, rc;
+  long run = 0;
+  for (int c; (c = getopt_long(argc, argv, "d:jah", longopts, NULL)) != -1;) {
+    switch (c) {
+    case 'd': dbopt = optarg; break;
+    case 'j': json = 1; break;
+    case 'a': all = 1; break;
+    case 'h': return ins_help(&ins_cmd_variants);
+    default: return ins_bad_option(&ins_cmd_variants, argv);
+    }
+  }
+  if (optind < argc &&
+      (rc = ins_parse_long(&ins_cmd_variants, "RUN", argv[optind++], 1, INT64_MAX, &run)))
+    return rc;
+  if (optind < argc)
+    return ins_usage_error(&ins_cmd_variants, "unexpected argument '%s'", argv[optind]);
+  if (all && run)
+    return ins_usage_error(&ins_cmd_variants, "give a RUN or --all, not both");
+
+  st_db_t *db;
+  if (ins_db_open(dbopt, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db))
+    return INS_EXIT_FAIL;
+  int64_t scope = run;
+  char title[1024] = "all runs";
+  sqlite3_stmt *st = NULL;
+  cJSON *doc = NULL;
+  ins_table_t *t = NULL;
+  rc = INS_EXIT_FAIL;
+  if (run && ins_run_exists(db, run) != 1)
+    goto out;
+  if (!run && !all) {
+    if (ins_newest_jit_run(db, "variants", &scope))
+      goto out;
+    if (!scope) {
+      fprintf(stderr, "opjit: no JIT variants yet in %s: " INS_NO_JIT_YET "\n",
+              sqlite3_db_filename(st_sqlite(db), "main"));
+      goto out;
+    }
+  }
+  if (scope && ins_run_title(db, scope, PROGRAM_WIDTH, title, sizeof title, NULL))
+    goto out;
+  st = ins_db_prepare(
+      db, "SELECT v.run_id, s.sig, s.name, v.status, v.generator, v.llvm, v.cpu, v.compile_ns,"
+          " v.calls, v.timed_calls, v.timed_ns, coalesce(rs.calls, 0),"
+          " coalesce(rs.timed_calls, 0), coalesce(rs.timed_ns, 0),"
+          " (SELECT count(DISTINCT w.llvm || '/' || w.cpu || '/' || w.generator) FROM variants w"
+          "  WHERE ?1 = 0 OR w.run_id = ?1)"
+          " FROM variants v JOIN signatures s ON s.id = v.sig_id"
+          " LEFT JOIN run_sigs rs ON rs.run_id = v.run_id AND rs.sig_id = v.sig_id"
+          " WHERE ?1 = 0 OR v.run_id = ?1 ORDER BY v.run_id DESC, v.calls DESC, s.sig");
+  if (!st)
+    goto out;
+  sqlite3_bind_int64(st, 1, scope);
+  doc = cJSON_CreateObject();
+  if (scope)
+    cJSON_AddNumberToObject(doc, "run", (double)scope);
+  else
+    cJSON_AddNullToObject(doc, "run");
+  cJSON_AddStringToObject(doc, "database", sqlite3_db_filename(st_sqlite(db), "main"));
+  cJSON *list = cJSON_CreateArray();
+  static const char *const head[] = {"RUN", "STATUS", "CALLS", "%CALLS", "VARIANT",
+                                     "ORIGINAL", "SPEEDUP", "COMPILE", "LLVM", "CPU",
+                                     "SIG", "NAME"};
+  static const char align[] = "rlrrrrrrllll";
+  /* Columns shown: RUN only with --all, LLVM and CPU only when the rows differ (the count of
+   * distinct compilers is the same on every row, so the first decides). */
+  int uniform = 1, n = 0, step, ncols = 0, keep[12];
+  char llvm[64] = "", cpu[64] = "";
+  int generator = 0;
+  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+    ins_split_t sp = {.calls = sqlite3_column_int64(st, 11),
+                      .vcalls = sqlite3_column_int64(st, 8),
+                      .otimed = sqlite3_column_int64(st, 12),
+                      .otimed_ns = sqlite3_column_int64(st, 13),
+                      .vtimed = sqlite3_column_int64(st, 9),
+                      .vtimed_ns = sqlite3_column_int64(st, 10)};
+    double vmean = ins_split_vmean(&sp), omean = ins_split_omean(&sp);
+    double speedup = ins_split_speedup(&sp), pct = ins_pct(sp.vcalls, sp.calls);
+    int64_t compile_ns = sqlite3_column_int64(st, 7);
+    const char *status = ins_col_text(st, 3);
+    if (!n++) {
+      uniform = sqlite3_column_int64(st, 14) <= 1;
+      snprintf(llvm, sizeof llvm, "%s", ins_col_text(st, 5));
+      snprintf(cpu, sizeof cpu, "%s", ins_col_text(st, 6));
+      generator = sqlite3_column_int(st, 4);
+      char spec[13];
+      const char *heads[12];
+      for (int c = 0; c < 12; c++)
+        if ((c != 0 || all) && ((c != 8 && c != 9) || !uniform)) {
+          spec[ncols] = align[c], heads[ncols] = head[c];
+          keep[ncols++] = c;
+        }
+      spec[ncols] = 0;
+      t = ins_table_new(spec, heads);
+    }
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "run", (double)sqlite3_column_int64(st, 0));
+    cJSON_AddStringToObject(j, "sig", ins_col_text(st, 1));
+    cJSON_AddStringToObject(j, "name", ins_col_text(st, 2));
+    cJSON_AddStringToObject(j, "status", status);
+    cJSON_AddNumberToObject(j, "generator", sqlite3_column_int(st, 4));
+    cJSON_AddStringToObject(j, "llvm", ins_col_text(st, 5));
+    cJSON_AddStringToObject(j, "cpu", ins_col_text(st, 6));
+    cJSON_AddNumberToObject(j, "compile_ns", (double)compile_ns);
+    cJSON_AddNumberToObject(j, "calls", (double)sp.vcalls);
+    cJSON_AddNumberToObject(j, "calls_pct", pct);
+    cJSON_AddNumberToObject(j, "signature_calls", (double)sp.calls);
+    cJSON_AddNumberToObject(j, "timed_calls", (double)sp.vtimed);
+    cJSON_AddNumberToObject(j, "timed_ns", (double)sp.vtimed_ns);
+    add_or_null(j, "variant_mean_ns", vmean);
+    cJSON_AddNumberToObject(j, "original_timed_calls", (double)sp.otimed);
+    add_or_null(j, "original_mean_ns", omean);
+    add_or_null(j, "speedup", speedup);
+    cJSON_AddItemToArray(list, j);
+    char c0[24], c2[24], c3[16], c4[32], c5[32], c6[32], c7[32];
+    snprintf(c0, sizeof c0, "%lld", (long long)sqlite3_column_int64(st, 0));
+    snprintf(c2, sizeof c2, "%lld", (long long)sp.vcalls);
+    snprintf(c3, sizeof c3, "%.1f%%", pct);
+    ins_fmt_ns(vmean, c4, sizeof c4);
+    ins_fmt_ns(omean, c5, sizeof c5);
+    ins_fmt_speedup(speedup, c6, sizeof c6);
+    ins_fmt_ns(compile_ns > 0 ? (double)compile_ns : -1, c7, sizeof c7);
+    const char *row[] = {c0, status, c2, c3, c4, c5, c6, c7, ins_col_text(st, 5),
+                         ins_col_text(st, 6), ins_col_text(st, 1), ins_col_text(st, 2)};
+    const char *shown[12];
+    for (int c = 0; c < ncols; c++)
+      shown[c] = row[keep[c]];
+    ins_table_row(t, shown);
+  }
+  if ((rc = ins_db_finish(db, st, step))) {
+    st = NULL;
+    cJSON_Delete(list);
+    goto out;
+  }
+  st = NULL;
+  if (n && uniform) {
+    cJSON_AddStringToObject(doc, "llvm", llvm);
+    cJSON_AddStringToObject(doc, "cpu", cpu);
+    cJSON_AddNumberToObject(doc, "generator", generator);
+  } else {
+    cJSON_AddNullToObject(doc, "llvm");
+    cJSON_AddNullToObject(doc, "cpu");
+    cJSON_AddNullToObject(doc, "generator");
+  }
+  cJSON_AddItemToObject(doc, "variants", list);
+  if (json) {
+    rc = ins_json_emit(doc);
+    doc = NULL;
+    goto out;
+  }
+  printf("%s\n", title);
+  if (n && uniform)
+    printf("compiled with LLVM %s for %s (generator %d)\n", *llvm ? llvm : "?", *cpu ? cpu : "?",
+           generator);
+  printf("\n");
+  if (n)
+    ins_table_print(t, stdout);
+  else
+    printf("no JIT variants in %s: " INS_NO_JIT_YET "\n", scope ? "this run" : "any run");
+out:
+  ins_table_free(t);
+  cJSON_Delete(doc);
+  sqlite3_finalize(st);
+  st_close(db);
+  return rc;
+}
+
+const ins_cmd_t ins_cmd_variants = {
+    .name = "variants",
+    .main = cmd_variants,
+    .synopsis = "[--db PATH] [RUN | --all] [--json]",
+    .summary = "list the JIT variants of a run: status, calls served, speedup",
+    .help = "RUN defaults to the newest run that has a JIT variant. A signature gets one after\n"
+            "OPJIT_HOT_CALLS calls (OPJIT_MODE=jit). STATUS is queued, ready (published: the\n"
+            "variant serves the calls), failed (compile error or a result that did not match\n"
+            "the original's: blacklisted) or demoted (measured slower than the original).\n"
+            "CALLS counts the calls the variant served and %CALLS their share of the\n"
+            "signature's calls; VARIANT and ORIGINAL are the mean time per timed call of each\n"
+            "(the original keeps 1 call in 256 for comparison), SPEEDUP their ratio. LLVM and\n"
+            "CPU are shown once above the table when every variant has the same.\n\n"
+            "options:\n"
+            "  --db PATH    the profile database\n"
+            "  --all        every run's variants (newest run first)\n"
+            "  --json       one JSON document\n"
+            "  -h, --help   this help\n",
+};

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/* The original/variant split of a signature's calls, its speedup and its one-word label. */
+#include "variants.h"
+
+#include "cmd.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const char *const ins_event_kinds[] = {"queued", "published", "verified", "verify-failed",
+                                       "demoted", "failed", NULL};
+
+double ins_split_omean(const ins_split_t *s)
+{
+  return s->otimed > 0 ? (double)s->otimed_ns / (double)s->otimed : -1;
+}
+
+double ins_split_vmean(const ins_split_t *s)
+{
+  return s->vtimed > 0 ? (double)s->vtimed_ns / (double)s->vtimed : -1;
+}
+
+double ins_split_speedup(const ins_split_t *s)
+{
+  double o = ins_split_omean(s), v = ins_split_vmean(s);
+  return o >= 0 && v > 0 ? o / v : -1;
+}
+
+const char *ins_fmt_speedup(double speedup, char *buf, size_t len)
+{
+  if (speedup < 0)
+    snprintf(buf, len, "-");
+  else
+    snprintf(buf, len, speedup < 99.95 ? "%.1f×" : "%.0f×", speedup);
+  return buf;
+}
+
+const char *ins_jit_label(const char *status, double speedup, char *buf, size_t len)
+{
+  char x[32];
+  if (!status)
+    snprintf(buf, len, "%s", "");
+  else if (strcmp(status, "ready") == 0)
+    snprintf(buf, len, speedup < 0 ? "jit" : "jit %s", ins_fmt_speedup(speedup, x, sizeof x));
+  else if (strcmp(status, "demoted") == 0)
+    snprintf(buf, len, "jit (demoted)");
+  else
+    snprintf(buf, len, "%s", status);
+  return buf;
+}
+
+int ins_newest_jit_run(st_db_t *db, const char *table, int64_t *run)
+{
+  char sql[64];
+  snprintf(sql, sizeof sql, "SELECT coalesce(max(run_id), 0) FROM %s", table);
+  sqlite3_stmt *st = ins_db_prepare(db, sql);
+  if (!st)
+    return INS_EXIT_FAIL;
+  int rc = sqlite3_step(st);
+  *run = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+  if (rc == SQLITE_ROW)
+    rc = sqlite3_step(st);
+  return ins_db_finish(db, st, rc);
+}

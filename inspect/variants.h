@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: MIT */
+/* What the JIT recorded, as the readers show it. Since schema 4 a signature's calls are split:
+ * run_sigs counts every call but times only the original library's, variants counts and times
+ * the calls its JIT variant served. Means are ns per timed call, -1 when nothing was timed. */
+#ifndef OPJIT_INSPECT_VARIANTS_H
+#define OPJIT_INSPECT_VARIANTS_H
+
+#include "db.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A signature's calls and timings, original and variant (one run, or summed over runs). */
+typedef struct ins_split_s {
+  int64_t calls;             /* every call */
+  int64_t vcalls;            /* served by the variant */
+  int64_t otimed, otimed_ns; /* the original library's timed calls */
+  int64_t vtimed, vtimed_ns; /* the variant's timed calls */
+} ins_split_t;
+
+double ins_split_omean(const ins_split_t *s);
+double ins_split_vmean(const ins_split_t *s);
+/* Original mean / variant mean, -1 unless both were timed. */
+double ins_split_speedup(const ins_split_t *s);
+
+/* The JIT column of `top`: "jit 2.4×" (ready; "jit" before it was timed), "jit (demoted)",
+ * "failed", "queued"; "" for no status (NULL). Writes into buf and returns it. */
+const char *ins_jit_label(const char *status, double speedup, char *buf, size_t len);
+/* "2.4×", or "-" when speedup < 0. */
+const char *ins_fmt_speedup(double speedup, char *buf, size_t len);
+
+/* The newest run with a row in table ("variants" or "events") into *run, 0 when none.
+ * Returns 0, or INS_EXIT_FAIL (printed). */
+int ins_newest_jit_run(st_db_t *db, const char *table, int64_t *run);
+
+/* The event kinds the agent records (NULL-terminated), for --kind. */
+extern const char *const ins_event_kinds[];
+
+/* What to say when no run has a JIT variant or event. */
+#define INS_NO_JIT_YET                                                                        \
+  "signatures are compiled after OPJIT_HOT_CALLS calls (OPJIT_MODE=jit, the default)"
+
+#endif

@@ -1,0 +1,497 @@
+/* SPDX-License-Identifier: MIT */
+/* What the readers show of the JIT: variants, events, top's JIT column and split estimate,
+ * runs, export, report and doctor, on crafted databases with exact means; and one real numpy
+ * program whose hot sgemm gets compiled. */
+#define _GNU_SOURCE
+#include "helpers.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A: 1000 calls, the original 300 ns per timed call, the variant 100 ns over 900 calls (3×).
+ * B: 400 calls, the original 250 ns, a demoted variant 500 ns over 100 calls (0.5×).
+ * C: 50 calls, untimed, its compile failed. D: 10 calls, no variant. */
+static const fake_sig_t sigs[] = {
+    {.m = 64, .calls = 1000, .timed_calls = 10, .timed_ns = 10 * 300},
+    {.m = 32, .calls = 400, .timed_calls = 20, .timed_ns = 20 * 250},
+    {.m = 8, .calls = 50},
+    {.m = 4, .calls = 10, .timed_calls = 1, .timed_ns = 40},
+};
+static const fake_variant_t variants[] = {
+    {.m = 64, .status = "ready", .compile_ns = 12300000, .calls = 900, .timed_calls = 50,
+     .timed_ns = 50 * 100},
+    {.m = 32, .status = "demoted", .compile_ns = 9000000, .calls = 100, .timed_calls = 10,
+     .timed_ns = 10 * 500},
+    {.m = 8, .status = "failed"},
+};
+/* Written out of order: the readers sort by time. */
+static const fake_event_t events[] = {
+    {64, 2500000, "published", "compiled in 12.3 ms"},
+    {64, 1500000, "queued", "hot after 64 calls"},
+    {32, 1000000, "queued", "hot after 64 calls"},
+    {64, 2600000, "verified", "matches the original within 0.002"},
+    {32, 12000000, "demoted", "variant 500 ns per call, original 250 ns"},
+    {8, 3000000, "failed", "injected compile failure"},
+};
+
+static double num(const cJSON *o, const char *key)
+{
+  const cJSON *j = cJSON_GetObjectItem(o, key);
+  cr_assert(cJSON_IsNumber(j), "%s is not a number", key);
+  return j->valuedouble;
+}
+
+static const char *text(const cJSON *o, const char *key)
+{
+  const char *s = cJSON_GetStringValue(cJSON_GetObjectItem(o, key));
+  cr_assert(s, "%s is not a string", key);
+  return s;
+}
+
+/* The element of array whose params (or, lacking them, name) says m. */
+static const cJSON *by_m(const cJSON *array, int m)
+{
+  const cJSON *s;
+  char want[64];
+  snprintf(want, sizeof want, "cblas_sgemm row NN %dx%dx%d β=0", m, m, m);
+  cJSON_ArrayForEach(s, array)
+    if (strcmp(text(s, "name"), want) == 0)
+      return s;
+  cr_assert_fail("no signature with m=%d", m);
+  return NULL;
+}
+
+/* runs: 1 with variants (A only, ready), 2 the full set (returned), 3 without any. */
+static int64_t craft(const char *db)
+{
+  int64_t r1 = craft_run(db, 0, 0, 1, sigs, 1);
+  craft_variants(db, r1, variants, 1, events, 2);
+  int64_t r2 = craft_run(db, 0, 0, 1, sigs, 4);
+  craft_variants(db, r2, variants, 3, events, 6);
+  craft_run(db, 0, 0, 1, sigs + 3, 1);
+  return r2;
+}
+
+static char *id_text(int64_t id)
+{
+  char *s;
+  cr_assert(asprintf(&s, "%lld", (long long)id) > 0);
+  return s;
+}
+
+Test(variants, json_speedups_shares_and_default_run)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  int64_t run = craft(db);
+  proc_t p = opjit(NULL, (const char *[]){"variants", "--db", db, "--json", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cJSON *j = proc_json(&p);
+  cr_expect_eq(num(j, "run"), run, "the newest run with variants, not the newest run");
+  cr_expect_str_eq(text(j, "llvm"), "19.1.7");
+  cr_expect_str_eq(text(j, "cpu"), "znver4");
+  const cJSON *list = cJSON_GetObjectItem(j, "variants");
+  cr_assert_eq(cJSON_GetArraySize(list), 3);
+  cr_expect_eq(num(cJSON_GetArrayItem(list, 0), "calls"), 900, "most calls served first");
+  const cJSON *a = by_m(list, 64), *b = by_m(list, 32), *c = by_m(list, 8);
+  cr_expect_str_eq(text(a, "status"), "ready");
+  cr_expect_eq(num(a, "variant_mean_ns"), 100);
+  cr_expect_eq(num(a, "original_mean_ns"), 300);
+  cr_expect(fabs(num(a, "speedup") - 3.0) < 1e-12, "%g", num(a, "speedup"));
+  cr_expect(fabs(num(a, "calls_pct") - 90.0) < 1e-12);
+  cr_expect_eq(num(a, "signature_calls"), 1000);
+  cr_expect_eq(num(a, "compile_ns"), 12300000);
+  cr_expect_str_eq(text(b, "status"), "demoted");
+  cr_expect(fabs(num(b, "speedup") - 0.5) < 1e-12);
+  cr_expect(fabs(num(b, "calls_pct") - 25.0) < 1e-12);
+  cr_expect_str_eq(text(c, "status"), "failed");
+  cr_expect_eq(num(c, "calls"), 0);
+  cr_expect(cJSON_IsNull(cJSON_GetObjectItem(c, "speedup")), "nothing timed: no speedup");
+  cr_expect(cJSON_IsNull(cJSON_GetObjectItem(c, "variant_mean_ns")));
+  cJSON_Delete(j);
+  proc_free(&p);
+
+  p = opjit(NULL, (const char *[]){"variants", "--db", db, "--all", "--json", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  j = proc_json(&p);
+  cr_expect(cJSON_IsNull(cJSON_GetObjectItem(j, "run")));
+  cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "variants")), 4);
+  cJSON_Delete(j);
+  proc_free(&p);
+}
+
+Test(variants, table_has_speedup_and_compiler_once)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  craft(db);
+  proc_t p = opjit(NULL, (const char *[]){"variants", "--db", db, NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cr_expect(strstr(p.out, "compiled with LLVM 19.1.7 for znver4 (generator 1)"), "%s", p.out);
+  cr_expect(strstr(p.out, "3.0×") && strstr(p.out, "0.5×") && strstr(p.out, "90.0%"), "%s",
+            p.out);
+  cr_expect(strstr(p.out, "12.3 ms"), "compile time: %s", p.out);
+  cr_expect(!strstr(p.out, "LLVM  "), "no LLVM column when all agree: %s", p.out);
+  proc_free(&p);
+
+  /* A run whose variants were compiled differently shows the compiler per row. */
+  int64_t run = craft_run(db, 0, 0, 1, sigs, 2);
+  const fake_variant_t mixed[] = {
+      {.m = 64, .status = "ready", .llvm = "19.1.7", .cpu = "skylake", .calls = 1},
+      {.m = 32, .status = "ready", .llvm = "19.1.5", .cpu = "znver3", .calls = 1}};
+  craft_variants(db, run, mixed, 2, NULL, 0);
+  p = opjit(NULL, (const char *[]){"variants", "--db", db, NULL});
+  cr_expect(strstr(p.out, "LLVM") && strstr(p.out, "skylake") && strstr(p.out, "19.1.5"), "%s",
+            p.out);
+  cr_expect(!strstr(p.out, "compiled with"), "%s", p.out);
+  proc_free(&p);
+  p = opjit(NULL, (const char *[]){"variants", "--db", db, "--json", NULL});
+  cJSON *j = proc_json(&p);
+  cr_expect(cJSON_IsNull(cJSON_GetObjectItem(j, "llvm")));
+  cJSON_Delete(j);
+  proc_free(&p);
+}
+
+Test(variants, none_yet_is_a_clear_failure_an_empty_run_is_not)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  int64_t run = craft_run(db, 0, 0, 1, sigs, 4);
+  proc_t p = opjit(NULL, (const char *[]){"variants", "--db", db, NULL});
+  cr_expect_eq(p.status, 1);
+  cr_expect(strstr(p.err, "opjit: no JIT variants yet") && strstr(p.err, "OPJIT_HOT_CALLS"),
+            "%s", p.err);
+  cr_expect_str_eq(p.out, "");
+  proc_free(&p);
+
+  char *id = id_text(run);
+  p = opjit(NULL, (const char *[]){"variants", "--db", db, id, "--json", NULL});
+  cr_expect_eq(p.status, 0, "%s", p.err);
+  cJSON *j = proc_json(&p);
+  cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "variants")), 0);
+  cJSON_Delete(j);
+  proc_free(&p);
+  p = opjit(NULL, (const char *[]){"variants", "--db", db, id, NULL});
+  cr_expect_eq(p.status, 0, "%s", p.err);
+  cr_expect(strstr(p.out, "no JIT variants in this run"), "%s", p.out);
+  proc_free(&p);
+
+  p = opjit(NULL, (const char *[]){"variants", "--db", db, "99", NULL});
+  cr_expect_eq(p.status, 1);
+  cr_expect(strstr(p.err, "no run 99"), "%s", p.err);
+  proc_free(&p);
+  p = opjit(NULL, (const char *[]){"variants", "--db", db, id, "--all", NULL});
+  cr_expect_eq(p.status, 2);
+  proc_free(&p);
+}
+
+Test(events, ordered_relative_and_filtered)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  int64_t run = craft(db);
+  proc_t p = opjit(NULL, (const char *[]){"events", "--db", db, "--json", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cJSON *j = proc_json(&p);
+  cr_expect_eq(num(j, "run"), run);
+  const cJSON *list = cJSON_GetObjectItem(j, "events");
+  cr_assert_eq(cJSON_GetArraySize(list), 6);
+  static const char *const order[] = {"queued", "queued", "published", "verified", "failed",
+                                      "demoted"};
+  static const double ms[] = {1.0, 1.5, 2.5, 2.6, 3.0, 12.0};
+  for (int i = 0; i < 6; i++) {
+    const cJSON *e = cJSON_GetArrayItem(list, i);
+    cr_expect_str_eq(text(e, "kind"), order[i], "event %d", i);
+    cr_expect(fabs(num(e, "time_ms") - ms[i]) < 1e-9, "event %d at %g ms", i, num(e, "time_ms"));
+  }
+  cr_expect_str_eq(text(cJSON_GetArrayItem(list, 0), "name"), "cblas_sgemm row NN 32x32x32 β=0");
+  cr_expect_str_eq(text(cJSON_GetArrayItem(list, 2), "detail"), "compiled in 12.3 ms");
+  const char *sig64 = text(cJSON_GetArrayItem(list, 1), "sig");
+  char prefix[9];
+  snprintf(prefix, sizeof prefix, "%.8s", sig64);
+  cJSON *keep = cJSON_Duplicate(j, 1);
+  cJSON_Delete(j);
+  proc_free(&p);
+
+  p = opjit(NULL, (const char *[]){"events", "--db", db, "--kind", "queued", "--json", NULL});
+  j = proc_json(&p);
+  cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "events")), 2);
+  cJSON_Delete(j);
+  proc_free(&p);
+
+  p = opjit(NULL, (const char *[]){"events", "--db", db, "--sig", prefix, "--json", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  j = proc_json(&p);
+  const cJSON *e;
+  cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "events")), 3);
+  cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "events"))
+    cr_expect_str_eq(text(e, "name"), "cblas_sgemm row NN 64x64x64 β=0");
+  cJSON_Delete(j);
+  proc_free(&p);
+
+  p = opjit(NULL, (const char *[]){"events", "--db", db, "--sig", prefix, "--kind", "verified",
+                                   NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cr_expect(strstr(p.out, "2.6 ms") && strstr(p.out, "verified"), "%s", p.out);
+  cr_expect(!strstr(p.out, "queued"), "%s", p.out);
+  proc_free(&p);
+
+  p = opjit(NULL, (const char *[]){"events", "--db", db, "--all", "--json", NULL});
+  j = proc_json(&p);
+  cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "events")), 8);
+  cr_expect(num(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "events"), 0), "run") < run,
+            "oldest run first");
+  cJSON_Delete(j);
+  proc_free(&p);
+
+  p = opjit(NULL, (const char *[]){"events", "--db", db, "--kind", "exploded", NULL});
+  cr_expect_eq(p.status, 2);
+  cr_expect(strstr(p.err, "exploded"), "%s", p.err);
+  proc_free(&p);
+  cJSON_Delete(keep);
+}
+
+Test(events, none_yet_is_a_clear_failure)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  craft_run(db, 0, 0, 1, sigs, 1);
+  proc_t p = opjit(NULL, (const char *[]){"events", "--db", db, NULL});
+  cr_expect_eq(p.status, 1);
+  cr_expect(strstr(p.err, "no JIT events yet"), "%s", p.err);
+  proc_free(&p);
+}
+
+Test(top, jit_column_split_estimate_and_saving)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  int64_t run = craft(db);
+  char *id = id_text(run);
+  proc_t p = opjit(NULL, (const char *[]){"top", "--db", db, id, "--json", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cJSON *j = proc_json(&p);
+  const cJSON *list = cJSON_GetObjectItem(j, "signatures");
+  const cJSON *a = by_m(list, 64), *b = by_m(list, 32), *c = by_m(list, 8), *d = by_m(list, 4);
+  /* A: 100 original calls × 300 + 900 variant calls × 100; B: 300 × 250 + 100 × 500. */
+  cr_expect_eq(num(a, "est_ns"), 100 * 300 + 900 * 100);
+  cr_expect_eq(num(b, "est_ns"), 300 * 250 + 100 * 500);
+  cr_expect_eq(num(c, "est_ns"), 0);
+  cr_expect_eq(num(d, "est_ns"), 400);
+  cr_expect_eq(num(j, "est_ns"), 120000 + 125000 + 400);
+  cr_expect_eq(num(a, "mean_ns"), 120);
+  const cJSON *ja = cJSON_GetObjectItem(a, "jit");
+  cr_expect_str_eq(text(ja, "status"), "ready");
+  cr_expect(fabs(num(ja, "speedup") - 3.0) < 1e-12);
+  cr_expect_eq(num(ja, "calls"), 900);
+  cr_expect_eq(num(ja, "original_calls"), 100);
+  cr_expect_eq(num(ja, "saving_ns"), 900 * 200);
+  cr_expect_eq(num(cJSON_GetObjectItem(b, "jit"), "saving_ns"), -100 * 250);
+  cr_expect_str_eq(text(cJSON_GetObjectItem(c, "jit"), "status"), "failed");
+  cr_expect(cJSON_IsNull(cJSON_GetObjectItem(d, "jit")), "no variant: jit is null");
+  const cJSON *total = cJSON_GetObjectItem(j, "jit");
+  cr_expect_eq(num(total, "signatures"), 2, "A and B ran JIT code, C never did");
+  cr_expect_eq(num(total, "calls"), 1000);
+  cr_expect(fabs(num(total, "calls_pct") - 100.0 * 1000 / 1460) < 1e-9);
+  cr_expect_eq(num(total, "saving_ns"), 180000 - 25000);
+  cJSON_Delete(j);
+  proc_free(&p);
+
+  p = opjit(NULL, (const char *[]){"top", "--db", db, id, NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cr_expect(strstr(p.out, "JIT"), "%s", p.out);
+  cr_expect(strstr(p.out, "jit 3.0×") && strstr(p.out, "jit (demoted)") &&
+            strstr(p.out, "failed"), "%s", p.out);
+  cr_expect(strstr(p.out, "2 signatures run JIT code: 68.5% of calls, estimated saving "
+                          "0.155 ms"), "%s", p.out);
+  proc_free(&p);
+}
+
+Test(top, unjitted_run_is_unchanged)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  craft(db); /* the newest run has no variants */
+  proc_t p = opjit(NULL, (const char *[]){"top", "--db", db, NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cr_expect(!strstr(p.out, "JIT") && !strstr(p.out, "jit"), "%s", p.out);
+  cr_expect(strstr(p.out, "  SIG"), "%s", p.out);
+  proc_free(&p);
+  p = opjit(NULL, (const char *[]){"top", "--db", db, "--json", NULL});
+  cJSON *j = proc_json(&p);
+  cr_expect(!cJSON_GetObjectItem(j, "jit"));
+  const cJSON *d = by_m(cJSON_GetObjectItem(j, "signatures"), 4);
+  cr_expect_eq(num(d, "est_ns"), 400);
+  cr_expect_eq(num(d, "mean_ns"), 40);
+  cJSON_Delete(j);
+  proc_free(&p);
+}
+
+Test(runs, jit_column_counts_ready_variants)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  int64_t run = craft(db);
+  proc_t p = opjit(NULL, (const char *[]){"runs", "--db", db, "--json", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cJSON *j = proc_json(&p);
+  const cJSON *r;
+  cJSON_ArrayForEach(r, cJSON_GetObjectItem(j, "runs"))
+    cr_expect_eq(num(r, "jit_ready"), num(r, "id") == run || num(r, "id") == run - 1 ? 1 : 0,
+                 "run %g", num(r, "id"));
+  cJSON_Delete(j);
+  proc_free(&p);
+  p = opjit(NULL, (const char *[]){"runs", "--db", db, NULL});
+  cr_expect(strstr(p.out, "JIT\n"), "the last header: %s", p.out);
+  proc_free(&p);
+}
+
+Test(export, runs_carry_variants_and_events)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  int64_t run = craft(db);
+  char *id = id_text(run);
+  proc_t p = opjit(NULL, (const char *[]){"export", "--json", "--db", db, id, NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cJSON *j = proc_json(&p);
+  const cJSON *r = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "runs"), 0);
+  const cJSON *v = cJSON_GetObjectItem(r, "variants"), *e = cJSON_GetObjectItem(r, "events");
+  cr_assert_eq(cJSON_GetArraySize(v), 3);
+  cr_expect_str_eq(text(cJSON_GetArrayItem(v, 0), "status"), "ready");
+  cr_expect_eq(num(cJSON_GetArrayItem(v, 0), "timed_ns"), 5000);
+  cr_expect_str_eq(text(cJSON_GetArrayItem(v, 0), "llvm"), "19.1.7");
+  cr_assert_eq(cJSON_GetArraySize(e), 6);
+  cr_expect_str_eq(text(cJSON_GetArrayItem(e, 5), "kind"), "demoted");
+  cr_expect_eq(strlen(text(cJSON_GetArrayItem(e, 5), "sig")), 16);
+  cJSON_Delete(j);
+  proc_free(&p);
+}
+
+Test(report, jit_table_when_the_run_has_variants)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  int64_t run = craft(db);
+  char *id = id_text(run);
+  proc_t p = opjit(NULL, (const char *[]){"report", "--db", db, id, "-o", "-", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cr_expect(strstr(p.out, "<h2>JIT</h2>") && strstr(p.out, "3.0×") &&
+            strstr(p.out, "LLVM 19.1.7, znver4"), "%.2000s", p.out);
+  proc_free(&p);
+  p = opjit(NULL, (const char *[]){"report", "--db", db, "-o", "-", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cr_expect(!strstr(p.out, "<h2>JIT</h2>"), "the newest run has no variants");
+  proc_free(&p);
+}
+
+Test(open, schema_3_reads_as_no_jit)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  craft_run(db, 0, 0, 1, sigs, 4);
+  sql_exec(db, "DROP TABLE events; DROP TABLE variants; PRAGMA user_version = 3");
+  static const char *const cmds[][3] = {{"top", "--json"}, {"runs", "--json"},
+                                        {"export", "--json"}, {"report", "-o"}};
+  for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+    proc_t p = opjit(NULL, (const char *[]){cmds[i][0], "--db", db, cmds[i][1],
+                                            i == 3 ? "-" : NULL, NULL});
+    cr_expect_eq(p.status, 0, "%s: %s", cmds[i][0], p.err);
+    proc_free(&p);
+  }
+  proc_t p = opjit(NULL, (const char *[]){"variants", "--db", db, NULL});
+  cr_expect_eq(p.status, 1);
+  cr_expect(strstr(p.err, "no JIT variants yet"), "%s", p.err);
+  proc_free(&p);
+  p = opjit(NULL, (const char *[]){"events", "--db", db, "--all", NULL});
+  cr_expect_eq(p.status, 0, "%s", p.err);
+  proc_free(&p);
+  int version = -1;
+  st_db_t *h;
+  char err[256];
+  cr_assert_eq(st_open(db, ST_OPEN_READONLY, 100, &h, err, sizeof err), ST_OK, "%s", err);
+  st_schema_version(h, &version);
+  st_close(h);
+  cr_expect_eq(version, 3, "readers never migrate");
+}
+
+Test(doctor, reports_the_jit_module_and_llvm)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  proc_t p = opjit(NULL, (const char *[]){"doctor", "--db", db, "--json", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cJSON *j = proc_json(&p);
+  const cJSON *a = cJSON_GetObjectItem(j, "agent");
+  int module = access(OPJIT_BUILD_DIR "/libopjit-jit.so", R_OK) == 0;
+  int llvm = access("/usr/lib/llvm-19/lib/libLLVM.so.19.1", R_OK) == 0;
+  cr_expect_str_eq(text(a, "jit_module"), OPJIT_BUILD_DIR "/libopjit-jit.so");
+  cr_expect_eq(cJSON_IsTrue(cJSON_GetObjectItem(a, "jit_module_found")), module);
+  cr_expect_str_eq(text(a, "llvm_needed"), "libLLVM.so.19.1", "read from DT_NEEDED");
+  cr_expect_eq(cJSON_IsTrue(cJSON_GetObjectItem(a, "llvm_found")), llvm);
+  cr_expect_eq(cJSON_IsTrue(cJSON_GetObjectItem(a, "jit_ready")), module && llvm);
+  if (llvm) {
+    char *real = realpath("/usr/lib/llvm-19/lib/libLLVM.so.19.1", NULL);
+    cr_expect_str_eq(text(a, "llvm_path"), real);
+    free(real);
+  }
+  cJSON_Delete(j);
+  proc_free(&p);
+  p = opjit(NULL, (const char *[]){"doctor", "--db", db, NULL});
+  cr_expect(strstr(p.out, "jit module") && strstr(p.out, "libLLVM.so.19.1"), "%s", p.out);
+  proc_free(&p);
+}
+
+/* Numpy multiplies two 64x64 float32 matrices at least 3000 times and for at least half a
+ * second (the variant is published some ms after the signature gets hot: the loop must
+ * outlast the compile). */
+#define NUMPY_HOT_SGEMM                                                                       \
+  "import numpy as np, time\n"                                                               \
+  "a = np.random.rand(64, 64).astype(np.float32); b = a.T.copy()\n"                          \
+  "t0 = time.perf_counter(); i = 0\n"                                                        \
+  "while i < 3000 or time.perf_counter() - t0 < 0.5:\n"                                      \
+  "    c = a @ b; i += 1\n"
+
+Test(jit, real_numpy_sgemm_gets_a_ready_variant)
+{
+  if (access(OPJIT_BUILD_DIR "/libopjit-jit.so", R_OK) != 0)
+    cr_skip_test("build/libopjit-jit.so was not built (no LLVM 19 at configure time)");
+  if (access("/usr/lib/llvm-19/lib/libLLVM.so.19.1", R_OK) != 0)
+    cr_skip_test("LLVM 19 (libLLVM.so.19.1) is not installed: the JIT cannot load");
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  proc_t p = opjit((const char *[]){"OPJIT_HOT_CALLS=8", "OPJIT_MODE=jit", NULL},
+                   (const char *[]){"run", "--quiet", "--db", db, "--", PYTHON, "-c",
+                                    NUMPY_HOT_SGEMM, NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  proc_free(&p);
+
+  p = opjit(NULL, (const char *[]){"variants", "--db", db, "--json", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cJSON *j = proc_json(&p);
+  const cJSON *v = by_m(cJSON_GetObjectItem(j, "variants"), 64);
+  cr_expect_str_eq(text(v, "status"), "ready", "%s", p.out);
+  cr_expect_gt(num(v, "calls"), 0, "%s", p.out);
+  cr_expect_gt(num(v, "compile_ns"), 0);
+  cr_expect(strncmp(text(v, "llvm"), "19.", 3) == 0, "%s", text(v, "llvm"));
+  cJSON_Delete(j);
+  proc_free(&p);
+
+  p = opjit(NULL, (const char *[]){"events", "--db", db, "--json", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  j = proc_json(&p);
+  int queued = 0, published = 0, verified = 0;
+  const cJSON *e;
+  double last = -1;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "events"))
+  {
+    if (strcmp(text(e, "name"), "cblas_sgemm row NN 64x64x64 β=0") != 0)
+      continue;
+    const char *kind = text(e, "kind");
+    queued += strcmp(kind, "queued") == 0;
+    published += strcmp(kind, "published") == 0;
+    verified += strcmp(kind, "verified") == 0;
+    cr_expect_geq(num(e, "time_ms"), last, "in order");
+    last = num(e, "time_ms");
+  }
+  cr_expect_eq(queued, 1, "%s", p.out);
+  cr_expect_eq(published, 1, "%s", p.out);
+  cr_expect_leq(verified, 1, "%s", p.out);
+  cJSON_Delete(j);
+  proc_free(&p);
+
+  p = opjit(NULL, (const char *[]){"top", "--db", db, NULL});
+  cr_expect(strstr(p.out, "jit") && strstr(p.out, "JIT code: "), "%s", p.out);
+  proc_free(&p);
+}
