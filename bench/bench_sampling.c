@@ -82,7 +82,7 @@ static int run_child(const workload_t *w, long calls, int cfg, int round, double
 {
   char preload[PATH_MAX + 16], db[PATH_MAX + 64], dbenv[PATH_MAX + 80], errpath[PATH_MAX + 16];
   char ncalls[32];
-  const char *add[8];
+  const char *add[12];
   int k = 0;
   add[k++] = w->threads;
   if (cfgs[cfg].agent) {
@@ -91,6 +91,7 @@ static int run_child(const workload_t *w, long calls, int cfg, int round, double
     snprintf(dbenv, sizeof dbenv, "OPJIT_DB=%s", db);
     add[k++] = preload;
     add[k++] = dbenv;
+    add[k++] = "OPJIT_MODE=profile"; /* sampling's cost alone: the JIT's is bench_jit's */
     if (cfgs[cfg].hz_env)
       add[k++] = cfgs[cfg].hz_env;
     for (int i = 0; pass_env[i]; i++)

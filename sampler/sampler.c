@@ -49,6 +49,7 @@ typedef struct sp_slot_s {
   timer_t timer;
   int has_timer;
   uint64_t last[SP_MAX_COUNTERS]; /* counter values at the previous sample (handler only) */
+  int strikes;                  /* rescans in a row that found the signal blocked and pending */
   sp_ring_t *ring;
 } sp_slot_t;
 
@@ -62,6 +63,17 @@ static _Atomic uint64_t lost, drained;
 static _Atomic uint64_t unsampled; /* threads left unsampled: table or descriptor budget full,
                                       or the thread blocks the signal */
 static int max_armed;              /* threads armed at once: a quarter of RLIMIT_NOFILE's fds */
+static pid_t banned[256];          /* threads disarmed for keeping the signal blocked: never
+                                      armed again while they live (sp_mu) */
+static int nbanned;
+
+static int is_banned(pid_t tid)
+{
+  for (int i = 0; i < nbanned; i++)
+    if (banned[i] == tid)
+      return 1;
+  return 0;
+}
 static int (*unw_backtrace_fn)(void **buf, int size);
 static int handler_installed;
 
@@ -285,23 +297,27 @@ static int find_tid(pid_t tid)
 
 /* Arms thread tid unless it is armed already. Called with sp_mu held. Returns 0, or -1 when
  * its event could not be made (errno kept). */
-/* 1 when thread tid blocks the sampler's signal: such a thread would queue every sample as a
- * pending real-time signal until the user's queue overflows, and then the kernel sends SIGIO,
- * which kills the process. (A signal merely pending is normal: it is on its way.) */
-static int blocks_signal(pid_t tid)
+/* 1 when thread tid blocks the sampler's signal and has one pending. A thread that keeps the
+ * signal blocked would queue every sample as a pending real-time signal until the user's queue
+ * overflows, and then the kernel sends SIGIO, which kills the process. Blocking for a moment is
+ * normal (glibc blocks every signal while it creates a thread), so sp_rescan disarms a thread
+ * only when two rescans in a row find it so. */
+static int blocked_and_pending(pid_t tid)
 {
   char path[64], line[256];
   snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
   FILE *f = fopen(path, "re");
-  int blocked = 0;
-  while (f && fgets(line, sizeof line, f))
-    if (!strncmp(line, "SigBlk:", 7)) {
-      unsigned long long mask = strtoull(line + 7, NULL, 16);
-      blocked |= (mask >> (status.signo - 1)) & 1;
+  int blk = 0, pnd = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    int is_blk = !strncmp(line, "SigBlk:", 7), is_pnd = !strncmp(line, "SigPnd:", 7);
+    if (is_blk || is_pnd) {
+      int bit = (int)((strtoull(line + 7, NULL, 16) >> (status.signo - 1)) & 1);
+      blk |= is_blk && bit, pnd |= is_pnd && bit;
     }
+  }
   if (f)
     fclose(f);
-  return blocked;
+  return blk && pnd;
 }
 
 static int arm_tid(pid_t tid)
@@ -311,7 +327,9 @@ static int arm_tid(pid_t tid)
   int n = atomic_load(&hiwater), i;
   for (i = 0; i < n && atomic_load(&slots[i].state) != SLOT_FREE; i++)
     ;
-  if (i == SP_MAX_THREADS || status.threads >= max_armed || blocks_signal(tid)) {
+  if (is_banned(tid))
+    return 0;
+  if (i == SP_MAX_THREADS || status.threads >= max_armed) {
     atomic_fetch_add(&unsampled, 1);
     return 0; /* counted; the thread runs unsampled */
   }
@@ -320,6 +338,7 @@ static int arm_tid(pid_t tid)
     return -1;
   atomic_store(&t->state, SLOT_SETUP);
   t->tid = tid;
+  t->strikes = 0;
   if (i == n)
     atomic_store_explicit(&hiwater, n + 1, memory_order_release);
   if (arm_slot(i)) {
@@ -517,10 +536,23 @@ void sp_rescan(void)
     if (atomic_load(&slots[i].state) != SLOT_ARMED)
       continue;
     snprintf(path, sizeof path, "/proc/self/task/%d", (int)slots[i].tid);
-    if (stat(path, &st) != 0 || blocks_signal(slots[i].tid)) {
+    int gone = stat(path, &st) != 0;
+    slots[i].strikes = !gone && blocked_and_pending(slots[i].tid) ? slots[i].strikes + 1 : 0;
+    if (gone || slots[i].strikes >= 2) {
+      if (!gone && nbanned < (int)(sizeof banned / sizeof *banned)) {
+        banned[nbanned++] = slots[i].tid;
+        atomic_fetch_add(&unsampled, 1);
+      }
       disarm_slot(i);
       status.threads--;
     }
+  }
+  for (int b = 0; b < nbanned;) { /* a banned thread that exited frees its place */
+    snprintf(path, sizeof path, "/proc/self/task/%d", (int)banned[b]);
+    if (stat(path, &st) != 0)
+      banned[b] = banned[--nbanned];
+    else
+      b++;
   }
   DIR *d = opendir("/proc/self/task");
   pid_t self = gettid();
@@ -598,4 +630,5 @@ void sp_after_fork_child(void)
   }
   atomic_store(&lost, 0);
   atomic_store(&drained, 0);
+  nbanned = 0;
 }

@@ -58,15 +58,16 @@ typedef struct sp_status_s {
   const char *counter_names[SP_MAX_COUNTERS];
   char notes[1024];         /* why better events were not used, '\n'-separated */
   uint64_t samples, lost;   /* drained so far; dropped because a ring was full */
-  uint64_t unsampled;       /* threads left unsampled: they block the signal, or the thread
-                               table or the descriptor budget (RLIMIT_NOFILE / 4) is full */
+  uint64_t unsampled;       /* threads left unsampled: they kept the signal blocked, or the
+                               thread table or the descriptor budget (RLIMIT_NOFILE / 4) was
+                               full */
   int threads;              /* threads armed now */
 } sp_status_t;
 
 /* Starts sampling every thread of the process. Returns 0 (sampling, or off by choice: hz 0)
  * or -1 when no mechanism works (status says why; the caller warns once). */
 int sp_start(const sp_config_t *cfg);
-/* Arms the calling thread (a thread the host just created), unless it blocks the signal. */
+/* Arms the calling thread (a thread the host just created). */
 void sp_arm_self(void);
 /* Releases the calling thread's event (a thread about to exit). */
 void sp_disarm_self(void);
