@@ -79,7 +79,8 @@ static const char *const migrations[] = {
     "CREATE TABLE events(id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id)"
     "  ON DELETE CASCADE, sig_id INTEGER NOT NULL REFERENCES signatures(id),"
     "  time_ns INTEGER NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL);"
-    "CREATE INDEX events_run ON events(run_id);",
+    "CREATE INDEX events_run ON events(run_id);"
+    "CREATE INDEX variants_sig ON variants(sig_id);",
 };
 _Static_assert(sizeof migrations / sizeof *migrations == ST_SCHEMA_VERSION,
                "one migration per schema version");
