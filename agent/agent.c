@@ -323,6 +323,7 @@ static void start_sampling(void)
     return;
   if (!agg && !(agg = sp_agg_new()))
     return;
+  sp_agg_code_lookup(agg, ag_tier_code_at);
   sp_config_t c = {.hz = (int)ag_opts.num[AG_OPT_SAMPLE_HZ],
                    .events = events[ag_opts.num[AG_OPT_EVENTS]],
                    .stack_depth = (int)ag_opts.num[AG_OPT_STACK_DEPTH],

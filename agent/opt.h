@@ -40,6 +40,8 @@
       "wins there")                                                                          \
   OPT(VERIFY, INT, "2", 0, 1000, NULL,                                                       \
       "calls of a new variant also run on the original and compared")                        \
+  OPT(PERF_MAP, BOOL, "0", 0, 1, NULL,                                                       \
+      "1 writes /tmp/perf-PID.map lines for JIT kernels, so perf report names them")         \
   OPT(LOG, ENUM, "warn", 0, 0, "error|warn|info|debug", "agent message level")               \
   OPT(LOG_FILE, STR, "", 0, 0, NULL, "append agent messages to this file instead of stderr")
 

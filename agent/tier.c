@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define QUEUE_MAX 1024
 #define EVENTS_MAX 512
@@ -38,6 +39,14 @@ static const jt_api_t *jit;
 static _Atomic int jit_dead;
 static jt_gemm_t *shapes; /* per entry: the column-major problem its variant solves */
 static uint8_t *row_major;  /* per entry: a CBLAS row-major call (operands swapped) */
+
+/* Every kernel's code, append-only: the sampler names PCs inside it, perf reads the map. */
+typedef struct code_s {
+  uint64_t lo, hi;
+  char name[112];
+} code_t;
+static code_t code[4096];
+static _Atomic int ncode;
 
 static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
 static ag_event_rec_t events[EVENTS_MAX];
@@ -80,6 +89,17 @@ size_t ag_tier_events(ag_event_rec_t *out, size_t max)
   ev_len -= (unsigned)n;
   pthread_mutex_unlock(&ev_mu);
   return n;
+}
+
+int ag_tier_code_at(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name)
+{
+  int n = atomic_load_explicit(&ncode, memory_order_acquire);
+  for (int i = 0; i < n; i++)
+    if (pc >= code[i].lo && pc < code[i].hi) {
+      *lo = code[i].lo, *hi = code[i].hi, *name = code[i].name;
+      return 1;
+    }
+  return 0;
 }
 
 const char *ag_tier_llvm_version(void) { return jit ? jit->llvm_version() : ""; }
@@ -127,12 +147,13 @@ static void compile_one(uint32_t i)
   const char *fault = getenv("OPJIT_TEST_FAULT"); /* fault injection for the tests only */
   char err[512] = "";
   jt_gemm_fn fn = NULL;
+  size_t size = 0;
   uint64_t t0 = ag_now_ns();
   if (fault && strcmp(fault, "wrong") == 0)
     g.beta_class = g.beta_class ? 0 : 1; /* a real kernel that adds, or ignores, the old C */
   int rc = fault && strcmp(fault, "compile") == 0
                ? (snprintf(err, sizeof err, "injected compile failure"), -1)
-               : jit->gemm(&g, &fn, err, sizeof err);
+               : jit->gemm(&g, &fn, &size, err, sizeof err);
   uint64_t dt = ag_now_ns() - t0;
   if (rc) {
     atomic_store(&e->tier, AG_TIER_FAILED);
@@ -140,6 +161,22 @@ static void compile_one(uint32_t i)
     ag_log_once(AG_LOG_WARN, "a kernel failed to compile (%s): its signature stays on the "
                              "original library", err);
     return;
+  }
+  int c = atomic_load(&ncode);
+  if (size && c < (int)(sizeof code / sizeof *code)) {
+    code[c].lo = (uint64_t)(uintptr_t)fn;
+    code[c].hi = code[c].lo + size;
+    jit->gemm_name(&shapes[i], code[c].name, sizeof code[c].name);
+    atomic_store_explicit(&ncode, c + 1, memory_order_release);
+    if (ag_opts.num[AG_OPT_PERF_MAP]) {
+      char path[64];
+      snprintf(path, sizeof path, "/tmp/perf-%d.map", (int)getpid());
+      FILE *f = fopen(path, "ae");
+      if (f) {
+        fprintf(f, "%llx %zx %s\n", (unsigned long long)code[c].lo, size, code[c].name);
+        fclose(f);
+      }
+    }
   }
   e->base_timed = atomic_load(&e->timed);
   e->base_ns = atomic_load(&e->timed_ns);

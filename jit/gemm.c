@@ -291,6 +291,13 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
   if (mtail)
     emit_row_block(&g, i64c(&g, mfull), mtail);
   LLVMBuildRetVoid(g.b);
+  /* An empty function right after the kernel: its address ends the kernel's code, which perf
+   * maps and the sampler need (ORC's C API gives no symbol sizes). */
+  char end[160];
+  snprintf(end, sizeof end, "%s_end", name);
+  LLVMValueRef marker = LLVMAddFunction(mod, end, LLVMFunctionType(LLVMVoidTypeInContext(cx), NULL, 0, 0));
+  LLVMPositionBuilderAtEnd(g.b, LLVMAppendBasicBlockInContext(cx, marker, "entry"));
+  LLVMBuildRetVoid(g.b);
   LLVMDisposeBuilder(g.b);
   return g.fn;
 }

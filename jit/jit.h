@@ -33,13 +33,15 @@ typedef struct jt_api_s {
   int abi; /* JT_API_ABI */
   /* Creates the session for the host CPU. */
   int (*init)(char *err, size_t len);
-  /* Compiles one kernel. */
-  int (*gemm)(const jt_gemm_t *g, jt_gemm_fn *out, char *err, size_t len);
+  /* Compiles one kernel; *size receives its code's length in bytes (an upper bound). */
+  int (*gemm)(const jt_gemm_t *g, jt_gemm_fn *out, size_t *size, char *err, size_t len);
+  /* The kernel's symbol name (for perf maps and profiles). */
+  void (*gemm_name)(const jt_gemm_t *g, char *buf, size_t len);
   /* "19.1.7", and the CPU the code is generated for ("znver3"). */
   const char *(*llvm_version)(void);
   const char *(*cpu)(void);
 } jt_api_t;
-#define JT_API_ABI 1
+#define JT_API_ABI 2
 #define JT_API_SYMBOL "opjit_jit_api"
 #define JT_MODULE_NAME "libopjit-jit.so"
 

@@ -24,6 +24,7 @@ typedef struct compiled_s {
   struct compiled_s *next;
   char name[128];
   jt_gemm_fn fn;
+  size_t size;
 } compiled_t;
 static compiled_t *compiled;
 
@@ -82,7 +83,7 @@ static int jit_init(char *err, size_t len)
   return 0;
 }
 
-static int jit_gemm(const jt_gemm_t *g, jt_gemm_fn *out, char *err, size_t len)
+static int jit_gemm(const jt_gemm_t *g, jt_gemm_fn *out, size_t *size, char *err, size_t len)
 {
   if (!jit && jit_init(err, len))
     return -1;
@@ -94,7 +95,7 @@ static int jit_gemm(const jt_gemm_t *g, jt_gemm_fn *out, char *err, size_t len)
   jt_gemm_name(g, name, sizeof name);
   for (compiled_t *c = compiled; c; c = c->next)
     if (strcmp(c->name, name) == 0)
-      return *out = c->fn, 0;
+      return *out = c->fn, *size = c->size, 0;
   compiled_t *entry = calloc(1, sizeof *entry);
   if (!entry) {
     snprintf(err, len, "out of memory");
@@ -126,6 +127,12 @@ static int jit_gemm(const jt_gemm_t *g, jt_gemm_fn *out, char *err, size_t len)
     free(entry);
     return llvm_fail(e, "cannot compile the kernel", err, len);
   }
+  char end[160];
+  LLVMOrcJITTargetAddress end_addr = 0;
+  snprintf(end, sizeof end, "%s_end", name);
+  if ((e = LLVMOrcLLJITLookup(jit, &end_addr, end)))
+    LLVMConsumeError(e);
+  entry->size = *size = end_addr > addr && end_addr - addr < (1u << 20) ? end_addr - addr : 0;
   snprintf(entry->name, sizeof entry->name, "%s", name);
   entry->fn = *out = (jt_gemm_fn)(uintptr_t)addr;
   entry->next = compiled;
@@ -140,6 +147,7 @@ __attribute__((visibility("default"))) const jt_api_t opjit_jit_api = {
     .abi = JT_API_ABI,
     .init = jit_init,
     .gemm = jit_gemm,
+    .gemm_name = jt_gemm_name,
     .llvm_version = jit_llvm_version,
     .cpu = jit_cpu,
 };

@@ -54,6 +54,7 @@ struct sp_agg_s {
   size_t npcs, cappcs;
   const void *opmods[16]; /* base addresses of declared operator modules */
   int nopmods;
+  sp_code_lookup_fn code_lookup;
   const void *main_base;  /* the executable's load address: dladdr names it after argv[0], */
   char exe[512];          /* which a program may change; /proc/self/exe is its real path */
 };
@@ -214,6 +215,9 @@ static const pcsym_t *symbolise(sp_agg_t *a, uint64_t pc)
     opmod = is_opmod_name(module);
     for (int k = 0; k < a->nopmods && !opmod; k++)
       opmod = a->opmods[k] == di.dli_fbase;
+  } else if (a->code_lookup && a->code_lookup(pc, &lo, &hi, &name)) {
+    module = "[jit]";
+    opmod = 1;
   } else {
     snprintf(sym, sizeof sym, "0x%llx", (unsigned long long)pc);
     name = sym;
@@ -282,6 +286,8 @@ void sp_agg_free(sp_agg_t *a)
   free(a->counts);
   free(a);
 }
+
+void sp_agg_code_lookup(sp_agg_t *a, sp_code_lookup_fn lookup) { a->code_lookup = lookup; }
 
 void sp_agg_operator_module(sp_agg_t *a, const void *addr)
 {

@@ -20,6 +20,11 @@ void sp_agg_free(sp_agg_t *a);
  * contains "blas", "lapack", "blis" or "mkl" are operator modules too. */
 void sp_agg_operator_module(sp_agg_t *a, const void *addr);
 
+/* Names PCs in code no module holds (JIT kernels): lookup returns 1 with the code's extent and
+ * name. Such PCs are attributed to module "[jit]" and count as operator code. */
+typedef int (*sp_code_lookup_fn)(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name);
+void sp_agg_code_lookup(sp_agg_t *a, sp_code_lookup_fn lookup);
+
 /* Merges n samples; ncounters counter values per sample are summed. */
 void sp_agg_add(sp_agg_t *a, const sp_sample_t *s, size_t n, int ncounters);
 

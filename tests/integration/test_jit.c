@@ -98,3 +98,26 @@ Test(jit, a_wrong_variant_is_caught_by_verification)
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE status='ready' AND calls > 0"), 0);
   cr_assert(strstr(h_output("wrong", "err"), "blacklisted"), "%s", h_output("wrong", "err"));
 }
+
+Test(jit, tools_see_the_code_perf_map_and_sampled_pcs)
+{
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=8", "OPJIT_SAMPLE_HZ=1000",
+                       "OPJIT_PERF_MAP=1", NULL};
+  int st = h_run("ratio", 1, env, (const char *[]){H_HOST_PROG, "ratio", "8000", NULL});
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", h_output("ratio", "err"));
+  int64_t pid = h_query(NULL, "SELECT pid FROM runs");
+  char map[64], line[256];
+  snprintf(map, sizeof map, "/tmp/perf-%lld.map", (long long)pid);
+  FILE *f = fopen(map, "r");
+  cr_assert_not_null(f, "no %s", map);
+  int kernels = 0;
+  while (fgets(line, sizeof line, f))
+    kernels += strstr(line, " opjit_sgemm_NN_96x96x96_") != NULL;
+  fclose(f);
+  remove(map);
+  cr_assert_eq(kernels, 2, "perf map lines for the two kernels: %d", kernels);
+  /* Samples inside the kernels are the variant's signature's, named after the kernel. */
+  cr_assert_gt(h_query(NULL, "SELECT coalesce(sum(p.samples), 0) FROM run_pcs p JOIN symbols y"
+                             " ON y.id=p.symbol_id WHERE y.module='[jit]' AND p.sig_id > 0 AND"
+                             " y.name LIKE 'opjit_sgemm_NN_96x96x96_%%'"), 50);
+}
