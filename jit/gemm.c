@@ -13,8 +13,8 @@
  *     for each column block j0 (NR columns; the last one narrower):
  *       acc = 0; for k: acc += op(A)[i0.., k] * op(B)[k, j0..]
  *       C[i0.., j0..] = alpha * acc + beta * C   (beta = 0: C is never read; alpha = 1: no scale)
- * Rows beyond M in the last block are never loaded from A or C, nor stored (masked memory
- * operations), so the kernel touches exactly the memory BLAS would. */
+ * Rows beyond M in the last block are never loaded from A or C (masked loads) nor stored
+ * (scalar stores), so the kernel touches exactly the memory BLAS would. */
 #include "gemm.h"
 
 #include <stdio.h>
@@ -33,8 +33,8 @@ typedef struct gen_s {
   LLVMValueRef a, bm, c;     /* the kernel's pointer arguments */
   LLVMValueRef alpha, beta;  /* splatted vectors */
   LLVMValueRef pack;         /* the A^T panel (alloca), or NULL */
-  LLVMValueRef fma, mload, mstore;
-  LLVMTypeRef fma_t, mload_t, mstore_t;
+  LLVMValueRef fma, mload;
+  LLVMTypeRef fma_t, mload_t;
 } gen_t;
 
 typedef struct loop_s {
@@ -117,15 +117,20 @@ static LLVMValueRef vload(gen_t *g, LLVMValueRef p, int lanes)
   return LLVMBuildCall2(g->b, g->mload_t, g->mload, args, 4, "mv");
 }
 
+/* Stores the first lanes elements of v at p: a whole vector, else one scalar store per lane
+ * (AMD's masked vector stores are microcoded: scalar stores are several times faster). */
 static void vstore(gen_t *g, LLVMValueRef v, LLVMValueRef p, int lanes)
 {
-  unsigned align = g->g->f64 ? 8 : 4; /* element alignment: BLAS arrays need no more */
+  unsigned align = g->g->f64 ? 8 : 4;
   if (lanes == g->V) {
     LLVMSetAlignment(LLVMBuildStore(g->b, v, p), align);
     return;
   }
-  LLVMValueRef args[4] = {v, p, LLVMConstInt(g->i32, align, 0), lane_mask(g, lanes)};
-  LLVMBuildCall2(g->b, g->mstore_t, g->mstore, args, 4, "");
+  for (int i = 0; i < lanes; i++) {
+    LLVMValueRef x = LLVMBuildExtractElement(g->b, v, LLVMConstInt(g->i32, (unsigned)i, 0), "x");
+    LLVMValueRef ix = i64c(g, i);
+    LLVMSetAlignment(LLVMBuildStore(g->b, x, LLVMBuildInBoundsGEP2(g->b, g->elem, p, &ix, 1, "q")), align);
+  }
 }
 
 /* Copies rows i0 .. i0+mr-1 of op(A) = A^T into the panel: pack[k*MR + i] = A[k + (i0+i)*lda]. */
@@ -267,7 +272,6 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
   LLVMTypeRef vt = g.vec, mt[2] = {g.vec, g.ptr};
   g.fma = intrinsic(&g, "llvm.fma", &vt, 1, &g.fma_t);
   g.mload = intrinsic(&g, "llvm.masked.load", mt, 2, &g.mload_t);
-  g.mstore = intrinsic(&g, "llvm.masked.store", mt, 2, &g.mstore_t);
   g.b = LLVMCreateBuilderInContext(cx);
   LLVMPositionBuilderAtEnd(g.b, LLVMAppendBasicBlockInContext(cx, g.fn, "entry"));
   g.a = LLVMGetParam(g.fn, 0);
