@@ -155,7 +155,7 @@ static inline __attribute__((always_inline)) int ag_call_begin(ag_call_t *c, con
     n = atomic_fetch_add_explicit(&e->calls, 1, memory_order_relaxed) + 1;
   }
   if (ag_unlikely(n == ag_hot_calls || (n & 4095) == 0)) /* hot; later: a queue that was full */
-    ag_tier_hot(e);
+    ag_tier_hot(e, n);
   uint32_t x = ag_tl.rng;
   x ^= x << 13, x ^= x >> 17, x ^= x << 5;
   ag_tl.rng = x;

@@ -35,6 +35,9 @@
   OPT(STACK_DEPTH, INT, "24", 0, 32, NULL, "frames recorded per sample (0: the PC only)")     \
   OPT(HOT_CALLS, INT, "64", 1, 1 << 30, NULL,                                                \
       "calls of one signature (on one thread) after which it is compiled")                   \
+  OPT(HOT_PAYBACK, INT, "1", 0, 1000, NULL,                                                  \
+      "compile when the time a variant would have saved so far is this many times its "      \
+      "compile cost (0: on OPJIT_HOT_CALLS alone)")                                          \
   OPT(JIT_MAX_DIM, INT, "160", 1, 4096, NULL,                                                \
       "largest M, N or K compiled: bigger GEMMs stay on the library, whose cache blocking "  \
       "wins there")                                                                          \

@@ -28,6 +28,7 @@ typedef struct ag_entry_s {
   _Atomic uint64_t vtimed, vtimed_ns;  /* variant's timed calls */
   uint64_t base_timed, base_ns;        /* original's timing when the variant was published */
   uint64_t compile_ns;                 /* the variant's compile time */
+  uint32_t tier_flags;                 /* compile thread only: 1 = speed verdict taken */
 } __attribute__((aligned(64))) ag_entry_t;
 
 typedef struct ag_table_s ag_table_t;

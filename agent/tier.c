@@ -48,6 +48,12 @@ typedef struct code_s {
 static code_t code[4096];
 static _Atomic int ncode;
 
+/* What promotion expects: the mean relative saving of this process's measured variants and
+ * the mean compile time (both updated by the compile thread; read racily, as estimates). */
+static double est_gain = -1, est_compile_ns = 30e6; /* -1: no measurement yet */
+static double gain_sum, compile_sum;
+static int gain_n, compile_n;
+
 static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
 static ag_event_rec_t events[EVENTS_MAX];
 static unsigned ev_len;
@@ -181,6 +187,8 @@ static void compile_one(uint32_t i)
   e->base_timed = atomic_load(&e->timed);
   e->base_ns = atomic_load(&e->timed_ns);
   e->compile_ns = dt;
+  compile_sum += (double)dt, compile_n++;
+  est_compile_ns = compile_sum / compile_n;
   atomic_store(&e->verify, (int32_t)ag_opts.num[AG_OPT_VERIFY]);
   atomic_store(&e->tier, AG_TIER_READY);
   atomic_store_explicit(&e->variant, (void *)fn, memory_order_release);
@@ -200,6 +208,12 @@ static void watch_speed(void)
     if (vt < 64 || ot < 16) /* this VM's timings vary 2x: judge on enough of them */
       continue;
     double vmean = (double)vn / (double)vt, omean = (double)on / (double)ot;
+    if (!(e->tier_flags & 1)) { /* first verdict on this variant: teach the promotion estimate */
+      e->tier_flags |= 1;
+      double g = 1.0 - vmean / omean;
+      gain_sum += g < 0.02 ? 0.02 : g > 0.9 ? 0.9 : g, gain_n++;
+      est_gain = gain_sum / gain_n;
+    }
     if (vmean > 1.15 * omean) {
       atomic_store_explicit(&e->variant, NULL, memory_order_release);
       atomic_store(&e->tier, AG_TIER_DEMOTED);
@@ -244,10 +258,21 @@ static void *compile_main(void *arg)
   return NULL;
 }
 
-void ag_tier_hot(ag_entry_t *e)
+void ag_tier_hot(ag_entry_t *e, uint64_t n)
 {
   if (ag_hot_calls == 0 || atomic_load(&jit_dead) || atomic_load(&e->tier) != AG_TIER_COLD)
     return;
+  long payback = ag_opts.num[AG_OPT_HOT_PAYBACK];
+  uint64_t timed = atomic_load(&e->timed), tns = atomic_load(&e->timed_ns);
+  if (payback && timed) {
+    /* The first call is a library's warm-up more often than not: leave it out when we can. */
+    double mean = timed > 1 ? (double)(tns - atomic_load(&e->first_ns)) / (double)(timed - 1)
+                            : (double)tns;
+    /* Before any measurement: the generator's record here, ~2-5x below 24^3, ~1x above. */
+    double gain = est_gain >= 0 ? est_gain : e->key.m <= 24 && e->key.n <= 24 && e->key.k <= 24 ? 0.6 : 0.1;
+    if ((double)n * mean * gain < (double)payback * est_compile_ns)
+      return; /* not worth it yet: asked again every 4096 calls */
+  }
   pthread_mutex_lock(&q_mu);
   uint32_t cold = AG_TIER_COLD;
   if (!shapes) {
@@ -262,7 +287,7 @@ void ag_tier_hot(ag_entry_t *e)
     shapes[e->index] = g;
     row_major[e->index] = (uint8_t)row;
     queue[q_len++] = e->index;
-    event(e, AG_EV_QUEUED, "hot after %ld calls", ag_opts.num[AG_OPT_HOT_CALLS]);
+    event(e, AG_EV_QUEUED, "hot after %llu calls", (unsigned long long)n);
     if (!thread_started) {
       sigset_t all, old;
       pthread_t t;

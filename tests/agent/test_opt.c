@@ -61,6 +61,7 @@ Test(opt, every_option_parsed)
   setenv_fake("OPJIT_HOSTS", "none");
   setenv_fake("OPJIT_TIME_EVERY", "100");
   setenv_fake("OPJIT_HOT_CALLS", "1");
+  setenv_fake("OPJIT_HOT_PAYBACK", "0");
   setenv_fake("OPJIT_JIT_MAX_DIM", "64");
   setenv_fake("OPJIT_VERIFY", "0");
   setenv_fake("OPJIT_PERF_MAP", "1");
@@ -82,6 +83,7 @@ Test(opt, every_option_parsed)
   cr_assert_eq(o.num[AG_OPT_HOSTS], 0);
   cr_assert_eq(o.num[AG_OPT_TIME_EVERY], 128, "rounded up to a power of two");
   cr_assert_eq(o.num[AG_OPT_HOT_CALLS], 1);
+  cr_assert_eq(o.num[AG_OPT_HOT_PAYBACK], 0);
   cr_assert_eq(o.num[AG_OPT_JIT_MAX_DIM], 64);
   cr_assert_eq(o.num[AG_OPT_VERIFY], 0);
   cr_assert_eq(o.num[AG_OPT_PERF_MAP], 1);

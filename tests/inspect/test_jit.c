@@ -451,7 +451,7 @@ Test(jit, real_numpy_sgemm_gets_a_ready_variant)
   if (access("/usr/lib/llvm-19/lib/libLLVM.so.19.1", R_OK) != 0)
     cr_skip_test("LLVM 19 (libLLVM.so.19.1) is not installed: the JIT cannot load");
   char *dir = scratch_dir(), *db = path_in(dir, "p.db");
-  proc_t p = opjit((const char *[]){"OPJIT_HOT_CALLS=8", "OPJIT_MODE=jit", NULL},
+  proc_t p = opjit((const char *[]){"OPJIT_HOT_CALLS=8", "OPJIT_HOT_PAYBACK=0", "OPJIT_MODE=jit", NULL},
                    (const char *[]){"run", "--quiet", "--db", db, "--", PYTHON, "-c",
                                     NUMPY_HOT_SGEMM, NULL});
   cr_assert_eq(p.status, 0, "%s", p.err);

@@ -37,7 +37,7 @@ static void run_checked(const char *tag, const char *const *env, const char *con
 
 Test(jit, ten_thousand_random_calls_match_the_reference)
 {
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_SAMPLE_HZ=0", NULL};
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1", "OPJIT_SAMPLE_HZ=0", NULL};
   run_checked("sweep", env, (const char *[]){H_JIT_PROG, "sweep", "400", "25", "4242", NULL});
   cr_assert(strstr(h_output("sweep", "out"), "calls 10000 "), "%s", h_output("sweep", "out"));
   /* Every signature went through the JIT: compiled (ready) or, alpha = 0, never queued. */
@@ -57,7 +57,7 @@ Test(jit, ten_thousand_random_calls_match_the_reference)
 
 Test(jit, eight_threads_while_variants_are_published)
 {
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=4", "OPJIT_SAMPLE_HZ=0", NULL};
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=4", "OPJIT_SAMPLE_HZ=0", NULL};
   run_checked("mt", env, (const char *[]){H_JIT_PROG, "threads", "8", "400", NULL});
   cr_assert(strstr(h_output("mt", "out"), "calls 3296 "), "%s", h_output("mt", "out"));
   cr_assert_eq(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), 3296, "counts consistent");
@@ -67,7 +67,7 @@ Test(jit, eight_threads_while_variants_are_published)
 
 Test(jit, the_aliasing_guard_sends_the_call_to_the_original)
 {
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=8", "OPJIT_SAMPLE_HZ=0", NULL};
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=8", "OPJIT_SAMPLE_HZ=0", NULL};
   run_checked("alias", env, (const char *[]){H_JIT_PROG, "alias", NULL});
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE status='ready'"), 1,
                "the signature had a variant when the aliased call came");
@@ -75,7 +75,7 @@ Test(jit, the_aliasing_guard_sends_the_call_to_the_original)
 
 Test(jit, an_llvm_failure_falls_back_and_blacklists)
 {
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_SAMPLE_HZ=0",
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1", "OPJIT_SAMPLE_HZ=0",
                        "OPJIT_TEST_FAULT=compile", NULL};
   run_checked("fail", env, (const char *[]){H_JIT_PROG, "sweep", "40", "3", "7", NULL});
   cr_assert_gt(h_query(NULL, "SELECT count(*) FROM variants WHERE status='failed'"), 20);
@@ -89,7 +89,7 @@ Test(jit, an_llvm_failure_falls_back_and_blacklists)
 
 Test(jit, a_wrong_variant_is_caught_by_verification)
 {
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_SAMPLE_HZ=0",
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1", "OPJIT_SAMPLE_HZ=0",
                        "OPJIT_TEST_FAULT=wrong", NULL};
   run_checked("wrong", env, (const char *[]){H_JIT_PROG, "sweep", "40", "4", "11", NULL});
   cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 20);
@@ -101,7 +101,7 @@ Test(jit, a_wrong_variant_is_caught_by_verification)
 
 Test(jit, tools_see_the_code_perf_map_and_sampled_pcs)
 {
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=8", "OPJIT_SAMPLE_HZ=1000",
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=8", "OPJIT_SAMPLE_HZ=1000",
                        "OPJIT_PERF_MAP=1", NULL};
   int st = h_run("ratio", 1, env, (const char *[]){H_HOST_PROG, "ratio", "8000", NULL});
   cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", h_output("ratio", "err"));
