@@ -4,7 +4,7 @@
  * OpenBLAS), B is libblas.so.3's own definition (dlsym on the loaded library). Each round
  * times a batch of A and a batch of B (order alternating), ~3 ms each; the table holds the
  * medians over rounds. Run without the agent preloaded, it re-runs itself under
- * LD_PRELOAD=libopjit.so with OPENBLAS_NUM_THREADS=1 and a scratch OPJIT_DB.
+ * LD_PRELOAD=libopjit.so with OPENBLAS_NUM_THREADS=1, OPJIT_MODE=profile and a scratch OPJIT_DB.
  *
  *   bench_passthrough [rounds]      (default 31) */
 #define _GNU_SOURCE
@@ -248,7 +248,8 @@ static int relaunch(char **argv)
     return 1;
   snprintf(db, sizeof db, "OPJIT_DB=%s/passthrough.db", dir);
   snprintf(preload, sizeof preload, "LD_PRELOAD=%s", OPJIT_AGENT_PATH);
-  const char *add[] = {preload, db, "OPENBLAS_NUM_THREADS=1", NULL};
+  /* Profile mode: the cost of interception alone (bench_jit measures the JIT's kernels). */
+  const char *add[] = {preload, db, "OPENBLAS_NUM_THREADS=1", "OPJIT_MODE=profile", NULL};
   char **env = bn_env(add);
   int status = env ? bn_spawn_wait("/proc/self/exe", argv, env, NULL) : -1;
   bn_env_free(env);
