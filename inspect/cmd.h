@@ -36,6 +36,12 @@ int ins_help(const ins_cmd_t *cmd);
  * the usage error. */
 int ins_parse_long(const ins_cmd_t *cmd, const char *name, const char *text, long min, long max,
                    long *out);
+/* The usage error for an operand left at argv[optind] (after getopt_long), else 0. */
+int ins_no_operands(const ins_cmd_t *cmd, int argc, char **argv);
+/* Reads the optional RUN operand at argv[optind] into *run (left as is when absent), refuses
+ * any operand after it and, when all (--all was given), a RUN beside it; returns 0, or the
+ * usage error. */
+int ins_parse_run(const ins_cmd_t *cmd, int argc, char **argv, int all, long *run);
 /* Reads text as a signature id or prefix (1 to 16 hex digits) into prefix[17], lower-cased;
  * returns 0, or the usage error. */
 int ins_parse_sig(const ins_cmd_t *cmd, const char *text, char *prefix);

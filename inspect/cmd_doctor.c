@@ -522,8 +522,9 @@ static int cmd_doctor(int argc, char **argv)
     default: return ins_bad_option(&ins_cmd_doctor, argv);
     }
   }
-  if (optind < argc)
-    return ins_usage_error(&ins_cmd_doctor, "unexpected argument '%s'", argv[optind]);
+  int rc = ins_no_operands(&ins_cmd_doctor, argc, argv);
+  if (rc)
+    return rc;
   cJSON *doc = cJSON_CreateObject();
   option_warnings = cJSON_CreateArray();
   cJSON_AddItemToObject(doc, "options", check_options());

@@ -40,13 +40,8 @@ static int cmd_events(int argc, char **argv)
     default: return ins_bad_option(&ins_cmd_events, argv);
     }
   }
-  if (optind < argc &&
-      (rc = ins_parse_long(&ins_cmd_events, "RUN", argv[optind++], 1, INT64_MAX, &run)))
+  if ((rc = ins_parse_run(&ins_cmd_events, argc, argv, all, &run)))
     return rc;
-  if (optind < argc)
-    return ins_usage_error(&ins_cmd_events, "unexpected argument '%s'", argv[optind]);
-  if (all && run)
-    return ins_usage_error(&ins_cmd_events, "give a RUN or --all, not both");
   if (kind) {
     size_t i = 0;
     while (ins_event_kinds[i] && strcmp(ins_event_kinds[i], kind) != 0)

@@ -81,11 +81,8 @@ static int cmd_export(int argc, char **argv)
   }
   if (!json)
     return ins_usage_error(&ins_cmd_export, "choose the format: --json");
-  if (optind < argc &&
-      (rc = ins_parse_long(&ins_cmd_export, "RUN", argv[optind++], 1, INT64_MAX, &run)))
+  if ((rc = ins_parse_run(&ins_cmd_export, argc, argv, 0, &run)))
     return rc;
-  if (optind < argc)
-    return ins_usage_error(&ins_cmd_export, "unexpected argument '%s'", argv[optind]);
 
   st_db_t *db;
   if (ins_db_open(dbopt, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db))

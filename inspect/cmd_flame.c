@@ -40,13 +40,8 @@ static int cmd_flame(int argc, char **argv)
     default: return ins_bad_option(&ins_cmd_flame, argv);
     }
   }
-  if (optind < argc &&
-      (rc = ins_parse_long(&ins_cmd_flame, "RUN", argv[optind++], 1, INT64_MAX, &run)))
+  if ((rc = ins_parse_run(&ins_cmd_flame, argc, argv, all, &run)))
     return rc;
-  if (optind < argc)
-    return ins_usage_error(&ins_cmd_flame, "unexpected argument '%s'", argv[optind]);
-  if (all && run)
-    return ins_usage_error(&ins_cmd_flame, "give a RUN or --all, not both");
 
   st_db_t *db;
   if (ins_db_open(dbopt, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db))

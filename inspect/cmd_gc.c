@@ -83,8 +83,8 @@ static int cmd_gc(int argc, char **argv)
     default: return ins_bad_option(&ins_cmd_gc, argv);
     }
   }
-  if (optind < argc)
-    return ins_usage_error(&ins_cmd_gc, "unexpected argument '%s'", argv[optind]);
+  if ((rc = ins_no_operands(&ins_cmd_gc, argc, argv)))
+    return rc;
 
   char path[4096];
   st_db_t *db;

@@ -488,11 +488,8 @@ static int cmd_report(int argc, char **argv)
     default: return ins_bad_option(&ins_cmd_report, argv);
     }
   }
-  if (optind < argc &&
-      (rc = ins_parse_long(&ins_cmd_report, "RUN", argv[optind++], 1, INT64_MAX, &run)))
+  if ((rc = ins_parse_run(&ins_cmd_report, argc, argv, 0, &run)))
     return rc;
-  if (optind < argc)
-    return ins_usage_error(&ins_cmd_report, "unexpected argument '%s'", argv[optind]);
   if (!out)
     return ins_usage_error(&ins_cmd_report, "where to? give -o FILE.html (or -o - for stdout)");
 

@@ -31,8 +31,8 @@ static int cmd_runs(int argc, char **argv)
     default: return ins_bad_option(&ins_cmd_runs, argv);
     }
   }
-  if (optind < argc)
-    return ins_usage_error(&ins_cmd_runs, "unexpected argument '%s'", argv[optind]);
+  if ((rc = ins_no_operands(&ins_cmd_runs, argc, argv)))
+    return rc;
   st_db_t *db;
   if (ins_db_open(dbopt, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db))
     return INS_EXIT_FAIL;

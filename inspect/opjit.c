@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,25 @@ int ins_parse_long(const ins_cmd_t *cmd, const char *name, const char *text, lon
     return ins_usage_error(cmd, "%s wants an integer in [%ld, %ld], not '%s'", name, min, max,
                            text);
   *out = v;
+  return 0;
+}
+
+int ins_no_operands(const ins_cmd_t *cmd, int argc, char **argv)
+{
+  if (optind < argc)
+    return ins_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  return 0;
+}
+
+int ins_parse_run(const ins_cmd_t *cmd, int argc, char **argv, int all, long *run)
+{
+  int rc;
+  if (optind < argc && (rc = ins_parse_long(cmd, "RUN", argv[optind++], 1, INT64_MAX, run)))
+    return rc;
+  if ((rc = ins_no_operands(cmd, argc, argv)))
+    return rc;
+  if (all && *run)
+    return ins_usage_error(cmd, "give a RUN or --all, not both");
   return 0;
 }
 
