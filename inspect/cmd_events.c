@@ -60,18 +60,9 @@ static int cmd_events(int argc, char **argv)
   cJSON *doc = NULL;
   ins_table_t *t = NULL;
   rc = INS_EXIT_FAIL;
-  if ((run && ins_run_exists(db, run) != 1) || (*prefix && ins_sig_resolve(db, prefix, sig)))
-    goto out;
-  if (!run && !all) {
-    if (ins_newest_jit_run(db, "events", &scope))
-      goto out;
-    if (!scope) {
-      fprintf(stderr, "opjit: no JIT events yet in %s: " INS_NO_JIT_YET "\n",
-              sqlite3_db_filename(st_sqlite(db), "main"));
-      goto out;
-    }
-  }
-  if (scope && ins_run_title(db, scope, PROGRAM_WIDTH, title, sizeof title, NULL))
+  if ((run && ins_run_exists(db, run) != 1) || (*prefix && ins_sig_resolve(db, prefix, sig)) ||
+      (!run && !all && ins_newest_run(db, INS_HAS_EVENTS, &scope)) ||
+      (scope && ins_run_title(db, scope, PROGRAM_WIDTH, title, sizeof title, NULL)))
     goto out;
   st = ins_db_prepare(
       db, "SELECT e.run_id, e.time_ns, e.time_ns - r.start_ns, e.kind, s.sig, s.name, e.detail"
@@ -84,12 +75,7 @@ static int cmd_events(int argc, char **argv)
   sqlite3_bind_text(st, 2, sig, -1, SQLITE_STATIC);
   if (kind)
     sqlite3_bind_text(st, 3, kind, -1, SQLITE_STATIC);
-  doc = cJSON_CreateObject();
-  if (scope)
-    cJSON_AddNumberToObject(doc, "run", (double)scope);
-  else
-    cJSON_AddNullToObject(doc, "run");
-  cJSON_AddStringToObject(doc, "database", sqlite3_db_filename(st_sqlite(db), "main"));
+  doc = ins_json_doc(db, scope);
   cJSON *list = cJSON_AddArrayToObject(doc, "events");
   static const char *const head[] = {"RUN", "TIME", "KIND", "SIG", "NAME", "DETAIL"};
   t = all ? ins_table_new("rrllll", head) : ins_table_new("rllll", head + 1);

@@ -49,7 +49,7 @@ static int cmd_flame(int argc, char **argv)
   int64_t scope = run, n = 0;
   rc = INS_EXIT_FAIL;
   if ((by_sig && ins_sig_resolve(db, prefix, sig)) || (run && ins_run_exists(db, run) != 1) ||
-      (!all && !run && ins_newest_run(db, 1, &scope)) ||
+      (!all && !run && ins_newest_run(db, INS_HAS_STACKS, &scope)) ||
       ins_fold_each(db, scope, by_sig ? sig : NULL, print_line, NULL, &n))
     goto out;
   if (fflush(stdout) != 0) {

@@ -53,18 +53,9 @@ static int cmd_variants(int argc, char **argv)
   cJSON *doc = NULL;
   ins_table_t *t = NULL;
   rc = INS_EXIT_FAIL;
-  if (run && ins_run_exists(db, run) != 1)
-    goto out;
-  if (!run && !all) {
-    if (ins_newest_jit_run(db, "variants", &scope))
-      goto out;
-    if (!scope) {
-      fprintf(stderr, "opjit: no JIT variants yet in %s: " INS_NO_JIT_YET "\n",
-              sqlite3_db_filename(st_sqlite(db), "main"));
-      goto out;
-    }
-  }
-  if (scope && ins_run_title(db, scope, PROGRAM_WIDTH, title, sizeof title, NULL))
+  if ((run && ins_run_exists(db, run) != 1) ||
+      (!run && !all && ins_newest_run(db, INS_HAS_VARIANTS, &scope)) ||
+      (scope && ins_run_title(db, scope, PROGRAM_WIDTH, title, sizeof title, NULL)))
     goto out;
   st = ins_db_prepare(
       db, "SELECT v.run_id, s.sig, s.name, v.status, v.generator, v.llvm, v.cpu, v.compile_ns,"
@@ -78,12 +69,7 @@ static int cmd_variants(int argc, char **argv)
   if (!st)
     goto out;
   sqlite3_bind_int64(st, 1, scope);
-  doc = cJSON_CreateObject();
-  if (scope)
-    cJSON_AddNumberToObject(doc, "run", (double)scope);
-  else
-    cJSON_AddNullToObject(doc, "run");
-  cJSON_AddStringToObject(doc, "database", sqlite3_db_filename(st_sqlite(db), "main"));
+  doc = ins_json_doc(db, scope);
   cJSON *list = cJSON_CreateArray();
   static const char *const head[] = {"RUN", "STATUS", "CALLS", "%CALLS", "VARIANT",
                                      "ORIGINAL", "SPEEDUP", "COMPILE", "LLVM", "CPU",

@@ -5,6 +5,7 @@
 #include "agent/opt.h"
 #include "cmd.h"
 #include "table.h"
+#include "variants.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -96,10 +97,20 @@ const char *ins_col_text(sqlite3_stmt *st, int i)
   return s ? (const char *)s : "";
 }
 
-int ins_newest_run(st_db_t *db, int stacks, int64_t *run)
+int ins_newest_run(st_db_t *db, enum ins_has what, int64_t *run)
 {
-  sqlite3_stmt *st = ins_db_prepare(db, stacks ? "SELECT max(run_id) FROM run_stacks"
-                                               : "SELECT max(run_id) FROM run_sigs");
+  /* The table a run's rows are in, and the message around the database's path. */
+  static const struct { const char *sql, *before, *after; } has[] = {
+      [INS_HAS_CALLS] = {"SELECT max(run_id) FROM run_sigs", "no run in ",
+                         " has recorded an operator call yet"},
+      [INS_HAS_STACKS] = {"SELECT max(run_id) FROM run_stacks", "no run in ",
+                          " has sampled stacks yet"},
+      [INS_HAS_VARIANTS] = {"SELECT max(run_id) FROM variants", "no JIT variants yet in ",
+                            ": " INS_NO_JIT_YET},
+      [INS_HAS_EVENTS] = {"SELECT max(run_id) FROM events", "no JIT events yet in ",
+                          ": " INS_NO_JIT_YET},
+  };
+  sqlite3_stmt *st = ins_db_prepare(db, has[what].sql);
   if (!st)
     return INS_EXIT_FAIL;
   int rc = sqlite3_step(st);
@@ -109,8 +120,8 @@ int ins_newest_run(st_db_t *db, int stacks, int64_t *run)
   if (ins_db_finish(db, st, rc))
     return INS_EXIT_FAIL;
   if (!*run)
-    fprintf(stderr, "opjit: no run in %s has %s yet\n", sqlite3_db_filename(st_sqlite(db), "main"),
-            stacks ? "sampled stacks" : "recorded an operator call");
+    fprintf(stderr, "opjit: %s%s%s\n", has[what].before,
+            sqlite3_db_filename(st_sqlite(db), "main"), has[what].after);
   return *run ? 0 : INS_EXIT_FAIL;
 }
 
@@ -176,6 +187,17 @@ const char ins_sql_sig_totals[] =
     " count(m.status)"
     " FROM means m JOIN signatures s ON s.id = m.sig_id"
     " GROUP BY s.id ORDER BY est DESC, sum(m.calls) DESC, s.sig";
+
+cJSON *ins_json_doc(st_db_t *db, int64_t run)
+{
+  cJSON *doc = cJSON_CreateObject();
+  if (run)
+    cJSON_AddNumberToObject(doc, "run", (double)run);
+  else
+    cJSON_AddNullToObject(doc, "run");
+  cJSON_AddStringToObject(doc, "database", sqlite3_db_filename(st_sqlite(db), "main"));
+  return doc;
+}
 
 int ins_run_exists(st_db_t *db, int64_t id)
 {

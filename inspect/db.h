@@ -36,9 +36,11 @@ int ins_db_finish(st_db_t *db, sqlite3_stmt *st, int last_rc);
 /* Column i as text, "" when NULL. */
 const char *ins_col_text(sqlite3_stmt *st, int i);
 
-/* The newest run that recorded an operator call (stacks 0) or a sampled stack (stacks 1),
- * into *run; prints why and returns INS_EXIT_FAIL when there is none. */
-int ins_newest_run(st_db_t *db, int stacks, int64_t *run);
+/* What a run recorded, for ins_newest_run. */
+enum ins_has { INS_HAS_CALLS, INS_HAS_STACKS, INS_HAS_VARIANTS, INS_HAS_EVENTS };
+/* The newest run that recorded what (an operator call, a sampled stack, a JIT variant, a JIT
+ * event) into *run; prints why and returns INS_EXIT_FAIL when there is none. */
+int ins_newest_run(st_db_t *db, enum ins_has what, int64_t *run);
 /* Resolves a signature id prefix (lower-case hex) to one full id in sig[17]; prints the
  * candidates or the absence and returns INS_EXIT_FAIL when several or none match. */
 int ins_sig_resolve(st_db_t *db, const char *prefix, char *sig);
@@ -54,6 +56,10 @@ enum ins_sig_col { INS_SIG_SIG, INS_SIG_NAME, INS_SIG_OP, INS_SIG_PARAMS, INS_SI
                    INS_SIG_VTIMED, INS_SIG_VTIMED_NS, INS_SIG_SAVING, INS_SIG_STATUS,
                    INS_SIG_NVARIANTS };
 extern const char ins_sql_sig_totals[];
+
+/* A JSON document opening with "run" (run, or null for every run: 0) and "database" (db's
+ * path). */
+cJSON *ins_json_doc(st_db_t *db, int64_t run);
 
 /* Whether run id exists; prints "opjit: no run ID in PATH" when it does not. Returns 1, 0,
  * or -1 on an SQLite error (printed). */

@@ -2,8 +2,6 @@
 /* The original/variant split of a signature's calls, its speedup and its one-word label. */
 #include "variants.h"
 
-#include "cmd.h"
-
 #include <stdio.h>
 #include <string.h>
 
@@ -47,18 +45,4 @@ const char *ins_jit_label(const char *status, double speedup, char *buf, size_t 
   else
     snprintf(buf, len, "%s", status);
   return buf;
-}
-
-int ins_newest_jit_run(st_db_t *db, const char *table, int64_t *run)
-{
-  char sql[64];
-  snprintf(sql, sizeof sql, "SELECT coalesce(max(run_id), 0) FROM %s", table);
-  sqlite3_stmt *st = ins_db_prepare(db, sql);
-  if (!st)
-    return INS_EXIT_FAIL;
-  int rc = sqlite3_step(st);
-  *run = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-  if (rc == SQLITE_ROW)
-    rc = sqlite3_step(st);
-  return ins_db_finish(db, st, rc);
 }

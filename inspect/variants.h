@@ -29,10 +29,6 @@ const char *ins_jit_label(const char *status, double speedup, char *buf, size_t 
 /* "2.4×", or "-" when speedup < 0. */
 const char *ins_fmt_speedup(double speedup, char *buf, size_t len);
 
-/* The newest run with a row in table ("variants" or "events") into *run, 0 when none.
- * Returns 0, or INS_EXIT_FAIL (printed). */
-int ins_newest_jit_run(st_db_t *db, const char *table, int64_t *run);
-
 /* The event kinds the agent records (NULL-terminated), for --kind. */
 extern const char *const ins_event_kinds[];
 
