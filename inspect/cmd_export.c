@@ -10,15 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Adds column i as a number, or null when it is NULL. */
-static void add_int_or_null(cJSON *o, const char *key, sqlite3_stmt *st, int i)
-{
-  if (sqlite3_column_type(st, i) == SQLITE_NULL)
-    cJSON_AddNullToObject(o, key);
-  else
-    cJSON_AddNumberToObject(o, key, (double)sqlite3_column_int64(st, i));
-}
-
 /* Appends run's signatures to array out; returns the final step code. */
 static int add_signatures(sqlite3_stmt *st, int64_t run, cJSON *out)
 {
@@ -147,15 +138,15 @@ static int cmd_export(int argc, char **argv)
     cJSON_AddNumberToObject(r, "id", (double)id);
     cJSON_AddNumberToObject(r, "pid", (double)sqlite3_column_int64(runs_st, 1));
     cJSON_AddNumberToObject(r, "ppid", (double)sqlite3_column_int64(runs_st, 2));
-    add_int_or_null(r, "parent_run", runs_st, 3);
+    ins_json_add_col_int(r, "parent_run", runs_st, 3);
     const char *status = ins_col_text(runs_st, 4);
     cJSON_AddStringToObject(r, "status", status);
     cJSON_AddBoolToObject(r, "lost", strcmp(
                           ins_run_status(status, sqlite3_column_int64(runs_st, 1),
                                          sqlite3_column_int64(runs_st, 5)), "lost") == 0);
-    add_int_or_null(r, "start_ns", runs_st, 5);
-    add_int_or_null(r, "flush_ns", runs_st, 6);
-    add_int_or_null(r, "end_ns", runs_st, 7);
+    ins_json_add_col_int(r, "start_ns", runs_st, 5);
+    ins_json_add_col_int(r, "flush_ns", runs_st, 6);
+    ins_json_add_col_int(r, "end_ns", runs_st, 7);
     cJSON_AddNumberToObject(r, "overflow_calls", (double)sqlite3_column_int64(runs_st, 8));
     cJSON_AddStringToObject(r, "agent_version", ins_col_text(runs_st, 9));
     cJSON_AddItemToObject(r, "argv", ins_json_parse_or_string(ins_col_text(runs_st, 10)));

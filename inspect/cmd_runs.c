@@ -92,10 +92,7 @@ static int cmd_runs(int argc, char **argv)
       cJSON_AddNumberToObject(r, "ppid", (double)sqlite3_column_int64(st, 6));
       cJSON_AddStringToObject(r, "exe", ins_col_text(st, 7));
       cJSON_AddItemToObject(r, "argv", ins_json_parse_or_string(ins_col_text(st, 8)));
-      if (has_parent)
-        cJSON_AddNumberToObject(r, "parent_run", (double)sqlite3_column_int64(st, 9));
-      else
-        cJSON_AddNullToObject(r, "parent_run");
+      ins_json_add_col_int(r, "parent_run", st, 9);
       cJSON_AddNumberToObject(r, "signatures", (double)sqlite3_column_int64(st, 10));
       cJSON_AddNumberToObject(r, "calls", (double)sqlite3_column_int64(st, 11));
       cJSON_AddNumberToObject(r, "overflow_calls", (double)sqlite3_column_int64(st, 12));

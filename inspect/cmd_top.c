@@ -69,18 +69,9 @@ static cJSON *jit_json(sqlite3_stmt *st, const ins_split_t *sp)
   cJSON_AddNumberToObject(j, "original_calls", (double)(sp->calls - sp->vcalls));
   cJSON_AddNumberToObject(j, "timed_calls", (double)sp->vtimed);
   cJSON_AddNumberToObject(j, "timed_ns", (double)sp->vtimed_ns);
-  if (vmean >= 0)
-    cJSON_AddNumberToObject(j, "variant_mean_ns", vmean);
-  else
-    cJSON_AddNullToObject(j, "variant_mean_ns");
-  if (omean >= 0)
-    cJSON_AddNumberToObject(j, "original_mean_ns", omean);
-  else
-    cJSON_AddNullToObject(j, "original_mean_ns");
-  if (x >= 0)
-    cJSON_AddNumberToObject(j, "speedup", x);
-  else
-    cJSON_AddNullToObject(j, "speedup");
+  ins_json_add_or_null(j, "variant_mean_ns", vmean);
+  ins_json_add_or_null(j, "original_mean_ns", omean);
+  ins_json_add_or_null(j, "speedup", x);
   cJSON_AddNumberToObject(j, "saving_ns", sqlite3_column_double(st, INS_SIG_SAVING));
   cJSON_AddNumberToObject(j, "runs", (double)sqlite3_column_int64(st, INS_SIG_NVARIANTS));
   return j;
@@ -214,10 +205,7 @@ static int cmd_top(int argc, char **argv)
     cJSON_AddNumberToObject(j, "timed_ns", (double)sqlite3_column_int64(st, 6));
     cJSON_AddNumberToObject(j, "est_ns", est);
     cJSON_AddNumberToObject(j, "share_pct", share);
-    if (mean >= 0)
-      cJSON_AddNumberToObject(j, "mean_ns", mean);
-    else
-      cJSON_AddNullToObject(j, "mean_ns");
+    ins_json_add_or_null(j, "mean_ns", mean);
     int64_t samples = sqlite3_column_int64(st, 8);
     if (samp.sampled) {
       cJSON_AddNumberToObject(j, "samples", (double)samples);

@@ -13,15 +13,6 @@
 
 #define PROGRAM_WIDTH 60
 
-/* Adds x under key, or null when x < 0 (not measured). */
-static void add_or_null(cJSON *o, const char *key, double x)
-{
-  if (x >= 0)
-    cJSON_AddNumberToObject(o, key, x);
-  else
-    cJSON_AddNullToObject(o, key);
-}
-
 static int cmd_variants(int argc, char **argv)
 {
   static const struct option longopts[] = {{"db", required_argument, NULL, 'd'},
@@ -120,10 +111,10 @@ static int cmd_variants(int argc, char **argv)
     cJSON_AddNumberToObject(j, "signature_calls", (double)sp.calls);
     cJSON_AddNumberToObject(j, "timed_calls", (double)sp.vtimed);
     cJSON_AddNumberToObject(j, "timed_ns", (double)sp.vtimed_ns);
-    add_or_null(j, "variant_mean_ns", vmean);
+    ins_json_add_or_null(j, "variant_mean_ns", vmean);
     cJSON_AddNumberToObject(j, "original_timed_calls", (double)sp.otimed);
-    add_or_null(j, "original_mean_ns", omean);
-    add_or_null(j, "speedup", speedup);
+    ins_json_add_or_null(j, "original_mean_ns", omean);
+    ins_json_add_or_null(j, "speedup", speedup);
     cJSON_AddItemToArray(list, j);
     char c0[24], c2[24], c3[16], c4[32], c5[32], c6[32], c7[32];
     snprintf(c0, sizeof c0, "%lld", (long long)sqlite3_column_int64(st, 0));

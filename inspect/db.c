@@ -97,6 +97,14 @@ const char *ins_col_text(sqlite3_stmt *st, int i)
   return s ? (const char *)s : "";
 }
 
+void ins_json_add_col_int(cJSON *o, const char *key, sqlite3_stmt *st, int i)
+{
+  if (sqlite3_column_type(st, i) == SQLITE_NULL)
+    cJSON_AddNullToObject(o, key);
+  else
+    cJSON_AddNumberToObject(o, key, (double)sqlite3_column_int64(st, i));
+}
+
 int ins_newest_run(st_db_t *db, enum ins_has what, int64_t *run)
 {
   /* The table a run's rows are in, and the message around the database's path. */

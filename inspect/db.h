@@ -35,6 +35,8 @@ sqlite3_stmt *ins_db_prepare(st_db_t *db, const char *sql);
 int ins_db_finish(st_db_t *db, sqlite3_stmt *st, int last_rc);
 /* Column i as text, "" when NULL. */
 const char *ins_col_text(sqlite3_stmt *st, int i);
+/* Adds column i of st to object o under key as a number, or null when it is NULL. */
+void ins_json_add_col_int(cJSON *o, const char *key, sqlite3_stmt *st, int i);
 
 /* What a run recorded, for ins_newest_run. */
 enum ins_has { INS_HAS_CALLS, INS_HAS_STACKS, INS_HAS_VARIANTS, INS_HAS_EVENTS };

@@ -172,6 +172,14 @@ cJSON *ins_json_parse_or_string(const char *s)
   return j ? j : cJSON_CreateString(s);
 }
 
+void ins_json_add_or_null(cJSON *o, const char *key, double x)
+{
+  if (x >= 0)
+    cJSON_AddNumberToObject(o, key, x);
+  else
+    cJSON_AddNullToObject(o, key);
+}
+
 int ins_json_emit(cJSON *doc)
 {
   char *text = cJSON_Print(doc);

@@ -39,6 +39,8 @@ const char *ins_fmt_time(int64_t ns, char *buf, size_t len);
 void ins_json_init(void);
 /* The JSON text s parsed, or a JSON string holding s when it does not parse. */
 cJSON *ins_json_parse_or_string(const char *s);
+/* Adds x to object o under key, or null when x < 0 (not measured). */
+void ins_json_add_or_null(cJSON *o, const char *key, double x);
 /* Prints doc (formatted) and a newline to stdout, then frees it. Returns 0, or 1 when the
  * document cannot be printed. */
 int ins_json_emit(cJSON *doc);
