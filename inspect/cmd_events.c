@@ -78,7 +78,7 @@ static int cmd_events(int argc, char **argv)
   doc = ins_json_doc(db, scope);
   cJSON *list = cJSON_AddArrayToObject(doc, "events");
   static const char *const head[] = {"RUN", "TIME", "KIND", "SIG", "NAME", "DETAIL"};
-  t = all ? ins_table_new("rrllll", head) : ins_table_new("rllll", head + 1);
+  t = ins_table_new_shown("rrllll", head, all ? UINT32_MAX : ~1u); /* RUN only with --all */
   int step, n = 0;
   while ((step = sqlite3_step(st)) == SQLITE_ROW) {
     int64_t id = sqlite3_column_int64(st, 0), rel = sqlite3_column_int64(st, 2);
@@ -96,7 +96,7 @@ static int cmd_events(int argc, char **argv)
     snprintf(c1, sizeof c1, "%.1f ms", (double)rel / 1e6);
     const char *row[] = {c0, c1, ins_col_text(st, 3), ins_col_text(st, 4), ins_col_text(st, 5),
                          ins_col_text(st, 6)};
-    ins_table_row(t, all ? row : row + 1);
+    ins_table_row(t, row);
     n++;
   }
   rc = ins_db_finish(db, st, step);

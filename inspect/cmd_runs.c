@@ -73,7 +73,8 @@ static int cmd_runs(int argc, char **argv)
   cJSON_AddStringToObject(doc, "database", sqlite3_db_filename(st_sqlite(db), "main"));
   static const char *const head[] = {"RUN", "STARTED", "DURATION", "STATUS", "PROGRAM",
                                      "PARENT", "SIGS", "CALLS", "SAMPLES", "JIT"};
-  ins_table_t *t = json ? NULL : ins_table_new(jit_col ? "rllllrrrrl" : "rllllrrrr", head);
+  ins_table_t *t = json ? NULL : ins_table_new_shown("rllllrrrrl", head,
+                                                    jit_col ? UINT32_MAX : ~(1u << 9));
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     int64_t id = sqlite3_column_int64(st, 0), start = sqlite3_column_int64(st, 1);
     int64_t wall = ins_run_wall_ns(start, sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3));

@@ -172,17 +172,12 @@ static int cmd_top(int argc, char **argv)
   /* Columns: SAMPLES and CPU% only for a sampled scope, JIT only when it has variants. */
   static const char *const head[] = {"SHARE", "EST.TIME", "CALLS", "MEAN", "JIT",
                                      "SAMPLES", "CPU%", "SIG", "NAME"};
-  static const char align[] = "rrrrlrrll";
-  int keep[9], ncols = 0;
-  char spec[10];
-  const char *heads[9];
-  for (int c = 0; c < 9; c++)
-    if ((c != 4 || variants) && ((c != 5 && c != 6) || samp.sampled)) {
-      spec[ncols] = align[c], heads[ncols] = head[c];
-      keep[ncols++] = c;
-    }
-  spec[ncols] = 0;
-  t = ins_table_new(spec, heads);
+  uint32_t shown = UINT32_MAX;
+  if (!variants)
+    shown &= ~(1u << 4);
+  if (!samp.sampled)
+    shown &= ~(1u << 5 | 1u << 6);
+  t = ins_table_new_shown("rrrrlrrll", head, shown);
   for (int64_t shown = 0; (step = sqlite3_step(st)) == SQLITE_ROW && (!limit || shown < limit);
        shown++) {
     ins_split_t sp = {.calls = sqlite3_column_int64(st, INS_SIG_CALLS),
@@ -224,10 +219,7 @@ static int cmd_top(int argc, char **argv)
                              ? NULL : ins_col_text(st, INS_SIG_STATUS);
     ins_jit_label(status, ins_split_speedup(&sp), jit, sizeof jit);
     const char *row[] = {c0, c1, c2, c3, jit, c4, c5, ins_col_text(st, 0), ins_col_text(st, 1)};
-    const char *shown_row[9];
-    for (int c = 0; c < ncols; c++)
-      shown_row[c] = row[keep[c]];
-    ins_table_row(t, shown_row);
+    ins_table_row(t, row);
   }
   if (step != SQLITE_DONE && step != SQLITE_ROW) {
     fprintf(stderr, "opjit: cannot read the database: %s\n", sqlite3_errmsg(st_sqlite(db)));

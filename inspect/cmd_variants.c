@@ -65,10 +65,9 @@ static int cmd_variants(int argc, char **argv)
   static const char *const head[] = {"RUN", "STATUS", "CALLS", "%CALLS", "VARIANT",
                                      "ORIGINAL", "SPEEDUP", "COMPILE", "LLVM", "CPU",
                                      "SIG", "NAME"};
-  static const char align[] = "rlrrrrrrllll";
   /* Columns shown: RUN only with --all, LLVM and CPU only when the rows differ (the count of
    * distinct compilers is the same on every row, so the first decides). */
-  int uniform = 1, n = 0, step, ncols = 0, keep[12];
+  int uniform = 1, n = 0, step;
   char llvm[64] = "", cpu[64] = "";
   int generator = 0;
   while ((step = sqlite3_step(st)) == SQLITE_ROW) {
@@ -87,15 +86,12 @@ static int cmd_variants(int argc, char **argv)
       snprintf(llvm, sizeof llvm, "%s", ins_col_text(st, 5));
       snprintf(cpu, sizeof cpu, "%s", ins_col_text(st, 6));
       generator = sqlite3_column_int(st, 4);
-      char spec[13];
-      const char *heads[12];
-      for (int c = 0; c < 12; c++)
-        if ((c != 0 || all) && ((c != 8 && c != 9) || !uniform)) {
-          spec[ncols] = align[c], heads[ncols] = head[c];
-          keep[ncols++] = c;
-        }
-      spec[ncols] = 0;
-      t = ins_table_new(spec, heads);
+      uint32_t shown = UINT32_MAX;
+      if (!all)
+        shown &= ~1u;
+      if (uniform)
+        shown &= ~(1u << 8 | 1u << 9);
+      t = ins_table_new_shown("rlrrrrrrllll", head, shown);
     }
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "run", (double)sqlite3_column_int64(st, 0));
@@ -126,10 +122,7 @@ static int cmd_variants(int argc, char **argv)
     ins_fmt_ns(compile_ns > 0 ? (double)compile_ns : -1, c7, sizeof c7);
     const char *row[] = {c0, status, c2, c3, c4, c5, c6, c7, ins_col_text(st, 5),
                          ins_col_text(st, 6), ins_col_text(st, 1), ins_col_text(st, 2)};
-    const char *shown[12];
-    for (int c = 0; c < ncols; c++)
-      shown[c] = row[keep[c]];
-    ins_table_row(t, shown);
+    ins_table_row(t, row);
   }
   if ((rc = ins_db_finish(db, st, step))) {
     st = NULL;

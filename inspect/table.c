@@ -8,9 +8,11 @@
 #include <unistd.h>
 
 struct ins_table_s {
-  int ncols;
-  char *align;   /* 'l' or 'r' per column */
-  char **cells;  /* rows * ncols, row 0 the header */
+  int ncols;      /* shown */
+  int full;       /* cells given per row: the shown and the hidden */
+  uint32_t shown; /* bit c: cell c of a given row is shown */
+  char *align;    /* 'l' or 'r' per shown column */
+  char **cells;   /* rows * ncols, row 0 the header */
   size_t rows, cap;
 };
 
@@ -42,8 +44,17 @@ static void *xrealloc(void *p, size_t n)
 
 ins_table_t *ins_table_new(const char *spec, const char *const *headers)
 {
+  return ins_table_new_shown(spec, headers, UINT32_MAX);
+}
+
+ins_table_t *ins_table_new_shown(const char *spec, const char *const *headers, uint32_t shown)
+{
   ins_table_t *t = ins_xmalloc(sizeof *t);
-  *t = (ins_table_t){.ncols = (int)strlen(spec), .align = ins_xstrdup(spec)};
+  *t = (ins_table_t){.full = (int)strlen(spec), .shown = shown, .align = ins_xstrdup(spec)};
+  for (int c = 0; c < t->full; c++)
+    if (shown >> c & 1)
+      t->align[t->ncols++] = spec[c];
+  t->align[t->ncols] = 0;
   ins_table_row(t, headers);
   return t;
 }
@@ -54,8 +65,10 @@ void ins_table_row(ins_table_t *t, const char *const *cells)
     t->cap = t->cap ? 2 * t->cap : 16;
     t->cells = xrealloc(t->cells, t->cap * (size_t)t->ncols * sizeof *t->cells);
   }
-  for (int c = 0; c < t->ncols; c++)
-    t->cells[t->rows * (size_t)t->ncols + (size_t)c] = ins_xstrdup(cells[c] ? cells[c] : "");
+  char **row = t->cells + t->rows * (size_t)t->ncols;
+  for (int c = 0; c < t->full; c++)
+    if (t->shown >> c & 1)
+      *row++ = ins_xstrdup(cells[c] ? cells[c] : "");
   t->rows++;
 }
 

@@ -18,7 +18,11 @@ char *ins_xstrdup(const char *s);
 
 /* A table with ncols columns; spec holds one letter per column, 'l' (left) or 'r' (right). */
 ins_table_t *ins_table_new(const char *spec, const char *const *headers);
-/* Appends a row of ncols cells (copied); a NULL cell prints empty. */
+/* A table of only the columns of spec (at most 32) whose bit is set in shown (bit c: column
+ * c); headers and rows are still given whole, one cell per column of spec. */
+ins_table_t *ins_table_new_shown(const char *spec, const char *const *headers, uint32_t shown);
+/* Appends a row of ncols cells (copied; hidden columns' cells dropped); a NULL cell prints
+ * empty. */
 void ins_table_row(ins_table_t *t, const char *const *cells);
 /* Prints the header and the rows to f, columns separated by two spaces; the last column is
  * not padded. */
