@@ -25,13 +25,12 @@ typedef struct scope_s {
   int64_t overflow; /* calls beyond the signature table */
 } scope_t;
 
-/* Fills the scope's totals and, for one run, its one-line description into title. */
+/* Fills the scope's totals and its one-line description into title. */
 static int read_scope(st_db_t *db, scope_t *sc, char *title, size_t len)
 {
   sqlite3_stmt *st = ins_db_prepare(
       db, "SELECT count(*), coalesce(sum(coalesce(r.end_ns, r.flush_ns, r.start_ns) - r.start_ns), 0),"
-          " coalesce(sum(r.overflow_calls), 0), max(r.start_ns), max(r.status), max(r.pid),"
-          " max(p.exe), max(r.argv), max(r.flush_ns), max(r.end_ns)"
+          " coalesce(sum(r.overflow_calls), 0)"
           " FROM runs r JOIN programs p ON p.id = r.program_id WHERE ?1 = 0 OR r.id = ?1");
   if (!st)
     return INS_EXIT_FAIL;
@@ -41,19 +40,14 @@ static int read_scope(st_db_t *db, scope_t *sc, char *title, size_t len)
     sc->runs = sqlite3_column_int64(st, 0);
     sc->wall_ns = sqlite3_column_int64(st, 1);
     sc->overflow = sqlite3_column_int64(st, 2);
-    if (sc->run) {
-      char prog[512], when[32];
-      int64_t start = sqlite3_column_int64(st, 3);
-      ins_program_label(ins_col_text(st, 6), ins_col_text(st, 7), PROGRAM_WIDTH, prog, sizeof prog);
-      snprintf(title, len, "run %lld: %s (%s, started %s)", (long long)sc->run, prog,
-               ins_run_status(ins_col_text(st, 4), sqlite3_column_int64(st, 5), start),
-               ins_fmt_time(start, when, sizeof when));
-    } else {
-      snprintf(title, len, "all %lld runs", (long long)sc->runs);
-    }
     rc = sqlite3_step(st);
   }
-  return ins_db_finish(db, st, rc);
+  if (ins_db_finish(db, st, rc))
+    return INS_EXIT_FAIL;
+  if (sc->run)
+    return ins_run_title(db, sc->run, PROGRAM_WIDTH, title, len, NULL);
+  snprintf(title, len, "all %lld runs", (long long)sc->runs);
+  return 0;
 }
 
 /* The JIT's part of a signature row as a JSON object (null when it has no variant). */
