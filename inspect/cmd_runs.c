@@ -36,7 +36,11 @@ static int cmd_runs(int argc, char **argv)
   st_db_t *db;
   if (ins_db_open(dbopt, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db))
     return INS_EXIT_FAIL;
-  sqlite3_stmt *st = ins_db_prepare(
+  sqlite3_stmt *st = NULL, *any = NULL;
+  cJSON *doc = NULL;
+  ins_table_t *t = NULL;
+  rc = INS_EXIT_FAIL;
+  st = ins_db_prepare(
       db, "SELECT r.id, r.start_ns, coalesce(r.flush_ns, 0), coalesce(r.end_ns, 0), r.status,"
           " r.pid, r.ppid, p.exe, r.argv, r.parent_run, count(rs.sig_id),"
           " coalesce(sum(rs.calls), 0), r.overflow_calls, r.sampling,"
@@ -44,38 +48,33 @@ static int cmd_runs(int argc, char **argv)
           " FROM runs r JOIN programs p ON p.id = r.program_id"
           " LEFT JOIN run_sigs rs ON rs.run_id = r.id"
           " GROUP BY r.id ORDER BY r.id DESC LIMIT ?");
-  if (!st) {
-    st_close(db);
-    return INS_EXIT_FAIL;
-  }
+  if (!st)
+    goto out;
   sqlite3_bind_int64(st, 1, limit ? limit : -1);
   /* The JIT column only when a listed run has a ready variant. */
   int jit_col = 0;
-  sqlite3_stmt *any = ins_db_prepare(
+  any = ins_db_prepare(
       db, "SELECT EXISTS(SELECT 1 FROM variants WHERE status = 'ready' AND run_id IN"
           " (SELECT id FROM runs ORDER BY id DESC LIMIT ?))");
-  if (!any) {
-    sqlite3_finalize(st);
-    st_close(db);
-    return INS_EXIT_FAIL;
-  }
+  if (!any)
+    goto out;
   sqlite3_bind_int64(any, 1, limit ? limit : -1);
-  if ((rc = sqlite3_step(any)) == SQLITE_ROW) {
+  int step = sqlite3_step(any);
+  if (step == SQLITE_ROW) {
     jit_col = sqlite3_column_int(any, 0);
-    rc = sqlite3_step(any);
+    step = sqlite3_step(any);
   }
-  if (ins_db_finish(db, any, rc)) {
-    sqlite3_finalize(st);
-    st_close(db);
-    return INS_EXIT_FAIL;
-  }
-  cJSON *doc = cJSON_CreateObject(), *runs = cJSON_AddArrayToObject(doc, "runs");
+  int failed = ins_db_finish(db, any, step);
+  any = NULL;
+  if (failed)
+    goto out;
+  doc = cJSON_CreateObject();
+  cJSON *runs = cJSON_AddArrayToObject(doc, "runs");
   cJSON_AddStringToObject(doc, "database", sqlite3_db_filename(st_sqlite(db), "main"));
   static const char *const head[] = {"RUN", "STARTED", "DURATION", "STATUS", "PROGRAM",
                                      "PARENT", "SIGS", "CALLS", "SAMPLES", "JIT"};
-  ins_table_t *t = json ? NULL : ins_table_new_shown("rllllrrrrl", head,
-                                                    jit_col ? UINT32_MAX : ~(1u << 9));
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+  t = json ? NULL : ins_table_new_shown("rllllrrrrl", head, jit_col ? UINT32_MAX : ~(1u << 9));
+  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
     int64_t id = sqlite3_column_int64(st, 0), start = sqlite3_column_int64(st, 1);
     int64_t wall = ins_run_wall_ns(start, sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3));
     const char *status = ins_run_status(ins_col_text(st, 4), sqlite3_column_int64(st, 5), start);
@@ -122,14 +121,22 @@ static int cmd_runs(int argc, char **argv)
     const char *row[] = {sid, started, dur, status, prog, parent, sigs, calls, samples, jit};
     ins_table_row(t, row);
   }
-  rc = ins_db_finish(db, st, rc);
-  st_close(db);
-  if (!rc && json)
-    return ins_json_emit(doc);
-  cJSON_Delete(doc);
-  if (t && !rc)
-    ins_table_print(t, stdout);
+  rc = ins_db_finish(db, st, step);
+  st = NULL;
+  if (rc)
+    goto out;
+  if (json) {
+    rc = ins_json_emit(doc);
+    doc = NULL;
+    goto out;
+  }
+  ins_table_print(t, stdout);
+out:
   ins_table_free(t);
+  cJSON_Delete(doc);
+  sqlite3_finalize(any);
+  sqlite3_finalize(st);
+  st_close(db);
   return rc;
 }
 
