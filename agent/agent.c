@@ -67,6 +67,7 @@ static int store_retry; /* the last step met a transient error (locked, full) */
 static uint64_t *flushed_calls; /* per entry: calls at the last successful flush */
 static uint32_t flushed_cap;
 static uint64_t flushed_overflow;
+static uint32_t flushed_n; /* entries [0, flushed_n) have their signature rows in the database */
 static sp_agg_t *agg;       /* what the sampler found in this run */
 static int sampling;        /* sp_start succeeded for this writer */
 static int agg_opmods;      /* resolved originals already declared to agg */
@@ -293,8 +294,10 @@ static void flush(void)
     calls[m] = c;
     idx[m++] = i;
   }
-  if (m == 0 && overflow == flushed_overflow)
+  if (m == 0 && overflow == flushed_overflow) {
+    flushed_n = n; /* every entry that has calls is in the database already */
     goto out;
+  }
   int rc = store->run_flush(db, run_id, recs, m, overflow, realtime_ns());
   if (rc) {
     write_failed("cannot write the profile", rc);
@@ -303,6 +306,7 @@ static void flush(void)
   for (size_t j = 0; j < m; j++)
     flushed_calls[idx[j]] = calls[j];
   flushed_overflow = overflow;
+  flushed_n = n;
 out:
   free(recs), free(text), free(total), free(vtotal), free(calls), free(idx);
 }
@@ -471,11 +475,13 @@ static void write_variants(void)
                                       [AG_EV_DEMOTED] = "demoted", [AG_EV_FAILED] = "failed"};
   npending += ag_tier_events(pending_events + npending,
                              sizeof pending_events / sizeof *pending_events - npending);
-  uint32_t n = ag_table_count(ag_table);
+  /* Only signatures the database already has: a row for one that turned hot since the last
+   * flush would not find its signature (it waits for the next write). */
+  uint32_t n = flushed_n;
   uint64_t *calls = calloc(n ? n : 1, sizeof *calls), *vcalls = calloc(n ? n : 1, sizeof *vcalls);
   st_variant_rec_t *v = calloc(n ? n : 1, sizeof *v);
   st_event_rec_t ev[512];
-  size_t nv = 0;
+  size_t nv = 0, nev = 0;
   if (!calls || !vcalls || !v)
     goto out;
   ag_tcount_sum(calls, vcalls, n);
@@ -489,17 +495,24 @@ static void write_variants(void)
                                  atomic_load(&e->vtimed), atomic_load(&e->vtimed_ns)};
   }
   for (size_t i = 0; i < npending; i++) {
+    if (pending_events[i].index >= n)
+      continue;
     ag_entry_t *e = ag_table_entry(ag_table, pending_events[i].index);
-    ev[i] = (st_event_rec_t){&e->key, sizeof e->key, pending_events[i].time_ns,
-                             kinds[pending_events[i].kind], pending_events[i].detail};
+    ev[nev++] = (st_event_rec_t){&e->key, sizeof e->key, pending_events[i].time_ns,
+                                 kinds[pending_events[i].kind], pending_events[i].detail};
   }
-  if (!nv && !npending)
+  if (!nv && !nev)
     goto out;
-  int rc = store->run_variants(db, run_id, v, nv, ev, npending);
-  if (rc)
+  int rc = store->run_variants(db, run_id, v, nv, ev, nev);
+  if (rc) {
     write_failed("cannot write the JIT variants", rc);
-  else
-    npending = 0;
+  } else { /* keep the events of signatures not in the database yet */
+    size_t kept = 0;
+    for (size_t i = 0; i < npending; i++)
+      if (pending_events[i].index >= n)
+        pending_events[kept++] = pending_events[i];
+    npending = kept;
+  }
 out:
   free(calls), free(vcalls), free(v);
 }
@@ -728,6 +741,7 @@ static void atfork_child(void)
   ag_tier_after_fork_child();
   sp_after_fork_child();
   npending = 0; /* the parent's events */
+  flushed_n = 0;
   sp_agg_free(agg); /* the parent's samples */
   agg = NULL;
   agg_opmods = 0;

@@ -166,8 +166,9 @@ static inline __attribute__((always_inline)) int ag_call_begin(ag_call_t *c, con
 }
 
 /* The published variant the call should run, or NULL for the original: one call in 256 (at
- * random) runs the original anyway, and is timed (OPJIT_TIME_EVERY <= 256 divides it), so the
- * variant is always compared with a fresh measurement of the original. */
+ * random) runs the original anyway, and is timed (OPJIT_TIME_EVERY, at most 128, divides 256),
+ * so the variant is always compared with a fresh measurement of the original, and variant calls
+ * are timed too. */
 static inline __attribute__((always_inline)) void *ag_call_variant(const ag_call_t *c)
 {
   void *v = c->e ? atomic_load_explicit(&c->e->variant, memory_order_acquire) : NULL;

@@ -19,7 +19,7 @@
   OPT(DB, STR, "", 0, 0, NULL,                                                               \
       "profile database (default $XDG_CACHE_HOME/opjit/profile.db, else ~/.cache/opjit/)")   \
   OPT(HOSTS, FLAGS, "all", 0, 0, "blas", "hosts whose operators are intercepted")            \
-  OPT(TIME_EVERY, INT, "16", 1, 256,                                                         \
+  OPT(TIME_EVERY, INT, "16", 1, 128,                                                         \
       NULL, "time one call in N, at random (rounded up to a power of two)")                  \
   OPT(FLUSH_MS, INT, "1000", 10, 3600000, NULL, "period of the background database writes")   \
   OPT(EXIT_WAIT_MS, INT, "2000", 0, 60000, NULL,                                             \

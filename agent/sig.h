@@ -12,7 +12,7 @@ enum ag_host { AG_HOST_ID_BLAS = 1 };
 enum ag_op { AG_OP_GEMM = 1, AG_OP_GEMV, AG_OP_AXPY, AG_OP_DOT };
 enum ag_dtype { AG_F32 = 1, AG_F64 };
 enum ag_api { AG_API_F77 = 1, AG_API_CBLAS };
-enum ag_order { AG_COL = 0, AG_ROW = 1 };
+enum ag_order { AG_COL = 0, AG_ROW = 1, AG_ORDER_BAD = 2 };
 enum ag_trans { AG_N = 0, AG_T = 1, AG_C = 2, AG_TRANS_BAD = 3 };
 enum ag_scalar { AG_S_ONE = 0, AG_S_ZERO, AG_S_MINUS_ONE, AG_S_OTHER, AG_S_NONE };
 

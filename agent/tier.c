@@ -50,7 +50,7 @@ static _Atomic int ncode;
 
 /* What promotion expects: the mean relative saving of this process's measured variants and
  * the mean compile time (both updated by the compile thread; read racily, as estimates). */
-static double est_gain = -1, est_compile_ns = 30e6; /* -1: no measurement yet */
+static _Atomic double est_gain = -1, est_compile_ns = 30e6; /* -1: no measurement yet */
 static double gain_sum, compile_sum;
 static int gain_n, compile_n;
 
@@ -115,7 +115,8 @@ const char *ag_tier_cpu(void) { return jit ? jit->cpu() : ""; }
 static int gemm_of(const ag_sig_t *k, jt_gemm_t *g, int *row)
 {
   unsigned ac = k->ab & 15, bc = k->ab >> 4;
-  if (k->op != AG_OP_GEMM || k->ta == AG_TRANS_BAD || k->tb == AG_TRANS_BAD || ac == AG_S_ZERO)
+  if (k->op != AG_OP_GEMM || k->ta == AG_TRANS_BAD || k->tb == AG_TRANS_BAD ||
+      k->order == AG_ORDER_BAD || ac == AG_S_ZERO)
     return 0;
   *row = k->order == AG_ROW;
   /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
@@ -378,11 +379,17 @@ void ag_tier_verify_end(ag_verify_t *vf)
       long ix = j * g->ldc + i;
       double x = g->f64 ? ((double *)vf->copy)[ix] : ((float *)vf->copy)[ix];
       double y = g->f64 ? ((double *)vf->c)[ix] : ((float *)vf->c)[ix];
-      double d = fabs(x - y);
-      if (d > worst || (isnan(d) && !isnan(worst) && !isnan(y)))
+      if (x == y || (isnan(x) && isnan(y))) /* equal, infinities and NaNs included */
+        continue;
+      double d = isnan(x) || isnan(y) ? INFINITY : fabs(x - y);
+      if (d > worst)
         worst = d, wi = i, wj = j;
     }
   free(vf->copy);
+  if (!isfinite(vf->bound)) { /* Inf or NaN in the inputs: no bound, so no verdict */
+    atomic_fetch_add(&e->verify, 1);
+    return;
+  }
   if (worst <= vf->bound) {
     if (atomic_load(&e->verify) <= 0)
       event(e, AG_EV_VERIFIED, "matches the original within %.3g", vf->bound);
@@ -405,10 +412,11 @@ void ag_tier_after_fork_child(void)
   pthread_mutex_init(&ev_mu, NULL);
   q_len = 0;
   ev_len = 0;
+  /* If the parent had a compile thread, LLVM's state in the child is whatever that thread left
+   * mid-compile: the child keeps the variants it inherited and compiles nothing new. */
+  if (thread_started)
+    atomic_store(&jit_dead, 1);
   thread_started = 0;
-  /* LLVM's state in the child is whatever the parent's compile thread left mid-compile: the
-   * child keeps the variants it inherited and compiles nothing new. */
-  atomic_store(&jit_dead, 1);
   if (ag_table) { /* queued work died with the parent's compile thread: let it be hot again */
     uint32_t n = ag_table_count(ag_table);
     for (uint32_t i = 0; i < n; i++) {

@@ -133,10 +133,17 @@ static void vstore(gen_t *g, LLVMValueRef v, LLVMValueRef p, int lanes)
   }
 }
 
-/* Copies rows i0 .. i0+mr-1 of op(A) = A^T into the panel: pack[k*MR + i] = A[k + (i0+i)*lda]. */
+/* Copies rows i0 .. i0+mr-1 of op(A) = A^T into the panel: pack[k*MR + i] = A[k + (i0+i)*lda].
+ * Rows mr .. MR-1 are zeroed: the micro-kernel loads whole vectors from the panel, and stale
+ * stack bytes there (a signalling NaN, say) would raise floating-point exception flags. */
 static void emit_pack(gen_t *g, LLVMValueRef i0, int mr)
 {
   loop_t k = loop_begin(g, i64c(g, 0), g->g->k, 1, "pk");
+  for (int i = mr; i < g->MR; i++) {
+    LLVMValueRef dst = LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, k.iv, i64c(g, g->MR), "kr"),
+                                       i64c(g, i), "z");
+    LLVMBuildStore(g->b, LLVMConstNull(g->elem), at(g, g->pack, dst));
+  }
   for (int i = 0; i < mr; i++) {
     LLVMValueRef col = LLVMBuildNSWMul(g->b, LLVMBuildNSWAdd(g->b, i0, i64c(g, i), "r"),
                                        i64c(g, g->g->lda), "col");
@@ -265,6 +272,9 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
   char name[128];
   jt_gemm_name(s, name, sizeof name);
   g.fn = LLVMAddFunction(mod, name, LLVMFunctionType(LLVMVoidTypeInContext(cx), params, 5, 0));
+  /* A large frame (the A^T panel) touches the stack page by page: past the guard page it would
+   * fault like any deep call instead of silently writing over what lies below the stack. */
+  LLVMAddTargetDependentFunctionAttr(g.fn, "probe-stack", "inline-asm");
   for (unsigned i = 0; i < 3; i++) { /* A, B and C never alias: the caller's guard checks */
     unsigned kind = LLVMGetEnumAttributeKindForName("noalias", 7);
     LLVMAddAttributeAtIndex(g.fn, i + 1, LLVMCreateEnumAttribute(cx, kind, 0));

@@ -49,12 +49,14 @@ typedef struct jt_api_s {
  * blocking, which this generator does not do yet, decide the speed). */
 #define JT_GEMM_MAX_DIM 512
 #define JT_GEMM_MAX_K 1024
+#define JT_GEMM_MAX_K_PACKED 256 /* with op(A) = A^T the kernel packs an MR x K panel on the
+                                    stack: 16 KB at most (and it probes the stack as it grows) */
 
 /* 1 when g is within what the generator compiles. */
 static inline int jt_gemm_supported(const jt_gemm_t *g)
 {
   return g->m >= 1 && g->n >= 1 && g->k >= 1 && g->m <= JT_GEMM_MAX_DIM &&
-         g->n <= JT_GEMM_MAX_DIM && g->k <= JT_GEMM_MAX_K &&
+         g->n <= JT_GEMM_MAX_DIM && g->k <= (g->ta ? JT_GEMM_MAX_K_PACKED : JT_GEMM_MAX_K) &&
          g->lda >= (g->ta ? g->k : g->m) && g->ldb >= (g->tb ? g->n : g->k) && g->ldc >= g->m;
 }
 

@@ -133,7 +133,9 @@ F77_DOT(ddot_, double, AG_F64)
 
 /* ---- CBLAS ------------------------------------------------------------------------------- */
 
-#define ORDER(o) ((o) == CBLAS_ROW_MAJOR ? AG_ROW : AG_COL)
+/* An order that is neither is kept apart (AG_ORDER_BAD): such calls are never compiled, and the
+ * original library reports them as BLAS does. */
+#define ORDER(o) ((o) == CBLAS_ROW_MAJOR ? AG_ROW : (o) == CBLAS_COL_MAJOR ? AG_COL : AG_ORDER_BAD)
 
 #define CBLAS_GEMM(name, T, DT)                                                              \
   INTERPOSE_GEMM(name,                                                                       \

@@ -9,6 +9,10 @@
  *   threads T N      T threads calling a shared set of signatures N times each
  *   alias            after a signature has a variant, calls it with C overlapping B: the result
  *                    must be the original library's, bit for bit
+ *   inf              an 8x8x8 sgemm whose A holds an infinity on its first calls, then finite
+ *   badorder         cblas_sgemm with an order that is neither row- nor column-major, 20 times:
+ *                    C must stay untouched (the library rejects the call)
+ *   forkhot          fork first (the parent never calls BLAS); the child's signatures get hot *
  * Prints "calls N checked N mismatches M" and exits 1 when M > 0. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -19,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define REFBLAS "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3"
@@ -45,12 +50,12 @@ static dgemm_t ref_d;
 static long calls, mismatches;
 static pthread_mutex_t count_mu = PTHREAD_MUTEX_INITIALIZER;
 
-typedef struct sig_s {
+typedef struct gemm_sig_s {
   int f64, api, row;      /* api: 0 Fortran, 1 CBLAS; row: CBLAS row-major */
   char ta, tb;
   int m, n, k, lda, ldb, ldc;
   double alpha, beta;
-} sig_t;
+} gemm_sig_t;
 
 static uint64_t next(uint64_t *s)
 {
@@ -58,7 +63,7 @@ static uint64_t next(uint64_t *s)
   return *s >> 33;
 }
 
-static void random_sig(sig_t *g, uint64_t *s)
+static void random_sig(gemm_sig_t *g, uint64_t *s)
 {
   static const double sc[] = {0, 1, -1, 0.5, -2.25};
   g->f64 = (int)(next(s) % 2);
@@ -85,7 +90,7 @@ static size_t extent(int rows, int cols, int ld) { return (size_t)ld * (size_t)(
 
 /* Calls g through the process's BLAS, then the reference on copies; counts a mismatch when an
  * element differs by more than the bound (NaN where the reference has none included). */
-static void call_and_check(const sig_t *g, uint64_t *s, int nan_c)
+static void call_and_check(const gemm_sig_t *g, uint64_t *s, int nan_c)
 {
   int an = g->ta == 'N', bn = g->tb == 'N';
   /* Stored shapes (rows x cols in the storage order). */
@@ -173,7 +178,7 @@ static void call_and_check(const sig_t *g, uint64_t *s, int nan_c)
 
 static void sweep(int nsigs, int passes, uint64_t seed)
 {
-  sig_t *sigs = calloc((size_t)nsigs, sizeof *sigs);
+  gemm_sig_t *sigs = calloc((size_t)nsigs, sizeof *sigs);
   uint64_t s = seed;
   for (int i = 0; i < nsigs; i++)
     random_sig(&sigs[i], &s);
@@ -188,7 +193,7 @@ static void sweep(int nsigs, int passes, uint64_t seed)
 
 typedef struct worker_s {
   int id, n;
-  const sig_t *sigs;
+  const gemm_sig_t *sigs;
   int nsigs;
 } worker_t;
 
@@ -204,7 +209,7 @@ static void *worker(void *p)
 static void threads(int t, int n)
 {
   enum { NS = 12 };
-  sig_t sigs[NS];
+  gemm_sig_t sigs[NS];
   uint64_t s = 7;
   for (int i = 0; i < NS; i++) {
     random_sig(&sigs[i], &s);
@@ -258,6 +263,30 @@ static void alias(void)
   }
 }
 
+/* Calls an 8x8x8 sgemm n times, A holding +Inf at [0] for the first inf_calls calls. */
+static void inf_calls(int n, int inf_calls_n)
+{
+  gemm_sig_t g = {.f64 = 0, .api = 0, .row = 0, .ta = 'N', .tb = 'N', .m = 8, .n = 8, .k = 8,
+             .lda = 8, .ldb = 8, .ldc = 8, .alpha = 1, .beta = 0};
+  static float a[64], b[64], c[64], r[64];
+  float one = 1, zero = 0;
+  for (int i = 0; i < n; i++) {
+    for (int j = 0; j < 64; j++)
+      a[j] = (float)(j % 5) - 2, b[j] = (float)(j % 3) - 1;
+    if (i < inf_calls_n)
+      a[0] = INFINITY;
+    sgemm_("N", "N", &g.m, &g.n, &g.k, &one, a, &g.lda, b, &g.ldb, &zero, c, &g.ldc);
+    ref_s("N", "N", &g.m, &g.n, &g.k, &one, a, &g.lda, b, &g.ldb, &zero, r, &g.ldc);
+    calls++;
+    for (int j = 0; j < 64; j++)
+      if (!(c[j] == r[j] || (isnan(c[j]) && isnan(r[j])))) {
+        mismatches++;
+        break;
+      }
+    usleep(1000);
+  }
+}
+
 int main(int argc, char **argv)
 {
   void *r = dlopen(REFBLAS, RTLD_NOW | RTLD_LOCAL);
@@ -274,8 +303,36 @@ int main(int argc, char **argv)
     threads(atoi(argv[2]), atoi(argv[3]));
   else if (!strcmp(mode, "alias"))
     alias();
+  else if (!strcmp(mode, "inf"))
+    inf_calls(300, 3);
+  else if (!strcmp(mode, "badorder")) {
+    float a[16] = {1}, b[16] = {1}, c[16];
+    for (int i = 0; i < 20; i++, calls++) {
+      for (int j = 0; j < 16; j++)
+        c[j] = 42;
+      cblas_sgemm(999, 111, 111, 4, 4, 4, 1.0f, a, 4, b, 4, 0.0f, c, 4);
+      for (int j = 0; j < 16; j++)
+        if (c[j] != 42) {
+          mismatches++;
+          break;
+        }
+      usleep(2000);
+    }
+  } else if (!strcmp(mode, "forkhot")) {
+    pid_t child = fork();
+    if (child == 0) {
+      inf_calls(300, 0);
+      printf("child calls %ld checked %ld mismatches %ld\n", calls, calls, mismatches);
+      exit(mismatches != 0);
+    }
+    int st;
+    waitpid(child, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st))
+      mismatches++;
+  }
   else {
-    fprintf(stderr, "usage: %s sweep S P SEED | threads T N | alias\n", argv[0]);
+    fprintf(stderr, "usage: %s sweep S P SEED | threads T N | alias | inf | badorder | forkhot\n",
+            argv[0]);
     return 2;
   }
   printf("calls %ld checked %ld mismatches %ld\n", calls, calls, mismatches);

@@ -121,3 +121,31 @@ Test(jit, tools_see_the_code_perf_map_and_sampled_pcs)
                              " ON y.id=p.symbol_id WHERE y.module='[jit]' AND p.sig_id > 0 AND"
                              " y.name LIKE 'opjit_sgemm_NN_96x96x96_%%'"), 50);
 }
+
+Test(jit, infinities_in_the_inputs_do_not_blacklist_a_correct_variant)
+{
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
+                       "OPJIT_SAMPLE_HZ=0", NULL};
+  run_checked("inf", env, (const char *[]){H_JIT_PROG, "inf", NULL});
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 0);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE status='ready' AND calls > 0"), 1);
+}
+
+Test(jit, an_illegal_cblas_order_reaches_the_library)
+{
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
+                       "OPJIT_SAMPLE_HZ=0", NULL};
+  run_checked("order", env, (const char *[]){H_JIT_PROG, "badorder", NULL});
+  /* OpenBLAS's xerbla reports on stdout. */
+  cr_assert_eq(h_count_lines(h_output("order", "out"), "illegal value"), 20, "%s",
+               h_output("order", "out"));
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants"), 0);
+}
+
+Test(jit, a_fork_child_compiles_when_its_parent_never_did)
+{
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
+                       "OPJIT_SAMPLE_HZ=0", NULL};
+  run_checked("fork", env, (const char *[]){H_JIT_PROG, "forkhot", NULL});
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE status='ready' AND calls > 0"), 1);
+}

@@ -7,6 +7,7 @@
 
 #include <criterion/criterion.h>
 #include <dlfcn.h>
+#include <fenv.h>
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -137,7 +138,7 @@ Test(gemm_kernels, random_shapes_match_the_reference)
     jt_gemm_t g = {.f64 = (int)rnd(2), .ta = (int)rnd(2), .tb = (int)rnd(2)};
     int small = rnd(3) != 0; /* most shapes small, some up to 300 */
     g.m = 1 + (int)rnd(small ? 40 : 300), g.n = 1 + (int)rnd(small ? 40 : 300);
-    g.k = 1 + (int)rnd(small ? 40 : 300);
+    g.k = 1 + (int)rnd(small ? 40 : g.ta ? JT_GEMM_MAX_K_PACKED : 300);
     g.lda = (g.ta ? g.k : g.m) + (int)rnd(3);
     g.ldb = (g.tb ? g.n : g.k) + (int)rnd(3);
     g.ldc = g.m + (int)rnd(3);
@@ -173,4 +174,41 @@ Test(gemm_kernels, same_shape_twice_is_the_same_kernel)
   cr_assert_eq(compile(&g), compile(&g));
   cr_assert_str_neq(jit->llvm_version(), "");
   cr_assert_str_neq(jit->cpu(), "");
+}
+
+Test(gemm_kernels, transposed_a_limits_its_stack_panel)
+{
+  jt_gemm_t g = {.ta = 1, .m = 16, .n = 16, .k = JT_GEMM_MAX_K_PACKED + 1, .lda = JT_GEMM_MAX_K_PACKED + 1,
+                 .ldb = JT_GEMM_MAX_K_PACKED + 1, .ldc = 16, .alpha_one = 1};
+  cr_assert_not(jt_gemm_supported(&g), "a K past the panel limit must stay on the library");
+  g.k = g.lda = g.ldb = JT_GEMM_MAX_K_PACKED;
+  cr_assert(jt_gemm_supported(&g));
+  check(&g, compile(&g), 1, 0, 0);
+}
+
+/* Leaves signalling-NaN bit patterns on the stack below the caller's frame. */
+__attribute__((noinline)) static uint32_t dirty_stack(void)
+{
+  volatile uint32_t junk[8192];
+  for (int i = 0; i < 8192; i++)
+    junk[i] = 0x7fa00000u; /* a signalling NaN as a float */
+  return junk[8191];
+}
+
+Test(gemm_kernels, transposed_a_tails_raise_no_floating_point_flags)
+{
+  jt_gemm_t g = {.ta = 1, .m = 3, .n = 6, .k = 32, .lda = 32, .ldb = 32, .ldc = 3, .alpha_one = 1};
+  jt_gemm_fn fn = compile(&g);
+  static float a[3 * 32], b[32 * 6], c[3 * 6];
+  for (int i = 0; i < 3 * 32; i++)
+    a[i] = 0.5f;
+  for (int i = 0; i < 32 * 6; i++)
+    b[i] = 0.25f;
+  for (int rep = 0; rep < 20; rep++) {
+    cr_assert_eq(dirty_stack(), 0x7fa00000u);
+    feclearexcept(FE_ALL_EXCEPT);
+    fn(a, b, c, 1, 0);
+    cr_assert_not(fetestexcept(FE_INVALID), "the kernel raised FE_INVALID (stale panel lanes)");
+  }
+  cr_assert_float_eq(c[0], 32 * 0.125f, 1e-5);
 }
