@@ -351,18 +351,27 @@ int ag_tier_gemm(ag_entry_t *e, void *v, const void *a, const void *b, void *c, 
     fn(a, b, c, alpha, beta);
     return AG_RUN_DONE;
   }
-  /* Verification: the variant on a copy, the original (by the caller) on the host's C. */
-  size_t bytes = sc.hi - sc.lo;
-  void *copy = malloc(bytes);
-  if (!copy)
+  /* Verification: the variant runs on the host's C, its result is kept aside (compact: only
+   * the m x n elements, whatever ldc is), C is restored, and the caller runs the original on
+   * it; the host keeps the original's result. */
+  size_t col = (size_t)g->m * esz, region = col * (size_t)g->n;
+  char *saved = malloc(2 * region);
+  if (!saved)
     return AG_RUN_ORIGINAL;
-  memcpy(copy, c, bytes);
+  char *result = saved + region;
+  for (long j = 0; j < g->n; j++)
+    memcpy(saved + (size_t)j * col, (char *)c + (size_t)j * (size_t)g->ldc * esz, col);
   double amax = max_abs(a, g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda, g->f64);
   double bmax = max_abs(b, g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb, g->f64);
   double cmax = g->beta_class ? max_abs(c, g->m, g->n, g->ldc, g->f64) : 0;
-  fn(a, b, copy, alpha, beta);
+  fn(a, b, c, alpha, beta);
+  for (long j = 0; j < g->n; j++) {
+    char *cj = (char *)c + (size_t)j * (size_t)g->ldc * esz;
+    memcpy(result + (size_t)j * col, cj, col);
+    memcpy(cj, saved + (size_t)j * col, col);
+  }
   double eps = g->f64 ? DBL_EPSILON : FLT_EPSILON;
-  *vf = (ag_verify_t){e, copy, c,
+  *vf = (ag_verify_t){e, saved, c,
                       4.0 * (g->k + 2) * eps * (fabs(alpha) * g->k * amax * bmax + fabs(beta) * cmax) +
                           4 * DBL_MIN};
   return AG_RUN_VERIFY;
@@ -374,10 +383,11 @@ void ag_tier_verify_end(ag_verify_t *vf)
   const jt_gemm_t *g = &shapes[e->index];
   double worst = 0;
   long wi = 0, wj = 0;
+  const char *result = (const char *)vf->copy + (size_t)g->m * (size_t)g->n * (g->f64 ? 8 : 4);
   for (long j = 0; j < g->n; j++)
     for (long i = 0; i < g->m; i++) {
-      long ix = j * g->ldc + i;
-      double x = g->f64 ? ((double *)vf->copy)[ix] : ((float *)vf->copy)[ix];
+      long ix = j * g->ldc + i, rx = j * g->m + i;
+      double x = g->f64 ? ((const double *)result)[rx] : ((const float *)result)[rx];
       double y = g->f64 ? ((double *)vf->c)[ix] : ((float *)vf->c)[ix];
       if (x == y || (isnan(x) && isnan(y))) /* equal, infinities and NaNs included */
         continue;

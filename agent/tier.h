@@ -37,11 +37,12 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n);
 /* How a GEMM call with a published variant goes. */
 enum ag_run { AG_RUN_ORIGINAL = 0, /* a guard failed: the caller runs the original */
               AG_RUN_DONE,         /* the variant computed C */
-              AG_RUN_VERIFY };     /* the variant computed a copy of C: the caller runs the
-                                      original on C, then calls ag_tier_verify_end */
+              AG_RUN_VERIFY };     /* the variant's result is set aside and C restored: the
+                                      caller runs the original on C, then ag_tier_verify_end */
 typedef struct ag_verify_s {
   ag_entry_t *e;
-  void *copy, *c;
+  void *copy;    /* C's m x n elements as they were, then the variant's result (compact) */
+  void *c;       /* the host's C */
   double bound;
 } ag_verify_t;
 
