@@ -38,7 +38,7 @@ static int thread_started;
 static const jt_api_t *jit;
 static _Atomic int jit_dead;
 static jt_gemm_t *shapes; /* per entry: the column-major problem its variant solves */
-static uint8_t *row_major;  /* per entry: a CBLAS row-major call (operands swapped) */
+static uint8_t *swapped;   /* per entry: the kernel takes B before A (CBLAS row-major GEMM) */
 
 /* Every kernel's code, append-only: the sampler names PCs inside it, perf reads the map. */
 typedef struct code_s {
@@ -112,19 +112,35 @@ const char *ag_tier_llvm_version(void) { return jit ? jit->llvm_version() : ""; 
 const char *ag_tier_cpu(void) { return jit ? jit->cpu() : ""; }
 
 /* The column-major problem of a GEMM key, or 0 when the generator or the policy declines it. */
-static int gemm_of(const ag_sig_t *k, jt_gemm_t *g, int *row)
+/* The column-major GEMM a GEMM or GEMV key is, or 0 when the generator or the policy declines
+ * it. *swap is set when the kernel takes the call's operands in the other order. */
+static int gemm_of(const ag_sig_t *k, jt_gemm_t *g, int *swap)
 {
   unsigned ac = k->ab & 15, bc = k->ab >> 4;
-  if (k->op != AG_OP_GEMM || k->ta == AG_TRANS_BAD || k->tb == AG_TRANS_BAD ||
-      k->order == AG_ORDER_BAD || ac == AG_S_ZERO)
+  int row = k->order == AG_ROW;
+  if ((k->op != AG_OP_GEMM && k->op != AG_OP_GEMV) || k->ta == AG_TRANS_BAD ||
+      k->tb == AG_TRANS_BAD || k->order == AG_ORDER_BAD || ac == AG_S_ZERO)
     return 0;
-  *row = k->order == AG_ROW;
-  /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
-  *g = (jt_gemm_t){.f64 = k->dtype == AG_F64, .ta = *row ? k->tb != AG_N : k->ta != AG_N,
-                   .tb = *row ? k->ta != AG_N : k->tb != AG_N, .m = *row ? k->n : k->m,
-                   .n = *row ? k->m : k->n, .k = k->k, .lda = *row ? k->ldb : k->lda,
-                   .ldb = *row ? k->lda : k->ldb, .ldc = k->ldc, .alpha_one = ac == AG_S_ONE,
+  *g = (jt_gemm_t){.f64 = k->dtype == AG_F64, .alpha_one = ac == AG_S_ONE,
                    .beta_class = bc == AG_S_ZERO ? 0 : bc == AG_S_ONE ? 1 : 2};
+  if (k->op == AG_OP_GEMM) {
+    /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
+    *swap = row;
+    g->ta = row ? k->tb != AG_N : k->ta != AG_N, g->tb = row ? k->ta != AG_N : k->tb != AG_N;
+    g->m = row ? k->n : k->m, g->n = row ? k->m : k->n, g->k = k->k;
+    g->lda = row ? k->ldb : k->lda, g->ldb = row ? k->lda : k->ldb, g->ldc = k->ldc;
+  } else {
+    /* y = op(A) x is a GEMM with one column: B = x (k x 1), C = y (m x 1); unit strides only.
+     * A row-major A is the column-major A^T, so row-major flips the transpose. */
+    if (k->ldb != 1 || k->ldc != 1)
+      return 0;
+    *swap = 0;
+    int t = (k->ta != AG_N) != row;   /* op(A) applied to the column-major storage */
+    int rows = row ? k->n : k->m, cols = row ? k->m : k->n; /* the stored matrix, col-major */
+    g->ta = t, g->tb = 0, g->n = 1;
+    g->m = t ? cols : rows, g->k = t ? rows : cols;
+    g->lda = k->lda, g->ldb = g->k, g->ldc = g->m;
+  }
   long maxd = ag_opts.num[AG_OPT_JIT_MAX_DIM];
   return jt_gemm_supported(g) && g->m <= maxd && g->n <= maxd && g->k <= maxd;
 }
@@ -278,15 +294,15 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n)
   uint32_t cold = AG_TIER_COLD;
   if (!shapes) {
     shapes = calloc(ag_tcount_capacity, sizeof *shapes);
-    row_major = calloc(ag_tcount_capacity, 1);
+    swapped = calloc(ag_tcount_capacity, 1);
   }
   int row = 0;
   jt_gemm_t g;
-  if (!shapes || !row_major || !gemm_of(&e->key, &g, &row)) {
+  if (!shapes || !swapped || !gemm_of(&e->key, &g, &row)) {
     atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE);
   } else if (q_len < QUEUE_MAX && atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_QUEUED)) {
     shapes[e->index] = g;
-    row_major[e->index] = (uint8_t)row;
+    swapped[e->index] = (uint8_t)row;
     queue[q_len++] = e->index;
     event(e, AG_EV_QUEUED, "hot after %llu calls", (unsigned long long)n);
     if (!thread_started) {
@@ -335,7 +351,7 @@ int ag_tier_gemm(ag_entry_t *e, void *v, const void *a, const void *b, void *c, 
                  double beta, ag_verify_t *vf)
 {
   const jt_gemm_t *g = &shapes[e->index];
-  if (row_major[e->index]) { /* the kernel solves C^T = op(B)^T op(A)^T */
+  if (swapped[e->index]) { /* the kernel solves C^T = op(B)^T op(A)^T */
     const void *t = a;
     a = b, b = t;
   }

@@ -46,8 +46,9 @@ typedef struct ag_verify_s {
   double bound;
 } ag_verify_t;
 
-/* Dispatches a GEMM call to e's variant v: the call's own arguments (A and B as the host
- * passed them, CBLAS row-major included), guarded against C overlapping A or B. */
+/* Dispatches a GEMM or GEMV call to e's variant v: the call's own arguments (A and B — x for a
+ * GEMV — as the host passed them, CBLAS row-major included), guarded against C (y) overlapping
+ * A or B (x). */
 int ag_tier_gemm(ag_entry_t *e, void *v, const void *a, const void *b, void *c, double alpha,
                  double beta, ag_verify_t *vf);
 /* Compares the variant's copy with the original's C: a mismatch beyond the bound unpublishes

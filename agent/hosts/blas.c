@@ -46,9 +46,10 @@ static uint8_t classes(double alpha, double beta)
     fn args;                                                                                 \
   ag_call_end(&c);
 
-/* A GEMM: like INTERPOSE, with the JIT variant in front of the original when one is published
- * (A, B, C, alpha, beta name the call's operands and scalars). */
-#define INTERPOSE_GEMM(name, params, args, KEY, A, B, C, ALPHA, BETA)                         \
+/* A GEMM or GEMV: like INTERPOSE, with the JIT variant in front of the original when one is
+ * published (A, B, C, alpha, beta name the call's operands and scalars; for a GEMV, B is x and
+ * C is y). */
+#define INTERPOSE_JIT(name, params, args, KEY, A, B, C, ALPHA, BETA)                          \
   typedef void (*name##_fn) params;                                                          \
   AG_EXPORT void name params                                                                 \
   {                                                                                          \
@@ -87,7 +88,7 @@ static uint8_t classes(double alpha, double beta)
 /* ---- Fortran ----------------------------------------------------------------------------- */
 
 #define F77_GEMM(name, T, DT)                                                                \
-  INTERPOSE_GEMM(name,                                                                       \
+  INTERPOSE_JIT(name,                                                                       \
             (const char *ta, const char *tb, const blasint *m, const blasint *n,             \
              const blasint *k_, const T *alpha, const T *a, const blasint *lda, const T *b,  \
              const blasint *ldb, const T *beta, T *c_, const blasint *ldc),                  \
@@ -98,13 +99,14 @@ static uint8_t classes(double alpha, double beta)
             a, b, c_, *alpha, *beta)
 
 #define F77_GEMV(name, T, DT)                                                                \
-  INTERPOSE(void, name,                                                                      \
+  INTERPOSE_JIT(name,                                                                        \
             (const char *tr, const blasint *m, const blasint *n, const T *alpha, const T *a, \
              const blasint *lda, const T *x, const blasint *incx, const T *beta, T *y,       \
              const blasint *incy),                                                           \
             (tr, m, n, alpha, a, lda, x, incx, beta, y, incy),                               \
             BLAS_KEY(AG_OP_GEMV, DT, AG_API_F77, AG_COL, ag_trans_char(*tr), 0,              \
-                     classes(*alpha, *beta), *m, *n, 0, *lda, *incx, *incy))
+                     classes(*alpha, *beta), *m, *n, 0, *lda, *incx, *incy),                 \
+            a, x, y, *alpha, *beta)
 
 #define F77_AXPY(name, T, DT)                                                                \
   INTERPOSE(void, name,                                                                      \
@@ -138,7 +140,7 @@ F77_DOT(ddot_, double, AG_F64)
 #define ORDER(o) ((o) == CBLAS_ROW_MAJOR ? AG_ROW : (o) == CBLAS_COL_MAJOR ? AG_COL : AG_ORDER_BAD)
 
 #define CBLAS_GEMM(name, T, DT)                                                              \
-  INTERPOSE_GEMM(name,                                                                       \
+  INTERPOSE_JIT(name,                                                                       \
             (int order, int ta, int tb, blasint m, blasint n, blasint k_, T alpha,           \
              const T *a, blasint lda, const T *b, blasint ldb, T beta, T *c_, blasint ldc),  \
             (order, ta, tb, m, n, k_, alpha, a, lda, b, ldb, beta, c_, ldc),                 \
@@ -147,12 +149,13 @@ F77_DOT(ddot_, double, AG_F64)
             a, b, c_, alpha, beta)
 
 #define CBLAS_GEMV(name, T, DT)                                                              \
-  INTERPOSE(void, name,                                                                      \
+  INTERPOSE_JIT(name,                                                                        \
             (int order, int tr, blasint m, blasint n, T alpha, const T *a, blasint lda,      \
              const T *x, blasint incx, T beta, T *y, blasint incy),                          \
             (order, tr, m, n, alpha, a, lda, x, incx, beta, y, incy),                        \
             BLAS_KEY(AG_OP_GEMV, DT, AG_API_CBLAS, ORDER(order), cblas_trans(tr), 0,         \
-                     classes(alpha, beta), m, n, 0, lda, incx, incy))
+                     classes(alpha, beta), m, n, 0, lda, incx, incy),                        \
+            a, x, y, alpha, beta)
 
 #define CBLAS_AXPY(name, T, DT)                                                              \
   INTERPOSE(void, name, (blasint n, T alpha, const T *x, blasint incx, T *y, blasint incy),  \

@@ -12,7 +12,9 @@
  *   inf              an 8x8x8 sgemm whose A holds an infinity on its first calls, then finite
  *   badorder         cblas_sgemm with an order that is neither row- nor column-major, 20 times:
  *                    C must stay untouched (the library rejects the call)
- *   forkhot          fork first (the parent never calls BLAS); the child's signatures get hot *
+ *   forkhot          fork first (the parent never calls BLAS); the child's signatures get hot
+ *   gemv S P SEED    like sweep, for sgemv_/dgemv_/cblas_?gemv (row and column major, both
+ *                    transposes, unit and non-unit strides)
  * Prints "calls N checked N mismatches M" and exits 1 when M > 0. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -31,6 +33,20 @@
 typedef void (*sgemm_t)(const char *, const char *, const int *, const int *, const int *,
                         const float *, const float *, const int *, const float *, const int *,
                         const float *, float *, const int *);
+typedef void (*sgemv_t)(const char *, const int *, const int *, const float *, const float *,
+                        const int *, const float *, const int *, const float *, float *,
+                        const int *);
+typedef void (*dgemv_t)(const char *, const int *, const int *, const double *, const double *,
+                        const int *, const double *, const int *, const double *, double *,
+                        const int *);
+void sgemv_(const char *, const int *, const int *, const float *, const float *, const int *,
+            const float *, const int *, const float *, float *, const int *);
+void dgemv_(const char *, const int *, const int *, const double *, const double *, const int *,
+            const double *, const int *, const double *, double *, const int *);
+void cblas_sgemv(int, int, int, int, float, const float *, int, const float *, int, float,
+                 float *, int);
+void cblas_dgemv(int, int, int, int, double, const double *, int, const double *, int, double,
+                 double *, int);
 typedef void (*dgemm_t)(const char *, const char *, const int *, const int *, const int *,
                         const double *, const double *, const int *, const double *,
                         const int *, const double *, double *, const int *);
@@ -47,6 +63,8 @@ void cblas_dgemm(int, int, int, int, int, int, double, const double *, int, cons
 
 static sgemm_t ref_s;
 static dgemm_t ref_d;
+static sgemv_t ref_sv;
+static dgemv_t ref_dv;
 static long calls, mismatches;
 static pthread_mutex_t count_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -263,6 +281,98 @@ static void alias(void)
   }
 }
 
+/* One random GEMV through the process's BLAS and the reference (in double, on the same
+ * inputs); counts a mismatch beyond the K-epsilon bound. */
+static void gemv_call(uint64_t *s, int f64, int api, int row, int trans, int m, int n, int pad,
+                      int inc, double alpha, double beta)
+{
+  int rows = row ? n : m, cols = row ? m : n; /* the stored matrix, column-major */
+  int lda = rows + pad;
+  int xl = trans ? m : n, yl = trans ? n : m;
+  size_t es = f64 ? 8 : 4;
+  char *a = malloc((size_t)lda * cols * es), *x = malloc((size_t)xl * inc * es);
+  char *y = malloc((size_t)yl * inc * es), *r = malloc((size_t)yl * inc * es);
+  double *mag = malloc((size_t)yl * sizeof *mag);
+  for (int i = 0; i < lda * cols; i++) {
+    double v = ((double)(next(s) % 2001) - 1000) / 1000;
+    f64 ? (((double *)a)[i] = v) : (((float *)a)[i] = (float)v);
+  }
+  for (int i = 0; i < xl * inc; i++) {
+    double v = ((double)(next(s) % 2001) - 1000) / 1000;
+    f64 ? (((double *)x)[i] = v) : (((float *)x)[i] = (float)v);
+  }
+  for (int i = 0; i < yl * inc; i++) {
+    double v = ((double)(next(s) % 2001) - 1000) / 1000;
+    f64 ? (((double *)y)[i] = v) : (((float *)y)[i] = (float)v);
+  }
+  memcpy(r, y, (size_t)yl * inc * es);
+  /* Column-major view: op = transpose when trans differs from row. */
+  char t = (trans != 0) != (row != 0) ? 'T' : 'N';
+  for (int i = 0; i < yl; i++) { /* the bound: |alpha| sum |a||x| + |beta||y| */
+    double acc = 0;
+    for (int j = 0; j < xl; j++) {
+      size_t ix = t == 'N' ? (size_t)j * lda + i : (size_t)i * lda + j;
+      double av = f64 ? ((double *)a)[ix] : ((float *)a)[ix];
+      double xv = f64 ? ((double *)x)[(size_t)j * inc] : ((float *)x)[(size_t)j * inc];
+      acc += fabs(av * xv);
+    }
+    double yv = f64 ? ((double *)y)[(size_t)i * inc] : ((float *)y)[(size_t)i * inc];
+    mag[i] = fabs(alpha) * acc + fabs(beta) * fabs(yv);
+  }
+  int ct = trans ? 112 : 111;
+  char tc = trans ? 'T' : 'N';
+  float fa = (float)alpha, fb = (float)beta;
+  if (api == 0 && f64)
+    dgemv_(&tc, &m, &n, &alpha, (double *)a, &lda, (double *)x, &inc, &beta, (double *)y, &inc);
+  else if (api == 0)
+    sgemv_(&tc, &m, &n, &fa, (float *)a, &lda, (float *)x, &inc, &fb, (float *)y, &inc);
+  else if (f64)
+    cblas_dgemv(row ? 101 : 102, ct, m, n, alpha, (double *)a, lda, (double *)x, inc, beta,
+                (double *)y, inc);
+  else
+    cblas_sgemv(row ? 101 : 102, ct, m, n, fa, (float *)a, lda, (float *)x, inc, fb, (float *)y,
+                inc);
+  if (f64)
+    ref_dv(&t, &rows, &cols, &alpha, (double *)a, &lda, (double *)x, &inc, &beta, (double *)r, &inc);
+  else
+    ref_sv(&t, &rows, &cols, &fa, (float *)a, &lda, (float *)x, &inc, &fb, (float *)r, &inc);
+  double eps = f64 ? DBL_EPSILON : FLT_EPSILON;
+  int bad = 0;
+  for (int i = 0; i < yl; i++) {
+    double u = f64 ? ((double *)y)[(size_t)i * inc] : ((float *)y)[(size_t)i * inc];
+    double v = f64 ? ((double *)r)[(size_t)i * inc] : ((float *)r)[(size_t)i * inc];
+    bad |= fabs(u - v) > 2.0 * (xl + 2) * eps * mag[i] + 4 * DBL_MIN;
+  }
+  if (bad)
+    fprintf(stderr, "mismatch: %s %cgemv %s %c %dx%d inc %d alpha %g beta %g\n",
+            api ? "cblas" : "f77", f64 ? 'd' : 's', row ? "row" : "col", tc, m, n, inc, alpha, beta);
+  calls++;
+  mismatches += bad;
+  free(a), free(x), free(y), free(r), free(mag);
+}
+
+static void gemv_sweep(int nsigs, int passes, uint64_t seed)
+{
+  static const double sc[] = {0, 1, -1, 0.5, -2.25};
+  typedef struct { int f64, api, row, trans, m, n, pad, inc; double alpha, beta; } gv_t;
+  gv_t *g = calloc((size_t)nsigs, sizeof *g);
+  uint64_t s = seed;
+  for (int i = 0; i < nsigs; i++) {
+    g[i].f64 = (int)(next(&s) % 2), g[i].api = (int)(next(&s) % 2);
+    g[i].row = g[i].api && next(&s) % 2, g[i].trans = (int)(next(&s) % 2);
+    g[i].m = 1 + (int)(next(&s) % 100), g[i].n = 1 + (int)(next(&s) % 100);
+    g[i].pad = (int)(next(&s) % 3);
+    g[i].inc = next(&s) % 8 == 0 ? 2 : 1, g[i].alpha = sc[next(&s) % 5], g[i].beta = sc[next(&s) % 5];
+  }
+  for (int p = 0; p < passes; p++) {
+    for (int i = 0; i < nsigs; i++)
+      gemv_call(&s, g[i].f64, g[i].api, g[i].row, g[i].trans, g[i].m, g[i].n, g[i].pad,
+                g[i].inc, g[i].alpha, g[i].beta);
+    usleep(p == 0 ? 8000 * (useconds_t)nsigs : 50000);
+  }
+  free(g);
+}
+
 /* Calls an 8x8x8 sgemm n times, A holding +Inf at [0] for the first inf_calls calls. */
 static void inf_calls(int n, int inf_calls_n)
 {
@@ -292,7 +402,9 @@ int main(int argc, char **argv)
   void *r = dlopen(REFBLAS, RTLD_NOW | RTLD_LOCAL);
   ref_s = r ? (sgemm_t)dlsym(r, "sgemm_") : NULL;
   ref_d = r ? (dgemm_t)dlsym(r, "dgemm_") : NULL;
-  if (!ref_s || !ref_d) {
+  ref_sv = r ? (sgemv_t)dlsym(r, "sgemv_") : NULL;
+  ref_dv = r ? (dgemv_t)dlsym(r, "dgemv_") : NULL;
+  if (!ref_s || !ref_d || !ref_sv || !ref_dv) {
     fprintf(stderr, "reference BLAS %s not found (package libblas3)\n", REFBLAS);
     return 77;
   }
@@ -303,6 +415,8 @@ int main(int argc, char **argv)
     threads(atoi(argv[2]), atoi(argv[3]));
   else if (!strcmp(mode, "alias"))
     alias();
+  else if (!strcmp(mode, "gemv") && argc > 4)
+    gemv_sweep(atoi(argv[2]), atoi(argv[3]), strtoull(argv[4], NULL, 10));
   else if (!strcmp(mode, "inf"))
     inf_calls(300, 3);
   else if (!strcmp(mode, "badorder")) {
@@ -331,7 +445,8 @@ int main(int argc, char **argv)
       mismatches++;
   }
   else {
-    fprintf(stderr, "usage: %s sweep S P SEED | threads T N | alias | inf | badorder | forkhot\n",
+    fprintf(stderr, "usage: %s sweep S P SEED | gemv S P SEED | threads T N | alias | inf | "
+                    "badorder | forkhot\n",
             argv[0]);
     return 2;
   }

@@ -149,3 +149,18 @@ Test(jit, a_fork_child_compiles_when_its_parent_never_did)
   run_checked("fork", env, (const char *[]){H_JIT_PROG, "forkhot", NULL});
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE status='ready' AND calls > 0"), 1);
 }
+
+Test(jit, gemv_calls_match_the_reference)
+{
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
+                       "OPJIT_SAMPLE_HZ=0", NULL};
+  run_checked("gemv", env, (const char *[]){H_JIT_PROG, "gemv", "200", "10", "77", NULL});
+  cr_assert(strstr(h_output("gemv", "out"), "calls 2000 "), "%s", h_output("gemv", "out"));
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM variants v JOIN signatures s ON s.id=v.sig_id"
+                             " WHERE v.status='ready' AND s.op LIKE '%%gemv'"), 100);
+  cr_assert_gt(h_query(NULL, "SELECT sum(calls) FROM variants"), 700); /* 140 ready x 7 */
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants v JOIN signatures s ON s.id=v.sig_id"
+                             " WHERE json_extract(s.params, '$.incx') != 1"), 0,
+               "strided vectors stay on the library");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind IN ('failed', 'verify-failed')"), 0);
+}
