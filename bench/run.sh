@@ -3,10 +3,13 @@
 # Builds opjit and runs its benchmarks: the agent's pass-through cost per BLAS call
 # (bench_passthrough), its start-up cost per process (bench_startup), the sampler's cost to a
 # BLAS-bound process (bench_sampling: no agent, SAMPLE_HZ=0, the default rate and 1000 Hz,
-# plus a check from the databases that sampling happened) and, when valgrind is installed, the
-# instructions the agent adds to /bin/true (callgrind's "Collected" total with vs without
-# LD_PRELOAD): start-up cost without the machine's noise.
-#   bench/run.sh [passthrough rounds [startup rounds [sampling rounds]]]
+# plus a check from the databases that sampling happened), the JIT's small GEMMs side by side
+# with OpenBLAS and LIBXSMM (bench_jit: ns per call, GF/s, speedups, compile latency, goals)
+# and, when valgrind is installed, the instructions the agent adds to /bin/true (callgrind's
+# "Collected" total with vs without LD_PRELOAD): start-up cost without the machine's noise.
+#   bench/run.sh [passthrough rounds [startup rounds [sampling rounds [jit rounds [jit set]]]]]
+# (jit set: default, all or nn; bench_jit builds its LIBXSMM preload library with
+# /work/shared/tools/libxsmm-preload.sh unless LIBXSMM_PRELOAD names one)
 # BUILD_DIR (default build) names the build folder; a new one is configured without tests.
 # Exits non-zero when a benchmark's own checks fail (never on a missed goal).
 set -u
@@ -17,7 +20,7 @@ build=${BUILD_DIR:-build}
   exit 1
 # Only what the benchmarks need (they depend on the agent and the store module).
 cmake --build "$build" -j"$(nproc)" --target bench_passthrough bench_startup \
-  bench_sampling >/dev/null || exit 1
+  bench_sampling bench_jit >/dev/null || exit 1
 agent=$(cd "$build" && pwd)/libopjit.so
 status=0
 
@@ -29,6 +32,9 @@ echo "== bench_startup"
 echo
 echo "== bench_sampling"
 "$build/bench_sampling" ${3:-} || status=1
+echo
+echo "== bench_jit"
+"$build/bench_jit" ${4:-11} ${5:-default} || status=1
 echo
 
 echo "== instructions of /bin/true (callgrind)"
