@@ -472,7 +472,8 @@ static void write_variants(void)
   static const char *const kinds[] = {[AG_EV_QUEUED] = "queued", [AG_EV_PUBLISHED] = "published",
                                       [AG_EV_VERIFIED] = "verified",
                                       [AG_EV_VERIFY_FAILED] = "verify-failed",
-                                      [AG_EV_DEMOTED] = "demoted", [AG_EV_FAILED] = "failed"};
+                                      [AG_EV_DEMOTED] = "demoted", [AG_EV_FAILED] = "failed",
+                                      [AG_EV_EVICTED] = "evicted", [AG_EV_DEFERRED] = "deferred"};
   npending += ag_tier_events(pending_events + npending,
                              sizeof pending_events / sizeof *pending_events - npending);
   /* Only signatures the database already has: a row for one that turned hot since the last

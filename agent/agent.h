@@ -55,6 +55,8 @@ typedef struct ag_thread_s {
   _Atomic uint32_t *cur;     /* where this thread's current operator is kept; NULL until the
                                 thread registers (tcount.h) */
   _Atomic uint32_t own_cur;  /* ... when no shared slot was free */
+  _Atomic uint64_t ends;     /* counted calls finished: code unpublished before a thread's
+                                count moved can no longer be running on it (tier.c frees it) */
   ag_tlc_slot_t tlc[AG_TLC_SLOTS];
 } ag_thread_t;
 extern AG_TLS ag_thread_t ag_tl;
@@ -201,6 +203,8 @@ static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
       atomic_fetch_add_explicit(&e->timed_ns, dt, memory_order_relaxed);
     }
   }
+  atomic_store_explicit(&ag_tl.ends, atomic_load_explicit(&ag_tl.ends, memory_order_relaxed) + 1,
+                        memory_order_release);
   ag_tl.depth--;
 }
 

@@ -43,6 +43,8 @@
       "wins there")                                                                          \
   OPT(VERIFY, INT, "2", 0, 1000, NULL,                                                       \
       "calls of a new variant also run on the original and compared")                        \
+  OPT(CODE_CACHE_MB, INT, "64", 1, 65536, NULL,                                              \
+      "compiled code kept at most; the variants that saved least are evicted first")         \
   OPT(PERF_MAP, BOOL, "0", 0, 1, NULL,                                                       \
       "1 writes /tmp/perf-PID.map lines for JIT kernels, so perf report names them")         \
   OPT(LOG, ENUM, "warn", 0, 0, "error|warn|info|debug", "agent message level")               \

@@ -13,6 +13,7 @@
 typedef struct tc_thread_s {
   struct tc_thread_s *next, *prev;
   _Atomic uint64_t *calls; /* NULL: this thread counts on the shared entries */
+  _Atomic uint64_t *ends;  /* the thread's ag_tl.ends */
   int cur_slot;            /* index in cur_slots, or -1 (ag_tl.own_cur is used) */
 } tc_thread_t;
 
@@ -116,6 +117,7 @@ void ag_tcount_register(void)
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   t->calls = mem == MAP_FAILED ? NULL : mem;
   t->cur_slot = claim_cur_slot();
+  t->ends = &ag_tl.ends;
   if (pthread_setspecific(reg_key, t)) {
     release(t);
     return;
@@ -156,6 +158,29 @@ void ag_tcount_sum(uint64_t *calls, uint64_t *vcalls, uint32_t n)
       vcalls[i] += atomic_load_explicit(&t->calls[ag_tcount_capacity + i], memory_order_relaxed);
     }
   pthread_mutex_unlock(&reg_mu);
+}
+
+size_t ag_tcount_snapshot(ag_epoch_t *out, size_t max)
+{
+  size_t n = 0;
+  pthread_mutex_lock(&reg_mu);
+  for (tc_thread_t *t = reg_head.next; t != &reg_head; t = t->next, n++)
+    if (n < max)
+      out[n] = (ag_epoch_t){t, atomic_load_explicit(t->ends, memory_order_acquire)};
+  pthread_mutex_unlock(&reg_mu);
+  return n;
+}
+
+int ag_tcount_passed(const ag_epoch_t *snap, size_t n)
+{
+  int passed = 1;
+  pthread_mutex_lock(&reg_mu);
+  for (size_t i = 0; i < n && passed; i++)
+    for (tc_thread_t *t = reg_head.next; t != &reg_head; t = t->next)
+      if (t == snap[i].thread && atomic_load_explicit(t->ends, memory_order_acquire) == snap[i].ends)
+        passed = 0; /* still registered and no call finished since: it might be inside */
+  pthread_mutex_unlock(&reg_mu);
+  return passed;
 }
 
 void ag_tcount_lock(void) { pthread_mutex_lock(&reg_mu); }

@@ -36,6 +36,18 @@ extern uint32_t ag_tcount_capacity;
  * running now (entry index + 1), or 0. */
 uint32_t ag_tcount_inflight(void);
 
+/* Grace periods for code that was unpublished: a snapshot of every registered thread's count of
+ * finished calls, and whether each of those threads has since finished a call (or exited), so
+ * that none can still be inside code unpublished before the snapshot. */
+typedef struct ag_epoch_s {
+  const void *thread;
+  uint64_t ends;
+} ag_epoch_t;
+/* Fills out with up to max entries; returns the number of registered threads (more than max:
+ * the snapshot is incomplete and must not be used). */
+size_t ag_tcount_snapshot(ag_epoch_t *out, size_t max);
+int ag_tcount_passed(const ag_epoch_t *snap, size_t n);
+
 /* Fork child: the threads that did not survive the fork are forgotten, and the surviving
  * thread's counts zeroed (the child's run starts from zero). */
 void ag_tcount_after_fork_child(void);

@@ -48,6 +48,17 @@ typedef struct code_s {
 static code_t code[4096];
 static _Atomic int ncode;
 
+/* The code cache: bytes of live kernels, and evicted kernels waiting for their grace period. */
+static size_t code_bytes;
+typedef struct retired_s {
+  void *fn;
+  size_t size;
+  size_t nsnap;
+  ag_epoch_t *snap;
+} retired_t;
+static retired_t retired[64];
+static int nretired;
+
 /* What promotion expects: the mean relative saving of this process's measured variants and
  * the mean compile time (both updated by the compile thread; read racily, as estimates). */
 static _Atomic double est_gain = -1, est_compile_ns = 30e6; /* -1: no measurement yet */
@@ -162,6 +173,76 @@ static int load_jit(void)
   return 0;
 }
 
+/* The cache's size in bytes (a test may shrink it through OPJIT_TEST_CODE_CACHE_BYTES). */
+static size_t cache_budget(void)
+{
+  const char *test = getenv("OPJIT_TEST_CODE_CACHE_BYTES");
+  return test ? (size_t)strtoull(test, NULL, 10) : (size_t)ag_opts.num[AG_OPT_CODE_CACHE_MB] << 20;
+}
+
+/* Frees the evicted kernels whose grace period has passed. Compile thread only. */
+static void free_retired(void)
+{
+  char err[256];
+  for (int i = 0; i < nretired;) {
+    retired_t *r = &retired[i];
+    if (!ag_tcount_passed(r->snap, r->nsnap)) {
+      i++;
+      continue;
+    }
+    if (jit->release((jt_gemm_fn)r->fn, err, sizeof err) == 0) {
+      code_bytes -= r->size;
+      for (int c = 0; c < atomic_load(&ncode); c++)
+        if (code[c].lo == (uint64_t)(uintptr_t)r->fn)
+          code[c].hi = code[c].lo; /* no PC is in it any more */
+    } else
+      ag_log_once(AG_LOG_WARN, "an evicted kernel could not be freed: %s", err);
+    free(r->snap);
+    *r = retired[--nretired];
+  }
+}
+
+/* Evicts the ready variant that has served the fewest calls: unpublished now, freed after the
+ * grace period. Returns 0, or -1 when there is nothing to evict. Compile thread only. */
+static int evict_one(void)
+{
+  uint32_t n = ag_table_count(ag_table), victim = UINT32_MAX;
+  uint64_t *calls = calloc(n ? n : 1, sizeof *calls), *vcalls = calloc(n ? n : 1, sizeof *vcalls);
+  ag_epoch_t *snap = calloc(1024, sizeof *snap);
+  int rc = -1;
+  if (!calls || !vcalls || !snap || nretired == (int)(sizeof retired / sizeof *retired))
+    goto out;
+  ag_tcount_sum(calls, vcalls, n);
+  for (uint32_t i = 0; i < n; i++)
+    if (atomic_load(&ag_table_entry(ag_table, i)->tier) == AG_TIER_READY &&
+        (victim == UINT32_MAX || vcalls[i] < vcalls[victim]))
+      victim = i;
+  if (victim == UINT32_MAX)
+    goto out;
+  ag_entry_t *e = ag_table_entry(ag_table, victim);
+  void *fn = atomic_exchange(&e->variant, NULL); /* seq_cst: before the snapshot below */
+  atomic_store(&e->tier, AG_TIER_COLD);
+  size_t nsnap = ag_tcount_snapshot(snap, 1024);
+  if (nsnap > 1024) { /* too many threads to prove a grace period: the code stays */
+    free(snap);
+    snap = NULL;
+    nsnap = 0;
+  } else {
+    size_t size = 0;
+    for (int c = 0; c < atomic_load(&ncode); c++)
+      if (code[c].lo == (uint64_t)(uintptr_t)fn)
+        size = code[c].hi - code[c].lo;
+    retired[nretired++] = (retired_t){fn, size, nsnap, snap};
+    snap = NULL;
+  }
+  event(e, AG_EV_EVICTED, "code cache full: served %llu calls, fewest of the ready variants",
+        (unsigned long long)vcalls[victim]);
+  rc = 0;
+out:
+  free(calls), free(vcalls), free(snap);
+  return rc;
+}
+
 /* Compiles and publishes entry i. Compile thread only. */
 static void compile_one(uint32_t i)
 {
@@ -171,6 +252,15 @@ static void compile_one(uint32_t i)
   char err[512] = "";
   jt_gemm_fn fn = NULL;
   size_t size = 0;
+  free_retired();
+  while (code_bytes + 4096 > cache_budget() && evict_one() == 0)
+    free_retired();
+  if (code_bytes + 4096 > cache_budget()) { /* nothing left to evict, or not freed yet */
+    atomic_store(&e->tier, AG_TIER_COLD);
+    event(e, AG_EV_DEFERRED, "code cache full (%zu bytes): stays on the original for now",
+          code_bytes);
+    return;
+  }
   uint64_t t0 = ag_now_ns();
   if (fault && strcmp(fault, "wrong") == 0)
     g.beta_class = g.beta_class ? 0 : 1; /* a real kernel that adds, or ignores, the old C */
@@ -178,6 +268,14 @@ static void compile_one(uint32_t i)
                ? (snprintf(err, sizeof err, "injected compile failure"), -1)
                : jit->gemm(&g, &fn, &size, err, sizeof err);
   uint64_t dt = ag_now_ns() - t0;
+  int resurrected = 0; /* the session still had this kernel: evicted, not yet freed */
+  for (int r = 0; rc == 0 && r < nretired; r++)
+    if (retired[r].fn == (void *)fn) {
+      free(retired[r].snap);
+      retired[r] = retired[--nretired];
+      resurrected = 1;
+      break;
+    }
   if (rc) {
     atomic_store(&e->tier, AG_TIER_FAILED);
     event(e, AG_EV_FAILED, "%s", err);
@@ -186,7 +284,9 @@ static void compile_one(uint32_t i)
     return;
   }
   int c = atomic_load(&ncode);
-  if (size && c < (int)(sizeof code / sizeof *code)) {
+  if (!resurrected)
+    code_bytes += size;
+  if (size && !resurrected && c < (int)(sizeof code / sizeof *code)) {
     code[c].lo = (uint64_t)(uintptr_t)fn;
     code[c].hi = code[c].lo + size;
     jit->gemm_name(&shapes[i], code[c].name, sizeof code[c].name);
@@ -262,6 +362,7 @@ static void *compile_main(void *arg)
       break;
     pthread_mutex_unlock(&q_mu);
     watch_speed();
+    free_retired();
     pthread_mutex_lock(&q_mu);
     struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);

@@ -8,8 +8,10 @@
  *   COLD ──hot (OPJIT_HOT_CALLS calls)──▶ QUEUED ──compiled──▶ READY (variant published)
  *                                           └──LLVM error──▶ FAILED (blacklisted)
  *   READY ──verification mismatch──▶ FAILED      READY ──measured slower──▶ DEMOTED
- * A variant's code is never freed while the process lives (no eviction yet), so a thread still
- * inside an unpublished variant is always safe. Nor is LLVM: the compile thread may be inside it
+ *   READY ──code cache (OPJIT_CODE_CACHE_MB) full──▶ COLD (evicted; compiled again if hot again)
+ * Only evicted code is freed, and only after a grace period: every thread that was registered
+ * when it was unpublished has finished a call since (or exited), so none can still be inside it.
+ * Demoted and blacklisted variants' code stays (it is small, and they never come back). Nor is LLVM: the compile thread may be inside it
  * when the host exits, so LLVM's static destructors are never registered (ag_tl_keep_statics)
  * and exit cannot tear LLVM down under it. */
 #ifndef OPJIT_AGENT_TIER_H
@@ -24,7 +26,7 @@ enum ag_tier { AG_TIER_COLD = 0, AG_TIER_NONE, AG_TIER_QUEUED, AG_TIER_READY, AG
 
 /* Event kinds, as recorded in the database. */
 enum ag_event { AG_EV_QUEUED, AG_EV_PUBLISHED, AG_EV_VERIFIED, AG_EV_VERIFY_FAILED,
-                AG_EV_DEMOTED, AG_EV_FAILED };
+                AG_EV_DEMOTED, AG_EV_FAILED, AG_EV_EVICTED, AG_EV_DEFERRED };
 
 /* Called on a host thread when entry e reached OPJIT_HOT_CALLS calls on it (n calls, and again
  * every 4096): queues it for compilation if it can be compiled and, unless OPJIT_HOT_PAYBACK is

@@ -37,11 +37,13 @@ typedef struct jt_api_s {
   int (*gemm)(const jt_gemm_t *g, jt_gemm_fn *out, size_t *size, char *err, size_t len);
   /* The kernel's symbol name (for perf maps and profiles). */
   void (*gemm_name)(const jt_gemm_t *g, char *buf, size_t len);
+  /* Frees a kernel's code and symbols. The caller guarantees no thread can still run it. */
+  int (*release)(jt_gemm_fn fn, char *err, size_t len);
   /* "19.1.7", and the CPU the code is generated for ("znver3"). */
   const char *(*llvm_version)(void);
   const char *(*cpu)(void);
 } jt_api_t;
-#define JT_API_ABI 2
+#define JT_API_ABI 3
 #define JT_API_SYMBOL "opjit_jit_api"
 #define JT_MODULE_NAME "libopjit-jit.so"
 

@@ -25,6 +25,7 @@ typedef struct compiled_s {
   char name[128];
   jt_gemm_fn fn;
   size_t size;
+  LLVMOrcResourceTrackerRef rt; /* the kernel's code and symbols, removable on their own */
 } compiled_t;
 static compiled_t *compiled;
 
@@ -117,13 +118,17 @@ static int jit_gemm(const jt_gemm_t *g, jt_gemm_fn *out, size_t *size, char *err
   }
   LLVMDisposeMessage(msg);
   LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(mod, tsc);
-  LLVMErrorRef e = LLVMOrcLLJITAddLLVMIRModule(jit, LLVMOrcLLJITGetMainJITDylib(jit), tsm);
+  entry->rt = LLVMOrcJITDylibCreateResourceTracker(LLVMOrcLLJITGetMainJITDylib(jit));
+  LLVMErrorRef e = LLVMOrcLLJITAddLLVMIRModuleWithRT(jit, entry->rt, tsm);
   if (e) {
     LLVMOrcDisposeThreadSafeModule(tsm);
+    LLVMOrcReleaseResourceTracker(entry->rt);
     free(entry);
     return llvm_fail(e, "cannot add the kernel", err, len);
   }
   if ((e = LLVMOrcLLJITLookup(jit, &addr, name))) {
+    LLVMConsumeError(LLVMOrcResourceTrackerRemove(entry->rt));
+    LLVMOrcReleaseResourceTracker(entry->rt);
     free(entry);
     return llvm_fail(e, "cannot compile the kernel", err, len);
   }
@@ -140,6 +145,22 @@ static int jit_gemm(const jt_gemm_t *g, jt_gemm_fn *out, size_t *size, char *err
   return 0;
 }
 
+static int jit_release(jt_gemm_fn fn, char *err, size_t len)
+{
+  for (compiled_t **p = &compiled; *p; p = &(*p)->next) {
+    compiled_t *c = *p;
+    if (c->fn != fn)
+      continue;
+    *p = c->next;
+    LLVMErrorRef e = LLVMOrcResourceTrackerRemove(c->rt);
+    LLVMOrcReleaseResourceTracker(c->rt);
+    free(c);
+    return e ? llvm_fail(e, "cannot free the kernel", err, len) : 0;
+  }
+  snprintf(err, len, "no such kernel");
+  return -1;
+}
+
 static const char *jit_llvm_version(void) { return version; }
 static const char *jit_cpu(void) { return cpu_name ? cpu_name : ""; }
 
@@ -148,6 +169,7 @@ __attribute__((visibility("default"))) const jt_api_t opjit_jit_api = {
     .init = jit_init,
     .gemm = jit_gemm,
     .gemm_name = jt_gemm_name,
+    .release = jit_release,
     .llvm_version = jit_llvm_version,
     .cpu = jit_cpu,
 };

@@ -145,7 +145,8 @@ typedef struct st_event_rec_s {
   const void *key;
   size_t key_len;
   int64_t time_ns;
-  const char *kind;   /* queued, published, verified, verify-failed, demoted, failed */
+  const char *kind;   /* queued, published, verified, verify-failed, demoted, failed, evicted,
+                         deferred (no room in the code cache yet) */
   const char *detail;
 } st_event_rec_t;
 int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size_t nv,

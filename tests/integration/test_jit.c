@@ -164,3 +164,15 @@ Test(jit, gemv_calls_match_the_reference)
                "strided vectors stay on the library");
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind IN ('failed', 'verify-failed')"), 0);
 }
+
+Test(jit, a_full_code_cache_evicts_while_threads_run)
+{
+  /* Room for about two kernels: 8 threads over 12 signatures keep evicting, freeing (after
+   * their grace period) and compiling again while every result is checked. */
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=4",
+                       "OPJIT_SAMPLE_HZ=0", "OPJIT_TEST_CODE_CACHE_BYTES=8192", NULL};
+  run_checked("evict", env, (const char *[]){H_JIT_PROG, "threads", "8", "600", NULL});
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events WHERE kind='evicted'"), 0);
+  cr_assert_eq(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), 8 * 600 + 96);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 0);
+}
