@@ -52,11 +52,11 @@ typedef struct ag_thread_s {
   uint32_t rng;              /* xorshift state: which calls are timed, which run the original
                                 (random, so a periodic call pattern cannot alias with it) */
   _Atomic uint64_t *calls;   /* this thread's counters (tcount.h), or NULL: shared entries */
-  _Atomic uint32_t *cur;     /* where this thread's current operator is kept; NULL until the
-                                thread registers (tcount.h) */
-  _Atomic uint32_t own_cur;  /* ... when no shared slot was free */
-  _Atomic uint64_t ends;     /* counted calls finished: code unpublished before a thread's
-                                count moved can no longer be running on it (tier.c frees it) */
+  _Atomic uint32_t *cur;     /* where this thread's current operator is kept, followed by its
+                                count of finished calls (code unpublished before that count
+                                moved can no longer be running on the thread: tier.c frees
+                                it); NULL until the thread registers (tcount.h) */
+  _Atomic uint32_t own_cur[2]; /* ... when no shared slot was free */
   ag_tlc_slot_t tlc[AG_TLC_SLOTS];
 } ag_thread_t;
 extern AG_TLS ag_thread_t ag_tl;
@@ -137,6 +137,8 @@ static inline __attribute__((always_inline)) int ag_call_begin(ag_call_t *c, con
   if (ag_unlikely(!atomic_load_explicit(&ag_active, memory_order_acquire)) && ag_activate())
     return 0;
   ag_tl.depth++;
+  if (ag_unlikely(!ag_tl.cur))
+    ag_tcount_register();
   ag_entry_t *e = ag_lookup(key);
   c->e = e;
   c->t0 = 0;
@@ -145,8 +147,6 @@ static inline __attribute__((always_inline)) int ag_call_begin(ag_call_t *c, con
     atomic_fetch_add_explicit(&ag_overflow_calls, 1, memory_order_relaxed);
     return 1;
   }
-  if (ag_unlikely(!ag_tl.cur))
-    ag_tcount_register();
   atomic_store_explicit(ag_tl.cur, e->index + 1, memory_order_relaxed);
   uint64_t n;
   if (ag_likely(ag_tl.calls != NULL)) { /* only this thread stores here: no locked add */
@@ -180,8 +180,10 @@ static inline __attribute__((always_inline)) void *ag_call_variant(const ag_call
 static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
 {
   ag_entry_t *e = c->e;
-  if (ag_likely(e != NULL))
-    atomic_store_explicit(ag_tl.cur, 0, memory_order_relaxed);
+  _Atomic uint32_t *cur = ag_tl.cur;
+  atomic_store_explicit(&cur[0], 0, memory_order_relaxed);
+  atomic_store_explicit(&cur[1], atomic_load_explicit(&cur[1], memory_order_relaxed) + 1,
+                        memory_order_release); /* after the call: see tier.h, code cache */
   if (c->variant) {
     if (ag_likely(ag_tl.calls != NULL)) {
       _Atomic uint64_t *p = &ag_tl.calls[ag_tcount_capacity + e->index];
@@ -193,18 +195,18 @@ static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
   }
   if (c->t0) {
     uint64_t dt = ag_now_ns() - c->t0;
-    if (c->variant) {
-      atomic_fetch_add_explicit(&e->vtimed, 1, memory_order_relaxed);
-      atomic_fetch_add_explicit(&e->vtimed_ns, dt, memory_order_relaxed);
-    } else {
-      if (!atomic_load_explicit(&e->timed, memory_order_relaxed))
-        atomic_store_explicit(&e->first_ns, dt, memory_order_relaxed);
-      atomic_fetch_add_explicit(&e->timed, 1, memory_order_relaxed);
-      atomic_fetch_add_explicit(&e->timed_ns, dt, memory_order_relaxed);
+    /* A timing 8x the mean so far is a preemption or a page fault, not the operator: left
+     * out, so that one stall cannot tip the variant-versus-original comparison. */
+    _Atomic uint64_t *tc = c->variant ? &e->vtimed : &e->timed;
+    _Atomic uint64_t *tn = c->variant ? &e->vtimed_ns : &e->timed_ns;
+    uint64_t n = atomic_load_explicit(tc, memory_order_relaxed);
+    if (!n && !c->variant)
+      atomic_store_explicit(&e->first_ns, dt, memory_order_relaxed);
+    if (n < 8 || dt * n <= 8 * atomic_load_explicit(tn, memory_order_relaxed)) {
+      atomic_fetch_add_explicit(tc, 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(tn, dt, memory_order_relaxed);
     }
   }
-  atomic_store_explicit(&ag_tl.ends, atomic_load_explicit(&ag_tl.ends, memory_order_relaxed) + 1,
-                        memory_order_release);
   ag_tl.depth--;
 }
 

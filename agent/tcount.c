@@ -13,16 +13,17 @@
 typedef struct tc_thread_s {
   struct tc_thread_s *next, *prev;
   _Atomic uint64_t *calls; /* NULL: this thread counts on the shared entries */
-  _Atomic uint64_t *ends;  /* the thread's ag_tl.ends */
+  _Atomic uint32_t *ends;  /* the thread's count of finished calls (cur slot, or NULL) */
   int cur_slot;            /* index in cur_slots, or -1 (ag_tl.own_cur is used) */
 } tc_thread_t;
 
 /* Current-operator slots, one cache line each: written by their thread on every counted call,
  * read by signal handlers in other threads. Claimed at registration, released at exit. */
 typedef struct cur_slot_s {
-  _Atomic uint32_t op;
+  _Atomic uint32_t op;   /* ag_tl.cur points here */
+  _Atomic uint32_t ends; /* ... and this follows it: calls finished */
   _Atomic int owned;
-  char pad[56];
+  char pad[52];
 } cur_slot_t;
 static cur_slot_t cur_slots[AG_CUR_SLOTS];
 static _Atomic int cur_hiwater;
@@ -60,6 +61,7 @@ static void release(tc_thread_t *t)
     munmap((void *)t->calls, reg_bytes);
   if (t->cur_slot >= 0) {
     atomic_store(&cur_slots[t->cur_slot].op, 0);
+    atomic_fetch_add(&cur_slots[t->cur_slot].ends, 1); /* the next owner starts elsewhere */
     atomic_store(&cur_slots[t->cur_slot].owned, 0);
   }
   free(t);
@@ -106,7 +108,7 @@ static int claim_cur_slot(void)
 
 void ag_tcount_register(void)
 {
-  ag_tl.cur = &ag_tl.own_cur;
+  ag_tl.cur = ag_tl.own_cur;
   ag_tl.rng = (uint32_t)(uintptr_t)&ag_tl ^ (uint32_t)ag_now_ns();
   if (!ag_tl.rng)
     ag_tl.rng = 1; /* xorshift's one fixed point */
@@ -117,7 +119,7 @@ void ag_tcount_register(void)
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   t->calls = mem == MAP_FAILED ? NULL : mem;
   t->cur_slot = claim_cur_slot();
-  t->ends = &ag_tl.ends;
+  t->ends = t->cur_slot >= 0 ? &cur_slots[t->cur_slot].ends : NULL;
   if (pthread_setspecific(reg_key, t)) {
     release(t);
     return;
@@ -164,9 +166,12 @@ size_t ag_tcount_snapshot(ag_epoch_t *out, size_t max)
 {
   size_t n = 0;
   pthread_mutex_lock(&reg_mu);
-  for (tc_thread_t *t = reg_head.next; t != &reg_head; t = t->next, n++)
+  for (tc_thread_t *t = reg_head.next; t != &reg_head; t = t->next, n++) {
+    if (!t->ends)
+      n = max; /* a thread without a slot: its calls cannot be seen, no grace can be proven */
     if (n < max)
       out[n] = (ag_epoch_t){t, atomic_load_explicit(t->ends, memory_order_acquire)};
+  }
   pthread_mutex_unlock(&reg_mu);
   return n;
 }
@@ -177,7 +182,8 @@ int ag_tcount_passed(const ag_epoch_t *snap, size_t n)
   pthread_mutex_lock(&reg_mu);
   for (size_t i = 0; i < n && passed; i++)
     for (tc_thread_t *t = reg_head.next; t != &reg_head; t = t->next)
-      if (t == snap[i].thread && atomic_load_explicit(t->ends, memory_order_acquire) == snap[i].ends)
+      if (t == snap[i].thread && t->ends &&
+          atomic_load_explicit(t->ends, memory_order_acquire) == snap[i].ends)
         passed = 0; /* still registered and no call finished since: it might be inside */
   pthread_mutex_unlock(&reg_mu);
   return passed;

@@ -41,10 +41,11 @@ uint32_t ag_tcount_inflight(void);
  * that none can still be inside code unpublished before the snapshot. */
 typedef struct ag_epoch_s {
   const void *thread;
-  uint64_t ends;
+  uint32_t ends;
 } ag_epoch_t;
-/* Fills out with up to max entries; returns the number of registered threads (more than max:
- * the snapshot is incomplete and must not be used). */
+/* Fills out with up to max entries; returns the number of registered threads, or at least max
+ * when a thread has no current-operator slot (then no grace period can be proven: the caller
+ * must not free). */
 size_t ag_tcount_snapshot(ag_epoch_t *out, size_t max);
 int ag_tcount_passed(const ag_epoch_t *snap, size_t n);
 

@@ -4,7 +4,7 @@
  *
  * Never slower: once a variant is published, one call in 256 still runs the original (timed),
  * so both means are measured on the same recent workload; a variant whose mean is more than
- * 15 % above the original's (over at least 64 and 16 timed calls) is demoted. Verification: the first OPJIT_VERIFY calls run the
+ * 15 % above the original's (over at least 64 and 32 timed calls, outliers left out) is demoted. Verification: the first OPJIT_VERIFY calls run the
  * variant on a copy of C and the original on the host's C, and compare within a bound derived
  * from K and the type's epsilon; the host always keeps the original's result on those calls. */
 #define _GNU_SOURCE
@@ -322,7 +322,7 @@ static void watch_speed(void)
       continue;
     uint64_t vt = atomic_load(&e->vtimed), vn = atomic_load(&e->vtimed_ns);
     uint64_t ot = atomic_load(&e->timed) - e->base_timed, on = atomic_load(&e->timed_ns) - e->base_ns;
-    if (vt < 64 || ot < 16) /* this VM's timings vary 2x: judge on enough of them */
+    if (vt < 64 || ot < 32) /* this VM's timings vary 2x: judge on enough of them */
       continue;
     double vmean = (double)vn / (double)vt, omean = (double)on / (double)ot;
     if (!(e->tier_flags & 1)) { /* first verdict on this variant: teach the promotion estimate */

@@ -180,3 +180,22 @@ Test(preload, secure_execution_gets_no_agent)
   assert_exited_ok(status, "plain");
   cr_assert_eq(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), 4);
 }
+
+Test(preload, a_full_signature_table_counts_overflow_and_changes_nothing)
+{
+  char plain[160], agent[160], a[200], b[200];
+  snprintf(plain, sizeof plain, "%s/plain", h_dir);
+  snprintf(agent, sizeof agent, "%s/agent", h_dir);
+  const char *env[] = {"OPJIT_MAX_SIGS=16", "OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1",
+                       "OPJIT_HOT_PAYBACK=0", NULL};
+  assert_exited_ok(h_run("plain", 0, NULL, (const char *[]){H_BLAS_PROG, plain, "9", "2000", NULL}), "plain");
+  assert_exited_ok(h_run("agent", 1, env, (const char *[]){H_BLAS_PROG, agent, "9", "2000", NULL}), "agent");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM run_sigs"), 16);
+  int64_t counted = h_query(NULL, "SELECT sum(calls) FROM run_sigs");
+  int64_t overflow = h_query(NULL, "SELECT overflow_calls FROM runs");
+  cr_assert_gt(overflow, 1000);
+  cr_assert_eq(counted + overflow, 2000 + 17, "every call counted or overflowed");
+  snprintf(a, sizeof a, "%s.counts", plain);
+  snprintf(b, sizeof b, "%s.counts", agent);
+  cr_assert(h_same_file(a, b));
+}
