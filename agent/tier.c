@@ -129,6 +129,17 @@ static int gemm_of(const ag_sig_t *k, jt_gemm_t *g, int *swap)
 {
   unsigned ac = k->ab & 15, bc = k->ab >> 4;
   int row = k->order == AG_ROW;
+  long maxd = ag_opts.num[AG_OPT_JIT_MAX_DIM];
+  if (k->op == AG_OP_DOT || k->op == AG_OP_AXPY) {
+    if (k->lda != 1 || k->ldb != 1 || k->m < 1 || (k->op == AG_OP_AXPY && ac == AG_S_ZERO))
+      return 0; /* unit strides only */
+    *swap = 0;
+    *g = (jt_gemm_t){.f64 = k->dtype == AG_F64, .k = k->m, .dot = k->op == AG_OP_DOT};
+    if (k->op == AG_OP_AXPY) /* y = alpha x + y: a GEMM y (n x 1) += alpha x (n x 1) * [1] */
+      *g = (jt_gemm_t){.f64 = g->f64, .m = k->m, .n = 1, .k = 1, .lda = k->m, .ldb = 1,
+                       .ldc = k->m, .alpha_one = ac == AG_S_ONE, .beta_class = 1};
+    return jt_gemm_supported(g) && k->m <= maxd * maxd;
+  }
   if ((k->op != AG_OP_GEMM && k->op != AG_OP_GEMV) || k->ta == AG_TRANS_BAD ||
       k->tb == AG_TRANS_BAD || k->order == AG_ORDER_BAD || ac == AG_S_ZERO)
     return 0;
@@ -152,7 +163,6 @@ static int gemm_of(const ag_sig_t *k, jt_gemm_t *g, int *swap)
     g->m = t ? cols : rows, g->k = t ? rows : cols;
     g->lda = k->lda, g->ldb = g->k, g->ldc = g->m;
   }
-  long maxd = ag_opts.num[AG_OPT_JIT_MAX_DIM];
   return jt_gemm_supported(g) && g->m <= maxd && g->n <= maxd && g->k <= maxd;
 }
 
@@ -494,6 +504,29 @@ int ag_tier_gemm(ag_entry_t *e, void *v, const void *a, const void *b, void *c, 
   return AG_RUN_VERIFY;
 }
 
+/* The outcome of one verification: no verdict without a finite bound (Inf or NaN in the
+ * inputs), "verified" after the last one, else the variant is unpublished and blacklisted. */
+static void verdict(ag_entry_t *e, double worst, double bound, long wi, long wj)
+{
+  if (!isfinite(bound)) {
+    atomic_fetch_add(&e->verify, 1);
+    return;
+  }
+  if (worst <= bound) {
+    if (atomic_load(&e->verify) <= 0)
+      event(e, AG_EV_VERIFIED, "matches the original within %.3g", bound);
+    return;
+  }
+  uint32_t ready = AG_TIER_READY;
+  if (atomic_compare_exchange_strong(&e->tier, &ready, AG_TIER_FAILED)) {
+    atomic_store_explicit(&e->variant, NULL, memory_order_release);
+    event(e, AG_EV_VERIFY_FAILED, "C[%ld,%ld] off by %.3g, bound %.3g: blacklisted", wi, wj,
+          worst, bound);
+    ag_log(AG_LOG_WARN, "a JIT kernel disagreed with the original library (C[%ld,%ld] off by "
+                        "%.3g): it is blacklisted, results stay the original's", wi, wj, worst);
+  }
+}
+
 void ag_tier_verify_end(ag_verify_t *vf)
 {
   ag_entry_t *e = vf->e;
@@ -513,23 +546,35 @@ void ag_tier_verify_end(ag_verify_t *vf)
         worst = d, wi = i, wj = j;
     }
   free(vf->copy);
-  if (!isfinite(vf->bound)) { /* Inf or NaN in the inputs: no bound, so no verdict */
-    atomic_fetch_add(&e->verify, 1);
-    return;
-  }
-  if (worst <= vf->bound) {
-    if (atomic_load(&e->verify) <= 0)
-      event(e, AG_EV_VERIFIED, "matches the original within %.3g", vf->bound);
-    return;
-  }
-  uint32_t ready = AG_TIER_READY;
-  if (atomic_compare_exchange_strong(&e->tier, &ready, AG_TIER_FAILED)) {
-    atomic_store_explicit(&e->variant, NULL, memory_order_release);
-    event(e, AG_EV_VERIFY_FAILED, "C[%ld,%ld] off by %.3g, bound %.3g: blacklisted", wi, wj,
-          worst, vf->bound);
-    ag_log(AG_LOG_WARN, "a JIT kernel disagreed with the original library (C[%ld,%ld] off by "
-                        "%.3g): it is blacklisted, results stay the original's", wi, wj, worst);
-  }
+  verdict(e, worst, vf->bound, wi, wj);
+}
+
+int ag_tier_dot(ag_entry_t *e, void *v, const void *x, const void *y, double *r)
+{
+  const jt_gemm_t *g = &shapes[e->index];
+  double rd = 0;
+  float rf = 0;
+  ((jt_gemm_fn)v)(x, y, g->f64 ? (void *)&rd : (void *)&rf, 0, 0);
+  *r = g->f64 ? rd : rf;
+  if (atomic_load_explicit(&e->verify, memory_order_relaxed) <= 0 ||
+      atomic_fetch_sub(&e->verify, 1) <= 0)
+    return AG_RUN_DONE;
+  return AG_RUN_VERIFY;
+}
+
+void ag_tier_dot_verify_end(ag_entry_t *e, double variant, double original, const void *x,
+                            const void *y)
+{
+  const jt_gemm_t *g = &shapes[e->index];
+  double mag = 0;
+  for (long i = 0; i < g->k; i++)
+    mag += g->f64 ? fabs(((const double *)x)[i] * ((const double *)y)[i])
+                  : fabs((double)((const float *)x)[i] * ((const float *)y)[i]);
+  double eps = g->f64 ? DBL_EPSILON : FLT_EPSILON;
+  double worst = variant == original || (isnan(variant) && isnan(original)) ? 0
+                 : isnan(variant) || isnan(original)                         ? INFINITY
+                                                                             : fabs(variant - original);
+  verdict(e, worst, 4.0 * (g->k + 2) * eps * mag + 4 * DBL_MIN, 0, 0);
 }
 
 void ag_tier_after_fork_child(void)

@@ -4,7 +4,7 @@
  * and with it LLVM — and is the only thread that calls it; host threads only read the published
  * variant pointer.
  *
- *   NONE ◀── not compilable (op, shape, alpha = 0)
+ *   NONE ◀── not compilable (op, shape, alpha = 0, strided vectors)
  *   COLD ──hot (OPJIT_HOT_CALLS calls)──▶ QUEUED ──compiled──▶ READY (variant published)
  *                                           └──LLVM error──▶ FAILED (blacklisted)
  *   READY ──verification mismatch──▶ FAILED      READY ──measured slower──▶ DEMOTED
@@ -53,6 +53,13 @@ typedef struct ag_verify_s {
  * A or B (x). */
 int ag_tier_gemm(ag_entry_t *e, void *v, const void *a, const void *b, void *c, double alpha,
                  double beta, ag_verify_t *vf);
+/* A dot product through e's variant v: *r is the variant's result. AG_RUN_DONE, or
+ * AG_RUN_VERIFY: the caller also runs the original, returns its result, and passes both to
+ * ag_tier_dot_verify_end. */
+int ag_tier_dot(ag_entry_t *e, void *v, const void *x, const void *y, double *r);
+void ag_tier_dot_verify_end(ag_entry_t *e, double variant, double original, const void *x,
+                            const void *y);
+
 /* Compares the variant's copy with the original's C: a mismatch beyond the bound unpublishes
  * and blacklists the variant (the host keeps the original's result either way). */
 void ag_tier_verify_end(ag_verify_t *vf);

@@ -251,42 +251,73 @@ static LLVMValueRef intrinsic(gen_t *g, const char *name, LLVMTypeRef *types, si
 
 void jt_gemm_name(const jt_gemm_t *s, char *buf, size_t len)
 {
+  if (s->dot) {
+    snprintf(buf, len, "opjit_%cdot_n%d", s->f64 ? 'd' : 's', s->k);
+    return;
+  }
   snprintf(buf, len, "opjit_%cgemm_%c%c_%dx%dx%d_l%d_%d_%d_a%d_b%d", s->f64 ? 'd' : 's',
            s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', s->m, s->n, s->k, s->lda, s->ldb, s->ldc,
            s->alpha_one, s->beta_class);
 }
 
+/* The types of s's element and vector. */
+static void setup_types(gen_t *g)
+{
+  LLVMContextRef cx = g->cx;
+  g->elem = g->g->f64 ? LLVMDoubleTypeInContext(cx) : LLVMFloatTypeInContext(cx);
+  g->V = g->g->f64 ? 4 : 8;
+  g->MR = 2 * g->V;
+  g->vec = LLVMVectorType(g->elem, (unsigned)g->V);
+  g->i64 = LLVMInt64TypeInContext(cx);
+  g->i32 = LLVMInt32TypeInContext(cx);
+  g->i1 = LLVMInt1TypeInContext(cx);
+  g->ptr = LLVMPointerTypeInContext(cx, 0);
+}
+
+/* The kernel function (jt_gemm_fn's signature), its attributes and intrinsics, a builder at
+ * its entry. */
+static void begin_kernel(gen_t *g, const char *name)
+{
+  LLVMContextRef cx = g->cx;
+  LLVMTypeRef dbl = LLVMDoubleTypeInContext(cx);
+  LLVMTypeRef params[5] = {g->ptr, g->ptr, g->ptr, dbl, dbl};
+  g->fn = LLVMAddFunction(g->mod, name, LLVMFunctionType(LLVMVoidTypeInContext(cx), params, 5, 0));
+  /* A large frame (the A^T panel) touches the stack page by page: past the guard page it would
+   * fault like any deep call instead of silently writing over what lies below the stack. */
+  LLVMAddTargetDependentFunctionAttr(g->fn, "probe-stack", "inline-asm");
+  for (unsigned i = 0; i < 3; i++) { /* A, B and C never alias: the caller's guard checks */
+    unsigned kind = LLVMGetEnumAttributeKindForName("noalias", 7);
+    LLVMAddAttributeAtIndex(g->fn, i + 1, LLVMCreateEnumAttribute(cx, kind, 0));
+  }
+  LLVMTypeRef vt = g->vec, mt[2] = {g->vec, g->ptr};
+  g->fma = intrinsic(g, "llvm.fma", &vt, 1, &g->fma_t);
+  g->mload = intrinsic(g, "llvm.masked.load", mt, 2, &g->mload_t);
+  g->b = LLVMCreateBuilderInContext(cx);
+  LLVMPositionBuilderAtEnd(g->b, LLVMAppendBasicBlockInContext(cx, g->fn, "entry"));
+  g->a = LLVMGetParam(g->fn, 0);
+  g->bm = LLVMGetParam(g->fn, 1);
+  g->c = LLVMGetParam(g->fn, 2);
+}
+
+/* An empty function right after the kernel: its address ends the kernel's code, which perf
+ * maps and the sampler need (ORC's C API gives no symbol sizes). */
+static void add_end_marker(gen_t *g, const char *name)
+{
+  char end[160];
+  snprintf(end, sizeof end, "%s_end", name);
+  LLVMValueRef marker =
+      LLVMAddFunction(g->mod, end, LLVMFunctionType(LLVMVoidTypeInContext(g->cx), NULL, 0, 0));
+  LLVMPositionBuilderAtEnd(g->b, LLVMAppendBasicBlockInContext(g->cx, marker, "entry"));
+  LLVMBuildRetVoid(g->b);
+}
+
 LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
 {
   gen_t g = {.cx = cx, .mod = mod, .g = s};
-  g.elem = s->f64 ? LLVMDoubleTypeInContext(cx) : LLVMFloatTypeInContext(cx);
-  g.V = s->f64 ? 4 : 8;
-  g.MR = 2 * g.V;
-  g.vec = LLVMVectorType(g.elem, (unsigned)g.V);
-  g.i64 = LLVMInt64TypeInContext(cx);
-  g.i32 = LLVMInt32TypeInContext(cx);
-  g.i1 = LLVMInt1TypeInContext(cx);
-  g.ptr = LLVMPointerTypeInContext(cx, 0);
-  LLVMTypeRef dbl = LLVMDoubleTypeInContext(cx);
-  LLVMTypeRef params[5] = {g.ptr, g.ptr, g.ptr, dbl, dbl};
+  setup_types(&g);
   char name[128];
   jt_gemm_name(s, name, sizeof name);
-  g.fn = LLVMAddFunction(mod, name, LLVMFunctionType(LLVMVoidTypeInContext(cx), params, 5, 0));
-  /* A large frame (the A^T panel) touches the stack page by page: past the guard page it would
-   * fault like any deep call instead of silently writing over what lies below the stack. */
-  LLVMAddTargetDependentFunctionAttr(g.fn, "probe-stack", "inline-asm");
-  for (unsigned i = 0; i < 3; i++) { /* A, B and C never alias: the caller's guard checks */
-    unsigned kind = LLVMGetEnumAttributeKindForName("noalias", 7);
-    LLVMAddAttributeAtIndex(g.fn, i + 1, LLVMCreateEnumAttribute(cx, kind, 0));
-  }
-  LLVMTypeRef vt = g.vec, mt[2] = {g.vec, g.ptr};
-  g.fma = intrinsic(&g, "llvm.fma", &vt, 1, &g.fma_t);
-  g.mload = intrinsic(&g, "llvm.masked.load", mt, 2, &g.mload_t);
-  g.b = LLVMCreateBuilderInContext(cx);
-  LLVMPositionBuilderAtEnd(g.b, LLVMAppendBasicBlockInContext(cx, g.fn, "entry"));
-  g.a = LLVMGetParam(g.fn, 0);
-  g.bm = LLVMGetParam(g.fn, 1);
-  g.c = LLVMGetParam(g.fn, 2);
+  begin_kernel(&g, name);
   LLVMValueRef alpha = LLVMGetParam(g.fn, 3), beta = LLVMGetParam(g.fn, 4);
   if (!s->f64) {
     alpha = LLVMBuildFPTrunc(g.b, alpha, g.elem, "alpha");
@@ -305,13 +336,59 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
   if (mtail)
     emit_row_block(&g, i64c(&g, mfull), mtail);
   LLVMBuildRetVoid(g.b);
-  /* An empty function right after the kernel: its address ends the kernel's code, which perf
-   * maps and the sampler need (ORC's C API gives no symbol sizes). */
-  char end[160];
-  snprintf(end, sizeof end, "%s_end", name);
-  LLVMValueRef marker = LLVMAddFunction(mod, end, LLVMFunctionType(LLVMVoidTypeInContext(cx), NULL, 0, 0));
-  LLVMPositionBuilderAtEnd(g.b, LLVMAppendBasicBlockInContext(cx, marker, "entry"));
+  add_end_marker(&g, name);
+  LLVMDisposeBuilder(g.b);
+  return g.fn;
+}
+
+/* The dot product: two vector accumulators over K (masked loads for the tail), summed, then
+ * reduced across lanes (reassociation allowed: the order differs from a scalar loop's, within
+ * the bound the verification checks). */
+LLVMValueRef jt_dot_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
+{
+  gen_t g = {.cx = cx, .mod = mod, .g = s};
+  setup_types(&g);
+  char name[128];
+  jt_gemm_name(s, name, sizeof name);
+  begin_kernel(&g, name);
+  LLVMValueRef zero = LLVMConstNull(g.vec), acc0 = zero, acc1 = zero;
+  int full = s->k / g.MR * g.MR, tail = s->k - full;
+  if (full) { /* i = 0, MR, ...: two vectors of x times y into two accumulators */
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(g.b);
+    LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(cx, g.fn, "dot");
+    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(cx, g.fn, "reduce");
+    LLVMBuildBr(g.b, head);
+    LLVMPositionBuilderAtEnd(g.b, head);
+    LLVMValueRef i = LLVMBuildPhi(g.b, g.i64, "i"), i0 = i64c(&g, 0);
+    LLVMValueRef p0 = LLVMBuildPhi(g.b, g.vec, "acc0"), p1 = LLVMBuildPhi(g.b, g.vec, "acc1");
+    LLVMAddIncoming(i, &i0, &pre, 1);
+    LLVMAddIncoming(p0, &zero, &pre, 1);
+    LLVMAddIncoming(p1, &zero, &pre, 1);
+    LLVMValueRef i1 = LLVMBuildNSWAdd(g.b, i, i64c(&g, g.V), "i1");
+    LLVMValueRef n0 = fma3(&g, vload(&g, at(&g, g.a, i), g.V), vload(&g, at(&g, g.bm, i), g.V), p0);
+    LLVMValueRef n1 = fma3(&g, vload(&g, at(&g, g.a, i1), g.V), vload(&g, at(&g, g.bm, i1), g.V), p1);
+    LLVMValueRef next = LLVMBuildNSWAdd(g.b, i, i64c(&g, g.MR), "next");
+    LLVMAddIncoming(i, &next, &head, 1);
+    LLVMAddIncoming(p0, &n0, &head, 1);
+    LLVMAddIncoming(p1, &n1, &head, 1);
+    LLVMBuildCondBr(g.b, LLVMBuildICmp(g.b, LLVMIntSLT, next, i64c(&g, full), ""), head, done);
+    LLVMPositionBuilderAtEnd(g.b, done);
+    acc0 = n0, acc1 = n1;
+  }
+  for (int off = 0; off < tail; off += g.V) { /* the last partial vectors: masked loads */
+    int lanes = tail - off < g.V ? tail - off : g.V;
+    LLVMValueRef ix = i64c(&g, full + off);
+    acc0 = fma3(&g, vload(&g, at(&g, g.a, ix), lanes), vload(&g, at(&g, g.bm, ix), lanes), acc0);
+  }
+  LLVMValueRef sum = LLVMBuildFAdd(g.b, acc0, acc1, "sum");
+  LLVMTypeRef vt = g.vec, rt;
+  LLVMValueRef red = intrinsic(&g, "llvm.vector.reduce.fadd", &vt, 1, &rt);
+  LLVMValueRef args[2] = {LLVMConstReal(g.elem, -0.0), sum};
+  LLVMValueRef r = LLVMBuildCall2(g.b, rt, red, args, 2, "r");
+  LLVMSetFastMathFlags(r, LLVMFastMathAllowReassoc);
+  LLVMSetAlignment(LLVMBuildStore(g.b, r, g.c), s->f64 ? 8 : 4);
   LLVMBuildRetVoid(g.b);
+  add_end_marker(&g, name);
   LLVMDisposeBuilder(g.b);
   return g.fn;
 }

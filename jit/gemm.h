@@ -10,6 +10,9 @@
 /* Adds the kernel for s to mod (whose data layout is set) and returns the function. */
 LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s);
 
+/* Adds the dot-product kernel for s (s->dot set) to mod and returns the function. */
+LLVMValueRef jt_dot_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s);
+
 /* The kernel's symbol name: unique per jt_gemm_t. */
 void jt_gemm_name(const jt_gemm_t *s, char *buf, size_t len);
 

@@ -23,6 +23,8 @@ typedef struct jt_gemm_s {
   int lda, ldb, ldc;
   int alpha_one;      /* alpha == 1: the product is not scaled */
   int beta_class;     /* 0: beta == 0 (C is never read), 1: beta == 1, 2: any other */
+  int dot;            /* 1: a dot product instead: *C = sum of A[i] B[i] for i < k, unit
+                         strides (the other fields but f64 and k are ignored) */
 } jt_gemm_t;
 
 /* The compiled kernel. alpha and beta are passed as doubles whatever the type; the kernel
@@ -57,6 +59,8 @@ typedef struct jt_api_s {
 /* 1 when g is within what the generator compiles. */
 static inline int jt_gemm_supported(const jt_gemm_t *g)
 {
+  if (g->dot)
+    return g->k >= 1 && g->k <= (1 << 20);
   return g->m >= 1 && g->n >= 1 && g->k >= 1 && g->m <= JT_GEMM_MAX_DIM &&
          g->n <= JT_GEMM_MAX_DIM && g->k <= (g->ta ? JT_GEMM_MAX_K_PACKED : JT_GEMM_MAX_K) &&
          g->lda >= (g->ta ? g->k : g->m) && g->ldb >= (g->tb ? g->n : g->k) && g->ldc >= g->m;

@@ -107,7 +107,10 @@ static int jit_gemm(const jt_gemm_t *g, jt_gemm_fn *out, size_t *size, char *err
   LLVMModuleRef mod = LLVMModuleCreateWithNameInContext(name, cx);
   LLVMSetTarget(mod, triple);
   LLVMSetDataLayout(mod, LLVMOrcLLJITGetDataLayoutStr(jit));
-  jt_gemm_emit(cx, mod, g);
+  if (g->dot)
+    jt_dot_emit(cx, mod, g);
+  else
+    jt_gemm_emit(cx, mod, g);
   char *msg = NULL;
   if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg)) {
     snprintf(err, len, "generated IR does not verify: %.300s", msg ? msg : "?");

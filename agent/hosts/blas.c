@@ -20,35 +20,12 @@ static uint8_t classes(double alpha, double beta)
   return (uint8_t)(ag_scalar_class(alpha) | ag_scalar_class(beta) << 4);
 }
 
-/* Defines an interposed symbol: resolve the original once, account for the call around it.
- * KEY is an expression building the call's ag_sig_t (ag_sig_make) from the arguments. */
-#define INTERPOSE(ret, name, params, args, KEY)                                              \
-  typedef ret (*name##_fn) params;                                                           \
-  AG_EXPORT ret name params                                                                  \
-  {                                                                                          \
-    static void *_Atomic real;                                                               \
-    name##_fn fn = (name##_fn)ag_resolve(&real, #name);                                      \
-    ag_sig_t k = KEY;                                                                        \
-    ag_call_t c;                                                                             \
-    if (!ag_call_begin(&c, &k, AG_HOST_BLAS)) {                                              \
-      INTERPOSE_PASS_##ret(fn, args)                                                         \
-    }                                                                                        \
-    INTERPOSE_CALL_##ret(fn, args)                                                           \
-  }
-#define INTERPOSE_PASS_void(fn, args)                                                        \
-  if (fn)                                                                                    \
-    fn args;                                                                                 \
-  return;
-#define INTERPOSE_PASS_float(fn, args) return fn ? fn args : 0.0f;
-#define INTERPOSE_PASS_double(fn, args) return fn ? fn args : 0.0;
-#define INTERPOSE_CALL_void(fn, args)                                                        \
-  if (fn)                                                                                    \
-    fn args;                                                                                 \
-  ag_call_end(&c);
-
-/* A GEMM or GEMV: like INTERPOSE, with the JIT variant in front of the original when one is
- * published (A, B, C, alpha, beta name the call's operands and scalars; for a GEMV, B is x and
- * C is y). */
+/* Each interposed symbol resolves its original once and accounts for the call around it; KEY
+ * is an expression building the call's ag_sig_t (ag_sig_make) from the arguments. When the
+ * signature has a published JIT variant, the variant runs in front of the original.
+ *
+ * A GEMM, GEMV or AXPY (A, B, C, alpha, beta name the operands and scalars: for a GEMV B is x
+ * and C is y; an AXPY is y += alpha x [1], B being that 1). */
 #define INTERPOSE_JIT(name, params, args, KEY, A, B, C, ALPHA, BETA)                          \
   typedef void (*name##_fn) params;                                                          \
   AG_EXPORT void name params                                                                 \
@@ -58,7 +35,9 @@ static uint8_t classes(double alpha, double beta)
     ag_sig_t k = KEY;                                                                        \
     ag_call_t c;                                                                             \
     if (!ag_call_begin(&c, &k, AG_HOST_BLAS)) {                                              \
-      INTERPOSE_PASS_void(fn, args)                                                          \
+      if (fn)                                                                                \
+        fn args;                                                                             \
+      return;                                                                                \
     }                                                                                        \
     void *v = ag_call_variant(&c);                                                           \
     ag_verify_t vf;                                                                          \
@@ -73,14 +52,33 @@ static uint8_t classes(double alpha, double beta)
     }                                                                                        \
     ag_call_end(&c);                                                                         \
   }
-#define INTERPOSE_CALL_float(fn, args)                                                       \
-  float r = fn ? fn args : 0.0f;                                                             \
-  ag_call_end(&c);                                                                           \
-  return r;
-#define INTERPOSE_CALL_double(fn, args)                                                      \
-  double r = fn ? fn args : 0.0;                                                             \
-  ag_call_end(&c);                                                                           \
-  return r;
+/* A dot product (X and Y name the vectors). */
+#define INTERPOSE_DOT(T, name, params, args, KEY, X, Y)                                       \
+  typedef T (*name##_fn) params;                                                             \
+  AG_EXPORT T name params                                                                    \
+  {                                                                                          \
+    static void *_Atomic real;                                                               \
+    name##_fn fn = (name##_fn)ag_resolve(&real, #name);                                      \
+    ag_sig_t k = KEY;                                                                        \
+    ag_call_t c;                                                                             \
+    if (!ag_call_begin(&c, &k, AG_HOST_BLAS))                                                \
+      return fn ? fn args : (T)0;                                                            \
+    void *v = ag_call_variant(&c);                                                           \
+    double r = 0;                                                                            \
+    int how = v ? ag_tier_dot(c.e, v, X, Y, &r) : AG_RUN_ORIGINAL;                           \
+    T out = (T)r;                                                                            \
+    if (how == AG_RUN_DONE) {                                                                \
+      c.variant = 1;                                                                         \
+    } else {                                                                                 \
+      out = fn ? fn args : (T)0;                                                             \
+      if (how == AG_RUN_VERIFY) {                                                            \
+        c.t0 = 0;                                                                            \
+        ag_tier_dot_verify_end(c.e, r, out, X, Y);                                           \
+      }                                                                                      \
+    }                                                                                        \
+    ag_call_end(&c);                                                                         \
+    return out;                                                                              \
+  }
 
 #define BLAS_KEY(...) ag_sig_make(AG_HOST_ID_BLAS, __VA_ARGS__)
 #define NO_SCALARS (AG_S_NONE | AG_S_NONE << 4)
@@ -108,21 +106,24 @@ static uint8_t classes(double alpha, double beta)
                      classes(*alpha, *beta), *m, *n, 0, *lda, *incx, *incy),                 \
             a, x, y, *alpha, *beta)
 
+/* An AXPY runs as a one-column GEMM: y += alpha x [1] (B is that 1). */
 #define F77_AXPY(name, T, DT)                                                                \
-  INTERPOSE(void, name,                                                                      \
+  INTERPOSE_JIT(name,                                                                        \
             (const blasint *n, const T *alpha, const T *x, const blasint *incx, T *y,        \
              const blasint *incy),                                                           \
             (n, alpha, x, incx, y, incy),                                                    \
             BLAS_KEY(AG_OP_AXPY, DT, AG_API_F77, AG_COL, 0, 0, classes(*alpha, 1.0), *n, 0,  \
-                     0, *incx, *incy, 0))
+                     0, *incx, *incy, 0),                                                    \
+            x, (const T[]){1}, y, *alpha, 1.0)
 
 #define F77_DOT(name, T, DT)                                                                 \
-  INTERPOSE(T, name,                                                                         \
+  INTERPOSE_DOT(T, name,                                                                     \
             (const blasint *n, const T *x, const blasint *incx, const T *y,                  \
              const blasint *incy),                                                           \
             (n, x, incx, y, incy),                                                           \
             BLAS_KEY(AG_OP_DOT, DT, AG_API_F77, AG_COL, 0, 0, NO_SCALARS, *n, 0, 0, *incx,   \
-                     *incy, 0))
+                     *incy, 0),                                                              \
+            x, y)
 
 F77_GEMM(sgemm_, float, AG_F32)
 F77_GEMM(dgemm_, double, AG_F64)
@@ -158,16 +159,18 @@ F77_DOT(ddot_, double, AG_F64)
             a, x, y, alpha, beta)
 
 #define CBLAS_AXPY(name, T, DT)                                                              \
-  INTERPOSE(void, name, (blasint n, T alpha, const T *x, blasint incx, T *y, blasint incy),  \
+  INTERPOSE_JIT(name, (blasint n, T alpha, const T *x, blasint incx, T *y, blasint incy),    \
             (n, alpha, x, incx, y, incy),                                                    \
             BLAS_KEY(AG_OP_AXPY, DT, AG_API_CBLAS, AG_COL, 0, 0, classes(alpha, 1.0), n, 0,  \
-                     0, incx, incy, 0))
+                     0, incx, incy, 0),                                                      \
+            x, (const T[]){1}, y, alpha, 1.0)
 
 #define CBLAS_DOT(name, T, DT)                                                               \
-  INTERPOSE(T, name, (blasint n, const T *x, blasint incx, const T *y, blasint incy),        \
+  INTERPOSE_DOT(T, name, (blasint n, const T *x, blasint incx, const T *y, blasint incy),    \
             (n, x, incx, y, incy),                                                           \
             BLAS_KEY(AG_OP_DOT, DT, AG_API_CBLAS, AG_COL, 0, 0, NO_SCALARS, n, 0, 0, incx,   \
-                     incy, 0))
+                     incy, 0),                                                               \
+            x, y)
 
 CBLAS_GEMM(cblas_sgemm, float, AG_F32)
 CBLAS_GEMM(cblas_dgemm, double, AG_F64)

@@ -13,6 +13,7 @@
  *   badorder         cblas_sgemm with an order that is neither row- nor column-major, 20 times:
  *                    C must stay untouched (the library rejects the call)
  *   forkhot          fork first (the parent never calls BLAS); the child's signatures get hot
+ *   vec S P SEED     like sweep, for ?dot_/?axpy_/cblas_?dot/cblas_?axpy (unit and strided)
  *   gemv S P SEED    like sweep, for sgemv_/dgemv_/cblas_?gemv (row and column major, both
  *                    transposes, unit and non-unit strides)
  * Prints "calls N checked N mismatches M" and exits 1 when M > 0. */
@@ -43,6 +44,14 @@ void sgemv_(const char *, const int *, const int *, const float *, const float *
             const float *, const int *, const float *, float *, const int *);
 void dgemv_(const char *, const int *, const int *, const double *, const double *, const int *,
             const double *, const int *, const double *, double *, const int *);
+float sdot_(const int *, const float *, const int *, const float *, const int *);
+double ddot_(const int *, const double *, const int *, const double *, const int *);
+void saxpy_(const int *, const float *, const float *, const int *, float *, const int *);
+void daxpy_(const int *, const double *, const double *, const int *, double *, const int *);
+float cblas_sdot(int, const float *, int, const float *, int);
+double cblas_ddot(int, const double *, int, const double *, int);
+void cblas_saxpy(int, float, const float *, int, float *, int);
+void cblas_daxpy(int, double, const double *, int, double *, int);
 void cblas_sgemv(int, int, int, int, float, const float *, int, const float *, int, float,
                  float *, int);
 void cblas_dgemv(int, int, int, int, double, const double *, int, const double *, int, double,
@@ -351,6 +360,81 @@ static void gemv_call(uint64_t *s, int f64, int api, int row, int trans, int m, 
   free(a), free(x), free(y), free(r), free(mag);
 }
 
+/* One dot product or AXPY through the process's BLAS, checked in double precision. */
+static void vec_call(uint64_t *s, int f64, int api, int axpy, int n, int inc, double alpha)
+{
+  size_t es = f64 ? 8 : 4, len = (size_t)n * (size_t)inc;
+  char *x = malloc(len * es), *y = malloc(len * es), *y0 = malloc(len * es);
+  for (size_t i = 0; i < len; i++) {
+    double a = ((double)(next(s) % 2001) - 1000) / 1000, b = ((double)(next(s) % 2001) - 1000) / 1000;
+    if (f64)
+      ((double *)x)[i] = a, ((double *)y)[i] = b;
+    else
+      ((float *)x)[i] = (float)a, ((float *)y)[i] = (float)b;
+  }
+  memcpy(y0, y, len * es);
+#define X(i) (f64 ? ((double *)x)[(size_t)(i) * inc] : (double)((float *)x)[(size_t)(i) * inc])
+#define Y0(i) (f64 ? ((double *)y0)[(size_t)(i) * inc] : (double)((float *)y0)[(size_t)(i) * inc])
+#define Y(i) (f64 ? ((double *)y)[(size_t)(i) * inc] : (double)((float *)y)[(size_t)(i) * inc])
+  double eps = f64 ? DBL_EPSILON : FLT_EPSILON;
+  float fa = (float)alpha;
+  int bad = 0;
+  if (axpy) {
+    if (api == 0 && f64)
+      daxpy_(&n, &alpha, (double *)x, &inc, (double *)y, &inc);
+    else if (api == 0)
+      saxpy_(&n, &fa, (float *)x, &inc, (float *)y, &inc);
+    else if (f64)
+      cblas_daxpy(n, alpha, (double *)x, inc, (double *)y, inc);
+    else
+      cblas_saxpy(n, fa, (float *)x, inc, (float *)y, inc);
+    for (int i = 0; i < n; i++) {
+      double want = (f64 ? alpha : (double)fa) * X(i) + Y0(i);
+      bad |= fabs(Y(i) - want) > 4 * eps * (fabs(alpha * X(i)) + fabs(Y0(i))) + 4 * DBL_MIN;
+    }
+  } else {
+    double got = api == 0 ? (f64 ? ddot_(&n, (double *)x, &inc, (double *)y, &inc)
+                                 : sdot_(&n, (float *)x, &inc, (float *)y, &inc))
+                          : (f64 ? cblas_ddot(n, (double *)x, inc, (double *)y, inc)
+                                 : cblas_sdot(n, (float *)x, inc, (float *)y, inc));
+    double want = 0, mag = 0;
+    for (int i = 0; i < n; i++)
+      want += X(i) * Y(i), mag += fabs(X(i) * Y(i));
+    bad = fabs(got - want) > 2.0 * (n + 2) * eps * mag + 4 * DBL_MIN;
+  }
+#undef X
+#undef Y0
+#undef Y
+  if (bad)
+    fprintf(stderr, "mismatch: %s %c%s n=%d inc %d alpha %g\n", api ? "cblas" : "f77",
+            f64 ? 'd' : 's', axpy ? "axpy" : "dot", n, inc, alpha);
+  calls++;
+  mismatches += bad;
+  free(x), free(y), free(y0);
+}
+
+static void vec_sweep(int nsigs, int passes, uint64_t seed)
+{
+  static const double sc[] = {0, 1, -1, 0.5, -2.25};
+  typedef struct {
+    int f64, api, axpy, n, inc;
+    double alpha;
+  } vs_t;
+  vs_t *g = calloc((size_t)nsigs, sizeof *g);
+  uint64_t s = seed;
+  for (int i = 0; i < nsigs; i++) {
+    g[i].f64 = (int)(next(&s) % 2), g[i].api = (int)(next(&s) % 2), g[i].axpy = (int)(next(&s) % 2);
+    g[i].n = 1 + (int)(next(&s) % 300), g[i].inc = next(&s) % 8 == 0 ? 2 : 1;
+    g[i].alpha = sc[next(&s) % 5];
+  }
+  for (int p = 0; p < passes; p++) {
+    for (int i = 0; i < nsigs; i++)
+      vec_call(&s, g[i].f64, g[i].api, g[i].axpy, g[i].n, g[i].inc, g[i].alpha);
+    usleep(p == 0 ? 8000 * (useconds_t)nsigs : 50000);
+  }
+  free(g);
+}
+
 static void gemv_sweep(int nsigs, int passes, uint64_t seed)
 {
   static const double sc[] = {0, 1, -1, 0.5, -2.25};
@@ -415,6 +499,8 @@ int main(int argc, char **argv)
     threads(atoi(argv[2]), atoi(argv[3]));
   else if (!strcmp(mode, "alias"))
     alias();
+  else if (!strcmp(mode, "vec") && argc > 4)
+    vec_sweep(atoi(argv[2]), atoi(argv[3]), strtoull(argv[4], NULL, 10));
   else if (!strcmp(mode, "gemv") && argc > 4)
     gemv_sweep(atoi(argv[2]), atoi(argv[3]), strtoull(argv[4], NULL, 10));
   else if (!strcmp(mode, "inf"))
@@ -445,7 +531,7 @@ int main(int argc, char **argv)
       mismatches++;
   }
   else {
-    fprintf(stderr, "usage: %s sweep S P SEED | gemv S P SEED | threads T N | alias | inf | "
+    fprintf(stderr, "usage: %s sweep S P SEED | gemv S P SEED | vec S P SEED | threads T N | alias | inf | "
                     "badorder | forkhot\n",
             argv[0]);
     return 2;

@@ -176,3 +176,20 @@ Test(jit, a_full_code_cache_evicts_while_threads_run)
   cr_assert_eq(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), 8 * 600 + 96);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 0);
 }
+
+Test(jit, dot_and_axpy_calls_match_the_reference)
+{
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
+                       "OPJIT_SAMPLE_HZ=0", NULL};
+  run_checked("vec", env, (const char *[]){H_JIT_PROG, "vec", "160", "10", "5", NULL});
+  cr_assert(strstr(h_output("vec", "out"), "calls 1600 "), "%s", h_output("vec", "out"));
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM variants v JOIN signatures s ON s.id=v.sig_id"
+                             " WHERE v.status='ready' AND s.op LIKE '%%dot'"), 30);
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM variants v JOIN signatures s ON s.id=v.sig_id"
+                             " WHERE v.status='ready' AND s.op LIKE '%%axpy'"), 20);
+  cr_assert_gt(h_query(NULL, "SELECT sum(calls) FROM variants"), 500);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants v JOIN signatures s ON s.id=v.sig_id"
+                             " WHERE json_extract(s.params, '$.incx') != 1"), 0,
+               "strided vectors stay on the library");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind IN ('failed', 'verify-failed')"), 0);
+}

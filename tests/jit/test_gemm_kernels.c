@@ -212,3 +212,33 @@ Test(gemm_kernels, transposed_a_tails_raise_no_floating_point_flags)
   }
   cr_assert_float_eq(c[0], 32 * 0.125f, 1e-5);
 }
+
+Test(gemm_kernels, dot_products_match_the_reference)
+{
+  void *r = dlopen(REFBLAS, RTLD_NOW | RTLD_LOCAL);
+  float (*sdot)(const int *, const float *, const int *, const float *, const int *) = dlsym(r, "sdot_");
+  double (*ddot)(const int *, const double *, const int *, const double *, const int *) = dlsym(r, "ddot_");
+  static const int ns[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 100, 1000};
+  for (int f64 = 0; f64 < 2; f64++)
+    for (size_t t = 0; t < sizeof ns / sizeof *ns; t++) {
+      int n = ns[t], one = 1;
+      jt_gemm_t g = {.dot = 1, .f64 = f64, .k = n};
+      jt_gemm_fn fn = compile(&g);
+      double *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), mag = 0, want, got;
+      float *xf = malloc(n * sizeof *xf), *yf = malloc(n * sizeof *yf), outf;
+      for (int i = 0; i < n; i++) {
+        x[i] = (double)((int)rnd(2001) - 1000) / 1000, y[i] = (double)((int)rnd(2001) - 1000) / 1000;
+        xf[i] = (float)x[i], yf[i] = (float)y[i], mag += fabs(x[i] * y[i]);
+      }
+      if (f64) {
+        fn(x, y, &got, 0, 0);
+        want = ddot(&n, x, &one, y, &one);
+      } else {
+        fn(xf, yf, &outf, 0, 0);
+        got = outf, want = sdot(&n, xf, &one, yf, &one);
+      }
+      double bound = 2.0 * (n + 2) * (f64 ? DBL_EPSILON : FLT_EPSILON) * mag + 4 * DBL_MIN;
+      cr_assert(fabs(got - want) <= bound, "%cdot n=%d: %.9g vs %.9g", f64 ? 'd' : 's', n, got, want);
+      free(x), free(y), free(xf), free(yf);
+    }
+}
