@@ -286,9 +286,10 @@ static void compile_one(uint32_t i)
       resurrected = 1;
       break;
     }
-  if (rc) {
-    atomic_store(&e->tier, AG_TIER_FAILED);
-    event(e, AG_EV_FAILED, "%s", err);
+  if (rc) { /* back off: hot again after 8192, then 16384 calls; the third failure is final */
+    uint32_t fails = atomic_fetch_add(&e->fails, 1) + 1;
+    atomic_store(&e->tier, fails >= 3 ? AG_TIER_FAILED : AG_TIER_COLD);
+    event(e, AG_EV_FAILED, "%s (%s)", err, fails >= 3 ? "blacklisted after 3 failures" : "will retry");
     ag_log_once(AG_LOG_WARN, "a kernel failed to compile (%s): its signature stays on the "
                              "original library", err);
     return;
@@ -389,6 +390,9 @@ static void *compile_main(void *arg)
 void ag_tier_hot(ag_entry_t *e, uint64_t n)
 {
   if (ag_hot_calls == 0 || atomic_load(&jit_dead) || atomic_load(&e->tier) != AG_TIER_COLD)
+    return;
+  uint32_t fails = atomic_load(&e->fails);
+  if (fails && n >> 12 < (1u << fails)) /* backing off after a failed compile */
     return;
   long payback = ag_opts.num[AG_OPT_HOT_PAYBACK];
   uint64_t timed = atomic_load(&e->timed), tns = atomic_load(&e->timed_ns);

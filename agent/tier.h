@@ -6,7 +6,8 @@
  *
  *   NONE ◀── not compilable (op, shape, alpha = 0, strided vectors)
  *   COLD ──hot (OPJIT_HOT_CALLS calls)──▶ QUEUED ──compiled──▶ READY (variant published)
- *                                           └──LLVM error──▶ FAILED (blacklisted)
+ *     ▲                                      └──LLVM error──▶ COLD: hot again after 8192, then
+ *     └────────────────────────────────────────────────────── 16384 calls; the third: FAILED
  *   READY ──verification mismatch──▶ FAILED      READY ──measured slower──▶ DEMOTED
  *   READY ──code cache (OPJIT_CODE_CACHE_MB) full──▶ COLD (evicted; compiled again if hot again)
  * Only evicted code is freed, and only after a grace period: every thread that was registered

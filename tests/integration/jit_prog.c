@@ -10,6 +10,7 @@
  *   alias            after a signature has a variant, calls it with C overlapping B: the result
  *                    must be the original library's, bit for bit
  *   inf              an 8x8x8 sgemm whose A holds an infinity on its first calls, then finite
+ *   many N           that 8x8x8 sgemm N times, finite
  *   badorder         cblas_sgemm with an order that is neither row- nor column-major, 20 times:
  *                    C must stay untouched (the library rejects the call)
  *   forkhot          fork first (the parent never calls BLAS); the child's signatures get hot
@@ -457,8 +458,9 @@ static void gemv_sweep(int nsigs, int passes, uint64_t seed)
   free(g);
 }
 
-/* Calls an 8x8x8 sgemm n times, A holding +Inf at [0] for the first inf_calls calls. */
-static void inf_calls(int n, int inf_calls_n)
+/* Calls an 8x8x8 sgemm n times, A holding +Inf at [0] for the first inf_calls_n calls, pausing
+ * pause_us after each (so a variant can be compiled meanwhile). */
+static void inf_calls(int n, int inf_calls_n, int pause_us)
 {
   gemm_sig_t g = {.f64 = 0, .api = 0, .row = 0, .ta = 'N', .tb = 'N', .m = 8, .n = 8, .k = 8,
              .lda = 8, .ldb = 8, .ldc = 8, .alpha = 1, .beta = 0};
@@ -477,7 +479,8 @@ static void inf_calls(int n, int inf_calls_n)
         mismatches++;
         break;
       }
-    usleep(1000);
+    if (pause_us)
+      usleep((useconds_t)pause_us);
   }
 }
 
@@ -504,7 +507,9 @@ int main(int argc, char **argv)
   else if (!strcmp(mode, "gemv") && argc > 4)
     gemv_sweep(atoi(argv[2]), atoi(argv[3]), strtoull(argv[4], NULL, 10));
   else if (!strcmp(mode, "inf"))
-    inf_calls(300, 3);
+    inf_calls(300, 3, 1000);
+  else if (!strcmp(mode, "many") && argc > 2)
+    inf_calls(atoi(argv[2]), 0, 0);
   else if (!strcmp(mode, "badorder")) {
     float a[16] = {1}, b[16] = {1}, c[16];
     for (int i = 0; i < 20; i++, calls++) {
@@ -521,7 +526,7 @@ int main(int argc, char **argv)
   } else if (!strcmp(mode, "forkhot")) {
     pid_t child = fork();
     if (child == 0) {
-      inf_calls(300, 0);
+      inf_calls(300, 0, 1000);
       printf("child calls %ld checked %ld mismatches %ld\n", calls, calls, mismatches);
       exit(mismatches != 0);
     }
