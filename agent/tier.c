@@ -33,7 +33,9 @@ static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t q_cond = PTHREAD_COND_INITIALIZER;
 static uint32_t queue[QUEUE_MAX];
 static unsigned q_len;
-static int thread_started;
+static int nthreads;      /* compile threads started (up to OPJIT_JIT_THREADS) */
+static pthread_mutex_t code_mu = PTHREAD_MUTEX_INITIALIZER; /* the code cache, the code list,
+                                                               the estimates, speed verdicts */
 
 static const jt_api_t *jit;
 static _Atomic int jit_dead;
@@ -166,8 +168,8 @@ static int gemm_of(const ag_sig_t *k, jt_gemm_t *g, int *swap)
   return jt_gemm_supported(g) && g->m <= maxd && g->n <= maxd && g->k <= maxd;
 }
 
-/* Loads libopjit-jit.so (and LLVM) beside the agent. Compile thread only. */
-static int load_jit(void)
+/* Loads libopjit-jit.so (and LLVM) beside the agent. */
+static int load_jit_now(void)
 {
   char path[4200], err[512] = "";
   snprintf(path, sizeof path, "%s/%s", ag_self_dir(), JT_MODULE_NAME);
@@ -181,6 +183,18 @@ static int load_jit(void)
   jit = api;
   ag_log(AG_LOG_INFO, "JIT ready: LLVM %s for %s", jit->llvm_version(), jit->cpu());
   return 0;
+}
+
+/* The module, loaded once for all compile threads; returns 0 when it is usable. */
+static int load_jit(void)
+{
+  static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
+  static int state; /* 0 not tried, 1 loaded, -1 unavailable */
+  pthread_mutex_lock(&load_mu);
+  if (!state)
+    state = load_jit_now() == 0 ? 1 : -1;
+  pthread_mutex_unlock(&load_mu);
+  return state == 1 ? 0 : -1;
 }
 
 /* The cache's size in bytes (a test may shrink it through OPJIT_TEST_CODE_CACHE_BYTES). */
@@ -262,6 +276,7 @@ static void compile_one(uint32_t i)
   char err[512] = "";
   jt_gemm_fn fn = NULL;
   size_t size = 0;
+  pthread_mutex_lock(&code_mu);
   free_retired();
   while (code_bytes + 4096 > cache_budget() && evict_one() == 0)
     free_retired();
@@ -269,8 +284,11 @@ static void compile_one(uint32_t i)
     atomic_store(&e->tier, AG_TIER_COLD);
     event(e, AG_EV_DEFERRED, "code cache full (%zu bytes): stays on the original for now",
           code_bytes);
+    pthread_mutex_unlock(&code_mu);
     return;
   }
+  code_bytes += 4096; /* reserved while compiling (other threads may compile meanwhile) */
+  pthread_mutex_unlock(&code_mu);
   uint64_t t0 = ag_now_ns();
   if (fault && strcmp(fault, "wrong") == 0)
     g.beta_class = g.beta_class ? 0 : 1; /* a real kernel that adds, or ignores, the old C */
@@ -278,6 +296,8 @@ static void compile_one(uint32_t i)
                ? (snprintf(err, sizeof err, "injected compile failure"), -1)
                : jit->gemm(&g, &fn, &size, err, sizeof err);
   uint64_t dt = ag_now_ns() - t0;
+  pthread_mutex_lock(&code_mu);
+  code_bytes -= 4096;
   int resurrected = 0; /* the session still had this kernel: evicted, not yet freed */
   for (int r = 0; rc == 0 && r < nretired; r++)
     if (retired[r].fn == (void *)fn) {
@@ -290,6 +310,7 @@ static void compile_one(uint32_t i)
     uint32_t fails = atomic_fetch_add(&e->fails, 1) + 1;
     atomic_store(&e->tier, fails >= 3 ? AG_TIER_FAILED : AG_TIER_COLD);
     event(e, AG_EV_FAILED, "%s (%s)", err, fails >= 3 ? "blacklisted after 3 failures" : "will retry");
+    pthread_mutex_unlock(&code_mu);
     ag_log_once(AG_LOG_WARN, "a kernel failed to compile (%s): its signature stays on the "
                              "original library", err);
     return;
@@ -317,6 +338,7 @@ static void compile_one(uint32_t i)
   e->compile_ns = dt;
   compile_sum += (double)dt, compile_n++;
   est_compile_ns = compile_sum / compile_n;
+  pthread_mutex_unlock(&code_mu);
   atomic_store(&e->verify, (int32_t)ag_opts.num[AG_OPT_VERIFY]);
   atomic_store(&e->tier, AG_TIER_READY);
   atomic_store_explicit(&e->variant, (void *)fn, memory_order_release);
@@ -372,8 +394,10 @@ static void *compile_main(void *arg)
     if (!ok)
       break;
     pthread_mutex_unlock(&q_mu);
+    pthread_mutex_lock(&code_mu);
     watch_speed();
     free_retired();
+    pthread_mutex_unlock(&code_mu);
     pthread_mutex_lock(&q_mu);
     struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);
@@ -420,16 +444,16 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n)
     swapped[e->index] = (uint8_t)row;
     queue[q_len++] = e->index;
     event(e, AG_EV_QUEUED, "hot after %llu calls", (unsigned long long)n);
-    if (!thread_started) {
+    if (nthreads < ag_opts.num[AG_OPT_JIT_THREADS] && (nthreads == 0 || q_len > 1)) {
       sigset_t all, old;
       pthread_t t;
       sigfillset(&all);
-      pthread_sigmask(SIG_SETMASK, &all, &old); /* never a host signal on the compile thread */
-      thread_started = pthread_create(&t, NULL, compile_main, NULL) == 0;
+      pthread_sigmask(SIG_SETMASK, &all, &old); /* never a host signal on a compile thread */
+      int started = pthread_create(&t, NULL, compile_main, NULL) == 0;
       pthread_sigmask(SIG_SETMASK, &old, NULL);
-      if (thread_started)
-        pthread_detach(t);
-      else
+      if (started)
+        nthreads++, pthread_detach(t);
+      else if (!nthreads)
         atomic_store(&jit_dead, 1);
     }
     pthread_cond_signal(&q_cond);
@@ -590,9 +614,10 @@ void ag_tier_after_fork_child(void)
   ev_len = 0;
   /* If the parent had a compile thread, LLVM's state in the child is whatever that thread left
    * mid-compile: the child keeps the variants it inherited and compiles nothing new. */
-  if (thread_started)
+  if (nthreads)
     atomic_store(&jit_dead, 1);
-  thread_started = 0;
+  nthreads = 0;
+  pthread_mutex_init(&code_mu, NULL);
   if (ag_table) { /* queued work died with the parent's compile thread: let it be hot again */
     uint32_t n = ag_table_count(ag_table);
     for (uint32_t i = 0; i < n; i++) {

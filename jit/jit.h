@@ -4,8 +4,9 @@
  * first time something is worth compiling, so a process that never compiles never loads LLVM.
  * One ORC LLJIT session per process, targeting the host CPU name and features; code is never
  * writable and executable at once (ORC's memory manager maps it RW, then RX).
- * Functions are called from one thread at a time (the compile thread); compiled kernels may be
- * called from any thread. Every function returns 0, or -1 with a sentence in err. */
+ * Any number of compile threads may call it at once (each kernel's IR is built in a context of
+ * its own); compiled kernels may be called from any thread. Every function returns 0, or -1
+ * with a sentence in err. */
 #ifndef OPJIT_JIT_H
 #define OPJIT_JIT_H
 

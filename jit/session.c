@@ -15,6 +15,7 @@
 #include <llvm-c/Orc.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +30,11 @@ typedef struct compiled_s {
 } compiled_t;
 static compiled_t *compiled;
 
-static LLVMOrcLLJITRef jit;
-static LLVMOrcThreadSafeContextRef tsc;
+static __thread LLVMOrcLLJITRef jit; /* one session per compile thread: the C API's LLJIT
+                                        compiles with one target machine, not concurrently */
+static pthread_cond_t done = PTHREAD_COND_INITIALIZER; /* a compile in progress finished */
+static int native_ready;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* the session and the list */
 static char *triple, *cpu_name, *features;
 static char version[32];
 
@@ -57,20 +61,27 @@ static LLVMTargetMachineRef host_machine(char *err, size_t len)
                                  LLVMRelocPIC, LLVMCodeModelJITDefault);
 }
 
+/* Process-wide LLVM set-up (once), then this thread's session. */
 static int jit_init(char *err, size_t len)
 {
   if (jit)
     return 0;
-  if (LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter()) {
-    snprintf(err, len, "LLVM has no native target for this machine");
-    return -1;
+  pthread_mutex_lock(&mu);
+  if (!native_ready) {
+    if (LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter()) {
+      pthread_mutex_unlock(&mu);
+      snprintf(err, len, "LLVM has no native target for this machine");
+      return -1;
+    }
+    unsigned maj, min, pat;
+    LLVMGetVersion(&maj, &min, &pat);
+    snprintf(version, sizeof version, "%u.%u.%u", maj, min, pat);
+    triple = LLVMGetDefaultTargetTriple();
+    cpu_name = LLVMGetHostCPUName();
+    features = LLVMGetHostCPUFeatures();
+    native_ready = 1;
   }
-  unsigned maj, min, pat;
-  LLVMGetVersion(&maj, &min, &pat);
-  snprintf(version, sizeof version, "%u.%u.%u", maj, min, pat);
-  triple = LLVMGetDefaultTargetTriple();
-  cpu_name = LLVMGetHostCPUName();
-  features = LLVMGetHostCPUFeatures();
+  pthread_mutex_unlock(&mu);
   LLVMTargetMachineRef tm = host_machine(err, len);
   if (!tm)
     return -1;
@@ -80,29 +91,14 @@ static int jit_init(char *err, size_t len)
   LLVMErrorRef e = LLVMOrcCreateLLJIT(&jit, builder);
   if (e)
     return jit = NULL, llvm_fail(e, "cannot create the LLJIT session", err, len);
-  tsc = LLVMOrcCreateNewThreadSafeContext();
   return 0;
 }
 
-static int jit_gemm(const jt_gemm_t *g, jt_gemm_fn *out, size_t *size, char *err, size_t len)
+/* Builds, adds and compiles the kernel for g into this thread's session; fills entry (fn last,
+ * under the caller's lock). */
+static int compile(const jt_gemm_t *g, const char *name, compiled_t *entry, char *err, size_t len)
 {
-  if (!jit && jit_init(err, len))
-    return -1;
-  if (!jt_gemm_supported(g)) {
-    snprintf(err, len, "shape outside the generator's limits");
-    return -1;
-  }
-  char name[128];
-  jt_gemm_name(g, name, sizeof name);
-  for (compiled_t *c = compiled; c; c = c->next)
-    if (strcmp(c->name, name) == 0)
-      return *out = c->fn, *size = c->size, 0;
-  compiled_t *entry = calloc(1, sizeof *entry);
-  if (!entry) {
-    snprintf(err, len, "out of memory");
-    return -1;
-  }
-  LLVMOrcJITTargetAddress addr = 0;
+  LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
   LLVMContextRef cx = LLVMOrcThreadSafeContextGetContext(tsc);
   LLVMModuleRef mod = LLVMModuleCreateWithNameInContext(name, cx);
   LLVMSetTarget(mod, triple);
@@ -116,50 +112,108 @@ static int jit_gemm(const jt_gemm_t *g, jt_gemm_fn *out, size_t *size, char *err
     snprintf(err, len, "generated IR does not verify: %.300s", msg ? msg : "?");
     LLVMDisposeMessage(msg);
     LLVMDisposeModule(mod);
-    free(entry);
+    LLVMOrcDisposeThreadSafeContext(tsc);
     return -1;
   }
   LLVMDisposeMessage(msg);
   LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(mod, tsc);
-  entry->rt = LLVMOrcJITDylibCreateResourceTracker(LLVMOrcLLJITGetMainJITDylib(jit));
-  LLVMErrorRef e = LLVMOrcLLJITAddLLVMIRModuleWithRT(jit, entry->rt, tsm);
+  LLVMOrcDisposeThreadSafeContext(tsc); /* the module holds its own reference */
+  LLVMOrcResourceTrackerRef rt = LLVMOrcJITDylibCreateResourceTracker(LLVMOrcLLJITGetMainJITDylib(jit));
+  LLVMErrorRef e = LLVMOrcLLJITAddLLVMIRModuleWithRT(jit, rt, tsm);
   if (e) {
     LLVMOrcDisposeThreadSafeModule(tsm);
-    LLVMOrcReleaseResourceTracker(entry->rt);
-    free(entry);
+    LLVMOrcReleaseResourceTracker(rt);
     return llvm_fail(e, "cannot add the kernel", err, len);
   }
-  if ((e = LLVMOrcLLJITLookup(jit, &addr, name))) {
-    LLVMConsumeError(LLVMOrcResourceTrackerRemove(entry->rt));
-    LLVMOrcReleaseResourceTracker(entry->rt);
-    free(entry);
+  LLVMOrcJITTargetAddress addr = 0, end_addr = 0;
+  if ((e = LLVMOrcLLJITLookup(jit, &addr, name))) { /* the compile happens here */
+    LLVMConsumeError(LLVMOrcResourceTrackerRemove(rt));
+    LLVMOrcReleaseResourceTracker(rt);
     return llvm_fail(e, "cannot compile the kernel", err, len);
   }
   char end[160];
-  LLVMOrcJITTargetAddress end_addr = 0;
   snprintf(end, sizeof end, "%s_end", name);
   if ((e = LLVMOrcLLJITLookup(jit, &end_addr, end)))
     LLVMConsumeError(e);
-  entry->size = *size = end_addr > addr && end_addr - addr < (1u << 20) ? end_addr - addr : 0;
-  snprintf(entry->name, sizeof entry->name, "%s", name);
-  entry->fn = *out = (jt_gemm_fn)(uintptr_t)addr;
-  entry->next = compiled;
-  compiled = entry;
+  entry->size = end_addr > addr && end_addr - addr < (1u << 20) ? end_addr - addr : 0;
+  entry->rt = rt;
+  pthread_mutex_lock(&mu);
+  entry->fn = (jt_gemm_fn)(uintptr_t)addr;
+  pthread_mutex_unlock(&mu);
   return 0;
+}
+
+/* Compiles one kernel (or finds it compiled): IR in a context of its own, added to this
+ * thread's session under its own resource tracker, so threads compile in parallel. */
+static int jit_gemm(const jt_gemm_t *g, jt_gemm_fn *out, size_t *size, char *err, size_t len)
+{
+  if (jit_init(err, len))
+    return -1;
+  if (!jt_gemm_supported(g)) {
+    snprintf(err, len, "shape outside the generator's limits");
+    return -1;
+  }
+  char name[128];
+  jt_gemm_name(g, name, sizeof name);
+  /* The list holds every kernel by name; an entry whose fn is NULL is being compiled by another
+   * thread: wait for it rather than compile the same name twice. */
+  pthread_mutex_lock(&mu);
+  for (;;) {
+    compiled_t *c = compiled;
+    while (c && strcmp(c->name, name) != 0)
+      c = c->next;
+    if (!c)
+      break;
+    if (c->fn) {
+      *out = c->fn, *size = c->size;
+      pthread_mutex_unlock(&mu);
+      return 0;
+    }
+    pthread_cond_wait(&done, &mu);
+  }
+  compiled_t *entry = calloc(1, sizeof *entry);
+  if (entry) {
+    snprintf(entry->name, sizeof entry->name, "%s", name);
+    entry->next = compiled;
+    compiled = entry;
+  }
+  pthread_mutex_unlock(&mu);
+  if (!entry) {
+    snprintf(err, len, "out of memory");
+    return -1;
+  }
+  int rc = compile(g, name, entry, err, len);
+  pthread_mutex_lock(&mu);
+  if (rc) { /* forget the placeholder */
+    for (compiled_t **p = &compiled; *p; p = &(*p)->next)
+      if (*p == entry) {
+        *p = entry->next;
+        break;
+      }
+    free(entry);
+  } else {
+    *out = entry->fn, *size = entry->size;
+  }
+  pthread_cond_broadcast(&done);
+  pthread_mutex_unlock(&mu);
+  return rc;
 }
 
 static int jit_release(jt_gemm_fn fn, char *err, size_t len)
 {
+  pthread_mutex_lock(&mu);
   for (compiled_t **p = &compiled; *p; p = &(*p)->next) {
     compiled_t *c = *p;
     if (c->fn != fn)
       continue;
     *p = c->next;
     LLVMErrorRef e = LLVMOrcResourceTrackerRemove(c->rt);
+    pthread_mutex_unlock(&mu);
     LLVMOrcReleaseResourceTracker(c->rt);
     free(c);
     return e ? llvm_fail(e, "cannot free the kernel", err, len) : 0;
   }
+  pthread_mutex_unlock(&mu);
   snprintf(err, len, "no such kernel");
   return -1;
 }

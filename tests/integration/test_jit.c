@@ -37,7 +37,9 @@ static void run_checked(const char *tag, const char *const *env, const char *con
 
 Test(jit, ten_thousand_random_calls_match_the_reference)
 {
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1", "OPJIT_SAMPLE_HZ=0", NULL};
+  /* Two compile threads, each with its own LLVM session. */
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
+                       "OPJIT_SAMPLE_HZ=0", "OPJIT_JIT_THREADS=2", NULL};
   run_checked("sweep", env, (const char *[]){H_JIT_PROG, "sweep", "400", "25", "4242", NULL});
   cr_assert(strstr(h_output("sweep", "out"), "calls 10000 "), "%s", h_output("sweep", "out"));
   /* Every signature went through the JIT: compiled (ready) or, alpha = 0, never queued. */
@@ -178,7 +180,8 @@ Test(jit, a_full_code_cache_evicts_while_threads_run)
   /* Room for about two kernels: 8 threads over 12 signatures keep evicting, freeing (after
    * their grace period) and compiling again while every result is checked. */
   const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=4",
-                       "OPJIT_SAMPLE_HZ=0", "OPJIT_TEST_CODE_CACHE_BYTES=8192", NULL};
+                       "OPJIT_SAMPLE_HZ=0", "OPJIT_TEST_CODE_CACHE_BYTES=8192",
+                       "OPJIT_JIT_THREADS=2", NULL};
   run_checked("evict", env, (const char *[]){H_JIT_PROG, "threads", "8", "600", NULL});
   cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events WHERE kind='evicted'"), 0);
   cr_assert_eq(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), 8 * 600 + 96);
