@@ -18,24 +18,12 @@ static int real_perf_event_open(struct perf_event_attr *attr, pid_t tid, int cpu
 static int real_fcntl(int fd, int cmd, long arg) { return fcntl(fd, cmd, arg); }
 static int real_ioctl(int fd, unsigned long req, unsigned long arg) { return ioctl(fd, req, arg); }
 
-const sp_sys_t sp_sys_real = {
-    .perf_event_open = real_perf_event_open,
-    .fcntl = real_fcntl,
-    .ioctl = real_ioctl,
-    .read = read,
-    .close = close,
-    .timer_create = timer_create,
-    .timer_settime = timer_settime,
-    .timer_delete = timer_delete,
-};
+#define REAL_CALLS                                                                           \
+  {                                                                                          \
+    .perf_event_open = real_perf_event_open, .fcntl = real_fcntl, .ioctl = real_ioctl,       \
+    .read = read, .close = close, .timer_create = timer_create,                              \
+    .timer_settime = timer_settime, .timer_delete = timer_delete,                            \
+  }
 
-sp_sys_t sp_sys = {
-    .perf_event_open = real_perf_event_open,
-    .fcntl = real_fcntl,
-    .ioctl = real_ioctl,
-    .read = read,
-    .close = close,
-    .timer_create = timer_create,
-    .timer_settime = timer_settime,
-    .timer_delete = timer_delete,
-};
+const sp_sys_t sp_sys_real = REAL_CALLS;
+sp_sys_t sp_sys = REAL_CALLS;
