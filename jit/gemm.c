@@ -7,14 +7,14 @@
  * NR broadcasts of op(B)[k, j], 2 NR fused multiply-adds (llvm.fma). K is an IR loop whose
  * accumulators are phis; nothing is left for a heavy pass pipeline to discover.
  *
- *   for each row block i0 (MR rows; the last one masked):
+ *   for each row block i0 (MR rows; the last one partial):
  *     if op(A) = A^T: copy the block's rows of A^T into a contiguous MR x K panel on the stack,
  *                     so the micro-kernel reads it as it reads a plain A (one pass, not per j0)
  *     for each column block j0 (NR columns; the last one narrower):
  *       acc = 0; for k: acc += op(A)[i0.., k] * op(B)[k, j0..]
  *       C[i0.., j0..] = alpha * acc + beta * C   (beta = 0: C is never read; alpha = 1: no scale)
- * Rows beyond M in the last block are never loaded from A or C (masked loads) nor stored
- * (scalar stores), so the kernel touches exactly the memory BLAS would. */
+ * Rows beyond M in the last block are never loaded from A or C (loads in 4/2/1-element pieces)
+ * nor stored (scalar stores), so the kernel touches exactly the memory BLAS would. */
 #include "gemm.h"
 
 #include <stdio.h>
@@ -28,13 +28,13 @@ typedef struct gen_s {
   LLVMBuilderRef b;
   LLVMValueRef fn;
   const jt_gemm_t *g;
-  LLVMTypeRef elem, vec, i64, i32, i1, ptr, mask_t;
+  LLVMTypeRef elem, vec, i64, i32, ptr;
   int V, MR;                 /* lanes per vector, rows per block */
   LLVMValueRef a, bm, c;     /* the kernel's pointer arguments */
   LLVMValueRef alpha, beta;  /* splatted vectors */
   LLVMValueRef pack;         /* the A^T panel (alloca), or NULL */
-  LLVMValueRef fma, mload;
-  LLVMTypeRef fma_t, mload_t;
+  LLVMValueRef fma;
+  LLVMTypeRef fma_t;
 } gen_t;
 
 typedef struct loop_s {
@@ -94,16 +94,7 @@ static LLVMValueRef splat(gen_t *g, LLVMValueRef scalar)
                                 LLVMConstNull(LLVMVectorType(g->i32, (unsigned)g->V)), "splat");
 }
 
-/* The mask of the first lanes lanes. */
-static LLVMValueRef lane_mask(gen_t *g, int lanes)
-{
-  LLVMValueRef bits[16];
-  for (int i = 0; i < g->V; i++)
-    bits[i] = LLVMConstInt(g->i1, i < lanes, 0);
-  return LLVMConstVector(bits, (unsigned)g->V);
-}
-
-/* A vector load of lanes elements at p (masked when lanes < V: nothing past them is read). */
+/* A vector load of lanes elements at p (nothing past them is read; missing lanes are zero). */
 static LLVMValueRef vload(gen_t *g, LLVMValueRef p, int lanes)
 {
   unsigned align = g->g->f64 ? 8 : 4; /* element alignment: BLAS arrays need no more */
@@ -112,9 +103,34 @@ static LLVMValueRef vload(gen_t *g, LLVMValueRef p, int lanes)
     LLVMSetAlignment(v, align);
     return v;
   }
-  LLVMValueRef args[4] = {p, LLVMConstInt(g->i32, align, 0), lane_mask(g, lanes),
-                          LLVMConstNull(g->vec)};
-  return LLVMBuildCall2(g->b, g->mload_t, g->mload, args, 4, "mv");
+  /* The first lanes elements, in halving pieces (4, 2, 1 floats), the rest zero: plain loads
+   * that read nothing past them (a masked load is several times slower here). */
+  LLVMValueRef v = LLVMConstNull(g->vec);
+  int off = 0;
+  for (int w = g->V / 2; w >= 1; w /= 2) {
+    if (lanes - off < w)
+      continue;
+    LLVMValueRef ix = i64c(g, off), q = LLVMBuildInBoundsGEP2(g->b, g->elem, p, &ix, 1, "q");
+    if (w == 1) {
+      LLVMValueRef x = LLVMBuildLoad2(g->b, g->elem, q, "x");
+      LLVMSetAlignment(x, align);
+      v = LLVMBuildInsertElement(g->b, v, x, LLVMConstInt(g->i32, (unsigned)off, 0), "v");
+    } else {
+      LLVMTypeRef wt = LLVMVectorType(g->elem, (unsigned)w);
+      LLVMValueRef piece = LLVMBuildLoad2(g->b, wt, q, "piece");
+      LLVMSetAlignment(piece, align);
+      LLVMValueRef widen[16], merge[16];
+      for (int i = 0; i < g->V; i++) {
+        widen[i] = i < w ? LLVMConstInt(g->i32, (unsigned)i, 0) : LLVMGetUndef(g->i32);
+        merge[i] = LLVMConstInt(g->i32, (unsigned)(i >= off && i < off + w ? g->V + i - off : i), 0);
+      }
+      LLVMValueRef wide = LLVMBuildShuffleVector(g->b, piece, LLVMGetUndef(wt),
+                                                 LLVMConstVector(widen, (unsigned)g->V), "wide");
+      v = LLVMBuildShuffleVector(g->b, v, wide, LLVMConstVector(merge, (unsigned)g->V), "v");
+    }
+    off += w;
+  }
+  return v;
 }
 
 /* Stores the first lanes elements of v at p: a whole vector, else one scalar store per lane
@@ -270,7 +286,6 @@ static void setup_types(gen_t *g)
   g->vec = LLVMVectorType(g->elem, (unsigned)g->V);
   g->i64 = LLVMInt64TypeInContext(cx);
   g->i32 = LLVMInt32TypeInContext(cx);
-  g->i1 = LLVMInt1TypeInContext(cx);
   g->ptr = LLVMPointerTypeInContext(cx, 0);
 }
 
@@ -289,9 +304,8 @@ static void begin_kernel(gen_t *g, const char *name)
     unsigned kind = LLVMGetEnumAttributeKindForName("noalias", 7);
     LLVMAddAttributeAtIndex(g->fn, i + 1, LLVMCreateEnumAttribute(cx, kind, 0));
   }
-  LLVMTypeRef vt = g->vec, mt[2] = {g->vec, g->ptr};
+  LLVMTypeRef vt = g->vec;
   g->fma = intrinsic(g, "llvm.fma", &vt, 1, &g->fma_t);
-  g->mload = intrinsic(g, "llvm.masked.load", mt, 2, &g->mload_t);
   g->b = LLVMCreateBuilderInContext(cx);
   LLVMPositionBuilderAtEnd(g->b, LLVMAppendBasicBlockInContext(cx, g->fn, "entry"));
   g->a = LLVMGetParam(g->fn, 0);
@@ -341,7 +355,7 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
   return g.fn;
 }
 
-/* The dot product: two vector accumulators over K (masked loads for the tail), summed, then
+/* The dot product: two vector accumulators over K (partial loads for the tail), summed, then
  * reduced across lanes (reassociation allowed: the order differs from a scalar loop's, within
  * the bound the verification checks). */
 LLVMValueRef jt_dot_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
@@ -375,7 +389,7 @@ LLVMValueRef jt_dot_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *
     LLVMPositionBuilderAtEnd(g.b, done);
     acc0 = n0, acc1 = n1;
   }
-  for (int off = 0; off < tail; off += g.V) { /* the last partial vectors: masked loads */
+  for (int off = 0; off < tail; off += g.V) { /* the last partial vectors */
     int lanes = tail - off < g.V ? tail - off : g.V;
     LLVMValueRef ix = i64c(&g, full + off);
     acc0 = fma3(&g, vload(&g, at(&g, g.a, ix), lanes), vload(&g, at(&g, g.bm, ix), lanes), acc0);
