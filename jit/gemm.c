@@ -149,26 +149,68 @@ static void vstore(gen_t *g, LLVMValueRef v, LLVMValueRef p, int lanes)
   }
 }
 
-/* Copies rows i0 .. i0+mr-1 of op(A) = A^T into the panel: pack[k*MR + i] = A[k + (i0+i)*lda].
+/* Transposes V vectors of V lanes in place: log2(V) rounds of swapping off-diagonal blocks. */
+static void transpose(gen_t *g, LLVMValueRef *v)
+{
+  for (int b = g->V / 2; b >= 1; b /= 2)
+    for (int r = 0; r < g->V; r++) {
+      if (r & b)
+        continue;
+      LLVMValueRef lo[16], hi[16];
+      for (int i = 0; i < g->V; i++) {
+        lo[i] = LLVMConstInt(g->i32, (unsigned)(i & b ? g->V + i - b : i), 0);
+        hi[i] = LLVMConstInt(g->i32, (unsigned)(i & b ? g->V + i : i + b), 0);
+      }
+      LLVMValueRef x = v[r], y = v[r + b];
+      v[r] = LLVMBuildShuffleVector(g->b, x, y, LLVMConstVector(lo, (unsigned)g->V), "t");
+      v[r + b] = LLVMBuildShuffleVector(g->b, x, y, LLVMConstVector(hi, (unsigned)g->V), "t");
+    }
+}
+
+/* Copies rows i0 .. i0+mr-1 of op(A) = A^T into the panel: pack[k*MR + i] = A[k + (i0+i)*lda],
+ * V k's at a time through in-register transposes.
  * Rows mr .. MR-1 are zeroed: the micro-kernel loads whole vectors from the panel, and stale
  * stack bytes there (a signalling NaN, say) would raise floating-point exception flags. */
 static void emit_pack(gen_t *g, LLVMValueRef i0, int mr)
 {
-  loop_t k = loop_begin(g, i64c(g, 0), g->g->k, 1, "pk");
-  for (int i = mr; i < g->MR; i++) {
-    LLVMValueRef dst = LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, k.iv, i64c(g, g->MR), "kr"),
-                                       i64c(g, i), "z");
-    LLVMBuildStore(g->b, LLVMConstNull(g->elem), at(g, g->pack, dst));
+  long K = g->g->k, kfull = K / g->V * g->V;
+  LLVMValueRef zero = LLVMConstNull(g->vec);
+  /* V k's at a time: each of the block's rows (a column of A, contiguous in k) as one vector,
+   * V x V blocks transposed in registers, stored as the panel's V rows of MR. */
+  if (kfull) {
+    loop_t k = loop_begin(g, i64c(g, 0), kfull, g->V, "pk");
+    for (int grp = 0; grp < g->MR / g->V; grp++) {
+      LLVMValueRef v[16];
+      for (int r = 0; r < g->V; r++) {
+        int i = grp * g->V + r;
+        if (i >= mr) {
+          v[r] = zero;
+          continue;
+        }
+        LLVMValueRef col = LLVMBuildNSWMul(g->b, LLVMBuildNSWAdd(g->b, i0, i64c(g, i), "r"),
+                                           i64c(g, g->g->lda), "col");
+        v[r] = vload(g, at(g, g->a, LLVMBuildNSWAdd(g->b, col, k.iv, "ix")), g->V);
+      }
+      transpose(g, v);
+      for (int j = 0; j < g->V; j++) {
+        LLVMValueRef row = LLVMBuildNSWAdd(g->b, k.iv, i64c(g, j), "kj");
+        LLVMValueRef dst = LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, row, i64c(g, g->MR), ""),
+                                           i64c(g, grp * g->V), "d");
+        LLVMSetAlignment(LLVMBuildStore(g->b, v[j], at(g, g->pack, dst)), g->g->f64 ? 8 : 4);
+      }
+    }
+    loop_end(g, &k);
   }
-  for (int i = 0; i < mr; i++) {
-    LLVMValueRef col = LLVMBuildNSWMul(g->b, LLVMBuildNSWAdd(g->b, i0, i64c(g, i), "r"),
-                                       i64c(g, g->g->lda), "col");
-    LLVMValueRef v = LLVMBuildLoad2(g->b, g->elem, at(g, g->a, LLVMBuildNSWAdd(g->b, col, k.iv, "ix")), "a");
-    LLVMValueRef dst = LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, k.iv, i64c(g, g->MR), "kr"),
-                                       i64c(g, i), "d");
-    LLVMBuildStore(g->b, v, at(g, g->pack, dst));
-  }
-  loop_end(g, &k);
+  for (long kk = kfull; kk < K; kk++) /* the last k's, one element at a time */
+    for (int i = 0; i < g->MR; i++) {
+      LLVMValueRef x = LLVMConstNull(g->elem);
+      if (i < mr) {
+        LLVMValueRef col = LLVMBuildNSWMul(g->b, LLVMBuildNSWAdd(g->b, i0, i64c(g, i), "r"),
+                                           i64c(g, g->g->lda), "col");
+        x = LLVMBuildLoad2(g->b, g->elem, at(g, g->a, LLVMBuildNSWAdd(g->b, col, i64c(g, kk), "ix")), "a");
+      }
+      LLVMBuildStore(g->b, x, at(g, g->pack, i64c(g, kk * g->MR + i)));
+    }
 }
 
 /* One mr x nr block of C at (i0, j0): the K loop over accumulators, then the update of C. */
