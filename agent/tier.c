@@ -40,7 +40,7 @@ static pthread_mutex_t code_mu = PTHREAD_MUTEX_INITIALIZER; /* the code cache, t
 static const jt_api_t *jit;
 static _Atomic int jit_dead;
 static jt_gemm_t *shapes; /* per entry: the column-major problem its variant solves */
-static uint8_t *swapped;   /* per entry: the kernel takes B before A (CBLAS row-major GEMM) */
+ag_vrun_t *ag_vrun;        /* per entry: what a call through the variant needs (tier.h) */
 
 /* Every kernel's code, append-only: the sampler names PCs inside it, perf reads the map. */
 typedef struct code_s {
@@ -433,15 +433,21 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n)
   uint32_t cold = AG_TIER_COLD;
   if (!shapes) {
     shapes = calloc(ag_tcount_capacity, sizeof *shapes);
-    swapped = calloc(ag_tcount_capacity, 1);
+    ag_vrun = calloc(ag_tcount_capacity, sizeof *ag_vrun);
   }
   int row = 0;
   jt_gemm_t g;
-  if (!shapes || !swapped || !gemm_of(&e->key, &g, &row)) {
+  if (!shapes || !ag_vrun || !gemm_of(&e->key, &g, &row)) {
     atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE);
   } else if (q_len < QUEUE_MAX && atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_QUEUED)) {
     shapes[e->index] = g;
-    swapped[e->index] = (uint8_t)row;
+    /* The operands' extents in bytes (for the overlap guard), computed once. */
+    size_t esz = g.f64 ? 8 : 4;
+    ag_vrun_t *r = &ag_vrun[e->index];
+    r->ext_a = g.dot ? 0 : ((size_t)g.lda * ((g.ta ? g.m : g.k) - 1) + (size_t)(g.ta ? g.k : g.m)) * esz;
+    r->ext_b = g.dot ? 0 : ((size_t)g.ldb * ((g.tb ? g.k : g.n) - 1) + (size_t)(g.tb ? g.n : g.k)) * esz;
+    r->ext_c = g.dot ? 0 : ((size_t)g.ldc * (size_t)(g.n - 1) + (size_t)g.m) * esz;
+    r->swapped = (uint8_t)row;
     queue[q_len++] = e->index;
     event(e, AG_EV_QUEUED, "hot after %llu calls", (unsigned long long)n);
     if (nthreads < ag_opts.num[AG_OPT_JIT_THREADS] && (nthreads == 0 || q_len > 1)) {
@@ -461,19 +467,6 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n)
   pthread_mutex_unlock(&q_mu);
 }
 
-/* [p, p + elements) in bytes. */
-typedef struct span_s {
-  uintptr_t lo, hi;
-} span_t;
-
-static span_t span(const void *p, long rows, long cols, long ld, size_t esz)
-{
-  uintptr_t lo = (uintptr_t)p;
-  return (span_t){lo, lo + (uintptr_t)((ld * (cols - 1) + rows) * (long)esz)};
-}
-
-static int overlap(span_t x, span_t y) { return x.lo < y.hi && y.lo < x.hi; }
-
 /* Largest magnitude in a rows x cols column-major block. */
 static double max_abs(const void *p, long rows, long cols, long ld, int f64)
 {
@@ -486,23 +479,13 @@ static double max_abs(const void *p, long rows, long cols, long ld, int f64)
   return m;
 }
 
-int ag_tier_gemm(ag_entry_t *e, void *v, const void *a, const void *b, void *c, double alpha,
-                 double beta, ag_verify_t *vf)
+int ag_tier_gemm_verify(ag_entry_t *e, void *v, const void *a, const void *b, void *c,
+                        double alpha, double beta, ag_verify_t *vf)
 {
   const jt_gemm_t *g = &shapes[e->index];
-  if (swapped[e->index]) { /* the kernel solves C^T = op(B)^T op(A)^T */
-    const void *t = a;
-    a = b, b = t;
-  }
   size_t esz = g->f64 ? 8 : 4;
-  span_t sa = span(a, g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda, esz);
-  span_t sb = span(b, g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb, esz);
-  span_t sc = span(c, g->m, g->n, g->ldc, esz);
-  if (overlap(sc, sa) || overlap(sc, sb))
-    return 0; /* speculative guard: the kernel assumes C aliases neither operand */
   jt_gemm_fn fn = (jt_gemm_fn)v;
-  if (atomic_load_explicit(&e->verify, memory_order_relaxed) <= 0 ||
-      atomic_fetch_sub(&e->verify, 1) <= 0) {
+  if (atomic_fetch_sub(&e->verify, 1) <= 0) { /* another thread took the last verification */
     fn(a, b, c, alpha, beta);
     return AG_RUN_DONE;
   }

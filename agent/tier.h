@@ -20,6 +20,9 @@
 
 #include "table.h"
 
+#include <stdatomic.h>
+#include <stddef.h>
+
 #include <stdint.h>
 
 enum ag_tier { AG_TIER_COLD = 0, AG_TIER_NONE, AG_TIER_QUEUED, AG_TIER_READY, AG_TIER_FAILED,
@@ -49,11 +52,38 @@ typedef struct ag_verify_s {
   double bound;
 } ag_verify_t;
 
-/* Dispatches a GEMM or GEMV call to e's variant v: the call's own arguments (A and B — x for a
- * GEMV — as the host passed them, CBLAS row-major included), guarded against C (y) overlapping
- * A or B (x). */
-int ag_tier_gemm(ag_entry_t *e, void *v, const void *a, const void *b, void *c, double alpha,
-                 double beta, ag_verify_t *vf);
+/* What a call through entry i's variant needs, computed when it was queued. */
+typedef struct ag_vrun_s {
+  size_t ext_a, ext_b, ext_c; /* bytes each operand spans */
+  uint8_t swapped;            /* the kernel takes B before A (CBLAS row-major GEMM) */
+} ag_vrun_t;
+extern ag_vrun_t *ag_vrun;
+
+/* The verification path of ag_tier_gemm (out of line). */
+int ag_tier_gemm_verify(ag_entry_t *e, void *v, const void *a, const void *b, void *c,
+                        double alpha, double beta, ag_verify_t *vf);
+
+/* Dispatches a GEMM, GEMV or AXPY call to e's variant v: the call's own arguments (A and B —
+ * x for a GEMV — as the host passed them, CBLAS row-major included), guarded against C (y)
+ * overlapping A or B (x). Inline: it runs on every call a variant serves. */
+static inline __attribute__((always_inline)) int ag_tier_gemm(ag_entry_t *e, void *v,
+                                                              const void *a, const void *b,
+                                                              void *c, double alpha, double beta,
+                                                              ag_verify_t *vf)
+{
+  const ag_vrun_t *r = &ag_vrun[e->index];
+  if (r->swapped) { /* the kernel solves C^T = op(B)^T op(A)^T */
+    const void *t = a;
+    a = b, b = t;
+  }
+  uintptr_t c0 = (uintptr_t)c, c1 = c0 + r->ext_c, a0 = (uintptr_t)a, b0 = (uintptr_t)b;
+  if ((c0 < a0 + r->ext_a && a0 < c1) || (c0 < b0 + r->ext_b && b0 < c1))
+    return AG_RUN_ORIGINAL; /* speculative guard: the kernel assumes C aliases neither */
+  if (__builtin_expect(atomic_load_explicit(&e->verify, memory_order_relaxed) > 0, 0))
+    return ag_tier_gemm_verify(e, v, a, b, c, alpha, beta, vf);
+  ((void (*)(const void *, const void *, void *, double, double))v)(a, b, c, alpha, beta);
+  return AG_RUN_DONE;
+}
 /* A dot product through e's variant v: *r is the variant's result. AG_RUN_DONE, or
  * AG_RUN_VERIFY: the caller also runs the original, returns its result, and passes both to
  * ag_tier_dot_verify_end. */
