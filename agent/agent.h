@@ -60,7 +60,7 @@ typedef struct ag_thread_s {
   ag_tlc_slot_t tlc[AG_TLC_SLOTS];
 } ag_thread_t;
 extern AG_TLS ag_thread_t ag_tl;
-/* Set on the compile thread: the C++ static destructors of what it loads and runs (LLVM) are not
+/* Set on compile threads: the C++ static destructors of what it loads and runs (LLVM) are not
  * registered with __cxa_atexit (process.c), so exit never destroys LLVM under a compile. */
 extern AG_TLS int ag_tl_keep_statics;
 

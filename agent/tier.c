@@ -62,7 +62,8 @@ static retired_t retired[64];
 static int nretired;
 
 /* What promotion expects: the mean relative saving of this process's measured variants and
- * the mean compile time (both updated by the compile thread; read racily, as estimates). */
+ * the mean compile time (both updated by compile threads under code_mu; read racily, as
+ * estimates). */
 static _Atomic double est_gain = -1, est_compile_ns = 30e6; /* -1: no measurement yet */
 static double gain_sum, compile_sum;
 static int gain_n, compile_n;

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Tiers: when a signature gets a JIT variant, how it is published, verified, kept honest and
- * dropped. The compile thread (started with the first hot signature) loads libopjit-jit.so —
- * and with it LLVM — and is the only thread that calls it; host threads only read the published
- * variant pointer.
+ * dropped. Compile threads (the first started with the first hot signature, more up to
+ * OPJIT_JIT_THREADS as the queue grows) load libopjit-jit.so — and with it LLVM — and are the
+ * only threads that call it; host threads only read the published variant pointer.
  *
  *   NONE ◀── not compilable (op, shape, alpha = 0, strided vectors)
  *   COLD ──hot (OPJIT_HOT_CALLS calls)──▶ QUEUED ──compiled──▶ READY (variant published)
@@ -12,9 +12,9 @@
  *   READY ──code cache (OPJIT_CODE_CACHE_MB) full──▶ COLD (evicted; compiled again if hot again)
  * Only evicted code is freed, and only after a grace period: every thread that was registered
  * when it was unpublished has finished a call since (or exited), so none can still be inside it.
- * Demoted and blacklisted variants' code stays (it is small, and they never come back). Nor is LLVM: the compile thread may be inside it
- * when the host exits, so LLVM's static destructors are never registered (ag_tl_keep_statics)
- * and exit cannot tear LLVM down under it. */
+ * Demoted and blacklisted variants' code stays (it is small, and they never come back). Nor is
+ * LLVM ever torn down: a compile thread may be inside it when the host exits, so LLVM's static
+ * destructors are never registered (ag_tl_keep_statics). */
 #ifndef OPJIT_AGENT_TIER_H
 #define OPJIT_AGENT_TIER_H
 
@@ -113,7 +113,7 @@ int ag_tier_code_at(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name);
 const char *ag_tier_llvm_version(void);
 const char *ag_tier_cpu(void);
 
-/* Fork child: the compile thread did not survive; forget the queue (variants stay valid). */
+/* Fork child: the compile threads did not survive; forget the queue (variants stay valid). */
 void ag_tier_after_fork_child(void);
 
 #endif
