@@ -363,6 +363,23 @@ static void drain_samples(void)
     sp_agg_add(agg, buf, got, st.ncounters);
 }
 
+/* The cold operators with enough samples to be worth a look by the tiers (1 ms of CPU time:
+ * the payback test needs more), filled by sp_agg_visit. */
+typedef struct sampled_ops_s {
+  uint32_t op[64];
+  uint64_t samples[64];
+  size_t n;
+} sampled_ops_t;
+
+static void visit_op(void *ctx, uint32_t op, uint64_t n)
+{
+  sampled_ops_t *so = ctx;
+  long hz = ag_opts.num[AG_OPT_SAMPLE_HZ];
+  if (op && op <= ag_table_count(ag_table) && n * 1000 >= (uint64_t)hz && so->n < 64 &&
+      atomic_load(&ag_table_entry(ag_table, op - 1)->tier) == AG_TIER_COLD)
+    so->op[so->n] = op, so->samples[so->n++] = n;
+}
+
 /* Growable arrays of store records, filled by sp_agg_visit. */
 typedef struct samples_out_s {
   st_pc_rec_t *pcs;
@@ -585,7 +602,13 @@ static void *writer_main(void *arg)
     if (sampling) {
       pthread_mutex_lock(&db_mu); /* fork waits for the aggregation to be consistent */
       drain_samples();
+      sampled_ops_t so = {0};
+      if (ag_hot_calls)
+        sp_agg_visit(agg, &(sp_agg_visit_t){&so, visit_op, NULL, NULL, NULL});
       pthread_mutex_unlock(&db_mu);
+      for (size_t i = 0; i < so.n; i++)
+        ag_tier_sampled(ag_table_entry(ag_table, so.op[i] - 1),
+                        (double)so.samples[i] * 1e9 / (double)hz);
       if (ticks % 5 == 0)
         sp_rescan();
     }

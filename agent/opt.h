@@ -34,7 +34,8 @@
       "else task-clock")                                                                     \
   OPT(STACK_DEPTH, INT, "24", 0, 32, NULL, "frames recorded per sample (0: the PC only)")     \
   OPT(HOT_CALLS, INT, "64", 1, 1 << 30, NULL,                                                \
-      "calls of one signature (on one thread) after which it is compiled")                   \
+      "calls of one signature (on one thread) after which it is compiled (sampled CPU time " \
+      "can promote it sooner)")                                                              \
   OPT(HOT_PAYBACK, INT, "1", 0, 1000, NULL,                                                  \
       "compile when the time a variant would have saved so far is this many times its "      \
       "compile cost (0: on OPJIT_HOT_CALLS alone)")                                          \

@@ -412,24 +412,52 @@ static void *compile_main(void *arg)
   return NULL;
 }
 
+/* Whether spent_ns of the signature's time, sped up by the saving variants have shown (before
+ * any measurement: the generator's record here, ~2-5x below 24^3, ~1x above), repays the
+ * compile OPJIT_HOT_PAYBACK times. */
+static int pays_back(const ag_entry_t *e, double spent_ns)
+{
+  double gain = est_gain >= 0 ? est_gain : e->key.m <= 24 && e->key.n <= 24 && e->key.k <= 24 ? 0.6 : 0.1;
+  return spent_ns * gain >= (double)ag_opts.num[AG_OPT_HOT_PAYBACK] * est_compile_ns;
+}
+
+static void enqueue(ag_entry_t *e, const char *why);
+
 void ag_tier_hot(ag_entry_t *e, uint64_t n)
 {
-  if (ag_hot_calls == 0 || atomic_load(&jit_dead) || atomic_load(&e->tier) != AG_TIER_COLD)
+  if (n < ag_hot_calls || ag_hot_calls == 0 || atomic_load(&jit_dead) ||
+      atomic_load(&e->tier) != AG_TIER_COLD)
     return;
   uint32_t fails = atomic_load(&e->fails);
   if (fails && n >> 12 < (1u << fails)) /* backing off after a failed compile */
     return;
-  long payback = ag_opts.num[AG_OPT_HOT_PAYBACK];
   uint64_t timed = atomic_load(&e->timed), tns = atomic_load(&e->timed_ns);
-  if (payback && timed) {
+  if (ag_opts.num[AG_OPT_HOT_PAYBACK] && timed) {
     /* The first call is a library's warm-up more often than not: leave it out when we can. */
     double mean = timed > 1 ? (double)(tns - atomic_load(&e->first_ns)) / (double)(timed - 1)
                             : (double)tns;
-    /* Before any measurement: the generator's record here, ~2-5x below 24^3, ~1x above. */
-    double gain = est_gain >= 0 ? est_gain : e->key.m <= 24 && e->key.n <= 24 && e->key.k <= 24 ? 0.6 : 0.1;
-    if ((double)n * mean * gain < (double)payback * est_compile_ns)
+    if (!pays_back(e, (double)n * mean))
       return; /* not worth it yet: asked again every 4096 calls */
   }
+  char why[48];
+  snprintf(why, sizeof why, "hot after %llu calls", (unsigned long long)n);
+  enqueue(e, why);
+}
+
+void ag_tier_sampled(ag_entry_t *e, double cpu_ns)
+{
+  if (ag_hot_calls == 0 || !ag_opts.num[AG_OPT_HOT_PAYBACK] || atomic_load(&jit_dead) ||
+      atomic_load(&e->tier) != AG_TIER_COLD || atomic_load(&e->fails) || !pays_back(e, cpu_ns))
+    return;
+  char why[48];
+  snprintf(why, sizeof why, "hot: %.1f ms of sampled CPU time", cpu_ns / 1e6);
+  enqueue(e, why);
+}
+
+/* Queues cold entry e for compilation (NONE if it cannot be compiled); starts a compile thread
+ * if the queue needs one. */
+static void enqueue(ag_entry_t *e, const char *why)
+{
   pthread_mutex_lock(&q_mu);
   uint32_t cold = AG_TIER_COLD;
   if (!shapes) {
@@ -450,7 +478,7 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n)
     r->ext_c = g.dot ? 0 : ((size_t)g.ldc * (size_t)(g.n - 1) + (size_t)g.m) * esz;
     r->swapped = (uint8_t)row;
     queue[q_len++] = e->index;
-    event(e, AG_EV_QUEUED, "hot after %llu calls", (unsigned long long)n);
+    event(e, AG_EV_QUEUED, "%s", why);
     if (nthreads < ag_opts.num[AG_OPT_JIT_THREADS] && (nthreads == 0 || q_len > 1)) {
       sigset_t all, old;
       pthread_t t;

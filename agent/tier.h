@@ -5,7 +5,7 @@
  * only threads that call it; host threads only read the published variant pointer.
  *
  *   NONE ◀── not compilable (op, shape, alpha = 0, strided vectors)
- *   COLD ──hot (OPJIT_HOT_CALLS calls)──▶ QUEUED ──compiled──▶ READY (variant published)
+ *   COLD ──hot (calls or sampled time)──▶ QUEUED ──compiled──▶ READY (variant published)
  *     ▲                                      └──LLVM error──▶ COLD: hot again after 8192, then
  *     └────────────────────────────────────────────────────── 16384 calls; the third: FAILED
  *   READY ──verification mismatch──▶ FAILED      READY ──measured slower──▶ DEMOTED
@@ -39,6 +39,12 @@ enum ag_event { AG_EV_QUEUED, AG_EV_PUBLISHED, AG_EV_VERIFIED, AG_EV_VERIFY_FAIL
  * OPJIT_HOT_PAYBACK times the compile cost (measured; 30 ms before the first, which also loads
  * LLVM). Cheap; never waits. */
 void ag_tier_hot(ag_entry_t *e, uint64_t n);
+
+/* Called on the writer thread with the CPU time the sampler has attributed to e so far: queues
+ * it, as ag_tier_hot does, when that time passes the same payback test. This finds what call
+ * counts miss: a signature with few, long calls, or with calls spread over many threads, each
+ * under OPJIT_HOT_CALLS. Off with OPJIT_HOT_PAYBACK=0. */
+void ag_tier_sampled(ag_entry_t *e, double cpu_ns);
 
 /* How a GEMM call with a published variant goes. */
 enum ag_run { AG_RUN_ORIGINAL = 0, /* a guard failed: the caller runs the original */

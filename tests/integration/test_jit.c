@@ -132,6 +132,19 @@ Test(jit, tools_see_the_code_perf_map_and_sampled_pcs)
                              " y.name LIKE 'opjit_sgemm_NN_96x96x96_%%'"), 50);
 }
 
+Test(jit, sampled_time_promotes_what_call_counts_never_would)
+{
+  /* No signature can reach OPJIT_HOT_CALLS here: only the sampler's CPU time can promote. */
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1073741824", "OPJIT_SAMPLE_HZ=1000", NULL};
+  int st = h_run("sampled", 1, env, (const char *[]){H_HOST_PROG, "ratio", "30000", NULL});
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", h_output("sampled", "err"));
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events WHERE kind='queued' AND"
+                             " detail LIKE 'hot: %% ms of sampled CPU time'"), 0);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='queued' AND"
+                             " detail LIKE 'hot after %%'"), 0);
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verified'"), 0);
+}
+
 Test(jit, infinities_in_the_inputs_do_not_blacklist_a_correct_variant)
 {
   const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
