@@ -30,21 +30,31 @@ static void print_params(const cJSON *params)
   printf("\n");
 }
 
+/* sql, whose ?1 is a signature id and ?2 a run (0: every run), prepared and bound; NULL when it
+ * could not be (printed). */
+static sqlite3_stmt *prepare_sig_run(st_db_t *db, const char *sql, const char *sig, int64_t run)
+{
+  sqlite3_stmt *st = ins_db_prepare(db, sql);
+  if (st) {
+    sqlite3_bind_text(st, 1, sig, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, run);
+  }
+  return st;
+}
+
 /* The symbols sig's samples fell in (run 0: every run), most samples first, into doc's
  * "samples" and "symbols" and, for text, the top TOP_SYMBOLS into table *t. Returns 0, or
  * INS_EXIT_FAIL (printed). */
 static int read_symbols(st_db_t *db, const char *sig, int64_t run, cJSON *doc, ins_table_t **t)
 {
-  sqlite3_stmt *st = ins_db_prepare(
+  sqlite3_stmt *st = prepare_sig_run(
       db, "SELECT y.module, y.name, sum(p.samples) AS n, sum(sum(p.samples)) OVER ()"
           " FROM run_pcs p JOIN signatures s ON s.id = p.sig_id"
           " JOIN symbols y ON y.id = p.symbol_id"
           " WHERE s.sig = ?1 AND (?2 = 0 OR p.run_id = ?2)"
-          " GROUP BY y.id ORDER BY n DESC, y.module, y.name");
+          " GROUP BY y.id ORDER BY n DESC, y.module, y.name", sig, run);
   if (!st)
     return INS_EXIT_FAIL;
-  sqlite3_bind_text(st, 1, sig, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(st, 2, run);
   static const char *const head[] = {"SAMPLES", "SHARE", "SYMBOL"};
   *t = ins_table_new("rrl", head);
   cJSON *syms = cJSON_AddArrayToObject(doc, "symbols");
@@ -86,15 +96,14 @@ static int read_symbols(st_db_t *db, const char *sig, int64_t run, cJSON *doc, i
  * call divides by the calls of the runs that counted the event. Returns 0 or INS_EXIT_FAIL. */
 static int read_counters(st_db_t *db, const char *sig, int64_t run, cJSON *doc, ins_table_t **t)
 {
-  sqlite3_stmt *st = ins_db_prepare(
+  sqlite3_stmt *st = prepare_sig_run(
       db, "SELECT c.event, sum(c.value), sum(rs.calls) FROM run_counters c"
           " JOIN signatures s ON s.id = c.sig_id"
           " JOIN run_sigs rs ON rs.run_id = c.run_id AND rs.sig_id = c.sig_id"
-          " WHERE s.sig = ?1 AND (?2 = 0 OR c.run_id = ?2) GROUP BY c.event ORDER BY c.event");
+          " WHERE s.sig = ?1 AND (?2 = 0 OR c.run_id = ?2) GROUP BY c.event ORDER BY c.event",
+      sig, run);
   if (!st)
     return INS_EXIT_FAIL;
-  sqlite3_bind_text(st, 1, sig, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(st, 2, run);
   static const char *const head[] = {"EVENT", "TOTAL", "PER CALL"};
   *t = ins_table_new("lrr", head);
   cJSON *counters = cJSON_AddArrayToObject(doc, "counters");
@@ -175,16 +184,14 @@ static int cmd_op(int argc, char **argv)
   cJSON_AddStringToObject(doc, "op", ins_col_text(st, 1));
   cJSON_AddItemToObject(doc, "params", ins_json_parse_or_string(ins_col_text(st, 2)));
   sqlite3_finalize(st);
-  st = ins_db_prepare(db, "SELECT rs.run_id, p.exe, r.argv, r.start_ns, r.status, r.pid,"
-                          " rs.calls, rs.timed_calls, rs.timed_ns"
-                          " FROM signatures s JOIN run_sigs rs ON rs.sig_id = s.id"
-                          " JOIN runs r ON r.id = rs.run_id JOIN programs p ON p.id = r.program_id"
-                          " WHERE s.sig = ?1 AND (?2 = 0 OR rs.run_id = ?2)"
-                          " ORDER BY rs.run_id DESC");
+  st = prepare_sig_run(db, "SELECT rs.run_id, p.exe, r.argv, r.start_ns, r.status, r.pid,"
+                           " rs.calls, rs.timed_calls, rs.timed_ns"
+                           " FROM signatures s JOIN run_sigs rs ON rs.sig_id = s.id"
+                           " JOIN runs r ON r.id = rs.run_id JOIN programs p ON p.id = r.program_id"
+                           " WHERE s.sig = ?1 AND (?2 = 0 OR rs.run_id = ?2)"
+                           " ORDER BY rs.run_id DESC", sig, run);
   if (!st)
     goto out;
-  sqlite3_bind_text(st, 1, sig, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(st, 2, run);
   cJSON *runs = cJSON_AddArrayToObject(doc, "runs");
   static const char *const head[] = {"RUN", "STARTED", "STATUS", "CALLS", "TIMED", "MEAN",
                                      "PROGRAM"};

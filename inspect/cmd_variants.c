@@ -167,10 +167,12 @@ const ins_cmd_t ins_cmd_variants = {
     .main = cmd_variants,
     .synopsis = "[--db PATH] [RUN | --all] [--json]",
     .summary = "list the JIT variants of a run: status, calls served, speedup",
-    .help = "RUN defaults to the newest run that has a JIT variant. A signature gets one after\n"
-            "OPJIT_HOT_CALLS calls (OPJIT_MODE=jit). STATUS is queued, ready (published: the\n"
-            "variant serves the calls), failed (compile error or a result that did not match\n"
-            "the original's: blacklisted) or demoted (measured slower than the original).\n"
+    .help = "RUN defaults to the newest run that has a JIT variant. A signature gets one\n"
+            "(OPJIT_MODE=jit) when its calls (OPJIT_HOT_CALLS) or its sampled CPU time show\n"
+            "that a variant repays its compile (OPJIT_HOT_PAYBACK). STATUS is queued, ready\n"
+            "(published: the variant serves the calls), failed (compile error or a result\n"
+            "that did not match the original's: blacklisted) or demoted (measured slower than\n"
+            "the original).\n"
             "CALLS counts the calls the variant served and %CALLS their share of the\n"
             "signature's calls; VARIANT and ORIGINAL are the mean time per timed call of each\n"
             "(the original keeps 1 call in 256 for comparison), SPEEDUP their ratio. LLVM and\n"

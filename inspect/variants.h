@@ -34,6 +34,6 @@ extern const char *const ins_event_kinds[];
 
 /* What to say when no run has a JIT variant or event. */
 #define INS_NO_JIT_YET                                                                        \
-  "signatures are compiled after OPJIT_HOT_CALLS calls (OPJIT_MODE=jit, the default)"
+  "signatures are compiled once hot (OPJIT_HOT_CALLS, OPJIT_HOT_PAYBACK; OPJIT_MODE=jit)"
 
 #endif
