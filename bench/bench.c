@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -100,6 +101,23 @@ int bn_spawn_wait4(const char *path, char *const argv[], char *const env[],
       return -1;
     }
   return status;
+}
+
+int bn_stderr_quiet(const char *errpath, const char *prog, const char *what)
+{
+  struct stat sb;
+  int quiet = stat(errpath, &sb) == 0 && sb.st_size == 0;
+  if (!quiet) {
+    FILE *f = fopen(errpath, "r");
+    char line[512];
+    fprintf(stderr, "%s: %s wrote to stderr:\n", prog, what);
+    while (f && fgets(line, sizeof line, f))
+      fputs(line, stderr);
+    if (f)
+      fclose(f);
+  }
+  unlink(errpath);
+  return quiet;
 }
 
 int bn_scratch_new(char *dir, size_t len)

@@ -34,6 +34,10 @@ struct rusage;
 int bn_spawn_wait4(const char *path, char *const argv[], char *const env[],
                    const char *stderr_path, struct rusage *ru);
 
+/* Removes errpath, a child's captured stderr, after copying it to ours under the heading
+ * "<prog>: <what> wrote to stderr:" when it is not empty. Returns 1 when it was empty. */
+int bn_stderr_quiet(const char *errpath, const char *prog, const char *what);
+
 /* Creates a private scratch folder under $TMPDIR (else /tmp) into dir. Returns 0 or -1. */
 int bn_scratch_new(char *dir, size_t len);
 /* Number of entries in the scratch folder; -1 when it cannot be read. */

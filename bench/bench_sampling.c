@@ -29,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -109,19 +108,9 @@ static int run_child(const workload_t *w, long calls, int cfg, int round, double
   int st = bn_spawn_wait4(argv[0], argv, env, errpath, &ru);
   uint64_t t1 = bn_now_ns();
   bn_env_free(env);
-  struct stat sb;
-  int quiet = stat(errpath, &sb) == 0 && sb.st_size == 0;
-  if (!quiet) {
-    FILE *f = fopen(errpath, "r");
-    char line[512];
-    fprintf(stderr, "bench_sampling: %s %s in configuration %s wrote to stderr:\n", w->mode,
-            ncalls, cfgs[cfg].name);
-    while (f && fgets(line, sizeof line, f))
-      fputs(line, stderr);
-    if (f)
-      fclose(f);
-  }
-  unlink(errpath);
+  char what[256];
+  snprintf(what, sizeof what, "%s %s in configuration %s", w->mode, ncalls, cfgs[cfg].name);
+  int quiet = bn_stderr_quiet(errpath, "bench_sampling", what);
   if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || !quiet) {
     fprintf(stderr, "bench_sampling: %s %s in configuration %s failed (wait status %d)\n",
             w->mode, ncalls, cfgs[cfg].name, st);

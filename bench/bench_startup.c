@@ -12,7 +12,6 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,18 +44,9 @@ static int preflight(const cmd_t *c, char **agent_env, const char *dir)
   char errpath[PATH_MAX + 16];
   snprintf(errpath, sizeof errpath, "%s/stderr", dir);
   int st = bn_spawn_wait(c->argv[0], c->argv, agent_env, errpath);
-  struct stat sb;
-  int quiet = stat(errpath, &sb) == 0 && sb.st_size == 0;
-  if (!quiet) {
-    FILE *f = fopen(errpath, "r");
-    char line[512];
-    fprintf(stderr, "bench_startup: %s under the agent wrote to stderr:\n", c->label);
-    while (f && fgets(line, sizeof line, f))
-      fputs(line, stderr);
-    if (f)
-      fclose(f);
-  }
-  unlink(errpath);
+  char what[256];
+  snprintf(what, sizeof what, "%s under the agent", c->label);
+  int quiet = bn_stderr_quiet(errpath, "bench_startup", what);
   if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || !quiet) {
     fprintf(stderr, "bench_startup: %s does not run cleanly under %s\n", c->label,
             OPJIT_AGENT_PATH);
