@@ -35,6 +35,7 @@ typedef struct gen_s {
   LLVMValueRef pack;         /* the A^T panel (alloca), or NULL */
   LLVMValueRef fma;
   LLVMTypeRef fma_t;
+  char name[128];            /* the kernel's symbol (jt_gemm_name) */
 } gen_t;
 
 typedef struct loop_s {
@@ -333,12 +334,14 @@ static void setup_types(gen_t *g)
 
 /* The kernel function (jt_gemm_fn's signature), its attributes and intrinsics, a builder at
  * its entry. */
-static void begin_kernel(gen_t *g, const char *name)
+static void begin_kernel(gen_t *g)
 {
+  setup_types(g);
+  jt_gemm_name(g->g, g->name, sizeof g->name);
   LLVMContextRef cx = g->cx;
   LLVMTypeRef dbl = LLVMDoubleTypeInContext(cx);
   LLVMTypeRef params[5] = {g->ptr, g->ptr, g->ptr, dbl, dbl};
-  g->fn = LLVMAddFunction(g->mod, name, LLVMFunctionType(LLVMVoidTypeInContext(cx), params, 5, 0));
+  g->fn = LLVMAddFunction(g->mod, g->name, LLVMFunctionType(LLVMVoidTypeInContext(cx), params, 5, 0));
   /* A large frame (the A^T panel) touches the stack page by page: past the guard page it would
    * fault like any deep call instead of silently writing over what lies below the stack. */
   LLVMAddTargetDependentFunctionAttr(g->fn, "probe-stack", "inline-asm");
@@ -355,25 +358,26 @@ static void begin_kernel(gen_t *g, const char *name)
   g->c = LLVMGetParam(g->fn, 2);
 }
 
-/* An empty function right after the kernel: its address ends the kernel's code, which perf
- * maps and the sampler need (ORC's C API gives no symbol sizes). */
-static void add_end_marker(gen_t *g, const char *name)
+/* Closes the kernel the builder is in; returns it. */
+static LLVMValueRef end_kernel(gen_t *g)
 {
+  LLVMBuildRetVoid(g->b);
+  /* An empty function right after the kernel: its address ends the kernel's code, which perf
+   * maps and the sampler need (ORC's C API gives no symbol sizes). */
   char end[160];
-  snprintf(end, sizeof end, "%s_end", name);
+  snprintf(end, sizeof end, "%s_end", g->name);
   LLVMValueRef marker =
       LLVMAddFunction(g->mod, end, LLVMFunctionType(LLVMVoidTypeInContext(g->cx), NULL, 0, 0));
   LLVMPositionBuilderAtEnd(g->b, LLVMAppendBasicBlockInContext(g->cx, marker, "entry"));
   LLVMBuildRetVoid(g->b);
+  LLVMDisposeBuilder(g->b);
+  return g->fn;
 }
 
 LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
 {
   gen_t g = {.cx = cx, .mod = mod, .g = s};
-  setup_types(&g);
-  char name[128];
-  jt_gemm_name(s, name, sizeof name);
-  begin_kernel(&g, name);
+  begin_kernel(&g);
   LLVMValueRef alpha = LLVMGetParam(g.fn, 3), beta = LLVMGetParam(g.fn, 4);
   if (!s->f64) {
     alpha = LLVMBuildFPTrunc(g.b, alpha, g.elem, "alpha");
@@ -391,10 +395,7 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
   }
   if (mtail)
     emit_row_block(&g, i64c(&g, mfull), mtail);
-  LLVMBuildRetVoid(g.b);
-  add_end_marker(&g, name);
-  LLVMDisposeBuilder(g.b);
-  return g.fn;
+  return end_kernel(&g);
 }
 
 /* The dot product: two vector accumulators over K (partial loads for the tail), summed, then
@@ -403,10 +404,7 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
 LLVMValueRef jt_dot_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
 {
   gen_t g = {.cx = cx, .mod = mod, .g = s};
-  setup_types(&g);
-  char name[128];
-  jt_gemm_name(s, name, sizeof name);
-  begin_kernel(&g, name);
+  begin_kernel(&g);
   LLVMValueRef zero = LLVMConstNull(g.vec), acc0 = zero, acc1 = zero;
   int full = s->k / g.MR * g.MR, tail = s->k - full;
   if (full) { /* i = 0, MR, ...: two vectors of x times y into two accumulators */
@@ -443,8 +441,5 @@ LLVMValueRef jt_dot_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *
   LLVMValueRef r = LLVMBuildCall2(g.b, rt, red, args, 2, "r");
   LLVMSetFastMathFlags(r, LLVMFastMathAllowReassoc);
   LLVMSetAlignment(LLVMBuildStore(g.b, r, g.c), s->f64 ? 8 : 4);
-  LLVMBuildRetVoid(g.b);
-  add_end_marker(&g, name);
-  LLVMDisposeBuilder(g.b);
-  return g.fn;
+  return end_kernel(&g);
 }
