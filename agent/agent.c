@@ -486,11 +486,9 @@ static void write_variants(void)
 {
   static const char *const status[] = {[AG_TIER_QUEUED] = "queued", [AG_TIER_READY] = "ready",
                                        [AG_TIER_FAILED] = "failed", [AG_TIER_DEMOTED] = "demoted"};
-  static const char *const kinds[] = {[AG_EV_QUEUED] = "queued", [AG_EV_PUBLISHED] = "published",
-                                      [AG_EV_VERIFIED] = "verified",
-                                      [AG_EV_VERIFY_FAILED] = "verify-failed",
-                                      [AG_EV_DEMOTED] = "demoted", [AG_EV_FAILED] = "failed",
-                                      [AG_EV_EVICTED] = "evicted", [AG_EV_DEFERRED] = "deferred"};
+#define AG_EV_NAME_(id, name) [AG_EV_##id] = name,
+  static const char *const kinds[] = {ST_EVENT_KINDS(AG_EV_NAME_)};
+#undef AG_EV_NAME_
   npending += ag_tier_events(pending_events + npending,
                              sizeof pending_events / sizeof *pending_events - npending);
   /* Only signatures the database already has: a row for one that turned hot since the last

@@ -19,6 +19,7 @@
 #define OPJIT_AGENT_TIER_H
 
 #include "table.h"
+#include "../store/store.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -29,8 +30,11 @@ enum ag_tier { AG_TIER_COLD = 0, AG_TIER_NONE, AG_TIER_QUEUED, AG_TIER_READY, AG
                AG_TIER_DEMOTED };
 
 /* Event kinds, as recorded in the database. */
-enum ag_event { AG_EV_QUEUED, AG_EV_PUBLISHED, AG_EV_VERIFIED, AG_EV_VERIFY_FAILED,
-                AG_EV_DEMOTED, AG_EV_FAILED, AG_EV_EVICTED, AG_EV_DEFERRED };
+enum ag_event {
+#define AG_EV_ENUM_(id, name) AG_EV_##id,
+  ST_EVENT_KINDS(AG_EV_ENUM_)
+#undef AG_EV_ENUM_
+};
 
 /* Called on a host thread when entry e reached OPJIT_HOT_CALLS calls on it (n calls, and again
  * every 4096): queues it for compilation if it can be compiled and, unless OPJIT_HOT_PAYBACK is

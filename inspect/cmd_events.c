@@ -46,9 +46,13 @@ static int cmd_events(int argc, char **argv)
     size_t i = 0;
     while (ins_event_kinds[i] && strcmp(ins_event_kinds[i], kind) != 0)
       i++;
-    if (!ins_event_kinds[i])
-      return ins_usage_error(&ins_cmd_events, "no event kind '%s' (queued, published, verified, "
-                             "verify-failed, demoted, failed)", kind);
+    if (!ins_event_kinds[i]) {
+      char known[256] = "";
+      for (i = 0; ins_event_kinds[i]; i++)
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "",
+                 ins_event_kinds[i]);
+      return ins_usage_error(&ins_cmd_events, "no event kind '%s' (%s)", kind, known);
+    }
   }
 
   st_db_t *db;
@@ -132,7 +136,9 @@ const ins_cmd_t ins_cmd_events = {
             "(its first operator call). KIND is queued (the signature got hot), published (its\n"
             "variant serves calls; DETAIL gives the compile time), verified, verify-failed (a\n"
             "result differed from the original library's: the variant is dropped), demoted\n"
-            "(measured slower than the original) or failed (LLVM could not compile it).\n\n"
+            "(measured slower than the original), failed (LLVM could not compile it), evicted\n"
+            "(its code made room in a full code cache: OPJIT_CODE_CACHE_MB) or deferred (no\n"
+            "room in the code cache yet: it stays on the original for now).\n\n"
             "options:\n"
             "  --db PATH    the profile database\n"
             "  --all        every run's events, oldest run first\n"

@@ -5,8 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *const ins_event_kinds[] = {"queued", "published", "verified", "verify-failed",
-                                       "demoted", "failed", NULL};
+#define INS_EV_NAME_(id, name) name,
+const char *const ins_event_kinds[] = {ST_EVENT_KINDS(INS_EV_NAME_) NULL};
+#undef INS_EV_NAME_
 
 double ins_split_omean(const ins_split_t *s)
 {

@@ -140,13 +140,24 @@ typedef struct st_variant_rec_s {
   uint64_t calls;                /* calls the variant served */
   uint64_t timed_calls, timed_ns; /* the variant's timed calls */
 } st_variant_rec_t;
+/* The kinds of event in a signature's life, as events.kind holds them: X(ID, "name"). The
+ * agent's tiers record them; opjit events filters on them. */
+#define ST_EVENT_KINDS(X)                                                                    \
+  X(QUEUED, "queued")                                                                        \
+  X(PUBLISHED, "published")                                                                  \
+  X(VERIFIED, "verified")                                                                    \
+  X(VERIFY_FAILED, "verify-failed")                                                          \
+  X(DEMOTED, "demoted")                                                                      \
+  X(FAILED, "failed")                                                                        \
+  X(EVICTED, "evicted")                                                                      \
+  X(DEFERRED, "deferred") /* no room in the code cache yet */
+
 /* An event of a signature's life (appended). */
 typedef struct st_event_rec_s {
   const void *key;
   size_t key_len;
   int64_t time_ns;
-  const char *kind;   /* queued, published, verified, verify-failed, demoted, failed, evicted,
-                         deferred (no room in the code cache yet) */
+  const char *kind;   /* one of ST_EVENT_KINDS */
   const char *detail;
 } st_event_rec_t;
 int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size_t nv,
