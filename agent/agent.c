@@ -76,28 +76,9 @@ static int agg_opmods;      /* resolved originals already declared to agg */
 static const void *_Atomic resolved[32];
 static _Atomic int nresolved;
 
-/* The absolute time ms milliseconds from now on clock. */
-static struct timespec deadline_after(clockid_t clock, long ms)
-{
-  struct timespec dl;
-  clock_gettime(clock, &dl);
-  dl.tv_sec += ms / 1000;
-  dl.tv_nsec += (ms % 1000) * 1000000;
-  if (dl.tv_nsec >= 1000000000)
-    dl.tv_sec++, dl.tv_nsec -= 1000000000;
-  return dl;
-}
-
 static void report_option(const char *line) { ag_log(AG_LOG_ERROR, "%s", line); }
 
 static const char *env_get(const char *name) { return getenv(name); }
-
-static int64_t realtime_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* The writer's wake-up: its deadlines are CLOCK_MONOTONIC, so the condition must be too. */
 static void init_cond(void)
@@ -298,7 +279,7 @@ static void flush(void)
     flushed_n = n; /* every entry that has calls is in the database already */
     goto out;
   }
-  int rc = store->run_flush(db, run_id, recs, m, overflow, realtime_ns());
+  int rc = store->run_flush(db, run_id, recs, m, overflow, ag_realtime_ns());
   if (rc) {
     write_failed("cannot write the profile", rc);
     goto out;
@@ -550,7 +531,7 @@ static int writer_step(int final)
     if (!store_dead && !store_retry)
       write_variants();
     if (final && !store_dead && !store_retry) {
-      int rc = store->run_end(db, run_id, realtime_ns(), end_status);
+      int rc = store->run_end(db, run_id, ag_realtime_ns(), end_status);
       if (rc)
         write_failed("cannot record the end of the run", rc);
     }
@@ -588,7 +569,7 @@ static void *writer_main(void *arg)
   uint64_t next_flush = ag_now_ns() + (uint64_t)flush_ms * 1000000u;
   pthread_mutex_lock(&mu);
   for (unsigned ticks = 1;; ticks++) {
-    struct timespec dl = deadline_after(CLOCK_MONOTONIC, tick_ms);
+    struct timespec dl = ag_deadline_after(CLOCK_MONOTONIC, tick_ms);
     while (!stop && pthread_cond_timedwait(&cond, &mu, &dl) != ETIMEDOUT)
       ;
     int final = stop;
@@ -634,7 +615,7 @@ static int stop_writer(const char *status, int try)
   if (!running)
     return 1;
   long ms = ag_opts.num[AG_OPT_EXIT_WAIT_MS];
-  struct timespec dl = deadline_after(CLOCK_REALTIME, ms);
+  struct timespec dl = ag_deadline_after(CLOCK_REALTIME, ms);
   if (pthread_timedjoin_np(writer, NULL, &dl) == 0) {
     writer_running = 0;
     return 1;
@@ -714,7 +695,7 @@ int ag_activate(void)
       goto out;
     }
   }
-  run_start_ns = realtime_ns();
+  run_start_ns = ag_realtime_ns();
   active_pid = getpid();
   start_writer();
   atomic_store_explicit(&ag_active, 1, memory_order_release);
@@ -730,7 +711,7 @@ out:
  * a lock mid-transaction; hold the table's insert lock for the same reason. */
 static void atfork_prepare(void)
 {
-  struct timespec dl = deadline_after(CLOCK_REALTIME, 100); /* bounded: fork must stay fast */
+  struct timespec dl = ag_deadline_after(CLOCK_REALTIME, 100); /* bounded: fork must stay fast */
   fork_db_held = pthread_mutex_timedlock(&db_mu, &dl) == 0;
   pthread_mutex_lock(&activate_mu);
   if (ag_table) {

@@ -94,6 +94,26 @@ static inline uint64_t ag_now_ns(void)
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Wall-clock nanoseconds since the epoch (what the database records). */
+static inline int64_t ag_realtime_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The absolute time ms milliseconds from now on clock (for timed waits). */
+static inline struct timespec ag_deadline_after(clockid_t clock, long ms)
+{
+  struct timespec dl;
+  clock_gettime(clock, &dl);
+  dl.tv_sec += ms / 1000;
+  dl.tv_nsec += (ms % 1000) * 1000000;
+  if (dl.tv_nsec >= 1000000000)
+    dl.tv_sec++, dl.tv_nsec -= 1000000000;
+  return dl;
+}
+
 /* One intercepted call in flight. */
 typedef struct ag_call_s {
   ag_entry_t *e;  /* NULL when the table is full */
@@ -101,10 +121,6 @@ typedef struct ag_call_s {
   int variant;    /* 1 when the JIT variant served the call */
 } ag_call_t;
 
-/* Accounts for a call of key by host (AG_HOST_* bit). Returns 1 when the call is counted
- * (then ag_call_end must follow the forwarded call), 0 for a pure pass-through: the agent is
- * off, or this thread is already inside an intercepted call (a CBLAS wrapper calling the
- * Fortran symbol, say), which is the original's own business. */
 /* The entry of key: the thread's cache first, then the shared table (NULL when full). */
 static inline __attribute__((always_inline)) ag_entry_t *ag_lookup(const ag_sig_t *key)
 {
@@ -121,6 +137,10 @@ static inline __attribute__((always_inline)) ag_entry_t *ag_lookup(const ag_sig_
   return e;
 }
 
+/* Accounts for a call of key by host (AG_HOST_* bit). Returns 1 when the call is counted
+ * (then ag_call_end must follow the forwarded call), 0 for a pure pass-through: the agent is
+ * off, or this thread is already inside an intercepted call (a CBLAS wrapper calling the
+ * Fortran symbol, say), which is the original's own business. */
 static inline __attribute__((always_inline)) int ag_call_begin(ag_call_t *c, const ag_sig_t *key,
                                                                long host)
 {

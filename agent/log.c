@@ -14,7 +14,6 @@ static int log_level = AG_LOG_WARN;
 static const char *log_path; /* NULL: stderr */
 static int log_fd = -1;      /* opened at the first message */
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
-static void (*log_sink)(int, const char *);
 
 void ag_log_setup(int level, const char *path)
 {
@@ -54,11 +53,6 @@ void ag_log(int level, const char *fmt, ...)
   n += m;
   if (n > (int)sizeof buf - 2)
     n = (int)sizeof buf - 2;
-  if (log_sink) {
-    buf[n] = 0;
-    log_sink(level, buf);
-    return;
-  }
   buf[n++] = '\n';
   pthread_once(&log_once, open_log);
   ssize_t w = write(log_fd, buf, (size_t)n);

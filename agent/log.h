@@ -15,10 +15,8 @@ enum ag_log_level {
 
 /* Where messages go: path (NULL or "" for stderr) is opened for appending at the first message,
  * so a process with nothing to say creates no file; if it cannot be opened, stderr is used and
- * the first line says why. A test may install a sink that receives every formatted line
- * (without the trailing newline) instead. */
+ * the first line says why. */
 void ag_log_setup(int level, const char *path);
-void ag_log_set_sink(void (*sink)(int level, const char *line));
 
 /* Formats and writes one line if level is enabled. */
 void ag_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -73,23 +73,17 @@ static ag_event_rec_t events[EVENTS_MAX];
 static unsigned ev_len;
 static uint64_t ev_dropped;
 
-static int64_t realtime_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void event(const ag_entry_t *e, int kind, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
 static void event(const ag_entry_t *e, int kind, const char *fmt, ...)
 {
   pthread_mutex_lock(&ev_mu);
   if (ev_len == EVENTS_MAX) {
-    ev_dropped++;
+    if (!ev_dropped++)
+      ag_log(AG_LOG_WARN, "JIT events come faster than they are written: some are not recorded");
   } else {
     ag_event_rec_t *r = &events[ev_len++];
-    r->time_ns = realtime_ns();
+    r->time_ns = ag_realtime_ns();
     r->index = e->index;
     r->kind = kind;
     va_list ap;
@@ -125,7 +119,6 @@ int ag_tier_code_at(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name)
 const char *ag_tier_llvm_version(void) { return jit ? jit->llvm_version() : ""; }
 const char *ag_tier_cpu(void) { return jit ? jit->cpu() : ""; }
 
-/* The column-major problem of a GEMM key, or 0 when the generator or the policy declines it. */
 /* The column-major GEMM a GEMM or GEMV key is, or 0 when the generator or the policy declines
  * it. *swap is set when the kernel takes the call's operands in the other order. */
 static int gemm_of(const ag_sig_t *k, jt_gemm_t *g, int *swap)
@@ -400,11 +393,7 @@ static void *compile_main(void *arg)
     free_retired();
     pthread_mutex_unlock(&code_mu);
     pthread_mutex_lock(&q_mu);
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_nsec += 200 * 1000000;
-    if (dl.tv_nsec >= 1000000000)
-      dl.tv_sec++, dl.tv_nsec -= 1000000000;
+    struct timespec dl = ag_deadline_after(CLOCK_REALTIME, 200);
     if (!q_len)
       pthread_cond_timedwait(&q_cond, &q_mu, &dl);
   }
@@ -591,11 +580,11 @@ void ag_tier_verify_end(ag_verify_t *vf)
 
 int ag_tier_dot(ag_entry_t *e, void *v, const void *x, const void *y, double *r)
 {
-  const jt_gemm_t *g = &shapes[e->index];
+  int f64 = e->key.dtype == AG_F64; /* on the entry's line, which the call has loaded */
   double rd = 0;
   float rf = 0;
-  ((jt_gemm_fn)v)(x, y, g->f64 ? (void *)&rd : (void *)&rf, 0, 0);
-  *r = g->f64 ? rd : rf;
+  ((jt_gemm_fn)v)(x, y, f64 ? (void *)&rd : (void *)&rf, 0, 0);
+  *r = f64 ? rd : rf;
   if (atomic_load_explicit(&e->verify, memory_order_relaxed) <= 0 ||
       atomic_fetch_sub(&e->verify, 1) <= 0)
     return AG_RUN_DONE;

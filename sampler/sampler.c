@@ -295,8 +295,6 @@ static int find_tid(pid_t tid)
   return -1;
 }
 
-/* Arms thread tid unless it is armed already. Called with sp_mu held. Returns 0, or -1 when
- * its event could not be made (errno kept). */
 /* 1 when thread tid blocks the sampler's signal and has one pending. A thread that keeps the
  * signal blocked would queue every sample as a pending real-time signal until the user's queue
  * overflows, and then the kernel sends SIGIO, which kills the process. Blocking for a moment is
@@ -320,6 +318,8 @@ static int blocked_and_pending(pid_t tid)
   return blk && pnd;
 }
 
+/* Arms thread tid unless it is armed already. Called with sp_mu held. Returns 0, or -1 when
+ * its event could not be made (errno kept). */
 static int arm_tid(pid_t tid)
 {
   if (find_tid(tid) >= 0)
