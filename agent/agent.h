@@ -181,8 +181,7 @@ static inline __attribute__((always_inline)) int ag_call_begin(ag_call_t *c, con
   uint32_t x = ag_tl.rng;
   x ^= x << 13, x ^= x >> 17, x ^= x << 5;
   ag_tl.rng = x;
-  if ((x & ag_time_mask) == 0 ||
-      ag_unlikely(!atomic_load_explicit(&e->timed, memory_order_relaxed)))
+  if ((x & ag_time_mask) == 0 || ag_unlikely(n == 1)) /* a thread's first call: always timed */
     c->t0 = ag_now_ns();
   return 1;
 }
