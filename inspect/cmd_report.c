@@ -133,12 +133,12 @@ static int read_sigs(st_db_t *db, report_t *rep)
       rep->sigs = grown;
     }
     sig_row_t *r = &rep->sigs[rep->nsigs++];
-    snprintf(r->sig, sizeof r->sig, "%s", ins_col_text(st, 0));
-    r->name = ins_xstrdup(ins_col_text(st, 1));
-    r->calls = sqlite3_column_int64(st, 4);
+    snprintf(r->sig, sizeof r->sig, "%s", ins_col_text(st, INS_SIG_SIG));
+    r->name = ins_xstrdup(ins_col_text(st, INS_SIG_NAME));
+    r->calls = sqlite3_column_int64(st, INS_SIG_CALLS);
     r->timed = sqlite3_column_int64(st, INS_SIG_TIMED) + sqlite3_column_int64(st, INS_SIG_VTIMED);
-    r->est = sqlite3_column_double(st, 7);
-    r->samples = sqlite3_column_int64(st, 8);
+    r->est = sqlite3_column_double(st, INS_SIG_EST);
+    r->samples = sqlite3_column_int64(st, INS_SIG_SAMPLES);
     rep->calls += r->calls;
     rep->est += r->est;
   }

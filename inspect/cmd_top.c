@@ -185,17 +185,17 @@ static int cmd_top(int argc, char **argv)
     double share = est_total > 0 ? 100.0 * est / est_total : 0;
     double mean = timed > 0 && calls > 0 ? est / (double)calls : -1;
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "sig", ins_col_text(st, 0));
-    cJSON_AddStringToObject(j, "name", ins_col_text(st, 1));
-    cJSON_AddStringToObject(j, "op", ins_col_text(st, 2));
-    cJSON_AddItemToObject(j, "params", ins_json_parse_or_string(ins_col_text(st, 3)));
+    cJSON_AddStringToObject(j, "sig", ins_col_text(st, INS_SIG_SIG));
+    cJSON_AddStringToObject(j, "name", ins_col_text(st, INS_SIG_NAME));
+    cJSON_AddStringToObject(j, "op", ins_col_text(st, INS_SIG_OP));
+    cJSON_AddItemToObject(j, "params", ins_json_parse_or_string(ins_col_text(st, INS_SIG_PARAMS)));
     cJSON_AddNumberToObject(j, "calls", (double)calls);
     cJSON_AddNumberToObject(j, "timed_calls", (double)sp.otimed);
-    cJSON_AddNumberToObject(j, "timed_ns", (double)sqlite3_column_int64(st, 6));
+    cJSON_AddNumberToObject(j, "timed_ns", (double)sp.otimed_ns);
     cJSON_AddNumberToObject(j, "est_ns", est);
     cJSON_AddNumberToObject(j, "share_pct", share);
     ins_json_add_or_null(j, "mean_ns", mean);
-    int64_t samples = sqlite3_column_int64(st, 8);
+    int64_t samples = sqlite3_column_int64(st, INS_SIG_SAMPLES);
     if (samp.sampled) {
       cJSON_AddNumberToObject(j, "samples", (double)samples);
       cJSON_AddNumberToObject(j, "cpu_pct", ins_pct(samples, samp.total));
@@ -212,7 +212,8 @@ static int cmd_top(int argc, char **argv)
     const char *status = sqlite3_column_type(st, INS_SIG_STATUS) == SQLITE_NULL
                              ? NULL : ins_col_text(st, INS_SIG_STATUS);
     ins_jit_label(status, ins_split_speedup(&sp), jit, sizeof jit);
-    const char *row[] = {c0, c1, c2, c3, jit, c4, c5, ins_col_text(st, 0), ins_col_text(st, 1)};
+    const char *row[] = {c0, c1, c2, c3, jit, c4, c5, ins_col_text(st, INS_SIG_SIG),
+                         ins_col_text(st, INS_SIG_NAME)};
     ins_table_row(t, row);
   }
   if (step != SQLITE_DONE && step != SQLITE_ROW) {

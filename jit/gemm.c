@@ -365,7 +365,7 @@ static LLVMValueRef end_kernel(gen_t *g)
   /* An empty function right after the kernel: its address ends the kernel's code, which perf
    * maps and the sampler need (ORC's C API gives no symbol sizes). */
   char end[160];
-  snprintf(end, sizeof end, "%s_end", g->name);
+  snprintf(end, sizeof end, "%s" JT_END_SUFFIX, g->name);
   LLVMValueRef marker =
       LLVMAddFunction(g->mod, end, LLVMFunctionType(LLVMVoidTypeInContext(g->cx), NULL, 0, 0));
   LLVMPositionBuilderAtEnd(g->b, LLVMAppendBasicBlockInContext(g->cx, marker, "entry"));

@@ -16,4 +16,8 @@ LLVMValueRef jt_dot_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *
 /* The kernel's symbol name: unique per jt_gemm_t. */
 void jt_gemm_name(const jt_gemm_t *s, char *buf, size_t len);
 
+/* The symbol of the empty function emitted right after each kernel: the kernel's name and this
+ * suffix. Its address ends the kernel's code (ORC's C API gives no symbol sizes). */
+#define JT_END_SUFFIX "_end"
+
 #endif

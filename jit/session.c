@@ -132,7 +132,7 @@ static int compile(const jt_gemm_t *g, const char *name, compiled_t *entry, char
     return llvm_fail(e, "cannot compile the kernel", err, len);
   }
   char end[160];
-  snprintf(end, sizeof end, "%s_end", name);
+  snprintf(end, sizeof end, "%s" JT_END_SUFFIX, name);
   if ((e = LLVMOrcLLJITLookup(jit, &end_addr, end)))
     LLVMConsumeError(e);
   entry->size = end_addr > addr && end_addr - addr < (1u << 20) ? end_addr - addr : 0;

@@ -25,7 +25,6 @@
 
 struct st_db_s {
   sqlite3 *db;
-  int readonly;
 };
 
 static const char *const migrations[] = {
@@ -236,7 +235,6 @@ int st_open(const char *path, int flags, int busy_ms, st_db_t **out, char *err, 
   st_db_t *db = calloc(1, sizeof *db);
   if (!db)
     return fail(err, errlen, ST_ENOMEM, "out of memory");
-  db->readonly = ro;
   int oflags = ro ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE;
   int rc = sqlite3_open_v2(path, &db->db, oflags | SQLITE_OPEN_NOMUTEX, NULL);
   if (rc != SQLITE_OK) {
