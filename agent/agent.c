@@ -37,7 +37,7 @@ _Atomic int ag_active;
 ag_table_t *ag_table;
 _Atomic uint64_t ag_overflow_calls;
 uint32_t ag_time_mask;
-long ag_hosts;
+static long ag_hosts; /* OPJIT_HOSTS: with BLAS the only host, none means off */
 AG_TLS ag_thread_t ag_tl;
 
 ag_opts_t ag_opts;

@@ -30,7 +30,6 @@ extern _Atomic int ag_active;      /* the table and the writer exist in this pro
 extern ag_table_t *ag_table;       /* valid while ag_active */
 extern _Atomic uint64_t ag_overflow_calls; /* calls that found the table full */
 extern uint32_t ag_time_mask;      /* OPJIT_TIME_EVERY - 1 */
-extern long ag_hosts;              /* OPJIT_HOSTS mask, valid once ag_state != UNINIT */
 extern uint64_t ag_hot_calls;      /* OPJIT_HOT_CALLS */
 extern ag_opts_t ag_opts;          /* the options, parsed once */
 
@@ -137,12 +136,11 @@ static inline __attribute__((always_inline)) ag_entry_t *ag_lookup(const ag_sig_
   return e;
 }
 
-/* Accounts for a call of key by host (AG_HOST_* bit). Returns 1 when the call is counted
+/* Accounts for a call of key. Returns 1 when the call is counted
  * (then ag_call_end must follow the forwarded call), 0 for a pure pass-through: the agent is
  * off, or this thread is already inside an intercepted call (a CBLAS wrapper calling the
  * Fortran symbol, say), which is the original's own business. */
-static inline __attribute__((always_inline)) int ag_call_begin(ag_call_t *c, const ag_sig_t *key,
-                                                               long host)
+static inline __attribute__((always_inline)) int ag_call_begin(ag_call_t *c, const ag_sig_t *key)
 {
   int st = atomic_load_explicit(&ag_state, memory_order_acquire);
   if (ag_unlikely(st != AG_COUNT)) {
@@ -152,7 +150,7 @@ static inline __attribute__((always_inline)) int ag_call_begin(ag_call_t *c, con
     if (atomic_load(&ag_state) != AG_COUNT)
       return 0;
   }
-  if (ag_tl.depth || !(ag_hosts & host))
+  if (ag_tl.depth)
     return 0;
   if (ag_unlikely(!atomic_load_explicit(&ag_active, memory_order_acquire)) && ag_activate())
     return 0;

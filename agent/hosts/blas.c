@@ -34,7 +34,7 @@ static uint8_t classes(double alpha, double beta)
     name##_fn fn = (name##_fn)ag_resolve(&real, #name);                                      \
     ag_sig_t k = KEY;                                                                        \
     ag_call_t c;                                                                             \
-    if (!ag_call_begin(&c, &k, AG_HOST_BLAS)) {                                              \
+    if (!ag_call_begin(&c, &k)) {                                              \
       if (fn)                                                                                \
         fn args;                                                                             \
       return;                                                                                \
@@ -61,7 +61,7 @@ static uint8_t classes(double alpha, double beta)
     name##_fn fn = (name##_fn)ag_resolve(&real, #name);                                      \
     ag_sig_t k = KEY;                                                                        \
     ag_call_t c;                                                                             \
-    if (!ag_call_begin(&c, &k, AG_HOST_BLAS))                                                \
+    if (!ag_call_begin(&c, &k))                                                \
       return fn ? fn args : (T)0;                                                            \
     void *v = ag_call_variant(&c);                                                           \
     double r = 0;                                                                            \
