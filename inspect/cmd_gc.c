@@ -123,10 +123,7 @@ static int cmd_gc(int argc, char **argv)
     cJSON_AddStringToObject(doc, "database", path);
     cJSON_AddBoolToObject(doc, "dry_run", dry);
     cJSON_AddNumberToObject(doc, "keep", (double)keep);
-    if (days)
-      cJSON_AddNumberToObject(doc, "older_than_days", (double)days);
-    else
-      cJSON_AddNullToObject(doc, "older_than_days");
+    ins_json_add_or_null(doc, "older_than_days", days ? (double)days : -1);
     cJSON *d = cJSON_AddObjectToObject(doc, dry ? "would_delete" : "deleted");
     cJSON_AddNumberToObject(d, "runs", (double)res.runs);
     cJSON_AddNumberToObject(d, "signatures", (double)res.signatures);

@@ -114,15 +114,12 @@ static int read_counters(st_db_t *db, const char *sig, int64_t run, cJSON *doc, 
     cJSON_AddStringToObject(j, "event", ins_col_text(st, 0));
     cJSON_AddNumberToObject(j, "value", (double)value);
     cJSON_AddNumberToObject(j, "calls", (double)calls);
-    if (calls)
-      cJSON_AddNumberToObject(j, "per_call", (double)value / (double)calls);
-    else
-      cJSON_AddNullToObject(j, "per_call");
+    double per = calls ? (double)value / (double)calls : -1;
+    ins_json_add_or_null(j, "per_call", per);
     cJSON_AddItemToArray(counters, j);
     char c1[24], c2[32] = "-";
     snprintf(c1, sizeof c1, "%lld", (long long)value);
-    double per = calls ? (double)value / (double)calls : 0;
-    if (calls)
+    if (per >= 0)
       snprintf(c2, sizeof c2, per < 1000 ? "%.2f" : "%.0f", per);
     ins_table_row(*t, (const char *const[]){ins_col_text(st, 0), c1, c2});
   }

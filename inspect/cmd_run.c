@@ -9,6 +9,7 @@
 #include "agentlib.h"
 #include "cmd.h"
 #include "db.h"
+#include "table.h"
 
 #include "agent/opt.h"
 
@@ -159,11 +160,7 @@ static int cmd_run(int argc, char **argv)
   }
   const char *old = getenv("LD_PRELOAD");
   size_t plen = strlen(agent) + (old ? strlen(old) : 0) + 2;
-  char *preload = malloc(plen);
-  if (!preload) {
-    fputs("opjit: out of memory\n", stderr);
-    return INS_EXIT_FAIL;
-  }
+  char *preload = ins_xmalloc(plen);
   snprintf(preload, plen, "%s%s%s", agent, old && *old ? ":" : "", old ? old : "");
   int bad = setenv("LD_PRELOAD", preload, 1) || (dbopt && setenv("OPJIT_DB", dbopt, 1));
   free(preload);
