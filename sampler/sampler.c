@@ -617,14 +617,8 @@ void sp_after_fork_child(void)
     sp_slot_t *t = &slots[i];
     if (atomic_load(&t->state) == SLOT_FREE)
       continue;
-    for (int k = 0; k < SP_MAX_COUNTERS; k++)
-      if (t->member_fds[k] >= 0)
-        close(t->member_fds[k]);
-    if (t->fd >= 0)
-      close(t->fd); /* the parent's thread's event: not ours (timers are not inherited) */
-    t->fd = -1;
-    t->has_timer = 0;
-    atomic_store(&t->state, SLOT_FREE);
+    t->has_timer = 0; /* timers are not inherited: nothing to delete */
+    disarm_slot(i);   /* the parent's thread's events: not ours */
     if (t->ring)
       atomic_store(&t->ring->tail, atomic_load(&t->ring->head)); /* the parent's samples */
   }
