@@ -198,6 +198,16 @@ static size_t cache_budget(void)
   return test ? (size_t)strtoull(test, NULL, 10) : (size_t)ag_opts.num[AG_OPT_CODE_CACHE_MB] << 20;
 }
 
+/* The code range of kernel fn, or NULL when it has none: the newest, as a freed kernel's
+ * address can be a later kernel's. */
+static code_t *code_of(const void *fn)
+{
+  for (int c = atomic_load(&ncode) - 1; c >= 0; c--)
+    if (code[c].lo == (uint64_t)(uintptr_t)fn)
+      return &code[c];
+  return NULL;
+}
+
 /* Frees the evicted kernels whose grace period has passed. Compile thread only. */
 static void free_retired(void)
 {
@@ -210,9 +220,9 @@ static void free_retired(void)
     }
     if (jit->release((jt_gemm_fn)r->fn, err, sizeof err) == 0) {
       code_bytes -= r->size;
-      for (int c = 0; c < atomic_load(&ncode); c++)
-        if (code[c].lo == (uint64_t)(uintptr_t)r->fn)
-          code[c].hi = code[c].lo; /* no PC is in it any more */
+      code_t *k = code_of(r->fn);
+      if (k)
+        k->hi = k->lo; /* no PC is in it any more */
     } else
       ag_log_once(AG_LOG_WARN, "an evicted kernel could not be freed: %s", err);
     free(r->snap);
@@ -246,10 +256,8 @@ static int evict_one(void)
     snap = NULL;
     nsnap = 0;
   } else {
-    size_t size = 0;
-    for (int c = 0; c < atomic_load(&ncode); c++)
-      if (code[c].lo == (uint64_t)(uintptr_t)fn)
-        size = code[c].hi - code[c].lo;
+    const code_t *k = code_of(fn);
+    size_t size = k ? k->hi - k->lo : 0;
     retired[nretired++] = (retired_t){fn, size, nsnap, snap};
     snap = NULL;
   }
