@@ -48,8 +48,8 @@ static int cmd_flame(int argc, char **argv)
     return INS_EXIT_FAIL;
   int64_t scope = run, n = 0;
   rc = INS_EXIT_FAIL;
-  if ((by_sig && ins_sig_resolve(db, prefix, sig)) || (run && ins_run_exists(db, run) != 1) ||
-      (!all && !run && ins_newest_run(db, INS_HAS_STACKS, &scope)) ||
+  if ((by_sig && ins_sig_resolve(db, prefix, sig)) ||
+      ins_pick_run(db, run, all, INS_HAS_STACKS, &scope) ||
       ins_fold_each(db, scope, by_sig ? sig : NULL, print_line, NULL, &n))
     goto out;
   if (fflush(stdout) != 0) {

@@ -498,7 +498,7 @@ static int cmd_report(int argc, char **argv)
     return INS_EXIT_FAIL;
   report_t rep = {.run = run};
   rc = INS_EXIT_FAIL;
-  if ((run && ins_run_exists(db, run) != 1) || (!run && ins_newest_run(db, INS_HAS_CALLS, &rep.run)))
+  if (ins_pick_run(db, run, 0, INS_HAS_CALLS, &rep.run))
     goto out;
   char title[32];
   snprintf(title, sizeof title, "run %lld", (long long)rep.run);

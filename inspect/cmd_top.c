@@ -135,7 +135,7 @@ static int cmd_top(int argc, char **argv)
   cJSON *doc = NULL;
   ins_table_t *t = NULL;
   rc = INS_EXIT_FAIL;
-  if ((!all && !run && ins_newest_run(db, INS_HAS_CALLS, &sc.run)) || (run && ins_run_exists(db, run) != 1) ||
+  if (ins_pick_run(db, run, all, INS_HAS_CALLS, &sc.run) ||
       read_scope(db, &sc, title, sizeof title) || ins_sampling_read(db, sc.run, &samp))
     goto out;
   st = ins_db_prepare(db, ins_sql_sig_totals);

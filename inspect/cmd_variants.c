@@ -44,8 +44,7 @@ static int cmd_variants(int argc, char **argv)
   cJSON *doc = NULL;
   ins_table_t *t = NULL;
   rc = INS_EXIT_FAIL;
-  if ((run && ins_run_exists(db, run) != 1) ||
-      (!run && !all && ins_newest_run(db, INS_HAS_VARIANTS, &scope)) ||
+  if (ins_pick_run(db, run, all, INS_HAS_VARIANTS, &scope) ||
       (scope && ins_run_title(db, scope, PROGRAM_WIDTH, title, sizeof title, NULL)))
     goto out;
   st = ins_db_prepare(

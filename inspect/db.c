@@ -207,6 +207,14 @@ cJSON *ins_json_doc(st_db_t *db, int64_t run)
   return doc;
 }
 
+int ins_pick_run(st_db_t *db, int64_t run, int all, enum ins_has what, int64_t *scope)
+{
+  *scope = run;
+  if (run)
+    return ins_run_exists(db, run) != 1;
+  return !all && ins_newest_run(db, what, scope) != 0;
+}
+
 int ins_run_exists(st_db_t *db, int64_t id)
 {
   sqlite3_stmt *st = ins_db_prepare(db, "SELECT count(*) FROM runs WHERE id = ?");

@@ -43,6 +43,9 @@ enum ins_has { INS_HAS_CALLS, INS_HAS_STACKS, INS_HAS_VARIANTS, INS_HAS_EVENTS }
 /* The newest run that recorded what (an operator call, a sampled stack, a JIT variant, a JIT
  * event) into *run; prints why and returns INS_EXIT_FAIL when there is none. */
 int ins_newest_run(st_db_t *db, enum ins_has what, int64_t *run);
+/* The run a command reads into *scope: run when given (it must exist), else 0 with all (every
+ * run), else the newest run with what. Returns 0, or 1 when it printed why there is none. */
+int ins_pick_run(st_db_t *db, int64_t run, int all, enum ins_has what, int64_t *scope);
 /* Resolves a signature id prefix (lower-case hex) to one full id in sig[17]; prints the
  * candidates or the absence and returns INS_EXIT_FAIL when several or none match. */
 int ins_sig_resolve(st_db_t *db, const char *prefix, char *sig);
