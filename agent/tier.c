@@ -277,7 +277,8 @@ static void compile_one(uint32_t i)
   const char *fault = getenv("OPJIT_TEST_FAULT"); /* fault injection for the tests only */
   char err[512] = "";
   jt_gemm_fn fn = NULL;
-  size_t size = 0;
+  size_t size = 0, obj_len = 0;
+  void *obj = NULL;
   pthread_mutex_lock(&code_mu);
   free_retired();
   while (code_bytes + 4096 > cache_budget() && evict_one() == 0)
@@ -296,7 +297,7 @@ static void compile_one(uint32_t i)
     g.beta_class = g.beta_class ? 0 : 1; /* a real kernel that adds, or ignores, the old C */
   int rc = fault && strcmp(fault, "compile") == 0
                ? (snprintf(err, sizeof err, "injected compile failure"), -1)
-               : jit->gemm(&g, &fn, &size, err, sizeof err);
+               : jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err);
   uint64_t dt = ag_now_ns() - t0;
   pthread_mutex_lock(&code_mu);
   code_bytes -= 4096;

@@ -356,12 +356,10 @@ int main(int argc, char **argv)
       if (!jt_gemm_supported(&g))
         continue; /* no kernel: "p" answers "ok 0" */
       uint64_t t0 = bn_now_ns();
-#if JT_API_ABI >= 2
-      size_t code_size = 0;
-      int rc = jit->gemm(&g, &cs[i].kernel, &code_size, err, sizeof err);
-#else
-      int rc = jit->gemm(&g, &cs[i].kernel, err, sizeof err);
-#endif
+      size_t code_size = 0, obj_len = 0;
+      void *obj = NULL;
+      int rc = jit->gemm(&g, &cs[i].kernel, &code_size, &obj, &obj_len, err, sizeof err);
+      free(obj);
       if (rc) {
         fprintf(stderr, "bench_jit_worker: %s does not compile: %s\n", cs[i].spec, err);
         return 1;

@@ -36,8 +36,11 @@ typedef struct jt_api_s {
   int abi; /* JT_API_ABI */
   /* Creates the session for the host CPU. */
   int (*init)(char *err, size_t len);
-  /* Compiles one kernel; *size receives its code's length in bytes (an upper bound). */
-  int (*gemm)(const jt_gemm_t *g, jt_gemm_fn *out, size_t *size, char *err, size_t len);
+  /* Compiles one kernel; *size receives its code's length in bytes (an upper bound), *obj a
+   * malloc'ed copy of the relocatable ELF object it was linked from (NULL if none was
+   * captured; jit/objload.h loads it without LLVM) and *obj_len its length. */
+  int (*gemm)(const jt_gemm_t *g, jt_gemm_fn *out, size_t *size, void **obj, size_t *obj_len,
+              char *err, size_t len);
   /* The kernel's symbol name (for perf maps and profiles). */
   void (*gemm_name)(const jt_gemm_t *g, char *buf, size_t len);
   /* Frees a kernel's code and symbols. The caller guarantees no thread can still run it. */
@@ -46,7 +49,7 @@ typedef struct jt_api_s {
   const char *(*llvm_version)(void);
   const char *(*cpu)(void);
 } jt_api_t;
-#define JT_API_ABI 3
+#define JT_API_ABI 4
 #define JT_API_SYMBOL "opjit_jit_api"
 #define JT_MODULE_NAME "libopjit-jit.so"
 

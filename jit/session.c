@@ -26,9 +26,16 @@ typedef struct compiled_s {
   char name[128];
   jt_gemm_fn fn;
   size_t size;
+  void *obj;                    /* the relocatable object LLJIT linked (malloc'ed) */
+  size_t obj_len;
   LLVMOrcResourceTrackerRef rt; /* the kernel's code and symbols, removable on their own */
 } compiled_t;
 static compiled_t *compiled;
+
+/* The object file of the module this thread is compiling, copied as ORC's object layer passes
+ * it on to be linked: what the agent persists and reloads without LLVM in a later run. */
+static __thread void *captured;
+static __thread size_t captured_len;
 
 static __thread LLVMOrcLLJITRef jit; /* one session per compile thread: the C API's LLJIT
                                         compiles with one target machine, not concurrently */
@@ -61,6 +68,20 @@ static LLVMTargetMachineRef host_machine(char *err, size_t len)
                                  LLVMRelocPIC, LLVMCodeModelJITDefault);
 }
 
+/* ORC's object transform: keeps a copy of each object before it is linked (materialization
+ * runs on the thread that looks the kernel up, so the copy is this thread's). */
+static LLVMErrorRef capture_object(void *ctx, LLVMMemoryBufferRef *obj)
+{
+  (void)ctx;
+  size_t len = LLVMGetBufferSize(*obj);
+  void *copy = malloc(len ? len : 1);
+  free(captured);
+  captured = copy, captured_len = copy ? len : 0;
+  if (copy)
+    memcpy(copy, LLVMGetBufferStart(*obj), len);
+  return NULL;
+}
+
 /* Process-wide LLVM set-up (once), then this thread's session. */
 static int jit_init(char *err, size_t len)
 {
@@ -91,6 +112,8 @@ static int jit_init(char *err, size_t len)
   LLVMErrorRef e = LLVMOrcCreateLLJIT(&jit, builder);
   if (e)
     return jit = NULL, llvm_fail(e, "cannot create the LLJIT session", err, len);
+  LLVMOrcObjectTransformLayerSetTransform(LLVMOrcLLJITGetObjTransformLayer(jit), capture_object,
+                                          NULL);
   return 0;
 }
 
@@ -126,6 +149,8 @@ static int compile(const jt_gemm_t *g, const char *name, compiled_t *entry, char
     return llvm_fail(e, "cannot add the kernel", err, len);
   }
   LLVMOrcJITTargetAddress addr = 0, end_addr = 0;
+  free(captured);
+  captured = NULL, captured_len = 0;
   if ((e = LLVMOrcLLJITLookup(jit, &addr, name))) { /* the compile happens here */
     LLVMConsumeError(LLVMOrcResourceTrackerRemove(rt));
     LLVMOrcReleaseResourceTracker(rt);
@@ -137,16 +162,29 @@ static int compile(const jt_gemm_t *g, const char *name, compiled_t *entry, char
     LLVMConsumeError(e);
   entry->size = end_addr > addr && end_addr - addr < (1u << 20) ? end_addr - addr : 0;
   entry->rt = rt;
+  entry->obj = captured, entry->obj_len = captured_len;
+  captured = NULL, captured_len = 0;
   pthread_mutex_lock(&mu);
   entry->fn = (jt_gemm_fn)(uintptr_t)addr;
   pthread_mutex_unlock(&mu);
   return 0;
 }
 
+/* A copy of c's object for the caller (none if it could not be captured or copied). */
+static void copy_object(const compiled_t *c, void **obj, size_t *obj_len)
+{
+  *obj = c->obj ? malloc(c->obj_len) : NULL;
+  *obj_len = *obj ? c->obj_len : 0;
+  if (*obj)
+    memcpy(*obj, c->obj, c->obj_len);
+}
+
 /* Compiles one kernel (or finds it compiled): IR in a context of its own, added to this
  * thread's session under its own resource tracker, so threads compile in parallel. */
-static int jit_gemm(const jt_gemm_t *g, jt_gemm_fn *out, size_t *size, char *err, size_t len)
+static int jit_gemm(const jt_gemm_t *g, jt_gemm_fn *out, size_t *size, void **obj,
+                    size_t *obj_len, char *err, size_t len)
 {
+  *obj = NULL, *obj_len = 0;
   if (jit_init(err, len))
     return -1;
   if (!jt_gemm_supported(g)) {
@@ -166,6 +204,7 @@ static int jit_gemm(const jt_gemm_t *g, jt_gemm_fn *out, size_t *size, char *err
       break;
     if (c->fn) {
       *out = c->fn, *size = c->size;
+      copy_object(c, obj, obj_len);
       pthread_mutex_unlock(&mu);
       return 0;
     }
@@ -193,6 +232,7 @@ static int jit_gemm(const jt_gemm_t *g, jt_gemm_fn *out, size_t *size, char *err
     free(entry);
   } else {
     *out = entry->fn, *size = entry->size;
+    copy_object(entry, obj, obj_len);
   }
   pthread_cond_broadcast(&done);
   pthread_mutex_unlock(&mu);
@@ -210,6 +250,7 @@ static int jit_release(jt_gemm_fn fn, char *err, size_t len)
     LLVMErrorRef e = LLVMOrcResourceTrackerRemove(c->rt);
     pthread_mutex_unlock(&mu);
     LLVMOrcReleaseResourceTracker(c->rt);
+    free(c->obj);
     free(c);
     return e ? llvm_fail(e, "cannot free the kernel", err, len) : 0;
   }

@@ -123,9 +123,11 @@ static const double alphas[] = {1, -1, 0.75, 2.5}, betas[] = {0, 1, -1, 0.5};
 static jt_gemm_fn compile(const jt_gemm_t *g)
 {
   jt_gemm_fn fn = NULL;
-  size_t size = 0;
+  size_t size = 0, obj_len = 0;
+  void *obj = NULL;
   char err[512] = "";
-  cr_assert_eq(jit->gemm(g, &fn, &size, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(jit->gemm(g, &fn, &size, &obj, &obj_len, err, sizeof err), 0, "%s", err);
+  free(obj);
   cr_assert_not_null(fn);
   cr_assert(size > 16 && size < 65536, "kernel size %zu", size);
   return fn;

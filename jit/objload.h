@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/* Loads opjit's own persisted kernel objects without LLVM: a warm run places the relocatable
+ * ELF objects an earlier run's LLJIT linked (jit.h, gemm's *obj), in microseconds, where
+ * loading LLVM alone costs ~27 ms.
+ *
+ * What it accepts is exactly what the generator produces: an x86-64 ELF64 relocatable object
+ * whose code refers to nothing outside itself. Allocated sections (.text, .rodata.cst*) are
+ * copied into one private anonymous mapping, the relocations between them are applied
+ * (PC-relative, absolute 64-bit, and the large code model's GOT-relative pair, whose table is
+ * only a base address: no entry of it is ever read), and the mapping is turned read+execute: it is never writable and
+ * executable at once. .eh_frame is not loaded (nothing unwinds through a kernel's frame: it
+ * calls nothing). Anything else — another machine, an undefined symbol, a GOT or TLS
+ * relocation, a section or symbol outside the file — is refused with a sentence, never
+ * guessed at. Integrity is the caller's business (jt_obj_checksum): the loader checks the
+ * object's structure, not that its code is the code that was stored. */
+#ifndef OPJIT_JIT_OBJLOAD_H
+#define OPJIT_JIT_OBJLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct jt_loaded_s {
+  void *fn;      /* the entry symbol's address */
+  size_t size;   /* its size in bytes (ELF st_size) */
+  void *map;     /* the mapping, for jt_obj_unload */
+  size_t map_len;
+} jt_loaded_t;
+
+/* Places obj (len bytes) and finds the function symbol named sym. Returns 0, or -1 with a
+ * sentence in err (nothing stays mapped). */
+int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, char *err,
+                size_t errlen);
+
+/* Unmaps what jt_obj_load placed. The caller guarantees no thread runs its code. */
+void jt_obj_unload(jt_loaded_t *l);
+
+/* The 64-bit FNV-1a hash of an object's bytes, stored beside it and checked before loading:
+ * it catches a damaged or altered blob (it is an integrity check, not an authentication). */
+static inline uint64_t jt_obj_checksum(const void *p, size_t len)
+{
+  const unsigned char *b = p;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < len; i++)
+    h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+#endif
