@@ -105,7 +105,8 @@ static int cmd_gc(int argc, char **argv)
   else if ((rc = st_gc(db, keep, older_than_ns, &res)))
     fprintf(stderr, "opjit: gc failed: %s\n", st_errstr(rc));
   int deleted =
-      !rc && (res.runs || res.signatures || res.programs || res.machines || res.symbols);
+      !rc && (res.runs || res.signatures || res.programs || res.machines || res.symbols ||
+              res.objects);
   if (deleted && !dry) {
     sqlite3 *s = st_sqlite(db);
     if (sqlite3_exec(s, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL) != SQLITE_OK ||
@@ -130,6 +131,7 @@ static int cmd_gc(int argc, char **argv)
     cJSON_AddNumberToObject(d, "programs", (double)res.programs);
     cJSON_AddNumberToObject(d, "machines", (double)res.machines);
     cJSON_AddNumberToObject(d, "symbols", (double)res.symbols);
+    cJSON_AddNumberToObject(d, "objects", (double)res.objects);
     cJSON_AddNumberToObject(doc, "bytes_before", (double)before);
     cJSON_AddNumberToObject(doc, "bytes_after", (double)after);
     return ins_json_emit(doc);
@@ -139,9 +141,10 @@ static int cmd_gc(int argc, char **argv)
            days ? " and runs younger than the age limit" : "");
     return INS_EXIT_OK;
   }
-  printf("%s %lld runs, %lld signatures, %lld programs, %lld machines, %lld symbols\n",
-         dry ? "would delete" : "deleted", (long long)res.runs, (long long)res.signatures,
-         (long long)res.programs, (long long)res.machines, (long long)res.symbols);
+  printf("%s %lld runs, %lld signatures, %lld programs, %lld machines, %lld symbols, %lld "
+         "kernel objects\n", dry ? "would delete" : "deleted", (long long)res.runs,
+         (long long)res.signatures, (long long)res.programs, (long long)res.machines,
+         (long long)res.symbols, (long long)res.objects);
   if (!dry)
     printf("database: %lld bytes -> %lld bytes\n", (long long)before, (long long)after);
   return INS_EXIT_OK;

@@ -12,4 +12,6 @@ __attribute__((visibility("default"))) const st_api_t opjit_store_api = {
     .run_end = st_run_end,
     .run_samples = st_run_samples,
     .run_variants = st_run_variants,
+    .profile = st_profile,
+    .profile_free = st_profile_free,
 };

@@ -8,6 +8,9 @@
  *   3  sampling: runs.sampling (JSON), symbols, run_pcs (PC histogram by symbol), run_stacks
  *      (folded stacks), run_counters (hardware counter totals); sig_id 0 = outside operators
  *   4  the JIT: variants (per run and signature) and events (a signature's life)
+ *   5  profiles across runs: programs.script (an interpreter's program is its script),
+ *      objects (compiled kernels, one per signature and CPU, loaded by later runs),
+ *      runs.warm_ns (the warm start's cost), variants.origin + pre_calls
  * A file whose user_version is newer than ST_SCHEMA_VERSION is refused, never downgraded. */
 #include "store.h"
 
@@ -20,7 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 struct st_db_s {
@@ -80,6 +85,22 @@ static const char *const migrations[] = {
     "  time_ns INTEGER NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL);"
     "CREATE INDEX events_run ON events(run_id);"
     "CREATE INDEX variants_sig ON variants(sig_id);",
+    /* 5 */
+    "CREATE TABLE programs5(id INTEGER PRIMARY KEY, exe TEXT NOT NULL,"
+    "  build_id TEXT NOT NULL DEFAULT '', script TEXT NOT NULL DEFAULT '',"
+    "  UNIQUE(exe, build_id, script));"
+    "INSERT INTO programs5(id, exe, build_id) SELECT id, exe, build_id FROM programs;"
+    "DROP TABLE programs;"
+    "ALTER TABLE programs5 RENAME TO programs;"
+    "CREATE TABLE objects(id INTEGER PRIMARY KEY,"
+    "  sig_id INTEGER NOT NULL REFERENCES signatures(id), cpu TEXT NOT NULL,"
+    "  llvm TEXT NOT NULL, generator INTEGER NOT NULL, symbol TEXT NOT NULL,"
+    "  checksum INTEGER NOT NULL, code BLOB NOT NULL,"
+    "  run_id INTEGER REFERENCES runs(id) ON DELETE SET NULL, created_ns INTEGER NOT NULL,"
+    "  UNIQUE(sig_id, cpu));"
+    "ALTER TABLE runs ADD COLUMN warm_ns INTEGER;"
+    "ALTER TABLE variants ADD COLUMN origin TEXT NOT NULL DEFAULT 'compiled';"
+    "ALTER TABLE variants ADD COLUMN pre_calls INTEGER NOT NULL DEFAULT 0;",
 };
 _Static_assert(sizeof migrations / sizeof *migrations == ST_SCHEMA_VERSION,
                "one migration per schema version");
@@ -142,6 +163,13 @@ static int fail(char *err, size_t len, int code, const char *fmt, ...)
     va_end(ap);
   }
   return code;
+}
+
+static int64_t now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 static int exec_sql(sqlite3 *db, const char *sql)
@@ -388,20 +416,21 @@ int st_run_begin(st_db_t *db, const st_run_info_t *in, int64_t *run_id)
   int rc = !argv || !opts ? ST_ENOMEM : exec_sql(db->db, "BEGIN IMMEDIATE");
   if (rc)
     goto out;
-  if (!(rc = upsert_id(db->db, &prog, "INSERT OR IGNORE INTO programs(exe, build_id) VALUES(?,?)",
-                       "SELECT id FROM programs WHERE exe=? AND build_id=?", "tt", in->exe,
-                       in->build_id)) &&
+  if (!(rc = upsert_id(db->db, &prog,
+                       "INSERT OR IGNORE INTO programs(exe, build_id, script) VALUES(?,?,?)",
+                       "SELECT id FROM programs WHERE exe=? AND build_id=? AND script=?", "ttt",
+                       in->exe, in->build_id, in->script ? in->script : "")) &&
       !(rc = upsert_id(db->db, &mach,
                        "INSERT OR IGNORE INTO machines(cpu_model, cpu_flags, ncpu) VALUES(?,?,?)",
                        "SELECT id FROM machines WHERE cpu_model=? AND cpu_flags=? AND ncpu=?",
                        "tti", in->cpu_model, in->cpu_flags, (int64_t)in->ncpu)))
     rc = run1(db->db, run_id,
               "INSERT INTO runs(program_id, machine_id, pid, ppid, argv, options, agent_version,"
-              " start_ns, flush_ns, parent_start_ns, parent_run) VALUES(?,?,?,?,?,?,?,?,?8,?,"
-              " (SELECT id FROM runs WHERE pid=?4 AND start_ns=?9)) RETURNING id",
-              in->parent_start_ns ? "iiiitttii" : "iiiitttin", prog, mach, (int64_t)in->pid,
-              (int64_t)in->ppid, argv, opts, in->agent_version, in->start_ns,
-              in->parent_start_ns);
+              " start_ns, flush_ns, parent_start_ns, parent_run, warm_ns) VALUES(?,?,?,?,?,?,?,"
+              "?,?8,nullif(?,0),(SELECT id FROM runs WHERE pid=?4 AND start_ns=?9),nullif(?,0))"
+              " RETURNING id",
+              "iiiitttiii", prog, mach, (int64_t)in->pid, (int64_t)in->ppid, argv, opts, in->agent_version,
+              in->start_ns, in->parent_start_ns, in->warm_ns);
   /* Children that forked from this run and were recorded before it now find their parent. */
   if (!rc)
     rc = run1(db->db, NULL,
@@ -504,16 +533,32 @@ int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size
   if (rc)
     return rc;
   int64_t sig;
-  for (size_t i = 0; i < nv && !rc; i++)
-    if (!(rc = sig_id_of(db->db, v[i].key, v[i].key_len, &sig)))
+  for (size_t i = 0; i < nv && !rc; i++) {
+    const st_variant_rec_t *r = &v[i];
+    if ((rc = sig_id_of(db->db, r->key, r->key_len, &sig)))
+      break;
+    rc = run1(db->db, NULL,
+              "INSERT INTO variants VALUES(?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO UPDATE SET"
+              " status=excluded.status, generator=excluded.generator, llvm=excluded.llvm,"
+              " cpu=excluded.cpu, compile_ns=excluded.compile_ns, calls=excluded.calls,"
+              " timed_calls=excluded.timed_calls, timed_ns=excluded.timed_ns,"
+              " origin=excluded.origin, pre_calls=excluded.pre_calls",
+              "iitittiiiiti", run_id, sig, r->status, (int64_t)r->generator, r->llvm, r->cpu,
+              (int64_t)r->compile_ns, (int64_t)r->calls, (int64_t)r->timed_calls,
+              (int64_t)r->timed_ns, r->origin ? r->origin : "compiled", (int64_t)r->pre_calls);
+    if (!rc && r->object)
       rc = run1(db->db, NULL,
-                "INSERT INTO variants VALUES(?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO UPDATE SET"
-                " status=excluded.status, generator=excluded.generator, llvm=excluded.llvm,"
-                " cpu=excluded.cpu, compile_ns=excluded.compile_ns, calls=excluded.calls,"
-                " timed_calls=excluded.timed_calls, timed_ns=excluded.timed_ns",
-                "iitittiiii", run_id, sig, v[i].status, (int64_t)v[i].generator, v[i].llvm,
-                v[i].cpu, (int64_t)v[i].compile_ns, (int64_t)v[i].calls,
-                (int64_t)v[i].timed_calls, (int64_t)v[i].timed_ns);
+                "INSERT INTO objects(sig_id, cpu, llvm, generator, symbol, checksum, code, run_id,"
+                " created_ns) VALUES(?,?,?,?,?,?,?,?,?) ON CONFLICT(sig_id, cpu) DO UPDATE SET"
+                " llvm=excluded.llvm, generator=excluded.generator, symbol=excluded.symbol,"
+                " checksum=excluded.checksum, code=excluded.code, run_id=excluded.run_id,"
+                " created_ns=excluded.created_ns",
+                "ittitibii", sig, r->machine_cpu, r->llvm, (int64_t)r->generator, r->symbol,
+                (int64_t)r->checksum, r->object, r->object_len, run_id, now_ns());
+    else if (!rc && r->drop_object)
+      rc = run1(db->db, NULL, "DELETE FROM objects WHERE sig_id=? AND cpu=?", "it", sig,
+                r->machine_cpu);
+  }
   for (size_t i = 0; i < nev && !rc; i++)
     if (!(rc = sig_id_of(db->db, ev[i].key, ev[i].key_len, &sig)))
       rc = run1(db->db, NULL,
@@ -521,6 +566,145 @@ int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size
                 "iiitt", run_id, sig, ev[i].time_ns, ev[i].kind, ev[i].detail);
   exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
   return rc;
+}
+
+/* One signature's totals while a profile is read. */
+typedef struct prof_acc_s {
+  int64_t sig_id;
+  double calls;      /* weighted */
+  uint64_t timed, timed_ns;
+} prof_acc_t;
+
+static int by_score(const void *a, const void *b)
+{
+  double x = ((const st_hot_t *)a)->score, y = ((const st_hot_t *)b)->score;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Fills h's key and object (the one for cpu first, else the newest). */
+static int profile_sig(sqlite3 *db, int64_t sig_id, const char *cpu, st_hot_t *h)
+{
+  sqlite3_stmt *st;
+  int rc = sqlite3_prepare_v2(db, "SELECT key FROM signatures WHERE id=?", -1, &st, NULL);
+  if (rc != SQLITE_OK)
+    return db_code(db, rc, NULL);
+  sqlite3_bind_int64(st, 1, sig_id);
+  if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    h->key_len = (size_t)sqlite3_column_bytes(st, 0);
+    if ((h->key = malloc(h->key_len ? h->key_len : 1)))
+      memcpy(h->key, sqlite3_column_blob(st, 0), h->key_len);
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    return db_code(db, rc, NULL);
+  if (!h->key)
+    return rc == SQLITE_ROW ? ST_ENOMEM : ST_OK;
+  rc = sqlite3_prepare_v2(db,
+                          "SELECT id, cpu, llvm, generator, symbol, checksum, code FROM objects"
+                          " WHERE sig_id=? ORDER BY cpu=? DESC, id DESC LIMIT 1", -1, &st, NULL);
+  if (rc != SQLITE_OK)
+    return db_code(db, rc, NULL);
+  sqlite3_bind_int64(st, 1, sig_id);
+  sqlite3_bind_text(st, 2, cpu, -1, SQLITE_STATIC);
+  if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    h->object_id = sqlite3_column_int64(st, 0);
+    snprintf(h->cpu, sizeof h->cpu, "%s", (const char *)sqlite3_column_text(st, 1));
+    snprintf(h->llvm, sizeof h->llvm, "%s", (const char *)sqlite3_column_text(st, 2));
+    h->generator = sqlite3_column_int(st, 3);
+    snprintf(h->symbol, sizeof h->symbol, "%s", (const char *)sqlite3_column_text(st, 4));
+    h->checksum = (uint64_t)sqlite3_column_int64(st, 5);
+    h->code_len = (size_t)sqlite3_column_bytes(st, 6);
+    if ((h->code = malloc(h->code_len ? h->code_len : 1)))
+      memcpy(h->code, sqlite3_column_blob(st, 6), h->code_len);
+    else
+      h->object_id = 0;
+  }
+  sqlite3_finalize(st);
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? ST_OK : db_code(db, rc, NULL);
+}
+
+int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double decay_runs,
+               int max_runs, st_profile_t *out)
+{
+  memset(out, 0, sizeof *out);
+  /* One read transaction: a consistent snapshot even while other processes write. */
+  int rc = exec_sql(db->db, "BEGIN");
+  if (rc)
+    return rc;
+  sqlite3_stmt *st;
+  rc = sqlite3_prepare_v2(
+      db->db,
+      "WITH w AS (SELECT r.id, row_number() OVER (ORDER BY r.id DESC) - 1 AS age FROM runs r"
+      "  JOIN programs p ON p.id = r.program_id JOIN machines m ON m.id = r.machine_id"
+      "  WHERE p.exe=? AND p.build_id=? AND p.script=? AND m.cpu_model=? AND m.cpu_flags=?"
+      "  ORDER BY r.id DESC LIMIT ?)"
+      " SELECT w.age, s.sig_id, s.calls, s.timed_calls, s.timed_ns, (SELECT count(*) FROM w)"
+      " FROM w JOIN run_sigs s ON s.run_id = w.id ORDER BY s.sig_id",
+      -1, &st, NULL);
+  if (rc != SQLITE_OK) {
+    rc = db_code(db->db, rc, NULL);
+    goto out;
+  }
+  sqlite3_bind_text(st, 1, in->exe, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, in->build_id, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 3, in->script ? in->script : "", -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 4, in->cpu_model, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 5, in->cpu_flags, -1, SQLITE_STATIC);
+  sqlite3_bind_int(st, 6, max_runs);
+  prof_acc_t *acc = NULL;
+  size_t n = 0, cap = 0;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t sig = sqlite3_column_int64(st, 1);
+    out->runs = sqlite3_column_int64(st, 5);
+    if (!n || acc[n - 1].sig_id != sig) {
+      if (n == cap) {
+        void *p = realloc(acc, (cap = cap ? 2 * cap : 64) * sizeof *acc);
+        if (!p) {
+          rc = SQLITE_NOMEM;
+          break;
+        }
+        acc = p;
+      }
+      acc[n++] = (prof_acc_t){sig, 0, 0, 0};
+    }
+    prof_acc_t *a = &acc[n - 1];
+    a->calls += (double)sqlite3_column_int64(st, 2) *
+                exp2(-(double)sqlite3_column_int64(st, 0) / decay_runs);
+    a->timed += (uint64_t)sqlite3_column_int64(st, 3);
+    a->timed_ns += (uint64_t)sqlite3_column_int64(st, 4);
+  }
+  sqlite3_finalize(st);
+  rc = rc == SQLITE_DONE ? ST_OK : db_code(db->db, rc, NULL);
+  /* The weights' sum over the runs read: the score is a weighted mean per run. */
+  double wsum = 0;
+  for (int64_t age = 0; age < out->runs; age++)
+    wsum += exp2(-(double)age / decay_runs);
+  if (!rc && n && !(out->sigs = calloc(n, sizeof *out->sigs)))
+    rc = ST_ENOMEM;
+  for (size_t i = 0; !rc && i < n; i++) {
+    st_hot_t *h = &out->sigs[out->n];
+    h->score = wsum > 0 ? acc[i].calls / wsum : 0;
+    h->mean_ns = acc[i].timed ? (double)acc[i].timed_ns / (double)acc[i].timed : 0;
+    rc = profile_sig(db->db, acc[i].sig_id, cpu, h);
+    if (!rc && h->key)
+      out->n++;
+  }
+  free(acc);
+  if (!rc)
+    qsort(out->sigs, out->n, sizeof *out->sigs, by_score);
+out:
+  exec_sql(db->db, "COMMIT");
+  if (rc)
+    st_profile_free(out);
+  return rc;
+}
+
+void st_profile_free(st_profile_t *p)
+{
+  for (size_t i = 0; p->sigs && i < p->n; i++)
+    free(p->sigs[i].key), free(p->sigs[i].code);
+  free(p->sigs);
+  memset(p, 0, sizeof *p);
 }
 
 static void sql_pid_alive(sqlite3_context *ctx, int argc, sqlite3_value **argv)
@@ -544,11 +728,15 @@ int st_gc(st_db_t *db, int64_t keep_runs, int64_t older_than_ns, st_gc_result_t 
             " OR (?2 > 0 AND coalesce(end_ns, flush_ns, start_ns) < ?2))",
             "ii", keep_runs < 0 ? (int64_t)INT64_MAX : keep_runs, older_than_ns);
   res->runs = sqlite3_changes(db->db);
+  if (!rc) /* an object no remaining run called is one no decayed profile can want */
+    rc = exec_sql(db->db, "DELETE FROM objects WHERE sig_id NOT IN (SELECT sig_id FROM run_sigs)");
+  res->objects = sqlite3_changes(db->db);
   if (!rc)
     rc = exec_sql(db->db, "DELETE FROM signatures WHERE id NOT IN (SELECT sig_id FROM run_sigs"
                           " UNION SELECT sig_id FROM run_pcs UNION SELECT sig_id FROM run_stacks"
                           " UNION SELECT sig_id FROM run_counters UNION SELECT sig_id FROM"
-                          " variants UNION SELECT sig_id FROM events)");
+                          " variants UNION SELECT sig_id FROM events UNION SELECT sig_id FROM"
+                          " objects)");
   res->signatures = sqlite3_changes(db->db);
   if (!rc)
     rc = exec_sql(db->db, "DELETE FROM programs WHERE id NOT IN (SELECT program_id FROM runs)");

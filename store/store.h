@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ST_SCHEMA_VERSION 4 /* the newest schema this build writes and reads */
+#define ST_SCHEMA_VERSION 5 /* the newest schema this build writes and reads */
 
 #define ST_ERRORS(E)                                                                         \
   E(BUSY, "the database is locked by another process")                                       \
@@ -64,6 +64,8 @@ sqlite3 *st_sqlite(st_db_t *db);
 typedef struct st_run_info_s {
   const char *exe;           /* executable path */
   const char *build_id;      /* hex GNU build-id of the executable, "" if none */
+  const char *script;        /* an interpreter's program (python3's script), "" if none: with
+                                exe and build_id it names the program whose profile this is */
   const char *cmdline;       /* argv as NUL-separated strings (as /proc/self/cmdline) */
   size_t cmdline_len;
   const char *options;       /* effective options as NUL-separated NAME=value strings */
@@ -76,6 +78,7 @@ typedef struct st_run_info_s {
                                 ppid it links the two runs whichever is recorded first */
   int64_t start_ns;          /* CLOCK_REALTIME */
   const char *agent_version;
+  int64_t warm_ns;           /* what the warm start cost the host's first call, 0 if none */
 } st_run_info_t;
 
 /* One signature's cumulative totals in a run: flushes overwrite, so repeating one is harmless. */
@@ -139,6 +142,17 @@ typedef struct st_variant_rec_s {
   uint64_t compile_ns;
   uint64_t calls;                /* calls the variant served */
   uint64_t timed_calls, timed_ns; /* the variant's timed calls */
+  const char *origin;            /* "compiled" in this run, or "loaded" from an object */
+  uint64_t pre_calls;            /* the signature's calls before the variant was published */
+  /* Its object, for later runs: stored (replacing the signature's object for machine_cpu)
+   * when object is set; deleted when drop_object is (an invalidation, whose reason is an
+   * event). */
+  const char *machine_cpu;       /* the CPU the object is for (st_profile's cpu) */
+  const void *object;
+  size_t object_len;
+  const char *symbol;
+  uint64_t checksum;
+  int drop_object;
 } st_variant_rec_t;
 /* The kinds of event in a signature's life, as events.kind holds them: X(ID, "name"). The
  * agent's tiers record them; opjit events filters on them. */
@@ -150,7 +164,11 @@ typedef struct st_variant_rec_s {
   X(DEMOTED, "demoted")                                                                      \
   X(FAILED, "failed")                                                                        \
   X(EVICTED, "evicted")                                                                      \
-  X(DEFERRED, "deferred") /* no room in the code cache yet */
+  X(DEFERRED, "deferred") /* no room in the code cache yet */                              \
+  X(LOADED, "loaded")     /* a persisted object placed at start-up: no compile */            \
+  X(INVALIDATED, "invalidated") /* a persisted object dropped; the detail starts with the    \
+                                   reason: decayed, slower, guard, cpu, llvm, generator,     \
+                                   checksum, unloadable */
 
 /* An event of a signature's life (appended). */
 typedef struct st_event_rec_s {
@@ -163,11 +181,38 @@ typedef struct st_event_rec_s {
 int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size_t nv,
                     const st_event_rec_t *ev, size_t nev);
 
+/* A program's profile on one machine (program's exe, build_id, script, cpu_model and
+ * cpu_flags), as its recent runs left it: each run's calls weigh 0.5^(age / decay_runs), age 0
+ * being the newest run, over at most max_runs runs. */
+typedef struct st_hot_s {
+  void *key;               /* the raw key bytes */
+  size_t key_len;
+  double score;            /* decayed mean calls per run */
+  double mean_ns;          /* the original's mean timed duration over those runs (0: none) */
+  /* The signature's object: the one for the requested cpu if there is one, else the newest
+   * for any (object_id 0: none). */
+  int64_t object_id;
+  char cpu[320], llvm[32], symbol[160];
+  int generator;
+  uint64_t checksum;
+  void *code;
+  size_t code_len;
+} st_hot_t;
+typedef struct st_profile_s {
+  int64_t runs;            /* the runs the profile was read from */
+  size_t n;
+  st_hot_t *sigs;          /* every signature those runs called, hottest first */
+} st_profile_t;
+int st_profile(st_db_t *db, const st_run_info_t *program, const char *cpu, double decay_runs,
+               int max_runs, st_profile_t *out);
+void st_profile_free(st_profile_t *p);
+
 /* Deletes runs beyond the newest keep_runs and runs that ended before older_than_ns (0: no
  * age limit), never a run still marked running unless its process is gone, then everything
- * no remaining run refers to. Counts what it deleted. */
+ * no remaining run refers to: objects of signatures no remaining run called included. Counts
+ * what it deleted. */
 typedef struct st_gc_result_s {
-  int64_t runs, signatures, programs, machines, symbols;
+  int64_t runs, signatures, programs, machines, symbols, objects;
 } st_gc_result_t;
 int st_gc(st_db_t *db, int64_t keep_runs, int64_t older_than_ns, st_gc_result_t *res);
 
@@ -185,8 +230,11 @@ typedef struct st_api_s {
   int (*run_samples)(st_db_t *db, int64_t run_id, const st_samples_t *s);
   int (*run_variants)(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size_t nv,
                       const st_event_rec_t *ev, size_t nev);
+  int (*profile)(st_db_t *db, const st_run_info_t *program, const char *cpu, double decay_runs,
+                 int max_runs, st_profile_t *out);
+  void (*profile_free)(st_profile_t *p);
 } st_api_t;
-#define ST_API_ABI 3
+#define ST_API_ABI 4
 #define ST_API_SYMBOL "opjit_store_api"
 #define ST_MODULE_NAME "libopjit-store.so"
 

@@ -121,6 +121,9 @@ Test(store, migrates_from_version_1_keeping_data)
   cr_assert_eq(v, ST_SCHEMA_VERSION);
   cr_assert_eq(query(db, "SELECT pid FROM runs WHERE id=7"), 5);
   cr_assert_eq(query(db, "SELECT count(*) FROM runs WHERE parent_run IS NULL AND overflow_calls=0"), 1);
+  /* Version 5 rebuilt programs with a script column: the run still finds its program. */
+  cr_assert_eq(query(db, "SELECT count(*) FROM runs r JOIN programs p ON p.id = r.program_id"
+                         " WHERE p.exe='/bin/old' AND p.script=''"), 1);
   st_close(db);
 }
 
@@ -324,5 +327,123 @@ Test(store, samples_are_cumulative_and_host_time_is_sig_zero)
   st_pc_rec_t unknown = {"never-flushed-key-never-flushed!", 32, "m", "s", 1};
   st_samples_t bad = {NULL, &unknown, 1, NULL, 0, NULL, 0};
   cr_assert_eq(st_run_samples(db, run, &bad), ST_ENOENT);
+  st_close(db);
+}
+
+/* A run of script (of /bin/prog) on the test CPU. */
+static int64_t begin_script(st_db_t *db, const char *script, int pid)
+{
+  st_run_info_t in = {.exe = "/bin/prog", .build_id = "abcd", .script = script,
+                      .cmdline = cmdline, .cmdline_len = sizeof cmdline, .options = options,
+                      .options_len = sizeof options, .cpu_model = "Test CPU",
+                      .cpu_flags = "fpu avx2 fma", .ncpu = 2, .pid = pid, .ppid = 1,
+                      .start_ns = 1000 + pid, .agent_version = "test", .warm_ns = 1234};
+  int64_t run = 0;
+  cr_assert_eq(st_run_begin(db, &in, &run), ST_OK);
+  return run;
+}
+
+static st_hot_t *find_hot(st_profile_t *p, const char *sig)
+{
+  for (size_t i = 0; i < p->n; i++)
+    if (strcmp((const char *)p->sigs[i].key, sig) == 0)
+      return &p->sigs[i];
+  return NULL;
+}
+
+Test(store, profile_weighs_runs_by_age_and_returns_objects)
+{
+  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  /* Runs 1-2 call "old", runs 3-4 call "new"; another script's run calls "other". */
+  for (int r = 1; r <= 4; r++) {
+    int64_t run = begin_script(db, "/w/a.py", r);
+    st_sig_rec_t one = rec(r <= 2 ? "old" : "new", 1000);
+    cr_assert_eq(st_run_flush(db, run, &one, 1, 0, 5), ST_OK);
+  }
+  int64_t brun = begin_script(db, "/w/b.py", 9);
+  st_sig_rec_t other = rec("other", 5000);
+  cr_assert_eq(st_run_flush(db, brun, &other, 1, 0, 5), ST_OK);
+  cr_assert_eq(query(db, "SELECT warm_ns FROM runs WHERE id=1"), 1234);
+
+  /* An object for "new" on cpuA and one for "old" on cpuB. */
+  st_sig_rec_t k_new = rec("new", 0), k_old = rec("old", 0);
+  const char code[] = "\x7f" "ELF pretend object bytes";
+  st_variant_rec_t v[2] = {
+      {.key = k_new.key, .key_len = 32, .status = "ready", .generator = 3, .llvm = "19.1.7",
+       .cpu = "znver4", .origin = "compiled", .machine_cpu = "cpuA", .object = code,
+       .object_len = sizeof code, .symbol = "opjit_new", .checksum = 42},
+      {.key = k_old.key, .key_len = 32, .status = "ready", .generator = 3, .llvm = "19.1.7",
+       .cpu = "znver4", .origin = "compiled", .machine_cpu = "cpuB", .object = code,
+       .object_len = sizeof code, .symbol = "opjit_old", .checksum = 43}};
+  cr_assert_eq(st_run_variants(db, 4, v, 2, NULL, 0), ST_OK);
+
+  st_run_info_t prog = {.exe = "/bin/prog", .build_id = "abcd", .script = "/w/a.py",
+                        .cpu_model = "Test CPU", .cpu_flags = "fpu avx2 fma"};
+  st_profile_t p;
+  cr_assert_eq(st_profile(db, &prog, "cpuA", 1.0, 64, &p), ST_OK);
+  cr_assert_eq(p.runs, 4);
+  cr_assert_eq(p.n, 2, "only this script's signatures");
+  /* Weights 1, 1/2, 1/4, 1/8 (newest first), summing to 1.875. */
+  st_hot_t *hn = find_hot(&p, "new"), *ho = find_hot(&p, "old");
+  cr_assert(hn && ho);
+  cr_assert_float_eq(hn->score, 1000 * 1.5 / 1.875, 1e-9);
+  cr_assert_float_eq(ho->score, 1000 * 0.375 / 1.875, 1e-9);
+  cr_assert_eq(&p.sigs[0], hn, "hottest first");
+  cr_assert_float_eq(hn->mean_ns, 20.0, 1e-9); /* rec(): timed_ns / timed_calls = 10 n / (n/2) */
+  cr_assert_gt(hn->object_id, 0);
+  cr_assert_str_eq(hn->cpu, "cpuA");
+  cr_assert_str_eq(hn->symbol, "opjit_new");
+  cr_assert_eq(hn->generator, 3);
+  cr_assert_eq(hn->checksum, 42);
+  cr_assert_eq(hn->code_len, sizeof code);
+  cr_assert(memcmp(hn->code, code, sizeof code) == 0);
+  cr_assert_str_eq(ho->cpu, "cpuB", "another CPU's object when there is none for ours");
+  st_profile_free(&p);
+
+  /* A slower decay weighs the old runs more. */
+  cr_assert_eq(st_profile(db, &prog, "cpuA", 1000.0, 64, &p), ST_OK);
+  cr_assert_float_eq(find_hot(&p, "old")->score, 500.0, 0.5);
+  st_profile_free(&p);
+  /* The window: the newest 2 runs only. */
+  cr_assert_eq(st_profile(db, &prog, "cpuA", 1.0, 2, &p), ST_OK);
+  cr_assert_eq(p.runs, 2);
+  cr_assert_eq(p.n, 1);
+  st_profile_free(&p);
+
+  /* Replacing, then dropping, an object. */
+  v[0].generator = 4;
+  cr_assert_eq(st_run_variants(db, 4, v, 1, NULL, 0), ST_OK);
+  cr_assert_eq(query(db, "SELECT count(*) FROM objects"), 2);
+  cr_assert_eq(query(db, "SELECT generator FROM objects WHERE cpu='cpuA'"), 4);
+  v[0].object = NULL, v[0].drop_object = 1;
+  cr_assert_eq(st_run_variants(db, 4, v, 1, NULL, 0), ST_OK);
+  cr_assert_eq(query(db, "SELECT count(*) FROM objects WHERE cpu='cpuA'"), 0);
+  cr_assert_eq(query(db, "SELECT pre_calls FROM variants WHERE run_id=4 AND origin='compiled'"), 0);
+  st_close(db);
+}
+
+Test(store, gc_drops_objects_no_remaining_run_called)
+{
+  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  int64_t r1 = begin_script(db, "", 1), r2 = begin_script(db, "", 2);
+  st_sig_rec_t a = rec("a", 10), b = rec("b", 10);
+  cr_assert_eq(st_run_flush(db, r1, &a, 1, 0, 5), ST_OK);
+  cr_assert_eq(st_run_flush(db, r2, &b, 1, 0, 5), ST_OK);
+  const char code[] = "obj";
+  st_variant_rec_t v[2] = {{.key = a.key, .key_len = 32, .status = "ready", .llvm = "19",
+                            .cpu = "c", .machine_cpu = "m", .object = code, .object_len = 3,
+                            .symbol = "s"},
+                           {.key = b.key, .key_len = 32, .status = "ready", .llvm = "19",
+                            .cpu = "c", .machine_cpu = "m", .object = code, .object_len = 3,
+                            .symbol = "s"}};
+  cr_assert_eq(st_run_variants(db, r2, v, 2, NULL, 0), ST_OK);
+  st_run_end(db, r1, 10, "exited");
+  st_run_end(db, r2, 11, "exited");
+  st_gc_result_t res;
+  cr_assert_eq(st_gc(db, 1, 0, &res), ST_OK); /* keeps run 2, which called b only */
+  cr_assert_eq(res.runs, 1);
+  cr_assert_eq(res.objects, 1);
+  cr_assert_eq(query(db, "SELECT count(*) FROM objects o JOIN signatures s ON s.id = o.sig_id"
+                         " WHERE s.sig='b'"), 1);
   st_close(db);
 }
