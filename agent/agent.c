@@ -15,10 +15,15 @@
 #include "opt.h"
 #include "runinfo.h"
 #include "tier.h"
+#include "warm.h"
 #include "jit/jit.h"
 #include "../sampler/aggregate.h"
 #include "../sampler/sampler.h"
 #include "../store/store.h"
+
+#ifndef OPJIT_LLVM_VERSION
+#define OPJIT_LLVM_VERSION "none"
+#endif
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -68,6 +73,10 @@ static uint64_t *flushed_calls; /* per entry: calls at the last successful flush
 static uint32_t flushed_cap;
 static uint64_t flushed_overflow;
 static uint32_t flushed_n; /* entries [0, flushed_n) have their signature rows in the database */
+static ag_runinfo_t runinfo; /* large: read once per process image (warm start or first write) */
+static int runinfo_read;
+static int64_t warm_ns;      /* what the warm start cost the first call (0: none) */
+static int warm_done;        /* once per process image: a fork child inherits the variants */
 static sp_agg_t *agg;       /* what the sampler found in this run */
 static int sampling;        /* sp_start succeeded for this writer */
 static int agg_opmods;      /* resolved originals already declared to agg */
@@ -208,11 +217,17 @@ static void write_failed(const char *what, int rc)
   store_dead = 1;
 }
 
+static const ag_runinfo_t *run_info(void)
+{
+  if (!runinfo_read)
+    ag_runinfo_read(&runinfo), runinfo_read = 1;
+  return &runinfo;
+}
+
 static void begin_run(void)
 {
-  static ag_runinfo_t ri; /* large; writer thread only */
   static char optbuf[4096];
-  ag_runinfo_read(&ri);
+  const ag_runinfo_t *ri = run_info();
   size_t used = 0;
   for (int id = 0; id < AG_OPT__COUNT; id++) {
     char val[512];
@@ -223,11 +238,12 @@ static void begin_run(void)
     used += (size_t)n + 1;
   }
   st_run_info_t in = {
-      .exe = ri.exe, .build_id = ri.build_id, .cmdline = ri.cmdline,
-      .cmdline_len = ri.cmdline_len, .options = optbuf, .options_len = used,
-      .cpu_model = ri.cpu_model, .cpu_flags = ri.cpu_flags, .ncpu = ri.ncpu,
-      .pid = getpid(), .ppid = parent_start_ns ? parent_pid : getppid(), .parent_start_ns = parent_start_ns, .start_ns = run_start_ns,
-      .agent_version = OPJIT_VERSION,
+      .exe = ri->exe, .build_id = ri->build_id, .script = ri->script, .cmdline = ri->cmdline,
+      .cmdline_len = ri->cmdline_len, .options = optbuf, .options_len = used,
+      .cpu_model = ri->cpu_model, .cpu_flags = ri->cpu_flags, .ncpu = ri->ncpu,
+      .pid = getpid(), .ppid = parent_start_ns ? parent_pid : getppid(),
+      .parent_start_ns = parent_start_ns, .start_ns = run_start_ns,
+      .agent_version = OPJIT_VERSION, .warm_ns = warm_ns,
   };
   int rc = store->run_begin(db, &in, &run_id);
   if (rc)
@@ -477,19 +493,36 @@ static void write_variants(void)
   uint32_t n = flushed_n;
   uint64_t *calls = calloc(n ? n : 1, sizeof *calls), *vcalls = calloc(n ? n : 1, sizeof *vcalls);
   st_variant_rec_t *v = calloc(n ? n : 1, sizeof *v);
+  ag_persist_t *obj = calloc(n ? n : 1, sizeof *obj);
+  uint32_t *vidx = calloc(n ? n : 1, sizeof *vidx);
   st_event_rec_t ev[512];
   size_t nv = 0, nev = 0;
-  if (!calls || !vcalls || !v)
+  int rc = 0;
+  if (!calls || !vcalls || !v || !obj || !vidx)
     goto out;
   ag_tcount_sum(calls, vcalls, n);
+  const char *cpu_key = run_info()->cpu_key;
   for (uint32_t i = 0; i < n; i++) {
     ag_entry_t *e = ag_table_entry(ag_table, i);
     uint32_t t = atomic_load(&e->tier);
-    if (t == AG_TIER_COLD || t == AG_TIER_NONE || !calls[i])
+    int variant = t != AG_TIER_COLD && t != AG_TIER_NONE && calls[i];
+    ag_persist_t *p = &obj[nv];
+    if (!ag_tier_persist(i, p) && !variant)
       continue;
-    v[nv++] = (st_variant_rec_t){&e->key, sizeof e->key, status[t], JT_GENERATOR_VERSION,
-                                 ag_tier_llvm_version(), ag_tier_cpu(), e->compile_ns, vcalls[i],
-                                 atomic_load(&e->vtimed), atomic_load(&e->vtimed_ns)};
+    if (!variant && !p->object && !p->drop)
+      continue;
+    /* A row without a status stores or drops the object only (a signature this run has not
+     * called, or whose variant has gone). */
+    v[nv] = (st_variant_rec_t){&e->key, sizeof e->key, variant ? status[t] : NULL,
+                               JT_GENERATOR_VERSION,
+                               p->origin && !strcmp(p->origin, "loaded") ? OPJIT_LLVM_VERSION
+                                                                         : ag_tier_llvm_version(),
+                               p->origin && !strcmp(p->origin, "loaded") ? cpu_key : ag_tier_cpu(),
+                               e->compile_ns, vcalls[i], atomic_load(&e->vtimed),
+                               atomic_load(&e->vtimed_ns), p->origin ? p->origin : "compiled",
+                               p->pre_calls, cpu_key, p->object, p->object_len, p->symbol,
+                               p->checksum, p->drop};
+    vidx[nv++] = i;
   }
   for (size_t i = 0; i < npending; i++) {
     if (pending_events[i].index >= n)
@@ -500,7 +533,7 @@ static void write_variants(void)
   }
   if (!nv && !nev)
     goto out;
-  int rc = store->run_variants(db, run_id, v, nv, ev, nev);
+  rc = store->run_variants(db, run_id, v, nv, ev, nev);
   if (rc) {
     write_failed("cannot write the JIT variants", rc);
   } else { /* keep the events of signatures not in the database yet */
@@ -511,7 +544,9 @@ static void write_variants(void)
     npending = kept;
   }
 out:
-  free(calls), free(vcalls), free(v);
+  for (size_t i = 0; i < nv; i++)
+    ag_tier_persisted(vidx[i], &obj[i], rc == 0);
+  free(calls), free(vcalls), free(v), free(obj), free(vidx);
 }
 
 /* One writer step: open what is not open yet, then flush; the last step also ends the run.
@@ -678,6 +713,29 @@ void ag_after_failed_exec(void)
   pthread_mutex_unlock(&activate_mu);
 }
 
+/* Before the first counted call runs and before the writer starts (so this thread may use
+ * the writer's store and database): opens the database and starts from the profile. */
+static void warm_start(void)
+{
+  uint64_t t0 = ag_now_ns();
+  char dbpath[PATH_MAX];
+  warm_done = 1;
+  if (ag_opts_db_path(&ag_opts, env_get, dbpath, sizeof dbpath) || access(dbpath, F_OK) != 0)
+    return; /* no profile yet: the writer creates the database, off this thread */
+  pthread_mutex_lock(&db_mu);
+  if (!store_dead && !db)
+    open_store();
+  ag_warm_t w = {0};
+  if (db)
+    ag_warm_start(store, db, run_info(), &w);
+  pthread_mutex_unlock(&db_mu);
+  warm_ns = (int64_t)(ag_now_ns() - t0);
+  if (w.runs)
+    ag_log(AG_LOG_INFO, "warm start from %lld runs in %.2f ms: %d kernels loaded, %d queued, "
+                        "%d invalidated", (long long)w.runs, (double)warm_ns / 1e6, w.loaded,
+           w.queued, w.invalidated);
+}
+
 int ag_activate(void)
 {
   pthread_mutex_lock(&activate_mu);
@@ -697,6 +755,8 @@ int ag_activate(void)
   }
   run_start_ns = ag_realtime_ns();
   active_pid = getpid();
+  if (ag_hot_calls && ag_opts.num[AG_OPT_WARM] && !warm_done)
+    warm_start();
   start_writer();
   atomic_store_explicit(&ag_active, 1, memory_order_release);
   rc = 0;

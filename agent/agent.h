@@ -179,15 +179,17 @@ static inline __attribute__((always_inline)) int ag_call_begin(ag_call_t *c, con
   uint32_t x = ag_tl.rng;
   x ^= x << 13, x ^= x >> 17, x ^= x << 5;
   ag_tl.rng = x;
-  if ((x & ag_time_mask) == 0 || ag_unlikely(n == 1)) /* a thread's first call: always timed */
+  if ((x & ag_time_mask) == 0 || ag_unlikely(n == 1)) { /* a thread's first call: timed, */
+    ag_tl.rng = x | (n == 1); /* and not one ag_call_variant sends to the original */
     c->t0 = ag_now_ns();
+  }
   return 1;
 }
 
 /* The published variant the call should run, or NULL for the original: one call in 256 (at
- * random) runs the original anyway, and is timed (OPJIT_TIME_EVERY, at most 128, divides 256),
- * so the variant is always compared with a fresh measurement of the original, and variant calls
- * are timed too. */
+ * random, never a thread's first call of the signature) runs the original anyway, and is timed
+ * (OPJIT_TIME_EVERY, at most 128, divides 256), so the variant is always compared with a fresh
+ * measurement of the original, and variant calls are timed too. */
 static inline __attribute__((always_inline)) void *ag_call_variant(const ag_call_t *c)
 {
   void *v = c->e ? atomic_load_explicit(&c->e->variant, memory_order_acquire) : NULL;

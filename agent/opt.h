@@ -46,6 +46,11 @@
       "wins there")                                                                          \
   OPT(VERIFY, INT, "2", 0, 1000, NULL,                                                       \
       "calls of a new variant also run on the original and compared")                        \
+  OPT(WARM, BOOL, "1", 0, 1, NULL,                                                           \
+      "start from the program's profile: load the kernels earlier runs stored and compile "  \
+      "what the profile says is hot, before the first call")                                 \
+  OPT(DECAY, INT, "4", 1, 1000, NULL,                                                        \
+      "a run's weight in the profile halves every this many later runs of the program")      \
   OPT(CODE_CACHE_MB, INT, "64", 1, 65536, NULL,                                              \
       "compiled code kept at most; the variants that saved least are evicted first")         \
   OPT(PERF_MAP, BOOL, "0", 0, 1, NULL,                                                       \

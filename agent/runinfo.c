@@ -3,11 +3,13 @@
  * it is mapped (dl_iterate_phdr): no file is reopened, so a replaced binary cannot lie. */
 #define _GNU_SOURCE
 #include "runinfo.h"
+#include "jit/objload.h"
 
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -68,6 +70,46 @@ static void cpuinfo_field(const char *cpuinfo, const char *key, char *out, size_
   }
 }
 
+/* Interpreters whose program is a script named on the command line. */
+static int interpreter(const char *exe)
+{
+  static const char *const names[] = {"python", "node", "perl", "ruby", "Rscript", "octave"};
+  const char *base = strrchr(exe, '/');
+  base = base ? base + 1 : exe;
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+    if (strncmp(base, names[i], strlen(names[i])) == 0)
+      return 1;
+  return 0;
+}
+
+/* The script an interpreter runs: the first argument that is not an option (options that take
+ * a value skip it), as a real path; python's "-m module" and "-c" name themselves. */
+static void find_script(const char *argv, size_t len, char *out, size_t outlen)
+{
+  const char *a = argv + strnlen(argv, len) + 1, *end = argv + len; /* past argv[0] */
+  for (; a < end; a += strnlen(a, (size_t)(end - a)) + 1) {
+    const char *next = a + strnlen(a, (size_t)(end - a)) + 1;
+    if (strcmp(a, "-m") == 0 && next < end) {
+      snprintf(out, outlen, "-m %s", next);
+      return;
+    }
+    if (strcmp(a, "-c") == 0 || strcmp(a, "-e") == 0) {
+      snprintf(out, outlen, "%s", a);
+      return;
+    }
+    if (strcmp(a, "-W") == 0 || strcmp(a, "-X") == 0 || strcmp(a, "-r") == 0) {
+      a = next < end ? next : a; /* the option's value */
+      continue;
+    }
+    if (a[0] == '-')
+      continue;
+    char *real = realpath(a, NULL);
+    snprintf(out, outlen, "%s", real ? real : a);
+    free(real);
+    return;
+  }
+}
+
 void ag_runinfo_read(ag_runinfo_t *ri)
 {
   static char cpuinfo[1 << 16]; /* first CPU's block is enough; writer thread only */
@@ -83,4 +125,9 @@ void ag_runinfo_read(ag_runinfo_t *ri)
   cpuinfo_field(cpuinfo, "model name", ri->cpu_model, sizeof ri->cpu_model);
   cpuinfo_field(cpuinfo, "flags", ri->cpu_flags, sizeof ri->cpu_flags);
   ri->ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (interpreter(ri->exe))
+    find_script(ri->cmdline, ri->cmdline_len, ri->script, sizeof ri->script);
+  uint64_t h = jt_obj_checksum(ri->cpu_flags, strlen(ri->cpu_flags));
+  snprintf(ri->cpu_key, sizeof ri->cpu_key, "%s [flags %016llx]", ri->cpu_model,
+           (unsigned long long)h);
 }

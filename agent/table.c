@@ -106,6 +106,7 @@ void ag_table_reset_counts(ag_table_t *t)
     atomic_store_explicit(&e->vcalls, 0, memory_order_relaxed);
     atomic_store_explicit(&e->vtimed, 0, memory_order_relaxed);
     atomic_store_explicit(&e->vtimed_ns, 0, memory_order_relaxed);
+    atomic_store_explicit(&e->guard_miss, 0, memory_order_relaxed);
     e->base_timed = e->base_ns = 0;
   }
 }

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "opt.h"
 #include "jit/jit.h"
+#include "jit/objload.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -24,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define QUEUE_MAX 1024
@@ -46,6 +48,8 @@ ag_vrun_t *ag_vrun;        /* per entry: what a call through the variant needs (
 typedef struct code_s {
   uint64_t lo, hi;
   char name[112];
+  jt_loaded_t loaded; /* a persisted kernel this process placed itself (map set), freed with
+                         jt_obj_unload; LLJIT's kernels are freed through the JIT */
 } code_t;
 static code_t code[4096];
 static _Atomic int ncode;
@@ -60,6 +64,22 @@ typedef struct retired_s {
 } retired_t;
 static retired_t retired[64];
 static int nretired;
+
+/* Per entry: its variant's object, as the warm start and the writer see it (persist_mu). */
+enum { P_NONE = 0, P_PENDING, /* a variant's object, not stored yet */
+       P_STORING,             /* handed to the writer (ag_tier_persist) */
+       P_STORED,              /* the store has it (stored by this run, or loaded from it) */
+       P_DROP };              /* the stored object is invalid: the writer deletes it */
+typedef struct persist_s {
+  void *obj; /* P_PENDING: the object (malloc'ed) */
+  size_t len;
+  uint64_t checksum;
+  char symbol[128];
+  uint8_t state, loaded, had_variant;
+  uint64_t pre_calls; /* the signature's calls before its variant was published */
+} persist_t;
+static persist_t *persist;
+static pthread_mutex_t persist_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* What promotion expects: the mean relative saving of this process's measured variants and
  * the mean compile time (both updated by compile threads under code_mu; read racily, as
@@ -218,11 +238,15 @@ static void free_retired(void)
       i++;
       continue;
     }
-    if (jit->release((jt_gemm_fn)r->fn, err, sizeof err) == 0) {
+    code_t *k = code_of(r->fn);
+    if (k && k->loaded.map) {
+      jt_obj_unload(&k->loaded);
       code_bytes -= r->size;
-      code_t *k = code_of(r->fn);
+      k->hi = k->lo; /* no PC is in it any more */
+    } else if (jit && jit->release((jt_gemm_fn)r->fn, err, sizeof err) == 0) {
+      code_bytes -= r->size;
       if (k)
-        k->hi = k->lo; /* no PC is in it any more */
+        k->hi = k->lo;
     } else
       ag_log_once(AG_LOG_WARN, "an evicted kernel could not be freed: %s", err);
     free(r->snap);
@@ -269,6 +293,73 @@ out:
   return rc;
 }
 
+/* Registers a kernel's code (for the sampler, perf and freeing); code_mu held. */
+static void add_code(void *fn, size_t size, const char *name, const jt_loaded_t *loaded)
+{
+  int c = atomic_load(&ncode);
+  if (c == (int)(sizeof code / sizeof *code))
+    return;
+  code[c].lo = (uint64_t)(uintptr_t)fn;
+  code[c].hi = code[c].lo + size;
+  snprintf(code[c].name, sizeof code[c].name, "%s", name);
+  if (loaded)
+    code[c].loaded = *loaded;
+  atomic_store_explicit(&ncode, c + 1, memory_order_release);
+  if (ag_opts.num[AG_OPT_PERF_MAP]) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/perf-%d.map", (int)getpid());
+    FILE *f = fopen(path, "ae");
+    if (f) {
+      fprintf(f, "%llx %zx %s\n", (unsigned long long)code[c].lo, size, name);
+      fclose(f);
+    }
+  }
+}
+
+/* Entry i's calls so far, and those its variant served (all threads). */
+static void counts_of(uint32_t i, uint64_t *calls, uint64_t *vcalls)
+{
+  uint64_t *c = calloc(i + 1, sizeof *c), *v = calloc(i + 1, sizeof *v);
+  *calls = *vcalls = 0;
+  if (c && v) {
+    ag_tcount_sum(c, v, i + 1);
+    *calls = c[i], *vcalls = v[i];
+  }
+  free(c), free(v);
+}
+
+/* Entry i got a variant: obj (owned from now on, may be NULL) is its object, loaded says
+ * whether it came from the store. */
+static void set_persisted(uint32_t i, void *obj, size_t len, const char *symbol, int loaded)
+{
+  uint64_t pre = 0, served;
+  if (!loaded)
+    counts_of(i, &pre, &served);
+  pthread_mutex_lock(&persist_mu);
+  persist_t *p = &persist[i];
+  free(p->obj);
+  *p = (persist_t){.obj = loaded ? NULL : obj, .len = len,
+                   .checksum = obj ? jt_obj_checksum(obj, len) : 0,
+                   .state = loaded ? P_STORED : obj ? P_PENDING : P_NONE,
+                   .loaded = (uint8_t)loaded, .had_variant = 1, .pre_calls = pre};
+  snprintf(p->symbol, sizeof p->symbol, "%s", symbol);
+  pthread_mutex_unlock(&persist_mu);
+}
+
+/* Entry i's stored object is invalid (or about to be): the writer deletes it. Returns 1 when
+ * the store has it (or is being given it). */
+static int drop_persisted(uint32_t i)
+{
+  pthread_mutex_lock(&persist_mu);
+  persist_t *p = &persist[i];
+  int stored = p->state == P_STORED || p->state == P_STORING;
+  free(p->obj);
+  p->obj = NULL;
+  p->state = P_DROP;
+  pthread_mutex_unlock(&persist_mu);
+  return stored;
+}
+
 /* Compiles and publishes entry i. Compile thread only. */
 static void compile_one(uint32_t i)
 {
@@ -310,6 +401,7 @@ static void compile_one(uint32_t i)
       break;
     }
   if (rc) { /* back off: hot again after 8192, then 16384 calls; the third failure is final */
+    free(obj);
     uint32_t fails = atomic_fetch_add(&e->fails, 1) + 1;
     atomic_store(&e->tier, fails >= 3 ? AG_TIER_FAILED : AG_TIER_COLD);
     event(e, AG_EV_FAILED, "%s (%s)", err, fails >= 3 ? "blacklisted after 3 failures" : "will retry");
@@ -318,24 +410,14 @@ static void compile_one(uint32_t i)
                              "original library", err);
     return;
   }
-  int c = atomic_load(&ncode);
-  if (!resurrected)
+  char name[128];
+  jit->gemm_name(&g, name, sizeof name); /* the kernel compiled (a test's fault changes it) */
+  if (!resurrected) {
     code_bytes += size;
-  if (size && !resurrected && c < (int)(sizeof code / sizeof *code)) {
-    code[c].lo = (uint64_t)(uintptr_t)fn;
-    code[c].hi = code[c].lo + size;
-    jit->gemm_name(&shapes[i], code[c].name, sizeof code[c].name);
-    atomic_store_explicit(&ncode, c + 1, memory_order_release);
-    if (ag_opts.num[AG_OPT_PERF_MAP]) {
-      char path[64];
-      snprintf(path, sizeof path, "/tmp/perf-%d.map", (int)getpid());
-      FILE *f = fopen(path, "ae");
-      if (f) {
-        fprintf(f, "%llx %zx %s\n", (unsigned long long)code[c].lo, size, code[c].name);
-        fclose(f);
-      }
-    }
+    if (size)
+      add_code((void *)fn, size, name, NULL);
   }
+  set_persisted(i, obj, obj_len, name, 0);
   e->base_timed = atomic_load(&e->timed);
   e->base_ns = atomic_load(&e->timed_ns);
   e->compile_ns = dt;
@@ -356,6 +438,17 @@ static void watch_speed(void)
     ag_entry_t *e = ag_table_entry(ag_table, i);
     if (atomic_load(&e->tier) != AG_TIER_READY)
       continue;
+    /* The guard: calls sent to the variant that failed its speculative guards (C overlapping
+     * A or B) ran the original. A variant most calls cannot use is not worth keeping. */
+    uint64_t miss = atomic_load(&e->guard_miss), calls, hits;
+    if (miss >= 256 && (counts_of(i, &calls, &hits), miss > hits)) {
+      atomic_store_explicit(&e->variant, NULL, memory_order_release);
+      atomic_store(&e->tier, AG_TIER_DEMOTED);
+      drop_persisted(i);
+      event(e, AG_EV_INVALIDATED, "guard: %llu of %llu calls failed the variant's guards",
+            (unsigned long long)miss, (unsigned long long)(miss + hits));
+      continue;
+    }
     uint64_t vt = atomic_load(&e->vtimed), vn = atomic_load(&e->vtimed_ns);
     uint64_t ot = atomic_load(&e->timed) - e->base_timed, on = atomic_load(&e->timed_ns) - e->base_ns;
     if (vt < 64 || ot < 32) /* this VM's timings vary 2x: judge on enough of them */
@@ -371,31 +464,32 @@ static void watch_speed(void)
       atomic_store_explicit(&e->variant, NULL, memory_order_release);
       atomic_store(&e->tier, AG_TIER_DEMOTED);
       event(e, AG_EV_DEMOTED, "variant %.0f ns per call, original %.0f ns", vmean, omean);
+      if (drop_persisted(i))
+        event(e, AG_EV_INVALIDATED, "slower: %.0f ns per call, original %.0f ns", vmean, omean);
     }
   }
 }
 
+/* A compile thread: LLVM is loaded with the first compile, so a thread that only watches
+ * loaded variants (a warm run whose kernels all came from the store) never loads it. */
 static void *compile_main(void *arg)
 {
   (void)arg;
   pthread_setname_np(pthread_self(), "opjit-jit");
   ag_tl_keep_statics = 1; /* LLVM's static destructors are never registered (process.c) */
-  int ok = load_jit() == 0;
   pthread_mutex_lock(&q_mu);
-  if (!ok)
-    atomic_store(&jit_dead, 1);
   for (;;) {
     while (q_len) {
       uint32_t i = queue[--q_len];
       pthread_mutex_unlock(&q_mu);
-      if (ok)
+      if (load_jit() == 0) {
         compile_one(i);
-      else
+      } else {
+        atomic_store(&jit_dead, 1);
         atomic_store(&ag_table_entry(ag_table, i)->tier, AG_TIER_FAILED);
+      }
       pthread_mutex_lock(&q_mu);
     }
-    if (!ok)
-      break;
     pthread_mutex_unlock(&q_mu);
     pthread_mutex_lock(&code_mu);
     watch_speed();
@@ -406,7 +500,6 @@ static void *compile_main(void *arg)
     if (!q_len)
       pthread_cond_timedwait(&q_cond, &q_mu, &dl);
   }
-  pthread_mutex_unlock(&q_mu);
   return NULL;
 }
 
@@ -452,46 +545,178 @@ void ag_tier_sampled(ag_entry_t *e, double cpu_ns)
   enqueue(e, why);
 }
 
+/* The per-entry arrays, made when the tiers take their first signature; q_mu held. */
+static int arrays(void)
+{
+  if (!shapes) {
+    shapes = calloc(ag_tcount_capacity, sizeof *shapes);
+    ag_vrun = calloc(ag_tcount_capacity, sizeof *ag_vrun);
+    persist = calloc(ag_tcount_capacity, sizeof *persist);
+  }
+  return shapes && ag_vrun && persist;
+}
+
+/* Computes the problem e's variant solves and what a call through it needs; 0 when e cannot
+ * be compiled. q_mu held, e not published. */
+static int prepare(ag_entry_t *e)
+{
+  int row = 0;
+  jt_gemm_t g;
+  if (!arrays() || !gemm_of(&e->key, &g, &row))
+    return 0;
+  shapes[e->index] = g;
+  /* The operands' extents in bytes (for the overlap guard), computed once. */
+  size_t esz = g.f64 ? 8 : 4;
+  ag_vrun_t *r = &ag_vrun[e->index];
+  r->ext_a = g.dot ? 0 : ((size_t)g.lda * ((g.ta ? g.m : g.k) - 1) + (size_t)(g.ta ? g.k : g.m)) * esz;
+  r->ext_b = g.dot ? 0 : ((size_t)g.ldb * ((g.tb ? g.k : g.n) - 1) + (size_t)(g.tb ? g.n : g.k)) * esz;
+  r->ext_c = g.dot ? 0 : ((size_t)g.ldc * (size_t)(g.n - 1) + (size_t)g.m) * esz;
+  r->swapped = (uint8_t)row;
+  return 1;
+}
+
+/* Starts a compile thread when there is none, or when the queue is deeper than the threads
+ * and OPJIT_JIT_THREADS allows another; q_mu held. */
+static void start_thread(void)
+{
+  if (nthreads >= ag_opts.num[AG_OPT_JIT_THREADS] || (nthreads && q_len <= 1))
+    return;
+  sigset_t all, old;
+  pthread_t t;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old); /* never a host signal on a compile thread */
+  int started = pthread_create(&t, NULL, compile_main, NULL) == 0;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (started)
+    nthreads++, pthread_detach(t);
+  else if (!nthreads)
+    atomic_store(&jit_dead, 1);
+}
+
 /* Queues cold entry e for compilation (NONE if it cannot be compiled); starts a compile thread
  * if the queue needs one. */
 static void enqueue(ag_entry_t *e, const char *why)
 {
   pthread_mutex_lock(&q_mu);
   uint32_t cold = AG_TIER_COLD;
-  if (!shapes) {
-    shapes = calloc(ag_tcount_capacity, sizeof *shapes);
-    ag_vrun = calloc(ag_tcount_capacity, sizeof *ag_vrun);
-  }
-  int row = 0;
-  jt_gemm_t g;
-  if (!shapes || !ag_vrun || !gemm_of(&e->key, &g, &row)) {
+  if (atomic_load(&e->tier) != AG_TIER_COLD || q_len == QUEUE_MAX) {
+    /* queued or served already, or the queue is full (asked again later) */
+  } else if (!prepare(e)) {
     atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE);
-  } else if (q_len < QUEUE_MAX && atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_QUEUED)) {
-    shapes[e->index] = g;
-    /* The operands' extents in bytes (for the overlap guard), computed once. */
-    size_t esz = g.f64 ? 8 : 4;
-    ag_vrun_t *r = &ag_vrun[e->index];
-    r->ext_a = g.dot ? 0 : ((size_t)g.lda * ((g.ta ? g.m : g.k) - 1) + (size_t)(g.ta ? g.k : g.m)) * esz;
-    r->ext_b = g.dot ? 0 : ((size_t)g.ldb * ((g.tb ? g.k : g.n) - 1) + (size_t)(g.tb ? g.n : g.k)) * esz;
-    r->ext_c = g.dot ? 0 : ((size_t)g.ldc * (size_t)(g.n - 1) + (size_t)g.m) * esz;
-    r->swapped = (uint8_t)row;
+  } else if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_QUEUED)) {
     queue[q_len++] = e->index;
     event(e, AG_EV_QUEUED, "%s", why);
-    if (nthreads < ag_opts.num[AG_OPT_JIT_THREADS] && (nthreads == 0 || q_len > 1)) {
-      sigset_t all, old;
-      pthread_t t;
-      sigfillset(&all);
-      pthread_sigmask(SIG_SETMASK, &all, &old); /* never a host signal on a compile thread */
-      int started = pthread_create(&t, NULL, compile_main, NULL) == 0;
-      pthread_sigmask(SIG_SETMASK, &old, NULL);
-      if (started)
-        nthreads++, pthread_detach(t);
-      else if (!nthreads)
-        atomic_store(&jit_dead, 1);
-    }
+    start_thread();
     pthread_cond_signal(&q_cond);
   }
   pthread_mutex_unlock(&q_mu);
+}
+
+int ag_tier_profile_hot(const ag_entry_t *e, double calls_per_run, double mean_ns)
+{
+  if (ag_hot_calls == 0)
+    return 0;
+  return ag_opts.num[AG_OPT_HOT_PAYBACK] ? pays_back(e, calls_per_run * mean_ns)
+                                         : calls_per_run >= (double)ag_hot_calls;
+}
+
+void ag_tier_queue(ag_entry_t *e, const char *why)
+{
+  if (ag_hot_calls && !atomic_load(&jit_dead))
+    enqueue(e, why);
+}
+
+int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol, char *err,
+                 size_t errlen)
+{
+  uint64_t t0 = ag_now_ns();
+  pthread_mutex_lock(&q_mu);
+  uint32_t cold = AG_TIER_COLD;
+  int ok = atomic_load(&e->tier) == AG_TIER_COLD && prepare(e);
+  if (!ok) /* not compilable with these options (OPJIT_JIT_MAX_DIM): NONE, as enqueue does */
+    atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE);
+  pthread_mutex_unlock(&q_mu);
+  if (!ok) {
+    snprintf(err, errlen, "the signature is not compilable with these options");
+    return -1;
+  }
+  jt_loaded_t l;
+  if (jt_obj_load(obj, len, symbol, &l, err, errlen))
+    return -1;
+  pthread_mutex_lock(&code_mu);
+  if (code_bytes + l.map_len > cache_budget()) {
+    pthread_mutex_unlock(&code_mu);
+    jt_obj_unload(&l);
+    snprintf(err, errlen, "the code cache is full");
+    return -1;
+  }
+  code_bytes += l.map_len;
+  add_code(l.fn, l.size, symbol, &l);
+  pthread_mutex_unlock(&code_mu);
+  set_persisted(e->index, NULL, 0, symbol, 1);
+  atomic_store(&e->verify, 0); /* verified in the run that stored it; the checksum holds */
+  atomic_store(&e->tier, AG_TIER_READY);
+  atomic_store_explicit(&e->variant, l.fn, memory_order_release);
+  event(e, AG_EV_LOADED, "%zu bytes of code placed in %.0f us, no compile", l.size,
+        (double)(ag_now_ns() - t0) / 1e3);
+  pthread_mutex_lock(&q_mu);
+  start_thread(); /* it watches the variant's speed and guards */
+  pthread_mutex_unlock(&q_mu);
+  return 0;
+}
+
+void ag_tier_invalidate(ag_entry_t *e, const char *fmt, ...)
+{
+  char detail[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(detail, sizeof detail, fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&q_mu);
+  int ok = arrays();
+  pthread_mutex_unlock(&q_mu);
+  if (ok)
+    drop_persisted(e->index);
+  event(e, AG_EV_INVALIDATED, "%s", detail);
+}
+
+int ag_tier_persist(uint32_t i, ag_persist_t *out)
+{
+  if (!persist)
+    return 0;
+  ag_entry_t *e = ag_table_entry(ag_table, i);
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&persist_mu);
+  persist_t *p = &persist[i];
+  int any = p->had_variant || p->state == P_DROP;
+  out->origin = p->loaded ? "loaded" : "compiled";
+  out->pre_calls = p->pre_calls;
+  if (p->state == P_PENDING && atomic_load(&e->tier) == AG_TIER_READY &&
+      atomic_load(&e->verify) <= 0) { /* verified: the writer owns the object until persisted */
+    out->object = p->obj, out->object_len = p->len, out->checksum = p->checksum;
+    snprintf(out->symbol, sizeof out->symbol, "%s", p->symbol);
+    p->obj = NULL;
+    p->state = P_STORING;
+  }
+  out->drop = p->state == P_DROP;
+  pthread_mutex_unlock(&persist_mu);
+  return any;
+}
+
+void ag_tier_persisted(uint32_t i, ag_persist_t *done, int ok)
+{
+  pthread_mutex_lock(&persist_mu);
+  persist_t *p = &persist[i];
+  if (done->object && p->state == P_STORING) {
+    p->state = ok ? P_STORED : P_PENDING;
+    if (!ok)
+      p->obj = done->object, done->object = NULL;
+  } else if (done->drop && ok && p->state == P_DROP) {
+    p->state = P_NONE;
+  }
+  pthread_mutex_unlock(&persist_mu);
+  free(done->object);
+  done->object = NULL;
 }
 
 /* Largest magnitude in a rows x cols column-major block. */
@@ -620,6 +845,7 @@ void ag_tier_after_fork_child(void)
   pthread_mutex_init(&q_mu, NULL);
   pthread_cond_init(&q_cond, NULL);
   pthread_mutex_init(&ev_mu, NULL);
+  pthread_mutex_init(&persist_mu, NULL);
   q_len = 0;
   ev_len = 0;
   /* If the parent had a compile thread, LLVM's state in the child is whatever that thread left

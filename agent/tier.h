@@ -50,6 +50,41 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n);
  * under OPJIT_HOT_CALLS. Off with OPJIT_HOT_PAYBACK=0. */
 void ag_tier_sampled(ag_entry_t *e, double cpu_ns);
 
+/* ---- across runs (agent/warm.c and the writer) ---- */
+
+/* Whether a signature the profile says makes calls_per_run calls of mean_ns each per run is
+ * hot: the test ag_tier_hot and ag_tier_sampled apply within a run, on a run's worth. */
+int ag_tier_profile_hot(const ag_entry_t *e, double calls_per_run, double mean_ns);
+
+/* Queues cold entry e for compilation now (the profile says it is hot). */
+void ag_tier_queue(ag_entry_t *e, const char *why);
+
+/* Places a persisted kernel (jit/objload.h) as e's variant: published at once, not verified
+ * again (it was verified in the run that stored it, and its checksum was checked), watched
+ * for speed and guards like a compiled one. Returns 0, or -1 with a sentence in err. */
+int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol, char *err,
+                 size_t errlen);
+
+/* Records why e's stored object is invalid (the detail's first word is the reason) and has the
+ * writer delete it. */
+void ag_tier_invalidate(ag_entry_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* What the writer records about an entry's variant and object. */
+typedef struct ag_persist_s {
+  const char *origin;   /* "compiled" or "loaded" */
+  uint64_t pre_calls;   /* the signature's calls before the variant was published */
+  void *object;         /* a verified variant's object to store, owned by the writer until
+                           ag_tier_persisted; NULL when there is none to store */
+  size_t object_len;
+  uint64_t checksum;
+  char symbol[128];
+  int drop;             /* the stored object is invalid: delete it */
+} ag_persist_t;
+/* Fills *out for entry i; returns 0 when the entry never had a variant nor an invalidation. */
+int ag_tier_persist(uint32_t i, ag_persist_t *out);
+/* After the write of *p (ok: committed): takes the object back or frees it. */
+void ag_tier_persisted(uint32_t i, ag_persist_t *p, int ok);
+
 /* How a GEMM call with a published variant goes. */
 enum ag_run { AG_RUN_ORIGINAL = 0, /* a guard failed: the caller runs the original */
               AG_RUN_DONE,         /* the variant computed C */
@@ -87,8 +122,10 @@ static inline __attribute__((always_inline)) int ag_tier_gemm(ag_entry_t *e, voi
     a = b, b = t;
   }
   uintptr_t c0 = (uintptr_t)c, c1 = c0 + r->ext_c, a0 = (uintptr_t)a, b0 = (uintptr_t)b;
-  if ((c0 < a0 + r->ext_a && a0 < c1) || (c0 < b0 + r->ext_b && b0 < c1))
+  if ((c0 < a0 + r->ext_a && a0 < c1) || (c0 < b0 + r->ext_b && b0 < c1)) {
+    atomic_fetch_add_explicit(&e->guard_miss, 1, memory_order_relaxed);
     return AG_RUN_ORIGINAL; /* speculative guard: the kernel assumes C aliases neither */
+  }
   if (__builtin_expect(atomic_load_explicit(&e->verify, memory_order_relaxed) > 0, 0))
     return ag_tier_gemm_verify(e, v, a, b, c, alpha, beta, vf);
   ((void (*)(const void *, const void *, void *, double, double))v)(a, b, c, alpha, beta);

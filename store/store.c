@@ -312,7 +312,9 @@ int st_open(const char *path, int flags, int busy_ms, st_db_t **out, char *err, 
     if ((rc = exec_sql(db->db, "PRAGMA journal_mode=WAL")) ||
         (rc = exec_sql(db->db, "PRAGMA synchronous=NORMAL")))
       goto out_fail;
-    if (!(flags & ST_OPEN_NO_MIGRATE) && (rc = st_migrate_to(db, ST_SCHEMA_VERSION)))
+    /* Migrating takes the write lock: only when the file is older than this build. */
+    if (!(flags & ST_OPEN_NO_MIGRATE) && version < ST_SCHEMA_VERSION &&
+        (rc = st_migrate_to(db, ST_SCHEMA_VERSION)))
       goto out_fail;
   }
   exec_sql(db->db, "PRAGMA foreign_keys=ON");
@@ -537,15 +539,16 @@ int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size
     const st_variant_rec_t *r = &v[i];
     if ((rc = sig_id_of(db->db, r->key, r->key_len, &sig)))
       break;
-    rc = run1(db->db, NULL,
-              "INSERT INTO variants VALUES(?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO UPDATE SET"
-              " status=excluded.status, generator=excluded.generator, llvm=excluded.llvm,"
-              " cpu=excluded.cpu, compile_ns=excluded.compile_ns, calls=excluded.calls,"
-              " timed_calls=excluded.timed_calls, timed_ns=excluded.timed_ns,"
-              " origin=excluded.origin, pre_calls=excluded.pre_calls",
-              "iitittiiiiti", run_id, sig, r->status, (int64_t)r->generator, r->llvm, r->cpu,
-              (int64_t)r->compile_ns, (int64_t)r->calls, (int64_t)r->timed_calls,
-              (int64_t)r->timed_ns, r->origin ? r->origin : "compiled", (int64_t)r->pre_calls);
+    if (r->status)
+      rc = run1(db->db, NULL,
+                "INSERT INTO variants VALUES(?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO UPDATE SET"
+                " status=excluded.status, generator=excluded.generator, llvm=excluded.llvm,"
+                " cpu=excluded.cpu, compile_ns=excluded.compile_ns, calls=excluded.calls,"
+                " timed_calls=excluded.timed_calls, timed_ns=excluded.timed_ns,"
+                " origin=excluded.origin, pre_calls=excluded.pre_calls",
+                "iitittiiiiti", run_id, sig, r->status, (int64_t)r->generator, r->llvm, r->cpu,
+                (int64_t)r->compile_ns, (int64_t)r->calls, (int64_t)r->timed_calls,
+                (int64_t)r->timed_ns, r->origin ? r->origin : "compiled", (int64_t)r->pre_calls);
     if (!rc && r->object)
       rc = run1(db->db, NULL,
                 "INSERT INTO objects(sig_id, cpu, llvm, generator, symbol, checksum, code, run_id,"

@@ -136,7 +136,8 @@ int st_run_samples(st_db_t *db, int64_t run_id, const st_samples_t *s);
 typedef struct st_variant_rec_s {
   const void *key;
   size_t key_len;
-  const char *status;            /* queued, ready, failed, demoted */
+  const char *status;            /* queued, ready, failed, demoted; NULL: no variant row, only
+                                    the object's store or drop below */
   int generator;                 /* the generator's version */
   const char *llvm, *cpu;        /* what the code was compiled with and for */
   uint64_t compile_ns;

@@ -66,6 +66,8 @@ Test(opt, every_option_parsed)
   setenv_fake("OPJIT_VERIFY", "0");
   setenv_fake("OPJIT_PERF_MAP", "1");
   setenv_fake("OPJIT_CODE_CACHE_MB", "8");
+  setenv_fake("OPJIT_WARM", "off");
+  setenv_fake("OPJIT_DECAY", "3");
   setenv_fake("OPJIT_JIT_THREADS", "2");
   setenv_fake("OPJIT_FLUSH_MS", "2K");
   setenv_fake("OPJIT_EXIT_WAIT_MS", "0");
@@ -90,6 +92,8 @@ Test(opt, every_option_parsed)
   cr_assert_eq(o.num[AG_OPT_VERIFY], 0);
   cr_assert_eq(o.num[AG_OPT_PERF_MAP], 1);
   cr_assert_eq(o.num[AG_OPT_CODE_CACHE_MB], 8);
+  cr_assert_eq(o.num[AG_OPT_WARM], 0);
+  cr_assert_eq(o.num[AG_OPT_DECAY], 3);
   cr_assert_eq(o.num[AG_OPT_JIT_THREADS], 2);
   cr_assert_eq(o.num[AG_OPT_FLUSH_MS], 2048);
   cr_assert_eq(o.num[AG_OPT_EXIT_WAIT_MS], 0);

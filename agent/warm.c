@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/* The warm start (warm.h). */
+#include "warm.h"
+#include "agent.h"
+#include "log.h"
+#include "opt.h"
+#include "tier.h"
+#include "jit/jit.h"
+#include "jit/objload.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#ifndef OPJIT_LLVM_VERSION
+#define OPJIT_LLVM_VERSION "none" /* built without the JIT: no object is ever usable */
+#endif
+
+/* Why h's object cannot be placed here, or NULL when it can. */
+static const char *unusable(const st_hot_t *h, const ag_runinfo_t *ri, char *why, size_t len)
+{
+  if (strcmp(h->cpu, ri->cpu_key) != 0)
+    snprintf(why, len, "cpu: built for %s, this machine is %s", h->cpu, ri->cpu_key);
+  else if (h->generator != JT_GENERATOR_VERSION)
+    snprintf(why, len, "generator: built by generator version %d, this agent's is %d",
+             h->generator, JT_GENERATOR_VERSION);
+  else if (strcmp(h->llvm, OPJIT_LLVM_VERSION) != 0)
+    snprintf(why, len, "llvm: built with LLVM %s, this agent's JIT uses %s", h->llvm,
+             OPJIT_LLVM_VERSION);
+  else if (jt_obj_checksum(h->code, h->code_len) != h->checksum)
+    snprintf(why, len, "checksum: the stored object (%zu bytes) is damaged", h->code_len);
+  else
+    return NULL;
+  return why;
+}
+
+void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, ag_warm_t *w)
+{
+  memset(w, 0, sizeof *w);
+  st_run_info_t prog = {.exe = ri->exe, .build_id = ri->build_id, .script = ri->script,
+                        .cpu_model = ri->cpu_model, .cpu_flags = ri->cpu_flags};
+  long decay = ag_opts.num[AG_OPT_DECAY];
+  /* Runs older than 8 half-lives weigh under 1/256: not worth reading. */
+  int window = decay * 8 < 256 ? (int)decay * 8 : 256;
+  st_profile_t p;
+  int rc = store->profile(db, &prog, ri->cpu_key, (double)decay, window, &p);
+  if (rc) {
+    ag_log(AG_LOG_WARN, "cannot read this program's profile (%s): the run starts cold",
+           store->errstr(rc));
+    return;
+  }
+  w->runs = p.runs;
+  for (size_t i = 0; i < p.n; i++) {
+    const st_hot_t *h = &p.sigs[i];
+    if (h->key_len != sizeof(ag_sig_t))
+      continue; /* another agent version's key */
+    ag_entry_t probe;
+    memcpy(&probe.key, h->key, sizeof probe.key);
+    int hot = ag_tier_profile_hot(&probe, h->score, h->mean_ns);
+    int ours = h->object_id && strcmp(h->cpu, ri->cpu_key) == 0;
+    if (!hot && !ours)
+      continue;
+    ag_entry_t *e = ag_table_get(ag_table, &probe.key);
+    if (!e)
+      break; /* the table is full */
+    char why[700], err[256];
+    if (!hot) {
+      ag_tier_invalidate(e, "decayed: %.1f calls per run in the profile, not hot any more",
+                         h->score);
+      w->invalidated++;
+      continue;
+    }
+    if (h->object_id) {
+      if (!unusable(h, ri, why, sizeof why) &&
+          ag_tier_load(e, h->code, h->code_len, h->symbol, err, sizeof err) == 0) {
+        w->loaded++;
+        continue;
+      }
+      if (atomic_load(&e->tier) != AG_TIER_COLD)
+        continue; /* not compilable with these options: nothing to recompile */
+      if (!unusable(h, ri, why, sizeof why))
+        snprintf(why, sizeof why, "unloadable: %s", err);
+      ag_tier_invalidate(e, "%s", why);
+      w->invalidated++;
+    }
+    snprintf(why, sizeof why, "warm: %.0f calls per run in the profile", h->score);
+    ag_tier_queue(e, why);
+    w->queued += atomic_load(&e->tier) == AG_TIER_QUEUED;
+  }
+  store->profile_free(&p);
+}

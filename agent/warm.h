@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/* The warm start: a run begins where the program's earlier runs left off.
+ *
+ * On a process's first counted call in jit mode (OPJIT_WARM), before that call runs, the
+ * agent reads the program's profile on this machine (store.h, st_profile: its recent runs,
+ * each weighing half as much every OPJIT_DECAY runs) and, for each signature:
+ *   hot, with a valid object for this CPU  -> placed without LLVM (ag_tier_load): its first
+ *                                              call runs the kernel
+ *   hot, with no usable object             -> queued for compilation at once (background)
+ *   not hot any more, with an object       -> invalidated: "decayed"
+ * An object is usable when it was built for this CPU (model and flags), by this generator
+ * version and LLVM version, and its checksum holds; otherwise it is invalidated with that
+ * reason ("cpu", "generator", "llvm", "checksum", "unloadable") and recompiled. */
+#ifndef OPJIT_AGENT_WARM_H
+#define OPJIT_AGENT_WARM_H
+
+#include "runinfo.h"
+#include "../store/store.h"
+
+#include <stdint.h>
+
+typedef struct ag_warm_s {
+  int64_t runs;          /* earlier runs the profile came from */
+  int loaded, queued, invalidated;
+} ag_warm_t;
+
+/* Reads the profile through store and db (open) and acts on it; the signature table exists.
+ * A store error leaves the run cold, with one warning. */
+void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, ag_warm_t *out);
+
+#endif
