@@ -612,12 +612,12 @@ static void enqueue(ag_entry_t *e, const char *why)
   pthread_mutex_unlock(&q_mu);
 }
 
-int ag_tier_profile_hot(const ag_entry_t *e, double calls_per_run, double mean_ns)
+int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns)
 {
   if (ag_hot_calls == 0)
     return 0;
-  return ag_opts.num[AG_OPT_HOT_PAYBACK] ? pays_back(e, calls_per_run * mean_ns)
-                                         : calls_per_run >= (double)ag_hot_calls;
+  return ag_opts.num[AG_OPT_HOT_PAYBACK] ? pays_back(e, calls * mean_ns)
+                                         : calls >= (double)ag_hot_calls;
 }
 
 void ag_tier_queue(ag_entry_t *e, const char *why)

@@ -52,9 +52,9 @@ void ag_tier_sampled(ag_entry_t *e, double cpu_ns);
 
 /* ---- across runs (agent/warm.c and the writer) ---- */
 
-/* Whether a signature the profile says makes calls_per_run calls of mean_ns each per run is
- * hot: the test ag_tier_hot and ag_tier_sampled apply within a run, on a run's worth. */
-int ag_tier_profile_hot(const ag_entry_t *e, double calls_per_run, double mean_ns);
+/* Whether a signature whose calls the profile weighs at calls (decayed: store.h, st_profile),
+ * of mean_ns each, is hot: the test ag_tier_hot and ag_tier_sampled apply within a run. */
+int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns);
 
 /* Queues cold entry e for compilation now (the profile says it is hot). */
 void ag_tier_queue(ag_entry_t *e, const char *why);

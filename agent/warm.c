@@ -64,7 +64,7 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
       break; /* the table is full */
     char why[700], err[256];
     if (!hot) {
-      ag_tier_invalidate(e, "decayed: %.1f calls per run in the profile, not hot any more",
+      ag_tier_invalidate(e, "decayed: the profile weighs its calls at %.1f, not hot any more",
                          h->score);
       w->invalidated++;
       continue;
@@ -82,7 +82,7 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
       ag_tier_invalidate(e, "%s", why);
       w->invalidated++;
     }
-    snprintf(why, sizeof why, "warm: %.0f calls per run in the profile", h->score);
+    snprintf(why, sizeof why, "warm: the profile weighs its calls at %.0f", h->score);
     ag_tier_queue(e, why);
     w->queued += atomic_load(&e->tier) == AG_TIER_QUEUED;
   }

@@ -678,15 +678,11 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
   }
   sqlite3_finalize(st);
   rc = rc == SQLITE_DONE ? ST_OK : db_code(db->db, rc, NULL);
-  /* The weights' sum over the runs read: the score is a weighted mean per run. */
-  double wsum = 0;
-  for (int64_t age = 0; age < out->runs; age++)
-    wsum += exp2(-(double)age / decay_runs);
   if (!rc && n && !(out->sigs = calloc(n, sizeof *out->sigs)))
     rc = ST_ENOMEM;
   for (size_t i = 0; !rc && i < n; i++) {
     st_hot_t *h = &out->sigs[out->n];
-    h->score = wsum > 0 ? acc[i].calls / wsum : 0;
+    h->score = acc[i].calls;
     h->mean_ns = acc[i].timed ? (double)acc[i].timed_ns / (double)acc[i].timed : 0;
     rc = profile_sig(db->db, acc[i].sig_id, cpu, h);
     if (!rc && h->key)

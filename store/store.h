@@ -188,7 +188,7 @@ int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size
 typedef struct st_hot_s {
   void *key;               /* the raw key bytes */
   size_t key_len;
-  double score;            /* decayed mean calls per run */
+  double score;            /* decayed calls: the sum over the runs of calls times weight */
   double mean_ns;          /* the original's mean timed duration over those runs (0: none) */
   /* The signature's object: the one for the requested cpu if there is one, else the newest
    * for any (object_id 0: none). */

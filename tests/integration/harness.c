@@ -138,6 +138,22 @@ int64_t h_query(const char *path, const char *fmt, ...)
   return v;
 }
 
+void h_exec(const char *fmt, ...)
+{
+  char sql[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(sql, sizeof sql, fmt, ap);
+  va_end(ap);
+  sqlite3 *db;
+  cr_assert_eq(sqlite3_open_v2(h_db, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+  sqlite3_busy_timeout(db, 2000);
+  char *msg = NULL;
+  cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql, msg);
+  cr_assert_gt(sqlite3_changes(db), 0, "%s changed nothing", sql);
+  sqlite3_close(db);
+}
+
 int h_nobody_can_use_build(void)
 {
   if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0)

@@ -35,6 +35,10 @@ int h_same_file(const char *a, const char *b);
 /* Runs one integer query on a database (h_db when path is NULL); -1 when there is no row. */
 int64_t h_query(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Runs one statement that changes h_db (a test tampering with what the agent stored); fails
+ * the test when it errs or changes nothing. */
+void h_exec(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 #define H_AGENT OPJIT_BUILD_DIR "/libopjit.so"
 #define H_BLAS_PROG OPJIT_BUILD_DIR "/blas_prog"
 #define H_HOST_PROG OPJIT_BUILD_DIR "/host_prog"

@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: MIT */
+/* Profiles across runs, in a real host (jit_prog, every result checked against the reference
+ * BLAS) and a real database: run 2 places run 1's kernels without compiling or loading LLVM,
+ * and each signature's first call runs its kernel; damaged, foreign and outdated objects are
+ * invalidated with their reason and recompiled; a profile whose shapes changed lets the old
+ * kernels decay; two processes of one program at once both land in its profile. */
+#include "harness.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#define H_JIT_PROG OPJIT_BUILD_DIR "/jit_prog"
+#define H_JIT_MODULE OPJIT_BUILD_DIR "/libopjit-jit.so"
+
+static void setup(void)
+{
+  struct stat st;
+  if (stat(H_JIT_MODULE, &st) != 0)
+    cr_skip_test("the JIT module was not built (LLVM 19 missing)");
+  h_setup();
+}
+
+TestSuite(warm, .init = setup, .fini = h_teardown, .timeout = 600);
+
+/* Every signature is hot from its first call (and in the profile), so the runs are
+ * deterministic; OPJIT_LOG=info tells whether LLVM was loaded ("JIT ready"). */
+static const char *const env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
+                                  "OPJIT_SAMPLE_HZ=0", "OPJIT_LOG=info", NULL};
+
+static void sweep(const char *tag, const char *const *e, const char *sigs, const char *passes,
+                  const char *seed)
+{
+  int st = h_run(tag, 1, e, (const char *[]){H_JIT_PROG, "sweep", sigs, passes, seed, NULL});
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d\n%s\n%s", tag, st,
+            h_output(tag, "out"), h_output(tag, "err"));
+  cr_assert(strstr(h_output(tag, "out"), "mismatches 0"), "%s", h_output(tag, "out"));
+}
+
+static int64_t events(int run, const char *kind)
+{
+  return h_query(NULL, "SELECT count(*) FROM events WHERE run_id=%d AND kind='%s'", run, kind);
+}
+
+Test(warm, run_two_places_every_kernel_and_compiles_nothing)
+{
+  sweep("run1", env, "40", "30", "99");
+  int64_t compiled = events(1, "published");
+  cr_assert_gt(compiled, 20, "run 1 compiled %lld kernels", (long long)compiled);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects"), compiled, "every kernel stored");
+  cr_assert(strstr(h_output("run1", "err"), "JIT ready"), "%s", h_output("run1", "err"));
+
+  /* Run 2 calls each signature once: that call is its first. */
+  sweep("run2", env, "40", "1", "99");
+  cr_assert_eq(events(2, "queued"), 0);
+  cr_assert_eq(events(2, "published"), 0, "nothing compiled");
+  cr_assert_eq(events(2, "loaded"), compiled, "every object placed");
+  cr_assert_null(strstr(h_output("run2", "err"), "JIT ready"), "LLVM was loaded: %s",
+                 h_output("run2", "err"));
+  cr_assert(strstr(h_output("run2", "err"), "warm start from 1 runs"), "%s",
+            h_output("run2", "err"));
+  /* Each hot signature's one call ran its kernel: the variant served it, and it was in place
+   * before any call. */
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE run_id=2 AND origin='loaded'"
+                             " AND status='ready' AND calls=1 AND pre_calls=0"), compiled);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE run_id=2"), compiled);
+  cr_assert_gt(h_query(NULL, "SELECT warm_ns FROM runs WHERE id=2"), 0);
+}
+
+Test(warm, damaged_foreign_and_outdated_objects_are_invalidated_and_recompiled)
+{
+  sweep("run1", env, "40", "30", "5");
+  int64_t n = h_query(NULL, "SELECT count(*) FROM objects");
+  cr_assert_gt(n, 10);
+  /* Three objects, each made unusable in its own way. */
+  h_exec("UPDATE objects SET code = zeroblob(length(code)) WHERE id ="
+          " (SELECT id FROM objects ORDER BY id LIMIT 1 OFFSET 0)");
+  h_exec("UPDATE objects SET generator = generator + 1 WHERE id ="
+          " (SELECT id FROM objects ORDER BY id LIMIT 1 OFFSET 1)");
+  h_exec("UPDATE objects SET cpu = 'Another CPU [flags 0]' WHERE id ="
+          " (SELECT id FROM objects ORDER BY id LIMIT 1 OFFSET 2)");
+  h_exec("UPDATE objects SET llvm = '18.1.0' WHERE id ="
+          " (SELECT id FROM objects ORDER BY id LIMIT 1 OFFSET 3)");
+  sweep("run2", env, "40", "30", "5");
+  const char *reasons[] = {"checksum", "generator", "cpu", "llvm"};
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE run_id=2 AND"
+                               " kind='invalidated' AND detail LIKE '%s:%%'", reasons[i]), 1,
+                 "one %s invalidation", reasons[i]);
+  cr_assert_eq(events(2, "loaded"), n - 4);
+  cr_assert_eq(events(2, "published"), 4, "the four were recompiled");
+  cr_assert(strstr(h_output("run2", "err"), "JIT ready"), "LLVM loaded for the recompiles");
+  /* This CPU has a good object for every signature again; the other CPU's stays. */
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects WHERE cpu <> 'Another CPU [flags 0]'"),
+               n);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects WHERE cpu = 'Another CPU [flags 0]'"), 1);
+  sweep("run3", env, "40", "1", "5");
+  cr_assert_eq(events(3, "loaded"), n, "run 3 loads every object");
+  cr_assert_eq(events(3, "invalidated"), 0, "this CPU's objects come first");
+}
+
+Test(warm, shapes_that_stop_being_called_decay_and_new_ones_become_hot)
+{
+  /* Each run's weight halves every run; a signature is hot at 16 decayed calls. */
+  const char *e[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=16",
+                     "OPJIT_DECAY=1", "OPJIT_SAMPLE_HZ=0", NULL};
+  sweep("a1", e, "12", "20", "1"); /* run 1: shapes A, 20 calls each */
+  sweep("a2", e, "12", "20", "1"); /* run 2: A, warm */
+  int64_t a = h_query(NULL, "SELECT count(*) FROM objects");
+  cr_assert_gt(a, 5);
+  cr_assert_eq(events(2, "loaded"), a);
+  sweep("b3", e, "12", "20", "2"); /* run 3: shapes B; A weighs 20 + 20/2 = 30: still hot */
+  cr_assert_eq(events(3, "invalidated"), 0);
+  cr_assert_eq(events(3, "loaded"), a);
+  int64_t b = events(3, "published");
+  cr_assert_gt(b, 5);
+  /* Run 4: A weighs 20/2 + 20/4 = 15 calls, under 16: decayed; B weighs 20. */
+  sweep("b4", e, "12", "20", "2");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE run_id=4 AND kind='invalidated'"
+                             " AND detail LIKE 'decayed:%%'"), a);
+  cr_assert_eq(events(4, "invalidated"), a);
+  cr_assert_eq(events(4, "loaded"), b, "B's kernels are the warm ones now");
+  cr_assert_eq(events(4, "published"), 0);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects"), b, "A's objects are gone");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects o WHERE o.sig_id NOT IN"
+                             " (SELECT sig_id FROM run_sigs WHERE run_id=4)"), 0);
+}
+
+Test(warm, two_processes_of_one_program_both_extend_its_profile)
+{
+  sweep("first", env, "20", "20", "3");
+  const char *argv[] = {H_JIT_PROG, "sweep", "20", "20", "3", NULL};
+  pid_t p1 = h_spawn("c1", 1, env, argv), p2 = h_spawn("c2", 1, env, argv);
+  int s1, s2;
+  cr_assert_eq(waitpid(p1, &s1, 0), p1);
+  cr_assert_eq(waitpid(p2, &s2, 0), p2);
+  cr_assert(WIFEXITED(s1) && WEXITSTATUS(s1) == 0 && WIFEXITED(s2) && WEXITSTATUS(s2) == 0,
+            "%s\n%s", h_output("c1", "err"), h_output("c2", "err"));
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE status='exited'"), 3);
+  cr_assert_eq(h_query(NULL, "SELECT count(DISTINCT run_id) FROM run_sigs"), 3,
+               "both concurrent runs recorded their calls");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE run_id > 1 AND kind='published'"),
+               0, "both started warm");
+  sweep("last", env, "20", "1", "3");
+  cr_assert(strstr(h_output("last", "err"), "warm start from 3 runs"), "%s",
+            h_output("last", "err"));
+}
