@@ -101,20 +101,24 @@ Test(warm, damaged_foreign_and_outdated_objects_are_invalidated_and_recompiled)
   cr_assert_eq(events(3, "invalidated"), 0, "this CPU's objects come first");
 }
 
+static int64_t objects(void) { return h_query(NULL, "SELECT count(*) FROM objects"); }
+
 Test(warm, shapes_that_stop_being_called_decay_and_new_ones_become_hot)
 {
-  /* Each run's weight halves every run; a signature is hot at 16 decayed calls. */
+  /* Each run's weight halves every run; a signature is hot at 16 decayed calls. A kernel
+   * compiled too late in a run to be verified is not stored: the next run compiles it again. */
   const char *e[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=16",
                      "OPJIT_DECAY=1", "OPJIT_SAMPLE_HZ=0", NULL};
   sweep("a1", e, "12", "20", "1"); /* run 1: shapes A, 20 calls each */
+  int64_t stored1 = objects();
   sweep("a2", e, "12", "20", "1"); /* run 2: A, warm */
-  int64_t a = h_query(NULL, "SELECT count(*) FROM objects");
+  cr_assert_eq(events(2, "loaded"), stored1);
+  int64_t a = objects();
   cr_assert_gt(a, 5);
-  cr_assert_eq(events(2, "loaded"), a);
   sweep("b3", e, "12", "20", "2"); /* run 3: shapes B; A weighs 20 + 20/2 = 30: still hot */
   cr_assert_eq(events(3, "invalidated"), 0);
   cr_assert_eq(events(3, "loaded"), a);
-  int64_t b = events(3, "published");
+  int64_t b = objects() - a;
   cr_assert_gt(b, 5);
   /* Run 4: A weighs 20/2 + 20/4 = 15 calls, under 16: decayed; B weighs 20. */
   sweep("b4", e, "12", "20", "2");
@@ -122,10 +126,10 @@ Test(warm, shapes_that_stop_being_called_decay_and_new_ones_become_hot)
                              " AND detail LIKE 'decayed:%%'"), a);
   cr_assert_eq(events(4, "invalidated"), a);
   cr_assert_eq(events(4, "loaded"), b, "B's kernels are the warm ones now");
-  cr_assert_eq(events(4, "published"), 0);
-  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects"), b, "A's objects are gone");
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects o WHERE o.sig_id NOT IN"
-                             " (SELECT sig_id FROM run_sigs WHERE run_id=4)"), 0);
+                             " (SELECT sig_id FROM run_sigs WHERE run_id=4)"), 0,
+               "A's objects are gone");
+  cr_assert_geq(objects(), b);
 }
 
 Test(warm, two_processes_of_one_program_both_extend_its_profile)
