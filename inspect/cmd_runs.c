@@ -44,7 +44,11 @@ static int cmd_runs(int argc, char **argv)
       db, "SELECT r.id, r.start_ns, coalesce(r.flush_ns, 0), coalesce(r.end_ns, 0), r.status,"
           " r.pid, r.ppid, p.exe, r.argv, r.parent_run, count(rs.sig_id),"
           " coalesce(sum(rs.calls), 0), r.overflow_calls, r.sampling,"
-          " (SELECT count(*) FROM variants v WHERE v.run_id = r.id AND v.status = 'ready')"
+          " (SELECT count(*) FROM variants v WHERE v.run_id = r.id AND v.status = 'ready'),"
+          " (SELECT count(*) FROM events e WHERE e.run_id = r.id AND e.kind = 'loaded'),"
+          " (SELECT count(*) FROM events e WHERE e.run_id = r.id AND e.kind = 'published'),"
+          " (SELECT count(*) FROM events e WHERE e.run_id = r.id AND e.kind = 'invalidated'),"
+          " coalesce(r.warm_ns, 0)"
           " FROM runs r JOIN programs p ON p.id = r.program_id"
           " LEFT JOIN run_sigs rs ON rs.run_id = r.id"
           " GROUP BY r.id ORDER BY r.id DESC LIMIT ?");
@@ -72,14 +76,19 @@ static int cmd_runs(int argc, char **argv)
   cJSON *runs = cJSON_AddArrayToObject(doc, "runs");
   cJSON_AddStringToObject(doc, "database", sqlite3_db_filename(st_sqlite(db), "main"));
   static const char *const head[] = {"RUN", "STARTED", "DURATION", "STATUS", "PROGRAM",
-                                     "PARENT", "SIGS", "CALLS", "SAMPLES", "JIT"};
-  t = json ? NULL : ins_table_new_shown("rllllrrrrl", head, jit_col ? UINT32_MAX : ~(1u << 9));
+                                     "PARENT", "SIGS", "CALLS", "SAMPLES", "JIT", "WARM",
+                                     "COMPILED", "STALE"};
+  t = json ? NULL
+           : ins_table_new_shown("rllllrrrrrlrr", head,
+                                 jit_col ? UINT32_MAX : ~(1u << 9 | 1u << 10 | 1u << 11 | 1u << 12));
   while ((step = sqlite3_step(st)) == SQLITE_ROW) {
     int64_t id = sqlite3_column_int64(st, 0), start = sqlite3_column_int64(st, 1);
     int64_t wall = ins_run_wall_ns(start, sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3));
     const char *status = ins_run_status(ins_col_text(st, 4), sqlite3_column_int64(st, 5), start);
     int has_parent = sqlite3_column_type(st, 9) != SQLITE_NULL;
-    int64_t ready = sqlite3_column_int64(st, 14);
+    int64_t ready = sqlite3_column_int64(st, 14), loaded = sqlite3_column_int64(st, 15);
+    int64_t compiled = sqlite3_column_int64(st, 16), stale = sqlite3_column_int64(st, 17);
+    int64_t warm_ns = sqlite3_column_int64(st, 18);
     ins_sampling_t samp = {0};
     ins_sampling_add(&samp, ins_col_text(st, 13));
     if (json) {
@@ -101,11 +110,15 @@ static int cmd_runs(int argc, char **argv)
       else
         cJSON_AddNullToObject(r, "samples");
       cJSON_AddNumberToObject(r, "jit_ready", (double)ready);
+      cJSON_AddNumberToObject(r, "jit_loaded", (double)loaded);
+      cJSON_AddNumberToObject(r, "jit_compiled", (double)compiled);
+      cJSON_AddNumberToObject(r, "jit_invalidated", (double)stale);
+      ins_json_add_or_null(r, "warm_ns", warm_ns ? (double)warm_ns : -1);
       cJSON_AddItemToArray(runs, r);
       continue;
     }
     char sid[24], started[32], dur[32], prog[256], parent[24] = "-", sigs[24], calls[24],
-        samples[24] = "", jit[24] = "";
+        samples[24] = "", jit[24] = "", warm[48] = "", comp[24] = "", stl[24] = "";
     snprintf(sid, sizeof sid, "%lld", (long long)id);
     ins_fmt_time(start, started, sizeof started);
     ins_fmt_duration(wall, dur, sizeof dur);
@@ -118,7 +131,14 @@ static int cmd_runs(int argc, char **argv)
       snprintf(samples, sizeof samples, "%lld", (long long)samp.samples);
     if (ready)
       snprintf(jit, sizeof jit, "%lld", (long long)ready);
-    const char *row[] = {sid, started, dur, status, prog, parent, sigs, calls, samples, jit};
+    if (warm_ns)
+      snprintf(warm, sizeof warm, "%lld in %.1f ms", (long long)loaded, (double)warm_ns / 1e6);
+    if (compiled)
+      snprintf(comp, sizeof comp, "%lld", (long long)compiled);
+    if (stale)
+      snprintf(stl, sizeof stl, "%lld", (long long)stale);
+    const char *row[] = {sid,  started, dur,  status, prog, parent, sigs,
+                         calls, samples, jit, warm,   comp, stl};
     ins_table_row(t, row);
   }
   rc = ins_db_finish(db, st, step);
@@ -150,7 +170,10 @@ const ins_cmd_t ins_cmd_runs = {
             "last periodic flush). PARENT is the run of the process it was forked from. SAMPLES\n"
             "is what the sampling profiler took (blank when the run was not sampled). JIT\n"
             "counts the signatures whose JIT variant was serving calls at the run's last write\n"
-            "(shown when a listed run has one; see opjit variants).\n\n"
+            "(shown when a listed run has one; see opjit variants). WARM is how many kernels the\n"
+            "run placed from earlier runs' stored objects before its first call, and what that\n"
+            "warm start cost the first call; COMPILED how many it compiled itself; STALE how\n"
+            "many stored kernels it invalidated (opjit events --kind invalidated says why).\n\n"
             "options:\n"
             "  --db PATH    the profile database\n"
             "  --limit N    at most N runs (default 20; 0: all)\n"

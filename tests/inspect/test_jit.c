@@ -341,13 +341,18 @@ Test(runs, jit_column_counts_ready_variants)
   cr_assert_eq(p.status, 0, "%s", p.err);
   cJSON *j = proc_json(&p);
   const cJSON *r;
-  cJSON_ArrayForEach(r, cJSON_GetObjectItem(j, "runs"))
-    cr_expect_eq(num(r, "jit_ready"), num(r, "id") == run || num(r, "id") == run - 1 ? 1 : 0,
-                 "run %g", num(r, "id"));
+  cJSON_ArrayForEach(r, cJSON_GetObjectItem(j, "runs")) {
+    int jit = num(r, "id") == run || num(r, "id") == run - 1;
+    cr_expect_eq(num(r, "jit_ready"), jit, "run %g", num(r, "id"));
+    cr_expect_eq(num(r, "jit_compiled"), jit, "one published event: run %g", num(r, "id"));
+    cr_expect_eq(num(r, "jit_loaded"), 0);
+    cr_expect_eq(num(r, "jit_invalidated"), 0);
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(r, "warm_ns")), "no warm start");
+  }
   cJSON_Delete(j);
   proc_free(&p);
   p = opjit(NULL, (const char *[]){"runs", "--db", db, NULL});
-  cr_expect(strstr(p.out, "JIT\n"), "the last header: %s", p.out);
+  cr_expect(strstr(p.out, "JIT  WARM  COMPILED  STALE\n"), "the last headers: %s", p.out);
   proc_free(&p);
 }
 
