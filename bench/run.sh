@@ -4,10 +4,12 @@
 # (bench_passthrough), its start-up cost per process (bench_startup), the sampler's cost to a
 # BLAS-bound process (bench_sampling: no agent, SAMPLE_HZ=0, the default rate and 1000 Hz,
 # plus a check from the databases that sampling happened), the JIT's small GEMMs side by side
-# with OpenBLAS and LIBXSMM (bench_jit: ns per call, GF/s, speedups, compile latency, goals)
-# and, when valgrind is installed, the instructions the agent adds to /bin/true (callgrind's
+# with OpenBLAS and LIBXSMM (bench_jit: ns per call, GF/s, speedups, compile latency, goals),
+# a program's second run against its first and its steady state (bench_warm: ~50 signatures,
+# no agent / cold / warm, the warm start's cost) and, when valgrind is installed, the instructions the agent adds to /bin/true (callgrind's
 # "Collected" total with vs without LD_PRELOAD): start-up cost without the machine's noise.
-#   bench/run.sh [passthrough rounds [startup rounds [sampling rounds [jit rounds [jit set]]]]]
+#   bench/run.sh [passthrough rounds [startup rounds [sampling rounds [jit rounds [jit set
+#                [warm rounds]]]]]]
 # (jit set: default, all or nn; bench_jit builds its LIBXSMM preload library with
 # /work/shared/tools/libxsmm-preload.sh unless LIBXSMM_PRELOAD names one)
 # BUILD_DIR (default build) names the build folder; a new one is configured without tests.
@@ -20,7 +22,7 @@ build=${BUILD_DIR:-build}
   exit 1
 # Only what the benchmarks need (they depend on the agent and the store module).
 cmake --build "$build" -j"$(nproc)" --target bench_passthrough bench_startup \
-  bench_sampling bench_jit >/dev/null || exit 1
+  bench_sampling bench_jit bench_warm >/dev/null || exit 1
 agent=$(cd "$build" && pwd)/libopjit.so
 status=0
 
@@ -35,6 +37,9 @@ echo "== bench_sampling"
 echo
 echo "== bench_jit"
 "$build/bench_jit" ${4:-11} ${5:-default} || status=1
+echo
+echo "== bench_warm"
+"$build/bench_warm" ${6:-7} || status=1
 echo
 
 echo "== instructions of /bin/true (callgrind)"

@@ -584,45 +584,39 @@ static int by_score(const void *a, const void *b)
   return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* Fills h's key and object (the one for cpu first, else the newest). */
-static int profile_sig(sqlite3 *db, int64_t sig_id, const char *cpu, st_hot_t *h)
+/* Fills h's key and object (the one for cpu first, else the newest) with the two prepared
+ * statements key_st (signature id) and obj_st (signature id, cpu). */
+static int profile_sig(sqlite3 *db, sqlite3_stmt *key_st, sqlite3_stmt *obj_st, int64_t sig_id,
+                       st_hot_t *h)
 {
-  sqlite3_stmt *st;
-  int rc = sqlite3_prepare_v2(db, "SELECT key FROM signatures WHERE id=?", -1, &st, NULL);
-  if (rc != SQLITE_OK)
+  sqlite3_reset(key_st);
+  sqlite3_bind_int64(key_st, 1, sig_id);
+  int rc = sqlite3_step(key_st);
+  if (rc == SQLITE_ROW) {
+    h->key_len = (size_t)sqlite3_column_bytes(key_st, 0);
+    if (!(h->key = malloc(h->key_len ? h->key_len : 1)))
+      return ST_ENOMEM;
+    memcpy(h->key, sqlite3_column_blob(key_st, 0), h->key_len);
+  } else if (rc != SQLITE_DONE) {
     return db_code(db, rc, NULL);
-  sqlite3_bind_int64(st, 1, sig_id);
-  if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    h->key_len = (size_t)sqlite3_column_bytes(st, 0);
-    if ((h->key = malloc(h->key_len ? h->key_len : 1)))
-      memcpy(h->key, sqlite3_column_blob(st, 0), h->key_len);
+  } else {
+    return ST_OK; /* no such signature (collected meanwhile) */
   }
-  sqlite3_finalize(st);
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-    return db_code(db, rc, NULL);
-  if (!h->key)
-    return rc == SQLITE_ROW ? ST_ENOMEM : ST_OK;
-  rc = sqlite3_prepare_v2(db,
-                          "SELECT id, cpu, llvm, generator, symbol, checksum, code FROM objects"
-                          " WHERE sig_id=? ORDER BY cpu=? DESC, id DESC LIMIT 1", -1, &st, NULL);
-  if (rc != SQLITE_OK)
-    return db_code(db, rc, NULL);
-  sqlite3_bind_int64(st, 1, sig_id);
-  sqlite3_bind_text(st, 2, cpu, -1, SQLITE_STATIC);
-  if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    h->object_id = sqlite3_column_int64(st, 0);
-    snprintf(h->cpu, sizeof h->cpu, "%s", (const char *)sqlite3_column_text(st, 1));
-    snprintf(h->llvm, sizeof h->llvm, "%s", (const char *)sqlite3_column_text(st, 2));
-    h->generator = sqlite3_column_int(st, 3);
-    snprintf(h->symbol, sizeof h->symbol, "%s", (const char *)sqlite3_column_text(st, 4));
-    h->checksum = (uint64_t)sqlite3_column_int64(st, 5);
-    h->code_len = (size_t)sqlite3_column_bytes(st, 6);
+  sqlite3_reset(obj_st);
+  sqlite3_bind_int64(obj_st, 1, sig_id);
+  if ((rc = sqlite3_step(obj_st)) == SQLITE_ROW) {
+    h->object_id = sqlite3_column_int64(obj_st, 0);
+    snprintf(h->cpu, sizeof h->cpu, "%s", (const char *)sqlite3_column_text(obj_st, 1));
+    snprintf(h->llvm, sizeof h->llvm, "%s", (const char *)sqlite3_column_text(obj_st, 2));
+    h->generator = sqlite3_column_int(obj_st, 3);
+    snprintf(h->symbol, sizeof h->symbol, "%s", (const char *)sqlite3_column_text(obj_st, 4));
+    h->checksum = (uint64_t)sqlite3_column_int64(obj_st, 5);
+    h->code_len = (size_t)sqlite3_column_bytes(obj_st, 6);
     if ((h->code = malloc(h->code_len ? h->code_len : 1)))
-      memcpy(h->code, sqlite3_column_blob(st, 6), h->code_len);
+      memcpy(h->code, sqlite3_column_blob(obj_st, 6), h->code_len);
     else
       h->object_id = 0;
   }
-  sqlite3_finalize(st);
   return rc == SQLITE_ROW || rc == SQLITE_DONE ? ST_OK : db_code(db, rc, NULL);
 }
 
@@ -680,14 +674,27 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
   rc = rc == SQLITE_DONE ? ST_OK : db_code(db->db, rc, NULL);
   if (!rc && n && !(out->sigs = calloc(n, sizeof *out->sigs)))
     rc = ST_ENOMEM;
+  sqlite3_stmt *key_st = NULL, *obj_st = NULL;
+  if (!rc && n &&
+      ((rc = sqlite3_prepare_v2(db->db, "SELECT key FROM signatures WHERE id=?", -1, &key_st,
+                                NULL)) != SQLITE_OK ||
+       (rc = sqlite3_prepare_v2(db->db,
+                                "SELECT id, cpu, llvm, generator, symbol, checksum, code FROM"
+                                " objects WHERE sig_id=? ORDER BY cpu=?2 DESC, id DESC LIMIT 1",
+                                -1, &obj_st, NULL)) != SQLITE_OK))
+    rc = db_code(db->db, rc, NULL);
+  if (obj_st)
+    sqlite3_bind_text(obj_st, 2, cpu, -1, SQLITE_STATIC);
   for (size_t i = 0; !rc && i < n; i++) {
     st_hot_t *h = &out->sigs[out->n];
     h->score = acc[i].calls;
     h->mean_ns = acc[i].timed ? (double)acc[i].timed_ns / (double)acc[i].timed : 0;
-    rc = profile_sig(db->db, acc[i].sig_id, cpu, h);
+    rc = profile_sig(db->db, key_st, obj_st, acc[i].sig_id, h);
     if (!rc && h->key)
       out->n++;
   }
+  sqlite3_finalize(key_st);
+  sqlite3_finalize(obj_st);
   free(acc);
   if (!rc)
     qsort(out->sigs, out->n, sizeof *out->sigs, by_score);

@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: MIT */
+/* bench_warm: the second run of a program against its first, side by side in one run.
+ * bench_warm_worker (about 50 distinct small GEMM signatures, P passes of about 50-100 ms)
+ * runs, every round, in three configurations:
+ *   plain  no agent (OpenBLAS)
+ *   cold   the agent on an empty database: it compiles what turns hot while the passes run
+ *   warm   the agent on the database the cold run left: its kernels are placed before the
+ *          first call, without compiling and without loading LLVM
+ * "Steady state" is the warm run's median pass from the second on: every signature on its
+ * kernel, caches warm. The table gives per configuration the median time of each pass, of the
+ * whole run (the passes' sum) and of the process (spawn to exit), and per round the ratios of
+ * the first pass and of the whole run to that round's steady state (P steady passes for the
+ * run; medians over rounds, +- half the interquartile range). The goal is on the whole run. From each warm run's database it
+ * reads what the warm start cost the first call (runs.warm_ns) and how many kernels it placed
+ * and compiled. Options: OPJIT_HOT_PAYBACK=0 (every signature hot at OPJIT_HOT_CALLS=64
+ * calls, so the cold run compiles all of them), defaults otherwise (sampling on).
+ *   bench_warm [rounds [passes]]   (default 7 8: 8 passes give the cold run the time to
+ *   compile all 50 kernels, so the warm run can start from every one) */
+#define _GNU_SOURCE
+#include "bench.h"
+
+#include <limits.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#define GOAL_PCT 5.0 /* the warm run within this much of steady state */
+#define MAXP 16
+#define MAXR 64
+
+enum { PLAIN, COLD, WARM, NCFG };
+static const char *const names[NCFG] = {"plain (no agent)", "cold (empty database)",
+                                        "warm (second run)"};
+static char scratch[PATH_MAX];
+
+/* Runs the worker; fills pass[0..passes) (ms) and *wall (ms). Returns 0 or -1. */
+static int run(int cfg, int round, int passes, double *pass, double *wall)
+{
+  char db[PATH_MAX + 32], dbenv[PATH_MAX + 48], out[PATH_MAX + 32], err[PATH_MAX + 32], np[16];
+  snprintf(db, sizeof db, "%s/r%d.db", scratch, round);
+  snprintf(dbenv, sizeof dbenv, "OPJIT_DB=%s", db);
+  snprintf(out, sizeof out, "%s/out", scratch);
+  snprintf(err, sizeof err, "%s/err", scratch);
+  snprintf(np, sizeof np, "%d", passes);
+  const char *agent[] = {"LD_PRELOAD=" OPJIT_AGENT_PATH, dbenv, "OPJIT_HOT_PAYBACK=0",
+                         "OPENBLAS_NUM_THREADS=1", NULL};
+  const char *plain[] = {"OPENBLAS_NUM_THREADS=1", NULL};
+  char **env = bn_env(cfg == PLAIN ? plain : agent);
+  char *argv[] = {(char *)OPJIT_WARM_WORKER_PATH, np, out, NULL};
+  uint64_t t0 = bn_now_ns();
+  int st = bn_spawn_wait(argv[0], argv, env, err);
+  *wall = (double)(bn_now_ns() - t0) / 1e6;
+  bn_env_free(env);
+  if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    fprintf(stderr, "bench_warm: the %s worker failed (status %d)\n", names[cfg], st);
+    return -1;
+  }
+  if (!bn_stderr_quiet(err, "bench_warm", names[cfg]))
+    return -1;
+  FILE *f = fopen(out, "r");
+  int got = 0;
+  char line[128];
+  while (f && fgets(line, sizeof line, f)) {
+    int p;
+    double ms;
+    if (sscanf(line, "pass %d %lf", &p, &ms) == 2 && p >= 0 && p < passes)
+      pass[p] = ms, got++;
+  }
+  if (f)
+    fclose(f);
+  if (got != passes) {
+    fprintf(stderr, "bench_warm: the %s worker reported %d of %d passes\n", names[cfg], got, passes);
+    return -1;
+  }
+  return 0;
+}
+
+/* One integer from the round's database. */
+static int64_t query(int round, const char *sql)
+{
+  char db[PATH_MAX + 32];
+  snprintf(db, sizeof db, "%s/r%d.db", scratch, round);
+  sqlite3 *h;
+  sqlite3_stmt *st;
+  int64_t v = -1;
+  if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+      sqlite3_prepare_v2(h, sql, -1, &st, NULL) == SQLITE_OK) {
+    if (sqlite3_step(st) == SQLITE_ROW)
+      v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(h);
+  return v;
+}
+
+static void stat_of(double *v, int n, double *med, double *spread)
+{
+  double a[MAXR], b[MAXR];
+  memcpy(a, v, (size_t)n * sizeof *v);
+  memcpy(b, v, (size_t)n * sizeof *v);
+  *med = bn_median(a, (size_t)n);
+  *spread = bn_half_iqr(b, (size_t)n);
+}
+
+int main(int argc, char **argv)
+{
+  int rounds = argc > 1 ? atoi(argv[1]) : 7, passes = argc > 2 ? atoi(argv[2]) : 8;
+  if (rounds < 1 || rounds > MAXR || passes < 2 || passes > MAXP) {
+    fprintf(stderr, "usage: bench_warm [rounds (1-%d) [passes (2-%d)]]\n", MAXR, MAXP);
+    return 2;
+  }
+  if (bn_scratch_new(scratch, sizeof scratch))
+    return 1;
+  static double pass[NCFG][MAXP][MAXR], wall[NCFG][MAXR], first_ratio[NCFG][MAXR];
+  static double total[NCFG][MAXR], run_ratio[NCFG][MAXR];
+  static double steady[MAXR], warm_ms[MAXR], loaded[MAXR], compiled[MAXR], cold_compiled[MAXR];
+  int rc = 1;
+  for (int r = 0; r < rounds; r++) {
+    double p[MAXP];
+    /* The plain run moves around the pair (cold must precede warm). */
+    for (int k = 0; k < 3; k++) {
+      int cfg = (k + r) % 3 == 0 ? PLAIN : -1;
+      if (cfg < 0)
+        continue;
+      if (run(PLAIN, r, passes, p, &wall[PLAIN][r]))
+        goto out;
+      for (int i = 0; i < passes; i++)
+        pass[PLAIN][i][r] = p[i];
+    }
+    for (int cfg = COLD; cfg <= WARM; cfg++) {
+      if (run(cfg, r, passes, p, &wall[cfg][r]))
+        goto out;
+      for (int i = 0; i < passes; i++)
+        pass[cfg][i][r] = p[i];
+    }
+    double rest[MAXP];
+    for (int i = 1; i < passes; i++)
+      rest[i - 1] = pass[WARM][i][r];
+    steady[r] = bn_median(rest, (size_t)passes - 1);
+    for (int cfg = 0; cfg < NCFG; cfg++) {
+      first_ratio[cfg][r] = pass[cfg][0][r] / steady[r];
+      total[cfg][r] = 0;
+      for (int i = 0; i < passes; i++)
+        total[cfg][r] += pass[cfg][i][r];
+      run_ratio[cfg][r] = total[cfg][r] / (passes * steady[r]);
+    }
+    warm_ms[r] = (double)query(r, "SELECT warm_ns FROM runs WHERE id=2") / 1e6;
+    loaded[r] = (double)query(r, "SELECT count(*) FROM events WHERE run_id=2 AND kind='loaded'");
+    compiled[r] = (double)query(r, "SELECT count(*) FROM events WHERE run_id=2 AND kind='published'");
+    cold_compiled[r] = (double)query(r, "SELECT count(*) FROM events WHERE run_id=1 AND kind='published'");
+  }
+  printf("bench_warm: 50 small GEMM signatures, %d passes per process, %d rounds (medians)\n\n",
+         passes, rounds);
+  printf("%-24s", "configuration");
+  for (int i = 0; i < passes; i++)
+    printf("  pass %d ms", i + 1);
+  printf("   run ms  process ms  pass 1 / steady   run / steady\n");
+  for (int cfg = 0; cfg < NCFG; cfg++) {
+    printf("%-24s", names[cfg]);
+    double m, s;
+    for (int i = 0; i < passes; i++) {
+      stat_of(pass[cfg][i], rounds, &m, &s);
+      printf("  %9.1f", m);
+    }
+    stat_of(total[cfg], rounds, &m, &s);
+    printf("  %7.1f", m);
+    stat_of(wall[cfg], rounds, &m, &s);
+    printf("  %10.1f", m);
+    stat_of(first_ratio[cfg], rounds, &m, &s);
+    printf("  %6.3f +- %.3f", m, s);
+    stat_of(run_ratio[cfg], rounds, &m, &s);
+    printf("  %6.3f +- %.3f\n", m, s);
+  }
+  double sm, ss, wm, ws, fm, fs, lm, ls, cm, cs, km, ks;
+  stat_of(steady, rounds, &sm, &ss);
+  stat_of(warm_ms, rounds, &wm, &ws);
+  stat_of(run_ratio[WARM], rounds, &fm, &fs);
+  stat_of(loaded, rounds, &lm, &ls);
+  stat_of(compiled, rounds, &cm, &cs);
+  stat_of(cold_compiled, rounds, &km, &ks);
+  double cold_extra[MAXR], speed[MAXR];
+  for (int r = 0; r < rounds; r++) {
+    cold_extra[r] = 0;
+    for (int i = 0; i < passes; i++)
+      cold_extra[r] += pass[COLD][i][r] - steady[r];
+    speed[r] = pass[PLAIN][passes - 1][r] / steady[r];
+  }
+  double em, es, pm, ps;
+  stat_of(cold_extra, rounds, &em, &es);
+  stat_of(speed, rounds, &pm, &ps);
+  printf("\nsteady state (warm run, passes 2..%d): %.1f ms per pass; OpenBLAS alone / steady: "
+         "%.2fx +- %.2f\n", passes, sm, pm, ps);
+  printf("warm run: %.0f kernels placed from the store, %.0f compiled; the warm start cost the "
+         "first call %.2f ms +- %.2f\n", lm, cm, wm, ws);
+  printf("cold run: %.0f kernels compiled; its passes took %.1f ms +- %.1f more than %d steady "
+         "passes\n", km, em, es, passes);
+  printf("goal: the warm run within %.0f%% of steady state: %+.1f%% -> %s\n", GOAL_PCT,
+         (fm - 1) * 100, (fm - 1) * 100 <= GOAL_PCT ? "met" : "NOT met");
+  rc = cm == 0 && lm >= km ? 0 : 1;
+  if (rc)
+    fprintf(stderr, "bench_warm: the warm runs did not start from every stored kernel\n");
+out:
+  bn_scratch_free(scratch);
+  return rc;
+}
