@@ -180,7 +180,8 @@ static inline __attribute__((always_inline)) int ag_call_begin(ag_call_t *c, con
   x ^= x << 13, x ^= x >> 17, x ^= x << 5;
   ag_tl.rng = x;
   if ((x & ag_time_mask) == 0 || ag_unlikely(n == 1)) { /* a thread's first call: timed, */
-    ag_tl.rng = x | (n == 1); /* and not one ag_call_variant sends to the original */
+    if (ag_unlikely(n == 1))
+      ag_tl.rng = x | 1; /* and not one ag_call_variant sends to the original */
     c->t0 = ag_now_ns();
   }
   return 1;
