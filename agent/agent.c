@@ -514,9 +514,9 @@ static void write_variants(void)
     /* A row without a status stores or drops the object only (a signature this run has not
      * called, or whose variant has gone). */
     v[nv] = (st_variant_rec_t){&e->key, sizeof e->key, variant ? status[t] : NULL,
-                               JT_GENERATOR_VERSION,
-                               p->origin && !strcmp(p->origin, "loaded") ? OPJIT_LLVM_VERSION
-                                                                         : ag_tier_llvm_version(),
+                               /* the LLVM the JIT was built with: what a warm start checks
+                                  a stored object against, with no LLVM loaded */
+                               JT_GENERATOR_VERSION, OPJIT_LLVM_VERSION,
                                p->origin && !strcmp(p->origin, "loaded") ? cpu_key : ag_tier_cpu(),
                                e->compile_ns, vcalls[i], atomic_load(&e->vtimed),
                                atomic_load(&e->vtimed_ns), p->origin ? p->origin : "compiled",
@@ -771,9 +771,10 @@ out:
  * a lock mid-transaction; hold the table's insert lock for the same reason. */
 static void atfork_prepare(void)
 {
+  /* activate_mu first: the warm start takes db_mu while holding it. */
+  pthread_mutex_lock(&activate_mu);
   struct timespec dl = ag_deadline_after(CLOCK_REALTIME, 100); /* bounded: fork must stay fast */
   fork_db_held = pthread_mutex_timedlock(&db_mu, &dl) == 0;
-  pthread_mutex_lock(&activate_mu);
   if (ag_table) {
     ag_table_lock(ag_table);
     ag_tcount_lock();

@@ -68,14 +68,15 @@ static int nretired;
 /* Per entry: its variant's object, as the warm start and the writer see it (persist_mu). */
 enum { P_NONE = 0, P_PENDING, /* a variant's object, not stored yet */
        P_STORING,             /* handed to the writer (ag_tier_persist) */
-       P_STORED,              /* the store has it (stored by this run, or loaded from it) */
-       P_DROP };              /* the stored object is invalid: the writer deletes it */
+       P_STORED };            /* the store has it (stored by this run, or loaded from it) */
 typedef struct persist_s {
   void *obj; /* P_PENDING: the object (malloc'ed) */
   size_t len;
   uint64_t checksum;
   char symbol[128];
   uint8_t state, loaded, had_variant;
+  uint8_t drop;       /* the stored object is invalid: the writer deletes it */
+  uint32_t passed;    /* verifications passed: stored only after OPJIT_VERIFY of them */
   uint64_t pre_calls; /* the signature's calls before its variant was published */
 } persist_t;
 static persist_t *persist;
@@ -136,7 +137,6 @@ int ag_tier_code_at(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name)
   return 0;
 }
 
-const char *ag_tier_llvm_version(void) { return jit ? jit->llvm_version() : ""; }
 const char *ag_tier_cpu(void) { return jit ? jit->cpu() : ""; }
 
 /* The column-major GEMM a GEMM or GEMV key is, or 0 when the generator or the policy declines
@@ -199,11 +199,14 @@ static int load_jit_now(void)
   return 0;
 }
 
+static _Atomic int jit_tried; /* a compile thread has started loading LLVM */
+
 /* The module, loaded once for all compile threads; returns 0 when it is usable. */
 static int load_jit(void)
 {
   static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
   static int state; /* 0 not tried, 1 loaded, -1 unavailable */
+  atomic_store(&jit_tried, 1);
   pthread_mutex_lock(&load_mu);
   if (!state)
     state = load_jit_now() == 0 ? 1 : -1;
@@ -281,7 +284,7 @@ static int evict_one(void)
     nsnap = 0;
   } else {
     const code_t *k = code_of(fn);
-    size_t size = k ? k->hi - k->lo : 0;
+    size_t size = !k ? 0 : k->loaded.map ? k->loaded.map_len : k->hi - k->lo; /* as counted */
     retired[nretired++] = (retired_t){fn, size, nsnap, snap};
     snap = NULL;
   }
@@ -337,13 +340,16 @@ static void set_persisted(uint32_t i, void *obj, size_t len, const char *symbol,
     counts_of(i, &pre, &served);
   pthread_mutex_lock(&persist_mu);
   persist_t *p = &persist[i];
-  free(p->obj);
+  void *old = p->obj;
+  /* A pending delete stays pending: a new object replaces the old one when it is stored. */
   *p = (persist_t){.obj = loaded ? NULL : obj, .len = len,
                    .checksum = obj ? jt_obj_checksum(obj, len) : 0,
                    .state = loaded ? P_STORED : obj ? P_PENDING : P_NONE,
-                   .loaded = (uint8_t)loaded, .had_variant = 1, .pre_calls = pre};
+                   .loaded = (uint8_t)loaded, .had_variant = 1, .drop = p->drop,
+                   .pre_calls = pre};
   snprintf(p->symbol, sizeof p->symbol, "%s", symbol);
   pthread_mutex_unlock(&persist_mu);
+  free(old);
 }
 
 /* Entry i's stored object is invalid (or about to be): the writer deletes it. Returns 1 when
@@ -353,11 +359,26 @@ static int drop_persisted(uint32_t i)
   pthread_mutex_lock(&persist_mu);
   persist_t *p = &persist[i];
   int stored = p->state == P_STORED || p->state == P_STORING;
-  free(p->obj);
+  void *obj = p->obj;
   p->obj = NULL;
-  p->state = P_DROP;
+  p->state = P_NONE;
+  p->drop = 1;
   pthread_mutex_unlock(&persist_mu);
+  free(obj);
   return stored;
+}
+
+/* Entry i's object, if not stored yet, will not be. */
+static void discard_pending(uint32_t i)
+{
+  pthread_mutex_lock(&persist_mu);
+  persist_t *p = &persist[i];
+  void *obj = p->obj;
+  p->obj = NULL;
+  if (p->state == P_PENDING)
+    p->state = P_NONE;
+  pthread_mutex_unlock(&persist_mu);
+  free(obj);
 }
 
 /* Compiles and publishes entry i. Compile thread only. */
@@ -444,7 +465,7 @@ static void watch_speed(void)
     if (miss >= 256 && (counts_of(i, &calls, &hits), miss > hits)) {
       atomic_store_explicit(&e->variant, NULL, memory_order_release);
       atomic_store(&e->tier, AG_TIER_DEMOTED);
-      drop_persisted(i);
+      discard_pending(i); /* a stored object stays: the guards fail on this program's data */
       event(e, AG_EV_INVALIDATED, "guard: %llu of %llu calls failed the variant's guards",
             (unsigned long long)miss, (unsigned long long)(miss + hits));
       continue;
@@ -648,7 +669,7 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
     pthread_mutex_unlock(&code_mu);
     jt_obj_unload(&l);
     snprintf(err, errlen, "the code cache is full");
-    return -1;
+    return 1;
   }
   code_bytes += l.map_len;
   add_code(l.fn, l.size, symbol, &l);
@@ -688,17 +709,18 @@ int ag_tier_persist(uint32_t i, ag_persist_t *out)
   memset(out, 0, sizeof *out);
   pthread_mutex_lock(&persist_mu);
   persist_t *p = &persist[i];
-  int any = p->had_variant || p->state == P_DROP;
+  int any = p->had_variant || p->drop;
   out->origin = p->loaded ? "loaded" : "compiled";
   out->pre_calls = p->pre_calls;
   if (p->state == P_PENDING && atomic_load(&e->tier) == AG_TIER_READY &&
-      atomic_load(&e->verify) <= 0) { /* verified: the writer owns the object until persisted */
+      p->passed >= (uint32_t)ag_opts.num[AG_OPT_VERIFY]) { /* every verification passed: the
+                                                               writer owns the object now */
     out->object = p->obj, out->object_len = p->len, out->checksum = p->checksum;
     snprintf(out->symbol, sizeof out->symbol, "%s", p->symbol);
     p->obj = NULL;
     p->state = P_STORING;
   }
-  out->drop = p->state == P_DROP;
+  out->drop = p->drop;
   pthread_mutex_unlock(&persist_mu);
   return any;
 }
@@ -711,9 +733,9 @@ void ag_tier_persisted(uint32_t i, ag_persist_t *done, int ok)
     p->state = ok ? P_STORED : P_PENDING;
     if (!ok)
       p->obj = done->object, done->object = NULL;
-  } else if (done->drop && ok && p->state == P_DROP) {
-    p->state = P_NONE;
   }
+  if (ok && (done->drop || done->object)) /* a stored object replaces the invalid one */
+    p->drop = 0;
   pthread_mutex_unlock(&persist_mu);
   free(done->object);
   done->object = NULL;
@@ -776,6 +798,9 @@ static void verdict(ag_entry_t *e, double worst, double bound, long wi, long wj)
     return;
   }
   if (worst <= bound) {
+    pthread_mutex_lock(&persist_mu);
+    persist[e->index].passed++;
+    pthread_mutex_unlock(&persist_mu);
     if (atomic_load(&e->verify) <= 0)
       event(e, AG_EV_VERIFIED, "matches the original within %.3g", bound);
     return;
@@ -783,6 +808,7 @@ static void verdict(ag_entry_t *e, double worst, double bound, long wi, long wj)
   uint32_t ready = AG_TIER_READY;
   if (atomic_compare_exchange_strong(&e->tier, &ready, AG_TIER_FAILED)) {
     atomic_store_explicit(&e->variant, NULL, memory_order_release);
+    drop_persisted(e->index); /* never stored, or stored by a race: deleted either way */
     event(e, AG_EV_VERIFY_FAILED, "C[%ld,%ld] off by %.3g, bound %.3g: blacklisted", wi, wj,
           worst, bound);
     ag_log(AG_LOG_WARN, "a JIT kernel disagreed with the original library (C[%ld,%ld] off by "
@@ -848,11 +874,20 @@ void ag_tier_after_fork_child(void)
   pthread_mutex_init(&persist_mu, NULL);
   q_len = 0;
   ev_len = 0;
-  /* If the parent had a compile thread, LLVM's state in the child is whatever that thread left
-   * mid-compile: the child keeps the variants it inherited and compiles nothing new. */
-  if (nthreads)
+  /* If the parent had loaded LLVM, its state in the child is whatever a compile thread left
+   * mid-compile: the child keeps the variants it inherited and compiles nothing new. (A parent
+   * whose compile thread only watched loaded kernels never touched LLVM.) */
+  if (atomic_load(&jit_tried))
     atomic_store(&jit_dead, 1);
   nthreads = 0;
+  /* Objects: the parent stores (or drops) its own; the child never frees the parent's buffers
+   * (fork may have come in the middle of an update). */
+  for (uint32_t i = 0; persist && ag_table && i < ag_table_count(ag_table); i++) {
+    persist_t *p = &persist[i];
+    p->obj = NULL;
+    if (p->state == P_PENDING || p->state == P_STORING)
+      p->state = P_STORED;
+  }
   pthread_mutex_init(&code_mu, NULL);
   if (ag_table) { /* queued work died with the parent's compile thread: let it be hot again */
     uint32_t n = ag_table_count(ag_table);

@@ -61,7 +61,9 @@ void ag_tier_queue(ag_entry_t *e, const char *why);
 
 /* Places a persisted kernel (jit/objload.h) as e's variant: published at once, not verified
  * again (it was verified in the run that stored it, and its checksum was checked), watched
- * for speed and guards like a compiled one. Returns 0, or -1 with a sentence in err. */
+ * for speed and guards like a compiled one. Returns 0; -1 with a sentence in err when the
+ * object cannot be placed (or e cannot have a variant: then e's tier is NONE); 1 when it was
+ * not placed for now (the code cache is full). */
 int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol, char *err,
                  size_t errlen);
 
@@ -156,8 +158,8 @@ size_t ag_tier_events(ag_event_rec_t *out, size_t max);
  * For the sampler's aggregation (any thread but a signal handler). */
 int ag_tier_code_at(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name);
 
-/* What the variants were compiled with, for the run's record ("" before the first compile). */
-const char *ag_tier_llvm_version(void);
+/* The CPU the variants were compiled for (LLVM's name), for the run's record ("" before the
+ * first compile). */
 const char *ag_tier_cpu(void);
 
 /* Fork child: the compile threads did not survive; forget the queue (variants stay valid). */

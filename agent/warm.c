@@ -56,7 +56,9 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
     ag_entry_t probe;
     memcpy(&probe.key, h->key, sizeof probe.key);
     int hot = ag_tier_profile_hot(&probe, h->score, h->mean_ns);
-    int ours = h->object_id && strcmp(h->cpu, ri->cpu_key) == 0;
+    /* Not hot: only an object this program stored, for this CPU, is this profile's to drop
+     * (another program may still want a shared kernel). */
+    int ours = h->object_id && h->mine && strcmp(h->cpu, ri->cpu_key) == 0;
     if (!hot && !ours)
       continue;
     ag_entry_t *e = ag_table_get(ag_table, &probe.key);
@@ -70,13 +72,15 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
       continue;
     }
     if (h->object_id) {
-      if (!unusable(h, ri, why, sizeof why) &&
-          ag_tier_load(e, h->code, h->code_len, h->symbol, err, sizeof err) == 0) {
+      int placed = unusable(h, ri, why, sizeof why)
+                       ? -1
+                       : ag_tier_load(e, h->code, h->code_len, h->symbol, err, sizeof err);
+      if (placed == 0) {
         w->loaded++;
         continue;
       }
-      if (atomic_load(&e->tier) != AG_TIER_COLD)
-        continue; /* not compilable with these options: nothing to recompile */
+      if (placed > 0 || atomic_load(&e->tier) != AG_TIER_COLD)
+        continue; /* the code cache is full, or not compilable with these options */
       if (!unusable(h, ri, why, sizeof why))
         snprintf(why, sizeof why, "unloadable: %s", err);
       ag_tier_invalidate(e, "%s", why);

@@ -90,8 +90,8 @@ int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, 
   const Elf64_Sym *syms = (const Elf64_Sym *)(f + symtab->sh_offset);
   size_t nsyms = symtab->sh_size / sizeof(Elf64_Sym);
   const char *symnames = (const char *)f + strs->sh_offset;
-  if (total == 0)
-    return fail(err, errlen, "the object holds no code");
+  if (total == 0 || total > (64u << 20))
+    return fail(err, errlen, "the object holds no code, or more than 64 MB");
 
   size_t map_len = (total + 4095) & ~(uint64_t)4095;
   unsigned char *m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

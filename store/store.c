@@ -537,7 +537,11 @@ int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size
   int64_t sig;
   for (size_t i = 0; i < nv && !rc; i++) {
     const st_variant_rec_t *r = &v[i];
-    if ((rc = sig_id_of(db->db, r->key, r->key_len, &sig)))
+    if ((rc = sig_id_of(db->db, r->key, r->key_len, &sig)) == ST_ENOENT) {
+      rc = ST_OK; /* collected by opjit gc since (a signature this run has not called) */
+      continue;
+    }
+    if (rc)
       break;
     if (r->status)
       rc = run1(db->db, NULL,
@@ -567,6 +571,8 @@ int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size
       rc = run1(db->db, NULL,
                 "INSERT INTO events(run_id, sig_id, time_ns, kind, detail) VALUES(?,?,?,?,?)",
                 "iiitt", run_id, sig, ev[i].time_ns, ev[i].kind, ev[i].detail);
+    else if (rc == ST_ENOENT)
+      rc = ST_OK; /* as above */
   exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
   return rc;
 }
@@ -611,6 +617,7 @@ static int profile_sig(sqlite3 *db, sqlite3_stmt *key_st, sqlite3_stmt *obj_st, 
     h->generator = sqlite3_column_int(obj_st, 3);
     snprintf(h->symbol, sizeof h->symbol, "%s", (const char *)sqlite3_column_text(obj_st, 4));
     h->checksum = (uint64_t)sqlite3_column_int64(obj_st, 5);
+    h->mine = sqlite3_column_int(obj_st, 7);
     h->code_len = (size_t)sqlite3_column_bytes(obj_st, 6);
     if ((h->code = malloc(h->code_len ? h->code_len : 1)))
       memcpy(h->code, sqlite3_column_blob(obj_st, 6), h->code_len);
@@ -679,12 +686,19 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
       ((rc = sqlite3_prepare_v2(db->db, "SELECT key FROM signatures WHERE id=?", -1, &key_st,
                                 NULL)) != SQLITE_OK ||
        (rc = sqlite3_prepare_v2(db->db,
-                                "SELECT id, cpu, llvm, generator, symbol, checksum, code FROM"
-                                " objects WHERE sig_id=? ORDER BY cpu=?2 DESC, id DESC LIMIT 1",
+                                "SELECT o.id, o.cpu, o.llvm, o.generator, o.symbol, o.checksum,"
+                                " o.code, r.id IS NULL OR r.program_id = (SELECT id FROM programs"
+                                " WHERE exe=?3 AND build_id=?4 AND script=?5) FROM objects o"
+                                " LEFT JOIN runs r ON r.id = o.run_id WHERE o.sig_id=?1"
+                                " ORDER BY o.cpu=?2 DESC, o.id DESC LIMIT 1",
                                 -1, &obj_st, NULL)) != SQLITE_OK))
     rc = db_code(db->db, rc, NULL);
-  if (obj_st)
+  if (obj_st) {
     sqlite3_bind_text(obj_st, 2, cpu, -1, SQLITE_STATIC);
+    sqlite3_bind_text(obj_st, 3, in->exe, -1, SQLITE_STATIC);
+    sqlite3_bind_text(obj_st, 4, in->build_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(obj_st, 5, in->script ? in->script : "", -1, SQLITE_STATIC);
+  }
   for (size_t i = 0; !rc && i < n; i++) {
     st_hot_t *h = &out->sigs[out->n];
     h->score = acc[i].calls;
@@ -692,6 +706,8 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
     rc = profile_sig(db->db, key_st, obj_st, acc[i].sig_id, h);
     if (!rc && h->key)
       out->n++;
+    else if (rc)
+      free(h->key), free(h->code), h->key = h->code = NULL;
   }
   sqlite3_finalize(key_st);
   sqlite3_finalize(obj_st);

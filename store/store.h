@@ -179,6 +179,8 @@ typedef struct st_event_rec_s {
   const char *kind;   /* one of ST_EVENT_KINDS */
   const char *detail;
 } st_event_rec_t;
+/* Records (and events) of signatures the database no longer has (opjit gc collected them:
+ * nothing referred to them) are skipped. */
 int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size_t nv,
                     const st_event_rec_t *ev, size_t nev);
 
@@ -193,7 +195,9 @@ typedef struct st_hot_s {
   /* The signature's object: the one for the requested cpu if there is one, else the newest
    * for any (object_id 0: none). */
   int64_t object_id;
-  char cpu[320], llvm[32], symbol[160];
+  int mine;                /* the object was stored by a run of this program (or its run is
+                              gone): this program's profile may decide to delete it */
+  char cpu[320], llvm[64], symbol[160];
   int generator;
   uint64_t checksum;
   void *code;

@@ -14,6 +14,8 @@
  *   badorder         cblas_sgemm with an order that is neither row- nor column-major, 20 times:
  *                    C must stay untouched (the library rejects the call)
  *   forkhot          fork first (the parent never calls BLAS); the child's signatures get hot
+ *   warmfork S A B   sweep S signatures of seed A once, then fork: the child sweeps S of seed B
+ *                    20 times (new signatures, which it must compile itself)
  *   vec S P SEED     like sweep, for ?dot_/?axpy_/cblas_?dot/cblas_?axpy (unit and strided)
  *   gemv S P SEED    like sweep, for sgemv_/dgemv_/cblas_?gemv (row and column major, both
  *                    transposes, unit and non-unit strides)
@@ -535,9 +537,22 @@ int main(int argc, char **argv)
     if (!WIFEXITED(st) || WEXITSTATUS(st))
       mismatches++;
   }
-  else {
+  else if (!strcmp(mode, "warmfork") && argc == 5) {
+    int n = atoi(argv[2]);
+    sweep(n, 1, strtoull(argv[3], NULL, 10));
+    pid_t child = fork();
+    if (child == 0) {
+      sweep(n, 20, strtoull(argv[4], NULL, 10));
+      printf("child calls %ld checked %ld mismatches %ld\n", calls, calls, mismatches);
+      exit(mismatches != 0);
+    }
+    int st;
+    waitpid(child, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st))
+      mismatches++;
+  } else {
     fprintf(stderr, "usage: %s sweep S P SEED | gemv S P SEED | vec S P SEED | threads T N | alias | inf | "
-                    "badorder | forkhot\n",
+                    "badorder | forkhot | warmfork S A B\n",
             argv[0]);
     return 2;
   }

@@ -39,6 +39,8 @@ static void sweep(const char *tag, const char *const *e, const char *sigs, const
   cr_assert(strstr(h_output(tag, "out"), "mismatches 0"), "%s", h_output(tag, "out"));
 }
 
+static int64_t objects(void) { return h_query(NULL, "SELECT count(*) FROM objects"); }
+
 static int64_t events(int run, const char *kind)
 {
   return h_query(NULL, "SELECT count(*) FROM events WHERE run_id=%d AND kind='%s'", run, kind);
@@ -83,14 +85,17 @@ Test(warm, damaged_foreign_and_outdated_objects_are_invalidated_and_recompiled)
           " (SELECT id FROM objects ORDER BY id LIMIT 1 OFFSET 2)");
   h_exec("UPDATE objects SET llvm = '18.1.0' WHERE id ="
           " (SELECT id FROM objects ORDER BY id LIMIT 1 OFFSET 3)");
+  /* Intact bytes (the checksum holds) that the loader refuses: no such entry symbol. */
+  h_exec("UPDATE objects SET symbol = 'opjit_no_such_kernel' WHERE id ="
+          " (SELECT id FROM objects ORDER BY id LIMIT 1 OFFSET 4)");
   sweep("run2", env, "40", "30", "5");
-  const char *reasons[] = {"checksum", "generator", "cpu", "llvm"};
-  for (int i = 0; i < 4; i++)
+  const char *reasons[] = {"checksum", "generator", "cpu", "llvm", "unloadable"};
+  for (int i = 0; i < 5; i++)
     cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE run_id=2 AND"
                                " kind='invalidated' AND detail LIKE '%s:%%'", reasons[i]), 1,
                  "one %s invalidation", reasons[i]);
-  cr_assert_eq(events(2, "loaded"), n - 4);
-  cr_assert_eq(events(2, "published"), 4, "the four were recompiled");
+  cr_assert_eq(events(2, "loaded"), n - 5);
+  cr_assert_eq(events(2, "published"), 5, "the five were recompiled");
   cr_assert(strstr(h_output("run2", "err"), "JIT ready"), "LLVM loaded for the recompiles");
   /* This CPU has a good object for every signature again; the other CPU's stays. */
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects WHERE cpu <> 'Another CPU [flags 0]'"),
@@ -100,8 +105,6 @@ Test(warm, damaged_foreign_and_outdated_objects_are_invalidated_and_recompiled)
   cr_assert_eq(events(3, "loaded"), n, "run 3 loads every object");
   cr_assert_eq(events(3, "invalidated"), 0, "this CPU's objects come first");
 }
-
-static int64_t objects(void) { return h_query(NULL, "SELECT count(*) FROM objects"); }
 
 Test(warm, shapes_that_stop_being_called_decay_and_new_ones_become_hot)
 {
@@ -150,4 +153,19 @@ Test(warm, two_processes_of_one_program_both_extend_its_profile)
   sweep("last", env, "20", "1", "3");
   cr_assert(strstr(h_output("last", "err"), "warm start from 3 runs"), "%s",
             h_output("last", "err"));
+}
+
+Test(warm, a_fork_child_of_a_warm_process_compiles_its_own_signatures)
+{
+  sweep("first", env, "10", "30", "21");
+  int64_t stored = objects();
+  cr_assert_gt(stored, 3);
+  int st = h_run("fork", 1, env, (const char *[]){H_JIT_PROG, "warmfork", "10", "21", "22", NULL});
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s\n%s", h_output("fork", "out"),
+            h_output("fork", "err"));
+  /* Run 2 is the warm parent; run 3 its child, whose new signatures need LLVM. */
+  cr_assert_eq(events(2, "loaded"), stored);
+  cr_assert_eq(h_query(NULL, "SELECT parent_run FROM runs WHERE id=3"), 2);
+  cr_assert_gt(events(3, "published"), 3, "the child compiled");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE run_id=3 AND status='failed'"), 0);
 }
