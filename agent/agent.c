@@ -42,7 +42,7 @@ _Atomic int ag_active;
 ag_table_t *ag_table;
 _Atomic uint64_t ag_overflow_calls;
 uint32_t ag_time_mask;
-static long ag_hosts; /* OPJIT_HOSTS: with BLAS the only host, none means off */
+static long ag_hosts; /* OPJIT_HOSTS: none means off, ggml alone AG_COUNT_GGML */
 AG_TLS ag_thread_t ag_tl;
 
 ag_opts_t ag_opts;
@@ -134,7 +134,7 @@ static void init_once_fn(void)
      * operator calls made from those handlers are in the run too. */
     atexit(agent_atexit);
   }
-  atomic_store(&ag_state, off ? AG_PASS : AG_COUNT);
+  atomic_store(&ag_state, off ? AG_PASS : ag_hosts & AG_HOST_BLAS ? AG_COUNT : AG_COUNT_GGML);
 }
 
 void ag_init(void) { pthread_once(&init_once, init_once_fn); }

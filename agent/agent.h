@@ -23,7 +23,8 @@
 #define ag_likely(x) __builtin_expect(!!(x), 1)
 #define ag_unlikely(x) __builtin_expect(!!(x), 0)
 
-enum { AG_UNINIT = 0, AG_PASS, AG_COUNT };
+/* AG_COUNT_GGML: counting, but OPJIT_HOSTS leaves BLAS out (only the ggml host counts). */
+enum { AG_UNINIT = 0, AG_PASS, AG_COUNT, AG_COUNT_GGML };
 
 extern _Atomic int ag_state;       /* enum above */
 extern _Atomic int ag_active;      /* the table and the writer exist in this process */
@@ -137,17 +138,20 @@ static inline __attribute__((always_inline)) ag_entry_t *ag_lookup(const ag_sig_
 }
 
 /* Accounts for a call of key. Returns 1 when the call is counted
- * (then ag_call_end must follow the forwarded call), 0 for a pure pass-through: the agent is
- * off, or this thread is already inside an intercepted call (a CBLAS wrapper calling the
- * Fortran symbol, say), which is the original's own business. */
-static inline __attribute__((always_inline)) int ag_call_begin(ag_call_t *c, const ag_sig_t *key)
+ * (then ag_call_end must follow the forwarded call), 0 for a pure pass-through: the agent (or
+ * the call's host) is off, or this thread is already inside an intercepted call (a CBLAS
+ * wrapper calling the Fortran symbol, say), which is the original's own business. ggml is 1 at
+ * the ggml host's call sites (a constant: the BLAS sites compile as if it were not there). */
+static inline __attribute__((always_inline)) int ag_call_begin_host(ag_call_t *c,
+                                                                    const ag_sig_t *key, int ggml)
 {
   int st = atomic_load_explicit(&ag_state, memory_order_acquire);
-  if (ag_unlikely(st != AG_COUNT)) {
-    if (st == AG_PASS)
+  if (ag_unlikely(st != AG_COUNT) && !(ggml && st == AG_COUNT_GGML)) {
+    if (st == AG_PASS || st == AG_COUNT_GGML)
       return 0;
     ag_init();
-    if (atomic_load(&ag_state) != AG_COUNT)
+    st = atomic_load(&ag_state);
+    if (st != AG_COUNT && !(ggml && st == AG_COUNT_GGML))
       return 0;
   }
   if (ag_tl.depth)
@@ -191,6 +195,8 @@ static inline __attribute__((always_inline)) int ag_call_begin(ag_call_t *c, con
  * random, never a thread's first call of the signature) runs the original anyway, and is timed
  * (OPJIT_TIME_EVERY, at most 128, divides 256), so the variant is always compared with a fresh
  * measurement of the original, and variant calls are timed too. */
+#define ag_call_begin(c, key) ag_call_begin_host((c), (key), 0)
+
 static inline __attribute__((always_inline)) void *ag_call_variant(const ag_call_t *c)
 {
   void *v = c->e ? atomic_load_explicit(&c->e->variant, memory_order_acquire) : NULL;

@@ -18,7 +18,7 @@
       "also run LLVM-compiled kernels for hot signatures")                                   \
   OPT(DB, STR, "", 0, 0, NULL,                                                               \
       "profile database (default $XDG_CACHE_HOME/opjit/profile.db, else ~/.cache/opjit/)")   \
-  OPT(HOSTS, FLAGS, "all", 0, 0, "blas", "hosts whose operators are intercepted")            \
+  OPT(HOSTS, FLAGS, "all", 0, 0, "blas|ggml", "hosts whose operators are intercepted")       \
   OPT(TIME_EVERY, INT, "16", 1, 128,                                                         \
       NULL, "time one call in N, at random (rounded up to a power of two)")                  \
   OPT(FLUSH_MS, INT, "1000", 10, 3600000, NULL, "period of the background database writes")   \
@@ -68,7 +68,7 @@ enum ag_opt_id {
 enum ag_opt_kind { AG_OK_BOOL, AG_OK_INT, AG_OK_ENUM, AG_OK_FLAGS, AG_OK_STR };
 
 enum { AG_MODE_OFF = 0, AG_MODE_PROFILE = 1, AG_MODE_JIT = 2 }; /* values of OPJIT_MODE */
-enum { AG_HOST_BLAS = 1 << 0 };                 /* bits of OPJIT_HOSTS */
+enum { AG_HOST_BLAS = 1 << 0, AG_HOST_GGML = 1 << 1 }; /* bits of OPJIT_HOSTS */
 
 typedef struct ag_opt_desc_s {
   const char *name;    /* without the OPJIT_ prefix */

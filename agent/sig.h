@@ -8,7 +8,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum ag_host { AG_HOST_ID_BLAS = 1 };
+/* A ggml key (host AG_HOST_ID_GGML) is one graph node's work: op = the ggml op, dtype = its
+ * first source's ggml type (its own when it has none), api = its own type, order = the second
+ * source's type + 1 (0: none), ta = the op's sub-op for UNARY and GLU, m n = its ne[0] ne[1],
+ * k = the first source's ne[0] (MUL_MAT's K), lda ldb = its ne[2] ne[3]. */
+enum ag_host { AG_HOST_ID_BLAS = 1, AG_HOST_ID_GGML = 2 };
 enum ag_op { AG_OP_GEMM = 1, AG_OP_GEMV, AG_OP_AXPY, AG_OP_DOT };
 enum ag_dtype { AG_F32 = 1, AG_F64 };
 enum ag_api { AG_API_F77 = 1, AG_API_CBLAS };
@@ -77,7 +81,17 @@ static inline uint64_t ag_sig_hash(const ag_sig_t *s)
   return h ^ (h >> 29);
 }
 
-/* The operator's name as a BLAS user spells it: "sgemm", "cblas_ddot". */
+/* The names of ggml's ops, types and sub-ops, as the running library spells them (the ggml
+ * host sets them once it has checked the library; until then ggml keys are named by number). */
+typedef struct ag_ggml_names_s {
+  const char *const *ops, *const *types, *const *unary, *const *glu;
+  int nops, ntypes, nunary, nglu;
+  int op_unary, op_glu, op_mul_mat; /* the ops whose keys carry a sub-op, and MUL_MAT */
+} ag_ggml_names_t;
+void ag_sig_set_ggml_names(const ag_ggml_names_t *names);
+
+/* The operator's name as a BLAS user spells it: "sgemm", "cblas_ddot"; a ggml op's name:
+ * "MUL_MAT". */
 const char *ag_sig_opname(const ag_sig_t *s, char *buf, size_t len);
 
 /* Human form, e.g. "sgemm NN 64x64x64 β=0", "cblas_dgemv row T 256x128 α=* β=0 incx=2". */

@@ -143,6 +143,8 @@ const char *ag_tier_cpu(void) { return jit ? jit->cpu() : ""; }
  * it. *swap is set when the kernel takes the call's operands in the other order. */
 static int gemm_of(const ag_sig_t *k, jt_gemm_t *g, int *swap)
 {
+  if (k->host != AG_HOST_ID_BLAS)
+    return 0; /* ggml nodes: profiled, not compiled (yet) */
   unsigned ac = k->ab & 15, bc = k->ab >> 4;
   int row = k->order == AG_ROW;
   long maxd = ag_opts.num[AG_OPT_JIT_MAX_DIM];

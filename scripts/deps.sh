@@ -1,18 +1,41 @@
 #!/bin/sh
-# Installs the Debian packages opjit builds, tests and demonstrates with. Idempotent: a machine
-# that already has them is left alone (no apt-get update, no network).
+# Installs what opjit builds, tests and demonstrates with: Debian packages, then llama.cpp's
+# prebuilt CPU libraries from npm (@node-llama-cpp/linux-x64 and node-llama-cpp, 3.22.1) into
+# third_party/llama, with the ggml/llama headers from the source bundle node-llama-cpp carries
+# (third_party/llama/src). Idempotent: what is there already is left alone (no network).
 set -eu
+cd "$(dirname "$0")/.."
 pkgs="build-essential cmake pkg-config libsqlite3-dev sqlite3 libcjson-dev libcriterion-dev
-      libblas3 libopenblas0-pthread python3-numpy valgrind libunwind8 llvm-19-dev"
+      libblas3 libopenblas0-pthread python3-numpy valgrind libunwind8 llvm-19-dev git"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' ||
     missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
-echo "opjit deps: installing$missing" >&2
-SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-# shellcheck disable=SC2086
-$SUDO apt-get install -y -qq $missing >/dev/null
+# node and npm: any installation will do (Debian's, or a vendor's package that bundles npm).
+command -v npm >/dev/null 2>&1 || missing="$missing nodejs npm"
+if [ -n "$missing" ]; then
+  echo "opjit deps: installing$missing" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  # shellcheck disable=SC2086
+  $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+
+llama=third_party/llama
+version=3.22.1
+bins=$llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
+if ! grep -qs "\"version\": \"$version\"" "$llama/node_modules/node-llama-cpp/package.json" ||
+  [ ! -f "$bins/libllama.v0.5.0.so" ]; then
+  echo "opjit deps: npm install @node-llama-cpp/linux-x64@$version node-llama-cpp@$version" >&2
+  mkdir -p "$llama"
+  # No install scripts (they would build or download binaries) and no optional packages (the
+  # CUDA and Vulkan builds): the prebuilt CPU libraries are what opjit's ggml host runs with.
+  npm install --prefix "$llama" --no-audit --no-fund --ignore-scripts --omit=optional \
+    --no-save --loglevel=error "@node-llama-cpp/linux-x64@$version" "node-llama-cpp@$version" >&2
+fi
+if [ ! -f "$llama/src/ggml/include/ggml.h" ]; then
+  rm -rf "$llama/src"
+  git clone -q "$llama/node_modules/node-llama-cpp/llama/gitRelease.bundle" "$llama/src" 2>/dev/null
+fi

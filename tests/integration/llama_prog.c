@@ -1,0 +1,206 @@
+/* SPDX-License-Identifier: MIT */
+/* A llama.cpp host for the ggml tests and benchmarks, on the shipped libraries
+ * (@node-llama-cpp/linux-x64: libllama, libggml, the CPU backends loaded from their folder).
+ *   write PATH EMBD LAYERS FF VOCAB f32|f16 SEED
+ *        writes a llama-architecture GGUF with random weights through the gguf API (head
+ *        size 64, as many KV heads as heads, no tokenizer: the "none" vocabulary)
+ *   run PATH PROMPT GEN THREADS
+ *        prefill PROMPT tokens (deterministic ids) in one batch, then GEN greedy decode steps;
+ *        prints the generated tokens, a checksum of every logit computed, and tokens/s:
+ *          tokens 17 3 99 ...
+ *          logits sum S abs A
+ *          prefill T tok/s decode T tok/s
+ * Exits 1 on any failure, with a message. */
+#include "ggml.h"
+#include "ggml-backend.h"
+#include "gguf.h"
+#include "llama.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t rng;
+
+static float gauss(void)
+{
+  double u = 0;
+  for (int i = 0; i < 4; i++) { /* sum of uniforms: close enough to normal for weights */
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    u += (double)(rng >> 11) / 9007199254740992.0;
+  }
+  return (float)(u - 2.0);
+}
+
+static void fill(struct ggml_tensor *t, float scale, int ones)
+{
+  int64_t n = ggml_nelements(t);
+  for (int64_t i = 0; i < n; i++) {
+    float v = ones ? 1.0f : gauss() * scale;
+    if (t->type == GGML_TYPE_F16)
+      ((ggml_fp16_t *)t->data)[i] = ggml_fp32_to_fp16(v);
+    else
+      ((float *)t->data)[i] = v;
+  }
+}
+
+static int write_model(const char *path, int embd, int layers, int ff, int vocab, const char *type,
+                       uint64_t seed)
+{
+  enum ggml_type wt = strcmp(type, "f16") == 0 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+  rng = seed;
+  size_t esz = wt == GGML_TYPE_F16 ? 2 : 4;
+  size_t weights = (size_t)2 * embd * vocab + (size_t)layers * (4 * (size_t)embd * embd + 3 * (size_t)embd * ff);
+  size_t bytes = weights * esz + (size_t)(2 * layers + 1) * embd * 4 + (size_t)(5 + 9 * layers + 4) * ggml_tensor_overhead();
+  struct ggml_context *ctx = ggml_init((struct ggml_init_params){bytes + (1 << 20), NULL, false});
+  struct gguf_context *g = gguf_init_empty();
+  if (!ctx || !g) {
+    fprintf(stderr, "llama_prog: out of memory for the model\n");
+    return 1;
+  }
+  gguf_set_val_str(g, "general.architecture", "llama");
+  gguf_set_val_str(g, "general.name", "opjit random test model");
+  gguf_set_val_u32(g, "llama.context_length", 2048);
+  gguf_set_val_u32(g, "llama.embedding_length", (uint32_t)embd);
+  gguf_set_val_u32(g, "llama.block_count", (uint32_t)layers);
+  gguf_set_val_u32(g, "llama.feed_forward_length", (uint32_t)ff);
+  gguf_set_val_u32(g, "llama.attention.head_count", (uint32_t)(embd / 64));
+  gguf_set_val_u32(g, "llama.attention.head_count_kv", (uint32_t)(embd / 64));
+  gguf_set_val_u32(g, "llama.rope.dimension_count", 64);
+  gguf_set_val_f32(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  gguf_set_val_u32(g, "llama.vocab_size", (uint32_t)vocab);
+  gguf_set_val_str(g, "tokenizer.ggml.model", "none");
+  struct {
+    const char *name;
+    int64_t ne0, ne1;
+    int norm;
+  } top[] = {{"token_embd.weight", embd, vocab, 0}, {"output_norm.weight", embd, 0, 1},
+             {"output.weight", embd, vocab, 0}};
+  for (size_t i = 0; i < sizeof top / sizeof *top; i++) {
+    struct ggml_tensor *t = top[i].norm ? ggml_new_tensor_1d(ctx, GGML_TYPE_F32, top[i].ne0)
+                                        : ggml_new_tensor_2d(ctx, wt, top[i].ne0, top[i].ne1);
+    ggml_set_name(t, top[i].name);
+    fill(t, 0.02f, top[i].norm);
+    gguf_add_tensor(g, t);
+  }
+  for (int l = 0; l < layers; l++) {
+    struct {
+      const char *name;
+      int64_t ne0, ne1;
+    } blk[] = {{"attn_norm", embd, 0},   {"attn_q", embd, embd},      {"attn_k", embd, embd},
+               {"attn_v", embd, embd},   {"attn_output", embd, embd}, {"ffn_norm", embd, 0},
+               {"ffn_gate", embd, ff},   {"ffn_up", embd, ff},        {"ffn_down", ff, embd}};
+    for (size_t i = 0; i < sizeof blk / sizeof *blk; i++) {
+      int norm = blk[i].ne1 == 0;
+      struct ggml_tensor *t = norm ? ggml_new_tensor_1d(ctx, GGML_TYPE_F32, blk[i].ne0)
+                                   : ggml_new_tensor_2d(ctx, wt, blk[i].ne0, blk[i].ne1);
+      char name[64];
+      snprintf(name, sizeof name, "blk.%d.%s.weight", l, blk[i].name);
+      ggml_set_name(t, name);
+      fill(t, 1.0f / sqrtf((float)blk[i].ne0), norm);
+      gguf_add_tensor(g, t);
+    }
+  }
+  int ok = gguf_write_to_file(g, path, false);
+  gguf_free(g);
+  ggml_free(ctx);
+  if (!ok) {
+    fprintf(stderr, "llama_prog: cannot write %s\n", path);
+    return 1;
+  }
+  return 0;
+}
+
+static double now_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void quiet_log(enum ggml_log_level level, const char *text, void *ud)
+{
+  (void)ud;
+  if (level >= GGML_LOG_LEVEL_ERROR)
+    fputs(text, stderr);
+}
+
+static bool no_progress(float progress, void *ud)
+{
+  (void)progress, (void)ud;
+  return true;
+}
+
+static int run_model(const char *path, int n_prompt, int n_gen, int threads)
+{
+  llama_log_set(quiet_log, NULL);
+  ggml_backend_load_all_from_path(OPJIT_LLAMA_BINS);
+  llama_backend_init();
+  struct llama_model_params mp = llama_model_default_params();
+  mp.progress_callback = no_progress;
+  struct llama_model *model = llama_model_load_from_file(path, mp);
+  if (!model) {
+    fprintf(stderr, "llama_prog: cannot load %s\n", path);
+    return 1;
+  }
+  struct llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = (uint32_t)(n_prompt + n_gen + 16);
+  cp.n_batch = cp.n_ubatch = (uint32_t)(n_prompt > 0 ? n_prompt : 1);
+  cp.n_threads = cp.n_threads_batch = threads;
+  struct llama_context *lc = llama_init_from_model(model, cp);
+  if (!lc) {
+    fprintf(stderr, "llama_prog: cannot create a context\n");
+    return 1;
+  }
+  int vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+  llama_token *toks = malloc(sizeof *toks * (size_t)(n_prompt + n_gen));
+  for (int i = 0; i < n_prompt; i++)
+    toks[i] = (llama_token)((i * 7919 + 13) % vocab);
+  double sum = 0, abs_sum = 0;
+  double t0 = now_s();
+  if (llama_decode(lc, llama_batch_get_one(toks, n_prompt))) {
+    fprintf(stderr, "llama_prog: prefill failed\n");
+    return 1;
+  }
+  double t1 = now_s();
+  printf("tokens");
+  for (int g = 0; g < n_gen; g++) {
+    const float *logits = llama_get_logits_ith(lc, -1);
+    int best = 0;
+    for (int v = 0; v < vocab; v++) {
+      sum += logits[v], abs_sum += fabs(logits[v]);
+      if (logits[v] > logits[best])
+        best = v;
+    }
+    printf(" %d", best);
+    toks[n_prompt + g] = best;
+    if (llama_decode(lc, llama_batch_get_one(&toks[n_prompt + g], 1))) {
+      fprintf(stderr, "llama_prog: decode step %d failed\n", g);
+      return 1;
+    }
+  }
+  double t2 = now_s();
+  printf("\nlogits sum %.9g abs %.9g\n", sum, abs_sum);
+  printf("prefill %.2f tok/s decode %.2f tok/s\n", n_prompt / (t1 - t0),
+         n_gen > 0 ? n_gen / (t2 - t1) : 0.0);
+  free(toks);
+  llama_free(lc);
+  llama_model_free(model);
+  llama_backend_free();
+  return 0;
+}
+
+int main(int argc, char **argv)
+{
+  if (argc == 9 && strcmp(argv[1], "write") == 0)
+    return write_model(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]),
+                       argv[7], strtoull(argv[8], NULL, 10));
+  if (argc == 6 && strcmp(argv[1], "run") == 0)
+    return run_model(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
+  fprintf(stderr, "usage: llama_prog write PATH EMBD LAYERS FF VOCAB f32|f16 SEED\n"
+                  "       llama_prog run PATH PROMPT GEN THREADS\n");
+  return 2;
+}
