@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: MIT */
+/* The ggml host inside llama.cpp's shipped libraries (llama_prog on a random llama model, f32
+ * and f16): the tokens and logits are the same with and without the agent; the database holds
+ * the run's profile by ggml op, with the sampler's samples attributed to the ops; a ggml the
+ * agent was not built for, or OPJIT_HOSTS without ggml, leaves the graphs untouched. */
+#include "harness.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#define H_LLAMA_PROG OPJIT_BUILD_DIR "/llama_prog"
+
+static char model32[600], model16[600];
+
+static void setup(void)
+{
+  struct stat st;
+  if (stat(H_LLAMA_PROG, &st) != 0)
+    cr_skip_test("llama.cpp's libraries are not installed (scripts/deps.sh)");
+  h_setup();
+  snprintf(model32, sizeof model32, "%s/m32.gguf", h_dir);
+  snprintf(model16, sizeof model16, "%s/m16.gguf", h_dir);
+  const char *w32[] = {H_LLAMA_PROG, "write", model32, "256", "2", "768", "1000", "f32", "7", NULL};
+  const char *w16[] = {H_LLAMA_PROG, "write", model16, "256", "2", "768", "1000", "f16", "7", NULL};
+  cr_assert_eq(h_run("w32", 0, NULL, w32), 0, "%s", h_output("w32", "err"));
+  cr_assert_eq(h_run("w16", 0, NULL, w16), 0, "%s", h_output("w16", "err"));
+}
+
+TestSuite(ggml, .init = setup, .fini = h_teardown, .timeout = 600);
+
+/* Runs the model; returns its "tokens ..." and "logits ..." lines (static per tag). */
+static const char *run(const char *tag, int agent, const char *const *env, const char *model,
+                       const char *prompt)
+{
+  const char *argv[] = {H_LLAMA_PROG, "run", model, prompt, "8", "2", NULL};
+  int st = h_run(tag, agent, env, argv);
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d\n%s", tag, st,
+            h_output(tag, "err"));
+  static char keep[8][512];
+  static int next;
+  char *out = keep[next++ % 8];
+  const char *o = h_output(tag, "out");
+  const char *speed = strstr(o, "prefill");
+  snprintf(out, sizeof keep[0], "%.*s", speed ? (int)(speed - o) : (int)strlen(o), o);
+  cr_assert(strstr(out, "tokens ") && strstr(out, "logits sum"), "%s", o);
+  return out;
+}
+
+Test(ggml, same_tokens_and_logits_with_and_without_the_agent)
+{
+  const char *profile[] = {"OPJIT_MODE=profile", NULL}, *jit[] = {"OPJIT_MODE=jit", NULL};
+  const char *models[] = {model32, model16};
+  for (int i = 0; i < 2; i++) {
+    const char *plain = run("plain", 0, NULL, models[i], "32");
+    cr_assert_str_eq(run("profile", 1, profile, models[i], "32"), plain, "profile mode changed "
+                     "the output");
+    cr_assert_str_eq(run("jit", 1, jit, models[i], "32"), plain, "jit mode changed the output");
+  }
+}
+
+Test(ggml, the_database_holds_the_run_profile_by_op)
+{
+  /* A longer prompt, sampled at 4 kHz: enough samples to land in the ops. */
+  const char *env[] = {"OPJIT_MODE=profile", "OPJIT_SAMPLE_HZ=4000", NULL};
+  run("prof", 1, env, model32, "256");
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM signatures WHERE op='MUL_MAT' AND"
+                             " json_extract(params, '$.host')='ggml'"), 3);
+  /* The prefill's (N=256) products, each on both threads: 2 layers x 4 attention projections,
+   * and the first layer's 3 FFN products (llama.cpp runs the last layer's FFN on the output
+   * token only). */
+  cr_assert_eq(h_query(NULL, "SELECT sum(rs.calls) FROM run_sigs rs JOIN signatures s ON"
+                             " s.id=rs.sig_id WHERE s.op='MUL_MAT' AND s.name LIKE '%% N=256'"),
+               (2 * 4 + 3) * 2);
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM signatures WHERE name LIKE 'GLU SWIGLU f32 %%'"), 0);
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM signatures WHERE op='FLASH_ATTN_EXT'"), 0);
+  /* The sampler's samples inside ggml ops are attributed to them. */
+  cr_assert_gt(h_query(NULL, "SELECT coalesce(sum(p.samples), 0) FROM run_pcs p JOIN signatures s"
+                             " ON s.id=p.sig_id WHERE s.op='MUL_MAT'"), 0);
+}
+
+Test(ggml, another_ggml_version_passes_through_with_one_warning)
+{
+  const char *plain = run("plain", 0, NULL, model32, "32");
+  const char *env[] = {"OPJIT_MODE=profile", "OPJIT_TEST_GGML_VERSION=0.0.0", NULL};
+  cr_assert_str_eq(run("other", 1, env, model32, "32"), plain);
+  const char *err = h_output("other", "err");
+  cr_assert_eq(h_count_lines(err, "not the ggml this agent was built for"), 1, "%s", err);
+  cr_assert_eq(h_count_lines(err, "opjit"), 1, "one message only: %s", err);
+  struct stat st;
+  cr_assert_neq(stat(h_db, &st), 0, "no operator was counted, so no database was created");
+}
+
+Test(ggml, hosts_without_ggml_leave_the_graphs_alone)
+{
+  const char *plain = run("plain", 0, NULL, model32, "32");
+  const char *env[] = {"OPJIT_MODE=profile", "OPJIT_HOSTS=blas", NULL};
+  cr_assert_str_eq(run("blasonly", 1, env, model32, "32"), plain);
+  struct stat st;
+  cr_assert_neq(stat(h_db, &st), 0, "no ggml op was counted");
+  const char *genv[] = {"OPJIT_MODE=profile", "OPJIT_HOSTS=ggml", NULL};
+  cr_assert_str_eq(run("ggmlonly", 1, genv, model32, "32"), plain);
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM signatures WHERE op='MUL_MAT'"), 0);
+}
