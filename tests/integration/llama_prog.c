@@ -3,7 +3,7 @@
  * (@node-llama-cpp/linux-x64: libllama, libggml, the CPU backends loaded from their folder).
  *   write PATH EMBD LAYERS FF VOCAB f32|f16 SEED
  *        writes a llama-architecture GGUF with random weights through the gguf API (head
- *        size 64, as many KV heads as heads, no tokenizer: the "none" vocabulary)
+ *        size 64, as many KV heads as heads, llama.cpp's "test" vocabulary: token i is i in hex)
  *   run PATH PROMPT GEN THREADS
  *        prefill PROMPT tokens (deterministic ids) in one batch, then GEN greedy decode steps;
  *        prints the generated tokens, a checksum of every logit computed, and tokens/s:
@@ -71,8 +71,19 @@ static int write_model(const char *path, int embd, int layers, int ff, int vocab
   gguf_set_val_u32(g, "llama.attention.head_count_kv", (uint32_t)(embd / 64));
   gguf_set_val_u32(g, "llama.rope.dimension_count", 64);
   gguf_set_val_f32(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  gguf_set_val_u32(g, "llama.vocab_size", (uint32_t)vocab);
-  gguf_set_val_str(g, "tokenizer.ggml.model", "none");
+  /* llama.cpp's "test" vocabulary: token i is the text of i in hex; no merges, no specials. */
+  gguf_set_val_str(g, "tokenizer.ggml.model", "test");
+  char **tokens = malloc(sizeof *tokens * (size_t)vocab);
+  float *scores = malloc(sizeof *scores * (size_t)vocab);
+  int32_t *types = malloc(sizeof *types * (size_t)vocab);
+  for (int i = 0; i < vocab; i++) {
+    tokens[i] = malloc(16);
+    snprintf(tokens[i], 16, "%x", i);
+    scores[i] = 0, types[i] = 1; /* LLAMA_TOKEN_TYPE_NORMAL */
+  }
+  gguf_set_arr_str(g, "tokenizer.ggml.tokens", (const char **)tokens, (size_t)vocab);
+  gguf_set_arr_data(g, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, (size_t)vocab);
+  gguf_set_arr_data(g, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (size_t)vocab);
   struct {
     const char *name;
     int64_t ne0, ne1;
@@ -105,6 +116,9 @@ static int write_model(const char *path, int embd, int layers, int ff, int vocab
     }
   }
   int ok = gguf_write_to_file(g, path, false);
+  for (int i = 0; i < vocab; i++)
+    free(tokens[i]);
+  free(tokens), free(scores), free(types);
   gguf_free(g);
   ggml_free(ctx);
   if (!ok) {

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* The ggml host inside llama.cpp's shipped libraries (llama_prog on a random llama model, f32
- * and f16): the tokens and logits are the same with and without the agent; the database holds
- * the run's profile by ggml op, with the sampler's samples attributed to the ops; a ggml the
- * agent was not built for, or OPJIT_HOSTS without ggml, leaves the graphs untouched. */
+ * and f16, and the same model under node with node-llama-cpp): the tokens and logits are the
+ * same with and without the agent; the database holds the run's profile by ggml op, with the
+ * sampler's samples attributed to the ops; a ggml the agent was not built for, or OPJIT_HOSTS
+ * without ggml, leaves the graphs untouched. */
 #include "harness.h"
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -104,3 +106,40 @@ Test(ggml, hosts_without_ggml_leave_the_graphs_alone)
   cr_assert_str_eq(run("ggmlonly", 1, genv, model32, "32"), plain);
   cr_assert_gt(h_query(NULL, "SELECT count(*) FROM signatures WHERE op='MUL_MAT'"), 0);
 }
+
+#ifdef OPJIT_NODE
+/* The node host's output ("tokens ..." and "probabilities sum S"). */
+static const char *run_node(const char *tag, int agent, const char *const *env, char *tokens,
+                            size_t len, double *sum)
+{
+  const char *argv[] = {OPJIT_NODE, OPJIT_SOURCE_DIR "/tests/integration/llama_node.mjs",
+                        model32, "32", "8", "2", "1000", NULL};
+  int st = h_run(tag, agent, env, argv);
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d\n%s", tag, st,
+            h_output(tag, "err"));
+  const char *o = h_output(tag, "out");
+  const char *p = strstr(o, "probabilities sum ");
+  cr_assert(p && sscanf(p, "probabilities sum %lf", sum) == 1, "%s", o);
+  snprintf(tokens, len, "%.*s", (int)strcspn(o, "\n"), o);
+  return tokens;
+}
+
+Test(ggml, the_node_host_agrees_with_and_without_the_agent)
+{
+  char plain[512], with[512], c_tokens[512];
+  double s_plain, s_with;
+  run_node("nplain", 0, NULL, plain, sizeof plain, &s_plain);
+  const char *env[] = {"OPJIT_MODE=jit", NULL};
+  run_node("nagent", 1, env, with, sizeof with, &s_with);
+  cr_assert_str_eq(with, plain);
+  cr_assert(fabs(s_with - s_plain) <= 1e-5 * fabs(s_plain), "probabilities %.12g vs %.12g",
+            s_with, s_plain);
+  /* The C host's greedy tokens on the same prompt are node's. */
+  const char *c = run("c", 0, NULL, model32, "32");
+  snprintf(c_tokens, sizeof c_tokens, "%.*s", (int)strcspn(c, "\n"), c);
+  cr_assert_str_eq(plain, c_tokens);
+  /* The node run's graphs were profiled by op. */
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM run_sigs rs JOIN signatures s ON s.id=rs.sig_id"
+                             " WHERE s.op='MUL_MAT'"), 0);
+}
+#endif
