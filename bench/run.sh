@@ -6,10 +6,11 @@
 # plus a check from the databases that sampling happened), the JIT's small GEMMs side by side
 # with OpenBLAS and LIBXSMM (bench_jit: ns per call, GF/s, speedups, compile latency, goals),
 # a program's second run against its first and its steady state (bench_warm: ~50 signatures,
-# no agent / cold / warm, the warm start's cost) and, when valgrind is installed, the instructions the agent adds to /bin/true (callgrind's
+# no agent / cold / warm, the warm start's cost), llama.cpp with and without the agent
+# (bench_ggml: ~110M-parameter random models, prefill and decode tokens/s) and, when valgrind is installed, the instructions the agent adds to /bin/true (callgrind's
 # "Collected" total with vs without LD_PRELOAD): start-up cost without the machine's noise.
 #   bench/run.sh [passthrough rounds [startup rounds [sampling rounds [jit rounds [jit set
-#                [warm rounds]]]]]]
+#                [warm rounds [ggml rounds]]]]]]]
 # (jit set: default, all or nn; bench_jit builds its LIBXSMM preload library with
 # /work/shared/tools/libxsmm-preload.sh unless LIBXSMM_PRELOAD names one)
 # BUILD_DIR (default build) names the build folder; a new one is configured without tests.
@@ -23,6 +24,8 @@ build=${BUILD_DIR:-build}
 # Only what the benchmarks need (they depend on the agent and the store module).
 cmake --build "$build" -j"$(nproc)" --target bench_passthrough bench_startup \
   bench_sampling bench_jit bench_warm >/dev/null || exit 1
+# bench_ggml exists when llama.cpp's libraries are installed (scripts/deps.sh).
+cmake --build "$build" -j"$(nproc)" --target bench_ggml >/dev/null 2>&1 || true
 agent=$(cd "$build" && pwd)/libopjit.so
 status=0
 
@@ -40,6 +43,13 @@ echo "== bench_jit"
 echo
 echo "== bench_warm"
 "$build/bench_warm" ${6:-7} || status=1
+echo
+echo "== bench_ggml"
+if [ -x "$build/bench_ggml" ]; then
+  "$build/bench_ggml" ${7:-7} || status=1
+else
+  echo "skipped: llama.cpp's libraries are not installed (scripts/deps.sh)"
+fi
 echo
 
 echo "== instructions of /bin/true (callgrind)"

@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: MIT */
+/* bench_ggml: a llama.cpp program with and without the agent, side by side in one run.
+ * llama_prog writes a random llama model of about 100M parameters (768 wide, 12 layers, FFN
+ * 2048, vocabulary 16000) in f32 and in f16, then, every round, runs each model without the
+ * agent, with it (default options: jit mode, sampling on) and with it unsampled
+ * (OPJIT_SAMPLE_HZ=0), in rotating order: a 512-token prefill in one batch and 64 greedy decode
+ * steps on 2 threads. The table gives the medians of prefill and decode tokens/s and the
+ * medians of the per-round ratios to the plain run (+- half their interquartile range); the
+ * tokens and logits must be the same in every run. Goals
+ * (issue #6): prefill >= 1.10x the plain run, decode never below 0.99x.
+ *   bench_ggml [rounds]   (default 7) */
+#define _GNU_SOURCE
+#include "bench.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#define MAXR 64
+
+static char scratch[PATH_MAX];
+
+/* Runs the model; fills the tok/s and the output lines (tokens, logits). Returns 0 or -1. */
+enum { PLAIN, AGENT, UNSAMPLED, NCFG };
+static const char *const cfg_names[NCFG] = {"plain", "agent", "agent, SAMPLE_HZ=0"};
+
+static int run(const char *model, int cfg, double *prefill, double *decode, char *out, size_t len)
+{
+  char path[PATH_MAX + 32], err[PATH_MAX + 32], dbenv[PATH_MAX + 48];
+  snprintf(path, sizeof path, "%s/out", scratch);
+  snprintf(err, sizeof err, "%s/err", scratch);
+  snprintf(dbenv, sizeof dbenv, "OPJIT_DB=%s/p.db", scratch);
+  const char *with[] = {"LD_PRELOAD=" OPJIT_AGENT_PATH, dbenv, NULL, NULL};
+  if (cfg == UNSAMPLED)
+    with[2] = "OPJIT_SAMPLE_HZ=0";
+  char **env = bn_env(cfg != PLAIN ? with : NULL);
+  /* stdout to a file: a shell does it (the spawn helper redirects stderr only). */
+  char cmd[4 * PATH_MAX];
+  snprintf(cmd, sizeof cmd, "exec '%s' run '%s' 512 64 2 > '%s'", OPJIT_LLAMA_PROG_PATH, model, path);
+  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+  int st = bn_spawn_wait(argv[0], argv, env, err);
+  bn_env_free(env);
+  if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 ||
+      !bn_stderr_quiet(err, "bench_ggml", cfg_names[cfg])) {
+    fprintf(stderr, "bench_ggml: llama_prog failed (status %d)\n", st);
+    return -1;
+  }
+  FILE *f = fopen(path, "r");
+  char line[8192];
+  size_t used = 0;
+  *prefill = *decode = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    if (sscanf(line, "prefill %lf tok/s decode %lf tok/s", prefill, decode) == 2)
+      continue;
+    int n = snprintf(out + used, len - used, "%s", line);
+    used += n > 0 && (size_t)n < len - used ? (size_t)n : 0;
+  }
+  if (f)
+    fclose(f);
+  return *prefill > 0 && *decode > 0 ? 0 : -1;
+}
+
+static void stat_of(double *v, int n, double *med, double *spread)
+{
+  double a[MAXR], b[MAXR];
+  memcpy(a, v, (size_t)n * sizeof *v);
+  memcpy(b, v, (size_t)n * sizeof *v);
+  *med = bn_median(a, (size_t)n);
+  *spread = bn_half_iqr(b, (size_t)n);
+}
+
+int main(int argc, char **argv)
+{
+  int rounds = argc > 1 ? atoi(argv[1]) : 7;
+  if (rounds < 1 || rounds > MAXR) {
+    fprintf(stderr, "usage: bench_ggml [rounds (1-%d)]\n", MAXR);
+    return 2;
+  }
+  if (bn_scratch_new(scratch, sizeof scratch))
+    return 1;
+  int rc = 1;
+  const char *types[] = {"f32", "f16"};
+  printf("bench_ggml: random llama model, 768 wide, 12 layers, FFN 2048, vocabulary 16000 "
+         "(~110M parameters); prefill 512 tokens, decode 64; 2 threads; %d rounds (medians)\n\n",
+         rounds);
+  printf("%-6s %-20s %14s %16s %14s %16s\n", "model", "run", "prefill", "vs plain", "decode",
+         "vs plain");
+  for (int t = 0; t < 2; t++) {
+    char model[PATH_MAX + 32];
+    snprintf(model, sizeof model, "%s/model-%s.gguf", scratch, types[t]);
+    char *wargv[] = {(char *)OPJIT_LLAMA_PROG_PATH, "write", model, "768", "12", "2048", "16000",
+                     (char *)types[t], "11", NULL};
+    char **env = bn_env(NULL);
+    int st = bn_spawn_wait(wargv[0], wargv, env, NULL);
+    bn_env_free(env);
+    if (st != 0) {
+      fprintf(stderr, "bench_ggml: cannot write the %s model\n", types[t]);
+      goto out;
+    }
+    static double pp[NCFG][MAXR], dd[NCFG][MAXR], pr[NCFG][MAXR], dr[NCFG][MAXR];
+    static char o[NCFG][16384];
+    for (int r = 0; r < rounds; r++) {
+      for (int k = 0; k < NCFG; k++) {
+        int cfg = (k + r) % NCFG;
+        if (run(model, cfg, &pp[cfg][r], &dd[cfg][r], o[cfg], sizeof o[cfg]))
+          goto out;
+      }
+      for (int cfg = 0; cfg < NCFG; cfg++) {
+        if (strcmp(o[cfg], o[PLAIN]) != 0) {
+          fprintf(stderr, "bench_ggml: the %s run changed the %s model's output:\n%s---\n%s",
+                  cfg_names[cfg], types[t], o[PLAIN], o[cfg]);
+          goto out;
+        }
+        pr[cfg][r] = pp[cfg][r] / pp[PLAIN][r], dr[cfg][r] = dd[cfg][r] / dd[PLAIN][r];
+      }
+    }
+    for (int cfg = 0; cfg < NCFG; cfg++) {
+      double m[4], s[4];
+      stat_of(pp[cfg], rounds, &m[0], &s[0]);
+      stat_of(pr[cfg], rounds, &m[1], &s[1]);
+      stat_of(dd[cfg], rounds, &m[2], &s[2]);
+      stat_of(dr[cfg], rounds, &m[3], &s[3]);
+      printf("%-6s %-20s %10.1f t/s %8.3f +- %.3f %10.1f t/s %8.3f +- %.3f\n", types[t],
+             cfg_names[cfg], m[0], m[1], s[1], m[2], m[3], s[3]);
+      if (cfg == AGENT)
+        printf("%-6s %-20s goals: prefill >= 1.10x: %s; decode >= 0.99x: %s\n", "", "",
+               m[1] >= 1.10 ? "met" : "NOT met", m[3] >= 0.99 ? "met" : "NOT met");
+    }
+  }
+  printf("\nthe agent profiles every node by op (no fusion yet): the ratios are its cost\n");
+  rc = 0;
+out:
+  bn_scratch_free(scratch);
+  return rc;
+}
