@@ -310,6 +310,10 @@ static LLVMValueRef intrinsic(gen_t *g, const char *name, LLVMTypeRef *types, si
 
 void jt_gemm_name(const jt_gemm_t *s, char *buf, size_t len)
 {
+  if (s->add_rms_mul) {
+    snprintf(buf, len, "opjit_add_rms_mul_f32_n%d", s->k);
+    return;
+  }
   if (s->dot) {
     snprintf(buf, len, "opjit_%cdot_n%d", s->f64 ? 'd' : 's', s->k);
     return;
@@ -441,5 +445,114 @@ LLVMValueRef jt_dot_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *
   LLVMValueRef r = LLVMBuildCall2(g.b, rt, red, args, 2, "r");
   LLVMSetFastMathFlags(r, LLVMFastMathAllowReassoc);
   LLVMSetAlignment(LLVMBuildStore(g.b, r, g.c), s->f64 ? 8 : 4);
+  return end_kernel(&g);
+}
+
+/* The fused ADD + RMS_NORM + MUL (jt_add_rms_mul_fn): per row, one pass computes and stores
+ * x = a + b and sums x^2 (products in float, sums in a double vector), the scale follows
+ * ggml's float steps, and a second pass stores y = (x * scale) * w. */
+LLVMValueRef jt_add_rms_mul_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
+{
+  gen_t g = {.cx = cx, .mod = mod, .g = s};
+  setup_types(&g);
+  jt_gemm_name(s, g.name, sizeof g.name);
+  LLVMTypeRef f32 = LLVMFloatTypeInContext(cx), f64 = LLVMDoubleTypeInContext(cx);
+  LLVMTypeRef params[7] = {g.ptr, g.ptr, g.ptr, g.ptr, g.ptr, g.i64, f32};
+  g.fn = LLVMAddFunction(mod, g.name, LLVMFunctionType(LLVMVoidTypeInContext(cx), params, 7, 0));
+  g.b = LLVMCreateBuilderInContext(cx);
+  LLVMPositionBuilderAtEnd(g.b, LLVMAppendBasicBlockInContext(cx, g.fn, "entry"));
+  LLVMValueRef pa = LLVMGetParam(g.fn, 0), pb = LLVMGetParam(g.fn, 1), pw = LLVMGetParam(g.fn, 2);
+  LLVMValueRef px = LLVMGetParam(g.fn, 3), py = LLVMGetParam(g.fn, 4);
+  LLVMValueRef rows = LLVMGetParam(g.fn, 5), eps = LLVMGetParam(g.fn, 6);
+  LLVMTypeRef dvec = LLVMVectorType(f64, (unsigned)g.V), dvt = dvec, f32t = f32, rt;
+  LLVMValueRef reduce = intrinsic(&g, "llvm.vector.reduce.fadd", &dvt, 1, &rt);
+  LLVMTypeRef sqrt_t;
+  LLVMValueRef sqrtf_ = intrinsic(&g, "llvm.sqrt", &f32t, 1, &sqrt_t);
+  int n = s->k, full = n / g.V * g.V;
+
+  /* for (r = 0; r < rows; r++): a runtime loop (rows is not baked in) */
+  LLVMBasicBlockRef pre = LLVMGetInsertBlock(g.b);
+  LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(cx, g.fn, "row");
+  LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(cx, g.fn, "rowbody");
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(cx, g.fn, "done");
+  LLVMBuildBr(g.b, head);
+  LLVMPositionBuilderAtEnd(g.b, head);
+  LLVMValueRef r = LLVMBuildPhi(g.b, g.i64, "r"), zero64 = i64c(&g, 0);
+  LLVMAddIncoming(r, &zero64, &pre, 1);
+  LLVMBuildCondBr(g.b, LLVMBuildICmp(g.b, LLVMIntSLT, r, rows, ""), body, done);
+  LLVMPositionBuilderAtEnd(g.b, body);
+  LLVMValueRef base = LLVMBuildNSWMul(g.b, r, i64c(&g, n), "base");
+  LLVMValueRef ra = at(&g, pa, base), rb = at(&g, pb, base), rx = at(&g, px, base);
+  LLVMValueRef ry = at(&g, py, base);
+
+  /* Pass 1: x = a + b, acc += (double)(x * x). */
+  LLVMValueRef acc = LLVMConstNull(dvec);
+  if (full) {
+    LLVMBasicBlockRef p1pre = LLVMGetInsertBlock(g.b);
+    LLVMBasicBlockRef p1 = LLVMAppendBasicBlockInContext(cx, g.fn, "sumsq");
+    LLVMBasicBlockRef p1end = LLVMAppendBasicBlockInContext(cx, g.fn, "sumsq_end");
+    LLVMBuildBr(g.b, p1);
+    LLVMPositionBuilderAtEnd(g.b, p1);
+    LLVMValueRef i = LLVMBuildPhi(g.b, g.i64, "i"), pacc = LLVMBuildPhi(g.b, dvec, "acc");
+    LLVMValueRef dzero = LLVMConstNull(dvec);
+    LLVMAddIncoming(i, &zero64, &p1pre, 1);
+    LLVMAddIncoming(pacc, &dzero, &p1pre, 1);
+    LLVMValueRef vx = LLVMBuildFAdd(g.b, vload(&g, at(&g, ra, i), g.V), vload(&g, at(&g, rb, i), g.V), "x");
+    vstore(&g, vx, at(&g, rx, i), g.V);
+    LLVMValueRef sq = LLVMBuildFPExt(g.b, LLVMBuildFMul(g.b, vx, vx, "sq"), dvec, "sqd");
+    LLVMValueRef nacc = LLVMBuildFAdd(g.b, pacc, sq, "acc1");
+    LLVMValueRef next = LLVMBuildNSWAdd(g.b, i, i64c(&g, g.V), "next");
+    LLVMAddIncoming(i, &next, &p1, 1);
+    LLVMAddIncoming(pacc, &nacc, &p1, 1);
+    LLVMBuildCondBr(g.b, LLVMBuildICmp(g.b, LLVMIntSLT, next, i64c(&g, full), ""), p1, p1end);
+    LLVMPositionBuilderAtEnd(g.b, p1end);
+    acc = nacc;
+  }
+  LLVMValueRef args[2] = {LLVMConstReal(f64, -0.0), acc};
+  LLVMValueRef sum = LLVMBuildCall2(g.b, rt, reduce, args, 2, "sum");
+  LLVMSetFastMathFlags(sum, LLVMFastMathAllowReassoc);
+  for (int t = full; t < n; t++) { /* the last n % V elements, one by one */
+    LLVMValueRef ix = i64c(&g, t);
+    LLVMValueRef xa = LLVMBuildLoad2(g.b, f32, at(&g, ra, ix), "a");
+    LLVMValueRef xb = LLVMBuildLoad2(g.b, f32, at(&g, rb, ix), "b");
+    LLVMValueRef x = LLVMBuildFAdd(g.b, xa, xb, "x");
+    LLVMBuildStore(g.b, x, at(&g, rx, ix));
+    sum = LLVMBuildFAdd(g.b, sum, LLVMBuildFPExt(g.b, LLVMBuildFMul(g.b, x, x, ""), f64, ""), "sum");
+  }
+  /* mean = (float)(sum / n); scale = 1.0f / sqrtf(mean + eps) */
+  LLVMValueRef mean = LLVMBuildFPTrunc(g.b, LLVMBuildFDiv(g.b, sum, LLVMConstReal(f64, n), ""), f32, "mean");
+  LLVMValueRef sarg[1] = {LLVMBuildFAdd(g.b, mean, eps, "")};
+  LLVMValueRef root = LLVMBuildCall2(g.b, sqrt_t, sqrtf_, sarg, 1, "root");
+  LLVMValueRef scale = LLVMBuildFDiv(g.b, LLVMConstReal(f32, 1.0), root, "scale");
+  LLVMValueRef vscale = splat(&g, scale);
+
+  /* Pass 2: y = (x * scale) * w. */
+  if (full) {
+    LLVMBasicBlockRef p2pre = LLVMGetInsertBlock(g.b);
+    LLVMBasicBlockRef p2 = LLVMAppendBasicBlockInContext(cx, g.fn, "scale");
+    LLVMBasicBlockRef p2end = LLVMAppendBasicBlockInContext(cx, g.fn, "scale_end");
+    LLVMBuildBr(g.b, p2);
+    LLVMPositionBuilderAtEnd(g.b, p2);
+    LLVMValueRef i = LLVMBuildPhi(g.b, g.i64, "j");
+    LLVMAddIncoming(i, &zero64, &p2pre, 1);
+    LLVMValueRef vx = vload(&g, at(&g, rx, i), g.V);
+    LLVMValueRef vy = LLVMBuildFMul(g.b, LLVMBuildFMul(g.b, vx, vscale, ""), vload(&g, at(&g, pw, i), g.V), "y");
+    vstore(&g, vy, at(&g, ry, i), g.V);
+    LLVMValueRef next = LLVMBuildNSWAdd(g.b, i, i64c(&g, g.V), "next");
+    LLVMAddIncoming(i, &next, &p2, 1);
+    LLVMBuildCondBr(g.b, LLVMBuildICmp(g.b, LLVMIntSLT, next, i64c(&g, full), ""), p2, p2end);
+    LLVMPositionBuilderAtEnd(g.b, p2end);
+  }
+  for (int t = full; t < n; t++) {
+    LLVMValueRef ix = i64c(&g, t);
+    LLVMValueRef x = LLVMBuildLoad2(g.b, f32, at(&g, rx, ix), "x");
+    LLVMValueRef w = LLVMBuildLoad2(g.b, f32, at(&g, pw, ix), "w");
+    LLVMBuildStore(g.b, LLVMBuildFMul(g.b, LLVMBuildFMul(g.b, x, scale, ""), w, "y"), at(&g, ry, ix));
+  }
+  LLVMValueRef rnext = LLVMBuildNSWAdd(g.b, r, i64c(&g, 1), "rnext");
+  LLVMBasicBlockRef last = LLVMGetInsertBlock(g.b);
+  LLVMAddIncoming(r, &rnext, &last, 1);
+  LLVMBuildBr(g.b, head);
+  LLVMPositionBuilderAtEnd(g.b, done);
   return end_kernel(&g);
 }

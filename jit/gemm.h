@@ -13,6 +13,9 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
 /* Adds the dot-product kernel for s (s->dot set) to mod and returns the function. */
 LLVMValueRef jt_dot_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s);
 
+/* Adds the fused ADD + RMS_NORM + MUL kernel for s (s->add_rms_mul set; jt_add_rms_mul_fn). */
+LLVMValueRef jt_add_rms_mul_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s);
+
 /* The kernel's symbol name: unique per jt_gemm_t. */
 void jt_gemm_name(const jt_gemm_t *s, char *buf, size_t len);
 

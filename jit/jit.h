@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define JT_GENERATOR_VERSION 1 /* bumped whenever generated code changes */
+#define JT_GENERATOR_VERSION 2 /* bumped whenever generated code changes */
 
 /* A column-major GEMM, C = alpha * op(A) * op(B) + beta * C, with every shape constant known.
  * Row-major (CBLAS) calls are mapped onto it by the caller: C^T = op(B)^T op(A)^T. */
@@ -26,7 +26,16 @@ typedef struct jt_gemm_s {
   int beta_class;     /* 0: beta == 0 (C is never read), 1: beta == 1, 2: any other */
   int dot;            /* 1: a dot product instead: *C = sum of A[i] B[i] for i < k, unit
                          strides (the other fields but f64 and k are ignored) */
+  int add_rms_mul;    /* 1: ggml's ADD + RMS_NORM + MUL fused instead, over rows of k floats
+                         (jt_add_rms_mul_fn; the other fields are ignored) */
 } jt_gemm_t;
+
+/* The fused ADD + RMS_NORM + MUL kernel, row by row (each row k floats, rows contiguous):
+ *   x = a + b;  y = (x * 1/sqrt(mean(x^2) + eps)) * w
+ * with ggml's arithmetic: x^2 in float, summed in double, mean and scale in float. x is
+ * written too (ggml's graphs read the ADD's output again as the next residual). */
+typedef void (*jt_add_rms_mul_fn)(const float *a, const float *b, const float *w, float *x,
+                                  float *y, int64_t rows, float eps);
 
 /* The compiled kernel. alpha and beta are passed as doubles whatever the type; the kernel
  * honours only what its class leaves variable. A and B must not overlap C. */
@@ -63,6 +72,8 @@ typedef struct jt_api_s {
 /* 1 when g is within what the generator compiles. */
 static inline int jt_gemm_supported(const jt_gemm_t *g)
 {
+  if (g->add_rms_mul)
+    return g->k >= 1 && g->k <= (1 << 20);
   if (g->dot)
     return g->k >= 1 && g->k <= (1 << 20);
   return g->m >= 1 && g->n >= 1 && g->k >= 1 && g->m <= JT_GEMM_MAX_DIM &&

@@ -126,7 +126,9 @@ static int compile(const jt_gemm_t *g, const char *name, compiled_t *entry, char
   LLVMModuleRef mod = LLVMModuleCreateWithNameInContext(name, cx);
   LLVMSetTarget(mod, triple);
   LLVMSetDataLayout(mod, LLVMOrcLLJITGetDataLayoutStr(jit));
-  if (g->dot)
+  if (g->add_rms_mul)
+    jt_add_rms_mul_emit(cx, mod, g);
+  else if (g->dot)
     jt_dot_emit(cx, mod, g);
   else
     jt_gemm_emit(cx, mod, g);

@@ -244,3 +244,50 @@ Test(gemm_kernels, dot_products_match_the_reference)
       free(x), free(y), free(xf), free(yf);
     }
 }
+
+/* ggml's ADD + RMS_NORM + MUL, as ggml computes it (ops.cpp): the reference of the fused
+ * kernel. */
+static void ref_add_rms_mul(const float *a, const float *b, const float *w, float *x, float *y,
+                            int n, int rows, float eps)
+{
+  for (int r = 0; r < rows; r++) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+      float v = a[r * n + i] + b[r * n + i];
+      x[r * n + i] = v;
+      sum += (double)(v * v);
+    }
+    const float mean = (float)(sum / n), scale = 1.0f / sqrtf(mean + eps);
+    for (int i = 0; i < n; i++)
+      y[r * n + i] = (x[r * n + i] * scale) * w[i];
+  }
+}
+
+Test(gemm_kernels, fused_add_rms_norm_mul_matches_ggml_arithmetic)
+{
+  static const int sizes[] = {1, 7, 8, 9, 64, 255, 768, 1000, 4096};
+  for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+    int n = sizes[si], rows = 5;
+    jt_gemm_t g = {.add_rms_mul = 1, .k = n};
+    jt_gemm_fn fn = compile(&g);
+    size_t cnt = (size_t)n * rows;
+    float *a = malloc(cnt * 4), *b = malloc(cnt * 4), *w = malloc((size_t)n * 4);
+    float *x = malloc(cnt * 4), *y = malloc(cnt * 4), *rx = malloc(cnt * 4), *ry = malloc(cnt * 4);
+    for (size_t i = 0; i < cnt; i++)
+      a[i] = (float)((int)rnd(2001) - 1000) / 300, b[i] = (float)((int)rnd(2001) - 1000) / 700;
+    for (int i = 0; i < n; i++)
+      w[i] = (float)((int)rnd(2001) - 1000) / 500;
+    ref_add_rms_mul(a, b, w, rx, ry, n, rows, 1e-5f);
+    ((jt_add_rms_mul_fn)(void (*)(void))fn)(a, b, w, x, y, rows, 1e-5f);
+    for (size_t i = 0; i < cnt; i++) {
+      cr_assert_eq(x[i], rx[i], "n=%d: x[%zu] = %.9g, ggml %.9g", n, i, x[i], rx[i]);
+      cr_assert(fabsf(y[i] - ry[i]) <= 2 * FLT_EPSILON * fabsf(ry[i]) + FLT_MIN,
+                "n=%d: y[%zu] = %.9g, ggml %.9g", n, i, y[i], ry[i]);
+    }
+    /* rows = 0 touches nothing */
+    x[0] = y[0] = 42;
+    ((jt_add_rms_mul_fn)(void (*)(void))fn)(a, b, w, x, y, 0, 1e-5f);
+    cr_assert(x[0] == 42 && y[0] == 42);
+    free(a), free(b), free(w), free(x), free(y), free(rx), free(ry);
+  }
+}
