@@ -35,8 +35,14 @@ static const char *gg_name(const char *const *names, int n, int i, char *buf, si
   return buf;
 }
 
+static const char *const fusion_names[] = {"?", "ADD+RMS_NORM+MUL"};
+
 const char *ag_sig_opname(const ag_sig_t *s, char *buf, size_t len)
 {
+  if (s->host == AG_HOST_ID_GGML && s->op == AG_GGML_OP_FUSED) {
+    snprintf(buf, len, "FUSED");
+    return buf;
+  }
   if (s->host == AG_HOST_ID_GGML) {
     char tmp[16];
     snprintf(buf, len, "%s", gg_name(gg.ops, gg.nops, s->op, tmp, sizeof tmp));
@@ -50,6 +56,8 @@ const char *ag_sig_opname(const ag_sig_t *s, char *buf, size_t len)
 /* A ggml op's sub-op name (UNARY, GLU), or NULL. */
 static const char *gg_subop(const ag_sig_t *s, char *buf, size_t len)
 {
+  if (s->op == AG_GGML_OP_FUSED)
+    return gg_name(fusion_names, sizeof fusion_names / sizeof *fusion_names, s->ta, buf, len);
   if (gg.ops && s->op == gg.op_unary)
     return gg_name(gg.unary, gg.nunary, s->ta, buf, len);
   if (gg.ops && s->op == gg.op_glu)

@@ -13,6 +13,10 @@
  * source's type + 1 (0: none), ta = the op's sub-op for UNARY and GLU, m n = its ne[0] ne[1],
  * k = the first source's ne[0] (MUL_MAT's K), lda ldb = its ne[2] ne[3]. */
 enum ag_host { AG_HOST_ID_BLAS = 1, AG_HOST_ID_GGML = 2 };
+/* A ggml key whose op is AG_GGML_OP_FUSED is a group of nodes the agent runs as one: ta names
+ * the pattern, m the row length, n the rows. */
+enum { AG_GGML_OP_FUSED = 0xF0 };
+enum ag_fusion { AG_FUSE_ADD_RMS_MUL = 1 };
 enum ag_op { AG_OP_GEMM = 1, AG_OP_GEMV, AG_OP_AXPY, AG_OP_DOT };
 enum ag_dtype { AG_F32 = 1, AG_F64 };
 enum ag_api { AG_API_F77 = 1, AG_API_CBLAS };

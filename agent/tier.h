@@ -140,6 +140,10 @@ int ag_tier_dot(ag_entry_t *e, void *v, const void *x, const void *y, double *r)
 void ag_tier_dot_verify_end(ag_entry_t *e, double variant, double original, const void *x,
                             const void *y);
 
+/* A host's own verification of e's variant (the ggml fusions): the largest difference from
+ * the original and the bound it must stay within (a mismatch blacklists the variant). */
+void ag_tier_verify_result(ag_entry_t *e, double worst, double bound);
+
 /* Compares the variant's copy with the original's C: a mismatch beyond the bound unpublishes
  * and blacklists the variant (the host keeps the original's result either way). */
 void ag_tier_verify_end(ag_verify_t *vf);

@@ -13,15 +13,34 @@
  * thread's samples to it. Only a ggml the agent was built for is touched: on the first call the
  * host checks ggml_version() and the op-name table against the headers it was compiled with
  * (and OPJIT_HOSTS); on any mismatch every call passes through untouched, after one warning.
- * Only the forward functions whose signature is (params, dst) in those headers are defined. */
+ * Only the forward functions whose signature is (params, dst) in those headers are defined.
+ *
+ * Fusion (jit mode): the agent also defines ggml_graph_compute, through which the CPU backend
+ * runs each split of a graph. It finds node groups it can run as one LLVM-compiled kernel —
+ * ADD + RMS_NORM + MUL, the residual add and the norm that follow each attention and FFN
+ * block — under guards (types, contiguity, shapes, the norm's output used by the MUL alone and
+ * not a graph output, no partial overlap between outputs and inputs). A group is a signature
+ * (FUSED ADD+RMS_NORM+MUL and its row length) that gets hot after OPJIT_HOT_CALLS executions
+ * (counted per thread) and goes through the tiers like a BLAS signature: compiled in the background,
+ * published, stored and warm-loaded. A graph with published fusions is rebuilt once — the
+ * host's nodes, each group replaced by one custom node (ggml_custom_4d) writing the ADD's and
+ * the MUL's outputs, split across ggml's threads by rows — cached per graph, and computed in
+ * place of the host's graph, which is never modified. The first OPJIT_VERIFY executions of a
+ * fusion also run ggml's own ADD, RMS_NORM and MUL on scratch copies and compare; a mismatch
+ * blacklists it and the host keeps ggml's results. */
 #define _GNU_SOURCE
 #include "../agent.h"
 #include "../log.h"
 #include "../opt.h"
+#include "../tier.h"
+#include "jit/jit.h"
 
 #include "ggml.h"
 
 #include <dlfcn.h>
+#include <float.h>
+#include <math.h>
+#include <stdbool.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -170,6 +189,24 @@ static ag_sig_t key_of(const struct ggml_tensor *dst)
                      (int32_t)dst->ne[2], (int32_t)dst->ne[3], 0);
 }
 
+static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *ud);
+struct fusion_s;
+static ag_sig_t fusion_key(const struct fusion_s *f);
+
+/* The fusion record of one of the agent's custom nodes, or NULL. */
+static const struct fusion_s *our_custom(const struct ggml_tensor *dst)
+{
+  if (dst->op != GGML_OP_CUSTOM)
+    return NULL;
+  struct {
+    ggml_custom_op_t fun;
+    int n_tasks;
+    void *userdata;
+  } p; /* ggml's struct ggml_custom_op_params */
+  memcpy(&p, dst->op_params, sizeof p);
+  return p.fun == fused_add_rms_mul ? p.userdata : NULL;
+}
+
 static void forward(void *_Atomic *cache, const char *name, const void *ret, const void *params,
                     struct ggml_tensor *dst)
 {
@@ -181,14 +218,394 @@ static void forward(void *_Atomic *cache, const char *name, const void *ret, con
       return;
     }
   }
-  ag_sig_t k = key_of(dst);
+  const struct fusion_s *fu = our_custom(dst);
+  ag_sig_t k = fu ? fusion_key(fu) : key_of(dst);
   ag_call_t c;
   if (!ag_call_begin_host(&c, &k, 1)) {
     fn(params, dst);
     return;
   }
+  c.variant = fu != NULL; /* the fused kernel serves this group */
   fn(params, dst);
   ag_call_end(&c);
+}
+
+/* ---- fusion --------------------------------------------------------------------------- */
+
+/* ggml-cpu's compute parameters (ggml-cpu-impl.h of the checked version): what a forward
+ * function is called with. */
+typedef struct gg_params_s {
+  int ith, nth;
+  size_t wsize;
+  void *wdata;
+  void *threadpool;
+  bool use_ref;
+} gg_params_t;
+
+/* One fusable group in a graph. */
+typedef struct fusion_s {
+  struct ggml_tensor *add, *rms, *mul; /* the host's nodes (never modified) */
+  struct ggml_tensor *node;            /* the custom node standing for them, when fused */
+  ag_entry_t *e;                       /* the group's signature */
+  void *variant;                       /* the kernel the cached graph was built with */
+  int verifying;                       /* this execution checks the kernel against ggml */
+  int64_t n, rows;
+  float eps;
+} fusion_t;
+
+/* A graph the CPU backend computed: its fusable groups and, when any is published, the graph
+ * that runs in its place. */
+typedef struct gcache_s {
+  const struct ggml_cgraph *orig;
+  int n_nodes;
+  uint64_t hash;              /* of the host's node pointers and ops */
+  struct ggml_context *ctx;   /* holds the rebuilt graph and the custom nodes */
+  struct ggml_cgraph *graph;  /* NULL: no group is fused, the host's graph runs */
+  fusion_t *f;
+  int nf;
+} gcache_t;
+
+#define GCACHE_MAX 32
+static gcache_t gcache[GCACHE_MAX];
+static int gcache_next; /* the slot a new graph takes (round robin) */
+static pthread_mutex_t gcache_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* libggml-base's graph API and ggml's own forward functions (for verification). */
+static struct {
+  int (*n_nodes)(struct ggml_cgraph *);
+  struct ggml_tensor *(*node)(struct ggml_cgraph *, int);
+  struct ggml_context *(*init)(struct ggml_init_params);
+  void (*free)(struct ggml_context *);
+  struct ggml_cgraph *(*new_graph)(struct ggml_context *, size_t, bool);
+  void (*add_node)(struct ggml_cgraph *, struct ggml_tensor *);
+  size_t (*graph_overhead)(size_t, bool);
+  size_t (*tensor_overhead)(void);
+  bool (*contiguous)(const struct ggml_tensor *);
+  struct ggml_tensor *(*custom)(struct ggml_context *, enum ggml_type, int64_t, int64_t, int64_t,
+                                int64_t, struct ggml_tensor **, int, ggml_custom_op_t, int, void *);
+  forward_fn add, rms_norm, mul;
+  int ok;
+} api;
+
+static int fusion_mode; /* 0 off, 1 on, 2 poison (a test's: fused nodes write zeros) */
+
+/* Resolves what fusion needs, once (after check() accepted this ggml). */
+static void fusion_setup(void)
+{
+  const char *t = getenv("OPJIT_TEST_FUSION");
+  fusion_mode = !ag_hot_calls ? 0 : t && strcmp(t, "off") == 0 ? 0 : t && strcmp(t, "poison") == 0 ? 2 : 1;
+  void *base = dlopen("libggml-base.so", RTLD_NOLOAD | RTLD_LAZY), *cpu = atomic_load(&cpu_lib);
+  if (!base || !cpu) {
+    fusion_mode = 0;
+    return;
+  }
+#define SYM(lib, f, name) *(void **)&api.f = dlsym(lib, name)
+  SYM(base, n_nodes, "ggml_graph_n_nodes");
+  SYM(base, node, "ggml_graph_node");
+  SYM(base, init, "ggml_init");
+  SYM(base, free, "ggml_free");
+  SYM(base, new_graph, "ggml_new_graph_custom");
+  SYM(base, add_node, "ggml_graph_add_node");
+  SYM(base, graph_overhead, "ggml_graph_overhead_custom");
+  SYM(base, tensor_overhead, "ggml_tensor_overhead");
+  SYM(base, contiguous, "ggml_is_contiguous");
+  SYM(base, custom, "ggml_custom_4d");
+  SYM(cpu, add, "ggml_compute_forward_add");
+  SYM(cpu, rms_norm, "ggml_compute_forward_rms_norm");
+  SYM(cpu, mul, "ggml_compute_forward_mul");
+#undef SYM
+  dlclose(base);
+  api.ok = api.n_nodes && api.node && api.init && api.free && api.new_graph && api.add_node &&
+           api.graph_overhead && api.tensor_overhead && api.contiguous && api.custom && api.add &&
+           api.rms_norm && api.mul;
+  if (!api.ok)
+    fusion_mode = 0;
+}
+
+static ag_sig_t fusion_key(const struct fusion_s *f) { return f->e->key; }
+
+static int same_shape(const struct ggml_tensor *x, const struct ggml_tensor *y)
+{
+  return x->ne[0] == y->ne[0] && x->ne[1] == y->ne[1] && x->ne[2] == y->ne[2] && x->ne[3] == y->ne[3];
+}
+
+/* 1 when two tensors' bytes are the same range or do not overlap at all. */
+static int clean_alias(const struct ggml_tensor *x, const struct ggml_tensor *y, size_t bytes)
+{
+  uintptr_t a = (uintptr_t)x->data, b = (uintptr_t)y->data;
+  return a == b || a + bytes <= b || b + bytes <= a;
+}
+
+/* The ADD + RMS_NORM + MUL group at nodes i..i+2 of g, under every guard; 0 when there is none. */
+static int find_group(struct ggml_cgraph *g, int n, int i, fusion_t *f)
+{
+  if (i + 2 >= n)
+    return 0;
+  struct ggml_tensor *add = api.node(g, i), *rms = api.node(g, i + 1), *mul = api.node(g, i + 2);
+  if (add->op != GGML_OP_ADD || rms->op != GGML_OP_RMS_NORM || mul->op != GGML_OP_MUL ||
+      rms->src[0] != add || mul->src[0] != rms)
+    return 0;
+  const struct ggml_tensor *a = add->src[0], *b = add->src[1], *w = mul->src[1];
+  if (!a || !b || !w || add->type != GGML_TYPE_F32 || a->type != GGML_TYPE_F32 ||
+      b->type != GGML_TYPE_F32 || rms->type != GGML_TYPE_F32 || mul->type != GGML_TYPE_F32 ||
+      w->type != GGML_TYPE_F32)
+    return 0;
+  if (!same_shape(a, add) || !same_shape(b, add) || !same_shape(mul, add) ||
+      w->ne[0] != add->ne[0] || w->ne[1] != 1 || w->ne[2] != 1 || w->ne[3] != 1)
+    return 0;
+  if (add->view_src || rms->view_src || mul->view_src || !api.contiguous(a) ||
+      !api.contiguous(b) || !api.contiguous(w) || !api.contiguous(add) || !api.contiguous(mul))
+    return 0;
+  if (!a->data || !b->data || !w->data || !add->data || !mul->data ||
+      (rms->flags & GGML_TENSOR_FLAG_OUTPUT) || add->ne[0] > (1 << 20))
+    return 0;
+  size_t bytes = (size_t)(add->ne[0] * add->ne[1] * add->ne[2] * add->ne[3]) * sizeof(float);
+  if (!clean_alias(add, a, bytes) || !clean_alias(add, b, bytes) || !clean_alias(mul, a, bytes) ||
+      !clean_alias(mul, b, bytes) || !clean_alias(mul, add, bytes))
+    return 0; /* exact aliasing is fine: the kernel reads each element before it writes it */
+  for (int j = 0; j < n; j++) { /* the norm's output feeds the MUL alone */
+    const struct ggml_tensor *t = api.node(g, j);
+    for (int k = 0; k < GGML_MAX_SRC; k++)
+      if (t->src[k] == rms && t != mul)
+        return 0;
+  }
+  *f = (fusion_t){.add = add, .rms = rms, .mul = mul, .n = add->ne[0],
+                  .rows = add->ne[1] * add->ne[2] * add->ne[3]};
+  memcpy(&f->eps, rms->op_params, sizeof f->eps);
+  return 1;
+}
+
+/* ggml's own ADD, RMS_NORM and MUL on copies of the group's nodes, writing x and y (scratch):
+ * the original the kernel is compared with. */
+static void reference(const fusion_t *f, float *x, float *r, float *y)
+{
+  gg_params_t p = {0, 1, 0, NULL, NULL, false};
+  struct ggml_tensor add = *f->add, rms = *f->rms, mul = *f->mul;
+  add.data = x;
+  rms.data = r, rms.src[0] = &add;
+  mul.data = y, mul.src[0] = &rms;
+  api.add(&p, &add);
+  api.rms_norm(&p, &rms);
+  api.mul(&p, &mul);
+}
+
+/* The custom node's work on thread ith of nth: its share of the rows (all of them on thread 0
+ * when verifying). */
+static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *ud)
+{
+  fusion_t *f = ud;
+  const float *a = f->add->src[0]->data, *b = f->add->src[1]->data, *w = f->mul->src[1]->data;
+  float *x = f->add->data, *y = dst->data;
+  jt_add_rms_mul_fn k = (jt_add_rms_mul_fn)f->variant;
+  int64_t n = f->n;
+  if (f->verifying) {
+    if (ith != 0)
+      return;
+    size_t cnt = (size_t)(n * f->rows);
+    float *scratch = malloc(3 * cnt * sizeof *scratch);
+    if (!scratch) { /* cannot compare now: the kernel computes, the next execution checks */
+      atomic_fetch_add(&f->e->verify, 1);
+      k(a, b, w, x, y, f->rows, f->eps);
+      return;
+    }
+    float *rx = scratch, *rr = scratch + cnt, *ry = scratch + 2 * cnt;
+    reference(f, rx, rr, ry); /* first: a and b may share memory with x or y */
+    k(a, b, w, x, y, f->rows, f->eps);
+    double worst = 0, bound = 0;
+    int x_kept = x != y; /* when the MUL's output reuses the ADD's memory, x ends as y */
+    for (size_t i = 0; i < cnt; i++) {
+      double dx = x_kept ? fabs((double)x[i] - rx[i]) : 0, dy = fabs((double)y[i] - ry[i]);
+      double bx = 0, by = 4 * FLT_EPSILON * fabs(ry[i]) + FLT_MIN;
+      if (!(dx <= bx) || !(dy <= by)) {
+        worst = isnan(dx) || isnan(dy) ? INFINITY : dx > dy ? dx : dy, bound = dx > bx ? bx : by;
+        break;
+      }
+    }
+    if (worst > bound || isnan(worst)) { /* the host keeps ggml's results */
+      memcpy(x, rx, cnt * sizeof *x);
+      memcpy(y, ry, cnt * sizeof *y);
+    }
+    free(scratch);
+    ag_tier_verify_result(f->e, worst, worst > 0 ? bound : 1.0);
+    return;
+  }
+  int64_t per = (f->rows + nth - 1) / nth, r0 = per * ith, r1 = r0 + per < f->rows ? r0 + per : f->rows;
+  if (r0 >= r1)
+    return;
+  if (fusion_mode == 2) { /* poison: the model must notice */
+    memset(y + r0 * n, 0, (size_t)((r1 - r0) * n) * sizeof *y);
+    return;
+  }
+  k(a + r0 * n, b + r0 * n, w, x + r0 * n, y + r0 * n, r1 - r0, f->eps);
+}
+
+/* What a graph's groups depend on: its nodes, their ops, shapes and memory, and their sources.
+ * llama.cpp rebuilds graphs in the same memory (same node pointers, new shapes), and ggml may
+ * move tensors: any change is another graph. */
+static uint64_t graph_hash(struct ggml_cgraph *g, int n)
+{
+  uint64_t h = 1469598103934665603ull;
+#define MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ull)
+  for (int i = 0; i < n; i++) {
+    const struct ggml_tensor *t = api.node(g, i);
+    MIX((uintptr_t)t), MIX(t->op), MIX((uintptr_t)t->data);
+    for (int d = 0; d < GGML_MAX_DIMS; d++)
+      MIX(t->ne[d]);
+    for (int k = 0; k < 3; k++)
+      if (t->src[k])
+        MIX((uintptr_t)t->src[k]), MIX((uintptr_t)t->src[k]->data);
+  }
+#undef MIX
+  return h;
+}
+
+static void gcache_clear(gcache_t *c)
+{
+  if (c->ctx)
+    api.free(c->ctx);
+  free(c->f);
+  memset(c, 0, sizeof *c);
+}
+
+/* The cache entry of g, found or made (its groups found). gcache_mu held. */
+static gcache_t *gcache_of(struct ggml_cgraph *g)
+{
+  int n = api.n_nodes(g);
+  uint64_t h = graph_hash(g, n);
+  for (int i = 0; i < GCACHE_MAX; i++)
+    if (gcache[i].orig == g && gcache[i].n_nodes == n && gcache[i].hash == h)
+      return &gcache[i];
+  gcache_t *c = &gcache[gcache_next];
+  gcache_next = (gcache_next + 1) % GCACHE_MAX;
+  gcache_clear(c);
+  *c = (gcache_t){.orig = g, .n_nodes = n, .hash = h};
+  for (int i = 0; i < n; i++) {
+    fusion_t f;
+    if (!find_group(g, n, i, &f))
+      continue;
+    /* One signature per row length: the kernel does not depend on the rows. */
+    ag_sig_t k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, GGML_TYPE_F32, GGML_TYPE_F32, 0,
+                             AG_FUSE_ADD_RMS_MUL, 0, 0, (int32_t)f.n, 0, 0, 0, 0, 0);
+    if (!(f.e = ag_table_get(ag_table, &k)))
+      break; /* the table is full */
+    fusion_t *grown = realloc(c->f, (size_t)(c->nf + 1) * sizeof *grown);
+    if (!grown)
+      break;
+    c->f = grown;
+    c->f[c->nf++] = f;
+    i += 2;
+  }
+  return c;
+}
+
+/* Rebuilds c's graph with the groups whose kernel is published. Returns 0, or -1 (the host's
+ * graph runs). gcache_mu held. */
+static int rebuild(gcache_t *c, struct ggml_cgraph *g)
+{
+  if (c->ctx)
+    api.free(c->ctx), c->ctx = NULL, c->graph = NULL;
+  int fused = 0;
+  for (int i = 0; i < c->nf; i++) {
+    fusion_t *f = &c->f[i];
+    f->variant = atomic_load_explicit(&f->e->variant, memory_order_acquire);
+    f->node = NULL;
+    fused += f->variant != NULL;
+  }
+  if (!fused)
+    return 0;
+  size_t size = (size_t)c->n_nodes;
+  struct ggml_init_params ip = {api.graph_overhead(size, false) + (size_t)fused * api.tensor_overhead() + 4096,
+                                NULL, true};
+  if (!(c->ctx = api.init(ip)) || !(c->graph = api.new_graph(c->ctx, size, false))) {
+    if (c->ctx)
+      api.free(c->ctx);
+    c->ctx = NULL, c->graph = NULL;
+    return -1;
+  }
+  int next = 0;
+  for (int i = 0; i < c->n_nodes; i++) {
+    struct ggml_tensor *t = api.node(g, i);
+    fusion_t *f = next < c->nf && c->f[next].add == t ? &c->f[next] : NULL;
+    if (!f) {
+      api.add_node(c->graph, t);
+      continue;
+    }
+    next++;
+    if (!f->variant) {
+      api.add_node(c->graph, t);
+      continue;
+    }
+    struct ggml_tensor *args[3] = {f->add->src[0], f->add->src[1], f->mul->src[1]};
+    struct ggml_tensor *node = api.custom(c->ctx, GGML_TYPE_F32, f->mul->ne[0], f->mul->ne[1],
+                                          f->mul->ne[2], f->mul->ne[3], args, 3,
+                                          fused_add_rms_mul, -1 /* GGML_N_TASKS_MAX */, f);
+    node->flags |= GGML_TENSOR_FLAG_COMPUTE;
+    node->buffer = f->mul->buffer;
+    node->data = f->mul->data;
+    f->node = node;
+    api.add_node(c->graph, node);
+    i += 2; /* the RMS_NORM and the MUL are in the custom node */
+  }
+  return 0;
+}
+
+/* The graph to compute in place of g: its cached rebuild with the published fusions, or g.
+ * An unfused group counts as nth calls of its signature (one per thread, as a fused one is
+ * counted), so the profile of later runs knows it. */
+static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth)
+{
+  /* The first graph activates the agent (and its warm start) before it runs, so that stored
+   * fusions apply from the first graph on. */
+  if (!atomic_load_explicit(&ag_active, memory_order_acquire) && ag_activate())
+    return g;
+  if (!ag_table)
+    return g;
+  pthread_mutex_lock(&gcache_mu);
+  gcache_t *c = gcache_of(g);
+  int stale = 0;
+  for (int i = 0; i < c->nf; i++) {
+    fusion_t *f = &c->f[i];
+    void *v = atomic_load_explicit(&f->e->variant, memory_order_acquire);
+    stale |= v != f->variant;
+    if (v)
+      continue;
+    uint64_t n = atomic_fetch_add_explicit(&f->e->calls, (uint64_t)nth, memory_order_relaxed) + (uint64_t)nth;
+    if (n >= ag_hot_calls && n - (uint64_t)nth < ag_hot_calls)
+      ag_tier_queue(f->e, "fusable group hot");
+  }
+  if (stale && rebuild(c, g))
+    ag_log_once(AG_LOG_WARN, "cannot build a fused ggml graph: graphs run unfused");
+  struct ggml_cgraph *use = c->graph ? c->graph : g;
+  for (int i = 0; c->graph && i < c->nf; i++) { /* outputs move when ggml reallocates */
+    fusion_t *f = &c->f[i];
+    if (!f->node)
+      continue;
+    f->node->data = f->mul->data;
+    int32_t left = atomic_load(&f->e->verify);
+    f->verifying = fusion_mode == 1 && left > 0 && atomic_fetch_sub(&f->e->verify, 1) > 0;
+  }
+  pthread_mutex_unlock(&gcache_mu);
+  return use;
+}
+
+typedef int (*graph_compute_fn)(struct ggml_cgraph *, void *);
+
+/* The CPU backend computes each graph split here (ggml-cpu.h: the plan is opaque to us). */
+AG_EXPORT int ggml_graph_compute(struct ggml_cgraph *g, void *cplan)
+{
+  static void *_Atomic real;
+  graph_compute_fn fn = (graph_compute_fn)(void *)real_of(&real, "ggml_graph_compute",
+                                                          __builtin_return_address(0));
+  if (atomic_load_explicit(&gg_state, memory_order_acquire) != GG_PROFILE) {
+    pthread_once(&gg_once, check);
+    if (atomic_load(&gg_state) != GG_PROFILE)
+      return fn(g, cplan);
+  }
+  static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
+  pthread_once(&setup_once, fusion_setup);
+  int nth;
+  memcpy(&nth, (const char *)cplan + 2 * sizeof(void *), sizeof nth); /* ggml_cplan.n_threads */
+  return fn(fusion_mode ? fused_graph(g, nth > 0 ? nth : 1) : g, cplan);
 }
 
 #define GG_DEFINE(op)                                                                        \
