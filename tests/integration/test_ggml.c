@@ -51,6 +51,18 @@ static const char *run(const char *tag, int agent, const char *const *env, const
   return out;
 }
 
+/* The same tokens, and logits sums within 1e-5 relative. */
+static void same_output(const char *got, const char *want, const char *what)
+{
+  cr_assert_eq(strcspn(got, "\n"), strcspn(want, "\n"), "%s: tokens\n%s\n%s", what, got, want);
+  cr_assert(strncmp(got, want, strcspn(want, "\n")) == 0, "%s: tokens\n%s\n%s", what, got, want);
+  double gs, ga, ws, wa;
+  cr_assert(sscanf(strstr(got, "logits"), "logits sum %lf abs %lf", &gs, &ga) == 2);
+  cr_assert(sscanf(strstr(want, "logits"), "logits sum %lf abs %lf", &ws, &wa) == 2);
+  cr_assert(fabs(gs - ws) <= 1e-5 * wa && fabs(ga - wa) <= 1e-5 * wa,
+            "%s: logits sum %.9g abs %.9g, plain %.9g %.9g", what, gs, ga, ws, wa);
+}
+
 Test(ggml, same_tokens_and_logits_with_and_without_the_agent)
 {
   const char *profile[] = {"OPJIT_MODE=profile", NULL}, *jit[] = {"OPJIT_MODE=jit", NULL};
@@ -59,8 +71,70 @@ Test(ggml, same_tokens_and_logits_with_and_without_the_agent)
     const char *plain = run("plain", 0, NULL, models[i], "32");
     cr_assert_str_eq(run("profile", 1, profile, models[i], "32"), plain, "profile mode changed "
                      "the output");
-    cr_assert_str_eq(run("jit", 1, jit, models[i], "32"), plain, "jit mode changed the output");
+    same_output(run("jit", 1, jit, models[i], "32"), plain, "jit mode");
   }
+}
+
+/* Fusions from the first call: every ADD + RMS_NORM + MUL hot at once, 64 decode steps. */
+static const char *const fuse_env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", NULL};
+
+static const char *run_long(const char *tag, int agent, const char *const *env, const char *model)
+{
+  const char *argv[] = {H_LLAMA_PROG, "run", model, "32", "64", "2", NULL};
+  int st = h_run(tag, agent, env, argv);
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s", tag, h_output(tag, "err"));
+  static char keep[4][2048];
+  static int next;
+  char *out = keep[next++ % 4];
+  snprintf(out, sizeof keep[0], "%s", h_output(tag, "out"));
+  return out;
+}
+
+Test(ggml, fused_groups_keep_the_output_are_stored_and_start_warm)
+{
+  const char *models[] = {model32, model16};
+  for (int m = 0; m < 2; m++) {
+    char db[700], dbenv[720];
+    snprintf(db, sizeof db, "%s/fuse%d.db", h_dir, m);
+    snprintf(dbenv, sizeof dbenv, "OPJIT_DB=%s", db);
+    const char *env[] = {fuse_env[0], fuse_env[1], dbenv, NULL};
+    const char *plain = run_long("plain", 0, NULL, models[m]);
+    same_output(run_long("fuse1", 1, env, models[m]), plain, "run 1 (compiles)");
+    /* Run 1 compiled the group's kernel, verified it against ggml's ops and stored it. */
+    cr_assert_eq(h_query(db, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                               " WHERE e.run_id=1 AND s.op='FUSED' AND e.kind='published'"), 1);
+    cr_assert_geq(h_query(db, "SELECT count(*) FROM events WHERE run_id=1 AND kind='verified'"), 1);
+    cr_assert_eq(h_query(db, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 0);
+    cr_assert_eq(h_query(db, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
+                               " WHERE s.op='FUSED'"), 1);
+    /* Run 2 places it before the first graph: every group execution is fused, prefill included. */
+    same_output(run_long("fuse2", 1, env, models[m]), plain, "run 2 (warm)");
+    cr_assert_eq(h_query(db, "SELECT count(*) FROM events WHERE run_id=2 AND kind='loaded'"), 1);
+    cr_assert_eq(h_query(db, "SELECT count(*) FROM events WHERE run_id=2 AND kind='published'"), 0);
+    int64_t calls = h_query(db, "SELECT rs.calls FROM run_sigs rs JOIN signatures s ON"
+                                  " s.id=rs.sig_id WHERE rs.run_id=2 AND s.op='FUSED'");
+    /* 4 groups per graph (each layer's FFN norm after its attention's residual ADD, the second
+     * layer's attention norm and the output norm after an FFN's residual ADD; the first layer's
+     * attention norm has no ADD before it), 65 graphs (the prefill and 64 decode steps), each on
+     * 2 threads. */
+    cr_assert_eq(calls, 4 * 65 * 2);
+    cr_assert_eq(h_query(db, "SELECT v.calls FROM variants v JOIN signatures s ON s.id=v.sig_id"
+                               " WHERE v.run_id=2 AND s.op='FUSED'"), calls, "all fused");
+  }
+}
+
+Test(ggml, a_poisoned_fused_kernel_changes_the_output)
+{
+  const char *plain = run_long("plain", 0, NULL, model32);
+  run_long("store", 1, fuse_env, model32); /* compiles and stores the fused kernel */
+  const char *poison[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_TEST_FUSION=poison", NULL};
+  const char *out = run_long("poison", 1, poison, model32);
+  double ps, pa, ws, wa;
+  cr_assert(sscanf(strstr(out, "logits"), "logits sum %lf abs %lf", &ps, &pa) == 2);
+  cr_assert(sscanf(strstr(plain, "logits"), "logits sum %lf abs %lf", &ws, &wa) == 2);
+  cr_assert(fabs(pa - wa) > 1e-3 * wa, "zeros from the fused nodes left the logits as they were "
+            "(%.9g vs %.9g): the model would not be reading them", pa, wa);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE run_id=2 AND kind='loaded'"), 1);
 }
 
 Test(ggml, the_database_holds_the_run_profile_by_op)
