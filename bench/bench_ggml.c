@@ -7,12 +7,14 @@
  * steps on 2 threads. The table gives the medians of prefill and decode tokens/s and the
  * medians of the per-round ratios to the plain run (+- half their interquartile range); the
  * tokens and logits must be the same in every run. Goals
- * (issue #6): prefill >= 1.10x the plain run, decode never below 0.99x.
+ * (issue #6): prefill >= 1.10x the plain run, decode never below 0.99x. Afterwards it lists
+ * the fusions of the last agent run: how often each group ran, and how often fused.
  *   bench_ggml [rounds]   (default 7) */
 #define _GNU_SOURCE
 #include "bench.h"
 
 #include <limits.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,7 +131,25 @@ int main(int argc, char **argv)
                m[1] >= 1.10 ? "met" : "NOT met", m[3] >= 0.99 ? "met" : "NOT met");
     }
   }
-  printf("\nthe agent profiles every node by op (no fusion yet): the ratios are its cost\n");
+  /* Which fusions fired, how often: the last agent run's FUSED signatures. */
+  char db[PATH_MAX + 32];
+  snprintf(db, sizeof db, "%s/p.db", scratch);
+  sqlite3 *h;
+  sqlite3_stmt *st;
+  printf("\nfusions in the last agent run (executions per thread; served by the fused kernel):\n");
+  if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+      sqlite3_prepare_v2(h, "SELECT s.name, rs.calls, coalesce(v.calls, 0), coalesce(v.origin, '-')"
+                            " FROM run_sigs rs JOIN signatures s ON s.id = rs.sig_id LEFT JOIN"
+                            " variants v ON v.run_id = rs.run_id AND v.sig_id = rs.sig_id"
+                            " WHERE rs.run_id = (SELECT max(id) FROM runs) AND s.op = 'FUSED'",
+                            -1, &st, NULL) == SQLITE_OK) {
+    while (sqlite3_step(st) == SQLITE_ROW)
+      printf("  %-40s %8lld executions, %8lld fused (kernel %s)\n", sqlite3_column_text(st, 0),
+             (long long)sqlite3_column_int64(st, 1), (long long)sqlite3_column_int64(st, 2),
+             sqlite3_column_text(st, 3));
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(h);
   rc = 0;
 out:
   bn_scratch_free(scratch);
