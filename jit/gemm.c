@@ -528,20 +528,11 @@ LLVMValueRef jt_add_rms_mul_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_
 
   /* Pass 2: y = (x * scale) * w. */
   if (full) {
-    LLVMBasicBlockRef p2pre = LLVMGetInsertBlock(g.b);
-    LLVMBasicBlockRef p2 = LLVMAppendBasicBlockInContext(cx, g.fn, "scale");
-    LLVMBasicBlockRef p2end = LLVMAppendBasicBlockInContext(cx, g.fn, "scale_end");
-    LLVMBuildBr(g.b, p2);
-    LLVMPositionBuilderAtEnd(g.b, p2);
-    LLVMValueRef i = LLVMBuildPhi(g.b, g.i64, "j");
-    LLVMAddIncoming(i, &zero64, &p2pre, 1);
-    LLVMValueRef vx = vload(&g, at(&g, rx, i), g.V);
-    LLVMValueRef vy = LLVMBuildFMul(g.b, LLVMBuildFMul(g.b, vx, vscale, ""), vload(&g, at(&g, pw, i), g.V), "y");
-    vstore(&g, vy, at(&g, ry, i), g.V);
-    LLVMValueRef next = LLVMBuildNSWAdd(g.b, i, i64c(&g, g.V), "next");
-    LLVMAddIncoming(i, &next, &p2, 1);
-    LLVMBuildCondBr(g.b, LLVMBuildICmp(g.b, LLVMIntSLT, next, i64c(&g, full), ""), p2, p2end);
-    LLVMPositionBuilderAtEnd(g.b, p2end);
+    loop_t j = loop_begin(&g, zero64, full, g.V, "j");
+    LLVMValueRef vx = vload(&g, at(&g, rx, j.iv), g.V);
+    LLVMValueRef vy = LLVMBuildFMul(g.b, LLVMBuildFMul(g.b, vx, vscale, ""), vload(&g, at(&g, pw, j.iv), g.V), "y");
+    vstore(&g, vy, at(&g, ry, j.iv), g.V);
+    loop_end(&g, &j);
   }
   for (int t = full; t < n; t++) {
     LLVMValueRef ix = i64c(&g, t);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -116,17 +117,25 @@ int h_same_file(const char *a, const char *b)
   return same;
 }
 
+/* Opens path (h_db when NULL) with flags; the statement fmt formats into sql. */
+static sqlite3 *open_for(const char *path, int flags, char *sql, size_t len, const char *fmt,
+                         va_list ap)
+{
+  vsnprintf(sql, len, fmt, ap);
+  sqlite3 *db;
+  cr_assert_eq(sqlite3_open_v2(path ? path : h_db, &db, flags, NULL), SQLITE_OK, "cannot open %s",
+               path ? path : h_db);
+  sqlite3_busy_timeout(db, 2000);
+  return db;
+}
+
 int64_t h_query(const char *path, const char *fmt, ...)
 {
   char sql[2048];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(sql, sizeof sql, fmt, ap);
+  sqlite3 *db = open_for(path, SQLITE_OPEN_READONLY, sql, sizeof sql, fmt, ap);
   va_end(ap);
-  sqlite3 *db;
-  cr_assert_eq(sqlite3_open_v2(path ? path : h_db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK,
-               "cannot open %s", path ? path : h_db);
-  sqlite3_busy_timeout(db, 2000);
   sqlite3_stmt *st;
   int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
   cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
@@ -143,15 +152,20 @@ void h_exec(const char *fmt, ...)
   char sql[2048];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(sql, sizeof sql, fmt, ap);
+  sqlite3 *db = open_for(NULL, SQLITE_OPEN_READWRITE, sql, sizeof sql, fmt, ap);
   va_end(ap);
-  sqlite3 *db;
-  cr_assert_eq(sqlite3_open_v2(h_db, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-  sqlite3_busy_timeout(db, 2000);
   char *msg = NULL;
   cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql, msg);
   cr_assert_gt(sqlite3_changes(db), 0, "%s changed nothing", sql);
   sqlite3_close(db);
+}
+
+void h_setup_jit(void)
+{
+  struct stat st;
+  if (stat(OPJIT_BUILD_DIR "/libopjit-jit.so", &st) != 0)
+    cr_skip_test("the JIT module was not built (LLVM 19 missing)");
+  h_setup();
 }
 
 int h_nobody_can_use_build(void)

@@ -39,7 +39,11 @@ int64_t h_query(const char *path, const char *fmt, ...) __attribute__((format(pr
  * the test when it errs or changes nothing. */
 void h_exec(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* h_setup for the JIT's tests: skips the test when the JIT module was not built. */
+void h_setup_jit(void);
+
 #define H_AGENT OPJIT_BUILD_DIR "/libopjit.so"
+#define H_JIT_PROG OPJIT_BUILD_DIR "/jit_prog"
 #define H_BLAS_PROG OPJIT_BUILD_DIR "/blas_prog"
 #define H_HOST_PROG OPJIT_BUILD_DIR "/host_prog"
 

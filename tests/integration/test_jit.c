@@ -12,18 +12,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#define H_JIT_PROG OPJIT_BUILD_DIR "/jit_prog"
-#define H_JIT_MODULE OPJIT_BUILD_DIR "/libopjit-jit.so"
-
-static void setup(void)
-{
-  struct stat st;
-  if (stat(H_JIT_MODULE, &st) != 0)
-    cr_skip_test("the JIT module was not built (LLVM 19 missing)");
-  h_setup();
-}
-
-TestSuite(jit, .init = setup, .fini = h_teardown, .timeout = 600);
+TestSuite(jit, .init = h_setup_jit, .fini = h_teardown, .timeout = 600);
 
 static void run_checked(const char *tag, const char *const *env, const char *const *argv)
 {

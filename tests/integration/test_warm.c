@@ -12,18 +12,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#define H_JIT_PROG OPJIT_BUILD_DIR "/jit_prog"
-#define H_JIT_MODULE OPJIT_BUILD_DIR "/libopjit-jit.so"
-
-static void setup(void)
-{
-  struct stat st;
-  if (stat(H_JIT_MODULE, &st) != 0)
-    cr_skip_test("the JIT module was not built (LLVM 19 missing)");
-  h_setup();
-}
-
-TestSuite(warm, .init = setup, .fini = h_teardown, .timeout = 600);
+TestSuite(warm, .init = h_setup_jit, .fini = h_teardown, .timeout = 600);
 
 /* Every signature is hot from its first call (and in the profile), so the runs are
  * deterministic; OPJIT_LOG=info tells whether LLVM was loaded ("JIT ready"). */

@@ -3,7 +3,7 @@
  * loaded explicitly): random shapes, transposes, leading dimensions, alpha/beta classes, float
  * and double, each result within a bound derived from K and the type's epsilon. */
 #define _GNU_SOURCE
-#include "jit/jit.h"
+#include "helpers.h"
 
 #include <criterion/criterion.h>
 #include <dlfcn.h>
@@ -29,20 +29,11 @@ static sgemm_t ref_s;
 static dgemm_t ref_d;
 static uint64_t rng = 12345;
 
-static uint32_t rnd(uint32_t n)
-{
-  rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-  return (uint32_t)(rng >> 33) % n;
-}
+static uint32_t rnd(uint32_t n) { return jt_test_rnd(&rng, n); }
 
 static void setup(void)
 {
-  void *h = dlopen(OPJIT_BUILD_DIR "/" JT_MODULE_NAME, RTLD_NOW | RTLD_LOCAL);
-  cr_assert_not_null(h, "%s", dlerror());
-  jit = dlsym(h, JT_API_SYMBOL);
-  cr_assert_not_null(jit);
-  char err[512] = "";
-  cr_assert_eq(jit->init(err, sizeof err), 0, "%s", err);
+  jit = jt_test_module();
   void *r = dlopen(REFBLAS, RTLD_NOW | RTLD_LOCAL);
   if (!r)
     cr_skip_test("reference BLAS %s is not installed (package libblas3)", REFBLAS);

@@ -3,7 +3,7 @@
  * bit for bit what the LLJIT-linked kernels compute; the mapping is never writable and
  * executable; damaged objects and objects with outside references are refused. */
 #define _GNU_SOURCE
-#include "jit/jit.h"
+#include "helpers.h"
 #include "jit/objload.h"
 
 #include <criterion/criterion.h>
@@ -17,20 +17,11 @@
 static const jt_api_t *jit;
 static uint64_t rng = 777;
 
-static uint32_t rnd(uint32_t n)
-{
-  rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-  return (uint32_t)(rng >> 33) % n;
-}
+static uint32_t rnd(uint32_t n) { return jt_test_rnd(&rng, n); }
 
 static void setup(void)
 {
-  void *h = dlopen(OPJIT_BUILD_DIR "/" JT_MODULE_NAME, RTLD_NOW | RTLD_LOCAL);
-  cr_assert_not_null(h, "%s", dlerror());
-  jit = dlsym(h, JT_API_SYMBOL);
-  cr_assert_not_null(jit);
-  char err[512] = "";
-  cr_assert_eq(jit->init(err, sizeof err), 0, "%s", err);
+  jit = jt_test_module();
 }
 
 TestSuite(objload, .init = setup, .timeout = 600);
