@@ -9,6 +9,8 @@
  *        prints the generated tokens, a checksum of every logit computed, and tokens/s:
  *          tokens 17 3 99 ...
  *          logits sum S abs A
+ *          probabilities sum P    (over the steps, each token id times its softmax probability:
+ *                                  what tests/integration/llama_node.mjs prints)
  *          prefill T tok/s decode T tok/s
  * Exits 1 on any failure, with a message. */
 #include "ggml.h"
@@ -173,7 +175,7 @@ static int run_model(const char *path, int n_prompt, int n_gen, int threads)
   llama_token *toks = malloc(sizeof *toks * (size_t)(n_prompt + n_gen));
   for (int i = 0; i < n_prompt; i++)
     toks[i] = (llama_token)((i * 7919 + 13) % vocab);
-  double sum = 0, abs_sum = 0;
+  double sum = 0, abs_sum = 0, prob_sum = 0;
   double t0 = now_s();
   if (llama_decode(lc, llama_batch_get_one(toks, n_prompt))) {
     fprintf(stderr, "llama_prog: prefill failed\n");
@@ -189,6 +191,11 @@ static int run_model(const char *path, int n_prompt, int n_gen, int threads)
       if (logits[v] > logits[best])
         best = v;
     }
+    double z = 0; /* softmax, as node-llama-cpp reports it: sum of id times probability */
+    for (int v = 0; v < vocab; v++)
+      z += exp((double)logits[v] - logits[best]);
+    for (int v = 0; v < vocab; v++)
+      prob_sum += v * exp((double)logits[v] - logits[best]) / z;
     printf(" %d", best);
     toks[n_prompt + g] = best;
     if (llama_decode(lc, llama_batch_get_one(&toks[n_prompt + g], 1))) {
@@ -197,7 +204,7 @@ static int run_model(const char *path, int n_prompt, int n_gen, int threads)
     }
   }
   double t2 = now_s();
-  printf("\nlogits sum %.9g abs %.9g\n", sum, abs_sum);
+  printf("\nlogits sum %.9g abs %.9g\nprobabilities sum %.12g\n", sum, abs_sum, prob_sum);
   printf("prefill %.2f tok/s decode %.2f tok/s\n", n_prompt / (t1 - t0),
          n_gen > 0 ? n_gen / (t2 - t1) : 0.0);
   free(toks);

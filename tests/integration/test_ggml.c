@@ -198,21 +198,30 @@ static const char *run_node(const char *tag, int agent, const char *const *env, 
   return tokens;
 }
 
-Test(ggml, the_node_host_agrees_with_and_without_the_agent)
+Test(ggml, the_node_host_agrees_with_the_c_host_with_and_without_the_agent)
 {
   char plain[512], with[512], c_tokens[512];
-  double s_plain, s_with;
+  double s_plain, s_with, s_c;
   run_node("nplain", 0, NULL, plain, sizeof plain, &s_plain);
-  const char *env[] = {"OPJIT_MODE=jit", NULL};
-  run_node("nagent", 1, env, with, sizeof with, &s_with);
-  cr_assert_str_eq(with, plain);
-  cr_assert(fabs(s_with - s_plain) <= 1e-5 * fabs(s_plain), "probabilities %.12g vs %.12g",
-            s_with, s_plain);
-  /* The C host's greedy tokens on the same prompt are node's. */
+  /* The C host: the same greedy tokens, the same probabilities within 1e-5. */
   const char *c = run("c", 0, NULL, model32, "32");
   snprintf(c_tokens, sizeof c_tokens, "%.*s", (int)strcspn(c, "\n"), c);
   cr_assert_str_eq(plain, c_tokens);
-  /* The node run's graphs were profiled by op. */
+  cr_assert(sscanf(strstr(h_output("c", "out"), "probabilities sum"), "probabilities sum %lf", &s_c) == 1);
+  cr_assert(fabs(s_c - s_plain) <= 1e-5 * fabs(s_plain), "C %.12g, node %.12g", s_c, s_plain);
+  /* node under the agent, fusing from its first graph on in the second run (the first compiles
+   * and stores the fused kernel): the same tokens and probabilities. */
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", NULL};
+  for (int r = 1; r <= 2; r++) {
+    run_node(r == 1 ? "nagent1" : "nagent2", 1, env, with, sizeof with, &s_with);
+    cr_assert_str_eq(with, plain, "run %d", r);
+    cr_assert(fabs(s_with - s_plain) <= 1e-5 * fabs(s_plain), "run %d: probabilities %.12g vs %.12g",
+              r, s_with, s_plain);
+  }
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE run_id=2 AND kind='loaded'"), 1);
+  cr_assert_gt(h_query(NULL, "SELECT v.calls FROM variants v JOIN signatures s ON s.id=v.sig_id"
+                             " WHERE v.run_id=2 AND s.op='FUSED'"), 0, "node's run 2 ran fused");
+  /* The node runs' graphs were profiled by op. */
   cr_assert_gt(h_query(NULL, "SELECT count(*) FROM run_sigs rs JOIN signatures s ON s.id=rs.sig_id"
                              " WHERE s.op='MUL_MAT'"), 0);
 }
