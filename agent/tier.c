@@ -64,6 +64,8 @@ typedef struct retired_s {
 } retired_t;
 static retired_t retired[64];
 static int nretired;
+static uint32_t deferred[256]; /* entries that found no room, to queue again when code is freed */
+static int ndeferred;
 
 /* Per entry: its variant's object, as the warm start and the writer see it (persist_mu). */
 enum { P_NONE = 0, P_PENDING, /* a variant's object, not stored yet */
@@ -404,8 +406,10 @@ static void compile_one(uint32_t i)
     free_retired();
   if (code_bytes + 4096 > cache_budget()) { /* nothing left to evict, or not freed yet */
     atomic_store(&e->tier, AG_TIER_COLD);
-    event(e, AG_EV_DEFERRED, "code cache full (%zu bytes): stays on the original for now",
-          code_bytes);
+    event(e, AG_EV_DEFERRED, "code cache full (%zu bytes): stays on the original until "
+          "evicted code is freed", code_bytes);
+    if (ndeferred < (int)(sizeof deferred / sizeof *deferred))
+      deferred[ndeferred++] = i;
     pthread_mutex_unlock(&code_mu);
     return;
   }
@@ -498,6 +502,8 @@ static void watch_speed(void)
   }
 }
 
+static void enqueue(ag_entry_t *e, const char *why);
+
 /* A compile thread: LLVM is loaded with the first compile, so a thread that only watches
  * loaded variants (a warm run whose kernels all came from the store) never loads it. */
 static void *compile_main(void *arg)
@@ -522,7 +528,14 @@ static void *compile_main(void *arg)
     pthread_mutex_lock(&code_mu);
     watch_speed();
     free_retired();
+    /* Signatures deferred for want of room go back in the queue once freed code made room. */
+    uint32_t again[64];
+    int nagain = 0;
+    while (ndeferred && nagain < 64 && code_bytes + (size_t)(nagain + 1) * 4096 <= cache_budget())
+      again[nagain++] = deferred[--ndeferred];
     pthread_mutex_unlock(&code_mu);
+    for (int k = 0; k < nagain; k++)
+      enqueue(ag_table_entry(ag_table, again[k]), "room in the code cache again");
     pthread_mutex_lock(&q_mu);
     struct timespec dl = ag_deadline_after(CLOCK_REALTIME, 200);
     if (!q_len)
@@ -540,7 +553,6 @@ static int pays_back(const ag_entry_t *e, double spent_ns)
   return spent_ns * gain >= (double)ag_opts.num[AG_OPT_HOT_PAYBACK] * est_compile_ns;
 }
 
-static void enqueue(ag_entry_t *e, const char *why);
 
 void ag_tier_hot(ag_entry_t *e, uint64_t n)
 {
@@ -894,6 +906,7 @@ void ag_tier_after_fork_child(void)
   if (atomic_load(&jit_tried))
     atomic_store(&jit_dead, 1);
   nthreads = 0;
+  ndeferred = 0; /* the child's own deferrals start afresh */
   /* Objects: the parent stores (or drops) its own; the child never frees the parent's buffers
    * (fork may have come in the middle of an update). */
   for (uint32_t i = 0; persist && ag_table && i < ag_table_count(ag_table); i++) {

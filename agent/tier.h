@@ -10,6 +10,8 @@
  *     └────────────────────────────────────────────────────── 16384 calls; the third: FAILED
  *   READY ──verification mismatch──▶ FAILED      READY ──measured slower──▶ DEMOTED
  *   READY ──code cache (OPJIT_CODE_CACHE_MB) full──▶ COLD (evicted; compiled again if hot again)
+ *   QUEUED ──no room, nothing left to evict──▶ COLD (deferred: queued again once evicted code
+ *                                                  is freed)
  * Only evicted code is freed, and only after a grace period: every thread that was registered
  * when it was unpublished has finished a call since (or exited), so none can still be inside it.
  * Demoted and blacklisted variants' code stays (it is small, and they never come back). Nor is
