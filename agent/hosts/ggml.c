@@ -261,6 +261,7 @@ typedef struct gcache_s {
   uint64_t hash;              /* of the host's node pointers and ops */
   struct ggml_context *ctx;   /* holds the rebuilt graph and the custom nodes */
   struct ggml_cgraph *graph;  /* NULL: no group is fused, the host's graph runs */
+  int busy;                   /* computations running c->graph (its memory and records stay) */
   fusion_t *f;
   int nf;
 } gcache_t;
@@ -475,8 +476,14 @@ static gcache_t *gcache_of(struct ggml_cgraph *g)
   for (int i = 0; i < GCACHE_MAX; i++)
     if (gcache[i].orig == g && gcache[i].n_nodes == n && gcache[i].hash == h)
       return &gcache[i];
-  gcache_t *c = &gcache[gcache_next];
-  gcache_next = (gcache_next + 1) % GCACHE_MAX;
+  gcache_t *c = NULL; /* the next slot no computation is using */
+  for (int k = 0; k < GCACHE_MAX && !c; k++) {
+    gcache_t *s = &gcache[(gcache_next + k) % GCACHE_MAX];
+    c = s->busy ? NULL : s;
+  }
+  if (!c)
+    return NULL;
+  gcache_next = (int)(c - gcache + 1) % GCACHE_MAX;
   gcache_clear(c);
   *c = (gcache_t){.orig = g, .n_nodes = n, .hash = h};
   for (int i = 0; i < n; i++) {
@@ -551,9 +558,11 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g)
 
 /* The graph to compute in place of g: its cached rebuild with the published fusions, or g.
  * An unfused group counts as nth calls of its signature (one per thread, as a fused one is
- * counted), so the profile of later runs knows it. */
-static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth)
+ * counted), so the profile of later runs knows it. *slot is the cache entry the computation
+ * uses (busy until fused_done), or NULL. */
+static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gcache_t **slot)
 {
+  *slot = NULL;
   /* The first graph activates the agent (and its warm start) before it runs, so that stored
    * fusions apply from the first graph on. */
   if (!atomic_load_explicit(&ag_active, memory_order_acquire) && ag_activate())
@@ -562,6 +571,10 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth)
     return g;
   pthread_mutex_lock(&gcache_mu);
   gcache_t *c = gcache_of(g);
+  if (!c) { /* every slot is in use by other computations */
+    pthread_mutex_unlock(&gcache_mu);
+    return g;
+  }
   int stale = 0;
   for (int i = 0; i < c->nf; i++) {
     fusion_t *f = &c->f[i];
@@ -573,9 +586,15 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth)
     if (n >= ag_hot_calls && n - (uint64_t)nth < ag_hot_calls)
       ag_tier_queue(f->e, "fusable group hot");
   }
+  if (stale && c->busy) { /* another thread computes the old rebuild: not now */
+    pthread_mutex_unlock(&gcache_mu);
+    return g;
+  }
   if (stale && rebuild(c, g))
     ag_log_once(AG_LOG_WARN, "cannot build a fused ggml graph: graphs run unfused");
   struct ggml_cgraph *use = c->graph ? c->graph : g;
+  if (c->graph)
+    c->busy++, *slot = c;
   for (int i = 0; c->graph && i < c->nf; i++) { /* outputs move when ggml reallocates */
     fusion_t *f = &c->f[i];
     if (!f->node)
@@ -586,6 +605,15 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth)
   }
   pthread_mutex_unlock(&gcache_mu);
   return use;
+}
+
+static void fused_done(gcache_t *slot)
+{
+  if (!slot)
+    return;
+  pthread_mutex_lock(&gcache_mu);
+  slot->busy--;
+  pthread_mutex_unlock(&gcache_mu);
 }
 
 typedef int (*graph_compute_fn)(struct ggml_cgraph *, void *);
@@ -605,7 +633,12 @@ AG_EXPORT int ggml_graph_compute(struct ggml_cgraph *g, void *cplan)
   pthread_once(&setup_once, fusion_setup);
   int nth;
   memcpy(&nth, (const char *)cplan + 2 * sizeof(void *), sizeof nth); /* ggml_cplan.n_threads */
-  return fn(fusion_mode ? fused_graph(g, nth > 0 ? nth : 1) : g, cplan);
+  if (!fusion_mode)
+    return fn(g, cplan);
+  gcache_t *slot;
+  int rc = fn(fused_graph(g, nth > 0 ? nth : 1, &slot), cplan);
+  fused_done(slot);
+  return rc;
 }
 
 #define GG_DEFINE(op)                                                                        \
