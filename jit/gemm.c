@@ -450,20 +450,20 @@ LLVMValueRef jt_dot_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *
 
 /* The fused ADD + RMS_NORM + MUL (jt_add_rms_mul_fn): per row, one pass computes and stores
  * x = a + b and sums x^2 (products in float, sums in a double vector), the scale follows
- * ggml's float steps, and a second pass stores y = (x * scale) * w. */
+ * ggml's float steps, and a second pass stores s = x * scale and y = s * w. */
 LLVMValueRef jt_add_rms_mul_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
 {
   gen_t g = {.cx = cx, .mod = mod, .g = s};
   setup_types(&g);
   jt_gemm_name(s, g.name, sizeof g.name);
   LLVMTypeRef f32 = LLVMFloatTypeInContext(cx), f64 = LLVMDoubleTypeInContext(cx);
-  LLVMTypeRef params[7] = {g.ptr, g.ptr, g.ptr, g.ptr, g.ptr, g.i64, f32};
-  g.fn = LLVMAddFunction(mod, g.name, LLVMFunctionType(LLVMVoidTypeInContext(cx), params, 7, 0));
+  LLVMTypeRef params[8] = {g.ptr, g.ptr, g.ptr, g.ptr, g.ptr, g.ptr, g.i64, f32};
+  g.fn = LLVMAddFunction(mod, g.name, LLVMFunctionType(LLVMVoidTypeInContext(cx), params, 8, 0));
   g.b = LLVMCreateBuilderInContext(cx);
   LLVMPositionBuilderAtEnd(g.b, LLVMAppendBasicBlockInContext(cx, g.fn, "entry"));
   LLVMValueRef pa = LLVMGetParam(g.fn, 0), pb = LLVMGetParam(g.fn, 1), pw = LLVMGetParam(g.fn, 2);
-  LLVMValueRef px = LLVMGetParam(g.fn, 3), py = LLVMGetParam(g.fn, 4);
-  LLVMValueRef rows = LLVMGetParam(g.fn, 5), eps = LLVMGetParam(g.fn, 6);
+  LLVMValueRef px = LLVMGetParam(g.fn, 3), ps = LLVMGetParam(g.fn, 4), py = LLVMGetParam(g.fn, 5);
+  LLVMValueRef rows = LLVMGetParam(g.fn, 6), eps = LLVMGetParam(g.fn, 7);
   LLVMTypeRef dvec = LLVMVectorType(f64, (unsigned)g.V), dvt = dvec, f32t = f32, rt;
   LLVMValueRef reduce = intrinsic(&g, "llvm.vector.reduce.fadd", &dvt, 1, &rt);
   LLVMTypeRef sqrt_t;
@@ -483,7 +483,7 @@ LLVMValueRef jt_add_rms_mul_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_
   LLVMPositionBuilderAtEnd(g.b, body);
   LLVMValueRef base = LLVMBuildNSWMul(g.b, r, i64c(&g, n), "base");
   LLVMValueRef ra = at(&g, pa, base), rb = at(&g, pb, base), rx = at(&g, px, base);
-  LLVMValueRef ry = at(&g, py, base);
+  LLVMValueRef rs = at(&g, ps, base), ry = at(&g, py, base);
 
   /* Pass 1: x = a + b, acc += (double)(x * x). */
   LLVMValueRef acc = LLVMConstNull(dvec);
@@ -526,19 +526,21 @@ LLVMValueRef jt_add_rms_mul_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_
   LLVMValueRef scale = LLVMBuildFDiv(g.b, LLVMConstReal(f32, 1.0), root, "scale");
   LLVMValueRef vscale = splat(&g, scale);
 
-  /* Pass 2: y = (x * scale) * w. */
+  /* Pass 2: s = x * scale (the norm's output), y = s * w. */
   if (full) {
     loop_t j = loop_begin(&g, zero64, full, g.V, "j");
-    LLVMValueRef vx = vload(&g, at(&g, rx, j.iv), g.V);
-    LLVMValueRef vy = LLVMBuildFMul(g.b, LLVMBuildFMul(g.b, vx, vscale, ""), vload(&g, at(&g, pw, j.iv), g.V), "y");
-    vstore(&g, vy, at(&g, ry, j.iv), g.V);
+    LLVMValueRef vs = LLVMBuildFMul(g.b, vload(&g, at(&g, rx, j.iv), g.V), vscale, "s");
+    vstore(&g, vs, at(&g, rs, j.iv), g.V);
+    vstore(&g, LLVMBuildFMul(g.b, vs, vload(&g, at(&g, pw, j.iv), g.V), "y"), at(&g, ry, j.iv), g.V);
     loop_end(&g, &j);
   }
   for (int t = full; t < n; t++) {
     LLVMValueRef ix = i64c(&g, t);
     LLVMValueRef x = LLVMBuildLoad2(g.b, f32, at(&g, rx, ix), "x");
     LLVMValueRef w = LLVMBuildLoad2(g.b, f32, at(&g, pw, ix), "w");
-    LLVMBuildStore(g.b, LLVMBuildFMul(g.b, LLVMBuildFMul(g.b, x, scale, ""), w, "y"), at(&g, ry, ix));
+    LLVMValueRef sv = LLVMBuildFMul(g.b, x, scale, "s");
+    LLVMBuildStore(g.b, sv, at(&g, rs, ix));
+    LLVMBuildStore(g.b, LLVMBuildFMul(g.b, sv, w, "y"), at(&g, ry, ix));
   }
   LLVMValueRef rnext = LLVMBuildNSWAdd(g.b, r, i64c(&g, 1), "rnext");
   LLVMBasicBlockRef last = LLVMGetInsertBlock(g.b);

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define JT_GENERATOR_VERSION 2 /* bumped whenever generated code changes */
+#define JT_GENERATOR_VERSION 3 /* bumped whenever generated code changes */
 
 /* A column-major GEMM, C = alpha * op(A) * op(B) + beta * C, with every shape constant known.
  * Row-major (CBLAS) calls are mapped onto it by the caller: C^T = op(B)^T op(A)^T. */
@@ -31,11 +31,13 @@ typedef struct jt_gemm_s {
 } jt_gemm_t;
 
 /* The fused ADD + RMS_NORM + MUL kernel, row by row (each row k floats, rows contiguous):
- *   x = a + b;  y = (x * 1/sqrt(mean(x^2) + eps)) * w
- * with ggml's arithmetic: x^2 in float, summed in double, mean and scale in float. x is
- * written too (ggml's graphs read the ADD's output again as the next residual). */
+ *   x = a + b;  s = x * 1/sqrt(mean(x^2) + eps);  y = s * w
+ * with ggml's arithmetic: x^2 in float, summed in double, mean and scale in float. Every
+ * node's output is written, as ggml would (the ADD's is read again as the next residual; the
+ * norm's may be read by another split). Outputs may be the very memory of an input (each
+ * element is read before it is written), never a part of it. */
 typedef void (*jt_add_rms_mul_fn)(const float *a, const float *b, const float *w, float *x,
-                                  float *y, int64_t rows, float eps);
+                                  float *s, float *y, int64_t rows, float eps);
 
 /* The compiled kernel. alpha and beta are passed as doubles whatever the type; the kernel
  * honours only what its class leaves variable. A and B must not overlap C. */

@@ -26,8 +26,13 @@
  * host's nodes, each group replaced by one custom node (ggml_custom_4d) writing the ADD's and
  * the MUL's outputs, split across ggml's threads by rows — cached per graph, and computed in
  * place of the host's graph, which is never modified. The first OPJIT_VERIFY executions of a
- * fusion also run ggml's own ADD, RMS_NORM and MUL on scratch copies and compare; a mismatch
- * blacklists it and the host keeps ggml's results. */
+ * fusion also run ggml's own ADD, RMS_NORM and MUL on scratch copies and compare (ggml's
+ * fused RMS_NORM+MUL, which the host would run, has the same arithmetic); a mismatch
+ * blacklists it and the host keeps ggml's results. The kernel is read from its signature inside
+ * each node's call: one the tiers drop is replaced by ggml's own ops there and then.
+ * Known cost: a rebuilt graph carries no use counts (ggml's API cannot fill them), so ggml's
+ * own RMS_NORM+MUL fusion does not fire in it for a pair the agent leaves unfused (in a llama
+ * graph, the first layer's attention norm, which has no ADD before it). */
 #define _GNU_SOURCE
 #include "../agent.h"
 #include "../log.h"
@@ -288,13 +293,16 @@ static struct {
   int ok;
 } api;
 
-static int fusion_mode; /* 0 off, 1 on, 2 poison (a test's: fused nodes write zeros) */
+/* 0 off, 1 on; a test's: 2 poison (fused nodes write zeros, unverified), 3 wrong (the kernel's
+ * y comes out 1.5 times too large; verification must catch it) */
+static int fusion_mode;
 
 /* Resolves what fusion needs, once (after check() accepted this ggml). */
 static void fusion_setup(void)
 {
   const char *t = getenv("OPJIT_TEST_FUSION");
-  fusion_mode = !ag_hot_calls ? 0 : t && strcmp(t, "off") == 0 ? 0 : t && strcmp(t, "poison") == 0 ? 2 : 1;
+  fusion_mode = !ag_hot_calls ? 0 : !t ? 1 : strcmp(t, "off") == 0 ? 0 : strcmp(t, "poison") == 0 ? 2
+                                  : strcmp(t, "wrong") == 0 ? 3 : 1;
   void *base = dlopen("libggml-base.so", RTLD_NOLOAD | RTLD_LAZY), *cpu = atomic_load(&cpu_lib);
   if (!base || !cpu) {
     fusion_mode = 0;
@@ -357,13 +365,30 @@ static int find_group(struct ggml_cgraph *g, int n, int i, fusion_t *f)
   if (add->view_src || rms->view_src || mul->view_src || !api.contiguous(a) ||
       !api.contiguous(b) || !api.contiguous(w) || !api.contiguous(add) || !api.contiguous(mul))
     return 0;
-  if (!a->data || !b->data || !w->data || !add->data || !mul->data ||
-      (rms->flags & GGML_TENSOR_FLAG_OUTPUT) || add->ne[0] > (1 << 20))
+  if (!a->data || !b->data || !w->data || !add->data || !rms->data || !mul->data ||
+      !api.contiguous(rms) || (rms->flags & GGML_TENSOR_FLAG_OUTPUT) || add->ne[0] > (1 << 20))
+    return 0;
+  /* Nodes ggml would skip (not selected for computing) are not the agent's to compute. */
+  if (!(add->flags & GGML_TENSOR_FLAG_COMPUTE) || !(rms->flags & GGML_TENSOR_FLAG_COMPUTE) ||
+      !(mul->flags & GGML_TENSOR_FLAG_COMPUTE))
     return 0;
   size_t bytes = (size_t)(add->ne[0] * add->ne[1] * add->ne[2] * add->ne[3]) * sizeof(float);
-  if (!clean_alias(add, a, bytes) || !clean_alias(add, b, bytes) || !clean_alias(mul, a, bytes) ||
-      !clean_alias(mul, b, bytes) || !clean_alias(mul, add, bytes))
-    return 0; /* exact aliasing is fine: the kernel reads each element before it writes it */
+  size_t wbytes = (size_t)w->ne[0] * sizeof(float);
+  const struct ggml_tensor *outs[3] = {add, rms, mul}, *ins[2] = {a, b};
+  /* Exact aliasing is fine: ggml's allocator gives a node a dead tensor's memory, and each
+   * element is read before it is written; partial overlaps are not. */
+  for (int o = 0; o < 3; o++) {
+    for (int k = 0; k < 2; k++)
+      if (!clean_alias(outs[o], ins[k], bytes))
+        return 0;
+    for (int k = 0; k < o; k++)
+      if (!clean_alias(outs[o], outs[k], bytes))
+        return 0;
+    uintptr_t od = (uintptr_t)outs[o]->data, wd = (uintptr_t)w->data;
+    if (!(od + bytes <= wd || wd + wbytes <= od)) /* the weight is read by every row */
+      return 0;
+  }
+
   for (int j = 0; j < n; j++) { /* the norm's output feeds the MUL alone */
     const struct ggml_tensor *t = api.node(g, j);
     for (int k = 0; k < GGML_MAX_SRC; k++)
@@ -376,83 +401,128 @@ static int find_group(struct ggml_cgraph *g, int n, int i, fusion_t *f)
   return 1;
 }
 
-/* ggml's own ADD, RMS_NORM and MUL on copies of the group's nodes, writing x and y (scratch):
- * the original the kernel is compared with. */
-static void reference(const fusion_t *f, float *x, float *r, float *y)
+/* A copy of contiguous tensor t seen as rows [r0, r0 + cnt) of its rows (2-D), at base's
+ * rows (base: the tensor's own memory, or a stand-in of the same size). */
+static struct ggml_tensor rows_of(const struct ggml_tensor *t, int64_t r0, int64_t cnt, void *base)
+{
+  struct ggml_tensor c = *t;
+  int64_t n = t->ne[0];
+  c.ne[1] = cnt, c.ne[2] = c.ne[3] = 1;
+  c.nb[1] = c.nb[0] * (size_t)n, c.nb[2] = c.nb[3] = c.nb[1] * (size_t)cnt;
+  c.data = (float *)base + r0 * n;
+  return c;
+}
+
+/* ggml's own ADD, RMS_NORM and MUL for rows [r0, r1) of the group, single-threaded, writing x,
+ * s and y (the nodes' own memory, or scratch of the same sizes): the original, for the
+ * verification and for a group whose kernel is gone. */
+static void ggml_rows(const fusion_t *f, int64_t r0, int64_t r1, float *x, float *s, float *y)
 {
   gg_params_t p = {0, 1, 0, NULL, NULL, false};
-  struct ggml_tensor add = *f->add, rms = *f->rms, mul = *f->mul;
-  add.data = x;
-  rms.data = r, rms.src[0] = &add;
-  mul.data = y, mul.src[0] = &rms;
+  int64_t cnt = r1 - r0;
+  struct ggml_tensor a = rows_of(f->add->src[0], r0, cnt, f->add->src[0]->data);
+  struct ggml_tensor b = rows_of(f->add->src[1], r0, cnt, f->add->src[1]->data);
+  struct ggml_tensor add = rows_of(f->add, r0, cnt, x), rms = rows_of(f->rms, r0, cnt, s);
+  struct ggml_tensor mul = rows_of(f->mul, r0, cnt, y);
+  add.src[0] = &a, add.src[1] = &b;
+  rms.src[0] = &add;
+  mul.src[0] = &rms;
   api.add(&p, &add);
   api.rms_norm(&p, &rms);
   api.mul(&p, &mul);
 }
 
-/* The custom node's work on thread ith of nth: its share of the rows (all of them on thread 0
- * when verifying). */
-static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *ud)
+/* Verification, on thread 0 alone: ggml's result into scratch first (a and b may share memory
+ * with the outputs), then the kernel's into the nodes; a mismatch leaves ggml's. */
+static void verify(fusion_t *f, jt_add_rms_mul_fn k)
 {
-  fusion_t *f = ud;
   const float *a = f->add->src[0]->data, *b = f->add->src[1]->data, *w = f->mul->src[1]->data;
-  float *x = f->add->data, *y = dst->data;
-  jt_add_rms_mul_fn k = (jt_add_rms_mul_fn)f->variant;
-  int64_t n = f->n;
-  if (f->verifying) {
-    if (ith != 0)
-      return;
-    size_t cnt = (size_t)(n * f->rows);
-    float *scratch = malloc(3 * cnt * sizeof *scratch);
-    if (!scratch) { /* cannot compare now: the kernel computes, the next execution checks */
-      atomic_fetch_add(&f->e->verify, 1);
-      k(a, b, w, x, y, f->rows, f->eps);
-      return;
-    }
-    float *rx = scratch, *rr = scratch + cnt, *ry = scratch + 2 * cnt;
-    reference(f, rx, rr, ry); /* first: a and b may share memory with x or y */
-    k(a, b, w, x, y, f->rows, f->eps);
-    double worst = 0, bound = 0;
-    int x_kept = x != y; /* when the MUL's output reuses the ADD's memory, x ends as y */
-    for (size_t i = 0; i < cnt; i++) {
-      double dx = x_kept ? fabs((double)x[i] - rx[i]) : 0, dy = fabs((double)y[i] - ry[i]);
-      double bx = 0, by = 4 * FLT_EPSILON * fabs(ry[i]) + FLT_MIN;
-      if (!(dx <= bx) || !(dy <= by)) {
-        worst = isnan(dx) || isnan(dy) ? INFINITY : dx > dy ? dx : dy, bound = dx > bx ? bx : by;
+  float *x = f->add->data, *s = f->rms->data, *y = f->mul->data;
+  size_t cnt = (size_t)(f->n * f->rows);
+  float *scratch = malloc(3 * cnt * sizeof *scratch);
+  if (!scratch) { /* cannot compare now: ggml computes, a later execution checks */
+    atomic_fetch_add(&f->e->verify, 1);
+    ggml_rows(f, 0, f->rows, x, s, y);
+    return;
+  }
+  float *rx = scratch, *rs = scratch + cnt, *ry = scratch + 2 * cnt;
+  ggml_rows(f, 0, f->rows, rx, rs, ry);
+  k(a, b, w, x, s, y, f->rows, f->eps);
+  if (fusion_mode == 3)
+    for (size_t i = 0; i < cnt; i++)
+      y[i] *= 1.5f;
+  /* x and s are compared when they end as themselves (an output reusing another's memory
+   * ends as the later one); all must match within a few ulps of ggml's. */
+  double worst = 0, bound = 1;
+  for (size_t i = 0; i < cnt; i++) {
+    double want[3] = {rx[i], rs[i], ry[i]}, got[3] = {x[i], s[i], y[i]};
+    int keep[3] = {x != s && x != y, s != y, 1};
+    for (int o = 0; o < 3; o++) {
+      double d = fabs(got[o] - want[o]), lim = o == 0 ? 0 : 4 * FLT_EPSILON * fabs(want[o]) + FLT_MIN;
+      if (keep[o] && !(d <= lim)) {
+        worst = isnan(d) ? INFINITY : d, bound = lim;
+        i = cnt;
         break;
       }
     }
-    if (worst > bound || isnan(worst)) { /* the host keeps ggml's results */
-      memcpy(x, rx, cnt * sizeof *x);
-      memcpy(y, ry, cnt * sizeof *y);
+  }
+  if (worst > bound) { /* the host keeps ggml's results */
+    memcpy(x, rx, cnt * sizeof *x);
+    memcpy(s, rs, cnt * sizeof *s);
+    memcpy(y, ry, cnt * sizeof *y);
+  }
+  free(scratch);
+  ag_tier_verify_result(f->e, worst, bound);
+}
+
+/* The custom node's work on thread ith of nth: its share of the rows (all of them on thread 0
+ * when verifying). The kernel is read from the signature here, inside the forward call, so a
+ * kernel the tiers drop (evicted, or blacklisted by a verification a moment ago) is never run
+ * after the grace period they wait for: without one, ggml's own ops compute the rows. */
+static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *ud)
+{
+  fusion_t *f = ud;
+  jt_add_rms_mul_fn k = (jt_add_rms_mul_fn)atomic_load_explicit(&f->e->variant, memory_order_acquire);
+  if (f->verifying) {
+    if (ith == 0) {
+      if (k)
+        verify(f, k);
+      else
+        ggml_rows(f, 0, f->rows, f->add->data, f->rms->data, dst->data);
     }
-    free(scratch);
-    ag_tier_verify_result(f->e, worst, worst > 0 ? bound : 1.0);
     return;
   }
-  int64_t per = (f->rows + nth - 1) / nth, r0 = per * ith, r1 = r0 + per < f->rows ? r0 + per : f->rows;
+  int64_t n = f->n, per = (f->rows + nth - 1) / nth, r0 = per * ith;
+  int64_t r1 = r0 + per < f->rows ? r0 + per : f->rows;
   if (r0 >= r1)
     return;
+  float *x = f->add->data, *s = f->rms->data, *y = dst->data;
+  if (!k) {
+    ggml_rows(f, r0, r1, x, s, y);
+    return;
+  }
   if (fusion_mode == 2) { /* poison: the model must notice */
     memset(y + r0 * n, 0, (size_t)((r1 - r0) * n) * sizeof *y);
     return;
   }
-  k(a + r0 * n, b + r0 * n, w, x + r0 * n, y + r0 * n, r1 - r0, f->eps);
+  const float *a = f->add->src[0]->data, *b = f->add->src[1]->data, *w = f->mul->src[1]->data;
+  k(a + r0 * n, b + r0 * n, w, x + r0 * n, s + r0 * n, y + r0 * n, r1 - r0, f->eps);
+  if (fusion_mode == 3)
+    for (int64_t i = r0 * n; i < r1 * n; i++)
+      y[i] *= 1.5f;
 }
 
-/* What a graph's groups depend on: its nodes, their ops, shapes and memory, and their sources.
- * llama.cpp rebuilds graphs in the same memory (same node pointers, new shapes), and ggml may
- * move tensors: any change is another graph. */
 static uint64_t graph_hash(struct ggml_cgraph *g, int n)
 {
   uint64_t h = 1469598103934665603ull;
 #define MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ull)
   for (int i = 0; i < n; i++) {
     const struct ggml_tensor *t = api.node(g, i);
-    MIX((uintptr_t)t), MIX(t->op), MIX((uintptr_t)t->data);
+    MIX((uintptr_t)t), MIX(t->op), MIX(t->type), MIX(t->flags), MIX((uintptr_t)t->data);
+    MIX((uint32_t)t->op_params[0]), MIX((uint32_t)t->op_params[1]);
     for (int d = 0; d < GGML_MAX_DIMS; d++)
-      MIX(t->ne[d]);
-    for (int k = 0; k < 3; k++)
+      MIX(t->ne[d]), MIX(t->nb[d]);
+    for (int k = 0; k < GGML_MAX_SRC; k++)
       if (t->src[k])
         MIX((uintptr_t)t->src[k]), MIX((uintptr_t)t->src[k]->data);
   }
@@ -583,8 +653,7 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gcache_t 
     if (v)
       continue;
     uint64_t n = atomic_fetch_add_explicit(&f->e->calls, (uint64_t)nth, memory_order_relaxed) + (uint64_t)nth;
-    if (n >= ag_hot_calls && n - (uint64_t)nth < ag_hot_calls)
-      ag_tier_queue(f->e, "fusable group hot");
+    ag_tier_hot(f->e, n); /* cheap unless cold and hot: compiled, and again after an eviction */
   }
   if (stale && c->busy) { /* another thread computes the old rebuild: not now */
     pthread_mutex_unlock(&gcache_mu);
@@ -601,7 +670,8 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gcache_t 
       continue;
     f->node->data = f->mul->data;
     int32_t left = atomic_load(&f->e->verify);
-    f->verifying = fusion_mode == 1 && left > 0 && atomic_fetch_sub(&f->e->verify, 1) > 0;
+    f->verifying = (fusion_mode == 1 || fusion_mode == 3) && left > 0 &&
+                   atomic_fetch_sub(&f->e->verify, 1) > 0;
   }
   pthread_mutex_unlock(&gcache_mu);
   return use;
@@ -632,8 +702,10 @@ AG_EXPORT int ggml_graph_compute(struct ggml_cgraph *g, void *cplan)
   static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
   pthread_once(&setup_once, fusion_setup);
   int nth;
+  bool use_ref;
   memcpy(&nth, (const char *)cplan + 2 * sizeof(void *), sizeof nth); /* ggml_cplan.n_threads */
-  if (!fusion_mode)
+  memcpy(&use_ref, (const char *)cplan + 6 * sizeof(void *), sizeof use_ref); /* .use_ref */
+  if (!fusion_mode || use_ref) /* reference implementations asked for: the host's graph */
     return fn(g, cplan);
   gcache_t *slot;
   int rc = fn(fused_graph(g, nth > 0 ? nth : 1, &slot), cplan);

@@ -226,3 +226,16 @@ Test(ggml, the_node_host_agrees_with_the_c_host_with_and_without_the_agent)
                              " WHERE s.op='MUL_MAT'"), 0);
 }
 #endif
+
+Test(ggml, a_wrong_fused_kernel_is_caught_and_the_output_stays_ggml_s)
+{
+  /* A test hook makes the kernel's y 1.5 times too large: its first verification fails, the
+   * host keeps ggml's results, and every later group runs ggml's own ops. */
+  const char *plain = run_long("plain", 0, NULL, model32);
+  const char *wrong[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_TEST_FUSION=wrong", NULL};
+  same_output(run_long("wrong", 1, wrong, model32), plain, "a wrong kernel");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 1);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants v JOIN signatures s ON s.id=v.sig_id"
+                             " WHERE s.op='FUSED' AND v.status='failed'"), 1);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects"), 0, "a wrong kernel is never stored");
+}

@@ -264,21 +264,23 @@ Test(gemm_kernels, fused_add_rms_norm_mul_matches_ggml_arithmetic)
     size_t cnt = (size_t)n * rows;
     float *a = malloc(cnt * 4), *b = malloc(cnt * 4), *w = malloc((size_t)n * 4);
     float *x = malloc(cnt * 4), *y = malloc(cnt * 4), *rx = malloc(cnt * 4), *ry = malloc(cnt * 4);
+    float *sn = malloc(cnt * 4);
     for (size_t i = 0; i < cnt; i++)
       a[i] = (float)((int)rnd(2001) - 1000) / 300, b[i] = (float)((int)rnd(2001) - 1000) / 700;
     for (int i = 0; i < n; i++)
       w[i] = (float)((int)rnd(2001) - 1000) / 500;
     ref_add_rms_mul(a, b, w, rx, ry, n, rows, 1e-5f);
-    ((jt_add_rms_mul_fn)(void (*)(void))fn)(a, b, w, x, y, rows, 1e-5f);
+    ((jt_add_rms_mul_fn)(void (*)(void))fn)(a, b, w, x, sn, y, rows, 1e-5f);
     for (size_t i = 0; i < cnt; i++) {
       cr_assert_eq(x[i], rx[i], "n=%d: x[%zu] = %.9g, ggml %.9g", n, i, x[i], rx[i]);
+      cr_assert_eq(sn[i] * w[i % n], y[i], "n=%d: the norm's output times w is y", n);
       cr_assert(fabsf(y[i] - ry[i]) <= 2 * FLT_EPSILON * fabsf(ry[i]) + FLT_MIN,
                 "n=%d: y[%zu] = %.9g, ggml %.9g", n, i, y[i], ry[i]);
     }
     /* rows = 0 touches nothing */
     x[0] = y[0] = 42;
-    ((jt_add_rms_mul_fn)(void (*)(void))fn)(a, b, w, x, y, 0, 1e-5f);
+    ((jt_add_rms_mul_fn)(void (*)(void))fn)(a, b, w, x, sn, y, 0, 1e-5f);
     cr_assert(x[0] == 42 && y[0] == 42);
-    free(a), free(b), free(w), free(x), free(y), free(rx), free(ry);
+    free(a), free(b), free(w), free(x), free(y), free(rx), free(ry), free(sn);
   }
 }
