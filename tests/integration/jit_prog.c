@@ -486,6 +486,22 @@ static void inf_calls(int n, int inf_calls_n, int pause_us)
   }
 }
 
+/* A fork child's end: its own line, its status from its own checks. */
+static void child_exit(void)
+{
+  printf("child calls %ld checked %ld mismatches %ld\n", calls, calls, mismatches);
+  exit(mismatches != 0);
+}
+
+/* Waits for a fork child; a failed child counts as a mismatch. */
+static void reap(pid_t child)
+{
+  int st;
+  waitpid(child, &st, 0);
+  if (!WIFEXITED(st) || WEXITSTATUS(st))
+    mismatches++;
+}
+
 int main(int argc, char **argv)
 {
   void *r = dlopen(REFBLAS, RTLD_NOW | RTLD_LOCAL);
@@ -529,27 +545,18 @@ int main(int argc, char **argv)
     pid_t child = fork();
     if (child == 0) {
       inf_calls(300, 0, 1000);
-      printf("child calls %ld checked %ld mismatches %ld\n", calls, calls, mismatches);
-      exit(mismatches != 0);
+      child_exit();
     }
-    int st;
-    waitpid(child, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st))
-      mismatches++;
-  }
-  else if (!strcmp(mode, "warmfork") && argc == 5) {
+    reap(child);
+  } else if (!strcmp(mode, "warmfork") && argc == 5) {
     int n = atoi(argv[2]);
     sweep(n, 1, strtoull(argv[3], NULL, 10));
     pid_t child = fork();
     if (child == 0) {
       sweep(n, 20, strtoull(argv[4], NULL, 10));
-      printf("child calls %ld checked %ld mismatches %ld\n", calls, calls, mismatches);
-      exit(mismatches != 0);
+      child_exit();
     }
-    int st;
-    waitpid(child, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st))
-      mismatches++;
+    reap(child);
   } else {
     fprintf(stderr, "usage: %s sweep S P SEED | gemv S P SEED | vec S P SEED | threads T N | alias | inf | "
                     "badorder | forkhot | warmfork S A B\n",
