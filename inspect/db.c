@@ -35,23 +35,35 @@ int ins_db_path(const char *opt, char *buf, size_t len)
   return rc;
 }
 
-/* A read-only reader of a schema older than 4 sees empty variants and events tables (TEMP
- * ones, which shadow nothing and vanish with the connection), so every query reads alike.
+/* A read-only reader of an older schema sees what the newest one has: before 4, empty
+ * variants and events tables; before 5, the runs' and variants' newer columns (NULL, or their
+ * defaults) and an empty objects table. TEMP tables and views are looked up before the file's
+ * own, shadow nothing in it and vanish with the connection, so every query reads alike.
  * Returns 0, or -1 after printing SQLite's message. */
-static int jit_tables(st_db_t *db)
+static int compat_tables(st_db_t *db)
 {
-  static const char sql[] =
+  static const char before4[] =
       "CREATE TEMP TABLE variants(run_id INTEGER, sig_id INTEGER, status TEXT, generator INTEGER,"
       " llvm TEXT, cpu TEXT, compile_ns INTEGER, calls INTEGER, timed_calls INTEGER,"
-      " timed_ns INTEGER);"
+      " timed_ns INTEGER, origin TEXT, pre_calls INTEGER);"
       "CREATE TEMP TABLE events(id INTEGER PRIMARY KEY, run_id INTEGER, sig_id INTEGER,"
       " time_ns INTEGER, kind TEXT, detail TEXT);";
+  static const char before5[] =
+      "CREATE TEMP VIEW runs AS SELECT *, NULL AS warm_ns FROM main.runs;"
+      "CREATE TEMP TABLE objects(id INTEGER PRIMARY KEY, sig_id INTEGER, cpu TEXT, llvm TEXT,"
+      " generator INTEGER, symbol TEXT, checksum INTEGER, code BLOB, run_id INTEGER,"
+      " created_ns INTEGER);";
+  static const char variants4[] =
+      "CREATE TEMP VIEW variants AS SELECT *, 'compiled' AS origin, 0 AS pre_calls"
+      " FROM main.variants;";
   int version = 0;
-  if (st_schema_version(db, &version) || version >= 4)
+  if (st_schema_version(db, &version) || version >= 5)
     return 0;
-  if (sqlite3_exec(st_sqlite(db), sql, NULL, NULL, NULL) == SQLITE_OK)
+  sqlite3 *h = st_sqlite(db);
+  if (sqlite3_exec(h, before5, NULL, NULL, NULL) == SQLITE_OK &&
+      sqlite3_exec(h, version >= 4 ? variants4 : before4, NULL, NULL, NULL) == SQLITE_OK)
     return 0;
-  fprintf(stderr, "opjit: cannot read the database: %s\n", sqlite3_errmsg(st_sqlite(db)));
+  fprintf(stderr, "opjit: cannot read the database: %s\n", sqlite3_errmsg(h));
   return -1;
 }
 
@@ -64,7 +76,7 @@ int ins_db_open(const char *opt, int flags, int busy_ms, st_db_t **db)
     fprintf(stderr, "opjit: %s\n", err);
     return 1;
   }
-  if (jit_tables(*db)) {
+  if (compat_tables(*db)) {
     st_close(*db);
     *db = NULL;
     return 1;

@@ -422,6 +422,32 @@ Test(open, schema_3_reads_as_no_jit)
   cr_expect_eq(version, 3, "readers never migrate");
 }
 
+Test(open, schema_4_reads_without_warm_starts)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  craft(db);
+  /* What a version-4 file lacks: the runs' warm start, the variants' origin, the objects. */
+  sql_exec(db, "ALTER TABLE runs DROP COLUMN warm_ns; ALTER TABLE variants DROP COLUMN origin;"
+               " ALTER TABLE variants DROP COLUMN pre_calls; DROP TABLE objects;"
+               " PRAGMA user_version = 4");
+  static const char *const cmds[][3] = {{"top", "--json"},      {"runs", "--json"},
+                                        {"variants", "--json"}, {"events", "--json"},
+                                        {"export", "--json"},   {"report", "-o"}};
+  for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+    proc_t p = opjit(NULL, (const char *[]){cmds[i][0], "--db", db, cmds[i][1],
+                                            i == 5 ? "-" : NULL, NULL});
+    cr_expect_eq(p.status, 0, "%s: %s", cmds[i][0], p.err);
+    proc_free(&p);
+  }
+  proc_t p = opjit(NULL, (const char *[]){"runs", "--db", db, "--json", NULL});
+  cJSON *j = proc_json(&p);
+  const cJSON *r;
+  cJSON_ArrayForEach(r, cJSON_GetObjectItem(j, "runs"))
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(r, "warm_ns")));
+  cJSON_Delete(j);
+  proc_free(&p);
+}
+
 Test(doctor, reports_the_jit_module_and_llvm)
 {
   char *dir = scratch_dir(), *db = path_in(dir, "p.db");
