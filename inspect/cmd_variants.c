@@ -52,7 +52,7 @@ static int cmd_variants(int argc, char **argv)
           " v.calls, v.timed_calls, v.timed_ns, coalesce(rs.calls, 0),"
           " coalesce(rs.timed_calls, 0), coalesce(rs.timed_ns, 0),"
           " (SELECT count(DISTINCT w.llvm || '/' || w.cpu || '/' || w.generator) FROM variants w"
-          "  WHERE ?1 = 0 OR w.run_id = ?1)"
+          "  WHERE ?1 = 0 OR w.run_id = ?1), v.origin"
           " FROM variants v JOIN signatures s ON s.id = v.sig_id"
           " LEFT JOIN run_sigs rs ON rs.run_id = v.run_id AND rs.sig_id = v.sig_id"
           " WHERE ?1 = 0 OR v.run_id = ?1 ORDER BY v.run_id DESC, v.calls DESC, s.sig");
@@ -101,6 +101,8 @@ static int cmd_variants(int argc, char **argv)
     cJSON_AddStringToObject(j, "llvm", ins_col_text(st, 5));
     cJSON_AddStringToObject(j, "cpu", ins_col_text(st, 6));
     cJSON_AddNumberToObject(j, "compile_ns", (double)compile_ns);
+    const char *origin = ins_col_text(st, 15);
+    cJSON_AddStringToObject(j, "origin", origin);
     cJSON_AddNumberToObject(j, "calls", (double)sp.vcalls);
     cJSON_AddNumberToObject(j, "calls_pct", pct);
     cJSON_AddNumberToObject(j, "signature_calls", (double)sp.calls);
@@ -118,7 +120,10 @@ static int cmd_variants(int argc, char **argv)
     ins_fmt_ns(vmean, c4, sizeof c4);
     ins_fmt_ns(omean, c5, sizeof c5);
     ins_fmt_speedup(speedup, c6, sizeof c6);
-    ins_fmt_ns(compile_ns > 0 ? (double)compile_ns : -1, c7, sizeof c7);
+    if (strcmp(origin, "loaded") == 0) /* placed from the store: no compile in this run */
+      snprintf(c7, sizeof c7, "stored");
+    else
+      ins_fmt_ns(compile_ns > 0 ? (double)compile_ns : -1, c7, sizeof c7);
     const char *row[] = {c0, status, c2, c3, c4, c5, c6, c7, ins_col_text(st, 5),
                          ins_col_text(st, 6), ins_col_text(st, 1), ins_col_text(st, 2)};
     ins_table_row(t, row);
@@ -174,8 +179,10 @@ const ins_cmd_t ins_cmd_variants = {
             "the original).\n"
             "CALLS counts the calls the variant served and %CALLS their share of the\n"
             "signature's calls; VARIANT and ORIGINAL are the mean time per timed call of each\n"
-            "(the original keeps 1 call in 256 for comparison), SPEEDUP their ratio. LLVM and\n"
-            "CPU are shown once above the table when every variant has the same.\n\n"
+            "(the original keeps 1 call in 256 for comparison), SPEEDUP their ratio. COMPILE\n"
+            "is the compile time, or 'stored' for a kernel an earlier run stored and this one\n"
+            "placed at start-up. LLVM and CPU are shown once above the table when every\n"
+            "variant has the same.\n\n"
             "options:\n"
             "  --db PATH    the profile database\n"
             "  --all        every run's variants (newest run first)\n"
