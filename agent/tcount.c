@@ -162,6 +162,19 @@ void ag_tcount_sum(uint64_t *calls, uint64_t *vcalls, uint32_t n)
   pthread_mutex_unlock(&reg_mu);
 }
 
+void ag_tcount_sum_one(uint32_t i, uint64_t *calls, uint64_t *vcalls)
+{
+  pthread_mutex_lock(&reg_mu);
+  *calls = atomic_load_explicit(&ag_table_entry(reg_table, i)->calls, memory_order_relaxed);
+  *vcalls = atomic_load_explicit(&ag_table_entry(reg_table, i)->vcalls, memory_order_relaxed);
+  for (tc_thread_t *t = reg_head.next; t != &reg_head; t = t->next)
+    if (t->calls) {
+      *calls += atomic_load_explicit(&t->calls[i], memory_order_relaxed);
+      *vcalls += atomic_load_explicit(&t->calls[ag_tcount_capacity + i], memory_order_relaxed);
+    }
+  pthread_mutex_unlock(&reg_mu);
+}
+
 size_t ag_tcount_snapshot(ag_epoch_t *out, size_t max)
 {
   size_t n = 0;

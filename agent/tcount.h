@@ -30,6 +30,8 @@ void ag_tcount_register(void);
 /* Total calls of entries [0, n) into calls[0..n), and the calls their variants served into
  * vcalls[0..n). A thread's array holds both: calls at [i], variant calls at [capacity + i]. */
 void ag_tcount_sum(uint64_t *calls, uint64_t *vcalls, uint32_t n);
+/* The same for entry i alone. */
+void ag_tcount_sum_one(uint32_t i, uint64_t *calls, uint64_t *vcalls);
 extern uint32_t ag_tcount_capacity;
 
 /* For the sampler's handler (async-signal-safe): the operator some registered thread is

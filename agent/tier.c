@@ -328,25 +328,13 @@ static void add_code(void *fn, size_t size, const char *name, const jt_loaded_t 
   }
 }
 
-/* Entry i's calls so far, and those its variant served (all threads). */
-static void counts_of(uint32_t i, uint64_t *calls, uint64_t *vcalls)
-{
-  uint64_t *c = calloc(i + 1, sizeof *c), *v = calloc(i + 1, sizeof *v);
-  *calls = *vcalls = 0;
-  if (c && v) {
-    ag_tcount_sum(c, v, i + 1);
-    *calls = c[i], *vcalls = v[i];
-  }
-  free(c), free(v);
-}
-
 /* Entry i got a variant: obj (owned from now on, may be NULL) is its object, loaded says
  * whether it came from the store. */
 static void set_persisted(uint32_t i, void *obj, size_t len, const char *symbol, int loaded)
 {
   uint64_t pre = 0, served;
   if (!loaded)
-    counts_of(i, &pre, &served);
+    ag_tcount_sum_one(i, &pre, &served);
   pthread_mutex_lock(&persist_mu);
   persist_t *p = &persist[i];
   void *old = p->obj;
@@ -473,7 +461,7 @@ static void watch_speed(void)
     /* The guard: calls sent to the variant that failed its speculative guards (C overlapping
      * A or B) ran the original. A variant most calls cannot use is not worth keeping. */
     uint64_t miss = atomic_load(&e->guard_miss), calls, hits;
-    if (miss >= 256 && (counts_of(i, &calls, &hits), miss > hits)) {
+    if (miss >= 256 && (ag_tcount_sum_one(i, &calls, &hits), miss > hits)) {
       atomic_store_explicit(&e->variant, NULL, memory_order_release);
       atomic_store(&e->tier, AG_TIER_DEMOTED);
       discard_pending(i); /* a stored object stays: the guards fail on this program's data */
