@@ -88,6 +88,28 @@ static const struct {
                {GGML_OP_ROPE, "ROPE"},         {GGML_OP_GLU, "GLU"},
                {GGML_OP_UNARY, "UNARY"},       {GGML_OP_COUNT - 1, NULL}};
 
+typedef void (*forward_fn)(const void *params, struct ggml_tensor *dst);
+
+/* What the host uses of ggml: libggml-base's names, version and graph API (check), and the
+ * CPU backend's own ADD, RMS_NORM and MUL (fusion_setup). */
+static struct {
+  const char *(*version)(void);
+  const char *(*op_name)(int), *(*type_name)(int), *(*unary_name)(int), *(*glu_name)(int);
+  int (*n_nodes)(struct ggml_cgraph *);
+  struct ggml_tensor *(*node)(struct ggml_cgraph *, int);
+  struct ggml_context *(*init)(struct ggml_init_params);
+  void (*free)(struct ggml_context *);
+  struct ggml_cgraph *(*new_graph)(struct ggml_context *, size_t, bool);
+  void (*add_node)(struct ggml_cgraph *, struct ggml_tensor *);
+  size_t (*graph_overhead)(size_t, bool);
+  size_t (*tensor_overhead)(void);
+  bool (*contiguous)(const struct ggml_tensor *);
+  struct ggml_tensor *(*custom)(struct ggml_context *, enum ggml_type, int64_t, int64_t, int64_t,
+                                int64_t, struct ggml_tensor **, int, ggml_custom_op_t, int, void *);
+  forward_fn add, rms_norm, mul;
+  int ok;
+} api;
+
 /* Decides, once, whether this process's ggml is one to profile. */
 static void check(void)
 {
@@ -98,22 +120,35 @@ static void check(void)
     return;
   }
   void *base = dlopen("libggml-base.so", RTLD_NOLOAD | RTLD_LAZY);
-  const char *(*version)(void) = base ? (const char *(*)(void))dlsym(base, "ggml_version") : NULL;
-  const char *(*op_name)(int) = base ? (const char *(*)(int))dlsym(base, "ggml_op_name") : NULL;
-  const char *(*type_name)(int) = base ? (const char *(*)(int))dlsym(base, "ggml_type_name") : NULL;
-  const char *(*unary_name)(int) = base ? (const char *(*)(int))dlsym(base, "ggml_unary_op_name") : NULL;
-  const char *(*glu_name)(int) = base ? (const char *(*)(int))dlsym(base, "ggml_glu_op_name") : NULL;
+#define SYM(f, name) *(void **)&api.f = base ? dlsym(base, name) : NULL
+  SYM(version, "ggml_version");
+  SYM(op_name, "ggml_op_name");
+  SYM(type_name, "ggml_type_name");
+  SYM(unary_name, "ggml_unary_op_name");
+  SYM(glu_name, "ggml_glu_op_name");
+  SYM(n_nodes, "ggml_graph_n_nodes");
+  SYM(node, "ggml_graph_node");
+  SYM(init, "ggml_init");
+  SYM(free, "ggml_free");
+  SYM(new_graph, "ggml_new_graph_custom");
+  SYM(add_node, "ggml_graph_add_node");
+  SYM(graph_overhead, "ggml_graph_overhead_custom");
+  SYM(tensor_overhead, "ggml_tensor_overhead");
+  SYM(contiguous, "ggml_is_contiguous");
+  SYM(custom, "ggml_custom_4d");
+#undef SYM
+  if (base)
+    dlclose(base); /* libggml-base stays: the backend needs it */
   /* A test may pretend the agent was built for another ggml. */
   const char *want = getenv("OPJIT_TEST_GGML_VERSION") ? getenv("OPJIT_TEST_GGML_VERSION")
                                                        : OPJIT_GGML_VERSION;
-  const char *have = version ? version() : NULL;
-  int ok = have && op_name && type_name && unary_name && glu_name && strcmp(have, want) == 0;
+  const char *have = api.version ? api.version() : NULL;
+  int ok = have && api.op_name && api.type_name && api.unary_name && api.glu_name &&
+           strcmp(have, want) == 0;
   for (size_t i = 0; ok && i < sizeof anchors / sizeof *anchors; i++) {
-    const char *n = op_name(anchors[i].op);
+    const char *n = api.op_name(anchors[i].op);
     ok = n && (!anchors[i].name || strcmp(n, anchors[i].name) == 0);
   }
-  if (base)
-    dlclose(base);
   if (!ok) {
     ag_log(AG_LOG_WARN, "ggml %s is not the ggml this agent was built for (%s, its op table): "
                         "its graphs run untouched and unprofiled", have ? have : "(unknown)",
@@ -122,13 +157,13 @@ static void check(void)
     return;
   }
   for (int i = 0; i < GGML_OP_COUNT; i++)
-    op_names[i] = op_name(i);
+    op_names[i] = api.op_name(i);
   for (int i = 0; i < GGML_TYPE_COUNT; i++)
-    type_names[i] = type_name(i);
+    type_names[i] = api.type_name(i);
   for (int i = 0; i < GGML_UNARY_OP_COUNT; i++)
-    unary_names[i] = unary_name(i);
+    unary_names[i] = api.unary_name(i);
   for (int i = 0; i < GGML_GLU_OP_COUNT; i++)
-    glu_names[i] = glu_name(i);
+    glu_names[i] = api.glu_name(i);
   ag_sig_set_ggml_names(&(ag_ggml_names_t){op_names, type_names, unary_names, glu_names,
                                            GGML_OP_COUNT, GGML_TYPE_COUNT, GGML_UNARY_OP_COUNT,
                                            GGML_GLU_OP_COUNT, GGML_OP_UNARY, GGML_OP_GLU,
@@ -136,8 +171,6 @@ static void check(void)
   ag_log(AG_LOG_INFO, "ggml %s: profiling its graphs by op", have);
   atomic_store(&gg_state, GG_PROFILE);
 }
-
-typedef void (*forward_fn)(const void *params, struct ggml_tensor *dst);
 
 static void *_Atomic cpu_lib; /* the CPU backend's handle, once a caller has shown it */
 
@@ -194,12 +227,21 @@ static ag_sig_t key_of(const struct ggml_tensor *dst)
                      (int32_t)dst->ne[2], (int32_t)dst->ne[3], 0);
 }
 
+/* One fusable group in a graph. */
+typedef struct fusion_s {
+  struct ggml_tensor *add, *rms, *mul; /* the host's nodes (never modified) */
+  struct ggml_tensor *node;            /* the custom node standing for them, when fused */
+  ag_entry_t *e;                       /* the group's signature */
+  void *variant;                       /* the kernel the cached graph was built with */
+  int verifying;                       /* this execution checks the kernel against ggml */
+  int64_t n, rows;
+  float eps;
+} fusion_t;
+
 static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *ud);
-struct fusion_s;
-static ag_sig_t fusion_key(const struct fusion_s *f);
 
 /* The fusion record of one of the agent's custom nodes, or NULL. */
-static const struct fusion_s *our_custom(const struct ggml_tensor *dst)
+static const fusion_t *our_custom(const struct ggml_tensor *dst)
 {
   if (dst->op != GGML_OP_CUSTOM)
     return NULL;
@@ -223,8 +265,8 @@ static void forward(void *_Atomic *cache, const char *name, const void *ret, con
       return;
     }
   }
-  const struct fusion_s *fu = our_custom(dst);
-  ag_sig_t k = fu ? fusion_key(fu) : key_of(dst);
+  const fusion_t *fu = our_custom(dst);
+  ag_sig_t k = fu ? fu->e->key : key_of(dst);
   ag_call_t c;
   if (!ag_call_begin_host(&c, &k, 1)) {
     fn(params, dst);
@@ -247,17 +289,6 @@ typedef struct gg_params_s {
   bool use_ref;
 } gg_params_t;
 
-/* One fusable group in a graph. */
-typedef struct fusion_s {
-  struct ggml_tensor *add, *rms, *mul; /* the host's nodes (never modified) */
-  struct ggml_tensor *node;            /* the custom node standing for them, when fused */
-  ag_entry_t *e;                       /* the group's signature */
-  void *variant;                       /* the kernel the cached graph was built with */
-  int verifying;                       /* this execution checks the kernel against ggml */
-  int64_t n, rows;
-  float eps;
-} fusion_t;
-
 /* A graph the CPU backend computed: its fusable groups and, when any is published, the graph
  * that runs in its place. */
 typedef struct gcache_s {
@@ -276,62 +307,31 @@ static gcache_t gcache[GCACHE_MAX];
 static int gcache_next; /* the slot a new graph takes (round robin) */
 static pthread_mutex_t gcache_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* libggml-base's graph API and ggml's own forward functions (for verification). */
-static struct {
-  int (*n_nodes)(struct ggml_cgraph *);
-  struct ggml_tensor *(*node)(struct ggml_cgraph *, int);
-  struct ggml_context *(*init)(struct ggml_init_params);
-  void (*free)(struct ggml_context *);
-  struct ggml_cgraph *(*new_graph)(struct ggml_context *, size_t, bool);
-  void (*add_node)(struct ggml_cgraph *, struct ggml_tensor *);
-  size_t (*graph_overhead)(size_t, bool);
-  size_t (*tensor_overhead)(void);
-  bool (*contiguous)(const struct ggml_tensor *);
-  struct ggml_tensor *(*custom)(struct ggml_context *, enum ggml_type, int64_t, int64_t, int64_t,
-                                int64_t, struct ggml_tensor **, int, ggml_custom_op_t, int, void *);
-  forward_fn add, rms_norm, mul;
-  int ok;
-} api;
-
 /* 0 off, 1 on; a test's: 2 poison (fused nodes write zeros, unverified), 3 wrong (the kernel's
  * y comes out 1.5 times too large; verification must catch it) */
 static int fusion_mode;
 
-/* Resolves what fusion needs, once (after check() accepted this ggml). */
+/* Decides the fusion mode and resolves the backend's own ops, once (after check() accepted
+ * this ggml). */
 static void fusion_setup(void)
 {
   const char *t = getenv("OPJIT_TEST_FUSION");
   fusion_mode = !ag_hot_calls ? 0 : !t ? 1 : strcmp(t, "off") == 0 ? 0 : strcmp(t, "poison") == 0 ? 2
                                   : strcmp(t, "wrong") == 0 ? 3 : 1;
-  void *base = dlopen("libggml-base.so", RTLD_NOLOAD | RTLD_LAZY), *cpu = atomic_load(&cpu_lib);
-  if (!base || !cpu) {
+  void *cpu = atomic_load(&cpu_lib);
+  if (!cpu) {
     fusion_mode = 0;
     return;
   }
-#define SYM(lib, f, name) *(void **)&api.f = dlsym(lib, name)
-  SYM(base, n_nodes, "ggml_graph_n_nodes");
-  SYM(base, node, "ggml_graph_node");
-  SYM(base, init, "ggml_init");
-  SYM(base, free, "ggml_free");
-  SYM(base, new_graph, "ggml_new_graph_custom");
-  SYM(base, add_node, "ggml_graph_add_node");
-  SYM(base, graph_overhead, "ggml_graph_overhead_custom");
-  SYM(base, tensor_overhead, "ggml_tensor_overhead");
-  SYM(base, contiguous, "ggml_is_contiguous");
-  SYM(base, custom, "ggml_custom_4d");
-  SYM(cpu, add, "ggml_compute_forward_add");
-  SYM(cpu, rms_norm, "ggml_compute_forward_rms_norm");
-  SYM(cpu, mul, "ggml_compute_forward_mul");
-#undef SYM
-  dlclose(base);
+  *(void **)&api.add = dlsym(cpu, "ggml_compute_forward_add");
+  *(void **)&api.rms_norm = dlsym(cpu, "ggml_compute_forward_rms_norm");
+  *(void **)&api.mul = dlsym(cpu, "ggml_compute_forward_mul");
   api.ok = api.n_nodes && api.node && api.init && api.free && api.new_graph && api.add_node &&
            api.graph_overhead && api.tensor_overhead && api.contiguous && api.custom && api.add &&
            api.rms_norm && api.mul;
   if (!api.ok)
     fusion_mode = 0;
 }
-
-static ag_sig_t fusion_key(const struct fusion_s *f) { return f->e->key; }
 
 static int same_shape(const struct ggml_tensor *x, const struct ggml_tensor *y)
 {
