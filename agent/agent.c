@@ -513,13 +513,14 @@ static void write_variants(void)
       continue;
     /* A row without a status stores or drops the object only (a signature this run has not
      * called, or whose variant has gone). */
+    int loaded = strcmp(p->origin, "loaded") == 0;
     v[nv] = (st_variant_rec_t){&e->key, sizeof e->key, variant ? status[t] : NULL,
                                /* the LLVM the JIT was built with: what a warm start checks
                                   a stored object against, with no LLVM loaded */
                                JT_GENERATOR_VERSION, OPJIT_LLVM_VERSION,
-                               p->origin && !strcmp(p->origin, "loaded") ? cpu_key : ag_tier_cpu(),
+                               loaded ? cpu_key : ag_tier_cpu(),
                                e->compile_ns, vcalls[i], atomic_load(&e->vtimed),
-                               atomic_load(&e->vtimed_ns), p->origin ? p->origin : "compiled",
+                               atomic_load(&e->vtimed_ns), p->origin,
                                p->pre_calls, cpu_key, p->object, p->object_len, p->symbol,
                                p->checksum, p->drop};
     vidx[nv++] = i;

@@ -712,10 +712,11 @@ void ag_tier_invalidate(ag_entry_t *e, const char *fmt, ...)
 
 int ag_tier_persist(uint32_t i, ag_persist_t *out)
 {
+  memset(out, 0, sizeof *out);
+  out->origin = "compiled";
   if (!persist)
     return 0;
   ag_entry_t *e = ag_table_entry(ag_table, i);
-  memset(out, 0, sizeof *out);
   pthread_mutex_lock(&persist_mu);
   persist_t *p = &persist[i];
   int any = p->had_variant || p->drop;

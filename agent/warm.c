@@ -72,16 +72,15 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
       continue;
     }
     if (h->object_id) {
-      int placed = unusable(h, ri, why, sizeof why)
-                       ? -1
-                       : ag_tier_load(e, h->code, h->code_len, h->symbol, err, sizeof err);
+      int bad = unusable(h, ri, why, sizeof why) != NULL;
+      int placed = bad ? -1 : ag_tier_load(e, h->code, h->code_len, h->symbol, err, sizeof err);
       if (placed == 0) {
         w->loaded++;
         continue;
       }
       if (placed > 0 || atomic_load(&e->tier) != AG_TIER_COLD)
         continue; /* the code cache is full, or not compilable with these options */
-      if (!unusable(h, ri, why, sizeof why))
+      if (!bad)
         snprintf(why, sizeof why, "unloadable: %s", err);
       ag_tier_invalidate(e, "%s", why);
       w->invalidated++;
