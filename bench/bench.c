@@ -73,17 +73,14 @@ char **bn_env(const char *const *add)
 
 void bn_env_free(char **env) { free(env); }
 
-int bn_spawn_wait(const char *path, char *const argv[], char *const env[],
-                  const char *stderr_path)
-{
-  return bn_spawn_wait4(path, argv, env, stderr_path, NULL);
-}
-
-int bn_spawn_wait4(const char *path, char *const argv[], char *const env[],
-                   const char *stderr_path, struct rusage *ru)
+/* Spawns path with stdout and stderr to files (NULL: inherited) and waits (wait4 into ru). */
+static int spawn_wait(const char *path, char *const argv[], char *const env[],
+                      const char *stdout_path, const char *stderr_path, struct rusage *ru)
 {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
+  if (stdout_path)
+    posix_spawn_file_actions_addopen(&fa, 1, stdout_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (stderr_path)
     posix_spawn_file_actions_addopen(&fa, 2, stderr_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   pid_t pid;
@@ -101,6 +98,24 @@ int bn_spawn_wait4(const char *path, char *const argv[], char *const env[],
       return -1;
     }
   return status;
+}
+
+int bn_spawn_wait(const char *path, char *const argv[], char *const env[],
+                  const char *stderr_path)
+{
+  return spawn_wait(path, argv, env, NULL, stderr_path, NULL);
+}
+
+int bn_spawn_wait_out(const char *path, char *const argv[], char *const env[],
+                      const char *stdout_path, const char *stderr_path)
+{
+  return spawn_wait(path, argv, env, stdout_path, stderr_path, NULL);
+}
+
+int bn_spawn_wait4(const char *path, char *const argv[], char *const env[],
+                   const char *stderr_path, struct rusage *ru)
+{
+  return spawn_wait(path, argv, env, NULL, stderr_path, ru);
 }
 
 int bn_stderr_quiet(const char *errpath, const char *prog, const char *what)

@@ -28,6 +28,9 @@ void bn_env_free(char **env);
  * Returns the wait status, or -1 when the spawn failed. */
 int bn_spawn_wait(const char *path, char *const argv[], char *const env[],
                   const char *stderr_path);
+/* Like bn_spawn_wait, with the child's stdout to stdout_path too. */
+int bn_spawn_wait_out(const char *path, char *const argv[], char *const env[],
+                      const char *stdout_path, const char *stderr_path);
 struct rusage;
 /* Like bn_spawn_wait, and fills *ru (when not NULL) with the child's resource usage
  * (wait4): its CPU time is ru_utime + ru_stime. */

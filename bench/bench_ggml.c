@@ -38,11 +38,8 @@ static int run(const char *model, int cfg, double *prefill, double *decode, char
   if (cfg == UNSAMPLED)
     with[2] = "OPJIT_SAMPLE_HZ=0";
   char **env = bn_env(cfg != PLAIN ? with : NULL);
-  /* stdout to a file: a shell does it (the spawn helper redirects stderr only). */
-  char cmd[4 * PATH_MAX];
-  snprintf(cmd, sizeof cmd, "exec '%s' run '%s' 512 64 2 > '%s'", OPJIT_LLAMA_PROG_PATH, model, path);
-  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
-  int st = bn_spawn_wait(argv[0], argv, env, err);
+  char *argv[] = {(char *)OPJIT_LLAMA_PROG_PATH, "run", (char *)model, "512", "64", "2", NULL};
+  int st = bn_spawn_wait_out(argv[0], argv, env, path, err);
   bn_env_free(env);
   if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 ||
       !bn_stderr_quiet(err, "bench_ggml", cfg_names[cfg])) {
