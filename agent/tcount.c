@@ -35,6 +35,12 @@ static ag_table_t *reg_table;
 static size_t reg_bytes;
 uint32_t ag_tcount_capacity;
 static AG_TLS tc_thread_t *tl_self;
+/* Arrays of exited threads, zeroed by their fold, for the next threads to register: a host that
+ * starts a thread per task (ggml computes each graph on fresh threads) would otherwise map and
+ * unmap one per thread, each unmap a TLB shootdown across the process's CPUs. reg_mu. */
+#define SPARE_MAX 64
+static _Atomic uint64_t *spare[SPARE_MAX];
+static int nspare;
 
 /* Adds a thread's counts to the table's entries and zeroes them. Called with reg_mu held. */
 static void fold(tc_thread_t *t)
@@ -59,6 +65,7 @@ static void release(tc_thread_t *t)
 {
   if (t->calls)
     munmap((void *)t->calls, reg_bytes);
+  t->calls = NULL;
   if (t->cur_slot >= 0) {
     atomic_store(&cur_slots[t->cur_slot].op, 0);
     atomic_fetch_add(&cur_slots[t->cur_slot].ends, 1); /* the next owner starts elsewhere */
@@ -73,7 +80,9 @@ static void thread_gone(void *arg)
 {
   tc_thread_t *t = arg;
   pthread_mutex_lock(&reg_mu);
-  fold(t);
+  fold(t); /* which zeroes every entry the thread counted: the array is as new */
+  if (t->calls && nspare < SPARE_MAX)
+    spare[nspare++] = t->calls, t->calls = NULL;
   t->prev->next = t->next;
   t->next->prev = t->prev;
   pthread_mutex_unlock(&reg_mu);
@@ -115,9 +124,14 @@ void ag_tcount_register(void)
   tc_thread_t *t = calloc(1, sizeof *t);
   if (!t)
     return;
-  void *mem = mmap(NULL, reg_bytes, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  t->calls = mem == MAP_FAILED ? NULL : mem;
+  pthread_mutex_lock(&reg_mu);
+  t->calls = nspare ? spare[--nspare] : NULL;
+  pthread_mutex_unlock(&reg_mu);
+  if (!t->calls) {
+    void *mem = mmap(NULL, reg_bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    t->calls = mem == MAP_FAILED ? NULL : mem;
+  }
   t->cur_slot = claim_cur_slot();
   t->ends = t->cur_slot >= 0 ? &cur_slots[t->cur_slot].ends : NULL;
   if (pthread_setspecific(reg_key, t)) {

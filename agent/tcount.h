@@ -5,7 +5,8 @@
  *    counters and every live thread's array under one mutex; a thread that exits adds its
  *    counts to the table first (pthread key destructor):
  *        total calls of entry i = table.entry[i].calls + sum over live threads of calls[i]
- *    The arrays are anonymous mappings the size of the table: only touched pages cost memory.
+ *    The arrays are anonymous mappings the size of the table: only touched pages cost memory;
+ *    an exited thread's array, zeroed by its fold, goes to the next thread that registers.
  *    A thread whose array cannot be made counts with atomic adds on the shared entries.
  *  - its "current operator" slot (entry index + 1, 0 = none), which the sampler's signal
  *    handler reads: the thread's own for its samples, every thread's for samples taken in

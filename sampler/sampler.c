@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <execinfo.h>
 #include <linux/perf_event.h>
 #include <pthread.h>
 #include <signal.h>
@@ -50,6 +51,7 @@ typedef struct sp_slot_s {
   int has_timer;
   uint64_t last[SP_MAX_COUNTERS]; /* counter values at the previous sample (handler only) */
   int strikes;                  /* rescans in a row that found the signal blocked and pending */
+  uint32_t taken;               /* samples the handler took since the slot was armed */
   sp_ring_t *ring;
 } sp_slot_t;
 
@@ -123,15 +125,24 @@ static sp_slot_t *slot_of(const siginfo_t *si)
   return NULL;
 }
 
-/* The stack: libunwind's frames from the interrupted PC outwards (the handler's own frames and
- * the signal trampoline come first and are skipped). */
-static int record_stack(sp_sample_t *s)
+/* A thread's first samples take their stacks from glibc's unwinder (libgcc's, ~170 ns a frame
+ * here), later ones from libunwind's: ~5 ns a frame, but its first use in a thread maps and
+ * fills a 256 KB cache, which the thread unmaps at exit, ~140 us in all. A host that computes
+ * every task on fresh threads (ggml: one per graph, a few ms each) would pay that per task;
+ * a thread sampled this often has run long enough (~32 ms of CPU at 499 Hz) to repay it. */
+#define SP_YOUNG_SAMPLES 16
+
+/* The stack: the unwinder's frames from the interrupted PC outwards (the handler's own frames
+ * and the signal trampoline come first and are skipped). */
+static int record_stack(sp_sample_t *s, int young)
 {
   void *raw[SP_MAX_FRAMES + 8];
   s->frames[0] = s->pc;
-  if (!unw_backtrace_fn || cfg.stack_depth <= 1)
+  if (cfg.stack_depth <= 1)
     return 1;
-  int n = unw_backtrace_fn(raw, cfg.stack_depth + 8), at = -1;
+  int n = young || !unw_backtrace_fn ? backtrace(raw, cfg.stack_depth + 8)
+                                     : unw_backtrace_fn(raw, cfg.stack_depth + 8),
+      at = -1;
   for (int i = 0; i < n && at < 0; i++)
     if ((uint64_t)raw[i] == s->pc)
       at = i;
@@ -162,7 +173,7 @@ static void handler(int signo, siginfo_t *si, void *ucv)
   s->flags = 0;
   if (!s->op && cfg.attrib.inflight && (s->op = cfg.attrib.inflight()))
     s->flags = SP_F_POOL;
-  s->nframes = (uint16_t)record_stack(s);
+  s->nframes = (uint16_t)record_stack(s, t->taken++ < SP_YOUNG_SAMPLES);
   memset(s->counters, 0, sizeof s->counters);
   if (status.mode == SP_PERF_HW) {
     uint64_t buf[2 + SP_MAX_COUNTERS + 1], v[SP_MAX_COUNTERS + 1];
@@ -203,7 +214,8 @@ static int open_event(uint32_t type, uint64_t config, pid_t tid, int group, int 
   a.config = config;
   a.exclude_kernel = 1;
   a.exclude_hv = 1;
-  a.disabled = group < 0;
+  a.disabled = group < 0 && type != PERF_TYPE_SOFTWARE; /* a group starts when complete; a
+                                                           clock counts from its opening */
   if (sampling) {
     if (type == PERF_TYPE_SOFTWARE) {
       a.sample_period = 1000000000ull / (uint64_t)cfg.hz; /* the clocks count nanoseconds */
@@ -217,14 +229,14 @@ static int open_event(uint32_t type, uint64_t config, pid_t tid, int group, int 
   return sp_sys.perf_event_open(&a, tid, -1, group, PERF_FLAG_FD_CLOEXEC);
 }
 
-/* Directs the event's overflow signal at thread tid and starts it. */
+/* Directs the event's overflow signal at thread tid and starts it (a counter group; a clock
+ * counts already: an overflow before its signal is routed is one lost sample at most). */
 static int route_and_enable(int fd, pid_t tid)
 {
   struct f_owner_ex owner = {F_OWNER_TID, tid};
   if (sp_sys.fcntl(fd, F_SETFL, O_ASYNC | O_NONBLOCK) || sp_sys.fcntl(fd, F_SETSIG, status.signo) ||
       sp_sys.fcntl(fd, F_SETOWN_EX, (long)&owner) ||
-      sp_sys.ioctl(fd, PERF_EVENT_IOC_RESET, PERF_IOC_FLAG_GROUP) ||
-      sp_sys.ioctl(fd, PERF_EVENT_IOC_ENABLE, PERF_IOC_FLAG_GROUP))
+      (status.mode == SP_PERF_HW && sp_sys.ioctl(fd, PERF_EVENT_IOC_ENABLE, PERF_IOC_FLAG_GROUP)))
     return -1;
   return 0;
 }
@@ -339,6 +351,7 @@ static int arm_tid(pid_t tid)
   atomic_store(&t->state, SLOT_SETUP);
   t->tid = tid;
   t->strikes = 0;
+  t->taken = 0;
   if (i == n)
     atomic_store_explicit(&hiwater, n + 1, memory_order_release);
   if (arm_slot(i)) {
@@ -440,6 +453,10 @@ int sp_start(const sp_config_t *c)
     handler_installed = status.signo;
   }
   status.signo = handler_installed;
+  if (cfg.stack_depth > 1) {
+    void *warm[SP_MAX_FRAMES];
+    backtrace(warm, SP_MAX_FRAMES); /* glibc loads libgcc's unwinder here, not in the handler */
+  }
   if (cfg.stack_depth > 1 && !unw_backtrace_fn) {
     /* RTLD_LOCAL: linked, libunwind would take over the host's C++ exception unwinding. */
     void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
@@ -447,7 +464,7 @@ int sp_start(const sp_config_t *c)
       void *warm[SP_MAX_FRAMES];
       unw_backtrace_fn(warm, SP_MAX_FRAMES); /* its caches fill here, not in the handler */
     } else {
-      explain("stacks (libunwind.so.8)", ENOENT);
+      explain("libunwind.so.8 (glibc's unwinder takes every stack)", ENOENT);
     }
   }
   struct rlimit rl;

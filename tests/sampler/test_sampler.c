@@ -143,6 +143,42 @@ Test(sampler, stacks_reach_the_callers)
                 (unsigned long long)c.with, (unsigned long long)c.all);
 }
 
+/* Threads younger than their 16th sample take their stacks from glibc's unwinder (libunwind's
+ * per-thread cache costs more than a short thread repays): those stacks reach the callers too. */
+static void *young_main(void *p)
+{
+  (void)p;
+  sp_arm_self();
+  my_op = 3;
+  burn_ms(8);
+  return NULL;
+}
+
+Test(sampler, young_threads_stacks_reach_the_callers)
+{
+  sp_config_t cfg = {.hz = 1000, .events = "task-clock", .stack_depth = 16, .attrib = {own, NULL}};
+  cr_assert_eq(sp_start(&cfg), 0);
+  for (int i = 0; i < 40; i++) { /* ~8 samples each, all of them young */
+    pthread_t t;
+    pthread_create(&t, NULL, young_main, NULL);
+    pthread_join(t, NULL);
+  }
+  sp_stop();
+  size_t n = sp_drain(samples, 8192);
+  cr_assert_gt(n, 50);
+  size_t deep = 0;
+  for (size_t i = 0; i < n; i++)
+    deep += samples[i].nframes >= 3;
+  cr_assert_geq(deep * 10, n * 9, "only %zu of %zu samples have a stack", deep, n);
+  sp_agg_t *a = sp_agg_new();
+  sp_agg_add(a, samples, n, 0);
+  struct stack_count c = {0, 0};
+  sp_agg_visit(a, &(sp_agg_visit_t){&c, NULL, NULL, count_stack, NULL});
+  sp_agg_free(a);
+  cr_assert_geq(c.with * 10, c.all * 9, "only %llu of %llu stacks reach the test program",
+                (unsigned long long)c.with, (unsigned long long)c.all);
+}
+
 static atomic_int prof_hits;
 static void on_sigprof(int s)
 {
