@@ -47,7 +47,7 @@ typedef struct loop_s {
 static LLVMValueRef i64c(gen_t *g, long v) { return LLVMConstInt(g->i64, (unsigned long long)v, 1); }
 
 /* Opens a counted loop iv = start; iv < end; iv += step, leaving the builder in its body. */
-static loop_t loop_begin(gen_t *g, LLVMValueRef start, long end, long step, const char *name)
+static loop_t loop_to(gen_t *g, LLVMValueRef start, LLVMValueRef end, long step, const char *name)
 {
   loop_t l = {.step = step};
   LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
@@ -58,10 +58,15 @@ static loop_t loop_begin(gen_t *g, LLVMValueRef start, long end, long step, cons
   LLVMPositionBuilderAtEnd(g->b, l.head);
   l.iv = LLVMBuildPhi(g->b, g->i64, name);
   LLVMAddIncoming(l.iv, &start, &pre, 1);
-  LLVMValueRef more = LLVMBuildICmp(g->b, LLVMIntSLT, l.iv, i64c(g, end), "more");
+  LLVMValueRef more = LLVMBuildICmp(g->b, LLVMIntSLT, l.iv, end, "more");
   LLVMBuildCondBr(g->b, more, body, l.exit);
   LLVMPositionBuilderAtEnd(g->b, body);
   return l;
+}
+
+static loop_t loop_begin(gen_t *g, LLVMValueRef start, long end, long step, const char *name)
+{
+  return loop_to(g, start, i64c(g, end), step, name);
 }
 
 /* Closes a loop: the step, the back edge; the builder continues after the loop. */
@@ -314,6 +319,10 @@ void jt_gemm_name(const jt_gemm_t *s, char *buf, size_t len)
     snprintf(buf, len, "opjit_add_rms_mul_f32_n%d", s->k);
     return;
   }
+  if (s->mm) {
+    snprintf(buf, len, "opjit_mul_mat_%s_%dx%dx%d", s->w16 ? "f16" : "f32", s->m, s->n, s->k);
+    return;
+  }
   if (s->dot) {
     snprintf(buf, len, "opjit_%cdot_n%d", s->f64 ? 'd' : 's', s->k);
     return;
@@ -547,5 +556,182 @@ LLVMValueRef jt_add_rms_mul_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_
   LLVMAddIncoming(r, &rnext, &last, 1);
   LLVMBuildBr(g.b, head);
   LLVMPositionBuilderAtEnd(g.b, done);
+  return end_kernel(&g);
+}
+
+/* ---- ggml's MUL_MAT (jt_mm_fn) -------------------------------------------------------------
+ *
+ *   for each block of KC k's (the first stores into y, the others add to it):
+ *     for each block of MC rows in [i0, i1):
+ *       pack its rows' KC-long slices into MR-row panels: panel[k*MR + r] (f16 converted)
+ *       for each block of NR columns of x:
+ *         for each MR-row panel: acc[MR x NR] = panel * x[k.., j..]; y[i.., j..] (+)= acc
+ * The panel (MR x KC floats, 16 KB) and the NR column slices (6 KB) stay in L1, the packed
+ * block (MC x KC, 64 KB) in L2: each element of w is read from memory once per call, each of x
+ * once per MC rows. */
+
+/* &base[index] for elements of type t. */
+static LLVMValueRef gep(gen_t *g, LLVMTypeRef t, LLVMValueRef base, LLVMValueRef index)
+{
+  return LLVMBuildInBoundsGEP2(g->b, t, base, &index, 1, "p");
+}
+
+static LLVMValueRef add(gen_t *g, LLVMValueRef x, LLVMValueRef y) { return LLVMBuildNSWAdd(g->b, x, y, ""); }
+static LLVMValueRef mul(gen_t *g, LLVMValueRef x, long y) { return LLVMBuildNSWMul(g->b, x, i64c(g, y), ""); }
+
+/* V consecutive weights at element index ix of w, as floats. */
+static LLVMValueRef mm_wload(gen_t *g, LLVMValueRef ix)
+{
+  if (!g->g->w16)
+    return vload(g, at(g, g->a, ix), g->V);
+  LLVMTypeRef h = LLVMHalfTypeInContext(g->cx), hv = LLVMVectorType(h, (unsigned)g->V);
+  LLVMValueRef v = LLVMBuildLoad2(g->b, hv, gep(g, h, g->a, ix), "h");
+  LLVMSetAlignment(v, 2);
+  return LLVMBuildFPExt(g->b, v, g->vec, "w");
+}
+
+static LLVMValueRef mm_wload1(gen_t *g, LLVMValueRef ix)
+{
+  if (!g->g->w16)
+    return LLVMBuildLoad2(g->b, g->elem, at(g, g->a, ix), "w");
+  LLVMTypeRef h = LLVMHalfTypeInContext(g->cx);
+  return LLVMBuildFPExt(g->b, LLVMBuildLoad2(g->b, h, gep(g, h, g->a, ix), "h"), g->elem, "w");
+}
+
+/* Packs rows row0 .. row0+MR-1, k's kc .. kc+kcl-1, into panel[k*MR + r]. */
+static void mm_pack(gen_t *g, LLVMValueRef row0, LLVMValueRef kc, int kcl, LLVMValueRef panel)
+{
+  long K = g->g->k;
+  int kfull = kcl / g->V * g->V;
+  if (kfull) {
+    loop_t k = loop_begin(g, i64c(g, 0), kfull, g->V, "pk");
+    LLVMValueRef kk = add(g, kc, k.iv);
+    for (int grp = 0; grp < g->MR / g->V; grp++) {
+      LLVMValueRef v[16];
+      for (int r = 0; r < g->V; r++)
+        v[r] = mm_wload(g, add(g, mul(g, add(g, row0, i64c(g, grp * g->V + r)), K), kk));
+      transpose(g, v);
+      for (int j = 0; j < g->V; j++) {
+        LLVMValueRef d = add(g, mul(g, add(g, k.iv, i64c(g, j)), g->MR), i64c(g, grp * g->V));
+        LLVMSetAlignment(LLVMBuildStore(g->b, v[j], at(g, panel, d)), 32);
+      }
+    }
+    loop_end(g, &k);
+  }
+  for (int kk = kfull; kk < kcl; kk++)
+    for (int r = 0; r < g->MR; r++) {
+      LLVMValueRef x = mm_wload1(g, add(g, mul(g, add(g, row0, i64c(g, r)), K), add(g, kc, i64c(g, kk))));
+      LLVMBuildStore(g->b, x, at(g, panel, i64c(g, (long)kk * g->MR + r)));
+    }
+}
+
+/* One MR x nr block of y at row i, column j0: the kcl k's of the panel; y stored or added to. */
+static void mm_micro(gen_t *g, LLVMValueRef panel, LLVMValueRef i, LLVMValueRef j0, LLVMValueRef kc,
+                     int kcl, int nr, int accumulate)
+{
+  const jt_gemm_t *s = g->g;
+  int nv = g->MR / g->V;
+  LLVMValueRef acc[2][NR], next[2][NR], zero = LLVMConstNull(g->vec);
+  LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
+  LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(g->cx, g->fn, "mk");
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->cx, g->fn, "mkstore");
+  LLVMBuildBr(g->b, head);
+  LLVMPositionBuilderAtEnd(g->b, head);
+  LLVMValueRef k = LLVMBuildPhi(g->b, g->i64, "k"), k0 = i64c(g, 0);
+  LLVMAddIncoming(k, &k0, &pre, 1);
+  for (int v = 0; v < nv; v++)
+    for (int j = 0; j < nr; j++) {
+      acc[v][j] = LLVMBuildPhi(g->b, g->vec, "acc");
+      LLVMAddIncoming(acc[v][j], &zero, &pre, 1);
+    }
+  LLVMValueRef av[2];
+  for (int v = 0; v < nv; v++) {
+    av[v] = LLVMBuildLoad2(g->b, g->vec, at(g, panel, add(g, mul(g, k, g->MR), i64c(g, v * g->V))), "a");
+    LLVMSetAlignment(av[v], 32);
+  }
+  LLVMValueRef xk = add(g, kc, k);
+  for (int j = 0; j < nr; j++) {
+    LLVMValueRef col = mul(g, add(g, j0, i64c(g, j)), s->k);
+    LLVMValueRef bj = splat(g, LLVMBuildLoad2(g->b, g->elem, at(g, g->bm, add(g, col, xk)), "x"));
+    for (int v = 0; v < nv; v++)
+      next[v][j] = fma3(g, av[v], bj, acc[v][j]);
+  }
+  LLVMValueRef k1 = add(g, k, i64c(g, 1));
+  LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
+  LLVMAddIncoming(k, &k1, &latch, 1);
+  for (int v = 0; v < nv; v++)
+    for (int j = 0; j < nr; j++)
+      LLVMAddIncoming(acc[v][j], &next[v][j], &latch, 1);
+  LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, k1, i64c(g, kcl), ""), head, done);
+  LLVMPositionBuilderAtEnd(g->b, done);
+  for (int j = 0; j < nr; j++)
+    for (int v = 0; v < nv; v++) {
+      LLVMValueRef p = at(g, g->c, add(g, mul(g, add(g, j0, i64c(g, j)), s->m), add(g, i, i64c(g, v * g->V))));
+      LLVMValueRef r = next[v][j];
+      if (accumulate)
+        r = LLVMBuildFAdd(g->b, r, vload(g, p, g->V), "r");
+      vstore(g, r, p, g->V);
+    }
+}
+
+/* Every row block of [i0, i1) for the k's kc .. kc+kcl-1. */
+static void mm_kblock(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef kc, int kcl, int accumulate)
+{
+  const jt_gemm_t *s = g->g;
+  loop_t ic = loop_to(g, i0, i1, JT_MM_MC, "ic");
+  LLVMValueRef left = LLVMBuildNSWSub(g->b, i1, ic.iv, "left");
+  LLVMValueRef cnt = LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, left, i64c(g, JT_MM_MC), ""),
+                                     left, i64c(g, JT_MM_MC), "cnt");
+  loop_t pr = loop_to(g, i64c(g, 0), cnt, g->MR, "pr");
+  mm_pack(g, add(g, ic.iv, pr.iv), kc, kcl, at(g, g->pack, mul(g, pr.iv, kcl)));
+  loop_end(g, &pr);
+  int nfull = s->n / NR * NR, ntail = s->n % NR;
+  for (int part = 0; part < 2; part++) {
+    int nr = part ? ntail : NR;
+    if (!(part ? ntail : nfull))
+      continue;
+    loop_t jr = part ? (loop_t){0} : loop_begin(g, i64c(g, 0), nfull, NR, "jr");
+    LLVMValueRef j0 = part ? i64c(g, nfull) : jr.iv;
+    loop_t ir = loop_to(g, i64c(g, 0), cnt, g->MR, "ir");
+    mm_micro(g, at(g, g->pack, mul(g, ir.iv, kcl)), add(g, ic.iv, ir.iv), j0, kc, kcl, nr, accumulate);
+    loop_end(g, &ir);
+    if (!part)
+      loop_end(g, &jr);
+  }
+  loop_end(g, &ic);
+}
+
+LLVMValueRef jt_mm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
+{
+  gen_t g = {.cx = cx, .mod = mod, .g = s};
+  setup_types(&g);
+  jt_gemm_name(s, g.name, sizeof g.name);
+  LLVMTypeRef params[5] = {g.ptr, g.ptr, g.ptr, g.i64, g.i64};
+  g.fn = LLVMAddFunction(mod, g.name, LLVMFunctionType(LLVMVoidTypeInContext(cx), params, 5, 0));
+  LLVMAddTargetDependentFunctionAttr(g.fn, "probe-stack", "inline-asm");
+  for (unsigned i = 0; i < 3; i++) {
+    unsigned kind = LLVMGetEnumAttributeKindForName("noalias", 7);
+    LLVMAddAttributeAtIndex(g.fn, i + 1, LLVMCreateEnumAttribute(cx, kind, 0));
+  }
+  LLVMTypeRef vt = g.vec;
+  g.fma = intrinsic(&g, "llvm.fma", &vt, 1, &g.fma_t);
+  g.b = LLVMCreateBuilderInContext(cx);
+  LLVMPositionBuilderAtEnd(g.b, LLVMAppendBasicBlockInContext(cx, g.fn, "entry"));
+  g.a = LLVMGetParam(g.fn, 0);
+  g.bm = LLVMGetParam(g.fn, 1);
+  g.c = LLVMGetParam(g.fn, 2);
+  LLVMValueRef i0 = LLVMGetParam(g.fn, 3), i1 = LLVMGetParam(g.fn, 4);
+  int kc0 = s->k < JT_MM_KC ? s->k : JT_MM_KC;
+  g.pack = LLVMBuildArrayAlloca(g.b, g.elem, i64c(&g, (long)JT_MM_MC * kc0), "pack");
+  LLVMSetAlignment(g.pack, 64);
+  mm_kblock(&g, i0, i1, i64c(&g, 0), kc0, 0); /* the first block stores */
+  int kfull = s->k / JT_MM_KC * JT_MM_KC, ktail = s->k - kfull;
+  if (kfull > JT_MM_KC) {
+    loop_t kc = loop_begin(&g, i64c(&g, JT_MM_KC), kfull, JT_MM_KC, "kc");
+    mm_kblock(&g, i0, i1, kc.iv, JT_MM_KC, 1);
+    loop_end(&g, &kc);
+  }
+  if (ktail && kfull)
+    mm_kblock(&g, i0, i1, i64c(&g, kfull), ktail, 1);
   return end_kernel(&g);
 }

@@ -16,6 +16,9 @@ LLVMValueRef jt_dot_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *
 /* Adds the fused ADD + RMS_NORM + MUL kernel for s (s->add_rms_mul set; jt_add_rms_mul_fn). */
 LLVMValueRef jt_add_rms_mul_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s);
 
+/* Adds ggml's MUL_MAT kernel for s (s->mm set; jt_mm_fn). */
+LLVMValueRef jt_mm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s);
+
 /* The kernel's symbol name: unique per jt_gemm_t. */
 void jt_gemm_name(const jt_gemm_t *s, char *buf, size_t len);
 

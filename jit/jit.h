@@ -28,7 +28,20 @@ typedef struct jt_gemm_s {
                          strides (the other fields but f64 and k are ignored) */
   int add_rms_mul;    /* 1: ggml's ADD + RMS_NORM + MUL fused instead, over rows of k floats
                          (jt_add_rms_mul_fn; the other fields are ignored) */
+  int mm;             /* 1: ggml's MUL_MAT instead (jt_mm_fn): m weight rows of k (w16: f16,
+                         else f32), n activation columns of k floats; only m, n, k, w16 count */
+  int w16;
 } jt_gemm_t;
+
+/* ggml's MUL_MAT, rows [i0, i1) of y (multiples of JT_MM_MR, or i1 = m):
+ *   y[j*m + i] = sum over kk < k of w[i*k + kk] * x[j*k + kk]     (i < m, j < n)
+ * Cache-blocked: for each block of JT_MM_KC k's, blocks of JT_MM_MC rows of w are packed (and
+ * converted from f16) into the micro-kernel's layout on the stack, then multiplied with the
+ * activations' JT_MM_KC-long column slices, which stay in L1 across the block's rows. */
+typedef void (*jt_mm_fn)(const void *w, const float *x, float *y, int64_t i0, int64_t i1);
+#define JT_MM_MR 16
+#define JT_MM_MC 64
+#define JT_MM_KC 256
 
 /* The fused ADD + RMS_NORM + MUL kernel, row by row (each row k floats, rows contiguous):
  *   x = a + b;  s = x * 1/sqrt(mean(x^2) + eps);  y = s * w
@@ -74,6 +87,9 @@ typedef struct jt_api_s {
 /* 1 when g is within what the generator compiles. */
 static inline int jt_gemm_supported(const jt_gemm_t *g)
 {
+  if (g->mm)
+    return g->m >= JT_MM_MR && g->m % JT_MM_MR == 0 && g->n >= 1 && g->k >= 1 &&
+           g->m <= (1 << 24) && g->n <= (1 << 16) && g->k <= (1 << 20);
   if (g->add_rms_mul)
     return g->k >= 1 && g->k <= (1 << 20);
   if (g->dot)

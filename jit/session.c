@@ -128,6 +128,8 @@ static int compile(const jt_gemm_t *g, const char *name, compiled_t *entry, char
   LLVMSetDataLayout(mod, LLVMOrcLLJITGetDataLayoutStr(jit));
   if (g->add_rms_mul)
     jt_add_rms_mul_emit(cx, mod, g);
+  else if (g->mm)
+    jt_mm_emit(cx, mod, g);
   else if (g->dot)
     jt_dot_emit(cx, mod, g);
   else
