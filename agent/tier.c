@@ -150,6 +150,13 @@ static int gemm_of(const ag_sig_t *k, jt_gemm_t *g, int *swap)
     *g = (jt_gemm_t){.add_rms_mul = 1, .k = k->m};
     return jt_gemm_supported(g);
   }
+  if (ag_sig_ggml_mul_mat(k)) { /* 2-D, f32 or f16 weights, f32 activations and output */
+    *swap = 0;
+    *g = (jt_gemm_t){.mm = 1, .w16 = k->dtype == AG_GGML_TYPE_F16, .m = k->m, .n = k->n, .k = k->k};
+    return (k->dtype == AG_GGML_TYPE_F32 || k->dtype == AG_GGML_TYPE_F16) &&
+           k->api == AG_GGML_TYPE_F32 && k->order == AG_GGML_TYPE_F32 + 1 && k->lda == 1 &&
+           k->ldb == 1 && jt_gemm_supported(g);
+  }
   if (k->host != AG_HOST_ID_BLAS)
     return 0; /* other ggml nodes: profiled, not compiled */
   unsigned ac = k->ab & 15, bc = k->ab >> 4;
@@ -378,6 +385,57 @@ static void discard_pending(uint32_t i)
   free(obj);
 }
 
+/* A ggml MUL_MAT kernel's check before it is published: rows [0, 80) (two row blocks) of a
+ * product of random inputs at its exact shape, 32 columns (the first and last NR-wide blocks,
+ * the rest at random), against exact dot products within the bound of a float sum of k
+ * products. A prefill computes its graph once per process: checked only on its first
+ * executions, a kernel would be verified after the graph that needed it, and never stored.
+ * Returns 1 (passed), 0 (failed: *worst and *bound say by how much), -1 (no memory). */
+static int mm_selftest(const jt_gemm_t *g, jt_mm_fn fn, double *worst, double *bound)
+{
+  int64_t m = g->m, n = g->n, k = g->k, rows = m < 80 ? m : 80;
+  size_t wbytes = (size_t)(rows * k) * (g->w16 ? 2 : 4), xbytes = (size_t)(n * k) * 4;
+  size_t ybytes = (size_t)((n - 1) * m + rows) * 4; /* only rows < 80 of each column are written */
+  char *mem = mmap(NULL, wbytes + xbytes + ybytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mem == MAP_FAILED)
+    return -1;
+  float *x = (float *)(void *)(mem + wbytes), *y = (float *)(void *)(mem + wbytes + xbytes);
+  uint64_t rnd = 0x2545f4914f6cdd1dull;
+#define RND() (rnd = rnd * 6364136223846793005ull + 1442695040888963407ull, \
+               (float)((double)(rnd >> 40) / (double)(1 << 24) - 0.5))
+  for (int64_t i = 0; i < rows * k; i++) {
+    if (g->w16)
+      ((_Float16 *)(void *)mem)[i] = (_Float16)RND();
+    else
+      ((float *)(void *)mem)[i] = RND();
+  }
+  for (int64_t i = 0; i < n * k; i++)
+    x[i] = RND();
+  fn(mem, x, y, 0, rows);
+  *worst = 0, *bound = 0;
+  for (int t = 0; t < 32 && t < n; t++) {
+    int64_t j = t < 6 ? t : t < 12 ? n - 12 + t : (int64_t)((rnd = rnd * 6364136223846793005ull + 1) >> 33) % n;
+    j = j < 0 ? 0 : j;
+    for (int64_t i = 0; i < rows; i++) {
+      double exact = 0, mag = 0;
+      for (int64_t kk = 0; kk < k; kk++) {
+        double w = g->w16 ? (double)((_Float16 *)(void *)mem)[i * k + kk] : ((float *)(void *)mem)[i * k + kk];
+        exact += w * x[j * k + kk], mag += fabs(w * x[j * k + kk]);
+      }
+      double got = y[j * m + i], d = isnan(got) ? INFINITY : fabs(got - exact);
+      double lim = 4.0 * (double)(k + 2) * FLT_EPSILON * mag + FLT_MIN;
+      if (d > lim && d - lim > *worst - *bound)
+        *worst = d, *bound = lim;
+      else if (*worst <= *bound && lim > *bound)
+        *bound = lim;
+    }
+  }
+#undef RND
+  munmap(mem, wbytes + xbytes + ybytes);
+  return *worst <= *bound;
+}
+
 /* Compiles and publishes entry i. Compile thread only. */
 static void compile_one(uint32_t i)
 {
@@ -404,12 +462,17 @@ static void compile_one(uint32_t i)
   code_bytes += 4096; /* reserved while compiling (other threads may compile meanwhile) */
   pthread_mutex_unlock(&code_mu);
   uint64_t t0 = ag_now_ns();
-  if (fault && strcmp(fault, "wrong") == 0)
+  if (fault && strcmp(fault, "wrong") == 0) {
     g.beta_class = g.beta_class ? 0 : 1; /* a real kernel that adds, or ignores, the old C */
+    g.k -= g.mm && g.k > 1; /* a MUL_MAT kernel that leaves out the last k */
+  }
   int rc = fault && strcmp(fault, "compile") == 0
                ? (snprintf(err, sizeof err, "injected compile failure"), -1)
                : jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err);
   uint64_t dt = ag_now_ns() - t0;
+  double worst = 0, bound = 0;
+  /* against the signature's own problem (shapes[i]), not what was compiled (g) */
+  int self = rc == 0 && g.mm ? mm_selftest(&shapes[i], (jt_mm_fn)(void *)fn, &worst, &bound) : -1;
   pthread_mutex_lock(&code_mu);
   code_bytes -= 4096;
   int resurrected = 0; /* the session still had this kernel: evicted, not yet freed */
@@ -438,6 +501,21 @@ static void compile_one(uint32_t i)
       add_code((void *)fn, size, name, NULL);
   }
   set_persisted(i, obj, obj_len, name, 0);
+  if (self == 0) { /* never published; its code stays, as a blacklisted variant's does */
+    atomic_store(&e->tier, AG_TIER_FAILED);
+    pthread_mutex_unlock(&code_mu);
+    drop_persisted(i);
+    event(e, AG_EV_VERIFY_FAILED, "self-test off by %.3g, bound %.3g: blacklisted", worst, bound);
+    ag_log(AG_LOG_WARN, "a JIT kernel failed its self-test (off by %.3g): it is blacklisted, "
+                        "results stay the original's", worst);
+    return;
+  }
+  if (self == 1) {
+    pthread_mutex_lock(&persist_mu);
+    persist[i].passed += (uint32_t)ag_opts.num[AG_OPT_VERIFY];
+    pthread_mutex_unlock(&persist_mu);
+    event(e, AG_EV_VERIFIED, "self-test within %.3g", bound);
+  }
   e->base_timed = atomic_load(&e->timed);
   e->base_ns = atomic_load(&e->timed_ns);
   e->compile_ns = dt;
@@ -596,7 +674,7 @@ static int prepare(ag_entry_t *e)
   /* The operands' extents in bytes (for the overlap guard), computed once. */
   size_t esz = g.f64 ? 8 : 4;
   ag_vrun_t *r = &ag_vrun[e->index];
-  int flat = g.dot || g.add_rms_mul; /* no overlap guard: their hosts check it */
+  int flat = g.dot || g.add_rms_mul || g.mm; /* no overlap guard: their hosts check it */
   r->ext_a = flat ? 0 : ((size_t)g.lda * ((g.ta ? g.m : g.k) - 1) + (size_t)(g.ta ? g.k : g.m)) * esz;
   r->ext_b = flat ? 0 : ((size_t)g.ldb * ((g.tb ? g.k : g.n) - 1) + (size_t)(g.tb ? g.n : g.k)) * esz;
   r->ext_c = flat ? 0 : ((size_t)g.ldc * (size_t)(g.n - 1) + (size_t)g.m) * esz;

@@ -42,6 +42,8 @@ typedef void (*jt_mm_fn)(const void *w, const float *x, float *y, int64_t i0, in
 #define JT_MM_MR 16
 #define JT_MM_MC 64
 #define JT_MM_KC 256
+#define JT_MM_MIN_N 16 /* fewer columns are matrix-vector products, bound by one pass over the
+                          weights: packing them would only add a second */
 
 /* The fused ADD + RMS_NORM + MUL kernel, row by row (each row k floats, rows contiguous):
  *   x = a + b;  s = x * 1/sqrt(mean(x^2) + eps);  y = s * w
@@ -88,7 +90,7 @@ typedef struct jt_api_s {
 static inline int jt_gemm_supported(const jt_gemm_t *g)
 {
   if (g->mm)
-    return g->m >= JT_MM_MR && g->m % JT_MM_MR == 0 && g->n >= 1 && g->k >= 1 &&
+    return g->m >= JT_MM_MR && g->m % JT_MM_MR == 0 && g->n >= JT_MM_MIN_N && g->k >= 1 &&
            g->m <= (1 << 24) && g->n <= (1 << 16) && g->k <= (1 << 20);
   if (g->add_rms_mul)
     return g->k >= 1 && g->k <= (1 << 20);

@@ -42,6 +42,9 @@
 
 #include "ggml.h"
 
+_Static_assert((int)GGML_TYPE_F32 == (int)AG_GGML_TYPE_F32 && (int)GGML_TYPE_F16 == (int)AG_GGML_TYPE_F16,
+               "sig.h's ggml type numbers");
+
 #include <dlfcn.h>
 #include <float.h>
 #include <math.h>
@@ -227,9 +230,12 @@ static ag_sig_t key_of(const struct ggml_tensor *dst)
                      (int32_t)dst->ne[2], (int32_t)dst->ne[3], 0);
 }
 
-/* One fusable group in a graph. */
+/* One node group of a graph the agent runs as one custom node: ADD + RMS_NORM + MUL, or a
+ * single MUL_MAT. */
+enum { FU_ADD_RMS_MUL, FU_MUL_MAT };
 typedef struct fusion_s {
-  struct ggml_tensor *add, *rms, *mul; /* the host's nodes (never modified) */
+  int kind;
+  struct ggml_tensor *add, *rms, *mul; /* the host's nodes (never modified); a MUL_MAT's is mul */
   struct ggml_tensor *node;            /* the custom node standing for them, when fused */
   ag_entry_t *e;                       /* the group's signature */
   void *variant;                       /* the kernel the cached graph was built with */
@@ -239,6 +245,7 @@ typedef struct fusion_s {
 } fusion_t;
 
 static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *ud);
+static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud);
 
 /* The fusion record of one of the agent's custom nodes, or NULL. */
 static const fusion_t *our_custom(const struct ggml_tensor *dst)
@@ -251,7 +258,7 @@ static const fusion_t *our_custom(const struct ggml_tensor *dst)
     void *userdata;
   } p; /* ggml's struct ggml_custom_op_params */
   memcpy(&p, dst->op_params, sizeof p);
-  return p.fun == fused_add_rms_mul ? p.userdata : NULL;
+  return p.fun == fused_add_rms_mul || p.fun == mul_mat_node ? p.userdata : NULL;
 }
 
 static void forward(void *_Atomic *cache, const char *name, const void *ret, const void *params,
@@ -395,9 +402,43 @@ static int find_group(struct ggml_cgraph *g, int n, int i, fusion_t *f)
       if (t->src[k] == rms && t != mul)
         return 0;
   }
-  *f = (fusion_t){.add = add, .rms = rms, .mul = mul, .n = add->ne[0],
+  *f = (fusion_t){.kind = FU_ADD_RMS_MUL, .add = add, .rms = rms, .mul = mul, .n = add->ne[0],
                   .rows = add->ne[1] * add->ne[2] * add->ne[3]};
   memcpy(&f->eps, rms->op_params, sizeof f->eps);
+  return 1;
+}
+
+/* The MUL_MAT at node i of g, when the generator's kernel can compute it: 2-D, f32 or f16
+ * weights in plain memory (not repacked by an extra buffer type: extra unset), f32
+ * activations and output, all contiguous, the output apart from both inputs. */
+static int find_mm(struct ggml_cgraph *g, int i, fusion_t *f)
+{
+  struct ggml_tensor *t = api.node(g, i);
+  const struct ggml_tensor *w = t->src[0], *x = t->src[1];
+  if (t->op != GGML_OP_MUL_MAT || !w || !x || t->type != GGML_TYPE_F32 ||
+      (w->type != GGML_TYPE_F32 && w->type != GGML_TYPE_F16) || x->type != GGML_TYPE_F32)
+    return 0;
+  if (w->extra || t->view_src || !(t->flags & GGML_TENSOR_FLAG_COMPUTE) || !w->data ||
+      !x->data || !t->data || !api.contiguous(w) || !api.contiguous(x) || !api.contiguous(t))
+    return 0;
+  for (int d = 2; d < GGML_MAX_DIMS; d++)
+    if (t->ne[d] != 1 || w->ne[d] != 1 || x->ne[d] != 1)
+      return 0;
+  if (t->ne[0] != w->ne[1] || t->ne[1] != x->ne[1] || w->ne[0] != x->ne[0])
+    return 0;
+  jt_gemm_t s = {.mm = 1, .w16 = w->type == GGML_TYPE_F16, .m = (int)t->ne[0],
+                 .n = (int)t->ne[1], .k = (int)w->ne[0]};
+  if (t->ne[0] > INT32_MAX || t->ne[1] > INT32_MAX || w->ne[0] > INT32_MAX ||
+      !jt_gemm_supported(&s))
+    return 0;
+  uintptr_t y0 = (uintptr_t)t->data, y1 = y0 + (size_t)(t->ne[0] * t->ne[1]) * sizeof(float);
+  const struct ggml_tensor *ins[2] = {w, x};
+  for (int k = 0; k < 2; k++) {
+    uintptr_t a0 = (uintptr_t)ins[k]->data, a1 = a0 + (size_t)ins[k]->nb[1] * (size_t)ins[k]->ne[1];
+    if (!(y1 <= a0 || a1 <= y0))
+      return 0;
+  }
+  *f = (fusion_t){.kind = FU_MUL_MAT, .mul = t, .n = t->ne[0], .rows = t->ne[1]};
   return 1;
 }
 
@@ -512,6 +553,93 @@ static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *u
       y[i] *= 1.5f;
 }
 
+/* ---- MUL_MAT -------------------------------------------------------------------------- */
+
+/* w's element i as a float. */
+static inline float mm_w(const struct ggml_tensor *w, int64_t i)
+{
+  return w->type == GGML_TYPE_F16 ? (float)((const _Float16 *)w->data)[i] : ((const float *)w->data)[i];
+}
+
+/* Rows [r0, r1) of the product in plain C: the original for a node whose kernel the tiers
+ * dropped (ggml's own MUL_MAT cannot stand in: it synchronises every thread of the graph). */
+static void mm_rows(const fusion_t *f, int64_t r0, int64_t r1)
+{
+  const struct ggml_tensor *w = f->mul->src[0], *x = f->mul->src[1];
+  int64_t m = f->mul->ne[0], n = f->mul->ne[1], k = w->ne[0];
+  float *y = f->mul->data;
+  const float *xs = x->data;
+  for (int64_t j = 0; j < n; j++)
+    for (int64_t i = r0; i < r1; i++) {
+      double acc = 0; /* exact products, then one rounding: within ggml's own error of it */
+      for (int64_t kk = 0; kk < k; kk++)
+        acc += (double)mm_w(w, i * k + kk) * xs[j * k + kk];
+      y[j * m + i] = (float)acc;
+    }
+}
+
+/* Verification of rows [r0, r1) by the thread that computed them: 64 of their elements — the
+ * range's first and last rows, the first and last columns, the rest at random — against the
+ * exact dot product (in double) within the bound of a float sum of k products. A mismatch
+ * blacklists the kernel, and these rows are computed again by mm_rows. */
+static void mm_verify(const fusion_t *f, int64_t r0, int64_t r1, int ith)
+{
+  const struct ggml_tensor *w = f->mul->src[0], *x = f->mul->src[1];
+  int64_t m = f->mul->ne[0], n = f->mul->ne[1], k = w->ne[0];
+  const float *y = f->mul->data, *xs = x->data;
+  uint64_t rnd = (uint64_t)(uintptr_t)y ^ ((uint64_t)ith << 32) ^ 0x9e3779b97f4a7c15ull;
+  double worst = 0, bound = 0;
+  for (int t = 0; t < 64; t++) {
+    rnd = rnd * 6364136223846793005ull + 1442695040888963407ull;
+    int64_t i = t == 0 ? r0 : t == 1 ? r1 - 1 : r0 + (int64_t)((rnd >> 33) % (uint64_t)(r1 - r0));
+    int64_t j = t < 2 ? 0 : t < 4 ? n - 1 : (int64_t)((rnd >> 17) % (uint64_t)n);
+    double exact = 0, mag = 0;
+    for (int64_t kk = 0; kk < k; kk++) {
+      double p = (double)mm_w(w, i * k + kk) * xs[j * k + kk];
+      exact += p, mag += fabs(p);
+    }
+    double got = y[j * m + i], d = isnan(got) != isnan(exact) ? INFINITY : fabs(got - exact);
+    double lim = 4.0 * (double)(k + 2) * FLT_EPSILON * mag + FLT_MIN;
+    if (d > lim && d - lim > worst - bound)
+      worst = d, bound = lim;
+    else if (worst <= bound && lim > bound)
+      bound = lim; /* while all pass: the loosest bound used */
+  }
+  if (worst > bound)
+    mm_rows(f, r0, r1);
+  ag_tier_verify_result(f->e, worst, bound);
+}
+
+/* The custom node of a MUL_MAT on thread ith of nth: a share of the rows, in whole micro-kernel
+ * blocks. As for the fusions, the kernel is read here, inside the forward call. */
+static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
+{
+  fusion_t *f = ud;
+  int64_t m = dst->ne[0], n = dst->ne[1];
+  int64_t per = ((m + nth - 1) / nth + JT_MM_MR - 1) / JT_MM_MR * JT_MM_MR;
+  int64_t r0 = per * ith, r1 = r0 + per < m ? r0 + per : m;
+  if (r0 >= r1)
+    return;
+  jt_mm_fn k = (jt_mm_fn)atomic_load_explicit(&f->e->variant, memory_order_acquire);
+  float *y = dst->data;
+  if (!k) {
+    mm_rows(f, r0, r1);
+    return;
+  }
+  if (fusion_mode == 2) { /* poison */
+    for (int64_t j = 0; j < n; j++)
+      memset(y + j * m + r0, 0, (size_t)(r1 - r0) * sizeof *y);
+    return;
+  }
+  k(f->mul->src[0]->data, f->mul->src[1]->data, y, r0, r1);
+  if (fusion_mode == 3) /* wrong: verification must catch it */
+    for (int64_t j = 0; j < n; j++)
+      for (int64_t i = r0; i < r1; i++)
+        y[j * m + i] *= 1.5f;
+  if (f->verifying)
+    mm_verify(f, r0, r1, ith);
+}
+
 static uint64_t graph_hash(struct ggml_cgraph *g, int n)
 {
   uint64_t h = 1469598103934665603ull;
@@ -558,11 +686,14 @@ static gcache_t *gcache_of(struct ggml_cgraph *g)
   *c = (gcache_t){.orig = g, .n_nodes = n, .hash = h};
   for (int i = 0; i < n; i++) {
     fusion_t f;
-    if (!find_group(g, n, i, &f))
+    ag_sig_t k;
+    if (find_group(g, n, i, &f)) /* one signature per row length: the kernel takes the rows */
+      k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, GGML_TYPE_F32, GGML_TYPE_F32, 0,
+                      AG_FUSE_ADD_RMS_MUL, 0, 0, (int32_t)f.n, 0, 0, 0, 0, 0);
+    else if (find_mm(g, i, &f)) /* the node's own signature: its profile is the original's */
+      k = key_of(f.mul);
+    else
       continue;
-    /* One signature per row length: the kernel does not depend on the rows. */
-    ag_sig_t k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, GGML_TYPE_F32, GGML_TYPE_F32, 0,
-                             AG_FUSE_ADD_RMS_MUL, 0, 0, (int32_t)f.n, 0, 0, 0, 0, 0);
     if (!(f.e = ag_table_get(ag_table, &k)))
       break; /* the table is full */
     fusion_t *grown = realloc(c->f, (size_t)(c->nf + 1) * sizeof *grown);
@@ -570,7 +701,7 @@ static gcache_t *gcache_of(struct ggml_cgraph *g)
       break;
     c->f = grown;
     c->f[c->nf++] = f;
-    i += 2;
+    i += f.kind == FU_ADD_RMS_MUL ? 2 : 0;
   }
   return c;
 }
@@ -602,7 +733,8 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g)
   int next = 0;
   for (int i = 0; i < c->n_nodes; i++) {
     struct ggml_tensor *t = api.node(g, i);
-    fusion_t *f = next < c->nf && c->f[next].add == t ? &c->f[next] : NULL;
+    fusion_t *f = next < c->nf && (c->f[next].kind == FU_MUL_MAT ? c->f[next].mul : c->f[next].add) == t
+                      ? &c->f[next] : NULL;
     if (!f) {
       api.add_node(c->graph, t);
       continue;
@@ -612,16 +744,19 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g)
       api.add_node(c->graph, t);
       continue;
     }
-    struct ggml_tensor *args[3] = {f->add->src[0], f->add->src[1], f->mul->src[1]};
+    int mm = f->kind == FU_MUL_MAT;
+    struct ggml_tensor *args[3] = {mm ? f->mul->src[0] : f->add->src[0],
+                                   mm ? f->mul->src[1] : f->add->src[1], f->mul->src[1]};
     struct ggml_tensor *node = api.custom(c->ctx, GGML_TYPE_F32, f->mul->ne[0], f->mul->ne[1],
-                                          f->mul->ne[2], f->mul->ne[3], args, 3,
-                                          fused_add_rms_mul, -1 /* GGML_N_TASKS_MAX */, f);
+                                          f->mul->ne[2], f->mul->ne[3], args, mm ? 2 : 3,
+                                          mm ? mul_mat_node : fused_add_rms_mul,
+                                          -1 /* GGML_N_TASKS_MAX */, f);
     node->flags |= GGML_TENSOR_FLAG_COMPUTE;
     node->buffer = f->mul->buffer;
     node->data = f->mul->data;
     f->node = node;
     api.add_node(c->graph, node);
-    i += 2; /* the RMS_NORM and the MUL are in the custom node */
+    i += mm ? 0 : 2; /* the RMS_NORM and the MUL are in the custom node */
   }
   return 0;
 }
@@ -650,7 +785,7 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gcache_t 
     fusion_t *f = &c->f[i];
     void *v = atomic_load_explicit(&f->e->variant, memory_order_acquire);
     stale |= v != f->variant;
-    if (v)
+    if (v || f->kind == FU_MUL_MAT) /* an unfused MUL_MAT counts as itself */
       continue;
     uint64_t n = atomic_fetch_add_explicit(&f->e->calls, (uint64_t)nth, memory_order_relaxed) + (uint64_t)nth;
     ag_tier_hot(f->e, n); /* cheap unless cold and hot: compiled, and again after an eviction */

@@ -4,9 +4,11 @@
  *   write PATH EMBD LAYERS FF VOCAB f32|f16 SEED
  *        writes a llama-architecture GGUF with random weights through the gguf API (head
  *        size 64, as many KV heads as heads, llama.cpp's "test" vocabulary: token i is i in hex)
- *   run PATH PROMPT GEN THREADS
+ *   run PATH PROMPT GEN THREADS [ROUNDS]
  *        prefill PROMPT tokens (deterministic ids) in one batch, then GEN greedy decode steps;
- *        prints the generated tokens, a checksum of every logit computed, and tokens/s:
+ *        ROUNDS > 1 repeats both (the context emptied, after a pause of 1 s: a program serving
+ *        its second prompt). Prints each round's generated tokens, then, of the last round, a
+ *        checksum of every logit it computed and its tokens/s:
  *          tokens 17 3 99 ...
  *          logits sum S abs A
  *          probabilities sum P    (over the steps, each token id times its softmax probability:
@@ -150,7 +152,7 @@ static bool no_progress(float progress, void *ud)
   return true;
 }
 
-static int run_model(const char *path, int n_prompt, int n_gen, int threads)
+static int run_model(const char *path, int n_prompt, int n_gen, int threads, int rounds)
 {
   llama_log_set(quiet_log, NULL);
   ggml_backend_load_all_from_path(OPJIT_LLAMA_BINS);
@@ -175,13 +177,20 @@ static int run_model(const char *path, int n_prompt, int n_gen, int threads)
   llama_token *toks = malloc(sizeof *toks * (size_t)(n_prompt + n_gen));
   for (int i = 0; i < n_prompt; i++)
     toks[i] = (llama_token)((i * 7919 + 13) % vocab);
-  double sum = 0, abs_sum = 0, prob_sum = 0;
-  double t0 = now_s();
+  double sum = 0, abs_sum = 0, prob_sum = 0, t0 = 0, t1 = 0;
+  for (int r = 0; r < rounds; r++) {
+  if (r) {
+    nanosleep(&(struct timespec){1, 0}, NULL);
+    llama_memory_clear(llama_get_memory(lc), true);
+    sum = abs_sum = prob_sum = 0;
+    printf("\n");
+  }
+  t0 = now_s();
   if (llama_decode(lc, llama_batch_get_one(toks, n_prompt))) {
     fprintf(stderr, "llama_prog: prefill failed\n");
     return 1;
   }
-  double t1 = now_s();
+  t1 = now_s();
   printf("tokens");
   for (int g = 0; g < n_gen; g++) {
     const float *logits = llama_get_logits_ith(lc, -1);
@@ -203,6 +212,7 @@ static int run_model(const char *path, int n_prompt, int n_gen, int threads)
       return 1;
     }
   }
+  }
   double t2 = now_s();
   printf("\nlogits sum %.9g abs %.9g\nprobabilities sum %.12g\n", sum, abs_sum, prob_sum);
   printf("prefill %.2f tok/s decode %.2f tok/s\n", n_prompt / (t1 - t0),
@@ -219,9 +229,10 @@ int main(int argc, char **argv)
   if (argc == 9 && strcmp(argv[1], "write") == 0)
     return write_model(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]),
                        argv[7], strtoull(argv[8], NULL, 10));
-  if (argc == 6 && strcmp(argv[1], "run") == 0)
-    return run_model(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
+  if ((argc == 6 || argc == 7) && strcmp(argv[1], "run") == 0)
+    return run_model(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
+                     argc == 7 && atoi(argv[6]) > 1 ? atoi(argv[6]) : 1);
   fprintf(stderr, "usage: llama_prog write PATH EMBD LAYERS FF VOCAB f32|f16 SEED\n"
-                  "       llama_prog run PATH PROMPT GEN THREADS\n");
+                  "       llama_prog run PATH PROMPT GEN THREADS [ROUNDS]\n");
   return 2;
 }

@@ -51,17 +51,26 @@ static const char *run(const char *tag, int agent, const char *const *env, const
   return out;
 }
 
-/* The same tokens, and logits sums within 1e-5 relative. */
-static void same_output(const char *got, const char *want, const char *what)
+/* The same tokens, and logits sums within tol relative (f32 models: 1e-5; f16: f16's rounding,
+ * 2^-11, since the agent's MUL_MAT kernels keep the activations in f32 where ggml rounds them
+ * to f16 first). */
+static void same_output_within(const char *got, const char *want, const char *what, double tol)
 {
   cr_assert_eq(strcspn(got, "\n"), strcspn(want, "\n"), "%s: tokens\n%s\n%s", what, got, want);
   cr_assert(strncmp(got, want, strcspn(want, "\n")) == 0, "%s: tokens\n%s\n%s", what, got, want);
   double gs, ga, ws, wa;
   cr_assert(sscanf(strstr(got, "logits"), "logits sum %lf abs %lf", &gs, &ga) == 2);
   cr_assert(sscanf(strstr(want, "logits"), "logits sum %lf abs %lf", &ws, &wa) == 2);
-  cr_assert(fabs(gs - ws) <= 1e-5 * wa && fabs(ga - wa) <= 1e-5 * wa,
+  cr_assert(fabs(gs - ws) <= tol * wa && fabs(ga - wa) <= tol * wa,
             "%s: logits sum %.9g abs %.9g, plain %.9g %.9g", what, gs, ga, ws, wa);
 }
+
+static void same_output(const char *got, const char *want, const char *what)
+{
+  same_output_within(got, want, what, 1e-5);
+}
+
+static double tol_of(const char *model) { return model == model16 ? 1.0 / 2048 : 1e-5; }
 
 Test(ggml, same_tokens_and_logits_with_and_without_the_agent)
 {
@@ -99,7 +108,7 @@ Test(ggml, fused_groups_keep_the_output_are_stored_and_start_warm)
     snprintf(dbenv, sizeof dbenv, "OPJIT_DB=%s", db);
     const char *env[] = {fuse_env[0], fuse_env[1], dbenv, NULL};
     const char *plain = run_long("plain", 0, NULL, models[m]);
-    same_output(run_long("fuse1", 1, env, models[m]), plain, "run 1 (compiles)");
+    same_output_within(run_long("fuse1", 1, env, models[m]), plain, "run 1 (compiles)", tol_of(models[m]));
     /* Run 1 compiled the group's kernel, verified it against ggml's ops and stored it. */
     cr_assert_eq(h_query(db, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
                                " WHERE e.run_id=1 AND s.op='FUSED' AND e.kind='published'"), 1);
@@ -108,9 +117,11 @@ Test(ggml, fused_groups_keep_the_output_are_stored_and_start_warm)
     cr_assert_eq(h_query(db, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
                                " WHERE s.op='FUSED'"), 1);
     /* Run 2 places it before the first graph: every group execution is fused, prefill included. */
-    same_output(run_long("fuse2", 1, env, models[m]), plain, "run 2 (warm)");
-    cr_assert_eq(h_query(db, "SELECT count(*) FROM events WHERE run_id=2 AND kind='loaded'"), 1);
-    cr_assert_eq(h_query(db, "SELECT count(*) FROM events WHERE run_id=2 AND kind='published'"), 0);
+    same_output_within(run_long("fuse2", 1, env, models[m]), plain, "run 2 (warm)", tol_of(models[m]));
+    cr_assert_eq(h_query(db, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                               " WHERE e.run_id=2 AND s.op='FUSED' AND e.kind='loaded'"), 1);
+    cr_assert_eq(h_query(db, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                               " WHERE e.run_id=2 AND s.op='FUSED' AND e.kind='published'"), 0);
     int64_t calls = h_query(db, "SELECT rs.calls FROM run_sigs rs JOIN signatures s ON"
                                   " s.id=rs.sig_id WHERE rs.run_id=2 AND s.op='FUSED'");
     /* 4 groups per graph (each layer's FFN norm after its attention's residual ADD, the second
@@ -134,7 +145,62 @@ Test(ggml, a_poisoned_fused_kernel_changes_the_output)
   cr_assert(sscanf(strstr(plain, "logits"), "logits sum %lf abs %lf", &ws, &wa) == 2);
   cr_assert(fabs(pa - wa) > 1e-3 * wa, "zeros from the fused nodes left the logits as they were "
             "(%.9g vs %.9g): the model would not be reading them", pa, wa);
-  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE run_id=2 AND kind='loaded'"), 1);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                             " WHERE e.run_id=2 AND s.op='FUSED' AND e.kind='loaded'"), 1);
+}
+
+/* The prefill's products (N = the 32-token prompt) as the agent's MUL_MAT kernels: run 1
+ * compiles them (each checked by its self-test before it is published) and stores them; run 2
+ * places them before its first graph, so its prefill runs them. */
+Test(ggml, mul_mat_kernels_serve_the_prefill_from_the_second_run)
+{
+  const char *models[] = {model32, model16};
+  for (int m = 0; m < 2; m++) {
+    char db[700], dbenv[720];
+    snprintf(db, sizeof db, "%s/mm%d.db", h_dir, m);
+    snprintf(dbenv, sizeof dbenv, "OPJIT_DB=%s", db);
+    /* Calls alone decide (this model's small products would not repay a compile by time). */
+    const char *env[] = {fuse_env[0], fuse_env[1], "OPJIT_HOT_PAYBACK=0", dbenv, NULL};
+    const char *plain = run_long("plain", 0, NULL, models[m]);
+    same_output_within(run_long("mm1", 1, env, models[m]), plain, "run 1", tol_of(models[m]));
+    /* 2 layers: Q K V O (256 x 256), gate and up (768 x 256) and down (256 x 768) in the first,
+     * the attention's in the second: three shapes (the output's 1000 rows are no multiple of
+     * 16, and decode's single column is left to ggml). */
+    const char *mm = "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id WHERE"
+                     " s.op='MUL_MAT' AND s.name LIKE '%%%% N=32' AND e.run_id=%d AND e.kind='%s'";
+    char q[400];
+    snprintf(q, sizeof q, mm, 1, "verified");
+    cr_assert_eq(h_query(db, q), 3, "self-tests passed in run 1");
+    cr_assert_eq(h_query(db, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
+                               " WHERE s.op='MUL_MAT'"), 3);
+    cr_assert_eq(h_query(db, "SELECT count(*) FROM signatures WHERE op='MUL_MAT' AND name LIKE"
+                               " '%% N=1' AND id IN (SELECT sig_id FROM variants)"), 0,
+                 "no kernel for decode's matrix-vector products");
+    same_output_within(run_long("mm2", 1, env, models[m]), plain, "run 2", tol_of(models[m]));
+    snprintf(q, sizeof q, mm, 2, "loaded");
+    cr_assert_eq(h_query(db, q), 3);
+    /* Each node's calls on both threads ran the kernel: 2 x (4 + 3 + 4) products... of which
+     * the second layer's FFN runs on the output token only (N=1). */
+    cr_assert_eq(h_query(db, "SELECT sum(v.calls) FROM variants v JOIN signatures s ON"
+                               " s.id=v.sig_id WHERE v.run_id=2 AND s.op='MUL_MAT'"),
+                 (2 * 4 + 3) * 2);
+    cr_assert_eq(h_query(db, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 0);
+  }
+}
+
+Test(ggml, a_mul_mat_kernel_failing_its_self_test_is_never_published)
+{
+  /* A test fault compiles each product for one k fewer: a real kernel, wrong. */
+  const char *plain = run_long("plain", 0, NULL, model32);
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_TEST_FAULT=wrong", NULL};
+  same_output(run_long("self", 1, env, model32), plain, "kernels failing their self-test");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                             " WHERE s.op='MUL_MAT' AND e.kind='verify-failed' AND"
+                             " e.detail LIKE 'self-test%%'"), 3);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                             " WHERE s.op='MUL_MAT' AND e.kind='published'"), 0);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
+                             " WHERE s.op='MUL_MAT'"), 0);
 }
 
 Test(ggml, the_database_holds_the_run_profile_by_op)
@@ -232,10 +298,37 @@ Test(ggml, a_wrong_fused_kernel_is_caught_and_the_output_stays_ggml_s)
   /* A test hook makes the kernel's y 1.5 times too large: its first verification fails, the
    * host keeps ggml's results, and every later group runs ggml's own ops. */
   const char *plain = run_long("plain", 0, NULL, model32);
-  const char *wrong[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_TEST_FUSION=wrong", NULL};
+  const char *wrong[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_HOT_PAYBACK=0",
+                         "OPJIT_TEST_FUSION=wrong", NULL};
   same_output(run_long("wrong", 1, wrong, model32), plain, "a wrong kernel");
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 1);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants v JOIN signatures s ON s.id=v.sig_id"
                              " WHERE s.op='FUSED' AND v.status='failed'"), 1);
-  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects"), 0, "a wrong kernel is never stored");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
+                             " WHERE s.op='FUSED'"), 0, "a wrong kernel is never stored");
+}
+
+Test(ggml, wrong_mul_mat_results_are_caught_and_the_output_stays_ggml_s)
+{
+  /* Two prompts in one process (a second after 1 s): the first makes the products hot and
+   * their kernels are compiled meanwhile; the hook makes their results 1.5 times too large.
+   * The second prompt's first execution of each, checked on each thread, catches it: those
+   * rows are computed again, the kernels are blacklisted and their objects dropped. */
+  const char *argv_plain[] = {H_LLAMA_PROG, "run", model32, "32", "16", "2", "2", NULL};
+  cr_assert_eq(h_run("plain2", 0, NULL, argv_plain), 0);
+  char plain[2048];
+  snprintf(plain, sizeof plain, "%s", h_output("plain2", "out"));
+  const char *wrong[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_HOT_PAYBACK=0",
+                         "OPJIT_TEST_FUSION=wrong", NULL};
+  cr_assert_eq(h_run("wrong2", 1, wrong, argv_plain), 0, "%s", h_output("wrong2", "err"));
+  const char *got = h_output("wrong2", "out");
+  size_t tok = strstr(plain, "logits") - plain;
+  cr_assert(strncmp(got, plain, tok) == 0, "both rounds' tokens:\n%s\n%s", got, plain);
+  same_output(strchr(got, '\n') + 1, strchr(plain, '\n') + 1, "the second prompt");
+  cr_assert_eq(h_query(NULL, "SELECT count(DISTINCT e.sig_id) FROM events e JOIN signatures s ON"
+                             " s.id=e.sig_id WHERE s.op='MUL_MAT' AND e.kind='verify-failed'"), 3);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants v JOIN signatures s ON s.id=v.sig_id"
+                             " WHERE s.op='MUL_MAT' AND v.status='failed'"), 3);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
+                             " WHERE s.op='MUL_MAT'"), 0, "a wrong kernel is never stored");
 }
