@@ -336,8 +336,7 @@ static void start_sampling(void)
     if (*p == '\n')
       *p = ';';
   /* No PMU in a VM is normal: the note is kept in the run; a refusal of perf_event is not. */
-  int refused = rc || st.mode == SP_TIMER ||
-                (ag_opts.num[AG_OPT_EVENTS] == 1 && st.mode != SP_PERF_HW);
+  int refused = rc || st.fallback || (ag_opts.num[AG_OPT_EVENTS] == 1 && st.mode != SP_PERF_HW);
   if (rc)
     ag_log(AG_LOG_WARN, "sampling is off: %s", st.notes);
   else if (refused)

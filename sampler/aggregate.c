@@ -305,8 +305,9 @@ void sp_agg_add(sp_agg_t *a, const sp_sample_t *s, size_t n, int ncounters)
       continue;
     const pcsym_t pc = *found; /* a copy: symbolising the frames may grow the cache */
     uint32_t op = (s->flags & SP_F_POOL) && !pc.opmod ? 0 : s->op;
-    count(a, (agg_key_t){op, K_OP, NULL, NULL, 0}, 1);
-    count(a, (agg_key_t){op, K_PC, pc.symbol, pc.module, 0}, 1);
+    uint64_t w = s->weight ? s->weight : 1;
+    count(a, (agg_key_t){op, K_OP, NULL, NULL, 0}, w);
+    count(a, (agg_key_t){op, K_PC, pc.symbol, pc.module, 0}, w);
     size_t used = 0;
     folded[0] = 0;
     for (int f = s->nframes - 1; f >= 0; f--) { /* outermost first */
@@ -321,7 +322,7 @@ void sp_agg_add(sp_agg_t *a, const sp_sample_t *s, size_t n, int ncounters)
     }
     const char *stack = intern(a, folded);
     if (stack)
-      count(a, (agg_key_t){op, K_STACK, stack, NULL, 0}, 1);
+      count(a, (agg_key_t){op, K_STACK, stack, NULL, 0}, w);
     for (int c = 0; c < ncounters && c < SP_MAX_COUNTERS; c++)
       count(a, (agg_key_t){op, K_COUNTER, NULL, NULL, (uint64_t)c}, s->counters[c]);
   }

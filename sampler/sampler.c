@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <cpuid.h>
 #include <execinfo.h>
 #include <linux/perf_event.h>
 #include <pthread.h>
@@ -169,6 +170,7 @@ static void handler(int signo, siginfo_t *si, void *ucv)
   }
   sp_sample_t *s = &r->buf[h % SP_RING];
   s->pc = (uint64_t)((ucontext_t *)ucv)->uc_mcontext.gregs[REG_RIP];
+  s->weight = 1u + (si->si_code == SI_TIMER && si->si_overrun > 0 ? (uint32_t)si->si_overrun : 0u);
   s->op = cfg.attrib.own ? cfg.attrib.own() : 0;
   s->flags = 0;
   if (!s->op && cfg.attrib.inflight && (s->op = cfg.attrib.inflight()))
@@ -372,6 +374,20 @@ static int arm_tid(pid_t tid)
 
 /* ---- choosing the mechanism -------------------------------------------------------------- */
 
+/* 1 under a hypervisor (CPUID leaf 1, ECX bit 31). */
+static int under_hypervisor(void)
+{
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c >> 31) & 1;
+}
+
+/* A note of the status that is no refusal. */
+static void explain_note(const char *text)
+{
+  size_t used = strlen(status.notes);
+  snprintf(status.notes + used, sizeof status.notes - used, "%s%s", used ? "\n" : "", text);
+}
+
 /* The first real-time signal nobody handles (SIGPROF and the host's own signals stay theirs). */
 static int pick_signal(void)
 {
@@ -408,6 +424,14 @@ static void choose_mode(pid_t self)
     }
     explain("cycles", errno);
   }
+  if (auto_ && under_hypervisor()) {
+    explain_note("task-clock: not used under a hypervisor, which traps the interrupt each of its "
+                 "samples raises (CPU-time timers ride the scheduler tick; OPJIT_EVENTS=task-clock "
+                 "forces it)");
+    status.mode = SP_TIMER;
+    status.event = "timer";
+    return;
+  }
   if (auto_ || strcmp(want, "cycles") == 0 || strcmp(want, "task-clock") == 0 ||
       strcmp(want, "cpu-clock") == 0) {
     status.mode = SP_PERF_SW;
@@ -421,6 +445,7 @@ static void choose_mode(pid_t self)
     }
     explain(status.event, errno);
   }
+  status.fallback = strcmp(want, "timer") != 0;
   status.mode = SP_TIMER;
   status.event = "timer";
 }
@@ -499,6 +524,7 @@ int sp_start(const sp_config_t *c)
       break;
     }
     explain(status.event, err);
+    status.fallback = 1;
     status.mode = status.mode == SP_PERF_HW ? SP_PERF_SW : SP_TIMER;
     status.event = status.mode == SP_TIMER ? "timer" : "task-clock";
     status.ncounters = 0;
@@ -586,6 +612,7 @@ void sp_rescan(void)
 size_t sp_drain(sp_sample_t *out, size_t max)
 {
   size_t got = 0;
+  uint64_t weight = 0;
   int n = atomic_load_explicit(&hiwater, memory_order_acquire);
   for (int i = 0; i < n && got < max; i++) {
     sp_ring_t *r = slots[i].ring;
@@ -593,11 +620,13 @@ size_t sp_drain(sp_sample_t *out, size_t max)
       continue;
     uint32_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
     uint32_t head = atomic_load_explicit(&r->head, memory_order_acquire);
-    for (; tail != head && got < max; tail++)
-      out[got++] = r->buf[tail % SP_RING];
+    for (; tail != head && got < max; tail++) {
+      out[got] = r->buf[tail % SP_RING];
+      weight += out[got++].weight;
+    }
     atomic_store_explicit(&r->tail, tail, memory_order_release);
   }
-  atomic_fetch_add(&drained, got);
+  atomic_fetch_add(&drained, weight);
   return got;
 }
 

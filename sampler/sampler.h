@@ -5,7 +5,12 @@
  *
  *   event choice:  hardware cycles + counter group ──(refused)──▶ perf task-clock (user only)
  *                  ──(refused)──▶ per-thread CPU-time timers ──(refused)──▶ off
- * Each step down is one warning and one note in the status. Threads are armed when sampling
+ * Each step down is one warning and one note in the status. Under a hypervisor without a PMU,
+ * "auto" takes the timers rather than task-clock, with a note: the hypervisor traps the
+ * interrupt each task-clock sample raises (~22 us a sample on the VM this was measured on),
+ * while a timer's signal rides the scheduler tick. A timer fires at most once per tick
+ * (CONFIG_HZ): its samples carry the periods they stand for (weight) so that counts keep
+ * meaning samples at the asked rate. Threads are armed when sampling
  * starts (every thread in /proc/self/task), when they are created (sp_arm_self from the
  * agent's pthread_create wrapper) and by sp_rescan(), which also releases the events of
  * threads that exited. The signal is a real-time one the process does not use.
@@ -45,6 +50,8 @@ typedef struct sp_sample_s {
   uint32_t op;         /* entry index + 1, 0 = outside any operator */
   uint16_t flags;      /* enum sp_flags */
   uint16_t nframes;
+  uint32_t weight;     /* sampling periods the sample stands for: 1, more for a timer that
+                          expired several times between two ticks */
   uint64_t counters[SP_MAX_COUNTERS]; /* deltas since the thread's previous sample */
   uint64_t frames[SP_MAX_FRAMES];     /* return addresses, innermost first; frames[0] = pc */
 } sp_sample_t;
@@ -57,7 +64,8 @@ typedef struct sp_status_s {
   int ncounters;
   const char *counter_names[SP_MAX_COUNTERS];
   char notes[1024];         /* why better events were not used, '\n'-separated */
-  uint64_t samples, lost;   /* drained so far; dropped because a ring was full */
+  int fallback;             /* 1: the mechanism is a step down from a refused better one */
+  uint64_t samples, lost;   /* drained so far (their weights); dropped because a ring was full */
   uint64_t unsampled;       /* threads left unsampled: they kept the signal blocked, or the
                                thread table or the descriptor budget (RLIMIT_NOFILE / 4) was
                                full */

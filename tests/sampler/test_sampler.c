@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
@@ -34,7 +35,8 @@ static void burn_ms(int ms)
 
 static sp_sample_t samples[8192];
 
-/* Drains everything; counts samples per op (ops < 8). */
+/* Drains everything; counts samples per op (ops < 8), each by its weight (the periods it
+ * stands for). Returns the weights' sum. */
 static size_t drain_ops(uint64_t per_op[8])
 {
   size_t total = 0, n;
@@ -44,10 +46,11 @@ static size_t drain_ops(uint64_t per_op[8])
       cr_assert_neq(samples[i].pc, 0);
       cr_assert_geq(samples[i].nframes, 1);
       cr_assert_eq(samples[i].frames[0], samples[i].pc);
+      cr_assert_geq(samples[i].weight, 1);
       if (samples[i].op < 8)
-        per_op[samples[i].op]++;
+        per_op[samples[i].op] += samples[i].weight;
+      total += samples[i].weight;
     }
-    total += n;
   }
   return total;
 }
@@ -226,12 +229,13 @@ static int refuse_timer(clockid_t c, struct sigevent *e, timer_t *t)
 Test(sampler, refused_perf_falls_back_to_timers)
 {
   sp_sys.perf_event_open = refuse_perf;
-  sp_config_t cfg = {.hz = 200, .events = "auto", .stack_depth = 4, .attrib = {own, NULL}};
+  sp_config_t cfg = {.hz = 200, .events = "cycles", .stack_depth = 4, .attrib = {own, NULL}};
   cr_assert_eq(sp_start(&cfg), 0);
   sp_status_t st;
   sp_status(&st);
   cr_assert_eq(st.mode, SP_TIMER);
   cr_assert_str_eq(st.event, "timer");
+  cr_assert_eq(st.fallback, 1);
   cr_assert(strstr(st.notes, "cycles: not permitted"), "%s", st.notes);
   cr_assert(strstr(st.notes, "task-clock: not permitted"), "%s", st.notes);
   sp_arm_self();
@@ -241,6 +245,39 @@ Test(sampler, refused_perf_falls_back_to_timers)
   uint64_t per_op[8];
   drain_ops(per_op);
   cr_assert_gt(per_op[4], 15, "timer sampling delivered %llu samples", (unsigned long long)per_op[4]);
+}
+
+/* "auto" without a PMU: task-clock on bare metal, the timers under a hypervisor (whatever
+ * /proc/cpuinfo's flags say), a choice rather than a step down either way. */
+Test(sampler, auto_takes_timers_under_a_hypervisor)
+{
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[8192];
+  int hv = 0, pmu;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "flags", 5))
+      hv |= strstr(line, " hypervisor") != NULL;
+  if (f)
+    fclose(f);
+  sp_config_t cfg = {.hz = 1000, .events = "auto", .stack_depth = 4, .attrib = {own, NULL}};
+  cr_assert_eq(sp_start(&cfg), 0);
+  sp_status_t st;
+  sp_status(&st);
+  pmu = st.mode == SP_PERF_HW;
+  if (pmu)
+    cr_skip_test("this CPU exposes a PMU: auto samples cycles");
+  cr_assert_str_eq(st.event, hv ? "timer" : "task-clock", "%s", st.notes);
+  cr_assert_eq(st.fallback, 0);
+  cr_assert_eq(strstr(st.notes, "not used under a hypervisor") != NULL, hv, "%s", st.notes);
+  /* 300 ms of CPU: the samples' weights add up to the asked rate's count, whatever the tick. */
+  sp_arm_self();
+  my_op = 5;
+  burn_ms(300);
+  my_op = 0;
+  uint64_t per_op[8];
+  drain_ops(per_op);
+  cr_assert_gt(per_op[5], 300 / 4, "%llu periods sampled of ~300", (unsigned long long)per_op[5]);
+  cr_assert_lt(per_op[5], 300 * 2, "%llu periods sampled of ~300", (unsigned long long)per_op[5]);
 }
 
 Test(sampler, refused_perf_and_timers_turn_sampling_off)
