@@ -421,7 +421,8 @@ static int mm_selftest(const jt_gemm_t *g, jt_mm_fn fn, double *worst, double *b
       double exact = 0, mag = 0;
       for (int64_t kk = 0; kk < k; kk++) {
         double w = g->w16 ? (double)((_Float16 *)(void *)mem)[i * k + kk] : ((float *)(void *)mem)[i * k + kk];
-        exact += w * x[j * k + kk], mag += fabs(w * x[j * k + kk]);
+        double xv = g->w16 ? (double)(_Float16)x[j * k + kk] : x[j * k + kk]; /* as ggml rounds */
+        exact += w * xv, mag += fabs(w * xv);
       }
       double got = y[j * m + i], d = isnan(got) ? INFINITY : fabs(got - exact);
       double lim = 4.0 * (double)(k + 2) * FLT_EPSILON * mag + FLT_MIN;

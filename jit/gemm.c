@@ -33,6 +33,7 @@ typedef struct gen_s {
   LLVMValueRef a, bm, c;     /* the kernel's pointer arguments */
   LLVMValueRef alpha, beta;  /* splatted vectors */
   LLVMValueRef pack;         /* the A^T panel (alloca), or NULL */
+  LLVMValueRef xr;           /* MUL_MAT, f16 weights: the x sliver rounded to f16 (alloca) */
   LLVMValueRef fma;
   LLVMTypeRef fma_t;
   char name[128];            /* the kernel's symbol (jt_gemm_name) */
@@ -652,7 +653,9 @@ static void mm_micro(gen_t *g, LLVMValueRef panel, LLVMValueRef i, LLVMValueRef 
   LLVMValueRef xk = add(g, kc, k);
   for (int j = 0; j < nr; j++) {
     LLVMValueRef col = mul(g, add(g, j0, i64c(g, j)), s->k);
-    LLVMValueRef bj = splat(g, LLVMBuildLoad2(g->b, g->elem, at(g, g->bm, add(g, col, xk)), "x"));
+    /* f16 weights: the sliver of x rounded to f16, [j][k] (mm_round_x); else x itself */
+    LLVMValueRef xp = g->xr ? at(g, g->xr, add(g, i64c(g, (long)j * kcl), k)) : at(g, g->bm, add(g, col, xk));
+    LLVMValueRef bj = splat(g, LLVMBuildLoad2(g->b, g->elem, xp, "x"));
     for (int v = 0; v < nv; v++)
       next[v][j] = fma3(g, av[v], bj, acc[v][j]);
   }
@@ -674,6 +677,31 @@ static void mm_micro(gen_t *g, LLVMValueRef panel, LLVMValueRef i, LLVMValueRef 
     }
 }
 
+/* ggml multiplies f16 weights with activations rounded to f16 (its vec_dot type): so do the
+ * kernels, rounding the nr columns' kcl-long slices from j0 once per row block into
+ * xr[j*kcl + k], V at a time. */
+static void mm_round_x(gen_t *g, LLVMValueRef j0, LLVMValueRef kc, int kcl, int nr)
+{
+  LLVMTypeRef h = LLVMHalfTypeInContext(g->cx), hv = LLVMVectorType(h, (unsigned)g->V);
+  int kfull = kcl / g->V * g->V;
+  for (int j = 0; j < nr; j++) {
+    LLVMValueRef src = at(g, g->bm, add(g, mul(g, add(g, j0, i64c(g, j)), g->g->k), kc));
+    LLVMValueRef dst = at(g, g->xr, i64c(g, (long)j * kcl));
+    if (kfull) {
+      loop_t k = loop_begin(g, i64c(g, 0), kfull, g->V, "rx");
+      LLVMValueRef v = vload(g, at(g, src, k.iv), g->V);
+      v = LLVMBuildFPExt(g->b, LLVMBuildFPTrunc(g->b, v, hv, "xh"), g->vec, "xr");
+      vstore(g, v, at(g, dst, k.iv), g->V);
+      loop_end(g, &k);
+    }
+    for (int t = kfull; t < kcl; t++) {
+      LLVMValueRef x = LLVMBuildLoad2(g->b, g->elem, at(g, src, i64c(g, t)), "x");
+      x = LLVMBuildFPExt(g->b, LLVMBuildFPTrunc(g->b, x, h, "xh"), g->elem, "xr");
+      LLVMBuildStore(g->b, x, at(g, dst, i64c(g, t)));
+    }
+  }
+}
+
 /* Every row block of [i0, i1) for the k's kc .. kc+kcl-1. */
 static void mm_kblock(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef kc, int kcl, int accumulate)
 {
@@ -692,6 +720,8 @@ static void mm_kblock(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef k
       continue;
     loop_t jr = part ? (loop_t){0} : loop_begin(g, i64c(g, 0), nfull, NR, "jr");
     LLVMValueRef j0 = part ? i64c(g, nfull) : jr.iv;
+    if (g->xr)
+      mm_round_x(g, j0, kc, kcl, nr);
     loop_t ir = loop_to(g, i64c(g, 0), cnt, g->MR, "ir");
     mm_micro(g, at(g, g->pack, mul(g, ir.iv, kcl)), add(g, ic.iv, ir.iv), j0, kc, kcl, nr, accumulate);
     loop_end(g, &ir);
@@ -724,6 +754,10 @@ LLVMValueRef jt_mm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
   int kc0 = s->k < JT_MM_KC ? s->k : JT_MM_KC;
   g.pack = LLVMBuildArrayAlloca(g.b, g.elem, i64c(&g, (long)JT_MM_MC * kc0), "pack");
   LLVMSetAlignment(g.pack, 64);
+  if (s->w16) {
+    g.xr = LLVMBuildArrayAlloca(g.b, g.elem, i64c(&g, (long)NR * kc0), "xr");
+    LLVMSetAlignment(g.xr, 64);
+  }
   mm_kblock(&g, i0, i1, i64c(&g, 0), kc0, 0); /* the first block stores */
   int kfull = s->k / JT_MM_KC * JT_MM_KC, ktail = s->k - kfull;
   if (kfull > JT_MM_KC) {

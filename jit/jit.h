@@ -35,6 +35,7 @@ typedef struct jt_gemm_s {
 
 /* ggml's MUL_MAT, rows [i0, i1) of y (multiples of JT_MM_MR, or i1 = m):
  *   y[j*m + i] = sum over kk < k of w[i*k + kk] * x[j*k + kk]     (i < m, j < n)
+ * with x rounded to f16 against f16 weights, as ggml does.
  * Cache-blocked: for each block of JT_MM_KC k's, blocks of JT_MM_MC rows of w are packed (and
  * converted from f16) into the micro-kernel's layout on the stack, then multiplied with the
  * activations' JT_MM_KC-long column slices, which stay in L1 across the block's rows. */

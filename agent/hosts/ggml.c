@@ -561,6 +561,12 @@ static inline float mm_w(const struct ggml_tensor *w, int64_t i)
   return w->type == GGML_TYPE_F16 ? (float)((const _Float16 *)w->data)[i] : ((const float *)w->data)[i];
 }
 
+/* x's element i as the product uses it: rounded to f16 against f16 weights, as ggml does. */
+static inline float mm_x(const struct ggml_tensor *w, const float *x, int64_t i)
+{
+  return w->type == GGML_TYPE_F16 ? (float)(_Float16)x[i] : x[i];
+}
+
 /* Rows [r0, r1) of the product in plain C: the original for a node whose kernel the tiers
  * dropped (ggml's own MUL_MAT cannot stand in: it synchronises every thread of the graph). */
 static void mm_rows(const fusion_t *f, int64_t r0, int64_t r1)
@@ -573,7 +579,7 @@ static void mm_rows(const fusion_t *f, int64_t r0, int64_t r1)
     for (int64_t i = r0; i < r1; i++) {
       double acc = 0; /* exact products, then one rounding: within ggml's own error of it */
       for (int64_t kk = 0; kk < k; kk++)
-        acc += (double)mm_w(w, i * k + kk) * xs[j * k + kk];
+        acc += (double)mm_w(w, i * k + kk) * mm_x(w, xs, j * k + kk);
       y[j * m + i] = (float)acc;
     }
 }
@@ -595,7 +601,7 @@ static void mm_verify(const fusion_t *f, int64_t r0, int64_t r1, int ith)
     int64_t j = t < 2 ? 0 : t < 4 ? n - 1 : (int64_t)((rnd >> 17) % (uint64_t)n);
     double exact = 0, mag = 0;
     for (int64_t kk = 0; kk < k; kk++) {
-      double p = (double)mm_w(w, i * k + kk) * xs[j * k + kk];
+      double p = (double)mm_w(w, i * k + kk) * mm_x(w, xs, j * k + kk);
       exact += p, mag += fabs(p);
     }
     double got = y[j * m + i], d = isnan(got) != isnan(exact) ? INFINITY : fabs(got - exact);
