@@ -616,6 +616,29 @@ static void mm_verify(const fusion_t *f, int64_t r0, int64_t r1, int ith)
   ag_tier_verify_result(f->e, worst, bound);
 }
 
+/* The calling thread's stack below its current frame, in bytes (SIZE_MAX when unknown). */
+static size_t stack_left(void)
+{
+  static AG_TLS uintptr_t lo; /* the stack's lowest address; 1: unknown */
+  if (!lo) {
+    pthread_attr_t a;
+    void *addr;
+    size_t size;
+    lo = 1;
+    if (pthread_getattr_np(pthread_self(), &a) == 0) {
+      if (pthread_attr_getstack(&a, &addr, &size) == 0)
+        lo = (uintptr_t)addr;
+      pthread_attr_destroy(&a);
+    }
+  }
+  uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+  return lo > 1 && sp > lo ? sp - lo : SIZE_MAX;
+}
+
+/* The kernel's frame holds its packed blocks (JT_MM_MC x JT_MM_KC floats and a sliver of x):
+ * a thread with less stack than this left computes its rows in plain C. */
+#define MM_STACK_NEEDED (256u << 10)
+
 /* The custom node of a MUL_MAT on thread ith of nth: a share of the rows, in whole micro-kernel
  * blocks. As for the fusions, the kernel is read here, inside the forward call. */
 static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
@@ -628,6 +651,11 @@ static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
     return;
   jt_mm_fn k = (jt_mm_fn)atomic_load_explicit(&f->e->variant, memory_order_acquire);
   float *y = dst->data;
+  if (k && stack_left() < MM_STACK_NEEDED) {
+    ag_log_once(AG_LOG_WARN, "a ggml thread has less than %u KB of stack left: its MUL_MAT rows "
+                             "run a plain loop instead of the JIT kernel", MM_STACK_NEEDED >> 10);
+    k = NULL;
+  }
   if (!k) {
     mm_rows(f, r0, r1);
     return;

@@ -203,6 +203,33 @@ Test(ggml, a_mul_mat_kernel_failing_its_self_test_is_never_published)
                              " WHERE s.op='MUL_MAT'"), 0);
 }
 
+/* Threads with 240 KB of stack (RLIMIT_STACK, which glibc's threads take too): the kernels'
+ * blocks would not fit, so the published kernels' rows run in plain C, with one warning. */
+Test(ggml, threads_short_of_stack_compute_mul_mat_rows_in_plain_c)
+{
+  /* The options go in the command: a shell keeps one value per name (the last), where the
+   * harness's defaults follow the test's entries. */
+  char cmd[1600];
+  const char *fmt = "ulimit -s 240 && %s exec %s run %s 32 16 2 2";
+  snprintf(cmd, sizeof cmd, fmt, "", H_LLAMA_PROG, model32);
+  const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+  cr_assert_eq(h_run("plain", 0, NULL, argv), 0, "%s", h_output("plain", "err"));
+  char plain[2048];
+  snprintf(plain, sizeof plain, "%s", h_output("plain", "out"));
+  snprintf(cmd, sizeof cmd, fmt, "OPJIT_MODE=jit OPJIT_HOT_CALLS=1 OPJIT_HOT_PAYBACK=0",
+           H_LLAMA_PROG, model32);
+  cr_assert_eq(h_run("small", 1, NULL, argv), 0, "%s", h_output("small", "err"));
+  char got[2048];
+  snprintf(got, sizeof got, "%s", h_output("small", "out"));
+  size_t tok = strstr(plain, "logits") - plain;
+  cr_assert(strncmp(got, plain, tok) == 0, "both rounds' tokens:\n%s\n%s", got, plain);
+  same_output(strchr(got, '\n') + 1, strchr(plain, '\n') + 1, "the second prompt");
+  const char *err = h_output("small", "err");
+  cr_assert_eq(h_count_lines(err, "less than 256 KB of stack left"), 1, "%s", err);
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                             " WHERE s.op='MUL_MAT' AND e.kind='published'"), 0);
+}
+
 Test(ggml, the_database_holds_the_run_profile_by_op)
 {
   /* A longer prompt, sampled at 4 kHz: enough samples to land in the ops. */

@@ -284,3 +284,53 @@ Test(gemm_kernels, fused_add_rms_norm_mul_matches_ggml_arithmetic)
     free(a), free(b), free(w), free(x), free(y), free(rx), free(ry), free(sn);
   }
 }
+
+/* ggml's MUL_MAT kernels: random shapes around the blockings' edges (K across the 256-long k
+ * blocks, M across the 64-row blocks, N across the 6-wide column blocks), f32 and f16 weights,
+ * row ranges that are a thread's share; each element within the bound of a float sum of K
+ * products of the exact dot product (x rounded to f16 against f16 weights, as ggml does), and
+ * nothing outside the rows written. */
+Test(gemm_kernels, mul_mat_kernels_match_exact_dot_products)
+{
+  static const int ks[] = {1, 7, 8, 255, 256, 257, 600, 768, 1030};
+  for (int t = 0; t < 24; t++) {
+    int w16 = t & 1, k = ks[rnd(sizeof ks / sizeof *ks)];
+    int m = 16 * (1 + (int)rnd(t < 12 ? 6 : 20)), n = JT_MM_MIN_N + (int)rnd(t < 12 ? 20 : 120);
+    jt_gemm_t g = {.mm = 1, .w16 = w16, .m = m, .n = n, .k = k};
+    cr_assert(jt_gemm_supported(&g));
+    jt_mm_fn fn = (jt_mm_fn)(void (*)(void))compile(&g);
+    float *w = malloc((size_t)m * k * 4), *x = malloc((size_t)n * k * 4), *y = malloc((size_t)m * n * 4);
+    _Float16 *wh = malloc((size_t)m * k * 2);
+    for (long i = 0; i < (long)m * k; i++) {
+      w[i] = (float)((int)rnd(2001) - 1000) / 700;
+      wh[i] = (_Float16)w[i];
+      if (w16)
+        w[i] = (float)wh[i];
+    }
+    for (long i = 0; i < (long)n * k; i++)
+      x[i] = (float)((int)rnd(2001) - 1000) / 300;
+    for (long i = 0; i < (long)m * n; i++)
+      y[i] = NAN; /* rows outside [i0, i1) must stay so */
+    int64_t i0 = 16 * (int64_t)rnd((unsigned)(m / 16)), i1 = i0 + 16 * (1 + (int64_t)rnd((unsigned)((m - i0) / 16)));
+    fn(w16 ? (const void *)wh : (const void *)w, x, y, i0, i1);
+    for (int j = 0; j < n; j++)
+      for (int i = 0; i < m; i++) {
+        float got = y[(long)j * m + i];
+        if (i < i0 || i >= i1) {
+          cr_assert(isnan(got), "%dx%dx%d: row %d outside [%lld, %lld) written", m, n, k, i,
+                    (long long)i0, (long long)i1);
+          continue;
+        }
+        double exact = 0, mag = 0;
+        for (int kk = 0; kk < k; kk++) {
+          double xv = w16 ? (double)(_Float16)x[(long)j * k + kk] : x[(long)j * k + kk];
+          double p = (double)w[(long)i * k + kk] * xv;
+          exact += p, mag += fabs(p);
+        }
+        cr_assert(fabs(got - exact) <= 4.0 * (k + 2) * FLT_EPSILON * mag + FLT_MIN,
+                  "%s %dx%dx%d rows [%lld, %lld): y[%d,%d] = %.9g, exact %.9g", w16 ? "f16" : "f32",
+                  m, n, k, (long long)i0, (long long)i1, i, j, got, exact);
+      }
+    free(w), free(wh), free(x), free(y);
+  }
+}
