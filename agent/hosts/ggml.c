@@ -30,6 +30,12 @@
  * fused RMS_NORM+MUL, which the host would run, has the same arithmetic); a mismatch
  * blacklists it and the host keeps ggml's results. The kernel is read from its signature inside
  * each node's call: one the tiers drop is replaced by ggml's own ops there and then.
+ * MUL_MAT nodes (2-D, f32/f16 weights not repacked, f32 activations, N >= JT_MM_MIN_N, M a
+ * multiple of JT_MM_MR) are records of the same cache: their signature is the node's own, the
+ * tiers compile the JIT's cache-blocked kernel for it (self-tested before publication), and the
+ * rebuilt graph computes the node as a custom node split by rows in whole micro-kernel blocks.
+ * A thread without the kernel (dropped meanwhile) or without the stack its blocks need runs
+ * its rows in plain C: ggml's own MUL_MAT synchronises every thread and cannot stand in.
  * Known cost: a rebuilt graph carries no use counts (ggml's API cannot fill them), so ggml's
  * own RMS_NORM+MUL fusion does not fire in it for a pair the agent leaves unfused (in a llama
  * graph, the first layer's attention norm, which has no ADD before it). */
