@@ -220,25 +220,54 @@ static void emit_pack(gen_t *g, LLVMValueRef i0, int mr)
     }
 }
 
-/* One mr x nr block of C at (i0, j0): the K loop over accumulators, then the update of C. */
-static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int nr)
+/* A micro-kernel's K loop: kloop_open enters it with k and the nv x nr accumulators as phis
+ * (0 on entry); kloop_close closes it on the accumulators' next values, k < kend, and leaves
+ * the builder after it. */
+typedef struct kloop_s {
+  LLVMBasicBlockRef head, done;
+  LLVMValueRef k;
+} kloop_t;
+
+static kloop_t kloop_open(gen_t *g, int nv, int nr, LLVMValueRef acc[2][NR])
 {
-  const jt_gemm_t *s = g->g;
-  int nv = (mr + g->V - 1) / g->V;
-  LLVMValueRef acc[2][NR], zero = LLVMConstNull(g->vec);
+  kloop_t l;
+  LLVMValueRef zero = LLVMConstNull(g->vec), k0 = i64c(g, 0);
   LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
-  LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(g->cx, g->fn, "k");
-  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->cx, g->fn, "store");
-  LLVMBuildBr(g->b, head);
-  LLVMPositionBuilderAtEnd(g->b, head);
-  LLVMValueRef k = LLVMBuildPhi(g->b, g->i64, "k");
-  LLVMValueRef kzero = i64c(g, 0);
-  LLVMAddIncoming(k, &kzero, &pre, 1);
+  l.head = LLVMAppendBasicBlockInContext(g->cx, g->fn, "k");
+  l.done = LLVMAppendBasicBlockInContext(g->cx, g->fn, "store");
+  LLVMBuildBr(g->b, l.head);
+  LLVMPositionBuilderAtEnd(g->b, l.head);
+  l.k = LLVMBuildPhi(g->b, g->i64, "k");
+  LLVMAddIncoming(l.k, &k0, &pre, 1);
   for (int v = 0; v < nv; v++)
     for (int j = 0; j < nr; j++) {
       acc[v][j] = LLVMBuildPhi(g->b, g->vec, "acc");
       LLVMAddIncoming(acc[v][j], &zero, &pre, 1);
     }
+  return l;
+}
+
+static void kloop_close(gen_t *g, const kloop_t *l, int nv, int nr, LLVMValueRef acc[2][NR],
+                        LLVMValueRef next[2][NR], long kend)
+{
+  LLVMValueRef k1 = LLVMBuildNSWAdd(g->b, l->k, i64c(g, 1), "k1");
+  LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
+  LLVMAddIncoming(l->k, &k1, &latch, 1);
+  for (int v = 0; v < nv; v++)
+    for (int j = 0; j < nr; j++)
+      LLVMAddIncoming(acc[v][j], &next[v][j], &latch, 1);
+  LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, k1, i64c(g, kend), ""), l->head, l->done);
+  LLVMPositionBuilderAtEnd(g->b, l->done);
+}
+
+/* One mr x nr block of C at (i0, j0): the K loop over accumulators, then the update of C. */
+static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int nr)
+{
+  const jt_gemm_t *s = g->g;
+  int nv = (mr + g->V - 1) / g->V;
+  LLVMValueRef acc[2][NR];
+  kloop_t l = kloop_open(g, nv, nr, acc);
+  LLVMValueRef k = l.k;
   /* op(A)[i0 + v*V .., k]: from A (column k) or from the packed A^T panel. */
   LLVMValueRef av[2];
   for (int v = 0; v < nv; v++) {
@@ -263,14 +292,7 @@ static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int n
     for (int v = 0; v < nv; v++)
       next_acc[v][j] = fma3(g, av[v], bj, acc[v][j]);
   }
-  LLVMValueRef k1 = LLVMBuildNSWAdd(g->b, k, i64c(g, 1), "k1");
-  LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
-  LLVMAddIncoming(k, &k1, &latch, 1);
-  for (int v = 0; v < nv; v++)
-    for (int j = 0; j < nr; j++)
-      LLVMAddIncoming(acc[v][j], &next_acc[v][j], &latch, 1);
-  LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, k1, i64c(g, s->k), ""), head, done);
-  LLVMPositionBuilderAtEnd(g->b, done);
+  kloop_close(g, &l, nv, nr, acc, next_acc, s->k);
   for (int j = 0; j < nr; j++) {
     LLVMValueRef col = LLVMBuildNSWMul(g->b, LLVMBuildNSWAdd(g->b, j0, i64c(g, j), ""),
                                        i64c(g, s->ldc), "ccol");
@@ -632,19 +654,9 @@ static void mm_micro(gen_t *g, LLVMValueRef panel, LLVMValueRef i, LLVMValueRef 
 {
   const jt_gemm_t *s = g->g;
   int nv = g->MR / g->V;
-  LLVMValueRef acc[2][NR], next[2][NR], zero = LLVMConstNull(g->vec);
-  LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
-  LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(g->cx, g->fn, "mk");
-  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->cx, g->fn, "mkstore");
-  LLVMBuildBr(g->b, head);
-  LLVMPositionBuilderAtEnd(g->b, head);
-  LLVMValueRef k = LLVMBuildPhi(g->b, g->i64, "k"), k0 = i64c(g, 0);
-  LLVMAddIncoming(k, &k0, &pre, 1);
-  for (int v = 0; v < nv; v++)
-    for (int j = 0; j < nr; j++) {
-      acc[v][j] = LLVMBuildPhi(g->b, g->vec, "acc");
-      LLVMAddIncoming(acc[v][j], &zero, &pre, 1);
-    }
+  LLVMValueRef acc[2][NR], next[2][NR];
+  kloop_t l = kloop_open(g, nv, nr, acc);
+  LLVMValueRef k = l.k;
   LLVMValueRef av[2];
   for (int v = 0; v < nv; v++) {
     av[v] = LLVMBuildLoad2(g->b, g->vec, at(g, panel, add(g, mul(g, k, g->MR), i64c(g, v * g->V))), "a");
@@ -659,14 +671,7 @@ static void mm_micro(gen_t *g, LLVMValueRef panel, LLVMValueRef i, LLVMValueRef 
     for (int v = 0; v < nv; v++)
       next[v][j] = fma3(g, av[v], bj, acc[v][j]);
   }
-  LLVMValueRef k1 = add(g, k, i64c(g, 1));
-  LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
-  LLVMAddIncoming(k, &k1, &latch, 1);
-  for (int v = 0; v < nv; v++)
-    for (int j = 0; j < nr; j++)
-      LLVMAddIncoming(acc[v][j], &next[v][j], &latch, 1);
-  LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, k1, i64c(g, kcl), ""), head, done);
-  LLVMPositionBuilderAtEnd(g->b, done);
+  kloop_close(g, &l, nv, nr, acc, next, kcl);
   for (int j = 0; j < nr; j++)
     for (int v = 0; v < nv; v++) {
       LLVMValueRef p = at(g, g->c, add(g, mul(g, add(g, j0, i64c(g, j)), s->m), add(g, i, i64c(g, v * g->V))));

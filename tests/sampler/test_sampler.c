@@ -55,6 +55,18 @@ static size_t drain_ops(uint64_t per_op[8])
   return total;
 }
 
+/* Arms this thread, burns ms of CPU as operator op and returns the periods sampled in it. */
+static uint64_t sampled_periods(uint32_t op, int ms)
+{
+  sp_arm_self();
+  my_op = op;
+  burn_ms(ms);
+  my_op = 0;
+  uint64_t per_op[8];
+  drain_ops(per_op);
+  return per_op[op];
+}
+
 struct worker {
   uint32_t op;
   int ms, arm_self;
@@ -238,13 +250,8 @@ Test(sampler, refused_perf_falls_back_to_timers)
   cr_assert_eq(st.fallback, 1);
   cr_assert(strstr(st.notes, "cycles: not permitted"), "%s", st.notes);
   cr_assert(strstr(st.notes, "task-clock: not permitted"), "%s", st.notes);
-  sp_arm_self();
-  my_op = 4;
-  burn_ms(300);
-  my_op = 0;
-  uint64_t per_op[8];
-  drain_ops(per_op);
-  cr_assert_gt(per_op[4], 15, "timer sampling delivered %llu samples", (unsigned long long)per_op[4]);
+  uint64_t n = sampled_periods(4, 300);
+  cr_assert_gt(n, 15, "timer sampling delivered %llu samples", (unsigned long long)n);
 }
 
 /* "auto" without a PMU: task-clock on bare metal, the timers under a hypervisor (whatever
@@ -270,14 +277,9 @@ Test(sampler, auto_takes_timers_under_a_hypervisor)
   cr_assert_eq(st.fallback, 0);
   cr_assert_eq(strstr(st.notes, "not used under a hypervisor") != NULL, hv, "%s", st.notes);
   /* 300 ms of CPU: the samples' weights add up to the asked rate's count, whatever the tick. */
-  sp_arm_self();
-  my_op = 5;
-  burn_ms(300);
-  my_op = 0;
-  uint64_t per_op[8];
-  drain_ops(per_op);
-  cr_assert_gt(per_op[5], 300 / 4, "%llu periods sampled of ~300", (unsigned long long)per_op[5]);
-  cr_assert_lt(per_op[5], 300 * 2, "%llu periods sampled of ~300", (unsigned long long)per_op[5]);
+  uint64_t n = sampled_periods(5, 300);
+  cr_assert_gt(n, 300 / 4, "%llu periods sampled of ~300", (unsigned long long)n);
+  cr_assert_lt(n, 300 * 2, "%llu periods sampled of ~300", (unsigned long long)n);
 }
 
 Test(sampler, refused_perf_and_timers_turn_sampling_off)
