@@ -26,11 +26,6 @@ static ag_ggml_names_t gg; /* set once, before any ggml key is formatted */
 
 void ag_sig_set_ggml_names(const ag_ggml_names_t *names) { gg = *names; }
 
-int ag_sig_ggml_mul_mat(const ag_sig_t *s)
-{
-  return s->host == AG_HOST_ID_GGML && gg.ops && s->op == gg.op_mul_mat;
-}
-
 /* names[i], or "#i" in buf. */
 static const char *gg_name(const char *const *names, int n, int i, char *buf, size_t len)
 {

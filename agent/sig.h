@@ -17,7 +17,10 @@ enum ag_host { AG_HOST_ID_BLAS = 1, AG_HOST_ID_GGML = 2 };
  * the pattern, m the row length, n the rows. */
 enum { AG_GGML_OP_FUSED = 0xF0 };
 enum ag_fusion { AG_FUSE_ADD_RMS_MUL = 1 };
-enum { AG_GGML_TYPE_F32 = 0, AG_GGML_TYPE_F16 = 1 }; /* ggml's numbers (checked in hosts/ggml.c) */
+/* ggml's numbers, checked against its headers in hosts/ggml.c (whose op table is checked
+ * against the running ggml's): known to the tiers before the ggml host has seen a graph. */
+enum { AG_GGML_TYPE_F32 = 0, AG_GGML_TYPE_F16 = 1 };
+enum { AG_GGML_OP_MUL_MAT = 29 };
 enum ag_op { AG_OP_GEMM = 1, AG_OP_GEMV, AG_OP_AXPY, AG_OP_DOT };
 enum ag_dtype { AG_F32 = 1, AG_F64 };
 enum ag_api { AG_API_F77 = 1, AG_API_CBLAS };
@@ -94,8 +97,11 @@ typedef struct ag_ggml_names_s {
   int op_unary, op_glu, op_mul_mat; /* the ops whose keys carry a sub-op, and MUL_MAT */
 } ag_ggml_names_t;
 void ag_sig_set_ggml_names(const ag_ggml_names_t *names);
-/* 1 when s is a ggml MUL_MAT node's key (the names are set). */
-int ag_sig_ggml_mul_mat(const ag_sig_t *s);
+/* 1 when s is a ggml MUL_MAT node's key. */
+static inline int ag_sig_ggml_mul_mat(const ag_sig_t *s)
+{
+  return s->host == AG_HOST_ID_GGML && s->op == AG_GGML_OP_MUL_MAT;
+}
 
 /* The operator's name as a BLAS user spells it: "sgemm", "cblas_ddot"; a ggml op's name:
  * "MUL_MAT". */

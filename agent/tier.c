@@ -385,26 +385,29 @@ static void discard_pending(uint32_t i)
   free(obj);
 }
 
-/* A ggml MUL_MAT kernel's check before it is published: rows [0, 80) (two row blocks) of a
- * product of random inputs at its exact shape, 32 columns (the first and last NR-wide blocks,
- * the rest at random), against exact dot products within the bound of a float sum of k
- * products. A prefill computes its graph once per process: checked only on its first
+/* A ggml MUL_MAT kernel's check before it is published: 80 rows from row 16 (two row blocks,
+ * at an offset as a thread's share has) of a product of random inputs at its exact shape, 32
+ * columns (the first and last NR-wide blocks, the rest at random), against exact dot
+ * products within the bound of a float sum of k products. A prefill computes its graph once per process: checked only on its first
  * executions, a kernel would be verified after the graph that needed it, and never stored.
  * Returns 1 (passed), 0 (failed: *worst and *bound say by how much), -1 (no memory). */
 static int mm_selftest(const jt_gemm_t *g, jt_mm_fn fn, double *worst, double *bound)
 {
-  int64_t m = g->m, n = g->n, k = g->k, rows = m < 80 ? m : 80;
-  size_t wbytes = (size_t)(rows * k) * (g->w16 ? 2 : 4), xbytes = (size_t)(n * k) * 4;
-  size_t ybytes = (size_t)((n - 1) * m + rows) * 4; /* only rows < 80 of each column are written */
-  char *mem = mmap(NULL, wbytes + xbytes + ybytes, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  /* rows [i0, i0 + rows): from row 16 when there are enough, as a thread's share starts */
+  int64_t m = g->m, n = g->n, k = g->k, i0 = m >= 96 ? 16 : 0, rows = m - i0 < 80 ? m - i0 : 80;
+  size_t wbytes = (size_t)((i0 + rows) * k) * (g->w16 ? 2 : 4), xbytes = (size_t)(n * k) * 4;
+  size_t ybytes = (size_t)((n - 1) * m + i0 + rows) * 4; /* only those rows of y are written */
+  size_t sbytes = JT_MM_SCRATCH * sizeof(float), all = wbytes + xbytes + ybytes + sbytes + 64;
+  char *mem = mmap(NULL, all, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
   if (mem == MAP_FAILED)
     return -1;
   float *x = (float *)(void *)(mem + wbytes), *y = (float *)(void *)(mem + wbytes + xbytes);
+  float *scratch = (float *)(void *)(((uintptr_t)(mem + wbytes + xbytes + ybytes) + 63) & ~(uintptr_t)63);
   uint64_t rnd = 0x2545f4914f6cdd1dull;
 #define RND() (rnd = rnd * 6364136223846793005ull + 1442695040888963407ull, \
                (float)((double)(rnd >> 40) / (double)(1 << 24) - 0.5))
-  for (int64_t i = 0; i < rows * k; i++) {
+  for (int64_t i = 0; i < (i0 + rows) * k; i++) {
     if (g->w16)
       ((_Float16 *)(void *)mem)[i] = (_Float16)RND();
     else
@@ -412,12 +415,12 @@ static int mm_selftest(const jt_gemm_t *g, jt_mm_fn fn, double *worst, double *b
   }
   for (int64_t i = 0; i < n * k; i++)
     x[i] = RND();
-  fn(mem, x, y, 0, rows);
+  fn(mem, x, y, i0, i0 + rows, scratch);
   *worst = 0, *bound = 0;
   for (int t = 0; t < 32 && t < n; t++) {
     int64_t j = t < 6 ? t : t < 12 ? n - 12 + t : (int64_t)((rnd = rnd * 6364136223846793005ull + 1) >> 33) % n;
     j = j < 0 ? 0 : j;
-    for (int64_t i = 0; i < rows; i++) {
+    for (int64_t i = i0; i < i0 + rows; i++) {
       double exact = 0, mag = 0;
       for (int64_t kk = 0; kk < k; kk++) {
         double w = g->w16 ? (double)((_Float16 *)(void *)mem)[i * k + kk] : ((float *)(void *)mem)[i * k + kk];
@@ -433,7 +436,7 @@ static int mm_selftest(const jt_gemm_t *g, jt_mm_fn fn, double *worst, double *b
     }
   }
 #undef RND
-  munmap(mem, wbytes + xbytes + ybytes);
+  munmap(mem, all);
   return *worst <= *bound;
 }
 

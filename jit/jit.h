@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define JT_GENERATOR_VERSION 3 /* bumped whenever generated code changes */
+#define JT_GENERATOR_VERSION 4 /* bumped whenever generated code changes */
 
 /* A column-major GEMM, C = alpha * op(A) * op(B) + beta * C, with every shape constant known.
  * Row-major (CBLAS) calls are mapped onto it by the caller: C^T = op(B)^T op(A)^T. */
@@ -37,12 +37,15 @@ typedef struct jt_gemm_s {
  *   y[j*m + i] = sum over kk < k of w[i*k + kk] * x[j*k + kk]     (i < m, j < n)
  * with x rounded to f16 against f16 weights, as ggml does.
  * Cache-blocked: for each block of JT_MM_KC k's, blocks of JT_MM_MC rows of w are packed (and
- * converted from f16) into the micro-kernel's layout on the stack, then multiplied with the
- * activations' JT_MM_KC-long column slices, which stay in L1 across the block's rows. */
-typedef void (*jt_mm_fn)(const void *w, const float *x, float *y, int64_t i0, int64_t i1);
+ * converted from f16) into the micro-kernel's layout in scratch, then multiplied with the
+ * activations' JT_MM_KC-long column slices, which stay in L1 across the block's rows. scratch:
+ * JT_MM_SCRATCH floats, 64-byte aligned, the caller's (a thread's stack may be too small). */
+typedef void (*jt_mm_fn)(const void *w, const float *x, float *y, int64_t i0, int64_t i1,
+                         float *scratch);
 #define JT_MM_MR 16
 #define JT_MM_MC 64
-#define JT_MM_KC 256
+#define JT_MM_KC 128
+#define JT_MM_SCRATCH ((JT_MM_MC + 8) * JT_MM_KC) /* the packed block, the rounded x sliver */
 #define JT_MM_MIN_N 16 /* fewer columns are matrix-vector products, bound by one pass over the
                           weights: packing them would only add a second */
 

@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <cpuid.h>
-#include <execinfo.h>
 #include <linux/perf_event.h>
 #include <pthread.h>
 #include <signal.h>
@@ -77,7 +76,17 @@ static int is_banned(pid_t tid)
       return 1;
   return 0;
 }
-static int (*unw_backtrace_fn)(void **buf, int size);
+/* libunwind 1.x's x86-64 local-unwinding ABI (libunwind.so.8; its headers are not needed):
+ * unw_backtrace, and the step-by-step walk from a signal's context. */
+#define UNW_CURSOR_WORDS 127 /* UNW_TDEP_CURSOR_LEN */
+#define UNW_INIT_SIGNAL_FRAME 1
+#define UNW_REG_IP 16 /* UNW_X86_64_RIP */
+static struct {
+  int (*backtrace)(void **buf, int size);
+  int (*init_local2)(void *cursor, void *uc, int flags);
+  int (*step)(void *cursor);
+  int (*get_reg)(void *cursor, int reg, uint64_t *value);
+} unw;
 static int handler_installed;
 
 /* Hardware counter group: the sampling leader first, then the members. */
@@ -126,24 +135,34 @@ static sp_slot_t *slot_of(const siginfo_t *si)
   return NULL;
 }
 
-/* A thread's first samples take their stacks from glibc's unwinder (libgcc's, ~170 ns a frame
- * here), later ones from libunwind's: ~5 ns a frame, but its first use in a thread maps and
- * fills a 256 KB cache, which the thread unmaps at exit, ~140 us in all. A host that computes
- * every task on fresh threads (ggml: one per graph, a few ms each) would pay that per task;
- * a thread sampled this often has run long enough (~32 ms of CPU at 499 Hz) to repay it. */
+/* A thread's first samples take their stacks from libunwind's step-by-step walk (~0.5 us a
+ * frame here), later ones from its unw_backtrace: ~5 ns a frame, but its first use in a thread
+ * maps and fills a 256 KB cache, which the thread unmaps at exit, ~140 us in all. A host that
+ * computes every task on fresh threads (ggml: one per graph, a few ms each) would pay that per
+ * task; a thread sampled this often has run long enough (~32 ms of CPU at 499 Hz) to repay
+ * it. (glibc's backtrace() is no option: libgcc's unwinder takes a mutex once frames are
+ * registered, as LLVM's JIT does, and a thread interrupted inside it, throwing say, would
+ * deadlock in its own handler.) */
 #define SP_YOUNG_SAMPLES 16
 
-/* The stack: the unwinder's frames from the interrupted PC outwards (the handler's own frames
- * and the signal trampoline come first and are skipped). */
-static int record_stack(sp_sample_t *s, int young)
+/* The stack: the unwinder's frames from the interrupted PC outwards (unw_backtrace's first
+ * ones are the handler's own and the signal trampoline's: skipped). */
+static int record_stack(sp_sample_t *s, void *uc, int young)
 {
   void *raw[SP_MAX_FRAMES + 8];
   s->frames[0] = s->pc;
-  if (cfg.stack_depth <= 1)
+  if (cfg.stack_depth <= 1 || !unw.backtrace)
     return 1;
-  int n = young || !unw_backtrace_fn ? backtrace(raw, cfg.stack_depth + 8)
-                                     : unw_backtrace_fn(raw, cfg.stack_depth + 8),
-      at = -1;
+  if (young) {
+    uint64_t cursor[UNW_CURSOR_WORDS]; /* unw_cursor_t */
+    int k = 1;
+    if (unw.init_local2(cursor, uc, UNW_INIT_SIGNAL_FRAME) == 0)
+      for (uint64_t ip; k < cfg.stack_depth && unw.step(cursor) > 0 &&
+                        unw.get_reg(cursor, UNW_REG_IP, &ip) == 0 && ip;)
+        s->frames[k++] = ip;
+    return k;
+  }
+  int n = unw.backtrace(raw, cfg.stack_depth + 8), at = -1;
   for (int i = 0; i < n && at < 0; i++)
     if ((uint64_t)raw[i] == s->pc)
       at = i;
@@ -175,7 +194,7 @@ static void handler(int signo, siginfo_t *si, void *ucv)
   s->flags = 0;
   if (!s->op && cfg.attrib.inflight && (s->op = cfg.attrib.inflight()))
     s->flags = SP_F_POOL;
-  s->nframes = (uint16_t)record_stack(s, t->taken++ < SP_YOUNG_SAMPLES);
+  s->nframes = (uint16_t)record_stack(s, ucv, t->taken++ < SP_YOUNG_SAMPLES);
   memset(s->counters, 0, sizeof s->counters);
   if (status.mode == SP_PERF_HW) {
     uint64_t buf[2 + SP_MAX_COUNTERS + 1], v[SP_MAX_COUNTERS + 1];
@@ -404,7 +423,7 @@ static int pick_signal(void)
 static void choose_mode(pid_t self)
 {
   const char *want = cfg.events ? cfg.events : "auto";
-  int auto_ = strcmp(want, "auto") == 0;
+  int auto_ = strcmp(want, "auto") == 0, hw_err = 0;
   if (auto_ || strcmp(want, "cycles") == 0) {
     status.mode = SP_PERF_HW;
     int fd = open_event(hw_events[0].type, hw_events[0].config, self, -1, 1);
@@ -422,9 +441,11 @@ static void choose_mode(pid_t self)
       sp_sys.close(fd);
       return;
     }
-    explain("cycles", errno);
+    hw_err = errno;
+    explain("cycles", hw_err);
   }
-  if (auto_ && under_hypervisor()) {
+  /* No PMU (not a refusal: those task-clock would meet too, and a warning tells) */
+  if (auto_ && (hw_err == ENOENT || hw_err == EOPNOTSUPP) && under_hypervisor()) {
     explain_note("task-clock: not used under a hypervisor, which traps the interrupt each of its "
                  "samples raises (CPU-time timers ride the scheduler tick; OPJIT_EVENTS=task-clock "
                  "forces it)");
@@ -478,18 +499,19 @@ int sp_start(const sp_config_t *c)
     handler_installed = status.signo;
   }
   status.signo = handler_installed;
-  if (cfg.stack_depth > 1) {
-    void *warm[SP_MAX_FRAMES];
-    backtrace(warm, SP_MAX_FRAMES); /* glibc loads libgcc's unwinder here, not in the handler */
-  }
-  if (cfg.stack_depth > 1 && !unw_backtrace_fn) {
+  if (cfg.stack_depth > 1 && !unw.backtrace) {
     /* RTLD_LOCAL: linked, libunwind would take over the host's C++ exception unwinding. */
     void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
-    if ((unw_backtrace_fn = h ? (int (*)(void **, int))dlsym(h, "unw_backtrace") : NULL)) {
+    *(void **)&unw.init_local2 = h ? dlsym(h, "_ULx86_64_init_local2") : NULL;
+    *(void **)&unw.step = h ? dlsym(h, "_ULx86_64_step") : NULL;
+    *(void **)&unw.get_reg = h ? dlsym(h, "_ULx86_64_get_reg") : NULL;
+    void *bt = h && unw.init_local2 && unw.step && unw.get_reg ? dlsym(h, "unw_backtrace") : NULL;
+    if (bt) {
       void *warm[SP_MAX_FRAMES];
-      unw_backtrace_fn(warm, SP_MAX_FRAMES); /* its caches fill here, not in the handler */
+      ((int (*)(void **, int))bt)(warm, SP_MAX_FRAMES); /* its caches fill here, not in the handler */
+      *(void **)&unw.backtrace = bt;
     } else {
-      explain("libunwind.so.8 (glibc's unwinder takes every stack)", ENOENT);
+      explain("stacks (libunwind.so.8)", ENOENT);
     }
   }
   struct rlimit rl;
@@ -515,6 +537,13 @@ int sp_start(const sp_config_t *c)
       if (atomic_load(&slots[i].state) == SLOT_ARMED)
         disarm_slot(i);
     status.threads = 0;
+    if (status.mode == SP_TIMER && !status.fallback && strcmp(cfg.events ? cfg.events : "auto", "auto") == 0) {
+      explain("timer", err); /* chosen under a hypervisor: task-clock, then, after all */
+      status.fallback = 1;
+      status.mode = SP_PERF_SW;
+      status.event = "task-clock";
+      continue;
+    }
     if (status.mode == SP_TIMER) {
       explain("timer", err);
       status.mode = SP_OFF;

@@ -34,8 +34,8 @@
  * multiple of JT_MM_MR) are records of the same cache: their signature is the node's own, the
  * tiers compile the JIT's cache-blocked kernel for it (self-tested before publication), and the
  * rebuilt graph computes the node as a custom node split by rows in whole micro-kernel blocks.
- * A thread without the kernel (dropped meanwhile) or without the stack its blocks need runs
- * its rows in plain C: ggml's own MUL_MAT synchronises every thread and cannot stand in.
+ * A thread without the kernel (dropped meanwhile) runs its rows in plain C: ggml's own MUL_MAT
+ * synchronises every thread and cannot stand in.
  * Known cost: a rebuilt graph carries no use counts (ggml's API cannot fill them), so ggml's
  * own RMS_NORM+MUL fusion does not fire in it for a pair the agent leaves unfused (in a llama
  * graph, the first layer's attention norm, which has no ADD before it). */
@@ -48,8 +48,9 @@
 
 #include "ggml.h"
 
-_Static_assert((int)GGML_TYPE_F32 == (int)AG_GGML_TYPE_F32 && (int)GGML_TYPE_F16 == (int)AG_GGML_TYPE_F16,
-               "sig.h's ggml type numbers");
+_Static_assert((int)GGML_TYPE_F32 == (int)AG_GGML_TYPE_F32 && (int)GGML_TYPE_F16 == (int)AG_GGML_TYPE_F16 &&
+                   (int)GGML_OP_MUL_MAT == (int)AG_GGML_OP_MUL_MAT,
+               "sig.h's ggml numbers");
 
 #include <dlfcn.h>
 #include <float.h>
@@ -592,8 +593,9 @@ static void mm_rows(const fusion_t *f, int64_t r0, int64_t r1)
 
 /* Verification of rows [r0, r1) by the thread that computed them: 64 of their elements — the
  * range's first and last rows, the first and last columns, the rest at random — against the
- * exact dot product (in double) within the bound of a float sum of k products. A mismatch
- * blacklists the kernel, and these rows are computed again by mm_rows. */
+ * exact dot product (in double) within the bound of a float sum of k products (elements with
+ * infinite or NaN products have none: skipped). A mismatch blacklists the kernel, and these
+ * rows are computed again by mm_rows. Each thread's check is a verdict of its own. */
 static void mm_verify(const fusion_t *f, int64_t r0, int64_t r1, int ith)
 {
   const struct ggml_tensor *w = f->mul->src[0], *x = f->mul->src[1];
@@ -601,6 +603,7 @@ static void mm_verify(const fusion_t *f, int64_t r0, int64_t r1, int ith)
   const float *y = f->mul->data, *xs = x->data;
   uint64_t rnd = (uint64_t)(uintptr_t)y ^ ((uint64_t)ith << 32) ^ 0x9e3779b97f4a7c15ull;
   double worst = 0, bound = 0;
+  int checked = 0;
   for (int t = 0; t < 64; t++) {
     rnd = rnd * 6364136223846793005ull + 1442695040888963407ull;
     int64_t i = t == 0 ? r0 : t == 1 ? r1 - 1 : r0 + (int64_t)((rnd >> 33) % (uint64_t)(r1 - r0));
@@ -610,7 +613,10 @@ static void mm_verify(const fusion_t *f, int64_t r0, int64_t r1, int ith)
       double p = (double)mm_w(w, i * k + kk) * mm_x(w, xs, j * k + kk);
       exact += p, mag += fabs(p);
     }
-    double got = y[j * m + i], d = isnan(got) != isnan(exact) ? INFINITY : fabs(got - exact);
+    if (!isfinite(mag)) /* infinities or NaN in the inputs: no bound, nothing to tell */
+      continue;
+    checked++;
+    double got = y[j * m + i], d = isnan(got) ? INFINITY : fabs(got - exact);
     double lim = 4.0 * (double)(k + 2) * FLT_EPSILON * mag + FLT_MIN;
     if (d > lim && d - lim > worst - bound)
       worst = d, bound = lim;
@@ -619,31 +625,9 @@ static void mm_verify(const fusion_t *f, int64_t r0, int64_t r1, int ith)
   }
   if (worst > bound)
     mm_rows(f, r0, r1);
-  ag_tier_verify_result(f->e, worst, bound);
+  if (checked)
+    ag_tier_verify_result(f->e, worst, bound);
 }
-
-/* The calling thread's stack below its current frame, in bytes (SIZE_MAX when unknown). */
-static size_t stack_left(void)
-{
-  static AG_TLS uintptr_t lo; /* the stack's lowest address; 1: unknown */
-  if (!lo) {
-    pthread_attr_t a;
-    void *addr;
-    size_t size;
-    lo = 1;
-    if (pthread_getattr_np(pthread_self(), &a) == 0) {
-      if (pthread_attr_getstack(&a, &addr, &size) == 0)
-        lo = (uintptr_t)addr;
-      pthread_attr_destroy(&a);
-    }
-  }
-  uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
-  return lo > 1 && sp > lo ? sp - lo : SIZE_MAX;
-}
-
-/* The kernel's frame holds its packed blocks (JT_MM_MC x JT_MM_KC floats and a sliver of x):
- * a thread with less stack than this left computes its rows in plain C. */
-#define MM_STACK_NEEDED (256u << 10)
 
 /* The custom node of a MUL_MAT on thread ith of nth: a share of the rows, in whole micro-kernel
  * blocks. As for the fusions, the kernel is read here, inside the forward call. */
@@ -656,22 +640,19 @@ static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
   if (r0 >= r1)
     return;
   jt_mm_fn k = (jt_mm_fn)atomic_load_explicit(&f->e->variant, memory_order_acquire);
-  float *y = dst->data;
-  if (k && stack_left() < MM_STACK_NEEDED) {
-    ag_log_once(AG_LOG_WARN, "a ggml thread has less than %u KB of stack left: its MUL_MAT rows "
-                             "run a plain loop instead of the JIT kernel", MM_STACK_NEEDED >> 10);
-    k = NULL;
-  }
-  if (!k) {
+  float *y = dst->data, *scratch = k ? aligned_alloc(64, JT_MM_SCRATCH * sizeof(float)) : NULL;
+  if (!scratch) { /* no kernel (dropped meanwhile), or no memory */
     mm_rows(f, r0, r1);
     return;
   }
   if (fusion_mode == 2) { /* poison */
     for (int64_t j = 0; j < n; j++)
       memset(y + j * m + r0, 0, (size_t)(r1 - r0) * sizeof *y);
+    free(scratch);
     return;
   }
-  k(f->mul->src[0]->data, f->mul->src[1]->data, y, r0, r1);
+  k(f->mul->src[0]->data, f->mul->src[1]->data, y, r0, r1, scratch);
+  free(scratch);
   if (fusion_mode == 3) /* wrong: verification must catch it */
     for (int64_t j = 0; j < n; j++)
       for (int64_t i = r0; i < r1; i++)

@@ -312,7 +312,9 @@ Test(gemm_kernels, mul_mat_kernels_match_exact_dot_products)
     for (long i = 0; i < (long)m * n; i++)
       y[i] = NAN; /* rows outside [i0, i1) must stay so */
     int64_t i0 = 16 * (int64_t)rnd((unsigned)(m / 16)), i1 = i0 + 16 * (1 + (int64_t)rnd((unsigned)((m - i0) / 16)));
-    fn(w16 ? (const void *)wh : (const void *)w, x, y, i0, i1);
+    float *scratch = aligned_alloc(64, JT_MM_SCRATCH * sizeof(float));
+    fn(w16 ? (const void *)wh : (const void *)w, x, y, i0, i1, scratch);
+    free(scratch);
     for (int j = 0; j < n; j++)
       for (int i = 0; i < m; i++) {
         float got = y[(long)j * m + i];

@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -158,8 +159,9 @@ Test(sampler, stacks_reach_the_callers)
                 (unsigned long long)c.with, (unsigned long long)c.all);
 }
 
-/* Threads younger than their 16th sample take their stacks from glibc's unwinder (libunwind's
- * per-thread cache costs more than a short thread repays): those stacks reach the callers too. */
+/* Threads younger than their 16th sample take their stacks from libunwind's step-by-step walk,
+ * not from unw_backtrace, whose first use in a thread maps and fills a 256 KB cache (64 pages
+ * touched): those stacks reach the callers too, and a short thread costs no such pages. */
 static void *young_main(void *p)
 {
   (void)p;
@@ -169,18 +171,33 @@ static void *young_main(void *p)
   return NULL;
 }
 
-Test(sampler, young_threads_stacks_reach_the_callers)
+/* Runs 40 short threads one after the other; returns the minor page faults they cost. */
+static long young_threads(void)
 {
-  sp_config_t cfg = {.hz = 1000, .events = "task-clock", .stack_depth = 16, .attrib = {own, NULL}};
-  cr_assert_eq(sp_start(&cfg), 0);
-  for (int i = 0; i < 40; i++) { /* ~8 samples each, all of them young */
+  struct rusage a, b;
+  getrusage(RUSAGE_SELF, &a);
+  for (int i = 0; i < 40; i++) { /* ~8 samples each at 1 kHz, all of them young */
     pthread_t t;
     pthread_create(&t, NULL, young_main, NULL);
     pthread_join(t, NULL);
   }
+  getrusage(RUSAGE_SELF, &b);
+  return b.ru_minflt - a.ru_minflt;
+}
+
+Test(sampler, young_threads_stacks_reach_the_callers)
+{
+  long unsampled = young_threads();
+  sp_config_t cfg = {.hz = 1000, .events = "task-clock", .stack_depth = 16, .attrib = {own, NULL}};
+  cr_assert_eq(sp_start(&cfg), 0);
+  young_threads(); /* the first slots' rings are allocated here */
+  sp_drain(samples, 8192);
+  long sampled = young_threads();
   sp_stop();
   size_t n = sp_drain(samples, 8192);
   cr_assert_gt(n, 50);
+  cr_assert_lt(sampled - unsampled, 40 * 16, "%ld page faults more than without sampling: a "
+               "cache per young thread?", sampled - unsampled);
   size_t deep = 0;
   for (size_t i = 0; i < n; i++)
     deep += samples[i].nframes >= 3;
@@ -280,6 +297,30 @@ Test(sampler, auto_takes_timers_under_a_hypervisor)
   uint64_t n = sampled_periods(5, 300);
   cr_assert_gt(n, 300 / 4, "%llu periods sampled of ~300", (unsigned long long)n);
   cr_assert_lt(n, 300 * 2, "%llu periods sampled of ~300", (unsigned long long)n);
+}
+
+Test(sampler, timers_refused_under_a_hypervisor_fall_back_to_task_clock)
+{
+  sp_sys.timer_create = refuse_timer;
+  pthread_barrier_t go;
+  pthread_barrier_init(&go, NULL, 2);
+  struct worker w = {1, 50, 0, &go, 0}; /* a thread to arm, so the timer is tried */
+  pthread_t t;
+  pthread_create(&t, NULL, worker_main, &w);
+  while (!atomic_load(&w.started))
+    usleep(1000);
+  sp_config_t cfg = {.hz = 200, .events = "auto", .stack_depth = 4, .attrib = {own, NULL}};
+  cr_assert_eq(sp_start(&cfg), 0);
+  pthread_barrier_wait(&go);
+  pthread_join(t, NULL);
+  sp_status_t st;
+  sp_status(&st);
+  pthread_barrier_destroy(&go);
+  if (st.mode == SP_PERF_HW || !strstr(st.notes, "not used under a hypervisor"))
+    cr_skip_test("no hypervisor without a PMU here: auto never chose the timers");
+  cr_assert_str_eq(st.event, "task-clock", "%s", st.notes);
+  cr_assert_eq(st.fallback, 1);
+  cr_assert(strstr(st.notes, "timer: "), "%s", st.notes);
 }
 
 Test(sampler, refused_perf_and_timers_turn_sampling_off)
