@@ -299,23 +299,31 @@ Test(sampler, auto_takes_timers_under_a_hypervisor)
   cr_assert_lt(n, 300 * 2, "%llu periods sampled of ~300", (unsigned long long)n);
 }
 
-Test(sampler, timers_refused_under_a_hypervisor_fall_back_to_task_clock)
+/* Starts sampling ("auto", 200 Hz) while another thread exists, so that arming it tries the
+ * mechanism; returns sp_start's result and the status once that thread has finished. */
+static int start_with_a_thread(sp_status_t *st)
 {
-  sp_sys.timer_create = refuse_timer;
   pthread_barrier_t go;
   pthread_barrier_init(&go, NULL, 2);
-  struct worker w = {1, 50, 0, &go, 0}; /* a thread to arm, so the timer is tried */
+  struct worker w = {1, 50, 0, &go, 0};
   pthread_t t;
   pthread_create(&t, NULL, worker_main, &w);
   while (!atomic_load(&w.started))
     usleep(1000);
   sp_config_t cfg = {.hz = 200, .events = "auto", .stack_depth = 4, .attrib = {own, NULL}};
-  cr_assert_eq(sp_start(&cfg), 0);
+  int rc = sp_start(&cfg);
   pthread_barrier_wait(&go);
   pthread_join(t, NULL);
-  sp_status_t st;
-  sp_status(&st);
   pthread_barrier_destroy(&go);
+  sp_status(st);
+  return rc;
+}
+
+Test(sampler, timers_refused_under_a_hypervisor_fall_back_to_task_clock)
+{
+  sp_sys.timer_create = refuse_timer;
+  sp_status_t st;
+  cr_assert_eq(start_with_a_thread(&st), 0);
   if (st.mode == SP_PERF_HW || !strstr(st.notes, "not used under a hypervisor"))
     cr_skip_test("no hypervisor without a PMU here: auto never chose the timers");
   cr_assert_str_eq(st.event, "task-clock", "%s", st.notes);
@@ -327,24 +335,12 @@ Test(sampler, refused_perf_and_timers_turn_sampling_off)
 {
   sp_sys.perf_event_open = refuse_perf;
   sp_sys.timer_create = refuse_timer;
-  pthread_barrier_t go;
-  pthread_barrier_init(&go, NULL, 2);
-  struct worker w = {1, 50, 0, &go, 0}; /* a thread to arm, so the timer is tried */
-  pthread_t t;
-  pthread_create(&t, NULL, worker_main, &w);
-  while (!atomic_load(&w.started))
-    usleep(1000);
-  sp_config_t cfg = {.hz = 200, .events = "auto", .stack_depth = 4, .attrib = {own, NULL}};
-  cr_assert_eq(sp_start(&cfg), -1);
-  pthread_barrier_wait(&go);
-  pthread_join(t, NULL);
   sp_status_t st;
-  sp_status(&st);
+  cr_assert_eq(start_with_a_thread(&st), -1);
   cr_assert_eq(st.mode, SP_OFF);
   cr_assert_eq(sp_active(), 0);
   cr_assert(strstr(st.notes, "timer: perf_event_open is not available") ||
                 strstr(st.notes, "timer: "), "%s", st.notes);
-  pthread_barrier_destroy(&go);
 }
 
 Test(sampler, hardware_counters_when_the_cpu_exposes_them)
