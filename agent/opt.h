@@ -31,7 +31,7 @@
       "CPU-time samples per second per thread; 0 turns sampling off")                        \
   OPT(EVENTS, ENUM, "auto", 0, 0, "auto|cycles|task-clock|cpu-clock|timer",                 \
       "sampling event: auto = hardware cycles and counters where the CPU exposes them, "     \
-      "else task-clock (timer under a hypervisor)")                                         \
+      "else task-clock")                                                                     \
   OPT(STACK_DEPTH, INT, "24", 0, 32, NULL, "frames recorded per sample (0: the PC only)")     \
   OPT(HOT_CALLS, INT, "64", 1, 1 << 30, NULL,                                                \
       "calls of one signature (on one thread) after which it is compiled (sampled CPU time " \

@@ -17,7 +17,6 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <cpuid.h>
 #include <linux/perf_event.h>
 #include <pthread.h>
 #include <signal.h>
@@ -393,20 +392,6 @@ static int arm_tid(pid_t tid)
 
 /* ---- choosing the mechanism -------------------------------------------------------------- */
 
-/* 1 under a hypervisor (CPUID leaf 1, ECX bit 31). */
-static int under_hypervisor(void)
-{
-  unsigned a, b, c, d;
-  return __get_cpuid(1, &a, &b, &c, &d) && (c >> 31) & 1;
-}
-
-/* A note of the status that is no refusal. */
-static void explain_note(const char *text)
-{
-  size_t used = strlen(status.notes);
-  snprintf(status.notes + used, sizeof status.notes - used, "%s%s", used ? "\n" : "", text);
-}
-
 /* The first real-time signal nobody handles (SIGPROF and the host's own signals stay theirs). */
 static int pick_signal(void)
 {
@@ -423,7 +408,7 @@ static int pick_signal(void)
 static void choose_mode(pid_t self)
 {
   const char *want = cfg.events ? cfg.events : "auto";
-  int auto_ = strcmp(want, "auto") == 0, hw_err = 0;
+  int auto_ = strcmp(want, "auto") == 0;
   if (auto_ || strcmp(want, "cycles") == 0) {
     status.mode = SP_PERF_HW;
     int fd = open_event(hw_events[0].type, hw_events[0].config, self, -1, 1);
@@ -441,17 +426,7 @@ static void choose_mode(pid_t self)
       sp_sys.close(fd);
       return;
     }
-    hw_err = errno;
-    explain("cycles", hw_err);
-  }
-  /* No PMU (not a refusal: those task-clock would meet too, and a warning tells) */
-  if (auto_ && (hw_err == ENOENT || hw_err == EOPNOTSUPP) && under_hypervisor()) {
-    explain_note("task-clock: not used under a hypervisor, which traps the interrupt each of its "
-                 "samples raises (CPU-time timers ride the scheduler tick; OPJIT_EVENTS=task-clock "
-                 "forces it)");
-    status.mode = SP_TIMER;
-    status.event = "timer";
-    return;
+    explain("cycles", errno);
   }
   if (auto_ || strcmp(want, "cycles") == 0 || strcmp(want, "task-clock") == 0 ||
       strcmp(want, "cpu-clock") == 0) {
@@ -537,13 +512,6 @@ int sp_start(const sp_config_t *c)
       if (atomic_load(&slots[i].state) == SLOT_ARMED)
         disarm_slot(i);
     status.threads = 0;
-    if (status.mode == SP_TIMER && !status.fallback && strcmp(cfg.events ? cfg.events : "auto", "auto") == 0) {
-      explain("timer", err); /* chosen under a hypervisor: task-clock, then, after all */
-      status.fallback = 1;
-      status.mode = SP_PERF_SW;
-      status.event = "task-clock";
-      continue;
-    }
     if (status.mode == SP_TIMER) {
       explain("timer", err);
       status.mode = SP_OFF;

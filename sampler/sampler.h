@@ -5,12 +5,9 @@
  *
  *   event choice:  hardware cycles + counter group ──(refused)──▶ perf task-clock (user only)
  *                  ──(refused)──▶ per-thread CPU-time timers ──(refused)──▶ off
- * Each step down is one warning and one note in the status. Under a hypervisor without a PMU,
- * "auto" takes the timers rather than task-clock, with a note: the hypervisor traps the
- * interrupt each task-clock sample raises (~22 us a sample on the VM this was measured on),
- * while a timer's signal rides the scheduler tick. A timer fires at most once per tick
- * (CONFIG_HZ): its samples carry the periods they stand for (weight) so that counts keep
- * meaning samples at the asked rate. Threads are armed when sampling
+ * Each step down is one warning and one note in the status. A timer fires at most once per
+ * scheduler tick (CONFIG_HZ): its samples carry the periods they stand for (weight), so that
+ * counts keep meaning samples at the asked rate. Threads are armed when sampling
  * starts (every thread in /proc/self/task), when they are created (sp_arm_self from the
  * agent's pthread_create wrapper) and by sp_rescan(), which also releases the events of
  * threads that exited. The signal is a real-time one the process does not use.

@@ -179,16 +179,3 @@ int h_nobody_can_use_build(void)
            H_AGENT, H_BLAS_PROG, H_HOST_PROG);
   return system(cmd) == 0;
 }
-
-int h_hypervisor(void)
-{
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  char line[8192];
-  int hv = 0;
-  while (f && fgets(line, sizeof line, f))
-    if (!strncmp(line, "flags", 5))
-      hv |= strstr(line, " hypervisor") != NULL;
-  if (f)
-    fclose(f);
-  return hv;
-}

@@ -29,8 +29,6 @@ int h_nobody_can_use_build(void);
 const char *h_output(const char *tag, const char *ext);
 /* Lines of text that contain needle. */
 int h_count_lines(const char *text, const char *needle);
-/* 1 when /proc/cpuinfo's flags say this machine runs under a hypervisor. */
-int h_hypervisor(void);
 /* 1 when two files have identical bytes. */
 int h_same_file(const char *a, const char *b);
 
