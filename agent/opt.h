@@ -27,7 +27,7 @@
   OPT(BUSY_MS, INT, "200", 0, 60000, NULL, "how long a write waits for a locked database")    \
   OPT(MAX_SIGS, INT, "4096", 16, 1 << 20, NULL,                                              \
       "distinct signatures tracked per process; calls beyond are counted as overflow")       \
-  OPT(SAMPLE_HZ, INT, "499", 0, 20000, NULL,                                                 \
+  OPT(SAMPLE_HZ, INT, "199", 0, 20000, NULL,                                                 \
       "CPU-time samples per second per thread; 0 turns sampling off")                        \
   OPT(EVENTS, ENUM, "auto", 0, 0, "auto|cycles|task-clock|cpu-clock|timer",                 \
       "sampling event: auto = hardware cycles and counters where the CPU exposes them, "     \

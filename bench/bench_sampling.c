@@ -3,7 +3,7 @@
  * Four configurations of the same child (bench_workload):
  *   D  no agent
  *   A  the agent with OPJIT_SAMPLE_HZ=0 (counting only)
- *   B  the agent at the default rate (OPJIT_SAMPLE_HZ unset: 499 Hz)
+ *   B  the agent at the default rate (OPJIT_SAMPLE_HZ unset: 199 Hz)
  *   C  the agent with OPJIT_SAMPLE_HZ=1000
  * Each round spawns the child once per configuration, the order rotating from round to round,
  * and takes its wall time (posix_spawn to wait4) and its CPU time (wait4's user + system).
@@ -34,7 +34,7 @@
 
 #define GOAL_PCT 2.0          /* what sampling at the default rate may add, vs counting only */
 #define TARGET_S 0.4          /* each child runs about this long (wall), by default */
-#define DEFAULT_HZ 499        /* the agent's default OPJIT_SAMPLE_HZ */
+#define DEFAULT_HZ 199        /* the agent's default OPJIT_SAMPLE_HZ */
 enum { WARMUP_ROUNDS = 1 };   /* untimed rounds of all configurations */
 
 enum { CFG_D, CFG_A, CFG_B, CFG_C, NCFG };

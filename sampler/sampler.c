@@ -31,7 +31,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
-#define SP_RING 256 /* samples per thread between drains (~0.5 s at 499 Hz) */
+#define SP_RING 256 /* samples per thread between drains (~1.3 s at 199 Hz) */
 
 enum { SLOT_FREE = 0, SLOT_SETUP, SLOT_ARMED };
 
@@ -138,7 +138,7 @@ static sp_slot_t *slot_of(const siginfo_t *si)
  * frame here), later ones from its unw_backtrace: ~5 ns a frame, but its first use in a thread
  * maps and fills a 256 KB cache, which the thread unmaps at exit, ~140 us in all. A host that
  * computes every task on fresh threads (ggml: one per graph, a few ms each) would pay that per
- * task; a thread sampled this often has run long enough (~32 ms of CPU at 499 Hz) to repay
+ * task; a thread sampled this often has run long enough (~80 ms of CPU at 199 Hz) to repay
  * it. (glibc's backtrace() is no option: libgcc's unwinder takes a mutex once frames are
  * registered, as LLVM's JIT does, and a thread interrupted inside it, throwing say, would
  * deadlock in its own handler.) */
