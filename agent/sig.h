@@ -14,9 +14,10 @@
  * k = the first source's ne[0] (MUL_MAT's K), lda ldb = its ne[2] ne[3]. */
 enum ag_host { AG_HOST_ID_BLAS = 1, AG_HOST_ID_GGML = 2 };
 /* A ggml key whose op is AG_GGML_OP_FUSED is a group of nodes the agent runs as one: ta names
- * the pattern, m the row length, n the rows. */
+ * the pattern; ADD+RMS_NORM+MUL: m the row length; MUL_MAT+MUL_MAT+SWIGLU: the products' key
+ * (dtype their weights', m n k their shape). */
 enum { AG_GGML_OP_FUSED = 0xF0 };
-enum ag_fusion { AG_FUSE_ADD_RMS_MUL = 1 };
+enum ag_fusion { AG_FUSE_ADD_RMS_MUL = 1, AG_FUSE_MM_SWIGLU };
 /* ggml's numbers, checked against its headers in hosts/ggml.c (whose op table is checked
  * against the running ggml's): known to the tiers before the ggml host has seen a graph. */
 enum { AG_GGML_TYPE_F32 = 0, AG_GGML_TYPE_F16 = 1 };

@@ -237,14 +237,20 @@ static ag_sig_t key_of(const struct ggml_tensor *dst)
                      (int32_t)dst->ne[2], (int32_t)dst->ne[3], 0);
 }
 
-/* One node group of a graph the agent runs as one custom node: ADD + RMS_NORM + MUL, or a
- * single MUL_MAT. */
-enum { FU_ADD_RMS_MUL, FU_MUL_MAT };
+/* One node group of a graph the agent runs as one custom node: ADD + RMS_NORM + MUL, a single
+ * MUL_MAT, or the FFN's gate and up MUL_MATs with the SWIGLU that joins them. */
+enum { FU_ADD_RMS_MUL, FU_MUL_MAT, FU_SWIGLU };
 typedef struct fusion_s {
   int kind;
-  struct ggml_tensor *add, *rms, *mul; /* the host's nodes (never modified); a MUL_MAT's is mul */
+  struct ggml_tensor *first;           /* the group's first node in the graph */
+  int span;                            /* its nodes (consecutive) */
+  /* The host's nodes (never modified); mul is the one whose output the custom node writes:
+   * ADD + RMS_NORM + MUL: add, rms, mul; MUL_MAT: mul; SWIGLU: gate, up (MUL_MATs), mul (GLU). */
+  struct ggml_tensor *add, *rms, *mul, *gate, *up;
   struct ggml_tensor *node;            /* the custom node standing for them, when fused */
-  ag_entry_t *e;                       /* the group's signature */
+  ag_entry_t *e;                       /* the group's signature (its calls and time) */
+  ag_entry_t *ke;                      /* the signature whose variant is its kernel: its own, or
+                                          (SWIGLU) its MUL_MATs' */
   void *variant;                       /* the kernel the cached graph was built with */
   int verifying;                       /* this execution checks the kernel against ggml */
   int64_t n, rows;
@@ -253,6 +259,7 @@ typedef struct fusion_s {
 
 static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *ud);
 static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud);
+static void swiglu_node(struct ggml_tensor *dst, int ith, int nth, void *ud);
 
 /* The fusion record of one of the agent's custom nodes, or NULL. */
 static const fusion_t *our_custom(const struct ggml_tensor *dst)
@@ -265,7 +272,8 @@ static const fusion_t *our_custom(const struct ggml_tensor *dst)
     void *userdata;
   } p; /* ggml's struct ggml_custom_op_params */
   memcpy(&p, dst->op_params, sizeof p);
-  return p.fun == fused_add_rms_mul || p.fun == mul_mat_node ? p.userdata : NULL;
+  return p.fun == fused_add_rms_mul || p.fun == mul_mat_node || p.fun == swiglu_node ? p.userdata
+                                                                                     : NULL;
 }
 
 static void forward(void *_Atomic *cache, const char *name, const void *ret, const void *params,
@@ -409,7 +417,7 @@ static int find_group(struct ggml_cgraph *g, int n, int i, fusion_t *f)
       if (t->src[k] == rms && t != mul)
         return 0;
   }
-  *f = (fusion_t){.kind = FU_ADD_RMS_MUL, .add = add, .rms = rms, .mul = mul, .n = add->ne[0],
+  *f = (fusion_t){.kind = FU_ADD_RMS_MUL, .first = add, .span = 3, .add = add, .rms = rms, .mul = mul, .n = add->ne[0],
                   .rows = add->ne[1] * add->ne[2] * add->ne[3]};
   memcpy(&f->eps, rms->op_params, sizeof f->eps);
   return 1;
@@ -445,7 +453,42 @@ static int find_mm(struct ggml_cgraph *g, int i, fusion_t *f)
     if (!(y1 <= a0 || a1 <= y0))
       return 0;
   }
-  *f = (fusion_t){.kind = FU_MUL_MAT, .mul = t, .n = t->ne[0], .rows = t->ne[1]};
+  *f = (fusion_t){.kind = FU_MUL_MAT, .first = t, .span = 1, .mul = t, .n = t->ne[0], .rows = t->ne[1]};
+  return 1;
+}
+
+/* The FFN's gate and up MUL_MATs (either order) at nodes i, i+1 of g and the SWIGLU at i+2
+ * that joins them (split form, not swapped): both products under find_mm's guards with the
+ * same input, weight type and shape; the GLU's f32 output contiguous, of their shape, and
+ * either the very memory of a product's output or apart from it. */
+static int find_swiglu(struct ggml_cgraph *g, int n, int i, fusion_t *f)
+{
+  fusion_t a, b;
+  if (i + 2 >= n || !find_mm(g, i, &a) || !find_mm(g, i + 1, &b))
+    return 0;
+  struct ggml_tensor *glu = api.node(g, i + 2), *x = a.mul->src[1];
+  if (glu->op != GGML_OP_GLU || glu->op_params[0] != GGML_GLU_OP_SWIGLU ||
+      glu->op_params[1] != 0 /* swapped */ || !glu->src[0] || !glu->src[1] ||
+      glu->type != GGML_TYPE_F32 || glu->view_src || !api.contiguous(glu) || !glu->data ||
+      !(glu->flags & GGML_TENSOR_FLAG_COMPUTE) || !same_shape(glu, a.mul))
+    return 0;
+  struct ggml_tensor *gate = glu->src[0], *up = glu->src[1];
+  if (!((gate == a.mul && up == b.mul) || (gate == b.mul && up == a.mul)) ||
+      b.mul->src[1] != x || a.mul->src[0]->type != b.mul->src[0]->type || !same_shape(a.mul, b.mul) ||
+      a.mul->src[0]->ne[0] != b.mul->src[0]->ne[0])
+    return 0;
+  size_t bytes = (size_t)(glu->ne[0] * glu->ne[1]) * sizeof(float);
+  if (!clean_alias(glu, gate, bytes) || !clean_alias(glu, up, bytes) ||
+      !clean_alias(gate, up, bytes) || gate->data == up->data)
+    return 0;
+  const struct ggml_tensor *ins[3] = {x, gate->src[0], up->src[0]}; /* the GLU's output apart */
+  for (int k = 0; k < 3; k++) {
+    uintptr_t o0 = (uintptr_t)glu->data, a0 = (uintptr_t)ins[k]->data;
+    if (!(o0 + bytes <= a0 || a0 + (size_t)ins[k]->nb[1] * (size_t)ins[k]->ne[1] <= o0))
+      return 0;
+  }
+  *f = (fusion_t){.kind = FU_SWIGLU, .first = api.node(g, i), .span = 3, .gate = gate, .up = up,
+                  .mul = glu, .n = glu->ne[0], .rows = glu->ne[1]};
   return 1;
 }
 
@@ -489,7 +532,7 @@ static void verify(fusion_t *f, jt_add_rms_mul_fn k)
   size_t cnt = (size_t)(f->n * f->rows);
   float *scratch = malloc(3 * cnt * sizeof *scratch);
   if (!scratch) { /* cannot compare now: ggml computes, a later execution checks */
-    atomic_fetch_add(&f->e->verify, 1);
+    atomic_fetch_add(&f->ke->verify, 1);
     ggml_rows(f, 0, f->rows, x, s, y);
     return;
   }
@@ -520,7 +563,7 @@ static void verify(fusion_t *f, jt_add_rms_mul_fn k)
     memcpy(y, ry, cnt * sizeof *y);
   }
   free(scratch);
-  ag_tier_verify_result(f->e, worst, bound);
+  ag_tier_verify_result(f->ke, worst, bound);
 }
 
 /* The custom node's work on thread ith of nth: its share of the rows (all of them on thread 0
@@ -530,7 +573,7 @@ static void verify(fusion_t *f, jt_add_rms_mul_fn k)
 static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *ud)
 {
   fusion_t *f = ud;
-  jt_add_rms_mul_fn k = (jt_add_rms_mul_fn)atomic_load_explicit(&f->e->variant, memory_order_acquire);
+  jt_add_rms_mul_fn k = (jt_add_rms_mul_fn)atomic_load_explicit(&f->ke->variant, memory_order_acquire);
   if (f->verifying) {
     if (ith == 0) {
       if (k)
@@ -574,13 +617,13 @@ static inline float mm_x(const struct ggml_tensor *w, const float *x, int64_t i)
   return w->type == GGML_TYPE_F16 ? (float)(_Float16)x[i] : x[i];
 }
 
-/* Rows [r0, r1) of the product in plain C: the original for a node whose kernel the tiers
+/* Rows [r0, r1) of MUL_MAT node mm in plain C: the original for a node whose kernel the tiers
  * dropped (ggml's own MUL_MAT cannot stand in: it synchronises every thread of the graph). */
-static void mm_rows(const fusion_t *f, int64_t r0, int64_t r1)
+static void mm_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1)
 {
-  const struct ggml_tensor *w = f->mul->src[0], *x = f->mul->src[1];
-  int64_t m = f->mul->ne[0], n = f->mul->ne[1], k = w->ne[0];
-  float *y = f->mul->data;
+  const struct ggml_tensor *w = mm->src[0], *x = mm->src[1];
+  int64_t m = mm->ne[0], n = mm->ne[1], k = w->ne[0];
+  float *y = mm->data;
   const float *xs = x->data;
   for (int64_t j = 0; j < n; j++)
     for (int64_t i = r0; i < r1; i++) {
@@ -591,16 +634,17 @@ static void mm_rows(const fusion_t *f, int64_t r0, int64_t r1)
     }
 }
 
-/* Verification of rows [r0, r1) by the thread that computed them: 64 of their elements — the
- * range's first and last rows, the first and last columns, the rest at random — against the
- * exact dot product (in double) within the bound of a float sum of k products (elements with
- * infinite or NaN products have none: skipped). A mismatch blacklists the kernel, and these
- * rows are computed again by mm_rows. Each thread's check is a verdict of its own. */
-static void mm_verify(const fusion_t *f, int64_t r0, int64_t r1, int ith)
+/* Verification of rows [r0, r1) of mm by the thread that computed them with ke's kernel: 64 of
+ * their elements — the range's first and last rows, the first and last columns, the rest at
+ * random — against the exact dot product (in double) within the bound of a float sum of k
+ * products (elements with infinite or NaN products have none: skipped). A mismatch blacklists
+ * the kernel, and these rows are computed again by mm_rows. Each thread's check is a verdict
+ * of its own. */
+static void mm_verify(ag_entry_t *ke, const struct ggml_tensor *mm, int64_t r0, int64_t r1, int ith)
 {
-  const struct ggml_tensor *w = f->mul->src[0], *x = f->mul->src[1];
-  int64_t m = f->mul->ne[0], n = f->mul->ne[1], k = w->ne[0];
-  const float *y = f->mul->data, *xs = x->data;
+  const struct ggml_tensor *w = mm->src[0], *x = mm->src[1];
+  int64_t m = mm->ne[0], n = mm->ne[1], k = w->ne[0];
+  const float *y = mm->data, *xs = x->data;
   uint64_t rnd = (uint64_t)(uintptr_t)y ^ ((uint64_t)ith << 32) ^ 0x9e3779b97f4a7c15ull;
   double worst = 0, bound = 0;
   int checked = 0;
@@ -624,41 +668,86 @@ static void mm_verify(const fusion_t *f, int64_t r0, int64_t r1, int ith)
       bound = lim; /* while all pass: the loosest bound used */
   }
   if (worst > bound)
-    mm_rows(f, r0, r1);
+    mm_rows(mm, r0, r1);
   if (checked)
-    ag_tier_verify_result(f->e, worst, bound);
+    ag_tier_verify_result(ke, worst, bound);
 }
 
-/* The custom node of a MUL_MAT on thread ith of nth: a share of the rows, in whole micro-kernel
- * blocks. As for the fusions, the kernel is read here, inside the forward call. */
-static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
+/* Thread ith of nth's share of m rows, in whole micro-kernel blocks; 0 when it has none. */
+static int mm_share(int64_t m, int ith, int nth, int64_t *r0, int64_t *r1)
 {
-  fusion_t *f = ud;
-  int64_t m = dst->ne[0], n = dst->ne[1];
   int64_t per = ((m + nth - 1) / nth + JT_MM_MR - 1) / JT_MM_MR * JT_MM_MR;
-  int64_t r0 = per * ith, r1 = r0 + per < m ? r0 + per : m;
-  if (r0 >= r1)
-    return;
-  jt_mm_fn k = (jt_mm_fn)atomic_load_explicit(&f->e->variant, memory_order_acquire);
-  float *y = dst->data, *scratch = k ? aligned_alloc(64, JT_MM_SCRATCH * sizeof(float)) : NULL;
-  if (!scratch) { /* no kernel (dropped meanwhile), or no memory */
-    mm_rows(f, r0, r1);
+  *r0 = per * ith, *r1 = *r0 + per < m ? *r0 + per : m;
+  return *r0 < *r1;
+}
+
+/* Rows [r0, r1) of MUL_MAT node mm by f's kernel, read here, inside the forward call (as for
+ * the fusions): without one (dropped meanwhile), or without memory for its scratch, in plain
+ * C. Checked when f verifies. */
+static void mm_compute(const fusion_t *f, const struct ggml_tensor *mm, int64_t r0, int64_t r1,
+                       int ith)
+{
+  jt_mm_fn k = (jt_mm_fn)atomic_load_explicit(&f->ke->variant, memory_order_acquire);
+  float *scratch = k ? aligned_alloc(64, JT_MM_SCRATCH * sizeof(float)) : NULL;
+  if (!scratch) {
+    mm_rows(mm, r0, r1);
     return;
   }
-  if (fusion_mode == 2) { /* poison */
-    for (int64_t j = 0; j < n; j++)
-      memset(y + j * m + r0, 0, (size_t)(r1 - r0) * sizeof *y);
-    free(scratch);
-    return;
-  }
-  k(f->mul->src[0]->data, f->mul->src[1]->data, y, r0, r1, scratch);
+  k(mm->src[0]->data, mm->src[1]->data, mm->data, r0, r1, scratch);
   free(scratch);
+  float *y = mm->data;
+  int64_t m = mm->ne[0], n = mm->ne[1];
   if (fusion_mode == 3) /* wrong: verification must catch it */
     for (int64_t j = 0; j < n; j++)
       for (int64_t i = r0; i < r1; i++)
         y[j * m + i] *= 1.5f;
   if (f->verifying)
-    mm_verify(f, r0, r1, ith);
+    mm_verify(f->ke, mm, r0, r1, ith);
+}
+
+/* Zeros rows [r0, r1) of every column of t (the poison test mode). */
+static void poison_rows(struct ggml_tensor *t, int64_t r0, int64_t r1)
+{
+  for (int64_t j = 0; j < t->ne[1]; j++)
+    memset((float *)t->data + j * t->ne[0] + r0, 0, (size_t)(r1 - r0) * sizeof(float));
+}
+
+/* The custom node of a MUL_MAT on thread ith of nth: its share of the rows. */
+static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
+{
+  fusion_t *f = ud;
+  int64_t r0, r1;
+  if (!mm_share(dst->ne[0], ith, nth, &r0, &r1))
+    return;
+  if (fusion_mode == 2)
+    poison_rows(dst, r0, r1);
+  else
+    mm_compute(f, f->mul, r0, r1, ith);
+}
+
+/* The SWIGLU group's custom node on thread ith of nth: its share of the rows of both products
+ * (their kernel is one: they have one shape) into the products' own outputs, then of the GLU's
+ * output, silu(gate) * up with ggml's float arithmetic (silu(g) = g / (1 + e^-g)). Each thread
+ * reads only the rows it wrote: no thread waits for another within the group. */
+static void swiglu_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
+{
+  fusion_t *f = ud;
+  int64_t m = dst->ne[0], n = dst->ne[1], r0, r1;
+  if (!mm_share(m, ith, nth, &r0, &r1))
+    return;
+  if (fusion_mode == 2) {
+    poison_rows(dst, r0, r1);
+    return;
+  }
+  mm_compute(f, f->gate, r0, r1, ith);
+  mm_compute(f, f->up, r0, r1, ith);
+  const float *g = f->gate->data, *u = f->up->data;
+  float *y = dst->data;
+  for (int64_t j = 0; j < n; j++)
+    for (int64_t i = r0; i < r1; i++) {
+      float gv = g[j * m + i];
+      y[j * m + i] = gv / (1.0f + expf(-gv)) * u[j * m + i];
+    }
 }
 
 static uint64_t graph_hash(struct ggml_cgraph *g, int n)
@@ -708,21 +797,28 @@ static gcache_t *gcache_of(struct ggml_cgraph *g)
   for (int i = 0; i < n; i++) {
     fusion_t f;
     ag_sig_t k;
+    ag_sig_t kk = {0};
     if (find_group(g, n, i, &f)) /* one signature per row length: the kernel takes the rows */
       k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, GGML_TYPE_F32, GGML_TYPE_F32, 0,
                       AG_FUSE_ADD_RMS_MUL, 0, 0, (int32_t)f.n, 0, 0, 0, 0, 0);
-    else if (find_mm(g, i, &f)) /* the node's own signature: its profile is the original's */
+    else if (find_swiglu(g, n, i, &f)) { /* its own signature; its products' kernel */
+      kk = key_of(f.gate);
+      k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, (uint8_t)f.gate->src[0]->type,
+                      GGML_TYPE_F32, GGML_TYPE_F32 + 1, AG_FUSE_MM_SWIGLU, 0, 0, kk.m, kk.n,
+                      kk.k, 1, 1, 0);
+    } else if (find_mm(g, i, &f)) /* the node's own signature: its profile is the original's */
       k = key_of(f.mul);
     else
       continue;
-    if (!(f.e = ag_table_get(ag_table, &k)))
+    if (!(f.e = ag_table_get(ag_table, &k)) ||
+        !(f.ke = f.kind == FU_SWIGLU ? ag_table_get(ag_table, &kk) : f.e))
       break; /* the table is full */
     fusion_t *grown = realloc(c->f, (size_t)(c->nf + 1) * sizeof *grown);
     if (!grown)
       break;
     c->f = grown;
     c->f[c->nf++] = f;
-    i += f.kind == FU_ADD_RMS_MUL ? 2 : 0;
+    i += f.span - 1;
   }
   return c;
 }
@@ -736,7 +832,7 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g)
   int fused = 0;
   for (int i = 0; i < c->nf; i++) {
     fusion_t *f = &c->f[i];
-    f->variant = atomic_load_explicit(&f->e->variant, memory_order_acquire);
+    f->variant = atomic_load_explicit(&f->ke->variant, memory_order_acquire);
     f->node = NULL;
     fused += f->variant != NULL;
   }
@@ -754,8 +850,7 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g)
   int next = 0;
   for (int i = 0; i < c->n_nodes; i++) {
     struct ggml_tensor *t = api.node(g, i);
-    fusion_t *f = next < c->nf && (c->f[next].kind == FU_MUL_MAT ? c->f[next].mul : c->f[next].add) == t
-                      ? &c->f[next] : NULL;
+    fusion_t *f = next < c->nf && c->f[next].first == t ? &c->f[next] : NULL;
     if (!f) {
       api.add_node(c->graph, t);
       continue;
@@ -765,19 +860,25 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g)
       api.add_node(c->graph, t);
       continue;
     }
-    int mm = f->kind == FU_MUL_MAT;
-    struct ggml_tensor *args[3] = {mm ? f->mul->src[0] : f->add->src[0],
-                                   mm ? f->mul->src[1] : f->add->src[1], f->mul->src[1]};
+    /* the custom node's sources: what its kernel reads, for ggml's dependency order */
+    struct ggml_tensor *args[3];
+    ggml_custom_op_t fun;
+    int nargs = 3;
+    if (f->kind == FU_MUL_MAT)
+      args[0] = f->mul->src[0], args[1] = f->mul->src[1], nargs = 2, fun = mul_mat_node;
+    else if (f->kind == FU_SWIGLU)
+      args[0] = f->gate->src[0], args[1] = f->up->src[0], args[2] = f->gate->src[1], fun = swiglu_node;
+    else
+      args[0] = f->add->src[0], args[1] = f->add->src[1], args[2] = f->mul->src[1], fun = fused_add_rms_mul;
     struct ggml_tensor *node = api.custom(c->ctx, GGML_TYPE_F32, f->mul->ne[0], f->mul->ne[1],
-                                          f->mul->ne[2], f->mul->ne[3], args, mm ? 2 : 3,
-                                          mm ? mul_mat_node : fused_add_rms_mul,
+                                          f->mul->ne[2], f->mul->ne[3], args, nargs, fun,
                                           -1 /* GGML_N_TASKS_MAX */, f);
     node->flags |= GGML_TENSOR_FLAG_COMPUTE;
     node->buffer = f->mul->buffer;
     node->data = f->mul->data;
     f->node = node;
     api.add_node(c->graph, node);
-    i += mm ? 0 : 2; /* the RMS_NORM and the MUL are in the custom node */
+    i += f->span - 1; /* the group's other nodes are in the custom node */
   }
   return 0;
 }
@@ -804,9 +905,9 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gcache_t 
   int stale = 0;
   for (int i = 0; i < c->nf; i++) {
     fusion_t *f = &c->f[i];
-    void *v = atomic_load_explicit(&f->e->variant, memory_order_acquire);
+    void *v = atomic_load_explicit(&f->ke->variant, memory_order_acquire);
     stale |= v != f->variant;
-    if (v || f->kind == FU_MUL_MAT) /* an unfused MUL_MAT counts as itself */
+    if (v || f->kind != FU_ADD_RMS_MUL) /* unfused MUL_MATs count as themselves */
       continue;
     uint64_t n = atomic_fetch_add_explicit(&f->e->calls, (uint64_t)nth, memory_order_relaxed) + (uint64_t)nth;
     ag_tier_hot(f->e, n); /* cheap unless cold and hot: compiled, and again after an eviction */
@@ -825,9 +926,9 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gcache_t 
     if (!f->node)
       continue;
     f->node->data = f->mul->data;
-    int32_t left = atomic_load(&f->e->verify);
+    int32_t left = atomic_load(&f->ke->verify);
     f->verifying = (fusion_mode == 1 || fusion_mode == 3) && left > 0 &&
-                   atomic_fetch_sub(&f->e->verify, 1) > 0;
+                   atomic_fetch_sub(&f->ke->verify, 1) > 0;
   }
   pthread_mutex_unlock(&gcache_mu);
   return use;

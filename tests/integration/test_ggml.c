@@ -171,11 +171,15 @@ Test(ggml, mul_mat_kernels_serve_the_prefill_from_the_second_run)
     same_output(run_long("mm2", 1, env, models[m]), plain, "run 2");
     snprintf(q, sizeof q, mm, 2, "loaded");
     cr_assert_eq(h_query(db, q), 3);
-    /* Each node's calls on both threads ran the kernel: 2 x (4 + 3 + 4) products... of which
-     * the second layer's FFN runs on the output token only (N=1). */
+    /* Each node's calls on both threads ran the kernel: both layers' 4 attention products and
+     * the first layer's down product (the second layer's FFN runs on the output token only,
+     * N=1); the first layer's gate and up ran it inside their SWIGLU group, one call a thread. */
     cr_assert_eq(h_query(db, "SELECT sum(v.calls) FROM variants v JOIN signatures s ON"
                                " s.id=v.sig_id WHERE v.run_id=2 AND s.op='MUL_MAT'"),
-                 (2 * 4 + 3) * 2);
+                 (2 * 4 + 1) * 2);
+    cr_assert_eq(h_query(db, "SELECT rs.calls FROM run_sigs rs JOIN signatures s ON"
+                               " s.id=rs.sig_id WHERE rs.run_id=2 AND"
+                               " s.name LIKE 'FUSED MUL_MAT+MUL_MAT+SWIGLU %%'"), 2);
     cr_assert_eq(h_query(db, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 0);
   }
 }
