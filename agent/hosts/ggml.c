@@ -35,7 +35,9 @@
  * tiers compile the JIT's cache-blocked kernel for it (self-tested before publication), and the
  * rebuilt graph computes the node as a custom node split by rows in whole micro-kernel blocks.
  * A thread without the kernel (dropped meanwhile) runs its rows in plain C: ggml's own MUL_MAT
- * synchronises every thread and cannot stand in.
+ * synchronises every thread and cannot stand in. The FFN's gate and up MUL_MATs with the
+ * SWIGLU after them are one record (signature FUSED MUL_MAT+MUL_MAT+SWIGLU) whose kernel is
+ * their MUL_MAT signature's: each thread computes its rows of both, then their SwiGLU.
  * Known cost: a rebuilt graph carries no use counts (ggml's API cannot fill them), so ggml's
  * own RMS_NORM+MUL fusion does not fire in it for a pair the agent leaves unfused (in a llama
  * graph, the first layer's attention norm, which has no ADD before it). */
