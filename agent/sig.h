@@ -15,9 +15,10 @@
 enum ag_host { AG_HOST_ID_BLAS = 1, AG_HOST_ID_GGML = 2 };
 /* A ggml key whose op is AG_GGML_OP_FUSED is a group of nodes the agent runs as one: ta names
  * the pattern; ADD+RMS_NORM+MUL: m the row length; MUL_MAT+MUL_MAT+SWIGLU: the products' key
- * (dtype their weights', m n k their shape). */
+ * (dtype their weights', m n k their shape); SHARED-INPUT MUL_MATS: the same with m their rows
+ * together, tb how many. */
 enum { AG_GGML_OP_FUSED = 0xF0 };
-enum ag_fusion { AG_FUSE_ADD_RMS_MUL = 1, AG_FUSE_MM_SWIGLU };
+enum ag_fusion { AG_FUSE_ADD_RMS_MUL = 1, AG_FUSE_MM_SWIGLU, AG_FUSE_SHARED_INPUT };
 /* ggml's numbers, checked against its headers in hosts/ggml.c (whose op table is checked
  * against the running ggml's): known to the tiers before the ggml host has seen a graph. */
 enum { AG_GGML_TYPE_F32 = 0, AG_GGML_TYPE_F16 = 1 };

@@ -116,6 +116,7 @@ static struct {
   size_t (*graph_overhead)(size_t, bool);
   size_t (*tensor_overhead)(void);
   bool (*contiguous)(const struct ggml_tensor *);
+  size_t (*nbytes)(const struct ggml_tensor *);
   struct ggml_tensor *(*custom)(struct ggml_context *, enum ggml_type, int64_t, int64_t, int64_t,
                                 int64_t, struct ggml_tensor **, int, ggml_custom_op_t, int, void *);
   forward_fn add, rms_norm, mul;
@@ -149,6 +150,7 @@ static void check(void)
   SYM(tensor_overhead, "ggml_tensor_overhead");
   SYM(contiguous, "ggml_is_contiguous");
   SYM(custom, "ggml_custom_4d");
+  SYM(nbytes, "ggml_nbytes");
 #undef SYM
   if (base)
     dlclose(base); /* libggml-base stays: the backend needs it */
@@ -242,7 +244,8 @@ static ag_sig_t key_of(const struct ggml_tensor *dst)
 
 /* One node group of a graph the agent runs as one custom node: ADD + RMS_NORM + MUL, a single
  * MUL_MAT, or the FFN's gate and up MUL_MATs with the SWIGLU that joins them. */
-enum { FU_ADD_RMS_MUL, FU_MUL_MAT, FU_SWIGLU };
+enum { FU_ADD_RMS_MUL, FU_MUL_MAT, FU_SWIGLU, FU_SHARED_INPUT };
+#define SHARED_MAX 3 /* products of one input computed as one node (Q, K and V) */
 typedef struct fusion_s {
   int kind;
   struct ggml_tensor *first;           /* the group's first node in the graph */
@@ -250,6 +253,11 @@ typedef struct fusion_s {
   /* The host's nodes (never modified); mul is the one whose output the custom node writes:
    * ADD + RMS_NORM + MUL: add, rms, mul; MUL_MAT: mul; SWIGLU: gate, up (MUL_MATs), mul (GLU). */
   struct ggml_tensor *add, *rms, *mul, *gate, *up;
+  /* SHARED_INPUT: the products (mul the first), each with its own kernel's signature */
+  struct ggml_tensor *prod[SHARED_MAX];
+  ag_entry_t *pke[SHARED_MAX];
+  void *pvariant[SHARED_MAX]; /* the kernels the cached graph was built with */
+  int nprod;
   struct ggml_tensor *node;            /* the custom node standing for them, when fused */
   ag_entry_t *e;                       /* the group's signature (its calls and time) */
   ag_entry_t *ke;                      /* the signature whose variant is its kernel: its own, or
@@ -263,6 +271,7 @@ typedef struct fusion_s {
 static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *ud);
 static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud);
 static void swiglu_node(struct ggml_tensor *dst, int ith, int nth, void *ud);
+static void shared_node(struct ggml_tensor *dst, int ith, int nth, void *ud);
 
 /* The fusion record of one of the agent's custom nodes, or NULL. */
 static const fusion_t *our_custom(const struct ggml_tensor *dst)
@@ -275,8 +284,10 @@ static const fusion_t *our_custom(const struct ggml_tensor *dst)
     void *userdata;
   } p; /* ggml's struct ggml_custom_op_params */
   memcpy(&p, dst->op_params, sizeof p);
-  return p.fun == fused_add_rms_mul || p.fun == mul_mat_node || p.fun == swiglu_node ? p.userdata
-                                                                                     : NULL;
+  return p.fun == fused_add_rms_mul || p.fun == mul_mat_node || p.fun == swiglu_node ||
+                 p.fun == shared_node
+             ? p.userdata
+             : NULL;
 }
 
 static void forward(void *_Atomic *cache, const char *name, const void *ret, const void *params,
@@ -353,7 +364,7 @@ static void fusion_setup(void)
   *(void **)&api.mul = dlsym(cpu, "ggml_compute_forward_mul");
   *(void **)&api.swiglu = dlsym(cpu, "ggml_vec_swiglu_f32"); /* without it: no SWIGLU fusion */
   api.ok = api.n_nodes && api.node && api.init && api.free && api.new_graph && api.add_node &&
-           api.graph_overhead && api.tensor_overhead && api.contiguous && api.custom && api.add &&
+           api.graph_overhead && api.tensor_overhead && api.contiguous && api.custom && api.nbytes && api.add &&
            api.rms_norm && api.mul;
   if (!api.ok)
     fusion_mode = 0;
@@ -496,6 +507,61 @@ static int find_swiglu(struct ggml_cgraph *g, int n, int i, fusion_t *f)
     }
   *f = (fusion_t){.kind = FU_SWIGLU, .first = api.node(g, i), .span = 3, .gate = gate, .up = up,
                   .mul = glu, .n = glu->ne[0], .rows = glu->ne[1]};
+  return 1;
+}
+
+/* 1 when tensors a and b (those with memory) have no byte in common. */
+static int apart(const struct ggml_tensor *a, const struct ggml_tensor *b)
+{
+  if (!a || !b || !a->data || !b->data)
+    return 1;
+  uintptr_t a0 = (uintptr_t)a->data, b0 = (uintptr_t)b->data;
+  return a0 + api.nbytes(a) <= b0 || b0 + api.nbytes(b) <= a0;
+}
+
+/* Products of one input (Q, K and V of an attention: 2 or 3 MUL_MATs under find_mm's guards
+ * with the same input, weight type, K and N, within 16 nodes from node i) computed together at
+ * the first one's place. The later ones move earlier past the nodes in between, so those
+ * nodes, their sources included, must share no memory with the moved products' outputs or
+ * weights: ggml's allocator may have placed a moved product on memory that is alive until it
+ * (the first product's output, say, dead once its ROPE has read it). */
+static int find_shared(struct ggml_cgraph *g, int n, int i, fusion_t *f)
+{
+  fusion_t a, b;
+  if (!find_mm(g, i, &a))
+    return 0;
+  *f = (fusion_t){.kind = FU_SHARED_INPUT, .first = a.mul, .span = 1, .mul = a.mul,
+                  .n = a.mul->ne[0], .rows = a.mul->ne[1], .nprod = 1};
+  f->prod[0] = a.mul;
+  const struct ggml_tensor *x = a.mul->src[1];
+  int at[SHARED_MAX] = {i};
+  for (int j = i + 1; j < n && j <= i + 16 && f->nprod < SHARED_MAX; j++) {
+    if (!find_mm(g, j, &b) || b.mul->src[1] != x || b.mul->src[0]->type != a.mul->src[0]->type ||
+        b.mul->ne[1] != a.mul->ne[1])
+      continue;
+    at[f->nprod] = j;
+    f->prod[f->nprod++] = b.mul;
+  }
+  if (f->nprod < 2)
+    return 0;
+  for (int p = 1; p < f->nprod; p++) /* the nodes product p moves before */
+    for (int j = i + 1; j < at[p]; j++) {
+      struct ggml_tensor *t = api.node(g, j);
+      int member = 0;
+      for (int q = 1; q < f->nprod; q++)
+        member |= t == f->prod[q];
+      if (member)
+        continue;
+      if (!apart(f->prod[p], t) || !apart(f->prod[p]->src[0], t))
+        return 0;
+      for (int k = 0; k < GGML_MAX_SRC; k++)
+        if (!apart(f->prod[p], t->src[k]))
+          return 0;
+    }
+  for (int p = 0; p < f->nprod; p++) /* and each product apart from the others' */
+    for (int q = 0; q < f->nprod; q++)
+      if (p != q && (!apart(f->prod[p], f->prod[q]) || !apart(f->prod[p], f->prod[q]->src[0])))
+        return 0;
   return 1;
 }
 
@@ -688,13 +754,13 @@ static int mm_share(int64_t m, int ith, int nth, int64_t *r0, int64_t *r1)
   return *r0 < *r1;
 }
 
-/* Rows [r0, r1) of MUL_MAT node mm by f's kernel, read here, inside the forward call (as for
+/* Rows [r0, r1) of MUL_MAT node mm by ke's kernel, read here, inside the forward call (as for
  * the fusions): without one (dropped meanwhile), or without memory for its scratch, in plain
  * C. Checked when f verifies. Returns 1 when the kernel computed them. */
-static int mm_compute(const fusion_t *f, const struct ggml_tensor *mm, int64_t r0, int64_t r1,
-                      int ith)
+static int mm_compute(const fusion_t *f, ag_entry_t *ke, const struct ggml_tensor *mm, int64_t r0,
+                      int64_t r1, int ith)
 {
-  jt_mm_fn k = (jt_mm_fn)atomic_load_explicit(&f->ke->variant, memory_order_acquire);
+  jt_mm_fn k = (jt_mm_fn)atomic_load_explicit(&ke->variant, memory_order_acquire);
   float *scratch = k ? aligned_alloc(64, JT_MM_SCRATCH * sizeof(float)) : NULL;
   if (!scratch) {
     mm_rows(mm, r0, r1);
@@ -709,7 +775,7 @@ static int mm_compute(const fusion_t *f, const struct ggml_tensor *mm, int64_t r
       for (int64_t i = r0; i < r1; i++)
         y[j * m + i] *= 1.5f;
   if (f->verifying)
-    mm_verify(f->ke, mm, r0, r1, ith);
+    mm_verify(ke, mm, r0, r1, ith);
   return 1;
 }
 
@@ -730,7 +796,7 @@ static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
   if (fusion_mode == 2)
     poison_rows(dst, r0, r1);
   else
-    mm_compute(f, f->mul, r0, r1, ith);
+    mm_compute(f, f->ke, f->mul, r0, r1, ith);
 }
 
 /* The SWIGLU group's custom node on thread ith of nth: its share of the rows of both products
@@ -748,7 +814,7 @@ static void swiglu_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
     poison_rows(dst, r0, r1);
     return;
   }
-  int served = mm_compute(f, f->gate, r0, r1, ith) + mm_compute(f, f->up, r0, r1, ith);
+  int served = mm_compute(f, f->ke, f->gate, r0, r1, ith) + mm_compute(f, f->ke, f->up, r0, r1, ith);
   /* The products' own signature keeps its calls: they are what keeps its kernel hot in later
    * runs' profiles and in the code cache (forward() books the group's under its own). */
   atomic_fetch_add_explicit(&f->ke->calls, 2, memory_order_relaxed);
@@ -757,6 +823,27 @@ static void swiglu_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
   float *y = dst->data;
   for (int64_t j = 0; j < n; j++) /* r0 is a multiple of 16, as a row's start: ggml's chunks */
     api.swiglu((int)(r1 - r0), y + j * m + r0, g + j * m + r0, u + j * m + r0);
+}
+
+/* The custom node of products of one input on thread ith of nth: its share of each product's
+ * rows with that product's kernel. Each product's own signature keeps its calls (forward()
+ * books the node's under the group's). */
+static void shared_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
+{
+  (void)dst;
+  fusion_t *f = ud;
+  for (int p = 0; p < f->nprod; p++) {
+    int64_t r0, r1;
+    if (!mm_share(f->prod[p]->ne[0], ith, nth, &r0, &r1))
+      continue;
+    if (fusion_mode == 2) {
+      poison_rows(f->prod[p], r0, r1);
+      continue;
+    }
+    int served = mm_compute(f, f->pke[p], f->prod[p], r0, r1, ith);
+    atomic_fetch_add_explicit(&f->pke[p]->calls, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&f->pke[p]->vcalls, (uint64_t)served, memory_order_relaxed);
+  }
 }
 
 static uint64_t graph_hash(struct ggml_cgraph *g, int n)
@@ -785,6 +872,50 @@ static void gcache_clear(gcache_t *c)
   memset(c, 0, sizeof *c);
 }
 
+/* 1 when t is a later product of one of c's shared-input records. */
+static int taken(const gcache_t *c, const struct ggml_tensor *t)
+{
+  for (int i = 0; i < c->nf; i++)
+    for (int p = 1; c->f[i].kind == FU_SHARED_INPUT && p < c->f[i].nprod; p++)
+      if (c->f[i].prod[p] == t)
+        return 1;
+  return 0;
+}
+
+/* The kernel a record runs (NULL: none yet); a shared-input record's products' kernels are
+ * noted in pvariant, and it has one only when each product has. */
+static void *record_variant(fusion_t *f)
+{
+  if (f->kind != FU_SHARED_INPUT)
+    return atomic_load_explicit(&f->ke->variant, memory_order_acquire);
+  void *all = f; /* any non-NULL token while every product has its kernel */
+  for (int p = 0; p < f->nprod; p++)
+    if (!(f->pvariant[p] = atomic_load_explicit(&f->pke[p]->variant, memory_order_acquire)))
+      all = NULL;
+  return all ? f->pvariant[0] : NULL;
+}
+
+/* 1 when a record's kernels are no longer those its cached graph was built with. */
+static int record_stale(const fusion_t *f)
+{
+  if (f->kind != FU_SHARED_INPUT)
+    return atomic_load_explicit(&f->ke->variant, memory_order_acquire) != f->variant;
+  for (int p = 0; p < f->nprod; p++)
+    if (atomic_load_explicit(&f->pke[p]->variant, memory_order_acquire) != f->pvariant[p])
+      return 1;
+  return 0;
+}
+
+/* 1 when t is a later product of a shared-input record that runs as one node. */
+static int moved(const gcache_t *c, const struct ggml_tensor *t)
+{
+  for (int i = 0; i < c->nf; i++)
+    for (int p = 1; c->f[i].kind == FU_SHARED_INPUT && c->f[i].variant && p < c->f[i].nprod; p++)
+      if (c->f[i].prod[p] == t)
+        return 1;
+  return 0;
+}
+
 /* The cache entry of g, found or made (its groups found). gcache_mu held. */
 static gcache_t *gcache_of(struct ggml_cgraph *g)
 {
@@ -807,6 +938,8 @@ static gcache_t *gcache_of(struct ggml_cgraph *g)
     fusion_t f;
     ag_sig_t k;
     ag_sig_t kk = {0};
+    if (taken(c, api.node(g, i))) /* a later product of a shared-input record */
+      continue;
     if (find_group(g, n, i, &f)) /* one signature per row length: the kernel takes the rows */
       k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, GGML_TYPE_F32, GGML_TYPE_F32, 0,
                       AG_FUSE_ADD_RMS_MUL, 0, 0, (int32_t)f.n, 0, 0, 0, 0, 0);
@@ -815,12 +948,26 @@ static gcache_t *gcache_of(struct ggml_cgraph *g)
       k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, (uint8_t)f.gate->src[0]->type,
                       GGML_TYPE_F32, GGML_TYPE_F32 + 1, AG_FUSE_MM_SWIGLU, 0, 0, kk.m, kk.n,
                       kk.k, 1, 1, 0);
+    } else if (find_shared(g, n, i, &f)) { /* its own signature; each product's kernel */
+      int32_t rows = 0;
+      for (int p = 0; p < f.nprod; p++) {
+        ag_sig_t pk = key_of(f.prod[p]);
+        rows += pk.m;
+        if (!(f.pke[p] = ag_table_get(ag_table, &pk)))
+          break;
+      }
+      kk = key_of(f.mul);
+      k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, (uint8_t)f.mul->src[0]->type,
+                      GGML_TYPE_F32, GGML_TYPE_F32 + 1, AG_FUSE_SHARED_INPUT, (uint8_t)f.nprod,
+                      0, rows, kk.n, kk.k, 1, 1, 0);
     } else if (find_mm(g, i, &f)) /* the node's own signature: its profile is the original's */
       k = key_of(f.mul);
     else
       continue;
-    if (!(f.e = ag_table_get(ag_table, &k)) ||
-        !(f.ke = f.kind == FU_SWIGLU ? ag_table_get(ag_table, &kk) : f.e))
+    int full = f.kind == FU_SHARED_INPUT && !f.pke[f.nprod - 1];
+    if (full || !(f.e = ag_table_get(ag_table, &k)) ||
+        !(f.ke = f.kind == FU_SWIGLU ? ag_table_get(ag_table, &kk)
+                 : f.kind == FU_SHARED_INPUT ? f.pke[0] : f.e))
       break; /* the table is full */
     fusion_t *grown = realloc(c->f, (size_t)(c->nf + 1) * sizeof *grown);
     if (!grown)
@@ -841,7 +988,7 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g)
   int fused = 0;
   for (int i = 0; i < c->nf; i++) {
     fusion_t *f = &c->f[i];
-    f->variant = atomic_load_explicit(&f->ke->variant, memory_order_acquire);
+    f->variant = record_variant(f);
     f->node = NULL;
     fused += f->variant != NULL;
   }
@@ -860,6 +1007,8 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g)
   for (int i = 0; i < c->n_nodes; i++) {
     struct ggml_tensor *t = api.node(g, i);
     fusion_t *f = next < c->nf && c->f[next].first == t ? &c->f[next] : NULL;
+    if (!f && moved(c, t)) /* computed earlier, with the first product of its input */
+      continue;
     if (!f) {
       api.add_node(c->graph, t);
       continue;
@@ -870,10 +1019,14 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g)
       continue;
     }
     /* the custom node's sources: what its kernel reads, for ggml's dependency order */
-    struct ggml_tensor *args[3];
+    struct ggml_tensor *args[1 + SHARED_MAX];
     ggml_custom_op_t fun;
     int nargs = 3;
-    if (f->kind == FU_MUL_MAT)
+    if (f->kind == FU_SHARED_INPUT) {
+      args[0] = f->mul->src[1], nargs = 1 + f->nprod, fun = shared_node;
+      for (int p = 0; p < f->nprod; p++)
+        args[1 + p] = f->prod[p]->src[0];
+    } else if (f->kind == FU_MUL_MAT)
       args[0] = f->mul->src[0], args[1] = f->mul->src[1], nargs = 2, fun = mul_mat_node;
     else if (f->kind == FU_SWIGLU)
       args[0] = f->gate->src[0], args[1] = f->up->src[0], args[2] = f->gate->src[1], fun = swiglu_node;
@@ -914,10 +1067,9 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gcache_t 
   int stale = 0;
   for (int i = 0; i < c->nf; i++) {
     fusion_t *f = &c->f[i];
-    void *v = atomic_load_explicit(&f->ke->variant, memory_order_acquire);
-    stale |= v != f->variant;
-    if (v || f->kind != FU_ADD_RMS_MUL) /* unfused MUL_MATs count as themselves */
-      continue;
+    stale |= record_stale(f);
+    if (f->kind != FU_ADD_RMS_MUL || atomic_load_explicit(&f->ke->variant, memory_order_acquire))
+      continue; /* fused, or MUL_MATs, which count as themselves unfused */
     uint64_t n = atomic_fetch_add_explicit(&f->e->calls, (uint64_t)nth, memory_order_relaxed) + (uint64_t)nth;
     ag_tier_hot(f->e, n); /* cheap unless cold and hot: compiled, and again after an eviction */
   }

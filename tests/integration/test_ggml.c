@@ -177,13 +177,19 @@ Test(ggml, mul_mat_kernels_serve_the_prefill_from_the_second_run)
     cr_assert_eq(h_query(db, q), 3);
     /* Each node's calls on both threads ran the kernel: both layers' 4 attention products and
      * the first layer's down product (the second layer's FFN runs on the output token only,
-     * N=1); the first layer's gate and up ran it inside their SWIGLU group, one call a thread. */
+     * N=1), and the first layer's gate and up inside their SWIGLU group (the groups credit
+     * their products' signatures). */
     cr_assert_eq(h_query(db, "SELECT sum(v.calls) FROM variants v JOIN signatures s ON"
                                " s.id=v.sig_id WHERE v.run_id=2 AND s.op='MUL_MAT'"),
                  (2 * 4 + 1) * 2 + 2 * 2);
     cr_assert_eq(h_query(db, "SELECT rs.calls FROM run_sigs rs JOIN signatures s ON"
                                " s.id=rs.sig_id WHERE rs.run_id=2 AND"
                                " s.name LIKE 'FUSED MUL_MAT+MUL_MAT+SWIGLU %%'"), 2);
+    /* V and K as one node in each layer (Q cannot join them: V may take the memory Q's output
+     * had, which Q's ROPE reads in between) */
+    cr_assert_eq(h_query(db, "SELECT rs.calls FROM run_sigs rs JOIN signatures s ON"
+                               " s.id=rs.sig_id WHERE rs.run_id=2 AND"
+                               " s.name LIKE 'FUSED SHARED-INPUT MUL_MATS %% M=512 N=32'"), 2 * 2);
     cr_assert_eq(h_query(db, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 0);
   }
 }
