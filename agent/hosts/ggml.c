@@ -50,7 +50,8 @@
 
 #include "ggml.h"
 
-_Static_assert((int)GGML_TYPE_F32 == (int)AG_GGML_TYPE_F32 && (int)GGML_TYPE_F16 == (int)AG_GGML_TYPE_F16 &&
+_Static_assert((int)GGML_TYPE_F32 == (int)AG_GGML_TYPE_F32 &&
+                   (int)GGML_TYPE_F16 == (int)AG_GGML_TYPE_F16 &&
                    (int)GGML_OP_MUL_MAT == (int)AG_GGML_OP_MUL_MAT,
                "sig.h's ggml numbers");
 
@@ -364,7 +365,8 @@ static void fusion_setup(void)
   *(void **)&api.mul = dlsym(cpu, "ggml_compute_forward_mul");
   *(void **)&api.swiglu = dlsym(cpu, "ggml_vec_swiglu_f32"); /* without it: no SWIGLU fusion */
   api.ok = api.n_nodes && api.node && api.init && api.free && api.new_graph && api.add_node &&
-           api.graph_overhead && api.tensor_overhead && api.contiguous && api.custom && api.nbytes && api.add &&
+           api.graph_overhead && api.tensor_overhead && api.contiguous && api.custom &&
+           api.nbytes && api.add &&
            api.rms_norm && api.mul;
   if (!api.ok)
     fusion_mode = 0;
@@ -432,7 +434,8 @@ static int find_group(struct ggml_cgraph *g, int n, int i, fusion_t *f)
       if (t->src[k] == rms && t != mul)
         return 0;
   }
-  *f = (fusion_t){.kind = FU_ADD_RMS_MUL, .first = add, .span = 3, .add = add, .rms = rms, .mul = mul, .n = add->ne[0],
+  *f = (fusion_t){.kind = FU_ADD_RMS_MUL, .first = add, .span = 3, .add = add, .rms = rms,
+                  .mul = mul, .n = add->ne[0],
                   .rows = add->ne[1] * add->ne[2] * add->ne[3]};
   memcpy(&f->eps, rms->op_params, sizeof f->eps);
   return 1;
@@ -468,7 +471,8 @@ static int find_mm(struct ggml_cgraph *g, int i, fusion_t *f)
     if (!(y1 <= a0 || a1 <= y0))
       return 0;
   }
-  *f = (fusion_t){.kind = FU_MUL_MAT, .first = t, .span = 1, .mul = t, .n = t->ne[0], .rows = t->ne[1]};
+  *f = (fusion_t){.kind = FU_MUL_MAT, .first = t, .span = 1, .mul = t, .n = t->ne[0],
+                  .rows = t->ne[1]};
   return 1;
 }
 
@@ -489,7 +493,8 @@ static int find_swiglu(struct ggml_cgraph *g, int n, int i, fusion_t *f)
     return 0;
   struct ggml_tensor *gate = glu->src[0], *up = glu->src[1];
   if (!((gate == a.mul && up == b.mul) || (gate == b.mul && up == a.mul)) ||
-      b.mul->src[1] != x || a.mul->src[0]->type != b.mul->src[0]->type || !same_shape(a.mul, b.mul) ||
+      b.mul->src[1] != x || a.mul->src[0]->type != b.mul->src[0]->type ||
+      !same_shape(a.mul, b.mul) ||
       a.mul->src[0]->ne[0] != b.mul->src[0]->ne[0])
     return 0;
   size_t bytes = (size_t)(glu->ne[0] * glu->ne[1]) * sizeof(float);
@@ -646,7 +651,8 @@ static void verify(fusion_t *f, jt_add_rms_mul_fn k)
 static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *ud)
 {
   fusion_t *f = ud;
-  jt_add_rms_mul_fn k = (jt_add_rms_mul_fn)atomic_load_explicit(&f->ke->variant, memory_order_acquire);
+  jt_add_rms_mul_fn k =
+      (jt_add_rms_mul_fn)atomic_load_explicit(&f->ke->variant, memory_order_acquire);
   if (f->verifying) {
     if (ith == 0) {
       if (k)
@@ -681,7 +687,8 @@ static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *u
 /* w's element i as a float. */
 static inline float mm_w(const struct ggml_tensor *w, int64_t i)
 {
-  return w->type == GGML_TYPE_F16 ? (float)((const _Float16 *)w->data)[i] : ((const float *)w->data)[i];
+  return w->type == GGML_TYPE_F16 ? (float)((const _Float16 *)w->data)[i]
+                                   : ((const float *)w->data)[i];
 }
 
 /* x's element i as the product uses it: rounded to f16 against f16 weights, as ggml does. */
@@ -814,7 +821,8 @@ static void swiglu_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
     poison_rows(dst, r0, r1);
     return;
   }
-  int served = mm_compute(f, f->ke, f->gate, r0, r1, ith) + mm_compute(f, f->ke, f->up, r0, r1, ith);
+  int served = mm_compute(f, f->ke, f->gate, r0, r1, ith);
+  served += mm_compute(f, f->ke, f->up, r0, r1, ith);
   /* The products' own signature keeps its calls: they are what keeps its kernel hot in later
    * runs' profiles and in the code cache (forward() books the group's under its own). */
   atomic_fetch_add_explicit(&f->ke->calls, 2, memory_order_relaxed);
@@ -1029,9 +1037,11 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g)
     } else if (f->kind == FU_MUL_MAT)
       args[0] = f->mul->src[0], args[1] = f->mul->src[1], nargs = 2, fun = mul_mat_node;
     else if (f->kind == FU_SWIGLU)
-      args[0] = f->gate->src[0], args[1] = f->up->src[0], args[2] = f->gate->src[1], fun = swiglu_node;
+      args[0] = f->gate->src[0], args[1] = f->up->src[0], args[2] = f->gate->src[1],
+      fun = swiglu_node;
     else
-      args[0] = f->add->src[0], args[1] = f->add->src[1], args[2] = f->mul->src[1], fun = fused_add_rms_mul;
+      args[0] = f->add->src[0], args[1] = f->add->src[1], args[2] = f->mul->src[1],
+      fun = fused_add_rms_mul;
     struct ggml_tensor *node = api.custom(c->ctx, GGML_TYPE_F32, f->mul->ne[0], f->mul->ne[1],
                                           f->mul->ne[2], f->mul->ne[3], args, nargs, fun,
                                           -1 /* GGML_N_TASKS_MAX */, f);
