@@ -151,11 +151,12 @@ int main(int argc, char **argv)
   printf("\nfusions and MUL_MAT kernels in the last agent run (executions per thread; served by "
          "the kernel):\n");
   if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-      /* A SWIGLU group runs its MUL_MATs' kernel (whose row counts those calls): it has no
-       * variant of its own, and its calls are its fused executions. */
+      /* A SWIGLU or shared-input group runs its MUL_MATs' kernels (whose rows count those
+       * calls): it has no variant of its own, and its calls are its fused executions. */
       sqlite3_prepare_v2(h, "SELECT s.name, rs.calls, coalesce(v.calls, CASE WHEN s.name LIKE"
-                            " 'FUSED MUL_MAT+%' THEN rs.calls ELSE 0 END), coalesce(v.origin,"
-                            " CASE WHEN s.name LIKE 'FUSED MUL_MAT+%' THEN 'fused, its MUL_MAT kernel'"
+                            " 'FUSED MUL_MAT+%' OR s.name LIKE 'FUSED SHARED-INPUT%' THEN rs.calls"
+                            " ELSE 0 END), coalesce(v.origin, CASE WHEN s.name LIKE 'FUSED MUL_MAT+%'"
+                            " OR s.name LIKE 'FUSED SHARED-INPUT%' THEN 'fused, its MUL_MAT kernels'"
                             " ELSE '-' END)"
                             " FROM run_sigs rs JOIN signatures s ON s.id = rs.sig_id LEFT JOIN"
                             " variants v ON v.run_id = rs.run_id AND v.sig_id = rs.sig_id"

@@ -38,6 +38,8 @@
  * synchronises every thread and cannot stand in. The FFN's gate and up MUL_MATs with the
  * SWIGLU after them are one record (signature FUSED MUL_MAT+MUL_MAT+SWIGLU) whose kernel is
  * their MUL_MAT signature's: each thread computes its rows of both, then their SwiGLU.
+ * Products of one input (Q, K, V) are one record (FUSED SHARED-INPUT MUL_MATS) computed at the
+ * first one's place when the later ones share no memory with the nodes they move past.
  * Known cost: a rebuilt graph carries no use counts (ggml's API cannot fill them), so ggml's
  * own RMS_NORM+MUL fusion does not fire in it for a pair the agent leaves unfused (in a llama
  * graph, the first layer's attention norm, which has no ADD before it). */
