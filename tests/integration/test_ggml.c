@@ -92,13 +92,19 @@ static const char *run_long(const char *tag, int agent, const char *const *env, 
   return out;
 }
 
+/* A database of its own for a test's model m: its path in db, "OPJIT_DB=path" in dbenv. */
+static void own_db(const char *name, int m, char db[700], char dbenv[720])
+{
+  snprintf(db, 700, "%s/%s%d.db", h_dir, name, m);
+  snprintf(dbenv, 720, "OPJIT_DB=%s", db);
+}
+
 Test(ggml, fused_groups_keep_the_output_are_stored_and_start_warm)
 {
   const char *models[] = {model32, model16};
   for (int m = 0; m < 2; m++) {
     char db[700], dbenv[720];
-    snprintf(db, sizeof db, "%s/fuse%d.db", h_dir, m);
-    snprintf(dbenv, sizeof dbenv, "OPJIT_DB=%s", db);
+    own_db("fuse", m, db, dbenv);
     const char *env[] = {fuse_env[0], fuse_env[1], dbenv, NULL};
     const char *plain = run_long("plain", 0, NULL, models[m]);
     same_output(run_long("fuse1", 1, env, models[m]), plain, "run 1 (compiles)");
@@ -153,8 +159,7 @@ Test(ggml, mul_mat_kernels_serve_the_prefill_from_the_second_run)
   const char *models[] = {model32, model16};
   for (int m = 0; m < 2; m++) {
     char db[700], dbenv[720];
-    snprintf(db, sizeof db, "%s/mm%d.db", h_dir, m);
-    snprintf(dbenv, sizeof dbenv, "OPJIT_DB=%s", db);
+    own_db("mm", m, db, dbenv);
     /* Calls alone decide (this model's small products would not repay a compile by time). */
     const char *env[] = {fuse_env[0], fuse_env[1], "OPJIT_HOT_PAYBACK=0", dbenv, NULL};
     const char *plain = run_long("plain", 0, NULL, models[m]);
