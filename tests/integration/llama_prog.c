@@ -6,7 +6,7 @@
  *        size 64, as many KV heads as heads, llama.cpp's "test" vocabulary: token i is i in hex)
  *   run PATH PROMPT GEN THREADS [ROUNDS]
  *        prefill PROMPT tokens (deterministic ids) in one batch, then GEN greedy decode steps;
- *        ROUNDS > 1 repeats both (the context emptied, after a pause of 1 s: a program serving
+ *        ROUNDS > 1 repeats both (the context emptied, after a pause of 3 s: a program serving
  *        its second prompt). Prints each round's generated tokens, then, of the last round, a
  *        checksum of every logit it computed and its tokens/s:
  *          tokens 17 3 99 ...
@@ -180,7 +180,7 @@ static int run_model(const char *path, int n_prompt, int n_gen, int threads, int
   double sum = 0, abs_sum = 0, prob_sum = 0, t0 = 0, t1 = 0;
   for (int r = 0; r < rounds; r++) {
   if (r) {
-    nanosleep(&(struct timespec){1, 0}, NULL);
+    nanosleep(&(struct timespec){3, 0}, NULL);
     llama_memory_clear(llama_get_memory(lc), true);
     sum = abs_sum = prob_sum = 0;
     printf("\n");
