@@ -403,7 +403,8 @@ static int mm_selftest(const jt_gemm_t *g, jt_mm_fn fn, double *worst, double *b
   if (mem == MAP_FAILED)
     return -1;
   float *x = (float *)(void *)(mem + wbytes), *y = (float *)(void *)(mem + wbytes + xbytes);
-  float *scratch = (float *)(void *)(((uintptr_t)(mem + wbytes + xbytes + ybytes) + 63) & ~(uintptr_t)63);
+  uintptr_t at = (uintptr_t)(mem + wbytes + xbytes + ybytes);
+  float *scratch = (float *)(void *)((at + 63) & ~(uintptr_t)63);
   uint64_t rnd = 0x2545f4914f6cdd1dull;
 #define RND() (rnd = rnd * 6364136223846793005ull + 1442695040888963407ull, \
                (float)((double)(rnd >> 40) / (double)(1 << 24) - 0.5))
@@ -416,28 +417,47 @@ static int mm_selftest(const jt_gemm_t *g, jt_mm_fn fn, double *worst, double *b
   for (int64_t i = 0; i < n * k; i++)
     x[i] = RND();
   fn(mem, x, y, i0, i0 + rows, scratch);
-  *worst = 0, *bound = 0;
+  ag_mm_check_t c = {0};
   for (int t = 0; t < 32 && t < n; t++) {
-    int64_t j = t < 6 ? t : t < 12 ? n - 12 + t : (int64_t)((rnd = rnd * 6364136223846793005ull + 1) >> 33) % n;
+    if (t >= 12)
+      rnd = rnd * 6364136223846793005ull + 1;
+    int64_t j = t < 6 ? t : t < 12 ? n - 12 + t : (int64_t)(rnd >> 33) % n;
     j = j < 0 ? 0 : j;
     for (int64_t i = i0; i < i0 + rows; i++) {
-      double exact = 0, mag = 0;
-      for (int64_t kk = 0; kk < k; kk++) {
-        double w = g->w16 ? (double)((_Float16 *)(void *)mem)[i * k + kk] : ((float *)(void *)mem)[i * k + kk];
-        double xv = g->w16 ? (double)(_Float16)x[j * k + kk] : x[j * k + kk]; /* as ggml rounds */
-        exact += w * xv, mag += fabs(w * xv);
-      }
-      double got = y[j * m + i], d = isnan(got) ? INFINITY : fabs(got - exact);
-      double lim = 4.0 * (double)(k + 2) * FLT_EPSILON * mag + FLT_MIN;
-      if (d > lim && d - lim > *worst - *bound)
-        *worst = d, *bound = lim;
-      else if (*worst <= *bound && lim > *bound)
-        *bound = lim;
+      double mag, exact = ag_mm_exact(mem, g->w16, x, k, i, j, &mag);
+      ag_mm_tally(&c, y[j * m + i], exact, mag, k);
     }
   }
 #undef RND
   munmap(mem, all);
-  return *worst <= *bound;
+  *worst = c.worst, *bound = c.bound;
+  return c.worst <= c.bound;
+}
+
+double ag_mm_exact(const void *w, int w16, const float *x, int64_t k, int64_t i, int64_t j,
+                   double *mag)
+{
+  double exact = 0, sum = 0;
+  for (int64_t kk = 0; kk < k; kk++) {
+    double wv = w16 ? (double)((const _Float16 *)w)[i * k + kk] : ((const float *)w)[i * k + kk];
+    double p = wv * (w16 ? (double)(_Float16)x[j * k + kk] : x[j * k + kk]);
+    exact += p, sum += fabs(p);
+  }
+  *mag = sum;
+  return exact;
+}
+
+void ag_mm_tally(ag_mm_check_t *c, double got, double exact, double mag, int64_t k)
+{
+  if (!isfinite(mag))
+    return;
+  c->checked++;
+  double d = isnan(got) ? INFINITY : fabs(got - exact);
+  double lim = 4.0 * (double)(k + 2) * FLT_EPSILON * mag + FLT_MIN;
+  if (d > lim && d - lim > c->worst - c->bound)
+    c->worst = d, c->bound = lim;
+  else if (c->worst <= c->bound && lim > c->bound)
+    c->bound = lim;
 }
 
 /* Compiles and publishes entry i. Compile thread only. */

@@ -686,34 +686,18 @@ static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *u
 
 /* ---- MUL_MAT -------------------------------------------------------------------------- */
 
-/* w's element i as a float. */
-static inline float mm_w(const struct ggml_tensor *w, int64_t i)
-{
-  return w->type == GGML_TYPE_F16 ? (float)((const _Float16 *)w->data)[i]
-                                   : ((const float *)w->data)[i];
-}
-
-/* x's element i as the product uses it: rounded to f16 against f16 weights, as ggml does. */
-static inline float mm_x(const struct ggml_tensor *w, const float *x, int64_t i)
-{
-  return w->type == GGML_TYPE_F16 ? (float)(_Float16)x[i] : x[i];
-}
-
 /* Rows [r0, r1) of MUL_MAT node mm in plain C: the original for a node whose kernel the tiers
  * dropped (ggml's own MUL_MAT cannot stand in: it synchronises every thread of the graph). */
 static void mm_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1)
 {
-  const struct ggml_tensor *w = mm->src[0], *x = mm->src[1];
+  const struct ggml_tensor *w = mm->src[0];
   int64_t m = mm->ne[0], n = mm->ne[1], k = w->ne[0];
   float *y = mm->data;
-  const float *xs = x->data;
-  for (int64_t j = 0; j < n; j++)
-    for (int64_t i = r0; i < r1; i++) {
-      double acc = 0; /* exact products, then one rounding: within ggml's own error of it */
-      for (int64_t kk = 0; kk < k; kk++)
-        acc += (double)mm_w(w, i * k + kk) * mm_x(w, xs, j * k + kk);
-      y[j * m + i] = (float)acc;
-    }
+  double mag;
+  for (int64_t j = 0; j < n; j++) /* exact, then one rounding: within ggml's own error of it */
+    for (int64_t i = r0; i < r1; i++)
+      y[j * m + i] = (float)ag_mm_exact(w->data, w->type == GGML_TYPE_F16, mm->src[1]->data, k,
+                                        i, j, &mag);
 }
 
 /* Verification of rows [r0, r1) of mm by the thread that computed them with ke's kernel: 64 of
@@ -724,35 +708,23 @@ static void mm_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1)
  * of its own. */
 static void mm_verify(ag_entry_t *ke, const struct ggml_tensor *mm, int64_t r0, int64_t r1, int ith)
 {
-  const struct ggml_tensor *w = mm->src[0], *x = mm->src[1];
+  const struct ggml_tensor *w = mm->src[0];
   int64_t m = mm->ne[0], n = mm->ne[1], k = w->ne[0];
-  const float *y = mm->data, *xs = x->data;
+  const float *y = mm->data;
   uint64_t rnd = (uint64_t)(uintptr_t)y ^ ((uint64_t)ith << 32) ^ 0x9e3779b97f4a7c15ull;
-  double worst = 0, bound = 0;
-  int checked = 0;
+  ag_mm_check_t c = {0};
   for (int t = 0; t < 64; t++) {
     rnd = rnd * 6364136223846793005ull + 1442695040888963407ull;
     int64_t i = t == 0 ? r0 : t == 1 ? r1 - 1 : r0 + (int64_t)((rnd >> 33) % (uint64_t)(r1 - r0));
     int64_t j = t < 2 ? 0 : t < 4 ? n - 1 : (int64_t)((rnd >> 17) % (uint64_t)n);
-    double exact = 0, mag = 0;
-    for (int64_t kk = 0; kk < k; kk++) {
-      double p = (double)mm_w(w, i * k + kk) * mm_x(w, xs, j * k + kk);
-      exact += p, mag += fabs(p);
-    }
-    if (!isfinite(mag)) /* infinities or NaN in the inputs: no bound, nothing to tell */
-      continue;
-    checked++;
-    double got = y[j * m + i], d = isnan(got) ? INFINITY : fabs(got - exact);
-    double lim = 4.0 * (double)(k + 2) * FLT_EPSILON * mag + FLT_MIN;
-    if (d > lim && d - lim > worst - bound)
-      worst = d, bound = lim;
-    else if (worst <= bound && lim > bound)
-      bound = lim; /* while all pass: the loosest bound used */
+    double mag, exact = ag_mm_exact(w->data, w->type == GGML_TYPE_F16, mm->src[1]->data, k, i, j,
+                                    &mag);
+    ag_mm_tally(&c, y[j * m + i], exact, mag, k);
   }
-  if (worst > bound)
+  if (c.worst > c.bound)
     mm_rows(mm, r0, r1);
-  if (checked)
-    ag_tier_verify_result(ke, worst, bound);
+  if (c.checked)
+    ag_tier_verify_result(ke, c.worst, c.bound);
 }
 
 /* Thread ith of nth's share of m rows, in whole micro-kernel blocks; 0 when it has none. */
