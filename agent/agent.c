@@ -128,6 +128,8 @@ static void init_once_fn(void)
       snprintf(self_dir, sizeof self_dir, ".");
   }
   int off = ag_opts.num[AG_OPT_DISABLE] || ag_opts.num[AG_OPT_MODE] == AG_MODE_OFF || !ag_hosts;
+  if (!off && ag_opts.num[AG_OPT_SAMPLE_HZ] > 0)
+    sp_expect();
   if (!off) {
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     /* Registered now, the final write runs after every exit handler registered later, so
@@ -434,9 +436,11 @@ static void sampling_json(const sp_status_t *st, char *buf, size_t len)
   static const char *const modes[] = {"off", "perf", "perf", "timer"};
   int n = snprintf(buf, len,
                    "{\"mode\":\"%s\",\"event\":\"%s\",\"hz\":%d,\"stack_depth\":%d,"
-                   "\"samples\":%llu,\"lost\":%llu,\"counters\":[",
+                   "\"samples\":%llu,\"lost\":%llu,\"stacks\":{\"walked\":%llu,"
+                   "\"libunwind\":%llu},\"counters\":[",
                    modes[st->mode], st->event, st->hz, st->stack_depth,
-                   (unsigned long long)st->samples, (unsigned long long)st->lost);
+                   (unsigned long long)st->samples, (unsigned long long)st->lost,
+                   (unsigned long long)st->walked, (unsigned long long)st->unwound);
   for (int i = 0; i < st->ncounters && n > 0 && (size_t)n < len; i++)
     n += snprintf(buf + n, len - (size_t)n, "%s\"%s\"", i ? "," : "", st->counter_names[i]);
   if (n > 0 && (size_t)n < len)

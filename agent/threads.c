@@ -1,9 +1,16 @@
 /* SPDX-License-Identifier: MIT */
-/* pthread_create, interposed so that a thread the host creates while sampling is on is armed
- * from its first instruction. It must work before the agent's constructor has run (OpenBLAS
- * starts its pool from its own constructor, earlier): it resolves the original lazily and,
- * with sampling off, is a plain pass-through. Threads missed here are armed by the sampler's
- * rescan. */
+/* The calls the sampler needs to see.
+ *
+ * pthread_create, so that a thread the host creates while sampling is on is armed from its
+ * first instruction. It must work before the agent's constructor has run (OpenBLAS starts its
+ * pool from its own constructor, earlier): it resolves the original lazily and, with sampling
+ * off for good, is a plain pass-through. A thread created before sampling starts notes its
+ * stack here all the same (the sampler's stack walker needs it) and is armed by the sampler's
+ * start; threads missed here are armed by its rescan.
+ *
+ * dlclose, so that the sampler's stack walker is never inside an object while it is unmapped
+ * (sp_unload_begin/end). glibc's own unloads (NSS, iconv modules) bypass this; the walker's
+ * next refresh notices them. */
 #define _GNU_SOURCE
 #include "agent.h"
 #include "sampler/sampler.h"
@@ -24,7 +31,7 @@ static void *trampoline(void *p)
 {
   trampoline_t t = *(trampoline_t *)p;
   free(p);
-  sp_arm_self();
+  sp_thread_begin();
   void *rv = t.start(t.arg);
   sp_disarm_self(); /* a thread that returns frees its descriptor now (pthread_exit: at the
                        sampler's next rescan) */
@@ -37,7 +44,7 @@ AG_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*
   static create_fn real;
   if (!real && !(real = (create_fn)dlsym(RTLD_NEXT, "pthread_create")))
     return EAGAIN;
-  trampoline_t *t = sp_active() ? malloc(sizeof *t) : NULL;
+  trampoline_t *t = sp_active() || sp_expected() ? malloc(sizeof *t) : NULL;
   if (!t)
     return real(th, attr, start, arg);
   t->start = start;
@@ -45,5 +52,16 @@ AG_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*
   int rc = real(th, attr, trampoline, t);
   if (rc)
     free(t);
+  return rc;
+}
+
+AG_EXPORT int dlclose(void *handle)
+{
+  static int (*real)(void *);
+  if (!real && !(real = (int (*)(void *))dlsym(RTLD_NEXT, "dlclose")))
+    return -1;
+  int began = sp_unload_begin();
+  int rc = real(handle);
+  sp_unload_end(began);
   return rc;
 }

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include "sampler.h"
 #include "sys.h"
+#include "unwind.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -51,6 +52,10 @@ typedef struct sp_slot_s {
   uint64_t last[SP_MAX_COUNTERS]; /* counter values at the previous sample (handler only) */
   int strikes;                  /* rescans in a row that found the signal blocked and pending */
   uint32_t taken;               /* samples the handler took since the slot was armed */
+  _Atomic uint64_t stack_hi;    /* the top of the stack of a thread that did not begin through
+                                   sp_thread_begin, for uw_walk (0: not known yet) */
+  _Atomic uint64_t last_sp;     /* a stack pointer the handler saw while hi was 0: the next
+                                   drain looks its mapping up */
   sp_ring_t *ring;
 } sp_slot_t;
 
@@ -61,6 +66,13 @@ static _Atomic int active;
 static sp_config_t cfg;
 static sp_status_t status;
 static _Atomic uint64_t lost, drained;
+static _Atomic uint64_t walked, unwound; /* stacks taken by uw_walk, by libunwind */
+static _Atomic int stacks_wanted; /* a handler saw a thread whose stack is not known yet */
+static _Atomic int expected;      /* sp_expect: threads record their stack's top */
+/* The top of this thread's stack, when the thread began through sp_thread_begin (a thread
+ * glibc made keeps its descriptor and TLS at the top of its stack's mapping: from the stack
+ * pointer up to it, all is mapped). Initial-exec: the handler reads it. */
+static __thread __attribute__((tls_model("initial-exec"))) uint64_t tl_stack_top;
 static _Atomic uint64_t unsampled; /* threads left unsampled: table or descriptor budget full,
                                       or the thread blocks the signal */
 static int max_armed;              /* threads armed at once: a quarter of RLIMIT_NOFILE's fds */
@@ -134,8 +146,9 @@ static sp_slot_t *slot_of(const siginfo_t *si)
   return NULL;
 }
 
-/* A thread's first samples take their stacks from libunwind's step-by-step walk (~0.5 us a
- * frame here), later ones from its unw_backtrace: ~5 ns a frame, but its first use in a thread
+/* Stacks come from uw_walk once the thread's stack bounds are known (unwind.h). Where they
+ * are not, or the walker cannot go on, libunwind takes them: a thread's first samples from its
+ * step-by-step walk (~0.5 us a frame here), later ones from its unw_backtrace: ~5 ns a frame, but its first use in a thread
  * maps and fills a 256 KB cache, which the thread unmaps at exit, ~140 us in all. A host that
  * computes every task on fresh threads (ggml: one per graph, a few ms each) would pay that per
  * task; a thread sampled this often has run long enough (~80 ms of CPU at 199 Hz) to repay
@@ -144,15 +157,33 @@ static sp_slot_t *slot_of(const siginfo_t *si)
  * deadlock in its own handler.) */
 #define SP_YOUNG_SAMPLES 16
 
-/* The stack: the unwinder's frames from the interrupted PC outwards (unw_backtrace's first
- * ones are the handler's own and the signal trampoline's: skipped). */
-static int record_stack(sp_sample_t *s, void *uc, int young)
+/* The stack: the frames from the interrupted PC outwards (unw_backtrace's first ones are the
+ * handler's own and the signal trampoline's: skipped). */
+static int record_stack(sp_sample_t *s, sp_slot_t *t, void *uc)
 {
   void *raw[SP_MAX_FRAMES + 8];
+  const greg_t *g = ((ucontext_t *)uc)->uc_mcontext.gregs;
   s->frames[0] = s->pc;
-  if (cfg.stack_depth <= 1 || !unw.backtrace)
+  if (cfg.stack_depth <= 1)
     return 1;
-  if (young) {
+  uint64_t hi = tl_stack_top ? tl_stack_top : atomic_load_explicit(&t->stack_hi, memory_order_acquire);
+  if (hi) {
+    int stop, n = uw_walk((uw_regs_t){s->pc, (uint64_t)g[REG_RSP], (uint64_t)g[REG_RBP]},
+                          (uint64_t)g[REG_RSP], hi, s->frames, cfg.stack_depth, &stop);
+    /* libunwind takes over only where the walker stopped short of what it can do itself
+     * (signal frames, register-held return addresses) or found no rule at the very PC. */
+    if (stop != UW_UNSUPPORTED && (n > 1 || stop == UW_END || stop == UW_OFF)) {
+      atomic_fetch_add_explicit(&walked, 1, memory_order_relaxed);
+      return n;
+    }
+  } else if (!atomic_load_explicit(&t->last_sp, memory_order_relaxed)) {
+    atomic_store_explicit(&t->last_sp, (uint64_t)g[REG_RSP], memory_order_relaxed);
+    atomic_store_explicit(&stacks_wanted, 1, memory_order_release);
+  }
+  if (!unw.backtrace)
+    return 1;
+  atomic_fetch_add_explicit(&unwound, 1, memory_order_relaxed);
+  if (t->taken <= SP_YOUNG_SAMPLES) {
     uint64_t cursor[UNW_CURSOR_WORDS]; /* unw_cursor_t */
     int k = 1;
     if (unw.init_local2(cursor, uc, UNW_INIT_SIGNAL_FRAME) == 0)
@@ -193,7 +224,8 @@ static void handler(int signo, siginfo_t *si, void *ucv)
   s->flags = 0;
   if (!s->op && cfg.attrib.inflight && (s->op = cfg.attrib.inflight()))
     s->flags = SP_F_POOL;
-  s->nframes = (uint16_t)record_stack(s, ucv, t->taken++ < SP_YOUNG_SAMPLES);
+  t->taken++;
+  s->nframes = (uint16_t)record_stack(s, t, ucv);
   memset(s->counters, 0, sizeof s->counters);
   if (status.mode == SP_PERF_HW) {
     uint64_t buf[2 + SP_MAX_COUNTERS + 1], v[SP_MAX_COUNTERS + 1];
@@ -352,7 +384,7 @@ static int blocked_and_pending(pid_t tid)
 
 /* Arms thread tid unless it is armed already. Called with sp_mu held. Returns 0, or -1 when
  * its event could not be made (errno kept). */
-static int arm_tid(pid_t tid)
+static int arm_tid(pid_t tid, uint64_t stack_hi)
 {
   if (find_tid(tid) >= 0)
     return 0;
@@ -372,6 +404,8 @@ static int arm_tid(pid_t tid)
   t->tid = tid;
   t->strikes = 0;
   t->taken = 0;
+  atomic_store(&t->last_sp, 0);
+  atomic_store(&t->stack_hi, stack_hi);
   if (i == n)
     atomic_store_explicit(&hiwater, n + 1, memory_order_release);
   if (arm_slot(i)) {
@@ -446,6 +480,33 @@ static void choose_mode(pid_t self)
   status.event = "timer";
 }
 
+/* Gives the armed threads whose handler saw a stack pointer their stack's bounds: the mapping
+ * that holds it (the main thread's: [stack]). Called with sp_mu held. */
+static void find_stacks(void)
+{
+  int n = atomic_load(&hiwater), want = 0;
+  for (int i = 0; i < n; i++)
+    want += atomic_load(&slots[i].state) == SLOT_ARMED && !atomic_load(&slots[i].stack_hi) &&
+            (atomic_load(&slots[i].last_sp) || slots[i].tid == getpid());
+  FILE *f = want ? fopen("/proc/self/maps", "re") : NULL;
+  char line[512];
+  unsigned long long lo, hi;
+  while (f && fgets(line, sizeof line, f)) {
+    if (sscanf(line, "%llx-%llx", &lo, &hi) != 2 || !strchr(line, '\n'))
+      continue;
+    int main_stack = strstr(line, "[stack]") != NULL;
+    for (int i = 0; i < n; i++) {
+      uint64_t sp = atomic_load(&slots[i].last_sp);
+      if (atomic_load(&slots[i].state) == SLOT_ARMED && !atomic_load(&slots[i].stack_hi) &&
+          ((sp >= lo && sp < hi) || (main_stack && slots[i].tid == getpid()))) {
+        atomic_store_explicit(&slots[i].stack_hi, (uint64_t)hi, memory_order_release);
+      }
+    }
+  }
+  if (f)
+    fclose(f);
+}
+
 int sp_start(const sp_config_t *c)
 {
   pthread_mutex_lock(&sp_mu);
@@ -492,6 +553,7 @@ int sp_start(const sp_config_t *c)
   struct rlimit rl;
   long fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (long)rl.rlim_cur : 4096;
   pid_t self = gettid();
+  uw_refresh();
   choose_mode(self);
   max_armed = (int)(fds / 4 / (status.mode == SP_PERF_HW ? 1 + status.ncounters : 1));
   atomic_store(&active, 1);
@@ -501,13 +563,15 @@ int sp_start(const sp_config_t *c)
     DIR *d = opendir("/proc/self/task");
     for (struct dirent *e; d && (e = readdir(d));) {
       pid_t tid = (pid_t)atoi(e->d_name);
-      if (tid > 0 && tid != self && arm_tid(tid) && !failed)
+      if (tid > 0 && tid != self && arm_tid(tid, 0) && !failed)
         failed = 1, err = errno;
     }
     if (d)
       closedir(d);
-    if (!failed)
+    if (!failed) {
+      find_stacks();
       break;
+    }
     for (int i = 0; i < atomic_load(&hiwater); i++)
       if (atomic_load(&slots[i].state) == SLOT_ARMED)
         disarm_slot(i);
@@ -531,13 +595,19 @@ out:
   return rc;
 }
 
-void sp_arm_self(void)
+void sp_expect(void) { atomic_store(&expected, 1); }
+
+int sp_expected(void) { return atomic_load_explicit(&expected, memory_order_relaxed); }
+
+void sp_thread_begin(void)
 {
+  if (gettid() != getpid()) /* the main thread's descriptor is not on its stack */
+    tl_stack_top = (uint64_t)(uintptr_t)pthread_self();
   if (!atomic_load(&active))
     return;
   pthread_mutex_lock(&sp_mu);
   if (atomic_load(&active))
-    arm_tid(gettid());
+    arm_tid(gettid(), 0);
   pthread_mutex_unlock(&sp_mu);
 }
 
@@ -568,6 +638,7 @@ void sp_rescan(void)
 {
   if (!atomic_load(&active))
     return;
+  uw_refresh();
   pthread_mutex_lock(&sp_mu);
   int n = atomic_load(&hiwater);
   char path[64];
@@ -599,15 +670,34 @@ void sp_rescan(void)
   for (struct dirent *e; d && (e = readdir(d));) {
     pid_t tid = (pid_t)atoi(e->d_name);
     if (tid > 0 && tid != self)
-      arm_tid(tid);
+      arm_tid(tid, 0);
   }
   if (d)
     closedir(d);
   pthread_mutex_unlock(&sp_mu);
 }
 
+int sp_unload_begin(void)
+{
+  if (!atomic_load(&active))
+    return 0;
+  uw_unload_begin();
+  return 1;
+}
+
+void sp_unload_end(int began)
+{
+  if (began)
+    uw_unload_end();
+}
+
 size_t sp_drain(sp_sample_t *out, size_t max)
 {
+  if (atomic_exchange(&stacks_wanted, 0)) {
+    pthread_mutex_lock(&sp_mu);
+    find_stacks();
+    pthread_mutex_unlock(&sp_mu);
+  }
   size_t got = 0;
   uint64_t weight = 0;
   int n = atomic_load_explicit(&hiwater, memory_order_acquire);
@@ -646,6 +736,8 @@ void sp_status(sp_status_t *out)
   out->samples = atomic_load(&drained);
   out->lost = atomic_load(&lost);
   out->unsampled = atomic_load(&unsampled);
+  out->walked = atomic_load(&walked);
+  out->unwound = atomic_load(&unwound);
   pthread_mutex_unlock(&sp_mu);
 }
 
@@ -667,5 +759,8 @@ void sp_after_fork_child(void)
   }
   atomic_store(&lost, 0);
   atomic_store(&drained, 0);
+  atomic_store(&walked, 0);
+  atomic_store(&unwound, 0);
+  uw_after_fork_child();
   nbanned = 0;
 }

@@ -8,7 +8,7 @@
  * Each step down is one warning and one note in the status. A timer fires at most once per
  * scheduler tick (CONFIG_HZ): its samples carry the periods they stand for (weight), so that
  * counts keep meaning samples at the asked rate. Threads are armed when sampling
- * starts (every thread in /proc/self/task), when they are created (sp_arm_self from the
+ * starts (every thread in /proc/self/task), when they are created (sp_thread_begin from the
  * agent's pthread_create wrapper) and by sp_rescan(), which also releases the events of
  * threads that exited. The signal is a real-time one the process does not use.
  * Every function returns 0 or -1; none may be called from the signal handler. */
@@ -67,13 +67,20 @@ typedef struct sp_status_s {
                                thread table or the descriptor budget (RLIMIT_NOFILE / 4) was
                                full */
   int threads;              /* threads armed now */
+  uint64_t walked, unwound; /* stacks taken by the sampler's own walker (unwind.h), and by
+                               libunwind where it could not (bounds unknown yet, frames it
+                               does not interpret) */
 } sp_status_t;
 
 /* Starts sampling every thread of the process. Returns 0 (sampling, or off by choice: hz 0)
  * or -1 when no mechanism works (status says why; the caller warns once). */
 int sp_start(const sp_config_t *cfg);
-/* Arms the calling thread (a thread the host just created). */
-void sp_arm_self(void);
+/* Sampling will start in this process: threads should begin through sp_thread_begin. */
+void sp_expect(void);
+int sp_expected(void);
+/* A thread the host just created, on its first instruction: notes its stack (for the stack
+ * walker, whenever sampling starts) and arms it when sampling is on. */
+void sp_thread_begin(void);
 /* Releases the calling thread's event (a thread about to exit). */
 void sp_disarm_self(void);
 /* Discards the sampler's signals pending for the calling thread (before exec: the new image
@@ -81,6 +88,10 @@ void sp_disarm_self(void);
 void sp_discard_pending(void);
 /* Arms threads that appeared and releases those that exited. */
 void sp_rescan(void);
+/* Around a dlclose: no stack walk reads an object while it is unmapped. begin returns
+ * whether it did anything; pass that to end. */
+int sp_unload_begin(void);
+void sp_unload_end(int began);
 /* Moves up to max recorded samples into out; returns how many. */
 size_t sp_drain(sp_sample_t *out, size_t max);
 /* Stops every event (the signal handler stays, ignoring late signals). */

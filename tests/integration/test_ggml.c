@@ -258,6 +258,16 @@ Test(ggml, the_database_holds_the_run_profile_by_op)
   /* The sampler's samples inside ggml ops are attributed to them. */
   cr_assert_gt(h_query(NULL, "SELECT coalesce(sum(p.samples), 0) FROM run_pcs p JOIN signatures s"
                              " ON s.id=p.sig_id WHERE s.op='MUL_MAT'"), 0);
+  /* Their stacks come from the sampler's own walker (through ggml's realigned AVX frames, on
+   * threads ggml starts per graph), libunwind only where it stops, and reach the threads'
+   * first frames: libc's start of main, or the agent's thread trampoline. */
+  int64_t walked = h_query(NULL, "SELECT json_extract(sampling, '$.stacks.walked') FROM runs");
+  int64_t unwound = h_query(NULL, "SELECT json_extract(sampling, '$.stacks.libunwind') FROM runs");
+  cr_assert_gt(walked, 9 * unwound, "walked %lld, libunwind %lld", (long long)walked,
+               (long long)unwound);
+  cr_assert_gt(h_query(NULL, "SELECT sum(samples) FROM run_stacks WHERE stack LIKE"
+                             " '%%`__libc_start_main;%%' OR stack LIKE '%%;libopjit.so`%%'"),
+               h_query(NULL, "SELECT sum(samples) FROM run_stacks") * 9 / 10);
 }
 
 Test(ggml, another_ggml_version_passes_through_with_one_warning)

@@ -47,6 +47,11 @@ Test(sampling, operators_costing_3_to_1_get_75_25_of_the_samples)
                (a + b) * 8 / 10);
   cr_assert_gt(h_query(NULL, "SELECT sum(samples) FROM run_stacks WHERE sig_id > 0 AND"
                              " stack LIKE '%%host_prog`main%%'"), (a + b) / 2);
+  /* The sampler's own walker took them (the main thread's stack is known from the start). */
+  int64_t walked = h_query(NULL, "SELECT json_extract(sampling, '$.stacks.walked') FROM runs");
+  int64_t unwound = h_query(NULL, "SELECT json_extract(sampling, '$.stacks.libunwind') FROM runs");
+  cr_assert_gt(walked, 9 * unwound, "walked %lld, libunwind %lld", (long long)walked,
+               (long long)unwound);
 }
 
 Test(sampling, pool_threads_started_before_the_agent_work_for_the_operator)

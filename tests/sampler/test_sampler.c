@@ -58,7 +58,7 @@ static size_t drain_ops(uint64_t per_op[8])
 /* Arms this thread, burns ms of CPU as operator op and returns the periods sampled in it. */
 static uint64_t sampled_periods(uint32_t op, int ms)
 {
-  sp_arm_self();
+  sp_thread_begin();
   my_op = op;
   burn_ms(ms);
   my_op = 0;
@@ -80,7 +80,7 @@ static void *worker_main(void *p)
   atomic_store(&w->started, 1);
   my_op = w->op;
   if (w->arm_self)
-    sp_arm_self();
+    sp_thread_begin();
   pthread_barrier_wait(w->go);
   burn_ms(w->ms);
   return NULL;
@@ -140,7 +140,7 @@ Test(sampler, stacks_reach_the_callers)
 {
   sp_config_t cfg = {.hz = 1000, .events = "task-clock", .stack_depth = 16, .attrib = {own, NULL}};
   cr_assert_eq(sp_start(&cfg), 0);
-  sp_arm_self();
+  sp_thread_begin();
   my_op = 3;
   burn_ms(300);
   my_op = 0;
@@ -164,7 +164,7 @@ Test(sampler, stacks_reach_the_callers)
 static void *young_main(void *p)
 {
   (void)p;
-  sp_arm_self();
+  sp_thread_begin();
   my_op = 3;
   burn_ms(8);
   return NULL;
@@ -226,7 +226,7 @@ Test(sampler, a_host_sigprof_handler_stays_intact)
   setitimer(ITIMER_PROF, &it, NULL);
   sp_config_t cfg = {.hz = 500, .events = "auto", .stack_depth = 4, .attrib = {own, NULL}};
   cr_assert_eq(sp_start(&cfg), 0);
-  sp_arm_self();
+  sp_thread_begin();
   burn_ms(200);
   struct itimerval off = {0};
   setitimer(ITIMER_PROF, &off, NULL);
@@ -326,7 +326,7 @@ Test(sampler, hardware_counters_when_the_cpu_exposes_them)
   if (st.mode != SP_PERF_HW)
     cr_skip_test("no hardware PMU here (%s); the group parser is tested on recorded data",
                  st.notes);
-  sp_arm_self();
+  sp_thread_begin();
   burn_ms(200);
   size_t n = sp_drain(samples, 8192);
   uint64_t instr = 0;
@@ -360,7 +360,7 @@ Test(sampler, folded_frame_names_are_sanitised)
 static void *short_life(void *p)
 {
   (void)p;
-  sp_arm_self();
+  sp_thread_begin();
   burn_ms(5);
   return NULL;
 }

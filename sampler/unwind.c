@@ -1,0 +1,648 @@
+/* SPDX-License-Identifier: MIT */
+/* The handler's stack walker: .eh_frame_hdr lookup, a small CFI interpreter, a shared rule
+ * cache. See unwind.h for the contract. */
+#define _GNU_SOURCE
+#include "unwind.h"
+
+#include <link.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the snapshot of loaded objects --------------------------------------------------- */
+
+#define UW_SEGS 6
+
+typedef struct uw_obj_s {
+  uint64_t lo, hi;            /* one executable segment */
+  const uint8_t *hdr;         /* .eh_frame_hdr */
+  const int32_t *table;       /* its search table: (start, fde) pairs relative to hdr */
+  uint32_t count;             /* pairs; 0: no usable table */
+  int nseg;                   /* the object's readable segments */
+  uint64_t seg_lo[UW_SEGS], seg_hi[UW_SEGS];
+} uw_obj_t;
+
+typedef struct uw_snap_s {
+  unsigned long long adds, subs; /* dl_iterate_phdr's counters when it was taken */
+  int n;
+  uw_obj_t obj[];                /* sorted by lo */
+} uw_snap_t;
+
+static uw_snap_t *_Atomic current;
+static _Atomic int readers; /* walks inside a snapshot now */
+
+/* ---- the rule cache ------------------------------------------------------------------- */
+
+/* A rule, packed in 64 bits (0: none yet):
+ *   bits 0-2 kind, 3 CFA base (0 RSP, 1 RBP), 4 CFA is loaded from base + offset,
+ *   5-6 RBP (0 unchanged, 1 saved at CFA + bp_off, 2 saved at RBP + bp_off, 3 unknown),
+ *   8-15 RA offset from the CFA (int8), 16-31 bp_off (int16), 32-63 CFA offset (int32). */
+enum { K_OK = 1, K_END, K_UNSUPPORTED, K_NOINFO };
+enum { BP_SAME = 0, BP_CFA, BP_BP, BP_UNKNOWN };
+
+#define UW_CACHE 8192 /* rules; a process's hot code addresses fit many times over */
+#define UW_PROBES 16
+
+static struct {
+  _Atomic uint64_t pc, rule;
+} cache[UW_CACHE];
+
+static unsigned slot_of(uint64_t pc) { return (unsigned)((pc * 0x9E3779B97F4A7C15ull) >> 51); }
+
+static uint64_t cache_get(uint64_t pc)
+{
+  for (unsigned i = 0, h = slot_of(pc); i < UW_PROBES; i++, h = (h + 1) & (UW_CACHE - 1)) {
+    uint64_t k = atomic_load_explicit(&cache[h].pc, memory_order_acquire);
+    if (k == pc)
+      return atomic_load_explicit(&cache[h].rule, memory_order_acquire);
+    if (!k)
+      return 0;
+  }
+  return 0;
+}
+
+static void cache_put(uint64_t pc, uint64_t rule)
+{
+  for (unsigned i = 0, h = slot_of(pc); i < UW_PROBES; i++, h = (h + 1) & (UW_CACHE - 1)) {
+    uint64_t k = 0;
+    if (atomic_compare_exchange_strong(&cache[h].pc, &k, pc)) {
+      atomic_store_explicit(&cache[h].rule, rule, memory_order_release);
+      return;
+    }
+    if (k == pc)
+      return;
+  }
+}
+
+static void cache_clear(void)
+{
+  for (unsigned i = 0; i < UW_CACHE; i++) {
+    atomic_store(&cache[i].rule, 0);
+    atomic_store(&cache[i].pc, 0);
+  }
+}
+
+/* ---- reading CFI ---------------------------------------------------------------------- */
+
+typedef struct rd_s {
+  const uint8_t *p, *end;
+  int bad;
+} rd_t;
+
+static uint8_t u8(rd_t *r)
+{
+  if (r->p >= r->end) {
+    r->bad = 1;
+    return 0;
+  }
+  return *r->p++;
+}
+
+static uint64_t uleb(rd_t *r)
+{
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    uint8_t b = u8(r);
+    v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80))
+      return v;
+  }
+  r->bad = 1;
+  return 0;
+}
+
+static int64_t sleb(rd_t *r)
+{
+  int64_t v = 0;
+  int shift = 0;
+  uint8_t b;
+  do {
+    b = u8(r);
+    v |= (int64_t)(b & 0x7f) << shift;
+    shift += 7;
+  } while ((b & 0x80) && shift < 64);
+  if (shift < 64 && (b & 0x40))
+    v |= -((int64_t)1 << shift);
+  return v;
+}
+
+static uint64_t fixed(rd_t *r, int bytes)
+{
+  if (r->end - r->p < bytes) {
+    r->bad = 1;
+    return 0;
+  }
+  uint64_t v = 0;
+  memcpy(&v, r->p, (size_t)bytes);
+  r->p += bytes;
+  return v;
+}
+
+/* A pointer in DWARF EH encoding enc (absptr, udata/sdata 2/4/8, uleb/sleb; pc-relative or
+ * absolute). Anything else (datarel, funcrel, indirect) sets bad. */
+static uint64_t pointer(rd_t *r, uint8_t enc)
+{
+  if (enc == 0xff) /* DW_EH_PE_omit */
+    return 0;
+  uint64_t at = (uint64_t)(uintptr_t)r->p, v;
+  switch (enc & 0x0f) {
+  case 0x00: v = fixed(r, 8); break;
+  case 0x01: v = uleb(r); break;
+  case 0x02: v = fixed(r, 2); break;
+  case 0x03: v = fixed(r, 4); break;
+  case 0x04: v = fixed(r, 8); break;
+  case 0x09: v = (uint64_t)sleb(r); break;
+  case 0x0a: v = (uint64_t)(int64_t)(int16_t)fixed(r, 2); break;
+  case 0x0b: v = (uint64_t)(int64_t)(int32_t)fixed(r, 4); break;
+  case 0x0c: v = fixed(r, 8); break;
+  default: r->bad = 1; return 0;
+  }
+  switch (enc & 0x70) {
+  case 0x00: return v;
+  case 0x10: return at + v;
+  default: r->bad = 1; return 0;
+  }
+}
+
+static int readable(const uw_obj_t *o, const uint8_t *p, uint64_t len)
+{
+  uint64_t a = (uint64_t)(uintptr_t)p;
+  for (int i = 0; i < o->nseg; i++)
+    if (a >= o->seg_lo[i] && a <= o->seg_hi[i] && len <= o->seg_hi[i] - a)
+      return 1;
+  return 0;
+}
+
+/* The interpreter's state for the registers a walk needs. */
+typedef struct frame_rule_s {
+  int cfa_ok, cfa_bp, cfa_deref;
+  int64_t cfa_off;
+  int ra;          /* 0 undefined, 1 at CFA + ra_off, 2 unknown */
+  int64_t ra_off;
+  int bp;          /* BP_* */
+  int64_t bp_off;
+} frame_rule_t;
+
+enum { R_BP = 6, R_SP = 7, R_RA = 16 };
+
+/* A DWARF expression block: the forms compilers use for realigned frames, "breg6/7 k" and
+ * "breg6/7 k; deref". Returns 1 with base (1: RBP) and k, and *deref, or 0. */
+static int simple_expr(rd_t *r, uint64_t len, int *bp, int64_t *k, int *deref)
+{
+  if ((uint64_t)(r->end - r->p) < len) {
+    r->bad = 1;
+    return 0;
+  }
+  rd_t e = {r->p, r->p + len, 0};
+  r->p += len;
+  uint8_t op = u8(&e);
+  if (op != 0x70 + R_BP && op != 0x70 + R_SP) /* DW_OP_breg6, DW_OP_breg7 */
+    return 0;
+  *bp = op == 0x70 + R_BP;
+  *k = sleb(&e);
+  *deref = 0;
+  if (e.p < e.end && u8(&e) == 0x06) /* DW_OP_deref */
+    *deref = 1;
+  return !e.bad && e.p == e.end;
+}
+
+/* Runs CFA instructions from r until the location passes pc. init is the CIE's state (for
+ * DW_CFA_restore). Returns 0, or -1 on an instruction it does not know. */
+static int run_cfi(rd_t *r, uint64_t loc, uint64_t pc, uint64_t code_align, int64_t data_align,
+                   uint8_t fde_enc, frame_rule_t *st, const frame_rule_t *init)
+{
+  frame_rule_t stack[8];
+  int depth = 0;
+  while (r->p < r->end && !r->bad) {
+    uint8_t op = u8(r), low = op & 0x3f;
+    uint64_t reg, delta = 0;
+    int64_t off;
+    int bp, deref;
+    switch (op >> 6) {
+    case 1: delta = low * code_align; goto advance;
+    case 2:
+      off = (int64_t)uleb(r) * data_align;
+      if (low == R_BP)
+        st->bp = BP_CFA, st->bp_off = off;
+      else if (low == R_RA)
+        st->ra = 1, st->ra_off = off;
+      continue;
+    case 3:
+      if (low == R_BP)
+        st->bp = init->bp, st->bp_off = init->bp_off;
+      else if (low == R_RA)
+        st->ra = init->ra, st->ra_off = init->ra_off;
+      continue;
+    }
+    switch (op) {
+    case 0x00: continue;                                     /* nop */
+    case 0x01: loc = pointer(r, fde_enc); if (loc > pc) return 0; continue; /* set_loc */
+    case 0x02: delta = fixed(r, 1) * code_align; goto advance;
+    case 0x03: delta = fixed(r, 2) * code_align; goto advance;
+    case 0x04: delta = fixed(r, 4) * code_align; goto advance;
+    case 0x05: case 0x11: case 0x2f: /* offset_extended, _sf, GNU_negative_offset_extended */
+      reg = uleb(r);
+      off = op == 0x05 ? (int64_t)uleb(r) * data_align
+            : op == 0x11 ? sleb(r) * data_align : -(int64_t)uleb(r) * data_align;
+      if (reg == R_BP)
+        st->bp = BP_CFA, st->bp_off = off;
+      else if (reg == R_RA)
+        st->ra = 1, st->ra_off = off;
+      continue;
+    case 0x06: /* restore_extended */
+      reg = uleb(r);
+      if (reg == R_BP)
+        st->bp = init->bp, st->bp_off = init->bp_off;
+      else if (reg == R_RA)
+        st->ra = init->ra, st->ra_off = init->ra_off;
+      continue;
+    case 0x07: case 0x08: /* undefined, same_value */
+      reg = uleb(r);
+      if (reg == R_BP)
+        st->bp = op == 0x08 ? BP_SAME : BP_UNKNOWN;
+      else if (reg == R_RA)
+        st->ra = op == 0x08 ? 2 : 0;
+      continue;
+    case 0x09: /* register: reg's value is in another register */
+      reg = uleb(r);
+      uleb(r);
+      if (reg == R_BP)
+        st->bp = BP_UNKNOWN;
+      else if (reg == R_RA)
+        st->ra = 2;
+      else if (reg == R_SP)
+        st->cfa_ok = 0;
+      continue;
+    case 0x0a: if (depth == 8) return -1; stack[depth++] = *st; continue;
+    case 0x0b: if (depth == 0) return -1; *st = stack[--depth]; continue;
+    case 0x0c: case 0x12: /* def_cfa, def_cfa_sf */
+      reg = uleb(r);
+      off = op == 0x0c ? (int64_t)uleb(r) : sleb(r) * data_align;
+      st->cfa_ok = reg == R_BP || reg == R_SP;
+      st->cfa_bp = reg == R_BP, st->cfa_deref = 0, st->cfa_off = off;
+      continue;
+    case 0x0d: /* def_cfa_register */
+      reg = uleb(r);
+      st->cfa_ok = (reg == R_BP || reg == R_SP) && !st->cfa_deref;
+      st->cfa_bp = reg == R_BP;
+      continue;
+    case 0x0e: st->cfa_off = (int64_t)uleb(r); st->cfa_ok = st->cfa_ok && !st->cfa_deref; continue;
+    case 0x13: st->cfa_off = sleb(r) * data_align; st->cfa_ok = st->cfa_ok && !st->cfa_deref; continue;
+    case 0x0f: /* def_cfa_expression */
+      st->cfa_ok = simple_expr(r, uleb(r), &bp, &off, &deref) && deref;
+      st->cfa_bp = bp, st->cfa_deref = 1, st->cfa_off = off;
+      continue;
+    case 0x10: /* expression: the register is saved at the address the block computes */
+      reg = uleb(r);
+      if (simple_expr(r, uleb(r), &bp, &off, &deref) && !deref && bp && reg == R_BP) {
+        st->bp = BP_BP, st->bp_off = off;
+      } else if (reg == R_BP) {
+        st->bp = BP_UNKNOWN;
+      } else if (reg == R_RA) {
+        st->ra = 2;
+      }
+      continue;
+    case 0x14: case 0x15: /* val_offset, _sf: a value, not a save slot */
+      reg = uleb(r);
+      op == 0x14 ? (void)uleb(r) : (void)sleb(r);
+      if (reg == R_BP)
+        st->bp = BP_UNKNOWN;
+      else if (reg == R_RA)
+        st->ra = 2;
+      continue;
+    case 0x16: /* val_expression */
+      reg = uleb(r);
+      r->p += uleb(r);
+      if (r->p > r->end)
+        return -1;
+      if (reg == R_BP)
+        st->bp = BP_UNKNOWN;
+      else if (reg == R_RA)
+        st->ra = 2;
+      continue;
+    case 0x2e: uleb(r); continue; /* GNU_args_size */
+    default: return -1;
+    }
+  advance:
+    loc += delta;
+    if (loc > pc)
+      return 0;
+  }
+  return r->bad ? -1 : 0;
+}
+
+/* The rule for code address pc: from the object's FDE, through the CIE's initial state. */
+static uint64_t compute(const uw_snap_t *s, uint64_t pc)
+{
+  int lo = 0, hi = s->n;
+  while (lo < hi) { /* the last object starting at or below pc */
+    int mid = (lo + hi) / 2;
+    if (s->obj[mid].lo <= pc)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  const uw_obj_t *o = lo ? &s->obj[lo - 1] : NULL;
+  if (!o || pc >= o->hi)
+    return (uint64_t)K_NOINFO;
+  if (!o->count)
+    return (uint64_t)K_UNSUPPORTED;
+  uint32_t a = 0, b = o->count; /* the last table entry starting at or below pc */
+  while (a < b) {
+    uint32_t mid = (a + b) / 2;
+    if ((uint64_t)(uintptr_t)(o->hdr + o->table[2 * mid]) <= pc)
+      a = mid + 1;
+    else
+      b = mid;
+  }
+  if (!a)
+    return (uint64_t)K_NOINFO;
+  const uint8_t *fde = o->hdr + o->table[2 * (a - 1) + 1];
+  if (!readable(o, fde, 8))
+    return (uint64_t)K_UNSUPPORTED;
+  uint32_t flen, cie_off;
+  memcpy(&flen, fde, 4);
+  memcpy(&cie_off, fde + 4, 4);
+  if (flen == 0xffffffffu || flen < 4 || !readable(o, fde, 4ull + flen))
+    return (uint64_t)K_UNSUPPORTED;
+  const uint8_t *cie = fde + 4 - cie_off;
+  uint32_t clen, cid;
+  if (!readable(o, cie, 8))
+    return (uint64_t)K_UNSUPPORTED;
+  memcpy(&clen, cie, 4);
+  memcpy(&cid, cie + 4, 4);
+  if (clen == 0xffffffffu || cid != 0 || !readable(o, cie, 4ull + clen))
+    return (uint64_t)K_UNSUPPORTED;
+
+  /* The CIE: version, augmentation, alignments, the return address column, the FDE
+   * pointer encoding, its initial instructions. */
+  rd_t c = {cie + 8, cie + 4 + clen, 0};
+  uint8_t version = u8(&c), fde_enc = 0, lsda_enc = 0xff;
+  const char *aug = (const char *)c.p;
+  size_t auglen = strnlen(aug, (size_t)(c.end - c.p));
+  c.p += auglen + 1;
+  if (c.p > c.end || (version != 1 && version != 3) || (auglen && aug[0] != 'z'))
+    return (uint64_t)K_UNSUPPORTED;
+  uint64_t code_align = uleb(&c);
+  int64_t data_align = sleb(&c);
+  uint64_t ra_col = version == 1 ? u8(&c) : uleb(&c);
+  if (ra_col != R_RA)
+    return (uint64_t)K_UNSUPPORTED;
+  if (auglen) {
+    uint64_t alen = uleb(&c);
+    const uint8_t *aend = c.p + alen;
+    for (size_t i = 1; i < auglen && !c.bad; i++) {
+      if (aug[i] == 'R')
+        fde_enc = u8(&c);
+      else if (aug[i] == 'L')
+        lsda_enc = u8(&c);
+      else if (aug[i] == 'P')
+        pointer(&c, u8(&c));
+      else if (aug[i] != 'S' && aug[i] != 'B')
+        break; /* the length says where the data ends */
+    }
+    if (aend > c.end)
+      return (uint64_t)K_UNSUPPORTED;
+    c.p = aend;
+  }
+  (void)lsda_enc;
+  frame_rule_t init = {0}, st;
+  if (run_cfi(&c, 0, UINT64_MAX, code_align, data_align, fde_enc, &init, &init) || c.bad)
+    return (uint64_t)K_UNSUPPORTED;
+
+  /* The FDE: its range, then its instructions up to pc. */
+  rd_t f = {fde + 8, fde + 4 + flen, 0};
+  uint64_t start = pointer(&f, fde_enc);
+  uint64_t range = pointer(&f, fde_enc & 0x0f);
+  if (f.bad)
+    return (uint64_t)K_UNSUPPORTED;
+  if (pc < start || pc - start >= range)
+    return (uint64_t)K_NOINFO;
+  if (auglen)
+    f.p += uleb(&f);
+  st = init;
+  if (f.p > f.end || run_cfi(&f, start, pc, code_align, data_align, fde_enc, &st, &init) || f.bad)
+    return (uint64_t)K_UNSUPPORTED;
+
+  if (st.ra == 0)
+    return (uint64_t)K_END;
+  if (!st.cfa_ok || st.ra != 1 || st.bp == BP_UNKNOWN || st.cfa_off != (int32_t)st.cfa_off ||
+      st.ra_off != (int8_t)st.ra_off || st.bp_off != (int16_t)st.bp_off)
+    return (uint64_t)K_UNSUPPORTED;
+  return (uint64_t)K_OK | (uint64_t)st.cfa_bp << 3 | (uint64_t)st.cfa_deref << 4 |
+         (uint64_t)(st.bp & 3) << 5 | (uint64_t)(uint8_t)(int8_t)st.ra_off << 8 |
+         (uint64_t)(uint16_t)(int16_t)st.bp_off << 16 |
+         (uint64_t)(uint32_t)(int32_t)st.cfa_off << 32;
+}
+
+/* ---- the walk ------------------------------------------------------------------------- */
+
+static int load(uint64_t addr, uint64_t lo, uint64_t hi, uint64_t *v)
+{
+  if (addr < lo || addr > hi - 8 || (addr & 7))
+    return 0;
+  *v = *(const uint64_t *)(uintptr_t)addr;
+  return 1;
+}
+
+int uw_walk(uw_regs_t r, uint64_t lo, uint64_t hi, uint64_t *out, int max, int *stop)
+{
+  int n = 0;
+  *stop = UW_MAX;
+  if (max < 1)
+    return 0;
+  atomic_fetch_add(&readers, 1);
+  const uw_snap_t *s = atomic_load(&current);
+  if (!s) {
+    out[n++] = r.ip;
+    *stop = UW_OFF;
+    goto done;
+  }
+  for (;;) {
+    out[n++] = r.ip;
+    if (n == max)
+      break;
+    uint64_t pc = n == 1 ? r.ip : r.ip - 1; /* a return address may follow a noreturn call */
+    uint64_t rule = cache_get(pc);
+    if (!rule) {
+      rule = compute(s, pc);
+      cache_put(pc, rule);
+    }
+    int kind = (int)(rule & 7);
+    if (kind != K_OK) {
+      *stop = kind == K_END ? UW_END : kind == K_NOINFO ? UW_NOINFO : UW_UNSUPPORTED;
+      break;
+    }
+    int64_t cfa_off = (int32_t)(uint32_t)(rule >> 32), bp_off = (int16_t)(uint16_t)(rule >> 16);
+    int64_t ra_off = (int8_t)(uint8_t)(rule >> 8);
+    uint64_t cfa = ((rule >> 3) & 1 ? r.bp : r.sp) + (uint64_t)cfa_off, ra, bp = r.bp;
+    if (((rule >> 4) & 1) && !load(cfa, lo, hi, &cfa)) {
+      *stop = UW_BOUNDS;
+      break;
+    }
+    int bpk = (int)((rule >> 5) & 3);
+    if (cfa <= r.sp || !load(cfa + (uint64_t)ra_off, lo, hi, &ra) ||
+        (bpk == BP_CFA && !load(cfa + (uint64_t)bp_off, lo, hi, &bp)) ||
+        (bpk == BP_BP && !load(r.bp + (uint64_t)bp_off, lo, hi, &bp))) {
+      *stop = UW_BOUNDS;
+      break;
+    }
+    if (!ra) {
+      *stop = UW_END;
+      break;
+    }
+    r.ip = ra, r.sp = cfa, r.bp = bp;
+  }
+done:
+  atomic_fetch_sub(&readers, 1);
+  return n;
+}
+
+/* ---- snapshots ------------------------------------------------------------------------ */
+
+typedef struct build_s {
+  uw_obj_t *obj;
+  int n, cap, oom;
+  unsigned long long adds, subs;
+} build_t;
+
+static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
+{
+  build_t *b = arg;
+  if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs)
+    b->adds = info->dlpi_adds, b->subs = info->dlpi_subs;
+  uw_obj_t proto = {0};
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uint64_t a = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_GNU_EH_FRAME)
+      proto.hdr = (const uint8_t *)(uintptr_t)a;
+    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_R) && proto.nseg < UW_SEGS)
+      proto.seg_lo[proto.nseg] = a, proto.seg_hi[proto.nseg++] = a + ph->p_memsz;
+  }
+  /* The search table: version 1, FDE pointers and starts as 4-byte offsets from the header
+   * (DW_EH_PE_datarel | sdata4), the count as a plain 4-byte number, which is what linkers
+   * write. Another layout leaves the object without a table: its frames stop the walk. */
+  if (proto.hdr && readable(&proto, proto.hdr, 12) && proto.hdr[0] == 1 && proto.hdr[3] == 0x3b &&
+      (proto.hdr[2] == 0x03 || proto.hdr[2] == 0x0b)) {
+    rd_t r = {proto.hdr + 4, proto.hdr + 12, 0};
+    pointer(&r, proto.hdr[1]);
+    uint32_t count = 0;
+    memcpy(&count, r.p, 4);
+    const int32_t *table = (const int32_t *)(r.p + 4);
+    if (!r.bad && readable(&proto, (const uint8_t *)table, 8ull * count))
+      proto.table = table, proto.count = count;
+  }
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+      continue;
+    if (b->n == b->cap) {
+      int cap = b->cap ? 2 * b->cap : 64;
+      uw_obj_t *o = realloc(b->obj, (size_t)cap * sizeof *o);
+      if (!o) {
+        b->oom = 1;
+        return 1;
+      }
+      b->obj = o, b->cap = cap;
+    }
+    uw_obj_t *o = &b->obj[b->n++];
+    *o = proto;
+    o->lo = info->dlpi_addr + ph->p_vaddr;
+    o->hi = o->lo + ph->p_memsz;
+  }
+  return 0;
+}
+
+static int by_lo(const void *a, const void *b)
+{
+  const uw_obj_t *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Swaps in snap (may be NULL) and returns the old one once no walk is inside it. */
+static uw_snap_t *swap_snapshot(uw_snap_t *snap)
+{
+  uw_snap_t *old = atomic_exchange(&current, snap);
+  while (atomic_load(&readers))
+    sched_yield();
+  return old;
+}
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* refreshes and unloads */
+static int unloading; /* dlcloses in progress (they nest: a destructor may dlclose) */
+
+static int counters(struct dl_phdr_info *info, size_t size, void *arg)
+{
+  if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+    ((unsigned long long *)arg)[0] = info->dlpi_adds;
+    ((unsigned long long *)arg)[1] = info->dlpi_subs;
+  }
+  return 1;
+}
+
+/* Called with mu held. */
+static int refresh_locked(int force)
+{
+  if (unloading)
+    return 0;
+  unsigned long long now[2] = {0, 0};
+  uw_snap_t *cur = atomic_load(&current);
+  dl_iterate_phdr(counters, now);
+  if (!force && cur && cur->adds == now[0] && cur->subs == now[1])
+    return 0;
+  build_t b = {0};
+  dl_iterate_phdr(add_object, &b);
+  uw_snap_t *s = b.oom ? NULL : malloc(sizeof *s + (size_t)b.n * sizeof *b.obj);
+  if (!s) {
+    free(b.obj);
+    return -1;
+  }
+  s->adds = b.adds, s->subs = b.subs, s->n = b.n;
+  if (b.n)
+    memcpy(s->obj, b.obj, (size_t)b.n * sizeof *b.obj);
+  free(b.obj);
+  qsort(s->obj, (size_t)s->n, sizeof *s->obj, by_lo);
+  if (cur && cur->subs != s->subs) { /* something was unloaded behind our back */
+    free(swap_snapshot(NULL));
+    cache_clear();
+  }
+  free(swap_snapshot(s));
+  return 0;
+}
+
+int uw_refresh(void)
+{
+  pthread_mutex_lock(&mu);
+  int rc = refresh_locked(0);
+  pthread_mutex_unlock(&mu);
+  return rc;
+}
+
+void uw_unload_begin(void)
+{
+  pthread_mutex_lock(&mu);
+  unloading++;
+  free(swap_snapshot(NULL));
+  pthread_mutex_unlock(&mu);
+}
+
+void uw_unload_end(void)
+{
+  pthread_mutex_lock(&mu);
+  if (unloading && !--unloading) {
+    cache_clear();
+    refresh_locked(1);
+  }
+  pthread_mutex_unlock(&mu);
+}
+
+void uw_after_fork_child(void)
+{
+  pthread_mutex_init(&mu, NULL);
+  atomic_store(&readers, 0); /* walks of threads the child does not have */
+  unloading = 0;
+}

@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: MIT */
+/* The handler's stack walker against libgcc's unwinder, on real frames: a CPU-time signal
+ * interrupts a deep chain of this program's frames, gcc's realigned (DRAP) AVX frames and
+ * glibc's qsort among them, and both walks must name the same return addresses to the
+ * outermost frame. Then its limits: stack bounds it must not load outside of, code it has no
+ * rule for, and an object unloaded under it. */
+#define _GNU_SOURCE
+#include "sampler/unwind.h"
+
+#include <alloca.h>
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <immintrin.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <ucontext.h>
+
+static uint64_t stack_lo, stack_hi; /* the test thread's stack */
+static uint64_t walked[64];
+static int nwalked, why;
+static void *traced[128];
+static int ntraced;
+static volatile sig_atomic_t fired;
+
+static void on_prof(int sig, siginfo_t *si, void *ucv)
+{
+  (void)sig, (void)si;
+  if (fired)
+    return;
+  const greg_t *g = ((ucontext_t *)ucv)->uc_mcontext.gregs;
+  uw_regs_t r = {(uint64_t)g[REG_RIP], (uint64_t)g[REG_RSP], (uint64_t)g[REG_RBP]};
+  nwalked = uw_walk(r, stack_lo, stack_hi, walked, 64, &why);
+  ntraced = backtrace(traced, 128);
+  fired = 1;
+}
+
+static void this_stack(void)
+{
+  pthread_attr_t a;
+  void *base;
+  size_t size;
+  cr_assert_eq(pthread_getattr_np(pthread_self(), &a), 0);
+  pthread_attr_getstack(&a, &base, &size);
+  pthread_attr_destroy(&a);
+  stack_lo = (uint64_t)(uintptr_t)base, stack_hi = stack_lo + size;
+}
+
+__attribute__((noinline)) void sink(void *p, int n)
+{
+  __asm__ volatile("" ::"r"(p), "r"(n) : "memory");
+}
+
+static int level(int n);
+
+/* A frame gcc realigns through a DRAP register: CFA = *(RBP - k), RBP saved at RBP + 0. */
+__attribute__((noinline, target("avx2"))) static int realigned(int n)
+{
+  __m256 v[4];
+  char *buf = alloca((size_t)n + 16);
+  for (int i = 0; i < 4; i++)
+    v[i] = _mm256_set1_ps((float)(i + n));
+  sink(v, 4);
+  sink(buf, n);
+  return level(n - 1) + (int)v[1][2];
+}
+
+static int qsort_depth;
+static int cmp(const void *a, const void *b)
+{
+  if (qsort_depth > 0) {
+    int d = qsort_depth;
+    qsort_depth = 0;
+    sink(NULL, level(d - 1));
+  }
+  return *(const int *)a - *(const int *)b;
+}
+
+/* Through glibc: qsort calls cmp, which goes on down. */
+__attribute__((noinline)) static int via_qsort(int n)
+{
+  int v[2] = {2, 1};
+  qsort_depth = n;
+  qsort(v, 2, sizeof *v, cmp);
+  return v[0];
+}
+
+__attribute__((noinline)) static int level(int n)
+{
+  if (n <= 0) {
+    while (!fired) /* the signal lands here, deep in the chain */
+      sink(NULL, n);
+    return 0;
+  }
+  volatile int pad[8] = {n};
+  int r = n % 3 == 0 ? realigned(n) : n % 7 == 0 ? via_qsort(n) : level(n - 1);
+  return r + pad[0];
+}
+
+/* Interrupts level(30) with a CPU-time signal; the handler walks. */
+static void interrupt_deep_chain(void)
+{
+  struct itimerval it = {{0, 1000}, {0, 1000}};
+  fired = 0;
+  setitimer(ITIMER_PROF, &it, NULL);
+  level(30);
+  setitimer(ITIMER_PROF, &(struct itimerval){0}, NULL);
+}
+
+Test(unwind, walks_as_libgcc_does_to_the_outermost_frame)
+{
+  cr_assert_eq(uw_refresh(), 0);
+  backtrace(traced, 1); /* loads libgcc before the handler needs it */
+  this_stack();
+  struct sigaction sa = {0};
+  sa.sa_sigaction = on_prof;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigaction(SIGPROF, &sa, NULL);
+  uint64_t first[64];
+  int nfirst = 0;
+  for (int round = 0; round < 2; round++) { /* the second walk runs on cached rules */
+    interrupt_deep_chain();
+    cr_assert_eq(why, UW_END, "stopped with %d after %d frames", why, nwalked);
+    int at = -1;
+    for (int i = 0; i < ntraced && at < 0; i++)
+      if ((uint64_t)traced[i] == walked[0])
+        at = i;
+    cr_assert_geq(at, 0, "libgcc's trace does not hold the interrupted PC");
+    cr_assert_eq(ntraced - at, nwalked, "libgcc: %d frames, the walker: %d", ntraced - at, nwalked);
+    for (int i = 0; i < nwalked; i++)
+      cr_assert_eq((uint64_t)traced[at + i], walked[i], "round %d: frame %d differs", round, i);
+    cr_assert_geq(nwalked, 30, "only %d frames", nwalked);
+    if (round == 0) {
+      memcpy(first, walked, sizeof first);
+      nfirst = nwalked;
+    }
+  }
+  cr_assert_eq(nwalked, nfirst);
+  for (int i = 1; i < nfirst; i++)
+    cr_assert_eq(walked[i], first[i], "cached walk: frame %d differs", i);
+}
+
+Test(unwind, stops_at_max_frames)
+{
+  cr_assert_eq(uw_refresh(), 0);
+  this_stack();
+  uint64_t out[4];
+  int stop;
+  ucontext_t uc;
+  getcontext(&uc);
+  const greg_t *g = uc.uc_mcontext.gregs;
+  int n = uw_walk((uw_regs_t){(uint64_t)g[REG_RIP], (uint64_t)g[REG_RSP], (uint64_t)g[REG_RBP]},
+                  stack_lo, stack_hi, out, 4, &stop);
+  cr_assert_eq(n, 4);
+  cr_assert_eq(stop, UW_MAX);
+  cr_assert_eq(out[0], (uint64_t)g[REG_RIP]);
+}
+
+Test(unwind, never_loads_outside_the_stack_bounds)
+{
+  cr_assert_eq(uw_refresh(), 0);
+  /* At a function's first instruction the return address is at RSP: a stack of 8 bytes
+   * below RSP's slot holds nothing the walker may read. */
+  uint64_t frame[4] = {0x1234, 0, 0, 0};
+  uint64_t sp = (uint64_t)(uintptr_t)frame, out[8];
+  int stop;
+  int n = uw_walk((uw_regs_t){(uint64_t)(uintptr_t)&level, sp, 8}, sp + 8, sp + 32, out, 8, &stop);
+  cr_assert_eq(n, 1);
+  cr_assert_eq(stop, UW_BOUNDS);
+  /* Inside the bounds, the return address read is garbage: code in no object. */
+  n = uw_walk((uw_regs_t){(uint64_t)(uintptr_t)&level, sp, 8}, sp, sp + 32, out, 8, &stop);
+  cr_assert_eq(n, 2);
+  cr_assert_eq(out[1], 0x1234);
+  cr_assert_eq(stop, UW_NOINFO);
+  /* A frame that does not move outwards ends the walk: RSP far above the bounds. */
+  n = uw_walk((uw_regs_t){(uint64_t)(uintptr_t)&level, UINT64_MAX - 64, 8}, sp, sp + 32, out, 8, &stop);
+  cr_assert_eq(stop, UW_BOUNDS);
+}
+
+Test(unwind, has_no_rule_for_code_outside_every_object)
+{
+  cr_assert_eq(uw_refresh(), 0);
+  void *heap = malloc(64);
+  uint64_t out[4];
+  int stop;
+  int n = uw_walk((uw_regs_t){(uint64_t)(uintptr_t)heap, 0, 0}, 0, 0, out, 4, &stop);
+  cr_assert_eq(n, 1);
+  cr_assert_eq(stop, UW_NOINFO);
+  free(heap);
+}
+
+Test(unwind, forgets_an_unloaded_object)
+{
+  cr_assert_eq(uw_refresh(), 0);
+  void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+  cr_assert_not_null(h);
+  void *fn = dlsym(h, "_ULx86_64_step");
+  cr_assert_not_null(fn);
+  cr_assert_eq(uw_refresh(), 0);
+  uint64_t frame[4] = {0, 0, 0, 0}, sp = (uint64_t)(uintptr_t)frame, out[4];
+  int stop;
+  /* Loaded: its entry has a rule (the return address, 0 here, ends the walk). */
+  int n = uw_walk((uw_regs_t){(uint64_t)(uintptr_t)fn, sp, 0}, sp, sp + 32, out, 4, &stop);
+  cr_assert_eq(stop, UW_END, "stop %d after %d", stop, n);
+  uw_unload_begin();
+  n = uw_walk((uw_regs_t){(uint64_t)(uintptr_t)fn, sp, 0}, sp, sp + 32, out, 4, &stop);
+  cr_assert_eq(stop, UW_OFF);
+  cr_assert_eq(n, 1);
+  dlclose(h);
+  uw_unload_end();
+  if (dladdr(fn, &(Dl_info){0})) /* still mapped: another user holds it */
+    return;
+  n = uw_walk((uw_regs_t){(uint64_t)(uintptr_t)fn, sp, 0}, sp, sp + 32, out, 4, &stop);
+  cr_assert_eq(stop, UW_NOINFO, "the unloaded object's cached rule was used");
+}
