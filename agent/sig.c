@@ -36,7 +36,8 @@ static const char *gg_name(const char *const *names, int n, int i, char *buf, si
 }
 
 static const char *const fusion_names[] = {"?", "ADD+RMS_NORM+MUL", "MUL_MAT+MUL_MAT+SWIGLU",
-                                           "SHARED-INPUT MUL_MATS"};
+                                           "SHARED-INPUT MUL_MATS", "MUL_MAT+ADD",
+                                           "RMS_NORM+MUL"};
 
 const char *ag_sig_opname(const ag_sig_t *s, char *buf, size_t len)
 {
@@ -76,7 +77,8 @@ static void gg_format(const ag_sig_t *s, char *buf, size_t len)
     APPEND(" %s", so);
   APPEND(" %s", gg_name(gg.types, gg.ntypes, s->dtype, t, sizeof t));
   if ((gg.ops && s->op == gg.op_mul_mat) ||
-      (s->op == AG_GGML_OP_FUSED && (s->ta == AG_FUSE_MM_SWIGLU || s->ta == AG_FUSE_SHARED_INPUT))) {
+      (s->op == AG_GGML_OP_FUSED && (s->ta == AG_FUSE_MM_SWIGLU || s->ta == AG_FUSE_SHARED_INPUT ||
+                                     s->ta == AG_FUSE_MM_ADD))) {
     APPEND(" K=%d M=%d N=%d", s->k, s->m, s->n);
     if (s->lda > 1 || s->ldb > 1)
       APPEND(" x%dx%d", s->lda, s->ldb);

@@ -14,11 +14,12 @@
  * k = the first source's ne[0] (MUL_MAT's K), lda ldb = its ne[2] ne[3]. */
 enum ag_host { AG_HOST_ID_BLAS = 1, AG_HOST_ID_GGML = 2 };
 /* A ggml key whose op is AG_GGML_OP_FUSED is a group of nodes the agent runs as one: ta names
- * the pattern; ADD+RMS_NORM+MUL: m the row length; MUL_MAT+MUL_MAT+SWIGLU: the products' key
- * (dtype their weights', m n k their shape); SHARED-INPUT MUL_MATS: the same with m their rows
- * together, tb how many. */
+ * the pattern; ADD+RMS_NORM+MUL and RMS_NORM+MUL: m the row length; MUL_MAT+MUL_MAT+SWIGLU and
+ * MUL_MAT+ADD: the products' key (dtype their weights', m n k their shape); SHARED-INPUT
+ * MUL_MATS: the same with m their rows together, tb how many. */
 enum { AG_GGML_OP_FUSED = 0xF0 };
-enum ag_fusion { AG_FUSE_ADD_RMS_MUL = 1, AG_FUSE_MM_SWIGLU, AG_FUSE_SHARED_INPUT };
+enum ag_fusion { AG_FUSE_ADD_RMS_MUL = 1, AG_FUSE_MM_SWIGLU, AG_FUSE_SHARED_INPUT, AG_FUSE_MM_ADD,
+                 AG_FUSE_RMS_MUL };
 /* ggml's numbers, checked against its headers in hosts/ggml.c (whose op table is checked
  * against the running ggml's): known to the tiers before the ggml host has seen a graph. */
 enum { AG_GGML_TYPE_F32 = 0, AG_GGML_TYPE_F16 = 1 };
@@ -103,6 +104,13 @@ void ag_sig_set_ggml_names(const ag_ggml_names_t *names);
 static inline int ag_sig_ggml_mul_mat(const ag_sig_t *s)
 {
   return s->host == AG_HOST_ID_GGML && s->op == AG_GGML_OP_MUL_MAT;
+}
+
+/* The MUL_MAT key of a MUL_MAT+ADD group's product. */
+static inline ag_sig_t ag_sig_mm_add_product(const ag_sig_t *s)
+{
+  return ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_MUL_MAT, s->dtype, s->api, s->order, 0, 0, 0,
+                     s->m, s->n, s->k, s->lda, s->ldb, 0);
 }
 
 /* The operator's name as a BLAS user spells it: "sgemm", "cblas_ddot"; a ggml op's name:

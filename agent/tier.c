@@ -145,14 +145,17 @@ const char *ag_tier_cpu(void) { return jit ? jit->cpu() : ""; }
  * it. *swap is set when the kernel takes the call's operands in the other order. */
 static int gemm_of(const ag_sig_t *k, jt_gemm_t *g, int *swap)
 {
-  if (k->host == AG_HOST_ID_GGML && k->op == AG_GGML_OP_FUSED && k->ta == AG_FUSE_ADD_RMS_MUL) {
+  int fused = k->host == AG_HOST_ID_GGML && k->op == AG_GGML_OP_FUSED;
+  if (fused && (k->ta == AG_FUSE_ADD_RMS_MUL || k->ta == AG_FUSE_RMS_MUL)) {
     *swap = 0;
-    *g = (jt_gemm_t){.add_rms_mul = 1, .k = k->m};
+    *g = (jt_gemm_t){.add_rms_mul = k->ta == AG_FUSE_RMS_MUL ? 2 : 1, .k = k->m};
     return jt_gemm_supported(g);
   }
-  if (ag_sig_ggml_mul_mat(k)) { /* 2-D, f32 or f16 weights, f32 activations and output */
+  /* 2-D, f32 or f16 weights, f32 activations and output; alone or with a residual ADD */
+  if (ag_sig_ggml_mul_mat(k) || (fused && k->ta == AG_FUSE_MM_ADD)) {
     *swap = 0;
-    *g = (jt_gemm_t){.mm = 1, .w16 = k->dtype == AG_GGML_TYPE_F16, .m = k->m, .n = k->n, .k = k->k};
+    *g = (jt_gemm_t){.mm = 1, .w16 = k->dtype == AG_GGML_TYPE_F16, .m = k->m, .n = k->n, .k = k->k,
+                     .mm_add = fused};
     return (k->dtype == AG_GGML_TYPE_F32 || k->dtype == AG_GGML_TYPE_F16) &&
            k->api == AG_GGML_TYPE_F32 && k->order == AG_GGML_TYPE_F32 + 1 && k->lda == 1 &&
            k->ldb == 1 && jt_gemm_supported(g);
@@ -391,12 +394,14 @@ static void discard_pending(uint32_t i)
  * products within the bound of a float sum of k products. A prefill computes its graph once per process: checked only on its first
  * executions, a kernel would be verified after the graph that needed it, and never stored.
  * Returns 1 (passed), 0 (failed: *worst and *bound say by how much), -1 (no memory). */
-static int mm_selftest(const jt_gemm_t *g, jt_mm_fn fn, double *worst, double *bound)
+static int mm_selftest(const jt_gemm_t *g, void (*fn)(void), double *worst, double *bound)
 {
   /* rows [i0, i0 + rows): from row 16 when there are enough, as a thread's share starts */
   int64_t m = g->m, n = g->n, k = g->k, i0 = m >= 96 ? 16 : 0, rows = m - i0 < 80 ? m - i0 : 80;
   size_t wbytes = (size_t)((i0 + rows) * k) * (g->w16 ? 2 : 4), xbytes = (size_t)(n * k) * 4;
   size_t ybytes = (size_t)((n - 1) * m + i0 + rows) * 4; /* only those rows of y are written */
+  if (g->mm_add) /* then a residual and the sum's own destination, of y's extent */
+    ybytes *= 3;
   size_t sbytes = JT_MM_SCRATCH * sizeof(float), all = wbytes + xbytes + ybytes + sbytes + 64;
   char *mem = mmap(NULL, all, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
@@ -416,7 +421,14 @@ static int mm_selftest(const jt_gemm_t *g, jt_mm_fn fn, double *worst, double *b
   }
   for (int64_t i = 0; i < n * k; i++)
     x[i] = RND();
-  fn(mem, x, y, i0, i0 + rows, scratch);
+  int64_t ylen = (n - 1) * m + i0 + rows;
+  float *r = g->mm_add ? y + ylen : NULL, *out = g->mm_add ? y + 2 * ylen : y;
+  for (int64_t i = 0; r && i < ylen; i++)
+    r[i] = 4 * RND();
+  if (g->mm_add)
+    ((jt_mm_add_fn)fn)(mem, x, y, r, out, i0, i0 + rows, scratch);
+  else
+    ((jt_mm_fn)fn)(mem, x, y, i0, i0 + rows, scratch);
   ag_mm_check_t c = {0};
   for (int t = 0; t < 32 && t < n; t++) {
     if (t >= 12)
@@ -425,7 +437,8 @@ static int mm_selftest(const jt_gemm_t *g, jt_mm_fn fn, double *worst, double *b
     j = j < 0 ? 0 : j;
     for (int64_t i = i0; i < i0 + rows; i++) {
       double mag, exact = ag_mm_exact(mem, g->w16, x, k, i, j, &mag);
-      ag_mm_tally(&c, y[j * m + i], exact, mag, k);
+      double res = r ? r[j * m + i] : 0; /* the residual: one more rounding at most */
+      ag_mm_tally(&c, out[j * m + i], exact + res, mag + fabs(res), k);
     }
   }
 #undef RND
@@ -496,7 +509,7 @@ static void compile_one(uint32_t i)
   uint64_t dt = ag_now_ns() - t0;
   double worst = 0, bound = 0;
   /* against the signature's own problem (shapes[i]), not what was compiled (g) */
-  int self = rc == 0 && g.mm ? mm_selftest(&shapes[i], (jt_mm_fn)(void *)fn, &worst, &bound) : -1;
+  int self = rc == 0 && g.mm ? mm_selftest(&shapes[i], (void (*)(void))fn, &worst, &bound) : -1;
   pthread_mutex_lock(&code_mu);
   code_bytes -= 4096;
   int resurrected = 0; /* the session still had this kernel: evicted, not yet freed */

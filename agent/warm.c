@@ -33,6 +33,21 @@ static const char *unusable(const st_hot_t *h, const ag_runinfo_t *ri, char *why
   return why;
 }
 
+/* A MUL_MAT + ADD group runs unfused as its product until its kernel is there, timed under the
+ * product's signature (the group's own calls are timed only fused): it is hot when either
+ * profile says so. */
+static int hot_through_product(const st_profile_t *p, const ag_sig_t *k)
+{
+  if (k->host != AG_HOST_ID_GGML || k->op != AG_GGML_OP_FUSED || k->ta != AG_FUSE_MM_ADD)
+    return 0;
+  ag_entry_t probe;
+  probe.key = ag_sig_mm_add_product(k);
+  for (size_t i = 0; i < p->n; i++)
+    if (p->sigs[i].key_len == sizeof probe.key && !memcmp(p->sigs[i].key, &probe.key, sizeof probe.key))
+      return ag_tier_profile_hot(&probe, p->sigs[i].score, p->sigs[i].mean_ns);
+  return 0;
+}
+
 void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, ag_warm_t *w)
 {
   memset(w, 0, sizeof *w);
@@ -55,7 +70,7 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
       continue; /* another agent version's key */
     ag_entry_t probe;
     memcpy(&probe.key, h->key, sizeof probe.key);
-    int hot = ag_tier_profile_hot(&probe, h->score, h->mean_ns);
+    int hot = ag_tier_profile_hot(&probe, h->score, h->mean_ns) || hot_through_product(&p, &probe.key);
     /* Not hot: only an object this program stored, for this CPU, is this profile's to drop
      * (another program may still want a shared kernel). */
     int ours = h->object_id && h->mine && strcmp(h->cpu, ri->cpu_key) == 0;

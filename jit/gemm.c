@@ -34,6 +34,7 @@ typedef struct gen_s {
   LLVMValueRef alpha, beta;  /* splatted vectors */
   LLVMValueRef pack;         /* the A^T panel (alloca; MUL_MAT: the scratch), or NULL */
   LLVMValueRef xr;           /* MUL_MAT, f16 weights: the x sliver rounded to f16 (in the scratch) */
+  LLVMValueRef res, out;     /* MUL_MAT + ADD: the residual and the sum's destination */
   LLVMValueRef fma;
   LLVMTypeRef fma_t;
   char name[128];            /* the kernel's symbol (jt_gemm_name) */
@@ -339,11 +340,12 @@ static LLVMValueRef intrinsic(gen_t *g, const char *name, LLVMTypeRef *types, si
 void jt_gemm_name(const jt_gemm_t *s, char *buf, size_t len)
 {
   if (s->add_rms_mul) {
-    snprintf(buf, len, "opjit_add_rms_mul_f32_n%d", s->k);
+    snprintf(buf, len, "opjit_%s_f32_n%d", s->add_rms_mul == 2 ? "rms_mul" : "add_rms_mul", s->k);
     return;
   }
   if (s->mm) {
-    snprintf(buf, len, "opjit_mul_mat_%s_%dx%dx%d", s->w16 ? "f16" : "f32", s->m, s->n, s->k);
+    snprintf(buf, len, "opjit_mul_mat%s_%s_%dx%dx%d", s->mm_add ? "_add" : "",
+             s->w16 ? "f16" : "f32", s->m, s->n, s->k);
     return;
   }
   if (s->dot) {
@@ -481,8 +483,9 @@ LLVMValueRef jt_dot_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *
 }
 
 /* The fused ADD + RMS_NORM + MUL (jt_add_rms_mul_fn): per row, one pass computes and stores
- * x = a + b and sums x^2 (products in float, sums in a double vector), the scale follows
- * ggml's float steps, and a second pass stores s = x * scale and y = s * w. */
+ * x = a + b (RMS_NORM + MUL alone: x = a, not stored) and sums x^2 (products in float, sums in
+ * a double vector), the scale follows ggml's float steps, and a second pass stores
+ * s = x * scale and y = s * w. */
 LLVMValueRef jt_add_rms_mul_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
 {
   gen_t g = {.cx = cx, .mod = mod, .g = s};
@@ -514,7 +517,9 @@ LLVMValueRef jt_add_rms_mul_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_
   LLVMBuildCondBr(g.b, LLVMBuildICmp(g.b, LLVMIntSLT, r, rows, ""), body, done);
   LLVMPositionBuilderAtEnd(g.b, body);
   LLVMValueRef base = LLVMBuildNSWMul(g.b, r, i64c(&g, n), "base");
-  LLVMValueRef ra = at(&g, pa, base), rb = at(&g, pb, base), rx = at(&g, px, base);
+  int add_ = s->add_rms_mul == 1; /* else RMS_NORM + MUL of x = a */
+  LLVMValueRef ra = at(&g, pa, base), rb = add_ ? at(&g, pb, base) : NULL;
+  LLVMValueRef rx = add_ ? at(&g, px, base) : ra;
   LLVMValueRef rs = at(&g, ps, base), ry = at(&g, py, base);
 
   /* Pass 1: x = a + b, acc += (double)(x * x). */
@@ -529,8 +534,11 @@ LLVMValueRef jt_add_rms_mul_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_
     LLVMValueRef dzero = LLVMConstNull(dvec);
     LLVMAddIncoming(i, &zero64, &p1pre, 1);
     LLVMAddIncoming(pacc, &dzero, &p1pre, 1);
-    LLVMValueRef vx = LLVMBuildFAdd(g.b, vload(&g, at(&g, ra, i), g.V), vload(&g, at(&g, rb, i), g.V), "x");
-    vstore(&g, vx, at(&g, rx, i), g.V);
+    LLVMValueRef vx = vload(&g, at(&g, ra, i), g.V);
+    if (add_) {
+      vx = LLVMBuildFAdd(g.b, vx, vload(&g, at(&g, rb, i), g.V), "x");
+      vstore(&g, vx, at(&g, rx, i), g.V);
+    }
     LLVMValueRef sq = LLVMBuildFPExt(g.b, LLVMBuildFMul(g.b, vx, vx, "sq"), dvec, "sqd");
     LLVMValueRef nacc = LLVMBuildFAdd(g.b, pacc, sq, "acc1");
     LLVMValueRef next = LLVMBuildNSWAdd(g.b, i, i64c(&g, g.V), "next");
@@ -545,10 +553,11 @@ LLVMValueRef jt_add_rms_mul_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_
   LLVMSetFastMathFlags(sum, LLVMFastMathAllowReassoc);
   for (int t = full; t < n; t++) { /* the last n % V elements, one by one */
     LLVMValueRef ix = i64c(&g, t);
-    LLVMValueRef xa = LLVMBuildLoad2(g.b, f32, at(&g, ra, ix), "a");
-    LLVMValueRef xb = LLVMBuildLoad2(g.b, f32, at(&g, rb, ix), "b");
-    LLVMValueRef x = LLVMBuildFAdd(g.b, xa, xb, "x");
-    LLVMBuildStore(g.b, x, at(&g, rx, ix));
+    LLVMValueRef x = LLVMBuildLoad2(g.b, f32, at(&g, ra, ix), "a");
+    if (add_) {
+      x = LLVMBuildFAdd(g.b, x, LLVMBuildLoad2(g.b, f32, at(&g, rb, ix), "b"), "x");
+      LLVMBuildStore(g.b, x, at(&g, rx, ix));
+    }
     sum = LLVMBuildFAdd(g.b, sum, LLVMBuildFPExt(g.b, LLVMBuildFMul(g.b, x, x, ""), f64, ""), "sum");
   }
   /* mean = (float)(sum / n); scale = 1.0f / sqrtf(mean + eps) */
@@ -649,9 +658,10 @@ static void mm_pack(gen_t *g, LLVMValueRef row0, LLVMValueRef kc, int kcl, LLVMV
     }
 }
 
-/* One MR x nr block of y at row i, column j0: the kcl k's of the panel; y stored or added to. */
+/* One MR x nr block of y at row i, column j0: the kcl k's of the panel; y stored or added to;
+ * in the last k block of a MUL_MAT + ADD, that sum plus the residual stored to out. */
 static void mm_micro(gen_t *g, LLVMValueRef panel, LLVMValueRef i, LLVMValueRef j0, LLVMValueRef kc,
-                     int kcl, int nr, int accumulate)
+                     int kcl, int nr, int accumulate, int last)
 {
   const jt_gemm_t *s = g->g;
   int nv = g->MR / g->V;
@@ -675,11 +685,14 @@ static void mm_micro(gen_t *g, LLVMValueRef panel, LLVMValueRef i, LLVMValueRef 
   kloop_close(g, &l, nv, nr, acc, next, kcl);
   for (int j = 0; j < nr; j++)
     for (int v = 0; v < nv; v++) {
-      LLVMValueRef p = at(g, g->c, add(g, mul(g, add(g, j0, i64c(g, j)), s->m), add(g, i, i64c(g, v * g->V))));
-      LLVMValueRef r = next[v][j];
+      LLVMValueRef ix = add(g, mul(g, add(g, j0, i64c(g, j)), s->m), add(g, i, i64c(g, v * g->V)));
+      LLVMValueRef p = at(g, g->c, ix), r = next[v][j];
       if (accumulate)
         r = LLVMBuildFAdd(g->b, r, vload(g, p, g->V), "r");
-      vstore(g, r, p, g->V);
+      if (last && g->res)
+        vstore(g, LLVMBuildFAdd(g->b, r, vload(g, at(g, g->res, ix), g->V), "o"), at(g, g->out, ix), g->V);
+      else
+        vstore(g, r, p, g->V);
     }
 }
 
@@ -709,7 +722,8 @@ static void mm_round_x(gen_t *g, LLVMValueRef j0, LLVMValueRef kc, int kcl, int 
 }
 
 /* Every row block of [i0, i1) for the k's kc .. kc+kcl-1. */
-static void mm_kblock(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef kc, int kcl, int accumulate)
+static void mm_kblock(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef kc, int kcl,
+                      int accumulate, int last)
 {
   const jt_gemm_t *s = g->g;
   loop_t ic = loop_to(g, i0, i1, JT_MM_MC, "ic");
@@ -729,7 +743,8 @@ static void mm_kblock(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef k
     if (g->xr)
       mm_round_x(g, j0, kc, kcl, nr);
     loop_t ir = loop_to(g, i64c(g, 0), cnt, g->MR, "ir");
-    mm_micro(g, at(g, g->pack, mul(g, ir.iv, kcl)), add(g, ic.iv, ir.iv), j0, kc, kcl, nr, accumulate);
+    mm_micro(g, at(g, g->pack, mul(g, ir.iv, kcl)), add(g, ic.iv, ir.iv), j0, kc, kcl, nr,
+             accumulate, last);
     loop_end(g, &ir);
     if (!part)
       loop_end(g, &jr);
@@ -742,10 +757,15 @@ LLVMValueRef jt_mm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
   gen_t g = {.cx = cx, .mod = mod, .g = s};
   setup_types(&g);
   jt_gemm_name(s, g.name, sizeof g.name);
-  LLVMTypeRef params[6] = {g.ptr, g.ptr, g.ptr, g.i64, g.i64, g.ptr};
-  g.fn = LLVMAddFunction(mod, g.name, LLVMFunctionType(LLVMVoidTypeInContext(cx), params, 6, 0));
-  static const unsigned noalias[] = {1, 2, 3, 6}; /* w, x, y, scratch (attribute indices) */
-  for (unsigned i = 0; i < 4; i++) {
+  /* (w, x, y, i0, i1, scratch), or with a residual (w, x, y, r, out, i0, i1, scratch) */
+  int na = s->mm_add ? 2 : 0;
+  LLVMTypeRef params[8] = {g.ptr, g.ptr, g.ptr, g.ptr, g.ptr, g.ptr, g.ptr, g.ptr};
+  params[3 + na] = params[4 + na] = g.i64;
+  g.fn = LLVMAddFunction(mod, g.name, LLVMFunctionType(LLVMVoidTypeInContext(cx), params,
+                                                       6 + (unsigned)na, 0));
+  /* w, x, scratch; y too unless out may be its memory (attribute indices count from 1) */
+  unsigned noalias[] = {1, 2, 6 + (unsigned)na, 3};
+  for (unsigned i = 0; i < (na ? 3u : 4u); i++) {
     unsigned kind = LLVMGetEnumAttributeKindForName("noalias", 7);
     LLVMAddAttributeAtIndex(g.fn, noalias[i], LLVMCreateEnumAttribute(cx, kind, 0));
   }
@@ -756,20 +776,25 @@ LLVMValueRef jt_mm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
   g.a = LLVMGetParam(g.fn, 0);
   g.bm = LLVMGetParam(g.fn, 1);
   g.c = LLVMGetParam(g.fn, 2);
-  LLVMValueRef i0 = LLVMGetParam(g.fn, 3), i1 = LLVMGetParam(g.fn, 4);
+  if (na)
+    g.res = LLVMGetParam(g.fn, 3), g.out = LLVMGetParam(g.fn, 4);
+  LLVMValueRef i0 = LLVMGetParam(g.fn, 3 + (unsigned)na), i1 = LLVMGetParam(g.fn, 4 + (unsigned)na);
   int kc0 = s->k < JT_MM_KC ? s->k : JT_MM_KC;
   _Static_assert(NR <= 8, "the x sliver fits JT_MM_SCRATCH");
-  g.pack = LLVMGetParam(g.fn, 5); /* JT_MM_MC x JT_MM_KC floats, then the x sliver */
+  g.pack = LLVMGetParam(g.fn, 5 + (unsigned)na); /* JT_MM_MC x JT_MM_KC floats, the x sliver */
   if (s->w16)
     g.xr = at(&g, g.pack, i64c(&g, (long)JT_MM_MC * JT_MM_KC));
-  mm_kblock(&g, i0, i1, i64c(&g, 0), kc0, 0); /* the first block stores */
-  int kfull = s->k / JT_MM_KC * JT_MM_KC, ktail = s->k - kfull;
-  if (kfull > JT_MM_KC) {
-    loop_t kc = loop_begin(&g, i64c(&g, JT_MM_KC), kfull, JT_MM_KC, "kc");
-    mm_kblock(&g, i0, i1, kc.iv, JT_MM_KC, 1);
-    loop_end(&g, &kc);
+  int single = s->k <= JT_MM_KC;
+  mm_kblock(&g, i0, i1, i64c(&g, 0), kc0, 0, single); /* the first block stores */
+  if (!single) { /* the middle blocks in a loop, then the last one (the tail, if any) */
+    int kfull = s->k / JT_MM_KC * JT_MM_KC, ktail = s->k - kfull;
+    int lastkc = ktail ? kfull : kfull - JT_MM_KC;
+    if (lastkc > JT_MM_KC) {
+      loop_t kc = loop_begin(&g, i64c(&g, JT_MM_KC), lastkc, JT_MM_KC, "kc");
+      mm_kblock(&g, i0, i1, kc.iv, JT_MM_KC, 1, 0);
+      loop_end(&g, &kc);
+    }
+    mm_kblock(&g, i0, i1, i64c(&g, lastkc), ktail ? ktail : JT_MM_KC, 1, 1);
   }
-  if (ktail && kfull)
-    mm_kblock(&g, i0, i1, i64c(&g, kfull), ktail, 1);
   return end_kernel(&g);
 }

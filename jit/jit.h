@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define JT_GENERATOR_VERSION 4 /* bumped whenever generated code changes */
+#define JT_GENERATOR_VERSION 5 /* bumped whenever generated code changes */
 
 /* A column-major GEMM, C = alpha * op(A) * op(B) + beta * C, with every shape constant known.
  * Row-major (CBLAS) calls are mapped onto it by the caller: C^T = op(B)^T op(A)^T. */
@@ -27,10 +27,12 @@ typedef struct jt_gemm_s {
   int dot;            /* 1: a dot product instead: *C = sum of A[i] B[i] for i < k, unit
                          strides (the other fields but f64 and k are ignored) */
   int add_rms_mul;    /* 1: ggml's ADD + RMS_NORM + MUL fused instead, over rows of k floats
-                         (jt_add_rms_mul_fn; the other fields are ignored) */
+                         (jt_add_rms_mul_fn; the other fields are ignored); 2: RMS_NORM + MUL
+                         alone, of x = a (b and x are neither read nor written) */
   int mm;             /* 1: ggml's MUL_MAT instead (jt_mm_fn): m weight rows of k (w16: f16,
                          else f32), n activation columns of k floats; only m, n, k, w16 count */
   int w16;
+  int mm_add;         /* with mm: the product then a residual ADD (jt_mm_add_fn) */
 } jt_gemm_t;
 
 /* ggml's MUL_MAT, rows [i0, i1) of y (multiples of JT_MM_MR, or i1 = m):
@@ -42,6 +44,14 @@ typedef struct jt_gemm_s {
  * JT_MM_SCRATCH floats, 64-byte aligned, the caller's (a thread's stack may be too small). */
 typedef void (*jt_mm_fn)(const void *w, const float *x, float *y, int64_t i0, int64_t i1,
                          float *scratch);
+/* MUL_MAT then ggml's ADD of a residual r (fusion 2), rows [i0, i1):
+ *   out[j*m + i] = y[j*m + i] + r[j*m + i],  y as jt_mm_fn computes it
+ * The product's partial sums are kept in y (the MUL_MAT's own output, left holding sums of all
+ * but the last k block); the last block adds its sums, then the residual, and stores out: the
+ * float steps of jt_mm_fn followed by ggml's ADD, bit for bit. out may be the very memory of y
+ * or of r; y must not overlap r. */
+typedef void (*jt_mm_add_fn)(const void *w, const float *x, float *y, const float *r, float *out,
+                             int64_t i0, int64_t i1, float *scratch);
 #define JT_MM_MR 16
 #define JT_MM_MC 64
 #define JT_MM_KC 128

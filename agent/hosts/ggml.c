@@ -39,10 +39,13 @@
  * SWIGLU after them are one record (signature FUSED MUL_MAT+MUL_MAT+SWIGLU) whose kernel is
  * their MUL_MAT signature's: each thread computes its rows of both, then their SwiGLU.
  * Products of one input (Q, K, V) are one record (FUSED SHARED-INPUT MUL_MATS) computed at the
- * first one's place when the later ones share no memory with the nodes they move past.
- * Known cost: a rebuilt graph carries no use counts (ggml's API cannot fill them), so ggml's
- * own RMS_NORM+MUL fusion does not fire in it for a pair the agent leaves unfused (in a llama
- * graph, the first layer's attention norm, which has no ADD before it). */
+ * first one's place when the later ones share no memory with the nodes they move past. A
+ * MUL_MAT whose output only the next node, a residual ADD, reads is one record (FUSED
+ * MUL_MAT+ADD) with a kernel of its own (the product's, whose last k block adds the residual
+ * as it stores); it takes precedence over the norm group that would have taken the ADD, whose
+ * RMS_NORM + MUL then run as one record (FUSED RMS_NORM+MUL), as does any RMS_NORM + MUL
+ * without an ADD before it (a rebuilt graph carries no use counts, so ggml's own RMS_NORM+MUL
+ * fusion would not fire in it). */
 #define _GNU_SOURCE
 #include "../agent.h"
 #include "../log.h"
@@ -245,16 +248,18 @@ static ag_sig_t key_of(const struct ggml_tensor *dst)
                      (int32_t)dst->ne[2], (int32_t)dst->ne[3], 0);
 }
 
-/* One node group of a graph the agent runs as one custom node: ADD + RMS_NORM + MUL, a single
- * MUL_MAT, or the FFN's gate and up MUL_MATs with the SWIGLU that joins them. */
-enum { FU_ADD_RMS_MUL, FU_MUL_MAT, FU_SWIGLU, FU_SHARED_INPUT };
+/* One node group of a graph the agent runs as one custom node: ADD + RMS_NORM + MUL (or
+ * RMS_NORM + MUL alone), a single MUL_MAT, a MUL_MAT with the residual ADD of its output, the
+ * FFN's gate and up MUL_MATs with the SWIGLU that joins them, or products of one input. */
+enum { FU_ADD_RMS_MUL, FU_MUL_MAT, FU_SWIGLU, FU_SHARED_INPUT, FU_MM_ADD, FU_RMS_MUL };
 #define SHARED_MAX 3 /* products of one input computed as one node (Q, K and V) */
 typedef struct fusion_s {
   int kind;
   struct ggml_tensor *first;           /* the group's first node in the graph */
   int span;                            /* its nodes (consecutive) */
   /* The host's nodes (never modified); mul is the one whose output the custom node writes:
-   * ADD + RMS_NORM + MUL: add, rms, mul; MUL_MAT: mul; SWIGLU: gate, up (MUL_MATs), mul (GLU). */
+   * ADD + RMS_NORM + MUL: add, rms, mul (RMS_NORM + MUL: add NULL); MUL_MAT: mul; SWIGLU: gate,
+   * up (MUL_MATs), mul (GLU); MUL_MAT + ADD: prod[0] (the MUL_MAT), add and mul (the ADD). */
   struct ggml_tensor *add, *rms, *mul, *gate, *up;
   /* SHARED_INPUT: the products (mul the first), each with its own kernel's signature */
   struct ggml_tensor *prod[SHARED_MAX];
@@ -275,6 +280,7 @@ static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *u
 static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud);
 static void swiglu_node(struct ggml_tensor *dst, int ith, int nth, void *ud);
 static void shared_node(struct ggml_tensor *dst, int ith, int nth, void *ud);
+static void mm_add_node(struct ggml_tensor *dst, int ith, int nth, void *ud);
 
 /* The fusion record of one of the agent's custom nodes, or NULL. */
 static const fusion_t *our_custom(const struct ggml_tensor *dst)
@@ -288,7 +294,7 @@ static const fusion_t *our_custom(const struct ggml_tensor *dst)
   } p; /* ggml's struct ggml_custom_op_params */
   memcpy(&p, dst->op_params, sizeof p);
   return p.fun == fused_add_rms_mul || p.fun == mul_mat_node || p.fun == swiglu_node ||
-                 p.fun == shared_node
+                 p.fun == shared_node || p.fun == mm_add_node
              ? p.userdata
              : NULL;
 }
@@ -386,39 +392,57 @@ static int clean_alias(const struct ggml_tensor *x, const struct ggml_tensor *y,
   return a == b || a + bytes <= b || b + bytes <= a;
 }
 
-/* The ADD + RMS_NORM + MUL group at nodes i..i+2 of g, under every guard; 0 when there is none. */
-static int find_group(struct ggml_cgraph *g, int n, int i, fusion_t *f)
+/* 1 when node t's output is a source of no node of g but user's. */
+static int feeds_only(struct ggml_cgraph *g, int n, const struct ggml_tensor *t,
+                      const struct ggml_tensor *user)
 {
-  if (i + 2 >= n)
+  for (int j = 0; j < n; j++) {
+    const struct ggml_tensor *u = api.node(g, j);
+    for (int k = 0; k < GGML_MAX_SRC; k++)
+      if (u->src[k] == t && u != user)
+        return 0;
+  }
+  return !(t->flags & GGML_TENSOR_FLAG_OUTPUT);
+}
+
+/* The ADD + RMS_NORM + MUL group at nodes i..i+2 of g (with_add), or RMS_NORM + MUL at i, i+1,
+ * under every guard; 0 when there is none. */
+static int find_group(struct ggml_cgraph *g, int n, int i, fusion_t *f, int with_add)
+{
+  int at = i + with_add;
+  if (at + 1 >= n)
     return 0;
-  struct ggml_tensor *add = api.node(g, i), *rms = api.node(g, i + 1), *mul = api.node(g, i + 2);
-  if (add->op != GGML_OP_ADD || rms->op != GGML_OP_RMS_NORM || mul->op != GGML_OP_MUL ||
-      rms->src[0] != add || mul->src[0] != rms)
+  struct ggml_tensor *add = with_add ? api.node(g, i) : NULL;
+  struct ggml_tensor *rms = api.node(g, at), *mul = api.node(g, at + 1);
+  if ((add && add->op != GGML_OP_ADD) || rms->op != GGML_OP_RMS_NORM || mul->op != GGML_OP_MUL ||
+      (add && rms->src[0] != add) || mul->src[0] != rms)
     return 0;
-  const struct ggml_tensor *a = add->src[0], *b = add->src[1], *w = mul->src[1];
-  if (!a || !b || !w || add->type != GGML_TYPE_F32 || a->type != GGML_TYPE_F32 ||
+  /* the row's inputs: the ADD's two, or the norm's one */
+  const struct ggml_tensor *a = add ? add->src[0] : rms->src[0], *b = add ? add->src[1] : a;
+  const struct ggml_tensor *w = mul->src[1], *x = add ? add : a;
+  if (!a || !b || !w || x->type != GGML_TYPE_F32 || a->type != GGML_TYPE_F32 ||
       b->type != GGML_TYPE_F32 || rms->type != GGML_TYPE_F32 || mul->type != GGML_TYPE_F32 ||
       w->type != GGML_TYPE_F32)
     return 0;
-  if (!same_shape(a, add) || !same_shape(b, add) || !same_shape(mul, add) ||
-      w->ne[0] != add->ne[0] || w->ne[1] != 1 || w->ne[2] != 1 || w->ne[3] != 1)
+  if (!same_shape(a, x) || !same_shape(b, x) || !same_shape(rms, x) || !same_shape(mul, x) ||
+      w->ne[0] != x->ne[0] || w->ne[1] != 1 || w->ne[2] != 1 || w->ne[3] != 1)
     return 0;
-  if (add->view_src || rms->view_src || mul->view_src || !api.contiguous(a) ||
-      !api.contiguous(b) || !api.contiguous(w) || !api.contiguous(add) || !api.contiguous(mul))
+  if ((add && add->view_src) || rms->view_src || mul->view_src || !api.contiguous(a) ||
+      !api.contiguous(b) || !api.contiguous(w) || !api.contiguous(x) || !api.contiguous(mul))
     return 0;
-  if (!a->data || !b->data || !w->data || !add->data || !rms->data || !mul->data ||
-      !api.contiguous(rms) || (rms->flags & GGML_TENSOR_FLAG_OUTPUT) || add->ne[0] > (1 << 20))
+  if (!a->data || !b->data || !w->data || !x->data || !rms->data || !mul->data ||
+      !api.contiguous(rms) || x->ne[0] > (1 << 20))
     return 0;
   /* Nodes ggml would skip (not selected for computing) are not the agent's to compute. */
-  if (!(add->flags & GGML_TENSOR_FLAG_COMPUTE) || !(rms->flags & GGML_TENSOR_FLAG_COMPUTE) ||
-      !(mul->flags & GGML_TENSOR_FLAG_COMPUTE))
+  if ((add && !(add->flags & GGML_TENSOR_FLAG_COMPUTE)) ||
+      !(rms->flags & GGML_TENSOR_FLAG_COMPUTE) || !(mul->flags & GGML_TENSOR_FLAG_COMPUTE))
     return 0;
-  size_t bytes = (size_t)(add->ne[0] * add->ne[1] * add->ne[2] * add->ne[3]) * sizeof(float);
+  size_t bytes = (size_t)(x->ne[0] * x->ne[1] * x->ne[2] * x->ne[3]) * sizeof(float);
   size_t wbytes = (size_t)w->ne[0] * sizeof(float);
-  const struct ggml_tensor *outs[3] = {add, rms, mul}, *ins[2] = {a, b};
+  const struct ggml_tensor *outs[3] = {rms, mul, add}, *ins[2] = {a, b};
   /* Exact aliasing is fine: ggml's allocator gives a node a dead tensor's memory, and each
    * element is read before it is written; partial overlaps are not. */
-  for (int o = 0; o < 3; o++) {
+  for (int o = 0; o < 2 + with_add; o++) {
     for (int k = 0; k < 2; k++)
       if (!clean_alias(outs[o], ins[k], bytes))
         return 0;
@@ -429,16 +453,11 @@ static int find_group(struct ggml_cgraph *g, int n, int i, fusion_t *f)
     if (!(od + bytes <= wd || wd + wbytes <= od)) /* the weight is read by every row */
       return 0;
   }
-
-  for (int j = 0; j < n; j++) { /* the norm's output feeds the MUL alone */
-    const struct ggml_tensor *t = api.node(g, j);
-    for (int k = 0; k < GGML_MAX_SRC; k++)
-      if (t->src[k] == rms && t != mul)
-        return 0;
-  }
-  *f = (fusion_t){.kind = FU_ADD_RMS_MUL, .first = add, .span = 3, .add = add, .rms = rms,
-                  .mul = mul, .n = add->ne[0],
-                  .rows = add->ne[1] * add->ne[2] * add->ne[3]};
+  if (!feeds_only(g, n, rms, mul)) /* the norm's output feeds the MUL alone */
+    return 0;
+  *f = (fusion_t){.kind = add ? FU_ADD_RMS_MUL : FU_RMS_MUL, .first = add ? add : rms,
+                  .span = 2 + with_add, .add = add, .rms = rms, .mul = mul, .n = x->ne[0],
+                  .rows = x->ne[1] * x->ne[2] * x->ne[3]};
   memcpy(&f->eps, rms->op_params, sizeof f->eps);
   return 1;
 }
@@ -526,6 +545,42 @@ static int apart(const struct ggml_tensor *a, const struct ggml_tensor *b)
   return a0 + api.nbytes(a) <= b0 || b0 + api.nbytes(b) <= a0;
 }
 
+/* The residual ADD's other source, of a MUL_MAT + ADD record. */
+static const struct ggml_tensor *residual_of(const fusion_t *f)
+{
+  return f->add->src[0] == f->prod[0] ? f->add->src[1] : f->add->src[0];
+}
+
+/* A MUL_MAT at node i of g under find_mm's guards whose output only the ADD at i + 1 reads,
+ * adding a residual of its shape (f32, contiguous). Its partial sums stay in the MUL_MAT's own
+ * memory, which must therefore share nothing with the residual; the ADD's output may be the
+ * very memory of either, else apart from both, and apart from the product's inputs (one thread
+ * writes its rows while another still reads them). */
+static int find_mm_add(struct ggml_cgraph *g, int n, int i, fusion_t *f)
+{
+  fusion_t p;
+  if (i + 1 >= n || !find_mm(g, i, &p))
+    return 0;
+  struct ggml_tensor *mm = p.mul, *add = api.node(g, i + 1);
+  if (add->op != GGML_OP_ADD || add->type != GGML_TYPE_F32 || add->view_src || !add->data ||
+      !api.contiguous(add) || !(add->flags & GGML_TENSOR_FLAG_COMPUTE) || !same_shape(add, mm))
+    return 0;
+  const struct ggml_tensor *res = add->src[0] == mm ? add->src[1] : add->src[1] == mm ? add->src[0] : NULL;
+  if (!res || res == mm || res->type != GGML_TYPE_F32 || !res->data || !api.contiguous(res) ||
+      !same_shape(res, add) || !feeds_only(g, n, mm, add))
+    return 0;
+  size_t bytes = (size_t)(add->ne[0] * add->ne[1]) * sizeof(float);
+  const struct ggml_tensor *w = mm->src[0], *x = mm->src[1];
+  if (!apart(mm, res) || !clean_alias(add, mm, bytes) || !clean_alias(add, res, bytes) ||
+      !apart(add, w) || !apart(add, x))
+    return 0;
+  *f = (fusion_t){.kind = FU_MM_ADD, .first = mm, .span = 2, .add = add, .mul = add,
+                  .n = mm->ne[0], .rows = mm->ne[1], .nprod = 1};
+  f->prod[0] = mm;
+  return 1;
+}
+
+
 /* Products of one input (Q, K and V of an attention: 2 or 3 MUL_MATs under find_mm's guards
  * with the same input, weight type, K and N, within 16 nodes from node i) computed together at
  * the first one's place. The later ones move earlier past the nodes in between, so those
@@ -584,31 +639,43 @@ static struct ggml_tensor rows_of(const struct ggml_tensor *t, int64_t r0, int64
   return c;
 }
 
-/* ggml's own ADD, RMS_NORM and MUL for rows [r0, r1) of the group, single-threaded, writing x,
- * s and y (the nodes' own memory, or scratch of the same sizes): the original, for the
- * verification and for a group whose kernel is gone. */
+/* ggml's own ADD (unless the group has none), RMS_NORM and MUL for rows [r0, r1) of the
+ * group, single-threaded, writing x, s and y (the nodes' own memory, or scratch of the same
+ * sizes): the original, for the verification and for a group whose kernel is gone. */
 static void ggml_rows(const fusion_t *f, int64_t r0, int64_t r1, float *x, float *s, float *y)
 {
   gg_params_t p = {0, 1, 0, NULL, NULL, false};
   int64_t cnt = r1 - r0;
-  struct ggml_tensor a = rows_of(f->add->src[0], r0, cnt, f->add->src[0]->data);
-  struct ggml_tensor b = rows_of(f->add->src[1], r0, cnt, f->add->src[1]->data);
-  struct ggml_tensor add = rows_of(f->add, r0, cnt, x), rms = rows_of(f->rms, r0, cnt, s);
-  struct ggml_tensor mul = rows_of(f->mul, r0, cnt, y);
+  const struct ggml_tensor *ta = f->add ? f->add->src[0] : f->rms->src[0];
+  struct ggml_tensor a = rows_of(ta, r0, cnt, ta->data);
+  struct ggml_tensor b = f->add ? rows_of(f->add->src[1], r0, cnt, f->add->src[1]->data) : a;
+  struct ggml_tensor add = f->add ? rows_of(f->add, r0, cnt, x) : a;
+  struct ggml_tensor rms = rows_of(f->rms, r0, cnt, s), mul = rows_of(f->mul, r0, cnt, y);
   add.src[0] = &a, add.src[1] = &b;
-  rms.src[0] = &add;
+  rms.src[0] = f->add ? &add : &a;
   mul.src[0] = &rms;
-  api.add(&p, &add);
+  if (f->add)
+    api.add(&p, &add);
   api.rms_norm(&p, &rms);
   api.mul(&p, &mul);
+}
+
+/* The group's row inputs: the ADD's sources a and b and its output x; or (RMS_NORM + MUL) the
+ * norm's input a, no b, no x. */
+static void group_rows(const fusion_t *f, const float **a, const float **b, float **x)
+{
+  *a = f->add ? f->add->src[0]->data : f->rms->src[0]->data;
+  *b = f->add ? f->add->src[1]->data : NULL;
+  *x = f->add ? f->add->data : NULL;
 }
 
 /* Verification, on thread 0 alone: ggml's result into scratch first (a and b may share memory
  * with the outputs), then the kernel's into the nodes; a mismatch leaves ggml's. */
 static void verify(fusion_t *f, jt_add_rms_mul_fn k)
 {
-  const float *a = f->add->src[0]->data, *b = f->add->src[1]->data, *w = f->mul->src[1]->data;
-  float *x = f->add->data, *s = f->rms->data, *y = f->mul->data;
+  const float *a, *b, *w = f->mul->src[1]->data;
+  float *x, *s = f->rms->data, *y = f->mul->data;
+  group_rows(f, &a, &b, &x);
   size_t cnt = (size_t)(f->n * f->rows);
   float *scratch = malloc(3 * cnt * sizeof *scratch);
   if (!scratch) { /* cannot compare now: ggml computes, a later execution checks */
@@ -626,8 +693,8 @@ static void verify(fusion_t *f, jt_add_rms_mul_fn k)
    * ends as the later one); all must match within a few ulps of ggml's. */
   double worst = 0, bound = 1;
   for (size_t i = 0; i < cnt; i++) {
-    double want[3] = {rx[i], rs[i], ry[i]}, got[3] = {x[i], s[i], y[i]};
-    int keep[3] = {x != s && x != y, s != y, 1};
+    double want[3] = {rx[i], rs[i], ry[i]}, got[3] = {x ? x[i] : 0, s[i], y[i]};
+    int keep[3] = {x && x != s && x != y, s != y, 1};
     for (int o = 0; o < 3; o++) {
       double d = fabs(got[o] - want[o]), lim = o == 0 ? 0 : 4 * FLT_EPSILON * fabs(want[o]) + FLT_MIN;
       if (keep[o] && !(d <= lim)) {
@@ -638,7 +705,8 @@ static void verify(fusion_t *f, jt_add_rms_mul_fn k)
     }
   }
   if (worst > bound) { /* the host keeps ggml's results */
-    memcpy(x, rx, cnt * sizeof *x);
+    if (x)
+      memcpy(x, rx, cnt * sizeof *x);
     memcpy(s, rs, cnt * sizeof *s);
     memcpy(y, ry, cnt * sizeof *y);
   }
@@ -668,7 +736,9 @@ static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *u
   int64_t r1 = r0 + per < f->rows ? r0 + per : f->rows;
   if (r0 >= r1)
     return;
-  float *x = f->add->data, *s = f->rms->data, *y = dst->data;
+  const float *a, *b, *w = f->mul->src[1]->data;
+  float *x, *s = f->rms->data, *y = dst->data;
+  group_rows(f, &a, &b, &x);
   if (!k) {
     ggml_rows(f, r0, r1, x, s, y);
     return;
@@ -677,8 +747,8 @@ static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *u
     memset(y + r0 * n, 0, (size_t)((r1 - r0) * n) * sizeof *y);
     return;
   }
-  const float *a = f->add->src[0]->data, *b = f->add->src[1]->data, *w = f->mul->src[1]->data;
-  k(a + r0 * n, b + r0 * n, w, x + r0 * n, s + r0 * n, y + r0 * n, r1 - r0, f->eps);
+  k(a + r0 * n, b ? b + r0 * n : NULL, w, x ? x + r0 * n : NULL, s + r0 * n, y + r0 * n, r1 - r0,
+    f->eps);
   if (fusion_mode == 3)
     for (int64_t i = r0 * n; i < r1 * n; i++)
       y[i] *= 1.5f;
@@ -700,17 +770,29 @@ static void mm_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1)
                                         i, j, &mag);
 }
 
+/* out = y + res over rows [r0, r1) of every column (res: those rows only, column by column). */
+static void add_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1, const float *res, float *out)
+{
+  int64_t m = mm->ne[0], cnt = r1 - r0;
+  const float *y = mm->data;
+  for (int64_t j = 0; j < mm->ne[1]; j++)
+    for (int64_t i = r0; i < r1; i++)
+      out[j * m + i] = y[j * m + i] + res[j * cnt + i - r0];
+}
+
 /* Verification of rows [r0, r1) of mm by the thread that computed them with ke's kernel: 64 of
  * their elements — the range's first and last rows, the first and last columns, the rest at
  * random — against the exact dot product (in double) within the bound of a float sum of k
- * products (elements with infinite or NaN products have none: skipped). A mismatch blacklists
- * the kernel, and these rows are computed again by mm_rows. Each thread's check is a verdict
- * of its own. */
-static void mm_verify(ag_entry_t *ke, const struct ggml_tensor *mm, int64_t r0, int64_t r1, int ith)
+ * products (elements with infinite or NaN products have none: skipped); with a residual (res,
+ * a copy of its rows [r0, r1), column by column), the sums in out against the exact product
+ * plus it. A mismatch blacklists the kernel, and these rows are computed again by mm_rows (and
+ * add_rows). Each thread's check is a verdict of its own. */
+static void mm_verify(ag_entry_t *ke, const struct ggml_tensor *mm, int64_t r0, int64_t r1, int ith,
+                      const float *res, float *out)
 {
   const struct ggml_tensor *w = mm->src[0];
   int64_t m = mm->ne[0], n = mm->ne[1], k = w->ne[0];
-  const float *y = mm->data;
+  const float *y = res ? out : mm->data;
   uint64_t rnd = (uint64_t)(uintptr_t)y ^ ((uint64_t)ith << 32) ^ 0x9e3779b97f4a7c15ull;
   ag_mm_check_t c = {0};
   for (int t = 0; t < 64; t++) {
@@ -719,10 +801,14 @@ static void mm_verify(ag_entry_t *ke, const struct ggml_tensor *mm, int64_t r0, 
     int64_t j = t < 2 ? 0 : t < 4 ? n - 1 : (int64_t)((rnd >> 17) % (uint64_t)n);
     double mag, exact = ag_mm_exact(w->data, w->type == GGML_TYPE_F16, mm->src[1]->data, k, i, j,
                                     &mag);
-    ag_mm_tally(&c, y[j * m + i], exact, mag, k);
+    double r = res ? res[j * (r1 - r0) + i - r0] : 0;
+    ag_mm_tally(&c, y[j * m + i], exact + r, mag + fabs(r), k);
   }
-  if (c.worst > c.bound)
+  if (c.worst > c.bound) {
     mm_rows(mm, r0, r1);
+    if (res)
+      add_rows(mm, r0, r1, res, out);
+  }
   if (c.checked)
     ag_tier_verify_result(ke, c.worst, c.bound);
 }
@@ -756,7 +842,45 @@ static int mm_compute(const fusion_t *f, ag_entry_t *ke, const struct ggml_tenso
       for (int64_t i = r0; i < r1; i++)
         y[j * m + i] *= 1.5f;
   if (f->verifying)
-    mm_verify(ke, mm, r0, r1, ith);
+    mm_verify(ke, mm, r0, r1, ith, NULL, NULL);
+  return 1;
+}
+
+/* Rows [r0, r1) of a MUL_MAT + ADD record: its kernel's sums into the ADD's output (the
+ * product's partial sums in its own memory), read here as mm_compute reads its kernel; without
+ * one, or without memory for its scratch, the product in plain C and ggml's ADD's sums. A
+ * verifying execution keeps a copy of the residual's rows first: the output may be its very
+ * memory. Returns 1 when the kernel computed them. */
+static int mm_add_compute(const fusion_t *f, int64_t r0, int64_t r1, int ith)
+{
+  const struct ggml_tensor *mm = f->prod[0];
+  const float *res = residual_of(f)->data;
+  float *out = f->add->data;
+  int64_t m = mm->ne[0], n = mm->ne[1], cnt = r1 - r0;
+  jt_mm_add_fn k = (jt_mm_add_fn)atomic_load_explicit(&f->ke->variant, memory_order_acquire);
+  float *scratch = k ? aligned_alloc(64, JT_MM_SCRATCH * sizeof(float)) : NULL;
+  float *keep = scratch && f->verifying ? malloc((size_t)(n * cnt) * sizeof *keep) : NULL;
+  if (!scratch) { /* element by element: out may be the memory of y or of res, exactly */
+    const float *y = mm->data;
+    mm_rows(mm, r0, r1);
+    for (int64_t j = 0; j < n; j++)
+      for (int64_t i = r0; i < r1; i++)
+        out[j * m + i] = y[j * m + i] + res[j * m + i];
+    return 0;
+  }
+  for (int64_t j = 0; keep && j < n; j++)
+    memcpy(keep + j * cnt, res + j * m + r0, (size_t)cnt * sizeof *keep);
+  k(mm->src[0]->data, mm->src[1]->data, mm->data, res, out, r0, r1, scratch);
+  free(scratch);
+  if (fusion_mode == 3) /* wrong: verification must catch it */
+    for (int64_t j = 0; j < n; j++)
+      for (int64_t i = r0; i < r1; i++)
+        out[j * m + i] *= 1.5f;
+  if (keep)
+    mm_verify(f->ke, mm, r0, r1, ith, keep, out);
+  else if (f->verifying) /* no memory to compare now: a later execution checks */
+    atomic_fetch_add(&f->ke->verify, 1);
+  free(keep);
   return 1;
 }
 
@@ -778,6 +902,19 @@ static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
     poison_rows(dst, r0, r1);
   else
     mm_compute(f, f->ke, f->mul, r0, r1, ith);
+}
+
+/* The custom node of a MUL_MAT + ADD on thread ith of nth: its share of the rows. */
+static void mm_add_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
+{
+  fusion_t *f = ud;
+  int64_t r0, r1;
+  if (!mm_share(dst->ne[0], ith, nth, &r0, &r1))
+    return;
+  if (fusion_mode == 2)
+    poison_rows(dst, r0, r1);
+  else
+    mm_add_compute(f, r0, r1, ith);
 }
 
 /* The SWIGLU group's custom node on thread ith of nth: its share of the rows of both products
@@ -922,7 +1059,7 @@ static gcache_t *gcache_of(struct ggml_cgraph *g)
     ag_sig_t kk = {0};
     if (taken(c, api.node(g, i))) /* a later product of a shared-input record */
       continue;
-    if (find_group(g, n, i, &f)) /* one signature per row length: the kernel takes the rows */
+    if (find_group(g, n, i, &f, 1)) /* one signature per row length: the kernel takes the rows */
       k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, GGML_TYPE_F32, GGML_TYPE_F32, 0,
                       AG_FUSE_ADD_RMS_MUL, 0, 0, (int32_t)f.n, 0, 0, 0, 0, 0);
     else if (find_swiglu(g, n, i, &f)) { /* its own signature; its products' kernel */
@@ -942,8 +1079,19 @@ static gcache_t *gcache_of(struct ggml_cgraph *g)
       k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, (uint8_t)f.mul->src[0]->type,
                       GGML_TYPE_F32, GGML_TYPE_F32 + 1, AG_FUSE_SHARED_INPUT, (uint8_t)f.nprod,
                       0, rows, kk.n, kk.k, 1, 1, 0);
+    } else if (find_mm_add(g, n, i, &f)) { /* its own signature and kernel */
+      kk = key_of(f.prod[0]);
+      k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, (uint8_t)f.prod[0]->src[0]->type,
+                      GGML_TYPE_F32, GGML_TYPE_F32 + 1, AG_FUSE_MM_ADD, 0, 0, kk.m, kk.n, kk.k,
+                      1, 1, 0);
+      kk = ag_sig_mm_add_product(&k); /* the product's signature: whether it is hot */
+      if (!(f.pke[0] = ag_table_get(ag_table, &kk)))
+        break;
     } else if (find_mm(g, i, &f)) /* the node's own signature: its profile is the original's */
       k = key_of(f.mul);
+    else if (find_group(g, n, i, &f, 0)) /* a norm whose ADD a MUL_MAT + ADD took */
+      k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, GGML_TYPE_F32, GGML_TYPE_F32, 0,
+                      AG_FUSE_RMS_MUL, 0, 0, (int32_t)f.n, 0, 0, 0, 0, 0);
     else
       continue;
     int full = f.kind == FU_SHARED_INPUT && !f.pke[f.nprod - 1];
@@ -1010,6 +1158,11 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g)
         args[1 + p] = f->prod[p]->src[0];
     } else if (f->kind == FU_MUL_MAT)
       args[0] = f->mul->src[0], args[1] = f->mul->src[1], nargs = 2, fun = mul_mat_node;
+    else if (f->kind == FU_MM_ADD)
+      args[0] = f->prod[0]->src[0], args[1] = f->prod[0]->src[1],
+      args[2] = (struct ggml_tensor *)residual_of(f), fun = mm_add_node;
+    else if (f->kind == FU_RMS_MUL)
+      args[0] = f->rms->src[0], args[1] = f->mul->src[1], nargs = 2, fun = fused_add_rms_mul;
     else if (f->kind == FU_SWIGLU)
       args[0] = f->gate->src[0], args[1] = f->up->src[0], args[2] = f->gate->src[1],
       fun = swiglu_node;
@@ -1052,8 +1205,14 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gcache_t 
   for (int i = 0; i < c->nf; i++) {
     fusion_t *f = &c->f[i];
     stale |= record_stale(f);
-    if (f->kind != FU_ADD_RMS_MUL || atomic_load_explicit(&f->ke->variant, memory_order_acquire))
-      continue; /* fused, or MUL_MATs, which count as themselves unfused */
+    if ((f->kind != FU_ADD_RMS_MUL && f->kind != FU_RMS_MUL && f->kind != FU_MM_ADD) ||
+        atomic_load_explicit(&f->ke->variant, memory_order_acquire))
+      continue; /* fused, or groups of MUL_MATs whose kernel is theirs, counted as such */
+    /* Unfused, a MUL_MAT + ADD's product runs as ggml's MUL_MAT, timed under its own
+     * signature: when that is hot, so is the group (fused, its own calls are timed). */
+    uint32_t pt = f->kind == FU_MM_ADD ? atomic_load(&f->pke[0]->tier) : AG_TIER_COLD;
+    if ((pt == AG_TIER_QUEUED || pt == AG_TIER_READY) && atomic_load(&f->e->tier) == AG_TIER_COLD)
+      ag_tier_queue(f->e, "its MUL_MAT is hot");
     uint64_t n = atomic_fetch_add_explicit(&f->e->calls, (uint64_t)nth, memory_order_relaxed) + (uint64_t)nth;
     ag_tier_hot(f->e, n); /* cheap unless cold and hot: compiled, and again after an eviction */
   }

@@ -15,6 +15,8 @@
 
 #define H_LLAMA_PROG OPJIT_BUILD_DIR "/llama_prog"
 #define FUSION1 "s.name LIKE 'FUSED ADD+RMS_NORM+MUL%%'" /* the first fusion's signatures */
+#define FUSION2 "s.name LIKE 'FUSED MUL_MAT+ADD %%'"      /* the second's */
+#define RMS_MUL "s.name LIKE 'FUSED RMS_NORM+MUL %%'"     /* a norm whose ADD is not its own */
 
 static char model32[600], model16[600];
 
@@ -123,13 +125,18 @@ Test(ggml, fused_groups_keep_the_output_are_stored_and_start_warm)
                                " WHERE e.run_id=2 AND " FUSION1 " AND e.kind='published'"), 0);
     int64_t calls = h_query(db, "SELECT rs.calls FROM run_sigs rs JOIN signatures s ON"
                                   " s.id=rs.sig_id WHERE rs.run_id=2 AND " FUSION1);
-    /* 4 groups per graph (each layer's FFN norm after its attention's residual ADD, the second
-     * layer's attention norm and the output norm after an FFN's residual ADD; the first layer's
-     * attention norm has no ADD before it), 65 graphs (the prefill and 64 decode steps), each on
-     * 2 threads. */
-    cr_assert_eq(calls, 4 * 65 * 2);
+    /* Each decode step has 4 groups (each layer's FFN norm after its attention's residual ADD,
+     * the second layer's attention norm and the output norm after an FFN's residual ADD; the
+     * first layer's attention norm has no ADD before it). The prefill has 2: its first layer's
+     * residual ADDs belong to MUL_MAT + ADD groups (the second layer's attention output goes
+     * through GET_ROWS first, its FFN runs on one token). 64 decode steps, each on 2 threads. */
+    cr_assert_eq(calls, (64 * 4 + 2) * 2);
     cr_assert_eq(h_query(db, "SELECT v.calls FROM variants v JOIN signatures s ON s.id=v.sig_id"
                                " WHERE v.run_id=2 AND " FUSION1), calls, "all fused");
+    /* The norms left without their ADD: the first layer's attention norm in every graph, and
+     * in the prefill the norms after the two MUL_MAT + ADD groups. */
+    cr_assert_eq(h_query(db, "SELECT v.calls FROM variants v JOIN signatures s ON s.id=v.sig_id"
+                               " WHERE v.run_id=2 AND " RMS_MUL), (65 + 2) * 2);
   }
 }
 
@@ -180,13 +187,19 @@ Test(ggml, mul_mat_kernels_serve_the_prefill_from_the_second_run)
     same_output(run_long("mm2", 1, env, models[m]), plain, "run 2");
     snprintf(q, sizeof q, mm, 2, "loaded");
     cr_assert_eq(h_query(db, q), 3);
-    /* Each node's calls on both threads ran the kernel: both layers' 4 attention products and
-     * the first layer's down product (the second layer's FFN runs on the output token only,
-     * N=1), and the first layer's gate and up inside their SWIGLU group (the groups credit
-     * their products' signatures). */
+    /* Each node's calls on both threads ran the kernel: both layers' Q, the second layer's
+     * attention output (the first's is a MUL_MAT + ADD; the second layer's FFN runs on the
+     * output token only, N=1), K and V in their shared-input groups and the first layer's gate
+     * and up in their SWIGLU group (the groups credit their products' signatures). */
     cr_assert_eq(h_query(db, "SELECT sum(v.calls) FROM variants v JOIN signatures s ON"
                                " s.id=v.sig_id WHERE v.run_id=2 AND s.op='MUL_MAT'"),
-                 (2 * 4 + 1) * 2 + 2 * 2);
+                 3 * 2 + 2 * 2 * 2 + 2 * 2);
+    /* The first layer's attention output and down products with their residual ADDs: kernels
+     * of their own (compiled once their products were hot), loaded, each run on both threads. */
+    cr_assert_eq(h_query(db, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                               " WHERE e.run_id=2 AND " FUSION2 " AND e.kind='loaded'"), 2);
+    cr_assert_eq(h_query(db, "SELECT sum(v.calls) FROM variants v JOIN signatures s ON"
+                               " s.id=v.sig_id WHERE v.run_id=2 AND " FUSION2), 2 * 2);
     cr_assert_eq(h_query(db, "SELECT rs.calls FROM run_sigs rs JOIN signatures s ON"
                                " s.id=rs.sig_id WHERE rs.run_id=2 AND"
                                " s.name LIKE 'FUSED MUL_MAT+MUL_MAT+SWIGLU %%'"), 2);
@@ -353,11 +366,11 @@ Test(ggml, a_wrong_fused_kernel_is_caught_and_the_output_stays_ggml_s)
   const char *wrong[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_HOT_PAYBACK=0",
                          "OPJIT_TEST_FUSION=wrong", NULL};
   same_output(run_long("wrong", 1, wrong, model32), plain, "a wrong kernel");
-  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 1);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 2);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants v JOIN signatures s ON s.id=v.sig_id"
-                             " WHERE " FUSION1 " AND v.status='failed'"), 1);
+                             " WHERE (" FUSION1 " OR " RMS_MUL ") AND v.status='failed'"), 2);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
-                             " WHERE " FUSION1), 0, "a wrong kernel is never stored");
+                             " WHERE " FUSION1 " OR " RMS_MUL), 0, "a wrong kernel is never stored");
 }
 
 Test(ggml, wrong_mul_mat_results_are_caught_and_the_output_stays_ggml_s)
@@ -377,10 +390,16 @@ Test(ggml, wrong_mul_mat_results_are_caught_and_the_output_stays_ggml_s)
   size_t tok = strstr(plain, "logits") - plain;
   cr_assert(strncmp(got, plain, tok) == 0, "both rounds' tokens:\n%s\n%s", got, plain);
   same_output(strchr(got, '\n') + 1, strchr(plain, '\n') + 1, "the second prompt");
+  /* The products' kernels that ran (the attention's shape and the gate and up's, in their
+   * groups; the down product runs only inside its MUL_MAT + ADD group) and both MUL_MAT + ADD
+   * groups' kernels. */
   cr_assert_eq(h_query(NULL, "SELECT count(DISTINCT e.sig_id) FROM events e JOIN signatures s ON"
-                             " s.id=e.sig_id WHERE s.op='MUL_MAT' AND e.kind='verify-failed'"), 3);
+                             " s.id=e.sig_id WHERE s.op='MUL_MAT' AND e.kind='verify-failed'"), 2);
+  cr_assert_eq(h_query(NULL, "SELECT count(DISTINCT e.sig_id) FROM events e JOIN signatures s ON"
+                             " s.id=e.sig_id WHERE " FUSION2 " AND e.kind='verify-failed'"), 2);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants v JOIN signatures s ON s.id=v.sig_id"
-                             " WHERE s.op='MUL_MAT' AND v.status='failed'"), 3);
+                             " WHERE (s.op='MUL_MAT' OR " FUSION2 ") AND v.status='failed'"), 4);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
-                             " WHERE s.op='MUL_MAT'"), 0, "a wrong kernel is never stored");
+                             " WHERE s.op='MUL_MAT' OR " FUSION2), 1,
+               "only the down product's kernel, which never ran, is stored");
 }

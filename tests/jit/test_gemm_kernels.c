@@ -254,12 +254,14 @@ static void ref_add_rms_mul(const float *a, const float *b, const float *w, floa
   }
 }
 
+/* ADD + RMS_NORM + MUL, and RMS_NORM + MUL alone (of x = a: ggml's arithmetic with b = 0,
+ * which adds nothing; b and x are never touched). */
 Test(gemm_kernels, fused_add_rms_norm_mul_matches_ggml_arithmetic)
 {
   static const int sizes[] = {1, 7, 8, 9, 64, 255, 768, 1000, 4096};
-  for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
-    int n = sizes[si], rows = 5;
-    jt_gemm_t g = {.add_rms_mul = 1, .k = n};
+  for (size_t si = 0; si < 2 * sizeof sizes / sizeof *sizes; si++) {
+    int n = sizes[si / 2], rows = 5, with_add = si % 2 == 0;
+    jt_gemm_t g = {.add_rms_mul = with_add ? 1 : 2, .k = n};
     jt_gemm_fn fn = compile(&g);
     size_t cnt = (size_t)n * rows;
     float *a = malloc(cnt * 4), *b = malloc(cnt * 4), *w = malloc((size_t)n * 4);
@@ -269,17 +271,21 @@ Test(gemm_kernels, fused_add_rms_norm_mul_matches_ggml_arithmetic)
       a[i] = (float)((int)rnd(2001) - 1000) / 300, b[i] = (float)((int)rnd(2001) - 1000) / 700;
     for (int i = 0; i < n; i++)
       w[i] = (float)((int)rnd(2001) - 1000) / 500;
+    if (!with_add)
+      memset(b, 0, cnt * 4);
     ref_add_rms_mul(a, b, w, rx, ry, n, rows, 1e-5f);
-    ((jt_add_rms_mul_fn)(void (*)(void))fn)(a, b, w, x, sn, y, rows, 1e-5f);
+    ((jt_add_rms_mul_fn)(void (*)(void))fn)(a, with_add ? b : NULL, w, with_add ? x : NULL, sn, y,
+                                            rows, 1e-5f);
     for (size_t i = 0; i < cnt; i++) {
-      cr_assert_eq(x[i], rx[i], "n=%d: x[%zu] = %.9g, ggml %.9g", n, i, x[i], rx[i]);
+      if (with_add)
+        cr_assert_eq(x[i], rx[i], "n=%d: x[%zu] = %.9g, ggml %.9g", n, i, x[i], rx[i]);
       cr_assert_eq(sn[i] * w[i % n], y[i], "n=%d: the norm's output times w is y", n);
       cr_assert(fabsf(y[i] - ry[i]) <= 2 * FLT_EPSILON * fabsf(ry[i]) + FLT_MIN,
                 "n=%d: y[%zu] = %.9g, ggml %.9g", n, i, y[i], ry[i]);
     }
     /* rows = 0 touches nothing */
     x[0] = y[0] = 42;
-    ((jt_add_rms_mul_fn)(void (*)(void))fn)(a, b, w, x, sn, y, 0, 1e-5f);
+    ((jt_add_rms_mul_fn)(void (*)(void))fn)(a, with_add ? b : NULL, w, x, sn, y, 0, 1e-5f);
     cr_assert(x[0] == 42 && y[0] == 42);
     free(a), free(b), free(w), free(x), free(y), free(rx), free(ry), free(sn);
   }
@@ -334,5 +340,55 @@ Test(gemm_kernels, mul_mat_kernels_match_exact_dot_products)
                   m, n, k, (long long)i0, (long long)i1, i, j, got, exact);
       }
     free(w), free(wh), free(x), free(y);
+  }
+}
+
+/* MUL_MAT + ADD kernels: the sums are the MUL_MAT kernel's result plus the residual, bit for
+ * bit (ggml's ADD of that result), whether the output is memory of its own, the residual's or
+ * the product's; rows outside the range are not written. */
+Test(gemm_kernels, mul_mat_add_kernels_add_the_residual_to_the_product_bit_for_bit)
+{
+  static const int ks[] = {7, 128, 200, 256, 257, 768};
+  for (int t = 0; t < 12; t++) {
+    int w16 = t & 1, k = ks[rnd(sizeof ks / sizeof *ks)], where = t % 3; /* 0 own, 1 r, 2 y */
+    int m = 16 * (1 + (int)rnd(8)), n = JT_MM_MIN_N + (int)rnd(30);
+    jt_gemm_t g = {.mm = 1, .w16 = w16, .m = m, .n = n, .k = k};
+    jt_mm_fn mm = (jt_mm_fn)(void (*)(void))compile(&g);
+    g.mm_add = 1;
+    jt_mm_add_fn fn = (jt_mm_add_fn)(void (*)(void))compile(&g);
+    size_t mn = (size_t)m * n;
+    float *w = malloc((size_t)m * k * 4), *x = malloc((size_t)n * k * 4);
+    float *want = malloc(mn * 4), *y = malloc(mn * 4), *r = malloc(mn * 4), *own = malloc(mn * 4);
+    _Float16 *wh = malloc((size_t)m * k * 2);
+    for (long i = 0; i < (long)m * k; i++)
+      w[i] = (float)((int)rnd(2001) - 1000) / 700, wh[i] = (_Float16)w[i];
+    for (long i = 0; i < (long)n * k; i++)
+      x[i] = (float)((int)rnd(2001) - 1000) / 300;
+    int64_t i0 = 16 * (int64_t)rnd((unsigned)(m / 16)), i1 = i0 + 16 * (1 + (int64_t)rnd((unsigned)((m - i0) / 16)));
+    float *scratch = aligned_alloc(64, JT_MM_SCRATCH * sizeof(float));
+    const void *wp = w16 ? (const void *)wh : (const void *)w;
+    mm(wp, x, want, i0, i1, scratch);
+    for (size_t i = 0; i < mn; i++) {
+      r[i] = (float)((int)rnd(2001) - 1000) / 100;
+      want[i] = (int64_t)(i % (size_t)m) >= i0 && (int64_t)(i % (size_t)m) < i1 ? want[i] + r[i] : NAN;
+      own[i] = NAN;
+      y[i] = NAN;
+    }
+    float *out = where == 0 ? own : where == 1 ? r : y;
+    fn(wp, x, y, r, out, i0, i1, scratch);
+    free(scratch);
+    for (size_t i = 0; i < mn; i++) {
+      int64_t row = (int64_t)(i % (size_t)m);
+      if (row < i0 || row >= i1) {
+        if (where != 1)
+          cr_assert(isnan(out[i]), "%dx%dx%d: row %lld outside the range written", m, n, k,
+                    (long long)row);
+        continue;
+      }
+      cr_assert(out[i] == want[i], "%s %dx%dx%d out=%s: [%zu] = %.9g, MUL_MAT then ADD %.9g",
+                w16 ? "f16" : "f32", m, n, k, where == 0 ? "own" : where == 1 ? "r" : "y", i,
+                out[i], want[i]);
+    }
+    free(w), free(wh), free(x), free(want), free(y), free(r), free(own);
   }
 }
