@@ -154,10 +154,10 @@ int main(int argc, char **argv)
       /* A SWIGLU or shared-input group runs its MUL_MATs' kernels (whose rows count those
        * calls): it has no variant of its own, and its calls are its fused executions. */
       sqlite3_prepare_v2(h, "SELECT s.name, rs.calls, coalesce(v.calls, CASE WHEN s.name LIKE"
-                            " 'FUSED MUL_MAT+%' OR s.name LIKE 'FUSED SHARED-INPUT%' THEN rs.calls"
-                            " ELSE 0 END), coalesce(v.origin, CASE WHEN s.name LIKE 'FUSED MUL_MAT+%'"
-                            " OR s.name LIKE 'FUSED SHARED-INPUT%' THEN 'fused, its MUL_MAT kernels'"
-                            " ELSE '-' END)"
+                            " 'FUSED MUL_MAT+MUL_MAT+%' OR s.name LIKE 'FUSED SHARED-INPUT%' THEN"
+                            " rs.calls ELSE 0 END), coalesce(v.origin, CASE WHEN s.name LIKE"
+                            " 'FUSED MUL_MAT+MUL_MAT+%' OR s.name LIKE 'FUSED SHARED-INPUT%' THEN"
+                            " 'fused, its MUL_MAT kernels' ELSE '-' END)"
                             " FROM run_sigs rs JOIN signatures s ON s.id = rs.sig_id LEFT JOIN"
                             " variants v ON v.run_id = rs.run_id AND v.sig_id = rs.sig_id"
                             " WHERE rs.run_id = (SELECT max(id) FROM runs) AND (s.op = 'FUSED'"
