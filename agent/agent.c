@@ -436,11 +436,12 @@ static void sampling_json(const sp_status_t *st, char *buf, size_t len)
   static const char *const modes[] = {"off", "perf", "perf", "timer"};
   int n = snprintf(buf, len,
                    "{\"mode\":\"%s\",\"event\":\"%s\",\"hz\":%d,\"stack_depth\":%d,"
-                   "\"samples\":%llu,\"lost\":%llu,\"stacks\":{\"walked\":%llu,"
+                   "\"samples\":%llu,\"lost\":%llu,\"thinned\":%llu,\"stacks\":{\"walked\":%llu,"
                    "\"libunwind\":%llu},\"counters\":[",
                    modes[st->mode], st->event, st->hz, st->stack_depth,
                    (unsigned long long)st->samples, (unsigned long long)st->lost,
-                   (unsigned long long)st->walked, (unsigned long long)st->unwound);
+                   (unsigned long long)st->thinned, (unsigned long long)st->walked,
+                   (unsigned long long)st->unwound);
   for (int i = 0; i < st->ncounters && n > 0 && (size_t)n < len; i++)
     n += snprintf(buf + n, len - (size_t)n, "%s\"%s\"", i ? "," : "", st->counter_names[i]);
   if (n > 0 && (size_t)n < len)

@@ -31,10 +31,10 @@ static void *trampoline(void *p)
 {
   trampoline_t t = *(trampoline_t *)p;
   free(p);
-  sp_thread_begin();
+  uint64_t token = sp_thread_begin();
   void *rv = t.start(t.arg);
-  sp_disarm_self(); /* a thread that returns frees its descriptor now (pthread_exit: at the
-                       sampler's next rescan) */
+  sp_thread_end(token); /* a thread that returns frees its descriptor now (pthread_exit: at
+                           the sampler's next rescan) */
   return rv;
 }
 

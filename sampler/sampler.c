@@ -52,6 +52,7 @@ typedef struct sp_slot_s {
   uint64_t last[SP_MAX_COUNTERS]; /* counter values at the previous sample (handler only) */
   int strikes;                  /* rescans in a row that found the signal blocked and pending */
   uint32_t taken;               /* samples the handler took since the slot was armed */
+  uint32_t weight;              /* threads each sample stands for (short-lived regime) */
   _Atomic uint64_t stack_hi;    /* the top of the stack of a thread that did not begin through
                                    sp_thread_begin, for uw_walk (0: not known yet) */
   _Atomic uint64_t last_sp;     /* a stack pointer the handler saw while hi was 0: the next
@@ -84,6 +85,29 @@ static int is_banned(pid_t tid)
 {
   for (int i = 0; i < nbanned; i++)
     if (banned[i] == tid)
+      return 1;
+  return 0;
+}
+
+/* Hosts that start a thread per task (ggml: one per graph, a few ms each) pay for arming each
+ * (~20 us of system calls here, before the task starts) and for its samples, while every
+ * other thread of the task waits at its barriers. Once the last SP_SHORT_RUN threads to end
+ * lived under SP_SHORT_NS each, one new thread in SP_THREAD_EVERY is armed, its samples
+ * weighing that many: the same expected counts, a quarter of the cost. A thread that lives
+ * longer ends the regime. */
+#define SP_SHORT_NS 50000000ull
+#define SP_SHORT_RUN 8
+#define SP_THREAD_EVERY 4
+static _Atomic int short_run;    /* threads in a row that ended short-lived */
+static _Atomic uint32_t born;    /* threads begun in the regime */
+static _Atomic uint64_t thinned; /* threads left unarmed by it */
+static pid_t skipped[256];       /* those alive: the rescan leaves them unarmed too (sp_mu) */
+static int nskipped;
+
+static int is_skipped(pid_t tid)
+{
+  for (int i = 0; i < nskipped; i++)
+    if (skipped[i] == tid)
       return 1;
   return 0;
 }
@@ -219,7 +243,8 @@ static void handler(int signo, siginfo_t *si, void *ucv)
   }
   sp_sample_t *s = &r->buf[h % SP_RING];
   s->pc = (uint64_t)((ucontext_t *)ucv)->uc_mcontext.gregs[REG_RIP];
-  s->weight = 1u + (si->si_code == SI_TIMER && si->si_overrun > 0 ? (uint32_t)si->si_overrun : 0u);
+  s->weight = t->weight *
+              (1u + (si->si_code == SI_TIMER && si->si_overrun > 0 ? (uint32_t)si->si_overrun : 0u));
   s->op = cfg.attrib.own ? cfg.attrib.own() : 0;
   s->flags = 0;
   if (!s->op && cfg.attrib.inflight && (s->op = cfg.attrib.inflight()))
@@ -384,14 +409,14 @@ static int blocked_and_pending(pid_t tid)
 
 /* Arms thread tid unless it is armed already. Called with sp_mu held. Returns 0, or -1 when
  * its event could not be made (errno kept). */
-static int arm_tid(pid_t tid, uint64_t stack_hi)
+static int arm_tid(pid_t tid, uint64_t stack_hi, uint32_t weight)
 {
   if (find_tid(tid) >= 0)
     return 0;
   int n = atomic_load(&hiwater), i;
   for (i = 0; i < n && atomic_load(&slots[i].state) != SLOT_FREE; i++)
     ;
-  if (is_banned(tid))
+  if (is_banned(tid) || is_skipped(tid))
     return 0;
   if (i == SP_MAX_THREADS || status.threads >= max_armed) {
     atomic_fetch_add(&unsampled, 1);
@@ -404,6 +429,7 @@ static int arm_tid(pid_t tid, uint64_t stack_hi)
   t->tid = tid;
   t->strikes = 0;
   t->taken = 0;
+  t->weight = weight;
   atomic_store(&t->last_sp, 0);
   atomic_store(&t->stack_hi, stack_hi);
   if (i == n)
@@ -563,7 +589,7 @@ int sp_start(const sp_config_t *c)
     DIR *d = opendir("/proc/self/task");
     for (struct dirent *e; d && (e = readdir(d));) {
       pid_t tid = (pid_t)atoi(e->d_name);
-      if (tid > 0 && tid != self && arm_tid(tid, 0) && !failed)
+      if (tid > 0 && tid != self && arm_tid(tid, 0, 1) && !failed)
         failed = 1, err = errno;
     }
     if (d)
@@ -599,26 +625,55 @@ void sp_expect(void) { atomic_store(&expected, 1); }
 
 int sp_expected(void) { return atomic_load_explicit(&expected, memory_order_relaxed); }
 
-void sp_thread_begin(void)
+static uint64_t now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t sp_thread_begin(void)
 {
   if (gettid() != getpid()) /* the main thread's descriptor is not on its stack */
     tl_stack_top = (uint64_t)(uintptr_t)pthread_self();
+  uint64_t start = now_ns();
   if (!atomic_load(&active))
-    return;
+    return start;
+  uint32_t weight = 1;
   pthread_mutex_lock(&sp_mu);
+  if (atomic_load(&short_run) >= SP_SHORT_RUN) {
+    if (atomic_fetch_add(&born, 1) % SP_THREAD_EVERY && nskipped < (int)(sizeof skipped / sizeof *skipped)) {
+      skipped[nskipped++] = gettid();
+      atomic_fetch_add(&thinned, 1);
+      pthread_mutex_unlock(&sp_mu);
+      return start;
+    }
+    weight = SP_THREAD_EVERY;
+  }
   if (atomic_load(&active))
-    arm_tid(gettid(), 0);
+    arm_tid(gettid(), 0, weight);
   pthread_mutex_unlock(&sp_mu);
+  return start;
 }
 
-void sp_disarm_self(void)
+void sp_thread_end(uint64_t start)
 {
+  if (now_ns() - start < SP_SHORT_NS) {
+    if (atomic_load(&short_run) < SP_SHORT_RUN)
+      atomic_fetch_add(&short_run, 1);
+  } else {
+    atomic_store(&short_run, 0);
+  }
+  pid_t self = gettid();
   pthread_mutex_lock(&sp_mu);
-  int i = find_tid(gettid());
+  int i = find_tid(self);
   if (i >= 0) {
     disarm_slot(i);
     status.threads--;
   }
+  for (int k = 0; k < nskipped; k++)
+    if (skipped[k] == self)
+      skipped[k] = skipped[--nskipped];
   pthread_mutex_unlock(&sp_mu);
 }
 
@@ -665,12 +720,19 @@ void sp_rescan(void)
     else
       b++;
   }
+  for (int b = 0; b < nskipped;) { /* so does a skipped one that left by pthread_exit */
+    snprintf(path, sizeof path, "/proc/self/task/%d", (int)skipped[b]);
+    if (stat(path, &st) != 0)
+      skipped[b] = skipped[--nskipped];
+    else
+      b++;
+  }
   DIR *d = opendir("/proc/self/task");
   pid_t self = gettid();
   for (struct dirent *e; d && (e = readdir(d));) {
     pid_t tid = (pid_t)atoi(e->d_name);
     if (tid > 0 && tid != self)
-      arm_tid(tid, 0);
+      arm_tid(tid, 0, 1);
   }
   if (d)
     closedir(d);
@@ -737,6 +799,7 @@ void sp_status(sp_status_t *out)
   out->lost = atomic_load(&lost);
   out->unsampled = atomic_load(&unsampled);
   out->walked = atomic_load(&walked);
+  out->thinned = atomic_load(&thinned);
   out->unwound = atomic_load(&unwound);
   pthread_mutex_unlock(&sp_mu);
 }
@@ -760,6 +823,9 @@ void sp_after_fork_child(void)
   atomic_store(&lost, 0);
   atomic_store(&drained, 0);
   atomic_store(&walked, 0);
+  atomic_store(&thinned, 0);
+  atomic_store(&short_run, 0);
+  nskipped = 0;
   atomic_store(&unwound, 0);
   uw_after_fork_child();
   nbanned = 0;

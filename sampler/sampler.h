@@ -67,6 +67,8 @@ typedef struct sp_status_s {
                                thread table or the descriptor budget (RLIMIT_NOFILE / 4) was
                                full */
   int threads;              /* threads armed now */
+  uint64_t thinned;         /* threads left unarmed while the host starts short-lived ones:
+                               their armed siblings' samples weigh for them */
   uint64_t walked, unwound; /* stacks taken by the sampler's own walker (unwind.h), and by
                                libunwind where it could not (bounds unknown yet, frames it
                                does not interpret) */
@@ -79,10 +81,13 @@ int sp_start(const sp_config_t *cfg);
 void sp_expect(void);
 int sp_expected(void);
 /* A thread the host just created, on its first instruction: notes its stack (for the stack
- * walker, whenever sampling starts) and arms it when sampling is on. */
-void sp_thread_begin(void);
-/* Releases the calling thread's event (a thread about to exit). */
-void sp_disarm_self(void);
+ * walker, whenever sampling starts) and arms it when sampling is on; while the host starts
+ * short-lived threads (one per task), one in four, whose samples then weigh four (sampler.c).
+ * Returns a token for sp_thread_end. */
+uint64_t sp_thread_begin(void);
+/* The calling thread, begun with token, is about to return: releases its event and notes how
+ * long it lived. */
+void sp_thread_end(uint64_t token);
 /* Discards the sampler's signals pending for the calling thread (before exec: the new image
  * would die of them). */
 void sp_discard_pending(void);

@@ -415,3 +415,54 @@ Test(sampler, a_thread_that_keeps_the_signal_blocked_is_disarmed)
   cr_assert_eq(st.threads, armed - 1);
   pthread_join(t, NULL);
 }
+
+static void *short_task(void *p)
+{
+  uint64_t token = sp_thread_begin();
+  my_op = 4;
+  burn_ms(*(int *)p);
+  my_op = 0;
+  sp_thread_end(token);
+  return NULL;
+}
+
+/* A host that starts one short-lived thread per task (ggml's per-graph workers): after 8 of
+ * them every fourth new one is armed and its samples weigh four. The other three are left
+ * alone (none of their samples); the weighted count stays near the CPU time burnt. */
+Test(sampler, short_lived_threads_are_armed_one_in_four_with_weight_four)
+{
+  sp_config_t cfg = {.hz = 1000, .events = "auto", .stack_depth = 4, .attrib = {own, NULL}};
+  cr_assert_eq(sp_start(&cfg), 0);
+  int ms = 8, threads = 48;
+  uint64_t weighted = 0, by_weight[5] = {0};
+  for (int i = 0; i < threads; i++) {
+    pthread_t t;
+    pthread_create(&t, NULL, short_task, &ms);
+    pthread_join(t, NULL);
+    size_t n;
+    while ((n = sp_drain(samples, 8192)) > 0)
+      for (size_t k = 0; k < n; k++)
+        if (samples[k].op == 4) {
+          cr_assert(samples[k].weight == 1 || samples[k].weight == 4, "weight %u", samples[k].weight);
+          weighted += samples[k].weight, by_weight[samples[k].weight]++;
+        }
+  }
+  sp_status_t st;
+  sp_status(&st);
+  /* 8 threads to see the pattern, then 40 of which 30 are left unarmed */
+  cr_assert_eq(st.thinned, 30, "thinned %llu", (unsigned long long)st.thinned);
+  cr_assert_gt(by_weight[4], 0, "the armed quarter's samples weigh 4");
+  cr_assert_gt(by_weight[1], 0, "the first 8 threads' weigh 1");
+  /* 384 ms of CPU at 1 kHz: expected 384 weighted periods; a loaded VM delivers fewer */
+  cr_assert(weighted > 384 / 3 && weighted < 384 * 3 / 2, "weighted periods %llu",
+            (unsigned long long)weighted);
+  /* a thread that lives long ends the regime: the next short one is armed again */
+  int long_ms = 60;
+  pthread_t t;
+  pthread_create(&t, NULL, short_task, &long_ms);
+  pthread_join(t, NULL);
+  pthread_create(&t, NULL, short_task, &ms);
+  pthread_join(t, NULL);
+  sp_status(&st);
+  cr_assert_eq(st.thinned, 30);
+}
