@@ -53,10 +53,10 @@ typedef struct sp_slot_s {
   int strikes;                  /* rescans in a row that found the signal blocked and pending */
   uint32_t taken;               /* samples the handler took since the slot was armed */
   uint32_t weight;              /* threads each sample stands for (short-lived regime) */
-  _Atomic uint64_t stack_hi;    /* the top of the stack of a thread that did not begin through
-                                   sp_thread_begin, for uw_walk (0: not known yet) */
-  _Atomic uint64_t last_sp;     /* a stack pointer the handler saw while hi was 0: the next
-                                   drain looks its mapping up */
+  _Atomic uint64_t stack_lo, stack_hi; /* the stack of a thread that did not begin through
+                                   sp_thread_begin, for uw_walk (hi 0: not known yet) */
+  _Atomic uint64_t last_sp;     /* a stack pointer the handler saw outside those bounds: the
+                                   next drain looks its mapping up */
   sp_ring_t *ring;
 } sp_slot_t;
 
@@ -70,10 +70,26 @@ static _Atomic uint64_t lost, drained;
 static _Atomic uint64_t walked, unwound; /* stacks taken by uw_walk, by libunwind */
 static _Atomic int stacks_wanted; /* a handler saw a thread whose stack is not known yet */
 static _Atomic int expected;      /* sp_expect: threads record their stack's top */
-/* The top of this thread's stack, when the thread began through sp_thread_begin (a thread
- * glibc made keeps its descriptor and TLS at the top of its stack's mapping: from the stack
- * pointer up to it, all is mapped). Initial-exec: the handler reads it. */
-static __thread __attribute__((tls_model("initial-exec"))) uint64_t tl_stack_top;
+/* This thread's stack, when the thread began through sp_thread_begin (pthread_getattr_np's:
+ * mapped throughout). Initial-exec: the handler reads it. */
+static __thread __attribute__((tls_model("initial-exec"))) uint64_t tl_stack_lo, tl_stack_hi;
+
+/* The bounds of slot t's thread's stack (the calling thread's), into *lo and *hi: 1 when
+ * known and sp is on it (not on an alternate signal stack, a coroutine's, ...). The slot's
+ * pair is read between two reads of hi, which find_stacks clears while it changes them. */
+static int stack_of(sp_slot_t *t, uint64_t sp, uint64_t *lo, uint64_t *hi)
+{
+  if (tl_stack_hi) {
+    *lo = tl_stack_lo, *hi = tl_stack_hi;
+  } else {
+    uint64_t h = atomic_load_explicit(&t->stack_hi, memory_order_acquire);
+    *lo = atomic_load_explicit(&t->stack_lo, memory_order_acquire);
+    *hi = atomic_load_explicit(&t->stack_hi, memory_order_acquire);
+    if (!h || h != *hi)
+      return 0;
+  }
+  return sp >= *lo && sp < *hi;
+}
 static _Atomic uint64_t unsampled; /* threads left unsampled: table or descriptor budget full,
                                       or the thread blocks the signal */
 static int max_armed;              /* threads armed at once: a quarter of RLIMIT_NOFILE's fds */
@@ -190,18 +206,20 @@ static int record_stack(sp_sample_t *s, sp_slot_t *t, void *uc)
   s->frames[0] = s->pc;
   if (cfg.stack_depth <= 1)
     return 1;
-  uint64_t hi = tl_stack_top ? tl_stack_top : atomic_load_explicit(&t->stack_hi, memory_order_acquire);
-  if (hi) {
-    int stop, n = uw_walk((uw_regs_t){s->pc, (uint64_t)g[REG_RSP], (uint64_t)g[REG_RBP]},
-                          (uint64_t)g[REG_RSP], hi, s->frames, cfg.stack_depth, &stop);
+  uint64_t sp = (uint64_t)g[REG_RSP], lo, hi;
+  if (stack_of(t, sp, &lo, &hi)) { /* loads from sp up: all of it is the thread's stack */
+    int stop, n = uw_walk((uw_regs_t){s->pc, sp, (uint64_t)g[REG_RBP]}, sp, hi, s->frames,
+                          cfg.stack_depth, &stop);
+    if (stop == UW_OFF) /* an object is being unloaded: the PC alone */
+      return 1;
     /* libunwind takes over only where the walker stopped short of what it can do itself
      * (signal frames, register-held return addresses) or found no rule at the very PC. */
-    if (stop != UW_UNSUPPORTED && (n > 1 || stop == UW_END || stop == UW_OFF)) {
+    if (stop != UW_UNSUPPORTED && (n > 1 || stop == UW_END)) {
       atomic_fetch_add_explicit(&walked, 1, memory_order_relaxed);
       return n;
     }
-  } else if (!atomic_load_explicit(&t->last_sp, memory_order_relaxed)) {
-    atomic_store_explicit(&t->last_sp, (uint64_t)g[REG_RSP], memory_order_relaxed);
+  } else if (!tl_stack_hi && !atomic_load_explicit(&t->last_sp, memory_order_relaxed)) {
+    atomic_store_explicit(&t->last_sp, sp, memory_order_relaxed);
     atomic_store_explicit(&stacks_wanted, 1, memory_order_release);
   }
   if (!unw.backtrace)
@@ -409,7 +427,7 @@ static int blocked_and_pending(pid_t tid)
 
 /* Arms thread tid unless it is armed already. Called with sp_mu held. Returns 0, or -1 when
  * its event could not be made (errno kept). */
-static int arm_tid(pid_t tid, uint64_t stack_hi, uint32_t weight)
+static int arm_tid(pid_t tid, uint32_t weight)
 {
   if (find_tid(tid) >= 0)
     return 0;
@@ -431,7 +449,8 @@ static int arm_tid(pid_t tid, uint64_t stack_hi, uint32_t weight)
   t->taken = 0;
   t->weight = weight;
   atomic_store(&t->last_sp, 0);
-  atomic_store(&t->stack_hi, stack_hi);
+  atomic_store(&t->stack_hi, 0);
+  atomic_store(&t->stack_lo, 0);
   if (i == n)
     atomic_store_explicit(&hiwater, n + 1, memory_order_release);
   if (arm_slot(i)) {
@@ -506,27 +525,35 @@ static void choose_mode(pid_t self)
   status.event = "timer";
 }
 
-/* Gives the armed threads whose handler saw a stack pointer their stack's bounds: the mapping
- * that holds it (the main thread's: [stack]). Called with sp_mu held. */
+/* Gives the armed threads whose handler saw a stack pointer outside known bounds the mapping
+ * that holds it as their stack's (and the main thread, before any sample, [stack]). A slot's
+ * hi is cleared while its pair changes (stack_of). Called with sp_mu held. */
 static void find_stacks(void)
 {
   int n = atomic_load(&hiwater), want = 0;
+  pid_t pid = getpid();
   for (int i = 0; i < n; i++)
-    want += atomic_load(&slots[i].state) == SLOT_ARMED && !atomic_load(&slots[i].stack_hi) &&
-            (atomic_load(&slots[i].last_sp) || slots[i].tid == getpid());
+    want += atomic_load(&slots[i].state) == SLOT_ARMED &&
+            (atomic_load(&slots[i].last_sp) || (slots[i].tid == pid && !atomic_load(&slots[i].stack_hi)));
   FILE *f = want ? fopen("/proc/self/maps", "re") : NULL;
   char line[512];
   unsigned long long lo, hi;
-  while (f && fgets(line, sizeof line, f)) {
-    if (sscanf(line, "%llx-%llx", &lo, &hi) != 2 || !strchr(line, '\n'))
+  for (int whole = 1; f && fgets(line, sizeof line, f);) {
+    int start = whole; /* a line longer than the buffer: its rest is no line of its own */
+    whole = strchr(line, '\n') != NULL;
+    if (!start || sscanf(line, "%llx-%llx", &lo, &hi) != 2)
       continue;
     int main_stack = strstr(line, "[stack]") != NULL;
     for (int i = 0; i < n; i++) {
-      uint64_t sp = atomic_load(&slots[i].last_sp);
-      if (atomic_load(&slots[i].state) == SLOT_ARMED && !atomic_load(&slots[i].stack_hi) &&
-          ((sp >= lo && sp < hi) || (main_stack && slots[i].tid == getpid()))) {
-        atomic_store_explicit(&slots[i].stack_hi, (uint64_t)hi, memory_order_release);
-      }
+      sp_slot_t *t = &slots[i];
+      uint64_t sp = atomic_load(&t->last_sp);
+      if (atomic_load(&t->state) != SLOT_ARMED ||
+          !((sp && sp >= lo && sp < hi) || (!sp && main_stack && t->tid == pid && !atomic_load(&t->stack_hi))))
+        continue;
+      atomic_store_explicit(&t->stack_hi, 0, memory_order_release);
+      atomic_store_explicit(&t->stack_lo, (uint64_t)lo, memory_order_release);
+      atomic_store_explicit(&t->stack_hi, (uint64_t)hi, memory_order_release);
+      atomic_store(&t->last_sp, 0);
     }
   }
   if (f)
@@ -589,7 +616,7 @@ int sp_start(const sp_config_t *c)
     DIR *d = opendir("/proc/self/task");
     for (struct dirent *e; d && (e = readdir(d));) {
       pid_t tid = (pid_t)atoi(e->d_name);
-      if (tid > 0 && tid != self && arm_tid(tid, 0, 1) && !failed)
+      if (tid > 0 && tid != self && arm_tid(tid, 1) && !failed)
         failed = 1, err = errno;
     }
     if (d)
@@ -634,8 +661,15 @@ static uint64_t now_ns(void)
 
 uint64_t sp_thread_begin(void)
 {
-  if (gettid() != getpid()) /* the main thread's descriptor is not on its stack */
-    tl_stack_top = (uint64_t)(uintptr_t)pthread_self();
+  pthread_attr_t a;
+  void *base = NULL;
+  size_t size = 0;
+  /* ~0.4 us (for the main thread it reads /proc: that one's stack comes from find_stacks) */
+  if (gettid() != getpid() && pthread_getattr_np(pthread_self(), &a) == 0) {
+    if (pthread_attr_getstack(&a, &base, &size) == 0 && base)
+      tl_stack_lo = (uint64_t)(uintptr_t)base, tl_stack_hi = tl_stack_lo + size;
+    pthread_attr_destroy(&a);
+  }
   uint64_t start = now_ns();
   if (!atomic_load(&active))
     return start;
@@ -650,8 +684,8 @@ uint64_t sp_thread_begin(void)
     }
     weight = SP_THREAD_EVERY;
   }
-  if (atomic_load(&active))
-    arm_tid(gettid(), 0, weight);
+  if (atomic_load(&active) && arm_tid(gettid(), weight) == 0 && gettid() == getpid())
+    find_stacks(); /* [stack] */
   pthread_mutex_unlock(&sp_mu);
   return start;
 }
@@ -732,7 +766,7 @@ void sp_rescan(void)
   for (struct dirent *e; d && (e = readdir(d));) {
     pid_t tid = (pid_t)atoi(e->d_name);
     if (tid > 0 && tid != self)
-      arm_tid(tid, 0, 1);
+      arm_tid(tid, 1);
   }
   if (d)
     closedir(d);
@@ -741,7 +775,7 @@ void sp_rescan(void)
 
 int sp_unload_begin(void)
 {
-  if (!atomic_load(&active))
+  if (!handler_installed) /* no walk has ever run */
     return 0;
   uw_unload_begin();
   return 1;

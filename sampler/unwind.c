@@ -66,6 +66,9 @@ static uint64_t cache_get(uint64_t pc)
 
 static void cache_put(uint64_t pc, uint64_t rule)
 {
+  if (pc < 4096 || (rule & 7) == K_NOINFO) /* no code there; or code of an object loaded after
+                                              the snapshot, which the next one will have */
+    return;
   for (unsigned i = 0, h = slot_of(pc); i < UW_PROBES; i++, h = (h + 1) & (UW_CACHE - 1)) {
     uint64_t k = 0;
     if (atomic_compare_exchange_strong(&cache[h].pc, &k, pc)) {
@@ -374,7 +377,7 @@ static uint64_t compute(const uw_snap_t *s, uint64_t pc)
     return (uint64_t)K_UNSUPPORTED;
   memcpy(&clen, cie, 4);
   memcpy(&cid, cie + 4, 4);
-  if (clen == 0xffffffffu || cid != 0 || !readable(o, cie, 4ull + clen))
+  if (clen == 0xffffffffu || clen < 8 || cid != 0 || !readable(o, cie, 4ull + clen))
     return (uint64_t)K_UNSUPPORTED;
 
   /* The CIE: version, augmentation, alignments, the return address column, the FDE
@@ -442,7 +445,7 @@ static uint64_t compute(const uw_snap_t *s, uint64_t pc)
 
 static int load(uint64_t addr, uint64_t lo, uint64_t hi, uint64_t *v)
 {
-  if (addr < lo || addr > hi - 8 || (addr & 7))
+  if (hi < 8 || addr < lo || addr > hi - 8 || (addr & 7))
     return 0;
   *v = *(const uint64_t *)(uintptr_t)addr;
   return 1;
@@ -456,7 +459,7 @@ int uw_walk(uw_regs_t r, uint64_t lo, uint64_t hi, uint64_t *out, int max, int *
     return 0;
   atomic_fetch_add(&readers, 1);
   const uw_snap_t *s = atomic_load(&current);
-  if (!s) {
+  if (!s || _r_debug.r_state != RT_CONSISTENT) { /* glibc's own dlclose (gconv, NSS) too */
     out[n++] = r.ip;
     *stop = UW_OFF;
     goto done;
@@ -526,9 +529,9 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
   /* The search table: version 1, FDE pointers and starts as 4-byte offsets from the header
    * (DW_EH_PE_datarel | sdata4), the count as a plain 4-byte number, which is what linkers
    * write. Another layout leaves the object without a table: its frames stop the walk. */
-  if (proto.hdr && readable(&proto, proto.hdr, 12) && proto.hdr[0] == 1 && proto.hdr[3] == 0x3b &&
+  if (proto.hdr && readable(&proto, proto.hdr, 16) && proto.hdr[0] == 1 && proto.hdr[3] == 0x3b &&
       (proto.hdr[2] == 0x03 || proto.hdr[2] == 0x0b)) {
-    rd_t r = {proto.hdr + 4, proto.hdr + 12, 0};
+    rd_t r = {proto.hdr + 4, proto.hdr + 12, 0}; /* the 4- or 8-byte .eh_frame pointer */
     pointer(&r, proto.hdr[1]);
     uint32_t count = 0;
     memcpy(&count, r.p, 4);
@@ -574,6 +577,7 @@ static uw_snap_t *swap_snapshot(uw_snap_t *snap)
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* refreshes and unloads */
 static int unloading; /* dlcloses in progress (they nest: a destructor may dlclose) */
+static uw_snap_t *parked; /* the snapshot withdrawn while they run */
 
 static int counters(struct dl_phdr_info *info, size_t size, void *arg)
 {
@@ -625,17 +629,28 @@ int uw_refresh(void)
 void uw_unload_begin(void)
 {
   pthread_mutex_lock(&mu);
-  unloading++;
-  free(swap_snapshot(NULL));
+  if (!unloading++)
+    parked = swap_snapshot(NULL);
   pthread_mutex_unlock(&mu);
 }
 
+/* A dlclose that only dropped a reference (no object unloaded: glibc's counters say so) gets
+ * its snapshot and its rules back; otherwise the rules go (the addresses may hold other code
+ * later) and a new snapshot is taken. */
 void uw_unload_end(void)
 {
   pthread_mutex_lock(&mu);
   if (unloading && !--unloading) {
-    cache_clear();
-    refresh_locked(1);
+    unsigned long long now[2] = {0, 0};
+    dl_iterate_phdr(counters, now);
+    if (parked && parked->subs == now[1]) {
+      free(swap_snapshot(parked));
+    } else {
+      free(parked);
+      cache_clear();
+      refresh_locked(1);
+    }
+    parked = NULL;
   }
   pthread_mutex_unlock(&mu);
 }
@@ -645,4 +660,9 @@ void uw_after_fork_child(void)
   pthread_mutex_init(&mu, NULL);
   atomic_store(&readers, 0); /* walks of threads the child does not have */
   unloading = 0;
+  if (parked) { /* a dlclose in another thread of the parent, half done: start afresh */
+    free(parked);
+    cache_clear();
+  }
+  parked = NULL;
 }

@@ -29,7 +29,8 @@ enum uw_stop {
   UW_UNSUPPORTED, /* a frame whose rule this walker does not interpret */
   UW_NOINFO,      /* a code address in no object of the snapshot, or with no FDE (JIT code) */
   UW_BOUNDS,      /* a load outside the stack bounds, or a frame that does not move outwards */
-  UW_OFF,         /* no snapshot (never refreshed, or an unload in progress) */
+  UW_OFF,         /* no snapshot (never refreshed, or an unload in progress: ours, or the
+                     loader's own, which r_debug shows) */
 };
 
 typedef struct uw_regs_s {

@@ -147,6 +147,10 @@ Test(sampler, stacks_reach_the_callers)
   sp_stop();
   size_t n = sp_drain(samples, 8192);
   cr_assert_gt(n, 50);
+  sp_status_t st;
+  sp_status(&st);
+  cr_assert_geq(st.walked * 10, n * 9, "the sampler's walker took %llu of %zu stacks (libunwind %llu)",
+                (unsigned long long)st.walked, n, (unsigned long long)st.unwound);
   sp_agg_t *a = sp_agg_new();
   sp_agg_add(a, samples, n, 0);
   /* Every stack of op 3 must pass through this test program's own code. */

@@ -216,3 +216,20 @@ Test(unwind, forgets_an_unloaded_object)
   n = uw_walk((uw_regs_t){(uint64_t)(uintptr_t)fn, sp, 0}, sp, sp + 32, out, 4, &stop);
   cr_assert_eq(stop, UW_NOINFO, "the unloaded object's cached rule was used");
 }
+
+Test(unwind, learns_an_object_loaded_after_its_snapshot)
+{
+  cr_assert_eq(uw_refresh(), 0);
+  void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+  cr_assert_not_null(h);
+  void *fn = dlsym(h, "_ULx86_64_step");
+  uint64_t frame[4] = {0, 0, 0, 0}, sp = (uint64_t)(uintptr_t)frame, out[4];
+  int stop;
+  /* Loaded already (criterion or an earlier test may hold it) or not: a snapshot taken now
+   * knows it, whatever an earlier walk found. */
+  uw_walk((uw_regs_t){(uint64_t)(uintptr_t)fn, sp, 0}, sp, sp + 32, out, 4, &stop);
+  cr_assert_eq(uw_refresh(), 0);
+  uw_walk((uw_regs_t){(uint64_t)(uintptr_t)fn, sp, 0}, sp, sp + 32, out, 4, &stop);
+  cr_assert_eq(stop, UW_END, "stop %d: a rule from before the object was known stuck", stop);
+  dlclose(h);
+}
