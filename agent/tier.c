@@ -437,8 +437,8 @@ static int mm_selftest(const jt_gemm_t *g, void (*fn)(void), double *worst, doub
     j = j < 0 ? 0 : j;
     for (int64_t i = i0; i < i0 + rows; i++) {
       double mag, exact = ag_mm_exact(mem, g->w16, x, k, i, j, &mag);
-      double res = r ? r[j * m + i] : 0; /* the residual: one more rounding at most */
-      ag_mm_tally(&c, out[j * m + i], exact + res, mag + fabs(res), k);
+      double res = r ? r[j * m + i] : 0; /* the residual: one more rounding, eps |res| */
+      ag_mm_tally(&c, out[j * m + i], exact + res, mag + fabs(res) / (4.0 * (double)(k + 2)), k);
     }
   }
 #undef RND

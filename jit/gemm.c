@@ -786,15 +786,17 @@ LLVMValueRef jt_mm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
     g.xr = at(&g, g.pack, i64c(&g, (long)JT_MM_MC * JT_MM_KC));
   int single = s->k <= JT_MM_KC;
   mm_kblock(&g, i0, i1, i64c(&g, 0), kc0, 0, single); /* the first block stores */
-  if (!single) { /* the middle blocks in a loop, then the last one (the tail, if any) */
+  if (!single) { /* the full blocks in a loop, then the tail; with a residual the last block
+                    stands apart (it adds the residual as it stores) */
     int kfull = s->k / JT_MM_KC * JT_MM_KC, ktail = s->k - kfull;
-    int lastkc = ktail ? kfull : kfull - JT_MM_KC;
-    if (lastkc > JT_MM_KC) {
-      loop_t kc = loop_begin(&g, i64c(&g, JT_MM_KC), lastkc, JT_MM_KC, "kc");
+    int loop_to_ = s->mm_add && !ktail ? kfull - JT_MM_KC : kfull;
+    if (loop_to_ > JT_MM_KC) {
+      loop_t kc = loop_begin(&g, i64c(&g, JT_MM_KC), loop_to_, JT_MM_KC, "kc");
       mm_kblock(&g, i0, i1, kc.iv, JT_MM_KC, 1, 0);
       loop_end(&g, &kc);
     }
-    mm_kblock(&g, i0, i1, i64c(&g, lastkc), ktail ? ktail : JT_MM_KC, 1, 1);
+    if (ktail || s->mm_add)
+      mm_kblock(&g, i0, i1, i64c(&g, loop_to_), ktail ? ktail : JT_MM_KC, 1, 1);
   }
   return end_kernel(&g);
 }

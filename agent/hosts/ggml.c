@@ -264,7 +264,8 @@ typedef struct fusion_s {
   /* SHARED_INPUT: the products (mul the first), each with its own kernel's signature */
   struct ggml_tensor *prod[SHARED_MAX];
   ag_entry_t *pke[SHARED_MAX];
-  void *pvariant[SHARED_MAX]; /* the kernels the cached graph was built with */
+  void *pvariant[SHARED_MAX]; /* the kernels the cached graph was built with (MUL_MAT + ADD:
+                                 the product's, then its own) */
   int nprod;
   struct ggml_tensor *node;            /* the custom node standing for them, when fused */
   ag_entry_t *e;                       /* the group's signature (its calls and time) */
@@ -272,6 +273,7 @@ typedef struct fusion_s {
                                           (SWIGLU) its MUL_MATs' */
   void *variant;                       /* the kernel the cached graph was built with */
   int verifying;                       /* this execution checks the kernel against ggml */
+  int asked;                           /* MUL_MAT + ADD: its compile was asked for */
   int64_t n, rows;
   float eps;
 } fusion_t;
@@ -728,7 +730,7 @@ static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *u
       if (k)
         verify(f, k);
       else
-        ggml_rows(f, 0, f->rows, f->add->data, f->rms->data, dst->data);
+        ggml_rows(f, 0, f->rows, f->add ? f->add->data : NULL, f->rms->data, dst->data);
     }
     return;
   }
@@ -801,8 +803,8 @@ static void mm_verify(ag_entry_t *ke, const struct ggml_tensor *mm, int64_t r0, 
     int64_t j = t < 2 ? 0 : t < 4 ? n - 1 : (int64_t)((rnd >> 17) % (uint64_t)n);
     double mag, exact = ag_mm_exact(w->data, w->type == GGML_TYPE_F16, mm->src[1]->data, k, i, j,
                                     &mag);
-    double r = res ? res[j * (r1 - r0) + i - r0] : 0;
-    ag_mm_tally(&c, y[j * m + i], exact + r, mag + fabs(r), k);
+    double r = res ? res[j * (r1 - r0) + i - r0] : 0; /* one more rounding: eps |r| */
+    ag_mm_tally(&c, y[j * m + i], exact + r, mag + fabs(r) / (4.0 * (double)(k + 2)), k);
   }
   if (c.worst > c.bound) {
     mm_rows(mm, r0, r1);
@@ -848,9 +850,10 @@ static int mm_compute(const fusion_t *f, ag_entry_t *ke, const struct ggml_tenso
 
 /* Rows [r0, r1) of a MUL_MAT + ADD record: its kernel's sums into the ADD's output (the
  * product's partial sums in its own memory), read here as mm_compute reads its kernel; without
- * one, or without memory for its scratch, the product in plain C and ggml's ADD's sums. A
- * verifying execution keeps a copy of the residual's rows first: the output may be its very
- * memory. Returns 1 when the kernel computed them. */
+ * one (not compiled yet, or dropped), the product by its own MUL_MAT kernel (mm_compute: that,
+ * or plain C) and then ggml's ADD's sums. A verifying execution keeps a copy of the residual's
+ * rows first: the output may be its very memory. Returns 1 when the group's kernel computed
+ * them. */
 static int mm_add_compute(const fusion_t *f, int64_t r0, int64_t r1, int ith)
 {
   const struct ggml_tensor *mm = f->prod[0];
@@ -862,7 +865,9 @@ static int mm_add_compute(const fusion_t *f, int64_t r0, int64_t r1, int ith)
   float *keep = scratch && f->verifying ? malloc((size_t)(n * cnt) * sizeof *keep) : NULL;
   if (!scratch) { /* element by element: out may be the memory of y or of res, exactly */
     const float *y = mm->data;
-    mm_rows(mm, r0, r1);
+    int served = mm_compute(f, f->pke[0], mm, r0, r1, ith);
+    atomic_fetch_add_explicit(&f->pke[0]->calls, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&f->pke[0]->vcalls, (uint64_t)served, memory_order_relaxed);
     for (int64_t j = 0; j < n; j++)
       for (int64_t i = r0; i < r1; i++)
         out[j * m + i] = y[j * m + i] + res[j * m + i];
@@ -1005,6 +1010,11 @@ static int taken(const gcache_t *c, const struct ggml_tensor *t)
  * noted in pvariant, and it has one only when each product has. */
 static void *record_variant(fusion_t *f)
 {
+  if (f->kind == FU_MM_ADD) { /* its own kernel, else its product's (then ggml's ADD) */
+    f->pvariant[0] = atomic_load_explicit(&f->pke[0]->variant, memory_order_acquire);
+    f->pvariant[1] = atomic_load_explicit(&f->ke->variant, memory_order_acquire);
+    return f->pvariant[1] ? f->pvariant[1] : f->pvariant[0];
+  }
   if (f->kind != FU_SHARED_INPUT)
     return atomic_load_explicit(&f->ke->variant, memory_order_acquire);
   void *all = f; /* any non-NULL token while every product has its kernel */
@@ -1017,6 +1027,9 @@ static void *record_variant(fusion_t *f)
 /* 1 when a record's kernels are no longer those its cached graph was built with. */
 static int record_stale(const fusion_t *f)
 {
+  if (f->kind == FU_MM_ADD)
+    return atomic_load_explicit(&f->pke[0]->variant, memory_order_acquire) != f->pvariant[0] ||
+           atomic_load_explicit(&f->ke->variant, memory_order_acquire) != f->pvariant[1];
   if (f->kind != FU_SHARED_INPUT)
     return atomic_load_explicit(&f->ke->variant, memory_order_acquire) != f->variant;
   for (int p = 0; p < f->nprod; p++)
@@ -1211,8 +1224,11 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gcache_t 
     /* Unfused, a MUL_MAT + ADD's product runs as ggml's MUL_MAT, timed under its own
      * signature: when that is hot, so is the group (fused, its own calls are timed). */
     uint32_t pt = f->kind == FU_MM_ADD ? atomic_load(&f->pke[0]->tier) : AG_TIER_COLD;
-    if ((pt == AG_TIER_QUEUED || pt == AG_TIER_READY) && atomic_load(&f->e->tier) == AG_TIER_COLD)
+    if ((pt == AG_TIER_QUEUED || pt == AG_TIER_READY) && !f->asked &&
+        atomic_load(&f->e->tier) == AG_TIER_COLD) { /* once: a failure or deferral stands */
+      f->asked = 1;
       ag_tier_queue(f->e, "its MUL_MAT is hot");
+    }
     uint64_t n = atomic_fetch_add_explicit(&f->e->calls, (uint64_t)nth, memory_order_relaxed) + (uint64_t)nth;
     ag_tier_hot(f->e, n); /* cheap unless cold and hot: compiled, and again after an eviction */
   }
