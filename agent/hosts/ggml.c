@@ -301,6 +301,56 @@ static const fusion_t *our_custom(const struct ggml_tensor *dst)
              : NULL;
 }
 
+/* A probe: one execution in PROBE_EVERY of a cached graph with fused norm or MUL_MAT + ADD
+ * groups computes the host's own graph instead, and forward() times each group on each thread
+ * from its first member's start to the start of the next node the thread computes that is no
+ * member of it — the barriers between the members included, which fusing saves, and the one
+ * after (so the original is never under-counted: ggml folds the MUL into the RMS_NORM before
+ * it through a function of its own, not interposed) — as one call of the group's original:
+ * the tiers' never-slower check compares it with the fused node's (tier.c, watch_speed). The
+ * other records need none: their products are timed under their own signatures as they run. */
+#define PROBE_EVERY 64
+#define PROBE_SLOTS 256
+typedef struct probe_slot_s {
+  const struct ggml_tensor *node;
+  fusion_t *f;
+} probe_slot_t;
+static probe_slot_t probe_map[PROBE_SLOTS]; /* the probed graph's member nodes (gcache_mu) */
+static _Atomic int probing;                 /* a probe execution is running */
+static _Atomic uint32_t probe_gen;          /* probes started (a thread's timing is of one) */
+
+/* Node t's place in the running probe, or NULL. */
+static const probe_slot_t *probe_member(const struct ggml_tensor *t)
+{
+  for (unsigned i = 0, h = (unsigned)(((uintptr_t)t >> 4) * 0x9E3779B1u) >> 24; i < PROBE_SLOTS;
+       i++, h = (h + 1) & (PROBE_SLOTS - 1)) {
+    if (probe_map[h].node == t)
+      return &probe_map[h];
+    if (!probe_map[h].node)
+      return NULL;
+  }
+  return NULL;
+}
+
+/* This thread's probed group in progress: its record, start, probe. */
+static AG_TLS struct {
+  fusion_t *f;
+  uint64_t t0;
+  uint32_t gen;
+} tl_probe;
+
+/* Books this thread's group in progress, ended now (when it is of the running probe), and
+ * forgets it. */
+static void probe_book(void)
+{
+  if (atomic_load_explicit(&probing, memory_order_acquire) &&
+      tl_probe.gen == atomic_load_explicit(&probe_gen, memory_order_relaxed)) {
+    atomic_fetch_add_explicit(&tl_probe.f->e->timed_ns, ag_now_ns() - tl_probe.t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&tl_probe.f->e->timed, 1, memory_order_relaxed);
+  }
+  tl_probe.f = NULL;
+}
+
 static void forward(void *_Atomic *cache, const char *name, const void *ret, const void *params,
                     struct ggml_tensor *dst)
 {
@@ -313,15 +363,22 @@ static void forward(void *_Atomic *cache, const char *name, const void *ret, con
     }
   }
   const fusion_t *fu = our_custom(dst);
+  const probe_slot_t *pm = ag_unlikely(atomic_load_explicit(&probing, memory_order_acquire))
+                               ? probe_member(dst) : NULL;
+  if (ag_unlikely(tl_probe.f != NULL) && (!pm || pm->f != tl_probe.f))
+    probe_book(); /* the thread left its group */
+  if (pm && dst == pm->f->first)
+    tl_probe.f = pm->f, tl_probe.t0 = ag_now_ns(),
+    tl_probe.gen = atomic_load_explicit(&probe_gen, memory_order_relaxed);
   ag_sig_t k = fu ? fu->e->key : key_of(dst);
   ag_call_t c;
   if (!ag_call_begin_host(&c, &k, 1)) {
     fn(params, dst);
-    return;
+  } else {
+    c.variant = fu != NULL; /* the fused kernel serves this group */
+    fn(params, dst);
+    ag_call_end(&c);
   }
-  c.variant = fu != NULL; /* the fused kernel serves this group */
-  fn(params, dst);
-  ag_call_end(&c);
 }
 
 /* ---- fusion --------------------------------------------------------------------------- */
@@ -347,6 +404,8 @@ typedef struct gcache_s {
   int busy;                   /* computations running c->graph (its memory and records stay) */
   fusion_t *f;
   int nf;
+  uint64_t execs;             /* executions of the rebuilt graph, probes included */
+  int probe;                  /* the running execution is a probe */
 } gcache_t;
 
 #define GCACHE_MAX 32
@@ -355,8 +414,11 @@ static int gcache_next; /* the slot a new graph takes (round robin) */
 static pthread_mutex_t gcache_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* 0 off, 1 on; a test's: 2 poison (fused nodes write zeros, unverified), 3 wrong (the kernel's
- * y comes out 1.5 times too large; verification must catch it) */
+ * y comes out 1.5 times too large; verification must catch it), 4 slow (the norm groups' and
+ * MUL_MAT + ADD groups' nodes spend 3 ms more, and every second execution is a probe: the
+ * never-slower check must demote them) */
 static int fusion_mode;
+
 
 /* Decides the fusion mode and resolves the backend's own ops, once (after check() accepted
  * this ggml). */
@@ -364,7 +426,7 @@ static void fusion_setup(void)
 {
   const char *t = getenv("OPJIT_TEST_FUSION");
   fusion_mode = !ag_hot_calls ? 0 : !t ? 1 : strcmp(t, "off") == 0 ? 0 : strcmp(t, "poison") == 0 ? 2
-                                  : strcmp(t, "wrong") == 0 ? 3 : 1;
+                                  : strcmp(t, "wrong") == 0 ? 3 : strcmp(t, "slow") == 0 ? 4 : 1;
   void *cpu = atomic_load(&cpu_lib);
   if (!cpu) {
     fusion_mode = 0;
@@ -716,6 +778,14 @@ static void verify(fusion_t *f, jt_add_rms_mul_fn k)
   ag_tier_verify_result(f->ke, worst, bound);
 }
 
+/* The slow test mode's 3 ms more (more than a loaded machine adds to the probed original's
+ * barriers). */
+static void slow_down(void)
+{
+  for (uint64_t until = ag_now_ns() + 3000000; fusion_mode == 4 && ag_now_ns() < until;)
+    ;
+}
+
 /* The custom node's work on thread ith of nth: its share of the rows (all of them on thread 0
  * when verifying). The kernel is read from the signature here, inside the forward call, so a
  * kernel the tiers drop (evicted, or blacklisted by a verification a moment ago) is never run
@@ -754,6 +824,7 @@ static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *u
   if (fusion_mode == 3)
     for (int64_t i = r0 * n; i < r1 * n; i++)
       y[i] *= 1.5f;
+  slow_down();
 }
 
 /* ---- MUL_MAT -------------------------------------------------------------------------- */
@@ -920,6 +991,7 @@ static void mm_add_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
     poison_rows(dst, r0, r1);
   else
     mm_add_compute(f, r0, r1, ith);
+  slow_down();
 }
 
 /* The SWIGLU group's custom node on thread ith of nth: its share of the rows of both products
@@ -1195,6 +1267,39 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g)
   return 0;
 }
 
+/* Whether this execution of c's rebuilt graph is a probe (every PROBE_EVERY-th, one at a
+ * time, when c has fused norm or MUL_MAT + ADD groups); if so, their member nodes are mapped
+ * for forward() and probing is on until fused_done. gcache_mu held. */
+static int probe_start(gcache_t *c, int nth)
+{
+  uint64_t every = fusion_mode == 4 ? 2 : PROBE_EVERY;
+  if (++c->execs % every || atomic_load(&probing))
+    return 0;
+  memset(probe_map, 0, sizeof probe_map);
+  int members = 0;
+  for (int i = 0; i < c->nf; i++) {
+    fusion_t *f = &c->f[i];
+    if (!f->node || (f->kind != FU_ADD_RMS_MUL && f->kind != FU_RMS_MUL && f->kind != FU_MM_ADD))
+      continue;
+    atomic_fetch_add_explicit(&f->e->calls, (uint64_t)nth, memory_order_relaxed); /* ggml's */
+    struct ggml_tensor *m[3] = {f->first, f->kind == FU_ADD_RMS_MUL ? f->rms
+                                          : f->kind == FU_RMS_MUL ? f->mul : f->add,
+                                f->kind == FU_ADD_RMS_MUL ? f->mul : NULL};
+    for (int k = 0; k < 3 && m[k] && members < PROBE_SLOTS / 2; k++, members++) {
+      unsigned h = (unsigned)(((uintptr_t)m[k] >> 4) * 0x9E3779B1u) >> 24;
+      while (probe_map[h].node)
+        h = (h + 1) & (PROBE_SLOTS - 1);
+      probe_map[h] = (probe_slot_t){m[k], f};
+    }
+  }
+  if (!members)
+    return 0;
+  c->probe = 1;
+  atomic_fetch_add_explicit(&probe_gen, 1, memory_order_relaxed);
+  atomic_store_explicit(&probing, 1, memory_order_release);
+  return 1;
+}
+
 /* The graph to compute in place of g: its cached rebuild with the published fusions, or g.
  * An unfused group counts as nth calls of its signature (one per thread, as a fused one is
  * counted), so the profile of later runs knows it. *slot is the cache entry the computation
@@ -1241,13 +1346,15 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gcache_t 
   struct ggml_cgraph *use = c->graph ? c->graph : g;
   if (c->graph)
     c->busy++, *slot = c;
-  for (int i = 0; c->graph && i < c->nf; i++) { /* outputs move when ggml reallocates */
+  if (c->graph && probe_start(c, nth)) /* the host's own graph, timed by groups */
+    use = g;
+  for (int i = 0; use != g && i < c->nf; i++) { /* outputs move when ggml reallocates */
     fusion_t *f = &c->f[i];
     if (!f->node)
       continue;
     f->node->data = f->mul->data;
     int32_t left = atomic_load(&f->ke->verify);
-    f->verifying = (fusion_mode == 1 || fusion_mode == 3) && left > 0 &&
+    f->verifying = (fusion_mode == 1 || fusion_mode == 3 || fusion_mode == 4) && left > 0 &&
                    atomic_fetch_sub(&f->ke->verify, 1) > 0;
   }
   pthread_mutex_unlock(&gcache_mu);
@@ -1260,6 +1367,8 @@ static void fused_done(gcache_t *slot)
     return;
   pthread_mutex_lock(&gcache_mu);
   slot->busy--;
+  if (slot->probe)
+    slot->probe = 0, atomic_store_explicit(&probing, 0, memory_order_release);
   pthread_mutex_unlock(&gcache_mu);
 }
 

@@ -80,7 +80,10 @@ Test(ggml, same_tokens_and_logits_with_and_without_the_agent)
 }
 
 /* Fusions from the first call: every ADD + RMS_NORM + MUL hot at once, 64 decode steps. */
-static const char *const fuse_env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", NULL};
+/* Calls alone decide what is hot: this model's groups are too small to repay a compile by
+ * time once probes have timed their originals. */
+static const char *const fuse_env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_HOT_PAYBACK=0",
+                                       NULL};
 
 static const char *run_long(const char *tag, int agent, const char *const *env, const char *model)
 {
@@ -107,7 +110,7 @@ Test(ggml, fused_groups_keep_the_output_are_stored_and_start_warm)
   for (int m = 0; m < 2; m++) {
     char db[700], dbenv[720];
     own_db("fuse", m, db, dbenv);
-    const char *env[] = {fuse_env[0], fuse_env[1], dbenv, NULL};
+    const char *env[] = {fuse_env[0], fuse_env[1], fuse_env[2], dbenv, NULL};
     const char *plain = run_long("plain", 0, NULL, models[m]);
     same_output(run_long("fuse1", 1, env, models[m]), plain, "run 1 (compiles)");
     /* Run 1 compiled the group's kernel, verified it against ggml's ops and stored it. */
@@ -129,14 +132,16 @@ Test(ggml, fused_groups_keep_the_output_are_stored_and_start_warm)
      * the second layer's attention norm and the output norm after an FFN's residual ADD; the
      * first layer's attention norm has no ADD before it). The prefill has 2: its first layer's
      * residual ADDs belong to MUL_MAT + ADD groups (the second layer's attention output goes
-     * through GET_ROWS first, its FFN runs on one token). 64 decode steps, each on 2 threads. */
+     * through GET_ROWS first, its FFN runs on one token). 64 decode steps, each on 2 threads.
+     * The 64th execution of the decode graph is a probe: the host's own graph runs, timed for
+     * the never-slower check, and its groups' calls are not the kernel's. */
     cr_assert_eq(calls, (64 * 4 + 2) * 2);
     cr_assert_eq(h_query(db, "SELECT v.calls FROM variants v JOIN signatures s ON s.id=v.sig_id"
-                               " WHERE v.run_id=2 AND " FUSION1), calls, "all fused");
+                               " WHERE v.run_id=2 AND " FUSION1), calls - 4 * 2, "all fused");
     /* The norms left without their ADD: the first layer's attention norm in every graph, and
      * in the prefill the norms after the two MUL_MAT + ADD groups. */
     cr_assert_eq(h_query(db, "SELECT v.calls FROM variants v JOIN signatures s ON s.id=v.sig_id"
-                               " WHERE v.run_id=2 AND " RMS_MUL), (65 + 2) * 2);
+                               " WHERE v.run_id=2 AND " RMS_MUL), (65 + 2) * 2 - 2);
   }
 }
 
@@ -168,7 +173,7 @@ Test(ggml, mul_mat_kernels_serve_the_prefill_from_the_second_run)
     char db[700], dbenv[720];
     own_db("mm", m, db, dbenv);
     /* Calls alone decide (this model's small products would not repay a compile by time). */
-    const char *env[] = {fuse_env[0], fuse_env[1], "OPJIT_HOT_PAYBACK=0", dbenv, NULL};
+    const char *env[] = {fuse_env[0], fuse_env[1], fuse_env[2], dbenv, NULL};
     const char *plain = run_long("plain", 0, NULL, models[m]);
     same_output(run_long("mm1", 1, env, models[m]), plain, "run 1");
     /* 2 layers: Q K V O (256 x 256), gate and up (768 x 256) and down (256 x 768) in the first,
@@ -362,6 +367,32 @@ Test(ggml, the_node_host_agrees_with_the_c_host_with_and_without_the_agent)
                              " WHERE s.op='MUL_MAT'"), 0);
 }
 #endif
+
+Test(ggml, fused_groups_slower_than_ggml_s_nodes_are_demoted)
+{
+  /* A test hook makes the norm groups' nodes (and MUL_MAT + ADD's) spend 3 ms more per call
+   * and probes every second execution: the host's own graph runs, its member nodes' times add
+   * up to each group's original timing, and the never-slower check demotes the groups (every
+   * call timed, so that a few dozen decode steps give it enough of both). The output stays the
+   * plain run's, whichever computed it. */
+  /* One thread: the probed original's time is then its nodes' alone (on a loaded machine a
+   * barrier between two threads can wait milliseconds, which fusing would save). Two prompts
+   * 3 s apart: the second runs on the compiled kernel, whatever the load (the tiers watch
+   * speed every 200 ms between compiles). */
+  const char *argv[] = {H_LLAMA_PROG, "run", model32, "32", "100", "1", "2", NULL};
+  cr_assert_eq(h_run("plain", 0, NULL, argv), 0);
+  char plain[4096];
+  snprintf(plain, sizeof plain, "%s", h_output("plain", "out"));
+  const char *slow[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_HOT_PAYBACK=0",
+                        "OPJIT_TIME_EVERY=1", "OPJIT_TEST_FUSION=slow", NULL};
+  cr_assert_eq(h_run("slow", 1, slow, argv), 0, "%s", h_output("slow", "err"));
+  same_output(h_output("slow", "out"), plain, "slower fused groups");
+  int64_t demoted = h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON"
+                                  " s.id=e.sig_id WHERE " FUSION1 " AND e.kind='demoted'");
+  cr_assert_eq(demoted, 1, "%lld demotions", (long long)demoted);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
+                             " WHERE " FUSION1), 0, "a slower kernel is not kept");
+}
 
 Test(ggml, a_wrong_fused_kernel_is_caught_and_the_output_stays_ggml_s)
 {
