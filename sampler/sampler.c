@@ -53,10 +53,10 @@ typedef struct sp_slot_s {
   int strikes;                  /* rescans in a row that found the signal blocked and pending */
   uint32_t taken;               /* samples the handler took since the slot was armed */
   uint32_t weight;              /* threads each sample stands for (short-lived regime) */
-  _Atomic uint64_t stack_lo, stack_hi; /* the stack of a thread that did not begin through
-                                   sp_thread_begin, for uw_walk (hi 0: not known yet) */
-  _Atomic uint64_t last_sp;     /* a stack pointer the handler saw outside those bounds: the
-                                   next drain looks its mapping up */
+  _Atomic uint64_t stack_lo, stack_hi; /* the main thread's stack, for uw_walk (hi 0: not
+                                   known yet; other threads' are in their TLS, or unknown) */
+  _Atomic uint64_t last_sp;     /* a stack pointer of the main thread's the handler saw below
+                                   those bounds: the next drain reads [stack] again */
   sp_ring_t *ring;
 } sp_slot_t;
 
@@ -108,17 +108,28 @@ static int is_banned(pid_t tid)
 /* Hosts that start a thread per task (ggml: one per graph, a few ms each) pay for arming each
  * (~20 us of system calls here, before the task starts) and for its samples, while every
  * other thread of the task waits at its barriers. Once the last SP_SHORT_RUN threads to end
- * lived under SP_SHORT_NS each, one new thread in SP_THREAD_EVERY is armed, its samples
- * weighing that many: the same expected counts, a quarter of the cost. A thread that lives
- * longer ends the regime. */
+ * lived under SP_SHORT_NS each, each new thread is armed with probability 1/SP_THREAD_EVERY
+ * (a random draw: whatever role it has among a task's threads), its samples weighing that
+ * many: the same expected counts, a quarter of the cost. A thread that lives longer ends the
+ * regime, at its end or, skipped and still alive, at the rescan that finds it so (which arms
+ * it and gives every armed thread its own weight again). */
 #define SP_SHORT_NS 50000000ull
 #define SP_SHORT_RUN 8
 #define SP_THREAD_EVERY 4
 static _Atomic int short_run;    /* threads in a row that ended short-lived */
-static _Atomic uint32_t born;    /* threads begun in the regime */
-static _Atomic uint64_t thinned; /* threads left unarmed by it */
+static _Atomic uint64_t thinned; /* threads left unarmed by the regime */
 static pid_t skipped[256];       /* those alive: the rescan leaves them unarmed too (sp_mu) */
+static uint64_t skipped_at[256]; /* when each began */
 static int nskipped;
+
+static void unskip(pid_t tid) /* sp_mu held */
+{
+  for (int k = 0; k < nskipped;)
+    if (skipped[k] == tid)
+      skipped[k] = skipped[nskipped - 1], skipped_at[k] = skipped_at[nskipped - 1], nskipped--;
+    else
+      k++;
+}
 
 static int is_skipped(pid_t tid)
 {
@@ -218,7 +229,8 @@ static int record_stack(sp_sample_t *s, sp_slot_t *t, void *uc)
       atomic_fetch_add_explicit(&walked, 1, memory_order_relaxed);
       return n;
     }
-  } else if (!tl_stack_hi && !atomic_load_explicit(&t->last_sp, memory_order_relaxed)) {
+  } else if (!tl_stack_hi && t->tid == getpid() &&
+             !atomic_load_explicit(&t->last_sp, memory_order_relaxed)) { /* its stack grew */
     atomic_store_explicit(&t->last_sp, sp, memory_order_relaxed);
     atomic_store_explicit(&stacks_wanted, 1, memory_order_release);
   }
@@ -525,16 +537,18 @@ static void choose_mode(pid_t self)
   status.event = "timer";
 }
 
-/* Gives the armed threads whose handler saw a stack pointer outside known bounds the mapping
- * that holds it as their stack's (and the main thread, before any sample, [stack]). A slot's
- * hi is cleared while its pair changes (stack_of). Called with sp_mu held. */
+/* Gives the main thread its stack's bounds: [stack], the one mapping no one unmaps, which
+ * grows (the handler asks again when it sees the stack pointer below it). Other threads have
+ * theirs from sp_thread_begin, or none: a mapping that held a thread's stack pointer once may
+ * be an alternate signal stack or a coroutine's, unmapped later, so their stacks stay
+ * libunwind's. A slot's hi is cleared while its pair changes (stack_of). sp_mu held. */
 static void find_stacks(void)
 {
   int n = atomic_load(&hiwater), want = 0;
   pid_t pid = getpid();
   for (int i = 0; i < n; i++)
-    want += atomic_load(&slots[i].state) == SLOT_ARMED &&
-            (atomic_load(&slots[i].last_sp) || (slots[i].tid == pid && !atomic_load(&slots[i].stack_hi)));
+    want += atomic_load(&slots[i].state) == SLOT_ARMED && slots[i].tid == pid &&
+            (atomic_load(&slots[i].last_sp) || !atomic_load(&slots[i].stack_hi));
   FILE *f = want ? fopen("/proc/self/maps", "re") : NULL;
   char line[512];
   unsigned long long lo, hi;
@@ -547,8 +561,8 @@ static void find_stacks(void)
     for (int i = 0; i < n; i++) {
       sp_slot_t *t = &slots[i];
       uint64_t sp = atomic_load(&t->last_sp);
-      if (atomic_load(&t->state) != SLOT_ARMED ||
-          !((sp && sp >= lo && sp < hi) || (!sp && main_stack && t->tid == pid && !atomic_load(&t->stack_hi))))
+      if (atomic_load(&t->state) != SLOT_ARMED || t->tid != pid || !main_stack ||
+          (sp && !(sp >= lo && sp < hi)))
         continue;
       atomic_store_explicit(&t->stack_hi, 0, memory_order_release);
       atomic_store_explicit(&t->stack_lo, (uint64_t)lo, memory_order_release);
@@ -674,17 +688,26 @@ uint64_t sp_thread_begin(void)
   if (!atomic_load(&active))
     return start;
   uint32_t weight = 1;
+  pid_t self = gettid();
   pthread_mutex_lock(&sp_mu);
-  if (atomic_load(&short_run) >= SP_SHORT_RUN) {
-    if (atomic_fetch_add(&born, 1) % SP_THREAD_EVERY && nskipped < (int)(sizeof skipped / sizeof *skipped)) {
-      skipped[nskipped++] = gettid();
+  unskip(self); /* a tid reused before the rescan cleared an exited thread's entry */
+  int at = find_tid(self); /* a rescan may have armed it already */
+  if (atomic_load(&short_run) >= SP_SHORT_RUN && nskipped < (int)(sizeof skipped / sizeof *skipped)) {
+    uint64_t r = start ^ (uint64_t)self * 0x9E3779B97F4A7C15ull; /* a draw per thread */
+    r ^= r >> 29, r *= 0xBF58476D1CE4E5B9ull, r ^= r >> 32;
+    if (r % SP_THREAD_EVERY) {
+      if (at >= 0)
+        disarm_slot(at), status.threads--;
+      skipped_at[nskipped] = start, skipped[nskipped++] = self;
       atomic_fetch_add(&thinned, 1);
       pthread_mutex_unlock(&sp_mu);
       return start;
     }
     weight = SP_THREAD_EVERY;
   }
-  if (atomic_load(&active) && arm_tid(gettid(), weight) == 0 && gettid() == getpid())
+  if (at >= 0)
+    slots[at].weight = weight;
+  else if (atomic_load(&active) && arm_tid(self, weight) == 0 && self == getpid())
     find_stacks(); /* [stack] */
   pthread_mutex_unlock(&sp_mu);
   return start;
@@ -705,9 +728,7 @@ void sp_thread_end(uint64_t start)
     disarm_slot(i);
     status.threads--;
   }
-  for (int k = 0; k < nskipped; k++)
-    if (skipped[k] == self)
-      skipped[k] = skipped[--nskipped];
+  unskip(self);
   pthread_mutex_unlock(&sp_mu);
 }
 
@@ -754,12 +775,20 @@ void sp_rescan(void)
     else
       b++;
   }
+  uint64_t now = now_ns();
   for (int b = 0; b < nskipped;) { /* so does a skipped one that left by pthread_exit */
     snprintf(path, sizeof path, "/proc/self/task/%d", (int)skipped[b]);
-    if (stat(path, &st) != 0)
-      skipped[b] = skipped[--nskipped];
-    else
+    if (stat(path, &st) == 0 && now - skipped_at[b] < SP_SHORT_NS) {
       b++;
+      continue;
+    }
+    if (stat(path, &st) == 0) { /* a long-lived thread was skipped: the regime was wrong */
+      atomic_store(&short_run, 0);
+      for (int i = 0; i < n; i++)
+        slots[i].weight = 1;
+    }
+    pid_t gone = skipped[b];
+    unskip(gone); /* still alive: armed below, with the rest */
   }
   DIR *d = opendir("/proc/self/task");
   pid_t self = gettid();

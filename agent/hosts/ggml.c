@@ -370,7 +370,9 @@ static void forward(void *_Atomic *cache, const char *name, const void *ret, con
   if (pm && dst == pm->f->first)
     tl_probe.f = pm->f, tl_probe.t0 = ag_now_ns(),
     tl_probe.gen = atomic_load_explicit(&probe_gen, memory_order_relaxed);
-  ag_sig_t k = fu ? fu->e->key : key_of(dst);
+  /* a MUL_MAT + ADD without its kernel runs its product's: booked there */
+  ag_sig_t k = !fu ? key_of(dst) : fu->kind == FU_MM_ADD && !fu->pvariant[1] ? fu->pke[0]->key
+                                                                              : fu->e->key;
   ag_call_t c;
   if (!ag_call_begin_host(&c, &k, 1)) {
     fn(params, dst);
@@ -936,9 +938,7 @@ static int mm_add_compute(const fusion_t *f, int64_t r0, int64_t r1, int ith)
   float *keep = scratch && f->verifying ? malloc((size_t)(n * cnt) * sizeof *keep) : NULL;
   if (!scratch) { /* element by element: out may be the memory of y or of res, exactly */
     const float *y = mm->data;
-    int served = mm_compute(f, f->pke[0], mm, r0, r1, ith);
-    atomic_fetch_add_explicit(&f->pke[0]->calls, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&f->pke[0]->vcalls, (uint64_t)served, memory_order_relaxed);
+    mm_compute(f, f->pke[0], mm, r0, r1, ith); /* forward() books the node under its key */
     for (int64_t j = 0; j < n; j++)
       for (int64_t i = r0; i < r1; i++)
         out[j * m + i] = y[j * m + i] + res[j * m + i];
@@ -1326,14 +1326,17 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gcache_t 
     if ((f->kind != FU_ADD_RMS_MUL && f->kind != FU_RMS_MUL && f->kind != FU_MM_ADD) ||
         atomic_load_explicit(&f->ke->variant, memory_order_acquire))
       continue; /* fused, or groups of MUL_MATs whose kernel is theirs, counted as such */
-    /* Unfused, a MUL_MAT + ADD's product runs as ggml's MUL_MAT, timed under its own
-     * signature: when that is hot, so is the group (fused, its own calls are timed). */
+    /* Without its kernel, a MUL_MAT + ADD's product runs as ggml's MUL_MAT or its own kernel,
+     * timed under its own signature: when that is hot, so is the group (fused, its own calls
+     * are timed). */
     uint32_t pt = f->kind == FU_MM_ADD ? atomic_load(&f->pke[0]->tier) : AG_TIER_COLD;
     if ((pt == AG_TIER_QUEUED || pt == AG_TIER_READY) && !f->asked &&
         atomic_load(&f->e->tier) == AG_TIER_COLD) { /* once: a failure or deferral stands */
       f->asked = 1;
       ag_tier_queue(f->e, "its MUL_MAT is hot");
     }
+    if (f->node) /* runs as its product's kernel and the ADD: forward() books it */
+      continue;
     uint64_t n = atomic_fetch_add_explicit(&f->e->calls, (uint64_t)nth, memory_order_relaxed) + (uint64_t)nth;
     ag_tier_hot(f->e, n); /* cheap unless cold and hot: compiled, and again after an eviction */
   }
@@ -1353,9 +1356,11 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gcache_t 
     if (!f->node)
       continue;
     f->node->data = f->mul->data;
-    int32_t left = atomic_load(&f->ke->verify);
+    /* a MUL_MAT + ADD without its kernel checks its product's */
+    ag_entry_t *ve = f->kind == FU_MM_ADD && !f->pvariant[1] ? f->pke[0] : f->ke;
+    int32_t left = atomic_load(&ve->verify);
     f->verifying = (fusion_mode == 1 || fusion_mode == 3 || fusion_mode == 4) && left > 0 &&
-                   atomic_fetch_sub(&f->ke->verify, 1) > 0;
+                   atomic_fetch_sub(&ve->verify, 1) > 0;
   }
   pthread_mutex_unlock(&gcache_mu);
   return use;

@@ -431,13 +431,13 @@ static void *short_task(void *p)
 }
 
 /* A host that starts one short-lived thread per task (ggml's per-graph workers): after 8 of
- * them every fourth new one is armed and its samples weigh four. The other three are left
- * alone (none of their samples); the weighted count stays near the CPU time burnt. */
+ * them a new one is armed with probability 1/4 and its samples weigh four. The others are
+ * left alone (none of their samples); the weighted count stays near the CPU time burnt. */
 Test(sampler, short_lived_threads_are_armed_one_in_four_with_weight_four)
 {
   sp_config_t cfg = {.hz = 1000, .events = "auto", .stack_depth = 4, .attrib = {own, NULL}};
   cr_assert_eq(sp_start(&cfg), 0);
-  int ms = 8, threads = 48;
+  int ms = 4, threads = 48;
   uint64_t weighted = 0, by_weight[5] = {0};
   for (int i = 0; i < threads; i++) {
     pthread_t t;
@@ -453,20 +453,25 @@ Test(sampler, short_lived_threads_are_armed_one_in_four_with_weight_four)
   }
   sp_status_t st;
   sp_status(&st);
-  /* 8 threads to see the pattern, then 40 of which 30 are left unarmed */
-  cr_assert_eq(st.thinned, 30, "thinned %llu", (unsigned long long)st.thinned);
+  /* 8 threads to see the pattern, then 40, each left unarmed with probability 3/4: 30 +- 2.7
+   * expected, within 19..40 but once in ~10^4 */
+  cr_assert(st.thinned >= 19 && st.thinned <= 40, "thinned %llu", (unsigned long long)st.thinned);
   cr_assert_gt(by_weight[4], 0, "the armed quarter's samples weigh 4");
   cr_assert_gt(by_weight[1], 0, "the first 8 threads' weigh 1");
-  /* 384 ms of CPU at 1 kHz: expected 384 weighted periods; a loaded VM delivers fewer */
-  cr_assert(weighted > 384 / 3 && weighted < 384 * 3 / 2, "weighted periods %llu",
+  /* 192 ms of CPU at 1 kHz: expected 192 weighted periods; a loaded VM delivers fewer */
+  cr_assert(weighted > 192 / 3 && weighted < 192 * 2, "weighted periods %llu",
             (unsigned long long)weighted);
-  /* a thread that lives long ends the regime: the next short one is armed again */
+  /* a thread that lives long ends the regime: the next short ones are armed again */
   int long_ms = 60;
   pthread_t t;
   pthread_create(&t, NULL, short_task, &long_ms);
   pthread_join(t, NULL);
-  pthread_create(&t, NULL, short_task, &ms);
-  pthread_join(t, NULL);
   sp_status(&st);
-  cr_assert_eq(st.thinned, 30);
+  uint64_t before = st.thinned;
+  for (int i = 0; i < 4; i++) {
+    pthread_create(&t, NULL, short_task, &ms);
+    pthread_join(t, NULL);
+  }
+  sp_status(&st);
+  cr_assert_eq(st.thinned, before);
 }
