@@ -650,6 +650,15 @@ static void *compile_main(void *arg)
 /* Whether spent_ns of the signature's time, sped up by the saving variants have shown (before
  * any measurement: the generator's record here, ~2-5x below 24^3, ~1x above), repays the
  * compile OPJIT_HOT_PAYBACK times. */
+/* Whether OPJIT_HOT_PAYBACK judges e by time. Not ggml's fused groups: their original's
+ * timing (a probe's, hosts/ggml.c) is mostly barriers, which a per-call saving estimate does
+ * not weigh; calls decide for them. */
+static int payback_applies(const ag_entry_t *e)
+{
+  return ag_opts.num[AG_OPT_HOT_PAYBACK] &&
+         !(e->key.host == AG_HOST_ID_GGML && e->key.op == AG_GGML_OP_FUSED);
+}
+
 static int pays_back(const ag_entry_t *e, double spent_ns)
 {
   double gain = est_gain >= 0 ? est_gain : e->key.m <= 24 && e->key.n <= 24 && e->key.k <= 24 ? 0.6 : 0.1;
@@ -666,7 +675,7 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n)
   if (fails && n >> 12 < (1u << fails)) /* backing off after a failed compile */
     return;
   uint64_t timed = atomic_load(&e->timed), tns = atomic_load(&e->timed_ns);
-  if (ag_opts.num[AG_OPT_HOT_PAYBACK] && timed) {
+  if (payback_applies(e) && timed) {
     /* The first call is a library's warm-up more often than not: leave it out when we can. */
     double mean = timed > 1 ? (double)(tns - atomic_load(&e->first_ns)) / (double)(timed - 1)
                             : (double)tns;
@@ -760,9 +769,9 @@ int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns)
 {
   if (ag_hot_calls == 0)
     return 0;
-  /* Without a timing of the original (a fusion runs only as its variant) calls decide. */
-  return ag_opts.num[AG_OPT_HOT_PAYBACK] && mean_ns > 0 ? pays_back(e, calls * mean_ns)
-                                                         : calls >= (double)ag_hot_calls;
+  /* Without a timing of the original calls decide. */
+  return payback_applies(e) && mean_ns > 0 ? pays_back(e, calls * mean_ns)
+                                           : calls >= (double)ag_hot_calls;
 }
 
 void ag_tier_queue(ag_entry_t *e, const char *why)

@@ -282,7 +282,6 @@ static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *u
 static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud);
 static void swiglu_node(struct ggml_tensor *dst, int ith, int nth, void *ud);
 static void shared_node(struct ggml_tensor *dst, int ith, int nth, void *ud);
-static void mm_add_node(struct ggml_tensor *dst, int ith, int nth, void *ud);
 
 /* The fusion record of one of the agent's custom nodes, or NULL. */
 static const fusion_t *our_custom(const struct ggml_tensor *dst)
@@ -296,7 +295,7 @@ static const fusion_t *our_custom(const struct ggml_tensor *dst)
   } p; /* ggml's struct ggml_custom_op_params */
   memcpy(&p, dst->op_params, sizeof p);
   return p.fun == fused_add_rms_mul || p.fun == mul_mat_node || p.fun == swiglu_node ||
-                 p.fun == shared_node || p.fun == mm_add_node
+                 p.fun == shared_node
              ? p.userdata
              : NULL;
 }
@@ -967,7 +966,8 @@ static void poison_rows(struct ggml_tensor *t, int64_t r0, int64_t r1)
     memset((float *)t->data + j * t->ne[0] + r0, 0, (size_t)(r1 - r0) * sizeof(float));
 }
 
-/* The custom node of a MUL_MAT on thread ith of nth: its share of the rows. */
+/* The custom node of a MUL_MAT, or of a MUL_MAT + ADD, on thread ith of nth: its share of
+ * the rows. */
 static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
 {
   fusion_t *f = ud;
@@ -976,22 +976,12 @@ static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
     return;
   if (fusion_mode == 2)
     poison_rows(dst, r0, r1);
-  else
-    mm_compute(f, f->ke, f->mul, r0, r1, ith);
-}
-
-/* The custom node of a MUL_MAT + ADD on thread ith of nth: its share of the rows. */
-static void mm_add_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
-{
-  fusion_t *f = ud;
-  int64_t r0, r1;
-  if (!mm_share(dst->ne[0], ith, nth, &r0, &r1))
-    return;
-  if (fusion_mode == 2)
-    poison_rows(dst, r0, r1);
-  else
+  else if (f->kind == FU_MM_ADD) {
     mm_add_compute(f, r0, r1, ith);
-  slow_down();
+    slow_down();
+  } else {
+    mm_compute(f, f->ke, f->mul, r0, r1, ith);
+  }
 }
 
 /* The SWIGLU group's custom node on thread ith of nth: its share of the rows of both products
@@ -1245,7 +1235,7 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g)
       args[0] = f->mul->src[0], args[1] = f->mul->src[1], nargs = 2, fun = mul_mat_node;
     else if (f->kind == FU_MM_ADD)
       args[0] = f->prod[0]->src[0], args[1] = f->prod[0]->src[1],
-      args[2] = (struct ggml_tensor *)residual_of(f), fun = mm_add_node;
+      args[2] = (struct ggml_tensor *)residual_of(f), fun = mul_mat_node;
     else if (f->kind == FU_RMS_MUL)
       args[0] = f->rms->src[0], args[1] = f->mul->src[1], nargs = 2, fun = fused_add_rms_mul;
     else if (f->kind == FU_SWIGLU)
