@@ -85,9 +85,12 @@ Test(ggml, same_tokens_and_logits_with_and_without_the_agent)
 static const char *const fuse_env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_HOT_PAYBACK=0",
                                        NULL};
 
-static const char *run_long(const char *tag, int agent, const char *const *env, const char *model)
+/* Runs the model (32-token prompt, 64 decode steps; rounds prompts 3 s apart: a run whose
+ * kernels must all be compiled and stored before it ends takes 2) and returns its output. */
+static const char *run_rounds(const char *tag, int agent, const char *const *env,
+                              const char *model, const char *rounds)
 {
-  const char *argv[] = {H_LLAMA_PROG, "run", model, "32", "64", "2", NULL};
+  const char *argv[] = {H_LLAMA_PROG, "run", model, "32", "64", "2", rounds, NULL};
   int st = h_run(tag, agent, env, argv);
   cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s", tag, h_output(tag, "err"));
   static char keep[4][2048];
@@ -95,6 +98,11 @@ static const char *run_long(const char *tag, int agent, const char *const *env, 
   char *out = keep[next++ % 4];
   snprintf(out, sizeof keep[0], "%s", h_output(tag, "out"));
   return out;
+}
+
+static const char *run_long(const char *tag, int agent, const char *const *env, const char *model)
+{
+  return run_rounds(tag, agent, env, model, "1");
 }
 
 /* A database of its own for a test's model m: its path in db, "OPJIT_DB=path" in dbenv. */
@@ -175,7 +183,7 @@ Test(ggml, mul_mat_kernels_serve_the_prefill_from_the_second_run)
     /* Calls alone decide (this model's small products would not repay a compile by time). */
     const char *env[] = {fuse_env[0], fuse_env[1], fuse_env[2], dbenv, NULL};
     const char *plain = run_long("plain", 0, NULL, models[m]);
-    same_output(run_long("mm1", 1, env, models[m]), plain, "run 1");
+    same_output(run_rounds("mm1", 1, env, models[m], "2"), plain, "run 1");
     /* 2 layers: Q K V O (256 x 256), gate and up (768 x 256) and down (256 x 768) in the first,
      * the attention's in the second: three shapes (the output's 1000 rows are no multiple of
      * 16, and decode's single column is left to ggml). */
@@ -183,6 +191,7 @@ Test(ggml, mul_mat_kernels_serve_the_prefill_from_the_second_run)
                      " s.op='MUL_MAT' AND s.name LIKE '%%%% N=32' AND e.run_id=%d AND e.kind='%s'";
     char q[400];
     snprintf(q, sizeof q, mm, 1, "verified");
+    strcat(q, " AND e.detail LIKE 'self-test%%'"); /* run 1's second prompt checks them too */
     cr_assert_eq(h_query(db, q), 3, "self-tests passed in run 1");
     cr_assert_eq(h_query(db, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
                                " WHERE s.op='MUL_MAT'"), 3);
@@ -240,16 +249,17 @@ Test(ggml, threads_with_little_stack_run_the_mul_mat_kernels)
   /* The options go in the command: a shell keeps one value per name (the last), where the
    * harness's defaults follow the test's entries. */
   char cmd[1600];
-  const char *fmt = "ulimit -s %d && %s exec %s run %s 32 16 2";
+  const char *fmt = "ulimit -s %d && %s exec %s run %s 32 16 2 %d"; /* the store run: 2 prompts,
+                                                     3 s apart, so that every compile ends */
   const char *opts = "OPJIT_MODE=jit OPJIT_HOT_CALLS=1 OPJIT_HOT_PAYBACK=0";
   const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
-  snprintf(cmd, sizeof cmd, fmt, 240, "", H_LLAMA_PROG, model32);
+  snprintf(cmd, sizeof cmd, fmt, 240, "", H_LLAMA_PROG, model32, 1);
   cr_assert_eq(h_run("plain", 0, NULL, argv), 0, "%s", h_output("plain", "err"));
   char plain[2048];
   snprintf(plain, sizeof plain, "%s", h_output("plain", "out"));
-  snprintf(cmd, sizeof cmd, fmt, 8192, opts, H_LLAMA_PROG, model32);
+  snprintf(cmd, sizeof cmd, fmt, 8192, opts, H_LLAMA_PROG, model32, 2);
   cr_assert_eq(h_run("store", 1, NULL, argv), 0, "%s", h_output("store", "err"));
-  snprintf(cmd, sizeof cmd, fmt, 240, opts, H_LLAMA_PROG, model32);
+  snprintf(cmd, sizeof cmd, fmt, 240, opts, H_LLAMA_PROG, model32, 1);
   cr_assert_eq(h_run("small", 1, NULL, argv), 0, "%s", h_output("small", "err"));
   same_output(h_output("small", "out"), plain, "240 KB stacks");
   cr_assert_eq(h_count_lines(h_output("small", "err"), "opjit"), 0, "%s", h_output("small", "err"));
