@@ -43,14 +43,14 @@ static _Atomic int readers; /* walks inside a snapshot now */
 enum { K_OK = 1, K_END, K_UNSUPPORTED, K_NOINFO };
 enum { BP_SAME = 0, BP_CFA, BP_BP, BP_UNKNOWN };
 
-#define UW_CACHE 8192 /* rules; a process's hot code addresses fit many times over */
+#define UW_CACHE 1024 /* rules: 16 KB, a process's hot return addresses many times over */
 #define UW_PROBES 16
 
 static struct {
   _Atomic uint64_t pc, rule;
 } cache[UW_CACHE];
 
-static unsigned slot_of(uint64_t pc) { return (unsigned)((pc * 0x9E3779B97F4A7C15ull) >> 51); }
+static unsigned slot_of(uint64_t pc) { return (unsigned)((pc * 0x9E3779B97F4A7C15ull) >> 54); }
 
 static uint64_t cache_get(uint64_t pc)
 {
@@ -80,12 +80,54 @@ static void cache_put(uint64_t pc, uint64_t rule)
   }
 }
 
+/* Interrupted PCs are new instructions nearly every sample: a per-PC entry for each would
+ * fill the table above and miss anyway. Their rules are cached by the range of code a CFI row
+ * covers, in a direct-mapped table by 64-byte line; each entry a seqlock (writers claim it by
+ * making its count odd; a reader that sees it odd or changed has missed). */
+#define UW_RANGES 256
+
+static struct {
+  _Atomic uint32_t seq;
+  _Atomic uint64_t lo, hi, rule;
+} ranges[UW_RANGES];
+
+static unsigned range_slot(uint64_t pc) { return (unsigned)((pc >> 6) * 0x9E3779B1u) >> 24; }
+
+static uint64_t range_get(uint64_t pc)
+{
+  unsigned h = range_slot(pc);
+  uint32_t s = atomic_load_explicit(&ranges[h].seq, memory_order_acquire);
+  if (s & 1)
+    return 0;
+  uint64_t lo = atomic_load_explicit(&ranges[h].lo, memory_order_relaxed);
+  uint64_t hi = atomic_load_explicit(&ranges[h].hi, memory_order_relaxed);
+  uint64_t rule = atomic_load_explicit(&ranges[h].rule, memory_order_relaxed);
+  atomic_thread_fence(memory_order_acquire);
+  if (atomic_load_explicit(&ranges[h].seq, memory_order_relaxed) != s || pc < lo || pc >= hi)
+    return 0;
+  return rule;
+}
+
+static void range_put(uint64_t pc, uint64_t lo, uint64_t hi, uint64_t rule)
+{
+  unsigned h = range_slot(pc);
+  uint32_t s = atomic_load_explicit(&ranges[h].seq, memory_order_relaxed);
+  if ((s & 1) || lo >= hi || !atomic_compare_exchange_strong(&ranges[h].seq, &s, s + 1))
+    return;
+  atomic_store_explicit(&ranges[h].lo, lo, memory_order_relaxed);
+  atomic_store_explicit(&ranges[h].hi, hi, memory_order_relaxed);
+  atomic_store_explicit(&ranges[h].rule, rule, memory_order_relaxed);
+  atomic_store_explicit(&ranges[h].seq, s + 2, memory_order_release);
+}
+
 static void cache_clear(void)
 {
   for (unsigned i = 0; i < UW_CACHE; i++) {
     atomic_store(&cache[i].rule, 0);
     atomic_store(&cache[i].pc, 0);
   }
+  for (unsigned i = 0; i < UW_RANGES; i++) /* no walk runs meanwhile */
+    atomic_store(&ranges[i].lo, 0), atomic_store(&ranges[i].hi, 0);
 }
 
 /* ---- reading CFI ---------------------------------------------------------------------- */
@@ -215,8 +257,9 @@ static int simple_expr(rd_t *r, uint64_t len, int *bp, int64_t *k, int *deref)
 /* Runs CFA instructions from r until the location passes pc. init is the CIE's state (for
  * DW_CFA_restore). Returns 0, or -1 on an instruction it does not know. */
 static int run_cfi(rd_t *r, uint64_t loc, uint64_t pc, uint64_t code_align, int64_t data_align,
-                   uint8_t fde_enc, frame_rule_t *st, const frame_rule_t *init)
+                   uint8_t fde_enc, frame_rule_t *st, const frame_rule_t *init, uint64_t row[2])
 {
+  row[0] = loc, row[1] = UINT64_MAX; /* the row holding pc: [start, end) */
   frame_rule_t stack[8];
   int depth = 0;
   while (r->p < r->end && !r->bad) {
@@ -242,7 +285,14 @@ static int run_cfi(rd_t *r, uint64_t loc, uint64_t pc, uint64_t code_align, int6
     }
     switch (op) {
     case 0x00: continue;                                     /* nop */
-    case 0x01: loc = pointer(r, fde_enc); if (loc > pc) return 0; continue; /* set_loc */
+    case 0x01: /* set_loc */
+      loc = pointer(r, fde_enc);
+      if (loc > pc) {
+        row[1] = loc;
+        return 0;
+      }
+      row[0] = loc;
+      continue;
     case 0x02: delta = fixed(r, 1) * code_align; goto advance;
     case 0x03: delta = fixed(r, 2) * code_align; goto advance;
     case 0x04: delta = fixed(r, 4) * code_align; goto advance;
@@ -331,15 +381,20 @@ static int run_cfi(rd_t *r, uint64_t loc, uint64_t pc, uint64_t code_align, int6
     }
   advance:
     loc += delta;
-    if (loc > pc)
+    if (loc > pc) {
+      row[1] = loc;
       return 0;
+    }
+    row[0] = loc;
   }
   return r->bad ? -1 : 0;
 }
 
-/* The rule for code address pc: from the object's FDE, through the CIE's initial state. */
-static uint64_t compute(const uw_snap_t *s, uint64_t pc)
+/* The rule for code address pc: from the object's FDE, through the CIE's initial state; range
+ * gets the code it holds for (the CFI row's), or stays empty. */
+static uint64_t compute(const uw_snap_t *s, uint64_t pc, uint64_t range[2])
 {
+  range[0] = range[1] = 0;
   int lo = 0, hi = s->n;
   while (lo < hi) { /* the last object starting at or below pc */
     int mid = (lo + hi) / 2;
@@ -413,22 +468,26 @@ static uint64_t compute(const uw_snap_t *s, uint64_t pc)
   }
   (void)lsda_enc;
   frame_rule_t init = {0}, st;
-  if (run_cfi(&c, 0, UINT64_MAX, code_align, data_align, fde_enc, &init, &init) || c.bad)
+  uint64_t row[2];
+  if (run_cfi(&c, 0, UINT64_MAX, code_align, data_align, fde_enc, &init, &init, row) || c.bad)
     return (uint64_t)K_UNSUPPORTED;
 
   /* The FDE: its range, then its instructions up to pc. */
   rd_t f = {fde + 8, fde + 4 + flen, 0};
   uint64_t start = pointer(&f, fde_enc);
-  uint64_t range = pointer(&f, fde_enc & 0x0f);
+  uint64_t range_ = pointer(&f, fde_enc & 0x0f);
   if (f.bad)
     return (uint64_t)K_UNSUPPORTED;
-  if (pc < start || pc - start >= range)
+  if (pc < start || pc - start >= range_)
     return (uint64_t)K_NOINFO;
   if (auglen)
     f.p += uleb(&f);
   st = init;
-  if (f.p > f.end || run_cfi(&f, start, pc, code_align, data_align, fde_enc, &st, &init) || f.bad)
+  if (f.p > f.end || run_cfi(&f, start, pc, code_align, data_align, fde_enc, &st, &init, row) ||
+      f.bad)
     return (uint64_t)K_UNSUPPORTED;
+  range[0] = row[0] > start ? row[0] : start;
+  range[1] = row[1] < start + range_ ? row[1] : start + range_;
 
   if (st.ra == 0)
     return (uint64_t)K_END;
@@ -469,10 +528,14 @@ int uw_walk(uw_regs_t r, uint64_t lo, uint64_t hi, uint64_t *out, int max, int *
     if (n == max)
       break;
     uint64_t pc = n == 1 ? r.ip : r.ip - 1; /* a return address may follow a noreturn call */
-    uint64_t rule = cache_get(pc);
+    /* a return address by itself (a program's are few); the interrupted PC by its code's range */
+    uint64_t rule = n == 1 ? range_get(pc) : cache_get(pc), range[2];
     if (!rule) {
-      rule = compute(s, pc);
-      cache_put(pc, rule);
+      rule = compute(s, pc, range);
+      if (n == 1)
+        range_put(pc, range[0], range[1], rule);
+      else
+        cache_put(pc, rule);
     }
     int kind = (int)(rule & 7);
     if (kind != K_OK) {
