@@ -9,8 +9,9 @@
  * This walker reads each loaded object's .eh_frame_hdr search table itself, interprets the
  * call-frame instructions x86-64 compilers emit for the three values a walk needs (the CFA,
  * RBP and the return address; including gcc's realignment form, CFA = *(RBP + k)), and caches
- * the resulting rule per code address in one lock-free table that every thread shares. A warm
- * walk is a hash probe and two or three stack loads a frame.
+ * the resulting rules in lock-free tables every thread shares: by return address, and for an
+ * interrupted PC (a new instruction nearly every sample) by its CFI row's code range. A warm
+ * walk is a table probe and two or three stack loads a frame.
  *
  * What it never does: read memory outside the walked thread's stack bounds (given by the
  * caller) and the readable segments of the objects in its snapshot; take a lock; allocate.
