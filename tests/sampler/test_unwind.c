@@ -233,3 +233,136 @@ Test(unwind, learns_an_object_loaded_after_its_snapshot)
   cr_assert_eq(stop, UW_END, "stop %d: a rule from before the object was known stuck", stop);
   dlclose(h);
 }
+
+/* ---- wherever a signal lands ---------------------------------------------------------- */
+
+static volatile sig_atomic_t compared, differed, unsupported;
+
+/* Compares the walker with libgcc from the interrupted context ucv. */
+static void compare_walks(void *ucv)
+{
+  const greg_t *g = ((ucontext_t *)ucv)->uc_mcontext.gregs;
+  uint64_t out[64];
+  int stop, n = uw_walk((uw_regs_t){(uint64_t)g[REG_RIP], (uint64_t)g[REG_RSP], (uint64_t)g[REG_RBP]},
+                        (uint64_t)g[REG_RSP], stack_hi, out, 64, &stop);
+  if (stop != UW_END) {
+    unsupported++;
+    return;
+  }
+  void *bt[128];
+  int nb = backtrace(bt, 128), at = -1;
+  for (int i = 0; i < nb && at < 0; i++)
+    if ((uint64_t)bt[i] == out[0])
+      at = i;
+  if (at < 0)
+    return; /* libgcc lost the interrupted frame: nothing to compare */
+  compared++;
+  int same = nb - at == n;
+  for (int i = 0; same && i < n; i++)
+    same = (uint64_t)bt[at + i] == out[i];
+  differed += !same;
+}
+
+/* On every signal: the interrupted PC may be anywhere in the functions below. */
+static void on_prof_compare(int sig, siginfo_t *si, void *ucv)
+{
+  (void)sig, (void)si;
+  compare_walks(ucv);
+}
+
+static volatile sig_atomic_t stepping;
+
+/* On every instruction (the trap flag): prologues, epilogues and DRAP windows included. */
+static void on_trap(int sig, siginfo_t *si, void *ucv)
+{
+  (void)sig, (void)si;
+  if (!stepping) {
+    ((ucontext_t *)ucv)->uc_mcontext.gregs[REG_EFL] &= ~0x100; /* stop stepping */
+    return;
+  }
+  compare_walks(ucv);
+}
+
+__attribute__((noinline)) static double leaf(double x, int n)
+{
+  for (int i = 0; i < n; i++)
+    x = x * 1.0000001 + 1e-9;
+  return x;
+}
+
+static double churn(int depth);
+
+/* Short frames entered and left all the time, so that signals land in prologues, epilogues
+ * and realigned frames' DRAP windows as well as in bodies. */
+__attribute__((noinline, target("avx2"))) static double churn_aligned(int depth)
+{
+  __m256 v[2];
+  char *buf = alloca((size_t)depth + 16);
+  v[0] = _mm256_set1_ps((float)depth), v[1] = v[0];
+  sink(v, 2);
+  sink(buf, depth);
+  return churn(depth - 1) + (double)v[1][3];
+}
+
+__attribute__((noinline)) static double churn(int depth)
+{
+  if (depth <= 0)
+    return leaf(1.0, 50);
+  volatile double pad[4] = {depth};
+  double r = depth % 2 ? churn_aligned(depth) : churn(depth - 1) + leaf(pad[0], 5);
+  return r + pad[1];
+}
+
+Test(unwind, walks_as_libgcc_does_wherever_the_signal_lands)
+{
+  cr_assert_eq(uw_refresh(), 0);
+  backtrace((void *[1]){0}, 1);
+  this_stack();
+  struct sigaction sa = {0};
+  sa.sa_sigaction = on_prof_compare;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigaction(SIGPROF, &sa, NULL);
+  struct itimerval it = {{0, 997}, {0, 997}};
+  setitimer(ITIMER_PROF, &it, NULL);
+  struct timespec a, b;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+  double sum = 0;
+  do {
+    for (int i = 0; i < 200; i++)
+      sum += churn(12);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+  } while ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 < 600);
+  setitimer(ITIMER_PROF, &(struct itimerval){0}, NULL);
+  sink(&sum, 0);
+  cr_assert_geq(compared, 100, "only %d walks compared (%d the walker left)", (int)compared,
+                (int)unsupported);
+  cr_assert_eq(differed, 0, "%d of %d walks differ from libgcc's", (int)differed, (int)compared);
+  cr_assert_lt(unsupported * 10, compared, "the walker left %d of %d", (int)unsupported,
+               (int)compared);
+}
+
+Test(unwind, walks_as_libgcc_does_at_every_instruction)
+{
+  cr_assert_eq(uw_refresh(), 0);
+  backtrace((void *[1]){0}, 1);
+  this_stack();
+  double warm = churn(4); /* rules cached, as a running program's are */
+  struct sigaction sa = {0};
+  sa.sa_sigaction = on_trap;
+  sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGTRAP, &sa, NULL);
+  stepping = 1;
+  __asm__ volatile("pushfq; orq $0x100, (%%rsp); popfq" ::: "memory", "cc");
+  double r = churn(4);
+  stepping = 0;
+  __asm__ volatile("nop");
+  sink(&r, 0);
+  cr_assert_eq(r, warm);
+  /* ~470 instructions: 438 compared, 36 left to libunwind (the DRAP register's windows in
+   * the realigned frames' prologues and epilogues, where the CFA is r10-based) */
+  cr_assert_geq(compared, 400, "only %d walks compared (%d the walker left)", (int)compared,
+                (int)unsupported);
+  cr_assert_eq(differed, 0, "%d of %d walks differ from libgcc's", (int)differed, (int)compared);
+  cr_assert_lt(unsupported * 10, compared, "the walker left %d of %d", (int)unsupported,
+               (int)compared);
+}
