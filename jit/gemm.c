@@ -689,10 +689,9 @@ static void mm_micro(gen_t *g, LLVMValueRef panel, LLVMValueRef i, LLVMValueRef 
       LLVMValueRef p = at(g, g->c, ix), r = next[v][j];
       if (accumulate)
         r = LLVMBuildFAdd(g->b, r, vload(g, p, g->V), "r");
+      vstore(g, r, p, g->V); /* with a residual too: the product stays whole in y */
       if (last && g->res)
         vstore(g, LLVMBuildFAdd(g->b, r, vload(g, at(g, g->res, ix), g->V), "o"), at(g, g->out, ix), g->V);
-      else
-        vstore(g, r, p, g->V);
     }
 }
 

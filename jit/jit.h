@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define JT_GENERATOR_VERSION 5 /* bumped whenever generated code changes */
+#define JT_GENERATOR_VERSION 6 /* bumped whenever generated code changes */
 
 /* A column-major GEMM, C = alpha * op(A) * op(B) + beta * C, with every shape constant known.
  * Row-major (CBLAS) calls are mapped onto it by the caller: C^T = op(B)^T op(A)^T. */
@@ -46,10 +46,11 @@ typedef void (*jt_mm_fn)(const void *w, const float *x, float *y, int64_t i0, in
                          float *scratch);
 /* MUL_MAT then ggml's ADD of a residual r (fusion 2), rows [i0, i1):
  *   out[j*m + i] = y[j*m + i] + r[j*m + i],  y as jt_mm_fn computes it
- * The product's partial sums are kept in y (the MUL_MAT's own output, left holding sums of all
- * but the last k block); the last block adds its sums, then the residual, and stores out: the
- * float steps of jt_mm_fn followed by ggml's ADD, bit for bit. out may be the very memory of y
- * or of r; y must not overlap r. */
+ * The product is computed into y (the MUL_MAT's own output, whole at the end, as jt_mm_fn
+ * leaves it: a reader the graph does not show, in another split, sees the product); the last
+ * k block stores it and then out, its sum with the residual: the float steps of jt_mm_fn
+ * followed by ggml's ADD, bit for bit. out may be the very memory of y (then it ends as the
+ * sum) or of r; y must not overlap r. */
 typedef void (*jt_mm_add_fn)(const void *w, const float *x, float *y, const float *r, float *out,
                              int64_t i0, int64_t i1, float *scratch);
 #define JT_MM_MR 16

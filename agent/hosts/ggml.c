@@ -617,8 +617,9 @@ static const struct ggml_tensor *residual_of(const fusion_t *f)
 }
 
 /* A MUL_MAT at node i of g under find_mm's guards whose output only the ADD at i + 1 reads,
- * adding a residual of its shape (f32, contiguous). Its partial sums stay in the MUL_MAT's own
- * memory, which must therefore share nothing with the residual; the ADD's output may be the
+ * adding a residual of its shape (f32, contiguous). The product is computed in the MUL_MAT's own
+ * memory (whole at the end: a reader in another split, which the graph does not show, sees
+ * it), which must therefore share nothing with the residual; the ADD's output may be the
  * very memory of either, else apart from both, and apart from the product's inputs (one thread
  * writes its rows while another still reads them). */
 static int find_mm_add(struct ggml_cgraph *g, int n, int i, fusion_t *f)
@@ -921,7 +922,7 @@ static int mm_compute(const fusion_t *f, ag_entry_t *ke, const struct ggml_tenso
 }
 
 /* Rows [r0, r1) of a MUL_MAT + ADD record: its kernel's sums into the ADD's output (the
- * product's partial sums in its own memory), read here as mm_compute reads its kernel; without
+ * product in its own memory), read here as mm_compute reads its kernel; without
  * one (not compiled yet, or dropped), the product by its own MUL_MAT kernel (mm_compute: that,
  * or plain C) and then ggml's ADD's sums. A verifying execution keeps a copy of the residual's
  * rows first: the output may be its very memory. Returns 1 when the group's kernel computed

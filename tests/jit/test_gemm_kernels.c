@@ -368,6 +368,8 @@ Test(gemm_kernels, mul_mat_add_kernels_add_the_residual_to_the_product_bit_for_b
     float *scratch = aligned_alloc(64, JT_MM_SCRATCH * sizeof(float));
     const void *wp = w16 ? (const void *)wh : (const void *)w;
     mm(wp, x, want, i0, i1, scratch);
+    float *prod = malloc(mn * 4); /* the product alone, which y must hold at the end */
+    memcpy(prod, want, mn * 4);
     for (size_t i = 0; i < mn; i++) {
       r[i] = (float)((int)rnd(2001) - 1000) / 100;
       want[i] = (int64_t)(i % (size_t)m) >= i0 && (int64_t)(i % (size_t)m) < i1 ? want[i] + r[i] : NAN;
@@ -389,7 +391,10 @@ Test(gemm_kernels, mul_mat_add_kernels_add_the_residual_to_the_product_bit_for_b
       cr_assert(out[i] == want[i], "%s %dx%dx%d out=%s: [%zu] = %.9g, MUL_MAT then ADD %.9g",
                 w16 ? "f16" : "f32", m, n, k, where == 0 ? "own" : where == 1 ? "r" : "y", i,
                 out[i], want[i]);
+      if (where != 2)
+        cr_assert(y[i] == prod[i], "%dx%dx%d: y[%zu] = %.9g is not the product %.9g", m, n, k, i,
+                  y[i], prod[i]);
     }
-    free(w), free(wh), free(x), free(want), free(want2), free(y), free(r), free(own);
+    free(w), free(wh), free(x), free(want), free(want2), free(prod), free(y), free(r), free(own);
   }
 }
