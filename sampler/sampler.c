@@ -68,7 +68,8 @@ static sp_config_t cfg;
 static sp_status_t status;
 static _Atomic uint64_t lost, drained;
 static _Atomic uint64_t walked, unwound; /* stacks taken by uw_walk, by libunwind */
-static _Atomic int stacks_wanted; /* a handler saw a thread whose stack is not known yet */
+static _Atomic int stacks_wanted; /* a handler saw the main thread off its known stack */
+static pid_t pid;                 /* this process's (sp_start; the handler compares, never asks) */
 static _Atomic int expected;      /* sp_expect: threads record their stack's top */
 /* This thread's stack, when the thread began through sp_thread_begin (pthread_getattr_np's:
  * mapped throughout). Initial-exec: the handler reads it. */
@@ -229,7 +230,7 @@ static int record_stack(sp_sample_t *s, sp_slot_t *t, void *uc)
       atomic_fetch_add_explicit(&walked, 1, memory_order_relaxed);
       return n;
     }
-  } else if (!tl_stack_hi && t->tid == getpid() &&
+  } else if (!tl_stack_hi && t->tid == pid &&
              !atomic_load_explicit(&t->last_sp, memory_order_relaxed)) { /* its stack grew */
     atomic_store_explicit(&t->last_sp, sp, memory_order_relaxed);
     atomic_store_explicit(&stacks_wanted, 1, memory_order_release);
@@ -545,7 +546,6 @@ static void choose_mode(pid_t self)
 static void find_stacks(void)
 {
   int n = atomic_load(&hiwater), want = 0;
-  pid_t pid = getpid();
   for (int i = 0; i < n; i++)
     want += atomic_load(&slots[i].state) == SLOT_ARMED && slots[i].tid == pid &&
             (atomic_load(&slots[i].last_sp) || !atomic_load(&slots[i].stack_hi));
@@ -620,6 +620,7 @@ int sp_start(const sp_config_t *c)
   struct rlimit rl;
   long fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (long)rl.rlim_cur : 4096;
   pid_t self = gettid();
+  pid = getpid();
   uw_refresh();
   choose_mode(self);
   max_armed = (int)(fds / 4 / (status.mode == SP_PERF_HW ? 1 + status.ncounters : 1));
@@ -778,11 +779,12 @@ void sp_rescan(void)
   uint64_t now = now_ns();
   for (int b = 0; b < nskipped;) { /* so does a skipped one that left by pthread_exit */
     snprintf(path, sizeof path, "/proc/self/task/%d", (int)skipped[b]);
-    if (stat(path, &st) == 0 && now - skipped_at[b] < SP_SHORT_NS) {
+    int alive = stat(path, &st) == 0;
+    if (alive && now - skipped_at[b] < SP_SHORT_NS) {
       b++;
       continue;
     }
-    if (stat(path, &st) == 0) { /* a long-lived thread was skipped: the regime was wrong */
+    if (alive) { /* a long-lived thread was skipped: the regime was wrong */
       atomic_store(&short_run, 0);
       for (int i = 0; i < n; i++)
         slots[i].weight = 1;

@@ -318,10 +318,16 @@ static probe_slot_t probe_map[PROBE_SLOTS]; /* the probed graph's member nodes (
 static _Atomic int probing;                 /* a probe execution is running */
 static _Atomic uint32_t probe_gen;          /* probes started (a thread's timing is of one) */
 
+/* Node t's first slot in probe_map (linear probing from there). */
+static unsigned probe_hash(const struct ggml_tensor *t)
+{
+  return (unsigned)(((uintptr_t)t >> 4) * 0x9E3779B1u) >> 24;
+}
+
 /* Node t's place in the running probe, or NULL. */
 static const probe_slot_t *probe_member(const struct ggml_tensor *t)
 {
-  for (unsigned i = 0, h = (unsigned)(((uintptr_t)t >> 4) * 0x9E3779B1u) >> 24; i < PROBE_SLOTS;
+  for (unsigned i = 0, h = probe_hash(t); i < PROBE_SLOTS;
        i++, h = (h + 1) & (PROBE_SLOTS - 1)) {
     if (probe_map[h].node == t)
       return &probe_map[h];
@@ -784,7 +790,9 @@ static void verify(fusion_t *f, jt_add_rms_mul_fn k)
  * barriers). */
 static void slow_down(void)
 {
-  for (uint64_t until = ag_now_ns() + 3000000; fusion_mode == 4 && ag_now_ns() < until;)
+  if (fusion_mode != 4) /* every fused call passes here: no clock read unless asked */
+    return;
+  for (uint64_t until = ag_now_ns() + 3000000; ag_now_ns() < until;)
     ;
 }
 
@@ -1277,7 +1285,7 @@ static int probe_start(gcache_t *c, int nth)
                                           : f->kind == FU_RMS_MUL ? f->mul : f->add,
                                 f->kind == FU_ADD_RMS_MUL ? f->mul : NULL};
     for (int k = 0; k < 3 && m[k] && members < PROBE_SLOTS / 2; k++, members++) {
-      unsigned h = (unsigned)(((uintptr_t)m[k] >> 4) * 0x9E3779B1u) >> 24;
+      unsigned h = probe_hash(m[k]);
       while (probe_map[h].node)
         h = (h + 1) & (PROBE_SLOTS - 1);
       probe_map[h] = (probe_slot_t){m[k], f};
