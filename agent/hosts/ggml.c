@@ -853,14 +853,17 @@ static void mm_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1)
                                         i, j, &mag);
 }
 
-/* out = y + res over rows [r0, r1) of every column (res: those rows only, column by column). */
-static void add_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1, const float *res, float *out)
+/* out = y + res over rows [r0, r1) of every column, element by element (out may be the very
+ * memory of y or of res); res's element (i, j) at res[j * ld + i - row0]: the residual itself
+ * (ld m, row0 0), or a copy of those rows (ld r1 - r0, row0 r0). */
+static void add_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1, const float *res,
+                     int64_t ld, int64_t row0, float *out)
 {
-  int64_t m = mm->ne[0], cnt = r1 - r0;
+  int64_t m = mm->ne[0];
   const float *y = mm->data;
   for (int64_t j = 0; j < mm->ne[1]; j++)
     for (int64_t i = r0; i < r1; i++)
-      out[j * m + i] = y[j * m + i] + res[j * cnt + i - r0];
+      out[j * m + i] = y[j * m + i] + res[j * ld + i - row0];
 }
 
 /* Verification of rows [r0, r1) of mm by the thread that computed them with ke's kernel: 64 of
@@ -890,7 +893,7 @@ static void mm_verify(ag_entry_t *ke, const struct ggml_tensor *mm, int64_t r0, 
   if (c.worst > c.bound) {
     mm_rows(mm, r0, r1);
     if (res)
-      add_rows(mm, r0, r1, res, out);
+      add_rows(mm, r0, r1, res, r1 - r0, r0, out);
   }
   if (c.checked)
     ag_tier_verify_result(ke, c.worst, c.bound);
@@ -944,12 +947,9 @@ static int mm_add_compute(const fusion_t *f, int64_t r0, int64_t r1, int ith)
   jt_mm_add_fn k = (jt_mm_add_fn)atomic_load_explicit(&f->ke->variant, memory_order_acquire);
   float *scratch = k ? aligned_alloc(64, JT_MM_SCRATCH * sizeof(float)) : NULL;
   float *keep = scratch && f->verifying ? malloc((size_t)(n * cnt) * sizeof *keep) : NULL;
-  if (!scratch) { /* element by element: out may be the memory of y or of res, exactly */
-    const float *y = mm->data;
+  if (!scratch) {
     mm_compute(f, f->pke[0], mm, r0, r1, ith); /* forward() books the node under its key */
-    for (int64_t j = 0; j < n; j++)
-      for (int64_t i = r0; i < r1; i++)
-        out[j * m + i] = y[j * m + i] + res[j * m + i];
+    add_rows(mm, r0, r1, res, m, 0, out);
     return 0;
   }
   for (int64_t j = 0; keep && j < n; j++)
