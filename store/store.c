@@ -28,8 +28,16 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The statements the writer runs again and again (every flush, every row), prepared once per
+ * connection: keyed by their SQL text's address (literals), checked against the text. */
+#define ST_STMT_CACHE 24
 struct st_db_s {
   sqlite3 *db;
+  struct {
+    const char *sql;
+    sqlite3_stmt *st;
+  } stmts[ST_STMT_CACHE];
+  int nstmts;
 };
 
 static const char *const migrations[] = {
@@ -330,19 +338,41 @@ void st_close(st_db_t *db)
 {
   if (!db)
     return;
+  for (int i = 0; i < db->nstmts; i++)
+    sqlite3_finalize(db->stmts[i].st);
   sqlite3_close_v2(db->db);
   free(db);
 }
 
-/* Prepares sql, binds the arguments per fmt ('i' int64, 't' text, 'b' blob + size_t length,
- * 'n' null, which takes no argument) and steps it once. If out is non-NULL and a row comes
- * back, *out = column 0. */
-static int vrun1(sqlite3 *db, int64_t *out, const char *sql, const char *fmt, va_list ap)
+/* The prepared statement of sql: the connection's cached one (*cached = 1: reset it after
+ * use), else a new one (cached while there is room; *cached = 0: finalize it after use). */
+static int prepared(st_db_t *db, const char *sql, sqlite3_stmt **st, int *cached)
+{
+  for (int i = 0; i < db->nstmts; i++)
+    if (db->stmts[i].sql == sql && !strcmp(sqlite3_sql(db->stmts[i].st), sql)) {
+      *st = db->stmts[i].st;
+      *cached = 1;
+      return SQLITE_OK;
+    }
+  *cached = db->nstmts < ST_STMT_CACHE;
+  int rc = sqlite3_prepare_v3(db->db, sql, -1, *cached ? SQLITE_PREPARE_PERSISTENT : 0, st, NULL);
+  if (rc != SQLITE_OK)
+    *cached = 0;
+  else if (*cached)
+    db->stmts[db->nstmts].sql = sql, db->stmts[db->nstmts++].st = *st;
+  return rc;
+}
+
+/* Prepares sql (once per connection), binds the arguments per fmt ('i' int64, 't' text, 'b'
+ * blob + size_t length, 'n' null, which takes no argument) and steps it once. If out is
+ * non-NULL and a row comes back, *out = column 0. */
+static int vrun1(st_db_t *db, int64_t *out, const char *sql, const char *fmt, va_list ap)
 {
   sqlite3_stmt *st;
-  int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+  int cached;
+  int rc = prepared(db, sql, &st, &cached);
   if (rc != SQLITE_OK)
-    return db_code(db, rc, NULL);
+    return db_code(db->db, rc, NULL);
   for (int i = 1; *fmt; fmt++, i++) {
     switch (*fmt) {
     case 'i': sqlite3_bind_int64(st, i, va_arg(ap, int64_t)); break;
@@ -358,11 +388,16 @@ static int vrun1(sqlite3 *db, int64_t *out, const char *sql, const char *fmt, va
   rc = sqlite3_step(st);
   if (rc == SQLITE_ROW && out)
     *out = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  return db_code(db, rc, NULL);
+  if (cached) {
+    sqlite3_reset(st); /* ends the statement; its error, if any, is rc's */
+    sqlite3_clear_bindings(st);
+  } else {
+    sqlite3_finalize(st);
+  }
+  return db_code(db->db, rc, NULL);
 }
 
-static int run1(sqlite3 *db, int64_t *out, const char *sql, const char *fmt, ...)
+static int run1(st_db_t *db, int64_t *out, const char *sql, const char *fmt, ...)
 {
   va_list ap;
   va_start(ap, fmt);
@@ -372,7 +407,7 @@ static int run1(sqlite3 *db, int64_t *out, const char *sql, const char *fmt, ...
 }
 
 /* The id of the row whose unique columns are the arguments, inserted if missing. */
-static int upsert_id(sqlite3 *db, int64_t *id, const char *insert, const char *select,
+static int upsert_id(st_db_t *db, int64_t *id, const char *insert, const char *select,
                      const char *fmt, ...)
 {
   va_list ap, again;
@@ -418,15 +453,15 @@ int st_run_begin(st_db_t *db, const st_run_info_t *in, int64_t *run_id)
   int rc = !argv || !opts ? ST_ENOMEM : exec_sql(db->db, "BEGIN IMMEDIATE");
   if (rc)
     goto out;
-  if (!(rc = upsert_id(db->db, &prog,
+  if (!(rc = upsert_id(db, &prog,
                        "INSERT OR IGNORE INTO programs(exe, build_id, script) VALUES(?,?,?)",
                        "SELECT id FROM programs WHERE exe=? AND build_id=? AND script=?", "ttt",
                        in->exe, in->build_id, in->script ? in->script : "")) &&
-      !(rc = upsert_id(db->db, &mach,
+      !(rc = upsert_id(db, &mach,
                        "INSERT OR IGNORE INTO machines(cpu_model, cpu_flags, ncpu) VALUES(?,?,?)",
                        "SELECT id FROM machines WHERE cpu_model=? AND cpu_flags=? AND ncpu=?",
                        "tti", in->cpu_model, in->cpu_flags, (int64_t)in->ncpu)))
-    rc = run1(db->db, run_id,
+    rc = run1(db, run_id,
               "INSERT INTO runs(program_id, machine_id, pid, ppid, argv, options, agent_version,"
               " start_ns, flush_ns, parent_start_ns, parent_run, warm_ns) VALUES(?,?,?,?,?,?,?,"
               "?,?8,nullif(?,0),(SELECT id FROM runs WHERE pid=?4 AND start_ns=?9),nullif(?,0))"
@@ -435,7 +470,7 @@ int st_run_begin(st_db_t *db, const st_run_info_t *in, int64_t *run_id)
               in->start_ns, in->parent_start_ns, in->warm_ns);
   /* Children that forked from this run and were recorded before it now find their parent. */
   if (!rc)
-    rc = run1(db->db, NULL,
+    rc = run1(db, NULL,
               "UPDATE runs SET parent_run=? WHERE parent_run IS NULL AND ppid=? AND"
               " parent_start_ns=?",
               "iii", *run_id, (int64_t)in->pid, in->start_ns);
@@ -455,13 +490,13 @@ int st_run_flush(st_db_t *db, int64_t run_id, const st_sig_rec_t *recs, size_t n
   for (size_t i = 0; i < n && !rc; i++) {
     const st_sig_rec_t *r = &recs[i];
     int64_t sig_id = 0;
-    rc = run1(db->db, NULL,
+    rc = run1(db, NULL,
               "INSERT OR IGNORE INTO signatures(key, sig, op, name, params) VALUES(?,?,?,?,?)",
               "btttt", r->key, r->key_len, r->sig, r->op, r->name, r->params);
     if (!rc)
-      rc = run1(db->db, &sig_id, "SELECT id FROM signatures WHERE key=?", "b", r->key, r->key_len);
+      rc = run1(db, &sig_id, "SELECT id FROM signatures WHERE key=?", "b", r->key, r->key_len);
     if (!rc)
-      rc = run1(db->db, NULL,
+      rc = run1(db, NULL,
                 "INSERT INTO run_sigs(run_id, sig_id, calls, timed_calls, timed_ns)"
                 " VALUES(?,?,?,?,?) ON CONFLICT(run_id, sig_id) DO UPDATE SET"
                 " calls=excluded.calls, timed_calls=excluded.timed_calls,"
@@ -470,7 +505,7 @@ int st_run_flush(st_db_t *db, int64_t run_id, const st_sig_rec_t *recs, size_t n
                 (int64_t)r->timed_ns);
   }
   if (!rc)
-    rc = run1(db->db, NULL, "UPDATE runs SET flush_ns=?, overflow_calls=? WHERE id=?", "iii",
+    rc = run1(db, NULL, "UPDATE runs SET flush_ns=?, overflow_calls=? WHERE id=?", "iii",
               now_ns, (int64_t)overflow_calls, run_id);
   exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
   return rc;
@@ -478,12 +513,12 @@ int st_run_flush(st_db_t *db, int64_t run_id, const st_sig_rec_t *recs, size_t n
 
 int st_run_end(st_db_t *db, int64_t run_id, int64_t end_ns, const char *status)
 {
-  return run1(db->db, NULL, "UPDATE runs SET end_ns=?, flush_ns=?1, status=? WHERE id=?", "iti",
+  return run1(db, NULL, "UPDATE runs SET end_ns=?, flush_ns=?1, status=? WHERE id=?", "iti",
               end_ns, status, run_id);
 }
 
 /* The signature id of a key (0 for NULL: outside operators); ST_ENOENT if never flushed. */
-static int sig_id_of(sqlite3 *db, const void *key, size_t len, int64_t *id)
+static int sig_id_of(st_db_t *db, const void *key, size_t len, int64_t *id)
 {
   *id = 0;
   if (!key)
@@ -500,30 +535,30 @@ int st_run_samples(st_db_t *db, int64_t run_id, const st_samples_t *s)
   int64_t sig, sym;
   for (size_t i = 0; i < s->npcs && !rc; i++) {
     const st_pc_rec_t *r = &s->pcs[i];
-    if (!(rc = sig_id_of(db->db, r->key, r->key_len, &sig)) &&
-        !(rc = upsert_id(db->db, &sym, "INSERT OR IGNORE INTO symbols(module, name) VALUES(?,?)",
+    if (!(rc = sig_id_of(db, r->key, r->key_len, &sig)) &&
+        !(rc = upsert_id(db, &sym, "INSERT OR IGNORE INTO symbols(module, name) VALUES(?,?)",
                          "SELECT id FROM symbols WHERE module=? AND name=?", "tt", r->module,
                          r->symbol)))
-      rc = run1(db->db, NULL,
+      rc = run1(db, NULL,
                 "INSERT INTO run_pcs VALUES(?,?,?,?) ON CONFLICT DO UPDATE SET"
                 " samples=excluded.samples", "iiii", run_id, sig, sym, (int64_t)r->samples);
   }
   for (size_t i = 0; i < s->nstacks && !rc; i++) {
     const st_stack_rec_t *r = &s->stacks[i];
-    if (!(rc = sig_id_of(db->db, r->key, r->key_len, &sig)))
-      rc = run1(db->db, NULL,
+    if (!(rc = sig_id_of(db, r->key, r->key_len, &sig)))
+      rc = run1(db, NULL,
                 "INSERT INTO run_stacks VALUES(?,?,?,?) ON CONFLICT DO UPDATE SET"
                 " samples=excluded.samples", "iiti", run_id, sig, r->stack, (int64_t)r->samples);
   }
   for (size_t i = 0; i < s->ncounters && !rc; i++) {
     const st_counter_rec_t *r = &s->counters[i];
-    if (!(rc = sig_id_of(db->db, r->key, r->key_len, &sig)))
-      rc = run1(db->db, NULL,
+    if (!(rc = sig_id_of(db, r->key, r->key_len, &sig)))
+      rc = run1(db, NULL,
                 "INSERT INTO run_counters VALUES(?,?,?,?) ON CONFLICT DO UPDATE SET"
                 " value=excluded.value", "iiti", run_id, sig, r->event, (int64_t)r->value);
   }
   if (!rc && s->sampling)
-    rc = run1(db->db, NULL, "UPDATE runs SET sampling=? WHERE id=?", "ti", s->sampling, run_id);
+    rc = run1(db, NULL, "UPDATE runs SET sampling=? WHERE id=?", "ti", s->sampling, run_id);
   exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
   return rc;
 }
@@ -537,14 +572,14 @@ int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size
   int64_t sig;
   for (size_t i = 0; i < nv && !rc; i++) {
     const st_variant_rec_t *r = &v[i];
-    if ((rc = sig_id_of(db->db, r->key, r->key_len, &sig)) == ST_ENOENT) {
+    if ((rc = sig_id_of(db, r->key, r->key_len, &sig)) == ST_ENOENT) {
       rc = ST_OK; /* collected by opjit gc since (a signature this run has not called) */
       continue;
     }
     if (rc)
       break;
     if (r->status)
-      rc = run1(db->db, NULL,
+      rc = run1(db, NULL,
                 "INSERT INTO variants VALUES(?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO UPDATE SET"
                 " status=excluded.status, generator=excluded.generator, llvm=excluded.llvm,"
                 " cpu=excluded.cpu, compile_ns=excluded.compile_ns, calls=excluded.calls,"
@@ -554,7 +589,7 @@ int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size
                 (int64_t)r->compile_ns, (int64_t)r->calls, (int64_t)r->timed_calls,
                 (int64_t)r->timed_ns, r->origin ? r->origin : "compiled", (int64_t)r->pre_calls);
     if (!rc && r->object)
-      rc = run1(db->db, NULL,
+      rc = run1(db, NULL,
                 "INSERT INTO objects(sig_id, cpu, llvm, generator, symbol, checksum, code, run_id,"
                 " created_ns) VALUES(?,?,?,?,?,?,?,?,?) ON CONFLICT(sig_id, cpu) DO UPDATE SET"
                 " llvm=excluded.llvm, generator=excluded.generator, symbol=excluded.symbol,"
@@ -563,12 +598,12 @@ int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size
                 "ittitibii", sig, r->machine_cpu, r->llvm, (int64_t)r->generator, r->symbol,
                 (int64_t)r->checksum, r->object, r->object_len, run_id, now_ns());
     else if (!rc && r->drop_object)
-      rc = run1(db->db, NULL, "DELETE FROM objects WHERE sig_id=? AND cpu=?", "it", sig,
+      rc = run1(db, NULL, "DELETE FROM objects WHERE sig_id=? AND cpu=?", "it", sig,
                 r->machine_cpu);
   }
   for (size_t i = 0; i < nev && !rc; i++)
-    if (!(rc = sig_id_of(db->db, ev[i].key, ev[i].key_len, &sig)))
-      rc = run1(db->db, NULL,
+    if (!(rc = sig_id_of(db, ev[i].key, ev[i].key_len, &sig)))
+      rc = run1(db, NULL,
                 "INSERT INTO events(run_id, sig_id, time_ns, kind, detail) VALUES(?,?,?,?,?)",
                 "iiitt", run_id, sig, ev[i].time_ns, ev[i].kind, ev[i].detail);
     else if (rc == ST_ENOENT)
@@ -744,7 +779,7 @@ int st_gc(st_db_t *db, int64_t keep_runs, int64_t older_than_ns, st_gc_result_t 
   if (rc)
     return rc;
   /* A run still marked running whose process is alive is never collected. */
-  rc = run1(db->db, NULL,
+  rc = run1(db, NULL,
             "DELETE FROM runs WHERE NOT (status='running' AND pid_alive(pid)) AND ("
             " id NOT IN (SELECT id FROM runs ORDER BY id DESC LIMIT ?)"
             " OR (?2 > 0 AND coalesce(end_ns, flush_ns, start_ns) < ?2))",
