@@ -145,6 +145,19 @@ const char *ag_self_dir(void) { return self_dir; }
 
 __attribute__((constructor)) static void agent_constructor(void) { ag_init(); }
 
+void ag_call_pick(ag_call_t *c, uint64_t n)
+{
+  uint32_t x = ag_tl.rng;
+  x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+  ag_tl.rng = x;
+  if (ag_tl.tick <= 0) {
+    uint32_t every = ag_time_mask + 1; /* a power of two, at most 128 */
+    ag_tl.tick = (int32_t)(1 + (x >> 8) % (2 * every - 1));
+    c->orig = n != 1 && (x & (256 / every - 1)) == 0;
+  }
+  c->t0 = ag_now_ns();
+}
+
 void *ag_resolve_slow(void *_Atomic *cache, const char *name)
 {
   void *fn = dlsym(RTLD_NEXT, name);

@@ -49,8 +49,10 @@ typedef struct ag_tlc_slot_s {
  * address computation. */
 typedef struct ag_thread_s {
   int depth;                 /* > 0 while this thread is inside an intercepted call */
-  uint32_t rng;              /* xorshift state: which calls are timed, which run the original
-                                (random, so a periodic call pattern cannot alias with it) */
+  uint32_t rng;              /* xorshift state: the gaps between timed calls, and which of them
+                                run the original (random, so a periodic call pattern cannot
+                                alias with it) */
+  int32_t tick;              /* counted calls until the next timed one (ag_call_pick) */
   _Atomic uint64_t *calls;   /* this thread's counters (tcount.h), or NULL: shared entries */
   _Atomic uint32_t *cur;     /* where this thread's current operator is kept, followed by its
                                 count of finished calls (code unpublished before that count
@@ -119,7 +121,15 @@ typedef struct ag_call_s {
   ag_entry_t *e;  /* NULL when the table is full */
   uint64_t t0;    /* start time when this call is timed, else 0 */
   int variant;    /* 1 when the JIT variant served the call */
+  int orig;       /* 1: this timed call runs the original even when a variant exists */
 } ag_call_t;
+
+/* A timed call (the thread's tick ran out, or its first call of the signature, n == 1):
+ * draws the gap to the next timed call, uniform in [1, 2 OPJIT_TIME_EVERY - 1], and whether
+ * this one runs the original (one timed call in 256 / OPJIT_TIME_EVERY, never a first call),
+ * so that one call in 256 runs the original on average; then starts the clock. Out of line:
+ * the common call pays one decrement. */
+void ag_call_pick(ag_call_t *c, uint64_t n);
 
 /* The entry of key: the thread's cache first, then the shared table (NULL when full). */
 static inline __attribute__((always_inline)) ag_entry_t *ag_lookup(const ag_sig_t *key)
@@ -165,6 +175,7 @@ static inline __attribute__((always_inline)) int ag_call_begin_host(ag_call_t *c
   c->e = e;
   c->t0 = 0;
   c->variant = 0;
+  c->orig = 0;
   if (ag_unlikely(!e)) {
     atomic_fetch_add_explicit(&ag_overflow_calls, 1, memory_order_relaxed);
     return 1;
@@ -180,27 +191,21 @@ static inline __attribute__((always_inline)) int ag_call_begin_host(ag_call_t *c
   }
   if (ag_unlikely(n == ag_hot_calls || (n & 4095) == 0)) /* hot; later: a queue that was full */
     ag_tier_hot(e, n);
-  uint32_t x = ag_tl.rng;
-  x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-  ag_tl.rng = x;
-  if ((x & ag_time_mask) == 0 || ag_unlikely(n == 1)) { /* a thread's first call: timed, */
-    if (ag_unlikely(n == 1))
-      ag_tl.rng = x | 1; /* and not one ag_call_variant sends to the original */
-    c->t0 = ag_now_ns();
-  }
+  if (ag_unlikely(--ag_tl.tick <= 0 || n == 1))
+    ag_call_pick(c, n);
   return 1;
 }
 
 /* The published variant the call should run, or NULL for the original: one call in 256 (at
- * random, never a thread's first call of the signature) runs the original anyway, and is timed
- * (OPJIT_TIME_EVERY, at most 128, divides 256), so the variant is always compared with a fresh
- * measurement of the original, and variant calls are timed too. */
+ * random, never a thread's first call of the signature, always a timed one: ag_call_pick) runs
+ * the original anyway, so the variant is always compared with a fresh measurement of the
+ * original, and variant calls are timed too. */
 #define ag_call_begin(c, key) ag_call_begin_host((c), (key), 0)
 
 static inline __attribute__((always_inline)) void *ag_call_variant(const ag_call_t *c)
 {
   void *v = c->e ? atomic_load_explicit(&c->e->variant, memory_order_acquire) : NULL;
-  return v && (ag_tl.rng & 255) != 0 ? v : NULL;
+  return v && !c->orig ? v : NULL;
 }
 
 static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)

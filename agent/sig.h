@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* A ggml key (host AG_HOST_ID_GGML) is one graph node's work: op = the ggml op, dtype = its
  * first source's ggml type (its own when it has none), api = its own type, order = the second
@@ -61,22 +62,29 @@ static inline ag_sig_t ag_sig_make(uint8_t host, uint8_t op, uint8_t dtype, uint
   return u.s;
 }
 
-/* The class of a scalar value. */
+/* The class of a scalar value, by its bits: four integer compares (1, +-0 and -1 are exact
+ * bit patterns; every NaN and every other value is OTHER, as the floating compares said). */
 static inline uint8_t ag_scalar_class(double v)
 {
-  return v == 1.0 ? AG_S_ONE : v == 0.0 ? AG_S_ZERO : v == -1.0 ? AG_S_MINUS_ONE : AG_S_OTHER;
+  uint64_t b;
+  memcpy(&b, &v, sizeof b);
+  return b == 0x3ff0000000000000ull   ? AG_S_ONE
+         : (b << 1) == 0              ? AG_S_ZERO
+         : b == 0xbff0000000000000ull ? AG_S_MINUS_ONE
+                                      : AG_S_OTHER;
 }
 
-/* Fortran transpose character to enum ag_trans, by table: a switch costs a dozen branches on
- * every gemm call. */
+/* Fortran transpose character to enum ag_trans, by table (a switch costs a dozen branches on
+ * every gemm call); entries hold the value XOR AG_TRANS_BAD, so the table's zeros read BAD. */
 static inline uint8_t ag_trans_char(char c)
 {
+#define AG_TR_(v) (uint8_t)((v) ^ AG_TRANS_BAD)
   static const uint8_t tab[256] = {
-      ['N'] = AG_N + 1, ['n'] = AG_N + 1, ['T'] = AG_T + 1,
-      ['t'] = AG_T + 1, ['C'] = AG_C + 1, ['c'] = AG_C + 1,
+      ['N'] = AG_TR_(AG_N), ['n'] = AG_TR_(AG_N), ['T'] = AG_TR_(AG_T),
+      ['t'] = AG_TR_(AG_T), ['C'] = AG_TR_(AG_C), ['c'] = AG_TR_(AG_C),
   };
-  uint8_t v = tab[(unsigned char)c];
-  return v ? (uint8_t)(v - 1) : AG_TRANS_BAD;
+#undef AG_TR_
+  return (uint8_t)(tab[(unsigned char)c] ^ AG_TRANS_BAD);
 }
 
 /* The key's hash (stable across builds and machines: it is the persisted signature id). */
