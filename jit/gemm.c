@@ -751,6 +751,114 @@ static void mm_kblock(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef k
   loop_end(g, &ic);
 }
 
+/* The sum of v's lanes (halving: lanes w.. added onto lanes ..w). */
+static LLVMValueRef hsum(gen_t *g, LLVMValueRef v)
+{
+  for (int w = g->V / 2; w >= 1; w /= 2) {
+    LLVMValueRef lo[16], hi[16];
+    for (int i = 0; i < g->V; i++) {
+      lo[i] = i < w ? LLVMConstInt(g->i32, (unsigned)i, 0) : LLVMGetUndef(g->i32);
+      hi[i] = i < w ? LLVMConstInt(g->i32, (unsigned)(i + w), 0) : LLVMGetUndef(g->i32);
+    }
+    LLVMValueRef a = LLVMBuildShuffleVector(g->b, v, LLVMGetUndef(g->vec), LLVMConstVector(lo, (unsigned)g->V), "lo");
+    LLVMValueRef b = LLVMBuildShuffleVector(g->b, v, LLVMGetUndef(g->vec), LLVMConstVector(hi, (unsigned)g->V), "hi");
+    v = LLVMBuildFAdd(g->b, a, b, "h");
+  }
+  return LLVMBuildExtractElement(g->b, v, LLVMConstInt(g->i32, 0, 0), "sum");
+}
+
+/* x rounded to f16 and back (f16 weights), else x. */
+static LLVMValueRef mm_xround(gen_t *g, LLVMValueRef x, LLVMTypeRef t)
+{
+  if (!g->g->w16)
+    return x;
+  LLVMTypeRef h = LLVMHalfTypeInContext(g->cx);
+  LLVMTypeRef ht = t == g->vec ? LLVMVectorType(h, (unsigned)g->V) : h;
+  return LLVMBuildFPExt(g->b, LLVMBuildFPTrunc(g->b, x, ht, "xh"), t, "xr");
+}
+
+/* n = 1, a matrix-vector product (llama's decode): one pass over the weights, nothing packed.
+ * Row by row, so that each row is one sequential stream for the hardware prefetchers (rows
+ * read in interleaved groups left f16 weights at half the memory bandwidth when a row spans
+ * less than a page); MV_ACC vector accumulators over the k's in whole vectors, then summed
+ * across lanes, the k's left over added one by one. x (rounded to f16 once per call into the
+ * scratch against f16 weights, when it fits) stays in L1. With a residual, out = y + r as each
+ * row's y is stored. */
+#define MV_ACC 4
+static void mm_gemv(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef scratch)
+{
+  long K = g->g->k, V = g->V, kstep = MV_ACC * V, kloop = K / kstep * kstep, kvec = K / V * V;
+  LLVMValueRef x = g->bm;
+  int xr = g->g->w16; /* x still to be rounded as it is read */
+  if (xr && K <= JT_MM_SCRATCH) {
+    if (kvec) {
+      loop_t k = loop_begin(g, i64c(g, 0), kvec, V, "rx");
+      vstore(g, mm_xround(g, vload(g, at(g, x, k.iv), g->V), g->vec), at(g, scratch, k.iv), g->V);
+      loop_end(g, &k);
+    }
+    for (long kk = kvec; kk < K; kk++)
+      LLVMBuildStore(g->b, mm_xround(g, LLVMBuildLoad2(g->b, g->elem, at(g, x, i64c(g, kk)), "x"), g->elem),
+                     at(g, scratch, i64c(g, kk)));
+    x = scratch, xr = 0;
+  }
+  loop_t ir = loop_to(g, i0, i1, 1, "mr");
+  LLVMValueRef row = mul(g, ir.iv, K), zero = LLVMConstNull(g->vec), acc[MV_ACC];
+  for (int a = 0; a < MV_ACC; a++)
+    acc[a] = zero;
+  if (kloop) {
+    LLVMValueRef k0 = i64c(g, 0), next[MV_ACC];
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->cx, g->fn, "mk");
+    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->cx, g->fn, "mkdone");
+    LLVMBuildBr(g->b, body);
+    LLVMPositionBuilderAtEnd(g->b, body);
+    LLVMValueRef k = LLVMBuildPhi(g->b, g->i64, "k");
+    LLVMAddIncoming(k, &k0, &pre, 1);
+    for (int a = 0; a < MV_ACC; a++) {
+      acc[a] = LLVMBuildPhi(g->b, g->vec, "acc");
+      LLVMAddIncoming(acc[a], &zero, &pre, 1);
+    }
+    for (int a = 0; a < MV_ACC; a++) {
+      LLVMValueRef kk = add(g, k, i64c(g, a * V));
+      LLVMValueRef xv = vload(g, at(g, x, kk), g->V);
+      if (xr)
+        xv = mm_xround(g, xv, g->vec);
+      next[a] = fma3(g, mm_wload(g, add(g, row, kk)), xv, acc[a]);
+    }
+    LLVMValueRef k1 = add(g, k, i64c(g, kstep));
+    LLVMAddIncoming(k, &k1, &body, 1);
+    for (int a = 0; a < MV_ACC; a++)
+      LLVMAddIncoming(acc[a], &next[a], &body, 1);
+    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, k1, i64c(g, kloop), ""), body, done);
+    LLVMPositionBuilderAtEnd(g->b, done);
+    for (int a = 0; a < MV_ACC; a++)
+      acc[a] = next[a];
+  }
+  for (long kk = kloop; kk < kvec; kk += V) { /* whole vectors past the loop */
+    int a = (int)((kk - kloop) / V);
+    LLVMValueRef xv = vload(g, at(g, x, i64c(g, kk)), g->V);
+    if (xr)
+      xv = mm_xround(g, xv, g->vec);
+    acc[a] = fma3(g, mm_wload(g, add(g, row, i64c(g, kk))), xv, acc[a]);
+  }
+  for (int w = MV_ACC / 2; w >= 1; w /= 2) /* pairwise */
+    for (int a = 0; a < w; a++)
+      acc[a] = LLVMBuildFAdd(g->b, acc[a], acc[a + w], "a");
+  LLVMValueRef sum = hsum(g, acc[0]);
+  for (long kk = kvec; kk < K; kk++) {
+    LLVMValueRef xs = LLVMBuildLoad2(g->b, g->elem, at(g, x, i64c(g, kk)), "x");
+    if (xr)
+      xs = mm_xround(g, xs, g->elem);
+    sum = LLVMBuildFAdd(g->b, sum, LLVMBuildFMul(g->b, mm_wload1(g, add(g, row, i64c(g, kk))), xs, "p"), "s");
+  }
+  LLVMBuildStore(g->b, sum, at(g, g->c, ir.iv)); /* with a residual too: y stays the product */
+  if (g->res) {
+    LLVMValueRef rv = LLVMBuildLoad2(g->b, g->elem, at(g, g->res, ir.iv), "r");
+    LLVMBuildStore(g->b, LLVMBuildFAdd(g->b, sum, rv, "o"), at(g, g->out, ir.iv));
+  }
+  loop_end(g, &ir);
+}
+
 LLVMValueRef jt_mm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
 {
   gen_t g = {.cx = cx, .mod = mod, .g = s};
@@ -778,6 +886,10 @@ LLVMValueRef jt_mm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
   if (na)
     g.res = LLVMGetParam(g.fn, 3), g.out = LLVMGetParam(g.fn, 4);
   LLVMValueRef i0 = LLVMGetParam(g.fn, 3 + (unsigned)na), i1 = LLVMGetParam(g.fn, 4 + (unsigned)na);
+  if (s->n == 1) {
+    mm_gemv(&g, i0, i1, LLVMGetParam(g.fn, 5 + (unsigned)na));
+    return end_kernel(&g);
+  }
   int kc0 = s->k < JT_MM_KC ? s->k : JT_MM_KC;
   _Static_assert(NR <= 8, "the x sliver fits JT_MM_SCRATCH");
   g.pack = LLVMGetParam(g.fn, 5 + (unsigned)na); /* JT_MM_MC x JT_MM_KC floats, the x sliver */

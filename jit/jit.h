@@ -41,7 +41,9 @@ typedef struct jt_gemm_s {
  * Cache-blocked: for each block of JT_MM_KC k's, blocks of JT_MM_MC rows of w are packed (and
  * converted from f16) into the micro-kernel's layout in scratch, then multiplied with the
  * activations' JT_MM_KC-long column slices, which stay in L1 across the block's rows. scratch:
- * JT_MM_SCRATCH floats, 64-byte aligned, the caller's (a thread's stack may be too small). */
+ * JT_MM_SCRATCH floats, 64-byte aligned, the caller's (a thread's stack may be too small).
+ * n = 1: each row's dot product in one pass over its weights, nothing packed (scratch holds
+ * x rounded to f16). */
 typedef void (*jt_mm_fn)(const void *w, const float *x, float *y, int64_t i0, int64_t i1,
                          float *scratch);
 /* MUL_MAT then ggml's ADD of a residual r (fusion 2), rows [i0, i1):
@@ -58,7 +60,8 @@ typedef void (*jt_mm_add_fn)(const void *w, const float *x, float *y, const floa
 #define JT_MM_KC 128
 #define JT_MM_SCRATCH ((JT_MM_MC + 8) * JT_MM_KC) /* the packed block, the rounded x sliver */
 #define JT_MM_MIN_N 16 /* fewer columns are matrix-vector products, bound by one pass over the
-                          weights: packing them would only add a second */
+                          weights: packing them would only add a second. One column (decode)
+                          has a kernel of its own that packs nothing; 2 .. MIN_N-1 stay on ggml */
 
 /* The fused ADD + RMS_NORM + MUL kernel, row by row (each row k floats, rows contiguous):
  *   x = a + b;  s = x * 1/sqrt(mean(x^2) + eps);  y = s * w
@@ -105,7 +108,8 @@ typedef struct jt_api_s {
 static inline int jt_gemm_supported(const jt_gemm_t *g)
 {
   if (g->mm)
-    return g->m >= JT_MM_MR && g->m % JT_MM_MR == 0 && g->n >= JT_MM_MIN_N && g->k >= 1 &&
+    return g->m >= JT_MM_MR && g->m % JT_MM_MR == 0 && (g->n == 1 || g->n >= JT_MM_MIN_N) &&
+           g->k >= 1 &&
            g->m <= (1 << 24) && g->n <= (1 << 16) && g->k <= (1 << 20);
   if (g->add_rms_mul)
     return g->k >= 1 && g->k <= (1 << 20);

@@ -630,8 +630,12 @@ static const struct ggml_tensor *residual_of(const fusion_t *f)
  * writes its rows while another still reads them). */
 static int find_mm_add(struct ggml_cgraph *g, int n, int i, fusion_t *f)
 {
-  fusion_t p;
+  fusion_t p, norm;
   if (i + 1 >= n || !find_mm(g, i, &p))
+    return 0;
+  /* Decode's (N = 1) residual ADD goes to the norm after it (ADD + RMS_NORM + MUL): as many
+   * nodes either way, and that kernel also saves the norm's own pass over the row. */
+  if (p.rows == 1 && find_group(g, n, i + 1, &norm, 1))
     return 0;
   struct ggml_tensor *mm = p.mul, *add = api.node(g, i + 1);
   if (add->op != GGML_OP_ADD || add->type != GGML_TYPE_F32 || add->view_src || !add->data ||

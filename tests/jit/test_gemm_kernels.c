@@ -292,16 +292,19 @@ Test(gemm_kernels, fused_add_rms_norm_mul_matches_ggml_arithmetic)
 }
 
 /* ggml's MUL_MAT kernels: random shapes around the blockings' edges (K across the 256-long k
- * blocks, M across the 64-row blocks, N across the 6-wide column blocks), f32 and f16 weights,
+ * blocks, M across the 64-row blocks, N across the 6-wide column blocks; N = 1, decode's
+ * matrix-vector kernel, in a third of the cases, K's across its vector tails), f32 and f16 weights,
  * row ranges that are a thread's share; each element within the bound of a float sum of K
  * products of the exact dot product (x rounded to f16 against f16 weights, as ggml does), and
  * nothing outside the rows written. */
 Test(gemm_kernels, mul_mat_kernels_match_exact_dot_products)
 {
   static const int ks[] = {1, 7, 8, 255, 256, 257, 600, 768, 1030};
-  for (int t = 0; t < 24; t++) {
+  for (int t = 0; t < 36; t++) {
     int w16 = t & 1, k = ks[rnd(sizeof ks / sizeof *ks)];
     int m = 16 * (1 + (int)rnd(t < 12 ? 6 : 20)), n = JT_MM_MIN_N + (int)rnd(t < 12 ? 20 : 120);
+    if (t % 3 == 2)
+      n = 1; /* decode's matrix-vector products */
     jt_gemm_t g = {.mm = 1, .w16 = w16, .m = m, .n = n, .k = k};
     cr_assert(jt_gemm_supported(&g));
     jt_mm_fn fn = (jt_mm_fn)(void (*)(void))compile(&g);
@@ -349,9 +352,9 @@ Test(gemm_kernels, mul_mat_kernels_match_exact_dot_products)
 Test(gemm_kernels, mul_mat_add_kernels_add_the_residual_to_the_product_bit_for_bit)
 {
   static const int ks[] = {7, 128, 129, 200, 256, 257, 384, 768};
-  for (int t = 0; t < 6 * (int)(sizeof ks / sizeof *ks); t++) { /* every k, place and type */
-    int w16 = t & 1, where = t / 2 % 3, k = ks[t / 6]; /* where: 0 own, 1 r, 2 y */
-    int m = 16 * (1 + (int)rnd(8)), n = JT_MM_MIN_N + (int)rnd(30);
+  for (int t = 0; t < 12 * (int)(sizeof ks / sizeof *ks); t++) { /* every k, place, type */
+    int w16 = t & 1, where = t / 2 % 3, k = ks[t / 12]; /* where: 0 own, 1 r, 2 y */
+    int m = 16 * (1 + (int)rnd(8)), n = t / 6 % 2 ? 1 : JT_MM_MIN_N + (int)rnd(30); /* and n = 1 */
     jt_gemm_t g = {.mm = 1, .w16 = w16, .m = m, .n = n, .k = k};
     jt_mm_fn mm = (jt_mm_fn)(void (*)(void))compile(&g);
     g.mm_add = 1;
