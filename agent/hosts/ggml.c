@@ -30,8 +30,8 @@
  * fused RMS_NORM+MUL, which the host would run, has the same arithmetic); a mismatch
  * blacklists it and the host keeps ggml's results. The kernel is read from its signature inside
  * each node's call: one the tiers drop is replaced by ggml's own ops there and then.
- * MUL_MAT nodes (2-D, f32/f16 weights not repacked, f32 activations, N >= JT_MM_MIN_N, M a
- * multiple of JT_MM_MR) are records of the same cache: their signature is the node's own, the
+ * MUL_MAT nodes (2-D, f32/f16 weights not repacked, f32 activations, N >= JT_MM_MIN_N or
+ * decode's N = 1, M a multiple of JT_MM_MR) are records of the same cache: their signature is the node's own, the
  * tiers compile the JIT's cache-blocked kernel for it (self-tested before publication), and the
  * rebuilt graph computes the node as a custom node split by rows in whole micro-kernel blocks.
  * A thread without the kernel (dropped meanwhile) runs its rows in plain C: ggml's own MUL_MAT
