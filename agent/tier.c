@@ -402,7 +402,7 @@ static int mm_selftest(const jt_gemm_t *g, void (*fn)(void), double *worst, doub
   size_t ybytes = (size_t)((n - 1) * m + i0 + rows) * 4; /* only those rows of y are written */
   if (g->mm_add) /* then a residual and the sum's own destination, of y's extent */
     ybytes *= 3;
-  size_t sbytes = JT_MM_SCRATCH * sizeof(float), all = wbytes + xbytes + ybytes + sbytes + 64;
+  size_t sbytes = JT_MM_SCRATCH_FLOATS(k) * sizeof(float), all = wbytes + xbytes + ybytes + sbytes + 64;
   char *mem = mmap(NULL, all, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
   if (mem == MAP_FAILED)

@@ -782,15 +782,14 @@ static LLVMValueRef mm_xround(gen_t *g, LLVMValueRef x, LLVMTypeRef t)
  * read in interleaved groups left f16 weights at half the memory bandwidth when a row spans
  * less than a page); MV_ACC vector accumulators over the k's in whole vectors, then summed
  * across lanes, the k's left over added one by one. x (rounded to f16 once per call into the
- * scratch against f16 weights, when it fits) stays in L1. With a residual, out = y + r as each
- * row's y is stored. */
+ * scratch against f16 weights) stays in L1. With a residual, out = y + r as each row's y is
+ * stored. */
 #define MV_ACC 4
 static void mm_gemv(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef scratch)
 {
   long K = g->g->k, V = g->V, kstep = MV_ACC * V, kloop = K / kstep * kstep, kvec = K / V * V;
   LLVMValueRef x = g->bm;
-  int xr = g->g->w16; /* x still to be rounded as it is read */
-  if (xr && K <= JT_MM_SCRATCH) {
+  if (g->g->w16) { /* the scratch holds k floats (JT_MM_SCRATCH_FLOATS) */
     if (kvec) {
       loop_t k = loop_begin(g, i64c(g, 0), kvec, V, "rx");
       vstore(g, mm_xround(g, vload(g, at(g, x, k.iv), g->V), g->vec), at(g, scratch, k.iv), g->V);
@@ -799,7 +798,7 @@ static void mm_gemv(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef scr
     for (long kk = kvec; kk < K; kk++)
       LLVMBuildStore(g->b, mm_xround(g, LLVMBuildLoad2(g->b, g->elem, at(g, x, i64c(g, kk)), "x"), g->elem),
                      at(g, scratch, i64c(g, kk)));
-    x = scratch, xr = 0;
+    x = scratch;
   }
   loop_t ir = loop_to(g, i0, i1, 1, "mr");
   LLVMValueRef row = mul(g, ir.iv, K), zero = LLVMConstNull(g->vec), acc[MV_ACC];
@@ -820,10 +819,7 @@ static void mm_gemv(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef scr
     }
     for (int a = 0; a < MV_ACC; a++) {
       LLVMValueRef kk = add(g, k, i64c(g, a * V));
-      LLVMValueRef xv = vload(g, at(g, x, kk), g->V);
-      if (xr)
-        xv = mm_xround(g, xv, g->vec);
-      next[a] = fma3(g, mm_wload(g, add(g, row, kk)), xv, acc[a]);
+      next[a] = fma3(g, mm_wload(g, add(g, row, kk)), vload(g, at(g, x, kk), g->V), acc[a]);
     }
     LLVMValueRef k1 = add(g, k, i64c(g, kstep));
     LLVMAddIncoming(k, &k1, &body, 1);
@@ -836,10 +832,7 @@ static void mm_gemv(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef scr
   }
   for (long kk = kloop; kk < kvec; kk += V) { /* whole vectors past the loop */
     int a = (int)((kk - kloop) / V);
-    LLVMValueRef xv = vload(g, at(g, x, i64c(g, kk)), g->V);
-    if (xr)
-      xv = mm_xround(g, xv, g->vec);
-    acc[a] = fma3(g, mm_wload(g, add(g, row, i64c(g, kk))), xv, acc[a]);
+    acc[a] = fma3(g, mm_wload(g, add(g, row, i64c(g, kk))), vload(g, at(g, x, i64c(g, kk)), g->V), acc[a]);
   }
   for (int w = MV_ACC / 2; w >= 1; w /= 2) /* pairwise */
     for (int a = 0; a < w; a++)
@@ -847,8 +840,6 @@ static void mm_gemv(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef scr
   LLVMValueRef sum = hsum(g, acc[0]);
   for (long kk = kvec; kk < K; kk++) {
     LLVMValueRef xs = LLVMBuildLoad2(g->b, g->elem, at(g, x, i64c(g, kk)), "x");
-    if (xr)
-      xs = mm_xround(g, xs, g->elem);
     sum = LLVMBuildFAdd(g->b, sum, LLVMBuildFMul(g->b, mm_wload1(g, add(g, row, i64c(g, kk))), xs, "p"), "s");
   }
   LLVMBuildStore(g->b, sum, at(g, g->c, ir.iv)); /* with a residual too: y stays the product */

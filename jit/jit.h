@@ -43,7 +43,7 @@ typedef struct jt_gemm_s {
  * activations' JT_MM_KC-long column slices, which stay in L1 across the block's rows. scratch:
  * JT_MM_SCRATCH floats, 64-byte aligned, the caller's (a thread's stack may be too small).
  * n = 1: each row's dot product in one pass over its weights, nothing packed (scratch holds
- * x rounded to f16). */
+ * x rounded to f16: JT_MM_SCRATCH_FLOATS(k) floats in every case). */
 typedef void (*jt_mm_fn)(const void *w, const float *x, float *y, int64_t i0, int64_t i1,
                          float *scratch);
 /* MUL_MAT then ggml's ADD of a residual r (fusion 2), rows [i0, i1):
@@ -59,6 +59,8 @@ typedef void (*jt_mm_add_fn)(const void *w, const float *x, float *y, const floa
 #define JT_MM_MC 64
 #define JT_MM_KC 128
 #define JT_MM_SCRATCH ((JT_MM_MC + 8) * JT_MM_KC) /* the packed block, the rounded x sliver */
+/* The scratch a MUL_MAT kernel of k takes, in floats (n = 1 rounds all of x into it). */
+#define JT_MM_SCRATCH_FLOATS(k) ((size_t)((k) > JT_MM_SCRATCH ? (k) : JT_MM_SCRATCH))
 #define JT_MM_MIN_N 16 /* fewer columns are matrix-vector products, bound by one pass over the
                           weights: packing them would only add a second. One column (decode)
                           has a kernel of its own that packs nothing; 2 .. MIN_N-1 stay on ggml */

@@ -911,6 +911,33 @@ static int mm_share(int64_t m, int ith, int nth, int64_t *r0, int64_t *r1)
   return *r0 < *r1;
 }
 
+/* The calling thread's kernel scratch of JT_MM_SCRATCH_FLOATS(k) floats (64-byte aligned):
+ * kept for the thread's life (freed when it ends), grown on demand; NULL without memory. A
+ * node's call used to allocate and free its own. */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static int scratch_keyed;
+static AG_TLS float *tl_scratch;
+static AG_TLS size_t tl_scratch_n;
+
+static void scratch_key_make(void) { scratch_keyed = pthread_key_create(&scratch_key, free) == 0; }
+
+static float *scratch_get(int64_t k)
+{
+  size_t need = JT_MM_SCRATCH_FLOATS(k);
+  if (tl_scratch_n >= need)
+    return tl_scratch;
+  pthread_once(&scratch_once, scratch_key_make);
+  float *p = scratch_keyed ? aligned_alloc(64, (need * sizeof(float) + 63) / 64 * 64) : NULL;
+  if (!p || pthread_setspecific(scratch_key, p)) {
+    free(p);
+    return NULL;
+  }
+  free(tl_scratch);
+  tl_scratch = p, tl_scratch_n = need;
+  return p;
+}
+
 /* Rows [r0, r1) of MUL_MAT node mm by ke's kernel, read here, inside the forward call (as for
  * the fusions): without one (dropped meanwhile), or without memory for its scratch, in plain
  * C. Checked when f verifies. Returns 1 when the kernel computed them. */
@@ -918,13 +945,12 @@ static int mm_compute(const fusion_t *f, ag_entry_t *ke, const struct ggml_tenso
                       int64_t r1, int ith)
 {
   jt_mm_fn k = (jt_mm_fn)atomic_load_explicit(&ke->variant, memory_order_acquire);
-  float *scratch = k ? aligned_alloc(64, JT_MM_SCRATCH * sizeof(float)) : NULL;
+  float *scratch = k ? scratch_get(mm->src[0]->ne[0]) : NULL;
   if (!scratch) {
     mm_rows(mm, r0, r1);
     return 0;
   }
   k(mm->src[0]->data, mm->src[1]->data, mm->data, r0, r1, scratch);
-  free(scratch);
   float *y = mm->data;
   int64_t m = mm->ne[0], n = mm->ne[1];
   if (fusion_mode == 3) /* wrong: verification must catch it */
@@ -949,7 +975,7 @@ static int mm_add_compute(const fusion_t *f, int64_t r0, int64_t r1, int ith)
   float *out = f->add->data;
   int64_t m = mm->ne[0], n = mm->ne[1], cnt = r1 - r0;
   jt_mm_add_fn k = (jt_mm_add_fn)atomic_load_explicit(&f->ke->variant, memory_order_acquire);
-  float *scratch = k ? aligned_alloc(64, JT_MM_SCRATCH * sizeof(float)) : NULL;
+  float *scratch = k ? scratch_get(mm->src[0]->ne[0]) : NULL;
   float *keep = scratch && f->verifying ? malloc((size_t)(n * cnt) * sizeof *keep) : NULL;
   if (!scratch) {
     mm_compute(f, f->pke[0], mm, r0, r1, ith); /* forward() books the node under its key */
@@ -959,7 +985,6 @@ static int mm_add_compute(const fusion_t *f, int64_t r0, int64_t r1, int ith)
   for (int64_t j = 0; keep && j < n; j++)
     memcpy(keep + j * cnt, res + j * m + r0, (size_t)cnt * sizeof *keep);
   k(mm->src[0]->data, mm->src[1]->data, mm->data, res, out, r0, r1, scratch);
-  free(scratch);
   if (fusion_mode == 3) /* wrong: verification must catch it */
     for (int64_t j = 0; j < n; j++)
       for (int64_t i = r0; i < r1; i++)

@@ -293,18 +293,22 @@ Test(gemm_kernels, fused_add_rms_norm_mul_matches_ggml_arithmetic)
 
 /* ggml's MUL_MAT kernels: random shapes around the blockings' edges (K across the 256-long k
  * blocks, M across the 64-row blocks, N across the 6-wide column blocks; N = 1, decode's
- * matrix-vector kernel, in a third of the cases, K's across its vector tails), f32 and f16 weights,
+ * matrix-vector kernel, with K's across its loop and tails), f32 and f16 weights,
  * row ranges that are a thread's share; each element within the bound of a float sum of K
  * products of the exact dot product (x rounded to f16 against f16 weights, as ggml does), and
  * nothing outside the rows written. */
 Test(gemm_kernels, mul_mat_kernels_match_exact_dot_products)
 {
   static const int ks[] = {1, 7, 8, 255, 256, 257, 600, 768, 1030};
-  for (int t = 0; t < 36; t++) {
-    int w16 = t & 1, k = ks[rnd(sizeof ks / sizeof *ks)];
+  /* and for n = 1: k's across its 4-vector loop, whole vectors left over, scalar tails, and
+   * beyond JT_MM_SCRATCH (x rounded into a scratch of k floats) */
+  static const int k1s[] = {1, 7, 8, 31, 32, 33, 56, 63, 64, 100, 768, 9216, 9217, 10007};
+  enum { NK = sizeof ks / sizeof *ks, NK1 = sizeof k1s / sizeof *k1s };
+  for (int t = 0; t < 24 + 2 * NK1; t++) {
+    int w16 = t & 1, k = ks[rnd(NK)];
     int m = 16 * (1 + (int)rnd(t < 12 ? 6 : 20)), n = JT_MM_MIN_N + (int)rnd(t < 12 ? 20 : 120);
-    if (t % 3 == 2)
-      n = 1; /* decode's matrix-vector products */
+    if (t >= 24) /* decode's matrix-vector products, every k1 with both weight types */
+      n = 1, k = k1s[(t - 24) / 2], m = k > 2000 ? 16 * (1 + (int)rnd(3)) : m;
     jt_gemm_t g = {.mm = 1, .w16 = w16, .m = m, .n = n, .k = k};
     cr_assert(jt_gemm_supported(&g));
     jt_mm_fn fn = (jt_mm_fn)(void (*)(void))compile(&g);
@@ -321,7 +325,7 @@ Test(gemm_kernels, mul_mat_kernels_match_exact_dot_products)
     for (long i = 0; i < (long)m * n; i++)
       y[i] = NAN; /* rows outside [i0, i1) must stay so */
     int64_t i0 = 16 * (int64_t)rnd((unsigned)(m / 16)), i1 = i0 + 16 * (1 + (int64_t)rnd((unsigned)((m - i0) / 16)));
-    float *scratch = aligned_alloc(64, JT_MM_SCRATCH * sizeof(float));
+    float *scratch = aligned_alloc(64, JT_MM_SCRATCH_FLOATS(k) * sizeof(float));
     fn(w16 ? (const void *)wh : (const void *)w, x, y, i0, i1, scratch);
     free(scratch);
     for (int j = 0; j < n; j++)
@@ -368,7 +372,7 @@ Test(gemm_kernels, mul_mat_add_kernels_add_the_residual_to_the_product_bit_for_b
     for (long i = 0; i < (long)n * k; i++)
       x[i] = (float)((int)rnd(2001) - 1000) / 300;
     int64_t i0 = 16 * (int64_t)rnd((unsigned)(m / 16)), i1 = i0 + 16 * (1 + (int64_t)rnd((unsigned)((m - i0) / 16)));
-    float *scratch = aligned_alloc(64, JT_MM_SCRATCH * sizeof(float));
+    float *scratch = aligned_alloc(64, JT_MM_SCRATCH_FLOATS(k) * sizeof(float));
     const void *wp = w16 ? (const void *)wh : (const void *)w;
     mm(wp, x, want, i0, i1, scratch);
     float *prod = malloc(mn * 4); /* the product alone, which y must hold at the end */
