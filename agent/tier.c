@@ -14,6 +14,7 @@
 #include "opt.h"
 #include "jit/jit.h"
 #include "jit/objload.h"
+#include "sampler/unwind.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -261,6 +262,7 @@ static void free_retired(void)
       continue;
     }
     code_t *k = code_of(r->fn);
+    uw_remove_code((uint64_t)(uintptr_t)r->fn); /* no stack walk reads its rules any more */
     if (k && k->loaded.map) {
       jt_obj_unload(&k->loaded);
       code_bytes -= r->size;
@@ -316,13 +318,22 @@ out:
 }
 
 /* Registers a kernel's code (for the sampler, perf and freeing); code_mu held. */
-static void add_code(void *fn, size_t size, const char *name, const jt_loaded_t *loaded)
+static void add_code(void *fn, size_t size, const char *name, const jt_loaded_t *loaded,
+                     const void *obj, size_t obj_len)
 {
   int c = atomic_load(&ncode);
   if (c == (int)(sizeof code / sizeof *code))
     return;
   code[c].lo = (uint64_t)(uintptr_t)fn;
   code[c].hi = code[c].lo + size;
+  /* Its call-frame rules, for the sampler's stack walks through it (from the object it was
+   * placed from; without one, or without its rules, samples there keep the kernel's PC and
+   * the operator alone). */
+  uint8_t cfi[512];
+  char err[160] = "no object";
+  long n = obj ? jt_obj_cfi(obj, obj_len, name, code[c].lo, cfi, sizeof cfi, err, sizeof err) : -1;
+  if (n <= 0 || uw_add_code(code[c].lo, code[c].hi, cfi, (size_t)n))
+    ag_log(AG_LOG_DEBUG, "stacks end inside JIT kernel %s: %s", name, n > 0 ? "no memory" : err);
   snprintf(code[c].name, sizeof code[c].name, "%s", name);
   if (loaded)
     code[c].loaded = *loaded;
@@ -535,7 +546,7 @@ static void compile_one(uint32_t i)
   if (!resurrected) {
     code_bytes += size;
     if (size)
-      add_code((void *)fn, size, name, NULL);
+      add_code((void *)fn, size, name, NULL, obj, obj_len);
   }
   set_persisted(i, obj, obj_len, name, 0);
   if (self == 0) { /* never published; its code stays, as a blacklisted variant's does */
@@ -805,7 +816,7 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
     return 1;
   }
   code_bytes += l.map_len;
-  add_code(l.fn, l.size, symbol, &l);
+  add_code(l.fn, l.size, symbol, &l, obj, len);
   pthread_mutex_unlock(&code_mu);
   set_persisted(e->index, NULL, 0, symbol, 1);
   atomic_store(&e->verify, 0); /* verified in the run that stored it; the checksum holds */

@@ -35,26 +35,71 @@ static int placed(const Elf64_Shdr *s, const char *name)
          strcmp(name, ".eh_frame") != 0;
 }
 
+/* The object's header, section table and section names, checked against its length. */
+static const Elf64_Ehdr *header(const void *obj, size_t len, const Elf64_Shdr **sh,
+                                const Elf64_Shdr **names, char *err, size_t errlen)
+{
+  const unsigned char *f = obj;
+  const Elf64_Ehdr *eh = obj;
+  if (len < sizeof *eh || memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0)
+    return fail(err, errlen, "not an ELF object"), NULL;
+  if (eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_ident[EI_DATA] != ELFDATA2LSB ||
+      eh->e_machine != EM_X86_64 || eh->e_type != ET_REL)
+    return fail(err, errlen, "not an x86-64 relocatable object"), NULL;
+  if (eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shnum == 0 || eh->e_shnum > MAX_SECTIONS ||
+      !inside(eh->e_shoff, (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr), len) ||
+      eh->e_shoff % 8 || eh->e_shstrndx >= eh->e_shnum)
+    return fail(err, errlen, "bad section header table"), NULL;
+  *sh = (const Elf64_Shdr *)(f + eh->e_shoff);
+  *names = &(*sh)[eh->e_shstrndx];
+  if (!inside((*names)->sh_offset, (*names)->sh_size, len) || (*names)->sh_size == 0 ||
+      f[(*names)->sh_offset + (*names)->sh_size - 1] != 0)
+    return fail(err, errlen, "bad section name table"), NULL;
+  for (unsigned i = 0; i < eh->e_shnum; i++)
+    if ((*sh)[i].sh_name >= (*names)->sh_size)
+      return fail(err, errlen, "bad section name"), NULL;
+  return eh;
+}
+
+/* The symbol table (its symbols, count and names), checked against the object's length. */
+static const Elf64_Sym *symbols(const unsigned char *f, size_t len, const Elf64_Ehdr *eh,
+                                const Elf64_Shdr *symtab, size_t *nsyms, const char **names,
+                                size_t *names_len, char *err, size_t errlen)
+{
+  const Elf64_Shdr *sh = (const Elf64_Shdr *)(f + eh->e_shoff);
+  if (!symtab || symtab->sh_entsize != sizeof(Elf64_Sym) || symtab->sh_link >= eh->e_shnum ||
+      !inside(symtab->sh_offset, symtab->sh_size, len) || symtab->sh_offset % 8)
+    return fail(err, errlen, "no usable symbol table"), NULL;
+  const Elf64_Shdr *strs = &sh[symtab->sh_link];
+  if (!inside(strs->sh_offset, strs->sh_size, len) || strs->sh_size == 0 ||
+      f[strs->sh_offset + strs->sh_size - 1] != 0)
+    return fail(err, errlen, "bad symbol name table"), NULL;
+  *nsyms = symtab->sh_size / sizeof(Elf64_Sym);
+  *names = (const char *)f + strs->sh_offset;
+  *names_len = strs->sh_size;
+  return (const Elf64_Sym *)(f + symtab->sh_offset);
+}
+
+/* The index of function sym's symbol, or 0. */
+static size_t function(const Elf64_Sym *syms, size_t nsyms, const char *names, size_t names_len,
+                       const char *sym)
+{
+  for (size_t j = 1; j < nsyms; j++)
+    if (syms[j].st_name < names_len && ELF64_ST_TYPE(syms[j].st_info) == STT_FUNC &&
+        strcmp(names + syms[j].st_name, sym) == 0)
+      return j; /* the module's FILE symbol has the kernel's name too */
+  return 0;
+}
+
 int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, char *err,
                 size_t errlen)
 {
   const unsigned char *f = obj;
   memset(out, 0, sizeof *out);
-  const Elf64_Ehdr *eh = obj;
-  if (len < sizeof *eh || memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0)
-    return fail(err, errlen, "not an ELF object");
-  if (eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_ident[EI_DATA] != ELFDATA2LSB ||
-      eh->e_machine != EM_X86_64 || eh->e_type != ET_REL)
-    return fail(err, errlen, "not an x86-64 relocatable object");
-  if (eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shnum == 0 || eh->e_shnum > MAX_SECTIONS ||
-      !inside(eh->e_shoff, (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr), len) ||
-      eh->e_shoff % 8 || eh->e_shstrndx >= eh->e_shnum)
-    return fail(err, errlen, "bad section header table");
-  const Elf64_Shdr *sh = (const Elf64_Shdr *)(f + eh->e_shoff);
-  const Elf64_Shdr *names = &sh[eh->e_shstrndx];
-  if (!inside(names->sh_offset, names->sh_size, len) || names->sh_size == 0 ||
-      f[names->sh_offset + names->sh_size - 1] != 0)
-    return fail(err, errlen, "bad section name table");
+  const Elf64_Shdr *sh, *names;
+  const Elf64_Ehdr *eh = header(obj, len, &sh, &names, err, errlen);
+  if (!eh)
+    return -1;
   const char *shnames = (const char *)f + names->sh_offset;
 
   /* Layout: every placed section at its alignment, one after the other. */
@@ -63,8 +108,6 @@ int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, 
   for (unsigned i = 0; i < eh->e_shnum; i++) {
     const Elf64_Shdr *s = &sh[i];
     base[i] = UINT64_MAX;
-    if (s->sh_name >= names->sh_size)
-      return fail(err, errlen, "bad section name");
     if (s->sh_type == SHT_SYMTAB) {
       if (symtab)
         return fail(err, errlen, "two symbol tables");
@@ -80,16 +123,11 @@ int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, 
     base[i] = total;
     total += s->sh_size;
   }
-  if (!symtab || symtab->sh_entsize != sizeof(Elf64_Sym) || symtab->sh_link >= eh->e_shnum ||
-      !inside(symtab->sh_offset, symtab->sh_size, len) || symtab->sh_offset % 8)
-    return fail(err, errlen, "no usable symbol table");
-  const Elf64_Shdr *strs = &sh[symtab->sh_link];
-  if (!inside(strs->sh_offset, strs->sh_size, len) || strs->sh_size == 0 ||
-      f[strs->sh_offset + strs->sh_size - 1] != 0)
-    return fail(err, errlen, "bad symbol name table");
-  const Elf64_Sym *syms = (const Elf64_Sym *)(f + symtab->sh_offset);
-  size_t nsyms = symtab->sh_size / sizeof(Elf64_Sym);
-  const char *symnames = (const char *)f + strs->sh_offset;
+  size_t nsyms, symnames_len;
+  const char *symnames;
+  const Elf64_Sym *syms = symbols(f, len, eh, symtab, &nsyms, &symnames, &symnames_len, err, errlen);
+  if (!syms)
+    return -1;
   if (total == 0 || total > (64u << 20))
     return fail(err, errlen, "the object holds no code, or more than 64 MB");
 
@@ -129,7 +167,7 @@ int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, 
       }
       unsigned char *at = m + base[r->sh_info] + rel[j].r_offset;
       int64_t P = (int64_t)(uintptr_t)at, GOT = (int64_t)(uintptr_t)m, v;
-      if (type == R_X86_64_GOTPC64 && s->st_shndx == SHN_UNDEF && s->st_name < strs->sh_size &&
+      if (type == R_X86_64_GOTPC64 && s->st_shndx == SHN_UNDEF && s->st_name < symnames_len &&
           strcmp(symnames + s->st_name, "_GLOBAL_OFFSET_TABLE_") == 0) {
         v = GOT + rel[j].r_addend - P; /* the large code model's base register; no entry of */
         memcpy(at, &v, 8);             /* the table is ever read, so it is the mapping's start */
@@ -138,7 +176,7 @@ int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, 
       if (s->st_shndx == SHN_UNDEF || s->st_shndx >= eh->e_shnum ||
           base[s->st_shndx] == UINT64_MAX || s->st_value > sh[s->st_shndx].sh_size) {
         fail(err, errlen, "the code refers to %s, outside the object",
-             s->st_name < strs->sh_size ? symnames + s->st_name : "a bad symbol");
+             s->st_name < symnames_len ? symnames + s->st_name : "a bad symbol");
         goto fail;
       }
       uint64_t S = (uint64_t)(uintptr_t)m + base[s->st_shndx] + s->st_value;
@@ -166,15 +204,13 @@ int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, 
   }
 
   /* The entry symbol: a function defined in a placed section. */
-  for (size_t j = 1; j < nsyms; j++) {
+  size_t j = function(syms, nsyms, symnames, symnames_len, sym);
+  if (j) {
     const Elf64_Sym *s = &syms[j];
-    if (s->st_name >= strs->sh_size || ELF64_ST_TYPE(s->st_info) != STT_FUNC ||
-        strcmp(symnames + s->st_name, sym) != 0)
-      continue; /* the module's FILE symbol has the kernel's name too */
     if (s->st_shndx >= eh->e_shnum ||
         base[s->st_shndx] == UINT64_MAX || s->st_size == 0 ||
         s->st_value > sh[s->st_shndx].sh_size || sh[s->st_shndx].sh_size - s->st_value < s->st_size)
-      break;
+      goto no_function;
     if (mprotect(m, map_len, PROT_READ | PROT_EXEC) != 0) {
       fail(err, errlen, "cannot make the code executable");
       goto fail;
@@ -183,6 +219,7 @@ int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, 
     *out = (jt_loaded_t){m + base[s->st_shndx] + s->st_value, s->st_size, m, map_len};
     return 0;
   }
+no_function:
   fail(err, errlen, "no function %s in the object", sym);
   goto fail;
 bad_rel_kind:
@@ -197,4 +234,174 @@ void jt_obj_unload(jt_loaded_t *l)
   if (l->map)
     munmap(l->map, l->map_len);
   memset(l, 0, sizeof *l);
+}
+
+/* ---- call-frame rules ----------------------------------------------------------------- */
+
+typedef struct cur_s {
+  const unsigned char *p, *end;
+  int bad;
+} cur_t;
+
+static uint64_t take(cur_t *c, unsigned bytes)
+{
+  uint64_t v = 0;
+  if ((size_t)(c->end - c->p) < bytes) {
+    c->bad = 1;
+    return 0;
+  }
+  memcpy(&v, c->p, bytes);
+  c->p += bytes;
+  return v;
+}
+
+static uint64_t uleb(cur_t *c)
+{
+  uint64_t v = 0;
+  for (unsigned shift = 0; shift < 64; shift += 7) {
+    uint64_t b = take(c, 1);
+    v |= (b & 0x7f) << shift;
+    if (!(b & 0x80))
+      return v;
+  }
+  c->bad = 1;
+  return 0;
+}
+
+/* Appends n bytes to out, within cap (*at counts them all: past cap, nothing is written). */
+static void put(uint8_t *out, size_t cap, size_t *at, const void *p, size_t n)
+{
+  if (*at <= cap && n <= cap - *at)
+    memcpy(out + *at, p, n);
+  *at += n;
+}
+
+long jt_obj_cfi(const void *obj, size_t len, const char *sym, uint64_t code, uint8_t *out,
+                size_t cap, char *err, size_t errlen)
+{
+  const unsigned char *f = obj;
+  const Elf64_Shdr *sh, *names;
+  const Elf64_Ehdr *eh = header(obj, len, &sh, &names, err, errlen);
+  if (!eh)
+    return -1;
+  const char *shnames = (const char *)f + names->sh_offset;
+  const Elf64_Shdr *symtab = NULL, *ehf = NULL, *rela = NULL;
+  unsigned ehi = 0;
+  for (unsigned i = 0; i < eh->e_shnum; i++)
+    if (sh[i].sh_type == SHT_SYMTAB)
+      symtab = &sh[i];
+    else if (strcmp(shnames + sh[i].sh_name, ".eh_frame") == 0)
+      ehf = &sh[i], ehi = i;
+  for (unsigned i = 0; ehf && i < eh->e_shnum; i++)
+    if (sh[i].sh_type == SHT_RELA && sh[i].sh_info == ehi)
+      rela = &sh[i];
+  if (!ehf || !rela || !inside(ehf->sh_offset, ehf->sh_size, len) ||
+      rela->sh_entsize != sizeof(Elf64_Rela) || !inside(rela->sh_offset, rela->sh_size, len) ||
+      rela->sh_offset % 8)
+    return fail(err, errlen, "no usable .eh_frame");
+  size_t nsyms, symnames_len;
+  const char *symnames;
+  const Elf64_Sym *syms = symbols(f, len, eh, symtab, &nsyms, &symnames, &symnames_len, err, errlen);
+  if (!syms)
+    return -1;
+  size_t fn = function(syms, nsyms, symnames, symnames_len, sym);
+  if (!fn)
+    return fail(err, errlen, "no function %s in the object", sym);
+  const unsigned char *ef = f + ehf->sh_offset;
+  const Elf64_Rela *rel = (const Elf64_Rela *)(f + rela->sh_offset);
+  size_t nrel = rela->sh_size / sizeof *rel;
+
+  /* The FDE whose start the relocations place at the function: its pc_begin field (8 bytes
+   * into it) is relocated against the function's section at the function's offset. */
+  for (uint64_t off = 0; off + 8 <= ehf->sh_size;) {
+    uint32_t rlen, id;
+    memcpy(&rlen, ef + off, 4);
+    memcpy(&id, ef + off + 4, 4);
+    if (rlen == 0 || rlen == 0xffffffffu || rlen > ehf->sh_size - off - 4)
+      break;
+    uint64_t next = off + 4 + rlen;
+    const Elf64_Rela *r = NULL;
+    for (size_t j = 0; id && j < nrel && !r; j++)
+      if (rel[j].r_offset == off + 8)
+        r = &rel[j];
+    uint32_t si = r ? (uint32_t)ELF64_R_SYM(r->r_info) : 0;
+    if (!r || si == 0 || si >= nsyms || syms[si].st_shndx != syms[fn].st_shndx ||
+        syms[si].st_value + (uint64_t)r->r_addend != syms[fn].st_value ||
+        id > off + 4) {
+      off = next;
+      continue;
+    }
+    /* The CIE: version 1 or 3, augmentation "zR" (the FDE pointer encoding alone), PC-relative
+     * 4- or 8-byte pointers, which is what LLVM writes. */
+    uint64_t coff = off + 4 - id;
+    uint32_t clen, cid;
+    if (coff + 8 > ehf->sh_size)
+      return fail(err, errlen, "bad CIE");
+    memcpy(&clen, ef + coff, 4);
+    memcpy(&cid, ef + coff + 4, 4);
+    if (clen == 0xffffffffu || clen < 4 || clen > ehf->sh_size - coff - 4 || cid)
+      return fail(err, errlen, "bad CIE");
+    cur_t c = {ef + coff + 8, ef + coff + 4 + clen, 0};
+    uint64_t version = take(&c, 1);
+    const unsigned char *aug = c.p;
+    if ((version != 1 && version != 3) || c.end - c.p < 3 || memcmp(aug, "zR", 3) != 0)
+      return fail(err, errlen, "a CIE form this does not rewrite");
+    c.p += 3;
+    const unsigned char *align = c.p; /* code and data alignment: copied as they are */
+    uleb(&c);
+    uleb(&c); /* (the data alignment is signed; its bytes are copied, not its value) */
+    const unsigned char *align_end = c.p;
+    uint64_t ra = version == 1 ? take(&c, 1) : uleb(&c);
+    uint64_t alen = uleb(&c), enc = take(&c, 1);
+    unsigned width = (enc & 0x0f) == 0x0b ? 4 : (enc & 0x0f) == 0x0c ? 8 : 0;
+    if (c.bad || alen != 1 || (enc & 0x70) != 0x10 || !width || ra > 127)
+      return fail(err, errlen, "a CIE form this does not rewrite");
+    const unsigned char *cinit = c.p, *cinit_end = c.end;
+    /* The FDE: pc_begin (relocated: the function), its range, no augmentation data beyond
+     * its length, the instructions. */
+    cur_t d = {ef + off + 8, ef + next, 0};
+    take(&d, width);
+    uint64_t range = take(&d, width);
+    uint64_t dalen = uleb(&d);
+    if (d.bad || dalen > (uint64_t)(d.end - d.p) || range == 0 || range > syms[fn].st_size + 64)
+      return fail(err, errlen, "bad FDE");
+    d.p += dalen;
+
+    /* CIE: length, id 0, version 1, "zR", the alignments, RA column, one byte of augmentation
+     * data: absptr; the initial instructions. FDE: length, CIE pointer, 8-byte start and
+     * range, no augmentation data, the instructions. Both padded to 8 bytes with DW_CFA_nop. */
+    size_t at = 0, clen_at, flen_at;
+    uint32_t zero = 0;
+    static const uint8_t zr[] = {1, 'z', 'R', 0};
+    clen_at = at;
+    put(out, cap, &at, &zero, 4);
+    put(out, cap, &at, &zero, 4);
+    put(out, cap, &at, zr, sizeof zr);
+    put(out, cap, &at, align, (size_t)(align_end - align));
+    uint8_t ra8 = (uint8_t)ra, one = 1, absptr = 0;
+    put(out, cap, &at, &ra8, 1);
+    put(out, cap, &at, &one, 1);
+    put(out, cap, &at, &absptr, 1);
+    put(out, cap, &at, cinit, (size_t)(cinit_end - cinit));
+    while (at % 8)
+      put(out, cap, &at, &zero, 1);
+    uint32_t cl = (uint32_t)(at - clen_at - 4);
+    flen_at = at;
+    put(out, cap, &at, &zero, 4);
+    uint32_t cie_ptr = (uint32_t)(at - clen_at); /* from this field back to the CIE */
+    put(out, cap, &at, &cie_ptr, 4);
+    put(out, cap, &at, &code, 8);
+    put(out, cap, &at, &range, 8);
+    put(out, cap, &at, &zero, 1); /* augmentation data: none */
+    put(out, cap, &at, d.p, (size_t)(d.end - d.p));
+    while (at % 8)
+      put(out, cap, &at, &zero, 1);
+    uint32_t fl = (uint32_t)(at - flen_at - 4);
+    if (at > cap)
+      return fail(err, errlen, "the rules take %zu bytes, more than %zu", at, cap);
+    memcpy(out + clen_at, &cl, 4);
+    memcpy(out + flen_at, &fl, 4);
+    return (long)at;
+  }
+  return fail(err, errlen, "no .eh_frame entry for %s", sym);
 }

@@ -8,8 +8,8 @@
  * copied into one private anonymous mapping, the relocations between them are applied
  * (PC-relative, absolute 64-bit, and the large code model's GOT-relative pair, whose table is
  * only a base address: no entry of it is ever read), and the mapping is turned read+execute: it is never writable and
- * executable at once. .eh_frame is not loaded (nothing unwinds through a kernel's frame: it
- * calls nothing). Anything else — another machine, an undefined symbol, a GOT or TLS
+ * executable at once. .eh_frame is not loaded (nothing throws through a kernel: it calls
+ * nothing); the sampler's walker gets its rules from jt_obj_cfi. Anything else — another machine, an undefined symbol, a GOT or TLS
  * relocation, a section or symbol outside the file — is refused with a sentence, never
  * guessed at. Integrity is the caller's business (jt_obj_checksum): the loader checks the
  * object's structure, not that its code is the code that was stored. */
@@ -30,6 +30,15 @@ typedef struct jt_loaded_s {
  * sentence in err (nothing stays mapped). */
 int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, char *err,
                 size_t errlen);
+
+/* The call-frame rules of function sym in obj (its .eh_frame entry), rewritten for a stack
+ * walker that reads them in memory (sampler/unwind.h, uw_add_code): one CIE and one FDE, the
+ * FDE's range starting at code (where the function was placed, by jt_obj_load or by LLJIT from
+ * the same object) and absolute (DW_EH_PE_absptr), the instructions as they were. Writes at
+ * most cap bytes to out and returns the length, or -1 with a sentence in err (no entry for
+ * sym, or a form this does not rewrite). */
+long jt_obj_cfi(const void *obj, size_t len, const char *sym, uint64_t code, uint8_t *out,
+                size_t cap, char *err, size_t errlen);
 
 /* Unmaps what jt_obj_load placed. The caller guarantees no thread runs its code. */
 void jt_obj_unload(jt_loaded_t *l);

@@ -18,6 +18,7 @@
 
 typedef struct uw_obj_s {
   uint64_t lo, hi;            /* one executable segment */
+  const uint8_t *fde;         /* JIT code (uw_add_code): its one FDE; else NULL */
   const uint8_t *hdr;         /* .eh_frame_hdr */
   const int32_t *table;       /* its search table: (start, fde) pairs relative to hdr */
   uint32_t count;             /* pairs; 0: no usable table */
@@ -27,6 +28,7 @@ typedef struct uw_obj_s {
 
 typedef struct uw_snap_s {
   unsigned long long adds, subs; /* dl_iterate_phdr's counters when it was taken */
+  unsigned long long code_gen;   /* and the JIT code's (uw_add_code, uw_remove_code) */
   int n;
   uw_obj_t obj[];                /* sorted by lo */
 } uw_snap_t;
@@ -406,19 +408,22 @@ static uint64_t compute(const uw_snap_t *s, uint64_t pc, uint64_t range[2])
   const uw_obj_t *o = lo ? &s->obj[lo - 1] : NULL;
   if (!o || pc >= o->hi)
     return (uint64_t)K_NOINFO;
-  if (!o->count)
-    return (uint64_t)K_UNSUPPORTED;
-  uint32_t a = 0, b = o->count; /* the last table entry starting at or below pc */
-  while (a < b) {
-    uint32_t mid = (a + b) / 2;
-    if ((uint64_t)(uintptr_t)(o->hdr + o->table[2 * mid]) <= pc)
-      a = mid + 1;
-    else
-      b = mid;
+  const uint8_t *fde = o->fde;
+  if (!fde) {
+    if (!o->count)
+      return (uint64_t)K_UNSUPPORTED;
+    uint32_t a = 0, b = o->count; /* the last table entry starting at or below pc */
+    while (a < b) {
+      uint32_t mid = (a + b) / 2;
+      if ((uint64_t)(uintptr_t)(o->hdr + o->table[2 * mid]) <= pc)
+        a = mid + 1;
+      else
+        b = mid;
+    }
+    if (!a)
+      return (uint64_t)K_NOINFO;
+    fde = o->hdr + o->table[2 * (a - 1) + 1];
   }
-  if (!a)
-    return (uint64_t)K_NOINFO;
-  const uint8_t *fde = o->hdr + o->table[2 * (a - 1) + 1];
   if (!readable(o, fde, 8))
     return (uint64_t)K_UNSUPPORTED;
   uint32_t flen, cie_off;
@@ -638,7 +643,18 @@ static uw_snap_t *swap_snapshot(uw_snap_t *snap)
   return old;
 }
 
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* refreshes and unloads */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* refreshes, unloads, JIT code */
+
+/* JIT code (uw_add_code), and what uw_remove_code took out: freed once no snapshot can refer
+ * to it (after the next swap, with no snapshot parked). mu held for all of it. */
+typedef struct uw_code_s {
+  struct uw_code_s *next;
+  uint64_t lo, hi;
+  size_t fde_at, len;
+  uint8_t cfi[];
+} uw_code_t;
+static uw_code_t *codes, *code_retired;
+static unsigned long long code_gen;
 static int unloading; /* dlcloses in progress (they nest: a destructor may dlclose) */
 static uw_snap_t *parked; /* the snapshot withdrawn while they run */
 
@@ -659,16 +675,30 @@ static int refresh_locked(int force)
   unsigned long long now[2] = {0, 0};
   uw_snap_t *cur = atomic_load(&current);
   dl_iterate_phdr(counters, now);
-  if (!force && cur && cur->adds == now[0] && cur->subs == now[1])
+  if (!force && cur && cur->adds == now[0] && cur->subs == now[1] && cur->code_gen == code_gen)
     return 0;
   build_t b = {0};
   dl_iterate_phdr(add_object, &b);
+  for (const uw_code_t *k = codes; k && !b.oom; k = k->next) {
+    if (b.n == b.cap) {
+      int cap = b.cap ? 2 * b.cap : 64;
+      uw_obj_t *o = realloc(b.obj, (size_t)cap * sizeof *o);
+      if (!o) {
+        b.oom = 1;
+        break;
+      }
+      b.obj = o, b.cap = cap;
+    }
+    uw_obj_t *o = &b.obj[b.n++];
+    *o = (uw_obj_t){.lo = k->lo, .hi = k->hi, .fde = k->cfi + k->fde_at, .nseg = 1};
+    o->seg_lo[0] = (uint64_t)(uintptr_t)k->cfi, o->seg_hi[0] = o->seg_lo[0] + k->len;
+  }
   uw_snap_t *s = b.oom ? NULL : malloc(sizeof *s + (size_t)b.n * sizeof *b.obj);
   if (!s) {
     free(b.obj);
     return -1;
   }
-  s->adds = b.adds, s->subs = b.subs, s->n = b.n;
+  s->adds = b.adds, s->subs = b.subs, s->code_gen = code_gen, s->n = b.n;
   if (b.n)
     memcpy(s->obj, b.obj, (size_t)b.n * sizeof *b.obj);
   free(b.obj);
@@ -678,6 +708,14 @@ static int refresh_locked(int force)
     cache_clear();
   }
   free(swap_snapshot(s));
+  if (code_retired) { /* no walk holds a snapshot with it now: its rules go, then its copy */
+    cache_clear();
+    while (code_retired) {
+      uw_code_t *k = code_retired;
+      code_retired = k->next;
+      free(k);
+    }
+  }
   return 0;
 }
 
@@ -687,6 +725,45 @@ int uw_refresh(void)
   int rc = refresh_locked(0);
   pthread_mutex_unlock(&mu);
   return rc;
+}
+
+int uw_add_code(uint64_t lo, uint64_t hi, const uint8_t *cfi, size_t len)
+{
+  uint32_t clen;
+  if (len < 8 || hi <= lo)
+    return -1;
+  memcpy(&clen, cfi, 4);
+  if (clen > len - 4)
+    return -1;
+  uw_code_t *k = malloc(sizeof *k + len);
+  if (!k)
+    return -1;
+  k->lo = lo, k->hi = hi, k->fde_at = 4 + (size_t)clen, k->len = len;
+  memcpy(k->cfi, cfi, len);
+  pthread_mutex_lock(&mu);
+  k->next = codes, codes = k;
+  code_gen++;
+  int rc = refresh_locked(0);
+  pthread_mutex_unlock(&mu);
+  return rc;
+}
+
+void uw_remove_code(uint64_t lo)
+{
+  pthread_mutex_lock(&mu);
+  for (uw_code_t **p = &codes; *p; p = &(*p)->next)
+    if ((*p)->lo == lo) {
+      uw_code_t *k = *p;
+      *p = k->next;
+      k->next = code_retired, code_retired = k;
+      code_gen++;
+      break;
+    }
+  if (code_retired && refresh_locked(0) && !unloading) { /* no memory for a new snapshot */
+    free(swap_snapshot(NULL)); /* walks stop until the next refresh: the code is going */
+    cache_clear();
+  }
+  pthread_mutex_unlock(&mu);
 }
 
 void uw_unload_begin(void)
@@ -706,7 +783,7 @@ void uw_unload_end(void)
   if (unloading && !--unloading) {
     unsigned long long now[2] = {0, 0};
     dl_iterate_phdr(counters, now);
-    if (parked && parked->subs == now[1]) {
+    if (parked && parked->subs == now[1] && parked->code_gen == code_gen) {
       free(swap_snapshot(parked));
     } else {
       free(parked);

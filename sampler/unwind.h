@@ -21,6 +21,7 @@
 #ifndef OPJIT_SAMPLER_UNWIND_H
 #define OPJIT_SAMPLER_UNWIND_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Why a walk stopped. */
@@ -28,7 +29,8 @@ enum uw_stop {
   UW_END = 0,     /* the outermost frame (its return address is undefined, or 0) */
   UW_MAX,         /* out filled */
   UW_UNSUPPORTED, /* a frame whose rule this walker does not interpret */
-  UW_NOINFO,      /* a code address in no object of the snapshot, or with no FDE (JIT code) */
+  UW_NOINFO,      /* a code address in no object of the snapshot, or with no FDE (JIT code
+                     nobody gave: uw_add_code) */
   UW_BOUNDS,      /* a load outside the stack bounds, or a frame that does not move outwards */
   UW_OFF,         /* no snapshot (never refreshed, or an unload in progress: ours, or the
                      loader's own, which r_debug shows) */
@@ -47,6 +49,14 @@ int uw_refresh(void);
  * forgets the cached rules (the addresses may hold other code later) and takes a new one. */
 void uw_unload_begin(void);
 void uw_unload_end(void);
+
+/* Code outside every loaded object (opjit's JIT kernels): [lo, hi) and its call-frame rules,
+ * cfi: one CIE then one FDE with absolute pointers (jit/objload.h, jt_obj_cfi), copied. Walks
+ * step out of its frames from the next snapshot on, taken here. uw_remove_code, before the
+ * code is freed, takes them out again and forgets the rules cached for its addresses. Not for
+ * the signal handler. uw_add_code returns 0, or -1 (out of memory: its frames stop walks). */
+int uw_add_code(uint64_t lo, uint64_t hi, const uint8_t *cfi, size_t len);
+void uw_remove_code(uint64_t lo);
 
 /* In a fork child: the parent's walks in progress belong to threads the child lacks. */
 void uw_after_fork_child(void);

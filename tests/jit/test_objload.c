@@ -1,12 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /* The persisted-kernel loader: the objects LLJIT linked, placed again without LLVM, compute
  * bit for bit what the LLJIT-linked kernels compute; the mapping is never writable and
- * executable; damaged objects and objects with outside references are refused. */
+ * executable; damaged objects and objects with outside references are refused; the kernels'
+ * call-frame rules (jt_obj_cfi) let the sampler's walker step out of them at every
+ * instruction. */
 #define _GNU_SOURCE
 #include "helpers.h"
 #include "jit/objload.h"
+#include "sampler/unwind.h"
 
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <signal.h>
+#include <ucontext.h>
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -174,4 +180,129 @@ Test(objload, outside_references_are_refused)
   char err[256] = "";
   cr_assert_eq(jt_obj_load(buf, n, "k", &l, err, sizeof err), -1);
   cr_assert(strstr(err, "puts"), "%s", err);
+}
+
+/* Single-stepping (the trap flag) through a kernel: at every instruction inside [lo, hi) the
+ * walk must step out to the call's return address, which [RSP] holds at the kernel's first
+ * instruction, and on through the same frames as from there. */
+static struct {
+  uint64_t lo, hi, stack_hi, ra, tail[16];
+  int ntail, inside, bad, noinfo;
+  volatile sig_atomic_t on;
+} st;
+
+static void on_trap(int sig, siginfo_t *si, void *ucv)
+{
+  (void)sig, (void)si;
+  greg_t *g = ((ucontext_t *)ucv)->uc_mcontext.gregs;
+  if (!st.on) {
+    g[REG_EFL] &= ~0x100;
+    return;
+  }
+  uint64_t ip = (uint64_t)g[REG_RIP], sp = (uint64_t)g[REG_RSP], out[16];
+  if (ip < st.lo || ip >= st.hi)
+    return;
+  int stop, n = uw_walk((uw_regs_t){ip, sp, (uint64_t)g[REG_RBP]}, sp, st.stack_hi, out, 16, &stop);
+  if (ip == st.lo && !st.inside) { /* the first instruction: the frames to expect */
+    st.ra = *(const uint64_t *)(uintptr_t)sp;
+    st.ntail = n - 1;
+    memcpy(st.tail, out + 1, (size_t)(n - 1) * sizeof *out);
+  }
+  st.inside++;
+  st.noinfo += stop == UW_NOINFO && n == 1;
+  st.bad += n - 1 != st.ntail || n < 3 || out[1] != st.ra ||
+            memcmp(out + 1, st.tail, (size_t)(n - 1) * sizeof *out) != 0;
+}
+
+__attribute__((noinline)) static void step_through(jt_gemm_fn fn, const void *a, const void *b,
+                                                   void *c)
+{
+  st.on = 1;
+  __asm__ volatile("pushfq; orq $0x100, (%%rsp); popfq" ::: "memory", "cc");
+  fn(a, b, c, 1.0, 1.0);
+  st.on = 0;
+  __asm__ volatile("nop");
+}
+
+Test(objload, the_walker_steps_out_of_a_kernel_at_every_instruction)
+{
+  pthread_attr_t at;
+  void *base;
+  size_t size;
+  cr_assert_eq(pthread_getattr_np(pthread_self(), &at), 0);
+  pthread_attr_getstack(&at, &base, &size);
+  pthread_attr_destroy(&at);
+  st.stack_hi = (uint64_t)(uintptr_t)base + size;
+  struct sigaction sa = {0};
+  sa.sa_sigaction = on_trap;
+  sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGTRAP, &sa, NULL);
+  /* a leaf without a frame, one that saves registers, one with a panel on its stack */
+  const jt_gemm_t shapes[] = {
+      {.m = 4, .n = 4, .k = 4, .lda = 4, .ldb = 4, .ldc = 4, .alpha_one = 1, .beta_class = 1},
+      {.m = 37, .n = 13, .k = 9, .lda = 40, .ldb = 9, .ldc = 37, .alpha_one = 1, .beta_class = 2},
+      {.ta = 1, .m = 16, .n = 8, .k = 20, .lda = 20, .ldb = 20, .ldc = 16, .alpha_one = 1, .beta_class = 1},
+  };
+  static double a[64 * 64], b[64 * 64], c[64 * 64];
+  for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++)
+    for (int placed = 0; placed < 2; placed++) { /* as LLJIT linked it, then as the loader placed it */
+      jt_gemm_t g = shapes[t];
+      g.f64 = 1;
+      kern_t k = compile(&g);
+      jt_loaded_t l = {0};
+      char err[256] = "";
+      jt_gemm_fn fn = k.fn;
+      size_t len = 0;
+      if (placed) {
+        cr_assert_eq(jt_obj_load(k.obj, k.obj_len, k.name, &l, err, sizeof err), 0, "%s", err);
+        fn = (jt_gemm_fn)l.fn, len = l.size;
+      }
+      st.lo = (uint64_t)(uintptr_t)fn;
+      uint8_t cfi[512];
+      long n = jt_obj_cfi(k.obj, k.obj_len, k.name, st.lo, cfi, sizeof cfi, err, sizeof err);
+      cr_assert_gt(n, 0, "%s", err);
+      uint32_t clen, flen;
+      uint64_t range;
+      memcpy(&clen, cfi, 4);
+      memcpy(&flen, cfi + 4 + clen, 4);
+      memcpy(&range, cfi + 4 + clen + 16, 8);
+      cr_assert_eq((size_t)n, 8u + clen + flen);
+      cr_assert(!placed || range == len, "the FDE covers %llu bytes of a %zu-byte kernel",
+                (unsigned long long)range, len);
+      st.hi = st.lo + range;
+      for (int registered = 0; registered < 2; registered++) {
+        if (registered)
+          cr_assert_eq(uw_add_code(st.lo, st.hi, cfi, (size_t)n), 0);
+        else
+          cr_assert_eq(uw_refresh(), 0);
+        st.inside = st.bad = st.noinfo = 0;
+        step_through(fn, a, b, c);
+        cr_assert_gt(st.inside, 20, "%s: %d instructions inside", k.name, st.inside);
+        if (registered)
+          cr_assert_eq(st.bad, 0, "%s (%s): %d of %d walks wrong", k.name,
+                       placed ? "placed" : "LLJIT", st.bad, st.inside);
+        else /* without its rules, no walk goes past it */
+          cr_assert_eq(st.noinfo, st.inside, "%s", k.name);
+      }
+      uw_remove_code(st.lo);
+      st.inside = st.noinfo = 0;
+      step_through(fn, a, b, c);
+      cr_assert_eq(st.noinfo, st.inside, "%s: its rules outlived uw_remove_code", k.name);
+      if (placed)
+        jt_obj_unload(&l);
+      free(k.obj);
+    }
+}
+
+Test(objload, rules_of_a_function_the_object_lacks_are_refused)
+{
+  jt_gemm_t g = {.m = 8, .n = 8, .k = 8, .lda = 8, .ldb = 8, .ldc = 8, .alpha_one = 1};
+  kern_t k = compile(&g);
+  uint8_t cfi[512];
+  char err[256] = "";
+  cr_assert_eq(jt_obj_cfi(k.obj, k.obj_len, "no_such_kernel", 0, cfi, sizeof cfi, err, sizeof err), -1);
+  cr_assert(strstr(err, "no function"), "%s", err);
+  cr_assert_eq(jt_obj_cfi(k.obj, k.obj_len, k.name, 0, cfi, 16, err, sizeof err), -1, "16 bytes");
+  cr_assert(strstr(err, "more than 16"), "%s", err);
+  free(k.obj);
 }
