@@ -262,16 +262,21 @@ static void free_retired(void)
       continue;
     }
     code_t *k = code_of(r->fn);
-    uw_remove_code((uint64_t)(uintptr_t)r->fn); /* no stack walk reads its rules any more */
+    int freed = -1; /* 1 freed, 0 still another signature's (LLJIT shares a kernel by name) */
     if (k && k->loaded.map) {
       jt_obj_unload(&k->loaded);
+      freed = 1;
+    } else if (jit) {
+      int rc = jit->release((jt_gemm_fn)r->fn, err, sizeof err);
+      freed = rc == 0 ? 1 : rc == 1 ? 0 : -1;
+    }
+    if (freed >= 0)
       code_bytes -= r->size;
-      k->hi = k->lo; /* no PC is in it any more */
-    } else if (jit && jit->release((jt_gemm_fn)r->fn, err, sizeof err) == 0) {
-      code_bytes -= r->size;
+    if (freed == 1) {
+      uw_remove_code((uint64_t)(uintptr_t)r->fn); /* before new code can take its place */
       if (k)
-        k->hi = k->lo;
-    } else
+        k->hi = k->lo; /* no PC is in it any more */
+    } else if (freed < 0)
       ag_log_once(AG_LOG_WARN, "an evicted kernel could not be freed: %s", err);
     free(r->snap);
     *r = retired[--nretired];
@@ -529,6 +534,7 @@ static void compile_one(uint32_t i)
       free(retired[r].snap);
       retired[r] = retired[--nretired];
       resurrected = 1;
+      jit->release(fn, err, sizeof err); /* the evicted variant's reference: 1, this one stays */
       break;
     }
   if (rc) { /* back off: hot again after 8192, then 16384 calls; the third failure is final */

@@ -89,13 +89,15 @@ typedef struct jt_api_s {
               char *err, size_t len);
   /* The kernel's symbol name (for perf maps and profiles). */
   void (*gemm_name)(const jt_gemm_t *g, char *buf, size_t len);
-  /* Frees a kernel's code and symbols. The caller guarantees no thread can still run it. */
+  /* Drops one reference to a kernel: each successful gemm() returns one, and two signatures
+   * whose problems are one kernel share it. The last frees its code and symbols (the caller
+   * guarantees no thread can still run it) and returns 0; 1: other references remain; -1. */
   int (*release)(jt_gemm_fn fn, char *err, size_t len);
   /* "19.1.7", and the CPU the code is generated for ("znver3"). */
   const char *(*llvm_version)(void);
   const char *(*cpu)(void);
 } jt_api_t;
-#define JT_API_ABI 4
+#define JT_API_ABI 5
 #define JT_API_SYMBOL "opjit_jit_api"
 #define JT_MODULE_NAME "libopjit-jit.so"
 

@@ -317,7 +317,7 @@ long jt_obj_cfi(const void *obj, size_t len, const char *sym, uint64_t code, uin
     uint32_t rlen, id;
     memcpy(&rlen, ef + off, 4);
     memcpy(&id, ef + off + 4, 4);
-    if (rlen == 0 || rlen == 0xffffffffu || rlen > ehf->sh_size - off - 4)
+    if (rlen < 4 || rlen == 0xffffffffu || rlen > ehf->sh_size - off - 4)
       break;
     uint64_t next = off + 4 + rlen;
     const Elf64_Rela *r = NULL;
@@ -359,11 +359,13 @@ long jt_obj_cfi(const void *obj, size_t len, const char *sym, uint64_t code, uin
     const unsigned char *cinit = c.p, *cinit_end = c.end;
     /* The FDE: pc_begin (relocated: the function), its range, no augmentation data beyond
      * its length, the instructions. */
+    if (rlen < 4 + 2 * width + 1)
+      return fail(err, errlen, "bad FDE");
     cur_t d = {ef + off + 8, ef + next, 0};
     take(&d, width);
     uint64_t range = take(&d, width);
     uint64_t dalen = uleb(&d);
-    if (d.bad || dalen > (uint64_t)(d.end - d.p) || range == 0 || range > syms[fn].st_size + 64)
+    if (d.bad || dalen > (uint64_t)(d.end - d.p) || range == 0 || range > syms[fn].st_size)
       return fail(err, errlen, "bad FDE");
     d.p += dalen;
 

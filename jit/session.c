@@ -29,6 +29,7 @@ typedef struct compiled_s {
   void *obj;                    /* the relocatable object LLJIT linked (malloc'ed) */
   size_t obj_len;
   LLVMOrcResourceTrackerRef rt; /* the kernel's code and symbols, removable on their own */
+  int refs;                     /* gemm() calls that returned it, less release() calls */
 } compiled_t;
 static compiled_t *compiled;
 
@@ -208,6 +209,7 @@ static int jit_gemm(const jt_gemm_t *g, jt_gemm_fn *out, size_t *size, void **ob
       break;
     if (c->fn) {
       *out = c->fn, *size = c->size;
+      c->refs++;
       copy_object(c, obj, obj_len);
       pthread_mutex_unlock(&mu);
       return 0;
@@ -236,6 +238,7 @@ static int jit_gemm(const jt_gemm_t *g, jt_gemm_fn *out, size_t *size, void **ob
     free(entry);
   } else {
     *out = entry->fn, *size = entry->size;
+    entry->refs = 1;
     copy_object(entry, obj, obj_len);
   }
   pthread_cond_broadcast(&done);
@@ -250,6 +253,10 @@ static int jit_release(jt_gemm_fn fn, char *err, size_t len)
     compiled_t *c = *p;
     if (c->fn != fn)
       continue;
+    if (--c->refs > 0) { /* another signature's variant runs it */
+      pthread_mutex_unlock(&mu);
+      return 1;
+    }
     *p = c->next;
     LLVMErrorRef e = LLVMOrcResourceTrackerRemove(c->rt);
     pthread_mutex_unlock(&mu);

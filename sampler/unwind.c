@@ -493,6 +493,8 @@ static uint64_t compute(const uw_snap_t *s, uint64_t pc, uint64_t range[2])
     return (uint64_t)K_UNSUPPORTED;
   range[0] = row[0] > start ? row[0] : start;
   range[1] = row[1] < start + range_ ? row[1] : start + range_;
+  if (range[1] > o->hi) /* never past the code it was found for (JIT kernels lie close) */
+    range[1] = o->hi;
 
   if (st.ra == 0)
     return (uint64_t)K_END;
@@ -703,18 +705,17 @@ static int refresh_locked(int force)
     memcpy(s->obj, b.obj, (size_t)b.n * sizeof *b.obj);
   free(b.obj);
   qsort(s->obj, (size_t)s->n, sizeof *s->obj, by_lo);
-  if (cur && cur->subs != s->subs) { /* something was unloaded behind our back */
+  /* Something was unloaded behind our back, or JIT code is going: the cached rules go while
+   * no walk runs (none can cache a rule meanwhile), then the new snapshot comes in. */
+  if ((cur && cur->subs != s->subs) || code_retired) {
     free(swap_snapshot(NULL));
     cache_clear();
   }
   free(swap_snapshot(s));
-  if (code_retired) { /* no walk holds a snapshot with it now: its rules go, then its copy */
-    cache_clear();
-    while (code_retired) {
-      uw_code_t *k = code_retired;
-      code_retired = k->next;
-      free(k);
-    }
+  while (code_retired) { /* no snapshot refers to it now */
+    uw_code_t *k = code_retired;
+    code_retired = k->next;
+    free(k);
   }
   return 0;
 }
@@ -725,6 +726,19 @@ int uw_refresh(void)
   int rc = refresh_locked(0);
   pthread_mutex_unlock(&mu);
   return rc;
+}
+
+/* Takes the code at lo out of the registry (mu held). */
+static void retire_code(uint64_t lo)
+{
+  for (uw_code_t **p = &codes; *p; p = &(*p)->next)
+    if ((*p)->lo == lo) {
+      uw_code_t *k = *p;
+      *p = k->next;
+      k->next = code_retired, code_retired = k;
+      code_gen++;
+      return;
+    }
 }
 
 int uw_add_code(uint64_t lo, uint64_t hi, const uint8_t *cfi, size_t len)
@@ -741,24 +755,17 @@ int uw_add_code(uint64_t lo, uint64_t hi, const uint8_t *cfi, size_t len)
   k->lo = lo, k->hi = hi, k->fde_at = 4 + (size_t)clen, k->len = len;
   memcpy(k->cfi, cfi, len);
   pthread_mutex_lock(&mu);
+  retire_code(lo); /* the same code placed again (one kernel serving two signatures) */
   k->next = codes, codes = k;
   code_gen++;
-  int rc = refresh_locked(0);
   pthread_mutex_unlock(&mu);
-  return rc;
+  return 0;
 }
 
 void uw_remove_code(uint64_t lo)
 {
   pthread_mutex_lock(&mu);
-  for (uw_code_t **p = &codes; *p; p = &(*p)->next)
-    if ((*p)->lo == lo) {
-      uw_code_t *k = *p;
-      *p = k->next;
-      k->next = code_retired, code_retired = k;
-      code_gen++;
-      break;
-    }
+  retire_code(lo);
   if (code_retired && refresh_locked(0) && !unloading) { /* no memory for a new snapshot */
     free(swap_snapshot(NULL)); /* walks stop until the next refresh: the code is going */
     cache_clear();

@@ -51,10 +51,13 @@ void uw_unload_begin(void);
 void uw_unload_end(void);
 
 /* Code outside every loaded object (opjit's JIT kernels): [lo, hi) and its call-frame rules,
- * cfi: one CIE then one FDE with absolute pointers (jit/objload.h, jt_obj_cfi), copied. Walks
- * step out of its frames from the next snapshot on, taken here. uw_remove_code, before the
- * code is freed, takes them out again and forgets the rules cached for its addresses. Not for
- * the signal handler. uw_add_code returns 0, or -1 (out of memory: its frames stop walks). */
+ * cfi: one CIE then one FDE with absolute pointers (jit/objload.h, jt_obj_cfi), copied (code
+ * at lo already registered is replaced). Walks step out of its frames from the next snapshot
+ * on (the next uw_refresh: cheap here, as a warm start may place thousands of kernels).
+ * uw_remove_code, once the code is freed and before any other code can take its place, takes
+ * them out and forgets the rules cached for its addresses, with a new snapshot at once. Not
+ * for the signal handler. uw_add_code returns 0, or -1 (bad rules, out of memory: its frames
+ * stop walks). */
 int uw_add_code(uint64_t lo, uint64_t hi, const uint8_t *cfi, size_t len);
 void uw_remove_code(uint64_t lo);
 

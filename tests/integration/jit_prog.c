@@ -236,7 +236,9 @@ static void *worker(void *p)
   return NULL;
 }
 
-static void threads(int t, int n)
+/* t threads of n calls over 12 signatures; shared: in pairs that one kernel serves (the same
+ * column-major problem through the Fortran and the CBLAS symbol). */
+static void threads(int t, int n, int shared)
 {
   enum { NS = 12 };
   gemm_sig_t sigs[NS];
@@ -246,6 +248,8 @@ static void threads(int t, int n)
     sigs[i].m = sigs[i].m % 24 + 1, sigs[i].n = sigs[i].n % 24 + 1, sigs[i].k = sigs[i].k % 24 + 1;
     sigs[i].row = 0, sigs[i].ta = sigs[i].tb = 'N'; /* keep the dimensions consistent */
     sigs[i].lda = sigs[i].m, sigs[i].ldb = sigs[i].k, sigs[i].ldc = sigs[i].m;
+    if (shared && i % 2)
+      sigs[i] = sigs[i - 1], sigs[i].api = !sigs[i - 1].api;
   }
   for (int i = 0; i < NS; i++) /* every signature hot, and compiled before the threads run */
     for (int r = 0; r < 8; r++)
@@ -517,7 +521,9 @@ int main(int argc, char **argv)
   if (!strcmp(mode, "sweep") && argc > 4)
     sweep(atoi(argv[2]), atoi(argv[3]), strtoull(argv[4], NULL, 10));
   else if (!strcmp(mode, "threads") && argc > 3)
-    threads(atoi(argv[2]), atoi(argv[3]));
+    threads(atoi(argv[2]), atoi(argv[3]), 0);
+  else if (!strcmp(mode, "shared") && argc > 3)
+    threads(atoi(argv[2]), atoi(argv[3]), 1);
   else if (!strcmp(mode, "alias"))
     alias();
   else if (!strcmp(mode, "vec") && argc > 4)
@@ -558,7 +564,8 @@ int main(int argc, char **argv)
     }
     reap(child);
   } else {
-    fprintf(stderr, "usage: %s sweep S P SEED | gemv S P SEED | vec S P SEED | threads T N | alias | inf | "
+    fprintf(stderr, "usage: %s sweep S P SEED | gemv S P SEED | vec S P SEED | threads T N | "
+                    "shared T N | alias | inf | "
                     "badorder | forkhot | warmfork S A B\n",
             argv[0]);
     return 2;

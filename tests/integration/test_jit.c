@@ -190,6 +190,20 @@ Test(jit, a_full_code_cache_evicts_while_threads_run)
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 0);
 }
 
+Test(jit, a_kernel_two_signatures_share_outlives_one_s_eviction)
+{
+  /* Six problems, each through sgemm_/dgemm_ and cblas_?gemm (column-major): one kernel per
+   * pair. Evicting one signature frees nothing while its partner's variant still runs the
+   * code; every result is checked. */
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=4",
+                       "OPJIT_SAMPLE_HZ=0", "OPJIT_TEST_CODE_CACHE_BYTES=8192",
+                       "OPJIT_JIT_THREADS=2", NULL};
+  run_checked("shared", env, (const char *[]){H_JIT_PROG, "shared", "8", "600", NULL});
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events WHERE kind='evicted'"), 0);
+  cr_assert_eq(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), 8 * 600 + 96);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 0);
+}
+
 Test(jit, dot_and_axpy_calls_match_the_reference)
 {
   const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",

@@ -169,6 +169,22 @@ Test(gemm_kernels, same_shape_twice_is_the_same_kernel)
   cr_assert_str_neq(jit->cpu(), "");
 }
 
+/* Two signatures sharing a kernel each hold a reference: the first release leaves the code
+ * running for the other, the second frees it, a third finds nothing. */
+Test(gemm_kernels, a_shared_kernel_is_freed_by_its_last_release)
+{
+  jt_gemm_t g = {.m = 8, .n = 8, .k = 8, .lda = 8, .ldb = 8, .ldc = 8, .alpha_one = 1,
+                 .beta_class = 1};
+  jt_gemm_fn fn = compile(&g);
+  cr_assert_eq(compile(&g), fn);
+  char err[256] = "";
+  cr_assert_eq(jit->release(fn, err, sizeof err), 1, "%s", err);
+  cr_assert_leq(check(&g, fn, 1.0, 1.0, 0), 1.0); /* still there, still right */
+  cr_assert_eq(jit->release(fn, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(jit->release(fn, err, sizeof err), -1);
+  cr_assert(strstr(err, "no such kernel"), "%s", err);
+}
+
 Test(gemm_kernels, transposed_a_limits_its_stack_panel)
 {
   jt_gemm_t g = {.ta = 1, .m = 16, .n = 16, .k = JT_GEMM_MAX_K_PACKED + 1, .lda = JT_GEMM_MAX_K_PACKED + 1,

@@ -261,20 +261,17 @@ Test(objload, the_walker_steps_out_of_a_kernel_at_every_instruction)
       uint8_t cfi[512];
       long n = jt_obj_cfi(k.obj, k.obj_len, k.name, st.lo, cfi, sizeof cfi, err, sizeof err);
       cr_assert_gt(n, 0, "%s", err);
-      uint32_t clen, flen;
-      uint64_t range;
+      uint32_t clen;
+      uint64_t range; /* the FDE's: after its length, CIE pointer and start */
       memcpy(&clen, cfi, 4);
-      memcpy(&flen, cfi + 4 + clen, 4);
       memcpy(&range, cfi + 4 + clen + 16, 8);
-      cr_assert_eq((size_t)n, 8u + clen + flen);
       cr_assert(!placed || range == len, "the FDE covers %llu bytes of a %zu-byte kernel",
                 (unsigned long long)range, len);
       st.hi = st.lo + range;
       for (int registered = 0; registered < 2; registered++) {
         if (registered)
           cr_assert_eq(uw_add_code(st.lo, st.hi, cfi, (size_t)n), 0);
-        else
-          cr_assert_eq(uw_refresh(), 0);
+        cr_assert_eq(uw_refresh(), 0);
         st.inside = st.bad = st.noinfo = 0;
         step_through(fn, a, b, c);
         cr_assert_gt(st.inside, 20, "%s: %d instructions inside", k.name, st.inside);
@@ -287,6 +284,7 @@ Test(objload, the_walker_steps_out_of_a_kernel_at_every_instruction)
       uw_remove_code(st.lo);
       st.inside = st.noinfo = 0;
       step_through(fn, a, b, c);
+      cr_assert_gt(st.inside, 20);
       cr_assert_eq(st.noinfo, st.inside, "%s: its rules outlived uw_remove_code", k.name);
       if (placed)
         jt_obj_unload(&l);
