@@ -270,13 +270,14 @@ static void free_retired(void)
       int rc = jit->release((jt_gemm_fn)r->fn, err, sizeof err);
       freed = rc == 0 ? 1 : rc == 1 ? 0 : -1;
     }
-    if (freed >= 0)
-      code_bytes -= r->size;
-    if (freed == 1) {
-      uw_remove_code((uint64_t)(uintptr_t)r->fn); /* before new code can take its place */
+    code_bytes -= r->size; /* this reference's bytes, whatever became of the code */
+    if (freed != 0) { /* gone, or unknown to the session now: its rules and name go too (new
+                         code may take its place at the next compile on a compile thread) */
+      uw_remove_code((uint64_t)(uintptr_t)r->fn);
       if (k)
         k->hi = k->lo; /* no PC is in it any more */
-    } else if (freed < 0)
+    }
+    if (freed < 0)
       ag_log_once(AG_LOG_WARN, "an evicted kernel could not be freed: %s", err);
     free(r->snap);
     *r = retired[--nretired];
@@ -301,8 +302,12 @@ static int evict_one(void)
   if (victim == UINT32_MAX)
     goto out;
   ag_entry_t *e = ag_table_entry(ag_table, victim);
+  uint32_t ready = AG_TIER_READY; /* a host thread's verification may have failed it since */
+  if (!atomic_compare_exchange_strong(&e->tier, &ready, AG_TIER_COLD))
+    goto out; /* FAILED: its code stays, as a blacklisted variant's does */
   void *fn = atomic_exchange(&e->variant, NULL); /* seq_cst: before the snapshot below */
-  atomic_store(&e->tier, AG_TIER_COLD);
+  if (!fn)
+    goto out;
   size_t nsnap = ag_tcount_snapshot(snap, 1024);
   if (nsnap > 1024) { /* too many threads to prove a grace period: the code stays */
     free(snap);
@@ -326,6 +331,9 @@ out:
 static void add_code(void *fn, size_t size, const char *name, const jt_loaded_t *loaded,
                      const void *obj, size_t obj_len)
 {
+  const code_t *live = code_of(fn);
+  if (live && live->hi > live->lo)
+    return; /* one kernel two signatures share (LLJIT's by name): named and walked already */
   int c = atomic_load(&ncode);
   if (c == (int)(sizeof code / sizeof *code))
     return;
