@@ -180,23 +180,36 @@ Test(jit, gemv_calls_match_the_reference)
 /* 8 threads of 600 calls over 12 signatures (jit_prog's mode) with room for about two
  * kernels: they keep evicting, freeing (after their grace period) and compiling again while
  * every result is checked. */
-static void evict_under_threads(const char *mode)
+static void evict_under_threads(const char *mode, const char *hz)
 {
   const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=4",
-                       "OPJIT_SAMPLE_HZ=0", "OPJIT_TEST_CODE_CACHE_BYTES=8192",
-                       "OPJIT_JIT_THREADS=2", NULL};
+                       hz, "OPJIT_TEST_CODE_CACHE_BYTES=8192", "OPJIT_JIT_THREADS=2", NULL};
   run_checked(mode, env, (const char *[]){H_JIT_PROG, mode, "8", "600", NULL});
   cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events WHERE kind='evicted'"), 0);
   cr_assert_eq(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), 8 * 600 + 96);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 0);
 }
 
-Test(jit, a_full_code_cache_evicts_while_threads_run) { evict_under_threads("threads"); }
+Test(jit, a_full_code_cache_evicts_while_threads_run)
+{
+  evict_under_threads("threads", "OPJIT_SAMPLE_HZ=0");
+}
+
+/* The same with every thread sampled at 1000 Hz: stacks are walked through kernels while
+ * their rules come and go with the code (nothing may crash, every result stays right). */
+Test(jit, a_full_code_cache_evicts_while_threads_are_sampled)
+{
+  evict_under_threads("threads", "OPJIT_SAMPLE_HZ=1000");
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM run_stacks"), 0);
+}
 
 /* Six problems, each through sgemm_/dgemm_ and cblas_?gemm (column-major): one kernel per
  * pair. Evicting one signature frees nothing while its partner's variant still runs the code
  * (the JIT counts references; test_gemm_kernels checks the count itself). */
-Test(jit, a_kernel_two_signatures_share_outlives_one_s_eviction) { evict_under_threads("shared"); }
+Test(jit, a_kernel_two_signatures_share_outlives_one_s_eviction)
+{
+  evict_under_threads("shared", "OPJIT_SAMPLE_HZ=0");
+}
 
 Test(jit, dot_and_axpy_calls_match_the_reference)
 {
