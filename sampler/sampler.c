@@ -67,7 +67,7 @@ static _Atomic int active;
 static sp_config_t cfg;
 static sp_status_t status;
 static _Atomic uint64_t lost, drained;
-static _Atomic uint64_t walked, unwound; /* stacks taken by uw_walk, by libunwind */
+static _Atomic uint64_t walked, unwound; /* drained samples whose stack uw_walk, libunwind took */
 static _Atomic int stacks_wanted; /* a handler saw the main thread off its known stack */
 static pid_t pid;                 /* this process's (sp_start; the handler compares, never asks) */
 static _Atomic int expected;      /* sp_expect: threads record their stack's top */
@@ -227,7 +227,7 @@ static int record_stack(sp_sample_t *s, sp_slot_t *t, void *uc)
     /* libunwind takes over only where the walker stopped short of what it can do itself
      * (signal frames, register-held return addresses) or found no rule at the very PC. */
     if (stop != UW_UNSUPPORTED && (n > 1 || stop == UW_END)) {
-      atomic_fetch_add_explicit(&walked, 1, memory_order_relaxed);
+      s->flags |= SP_F_WALKED;
       return n;
     }
   } else if (!tl_stack_hi && t->tid == pid &&
@@ -237,7 +237,7 @@ static int record_stack(sp_sample_t *s, sp_slot_t *t, void *uc)
   }
   if (!unw.backtrace)
     return 1;
-  atomic_fetch_add_explicit(&unwound, 1, memory_order_relaxed);
+  s->flags |= SP_F_UNWOUND;
   if (t->taken <= SP_YOUNG_SAMPLES) {
     uint64_t cursor[UNW_CURSOR_WORDS]; /* unw_cursor_t */
     int k = 1;
@@ -679,8 +679,9 @@ uint64_t sp_thread_begin(void)
   pthread_attr_t a;
   void *base = NULL;
   size_t size = 0;
+  pid_t self = gettid(), main_tid = getpid();
   /* ~0.4 us (for the main thread it reads /proc: that one's stack comes from find_stacks) */
-  if (gettid() != getpid() && pthread_getattr_np(pthread_self(), &a) == 0) {
+  if (self != main_tid && pthread_getattr_np(pthread_self(), &a) == 0) {
     if (pthread_attr_getstack(&a, &base, &size) == 0 && base)
       tl_stack_lo = (uint64_t)(uintptr_t)base, tl_stack_hi = tl_stack_lo + size;
     pthread_attr_destroy(&a);
@@ -689,7 +690,6 @@ uint64_t sp_thread_begin(void)
   if (!atomic_load(&active))
     return start;
   uint32_t weight = 1;
-  pid_t self = gettid();
   pthread_mutex_lock(&sp_mu);
   unskip(self); /* a tid reused before the rescan cleared an exited thread's entry */
   int at = find_tid(self); /* a rescan may have armed it already */
@@ -708,7 +708,7 @@ uint64_t sp_thread_begin(void)
   }
   if (at >= 0)
     slots[at].weight = weight;
-  else if (atomic_load(&active) && arm_tid(self, weight) == 0 && self == getpid())
+  else if (atomic_load(&active) && arm_tid(self, weight) == 0 && self == main_tid)
     find_stacks(); /* [stack] */
   pthread_mutex_unlock(&sp_mu);
   return start;
@@ -826,7 +826,8 @@ size_t sp_drain(sp_sample_t *out, size_t max)
     pthread_mutex_unlock(&sp_mu);
   }
   size_t got = 0;
-  uint64_t weight = 0;
+  uint64_t weight = 0, by_walk = 0, by_unw = 0; /* counted here, not in the handler: no shared
+                                                   line written per sample */
   int n = atomic_load_explicit(&hiwater, memory_order_acquire);
   for (int i = 0; i < n && got < max; i++) {
     sp_ring_t *r = slots[i].ring;
@@ -836,11 +837,14 @@ size_t sp_drain(sp_sample_t *out, size_t max)
     uint32_t head = atomic_load_explicit(&r->head, memory_order_acquire);
     for (; tail != head && got < max; tail++) {
       out[got] = r->buf[tail % SP_RING];
+      by_walk += (out[got].flags & SP_F_WALKED) != 0, by_unw += (out[got].flags & SP_F_UNWOUND) != 0;
       weight += out[got++].weight;
     }
     atomic_store_explicit(&r->tail, tail, memory_order_release);
   }
   atomic_fetch_add(&drained, weight);
+  atomic_fetch_add(&walked, by_walk);
+  atomic_fetch_add(&unwound, by_unw);
   return got;
 }
 

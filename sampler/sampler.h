@@ -24,7 +24,9 @@
 
 enum sp_mode { SP_OFF = 0, SP_PERF_HW, SP_PERF_SW, SP_TIMER };
 enum sp_flags {
-  SP_F_POOL = 1, /* attributed through the in-flight operators: the thread had none itself */
+  SP_F_POOL = 1,     /* attributed through the in-flight operators: the thread had none itself */
+  SP_F_WALKED = 2,   /* its stack came from the sampler's own walker (unwind.h) */
+  SP_F_UNWOUND = 4,  /* ... from libunwind */
 };
 
 /* How a sample is attributed: both are called in the signal handler and must be

@@ -443,7 +443,7 @@ static uint64_t compute(const uw_snap_t *s, uint64_t pc, uint64_t range[2])
   /* The CIE: version, augmentation, alignments, the return address column, the FDE
    * pointer encoding, its initial instructions. */
   rd_t c = {cie + 8, cie + 4 + clen, 0};
-  uint8_t version = u8(&c), fde_enc = 0, lsda_enc = 0xff;
+  uint8_t version = u8(&c), fde_enc = 0;
   const char *aug = (const char *)c.p;
   size_t auglen = strnlen(aug, (size_t)(c.end - c.p));
   c.p += auglen + 1;
@@ -461,7 +461,7 @@ static uint64_t compute(const uw_snap_t *s, uint64_t pc, uint64_t range[2])
       if (aug[i] == 'R')
         fde_enc = u8(&c);
       else if (aug[i] == 'L')
-        lsda_enc = u8(&c);
+        u8(&c); /* the LSDA's encoding: nothing a walk needs */
       else if (aug[i] == 'P')
         pointer(&c, u8(&c));
       else if (aug[i] != 'S' && aug[i] != 'B')
@@ -471,7 +471,6 @@ static uint64_t compute(const uw_snap_t *s, uint64_t pc, uint64_t range[2])
       return (uint64_t)K_UNSUPPORTED;
     c.p = aend;
   }
-  (void)lsda_enc;
   frame_rule_t init = {0}, st;
   uint64_t row[2];
   if (run_cfi(&c, 0, UINT64_MAX, code_align, data_align, fde_enc, &init, &init, row) || c.bad)
@@ -582,6 +581,21 @@ typedef struct build_s {
   unsigned long long adds, subs;
 } build_t;
 
+/* The next object of b (its array doubled when full), or NULL (b->oom set). */
+static uw_obj_t *grow(build_t *b)
+{
+  if (b->n == b->cap) {
+    int cap = b->cap ? 2 * b->cap : 64;
+    uw_obj_t *o = realloc(b->obj, (size_t)cap * sizeof *o);
+    if (!o) {
+      b->oom = 1;
+      return NULL;
+    }
+    b->obj = o, b->cap = cap;
+  }
+  return &b->obj[b->n++];
+}
+
 static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 {
   build_t *b = arg;
@@ -613,16 +627,9 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
     if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
       continue;
-    if (b->n == b->cap) {
-      int cap = b->cap ? 2 * b->cap : 64;
-      uw_obj_t *o = realloc(b->obj, (size_t)cap * sizeof *o);
-      if (!o) {
-        b->oom = 1;
-        return 1;
-      }
-      b->obj = o, b->cap = cap;
-    }
-    uw_obj_t *o = &b->obj[b->n++];
+    uw_obj_t *o = grow(b);
+    if (!o)
+      return 1;
     *o = proto;
     o->lo = info->dlpi_addr + ph->p_vaddr;
     o->hi = o->lo + ph->p_memsz;
@@ -682,16 +689,9 @@ static int refresh_locked(int force)
   build_t b = {0};
   dl_iterate_phdr(add_object, &b);
   for (const uw_code_t *k = codes; k && !b.oom; k = k->next) {
-    if (b.n == b.cap) {
-      int cap = b.cap ? 2 * b.cap : 64;
-      uw_obj_t *o = realloc(b.obj, (size_t)cap * sizeof *o);
-      if (!o) {
-        b.oom = 1;
-        break;
-      }
-      b.obj = o, b.cap = cap;
-    }
-    uw_obj_t *o = &b.obj[b.n++];
+    uw_obj_t *o = grow(&b);
+    if (!o)
+      break;
     *o = (uw_obj_t){.lo = k->lo, .hi = k->hi, .fde = k->cfi + k->fde_at, .nseg = 1};
     o->seg_lo[0] = (uint64_t)(uintptr_t)k->cfi, o->seg_hi[0] = o->seg_lo[0] + k->len;
   }
@@ -766,7 +766,8 @@ void uw_remove_code(uint64_t lo)
 {
   pthread_mutex_lock(&mu);
   retire_code(lo);
-  if (code_retired && refresh_locked(0) && !unloading) { /* no memory for a new snapshot */
+  if (code_retired && refresh_locked(0)) { /* no memory for a new snapshot (while unloading it
+                                                 returns 0: uw_unload_end takes one) */
     free(swap_snapshot(NULL)); /* walks stop until the next refresh: the code is going */
     cache_clear();
   }

@@ -41,7 +41,7 @@ typedef struct uw_regs_s {
 } uw_regs_t;
 
 /* Takes a new snapshot when objects were loaded or unloaded since the last one (glibc's
- * dl_iterate_phdr counters) or when none exists; frees the old one once no walk uses it.
+ * dl_iterate_phdr counters), when JIT code came or went (uw_add_code) or when none exists; frees the old one once no walk uses it.
  * Not for the signal handler. Returns 0, or -1 when out of memory (the old snapshot stays). */
 int uw_refresh(void);
 
