@@ -63,10 +63,9 @@ static const Elf64_Ehdr *header(const void *obj, size_t len, const Elf64_Shdr **
 
 /* The symbol table (its symbols, count and names), checked against the object's length. */
 static const Elf64_Sym *symbols(const unsigned char *f, size_t len, const Elf64_Ehdr *eh,
-                                const Elf64_Shdr *symtab, size_t *nsyms, const char **names,
-                                size_t *names_len, char *err, size_t errlen)
+                                const Elf64_Shdr *sh, const Elf64_Shdr *symtab, size_t *nsyms,
+                                const char **names, size_t *names_len, char *err, size_t errlen)
 {
-  const Elf64_Shdr *sh = (const Elf64_Shdr *)(f + eh->e_shoff);
   if (!symtab || symtab->sh_entsize != sizeof(Elf64_Sym) || symtab->sh_link >= eh->e_shnum ||
       !inside(symtab->sh_offset, symtab->sh_size, len) || symtab->sh_offset % 8)
     return fail(err, errlen, "no usable symbol table"), NULL;
@@ -125,7 +124,7 @@ int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, 
   }
   size_t nsyms, symnames_len;
   const char *symnames;
-  const Elf64_Sym *syms = symbols(f, len, eh, symtab, &nsyms, &symnames, &symnames_len, err, errlen);
+  const Elf64_Sym *syms = symbols(f, len, eh, sh, symtab, &nsyms, &symnames, &symnames_len, err, errlen);
   if (!syms)
     return -1;
   if (total == 0 || total > (64u << 20))
@@ -204,24 +203,20 @@ int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, 
   }
 
   /* The entry symbol: a function defined in a placed section. */
-  size_t j = function(syms, nsyms, symnames, symnames_len, sym);
-  if (j) {
-    const Elf64_Sym *s = &syms[j];
-    if (s->st_shndx >= eh->e_shnum ||
-        base[s->st_shndx] == UINT64_MAX || s->st_size == 0 ||
-        s->st_value > sh[s->st_shndx].sh_size || sh[s->st_shndx].sh_size - s->st_value < s->st_size)
-      goto no_function;
-    if (mprotect(m, map_len, PROT_READ | PROT_EXEC) != 0) {
-      fail(err, errlen, "cannot make the code executable");
-      goto fail;
-    }
-    __builtin___clear_cache((char *)m, (char *)m + map_len);
-    *out = (jt_loaded_t){m + base[s->st_shndx] + s->st_value, s->st_size, m, map_len};
-    return 0;
+  const Elf64_Sym *s = &syms[function(syms, nsyms, symnames, symnames_len, sym)];
+  if (s == syms || s->st_shndx >= eh->e_shnum || base[s->st_shndx] == UINT64_MAX ||
+      s->st_size == 0 || s->st_value > sh[s->st_shndx].sh_size ||
+      sh[s->st_shndx].sh_size - s->st_value < s->st_size) {
+    fail(err, errlen, "no function %s in the object", sym);
+    goto fail;
   }
-no_function:
-  fail(err, errlen, "no function %s in the object", sym);
-  goto fail;
+  if (mprotect(m, map_len, PROT_READ | PROT_EXEC) != 0) {
+    fail(err, errlen, "cannot make the code executable");
+    goto fail;
+  }
+  __builtin___clear_cache((char *)m, (char *)m + map_len);
+  *out = (jt_loaded_t){m + base[s->st_shndx] + s->st_value, s->st_size, m, map_len};
+  return 0;
 bad_rel_kind:
   fail(err, errlen, "REL relocations are not x86-64's");
 fail:
@@ -301,7 +296,7 @@ long jt_obj_cfi(const void *obj, size_t len, const char *sym, uint64_t code, uin
     return fail(err, errlen, "no usable .eh_frame");
   size_t nsyms, symnames_len;
   const char *symnames;
-  const Elf64_Sym *syms = symbols(f, len, eh, symtab, &nsyms, &symnames, &symnames_len, err, errlen);
+  const Elf64_Sym *syms = symbols(f, len, eh, sh, symtab, &nsyms, &symnames, &symnames_len, err, errlen);
   if (!syms)
     return -1;
   size_t fn = function(syms, nsyms, symnames, symnames_len, sym);
@@ -372,10 +367,9 @@ long jt_obj_cfi(const void *obj, size_t len, const char *sym, uint64_t code, uin
     /* CIE: length, id 0, version 1, "zR", the alignments, RA column, one byte of augmentation
      * data: absptr; the initial instructions. FDE: length, CIE pointer, 8-byte start and
      * range, no augmentation data, the instructions. Both padded to 8 bytes with DW_CFA_nop. */
-    size_t at = 0, clen_at, flen_at;
+    size_t at = 0, flen_at; /* the CIE at 0 */
     uint32_t zero = 0;
     static const uint8_t zr[] = {1, 'z', 'R', 0};
-    clen_at = at;
     put(out, cap, &at, &zero, 4);
     put(out, cap, &at, &zero, 4);
     put(out, cap, &at, zr, sizeof zr);
@@ -387,10 +381,10 @@ long jt_obj_cfi(const void *obj, size_t len, const char *sym, uint64_t code, uin
     put(out, cap, &at, cinit, (size_t)(cinit_end - cinit));
     while (at % 8)
       put(out, cap, &at, &zero, 1);
-    uint32_t cl = (uint32_t)(at - clen_at - 4);
+    uint32_t cl = (uint32_t)(at - 4);
     flen_at = at;
     put(out, cap, &at, &zero, 4);
-    uint32_t cie_ptr = (uint32_t)(at - clen_at); /* from this field back to the CIE */
+    uint32_t cie_ptr = (uint32_t)at; /* from this field back to the CIE */
     put(out, cap, &at, &cie_ptr, 4);
     put(out, cap, &at, &code, 8);
     put(out, cap, &at, &range, 8);
@@ -401,7 +395,7 @@ long jt_obj_cfi(const void *obj, size_t len, const char *sym, uint64_t code, uin
     uint32_t fl = (uint32_t)(at - flen_at - 4);
     if (at > cap)
       return fail(err, errlen, "the rules take %zu bytes, more than %zu", at, cap);
-    memcpy(out + clen_at, &cl, 4);
+    memcpy(out, &cl, 4);
     memcpy(out + flen_at, &fl, 4);
     return (long)at;
   }
