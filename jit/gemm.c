@@ -222,8 +222,8 @@ static void emit_pack(gen_t *g, LLVMValueRef i0, int mr)
 }
 
 /* A micro-kernel's K loop: kloop_open enters it with k and the nv x nr accumulators as phis
- * (0 on entry); kloop_close closes it on the accumulators' next values, k < kend, and leaves
- * the builder after it. */
+ * (0 on entry); kloop_close closes it on the accumulators' next values, k += step while
+ * k < kend, and leaves the builder after it. */
 typedef struct kloop_s {
   LLVMBasicBlockRef head, done;
   LLVMValueRef k;
@@ -249,9 +249,9 @@ static kloop_t kloop_open(gen_t *g, int nv, int nr, LLVMValueRef acc[2][NR])
 }
 
 static void kloop_close(gen_t *g, const kloop_t *l, int nv, int nr, LLVMValueRef acc[2][NR],
-                        LLVMValueRef next[2][NR], long kend)
+                        LLVMValueRef next[2][NR], long kend, long step)
 {
-  LLVMValueRef k1 = LLVMBuildNSWAdd(g->b, l->k, i64c(g, 1), "k1");
+  LLVMValueRef k1 = LLVMBuildNSWAdd(g->b, l->k, i64c(g, step), "k1");
   LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
   LLVMAddIncoming(l->k, &k1, &latch, 1);
   for (int v = 0; v < nv; v++)
@@ -293,7 +293,7 @@ static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int n
     for (int v = 0; v < nv; v++)
       next_acc[v][j] = fma3(g, av[v], bj, acc[v][j]);
   }
-  kloop_close(g, &l, nv, nr, acc, next_acc, s->k);
+  kloop_close(g, &l, nv, nr, acc, next_acc, s->k, 1);
   for (int j = 0; j < nr; j++) {
     LLVMValueRef col = LLVMBuildNSWMul(g->b, LLVMBuildNSWAdd(g->b, j0, i64c(g, j), ""),
                                        i64c(g, s->ldc), "ccol");
@@ -335,6 +335,17 @@ static LLVMValueRef intrinsic(gen_t *g, const char *name, LLVMTypeRef *types, si
   LLVMValueRef f = LLVMGetIntrinsicDeclaration(g->mod, id, types, n);
   *fn_type = LLVMGlobalGetValueType(f);
   return f;
+}
+
+/* The sum of v's lanes, in any order (reassociated). */
+static LLVMValueRef hsum(gen_t *g, LLVMValueRef v)
+{
+  LLVMTypeRef vt = g->vec, rt;
+  LLVMValueRef red = intrinsic(g, "llvm.vector.reduce.fadd", &vt, 1, &rt);
+  LLVMValueRef args[2] = {LLVMConstReal(g->elem, -0.0), v};
+  LLVMValueRef r = LLVMBuildCall2(g->b, rt, red, args, 2, "r");
+  LLVMSetFastMathFlags(r, LLVMFastMathAllowReassoc);
+  return r;
 }
 
 void jt_gemm_name(const jt_gemm_t *s, char *buf, size_t len)
@@ -472,12 +483,7 @@ LLVMValueRef jt_dot_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *
     LLVMValueRef ix = i64c(&g, full + off);
     acc0 = fma3(&g, vload(&g, at(&g, g.a, ix), lanes), vload(&g, at(&g, g.bm, ix), lanes), acc0);
   }
-  LLVMValueRef sum = LLVMBuildFAdd(g.b, acc0, acc1, "sum");
-  LLVMTypeRef vt = g.vec, rt;
-  LLVMValueRef red = intrinsic(&g, "llvm.vector.reduce.fadd", &vt, 1, &rt);
-  LLVMValueRef args[2] = {LLVMConstReal(g.elem, -0.0), sum};
-  LLVMValueRef r = LLVMBuildCall2(g.b, rt, red, args, 2, "r");
-  LLVMSetFastMathFlags(r, LLVMFastMathAllowReassoc);
+  LLVMValueRef r = hsum(&g, LLVMBuildFAdd(g.b, acc0, acc1, "sum"));
   LLVMSetAlignment(LLVMBuildStore(g.b, r, g.c), s->f64 ? 8 : 4);
   return end_kernel(&g);
 }
@@ -682,7 +688,7 @@ static void mm_micro(gen_t *g, LLVMValueRef panel, LLVMValueRef i, LLVMValueRef 
     for (int v = 0; v < nv; v++)
       next[v][j] = fma3(g, av[v], bj, acc[v][j]);
   }
-  kloop_close(g, &l, nv, nr, acc, next, kcl);
+  kloop_close(g, &l, nv, nr, acc, next, kcl, 1);
   for (int j = 0; j < nr; j++)
     for (int v = 0; v < nv; v++) {
       LLVMValueRef ix = add(g, mul(g, add(g, j0, i64c(g, j)), s->m), add(g, i, i64c(g, v * g->V)));
@@ -751,32 +757,6 @@ static void mm_kblock(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef k
   loop_end(g, &ic);
 }
 
-/* The sum of v's lanes (halving: lanes w.. added onto lanes ..w). */
-static LLVMValueRef hsum(gen_t *g, LLVMValueRef v)
-{
-  for (int w = g->V / 2; w >= 1; w /= 2) {
-    LLVMValueRef lo[16], hi[16];
-    for (int i = 0; i < g->V; i++) {
-      lo[i] = i < w ? LLVMConstInt(g->i32, (unsigned)i, 0) : LLVMGetUndef(g->i32);
-      hi[i] = i < w ? LLVMConstInt(g->i32, (unsigned)(i + w), 0) : LLVMGetUndef(g->i32);
-    }
-    LLVMValueRef a = LLVMBuildShuffleVector(g->b, v, LLVMGetUndef(g->vec), LLVMConstVector(lo, (unsigned)g->V), "lo");
-    LLVMValueRef b = LLVMBuildShuffleVector(g->b, v, LLVMGetUndef(g->vec), LLVMConstVector(hi, (unsigned)g->V), "hi");
-    v = LLVMBuildFAdd(g->b, a, b, "h");
-  }
-  return LLVMBuildExtractElement(g->b, v, LLVMConstInt(g->i32, 0, 0), "sum");
-}
-
-/* x rounded to f16 and back (f16 weights), else x. */
-static LLVMValueRef mm_xround(gen_t *g, LLVMValueRef x, LLVMTypeRef t)
-{
-  if (!g->g->w16)
-    return x;
-  LLVMTypeRef h = LLVMHalfTypeInContext(g->cx);
-  LLVMTypeRef ht = t == g->vec ? LLVMVectorType(h, (unsigned)g->V) : h;
-  return LLVMBuildFPExt(g->b, LLVMBuildFPTrunc(g->b, x, ht, "xh"), t, "xr");
-}
-
 /* n = 1, a matrix-vector product (llama's decode): one pass over the weights, nothing packed.
  * Row by row, so that each row is one sequential stream for the hardware prefetchers (rows
  * read in interleaved groups left f16 weights at half the memory bandwidth when a row spans
@@ -785,59 +765,35 @@ static LLVMValueRef mm_xround(gen_t *g, LLVMValueRef x, LLVMTypeRef t)
  * scratch against f16 weights) stays in L1. With a residual, out = y + r as each row's y is
  * stored. */
 #define MV_ACC 4
+_Static_assert(MV_ACC <= NR, "kloop_open's accumulators");
 static void mm_gemv(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef scratch)
 {
   long K = g->g->k, V = g->V, kstep = MV_ACC * V, kloop = K / kstep * kstep, kvec = K / V * V;
   LLVMValueRef x = g->bm;
-  if (g->g->w16) { /* the scratch holds k floats (JT_MM_SCRATCH_FLOATS) */
-    if (kvec) {
-      loop_t k = loop_begin(g, i64c(g, 0), kvec, V, "rx");
-      vstore(g, mm_xround(g, vload(g, at(g, x, k.iv), g->V), g->vec), at(g, scratch, k.iv), g->V);
-      loop_end(g, &k);
-    }
-    for (long kk = kvec; kk < K; kk++)
-      LLVMBuildStore(g->b, mm_xround(g, LLVMBuildLoad2(g->b, g->elem, at(g, x, i64c(g, kk)), "x"), g->elem),
-                     at(g, scratch, i64c(g, kk)));
-    x = scratch;
+  if (g->g->w16) { /* x rounded into the scratch, which holds k floats (JT_MM_SCRATCH_FLOATS) */
+    g->xr = x = scratch;
+    mm_round_x(g, i64c(g, 0), i64c(g, 0), (int)K, 1);
   }
   loop_t ir = loop_to(g, i0, i1, 1, "mr");
-  LLVMValueRef row = mul(g, ir.iv, K), zero = LLVMConstNull(g->vec), acc[MV_ACC];
+  LLVMValueRef row = mul(g, ir.iv, K), acc[2][NR], next[2][NR];
   for (int a = 0; a < MV_ACC; a++)
-    acc[a] = zero;
+    next[0][a] = LLVMConstNull(g->vec);
   if (kloop) {
-    LLVMValueRef k0 = i64c(g, 0), next[MV_ACC];
-    LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
-    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->cx, g->fn, "mk");
-    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->cx, g->fn, "mkdone");
-    LLVMBuildBr(g->b, body);
-    LLVMPositionBuilderAtEnd(g->b, body);
-    LLVMValueRef k = LLVMBuildPhi(g->b, g->i64, "k");
-    LLVMAddIncoming(k, &k0, &pre, 1);
+    kloop_t l = kloop_open(g, 1, MV_ACC, acc);
     for (int a = 0; a < MV_ACC; a++) {
-      acc[a] = LLVMBuildPhi(g->b, g->vec, "acc");
-      LLVMAddIncoming(acc[a], &zero, &pre, 1);
+      LLVMValueRef kk = add(g, l.k, i64c(g, a * V));
+      next[0][a] = fma3(g, mm_wload(g, add(g, row, kk)), vload(g, at(g, x, kk), g->V), acc[0][a]);
     }
-    for (int a = 0; a < MV_ACC; a++) {
-      LLVMValueRef kk = add(g, k, i64c(g, a * V));
-      next[a] = fma3(g, mm_wload(g, add(g, row, kk)), vload(g, at(g, x, kk), g->V), acc[a]);
-    }
-    LLVMValueRef k1 = add(g, k, i64c(g, kstep));
-    LLVMAddIncoming(k, &k1, &body, 1);
-    for (int a = 0; a < MV_ACC; a++)
-      LLVMAddIncoming(acc[a], &next[a], &body, 1);
-    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, k1, i64c(g, kloop), ""), body, done);
-    LLVMPositionBuilderAtEnd(g->b, done);
-    for (int a = 0; a < MV_ACC; a++)
-      acc[a] = next[a];
+    kloop_close(g, &l, 1, MV_ACC, acc, next, kloop, kstep);
   }
   for (long kk = kloop; kk < kvec; kk += V) { /* whole vectors past the loop */
-    int a = (int)((kk - kloop) / V);
-    acc[a] = fma3(g, mm_wload(g, add(g, row, i64c(g, kk))), vload(g, at(g, x, i64c(g, kk)), g->V), acc[a]);
+    LLVMValueRef *a = &next[0][(kk - kloop) / V];
+    *a = fma3(g, mm_wload(g, add(g, row, i64c(g, kk))), vload(g, at(g, x, i64c(g, kk)), g->V), *a);
   }
   for (int w = MV_ACC / 2; w >= 1; w /= 2) /* pairwise */
     for (int a = 0; a < w; a++)
-      acc[a] = LLVMBuildFAdd(g->b, acc[a], acc[a + w], "a");
-  LLVMValueRef sum = hsum(g, acc[0]);
+      next[0][a] = LLVMBuildFAdd(g->b, next[0][a], next[0][a + w], "a");
+  LLVMValueRef sum = hsum(g, next[0][0]);
   for (long kk = kvec; kk < K; kk++) {
     LLVMValueRef xs = LLVMBuildLoad2(g->b, g->elem, at(g, x, i64c(g, kk)), "x");
     sum = LLVMBuildFAdd(g->b, sum, LLVMBuildFMul(g->b, mm_wload1(g, add(g, row, i64c(g, kk))), xs, "p"), "s");

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define JT_GENERATOR_VERSION 6 /* bumped whenever generated code changes */
+#define JT_GENERATOR_VERSION 7 /* bumped whenever generated code changes */
 
 /* A column-major GEMM, C = alpha * op(A) * op(B) + beta * C, with every shape constant known.
  * Row-major (CBLAS) calls are mapped onto it by the caller: C^T = op(B)^T op(A)^T. */
