@@ -672,9 +672,6 @@ static void *compile_main(void *arg)
   return NULL;
 }
 
-/* Whether spent_ns of the signature's time, sped up by the saving variants have shown (before
- * any measurement: the generator's record here, ~2-5x below 24^3, ~1x above), repays the
- * compile OPJIT_HOT_PAYBACK times. */
 /* Whether OPJIT_HOT_PAYBACK judges e by time. Not ggml's fused groups: their original's
  * timing (a probe's, hosts/ggml.c) is mostly barriers, which a per-call saving estimate does
  * not weigh; calls decide for them. */
@@ -684,6 +681,9 @@ static int payback_applies(const ag_entry_t *e)
          !(e->key.host == AG_HOST_ID_GGML && e->key.op == AG_GGML_OP_FUSED);
 }
 
+/* Whether spent_ns of the signature's time, sped up by the saving variants have shown (before
+ * any measurement: the generator's record here, ~2-5x below 24^3, ~1x above), repays the
+ * compile OPJIT_HOT_PAYBACK times. */
 static int pays_back(const ag_entry_t *e, double spent_ns)
 {
   double gain = est_gain >= 0 ? est_gain : e->key.m <= 24 && e->key.n <= 24 && e->key.k <= 24 ? 0.6 : 0.1;

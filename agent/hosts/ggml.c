@@ -426,7 +426,6 @@ static pthread_mutex_t gcache_mu = PTHREAD_MUTEX_INITIALIZER;
  * never-slower check must demote them) */
 static int fusion_mode;
 
-
 /* Decides the fusion mode and resolves the backend's own ops, once (after check() accepted
  * this ggml). */
 static void fusion_setup(void)
@@ -655,7 +654,6 @@ static int find_mm_add(struct ggml_cgraph *g, int n, int i, fusion_t *f)
   f->prod[0] = mm;
   return 1;
 }
-
 
 /* Products of one input (Q, K and V of an attention: 2 or 3 MUL_MATs under find_mm's guards
  * with the same input, weight type, K and N, within 16 nodes from node i) computed together at
@@ -911,6 +909,17 @@ static int mm_share(int64_t m, int ith, int nth, int64_t *r0, int64_t *r1)
   return *r0 < *r1;
 }
 
+/* The wrong test mode: rows [r0, r1) of every column of MUL_MAT mm's shape in y, 1.5 times too
+ * large (verification must catch it). */
+static void spoil_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1, float *y)
+{
+  if (fusion_mode != 3)
+    return;
+  for (int64_t j = 0; j < mm->ne[1]; j++)
+    for (int64_t i = r0; i < r1; i++)
+      y[j * mm->ne[0] + i] *= 1.5f;
+}
+
 /* The calling thread's kernel scratch of JT_MM_SCRATCH_FLOATS(k) floats (64-byte aligned):
  * kept for the thread's life (freed when it ends), grown on demand; NULL without memory. A
  * node's call used to allocate and free its own. */
@@ -951,12 +960,7 @@ static int mm_compute(const fusion_t *f, ag_entry_t *ke, const struct ggml_tenso
     return 0;
   }
   k(mm->src[0]->data, mm->src[1]->data, mm->data, r0, r1, scratch);
-  float *y = mm->data;
-  int64_t m = mm->ne[0], n = mm->ne[1];
-  if (fusion_mode == 3) /* wrong: verification must catch it */
-    for (int64_t j = 0; j < n; j++)
-      for (int64_t i = r0; i < r1; i++)
-        y[j * m + i] *= 1.5f;
+  spoil_rows(mm, r0, r1, mm->data);
   if (f->verifying)
     mm_verify(ke, mm, r0, r1, ith, NULL, NULL);
   return 1;
@@ -985,10 +989,7 @@ static int mm_add_compute(const fusion_t *f, int64_t r0, int64_t r1, int ith)
   for (int64_t j = 0; keep && j < n; j++)
     memcpy(keep + j * cnt, res + j * m + r0, (size_t)cnt * sizeof *keep);
   k(mm->src[0]->data, mm->src[1]->data, mm->data, res, out, r0, r1, scratch);
-  if (fusion_mode == 3) /* wrong: verification must catch it */
-    for (int64_t j = 0; j < n; j++)
-      for (int64_t i = r0; i < r1; i++)
-        out[j * m + i] *= 1.5f;
+  spoil_rows(mm, r0, r1, out);
   if (keep)
     mm_verify(f->ke, mm, r0, r1, ith, keep, out);
   else if (f->verifying) /* no memory to compare now: a later execution checks */
