@@ -85,20 +85,31 @@ Test(ggml, same_tokens_and_logits_with_and_without_the_agent)
 static const char *const fuse_env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_HOT_PAYBACK=0",
                                        NULL};
 
+/* Runs argv, which must succeed, and returns its output (kept: the last four). */
+static const char *run_argv(const char *tag, int agent, const char *const *env,
+                            const char *const *argv)
+{
+  int st = h_run(tag, agent, env, argv);
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s", tag, h_output(tag, "err"));
+  static char keep[4][4096];
+  static int next;
+  char *out = keep[next++ % 4];
+  snprintf(out, sizeof keep[0], "%s", h_output(tag, "out"));
+  return out;
+}
+
 /* Runs the model (32-token prompt, 64 decode steps; rounds prompts 3 s apart: a run whose
  * kernels must all be compiled and stored before it ends takes 2) and returns its output. */
 static const char *run_rounds(const char *tag, int agent, const char *const *env,
                               const char *model, const char *rounds)
 {
   const char *argv[] = {H_LLAMA_PROG, "run", model, "32", "64", "2", rounds, NULL};
-  int st = h_run(tag, agent, env, argv);
-  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s", tag, h_output(tag, "err"));
-  static char keep[4][2048];
-  static int next;
-  char *out = keep[next++ % 4];
-  snprintf(out, sizeof keep[0], "%s", h_output(tag, "out"));
-  return out;
+  return run_argv(tag, agent, env, argv);
 }
+
+/* The test hook that makes every kernel's results 1.5 times too large. */
+static const char *const wrong_env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1",
+                                        "OPJIT_HOT_PAYBACK=0", "OPJIT_TEST_FUSION=wrong", NULL};
 
 static const char *run_long(const char *tag, int agent, const char *const *env, const char *model)
 {
@@ -415,13 +426,10 @@ Test(ggml, fused_groups_slower_than_ggml_s_nodes_are_demoted)
    * 3 s apart: the second runs on the compiled kernel, whatever the load (the tiers watch
    * speed every 200 ms between compiles). */
   const char *argv[] = {H_LLAMA_PROG, "run", model32, "32", "100", "1", "2", NULL};
-  cr_assert_eq(h_run("plain", 0, NULL, argv), 0);
-  char plain[4096];
-  snprintf(plain, sizeof plain, "%s", h_output("plain", "out"));
+  const char *plain = run_argv("plain", 0, NULL, argv);
   const char *slow[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_HOT_PAYBACK=0",
                         "OPJIT_TIME_EVERY=1", "OPJIT_TEST_FUSION=slow", NULL};
-  cr_assert_eq(h_run("slow", 1, slow, argv), 0, "%s", h_output("slow", "err"));
-  same_output(h_output("slow", "out"), plain, "slower fused groups");
+  same_output(run_argv("slow", 1, slow, argv), plain, "slower fused groups");
   int64_t demoted = h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON"
                                   " s.id=e.sig_id WHERE " FUSION1 " AND e.kind='demoted'");
   cr_assert_eq(demoted, 1, "%lld demotions", (long long)demoted);
@@ -434,9 +442,7 @@ Test(ggml, a_wrong_fused_kernel_is_caught_and_the_output_stays_ggml_s)
   /* A test hook makes the kernel's y 1.5 times too large: its first verification fails, the
    * host keeps ggml's results, and every later group runs ggml's own ops. */
   const char *plain = run_long("plain", 0, NULL, model32);
-  const char *wrong[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_HOT_PAYBACK=0",
-                         "OPJIT_TEST_FUSION=wrong", NULL};
-  same_output(run_long("wrong", 1, wrong, model32), plain, "a wrong kernel");
+  same_output(run_long("wrong", 1, wrong_env, model32), plain, "a wrong kernel");
   /* (decode's matrix-vector kernels are wrong too: the next test's business) */
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
                              " WHERE e.kind='verify-failed' AND (" FUSION1 " OR " RMS_MUL ")"), 2);
@@ -452,14 +458,9 @@ Test(ggml, wrong_mul_mat_results_are_caught_and_the_output_stays_ggml_s)
    * their kernels are compiled meanwhile; the hook makes their results 1.5 times too large.
    * The second prompt's first execution of each, checked on each thread, catches it: those
    * rows are computed again, the kernels are blacklisted and their objects dropped. */
-  const char *argv_plain[] = {H_LLAMA_PROG, "run", model32, "32", "16", "2", "2", NULL};
-  cr_assert_eq(h_run("plain2", 0, NULL, argv_plain), 0);
-  char plain[2048];
-  snprintf(plain, sizeof plain, "%s", h_output("plain2", "out"));
-  const char *wrong[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_HOT_PAYBACK=0",
-                         "OPJIT_TEST_FUSION=wrong", NULL};
-  cr_assert_eq(h_run("wrong2", 1, wrong, argv_plain), 0, "%s", h_output("wrong2", "err"));
-  const char *got = h_output("wrong2", "out");
+  const char *argv[] = {H_LLAMA_PROG, "run", model32, "32", "16", "2", "2", NULL};
+  const char *plain = run_argv("plain2", 0, NULL, argv);
+  const char *got = run_argv("wrong2", 1, wrong_env, argv);
   size_t tok = strstr(plain, "logits") - plain;
   cr_assert(strncmp(got, plain, tok) == 0, "both rounds' tokens:\n%s\n%s", got, plain);
   same_output(strchr(got, '\n') + 1, strchr(plain, '\n') + 1, "the second prompt");
