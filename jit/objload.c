@@ -3,6 +3,7 @@
  * offset, size and index read from the file is checked against the file before use. */
 #define _GNU_SOURCE
 #include "objload.h"
+#include "sampler/dwarf.h"
 
 #include <elf.h>
 #include <stdarg.h>
@@ -233,36 +234,6 @@ void jt_obj_unload(jt_loaded_t *l)
 
 /* ---- call-frame rules ----------------------------------------------------------------- */
 
-typedef struct cur_s {
-  const unsigned char *p, *end;
-  int bad;
-} cur_t;
-
-static uint64_t take(cur_t *c, unsigned bytes)
-{
-  uint64_t v = 0;
-  if ((size_t)(c->end - c->p) < bytes) {
-    c->bad = 1;
-    return 0;
-  }
-  memcpy(&v, c->p, bytes);
-  c->p += bytes;
-  return v;
-}
-
-static uint64_t uleb(cur_t *c)
-{
-  uint64_t v = 0;
-  for (unsigned shift = 0; shift < 64; shift += 7) {
-    uint64_t b = take(c, 1);
-    v |= (b & 0x7f) << shift;
-    if (!(b & 0x80))
-      return v;
-  }
-  c->bad = 1;
-  return 0;
-}
-
 /* Appends n bytes to out, within cap (*at counts them all: past cap, nothing is written). */
 static void put(uint8_t *out, size_t cap, size_t *at, const void *p, size_t n)
 {
@@ -336,8 +307,8 @@ long jt_obj_cfi(const void *obj, size_t len, const char *sym, uint64_t code, uin
     memcpy(&cid, ef + coff + 4, 4);
     if (clen == 0xffffffffu || clen < 4 || clen > ehf->sh_size - coff - 4 || cid)
       return fail(err, errlen, "bad CIE");
-    cur_t c = {ef + coff + 8, ef + coff + 4 + clen, 0};
-    uint64_t version = take(&c, 1);
+    rd_t c = {ef + coff + 8, ef + coff + 4 + clen, 0};
+    uint64_t version = u8(&c);
     const unsigned char *aug = c.p;
     if ((version != 1 && version != 3) || c.end - c.p < 3 || memcmp(aug, "zR", 3) != 0)
       return fail(err, errlen, "a CIE form this does not rewrite");
@@ -346,8 +317,8 @@ long jt_obj_cfi(const void *obj, size_t len, const char *sym, uint64_t code, uin
     uleb(&c);
     uleb(&c); /* (the data alignment is signed; its bytes are copied, not its value) */
     const unsigned char *align_end = c.p;
-    uint64_t ra = version == 1 ? take(&c, 1) : uleb(&c);
-    uint64_t alen = uleb(&c), enc = take(&c, 1);
+    uint64_t ra = version == 1 ? u8(&c) : uleb(&c);
+    uint64_t alen = uleb(&c), enc = u8(&c);
     unsigned width = (enc & 0x0f) == 0x0b ? 4 : (enc & 0x0f) == 0x0c ? 8 : 0;
     if (c.bad || alen != 1 || (enc & 0x70) != 0x10 || !width || ra > 127)
       return fail(err, errlen, "a CIE form this does not rewrite");
@@ -356,9 +327,9 @@ long jt_obj_cfi(const void *obj, size_t len, const char *sym, uint64_t code, uin
      * its length, the instructions. */
     if (rlen < 4 + 2 * width + 1)
       return fail(err, errlen, "bad FDE");
-    cur_t d = {ef + off + 8, ef + next, 0};
-    take(&d, width);
-    uint64_t range = take(&d, width);
+    rd_t d = {ef + off + 8, ef + next, 0};
+    fixed(&d, (int)width);
+    uint64_t range = fixed(&d, (int)width);
     uint64_t dalen = uleb(&d);
     if (d.bad || dalen > (uint64_t)(d.end - d.p) || range == 0 || range > syms[fn].st_size)
       return fail(err, errlen, "bad FDE");

@@ -3,6 +3,7 @@
  * cache. See unwind.h for the contract. */
 #define _GNU_SOURCE
 #include "unwind.h"
+#include "dwarf.h"
 
 #include <link.h>
 #include <pthread.h>
@@ -133,60 +134,6 @@ static void cache_clear(void)
 }
 
 /* ---- reading CFI ---------------------------------------------------------------------- */
-
-typedef struct rd_s {
-  const uint8_t *p, *end;
-  int bad;
-} rd_t;
-
-static uint8_t u8(rd_t *r)
-{
-  if (r->p >= r->end) {
-    r->bad = 1;
-    return 0;
-  }
-  return *r->p++;
-}
-
-static uint64_t uleb(rd_t *r)
-{
-  uint64_t v = 0;
-  for (int shift = 0; shift < 64; shift += 7) {
-    uint8_t b = u8(r);
-    v |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80))
-      return v;
-  }
-  r->bad = 1;
-  return 0;
-}
-
-static int64_t sleb(rd_t *r)
-{
-  int64_t v = 0;
-  int shift = 0;
-  uint8_t b;
-  do {
-    b = u8(r);
-    v |= (int64_t)(b & 0x7f) << shift;
-    shift += 7;
-  } while ((b & 0x80) && shift < 64);
-  if (shift < 64 && (b & 0x40))
-    v |= -((int64_t)1 << shift);
-  return v;
-}
-
-static uint64_t fixed(rd_t *r, int bytes)
-{
-  if (r->end - r->p < bytes) {
-    r->bad = 1;
-    return 0;
-  }
-  uint64_t v = 0;
-  memcpy(&v, r->p, (size_t)bytes);
-  r->p += bytes;
-  return v;
-}
 
 /* A pointer in DWARF EH encoding enc (absptr, udata/sdata 2/4/8, uleb/sleb; pc-relative or
  * absolute). Anything else (datarel, funcrel, indirect) sets bad. */
