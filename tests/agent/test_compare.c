@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/* The never-slower judge: rounds pair a burst's original timings with the variant's since the
+ * last round; the sign test and the margin decide, ties go to the original. */
+#include "agent/compare.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+
+/* Feeds rounds whose variant/original ratio is ratio[i % n]: each round, the variant is timed
+ * vcalls times at vns each, then a burst times the original 2 calls at ons each. */
+static void feed(ag_cmp_t *c, const double *ratio, int n, int rounds, uint64_t *vt, uint64_t *vns)
+{
+  for (int i = 0; i < rounds; i++) {
+    uint64_t ons = 1000, v = (uint64_t)llround(ratio[i % n] * (double)ons);
+    *vt += 3, *vns += 3 * v;
+    cr_assert_eq(ag_cmp_burst(c, 2, 2 * ons, *vt, *vns), 1, "round %d closes", i);
+  }
+}
+
+Test(compare, sign_threshold_is_the_binomial_tail_at_one_percent)
+{
+  /* P(X >= 8 | n = 8) = 1/256 <= 0.01, P(X >= 7) = 9/256 > 0.01. */
+  cr_assert_eq(ag_cmp_sign_threshold(8), 8);
+  /* n = 10: P(X >= 10) = 1/1024, P(X >= 9) = 11/1024 > 0.01. */
+  cr_assert_eq(ag_cmp_sign_threshold(10), 10);
+  /* n = 20: P(X >= 16) = 0.0059, P(X >= 15) = 0.0207. */
+  cr_assert_eq(ag_cmp_sign_threshold(20), 16);
+  /* n = 32: P(X >= 24) = 0.0035, P(X >= 23) = 0.0100 (just above 0.01) */
+  cr_assert_eq(ag_cmp_sign_threshold(32), 24);
+  cr_assert_eq(ag_cmp_sign_threshold(3), 4, "three coin flips can never be significant");
+}
+
+Test(compare, a_round_waits_for_the_variant_timings)
+{
+  ag_cmp_t c;
+  ag_cmp_start(&c, 100, 100000); /* the variant's counters before it was published */
+  cr_assert_eq(ag_cmp_burst(&c, 2, 2000, 101, 100500), 0, "one variant timing is not enough");
+  cr_assert_eq(ag_cmp_burst(&c, 2, 2400, 102, 101000), 1);
+  cr_assert_eq(c.rounds, 1);
+  /* original: 4 calls, 4400 ns; variant: 2 calls, 1000 ns */
+  cr_assert_float_eq(c.ratio[0], (500.0 / 1100.0), 1e-6);
+  cr_assert_float_eq(ag_cmp_orig_ns(&c), 1100.0, 1e-9);
+  cr_assert_float_eq(ag_cmp_variant_ns(&c), 500.0, 1e-9);
+}
+
+Test(compare, a_clearly_faster_variant_wins_after_the_minimum_rounds)
+{
+  ag_cmp_t c;
+  uint64_t vt = 0, vns = 0;
+  ag_cmp_start(&c, 0, 0);
+  const double r[] = {0.5, 0.55, 0.45, 0.6};
+  feed(&c, r, 4, AG_CMP_MIN_ROUNDS - 1, &vt, &vns);
+  cr_assert_eq(ag_cmp_verdict(&c, NULL), AG_CMP_UNDECIDED, "too few rounds");
+  feed(&c, r, 4, 1, &vt, &vns);
+  double med;
+  cr_assert_eq(ag_cmp_verdict(&c, &med), AG_CMP_FASTER);
+  cr_assert(med > 0.45 && med < 0.6, "median %f", med);
+}
+
+Test(compare, a_slower_variant_loses_despite_outlier_rounds)
+{
+  ag_cmp_t c;
+  uint64_t vt = 0, vns = 0;
+  ag_cmp_start(&c, 0, 0);
+  /* 1.3x slower, but one round in 8 the original was preempted (ratio 0.1) */
+  const double r[] = {1.3, 1.25, 1.35, 0.1, 1.3, 1.28, 1.32, 1.3};
+  feed(&c, r, 8, 16, &vt, &vns);
+  cr_assert_eq(ag_cmp_verdict(&c, NULL), AG_CMP_SLOWER);
+}
+
+Test(compare, a_tie_is_no_verdict_until_the_window_is_full_then_goes_to_the_original)
+{
+  ag_cmp_t c;
+  uint64_t vt = 0, vns = 0;
+  ag_cmp_start(&c, 0, 0);
+  const double r[] = {1.02, 0.99, 1.03, 1.01};
+  feed(&c, r, 4, AG_CMP_ROUNDS - 1, &vt, &vns);
+  cr_assert_eq(ag_cmp_verdict(&c, NULL), AG_CMP_UNDECIDED, "within the margin");
+  feed(&c, r, 4, 1, &vt, &vns);
+  cr_assert_eq(ag_cmp_verdict(&c, NULL), AG_CMP_SLOWER, "a full window with median above 1");
+
+  ag_cmp_start(&c, 0, 0);
+  vt = vns = 0;
+  const double s[] = {0.98, 1.01, 0.99, 0.97};
+  feed(&c, s, 4, 2 * AG_CMP_ROUNDS, &vt, &vns);
+  cr_assert_eq(ag_cmp_verdict(&c, NULL), AG_CMP_UNDECIDED, "median below 1 keeps the variant");
+}
+
+Test(compare, the_verdict_follows_the_most_recent_rounds)
+{
+  ag_cmp_t c;
+  uint64_t vt = 0, vns = 0;
+  ag_cmp_start(&c, 0, 0);
+  const double fast[] = {0.5}, slow[] = {1.5};
+  feed(&c, fast, 1, AG_CMP_ROUNDS, &vt, &vns);
+  cr_assert_eq(ag_cmp_verdict(&c, NULL), AG_CMP_FASTER);
+  feed(&c, slow, 1, AG_CMP_ROUNDS, &vt, &vns); /* the workload changed: the ring forgets */
+  cr_assert_eq(ag_cmp_verdict(&c, NULL), AG_CMP_SLOWER);
+}
