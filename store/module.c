@@ -14,4 +14,6 @@ __attribute__((visibility("default"))) const st_api_t opjit_store_api = {
     .run_variants = st_run_variants,
     .profile = st_profile,
     .profile_free = st_profile_free,
+    .machine_save = st_machine_save,
+    .machine_load = st_machine_load,
 };

@@ -11,6 +11,9 @@
  *   5  profiles across runs: programs.script (an interpreter's program is its script),
  *      objects (compiled kernels, one per signature and CPU, loaded by later runs),
  *      runs.warm_ns (the warm start's cost), variants.origin + pre_calls
+ *   6  the machine model per CPU key: machine_models (ISA, FMA peaks per width and dtype,
+ *      timer cost), machine_compiles (compile latency per kernel family, over runs); opjit gc
+ *      keeps both: a CPU's model outlives its runs
  * A file whose user_version is newer than ST_SCHEMA_VERSION is refused, never downgraded. */
 #include "store.h"
 
@@ -109,6 +112,15 @@ static const char *const migrations[] = {
     "ALTER TABLE runs ADD COLUMN warm_ns INTEGER;"
     "ALTER TABLE variants ADD COLUMN origin TEXT NOT NULL DEFAULT 'compiled';"
     "ALTER TABLE variants ADD COLUMN pre_calls INTEGER NOT NULL DEFAULT 0;",
+    /* 6 */
+    "CREATE TABLE machine_models(cpu TEXT PRIMARY KEY, isa TEXT NOT NULL,"
+    "  vregs INTEGER NOT NULL, f32_128 REAL, f32_256 REAL, f32_512 REAL, f64_128 REAL,"
+    "  f64_256 REAL, f64_512 REAL, timer_ns REAL NOT NULL, method INTEGER NOT NULL,"
+    "  measured_ns INTEGER NOT NULL);"
+    "CREATE TABLE machine_compiles(cpu TEXT NOT NULL, family TEXT NOT NULL,"
+    "  n INTEGER NOT NULL, mean_ns REAL NOT NULL, median_ns INTEGER NOT NULL,"
+    "  recent TEXT NOT NULL, updated_ns INTEGER NOT NULL,"
+    "  PRIMARY KEY(cpu, family)) WITHOUT ROWID;",
 };
 _Static_assert(sizeof migrations / sizeof *migrations == ST_SCHEMA_VERSION,
                "one migration per schema version");
@@ -805,5 +817,199 @@ int st_gc(st_db_t *db, int64_t keep_runs, int64_t older_than_ns, st_gc_result_t 
     rc = exec_sql(db->db, "DELETE FROM symbols WHERE id NOT IN (SELECT symbol_id FROM run_pcs)");
   res->symbols = sqlite3_changes(db->db);
   exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
+  return rc;
+}
+
+/* ---- the machine model ------------------------------------------------------------------ */
+
+static int cmp_u64(const void *a, const void *b)
+{
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The median of a family's window (the lower middle of an even count), 0 when empty. */
+static uint64_t window_median(const st_compile_stat_t *f)
+{
+  uint64_t v[ST_MACHINE_RECENT];
+  if (!f->nrecent)
+    return 0;
+  memcpy(v, f->recent, f->nrecent * sizeof *v);
+  qsort(v, f->nrecent, sizeof *v, cmp_u64);
+  return v[(f->nrecent - 1) / 2];
+}
+
+/* Appends ns to f's totals and window (dropping the oldest when full). */
+static void compile_add(st_compile_stat_t *f, uint64_t ns)
+{
+  f->mean_ns = (f->mean_ns * (double)f->n + (double)ns) / (double)(f->n + 1);
+  f->n++;
+  if (f->nrecent == ST_MACHINE_RECENT)
+    memmove(f->recent, f->recent + 1, --f->nrecent * sizeof *f->recent);
+  f->recent[f->nrecent++] = ns;
+}
+
+/* Fills f's window from a JSON array of integers (what is not a number is skipped). */
+static void window_parse(st_compile_stat_t *f, const char *text)
+{
+  cJSON *j = cJSON_Parse(text), *x;
+  f->nrecent = 0;
+  cJSON_ArrayForEach(x, j)
+    if (cJSON_IsNumber(x) && x->valuedouble >= 0 && f->nrecent < ST_MACHINE_RECENT)
+      f->recent[f->nrecent++] = (uint64_t)x->valuedouble;
+  cJSON_Delete(j);
+}
+
+static char *window_json(const st_compile_stat_t *f)
+{
+  char *out = malloc(ST_MACHINE_RECENT * 21 + 3), *p = out;
+  if (!out)
+    return NULL;
+  *p++ = '[';
+  for (uint32_t i = 0; i < f->nrecent; i++)
+    p += sprintf(p, "%s%llu", i ? "," : "", (unsigned long long)f->recent[i]);
+  strcpy(p, "]");
+  return out;
+}
+
+/* Reads cpu's family row (a fresh stat when there is none). */
+static int compile_stat_read(st_db_t *db, const char *cpu, const char *family,
+                             st_compile_stat_t *f)
+{
+  static const char sql[] =
+      "SELECT n, mean_ns, recent FROM machine_compiles WHERE cpu=? AND family=?";
+  sqlite3_stmt *st;
+  memset(f, 0, sizeof *f);
+  snprintf(f->family, sizeof f->family, "%s", family);
+  int cached, rc = prepared(db, sql, &st, &cached);
+  if (rc != SQLITE_OK)
+    return db_code(db->db, rc, NULL);
+  sqlite3_bind_text(st, 1, cpu, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, family, -1, SQLITE_STATIC);
+  if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    f->n = (uint64_t)sqlite3_column_int64(st, 0);
+    f->mean_ns = sqlite3_column_double(st, 1);
+    window_parse(f, (const char *)sqlite3_column_text(st, 2));
+  }
+  rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? ST_OK : db_code(db->db, rc, NULL);
+  if (cached)
+    sqlite3_reset(st);
+  else
+    sqlite3_finalize(st);
+  return rc;
+}
+
+/* A REAL column's value: the peak, or NULL for a width that was not measured. */
+static void bind_peak(sqlite3_stmt *st, int i, double v)
+{
+  if (v > 0)
+    sqlite3_bind_double(st, i, v);
+  else
+    sqlite3_bind_null(st, i);
+}
+
+static int model_write(st_db_t *db, const st_machine_t *m)
+{
+  static const char sql[] =
+      "INSERT INTO machine_models VALUES(?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(cpu) DO UPDATE"
+      " SET isa=excluded.isa, vregs=excluded.vregs, f32_128=excluded.f32_128,"
+      " f32_256=excluded.f32_256, f32_512=excluded.f32_512, f64_128=excluded.f64_128,"
+      " f64_256=excluded.f64_256, f64_512=excluded.f64_512, timer_ns=excluded.timer_ns,"
+      " method=excluded.method, measured_ns=excluded.measured_ns";
+  sqlite3_stmt *st;
+  int cached, rc = prepared(db, sql, &st, &cached);
+  if (rc != SQLITE_OK)
+    return db_code(db->db, rc, NULL);
+  sqlite3_bind_text(st, 1, m->cpu, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, m->isa, -1, SQLITE_STATIC);
+  sqlite3_bind_int(st, 3, m->vregs);
+  for (int d = 0; d < 2; d++)
+    for (int w = 0; w < 3; w++)
+      bind_peak(st, 4 + 3 * d + w, m->gflops[d][w]);
+  sqlite3_bind_double(st, 10, m->timer_ns);
+  sqlite3_bind_int(st, 11, m->method);
+  sqlite3_bind_int64(st, 12, m->measured_ns);
+  rc = db_code(db->db, sqlite3_step(st), NULL);
+  if (cached)
+    sqlite3_reset(st), sqlite3_clear_bindings(st);
+  else
+    sqlite3_finalize(st);
+  return rc;
+}
+
+int st_machine_save(st_db_t *db, const st_machine_t *m, const st_compile_note_t *notes,
+                    size_t nnotes)
+{
+  int rc = exec_sql(db->db, "BEGIN IMMEDIATE");
+  if (rc)
+    return rc;
+  if (m->measured_ns)
+    rc = model_write(db, m);
+  for (size_t i = 0; i < nnotes && !rc; i++) {
+    st_compile_stat_t f;
+    if ((rc = compile_stat_read(db, m->cpu, notes[i].family, &f)))
+      break;
+    compile_add(&f, notes[i].ns);
+    char *recent = window_json(&f);
+    rc = recent ? run1(db, NULL,
+                       "INSERT INTO machine_compiles VALUES(?,?,?,?,?,?,?) ON CONFLICT DO UPDATE"
+                       " SET n=excluded.n, mean_ns=excluded.mean_ns, median_ns=excluded.median_ns,"
+                       " recent=excluded.recent, updated_ns=excluded.updated_ns",
+                       "ttiiiti", m->cpu, f.family, (int64_t)f.n, (int64_t)llround(f.mean_ns),
+                       (int64_t)window_median(&f), recent, now_ns())
+                : ST_ENOMEM;
+    free(recent);
+  }
+  exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
+  return rc;
+}
+
+int st_machine_load(st_db_t *db, const char *cpu, st_machine_t *out)
+{
+  memset(out, 0, sizeof *out);
+  snprintf(out->cpu, sizeof out->cpu, "%s", cpu);
+  int rc = exec_sql(db->db, "BEGIN"); /* one snapshot of both tables */
+  if (rc)
+    return rc;
+  sqlite3_stmt *st = NULL;
+  rc = sqlite3_prepare_v2(db->db,
+                          "SELECT isa, vregs, f32_128, f32_256, f32_512, f64_128, f64_256,"
+                          " f64_512, timer_ns, method, measured_ns FROM machine_models"
+                          " WHERE cpu=?", -1, &st, NULL);
+  if (rc != SQLITE_OK)
+    goto out;
+  sqlite3_bind_text(st, 1, cpu, -1, SQLITE_STATIC);
+  if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    snprintf(out->isa, sizeof out->isa, "%s", (const char *)sqlite3_column_text(st, 0));
+    out->vregs = sqlite3_column_int(st, 1);
+    for (int i = 0; i < 6; i++)
+      out->gflops[i / 3][i % 3] = sqlite3_column_double(st, 2 + i); /* NULL reads as 0 */
+    out->timer_ns = sqlite3_column_double(st, 8);
+    out->method = sqlite3_column_int(st, 9);
+    out->measured_ns = sqlite3_column_int64(st, 10);
+  }
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    goto out;
+  sqlite3_finalize(st);
+  rc = sqlite3_prepare_v2(db->db,
+                          "SELECT family, n, mean_ns, recent FROM machine_compiles WHERE cpu=?"
+                          " ORDER BY n DESC", -1, &st, NULL);
+  if (rc != SQLITE_OK)
+    goto out;
+  sqlite3_bind_text(st, 1, cpu, -1, SQLITE_STATIC);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW && out->nfamilies < ST_MACHINE_FAMILIES) {
+    st_compile_stat_t *f = &out->families[out->nfamilies++];
+    snprintf(f->family, sizeof f->family, "%s", (const char *)sqlite3_column_text(st, 0));
+    f->n = (uint64_t)sqlite3_column_int64(st, 1);
+    f->mean_ns = sqlite3_column_double(st, 2);
+    window_parse(f, (const char *)sqlite3_column_text(st, 3));
+    f->median_ns = window_median(f);
+  }
+out:
+  rc = rc == SQLITE_OK || rc == SQLITE_ROW || rc == SQLITE_DONE ? ST_OK : db_code(db->db, rc, NULL);
+  sqlite3_finalize(st);
+  exec_sql(db->db, "COMMIT");
+  if (!rc && !out->measured_ns && !out->nfamilies)
+    rc = ST_ENOENT;
   return rc;
 }

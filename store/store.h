@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ST_SCHEMA_VERSION 5 /* the newest schema this build writes and reads */
+#define ST_SCHEMA_VERSION 6 /* the newest schema this build writes and reads */
 
 #define ST_ERRORS(E)                                                                         \
   E(BUSY, "the database is locked by another process")                                       \
@@ -221,6 +221,43 @@ typedef struct st_gc_result_s {
 } st_gc_result_t;
 int st_gc(st_db_t *db, int64_t keep_runs, int64_t older_than_ns, st_gc_result_t *res);
 
+/* The machine model of one CPU (agent/machine.h measures it): stored once per CPU key, read by
+ * every later run on that CPU. Compile latencies accumulate over runs, per kernel family. */
+#define ST_MACHINE_FAMILIES 16 /* kernel families kept per CPU */
+#define ST_MACHINE_RECENT 32   /* latest compile times kept per family: the median's window */
+typedef struct st_compile_stat_s {
+  char family[32];                   /* "gemm", "dot", "mm", "add_rms_mul", ... */
+  uint64_t n;                        /* compiles noted over every run */
+  double mean_ns;                    /* their mean */
+  uint64_t median_ns;                /* the median of recent */
+  uint32_t nrecent;
+  uint64_t recent[ST_MACHINE_RECENT]; /* the latest, oldest first */
+} st_compile_stat_t;
+typedef struct st_machine_s {
+  char cpu[320];            /* the CPU key (agent/runinfo.h cpu_key) */
+  char isa[256];            /* the vector extensions CPU and OS support, space-separated */
+  int vregs;                /* vector registers of the widest of them */
+  double gflops[2][3];      /* FMA peak, GFLOP/s: [f32, f64][128, 256, 512 bits]; 0: not
+                               measured (the width is not supported) */
+  double timer_ns;          /* one read of the agent's clock */
+  int method;               /* the measurement's version: a newer one measures again */
+  int64_t measured_ns;      /* when (CLOCK_REALTIME); 0 in st_machine_save: no model, notes only */
+  size_t nfamilies;
+  st_compile_stat_t families[ST_MACHINE_FAMILIES];
+} st_machine_t;
+typedef struct st_compile_note_s { /* one compile, for st_machine_save */
+  const char *family;
+  uint64_t ns;
+} st_compile_note_t;
+/* Stores m's model for m->cpu (replacing an older one) unless m->measured_ns is 0, and adds the
+ * compile times notes (of this process, not yet saved) to the families' totals and windows,
+ * in one transaction: processes on the same CPU that save at once add up. */
+int st_machine_save(st_db_t *db, const st_machine_t *m, const st_compile_note_t *notes,
+                    size_t nnotes);
+/* Reads cpu's model and compile statistics into *out: ST_ENOENT when neither exists
+ * (out->measured_ns is 0 when only compile times do). */
+int st_machine_load(st_db_t *db, const char *cpu, st_machine_t *out);
+
 /* The agent loads the store as its own shared object (libopjit-store.so, which links SQLite)
  * from its writer thread, so a process that records nothing never loads SQLite. */
 typedef struct st_api_s {
@@ -238,8 +275,11 @@ typedef struct st_api_s {
   int (*profile)(st_db_t *db, const st_run_info_t *program, const char *cpu, double decay_runs,
                  int max_runs, st_profile_t *out);
   void (*profile_free)(st_profile_t *p);
+  int (*machine_save)(st_db_t *db, const st_machine_t *m, const st_compile_note_t *notes,
+                      size_t nnotes);
+  int (*machine_load)(st_db_t *db, const char *cpu, st_machine_t *out);
 } st_api_t;
-#define ST_API_ABI 4
+#define ST_API_ABI 5
 #define ST_API_SYMBOL "opjit_store_api"
 #define ST_MODULE_NAME "libopjit-store.so"
 

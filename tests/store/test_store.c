@@ -447,3 +447,90 @@ Test(store, gc_drops_objects_no_remaining_run_called)
                          " WHERE s.sig='b'"), 1);
   st_close(db);
 }
+
+static st_machine_t model(const char *cpu, double f32_256)
+{
+  st_machine_t m = {.vregs = 32, .timer_ns = 18.5, .method = 1, .measured_ns = 12345};
+  snprintf(m.cpu, sizeof m.cpu, "%s", cpu);
+  snprintf(m.isa, sizeof m.isa, "sse2 avx2 fma avx512f");
+  m.gflops[0][0] = 40, m.gflops[0][1] = f32_256, m.gflops[0][2] = 150;
+  m.gflops[1][1] = f32_256 / 2;
+  return m;
+}
+
+Test(store, machine_model_round_trips_per_cpu_and_is_replaced)
+{
+  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  st_machine_t got, m = model("Test CPU [flags 1]", 80);
+  cr_assert_eq(st_machine_load(db, m.cpu, &got), ST_ENOENT, "nothing stored yet");
+  cr_assert_eq(st_machine_save(db, &m, NULL, 0), ST_OK);
+  cr_assert_eq(st_machine_save(db, &(st_machine_t){.cpu = "Other CPU"}, NULL, 0), ST_OK,
+               "no model and no notes: nothing to write, no error");
+  cr_assert_eq(st_machine_load(db, "Other CPU", &got), ST_ENOENT);
+  cr_assert_eq(st_machine_load(db, m.cpu, &got), ST_OK);
+  cr_expect_str_eq(got.isa, m.isa);
+  cr_expect_eq(got.vregs, 32);
+  cr_expect_eq(got.gflops[0][1], 80);
+  cr_expect_eq(got.gflops[1][1], 40);
+  cr_expect_eq(got.gflops[1][0], 0, "an unmeasured width reads as 0");
+  cr_expect_eq(query(db, "SELECT count(*) FROM machine_models WHERE f64_128 IS NULL"), 1,
+               "and is stored as NULL");
+  cr_expect_eq(got.timer_ns, 18.5);
+  cr_expect_eq(got.measured_ns, 12345);
+  cr_expect_eq(got.nfamilies, 0);
+  st_machine_t again = model(m.cpu, 90);
+  cr_assert_eq(st_machine_save(db, &again, NULL, 0), ST_OK);
+  cr_assert_eq(st_machine_load(db, m.cpu, &got), ST_OK);
+  cr_expect_eq(got.gflops[0][1], 90, "a new measurement replaces the old");
+  cr_expect_eq(query(db, "SELECT count(*) FROM machine_models"), 1);
+  st_close(db);
+}
+
+Test(store, compile_times_add_up_over_saves_with_a_bounded_window)
+{
+  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  const char *cpu = "Test CPU [flags 2]";
+  st_machine_t notes_only = {0}, got;
+  snprintf(notes_only.cpu, sizeof notes_only.cpu, "%s", cpu);
+  st_compile_note_t first[] = {{"gemm", 9000000}, {"dot", 2000000}, {"gemm", 7000000},
+                               {"gemm", 8000000}};
+  cr_assert_eq(st_machine_save(db, &notes_only, first, 4), ST_OK);
+  cr_assert_eq(st_machine_load(db, cpu, &got), ST_OK, "compile times alone are a model to read");
+  cr_expect_eq(got.measured_ns, 0, "but not a measured one");
+  cr_assert_eq(got.nfamilies, 2);
+  const st_compile_stat_t *g = &got.families[0]; /* the most compiled first */
+  cr_expect_str_eq(g->family, "gemm");
+  cr_expect_eq(g->n, 3);
+  cr_expect_eq(g->median_ns, 8000000);
+  cr_expect_eq(g->mean_ns, 8000000);
+  cr_expect_eq(got.families[1].n, 1);
+  /* A second process's notes add to the first's. */
+  st_compile_note_t more[ST_MACHINE_RECENT + 4];
+  for (size_t i = 0; i < sizeof more / sizeof *more; i++)
+    more[i] = (st_compile_note_t){"gemm", 1000000 + i};
+  cr_assert_eq(st_machine_save(db, &notes_only, more, sizeof more / sizeof *more), ST_OK);
+  cr_assert_eq(st_machine_load(db, cpu, &got), ST_OK);
+  g = &got.families[0];
+  cr_expect_eq(g->n, 3 + ST_MACHINE_RECENT + 4);
+  cr_expect_eq(g->nrecent, ST_MACHINE_RECENT, "the window keeps the latest only");
+  cr_expect_eq(g->recent[ST_MACHINE_RECENT - 1], 1000000 + ST_MACHINE_RECENT + 3);
+  cr_expect_eq(g->recent[0], 1000004, "the oldest went first");
+  cr_expect_eq(g->median_ns, 1000000 + 4 + (ST_MACHINE_RECENT - 1) / 2);
+  cr_expect_eq(query(db, "SELECT median_ns FROM machine_compiles WHERE family='gemm'"),
+               (int64_t)g->median_ns, "readers can use the stored median");
+  st_close(db);
+}
+
+Test(store, migrating_from_version_5_adds_the_machine_tables)
+{
+  st_db_t *db = open_ok(ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
+  cr_assert_eq(st_migrate_to(db, 5), ST_OK);
+  st_machine_t m = model("cpu", 80), got;
+  cr_assert_neq(st_machine_save(db, &m, NULL, 0), ST_OK, "version 5 has no machine tables");
+  cr_assert_neq(st_machine_load(db, "cpu", &got), ST_OK);
+  st_close(db);
+  db = open_ok(ST_OPEN_CREATE);
+  cr_assert_eq(st_machine_save(db, &m, NULL, 0), ST_OK);
+  cr_assert_eq(st_machine_load(db, "cpu", &got), ST_OK);
+  st_close(db);
+}
