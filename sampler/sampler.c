@@ -220,7 +220,9 @@ static int record_stack(sp_sample_t *s, sp_slot_t *t, void *uc)
     return 1;
   uint64_t sp = (uint64_t)g[REG_RSP], lo, hi;
   if (stack_of(t, sp, &lo, &hi)) { /* loads from sp up: all of it is the thread's stack */
-    int stop, n = uw_walk((uw_regs_t){s->pc, sp, (uint64_t)g[REG_RBP]}, sp, hi, s->frames,
+    int stop, n = uw_walk((uw_regs_t){s->pc, sp, (uint64_t)g[REG_RBP], (uint64_t)g[REG_R10],
+                                       (uint64_t)g[REG_R13]},
+                          sp, hi, s->frames,
                           cfg.stack_depth, &stop);
     if (stop == UW_OFF) /* an object is being unloaded: the PC alone */
       return 1;

@@ -40,11 +40,16 @@ static _Atomic int readers; /* walks inside a snapshot now */
 /* ---- the rule cache ------------------------------------------------------------------- */
 
 /* A rule, packed in 64 bits (0: none yet):
- *   bits 0-2 kind, 3 CFA base (0 RSP, 1 RBP), 4 CFA is loaded from base + offset,
- *   5-6 RBP (0 unchanged, 1 saved at CFA + bp_off, 2 saved at RBP + bp_off, 3 unknown),
+ *   bits 0-2 kind, 3-4 CFA base (CFA_*), 5-6 RBP (0 unchanged, 1 saved at CFA + bp_off,
+ *   2 saved at RBP + bp_off, 3 unknown), 7 CFA is loaded from base + offset,
  *   8-15 RA offset from the CFA (int8), 16-31 bp_off (int16), 32-63 CFA offset (int32). */
 enum { K_OK = 1, K_END, K_UNSUPPORTED, K_NOINFO };
 enum { BP_SAME = 0, BP_CFA, BP_BP, BP_UNKNOWN };
+/* The CFA's base register. R10 and R13 are gcc's DRAP registers: a realigned frame's CFA is
+ * based on one of them from its prologue's first instructions until the CFA is saved, and
+ * again in its epilogue. Those windows have no calls, so only an interrupted frame is ever
+ * in one (its registers come with the signal's context); a caller's never is. */
+enum { CFA_SP = 0, CFA_BP, CFA_R10, CFA_R13 };
 
 #define UW_CACHE 1024 /* rules: 16 KB, a process's hot return addresses many times over */
 #define UW_PROBES 16
@@ -172,7 +177,7 @@ static int readable(const uw_obj_t *o, const uint8_t *p, uint64_t len)
 
 /* The interpreter's state for the registers a walk needs. */
 typedef struct frame_rule_s {
-  int cfa_ok, cfa_bp, cfa_deref;
+  int cfa_ok, cfa_reg, cfa_deref; /* cfa_reg: CFA_* */
   int64_t cfa_off;
   int ra;          /* 0 undefined, 1 at CFA + ra_off, 2 unknown */
   int64_t ra_off;
@@ -180,7 +185,14 @@ typedef struct frame_rule_s {
   int64_t bp_off;
 } frame_rule_t;
 
-enum { R_BP = 6, R_SP = 7, R_RA = 16 };
+enum { R_BP = 6, R_SP = 7, R_R10 = 10, R_R13 = 13, R_RA = 16 };
+
+/* The CFA_* base of DWARF register reg, or -1 for one the walker does not track. */
+static int cfa_base(uint64_t reg)
+{
+  return reg == R_SP ? CFA_SP : reg == R_BP ? CFA_BP : reg == R_R10 ? CFA_R10
+         : reg == R_R13 ? CFA_R13 : -1;
+}
 
 /* A DWARF expression block: the forms compilers use for realigned frames, "breg6/7 k" and
  * "breg6/7 k; deref". Returns 1 with base (1: RBP) and k, and *deref, or 0. */
@@ -283,19 +295,19 @@ static int run_cfi(rd_t *r, uint64_t loc, uint64_t pc, uint64_t code_align, int6
     case 0x0c: case 0x12: /* def_cfa, def_cfa_sf */
       reg = uleb(r);
       off = op == 0x0c ? (int64_t)uleb(r) : sleb(r) * data_align;
-      st->cfa_ok = reg == R_BP || reg == R_SP;
-      st->cfa_bp = reg == R_BP, st->cfa_deref = 0, st->cfa_off = off;
+      st->cfa_ok = cfa_base(reg) >= 0;
+      st->cfa_reg = cfa_base(reg), st->cfa_deref = 0, st->cfa_off = off;
       continue;
     case 0x0d: /* def_cfa_register */
       reg = uleb(r);
-      st->cfa_ok = (reg == R_BP || reg == R_SP) && !st->cfa_deref;
-      st->cfa_bp = reg == R_BP;
+      st->cfa_ok = cfa_base(reg) >= 0 && !st->cfa_deref;
+      st->cfa_reg = cfa_base(reg);
       continue;
     case 0x0e: st->cfa_off = (int64_t)uleb(r); st->cfa_ok = st->cfa_ok && !st->cfa_deref; continue;
     case 0x13: st->cfa_off = sleb(r) * data_align; st->cfa_ok = st->cfa_ok && !st->cfa_deref; continue;
     case 0x0f: /* def_cfa_expression */
       st->cfa_ok = simple_expr(r, uleb(r), &bp, &off, &deref) && deref;
-      st->cfa_bp = bp, st->cfa_deref = 1, st->cfa_off = off;
+      st->cfa_reg = bp ? CFA_BP : CFA_SP, st->cfa_deref = 1, st->cfa_off = off;
       continue;
     case 0x10: /* expression: the register is saved at the address the block computes */
       reg = uleb(r);
@@ -447,8 +459,8 @@ static uint64_t compute(const uw_snap_t *s, uint64_t pc, uint64_t range[2])
   if (!st.cfa_ok || st.ra != 1 || st.bp == BP_UNKNOWN || st.cfa_off != (int32_t)st.cfa_off ||
       st.ra_off != (int8_t)st.ra_off || st.bp_off != (int16_t)st.bp_off)
     return (uint64_t)K_UNSUPPORTED;
-  return (uint64_t)K_OK | (uint64_t)st.cfa_bp << 3 | (uint64_t)st.cfa_deref << 4 |
-         (uint64_t)(st.bp & 3) << 5 | (uint64_t)(uint8_t)(int8_t)st.ra_off << 8 |
+  return (uint64_t)K_OK | (uint64_t)st.cfa_reg << 3 | (uint64_t)(st.bp & 3) << 5 |
+         (uint64_t)st.cfa_deref << 7 | (uint64_t)(uint8_t)(int8_t)st.ra_off << 8 |
          (uint64_t)(uint16_t)(int16_t)st.bp_off << 16 |
          (uint64_t)(uint32_t)(int32_t)st.cfa_off << 32;
 }
@@ -497,18 +509,28 @@ int uw_walk(uw_regs_t r, uint64_t lo, uint64_t hi, uint64_t *out, int max, int *
     }
     int64_t cfa_off = (int32_t)(uint32_t)(rule >> 32), bp_off = (int16_t)(uint16_t)(rule >> 16);
     int64_t ra_off = (int8_t)(uint8_t)(rule >> 8);
-    uint64_t cfa = ((rule >> 3) & 1 ? r.bp : r.sp) + (uint64_t)cfa_off, ra, bp = r.bp;
-    if (((rule >> 4) & 1) && !load(cfa, lo, hi, &cfa)) {
+    int base = (int)((rule >> 3) & 3);
+    if (base >= CFA_R10 && n > 1) { /* a DRAP window at a return address: no such code */
+      *stop = UW_UNSUPPORTED;
+      break;
+    }
+    const uint64_t bases[4] = {r.sp, r.bp, r.r10, r.r13};
+    uint64_t cfa = bases[base] + (uint64_t)cfa_off, ra, bp = r.bp;
+    if (((rule >> 7) & 1) && !load(cfa, lo, hi, &cfa)) {
       *stop = UW_BOUNDS;
       break;
     }
     int bpk = (int)((rule >> 5) & 3);
-    if (cfa <= r.sp || !load(cfa + (uint64_t)ra_off, lo, hi, &ra) ||
-        (bpk == BP_CFA && !load(cfa + (uint64_t)bp_off, lo, hi, &bp)) ||
-        (bpk == BP_BP && !load(r.bp + (uint64_t)bp_off, lo, hi, &bp))) {
+    if (cfa <= r.sp || !load(cfa + (uint64_t)ra_off, lo, hi, &ra)) {
       *stop = UW_BOUNDS;
       break;
     }
+    /* An RBP slot off the stack (gcc's epilogues keep "saved at RBP" after the restore, so
+     * that RBP is the caller's own by then) leaves RBP unknown, 0: the return addresses need
+     * it no further than a frame based on it, which then stops the walk (UW_BOUNDS). */
+    if ((bpk == BP_CFA && !load(cfa + (uint64_t)bp_off, lo, hi, &bp)) ||
+        (bpk == BP_BP && !load(r.bp + (uint64_t)bp_off, lo, hi, &bp)))
+      bp = 0;
     if (!ra) {
       *stop = UW_END;
       break;

@@ -8,7 +8,8 @@
  *
  * This walker reads each loaded object's .eh_frame_hdr search table itself, interprets the
  * call-frame instructions x86-64 compilers emit for the three values a walk needs (the CFA,
- * RBP and the return address; including gcc's realignment form, CFA = *(RBP + k)), and caches
+ * RBP and the return address; including gcc's realignment forms, CFA = *(RBP + k) and, in a
+ * realigned frame's prologue and epilogue, CFA = DRAP register + k), and caches
  * the resulting rules in lock-free tables every thread shares: by return address, and for an
  * interrupted PC (a new instruction nearly every sample) by its CFI row's code range. A warm
  * walk is a table probe and two or three stack loads a frame.
@@ -38,6 +39,8 @@ enum uw_stop {
 
 typedef struct uw_regs_s {
   uint64_t ip, sp, bp; /* of the interrupted frame */
+  uint64_t r10, r13;   /* gcc's DRAP registers: a realigned frame's CFA in its prologue and
+                          epilogue (left 0, such an interrupted frame stops the walk) */
 } uw_regs_t;
 
 /* Takes a new snapshot when objects were loaded or unloaded since the last one (glibc's

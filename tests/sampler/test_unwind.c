@@ -243,7 +243,8 @@ static void compare_walks(void *ucv)
 {
   const greg_t *g = ((ucontext_t *)ucv)->uc_mcontext.gregs;
   uint64_t out[64];
-  int stop, n = uw_walk((uw_regs_t){(uint64_t)g[REG_RIP], (uint64_t)g[REG_RSP], (uint64_t)g[REG_RBP]},
+  int stop, n = uw_walk((uw_regs_t){(uint64_t)g[REG_RIP], (uint64_t)g[REG_RSP], (uint64_t)g[REG_RBP],
+                                    (uint64_t)g[REG_R10], (uint64_t)g[REG_R13]},
                         (uint64_t)g[REG_RSP], stack_hi, out, 64, &stop);
   if (stop != UW_END) {
     unsupported++;
@@ -337,9 +338,13 @@ Test(unwind, walks_as_libgcc_does_wherever_the_signal_lands)
   cr_assert_geq(compared, 100, "only %d walks compared (%d the walker left)", (int)compared,
                 (int)unsupported);
   cr_assert_eq(differed, 0, "%d of %d walks differ from libgcc's", (int)differed, (int)compared);
-  /* loose: how many land in the DRAP windows varies with the load; the instruction-by-
-   * instruction test below bounds it exactly */
-  cr_assert_lt(unsupported * 4, compared, "the walker left %d of %d", (int)unsupported,
+  /* Where a timer signal lands is the CPU's business: an Intel Xeon (family 6 model 167) here
+   * takes most of them on the instruction after a register-zeroing idiom (churn_aligned's
+   * vxorps, inside its DRAP window, where the CFA is r10-based), AMD's where time goes (leaf).
+   * The walker reads the DRAP register from the context, so the few it leaves are in the
+   * realigned frames' last instructions after `leave` (gcc's CFI keeps RBP "saved at RBP"
+   * there); the test below counts them instruction by instruction. */
+  cr_assert_lt(unsupported * 20, compared, "the walker left %d of %d", (int)unsupported,
                (int)compared);
 }
 
@@ -360,11 +365,13 @@ Test(unwind, walks_as_libgcc_does_at_every_instruction)
   __asm__ volatile("nop");
   sink(&r, 0);
   cr_assert_eq(r, warm);
-  /* ~470 instructions: 438 compared, 36 left to libunwind (the DRAP register's windows in
-   * the realigned frames' prologues and epilogues, where the CFA is r10-based) */
+  /* ~470 instructions: all but 3 compared (the DRAP windows included, where the CFA is
+   * r10-based: without r10 from the context, 36 were left); the 3 are a realigned frame's last
+   * instructions after its `leave`, where gcc's CFI says RBP is saved at RBP: the RBP it
+   * yields there is garbage for libgcc too, and the walk stops at the frame that needs it */
   cr_assert_geq(compared, 400, "only %d walks compared (%d the walker left)", (int)compared,
                 (int)unsupported);
   cr_assert_eq(differed, 0, "%d of %d walks differ from libgcc's", (int)differed, (int)compared);
-  cr_assert_lt(unsupported * 10, compared, "the walker left %d of %d", (int)unsupported,
+  cr_assert_lt(unsupported * 100, compared, "the walker left %d of %d", (int)unsupported,
                (int)compared);
 }
