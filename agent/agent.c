@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include "agent.h"
 #include "log.h"
+#include "machine.h"
 #include "opt.h"
 #include "runinfo.h"
 #include "tier.h"
@@ -583,6 +584,7 @@ static int writer_step(int final)
       write_samples();
     if (!store_dead && !store_retry)
       write_variants();
+    ag_machine_save(store, db, final);
     if (final && !store_dead && !store_retry) {
       int rc = store->run_end(db, run_id, ag_realtime_ns(), end_status);
       if (rc)
@@ -613,6 +615,7 @@ static void *writer_main(void *arg)
   (void)arg;
   pthread_setname_np(pthread_self(), "opjit-writer");
   start_sampling();
+  ag_machine_start(run_info()->cpu_key);
   /* A ring holds 256 samples: drain it twice per fill at the sampling rate, at most 4x/s. */
   long flush_ms = ag_opts.num[AG_OPT_FLUSH_MS], hz = ag_opts.num[AG_OPT_SAMPLE_HZ];
   long tick_ms = sampling ? 128000 / (hz > 0 ? hz : 1) : flush_ms;

@@ -53,6 +53,9 @@
       "a run's weight in the profile halves every this many later runs of the program")      \
   OPT(CODE_CACHE_MB, INT, "64", 1, 65536, NULL,                                              \
       "compiled code kept at most; the variants that saved least are evicted first")         \
+  OPT(ISA, ENUM, "auto", 0, 0, "auto|sse2|avx2|avx512",                                     \
+      "widest vector ISA the JIT uses: auto = the widest this CPU and OS support; one this "  \
+      "CPU lacks falls back to the widest it has, with a warning")                           \
   OPT(PERF_MAP, BOOL, "0", 0, 1, NULL,                                                       \
       "1 writes /tmp/perf-PID.map lines for JIT kernels, so perf report names them")         \
   OPT(LOG, ENUM, "warn", 0, 0, "error|warn|info|debug", "agent message level")               \

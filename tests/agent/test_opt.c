@@ -68,6 +68,7 @@ Test(opt, every_option_parsed)
   setenv_fake("OPJIT_CODE_CACHE_MB", "8");
   setenv_fake("OPJIT_WARM", "off");
   setenv_fake("OPJIT_DECAY", "3");
+  setenv_fake("OPJIT_ISA", "AVX2");
   setenv_fake("OPJIT_JIT_THREADS", "2");
   setenv_fake("OPJIT_FLUSH_MS", "2K");
   setenv_fake("OPJIT_EXIT_WAIT_MS", "0");
@@ -94,6 +95,7 @@ Test(opt, every_option_parsed)
   cr_assert_eq(o.num[AG_OPT_CODE_CACHE_MB], 8);
   cr_assert_eq(o.num[AG_OPT_WARM], 0);
   cr_assert_eq(o.num[AG_OPT_DECAY], 3);
+  cr_assert_eq(o.num[AG_OPT_ISA], 2, "avx2, the third choice");
   cr_assert_eq(o.num[AG_OPT_JIT_THREADS], 2);
   cr_assert_eq(o.num[AG_OPT_FLUSH_MS], 2048);
   cr_assert_eq(o.num[AG_OPT_EXIT_WAIT_MS], 0);
@@ -116,7 +118,7 @@ Test(opt, bad_values_keep_the_default_with_one_line_each)
       {"OPJIT_TIME_EVERY", "0"},     {"OPJIT_FLUSH_MS", "abc"},   {"OPJIT_EXIT_WAIT_MS", "-5"},
       {"OPJIT_BUSY_MS", "12x"},      {"OPJIT_MAX_SIGS", "99999999999999999999"},
       {"OPJIT_SAMPLE_HZ", "fast"},   {"OPJIT_EVENTS", "instructions"}, {"OPJIT_STACK_DEPTH", "64"},
-      {"OPJIT_LOG", ""},
+      {"OPJIT_ISA", "avx1024"},      {"OPJIT_LOG", ""},
   };
   size_t n = sizeof bad / sizeof *bad;
   for (size_t i = 0; i < n; i++)

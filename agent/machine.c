@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: MIT */
+/* What this CPU can do: vector ISAs from CPUID and XGETBV, FMA peaks measured with tight loops
+ * of independent FMA chains (one function per width and dtype, compiled for its ISA and run
+ * only where the CPU has it), the clock's cost, and the ISA choice behind OPJIT_ISA. Pure:
+ * no global state; the agent's, the command's and the tests'. */
+#include "machine.h"
+#include "jit/objload.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static const char *const ext_names[] = {
+#define AG_X_NAME_(id, name) name,
+    AG_ISA_EXTS(AG_X_NAME_)
+#undef AG_X_NAME_
+};
+
+static const char *const isa_names[AG_ISA__COUNT] = {"sse2", "avx2", "avx512"};
+
+const char *ag_isa_name(int isa) { return isa >= 0 && isa < AG_ISA__COUNT ? isa_names[isa] : "?"; }
+
+int ag_isa_bits(int isa) { return 128 << isa; }
+
+/* XCR0: the register state the OS saves, hence what it lets programs use. */
+static uint64_t xgetbv0(void)
+{
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t)hi << 32 | lo;
+}
+
+void ag_machine_detect(ag_machine_t *m)
+{
+  unsigned a, b, c, d, x = AG_X(SSE2); /* x86-64's baseline */
+  memset(m, 0, sizeof *m);
+  unsigned max = __get_cpuid_max(0, NULL);
+  if (max >= 1 && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_OSXSAVE)) {
+    uint64_t xcr0 = xgetbv0();
+    int ymm = (xcr0 & 0x6) == 0x6, zmm = ymm && (xcr0 & 0xe0) == 0xe0; /* SSE+AVX; opmask+ZMM */
+    if (ymm && (c & bit_AVX))
+      x |= AG_X(AVX);
+    if (ymm && (c & bit_FMA))
+      x |= AG_X(FMA);
+    if (max >= 7 && __get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+      if ((x & AG_X(AVX)) && (b & bit_AVX2))
+        x |= AG_X(AVX2);
+      if (zmm && (b & bit_AVX512F)) {
+        x |= AG_X(AVX512F);
+        x |= (b & bit_AVX512DQ ? AG_X(AVX512DQ) : 0) | (b & bit_AVX512BW ? AG_X(AVX512BW) : 0) |
+             (b & bit_AVX512VL ? AG_X(AVX512VL) : 0) |
+             (c & bit_AVX512VNNI ? AG_X(AVX512VNNI) : 0) |
+             (d & bit_AVX512FP16 ? AG_X(AVX512FP16) : 0);
+        if (a >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & bit_AVX512BF16))
+          x |= AG_X(AVX512BF16);
+      }
+    }
+  }
+  char why[8];
+  m->exts = x;
+  m->widest = ag_machine_isa_choose(0, x, why, sizeof why);
+  m->vregs = m->widest == AG_ISA_AVX512 ? 32 : 16;
+}
+
+int ag_machine_isa_choose(long want, unsigned exts, char *why, size_t len)
+{
+  unsigned v2 = AG_X(AVX2) | AG_X(FMA);
+  int avx2 = (exts & v2) == v2;
+  int widest = avx2 && (exts & AG_X(AVX512F)) ? AG_ISA_AVX512 : avx2 ? AG_ISA_AVX2 : AG_ISA_SSE2;
+  why[0] = 0;
+  if (want <= 0 || want > AG_ISA__COUNT)
+    return widest;
+  int isa = (int)want - 1;
+  if (isa <= widest)
+    return isa;
+  snprintf(why, len, "OPJIT_ISA='%s': this CPU (or its OS) lacks %s; using '%s', the widest it "
+           "has", isa_names[isa], isa == AG_ISA_AVX512 ? "AVX-512F" : "AVX2 and FMA",
+           isa_names[widest]);
+  return widest;
+}
+
+void ag_machine_exts_format(unsigned exts, char *buf, size_t len)
+{
+  size_t n = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < sizeof ext_names / sizeof *ext_names; i++)
+    if (exts & 1u << i) {
+      int w = snprintf(buf + n, len - n, "%s%s", n ? " " : "", ext_names[i]);
+      if (w < 0 || (size_t)w >= len - n)
+        return;
+      n += (size_t)w;
+    }
+}
+
+void ag_machine_cpu_key(const char *model, const char *flags, char *buf, size_t len)
+{
+  snprintf(buf, len, "%s [flags %016llx]", model,
+           (unsigned long long)jt_obj_checksum(flags, strlen(flags)));
+}
+
+void ag_machine_to_store(const ag_machine_t *m, const char *cpu, st_machine_t *out)
+{
+  memset(out, 0, sizeof *out);
+  snprintf(out->cpu, sizeof out->cpu, "%s", cpu);
+  ag_machine_exts_format(m->exts, out->isa, sizeof out->isa);
+  out->vregs = m->vregs;
+  memcpy(out->gflops, m->gflops, sizeof out->gflops);
+  out->timer_ns = m->timer_ns;
+  out->method = AG_MACHINE_METHOD;
+  out->measured_ns = m->measured_ns;
+}
+
+void ag_machine_from_store(const st_machine_t *in, ag_machine_t *out)
+{
+  memset(out, 0, sizeof *out);
+  for (const char *p = in->isa; *p;) {
+    size_t n = strcspn(p, " ");
+    for (size_t i = 0; i < sizeof ext_names / sizeof *ext_names; i++)
+      if (strlen(ext_names[i]) == n && strncmp(ext_names[i], p, n) == 0)
+        out->exts |= 1u << i;
+    p += n + (p[n] == ' ');
+  }
+  char why[8];
+  out->widest = ag_machine_isa_choose(0, out->exts, why, sizeof why);
+  out->vregs = in->vregs;
+  memcpy(out->gflops, in->gflops, sizeof out->gflops);
+  out->timer_ns = in->timer_ns;
+  out->measured_ns = in->measured_ns;
+  out->stored = 1;
+}
+
+/* ---- measurement -------------------------------------------------------------------------- */
+
+static uint64_t now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* One kernel per width and dtype: CHAINS independent accumulators, acc = acc * b + c (b just
+ * under 1, so every chain converges to c / (1 - b) = 1: no overflow, no denormals), iters
+ * times. Chains: FMA latency (4-5 cycles) times pipes (2) needs 8-10 in flight; 12 fit in 16
+ * registers with b and c, 24 in AVX-512's 32. Returns a lane so nothing is dead. */
+#define FMA_KERNEL(fn, isa, vec, set1, op, first, chains)                                    \
+  __attribute__((target(isa), noinline)) static double fn(uint64_t iters)                    \
+  {                                                                                          \
+    vec b = set1(0.999999), c = set1(1e-6), acc[chains];                                     \
+    _Pragma("GCC unroll 32") for (int j = 0; j < chains; j++) acc[j] = set1(j);             \
+    for (uint64_t i = 0; i < iters; i++) {                                                   \
+      _Pragma("GCC unroll 32") for (int j = 0; j < chains; j++) acc[j] = op(acc[j], b, c);  \
+    }                                                                                        \
+    double s = 0;                                                                            \
+    _Pragma("GCC unroll 32") for (int j = 0; j < chains; j++) s += (double)first(acc[j]);   \
+    return s;                                                                                \
+  }
+
+/* x86-64 without FMA: a multiply and an add (two FLOPs, as an FMA counts). */
+static inline __m128 mul_add_ps(__m128 a, __m128 b, __m128 c)
+{
+  return _mm_add_ps(_mm_mul_ps(a, b), c);
+}
+static inline __m128d mul_add_pd(__m128d a, __m128d b, __m128d c)
+{
+  return _mm_add_pd(_mm_mul_pd(a, b), c);
+}
+
+FMA_KERNEL(sse_f32, "sse2", __m128, _mm_set1_ps, mul_add_ps, _mm_cvtss_f32, 12)
+FMA_KERNEL(sse_f64, "sse2", __m128d, _mm_set1_pd, mul_add_pd, _mm_cvtsd_f64, 12)
+FMA_KERNEL(fma128_f32, "fma", __m128, _mm_set1_ps, _mm_fmadd_ps, _mm_cvtss_f32, 12)
+FMA_KERNEL(fma128_f64, "fma", __m128d, _mm_set1_pd, _mm_fmadd_pd, _mm_cvtsd_f64, 12)
+FMA_KERNEL(fma256_f32, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_cvtss_f32, 12)
+FMA_KERNEL(fma256_f64, "avx2,fma", __m256d, _mm256_set1_pd, _mm256_fmadd_pd, _mm256_cvtsd_f64, 12)
+FMA_KERNEL(fma512_f32, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_cvtss_f32, 24)
+FMA_KERNEL(fma512_f64, "avx512f", __m512d, _mm512_set1_pd, _mm512_fmadd_pd, _mm512_cvtsd_f64, 24)
+
+typedef double (*fma_fn)(uint64_t iters);
+
+static volatile double sink; /* what the loops compute: kept, so it is computed */
+
+#define ROUNDS 7
+#define ROUND_NS 250000 /* a round's length: long enough for a clock read's error to vanish */
+
+/* The best of ROUNDS rounds of fn, in GFLOP/s (= FLOP/ns), for chains x lanes FMAs per
+ * iteration. The first, short call sizes the rounds. */
+static double best_gflops(fma_fn fn, int chains, int lanes)
+{
+  uint64_t iters = 1000, t0 = now_ns();
+  sink = fn(iters);
+  uint64_t dt = now_ns() - t0;
+  iters = dt ? iters * ROUND_NS / dt : iters * 100;
+  iters = iters < 1000 ? 1000 : iters;
+  double best = 0;
+  for (int r = 0; r < ROUNDS; r++) {
+    t0 = now_ns();
+    sink = fn(iters);
+    dt = now_ns() - t0;
+    double g = dt ? 2.0 * (double)iters * chains * lanes / (double)dt : 0;
+    best = g > best ? g : best;
+  }
+  return best;
+}
+
+/* The clock's cost: the best of ROUNDS rounds of 2048 reads, per read. */
+static double timer_cost_ns(void)
+{
+  double best = 0;
+  for (int r = 0; r < ROUNDS; r++) {
+    uint64_t t0 = now_ns(), s = 0;
+    for (int i = 0; i < 2048; i++)
+      s += now_ns();
+    double per = (double)(now_ns() - t0) / 2049.0;
+    sink = (double)s;
+    best = r == 0 || per < best ? per : best;
+  }
+  return best;
+}
+
+void ag_machine_measure(ag_machine_t *m)
+{
+  unsigned x = m->exts;
+  int fma = (x & AG_X(FMA)) != 0;
+  m->gflops[0][0] = best_gflops(fma ? fma128_f32 : sse_f32, 12, 4);
+  m->gflops[1][0] = best_gflops(fma ? fma128_f64 : sse_f64, 12, 2);
+  if (m->widest >= AG_ISA_AVX2) {
+    m->gflops[0][1] = best_gflops(fma256_f32, 12, 8);
+    m->gflops[1][1] = best_gflops(fma256_f64, 12, 4);
+  }
+  if (m->widest >= AG_ISA_AVX512) {
+    m->gflops[0][2] = best_gflops(fma512_f32, 24, 16);
+    m->gflops[1][2] = best_gflops(fma512_f64, 24, 8);
+  }
+  m->timer_ns = timer_cost_ns();
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  m->measured_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}

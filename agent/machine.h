@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: MIT */
+/* The machine model: what the CPU opjit runs on can do, measured once per CPU and stored.
+ * Which vector ISAs the CPU and its OS support (CPUID, XGETBV), the FMA peak per vector width
+ * and dtype, the cost of the agent's clock, and LLVM's compile latency per kernel family.
+ *
+ * Two halves. machine.c holds pure functions any program may use (the agent, `opjit doctor`,
+ * tests): detection, measurement, the ISA choice, conversion to and from the store's record.
+ * machine_run.c holds the agent's model for this process: started by the writer thread when
+ * the agent activates, it loads the model stored for this CPU key on a thread of its own (a
+ * read-only connection) or, when there is none, measures it there (~15 ms), and the writer
+ * saves what is new (ag_machine_save). A process that never calls an operator never gets here.
+ *
+ *   model:  none ──ag_machine_start──▶ loading ──stored──────────▶ ready (ag_machine() != NULL)
+ *                                            └─none/old/unreadable─▶ measuring ──▶ ready, unsaved
+ *                                                                  ──ag_machine_save──▶ saved
+ * Every getter is safe from any thread and never blocks on I/O; before the model is ready they
+ * return 0 (peaks, timer) or the documented fallback (compile cost). */
+#ifndef OPJIT_AGENT_MACHINE_H
+#define OPJIT_AGENT_MACHINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/store.h"
+
+/* The vector ISA levels the JIT can target (OPJIT_ISA: auto|sse2|avx2|avx512). */
+enum ag_isa {
+  AG_ISA_SSE2 = 0, /* 128-bit, no FMA: every x86-64 */
+  AG_ISA_AVX2,     /* 256-bit, AVX2 + FMA, 16 registers */
+  AG_ISA_AVX512,   /* 512-bit, AVX-512F, 32 registers */
+  AG_ISA__COUNT
+};
+
+/* The extensions detected: X(ID, "name" as the store and doctor list it). */
+#define AG_ISA_EXTS(X)                                                                       \
+  X(SSE2, "sse2")                                                                            \
+  X(AVX, "avx")                                                                              \
+  X(FMA, "fma")                                                                              \
+  X(AVX2, "avx2")                                                                            \
+  X(AVX512F, "avx512f")                                                                      \
+  X(AVX512DQ, "avx512dq")                                                                    \
+  X(AVX512BW, "avx512bw")                                                                    \
+  X(AVX512VL, "avx512vl")                                                                    \
+  X(AVX512VNNI, "avx512vnni")                                                                \
+  X(AVX512BF16, "avx512bf16")                                                                \
+  X(AVX512FP16, "avx512fp16")
+enum {
+#define AG_X_ENUM_(id, name) AG_X_##id##_BIT,
+  AG_ISA_EXTS(AG_X_ENUM_)
+#undef AG_X_ENUM_
+};
+#define AG_X(id) (1u << AG_X_##id##_BIT) /* the bit of extension id: AG_X(AVX2) */
+
+#define AG_MACHINE_METHOD 1 /* the measurement's version: a model stored by an older one is
+                               measured again */
+#define AG_MACHINE_COMPILE_GUESS_NS 30000000ull /* a compile's cost before any was measured on
+                                                   this CPU (what the tiers assumed so far) */
+
+typedef struct ag_machine_s {
+  unsigned exts;         /* AG_X() bits the CPU supports and the OS enables (XCR0) */
+  int widest;            /* enum ag_isa: the widest level exts allow */
+  int vregs;             /* vector registers at that level: 16, or 32 with AVX-512 */
+  double gflops[2][3];   /* FMA peak, GFLOP/s (= FLOP/ns): [f32, f64][128, 256, 512 bits], best
+                            of the rounds; 0 where the width is not supported */
+  double timer_ns;       /* one read of the agent's clock (ag_now_ns: CLOCK_MONOTONIC) */
+  int64_t measured_ns;   /* when it was measured (CLOCK_REALTIME) */
+  int stored;            /* loaded from the database rather than measured by this process */
+} ag_machine_t;
+
+/* ---- pure functions (machine.c) ---------------------------------------------------------- */
+
+/* Fills exts, widest and vregs from CPUID and XGETBV; clears the rest. Never fails. */
+void ag_machine_detect(ag_machine_t *m);
+/* Measures the FMA peaks of every width and dtype m->exts supports, then the clock, on the
+ * calling thread: for each, 7 rounds of ~0.25 ms, the fastest kept. Fast rather than median:
+ * what disturbs a round (another vCPU's load, preemption, a frequency or AVX-512 licence
+ * ramp) only ever slows it, so the fastest round is the closest to what the pipes do.
+ * Takes ~15 ms. Sets measured_ns. */
+void ag_machine_measure(ag_machine_t *m);
+/* The level for OPJIT_ISA's value want (0 auto, then 1 + enum ag_isa) on a CPU with exts. When
+ * the CPU lacks the level asked for, writes one line naming the variable, the value and the
+ * level used instead into why (else why[0] = 0) and returns the widest level it has. */
+int ag_machine_isa_choose(long want, unsigned exts, char *why, size_t len);
+/* The level's name ("sse2", "avx2", "avx512") and vector width in bits. */
+const char *ag_isa_name(int isa);
+int ag_isa_bits(int isa);
+/* exts as a space-separated list of names. */
+void ag_machine_exts_format(unsigned exts, char *buf, size_t len);
+/* The CPU key stored objects and models use: "model name [flags <hash of the flags>]". */
+void ag_machine_cpu_key(const char *model, const char *flags, char *buf, size_t len);
+/* Between the model and the store's record (cpu is the key). */
+void ag_machine_to_store(const ag_machine_t *m, const char *cpu, st_machine_t *out);
+void ag_machine_from_store(const st_machine_t *in, ag_machine_t *out);
+
+/* ---- the agent's model for this process (machine_run.c) ---------------------------------- */
+
+/* From the writer thread when it starts: loads or measures cpu_key's model on a thread of its
+ * own (once per process; a fork child whose parent was still at it starts again). */
+void ag_machine_start(const char *cpu_key);
+/* The model, or NULL until it is loaded or measured. */
+const ag_machine_t *ag_machine(void);
+/* The ISA level the JIT should use: the widest the CPU supports unless OPJIT_ISA asks for
+ * less (or for more than it has: one warning, then the widest). Resolved at the first call. */
+int ag_machine_isa(void);
+/* The measured FMA peak for a vector width (128, 256, 512) and dtype, in GFLOP/s; 0 when the
+ * width is not supported or the model is not ready. */
+double ag_machine_peak_gflops(int width_bits, int f64);
+/* One read of the agent's clock, in ns; 0 until the model is ready. */
+double ag_machine_timer_ns(void);
+/* Notes one compile of a kernel family ("gemm", "dot", "mm", "add_rms_mul", ...) that took ns:
+ * from the compile threads. At most 16 families; the writer stores the notes. */
+void ag_machine_note_compile(const char *family, uint64_t ns);
+/* What a compile of family costs on this CPU: the median of its latest compiles (this run's
+ * and the stored ones); for a family never compiled here, the median over the families that
+ * were; with none, AG_MACHINE_COMPILE_GUESS_NS. */
+uint64_t ag_machine_compile_ns(const char *family);
+/* From the writer thread, with its store and connection: saves a model this process measured
+ * and the compile notes not saved yet. The final call (at exit) first waits up to 50 ms for a
+ * measurement in flight, so a short first run on a CPU still stores its model. Returns 0 or
+ * the store's code (what was not saved stays for the next call on a transient error). */
+int ag_machine_save(const st_api_t *store, st_db_t *db, int final);
+
+#endif

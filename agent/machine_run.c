@@ -1,0 +1,287 @@
+/* SPDX-License-Identifier: MIT */
+/* The agent's machine model for this process (machine.h draws its states). ag_machine_start,
+ * from the writer thread, starts a short-lived thread that reads the model stored for this
+ * CPU key through a read-only connection of its own, or measures it when there is none; the
+ * writer stores what is new (ag_machine_save) with its own connection, so every write stays on
+ * the writer. Compile threads note compile times here; the tiers read the medians. */
+#define _GNU_SOURCE
+#include "machine.h"
+#include "agent.h"
+#include "log.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static ag_machine_t model;     /* written by the machine thread before ready is set */
+static _Atomic int ready;      /* model is complete */
+static _Atomic int unsaved;    /* model was measured here and is not stored yet */
+static int save_dead;          /* a save failed for good: no more tries (writer thread) */
+static char cpu[320];          /* the CPU key (writer thread, then read-only) */
+static pid_t started_pid;      /* the process whose machine thread loads or measures */
+
+/* Compile statistics per family: what was stored plus this process's compiles, and the notes
+ * the writer has not stored yet. mu is never held across I/O. */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static st_compile_stat_t fams[ST_MACHINE_FAMILIES];
+static size_t nfams;
+static struct {
+  uint8_t fam;
+  uint64_t ns;
+} notes[256];
+static size_t nnotes;
+
+static const char *env_get(const char *name) { return getenv(name); }
+
+/* ---- compile statistics (mu held) ---------------------------------------------------------- */
+
+static void stat_add(st_compile_stat_t *f, uint64_t ns)
+{
+  f->mean_ns = (f->mean_ns * (double)f->n + (double)ns) / (double)(f->n + 1);
+  f->n++;
+  if (f->nrecent == ST_MACHINE_RECENT)
+    memmove(f->recent, f->recent + 1, --f->nrecent * sizeof *f->recent);
+  f->recent[f->nrecent++] = ns;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The median of f's window (the lower middle of an even count), 0 when empty. */
+static uint64_t stat_median(const st_compile_stat_t *f)
+{
+  uint64_t v[ST_MACHINE_RECENT];
+  if (!f->nrecent)
+    return 0;
+  memcpy(v, f->recent, f->nrecent * sizeof *v);
+  qsort(v, f->nrecent, sizeof *v, cmp_u64);
+  return v[(f->nrecent - 1) / 2];
+}
+
+/* The index of family's statistics, added when new; -1 when the table is full. */
+static int fam_index(const char *family)
+{
+  for (size_t i = 0; i < nfams; i++)
+    if (strcmp(fams[i].family, family) == 0)
+      return (int)i;
+  if (nfams == ST_MACHINE_FAMILIES)
+    return -1;
+  memset(&fams[nfams], 0, sizeof fams[nfams]);
+  snprintf(fams[nfams].family, sizeof fams[nfams].family, "%s", family);
+  return (int)nfams++;
+}
+
+/* Puts the stored statistics s before this process's compiles of the same family (those are
+ * newer: they go last in the window). */
+static void stat_merge_stored(const st_compile_stat_t *s)
+{
+  int i = fam_index(s->family);
+  if (i < 0)
+    return;
+  st_compile_stat_t mine = fams[i];
+  fams[i] = *s;
+  for (uint32_t k = 0; k < mine.nrecent; k++)
+    stat_add(&fams[i], mine.recent[k]);
+  fams[i].n = s->n + mine.n; /* mine may count compiles that left its window */
+  fams[i].mean_ns = fams[i].n ? (s->mean_ns * (double)s->n + mine.mean_ns * (double)mine.n) /
+                                    (double)fams[i].n
+                              : 0;
+}
+
+void ag_machine_note_compile(const char *family, uint64_t ns)
+{
+  pthread_mutex_lock(&mu);
+  int i = fam_index(family);
+  if (i >= 0) {
+    stat_add(&fams[i], ns);
+    if (nnotes < sizeof notes / sizeof *notes) /* beyond: counted here, not stored */
+      notes[nnotes].fam = (uint8_t)i, notes[nnotes++].ns = ns;
+  }
+  pthread_mutex_unlock(&mu);
+}
+
+uint64_t ag_machine_compile_ns(const char *family)
+{
+  uint64_t med[ST_MACHINE_FAMILIES], out = AG_MACHINE_COMPILE_GUESS_NS;
+  size_t n = 0;
+  pthread_mutex_lock(&mu);
+  for (size_t i = 0; i < nfams; i++) {
+    if (!fams[i].nrecent)
+      continue;
+    if (strcmp(fams[i].family, family) == 0) {
+      n = 0;
+      out = stat_median(&fams[i]);
+      break;
+    }
+    med[n++] = stat_median(&fams[i]);
+  }
+  pthread_mutex_unlock(&mu);
+  if (n) {
+    qsort(med, n, sizeof *med, cmp_u64);
+    out = med[(n - 1) / 2];
+  }
+  return out;
+}
+
+/* ---- the model ------------------------------------------------------------------------------ */
+
+/* Reads cpu's stored model into *rec: 0, or -1 when there is none or it cannot be read (no
+ * database yet, an older schema the writer has not migrated yet, damage: the writer reports
+ * those). */
+static int load_stored(st_machine_t *rec)
+{
+  char path[PATH_MAX + 32], dbpath[PATH_MAX], err[512];
+  snprintf(path, sizeof path, "%s/%s", ag_self_dir(), ST_MODULE_NAME);
+  if (ag_opts_db_path(&ag_opts, env_get, dbpath, sizeof dbpath) || access(dbpath, F_OK) != 0)
+    return -1;
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL); /* kept: the writer loads it too */
+  const st_api_t *store = h ? dlsym(h, ST_API_SYMBOL) : NULL;
+  st_db_t *db = NULL;
+  int rc = -1;
+  if (store && store->abi == ST_API_ABI &&
+      store->open(dbpath, ST_OPEN_READONLY, (int)ag_opts.num[AG_OPT_BUSY_MS], &db, err,
+                  sizeof err) == ST_OK) {
+    rc = store->machine_load(db, cpu, rec);
+    store->close(db);
+  }
+  return rc == ST_OK ? 0 : -1;
+}
+
+static void *machine_main(void *arg)
+{
+  (void)arg;
+  pthread_setname_np(pthread_self(), "opjit-machine");
+  st_machine_t rec;
+  ag_machine_t m;
+  int have = load_stored(&rec) == 0;
+  if (have && rec.measured_ns && rec.method == AG_MACHINE_METHOD) {
+    ag_machine_from_store(&rec, &m);
+  } else {
+    uint64_t t0 = ag_now_ns();
+    ag_machine_detect(&m);
+    ag_machine_measure(&m);
+    atomic_store(&unsaved, 1);
+    ag_log(AG_LOG_INFO, "machine model measured in %.1f ms: f32 FMA peak %.1f/%.1f/%.1f GF/s "
+                        "(128/256/512 bits), clock read %.1f ns",
+           (double)(ag_now_ns() - t0) / 1e6, m.gflops[0][0], m.gflops[0][1], m.gflops[0][2],
+           m.timer_ns);
+  }
+  pthread_mutex_lock(&mu);
+  for (size_t i = 0; have && i < rec.nfamilies; i++)
+    stat_merge_stored(&rec.families[i]);
+  pthread_mutex_unlock(&mu);
+  model = m;
+  atomic_store_explicit(&ready, 1, memory_order_release);
+  return NULL;
+}
+
+void ag_machine_start(const char *cpu_key)
+{
+  ag_machine_isa(); /* an OPJIT_ISA this CPU cannot honour is reported now */
+  pid_t pid = getpid();
+  if (started_pid == pid)
+    return;
+  if (started_pid) { /* a fork child: its parent stores the notes it inherited */
+    pthread_mutex_lock(&mu);
+    nnotes = 0;
+    pthread_mutex_unlock(&mu);
+    if (atomic_load(&ready)) {
+      started_pid = pid;
+      return;
+    }
+  }
+  started_pid = pid;
+  snprintf(cpu, sizeof cpu, "%s", cpu_key);
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &attr, machine_main, NULL) != 0)
+    ag_log_once(AG_LOG_WARN, "cannot start the machine model's thread: compile costs stay "
+                             "at their %.0f ms guess", AG_MACHINE_COMPILE_GUESS_NS / 1e6);
+  pthread_attr_destroy(&attr);
+}
+
+const ag_machine_t *ag_machine(void)
+{
+  return atomic_load_explicit(&ready, memory_order_acquire) ? &model : NULL;
+}
+
+static int isa_level;
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+
+static void isa_resolve(void)
+{
+  ag_machine_t m;
+  char why[256];
+  ag_machine_detect(&m);
+  isa_level = ag_machine_isa_choose(ag_opts.num[AG_OPT_ISA], m.exts, why, sizeof why);
+  if (why[0])
+    ag_log(AG_LOG_WARN, "%s", why);
+}
+
+int ag_machine_isa(void)
+{
+  pthread_once(&isa_once, isa_resolve);
+  return isa_level;
+}
+
+double ag_machine_peak_gflops(int width_bits, int f64)
+{
+  const ag_machine_t *m = ag_machine();
+  int w = width_bits == 128 ? 0 : width_bits == 256 ? 1 : width_bits == 512 ? 2 : -1;
+  return m && w >= 0 ? m->gflops[f64 != 0][w] : 0;
+}
+
+double ag_machine_timer_ns(void)
+{
+  const ag_machine_t *m = ag_machine();
+  return m ? m->timer_ns : 0;
+}
+
+int ag_machine_save(const st_api_t *store, st_db_t *db, int final)
+{
+  for (int ms = 0; final && started_pid == getpid() && !ag_machine() && ms < 50; ms++)
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  if (save_dead || !atomic_load_explicit(&ready, memory_order_acquire))
+    return ST_OK; /* notes wait for the stored ones to be merged first */
+  static st_compile_note_t out[sizeof notes / sizeof *notes];
+  static char names[sizeof notes / sizeof *notes][sizeof fams[0].family];
+  pthread_mutex_lock(&mu);
+  size_t n = nnotes;
+  for (size_t i = 0; i < n; i++) {
+    memcpy(names[i], fams[notes[i].fam].family, sizeof names[i]);
+    out[i] = (st_compile_note_t){names[i], notes[i].ns};
+  }
+  pthread_mutex_unlock(&mu);
+  int measured = atomic_load(&unsaved);
+  if (!n && !measured)
+    return ST_OK;
+  st_machine_t rec;
+  ag_machine_to_store(&model, cpu, &rec);
+  if (!measured)
+    rec.measured_ns = 0; /* the stored model stays */
+  int rc = store->machine_save(db, &rec, out, n);
+  if (rc == ST_EBUSY || rc == ST_EFULL)
+    return rc; /* the next writer step tries again */
+  if (rc) {
+    save_dead = 1;
+    ag_log(AG_LOG_WARN, "cannot store the machine model: %s (it is measured again next run)",
+           store->errstr(rc));
+    return rc;
+  }
+  atomic_store(&unsaved, 0);
+  pthread_mutex_lock(&mu); /* notes noted meanwhile move to the front */
+  memmove(notes, notes + n, (nnotes - n) * sizeof *notes);
+  nnotes -= n;
+  pthread_mutex_unlock(&mu);
+  return ST_OK;
+}

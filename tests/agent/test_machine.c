@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: MIT */
+/* The machine model: detection agrees with what the kernel reports, the measurement fills the
+ * widths this CPU has and only those, OPJIT_ISA's parsing and fallback, the store round trip
+ * (a real SQLite file), and the agent storing the model once per CPU and reusing it. No timing
+ * is asserted: only structure (a width measured or not, a figure positive and finite). */
+#define _GNU_SOURCE
+#include "agent/machine.h"
+#include "agent/opt.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char cpuinfo[1 << 16];
+
+/* The value of cpuinfo's first "key : value" line. */
+static const char *cpuinfo_field(const char *key, char *out, size_t len)
+{
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  cr_assert_not_null(f);
+  size_t n = fread(cpuinfo, 1, sizeof cpuinfo - 1, f);
+  fclose(f);
+  cpuinfo[n] = 0;
+  out[0] = 0;
+  for (const char *l = cpuinfo; l; l = strchr(l, '\n'), l = l ? l + 1 : NULL)
+    if (strncmp(l, key, strlen(key)) == 0 && strchr(" \t:", l[strlen(key)])) {
+      const char *v = strchr(l, ':') + 2;
+      snprintf(out, len, "%.*s", (int)strcspn(v, "\n"), v);
+      break;
+    }
+  return out;
+}
+
+static int has_flag(const char *flags, const char *word)
+{
+  size_t n = strlen(word);
+  for (const char *p = flags; (p = strstr(p, word)); p += n)
+    if ((p == flags || p[-1] == ' ') && (p[n] == ' ' || !p[n]))
+      return 1;
+  return 0;
+}
+
+Test(machine, detection_agrees_with_the_kernels_cpu_flags)
+{
+  static const struct {
+    unsigned bit;
+    const char *flag;
+  } map[] = {{AG_X(SSE2), "sse2"},         {AG_X(AVX), "avx"},
+             {AG_X(FMA), "fma"},           {AG_X(AVX2), "avx2"},
+             {AG_X(AVX512F), "avx512f"},   {AG_X(AVX512BW), "avx512bw"},
+             {AG_X(AVX512VL), "avx512vl"}, {AG_X(AVX512DQ), "avx512dq"},
+             {AG_X(AVX512VNNI), "avx512_vnni"}, {AG_X(AVX512BF16), "avx512_bf16"},
+             {AG_X(AVX512FP16), "avx512_fp16"}};
+  char flags[4096];
+  cpuinfo_field("flags", flags, sizeof flags);
+  ag_machine_t m;
+  ag_machine_detect(&m);
+  for (size_t i = 0; i < sizeof map / sizeof *map; i++)
+    cr_expect_eq(!!(m.exts & map[i].bit), has_flag(flags, map[i].flag), "%s: detected %d",
+                 map[i].flag, !!(m.exts & map[i].bit));
+  int want = has_flag(flags, "avx512f") ? AG_ISA_AVX512
+             : has_flag(flags, "avx2") && has_flag(flags, "fma") ? AG_ISA_AVX2
+                                                                 : AG_ISA_SSE2;
+  cr_expect_eq(m.widest, want, "widest %s", ag_isa_name(m.widest));
+  cr_expect_eq(m.vregs, want == AG_ISA_AVX512 ? 32 : 16);
+}
+
+Test(machine, measures_the_supported_widths_and_only_those)
+{
+  ag_machine_t m;
+  ag_machine_detect(&m);
+  ag_machine_measure(&m);
+  for (int w = 0; w < 3; w++)
+    for (int d = 0; d < 2; d++) {
+      double g = m.gflops[d][w];
+      if (w <= m.widest)
+        cr_expect(g > 0 && isfinite(g), "%d-bit %s: %g GF/s", 128 << w, d ? "f64" : "f32", g);
+      else
+        cr_expect_eq(g, 0, "%d-bit is not supported here, yet measured %g", 128 << w, g);
+    }
+  cr_expect(m.timer_ns > 0 && isfinite(m.timer_ns), "clock read %g ns", m.timer_ns);
+  cr_expect_gt(m.measured_ns, 0);
+  cr_expect_eq(m.stored, 0);
+}
+
+static const char *fake_env;
+static const char *isa_env(const char *name) { return strcmp(name, "OPJIT_ISA") ? NULL : fake_env; }
+static char reported[512];
+static void report(const char *line) { snprintf(reported, sizeof reported, "%s", line); }
+
+/* OPJIT_ISA's value as the option parser leaves it; reported holds its warning, if any. */
+static long parse_isa(const char *value)
+{
+  ag_opts_t o;
+  fake_env = value;
+  reported[0] = 0;
+  ag_opts_parse(&o, isa_env, report);
+  long v = o.num[AG_OPT_ISA];
+  ag_opts_free(&o);
+  return v;
+}
+
+Test(machine, opjit_isa_parses_and_falls_back_with_one_clear_line)
+{
+  cr_expect_eq(parse_isa(NULL), 0, "auto by default");
+  cr_expect_eq(parse_isa("AVX2"), 1 + AG_ISA_AVX2);
+  cr_expect_eq(parse_isa("avx512"), 1 + AG_ISA_AVX512);
+  cr_expect_eq(parse_isa("sse2"), 1 + AG_ISA_SSE2);
+  cr_expect_str_empty(reported);
+  cr_expect_eq(parse_isa("avx1024"), 0, "a bad value keeps auto");
+  cr_expect(strstr(reported, "OPJIT_ISA='avx1024'") && strstr(reported, "auto"), "%s", reported);
+
+  char why[256];
+  unsigned sse = AG_X(SSE2), avx2 = sse | AG_X(AVX) | AG_X(FMA) | AG_X(AVX2);
+  unsigned avx512 = avx2 | AG_X(AVX512F);
+  cr_expect_eq(ag_machine_isa_choose(0, avx512, why, sizeof why), AG_ISA_AVX512);
+  cr_expect_eq(ag_machine_isa_choose(0, avx2, why, sizeof why), AG_ISA_AVX2);
+  cr_expect_eq(ag_machine_isa_choose(0, sse, why, sizeof why), AG_ISA_SSE2);
+  cr_expect_eq(ag_machine_isa_choose(0, sse | AG_X(AVX2), why, sizeof why), AG_ISA_SSE2,
+               "AVX2 without FMA is not the avx2 level");
+  cr_expect_eq(ag_machine_isa_choose(1 + AG_ISA_AVX2, avx512, why, sizeof why), AG_ISA_AVX2,
+               "narrower than the CPU: honoured");
+  cr_expect_str_empty(why);
+  cr_expect_eq(ag_machine_isa_choose(1 + AG_ISA_SSE2, avx512, why, sizeof why), AG_ISA_SSE2);
+  cr_expect_str_empty(why);
+  cr_expect_eq(ag_machine_isa_choose(1 + AG_ISA_AVX512, avx2, why, sizeof why), AG_ISA_AVX2,
+               "wider than the CPU: its widest");
+  cr_expect(strstr(why, "OPJIT_ISA='avx512'") && strstr(why, "AVX-512F") &&
+                strstr(why, "using 'avx2'"), "%s", why);
+  cr_expect_eq(ag_machine_isa_choose(1 + AG_ISA_AVX2, sse, why, sizeof why), AG_ISA_SSE2);
+  cr_expect(strstr(why, "OPJIT_ISA='avx2'") && strstr(why, "using 'sse2'"), "%s", why);
+}
+
+static char dir[64];
+
+static void make_dir(void)
+{
+  snprintf(dir, sizeof dir, "/tmp/opjit-test-machine-XXXXXX");
+  cr_assert_not_null(mkdtemp(dir));
+}
+
+static void remove_dir(void)
+{
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  cr_assert_eq(system(cmd), 0);
+}
+
+Test(machine, round_trips_through_the_store, .init = make_dir, .fini = remove_dir)
+{
+  char path[128], err[256];
+  snprintf(path, sizeof path, "%s/p.db", dir);
+  ag_machine_t m, back;
+  ag_machine_detect(&m);
+  ag_machine_measure(&m);
+  st_machine_t rec, got;
+  ag_machine_to_store(&m, "Test CPU [flags 1]", &rec);
+  st_db_t *db;
+  cr_assert_eq(st_open(path, ST_OPEN_CREATE, 1000, &db, err, sizeof err), ST_OK, "%s", err);
+  cr_assert_eq(st_machine_save(db, &rec, NULL, 0), ST_OK);
+  cr_assert_eq(st_machine_load(db, "Test CPU [flags 1]", &got), ST_OK);
+  st_close(db);
+  ag_machine_from_store(&got, &back);
+  cr_expect_eq(back.exts, m.exts, "ISA list %s", got.isa);
+  cr_expect_eq(back.widest, m.widest);
+  cr_expect_eq(back.vregs, m.vregs);
+  cr_expect_eq(memcmp(back.gflops, m.gflops, sizeof m.gflops), 0);
+  cr_expect_eq(back.timer_ns, m.timer_ns);
+  cr_expect_eq(back.measured_ns, m.measured_ns);
+  cr_expect_eq(got.method, AG_MACHINE_METHOD);
+  cr_expect_eq(back.stored, 1);
+}
+
+/* Runs blas_prog under the agent with the database db and extra environment (NULL-ended);
+ * returns its exit status, stderr in err. */
+static int run_blas_prog(const char *db, const char *const *env, char *err, size_t errlen)
+{
+  char errpath[128], out[128];
+  snprintf(errpath, sizeof errpath, "%s/stderr", dir);
+  snprintf(out, sizeof out, "%s/out", dir);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    setenv("LD_PRELOAD", OPJIT_BUILD_DIR "/libopjit.so", 1);
+    setenv("OPJIT_DB", db, 1);
+    setenv("OPJIT_MODE", "profile", 1);
+    setenv("OPJIT_LOG", "info", 1);
+    for (; env && *env; env++)
+      putenv((char *)*env);
+    if (!freopen(errpath, "w", stderr))
+      _exit(126);
+    execl(OPJIT_BUILD_DIR "/blas_prog", "blas_prog", out, "1", "200", (char *)NULL);
+    _exit(127);
+  }
+  int st;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  FILE *f = fopen(errpath, "r");
+  size_t n = f ? fread(err, 1, errlen - 1, f) : 0;
+  err[n] = 0;
+  if (f)
+    fclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* One integer from the database at path. */
+static int64_t query(const char *path, const char *sql, const char *arg)
+{
+  sqlite3 *db;
+  sqlite3_stmt *st;
+  cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+  sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC);
+  int64_t v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return v;
+}
+
+Test(machine, the_agent_measures_once_per_cpu_and_reuses_the_stored_model, .init = make_dir,
+     .fini = remove_dir)
+{
+  char db[128], err[8192], model[256], flags[4096], key[320];
+  snprintf(db, sizeof db, "%s/p.db", dir);
+  cpuinfo_field("flags", flags, sizeof flags);
+  ag_machine_cpu_key(cpuinfo_field("model name", model, sizeof model), flags, key, sizeof key);
+  cr_assert_eq(run_blas_prog(db, NULL, err, sizeof err), 0, "%s", err);
+  cr_expect(strstr(err, "machine model measured"), "the first run measures: %s", err);
+  int64_t at = query(db, "SELECT measured_ns FROM machine_models WHERE cpu=?", key);
+  cr_assert_gt(at, 0, "the model of this CPU (%s) is stored", key);
+  cr_expect_eq(query(db, "SELECT count(*) FROM machine_models WHERE f32_128 > 0 AND"
+                         " timer_ns > 0 AND method=?", "1"), 1);
+
+  cr_assert_eq(run_blas_prog(db, NULL, err, sizeof err), 0, "%s", err);
+  cr_expect_null(strstr(err, "machine model measured"), "the second run reuses it: %s", err);
+  cr_expect_eq(query(db, "SELECT measured_ns FROM machine_models WHERE cpu=?", key), at);
+
+  /* A model from an older measurement method is measured again. */
+  sqlite3 *raw;
+  cr_assert_eq(sqlite3_open(db, &raw), SQLITE_OK);
+  cr_assert_eq(sqlite3_exec(raw, "UPDATE machine_models SET method=0", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(raw);
+  cr_assert_eq(run_blas_prog(db, NULL, err, sizeof err), 0, "%s", err);
+  cr_expect(strstr(err, "machine model measured"), "%s", err);
+  cr_expect_gt(query(db, "SELECT measured_ns FROM machine_models WHERE cpu=?", key), at);
+}
+
+Test(machine, a_bad_opjit_isa_warns_once_and_the_program_runs, .init = make_dir,
+     .fini = remove_dir)
+{
+  char db[128], err[8192];
+  snprintf(db, sizeof db, "%s/p.db", dir);
+  cr_assert_eq(run_blas_prog(db, (const char *[]){"OPJIT_ISA=avx9000", NULL}, err, sizeof err), 0,
+               "%s", err);
+  const char *line = strstr(err, "OPJIT_ISA='avx9000'");
+  cr_expect(line && strstr(line, "auto"), "%s", err);
+  cr_expect(line && !strstr(line + 1, "OPJIT_ISA='avx9000'"), "one line only: %s", err);
+}
