@@ -146,15 +146,90 @@ const char *ag_self_dir(void) { return self_dir; }
 
 __attribute__((constructor)) static void agent_constructor(void) { ag_init(); }
 
-void ag_call_pick(ag_call_t *c, uint64_t n)
+#define BURST_LEN 64        /* calls a burst lasts at first */
+#define BURST_LEN_MAX 1024   /* ... at most, when signatures recur less often than it lasts */
+#define BURST_EVERY_NEW 32   /* bursts start every so many burst lengths while a variant awaits
+                                its verdict (3 % of calls run the original) */
+#define BURST_EVERY 256      /* ... once every variant has one (0.4 %) */
+
+static _Atomic uint32_t burst_serial; /* stamps bursts across threads (0: none) */
+
+/* Hands a finished burst's timings to the judge (tier.c), and lengthens the next burst when
+ * this one saw variants but no signature twice. */
+static void burst_flush(int saw_variant)
+{
+  for (uint32_t i = 0; i < ag_tl.nbt; i++) {
+    ag_entry_t *e = ag_table_entry(ag_table, ag_tl.bt[i].index);
+    atomic_fetch_add_explicit(&e->timed, ag_tl.bt[i].n, memory_order_relaxed);
+    atomic_fetch_add_explicit(&e->timed_ns, ag_tl.bt[i].ns, memory_order_relaxed);
+    ag_tier_burst(e, ag_tl.bt[i].n, ag_tl.bt[i].ns);
+  }
+  if (saw_variant && !ag_tl.nbt && ag_tl.burst_len < BURST_LEN_MAX)
+    ag_tl.burst_len *= 2;
+  ag_tl.nbt = 0;
+}
+
+void ag_call_burst_timed(const ag_call_t *c, uint64_t dt)
+{
+  uint32_t i = 0, idx = c->e->index;
+  while (i < ag_tl.nbt && ag_tl.bt[i].index != idx)
+    i++;
+  if (i == ag_tl.nbt && i < AG_BURST_SIGS)
+    ag_tl.bt[ag_tl.nbt++] = (struct ag_burst_time_s){idx, 0, 0};
+  if (i < ag_tl.nbt)
+    ag_tl.bt[i].n++, ag_tl.bt[i].ns += dt;
+  if (!ag_tl.burst)
+    burst_flush(1);
+}
+
+/* The gap to the next timed call, uniform in [1, 2 OPJIT_TIME_EVERY - 1]. */
+static int32_t draw_gap(void)
 {
   uint32_t x = ag_tl.rng;
   x ^= x << 13, x ^= x >> 17, x ^= x << 5;
   ag_tl.rng = x;
-  if (ag_tl.tick <= 0) {
-    uint32_t every = ag_time_mask + 1; /* a power of two, at most 128 */
-    ag_tl.tick = (int32_t)(1 + (x >> 8) % (2 * every - 1));
-    c->orig = n != 1 && (x & (256 / every - 1)) == 0;
+  uint32_t every = ag_time_mask + 1; /* a power of two, at most 128 */
+  return (int32_t)(1 + (x >> 8) % (2 * every - 1));
+}
+
+void ag_call_pick(ag_call_t *c, uint64_t n)
+{
+  ag_entry_t *e = c->e;
+  if (ag_tl.burst > 0) {
+    int last = --ag_tl.burst == 0;
+    /* After the burst, the thread's next timings wait a burst's length: the variants' first
+     * calls after it find their code and data where the originals left them. */
+    ag_tl.tick = last ? ag_tl.burst_len + draw_gap() : 0;
+    if (atomic_load_explicit(&e->variant, memory_order_relaxed)) {
+      c->orig = 1;
+      uint32_t id = ag_tl.burst_id;
+      if (atomic_exchange_explicit(&e->ostamp, id, memory_order_relaxed) == id) {
+        c->t0 = ag_now_ns(); /* warm: the signature already ran in this burst */
+        return;
+      }
+    } else if (n == 1) {
+      c->t0 = ag_now_ns();
+    }
+    if (last)
+      burst_flush(c->orig);
+    return;
+  }
+  if (ag_tl.nbt)
+    burst_flush(1);
+  int32_t gap = draw_gap();
+  ag_tl.tick = gap;
+  ag_tl.to_burst -= gap;
+  if (ag_tl.to_burst <= 0 && n != 1) {
+    int live = atomic_load_explicit(&ag_tier_live, memory_order_relaxed);
+    int undecided = atomic_load_explicit(&ag_tier_undecided, memory_order_relaxed);
+    if (!ag_tl.burst_len)
+      ag_tl.burst_len = BURST_LEN;
+    ag_tl.to_burst = ag_tl.burst_len * (undecided ? BURST_EVERY_NEW : BURST_EVERY);
+    if (live) { /* the burst starts with the next call */
+      ag_tl.burst = ag_tl.burst_len;
+      ag_tl.burst_id = atomic_fetch_add_explicit(&burst_serial, 1, memory_order_relaxed) + 1;
+      ag_tl.tick = 0;
+    }
   }
   c->t0 = ag_now_ns();
 }

@@ -13,6 +13,7 @@
 #include "table.h"
 #include "tcount.h"
 #include "tier.h"
+#include "../sampler/sampler.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -45,6 +46,8 @@ typedef struct ag_tlc_slot_s {
   ag_entry_t *e;  /* NULL: empty slot */
 } ag_tlc_slot_t;
 
+#define AG_BURST_SIGS 32 /* signatures one burst times; more wait for the next burst */
+
 /* Everything a host thread keeps: one thread-local block, so the hot path finds it with one
  * address computation. */
 typedef struct ag_thread_s {
@@ -53,6 +56,17 @@ typedef struct ag_thread_s {
                                 run the original (random, so a periodic call pattern cannot
                                 alias with it) */
   int32_t tick;              /* counted calls until the next timed one (ag_call_pick) */
+  int32_t burst;             /* calls left in this thread's original burst (compare.h): while
+                                > 0, every call runs its original and comes to ag_call_pick */
+  int32_t to_burst;          /* counted calls until the next burst */
+  int32_t burst_len;         /* calls a burst lasts: grows while bursts time nothing */
+  uint32_t burst_id;         /* the current burst's stamp: this thread's and the burst's */
+  uint32_t nbt;              /* signatures timed in this burst, in bt */
+  struct ag_burst_time_s {
+    uint32_t index;          /* entry */
+    uint32_t n;              /* warm original calls timed */
+    uint64_t ns;
+  } bt[AG_BURST_SIGS];
   _Atomic uint64_t *calls;   /* this thread's counters (tcount.h), or NULL: shared entries */
   _Atomic uint32_t *cur;     /* where this thread's current operator is kept, followed by its
                                 count of finished calls (code unpublished before that count
@@ -125,11 +139,15 @@ typedef struct ag_call_s {
 } ag_call_t;
 
 /* A timed call (the thread's tick ran out, or its first call of the signature, n == 1):
- * draws the gap to the next timed call, uniform in [1, 2 OPJIT_TIME_EVERY - 1], and whether
- * this one runs the original (one timed call in 256 / OPJIT_TIME_EVERY, never a first call),
- * so that one call in 256 runs the original on average; then starts the clock. Out of line:
- * the common call pays one decrement. */
+ * draws the gap to the next timed call, uniform in [1, 2 OPJIT_TIME_EVERY - 1], and starts the
+ * clock. Inside an original burst (compare.h) every call comes here: a signature with a
+ * published variant runs its original, timed when the signature already ran in this burst
+ * (warm). Bursts start every few thousand calls while a variant is published, more often
+ * while one still awaits its verdict. Out of line: the common call pays one decrement. */
 void ag_call_pick(ag_call_t *c, uint64_t n);
+
+/* A burst's warm original call of c->e took dt ns (out of line: bursts are rare). */
+void ag_call_burst_timed(const ag_call_t *c, uint64_t dt);
 
 /* The entry of key: the thread's cache first, then the shared table (NULL when full). */
 static inline __attribute__((always_inline)) ag_entry_t *ag_lookup(const ag_sig_t *key)
@@ -169,6 +187,8 @@ static inline __attribute__((always_inline)) int ag_call_begin_host(ag_call_t *c
   if (ag_unlikely(!atomic_load_explicit(&ag_active, memory_order_acquire)) && ag_activate())
     return 0;
   ag_tl.depth++;
+  sp_tl_entry_frame = (uintptr_t)__builtin_frame_address(0); /* stitched stacks (sampler.h) */
+  atomic_signal_fence(memory_order_release);                 /* stored before the op */
   if (ag_unlikely(!ag_tl.cur))
     ag_tcount_register();
   ag_entry_t *e = ag_lookup(key);
@@ -196,10 +216,9 @@ static inline __attribute__((always_inline)) int ag_call_begin_host(ag_call_t *c
   return 1;
 }
 
-/* The published variant the call should run, or NULL for the original: one call in 256 (at
- * random, never a thread's first call of the signature, always a timed one: ag_call_pick) runs
- * the original anyway, so the variant is always compared with a fresh measurement of the
- * original, and variant calls are timed too. */
+/* The published variant the call should run, or NULL for the original: calls inside an
+ * original burst run the original anyway (ag_call_pick), so the variant is always compared
+ * with a fresh, warm measurement of the original, and variant calls are timed too. */
 #define ag_call_begin(c, key) ag_call_begin_host((c), (key), 0)
 
 static inline __attribute__((always_inline)) void *ag_call_variant(const ag_call_t *c)
@@ -226,6 +245,11 @@ static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
   }
   if (c->t0) {
     uint64_t dt = ag_now_ns() - c->t0;
+    if (ag_unlikely(c->orig)) {
+      ag_call_burst_timed(c, dt);
+      ag_tl.depth--;
+      return;
+    }
     /* A timing 8x the mean so far is a preemption or a page fault, not the operator: left
      * out, so that one stall cannot tip the variant-versus-original comparison. */
     _Atomic uint64_t *tc = c->variant ? &e->vtimed : &e->timed;

@@ -2,14 +2,16 @@
 /* Tiers: the compile queue and thread, publication, verification against the original, the
  * never-slower watch, and the events the writer records. See tier.h for the state machine.
  *
- * Never slower: once a variant is published, one call in 256 still runs the original (timed),
- * so both means are measured on the same recent workload; a variant whose mean is more than
- * 15 % above the original's (over at least 64 and 32 timed calls, outliers left out) is demoted. Verification: the first OPJIT_VERIFY calls run the
+ * Never slower: once a variant is published, short original bursts (agent.c, ag_call_pick)
+ * time the original warm, paired round by round with the variant's warm timings; the judge
+ * (compare.h) demotes a variant that loses by its stated rule. Verification: the first
+ * OPJIT_VERIFY calls run the
  * variant on a copy of C and the original on the host's C, and compare within a bound derived
  * from K and the type's epsilon; the host always keeps the original's result on those calls. */
 #define _GNU_SOURCE
 #include "tier.h"
 #include "agent.h"
+#include "compare.h"
 #include "log.h"
 #include "opt.h"
 #include "jit/jit.h"
@@ -85,10 +87,15 @@ typedef struct persist_s {
 static persist_t *persist;
 static pthread_mutex_t persist_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* Per entry: the never-slower comparison of its published variant (cmp_mu). */
+static ag_cmp_t *cmps;
+static pthread_mutex_t cmp_mu = PTHREAD_MUTEX_INITIALIZER;
+_Atomic int ag_tier_live, ag_tier_undecided;
+
 /* What promotion expects: the mean relative saving of this process's measured variants and
  * the mean compile time (both updated by compile threads under code_mu; read racily, as
  * estimates). */
-static _Atomic double est_gain = -1, est_compile_ns = 30e6; /* -1: no measurement yet */
+static _Atomic double est_gain = -1, est_compile_ns = -1; /* -1: no measurement yet */
 static double gain_sum, compile_sum;
 static int gain_n, compile_n;
 
@@ -96,6 +103,16 @@ static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
 static ag_event_rec_t events[EVENTS_MAX];
 static unsigned ev_len;
 static uint64_t ev_dropped;
+
+/* Starts the comparison of e's variant, about to be published. */
+static void judge(ag_entry_t *e)
+{
+  pthread_mutex_lock(&cmp_mu);
+  ag_cmp_start(&cmps[e->index], atomic_load(&e->vtimed), atomic_load(&e->vtimed_ns));
+  pthread_mutex_unlock(&cmp_mu);
+  atomic_fetch_add(&ag_tier_live, 1);
+  atomic_fetch_add(&ag_tier_undecided, 1);
+}
 
 static void event(const ag_entry_t *e, int kind, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
@@ -586,14 +603,26 @@ static void compile_one(uint32_t i)
   pthread_mutex_unlock(&code_mu);
   atomic_store(&e->verify, (int32_t)ag_opts.num[AG_OPT_VERIFY]);
   atomic_store(&e->tier, AG_TIER_READY);
+  judge(e);
   atomic_store_explicit(&e->variant, (void *)fn, memory_order_release);
   event(e, AG_EV_PUBLISHED, "compiled in %.2f ms", (double)dt / 1e6);
 }
 
-/* Demotes READY variants that measure slower than the original. Compile thread only. */
+void ag_tier_burst(ag_entry_t *e, uint32_t n, uint64_t ns)
+{
+  if (!cmps || atomic_load(&e->tier) != AG_TIER_READY)
+    return;
+  pthread_mutex_lock(&cmp_mu);
+  ag_cmp_burst(&cmps[e->index], n, ns, atomic_load(&e->vtimed), atomic_load(&e->vtimed_ns));
+  pthread_mutex_unlock(&cmp_mu);
+}
+
+/* Demotes READY variants that measure slower than the original, by the judge's rule
+ * (compare.h), and counts the live and undecided ones for the bursts. Compile thread only. */
 static void watch_speed(void)
 {
   uint32_t n = ag_table_count(ag_table);
+  int live = 0, undecided = 0;
   for (uint32_t i = 0; i < n; i++) {
     ag_entry_t *e = ag_table_entry(ag_table, i);
     if (atomic_load(&e->tier) != AG_TIER_READY)
@@ -609,25 +638,35 @@ static void watch_speed(void)
             (unsigned long long)miss, (unsigned long long)(miss + hits));
       continue;
     }
-    uint64_t vt = atomic_load(&e->vtimed), vn = atomic_load(&e->vtimed_ns);
-    uint64_t ot = atomic_load(&e->timed) - e->base_timed, on = atomic_load(&e->timed_ns) - e->base_ns;
-    if (vt < 64 || ot < 32) /* this VM's timings vary 2x: judge on enough of them */
+    pthread_mutex_lock(&cmp_mu);
+    double med;
+    enum ag_verdict v = ag_cmp_verdict(&cmps[i], &med);
+    double omean = ag_cmp_orig_ns(&cmps[i]), vmean = ag_cmp_variant_ns(&cmps[i]);
+    uint32_t rounds = cmps[i].rounds;
+    pthread_mutex_unlock(&cmp_mu);
+    live++;
+    if (v == AG_CMP_UNDECIDED) {
+      undecided++;
       continue;
-    double vmean = (double)vn / (double)vt, omean = (double)on / (double)ot;
+    }
     if (!(e->tier_flags & 1)) { /* first verdict on this variant: teach the promotion estimate */
       e->tier_flags |= 1;
-      double g = 1.0 - vmean / omean;
+      double g = 1.0 - med;
       gain_sum += g < 0.02 ? 0.02 : g > 0.9 ? 0.9 : g, gain_n++;
       est_gain = gain_sum / gain_n;
     }
-    if (vmean > 1.15 * omean) {
+    if (v == AG_CMP_SLOWER) {
       atomic_store_explicit(&e->variant, NULL, memory_order_release);
       atomic_store(&e->tier, AG_TIER_DEMOTED);
-      event(e, AG_EV_DEMOTED, "variant %.0f ns per call, original %.0f ns", vmean, omean);
+      live--;
+      event(e, AG_EV_DEMOTED, "variant %.0f ns per call, original %.0f ns (warm, interleaved; "
+            "median ratio %.2f over %u rounds)", vmean, omean, med, rounds);
       if (drop_persisted(i))
         event(e, AG_EV_INVALIDATED, "slower: %.0f ns per call, original %.0f ns", vmean, omean);
     }
   }
+  atomic_store(&ag_tier_live, live);
+  atomic_store(&ag_tier_undecided, undecided);
 }
 
 static void enqueue(ag_entry_t *e, const char *why);
@@ -681,15 +720,36 @@ static int payback_applies(const ag_entry_t *e)
          !(e->key.host == AG_HOST_ID_GGML && e->key.op == AG_GGML_OP_FUSED);
 }
 
-/* Whether spent_ns of the signature's time, sped up by the saving variants have shown (before
- * any measurement: the generator's record here, ~2-5x below 24^3, ~1x above), repays the
- * compile OPJIT_HOT_PAYBACK times. */
-static int pays_back(const ag_entry_t *e, double spent_ns)
+#define PRIOR_GAIN 0.3          /* the saving expected before any variant of this process was
+                                   judged (the judge's first verdicts replace it) */
+#define PRIOR_COMPILE_NS 10e6   /* a compile's time before any was measured here or stored for
+                                   this CPU (kernels took 4-35 ms on this project's machines) */
+#define IDLE_CORE_SHARE 0.1     /* what a compile on an otherwise idle core takes from the
+                                   program: shared caches and memory bandwidth, not the core */
+
+/* What one compile costs the program, in ns of its time: the compile's measured time (this
+ * process's mean; before any, PRIOR_COMPILE_NS), times IDLE_CORE_SHARE when the threads that
+ * call operators leave a core idle for the compile thread (counted as registered operator
+ * threads against the online CPUs: a library's own thread pool is not seen), else the whole. */
+static double compile_charge(void)
 {
-  double gain = est_gain >= 0 ? est_gain : e->key.m <= 24 && e->key.n <= 24 && e->key.k <= 24 ? 0.6 : 0.1;
-  return spent_ns * gain >= (double)ag_opts.num[AG_OPT_HOT_PAYBACK] * est_compile_ns;
+  static long ncpu;
+  if (!ncpu)
+    ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  ag_epoch_t snap[64];
+  size_t busy = ag_tcount_snapshot(snap, 64);
+  double ns = est_compile_ns >= 0 ? est_compile_ns : PRIOR_COMPILE_NS;
+  return (long)busy < ncpu ? ns * IDLE_CORE_SHARE : ns;
 }
 
+/* Whether spent_ns of the signature's time, sped up by the saving variants have shown (before
+ * any verdict: PRIOR_GAIN), repays the compile's charge OPJIT_HOT_PAYBACK times. The time spent
+ * so far predicts as much again to come. */
+static int pays_back(double spent_ns)
+{
+  double gain = est_gain >= 0 ? est_gain : PRIOR_GAIN;
+  return spent_ns * gain >= (double)ag_opts.num[AG_OPT_HOT_PAYBACK] * compile_charge();
+}
 
 void ag_tier_hot(ag_entry_t *e, uint64_t n)
 {
@@ -704,7 +764,7 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n)
     /* The first call is a library's warm-up more often than not: leave it out when we can. */
     double mean = timed > 1 ? (double)(tns - atomic_load(&e->first_ns)) / (double)(timed - 1)
                             : (double)tns;
-    if (!pays_back(e, (double)n * mean))
+    if (!pays_back((double)n * mean))
       return; /* not worth it yet: asked again every 4096 calls */
   }
   char why[48];
@@ -715,7 +775,7 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n)
 void ag_tier_sampled(ag_entry_t *e, double cpu_ns)
 {
   if (ag_hot_calls == 0 || !ag_opts.num[AG_OPT_HOT_PAYBACK] || atomic_load(&jit_dead) ||
-      atomic_load(&e->tier) != AG_TIER_COLD || atomic_load(&e->fails) || !pays_back(e, cpu_ns))
+      atomic_load(&e->tier) != AG_TIER_COLD || atomic_load(&e->fails) || !pays_back(cpu_ns))
     return;
   char why[48];
   snprintf(why, sizeof why, "hot: %.1f ms of sampled CPU time", cpu_ns / 1e6);
@@ -729,8 +789,9 @@ static int arrays(void)
     shapes = calloc(ag_tcount_capacity, sizeof *shapes);
     ag_vrun = calloc(ag_tcount_capacity, sizeof *ag_vrun);
     persist = calloc(ag_tcount_capacity, sizeof *persist);
+    cmps = calloc(ag_tcount_capacity, sizeof *cmps);
   }
-  return shapes && ag_vrun && persist;
+  return shapes && ag_vrun && persist && cmps;
 }
 
 /* Computes the problem e's variant solves and what a call through it needs; 0 when e cannot
@@ -795,7 +856,7 @@ int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns)
   if (ag_hot_calls == 0)
     return 0;
   /* Without a timing of the original calls decide. */
-  return payback_applies(e) && mean_ns > 0 ? pays_back(e, calls * mean_ns)
+  return payback_applies(e) && mean_ns > 0 ? pays_back(calls * mean_ns)
                                            : calls >= (double)ag_hot_calls;
 }
 
@@ -835,6 +896,7 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
   set_persisted(e->index, NULL, 0, symbol, 1);
   atomic_store(&e->verify, 0); /* verified in the run that stored it; the checksum holds */
   atomic_store(&e->tier, AG_TIER_READY);
+  judge(e);
   atomic_store_explicit(&e->variant, l.fn, memory_order_release);
   event(e, AG_EV_LOADED, "%zu bytes of code placed in %.0f us, no compile", l.size,
         (double)(ag_now_ns() - t0) / 1e3);

@@ -41,10 +41,18 @@ enum ag_event {
 /* Called on a host thread when entry e reached OPJIT_HOT_CALLS calls on it (n calls, and again
  * every 4096): queues it for compilation if it can be compiled and, unless OPJIT_HOT_PAYBACK is
  * 0, if the time a variant would have saved on the calls so far (their measured mean times the
- * saving this process's variants have shown; before any, 60 % up to 24^3 and 10 % above) is
- * OPJIT_HOT_PAYBACK times the compile cost (measured; 30 ms before the first, which also loads
- * LLVM). Cheap; never waits. */
+ * saving the judge has measured for this process's variants; before any verdict, 30 %) is
+ * OPJIT_HOT_PAYBACK times what the compile costs the program (tier.c, compile_charge: the
+ * measured compile time, a tenth of it when a core is idle for the compile thread). Cheap;
+ * never waits. */
 void ag_tier_hot(ag_entry_t *e, uint64_t n);
+
+/* The never-slower judge's inputs (compare.h). ag_tier_live: variants published now;
+ * ag_tier_undecided: those still awaiting a verdict (bursts run more often meanwhile). */
+extern _Atomic int ag_tier_live, ag_tier_undecided;
+/* One original burst timed n warm calls of e, ns in all: a round of e's comparison when its
+ * variant has timings since the last one. Any host thread; takes a short lock. */
+void ag_tier_burst(ag_entry_t *e, uint32_t n, uint64_t ns);
 
 /* Called on the writer thread with the CPU time the sampler has attributed to e so far: queues
  * it, as ag_tier_hot does, when that time passes the same payback test. This finds what call

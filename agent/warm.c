@@ -70,19 +70,26 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
       continue; /* another agent version's key */
     ag_entry_t probe;
     memcpy(&probe.key, h->key, sizeof probe.key);
-    int hot = ag_tier_profile_hot(&probe, h->score, h->mean_ns) || hot_through_product(&p, &probe.key);
-    /* Not hot: only an object this program stored, for this CPU, is this profile's to drop
+    /* Placing a stored kernel costs microseconds, not a compile: any signature the profile
+     * still calls gets its kernel back. Only one whose calls have decayed below a single
+     * call's weight has stopped being called; compiling still takes the payback test. */
+    int called = h->score >= AG_WARM_DECAYED_BELOW;
+    int hot = called && (ag_tier_profile_hot(&probe, h->score, h->mean_ns) ||
+                         hot_through_product(&p, &probe.key));
+    /* Not called: only an object this program stored, for this CPU, is this profile's to drop
      * (another program may still want a shared kernel). */
     int ours = h->object_id && h->mine && strcmp(h->cpu, ri->cpu_key) == 0;
-    if (!hot && !ours)
+    if (!called && !ours)
+      continue;
+    if (!hot && !h->object_id)
       continue;
     ag_entry_t *e = ag_table_get(ag_table, &probe.key);
     if (!e)
       break; /* the table is full */
     char why[700], err[256];
-    if (!hot) {
-      ag_tier_invalidate(e, "decayed: the profile weighs its calls at %.1f, not hot any more",
-                         h->score);
+    if (!called) {
+      ag_tier_invalidate(e, "decayed: not called in this program's recent runs (its calls "
+                            "weigh %.2f)", h->score);
       w->invalidated++;
       continue;
     }
@@ -99,6 +106,8 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
         snprintf(why, sizeof why, "unloadable: %s", err);
       ag_tier_invalidate(e, "%s", why);
       w->invalidated++;
+      if (!hot)
+        continue;
     }
     snprintf(why, sizeof why, "warm: the profile weighs its calls at %.0f", h->score);
     ag_tier_queue(e, why);

@@ -4,10 +4,12 @@
  * On a process's first counted call in jit mode (OPJIT_WARM), before that call runs, the
  * agent reads the program's profile on this machine (store.h, st_profile: its recent runs,
  * each weighing half as much every OPJIT_DECAY runs) and, for each signature:
- *   hot, with a valid object for this CPU  -> placed without LLVM (ag_tier_load): its first
- *                                              call runs the kernel
- *   hot, with no usable object             -> queued for compilation at once (background)
- *   not hot any more, with an object       -> invalidated: "decayed"
+ *   still called, with a valid object for this CPU -> placed without LLVM (ag_tier_load): its
+ *                                                     first call runs the kernel (placing costs
+ *                                                     microseconds: no payback test)
+ *   hot (the payback test), with no usable object  -> queued for compilation at once
+ *   not called any more (its decayed calls weigh under AG_WARM_DECAYED_BELOW), with an object
+ *                                                  -> invalidated: "decayed"
  * An object is usable when it was built for this CPU (model and flags), by this generator
  * version and LLVM version, and its checksum holds; otherwise it is invalidated with that
  * reason ("cpu", "generator", "llvm", "checksum", "unloadable") and recompiled. */
@@ -18,6 +20,8 @@
 #include "../store/store.h"
 
 #include <stdint.h>
+
+#define AG_WARM_DECAYED_BELOW 1.0 /* decayed calls under one call's weight: not called any more */
 
 typedef struct ag_warm_s {
   int64_t runs;          /* earlier runs the profile came from */
