@@ -2,7 +2,8 @@
 /* `opjit doctor`: what the agent would do here and now. The effective options (from the same
  * table and parser the agent uses), the database's health, where the agent is, whether its JIT
  * can load (libopjit-jit.so beside it and the LLVM it needs: read from the files, never
- * loaded), and what this machine offers (SIMD, perf_event, the system BLAS). Unhealthy = the
+ * loaded), and what this machine offers (its vector ISAs and stored machine model, perf_event,
+ * the system BLAS and whether its kernels run below this CPU). Unhealthy = the
  * database is unusable. */
 #define _GNU_SOURCE
 #include "agentlib.h"
@@ -10,6 +11,7 @@
 #include "db.h"
 #include "table.h"
 
+#include "agent/machine.h"
 #include "agent/opt.h"
 #include "jit/jit.h"
 
@@ -24,9 +26,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 static cJSON *option_warnings; /* lines from ag_opts_parse's report callback */
@@ -370,32 +374,190 @@ static void check_perf(cJSON *o, const char *key, unsigned type, unsigned long l
   cJSON_AddStringToObject(j, "error", why);
 }
 
-/* The file the dynamic linker picks for libblas.so.3 (through alternatives links), or NULL. */
-static char *system_blas(void)
+/* The vector ISA ranks the BLAS check compares: a core's kernels against the CPU. */
+enum { RANK_SSE, RANK_AVX, RANK_AVX2, RANK_AVX512 };
+static const char *const rank_names[] = {"SSE", "AVX", "AVX2", "AVX-512"};
+
+/* The widest ISA the kernels of OpenBLAS core name use (its openblas_get_corename() names,
+ * 0.3.x's DYNAMIC_ARCH list), or -1 for a name not in it. */
+static int core_rank(const char *name)
 {
-  void *h = dlopen("libblas.so.3", RTLD_LAZY | RTLD_LOCAL);
+  static const struct {
+    const char *name;
+    int rank;
+  } cores[] = {{"katmai", RANK_SSE},     {"coppermine", RANK_SSE},   {"northwood", RANK_SSE},
+               {"prescott", RANK_SSE},   {"banias", RANK_SSE},       {"atom", RANK_SSE},
+               {"core2", RANK_SSE},      {"penryn", RANK_SSE},       {"dunnington", RANK_SSE},
+               {"nehalem", RANK_SSE},    {"athlon", RANK_SSE},       {"opteron", RANK_SSE},
+               {"opteron_sse3", RANK_SSE}, {"barcelona", RANK_SSE},  {"nano", RANK_SSE},
+               {"bobcat", RANK_SSE},     {"sandybridge", RANK_AVX},  {"bulldozer", RANK_AVX},
+               {"piledriver", RANK_AVX}, {"steamroller", RANK_AVX},  {"excavator", RANK_AVX},
+               {"haswell", RANK_AVX2},   {"zen", RANK_AVX2},         {"skylakex", RANK_AVX512},
+               {"cooperlake", RANK_AVX512}, {"sapphirerapids", RANK_AVX512}};
+  for (size_t i = 0; i < sizeof cores / sizeof *cores; i++)
+    if (strcasecmp(name, cores[i].name) == 0)
+      return cores[i].rank;
+  return -1;
+}
+
+/* The system BLAS as a host gets it: the file the dynamic linker picks for libblas.so.3
+ * (through alternatives links), loaded (OPENBLAS_CORETYPE, if set, applies as it would in the
+ * host), and for OpenBLAS the core its dispatch picked, compared with what this CPU runs. Adds
+ * libblas and blas {library, openblas, config, core, core_isa, coretype_env, below_cpu, suggest,
+ * warning}. */
+static void check_blas(cJSON *o, const ag_machine_t *m, const char *vendor)
+{
+  cJSON *b = cJSON_AddObjectToObject(o, "blas");
+  void *h = dlopen("libblas.so.3", RTLD_NOW | RTLD_LOCAL);
   struct link_map *lm = NULL;
   char *real = NULL;
   if (h && dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name)
     real = realpath(lm->l_name, NULL);
+  if (real) {
+    cJSON_AddStringToObject(o, "libblas", real);
+    cJSON_AddStringToObject(b, "library", real);
+  } else {
+    cJSON_AddNullToObject(o, "libblas");
+    cJSON_AddNullToObject(b, "library");
+  }
+  free(real);
+  /* dlsym on the handle searches libblas.so.3's dependencies too (Debian's is a shim over
+   * libopenblas.so.0). */
+  char *(*corename)(void) = h ? (char *(*)(void))dlsym(h, "openblas_get_corename") : NULL;
+  char *(*config)(void) = h ? (char *(*)(void))dlsym(h, "openblas_get_config") : NULL;
+  cJSON_AddBoolToObject(b, "openblas", corename != NULL);
+  const char *env = getenv("OPENBLAS_CORETYPE");
+  if (env)
+    cJSON_AddStringToObject(b, "coretype_env", env);
+  else
+    cJSON_AddNullToObject(b, "coretype_env");
+  if (!corename)
+    goto out;
+  const char *core = corename(), *conf = config ? config() : "";
+  cJSON_AddStringToObject(b, "config", conf ? conf : "");
+  cJSON_AddStringToObject(b, "core", core ? core : "");
+  int have = core ? core_rank(core) : -1;
+  int cpu = m->exts & AG_X(AVX512F) ? RANK_AVX512
+            : (m->exts & (AG_X(AVX2) | AG_X(FMA))) == (AG_X(AVX2) | AG_X(FMA)) ? RANK_AVX2
+            : m->exts & AG_X(AVX) ? RANK_AVX
+                                   : RANK_SSE;
+  if (have >= 0)
+    cJSON_AddStringToObject(b, "core_isa", rank_names[have]);
+  else
+    cJSON_AddNullToObject(b, "core_isa");
+  cJSON_AddStringToObject(b, "cpu_isa", rank_names[cpu]);
+  cJSON_AddBoolToObject(b, "below_cpu", have >= 0 && have < cpu);
+  if (have < 0 || have >= cpu)
+    goto out;
+  /* Names OpenBLAS 0.3.21 accepts in OPENBLAS_CORETYPE (its COOPERLAKE is not one: "Core not
+   * found"); SKYLAKEX's kernels run on every AVX-512 CPU, Zen 4's included. */
+  int amd = strcmp(vendor, "AuthenticAMD") == 0 || strcmp(vendor, "HygonGenuine") == 0;
+  const char *suggest = cpu == RANK_AVX512 ? "SKYLAKEX"
+                        : cpu == RANK_AVX2 ? (amd ? "ZEN" : "HASWELL")
+                                           : "SANDYBRIDGE";
+  char line[1024];
+  int version = conf ? (int)strcspn(conf, " ") : 0; /* "OpenBLAS 0.3.21 DYNAMIC_ARCH ..." */
+  version += conf && conf[version] ? 1 + (int)strcspn(conf + version + 1, " ") : 0;
+  snprintf(line, sizeof line, "the system BLAS (%.*s) runs its %s kernels (%s) on this %s CPU%s%s"
+           "%s: set OPENBLAS_CORETYPE=%s in the environment of the programs you run, for its %s "
+           "kernels", version, conf ? conf : "OpenBLAS", core, rank_names[have], rank_names[cpu],
+           env ? ", as OPENBLAS_CORETYPE=" : "", env ? env : "", env ? " asks" : "", suggest,
+           rank_names[cpu]);
+  cJSON_AddStringToObject(b, "suggest", suggest);
+  cJSON_AddStringToObject(b, "warning", line);
+out:
   if (h)
     dlclose(h);
-  return real;
 }
 
-static cJSON *check_machine(void)
+/* The machine model stored for cpu_key in the database at path: {cpu_key, measured_ns, isa,
+ * vregs, gflops {f32, f64: {"128": .., "256": .., "512": ..}}, timer_ns, compile [{family, n,
+ * median_ns, mean_ns}]}, or {cpu_key, measured: false, note} when there is none. */
+static cJSON *check_model(const char *dbopt, const char *cpu_key)
+{
+  cJSON *o = cJSON_CreateObject();
+  char path[4096], err[1024];
+  st_db_t *db = NULL;
+  st_machine_t rec;
+  cJSON_AddStringToObject(o, "cpu_key", cpu_key);
+  int rc = ins_db_path(dbopt, path, sizeof path) ? ST_ENOENT
+           : access(path, F_OK) != 0            ? ST_ENOENT
+                                                 : st_open(path, ST_OPEN_READONLY,
+                                                           INS_READ_BUSY_MS, &db, err, sizeof err);
+  if (!rc) {
+    int version = 0;
+    st_schema_version(db, &version);
+    rc = version < 6 ? ST_ENOENT : st_machine_load(db, cpu_key, &rec);
+    st_close(db);
+  }
+  cJSON_AddBoolToObject(o, "measured", !rc && rec.measured_ns);
+  if (rc || !rec.measured_ns) {
+    cJSON_AddStringToObject(o, "note", rc && rc != ST_ENOENT
+                                           ? st_errstr(rc)
+                                           : "not measured on this CPU yet: the agent measures "
+                                             "it (~20 ms, on a thread of its own) the first time "
+                                             "a program calls an operator under it, e.g. opjit "
+                                             "run -- PROGRAM, and stores it here");
+    if (rc)
+      return o;
+  } else {
+    cJSON_AddNumberToObject(o, "measured_ns", (double)rec.measured_ns);
+    cJSON_AddStringToObject(o, "isa", rec.isa);
+    cJSON_AddNumberToObject(o, "vregs", rec.vregs);
+    cJSON *g = cJSON_AddObjectToObject(o, "gflops");
+    for (int d = 0; d < 2; d++) {
+      cJSON *t = cJSON_AddObjectToObject(g, d ? "f64" : "f32");
+      for (int w = 0; w < 3; w++) {
+        char bits[8];
+        snprintf(bits, sizeof bits, "%d", 128 << w);
+        if (rec.gflops[d][w] > 0)
+          cJSON_AddNumberToObject(t, bits, rec.gflops[d][w]);
+        else
+          cJSON_AddNullToObject(t, bits);
+      }
+    }
+    cJSON_AddNumberToObject(o, "timer_ns", rec.timer_ns);
+  }
+  cJSON *c = cJSON_AddArrayToObject(o, "compile");
+  for (size_t i = 0; i < rec.nfamilies; i++) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "family", rec.families[i].family);
+    cJSON_AddNumberToObject(f, "n", (double)rec.families[i].n);
+    cJSON_AddNumberToObject(f, "median_ns", (double)rec.families[i].median_ns);
+    cJSON_AddNumberToObject(f, "mean_ns", rec.families[i].mean_ns);
+    cJSON_AddItemToArray(c, f);
+  }
+  return o;
+}
+
+static cJSON *check_machine(const char *dbopt)
 {
   static char cpuinfo[1 << 16];
-  char model[256], flags[4096], buf[64];
+  char model[256], flags[4096], vendor[64], buf[64], key[320], exts[256], why[256];
   cJSON *o = cJSON_CreateObject();
   slurp("/proc/cpuinfo", cpuinfo, sizeof cpuinfo);
   cpuinfo_field(cpuinfo, "model name", model, sizeof model);
   cpuinfo_field(cpuinfo, "flags", flags, sizeof flags);
+  cpuinfo_field(cpuinfo, "vendor_id", vendor, sizeof vendor);
   cJSON_AddStringToObject(o, "cpu_model", model);
   cJSON_AddNumberToObject(o, "ncpu", (double)sysconf(_SC_NPROCESSORS_ONLN));
   cJSON_AddBoolToObject(o, "avx2", has_word(flags, "avx2"));
   cJSON_AddBoolToObject(o, "fma", has_word(flags, "fma"));
   cJSON_AddBoolToObject(o, "avx512f", has_word(flags, "avx512f"));
+  ag_machine_t m;
+  ag_opts_t opts;
+  ag_machine_detect(&m);
+  ag_machine_exts_format(m.exts, exts, sizeof exts);
+  cJSON_AddStringToObject(o, "isa", exts);
+  cJSON_AddStringToObject(o, "widest_isa", ag_isa_name(m.widest));
+  ag_opts_parse(&opts, ins_getenv, NULL);
+  cJSON_AddStringToObject(o, "jit_isa", ag_isa_name(ag_machine_isa_choose(
+                                            opts.num[AG_OPT_ISA], m.exts, why, sizeof why)));
+  ag_opts_free(&opts);
+  if (why[0])
+    cJSON_AddStringToObject(o, "jit_isa_warning", why);
+  ag_machine_cpu_key(model, flags, key, sizeof key);
+  cJSON_AddItemToObject(o, "model", check_model(dbopt, key));
   int paranoid = slurp("/proc/sys/kernel/perf_event_paranoid", buf, sizeof buf) > 0 ? atoi(buf) : 99;
   if (paranoid != 99)
     cJSON_AddNumberToObject(o, "perf_event_paranoid", paranoid);
@@ -403,12 +565,7 @@ static cJSON *check_machine(void)
     cJSON_AddNullToObject(o, "perf_event_paranoid");
   check_perf(o, "perf_cycles", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES, paranoid);
   check_perf(o, "perf_task_clock", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK, paranoid);
-  char *blas = system_blas();
-  if (blas)
-    cJSON_AddStringToObject(o, "libblas", blas);
-  else
-    cJSON_AddNullToObject(o, "libblas");
-  free(blas);
+  check_blas(o, &m, vendor);
   return o;
 }
 
@@ -432,6 +589,62 @@ static void print_perf(const cJSON *m, const char *key, const char *label)
   const cJSON *p = cJSON_GetObjectItem(m, key);
   printf("  %-20s %s%s\n", label, cJSON_IsTrue(cJSON_GetObjectItem(p, "ok")) ? "works" : "fails: ",
          cJSON_IsTrue(cJSON_GetObjectItem(p, "ok")) ? "" : str(p, "error"));
+}
+
+/* Three widths' figures of one dtype ("-" where not measured). */
+static void print_peaks(const cJSON *t, const char *label)
+{
+  char v[3][16];
+  static const char *const bits[] = {"128", "256", "512"};
+  for (int w = 0; w < 3; w++) {
+    const cJSON *x = cJSON_GetObjectItem(t, bits[w]);
+    snprintf(v[w], sizeof v[w], cJSON_IsNumber(x) ? "%.1f" : "-", cJSON_GetNumberValue(x));
+  }
+  printf("  %-20s %s / %s / %s GF/s (128 / 256 / 512-bit vectors)\n", label, v[0], v[1], v[2]);
+}
+
+static void print_model(const cJSON *mo)
+{
+  const cJSON *c = cJSON_GetObjectItem(mo, "compile"), *f;
+  printf("  %-20s %s\n", "cpu key", str(mo, "cpu_key"));
+  if (!cJSON_IsTrue(cJSON_GetObjectItem(mo, "measured"))) {
+    printf("  %-20s %s\n", "machine model", str(mo, "note"));
+  } else {
+    time_t t = (time_t)(cJSON_GetNumberValue(cJSON_GetObjectItem(mo, "measured_ns")) / 1e9);
+    char when[64];
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&t));
+    printf("  %-20s measured %s, stored; %s vector registers\n", "machine model", when,
+           str(mo, "vregs"));
+    print_peaks(cJSON_GetObjectItem(cJSON_GetObjectItem(mo, "gflops"), "f32"), "fma peak f32");
+    print_peaks(cJSON_GetObjectItem(cJSON_GetObjectItem(mo, "gflops"), "f64"), "fma peak f64");
+    printf("  %-20s %.1f ns\n", "clock read",
+           cJSON_GetNumberValue(cJSON_GetObjectItem(mo, "timer_ns")));
+  }
+  if (!cJSON_GetArraySize(c)) {
+    printf("  %-20s none measured yet (the tiers assume %.0f ms)\n", "compile",
+           AG_MACHINE_COMPILE_GUESS_NS / 1e6);
+    return;
+  }
+  cJSON_ArrayForEach(f, c)
+    printf("  %-20s %s: %.1f ms median, %.1f ms mean over %s compiles\n",
+           f == c->child ? "compile" : "", str(f, "family"),
+           cJSON_GetNumberValue(cJSON_GetObjectItem(f, "median_ns")) / 1e6,
+           cJSON_GetNumberValue(cJSON_GetObjectItem(f, "mean_ns")) / 1e6, str(f, "n"));
+}
+
+static void print_blas(const cJSON *m)
+{
+  const cJSON *b = cJSON_GetObjectItem(m, "blas");
+  printf("  %-20s %s\n", "libblas.so.3", str(m, "libblas"));
+  if (cJSON_IsTrue(cJSON_GetObjectItem(b, "openblas")))
+    printf("  %-20s %s, core %s (%s kernels%s%s)\n", "blas core", str(b, "config"),
+           str(b, "core"), str(b, "core_isa"),
+           cJSON_IsString(cJSON_GetObjectItem(b, "coretype_env")) ? ", OPENBLAS_CORETYPE=" : "",
+           cJSON_IsString(cJSON_GetObjectItem(b, "coretype_env")) ? str(b, "coretype_env") : "");
+  else if (!cJSON_IsNull(cJSON_GetObjectItem(b, "library")))
+    printf("  %-20s not OpenBLAS: no core to check\n", "blas core");
+  if (cJSON_GetObjectItem(b, "warning"))
+    printf("warning: %s\n", str(b, "warning"));
 }
 
 static void print_report(const cJSON *doc)
@@ -496,12 +709,15 @@ static void print_report(const cJSON *doc)
 
   const cJSON *m = cJSON_GetObjectItem(doc, "machine");
   printf("\nmachine\n  %-20s %s (%s CPUs)\n", "cpu", str(m, "cpu_model"), str(m, "ncpu"));
-  printf("  %-20s avx2 %s, fma %s, avx512f %s\n", "simd", str(m, "avx2"), str(m, "fma"),
-         str(m, "avx512f"));
+  printf("  %-20s %s\n", "isa", str(m, "isa"));
+  printf("  %-20s %s (widest here: %s)\n", "jit isa", str(m, "jit_isa"), str(m, "widest_isa"));
+  if (cJSON_GetObjectItem(m, "jit_isa_warning"))
+    printf("warning: %s\n", str(m, "jit_isa_warning"));
+  print_model(cJSON_GetObjectItem(m, "model"));
   printf("  %-20s %s\n", "perf_event_paranoid", str(m, "perf_event_paranoid"));
   print_perf(m, "perf_cycles", "hw cycles");
   print_perf(m, "perf_task_clock", "sw task-clock");
-  printf("  %-20s %s\n", "libblas.so.3", str(m, "libblas"));
+  print_blas(m);
   printf("\n%s\n", cJSON_IsTrue(cJSON_GetObjectItem(doc, "healthy")) ? "healthy"
                                                                      : "unhealthy: the database is unusable");
 }
@@ -531,7 +747,7 @@ static int cmd_doctor(int argc, char **argv)
   cJSON_AddItemToObject(doc, "option_warnings", option_warnings);
   cJSON_AddItemToObject(doc, "database", check_database(dbopt, &usable));
   cJSON_AddItemToObject(doc, "agent", check_agent());
-  cJSON_AddItemToObject(doc, "machine", check_machine());
+  cJSON_AddItemToObject(doc, "machine", check_machine(dbopt));
   cJSON_AddBoolToObject(doc, "healthy", usable);
   if (json) {
     if (ins_json_emit(doc))
@@ -552,8 +768,11 @@ const ins_cmd_t ins_cmd_doctor = {
             "environment (bad values are reported), the database's path, schema, integrity,\n"
             "permissions and journal mode, where the agent library is, whether its JIT can\n"
             "load (libopjit-jit.so beside the agent and the LLVM 19 library it needs, read from\n"
-            "the files, never loaded), and what this machine offers (AVX2/FMA/AVX-512,\n"
-            "perf_event access, the system BLAS).\n"
+            "the files, never loaded), and what this machine offers: its vector ISAs, the\n"
+            "machine model the agent measured and stored for this CPU (FMA peaks, clock\n"
+            "cost, compile times), perf_event access, and the system BLAS: which library\n"
+            "libblas.so.3 is, and for OpenBLAS the core it runs (OPENBLAS_CORETYPE applies),\n"
+            "with a warning and the setting to use when its kernels are narrower than the CPU.\n"
             "Exits 1 when the database exists but is unusable.\n\n"
             "options:\n"
             "  --db PATH    the profile database\n"

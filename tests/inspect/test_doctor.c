@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* `opjit doctor`: the option table, the database report and the health verdict. */
+/* `opjit doctor`: the option table, the database report, the health verdict, the stored
+ * machine model and the system BLAS's core against this CPU. */
 #include "helpers.h"
+#include "agent/machine.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const fake_sig_t one[] = {{.m = 16, .calls = 5, .timed_calls = 1, .timed_ns = 100}};
@@ -74,6 +77,145 @@ Test(doctor, unusable_database_is_unhealthy_missing_one_is_not)
   cJSON *j = proc_json(&p);
   cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "database"), "exists")));
   cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(j, "healthy")));
+  cJSON_Delete(j);
+  proc_free(&p);
+}
+
+/* This machine's "flags" line and CPU key, as the agent computes it. */
+static void this_cpu(char *flags, size_t flen, char *key, size_t klen)
+{
+  static char cpuinfo[1 << 16];
+  char model[256] = "";
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  cr_assert_not_null(f);
+  cpuinfo[fread(cpuinfo, 1, sizeof cpuinfo - 1, f)] = 0;
+  fclose(f);
+  flags[0] = 0;
+  for (const char *l = cpuinfo; l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+    const char *v = strchr(l, ':');
+    size_t n = v ? strcspn(v + 2, "\n") : 0;
+    if (!model[0] && strncmp(l, "model name", 10) == 0 && v)
+      snprintf(model, sizeof model, "%.*s", (int)n, v + 2);
+    if (!flags[0] && strncmp(l, "flags", 5) == 0 && v)
+      snprintf(flags, flen, "%.*s", (int)n, v + 2);
+  }
+  ag_machine_cpu_key(model, flags, key, klen);
+}
+
+Test(doctor, shows_the_stored_machine_model_or_how_to_get_it)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db"), flags[4096], key[320];
+  this_cpu(flags, sizeof flags, key, sizeof key);
+  craft_run(db, 0, 0, 1, one, 1);
+  proc_t p = opjit(NULL, (const char *[]){"doctor", "--db", db, NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cr_expect(strstr(p.out, "not measured on this CPU yet") && strstr(p.out, "opjit run"), "%s",
+            p.out);
+  proc_free(&p);
+
+  st_machine_t m = {.vregs = 32, .timer_ns = 17.25, .method = AG_MACHINE_METHOD,
+                    .measured_ns = 1780000000000000000};
+  snprintf(m.cpu, sizeof m.cpu, "%s", key);
+  snprintf(m.isa, sizeof m.isa, "sse2 avx fma avx2");
+  m.gflops[0][0] = 61.5, m.gflops[0][1] = 123.25, m.gflops[1][1] = 61.75;
+  st_db_t *h;
+  char err[256];
+  cr_assert_eq(st_open(db, 0, 1000, &h, err, sizeof err), ST_OK, "%s", err);
+  cr_assert_eq(st_machine_save(h, &m, (st_compile_note_t[]){{"gemm", 8000000}}, 1), ST_OK);
+  st_close(h);
+  p = opjit(NULL, (const char *[]){"doctor", "--db", db, NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cr_expect(strstr(p.out, "61.5 / 123.2 / - GF/s"), "f32 peaks, 512 not measured: %s", p.out);
+  cr_expect(strstr(p.out, "- / 61.8 / - GF/s"), "f64 peaks: %s", p.out);
+  cr_expect(strstr(p.out, "17.2 ns") || strstr(p.out, "17.3 ns"), "clock: %s", p.out);
+  cr_expect(strstr(p.out, "gemm: 8.0 ms median"), "compile: %s", p.out);
+  proc_free(&p);
+  p = opjit(NULL, (const char *[]){"doctor", "--db", db, "--json", NULL});
+  cJSON *j = proc_json(&p);
+  const cJSON *mo = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "machine"), "model");
+  cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(mo, "cpu_key")), key);
+  cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(mo, "measured")));
+  const cJSON *f32 = cJSON_GetObjectItem(cJSON_GetObjectItem(mo, "gflops"), "f32");
+  cr_expect_eq(cJSON_GetNumberValue(cJSON_GetObjectItem(f32, "256")), 123.25);
+  cr_expect(cJSON_IsNull(cJSON_GetObjectItem(f32, "512")));
+  cJSON_Delete(j);
+  proc_free(&p);
+}
+
+/* doctor --json (database db) run with OPENBLAS_CORETYPE=coretype (NULL: unset); skips the
+ * test when the system BLAS is not OpenBLAS. */
+static cJSON *blas_report(const char *db, const char *coretype, proc_t *p)
+{
+  char env[64];
+  snprintf(env, sizeof env, "OPENBLAS_CORETYPE=%s", coretype ? coretype : "");
+  unsetenv("OPENBLAS_CORETYPE");
+  *p = opjit(coretype ? (const char *[]){env, NULL} : NULL,
+             (const char *[]){"doctor", "--db", db, "--json", NULL});
+  cr_assert_eq(p->status, 0, "%s", p->err);
+  cJSON *j = proc_json(p), *b = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "machine"), "blas");
+  cr_assert_not_null(b);
+  if (!cJSON_IsTrue(cJSON_GetObjectItem(b, "openblas")))
+    cr_skip_test("the system libblas.so.3 (%s) is not OpenBLAS: no core to check",
+                 cJSON_GetStringValue(cJSON_GetObjectItem(b, "library")));
+  return j;
+}
+
+Test(doctor, names_the_blas_core_it_runs)
+{
+  char *db = path_in(scratch_dir(), "p.db");
+  proc_t p;
+  cJSON *j = blas_report(db, NULL, &p);
+  const cJSON *b = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "machine"), "blas");
+  const char *core = cJSON_GetStringValue(cJSON_GetObjectItem(b, "core"));
+  cr_assert(core && *core, "the core OpenBLAS picked is named");
+  cr_expect(cJSON_IsString(cJSON_GetObjectItem(b, "core_isa")), "a known core: %s", core);
+  cr_expect(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(b, "config")), "OpenBLAS"));
+  cr_expect(cJSON_IsBool(cJSON_GetObjectItem(b, "below_cpu")));
+  char line[128];
+  snprintf(line, sizeof line, "core %s (", core);
+  cJSON_Delete(j);
+  proc_free(&p);
+  p = opjit(NULL, (const char *[]){"doctor", "--db", db, NULL});
+  cr_expect(strstr(p.out, "blas core") && strstr(p.out, line), "%s", p.out);
+  proc_free(&p);
+}
+
+Test(doctor, warns_when_openblas_runs_sse_kernels_on_an_avx2_cpu)
+{
+  char flags[4096], key[320];
+  this_cpu(flags, sizeof flags, key, sizeof key);
+  if (!strstr(flags, " avx2") || !strstr(flags, " fma"))
+    cr_skip_test("this CPU has no AVX2 and FMA: OpenBLAS's SSE kernels are not below it");
+  char *db = path_in(scratch_dir(), "p.db");
+  proc_t p;
+  cJSON *j = blas_report(db, "Prescott", &p);
+  const cJSON *b = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "machine"), "blas");
+  cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(b, "core")), "Prescott");
+  cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(b, "below_cpu")));
+  const char *suggest = cJSON_GetStringValue(cJSON_GetObjectItem(b, "suggest"));
+  const char *warning = cJSON_GetStringValue(cJSON_GetObjectItem(b, "warning"));
+  cr_assert(suggest && warning, "a warning and a setting");
+  char set[64];
+  snprintf(set, sizeof set, "set OPENBLAS_CORETYPE=%s", suggest);
+  cr_expect(strstr(warning, "Prescott") && strstr(warning, set), "%s", warning);
+  char suggested[32];
+  snprintf(suggested, sizeof suggested, "%s", suggest);
+  cJSON_Delete(j);
+  proc_free(&p);
+
+  p = opjit((const char *[]){"OPENBLAS_CORETYPE=Prescott", NULL},
+            (const char *[]){"doctor", "--db", db, NULL});
+  cr_expect(strstr(p.out, "warning: the system BLAS") && strstr(p.out, set), "%s", p.out);
+  proc_free(&p);
+
+  /* The setting it suggests is one this OpenBLAS accepts, and it silences the warning. */
+  j = blas_report(db, suggested, &p);
+  b = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "machine"), "blas");
+  cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(b, "core_isa")),
+                   cJSON_GetStringValue(cJSON_GetObjectItem(b, "cpu_isa")), "with %s: core %s",
+                   suggested, cJSON_GetStringValue(cJSON_GetObjectItem(b, "core")));
+  cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(b, "below_cpu")));
+  cr_expect_null(cJSON_GetObjectItem(b, "warning"));
   cJSON_Delete(j);
   proc_free(&p);
 }
