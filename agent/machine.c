@@ -180,8 +180,8 @@ typedef double (*fma_fn)(uint64_t iters);
 
 static volatile double sink; /* what the loops compute: kept, so it is computed */
 
-#define ROUNDS 7
-#define ROUND_NS 250000 /* a round's length: long enough for a clock read's error to vanish */
+#define ROUNDS 5
+#define ROUND_NS 200000 /* a round's length: long enough for a clock read's error to vanish */
 
 /* The best of ROUNDS rounds of fn, in GFLOP/s (= FLOP/ns), for chains x lanes FMAs per
  * iteration. The first, short call sizes the rounds. */

@@ -7,7 +7,7 @@
  * tests): detection, measurement, the ISA choice, conversion to and from the store's record.
  * machine_run.c holds the agent's model for this process: started by the writer thread when
  * the agent activates, it loads the model stored for this CPU key on a thread of its own (a
- * read-only connection) or, when there is none, measures it there (~15 ms), and the writer
+ * read-only connection) or, when there is none, measures it there (~20 ms), and the writer
  * saves what is new (ag_machine_save). A process that never calls an operator never gets here.
  *
  *   model:  none ──ag_machine_start──▶ loading ──stored──────────▶ ready (ag_machine() != NULL)
@@ -72,10 +72,10 @@ typedef struct ag_machine_s {
 /* Fills exts, widest and vregs from CPUID and XGETBV; clears the rest. Never fails. */
 void ag_machine_detect(ag_machine_t *m);
 /* Measures the FMA peaks of every width and dtype m->exts supports, then the clock, on the
- * calling thread: for each, 7 rounds of ~0.25 ms, the fastest kept. Fast rather than median:
+ * calling thread: for each, 5 rounds of ~0.2 ms, the fastest kept. Fast rather than median:
  * what disturbs a round (another vCPU's load, preemption, a frequency or AVX-512 licence
  * ramp) only ever slows it, so the fastest round is the closest to what the pipes do.
- * Takes ~15 ms. Sets measured_ns. */
+ * Takes under 20 ms. Sets measured_ns. */
 void ag_machine_measure(ag_machine_t *m);
 /* The level for OPJIT_ISA's value want (0 auto, then 1 + enum ag_isa) on a CPU with exts. When
  * the CPU lacks the level asked for, writes one line naming the variable, the value and the
@@ -115,8 +115,9 @@ void ag_machine_note_compile(const char *family, uint64_t ns);
  * were; with none, AG_MACHINE_COMPILE_GUESS_NS. */
 uint64_t ag_machine_compile_ns(const char *family);
 /* From the writer thread, with its store and connection: saves a model this process measured
- * and the compile notes not saved yet. The final call (at exit) first waits up to 50 ms for a
- * measurement in flight, so a short first run on a CPU still stores its model. Returns 0 or
+ * and the compile notes not saved yet. The final call (at exit) first waits for a measurement
+ * in flight (~20 ms, at most 250 on a loaded machine), so a short first run on a CPU still
+ * stores its model: once per CPU, for the run that measures. Returns 0 or
  * the store's code (what was not saved stays for the next call on a transient error). */
 int ag_machine_save(const st_api_t *store, st_db_t *db, int final);
 

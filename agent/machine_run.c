@@ -249,7 +249,7 @@ double ag_machine_timer_ns(void)
 
 int ag_machine_save(const st_api_t *store, st_db_t *db, int final)
 {
-  for (int ms = 0; final && started_pid == getpid() && !ag_machine() && ms < 50; ms++)
+  for (int ms = 0; final && started_pid == getpid() && !ag_machine() && ms < 250; ms++)
     nanosleep(&(struct timespec){0, 1000000}, NULL);
   if (save_dead || !atomic_load_explicit(&ready, memory_order_acquire))
     return ST_OK; /* notes wait for the stored ones to be merged first */

@@ -260,3 +260,99 @@ Test(machine, a_bad_opjit_isa_warns_once_and_the_program_runs, .init = make_dir,
   cr_expect(line && strstr(line, "auto"), "%s", err);
   cr_expect(line && !strstr(line + 1, "OPJIT_ISA='avx9000'"), "one line only: %s", err);
 }
+
+/* ---- the agent's model for a process (machine_run.c, compiled into this test) ------------- */
+
+/* What machine_run.c takes from the agent: its options and its folder (the store module). */
+ag_opts_t ag_opts;
+const char *ag_self_dir(void) { return OPJIT_BUILD_DIR; }
+
+static const st_api_t store_api = {.abi = ST_API_ABI, .errstr = st_errstr,
+                                   .machine_save = st_machine_save,
+                                   .machine_load = st_machine_load};
+
+/* Points OPJIT_DB at dir/p.db for machine_run.c. */
+static char *use_db(void)
+{
+  static char db[128];
+  snprintf(db, sizeof db, "%s/p.db", dir);
+  setenv("OPJIT_DB", db, 1);
+  ag_opts_parse(&ag_opts, (ag_getenv_fn)getenv, NULL);
+  return db;
+}
+
+/* Waits (bounded: the thread measures in ~20 ms) until the process's model is ready. */
+static const ag_machine_t *wait_model(void)
+{
+  for (int i = 0; i < 5000 && !ag_machine(); i++)
+    usleep(1000);
+  cr_assert_not_null(ag_machine(), "the model never became ready");
+  return ag_machine();
+}
+
+Test(machine_run, compile_cost_is_the_familys_median_else_the_others_else_the_guess)
+{
+  cr_expect_eq(ag_machine_compile_ns("gemm"), AG_MACHINE_COMPILE_GUESS_NS, "nothing measured");
+  ag_machine_note_compile("gemm", 9000000);
+  ag_machine_note_compile("gemm", 5000000);
+  ag_machine_note_compile("gemm", 7000000);
+  cr_expect_eq(ag_machine_compile_ns("gemm"), 7000000);
+  ag_machine_note_compile("dot", 1000000);
+  ag_machine_note_compile("mm", 3000000);
+  cr_expect_eq(ag_machine_compile_ns("add_rms_mul"), 3000000,
+               "a family never compiled: the median of the others' medians (1, 3, 7 ms)");
+  for (int i = 0; i < 40; i++)
+    ag_machine_note_compile("dot", 2000000);
+  cr_expect_eq(ag_machine_compile_ns("dot"), 2000000, "the window holds the latest compiles");
+}
+
+Test(machine_run, loads_the_stored_model_merges_compile_times_and_saves_only_what_is_new,
+     .init = make_dir, .fini = remove_dir)
+{
+  char *path = use_db(), err[256];
+  ag_machine_t m;
+  ag_machine_detect(&m);
+  m.gflops[0][0] = 11, m.timer_ns = 3, m.measured_ns = 777;
+  st_machine_t rec, got;
+  ag_machine_to_store(&m, "Stored CPU", &rec);
+  st_db_t *db;
+  cr_assert_eq(st_open(path, ST_OPEN_CREATE, 1000, &db, err, sizeof err), ST_OK, "%s", err);
+  cr_assert_eq(st_machine_save(db, &rec, (st_compile_note_t[]){{"gemm", 4000000},
+                                                             {"gemm", 6000000}}, 2), ST_OK);
+  ag_machine_note_compile("gemm", 20000000); /* before the stored times are read */
+  ag_machine_start("Stored CPU");
+  const ag_machine_t *live = wait_model();
+  cr_expect_eq(live->stored, 1, "loaded, not measured");
+  cr_expect_eq(live->gflops[0][0], 11);
+  cr_expect_eq(ag_machine_peak_gflops(128, 0), 11);
+  cr_expect_eq(ag_machine_peak_gflops(512, 1), m.gflops[1][2]);
+  cr_expect_eq(ag_machine_peak_gflops(96, 0), 0, "no such width");
+  cr_expect_eq(ag_machine_timer_ns(), 3);
+  cr_expect_eq(ag_machine_compile_ns("gemm"), 6000000, "median of 4, 6 (stored) and 20 ms");
+
+  cr_assert_eq(ag_machine_save(&store_api, db, 0), ST_OK);
+  cr_assert_eq(st_machine_load(db, "Stored CPU", &got), ST_OK);
+  cr_expect_eq(got.measured_ns, 777, "the stored model is not written again");
+  cr_expect_eq(got.families[0].n, 3, "this process's one compile was added");
+  cr_assert_eq(ag_machine_save(&store_api, db, 0), ST_OK);
+  cr_assert_eq(st_machine_load(db, "Stored CPU", &got), ST_OK);
+  cr_expect_eq(got.families[0].n, 3, "and only once");
+  st_close(db);
+}
+
+Test(machine_run, measures_a_cpu_with_nothing_stored_and_the_final_save_stores_it,
+     .init = make_dir, .fini = remove_dir)
+{
+  char *path = use_db(), err[256];
+  st_db_t *db;
+  cr_assert_eq(st_open(path, ST_OPEN_CREATE, 1000, &db, err, sizeof err), ST_OK, "%s", err);
+  ag_machine_start("New CPU");
+  cr_assert_eq(ag_machine_save(&store_api, db, 1), ST_OK);
+  st_machine_t got;
+  cr_assert_eq(st_machine_load(db, "New CPU", &got), ST_OK, "the final save waits for it");
+  const ag_machine_t *live = wait_model();
+  cr_expect_eq(live->stored, 0);
+  cr_expect_eq(got.measured_ns, live->measured_ns);
+  cr_expect_eq(got.gflops[0][0], live->gflops[0][0]);
+  st_close(db);
+}
