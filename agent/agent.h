@@ -13,6 +13,7 @@
 #include "table.h"
 #include "tcount.h"
 #include "tier.h"
+#include "../sampler/sampler.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -186,6 +187,7 @@ static inline __attribute__((always_inline)) int ag_call_begin_host(ag_call_t *c
   if (ag_unlikely(!atomic_load_explicit(&ag_active, memory_order_acquire)) && ag_activate())
     return 0;
   ag_tl.depth++;
+  sp_tl_entry_frame = (uintptr_t)__builtin_frame_address(0); /* stitched stacks (sampler.h) */
   atomic_signal_fence(memory_order_release);                 /* stored before the op */
   if (ag_unlikely(!ag_tl.cur))
     ag_tcount_register();

@@ -68,12 +68,14 @@ static sp_config_t cfg;
 static sp_status_t status;
 static _Atomic uint64_t lost, drained;
 static _Atomic uint64_t walked, unwound; /* drained samples whose stack uw_walk, libunwind took */
+static _Atomic uint64_t stitched;        /* ... of the walked, resumed from an entry frame */
 static _Atomic int stacks_wanted; /* a handler saw the main thread off its known stack */
 static pid_t pid;                 /* this process's (sp_start; the handler compares, never asks) */
 static _Atomic int expected;      /* sp_expect: threads record their stack's top */
 /* This thread's stack, when the thread began through sp_thread_begin (pthread_getattr_np's:
  * mapped throughout). Initial-exec: the handler reads it. */
 static __thread __attribute__((tls_model("initial-exec"))) uint64_t tl_stack_lo, tl_stack_hi;
+__thread __attribute__((tls_model("initial-exec"))) uintptr_t sp_tl_entry_frame;
 
 /* The bounds of slot t's thread's stack (the calling thread's), into *lo and *hi: 1 when
  * known and sp is on it (not on an alternate signal stack, a coroutine's, ...). The slot's
@@ -209,6 +211,26 @@ static sp_slot_t *slot_of(const siginfo_t *si)
  * deadlock in its own handler.) */
 #define SP_YOUNG_SAMPLES 16
 
+/* A walk that stopped short at *at (n frames in s) inside the thread's own operator goes on
+ * from the operator's entry frame (sampler.h), when that lies further out than where the walk
+ * stopped and inside the stack [.., hi): a frame-pointer frame, RBP saved at it and the return
+ * address above. Returns the frames in s then, with SP_F_STITCHED; else n. */
+static int stitch(sp_sample_t *s, int n, const uw_regs_t *at, uint64_t hi)
+{
+  if (!s->op || (s->flags & SP_F_POOL) || n >= cfg.stack_depth)
+    return n;
+  atomic_signal_fence(memory_order_acquire); /* the agent stores the frame, then the op */
+  uint64_t f = sp_tl_entry_frame;
+  if (!f || (f & 7) || f < at->sp || hi < 16 || f > hi - 16)
+    return n;
+  const uint64_t *fp = (const uint64_t *)(uintptr_t)f;
+  int stop;
+  n += uw_walk((uw_regs_t){fp[1], f + 16, fp[0]}, f + 16, hi, s->frames + n,
+               cfg.stack_depth - n, &stop);
+  s->flags |= SP_F_STITCHED;
+  return n;
+}
+
 /* The stack: the frames from the interrupted PC outwards (unw_backtrace's first ones are the
  * handler's own and the signal trampoline's: skipped). */
 static int record_stack(sp_sample_t *s, sp_slot_t *t, void *uc)
@@ -220,12 +242,19 @@ static int record_stack(sp_sample_t *s, sp_slot_t *t, void *uc)
     return 1;
   uint64_t sp = (uint64_t)g[REG_RSP], lo, hi;
   if (stack_of(t, sp, &lo, &hi)) { /* loads from sp up: all of it is the thread's stack */
-    int stop, n = uw_walk((uw_regs_t){s->pc, sp, (uint64_t)g[REG_RBP], (uint64_t)g[REG_R10],
-                                       (uint64_t)g[REG_R13]},
-                          sp, hi, s->frames,
-                          cfg.stack_depth, &stop);
+    uw_regs_t at;
+    int stop, n = uw_walk_at((uw_regs_t){s->pc, sp, (uint64_t)g[REG_RBP], (uint64_t)g[REG_R10],
+                                          (uint64_t)g[REG_R13]},
+                             sp, hi, s->frames, cfg.stack_depth, &stop, &at);
     if (stop == UW_OFF) /* an object is being unloaded: the PC alone */
       return 1;
+    if (stop != UW_END && stop != UW_MAX) { /* short: inside an operator, stitched */
+      int k = stitch(s, n, &at, hi);
+      if (k > n) {
+        s->flags |= SP_F_WALKED;
+        return k;
+      }
+    }
     /* libunwind takes over only where the walker stopped short of what it can do itself
      * (signal frames, register-held return addresses) or found no rule at the very PC. */
     if (stop != UW_UNSUPPORTED && (n > 1 || stop == UW_END)) {
@@ -828,8 +857,8 @@ size_t sp_drain(sp_sample_t *out, size_t max)
     pthread_mutex_unlock(&sp_mu);
   }
   size_t got = 0;
-  uint64_t weight = 0, by_walk = 0, by_unw = 0; /* counted here, not in the handler: no shared
-                                                   line written per sample */
+  uint64_t weight = 0, by_walk = 0, by_unw = 0, by_stitch = 0; /* counted here, not in the
+                                                   handler: no shared line written per sample */
   int n = atomic_load_explicit(&hiwater, memory_order_acquire);
   for (int i = 0; i < n && got < max; i++) {
     sp_ring_t *r = slots[i].ring;
@@ -840,6 +869,7 @@ size_t sp_drain(sp_sample_t *out, size_t max)
     for (; tail != head && got < max; tail++) {
       out[got] = r->buf[tail % SP_RING];
       by_walk += (out[got].flags & SP_F_WALKED) != 0, by_unw += (out[got].flags & SP_F_UNWOUND) != 0;
+      by_stitch += (out[got].flags & SP_F_STITCHED) != 0;
       weight += out[got++].weight;
     }
     atomic_store_explicit(&r->tail, tail, memory_order_release);
@@ -847,6 +877,7 @@ size_t sp_drain(sp_sample_t *out, size_t max)
   atomic_fetch_add(&drained, weight);
   atomic_fetch_add(&walked, by_walk);
   atomic_fetch_add(&unwound, by_unw);
+  atomic_fetch_add(&stitched, by_stitch);
   return got;
 }
 
@@ -872,6 +903,7 @@ void sp_status(sp_status_t *out)
   out->walked = atomic_load(&walked);
   out->thinned = atomic_load(&thinned);
   out->unwound = atomic_load(&unwound);
+  out->stitched = atomic_load(&stitched);
   pthread_mutex_unlock(&sp_mu);
 }
 
@@ -898,6 +930,7 @@ void sp_after_fork_child(void)
   atomic_store(&short_run, 0);
   nskipped = 0;
   atomic_store(&unwound, 0);
+  atomic_store(&stitched, 0);
   uw_after_fork_child();
   nbanned = 0;
 }

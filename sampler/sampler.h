@@ -27,7 +27,17 @@ enum sp_flags {
   SP_F_POOL = 1,     /* attributed through the in-flight operators: the thread had none itself */
   SP_F_WALKED = 2,   /* its stack came from the sampler's own walker (unwind.h) */
   SP_F_UNWOUND = 4,  /* ... from libunwind */
+  SP_F_STITCHED = 8, /* walked, and resumed from the operator's entry frame (sp_tl_entry_frame) */
 };
+
+/* The frame of the interposed function the thread is inside, as the agent records it on entry
+ * (__builtin_frame_address(0), a frame-pointer frame: the caller's RBP saved there, the return
+ * address into the caller above it), read by the handler only while the thread's own operator
+ * (sp_attrib_t.own) is set. A walk inside the operator that stops short (code without CFI:
+ * OpenBLAS's assembly kernels, the vDSO; frames the walker cannot read) goes on from there, so
+ * the stack shows the library's frames as far as they were walked, then the caller's chain.
+ * Initial-exec: the handler reads it without __tls_get_addr. */
+extern __thread __attribute__((tls_model("initial-exec"))) uintptr_t sp_tl_entry_frame;
 
 /* How a sample is attributed: both are called in the signal handler and must be
  * async-signal-safe. own() is the interrupted thread's operator (entry index + 1, 0 = none);
@@ -74,6 +84,7 @@ typedef struct sp_status_s {
   uint64_t walked, unwound; /* stacks taken by the sampler's own walker (unwind.h), and by
                                libunwind where it could not (bounds unknown yet, frames it
                                does not interpret) */
+  uint64_t stitched;        /* of the walked, those resumed from an operator's entry frame */
 } sp_status_t;
 
 /* Starts sampling every thread of the process. Returns 0 (sampling, or off by choice: hz 0)

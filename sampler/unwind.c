@@ -477,8 +477,16 @@ static int load(uint64_t addr, uint64_t lo, uint64_t hi, uint64_t *v)
 
 int uw_walk(uw_regs_t r, uint64_t lo, uint64_t hi, uint64_t *out, int max, int *stop)
 {
+  uw_regs_t at;
+  return uw_walk_at(r, lo, hi, out, max, stop, &at);
+}
+
+int uw_walk_at(uw_regs_t r, uint64_t lo, uint64_t hi, uint64_t *out, int max, int *stop,
+               uw_regs_t *at)
+{
   int n = 0;
   *stop = UW_MAX;
+  *at = r;
   if (max < 1)
     return 0;
   atomic_fetch_add(&readers, 1);
@@ -539,6 +547,7 @@ int uw_walk(uw_regs_t r, uint64_t lo, uint64_t hi, uint64_t *out, int max, int *
   }
 done:
   atomic_fetch_sub(&readers, 1);
+  *at = r;
   return n;
 }
 

@@ -71,5 +71,10 @@ void uw_after_fork_child(void);
  * each caller's return address, at most max. Loads from the stack only inside [lo, hi).
  * Returns the number written (>= 1 when max >= 1) and sets *stop. */
 int uw_walk(uw_regs_t r, uint64_t lo, uint64_t hi, uint64_t *out, int max, int *stop);
+/* The same walk; *at gets the registers of the frame it ended in (out[n - 1]'s: its RSP, and
+ * RBP as far as the walk knew it), so that a caller can tell whether a frame it knows lies
+ * further out and resume from there (sampler.c's stitching). */
+int uw_walk_at(uw_regs_t r, uint64_t lo, uint64_t hi, uint64_t *out, int max, int *stop,
+               uw_regs_t *at);
 
 #endif
