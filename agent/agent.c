@@ -200,7 +200,9 @@ void ag_call_pick(ag_call_t *c, uint64_t n)
     /* After the burst, the thread's next timings wait a burst's length: the variants' first
      * calls after it find their code and data where the originals left them. */
     ag_tl.tick = last ? ag_tl.burst_len + draw_gap() : 0;
-    if (atomic_load_explicit(&e->variant, memory_order_relaxed)) {
+    /* A variant still verifying keeps its calls: they run both it and the original. */
+    if (atomic_load_explicit(&e->variant, memory_order_relaxed) &&
+        atomic_load_explicit(&e->verify, memory_order_relaxed) <= 0) {
       c->orig = 1;
       uint32_t id = ag_tl.burst_id;
       if (atomic_exchange_explicit(&e->ostamp, id, memory_order_relaxed) == id) {
