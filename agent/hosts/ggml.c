@@ -534,7 +534,10 @@ static int find_group(struct ggml_cgraph *g, int n, int i, fusion_t *f, int with
 
 /* The MUL_MAT at node i of g, when the generator's kernel can compute it: 2-D, f32 or f16
  * weights in plain memory (not repacked by an extra buffer type: extra unset), f32
- * activations and output, all contiguous, the output apart from both inputs. */
+ * activations and output, all contiguous, the output apart from both inputs. Weights of an
+ * extra buffer type stay ggml's even when their bytes are plain: on a CPU with AMX ggml keeps
+ * f16 weights in its AMX buffer and multiplies them with f32 activations, where the kernel
+ * rounds them to f16 as ggml's own MUL_MAT does (the results would move beyond tolerance). */
 static int find_mm(struct ggml_cgraph *g, int i, fusion_t *f)
 {
   struct ggml_tensor *t = api.node(g, i);

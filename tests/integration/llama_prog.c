@@ -14,6 +14,10 @@
  *          probabilities sum P    (over the steps, each token id times its softmax probability:
  *                                  what tests/integration/llama_node.mjs prints)
  *          prefill T tok/s decode T tok/s
+ *   bufts
+ *        names the extra buffer types of the CPU backend ggml loads on this CPU, one a line:
+ *        llama.cpp places there the weights they take ("AMX", on a CPU with AMX, takes f16
+ *        weights, whose MUL_MATs ggml then computes with f32 activations, not rounded to f16)
  * Exits 1 on any failure, with a message. */
 #include "ggml.h"
 #include "ggml-backend.h"
@@ -224,6 +228,25 @@ static int run_model(const char *path, int n_prompt, int n_gen, int threads, int
   return 0;
 }
 
+static int list_bufts(void)
+{
+  llama_log_set(quiet_log, NULL);
+  ggml_backend_load_all_from_path(OPJIT_LLAMA_BINS);
+  ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+  ggml_backend_reg_t reg = cpu ? ggml_backend_dev_backend_reg(cpu) : NULL;
+  ggml_backend_dev_get_extra_bufts_t get =
+      reg ? (ggml_backend_dev_get_extra_bufts_t)ggml_backend_reg_get_proc_address(
+                reg, "ggml_backend_dev_get_extra_bufts")
+          : NULL;
+  if (!get) {
+    fprintf(stderr, "llama_prog: no CPU backend with extra buffer types\n");
+    return 1;
+  }
+  for (ggml_backend_buffer_type_t *b = get(cpu); b && *b; b++)
+    printf("%s\n", ggml_backend_buft_name(*b));
+  return 0;
+}
+
 int main(int argc, char **argv)
 {
   if (argc == 9 && strcmp(argv[1], "write") == 0)
@@ -232,7 +255,10 @@ int main(int argc, char **argv)
   if ((argc == 6 || argc == 7) && strcmp(argv[1], "run") == 0)
     return run_model(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
                      argc == 7 && atoi(argv[6]) > 1 ? atoi(argv[6]) : 1);
+  if (argc == 2 && strcmp(argv[1], "bufts") == 0)
+    return list_bufts();
   fprintf(stderr, "usage: llama_prog write PATH EMBD LAYERS FF VOCAB f32|f16 SEED\n"
-                  "       llama_prog run PATH PROMPT GEN THREADS [ROUNDS]\n");
+                  "       llama_prog run PATH PROMPT GEN THREADS [ROUNDS]\n"
+                  "       llama_prog bufts\n");
   return 2;
 }
