@@ -12,6 +12,7 @@
 #include "tier.h"
 #include "agent.h"
 #include "compare.h"
+#include "machine.h"
 #include "log.h"
 #include "opt.h"
 #include "jit/jit.h"
@@ -95,9 +96,9 @@ _Atomic int ag_tier_live, ag_tier_undecided;
 /* What promotion expects: the mean relative saving of this process's measured variants and
  * the mean compile time (both updated by compile threads under code_mu; read racily, as
  * estimates). */
-static _Atomic double est_gain = -1, est_compile_ns = -1; /* -1: no measurement yet */
-static double gain_sum, compile_sum;
-static int gain_n, compile_n;
+static _Atomic double est_gain = -1; /* -1: no verdict yet */
+static double gain_sum;
+static int gain_n;
 
 static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
 static ag_event_rec_t events[EVENTS_MAX];
@@ -158,6 +159,12 @@ int ag_tier_code_at(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name)
 }
 
 const char *ag_tier_cpu(void) { return jit ? jit->cpu() : ""; }
+
+/* The kernel family of a problem, as the machine model keeps compile times (machine.h). */
+static const char *family(const jt_gemm_t *g)
+{
+  return g->mm ? "mm" : g->add_rms_mul ? "add_rms_mul" : g->dot ? "dot" : "gemm";
+}
 
 /* The column-major GEMM a GEMM or GEMV key is, or 0 when the generator or the policy declines
  * it. *swap is set when the kernel takes the call's operands in the other order. */
@@ -598,8 +605,7 @@ static void compile_one(uint32_t i)
   e->base_timed = atomic_load(&e->timed);
   e->base_ns = atomic_load(&e->timed_ns);
   e->compile_ns = dt;
-  compile_sum += (double)dt, compile_n++;
-  est_compile_ns = compile_sum / compile_n;
+  ag_machine_note_compile(family(&shapes[i]), dt);
   pthread_mutex_unlock(&code_mu);
   atomic_store(&e->verify, (int32_t)ag_opts.num[AG_OPT_VERIFY]);
   atomic_store(&e->tier, AG_TIER_READY);
@@ -722,33 +728,34 @@ static int payback_applies(const ag_entry_t *e)
 
 #define PRIOR_GAIN 0.3          /* the saving expected before any variant of this process was
                                    judged (the judge's first verdicts replace it) */
-#define PRIOR_COMPILE_NS 10e6   /* a compile's time before any was measured here or stored for
-                                   this CPU (kernels took 4-35 ms on this project's machines) */
 #define IDLE_CORE_SHARE 0.1     /* what a compile on an otherwise idle core takes from the
                                    program: shared caches and memory bandwidth, not the core */
 
-/* What one compile costs the program, in ns of its time: the compile's measured time (this
- * process's mean; before any, PRIOR_COMPILE_NS), times IDLE_CORE_SHARE when the threads that
- * call operators leave a core idle for the compile thread (counted as registered operator
- * threads against the online CPUs: a library's own thread pool is not seen), else the whole. */
-static double compile_charge(void)
+/* What compiling e's kernel costs the program, in ns of its time: the machine model's compile
+ * time for its kernel family on this CPU (machine.h: measured over this and earlier runs),
+ * times IDLE_CORE_SHARE when the threads that call operators leave a core idle for the compile
+ * thread (registered operator threads against the online CPUs: a library's own thread pool is
+ * not seen), else the whole. */
+static double compile_charge(const ag_entry_t *e)
 {
   static long ncpu;
   if (!ncpu)
     ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   ag_epoch_t snap[64];
   size_t busy = ag_tcount_snapshot(snap, 64);
-  double ns = est_compile_ns >= 0 ? est_compile_ns : PRIOR_COMPILE_NS;
+  jt_gemm_t g;
+  int row;
+  double ns = (double)ag_machine_compile_ns(gemm_of(&e->key, &g, &row) ? family(&g) : "gemm");
   return (long)busy < ncpu ? ns * IDLE_CORE_SHARE : ns;
 }
 
 /* Whether spent_ns of the signature's time, sped up by the saving variants have shown (before
  * any verdict: PRIOR_GAIN), repays the compile's charge OPJIT_HOT_PAYBACK times. The time spent
  * so far predicts as much again to come. */
-static int pays_back(double spent_ns)
+static int pays_back(const ag_entry_t *e, double spent_ns)
 {
   double gain = est_gain >= 0 ? est_gain : PRIOR_GAIN;
-  return spent_ns * gain >= (double)ag_opts.num[AG_OPT_HOT_PAYBACK] * compile_charge();
+  return spent_ns * gain >= (double)ag_opts.num[AG_OPT_HOT_PAYBACK] * compile_charge(e);
 }
 
 void ag_tier_hot(ag_entry_t *e, uint64_t n)
@@ -764,7 +771,7 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n)
     /* The first call is a library's warm-up more often than not: leave it out when we can. */
     double mean = timed > 1 ? (double)(tns - atomic_load(&e->first_ns)) / (double)(timed - 1)
                             : (double)tns;
-    if (!pays_back((double)n * mean))
+    if (!pays_back(e, (double)n * mean))
       return; /* not worth it yet: asked again every 4096 calls */
   }
   char why[48];
@@ -775,7 +782,7 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n)
 void ag_tier_sampled(ag_entry_t *e, double cpu_ns)
 {
   if (ag_hot_calls == 0 || !ag_opts.num[AG_OPT_HOT_PAYBACK] || atomic_load(&jit_dead) ||
-      atomic_load(&e->tier) != AG_TIER_COLD || atomic_load(&e->fails) || !pays_back(cpu_ns))
+      atomic_load(&e->tier) != AG_TIER_COLD || atomic_load(&e->fails) || !pays_back(e, cpu_ns))
     return;
   char why[48];
   snprintf(why, sizeof why, "hot: %.1f ms of sampled CPU time", cpu_ns / 1e6);
@@ -856,7 +863,7 @@ int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns)
   if (ag_hot_calls == 0)
     return 0;
   /* Without a timing of the original calls decide. */
-  return payback_applies(e) && mean_ns > 0 ? pays_back(calls * mean_ns)
+  return payback_applies(e) && mean_ns > 0 ? pays_back(e, calls * mean_ns)
                                            : calls >= (double)ag_hot_calls;
 }
 
