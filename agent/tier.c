@@ -96,9 +96,22 @@ _Atomic int ag_tier_live, ag_tier_undecided;
 /* What promotion expects: the mean relative saving of this process's measured variants and
  * the mean compile time (both updated by compile threads under code_mu; read racily, as
  * estimates). */
-static _Atomic double est_gain = -1; /* -1: no verdict yet */
-static double gain_sum;
-static int gain_n;
+#define GAIN_CLASSES 6 /* problems by size: cube root of m n k up to 8, 16, 32, 64, 128, more */
+static double gain_sum[GAIN_CLASSES]; /* the judge's verdicts' savings (a loss counts as 0), per
+                                         class; compile threads write, host threads read racily */
+static int gain_n[GAIN_CLASSES];
+
+/* e's size class for the expected saving: the cube root of its problem's m n k (or its length,
+ * for the one-dimensional kernels) against 8, 16, 32, 64, 128. */
+static int gain_class(const ag_entry_t *e)
+{
+  double v = (double)(e->key.m ? e->key.m : 1) * (e->key.n ? e->key.n : 1) *
+             (e->key.k ? e->key.k : 1);
+  int c = 0;
+  for (double edge = 8; c < GAIN_CLASSES - 1 && v > edge * edge * edge; edge *= 2)
+    c++;
+  return c;
+}
 
 static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
 static ag_event_rec_t events[EVENTS_MAX];
@@ -658,8 +671,8 @@ static void watch_speed(void)
     if (!(e->tier_flags & 1)) { /* first verdict on this variant: teach the promotion estimate */
       e->tier_flags |= 1;
       double g = 1.0 - med;
-      gain_sum += g < 0.02 ? 0.02 : g > 0.9 ? 0.9 : g, gain_n++;
-      est_gain = gain_sum / gain_n;
+      int c = gain_class(e);
+      gain_sum[c] += g < 0 ? 0 : g > 0.9 ? 0.9 : g, gain_n[c]++;
     }
     if (v == AG_CMP_SLOWER) {
       atomic_store_explicit(&e->variant, NULL, memory_order_release);
@@ -726,8 +739,8 @@ static int payback_applies(const ag_entry_t *e)
          !(e->key.host == AG_HOST_ID_GGML && e->key.op == AG_GGML_OP_FUSED);
 }
 
-#define PRIOR_GAIN 0.3          /* the saving expected before any variant of this process was
-                                   judged (the judge's first verdicts replace it) */
+#define PRIOR_GAIN 0.3          /* the saving expected of a size class before the judge's
+                                   verdicts on it (it counts as one verdict among them) */
 #define IDLE_CORE_SHARE 0.1     /* what a compile on an otherwise idle core takes from the
                                    program: shared caches and memory bandwidth, not the core */
 
@@ -749,12 +762,15 @@ static double compile_charge(const ag_entry_t *e)
   return (long)busy < ncpu ? ns * IDLE_CORE_SHARE : ns;
 }
 
-/* Whether spent_ns of the signature's time, sped up by the saving variants have shown (before
- * any verdict: PRIOR_GAIN), repays the compile's charge OPJIT_HOT_PAYBACK times. The time spent
- * so far predicts as much again to come. */
+/* Whether spent_ns of the signature's time, sped up by the saving the judge's verdicts on its
+ * size class have shown (PRIOR_GAIN before any), repays the compile's charge OPJIT_HOT_PAYBACK
+ * times. The time spent so far predicts as much again to come. */
 static int pays_back(const ag_entry_t *e, double spent_ns)
 {
-  double gain = est_gain >= 0 ? est_gain : PRIOR_GAIN;
+  /* The prior counts as one verdict, so that a few losses lower the expectation without
+   * closing the class for good. */
+  int c = gain_class(e);
+  double gain = (PRIOR_GAIN + gain_sum[c]) / (1 + gain_n[c]);
   return spent_ns * gain >= (double)ag_opts.num[AG_OPT_HOT_PAYBACK] * compile_charge(e);
 }
 
@@ -865,6 +881,12 @@ int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns)
   /* Without a timing of the original calls decide. */
   return payback_applies(e) && mean_ns > 0 ? pays_back(e, calls * mean_ns)
                                            : calls >= (double)ag_hot_calls;
+}
+
+void ag_tier_keep_original(ag_entry_t *e)
+{
+  uint32_t cold = AG_TIER_COLD;
+  atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_DEMOTED);
 }
 
 void ag_tier_queue(ag_entry_t *e, const char *why)

@@ -66,6 +66,10 @@ void ag_tier_sampled(ag_entry_t *e, double cpu_ns);
  * of mean_ns each, is hot: the test ag_tier_hot and ag_tier_sampled apply within a run. */
 int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns);
 
+/* Cold entry e stays on the original for the run, as DEMOTED (its kernel by this generator
+ * measured slower than the original on this machine in an earlier run): never compiled. */
+void ag_tier_keep_original(ag_entry_t *e);
+
 /* Queues cold entry e for compilation now (the profile says it is hot). */
 void ag_tier_queue(ag_entry_t *e, const char *why);
 

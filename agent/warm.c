@@ -83,9 +83,15 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
       continue;
     if (!hot && !h->object_id)
       continue;
+    /* This generator's kernel lost to the original on this machine in the last run that had
+     * one: neither placed nor compiled again (a new generator gets its own trial). */
     ag_entry_t *e = ag_table_get(ag_table, &probe.key);
     if (!e)
       break; /* the table is full */
+    if (h->demoted_gen == JT_GENERATOR_VERSION) {
+      ag_tier_keep_original(e);
+      continue;
+    }
     char why[700], err[256];
     if (!called) {
       ag_tier_invalidate(e, "decayed: not called in this program's recent runs (its calls "

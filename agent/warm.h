@@ -10,6 +10,9 @@
  *   hot (the payback test), with no usable object  -> queued for compilation at once
  *   not called any more (its decayed calls weigh under AG_WARM_DECAYED_BELOW), with an object
  *                                                  -> invalidated: "decayed"
+ *   demoted in the newest run that had a variant for it, by this generator version
+ *                                                  -> left to the original (neither placed nor
+ *                                                     compiled: it measured slower here)
  * An object is usable when it was built for this CPU (model and flags), by this generator
  * version and LLVM version, and its checksum holds; otherwise it is invalidated with that
  * reason ("cpu", "generator", "llvm", "checksum", "unloadable") and recompiled. */

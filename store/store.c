@@ -629,6 +629,8 @@ typedef struct prof_acc_s {
   int64_t sig_id;
   double calls;      /* weighted */
   uint64_t timed, timed_ns;
+  int verdict_seen;  /* the newest run with a variant row for the signature was read */
+  int demoted_gen;   /* ... its variant was demoted: the generator version it had, else 0 */
 } prof_acc_t;
 
 static int by_score(const void *a, const void *b)
@@ -689,8 +691,11 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
       "  JOIN programs p ON p.id = r.program_id JOIN machines m ON m.id = r.machine_id"
       "  WHERE p.exe=? AND p.build_id=? AND p.script=? AND m.cpu_model=? AND m.cpu_flags=?"
       "  ORDER BY r.id DESC LIMIT ?)"
-      " SELECT w.age, s.sig_id, s.calls, s.timed_calls, s.timed_ns, (SELECT count(*) FROM w)"
-      " FROM w JOIN run_sigs s ON s.run_id = w.id ORDER BY s.sig_id",
+      " SELECT w.age, s.sig_id, s.calls, s.timed_calls, s.timed_ns, (SELECT count(*) FROM w),"
+      "  v.status, v.generator"
+      " FROM w JOIN run_sigs s ON s.run_id = w.id"
+      " LEFT JOIN variants v ON v.run_id = w.id AND v.sig_id = s.sig_id"
+      " ORDER BY s.sig_id, w.age",
       -1, &st, NULL);
   if (rc != SQLITE_OK) {
     rc = db_code(db->db, rc, NULL);
@@ -716,9 +721,14 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
         }
         acc = p;
       }
-      acc[n++] = (prof_acc_t){sig, 0, 0, 0};
+      acc[n++] = (prof_acc_t){sig, 0, 0, 0, 0, 0};
     }
     prof_acc_t *a = &acc[n - 1];
+    if (!a->verdict_seen && sqlite3_column_type(st, 6) != SQLITE_NULL) {
+      a->verdict_seen = 1;
+      if (strcmp((const char *)sqlite3_column_text(st, 6), "demoted") == 0)
+        a->demoted_gen = sqlite3_column_int(st, 7);
+    }
     a->calls += (double)sqlite3_column_int64(st, 2) *
                 exp2(-(double)sqlite3_column_int64(st, 0) / decay_runs);
     a->timed += (uint64_t)sqlite3_column_int64(st, 3);
@@ -750,6 +760,7 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
     st_hot_t *h = &out->sigs[out->n];
     h->score = acc[i].calls;
     h->mean_ns = acc[i].timed ? (double)acc[i].timed_ns / (double)acc[i].timed : 0;
+    h->demoted_gen = acc[i].demoted_gen;
     rc = profile_sig(db->db, key_st, obj_st, acc[i].sig_id, h);
     if (!rc && h->key)
       out->n++;

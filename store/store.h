@@ -192,6 +192,9 @@ typedef struct st_hot_s {
   size_t key_len;
   double score;            /* decayed calls: the sum over the runs of calls times weight */
   double mean_ns;          /* the original's mean timed duration over those runs (0: none) */
+  int demoted_gen;         /* the newest of those runs that had a variant for it demoted it
+                              (measured slower than the original): that variant's generator
+                              version; 0 otherwise */
   /* The signature's object: the one for the requested cpu if there is one, else the newest
    * for any (object_id 0: none). */
   int64_t object_id;

@@ -422,6 +422,35 @@ Test(store, profile_weighs_runs_by_age_and_returns_objects)
   st_close(db);
 }
 
+Test(store, profile_says_when_the_newest_variant_of_a_signature_was_demoted)
+{
+  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  /* Runs 1-3 call "a" and "b"; run 1's variant of "a" was demoted, run 2 had none, run 3's was
+   * ready; "b"'s variant was ready in run 1 and demoted in run 2 (generator 7), none in run 3. */
+  for (int r = 1; r <= 3; r++) {
+    int64_t run = begin_script(db, "/w/a.py", r);
+    st_sig_rec_t recs[2] = {rec("a", 100), rec("b", 100)};
+    cr_assert_eq(st_run_flush(db, run, recs, 2, 0, 5), ST_OK);
+  }
+  st_sig_rec_t ka = rec("a", 0), kb = rec("b", 0);
+  st_variant_rec_t v = {.key_len = 32, .generator = 7, .llvm = "19.1.7", .cpu = "x",
+                        .origin = "compiled", .machine_cpu = "cpuA"};
+  const struct { int run; const void *key; const char *status; } rows[] = {
+      {1, ka.key, "demoted"}, {3, ka.key, "ready"}, {1, kb.key, "ready"}, {2, kb.key, "demoted"}};
+  for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+    v.key = rows[i].key, v.status = rows[i].status;
+    cr_assert_eq(st_run_variants(db, rows[i].run, &v, 1, NULL, 0), ST_OK);
+  }
+  st_run_info_t prog = {.exe = "/bin/prog", .build_id = "abcd", .script = "/w/a.py",
+                        .cpu_model = "Test CPU", .cpu_flags = "fpu avx2 fma"};
+  st_profile_t p;
+  cr_assert_eq(st_profile(db, &prog, "cpuA", 1.0, 64, &p), ST_OK);
+  cr_assert_eq(find_hot(&p, "a")->demoted_gen, 0, "ready in the newest run with a variant");
+  cr_assert_eq(find_hot(&p, "b")->demoted_gen, 7, "demoted in the newest run with a variant");
+  st_profile_free(&p);
+  st_close(db);
+}
+
 Test(store, gc_drops_objects_no_remaining_run_called)
 {
   st_db_t *db = open_ok(ST_OPEN_CREATE);
