@@ -2,10 +2,11 @@
 /* The GEMM generator: LLVM IR for one jt_gemm_t, every shape constant baked in.
  *
  * Register blocking (DESIGN.md §5): C is computed in MR x NR blocks held in vector registers,
- * MR = two vectors (16 floats or 8 doubles on AVX2), NR = 6, so 12 accumulators + 2 A vectors +
- * 1 broadcast fit the 16 ymm registers. For each k: two vector loads of op(A)'s column slice,
- * NR broadcasts of op(B)[k, j], 2 NR fused multiply-adds (llvm.fma). K is an IR loop whose
- * accumulators are phis; nothing is left for a heavy pass pipeline to discover.
+ * MR = mr_vecs vectors of vbits (jt_gemm_t), so that mr_vecs * NR accumulators + mr_vecs A
+ * vectors + 1 broadcast fit the ISA's registers: AVX2 2 ymm x 6 (16 registers), AVX-512
+ * 2 zmm x 14, 3 x 9 or 1 x 30 (32 registers). For each k: mr_vecs vector loads of op(A)'s column
+ * slice, NR broadcasts of op(B)[k, j], mr_vecs * NR fused multiply-adds (llvm.fma). K is an IR
+ * loop whose accumulators are phis; nothing is left for a heavy pass pipeline to discover.
  *
  *   for each row block i0 (MR rows; the last one partial):
  *     if op(A) = A^T: copy the block's rows of A^T into a contiguous MR x K panel on the stack,
@@ -13,14 +14,15 @@
  *     for each column block j0 (NR columns; the last one narrower):
  *       acc = 0; for k: acc += op(A)[i0.., k] * op(B)[k, j0..]
  *       C[i0.., j0..] = alpha * acc + beta * C   (beta = 0: C is never read; alpha = 1: no scale)
- * Rows beyond M in the last block are never loaded from A or C (loads in 4/2/1-element pieces)
- * nor stored (scalar stores), so the kernel touches exactly the memory BLAS would. */
+ * Rows beyond M in the last block are never loaded from A or C nor stored (masked loads and
+ * stores, or pieces and scalar stores: jt_gemm_t.tails), so the kernel touches exactly the
+ * memory BLAS would. */
 #include "gemm.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#define NR 6
+#define MAXV 64 /* lanes of a vector, at most (transposes, shuffle masks) */
 
 typedef struct gen_s {
   LLVMContextRef cx;
@@ -29,14 +31,14 @@ typedef struct gen_s {
   LLVMValueRef fn;
   const jt_gemm_t *g;
   LLVMTypeRef elem, vec, i64, i32, ptr;
-  int V, MR;                 /* lanes per vector, rows per block */
+  int V, MV, MR, NR;         /* lanes per vector, vectors and rows per block, columns per block */
   LLVMValueRef a, bm, c;     /* the kernel's pointer arguments */
   LLVMValueRef alpha, beta;  /* splatted vectors */
   LLVMValueRef pack;         /* the A^T panel (alloca; MUL_MAT: the scratch), or NULL */
   LLVMValueRef xr;           /* MUL_MAT, f16 weights: the x sliver rounded to f16 (in the scratch) */
   LLVMValueRef res, out;     /* MUL_MAT + ADD: the residual and the sum's destination */
-  LLVMValueRef fma;
-  LLVMTypeRef fma_t;
+  LLVMValueRef fma, mload, mstore; /* llvm.fma, llvm.masked.load/store on vec */
+  LLVMTypeRef fma_t, mload_t, mstore_t;
   char name[128];            /* the kernel's symbol (jt_gemm_name) */
 } gen_t;
 
@@ -102,6 +104,40 @@ static LLVMValueRef splat(gen_t *g, LLVMValueRef scalar)
                                 LLVMConstNull(LLVMVectorType(g->i32, (unsigned)g->V)), "splat");
 }
 
+static LLVMValueRef intrinsic(gen_t *g, const char *name, LLVMTypeRef *types, size_t n,
+                              LLVMTypeRef *fn_type)
+{
+  unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+  LLVMValueRef f = LLVMGetIntrinsicDeclaration(g->mod, id, types, n);
+  *fn_type = LLVMGlobalGetValueType(f);
+  return f;
+}
+
+/* The mask of a vector's first lanes lanes. */
+static LLVMValueRef lane_mask(gen_t *g, int lanes)
+{
+  LLVMTypeRef i1 = LLVMInt1TypeInContext(g->cx);
+  LLVMValueRef m[MAXV];
+  for (int i = 0; i < g->V; i++)
+    m[i] = LLVMConstInt(i1, i < lanes, 0);
+  return LLVMConstVector(m, (unsigned)g->V);
+}
+
+/* Declares the vector intrinsics the kernel may call and gives it its vector width. */
+static void vector_intrinsics(gen_t *g)
+{
+  LLVMTypeRef vt = g->vec, vp[2] = {g->vec, g->ptr};
+  g->fma = intrinsic(g, "llvm.fma", &vt, 1, &g->fma_t);
+  g->mload = intrinsic(g, "llvm.masked.load", vp, 2, &g->mload_t);
+  g->mstore = intrinsic(g, "llvm.masked.store", vp, 2, &g->mstore_t);
+  /* Without these the x86 backend splits 512-bit vectors in two on CPUs tuned to prefer 256
+   * bits (Intel's AVX-512 cores), whatever the IR asks for. */
+  char w[8];
+  snprintf(w, sizeof w, "%d", g->g->vbits);
+  LLVMAddTargetDependentFunctionAttr(g->fn, "min-legal-vector-width", w);
+  LLVMAddTargetDependentFunctionAttr(g->fn, "prefer-vector-width", w);
+}
+
 /* A vector load of lanes elements at p (nothing past them is read; missing lanes are zero). */
 static LLVMValueRef vload(gen_t *g, LLVMValueRef p, int lanes)
 {
@@ -111,8 +147,12 @@ static LLVMValueRef vload(gen_t *g, LLVMValueRef p, int lanes)
     LLVMSetAlignment(v, align);
     return v;
   }
-  /* The first lanes elements, in halving pieces (4, 2, 1 floats), the rest zero: plain loads
-   * that read nothing past them (a masked load is several times slower here). */
+  if (g->g->tails == 1) {
+    LLVMValueRef args[4] = {p, LLVMConstInt(g->i32, align, 0), lane_mask(g, lanes), LLVMConstNull(g->vec)};
+    return LLVMBuildCall2(g->b, g->mload_t, g->mload, args, 4, "v");
+  }
+  /* The first lanes elements, in halving pieces (8, 4, 2, 1 floats), the rest zero: plain
+   * loads that read nothing past them. */
   LLVMValueRef v = LLVMConstNull(g->vec);
   int off = 0;
   for (int w = g->V / 2; w >= 1; w /= 2) {
@@ -127,7 +167,7 @@ static LLVMValueRef vload(gen_t *g, LLVMValueRef p, int lanes)
       LLVMTypeRef wt = LLVMVectorType(g->elem, (unsigned)w);
       LLVMValueRef piece = LLVMBuildLoad2(g->b, wt, q, "piece");
       LLVMSetAlignment(piece, align);
-      LLVMValueRef widen[16], merge[16];
+      LLVMValueRef widen[MAXV], merge[MAXV];
       for (int i = 0; i < g->V; i++) {
         widen[i] = i < w ? LLVMConstInt(g->i32, (unsigned)i, 0) : LLVMGetUndef(g->i32);
         merge[i] = LLVMConstInt(g->i32, (unsigned)(i >= off && i < off + w ? g->V + i - off : i), 0);
@@ -141,13 +181,19 @@ static LLVMValueRef vload(gen_t *g, LLVMValueRef p, int lanes)
   return v;
 }
 
-/* Stores the first lanes elements of v at p: a whole vector, else one scalar store per lane
- * (AMD's masked vector stores are microcoded: scalar stores are several times faster). */
+/* Stores the first lanes elements of v at p: a whole vector, else a masked store or one scalar
+ * store per lane (AMD's AVX2 masked stores are microcoded: scalar stores are several times
+ * faster there). */
 static void vstore(gen_t *g, LLVMValueRef v, LLVMValueRef p, int lanes)
 {
   unsigned align = g->g->f64 ? 8 : 4;
   if (lanes == g->V) {
     LLVMSetAlignment(LLVMBuildStore(g->b, v, p), align);
+    return;
+  }
+  if (g->g->tails == 1) {
+    LLVMValueRef args[4] = {v, p, LLVMConstInt(g->i32, align, 0), lane_mask(g, lanes)};
+    LLVMBuildCall2(g->b, g->mstore_t, g->mstore, args, 4, "");
     return;
   }
   for (int i = 0; i < lanes; i++) {
@@ -164,7 +210,7 @@ static void transpose(gen_t *g, LLVMValueRef *v)
     for (int r = 0; r < g->V; r++) {
       if (r & b)
         continue;
-      LLVMValueRef lo[16], hi[16];
+      LLVMValueRef lo[MAXV], hi[MAXV];
       for (int i = 0; i < g->V; i++) {
         lo[i] = LLVMConstInt(g->i32, (unsigned)(i & b ? g->V + i - b : i), 0);
         hi[i] = LLVMConstInt(g->i32, (unsigned)(i & b ? g->V + i : i + b), 0);
@@ -175,12 +221,31 @@ static void transpose(gen_t *g, LLVMValueRef *v)
     }
 }
 
+/* Makes g's vector lanes wide and returns the previous width, to restore with the same call.
+ * The packing loops transpose 256-bit vectors whatever the micro-kernel's width: the backend
+ * lowers 16 x 16 zmm transposes slowly (a kernel packing A^T compiled in 89 ms instead of 36)
+ * and the packing is a small share of the time. */
+static int set_lanes(gen_t *g, int lanes)
+{
+  int old = g->V;
+  g->V = lanes;
+  g->vec = LLVMVectorType(g->elem, (unsigned)lanes);
+  return old;
+}
+
+static int pack_lanes(const gen_t *g)
+{
+  int l = LLVMGetTypeKind(g->elem) == LLVMDoubleTypeKind ? 4 : 8;
+  return g->V < l ? g->V : l;
+}
+
 /* Copies rows i0 .. i0+mr-1 of op(A) = A^T into the panel: pack[k*MR + i] = A[k + (i0+i)*lda],
  * V k's at a time through in-register transposes.
  * Rows mr .. MR-1 are zeroed: the micro-kernel loads whole vectors from the panel, and stale
  * stack bytes there (a signalling NaN, say) would raise floating-point exception flags. */
 static void emit_pack(gen_t *g, LLVMValueRef i0, int mr)
 {
+  int wide = set_lanes(g, pack_lanes(g));
   long K = g->g->k, kfull = K / g->V * g->V;
   LLVMValueRef zero = LLVMConstNull(g->vec);
   /* V k's at a time: each of the block's rows (a column of A, contiguous in k) as one vector,
@@ -188,7 +253,7 @@ static void emit_pack(gen_t *g, LLVMValueRef i0, int mr)
   if (kfull) {
     loop_t k = loop_begin(g, i64c(g, 0), kfull, g->V, "pk");
     for (int grp = 0; grp < g->MR / g->V; grp++) {
-      LLVMValueRef v[16];
+      LLVMValueRef v[MAXV];
       for (int r = 0; r < g->V; r++) {
         int i = grp * g->V + r;
         if (i >= mr) {
@@ -219,6 +284,7 @@ static void emit_pack(gen_t *g, LLVMValueRef i0, int mr)
       }
       LLVMBuildStore(g->b, x, at(g, g->pack, i64c(g, kk * g->MR + i)));
     }
+  set_lanes(g, wide);
 }
 
 /* A micro-kernel's K loop: kloop_open enters it with k and the nv x nr accumulators as phis
@@ -229,7 +295,9 @@ typedef struct kloop_s {
   LLVMValueRef k;
 } kloop_t;
 
-static kloop_t kloop_open(gen_t *g, int nv, int nr, LLVMValueRef acc[2][NR])
+typedef LLVMValueRef accs_t[JT_MAX_MR_VECS][JT_MAX_NR];
+
+static kloop_t kloop_open(gen_t *g, int nv, int nr, accs_t acc)
 {
   kloop_t l;
   LLVMValueRef zero = LLVMConstNull(g->vec), k0 = i64c(g, 0);
@@ -248,8 +316,8 @@ static kloop_t kloop_open(gen_t *g, int nv, int nr, LLVMValueRef acc[2][NR])
   return l;
 }
 
-static void kloop_close(gen_t *g, const kloop_t *l, int nv, int nr, LLVMValueRef acc[2][NR],
-                        LLVMValueRef next[2][NR], long kend, long step)
+static void kloop_close(gen_t *g, const kloop_t *l, int nv, int nr, accs_t acc, accs_t next,
+                        long kend, long step)
 {
   LLVMValueRef k1 = LLVMBuildNSWAdd(g->b, l->k, i64c(g, step), "k1");
   LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
@@ -266,11 +334,11 @@ static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int n
 {
   const jt_gemm_t *s = g->g;
   int nv = (mr + g->V - 1) / g->V;
-  LLVMValueRef acc[2][NR];
+  accs_t acc;
   kloop_t l = kloop_open(g, nv, nr, acc);
   LLVMValueRef k = l.k;
   /* op(A)[i0 + v*V .., k]: from A (column k) or from the packed A^T panel. */
-  LLVMValueRef av[2];
+  LLVMValueRef av[JT_MAX_MR_VECS];
   for (int v = 0; v < nv; v++) {
     int lanes = mr - v * g->V < g->V ? mr - v * g->V : g->V;
     LLVMValueRef p;
@@ -284,7 +352,7 @@ static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int n
     }
     av[v] = vload(g, p, lanes);
   }
-  LLVMValueRef next_acc[2][NR];
+  accs_t next_acc;
   for (int j = 0; j < nr; j++) {
     LLVMValueRef col = LLVMBuildNSWAdd(g->b, j0, i64c(g, j), "col");
     LLVMValueRef ix = s->tb ? LLVMBuildNSWAdd(g->b, col, LLVMBuildNSWMul(g->b, k, i64c(g, s->ldb), ""), "")
@@ -318,23 +386,14 @@ static void emit_row_block(gen_t *g, LLVMValueRef i0, int mr)
   const jt_gemm_t *s = g->g;
   if (g->pack)
     emit_pack(g, i0, mr);
-  int nfull = s->n / NR * NR, ntail = s->n % NR;
+  int nfull = s->n / g->NR * g->NR, ntail = s->n % g->NR;
   if (nfull) {
-    loop_t j = loop_begin(g, i64c(g, 0), nfull, NR, "j");
-    emit_block(g, i0, j.iv, mr, NR);
+    loop_t j = loop_begin(g, i64c(g, 0), nfull, g->NR, "j");
+    emit_block(g, i0, j.iv, mr, g->NR);
     loop_end(g, &j);
   }
   if (ntail)
     emit_block(g, i0, i64c(g, nfull), mr, ntail);
-}
-
-static LLVMValueRef intrinsic(gen_t *g, const char *name, LLVMTypeRef *types, size_t n,
-                              LLVMTypeRef *fn_type)
-{
-  unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
-  LLVMValueRef f = LLVMGetIntrinsicDeclaration(g->mod, id, types, n);
-  *fn_type = LLVMGlobalGetValueType(f);
-  return f;
 }
 
 /* The sum of v's lanes, in any order (reassociated). */
@@ -348,33 +407,151 @@ static LLVMValueRef hsum(gen_t *g, LLVMValueRef v)
   return r;
 }
 
+/* ---- what to generate: ISA, width, blocking ------------------------------------------------
+ *
+ * The model: the ISA's widest vectors; a GEMM's rows in blocks of two vectors (one when M fits
+ * one); as many columns as the registers left hold, evened out over N so that the last block
+ * is not a sliver; masked tails under AVX-512, whose k-masked loads and stores are cheap on
+ * Intel and AMD alike, pieces under AVX2 (AMD microcodes vmaskmov stores). What the model
+ * cannot tell (1, 2 or 3 vectors of rows; full or half width, which double-pumping AMD cores
+ * and small M may prefer; masked or pieced tails) is what jt_gemm_candidates offers tune(). */
+
+const char *jt_isa_name(int isa)
+{
+  return isa == JT_ISA_AVX512 ? "avx512" : isa == JT_ISA_AVX2 ? "avx2" : isa == JT_ISA_AUTO ? "auto" : "?";
+}
+
+static int isa_regs(int isa) { return isa == JT_ISA_AVX512 ? 32 : 16; }
+static int isa_bits(int isa) { return isa == JT_ISA_AVX512 ? 512 : 256; }
+
+/* The most columns mv vectors of rows leave registers for (capped), evened out over n. */
+static int fit_nr(int regs, int mv, int n, int cap)
+{
+  int most = (regs - mv - 1) / mv;
+  most = most > cap ? cap : most < 1 ? 1 : most;
+  int blocks = (n + most - 1) / most;
+  return (n + blocks - 1) / blocks;
+}
+
+int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, size_t len)
+{
+  *r = *s;
+  r->isa = s->isa ? s->isa : host_isa;
+  if (r->isa < JT_ISA_AVX2 || r->isa >= JT_ISA_COUNT || r->isa > host_isa) {
+    snprintf(err, len, "this CPU cannot run %s code (it has %s)", jt_isa_name(r->isa),
+             jt_isa_name(host_isa));
+    return -1;
+  }
+  r->vbits = s->vbits ? s->vbits : isa_bits(r->isa);
+  if ((r->vbits != 128 && r->vbits != 256 && r->vbits != 512) || r->vbits > isa_bits(r->isa)) {
+    snprintf(err, len, "%s has no %d-bit vectors", jt_isa_name(r->isa), r->vbits);
+    return -1;
+  }
+  int regs = isa_regs(r->isa), V = r->vbits / (s->f64 && !s->mm && !s->add_rms_mul ? 64 : 32);
+  r->tails = s->tails ? s->tails : r->isa == JT_ISA_AVX512 ? 1 : 2;
+  if (s->mm) { /* JT_MM_MR rows: 1, 2 or 4 vectors */
+    r->mr_vecs = JT_MM_MR / V;
+    r->nr = s->nr ? s->nr : s->n == 1 ? 1 : fit_nr(regs, r->mr_vecs, s->n, r->isa == JT_ISA_AVX512 ? 12 : JT_MM_MAX_NR);
+    if (r->nr > JT_MM_MAX_NR || (s->mr_vecs && s->mr_vecs != r->mr_vecs)) {
+      snprintf(err, len, "MUL_MAT blocks are %d rows by at most %d columns", JT_MM_MR, JT_MM_MAX_NR);
+      return -1;
+    }
+  } else if (s->dot || s->add_rms_mul) { /* one loop over k: no blocking to choose */
+    r->mr_vecs = 2, r->nr = 1;
+  } else {
+    r->mr_vecs = s->mr_vecs ? s->mr_vecs : s->m > V ? 2 : 1;
+    r->nr = s->nr ? s->nr : fit_nr(regs, r->mr_vecs, s->n, JT_MAX_NR);
+    if (s->ta && (long)r->mr_vecs * V * s->k * (s->f64 ? 8 : 4) > JT_GEMM_PANEL_BYTES) {
+      snprintf(err, len, "the A^T panel of %d x %d elements exceeds %d bytes", r->mr_vecs * V,
+               s->k, JT_GEMM_PANEL_BYTES);
+      return -1;
+    }
+  }
+  if (r->mr_vecs < 1 || r->mr_vecs > JT_MAX_MR_VECS || r->nr < 1 || r->nr > JT_MAX_NR ||
+      r->mr_vecs * r->nr + r->mr_vecs + 1 > regs || r->tails < 1 || r->tails > 2) {
+    snprintf(err, len, "a %d x %d block of %d-bit vectors does not fit %s's %d registers",
+             r->mr_vecs, r->nr, r->vbits, jt_isa_name(r->isa), regs);
+    return -1;
+  }
+  return 0;
+}
+
+int jt_gemm_candidates(const jt_gemm_t *s, int host_isa, jt_gemm_t *out, int max)
+{
+  jt_gemm_t d;
+  char err[160], names[JT_TUNE_MAX][160];
+  if (jt_gemm_resolve(s, host_isa, &d, err, sizeof err))
+    return 0;
+  int wide = isa_bits(d.isa), V = wide / (s->f64 && !s->mm ? 64 : 32);
+  /* Proposals over the default, most plausible first; a field s sets stays s's. */
+  jt_gemm_t p[5] = {{0}};
+  int np = 1; /* p[0]: the default */
+  if (s->mm) {
+    if (s->n > 1)
+      p[np++].nr = 8, p[np++].nr = d.isa == JT_ISA_AVX512 ? 16 : 4;
+    p[np++].vbits = wide / 2;
+  } else if (s->dot) {
+    p[np++].vbits = wide / 2;
+  } else if (!s->add_rms_mul) {
+    p[np++].mr_vecs = s->m > 2 * V ? 3 : 1;
+    p[np++].vbits = wide / 2;
+    if (s->m > 3 * V && d.isa == JT_ISA_AVX512)
+      p[np++].mr_vecs = 4;
+    if (s->m % V)
+      p[np++].tails = d.tails == 1 ? 2 : 1;
+  }
+  int n = 0;
+  for (int i = 0; i < np && n < max && n < JT_TUNE_MAX; i++) {
+    jt_gemm_t c = *s;
+    c.vbits = s->vbits ? s->vbits : p[i].vbits;
+    c.mr_vecs = s->mr_vecs ? s->mr_vecs : p[i].mr_vecs;
+    c.nr = s->nr ? s->nr : p[i].nr;
+    c.tails = s->tails ? s->tails : p[i].tails;
+    if (jt_gemm_resolve(&c, host_isa, &out[n], err, sizeof err))
+      continue;
+    jt_gemm_name(&out[n], names[n], sizeof names[n]);
+    int dup = 0;
+    for (int j = 0; j < n; j++)
+      dup |= strcmp(names[j], names[n]) == 0;
+    n += !dup;
+  }
+  return n;
+}
+
 void jt_gemm_name(const jt_gemm_t *s, char *buf, size_t len)
 {
+  char how[48]; /* the resolved generation choices */
+  snprintf(how, sizeof how, "_%s_v%d_%dx%d_t%d", jt_isa_name(s->isa), s->vbits, s->mr_vecs, s->nr,
+           s->tails);
   if (s->add_rms_mul) {
-    snprintf(buf, len, "opjit_%s_f32_n%d", s->add_rms_mul == 2 ? "rms_mul" : "add_rms_mul", s->k);
+    snprintf(buf, len, "opjit_%s_f32_n%d%s", s->add_rms_mul == 2 ? "rms_mul" : "add_rms_mul", s->k,
+             how);
     return;
   }
   if (s->mm) {
-    snprintf(buf, len, "opjit_mul_mat%s_%s_%dx%dx%d", s->mm_add ? "_add" : "",
-             s->w16 ? "f16" : "f32", s->m, s->n, s->k);
+    snprintf(buf, len, "opjit_mul_mat%s_%s_%dx%dx%d%s", s->mm_add ? "_add" : "",
+             s->w16 ? "f16" : "f32", s->m, s->n, s->k, how);
     return;
   }
   if (s->dot) {
-    snprintf(buf, len, "opjit_%cdot_n%d", s->f64 ? 'd' : 's', s->k);
+    snprintf(buf, len, "opjit_%cdot_n%d%s", s->f64 ? 'd' : 's', s->k, how);
     return;
   }
-  snprintf(buf, len, "opjit_%cgemm_%c%c_%dx%dx%d_l%d_%d_%d_a%d_b%d", s->f64 ? 'd' : 's',
+  snprintf(buf, len, "opjit_%cgemm_%c%c_%dx%dx%d_l%d_%d_%d_a%d_b%d%s", s->f64 ? 'd' : 's',
            s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', s->m, s->n, s->k, s->lda, s->ldb, s->ldc,
-           s->alpha_one, s->beta_class);
+           s->alpha_one, s->beta_class, how);
 }
 
-/* The types of s's element and vector. */
+/* The types of s's element and vector, and its blocking. */
 static void setup_types(gen_t *g)
 {
   LLVMContextRef cx = g->cx;
-  g->elem = g->g->f64 ? LLVMDoubleTypeInContext(cx) : LLVMFloatTypeInContext(cx);
-  g->V = g->g->f64 ? 4 : 8;
-  g->MR = 2 * g->V;
+  int f64 = g->g->f64 && !g->g->mm && !g->g->add_rms_mul;
+  g->elem = f64 ? LLVMDoubleTypeInContext(cx) : LLVMFloatTypeInContext(cx);
+  g->V = g->g->vbits / (f64 ? 64 : 32);
+  g->MV = g->g->mr_vecs;
+  g->MR = g->MV * g->V;
+  g->NR = g->g->nr;
   g->vec = LLVMVectorType(g->elem, (unsigned)g->V);
   g->i64 = LLVMInt64TypeInContext(cx);
   g->i32 = LLVMInt32TypeInContext(cx);
@@ -398,8 +575,7 @@ static void begin_kernel(gen_t *g)
     unsigned kind = LLVMGetEnumAttributeKindForName("noalias", 7);
     LLVMAddAttributeAtIndex(g->fn, i + 1, LLVMCreateEnumAttribute(cx, kind, 0));
   }
-  LLVMTypeRef vt = g->vec;
-  g->fma = intrinsic(g, "llvm.fma", &vt, 1, &g->fma_t);
+  vector_intrinsics(g);
   g->b = LLVMCreateBuilderInContext(cx);
   LLVMPositionBuilderAtEnd(g->b, LLVMAppendBasicBlockInContext(cx, g->fn, "entry"));
   g->a = LLVMGetParam(g->fn, 0);
@@ -500,6 +676,7 @@ LLVMValueRef jt_add_rms_mul_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_
   LLVMTypeRef f32 = LLVMFloatTypeInContext(cx), f64 = LLVMDoubleTypeInContext(cx);
   LLVMTypeRef params[8] = {g.ptr, g.ptr, g.ptr, g.ptr, g.ptr, g.ptr, g.i64, f32};
   g.fn = LLVMAddFunction(mod, g.name, LLVMFunctionType(LLVMVoidTypeInContext(cx), params, 8, 0));
+  vector_intrinsics(&g);
   g.b = LLVMCreateBuilderInContext(cx);
   LLVMPositionBuilderAtEnd(g.b, LLVMAppendBasicBlockInContext(cx, g.fn, "entry"));
   LLVMValueRef pa = LLVMGetParam(g.fn, 0), pb = LLVMGetParam(g.fn, 1), pw = LLVMGetParam(g.fn, 2);
@@ -640,19 +817,20 @@ static LLVMValueRef mm_wload1(gen_t *g, LLVMValueRef ix)
 /* Packs rows row0 .. row0+MR-1, k's kc .. kc+kcl-1, into panel[k*MR + r]. */
 static void mm_pack(gen_t *g, LLVMValueRef row0, LLVMValueRef kc, int kcl, LLVMValueRef panel)
 {
+  int wide = set_lanes(g, pack_lanes(g));
   long K = g->g->k;
   int kfull = kcl / g->V * g->V;
   if (kfull) {
     loop_t k = loop_begin(g, i64c(g, 0), kfull, g->V, "pk");
     LLVMValueRef kk = add(g, kc, k.iv);
     for (int grp = 0; grp < g->MR / g->V; grp++) {
-      LLVMValueRef v[16];
+      LLVMValueRef v[MAXV];
       for (int r = 0; r < g->V; r++)
         v[r] = mm_wload(g, add(g, mul(g, add(g, row0, i64c(g, grp * g->V + r)), K), kk));
       transpose(g, v);
       for (int j = 0; j < g->V; j++) {
         LLVMValueRef d = add(g, mul(g, add(g, k.iv, i64c(g, j)), g->MR), i64c(g, grp * g->V));
-        LLVMSetAlignment(LLVMBuildStore(g->b, v[j], at(g, panel, d)), 32);
+        LLVMSetAlignment(LLVMBuildStore(g->b, v[j], at(g, panel, d)), (unsigned)g->V * 4);
       }
     }
     loop_end(g, &k);
@@ -662,6 +840,7 @@ static void mm_pack(gen_t *g, LLVMValueRef row0, LLVMValueRef kc, int kcl, LLVMV
       LLVMValueRef x = mm_wload1(g, add(g, mul(g, add(g, row0, i64c(g, r)), K), add(g, kc, i64c(g, kk))));
       LLVMBuildStore(g->b, x, at(g, panel, i64c(g, (long)kk * g->MR + r)));
     }
+  set_lanes(g, wide);
 }
 
 /* One MR x nr block of y at row i, column j0: the kcl k's of the panel; y stored or added to;
@@ -670,14 +849,14 @@ static void mm_micro(gen_t *g, LLVMValueRef panel, LLVMValueRef i, LLVMValueRef 
                      int kcl, int nr, int accumulate, int last)
 {
   const jt_gemm_t *s = g->g;
-  int nv = g->MR / g->V;
-  LLVMValueRef acc[2][NR], next[2][NR];
+  int nv = g->MV;
+  accs_t acc, next;
   kloop_t l = kloop_open(g, nv, nr, acc);
   LLVMValueRef k = l.k;
-  LLVMValueRef av[2];
+  LLVMValueRef av[JT_MAX_MR_VECS];
   for (int v = 0; v < nv; v++) {
     av[v] = LLVMBuildLoad2(g->b, g->vec, at(g, panel, add(g, mul(g, k, g->MR), i64c(g, v * g->V))), "a");
-    LLVMSetAlignment(av[v], 32);
+    LLVMSetAlignment(av[v], (unsigned)g->V * 4);
   }
   LLVMValueRef xk = add(g, kc, k);
   for (int j = 0; j < nr; j++) {
@@ -738,12 +917,12 @@ static void mm_kblock(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef k
   loop_t pr = loop_to(g, i64c(g, 0), cnt, g->MR, "pr");
   mm_pack(g, add(g, ic.iv, pr.iv), kc, kcl, at(g, g->pack, mul(g, pr.iv, kcl)));
   loop_end(g, &pr);
-  int nfull = s->n / NR * NR, ntail = s->n % NR;
+  int nfull = s->n / g->NR * g->NR, ntail = s->n % g->NR;
   for (int part = 0; part < 2; part++) {
-    int nr = part ? ntail : NR;
+    int nr = part ? ntail : g->NR;
     if (!(part ? ntail : nfull))
       continue;
-    loop_t jr = part ? (loop_t){0} : loop_begin(g, i64c(g, 0), nfull, NR, "jr");
+    loop_t jr = part ? (loop_t){0} : loop_begin(g, i64c(g, 0), nfull, g->NR, "jr");
     LLVMValueRef j0 = part ? i64c(g, nfull) : jr.iv;
     if (g->xr)
       mm_round_x(g, j0, kc, kcl, nr);
@@ -765,7 +944,7 @@ static void mm_kblock(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef k
  * scratch against f16 weights) stays in L1. With a residual, out = y + r as each row's y is
  * stored. */
 #define MV_ACC 4
-_Static_assert(MV_ACC <= NR, "kloop_open's accumulators");
+_Static_assert(MV_ACC <= JT_MAX_NR, "kloop_open's accumulators");
 static void mm_gemv(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef scratch)
 {
   long K = g->g->k, V = g->V, kstep = MV_ACC * V, kloop = K / kstep * kstep, kvec = K / V * V;
@@ -775,7 +954,8 @@ static void mm_gemv(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef scr
     mm_round_x(g, i64c(g, 0), i64c(g, 0), (int)K, 1);
   }
   loop_t ir = loop_to(g, i0, i1, 1, "mr");
-  LLVMValueRef row = mul(g, ir.iv, K), acc[2][NR], next[2][NR];
+  LLVMValueRef row = mul(g, ir.iv, K);
+  accs_t acc, next;
   for (int a = 0; a < MV_ACC; a++)
     next[0][a] = LLVMConstNull(g->vec);
   if (kloop) {
@@ -823,8 +1003,7 @@ LLVMValueRef jt_mm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
     unsigned kind = LLVMGetEnumAttributeKindForName("noalias", 7);
     LLVMAddAttributeAtIndex(g.fn, noalias[i], LLVMCreateEnumAttribute(cx, kind, 0));
   }
-  LLVMTypeRef vt = g.vec;
-  g.fma = intrinsic(&g, "llvm.fma", &vt, 1, &g.fma_t);
+  vector_intrinsics(&g);
   g.b = LLVMCreateBuilderInContext(cx);
   LLVMPositionBuilderAtEnd(g.b, LLVMAppendBasicBlockInContext(cx, g.fn, "entry"));
   g.a = LLVMGetParam(g.fn, 0);
@@ -838,7 +1017,7 @@ LLVMValueRef jt_mm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
     return end_kernel(&g);
   }
   int kc0 = s->k < JT_MM_KC ? s->k : JT_MM_KC;
-  _Static_assert(NR <= 8, "the x sliver fits JT_MM_SCRATCH");
+  /* the x sliver, nr <= JT_MM_MAX_NR columns of JT_MM_KC, fits JT_MM_SCRATCH */
   g.pack = LLVMGetParam(g.fn, 5 + (unsigned)na); /* JT_MM_MC x JT_MM_KC floats, the x sliver */
   if (s->w16)
     g.xr = at(&g, g.pack, i64c(&g, (long)JT_MM_MC * JT_MM_KC));

@@ -13,7 +13,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define JT_GENERATOR_VERSION 7 /* bumped whenever generated code changes */
+#define JT_GENERATOR_VERSION 8 /* bumped whenever generated code changes */
+
+/* Instruction sets the generator targets (jt_gemm_t.isa). Each is compiled by a session of its
+ * own whose target features are the host's with everything wider turned off, so forcing AVX2 on
+ * an AVX-512 machine yields code without EVEX encodings or zmm registers. */
+enum {
+  JT_ISA_AUTO = 0,   /* the widest this host has */
+  JT_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C: vectors of 128 or 256 bits, 16 registers */
+  JT_ISA_AVX512 = 2, /* AVX-512 F/VL/BW/DQ: vectors of 128, 256 or 512 bits, 32 registers */
+  JT_ISA_COUNT
+};
+#define JT_MAX_MR_VECS 4 /* vectors per block of rows, at most */
+#define JT_MAX_NR 30     /* columns per block, at most */
 
 /* A column-major GEMM, C = alpha * op(A) * op(B) + beta * C, with every shape constant known.
  * Row-major (CBLAS) calls are mapped onto it by the caller: C^T = op(B)^T op(A)^T. */
@@ -33,6 +45,19 @@ typedef struct jt_gemm_s {
                          else f32), n activation columns of k floats; only m, n, k, w16 count */
   int w16;
   int mm_add;         /* with mm: the product then a residual ADD (jt_mm_add_fn) */
+  /* How the kernel is generated. 0 everywhere means "decide for this host": the widest ISA it
+   * has and the generator's default blocking for the shape. gemm() resolves the zeros (the
+   * kernel's name, gemm_name(), spells the resolved values out); tune() returns them resolved
+   * to its pick. A GEMM's block is mr_vecs vectors of rows by nr columns: mr_vecs * nr
+   * accumulators + mr_vecs + 1 registers must fit the ISA's 16 or 32 (else gemm() fails).
+   * MUL_MAT blocks are JT_MM_MR rows (mr_vecs = JT_MM_MR / lanes) by nr <= JT_MM_MAX_NR. */
+  int isa;            /* JT_ISA_*; a wider one than the host has fails */
+  int vbits;          /* vector width in bits: 128, 256 or 512 (at most the ISA's) */
+  int mr_vecs;        /* GEMM: vectors of rows per block, 1 .. JT_MAX_MR_VECS */
+  int nr;             /* columns per block (GEMM, MUL_MAT with n > 1), 1 .. JT_MAX_NR */
+  int tails;          /* partial vectors: 1 masked loads and stores (llvm.masked.*: AVX-512
+                         k-masks, AVX2 vmaskmov, which AMD microcodes), 2 pieces of 4/2/1
+                         elements and scalar stores */
 } jt_gemm_t;
 
 /* ggml's MUL_MAT, rows [i0, i1) of y (multiples of JT_MM_MR, or i1 = m):
@@ -58,7 +83,8 @@ typedef void (*jt_mm_add_fn)(const void *w, const float *x, float *y, const floa
 #define JT_MM_MR 16
 #define JT_MM_MC 64
 #define JT_MM_KC 128
-#define JT_MM_SCRATCH ((JT_MM_MC + 8) * JT_MM_KC) /* the packed block, the rounded x sliver */
+#define JT_MM_MAX_NR 24 /* columns per MUL_MAT block, at most (the x sliver in the scratch) */
+#define JT_MM_SCRATCH ((JT_MM_MC + JT_MM_MAX_NR) * JT_MM_KC) /* the packed block, the x sliver */
 /* The scratch a MUL_MAT kernel of k takes, in floats (n = 1 rounds all of x into it). */
 #define JT_MM_SCRATCH_FLOATS(k) ((size_t)((k) > JT_MM_SCRATCH ? (k) : JT_MM_SCRATCH))
 #define JT_MM_MIN_N 16 /* fewer columns are matrix-vector products, bound by one pass over the
@@ -78,16 +104,39 @@ typedef void (*jt_add_rms_mul_fn)(const float *a, const float *b, const float *w
  * honours only what its class leaves variable. A and B must not overlap C. */
 typedef void (*jt_gemm_fn)(const void *a, const void *b, void *c, double alpha, double beta);
 
+/* What tune() did: every candidate it compiled and timed, resolved, and its median time. */
+#define JT_TUNE_MAX 4
+typedef struct jt_tune_s {
+  int n;                       /* candidates compiled and timed */
+  int best;                    /* the index of the pick in cand */
+  jt_gemm_t cand[JT_TUNE_MAX]; /* resolved (isa, vbits, mr_vecs, nr, tails all set) */
+  double ns[JT_TUNE_MAX];      /* median ns per call (MUL_MAT: a call over the timed rows) */
+  uint64_t compile_ns;         /* spent compiling the candidates */
+  uint64_t time_ns;            /* spent timing them (scratch data included) */
+} jt_tune_t;
+
 typedef struct jt_api_s {
   int abi; /* JT_API_ABI */
-  /* Creates the session for the host CPU. */
+  /* Creates the session for the host CPU (fails on a CPU without AVX2, FMA and F16C). */
   int (*init)(char *err, size_t len);
   /* Compiles one kernel; *size receives its code's length in bytes (an upper bound), *obj a
    * malloc'ed copy of the relocatable ELF object it was linked from (NULL if none was
    * captured; jit/objload.h loads it without LLVM) and *obj_len its length. */
   int (*gemm)(const jt_gemm_t *g, jt_gemm_fn *out, size_t *size, void **obj, size_t *obj_len,
               char *err, size_t len);
-  /* The kernel's symbol name (for perf maps and profiles). */
+  /* Compiles up to ncand (<= JT_TUNE_MAX) candidates for g where the generator's model leaves
+   * the choice open (fields of g that are set stay fixed: an isa set keeps every candidate
+   * within it), times each on the compile thread on g's shape with scratch data (interleaved
+   * rounds, medians; a MUL_MAT on at most a few hundred of its rows), and keeps the fastest:
+   * *best receives its resolved parameters (its kernel name, gemm_name(best), tells them
+   * apart: store it with the object), *out etc. its kernel as gemm() returns it (one
+   * reference); the others are released. report (may be NULL) receives what was measured.
+   * Costs the candidates' compiles (5-40 ms each) plus about 20 ms of timing; GEMM, MUL_MAT
+   * and dot kernels (the fused RMS norm has one candidate). ncand <= 1 is gemm(). */
+  int (*tune)(const jt_gemm_t *g, int ncand, jt_gemm_t *best, jt_gemm_fn *out, size_t *size,
+              void **obj, size_t *obj_len, jt_tune_t *report, char *err, size_t len);
+  /* The kernel's symbol name (for perf maps and profiles), g's zero fields resolved for this
+   * host as gemm() resolves them. */
   void (*gemm_name)(const jt_gemm_t *g, char *buf, size_t len);
   /* Drops one reference to a kernel: each successful gemm() returns one, and two signatures
    * whose problems are one kernel share it. The last frees its code and symbols (the caller
@@ -96,8 +145,12 @@ typedef struct jt_api_s {
   /* "19.1.7", and the CPU the code is generated for ("znver3"). */
   const char *(*llvm_version)(void);
   const char *(*cpu)(void);
+  /* The widest JT_ISA_* this host has (what JT_ISA_AUTO means), and an ISA's name ("avx2",
+   * "avx512"; "auto" for 0): what a stored kernel's key must carry. */
+  int (*host_isa)(void);
+  const char *(*isa_name)(int isa);
 } jt_api_t;
-#define JT_API_ABI 5
+#define JT_API_ABI 6
 #define JT_API_SYMBOL "opjit_jit_api"
 #define JT_MODULE_NAME "libopjit-jit.so"
 
@@ -106,7 +159,9 @@ typedef struct jt_api_s {
 #define JT_GEMM_MAX_DIM 512
 #define JT_GEMM_MAX_K 1024
 #define JT_GEMM_MAX_K_PACKED 256 /* with op(A) = A^T the kernel packs an MR x K panel on the
-                                    stack: 16 KB at most (and it probes the stack as it grows) */
+                                    stack (and it probes the stack as it grows) */
+#define JT_GEMM_PANEL_BYTES 32768 /* that panel's size at most: a blocking whose panel would be
+                                     larger fails (2 zmm x 256 k's fit) */
 
 /* 1 when g is within what the generator compiles. */
 static inline int jt_gemm_supported(const jt_gemm_t *g)

@@ -4,7 +4,11 @@
  * Why a target machine of our own: LLJIT's default builder takes the host triple but compiles
  * at the default code-generation level; the kernels are emitted as explicit vector IR, so no IR
  * pass pipeline runs at all (the O3 pipeline cost 10-590 ms per kernel here for no gain), and
- * the code generator runs at its aggressive level for the host CPU and its features. */
+ * the code generator runs at its aggressive level for the host CPU and its features.
+ *
+ * A session per ISA and compile thread: the host's own features for its widest ISA, and for a
+ * narrower one (AVX2 forced on an AVX-512 machine) the same features with every wider
+ * extension turned off, so that the backend can emit no EVEX encoding at all. */
 #include "gemm.h"
 #include "jit.h"
 
@@ -19,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Kernels compiled in this session, by name: asking twice returns the first. */
 typedef struct compiled_s {
@@ -38,12 +43,15 @@ static compiled_t *compiled;
 static __thread void *captured;
 static __thread size_t captured_len;
 
-static __thread LLVMOrcLLJITRef jit; /* one session per compile thread: the C API's LLJIT
-                                        compiles with one target machine, not concurrently */
+static __thread LLVMOrcLLJITRef sessions[JT_ISA_COUNT]; /* per compile thread and ISA: the C API's
+                                                      LLJIT compiles with one target machine,
+                                                      not concurrently */
 static pthread_cond_t done = PTHREAD_COND_INITIALIZER; /* a compile in progress finished */
 static int native_ready;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* the session and the list */
 static char *triple, *cpu_name, *features;
+static char *isa_features[JT_ISA_COUNT]; /* the host's features narrowed to each ISA */
+static int host_isa;                     /* the widest JT_ISA_* the host has */
 static char version[32];
 
 /* Copies an LLVM error's message into err and consumes it; returns -1. */
@@ -55,8 +63,8 @@ static int llvm_fail(LLVMErrorRef e, const char *what, char *err, size_t len)
   return -1;
 }
 
-/* A target machine for this host: its CPU name and features, aggressive code generation. */
-static LLVMTargetMachineRef host_machine(char *err, size_t len)
+/* A target machine for this host's CPU with isa's features, aggressive code generation. */
+static LLVMTargetMachineRef host_machine(int isa, char *err, size_t len)
 {
   LLVMTargetRef target;
   char *msg = NULL;
@@ -65,8 +73,8 @@ static LLVMTargetMachineRef host_machine(char *err, size_t len)
     LLVMDisposeMessage(msg);
     return NULL;
   }
-  return LLVMCreateTargetMachine(target, triple, cpu_name, features, LLVMCodeGenLevelAggressive,
-                                 LLVMRelocPIC, LLVMCodeModelJITDefault);
+  return LLVMCreateTargetMachine(target, triple, cpu_name, isa_features[isa],
+                                 LLVMCodeGenLevelAggressive, LLVMRelocPIC, LLVMCodeModelJITDefault);
 }
 
 /* ORC's object transform: keeps a copy of each object before it is linked (materialization
@@ -83,11 +91,31 @@ static LLVMErrorRef capture_object(void *ctx, LLVMMemoryBufferRef *obj)
   return NULL;
 }
 
-/* Process-wide LLVM set-up (once), then this thread's session. */
-static int jit_init(char *err, size_t len)
+/* 1 when LLVM's feature list fl ("+avx2,-avx512f,...") enables feature f. */
+static int has_feature(const char *fl, const char *f)
 {
-  if (jit)
-    return 0;
+  size_t n = strlen(f);
+  for (const char *p = fl; p && *p; p = strchr(p, ','), p = p ? p + 1 : NULL)
+    if (p[0] == '+' && strncmp(p + 1, f, n) == 0 && (p[1 + n] == ',' || p[1 + n] == 0))
+      return 1;
+  return 0;
+}
+
+/* The host's features with every extension wider than AVX2 turned off (malloc'ed). */
+static char *narrow_to_avx2(const char *fl)
+{
+  char *r = strdup(fl);
+  static const char *const wider[] = {"avx512", "evex512", "avx10", "amx"};
+  for (char *p = r; p && *p; p = strchr(p, ','), p = p ? p + 1 : NULL)
+    for (size_t i = 0; i < sizeof wider / sizeof *wider; i++)
+      if (p[0] == '+' && strncmp(p + 1, wider[i], strlen(wider[i])) == 0)
+        p[0] = '-';
+  return r;
+}
+
+/* Process-wide LLVM set-up (once): the target, the host's CPU and the features per ISA. */
+static int native_init(char *err, size_t len)
+{
   pthread_mutex_lock(&mu);
   if (!native_ready) {
     if (LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter()) {
@@ -101,27 +129,58 @@ static int jit_init(char *err, size_t len)
     triple = LLVMGetDefaultTargetTriple();
     cpu_name = LLVMGetHostCPUName();
     features = LLVMGetHostCPUFeatures();
+    int avx2 = has_feature(features, "avx2") && has_feature(features, "fma") &&
+               has_feature(features, "f16c");
+    int avx512 = avx2 && has_feature(features, "avx512f") && has_feature(features, "avx512vl") &&
+                 has_feature(features, "avx512bw") && has_feature(features, "avx512dq");
+    host_isa = avx512 ? JT_ISA_AVX512 : avx2 ? JT_ISA_AVX2 : JT_ISA_AUTO;
+    isa_features[JT_ISA_AVX512] = features;
+    isa_features[JT_ISA_AVX2] = narrow_to_avx2(features);
     native_ready = 1;
   }
   pthread_mutex_unlock(&mu);
-  LLVMTargetMachineRef tm = host_machine(err, len);
-  if (!tm)
+  if (host_isa == JT_ISA_AUTO) {
+    snprintf(err, len, "the JIT generates AVX2 (with FMA and F16C) or AVX-512 code: this %s has "
+             "neither", cpu_name);
     return -1;
-  LLVMOrcLLJITBuilderRef builder = LLVMOrcCreateLLJITBuilder();
-  LLVMOrcLLJITBuilderSetJITTargetMachineBuilder(
-      builder, LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine(tm));
-  LLVMErrorRef e = LLVMOrcCreateLLJIT(&jit, builder);
-  if (e)
-    return jit = NULL, llvm_fail(e, "cannot create the LLJIT session", err, len);
-  LLVMOrcObjectTransformLayerSetTransform(LLVMOrcLLJITGetObjTransformLayer(jit), capture_object,
-                                          NULL);
+  }
   return 0;
 }
 
-/* Builds, adds and compiles the kernel for g into this thread's session; fills entry (fn last,
- * under the caller's lock). */
+/* This thread's session for isa (created on first use). */
+static LLVMOrcLLJITRef session(int isa, char *err, size_t len)
+{
+  if (sessions[isa])
+    return sessions[isa];
+  LLVMTargetMachineRef tm = host_machine(isa, err, len);
+  if (!tm)
+    return NULL;
+  LLVMOrcLLJITBuilderRef builder = LLVMOrcCreateLLJITBuilder();
+  LLVMOrcLLJITBuilderSetJITTargetMachineBuilder(
+      builder, LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine(tm));
+  LLVMErrorRef e = LLVMOrcCreateLLJIT(&sessions[isa], builder);
+  if (e)
+    return sessions[isa] = NULL, llvm_fail(e, "cannot create the LLJIT session", err, len), NULL;
+  LLVMOrcObjectTransformLayerSetTransform(LLVMOrcLLJITGetObjTransformLayer(sessions[isa]),
+                                          capture_object, NULL);
+  return sessions[isa];
+}
+
+/* Process-wide LLVM set-up (once), then this thread's session for the host's widest ISA. */
+static int jit_init(char *err, size_t len)
+{
+  if (native_init(err, len))
+    return -1;
+  return session(host_isa, err, len) ? 0 : -1;
+}
+
+/* Builds, adds and compiles the kernel for g (resolved) into this thread's session for its
+ * ISA; fills entry (fn last, under the caller's lock). */
 static int compile(const jt_gemm_t *g, const char *name, compiled_t *entry, char *err, size_t len)
 {
+  LLVMOrcLLJITRef jit = session(g->isa, err, len);
+  if (!jit)
+    return -1;
   LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
   LLVMContextRef cx = LLVMOrcThreadSafeContextGetContext(tsc);
   LLVMModuleRef mod = LLVMModuleCreateWithNameInContext(name, cx);
@@ -186,16 +245,20 @@ static void copy_object(const compiled_t *c, void **obj, size_t *obj_len)
 
 /* Compiles one kernel (or finds it compiled): IR in a context of its own, added to this
  * thread's session under its own resource tracker, so threads compile in parallel. */
-static int jit_gemm(const jt_gemm_t *g, jt_gemm_fn *out, size_t *size, void **obj,
+static int jit_gemm(const jt_gemm_t *gu, jt_gemm_fn *out, size_t *size, void **obj,
                     size_t *obj_len, char *err, size_t len)
 {
   *obj = NULL, *obj_len = 0;
-  if (jit_init(err, len))
+  if (native_init(err, len))
     return -1;
-  if (!jt_gemm_supported(g)) {
+  if (!jt_gemm_supported(gu)) {
     snprintf(err, len, "shape outside the generator's limits");
     return -1;
   }
+  jt_gemm_t rg;
+  if (jt_gemm_resolve(gu, host_isa, &rg, err, len))
+    return -1;
+  const jt_gemm_t *g = &rg;
   char name[128];
   jt_gemm_name(g, name, sizeof name);
   /* The list holds every kernel by name; an entry whose fn is NULL is being compiled by another
@@ -270,15 +333,186 @@ static int jit_release(jt_gemm_fn fn, char *err, size_t len)
   return -1;
 }
 
+/* ---- tune(): candidates timed on scratch data ------------------------------------------------
+ *
+ * Every candidate runs on the same scratch operands (small values, no denormals), in rounds
+ * that interleave the candidates (in an order that rotates each round), each sample a batch of
+ * calls of about SAMPLE_NS; a candidate's time is its median per-call time over the rounds, so
+ * a noisy neighbour that slows one round slows every candidate in it. A MUL_MAT is timed on
+ * its first rows only (a call is then at most a few MFlop): the blocking's speed per row is
+ * what is compared, not the whole product. */
+#define ROUNDS 7
+#define SAMPLE_NS 400000.0
+
+static uint64_t now_ns(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Scratch operands for g's kernels. */
+typedef struct operands_s {
+  void *a, *b, *c, *r, *out, *scratch;
+  int64_t rows; /* MUL_MAT: the rows timed */
+} operands_t;
+
+/* bytes of elements of esz bytes (2: f16, 4: float, 8: double), small values or zero: no
+ * denormal, whose assists would time something else than the kernel. */
+static void *filled(size_t bytes, int esz)
+{
+  void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p)
+    return NULL;
+  for (size_t i = 0; i < bytes / (size_t)esz; i++) {
+    float v = (float)((int)(i * 2654435761u % 17) - 8) / 16;
+    if (esz == 2)
+      ((_Float16 *)p)[i] = (_Float16)v;
+    else if (esz == 4)
+      ((float *)p)[i] = v;
+    else
+      ((double *)p)[i] = v;
+  }
+  return p;
+}
+
+static void operands_free(operands_t *o)
+{
+  free(o->a), free(o->b), free(o->c), free(o->r), free(o->out), free(o->scratch);
+}
+
+static int operands(const jt_gemm_t *g, operands_t *o)
+{
+  memset(o, 0, sizeof *o);
+  size_t esz = g->f64 ? 8 : 4;
+  if (g->mm) {
+    int64_t rows = (int64_t)(4e6 / (2.0 * g->n * g->k)) / JT_MM_MR * JT_MM_MR;
+    rows = rows < JT_MM_MR ? JT_MM_MR : rows > 4 * JT_MM_MC ? 4 * JT_MM_MC : rows;
+    o->rows = rows > g->m ? g->m : rows;
+    size_t ybytes = ((size_t)(g->n - 1) * g->m + (size_t)o->rows) * 4;
+    o->a = filled((size_t)o->rows * g->k * (g->w16 ? 2 : 4), g->w16 ? 2 : 4);
+    o->b = filled((size_t)g->n * g->k * 4, 4);
+    o->c = filled(ybytes, 4);
+    if (g->mm_add)
+      o->r = filled(ybytes, 4), o->out = filled(ybytes, 4);
+    o->scratch = filled(JT_MM_SCRATCH_FLOATS(g->k) * 4, 4);
+    return o->a && o->b && o->c && o->scratch && (!g->mm_add || (o->r && o->out)) ? 0 : -1;
+  }
+  if (g->dot) {
+    o->a = filled((size_t)g->k * esz, (int)esz), o->b = filled((size_t)g->k * esz, (int)esz);
+    o->c = filled(esz, (int)esz);
+  } else {
+    o->a = filled((size_t)g->lda * (g->ta ? g->m : g->k) * esz, (int)esz);
+    o->b = filled((size_t)g->ldb * (g->tb ? g->k : g->n) * esz, (int)esz);
+    o->c = filled((size_t)g->ldc * g->n * esz, (int)esz);
+  }
+  return o->a && o->b && o->c ? 0 : -1;
+}
+
+static void call(const jt_gemm_t *g, jt_gemm_fn fn, const operands_t *o)
+{
+  if (g->mm && g->mm_add)
+    ((jt_mm_add_fn)(void (*)(void))fn)(o->a, o->b, o->c, o->r, o->out, 0, o->rows, o->scratch);
+  else if (g->mm)
+    ((jt_mm_fn)(void (*)(void))fn)(o->a, o->b, o->c, 0, o->rows, o->scratch);
+  else
+    fn(o->a, o->b, o->c, 0.5, 0.5); /* beta 0.5 keeps a C updated thousands of times bounded */
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+static int jit_tune(const jt_gemm_t *g, int ncand, jt_gemm_t *best, jt_gemm_fn *out,
+                    size_t *size, void **obj, size_t *obj_len, jt_tune_t *report, char *err,
+                    size_t len)
+{
+  jt_tune_t rep = {0};
+  jt_gemm_fn fn[JT_TUNE_MAX] = {0};
+  size_t sz[JT_TUNE_MAX];
+  void *ob[JT_TUNE_MAX] = {0};
+  size_t oblen[JT_TUNE_MAX];
+  *obj = NULL, *obj_len = 0;
+  if (native_init(err, len))
+    return -1;
+  int n = jt_gemm_candidates(g, host_isa, rep.cand, ncand < 1 ? 1 : ncand);
+  if (!n)
+    return jt_gemm_resolve(g, host_isa, best, err, len) ? -1 : (snprintf(err, len, "no candidate"), -1);
+  uint64_t t0 = now_ns();
+  for (int i = 0; i < n; i++)
+    if (jit_gemm(&rep.cand[i], &fn[i], &sz[i], &ob[i], &oblen[i], err, len)) {
+      for (int j = 0; j < i; j++)
+        jit_release(fn[j], err, len), free(ob[j]);
+      return -1;
+    }
+  uint64_t t1 = now_ns();
+  rep.n = n;
+  rep.compile_ns = t1 - t0;
+  operands_t o;
+  if (n > 1 && operands(g, &o) == 0) {
+    double per[JT_TUNE_MAX][ROUNDS];
+    long calls[JT_TUNE_MAX];
+    for (int i = 0; i < n; i++) { /* warm: one call, then the batch that takes SAMPLE_NS */
+      call(g, fn[i], &o);
+      uint64_t s = now_ns();
+      call(g, fn[i], &o);
+      double one = (double)(now_ns() - s) + 1;
+      calls[i] = one >= SAMPLE_NS ? 1 : (long)(SAMPLE_NS / one);
+    }
+    for (int r = 0; r < ROUNDS; r++)
+      for (int t = 0; t < n; t++) {
+        int i = (t + r) % n;
+        uint64_t s = now_ns();
+        for (long c = 0; c < calls[i]; c++)
+          call(g, fn[i], &o);
+        per[i][r] = (double)(now_ns() - s) / (double)calls[i];
+      }
+    for (int i = 0; i < n; i++) {
+      qsort(per[i], ROUNDS, sizeof per[i][0], cmp_double);
+      rep.ns[i] = per[i][ROUNDS / 2];
+      if (rep.ns[i] < rep.ns[rep.best])
+        rep.best = i;
+    }
+    operands_free(&o);
+  }
+  rep.time_ns = now_ns() - t1;
+  for (int i = 0; i < n; i++)
+    if (i != rep.best) {
+      jit_release(fn[i], err, len);
+      free(ob[i]);
+    }
+  *best = rep.cand[rep.best];
+  *out = fn[rep.best], *size = sz[rep.best], *obj = ob[rep.best], *obj_len = oblen[rep.best];
+  if (report)
+    *report = rep;
+  return 0;
+}
+
 static const char *jit_llvm_version(void) { return version; }
 static const char *jit_cpu(void) { return cpu_name ? cpu_name : ""; }
+static int jit_host_isa(void) { return host_isa; }
+
+/* The name of g's kernel as jit_gemm compiles it (an unresolvable g: its fields as they are). */
+static void jit_gemm_name(const jt_gemm_t *g, char *buf, size_t len)
+{
+  jt_gemm_t r;
+  char err[160];
+  if (jt_gemm_resolve(g, host_isa, &r, err, sizeof err))
+    r = *g;
+  jt_gemm_name(&r, buf, len);
+}
 
 __attribute__((visibility("default"))) const jt_api_t opjit_jit_api = {
     .abi = JT_API_ABI,
     .init = jit_init,
     .gemm = jit_gemm,
-    .gemm_name = jt_gemm_name,
+    .tune = jit_tune,
+    .gemm_name = jit_gemm_name,
     .release = jit_release,
     .llvm_version = jit_llvm_version,
     .cpu = jit_cpu,
+    .host_isa = jit_host_isa,
+    .isa_name = jt_isa_name,
 };

@@ -21,6 +21,26 @@ static inline const jt_api_t *jt_test_module(void)
   return jit;
 }
 
+/* 1 when this CPU can run code of the ISA (as the JIT's host_isa reads LLVM's features). */
+static inline int jt_test_cpu_has(int isa)
+{
+  __builtin_cpu_init();
+  int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (isa == JT_ISA_AVX2)
+    return avx2;
+  return isa == JT_ISA_AVX512 && avx2 && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq");
+}
+
+/* Skips the test when the CPU cannot run isa's code. */
+#define JT_TEST_NEEDS(isa)                                                                   \
+  do {                                                                                       \
+    if (!jt_test_cpu_has(isa))                                                               \
+      cr_skip_test("this CPU has no %s", (isa) == JT_ISA_AVX512 ? "AVX-512 (F, VL, BW, DQ)"   \
+                                                               : "AVX2 with FMA");           \
+  } while (0)
+
 /* A number in [0, n) from the generator state *s (a 64-bit LCG: reproducible sweeps). */
 static inline uint32_t jt_test_rnd(uint64_t *s, uint32_t n)
 {

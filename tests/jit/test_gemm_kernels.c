@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* The GEMM generator's kernels against Debian's reference BLAS (libblas3's netlib library,
  * loaded explicitly): random shapes, transposes, leading dimensions, alpha/beta classes, float
- * and double, each result within a bound derived from K and the type's epsilon. */
+ * and double, each result within a bound derived from K and the type's epsilon. Every
+ * generator test runs once per ISA (its name ends _avx2 or _avx512), the narrower forced on a
+ * wider CPU, the wider skipped where the CPU lacks it; then random blockings, tune(), and the
+ * forced ISA's code checked instruction by instruction (objdump). */
 #define _GNU_SOURCE
 #include "helpers.h"
 
@@ -14,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define REFBLAS "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3"
 
@@ -25,6 +29,7 @@ typedef void (*dgemm_t)(const char *, const char *, const int *, const int *, co
                         const int *, const double *, double *, const int *);
 
 static const jt_api_t *jit;
+static int isa; /* the ISA the test generates for (JT_ISA_AUTO: the host's) */
 static sgemm_t ref_s;
 static dgemm_t ref_d;
 static uint64_t rng = 12345;
@@ -111,8 +116,11 @@ static double check(const jt_gemm_t *g, jt_gemm_fn fn, double alpha, double beta
 
 static const double alphas[] = {1, -1, 0.75, 2.5}, betas[] = {0, 1, -1, 0.5};
 
-static jt_gemm_fn compile(const jt_gemm_t *g)
+/* Compiles g for the ISA under test (unless g names one). */
+static jt_gemm_fn compile(const jt_gemm_t *gin)
 {
+  jt_gemm_t g1 = *gin, *g = &g1;
+  g->isa = g->isa ? g->isa : isa;
   jt_gemm_fn fn = NULL;
   size_t size = 0, obj_len = 0;
   void *obj = NULL;
@@ -124,7 +132,24 @@ static jt_gemm_fn compile(const jt_gemm_t *g)
   return fn;
 }
 
-Test(gemm_kernels, random_shapes_match_the_reference)
+/* Defines a generator test's body once and a test of it per ISA, name_avx2 and name_avx512. */
+#define ISA_TEST(name)                                                                       \
+  static void name(void);                                                                    \
+  Test(gemm_kernels, name##_avx2)                                                            \
+  {                                                                                          \
+    JT_TEST_NEEDS(JT_ISA_AVX2);                                                              \
+    isa = JT_ISA_AVX2;                                                                       \
+    name();                                                                                  \
+  }                                                                                          \
+  Test(gemm_kernels, name##_avx512)                                                          \
+  {                                                                                          \
+    JT_TEST_NEEDS(JT_ISA_AVX512);                                                            \
+    isa = JT_ISA_AVX512;                                                                     \
+    name();                                                                                  \
+  }                                                                                          \
+  static void name(void)
+
+ISA_TEST(random_shapes_match_the_reference)
 {
   int calls = 0;
   for (int t = 0; t < 300; t++) {
@@ -148,7 +173,7 @@ Test(gemm_kernels, random_shapes_match_the_reference)
   cr_assert_eq(calls, 900);
 }
 
-Test(gemm_kernels, edges_zero_padding_one_and_nan_beta0)
+ISA_TEST(edges_zero_padding_one_and_nan_beta0)
 {
   static const int dims[] = {1, 2, 7, 8, 9, 15, 16, 17, 23};
   for (int f64 = 0; f64 < 2; f64++)
@@ -204,7 +229,7 @@ __attribute__((noinline)) static uint32_t dirty_stack(void)
   return junk[8191];
 }
 
-Test(gemm_kernels, transposed_a_tails_raise_no_floating_point_flags)
+ISA_TEST(transposed_a_tails_raise_no_floating_point_flags)
 {
   jt_gemm_t g = {.ta = 1, .m = 3, .n = 6, .k = 32, .lda = 32, .ldb = 32, .ldc = 3, .alpha_one = 1};
   jt_gemm_fn fn = compile(&g);
@@ -222,7 +247,7 @@ Test(gemm_kernels, transposed_a_tails_raise_no_floating_point_flags)
   cr_assert_float_eq(c[0], 32 * 0.125f, 1e-5);
 }
 
-Test(gemm_kernels, dot_products_match_the_reference)
+ISA_TEST(dot_products_match_the_reference)
 {
   void *r = dlopen(REFBLAS, RTLD_NOW | RTLD_LOCAL);
   float (*sdot)(const int *, const float *, const int *, const float *, const int *) = dlsym(r, "sdot_");
@@ -272,7 +297,7 @@ static void ref_add_rms_mul(const float *a, const float *b, const float *w, floa
 
 /* ADD + RMS_NORM + MUL, and RMS_NORM + MUL alone (of x = a: ggml's arithmetic with b = 0,
  * which adds nothing; b and x are never touched). */
-Test(gemm_kernels, fused_add_rms_norm_mul_matches_ggml_arithmetic)
+ISA_TEST(fused_add_rms_norm_mul_matches_ggml_arithmetic)
 {
   static const int sizes[] = {1, 7, 8, 9, 64, 255, 768, 1000, 4096};
   for (size_t si = 0; si < 2 * sizeof sizes / sizeof *sizes; si++) {
@@ -313,7 +338,7 @@ Test(gemm_kernels, fused_add_rms_norm_mul_matches_ggml_arithmetic)
  * row ranges that are a thread's share; each element within the bound of a float sum of K
  * products of the exact dot product (x rounded to f16 against f16 weights, as ggml does), and
  * nothing outside the rows written. */
-Test(gemm_kernels, mul_mat_kernels_match_exact_dot_products)
+ISA_TEST(mul_mat_kernels_match_exact_dot_products)
 {
   static const int ks[] = {1, 7, 8, 255, 256, 257, 600, 768, 1030};
   /* and for n = 1: k's across its 4-vector loop, whole vectors left over, scalar tails, and
@@ -369,7 +394,7 @@ Test(gemm_kernels, mul_mat_kernels_match_exact_dot_products)
 /* MUL_MAT + ADD kernels: the sums are the MUL_MAT kernel's result plus the residual, bit for
  * bit (ggml's ADD of that result), whether the output is memory of its own, the residual's or
  * the product's; rows outside the range are not written. */
-Test(gemm_kernels, mul_mat_add_kernels_add_the_residual_to_the_product_bit_for_bit)
+ISA_TEST(mul_mat_add_kernels_add_the_residual_to_the_product_bit_for_bit)
 {
   static const int ks[] = {7, 128, 129, 200, 256, 257, 384, 768};
   for (int t = 0; t < 12 * (int)(sizeof ks / sizeof *ks); t++) { /* every k, place, type */
@@ -419,5 +444,198 @@ Test(gemm_kernels, mul_mat_add_kernels_add_the_residual_to_the_product_bit_for_b
                   y[i], prod[i]);
     }
     free(w), free(wh), free(x), free(want), free(want2), free(prod), free(y), free(r), free(own);
+  }
+}
+
+/* Blockings the generator is asked for rather than its own: every width of the ISA, 1-4
+ * vectors of rows, any column count that fits the registers, both kinds of tails. */
+ISA_TEST(random_blockings_match_the_reference)
+{
+  int regs = isa == JT_ISA_AVX512 ? 32 : 16, widest = isa == JT_ISA_AVX512 ? 512 : 256;
+  for (int t = 0; t < 120; t++) {
+    jt_gemm_t g = {.f64 = (int)rnd(2), .ta = (int)rnd(2), .tb = (int)rnd(2)};
+    g.vbits = 128 << rnd(widest == 512 ? 3 : 2);
+    g.mr_vecs = 1 + (int)rnd(JT_MAX_MR_VECS);
+    int most = (regs - g.mr_vecs - 1) / g.mr_vecs;
+    g.nr = 1 + (int)rnd((unsigned)(most < JT_MAX_NR ? most : JT_MAX_NR));
+    g.tails = 1 + (int)rnd(2);
+    g.m = 1 + (int)rnd(100), g.n = 1 + (int)rnd(70), g.k = 1 + (int)rnd(70);
+    g.lda = (g.ta ? g.k : g.m) + (int)rnd(3);
+    g.ldb = (g.tb ? g.n : g.k) + (int)rnd(3);
+    g.ldc = g.m + (int)rnd(3);
+    double alpha = alphas[rnd(4)], beta = betas[rnd(4)];
+    g.alpha_one = alpha == 1;
+    g.beta_class = beta == 0 ? 0 : beta == 1 ? 1 : 2;
+    check(&g, compile(&g), alpha, beta, 0);
+  }
+  /* MUL_MAT blocks of every column count the registers hold (JT_MM_MR rows: mv vectors) */
+  int mv = JT_MM_MR / (widest / 32), mm_most = (regs - mv - 1) / mv;
+  for (int nr = 1; nr <= JT_MM_MAX_NR && nr <= mm_most; nr += 1 + (int)rnd(4)) {
+    jt_gemm_t g = {.mm = 1, .w16 = nr & 1, .m = 48, .n = 17 + (int)rnd(40), .k = 130, .nr = nr};
+    jt_mm_fn fn = (jt_mm_fn)(void (*)(void))compile(&g);
+    float *w = malloc((size_t)g.m * g.k * 4), *x = malloc((size_t)g.n * g.k * 4), *y = malloc((size_t)g.m * g.n * 4);
+    _Float16 *wh = malloc((size_t)g.m * g.k * 2);
+    for (int i = 0; i < g.m * g.k; i++)
+      wh[i] = (_Float16)((float)((int)rnd(2001) - 1000) / 700), w[i] = g.w16 ? (float)wh[i] : (float)((int)rnd(2001) - 1000) / 700;
+    for (int i = 0; i < g.n * g.k; i++)
+      x[i] = (float)((int)rnd(2001) - 1000) / 300;
+    float *scratch = aligned_alloc(64, JT_MM_SCRATCH_FLOATS(g.k) * sizeof(float));
+    fn(g.w16 ? (const void *)wh : (const void *)w, x, y, 0, g.m, scratch);
+    for (int j = 0; j < g.n; j++)
+      for (int i = 0; i < g.m; i++) {
+        double exact = 0, mag = 0;
+        for (int kk = 0; kk < g.k; kk++) {
+          double xv = g.w16 ? (double)(_Float16)x[j * g.k + kk] : x[j * g.k + kk];
+          exact += w[i * g.k + kk] * xv, mag += fabs(w[i * g.k + kk] * xv);
+        }
+        cr_assert(fabs(y[j * g.m + i] - exact) <= 4.0 * (g.k + 2) * FLT_EPSILON * mag + FLT_MIN,
+                  "MUL_MAT nr %d: y[%d,%d] = %.9g, exact %.9g", nr, i, j, y[j * g.m + i], exact);
+      }
+    free(w), free(wh), free(x), free(y), free(scratch);
+  }
+}
+
+/* A blocking that needs more registers than the ISA has, or a width it lacks, is refused with a
+ * sentence; kernels of two ISAs or blockings have names of their own. */
+Test(gemm_kernels, impossible_blockings_fail_and_names_tell_kernels_apart)
+{
+  JT_TEST_NEEDS(JT_ISA_AVX2);
+  char err[512] = "", n1[160], n2[160];
+  jt_gemm_fn fn;
+  size_t size, obj_len;
+  void *obj = NULL;
+  jt_gemm_t g = {.m = 64, .n = 64, .k = 64, .lda = 64, .ldb = 64, .ldc = 64, .alpha_one = 1,
+                 .isa = JT_ISA_AVX2, .mr_vecs = 2, .nr = 7}; /* 14 + 2 + 1 > 16 */
+  cr_assert_eq(jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err), -1);
+  cr_assert(strstr(err, "registers"), "%s", err);
+  g.nr = 6, g.vbits = 512;
+  cr_assert_eq(jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err), -1);
+  cr_assert(strstr(err, "512-bit"), "%s", err);
+  g.vbits = 0;
+  jit->gemm_name(&g, n1, sizeof n1);
+  cr_assert(strstr(n1, "_avx2_v256_2x6_"), "%s", n1);
+  if (!jt_test_cpu_has(JT_ISA_AVX512)) {
+    g.isa = JT_ISA_AVX512;
+    cr_assert_eq(jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err), -1);
+    cr_assert(strstr(err, "cannot run avx512"), "%s", err);
+    cr_assert_eq(jit->host_isa(), JT_ISA_AVX2);
+    return;
+  }
+  cr_assert_eq(jit->host_isa(), JT_ISA_AVX512);
+  g.isa = 0;
+  jit->gemm_name(&g, n2, sizeof n2);
+  cr_assert(strstr(n2, "_avx512_v512_"), "the default is the widest ISA: %s", n2);
+  cr_assert_str_neq(n1, n2);
+}
+
+/* tune() keeps one of the candidates it reports, the fastest it measured, whose kernel is the
+ * one gemm() compiles for the parameters it returns and computes the product. */
+ISA_TEST(tune_returns_the_fastest_candidate_and_it_computes)
+{
+  static const jt_gemm_t shapes[] = {
+      {.m = 64, .n = 64, .k = 64, .lda = 64, .ldb = 64, .ldc = 64, .alpha_one = 1, .beta_class = 1},
+      {.f64 = 1, .ta = 1, .m = 37, .n = 20, .k = 50, .lda = 50, .ldb = 50, .ldc = 40, .beta_class = 2},
+      {.m = 7, .n = 90, .k = 33, .lda = 7, .ldb = 33, .ldc = 7, .alpha_one = 1},
+  };
+  for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
+    jt_gemm_t g = shapes[t], best;
+    g.isa = isa;
+    jt_tune_t rep;
+    jt_gemm_fn fn = NULL;
+    size_t size = 0, obj_len = 0;
+    void *obj = NULL;
+    char err[512] = "", want[160], got[160];
+    cr_assert_eq(jit->tune(&g, JT_TUNE_MAX, &best, &fn, &size, &obj, &obj_len, &rep, err,
+                           sizeof err), 0, "%s", err);
+    cr_assert_not_null(obj);
+    free(obj);
+    cr_assert(rep.n >= 2 && rep.n <= JT_TUNE_MAX, "%d candidates", rep.n);
+    cr_assert(rep.best >= 0 && rep.best < rep.n);
+    cr_assert_eq(memcmp(&best, &rep.cand[rep.best], sizeof best), 0, "best is not the pick");
+    for (int i = 0; i < rep.n; i++) {
+      cr_assert(rep.ns[i] > 0 && rep.ns[rep.best] <= rep.ns[i], "candidate %d: %.0f ns, pick %.0f",
+                i, rep.ns[i], rep.ns[rep.best]);
+      cr_assert_eq(rep.cand[i].isa, isa, "a candidate left the ISA asked for");
+      cr_assert(rep.cand[i].vbits && rep.cand[i].mr_vecs && rep.cand[i].nr && rep.cand[i].tails);
+    }
+    cr_assert(rep.compile_ns > 0 && rep.time_ns > 0);
+    jit->gemm_name(&best, want, sizeof want);
+    cr_assert(compile(&best) == fn, "the pick's kernel is not gemm()'s for its parameters");
+    jit->gemm_name(&rep.cand[(rep.best + 1) % rep.n], got, sizeof got);
+    cr_assert_str_neq(want, got);
+    double alpha = g.alpha_one ? 1 : 0.75, beta = g.beta_class == 0 ? 0 : g.beta_class == 1 ? 1 : -0.5;
+    check(&g, fn, alpha, beta, 0);
+    char e2[256];
+    cr_assert_eq(jit->release(fn, e2, sizeof e2), 1); /* compile() above took a second one */
+    cr_assert_eq(jit->release(fn, e2, sizeof e2), 0, "%s", e2);
+  }
+  /* a MUL_MAT and a dot product have candidates too */
+  jt_gemm_t mm = {.mm = 1, .w16 = 1, .m = 128, .n = 40, .k = 300, .isa = isa}, dot = {.dot = 1, .k = 1000, .isa = isa}, best;
+  for (int i = 0; i < 2; i++) {
+    jt_tune_t rep;
+    jt_gemm_fn fn;
+    size_t size, obj_len;
+    void *obj = NULL;
+    char err[512] = "";
+    cr_assert_eq(jit->tune(i ? &dot : &mm, JT_TUNE_MAX, &best, &fn, &size, &obj, &obj_len, &rep,
+                           err, sizeof err), 0, "%s", err);
+    free(obj);
+    cr_assert(rep.n >= 2, "%s: %d candidates", i ? "dot" : "MUL_MAT", rep.n);
+    cr_assert_eq(memcmp(&best, &rep.cand[rep.best], sizeof best), 0);
+  }
+}
+
+/* The code of a forced ISA: AVX2 kernels hold no EVEX instruction (no zmm, no ymm16-31, no mask
+ * register), AVX-512 kernels of 512-bit vectors use zmm registers (the backend does not split
+ * them in two although the CPU prefers 256 bits) and mask their tails. */
+ISA_TEST(the_code_is_the_isa_asked_for)
+{
+  if (system("objdump --version >/dev/null 2>&1") != 0)
+    cr_skip_test("objdump (binutils) is not installed");
+  const jt_gemm_t shapes[] = {
+      {.m = 37, .n = 20, .k = 17, .lda = 37, .ldb = 17, .ldc = 37, .beta_class = 2},
+      {.f64 = 1, .ta = 1, .tb = 1, .m = 21, .n = 9, .k = 30, .lda = 30, .ldb = 9, .ldc = 21},
+      {.mm = 1, .w16 = 1, .m = 64, .n = 40, .k = 200},
+      {.mm = 1, .w16 = 1, .mm_add = 1, .m = 64, .n = 1, .k = 200},
+      {.dot = 1, .k = 77},
+      {.add_rms_mul = 1, .k = 100},
+  };
+  for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
+    jt_gemm_t g = shapes[t];
+    g.isa = isa;
+    jt_gemm_fn fn;
+    size_t size, obj_len;
+    void *obj = NULL;
+    char err[512] = "", path[] = "/tmp/opjit_isa_XXXXXX", cmd[256], line[512];
+    cr_assert_eq(jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err), 0, "%s", err);
+    cr_assert_not_null(obj);
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0 && write(fd, obj, obj_len) == (ssize_t)obj_len);
+    close(fd);
+    free(obj);
+    snprintf(cmd, sizeof cmd, "objdump -d --no-show-raw-insn %s", path);
+    FILE *p = popen(cmd, "r");
+    int zmm = 0, evex = 0, masked = 0, insns = 0;
+    while (p && fgets(line, sizeof line, p)) {
+      insns += strchr(line, '\t') != NULL;
+      zmm += strstr(line, "%zmm") != NULL;
+      masked += strstr(line, "{%k") != NULL;
+      for (int r = 16; r < 32; r++) {
+        char reg[16];
+        snprintf(reg, sizeof reg, "mm%d", r);
+        evex += strstr(line, reg) != NULL;
+      }
+    }
+    pclose(p);
+    unlink(path);
+    cr_assert_gt(insns, 10, "objdump read no code");
+    if (isa == JT_ISA_AVX2) {
+      cr_assert(!zmm && !evex && !masked, "shape %zu: AVX2 code with %d zmm, %d EVEX registers, "
+                "%d masked instructions", t, zmm, evex, masked);
+    } else {
+      cr_assert_gt(zmm, 0, "shape %zu: 512-bit vectors without zmm registers", t);
+      if (t < 2)
+        cr_assert_gt(masked, 0, "shape %zu: no masked tails", t);
+    }
   }
 }
