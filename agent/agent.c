@@ -90,13 +90,22 @@ static void report_option(const char *line) { ag_log(AG_LOG_ERROR, "%s", line); 
 
 static const char *env_get(const char *name) { return getenv(name); }
 
-/* The writer's wake-up: its deadlines are CLOCK_MONOTONIC, so the condition must be too. */
+/* The warm start in flight: the writer runs it first, the first call waits for it (warm_mu). */
+static pthread_mutex_t warm_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t warm_cond;
+static int warm_pending;
+
+static void warm_start(void);
+
+/* The writer's wake-up and the warm start's end: their deadlines are CLOCK_MONOTONIC, so the
+ * conditions must be too. */
 static void init_cond(void)
 {
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&cond, &ca);
+  pthread_cond_init(&warm_cond, &ca);
   pthread_condattr_destroy(&ca);
 }
 
@@ -691,6 +700,16 @@ static void *writer_main(void *arg)
 {
   (void)arg;
   pthread_setname_np(pthread_self(), "opjit-writer");
+  pthread_mutex_lock(&warm_mu);
+  int warm = warm_pending;
+  pthread_mutex_unlock(&warm_mu);
+  if (warm) {
+    warm_start();
+    pthread_mutex_lock(&warm_mu);
+    warm_pending = 0;
+    pthread_cond_broadcast(&warm_cond);
+    pthread_mutex_unlock(&warm_mu);
+  }
   start_sampling();
   ag_machine_start(run_info()->cpu_key);
   /* A ring holds 256 samples: drain it twice per fill at the sampling rate, at most 4x/s. */
@@ -853,9 +872,27 @@ int ag_activate(void)
   }
   run_start_ns = ag_realtime_ns();
   active_pid = getpid();
-  if (ag_hot_calls && ag_opts.num[AG_OPT_WARM] && !warm_done)
-    warm_start();
+  /* The warm start runs on the writer thread; the first call waits for it OPJIT_WARM_WAIT_US
+   * at most (reading the profile and placing a few kernels takes about 1 ms). */
+  int warm = ag_hot_calls && ag_opts.num[AG_OPT_WARM] && !warm_done;
+  pthread_mutex_lock(&warm_mu);
+  warm_pending = warm;
+  pthread_mutex_unlock(&warm_mu);
   start_writer();
+  if (warm && writer_running) {
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    long us = ag_opts.num[AG_OPT_WARM_WAIT_US];
+    dl.tv_sec += us / 1000000, dl.tv_nsec += (us % 1000000) * 1000;
+    if (dl.tv_nsec >= 1000000000)
+      dl.tv_sec++, dl.tv_nsec -= 1000000000;
+    pthread_mutex_lock(&warm_mu);
+    while (warm_pending && pthread_cond_timedwait(&warm_cond, &warm_mu, &dl) == 0)
+      ;
+    pthread_mutex_unlock(&warm_mu);
+  } else if (warm) {
+    warm_start();
+  }
   atomic_store_explicit(&ag_active, 1, memory_order_release);
   rc = 0;
 out:

@@ -67,6 +67,7 @@ Test(opt, every_option_parsed)
   setenv_fake("OPJIT_PERF_MAP", "1");
   setenv_fake("OPJIT_CODE_CACHE_MB", "8");
   setenv_fake("OPJIT_WARM", "off");
+  setenv_fake("OPJIT_WARM_WAIT_US", "2K");
   setenv_fake("OPJIT_DECAY", "3");
   setenv_fake("OPJIT_ISA", "AVX2");
   setenv_fake("OPJIT_JIT_THREADS", "2");
@@ -94,6 +95,7 @@ Test(opt, every_option_parsed)
   cr_assert_eq(o.num[AG_OPT_PERF_MAP], 1);
   cr_assert_eq(o.num[AG_OPT_CODE_CACHE_MB], 8);
   cr_assert_eq(o.num[AG_OPT_WARM], 0);
+  cr_assert_eq(o.num[AG_OPT_WARM_WAIT_US], 2048);
   cr_assert_eq(o.num[AG_OPT_DECAY], 3);
   cr_assert_eq(o.num[AG_OPT_ISA], 2, "avx2, the third choice");
   cr_assert_eq(o.num[AG_OPT_JIT_THREADS], 2);
