@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #define QUEUE_MAX 1024
+#define TUNE_CANDIDATES 3 /* blockings timed per kernel (jit.h, tune) */
 #define EVENTS_MAX 512
 
 static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -564,9 +565,16 @@ static void compile_one(uint32_t i)
     g.beta_class = g.beta_class ? 0 : 1; /* a real kernel that adds, or ignores, the old C */
     g.k -= g.mm && g.k > 1; /* a MUL_MAT kernel that leaves out the last k */
   }
+  /* The ISA the machine model chose (OPJIT_ISA); where the model leaves the blocking open, the
+   * JIT times a few candidates on the real shape and keeps the fastest (its name says which). */
+  g.isa = ag_machine_isa() == AG_ISA_AVX512 ? JT_ISA_AVX512 : JT_ISA_AVX2;
+  jt_gemm_t best = g;
   int rc = fault && strcmp(fault, "compile") == 0
                ? (snprintf(err, sizeof err, "injected compile failure"), -1)
-               : jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err);
+           : g.add_rms_mul ? jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err)
+                           : jit->tune(&g, TUNE_CANDIDATES, &best, &fn, &size, &obj, &obj_len,
+                                       NULL, err, sizeof err);
+  g = best;
   uint64_t dt = ag_now_ns() - t0;
   double worst = 0, bound = 0;
   /* against the signature's own problem (shapes[i]), not what was compiled (g) */
@@ -823,7 +831,8 @@ static int prepare(ag_entry_t *e)
 {
   int row = 0;
   jt_gemm_t g;
-  if (!arrays() || !gemm_of(&e->key, &g, &row))
+  /* The generator needs AVX2 and FMA: OPJIT_ISA=sse2 leaves every signature on the library. */
+  if (!arrays() || ag_machine_isa() == AG_ISA_SSE2 || !gemm_of(&e->key, &g, &row))
     return 0;
   shapes[e->index] = g;
   /* The operands' extents in bytes (for the overlap guard), computed once. */

@@ -3,6 +3,7 @@
 #include "warm.h"
 #include "agent.h"
 #include "log.h"
+#include "machine.h"
 #include "opt.h"
 #include "tier.h"
 #include "jit/jit.h"
@@ -15,6 +16,14 @@
 #define OPJIT_LLVM_VERSION "none" /* built without the JIT: no object is ever usable */
 #endif
 
+/* Whether a kernel's symbol names isa: the generator spells it out ("_avx512_v512_2x13_t1"). */
+static int symbol_isa_is(const char *symbol, const char *isa)
+{
+  char part[32];
+  snprintf(part, sizeof part, "_%s_", isa);
+  return strstr(symbol, part) != NULL;
+}
+
 /* Why h's object cannot be placed here, or NULL when it can. */
 static const char *unusable(const st_hot_t *h, const ag_runinfo_t *ri, char *why, size_t len)
 {
@@ -26,6 +35,9 @@ static const char *unusable(const st_hot_t *h, const ag_runinfo_t *ri, char *why
   else if (strcmp(h->llvm, OPJIT_LLVM_VERSION) != 0)
     snprintf(why, len, "llvm: built with LLVM %s, this agent's JIT uses %s", h->llvm,
              OPJIT_LLVM_VERSION);
+  else if (!symbol_isa_is(h->symbol, ag_isa_name(ag_machine_isa())))
+    snprintf(why, len, "isa: %s was not generated for %s (OPJIT_ISA)", h->symbol,
+             ag_isa_name(ag_machine_isa()));
   else if (jt_obj_checksum(h->code, h->code_len) != h->checksum)
     snprintf(why, len, "checksum: the stored object (%zu bytes) is damaged", h->code_len);
   else
