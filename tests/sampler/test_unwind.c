@@ -138,9 +138,13 @@ Test(unwind, walks_as_libgcc_does_to_the_outermost_frame)
       nfirst = nwalked;
     }
   }
-  cr_assert_eq(nwalked, nfirst);
-  for (int i = 1; i < nfirst; i++)
-    cr_assert_eq(walked[i], first[i], "cached walk: frame %d differs", i);
+  /* The signal lands in level(0)'s loop or in the sink() it calls: the walks may differ by that
+   * innermost frame, and name the same callers from the outermost inwards. */
+  cr_assert_leq(abs(nwalked - nfirst), 1, "walks of %d and %d frames", nfirst, nwalked);
+  int same = (nwalked < nfirst ? nwalked : nfirst) - 1;
+  for (int i = 1; i <= same; i++)
+    cr_assert_eq(walked[nwalked - i], first[nfirst - i], "cached walk: frame %d differs",
+                 nwalked - i);
 }
 
 Test(unwind, stops_at_max_frames)
