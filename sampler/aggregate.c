@@ -1,11 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /* The aggregator: interned strings, a PC -> symbol cache, and one counting map keyed by
- * (operator, kind, interned string or number). Open addressing, doubled when half full. */
+ * (operator, kind, interned string or number). Open addressing, doubled when half full.
+ * Symbols: dladdr's dynamic symbols first; where none holds the PC (a program's own
+ * functions, a library's static ones), .symtab and separate debug files through libdw's dwfl,
+ * which is loaded on first need (the agent links libc only). */
 #define _GNU_SOURCE
 #include "aggregate.h"
 
 #include <dlfcn.h>
+#include <elfutils/libdwfl.h>
+#include <fcntl.h>
 #include <link.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +49,65 @@ typedef struct range_s { /* [lo, hi) belongs to one symbol (or one 256-byte buck
   pcsym_t sym;
 } range_t;
 
+/* libdw's dwfl, from libdw.so.1 (NULL functions: not installed; dynamic symbols only). */
+static struct {
+  Dwfl *(*begin)(const Dwfl_Callbacks *);
+  void (*end)(Dwfl *);
+  void (*report_begin_add)(Dwfl *);
+  Dwfl_Module *(*report_elf)(Dwfl *, const char *, const char *, int, GElf_Addr, bool);
+  int (*report_end)(Dwfl *, int (*)(Dwfl_Module *, void *, const char *, Dwarf_Addr, void *),
+                    void *);
+  const char *(*addrinfo)(Dwfl_Module *, GElf_Addr, GElf_Off *, GElf_Sym *, GElf_Word *,
+                          Elf **, Dwarf_Addr *);
+  int (*build_id)(Dwfl_Module *, const unsigned char **, GElf_Addr *);
+  Dwfl_Callbacks cb;
+} dw;
+static pthread_once_t dw_once = PTHREAD_ONCE_INIT;
+
+/* An object's separate debug file, where Debian's -dbgsym packages put it (by build-id): the
+ * fd and its malloc'd path in *out, or -1. Not libdw's standard search, which would ask
+ * debuginfod servers (DEBUGINFOD_URLS) over the network from inside the host. */
+static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname,
+                          Dwarf_Addr base, const char *file_name, const char *debuglink,
+                          GElf_Word crc, char **out)
+{
+  (void)userdata, (void)modname, (void)base, (void)file_name, (void)debuglink, (void)crc;
+  const unsigned char *id;
+  GElf_Addr at;
+  int n = dw.build_id(mod, &id, &at);
+  if (n < 2 || n > 64)
+    return -1;
+  char path[192];
+  int k = snprintf(path, sizeof path, "/usr/lib/debug/.build-id/%02x/", id[0]);
+  for (int i = 1; i < n; i++)
+    k += snprintf(path + k, sizeof path - (size_t)k, "%02x", id[i]);
+  snprintf(path + k, sizeof path - (size_t)k, ".debug");
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0 && !(*out = strdup(path))) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static void dw_load(void)
+{
+  static const char *const names[] = {"dwfl_begin",      "dwfl_end",
+                                      "dwfl_report_begin_add", "dwfl_report_elf",
+                                      "dwfl_report_end", "dwfl_module_addrinfo",
+                                      "dwfl_module_build_id"};
+  void *h = dlopen("libdw.so.1", RTLD_NOW | RTLD_LOCAL), *f[7];
+  for (int i = 0; i < 7; i++)
+    if (!h || !(f[i] = dlsym(h, names[i])))
+      return;
+  *(void **)&dw.begin = f[0], *(void **)&dw.end = f[1], *(void **)&dw.report_begin_add = f[2];
+  *(void **)&dw.report_elf = f[3], *(void **)&dw.report_end = f[4];
+  *(void **)&dw.addrinfo = f[5], *(void **)&dw.build_id = f[6];
+  dw.cb.find_debuginfo = find_debuginfo; /* report_elf opens the objects: no find_elf */
+}
+
+#define SP_AGG_MODS 256 /* objects whose symbol tables an aggregation opens */
+
 struct sp_agg_s {
   range_t *ranges; /* sorted by lo: most PCs are found here without dladdr */
   size_t nranges, capranges;
@@ -57,6 +122,12 @@ struct sp_agg_s {
   sp_code_lookup_fn code_lookup;
   const void *main_base;  /* the executable's load address: dladdr names it after argv[0], */
   char exe[512];          /* which a program may change; /proc/self/exe is its real path */
+  Dwfl *dwfl;             /* the objects' .symtab and debug files, or NULL */
+  struct {
+    const void *base;     /* dli_fbase */
+    Dwfl_Module *mod;     /* NULL: its file could not be read */
+  } mods[SP_AGG_MODS];
+  int nmods;
 };
 
 static uint64_t hash_bytes(const void *p, size_t n, uint64_t h)
@@ -177,9 +248,47 @@ static void add_range(sp_agg_t *a, uint64_t lo, uint64_t hi, const pcsym_t *p)
   a->nranges++;
 }
 
+/* The symbol holding pc from the .symtab of the object di names (its file: path), or from
+ * its separate debug file: 1 with *name and its extent [*lo, *hi) (empty for a symbol without
+ * a size), else 0. Each object is read once. */
+static int symtab_symbol(sp_agg_t *a, uint64_t pc, const Dl_info *di, const char *path,
+                         const char **name, uint64_t *lo, uint64_t *hi)
+{
+  pthread_once(&dw_once, dw_load);
+  if (!dw.begin || (!a->dwfl && !(a->dwfl = dw.begin(&dw.cb))))
+    return 0;
+  int k = 0;
+  while (k < a->nmods && a->mods[k].base != di->dli_fbase)
+    k++;
+  if (k == a->nmods) {
+    Dl_info d;
+    struct link_map *lm = NULL;
+    if (k == SP_AGG_MODS || !dladdr1((void *)(uintptr_t)pc, &d, (void **)&lm, RTLD_DL_LINKMAP) ||
+        !lm)
+      return 0;
+    dw.report_begin_add(a->dwfl);
+    a->mods[k].mod = dw.report_elf(a->dwfl, path, path, -1, lm->l_addr, false);
+    dw.report_end(a->dwfl, NULL, NULL);
+    a->mods[k].base = di->dli_fbase;
+    a->nmods++;
+  }
+  GElf_Off off = 0;
+  GElf_Sym sym;
+  const char *n = a->mods[k].mod ? dw.addrinfo(a->mods[k].mod, pc, &off, &sym, NULL, NULL, NULL)
+                                 : NULL;
+  if (!n || !n[0])
+    return 0;
+  *name = n;
+  *lo = *hi = 0;
+  if (sym.st_size && off < sym.st_size)
+    *lo = pc - off, *hi = *lo + sym.st_size;
+  return 1;
+}
+
 /* The symbol of pc: from the range cache (a symbol's extent, from its ELF size), else the PC
- * cache, else dladdr. PCs in no dynamic symbol are named by their module offset rounded to 256
- * bytes, so one stripped function does not become a thousand names. NULL when out of memory. */
+ * cache, else dladdr, else the object's .symtab or debug file. PCs in no symbol are named by
+ * their module offset rounded to 256 bytes, so one stripped function does not become a
+ * thousand names. NULL when out of memory. */
 static const pcsym_t *symbolise(sp_agg_t *a, uint64_t pc)
 {
   const range_t *hit = find_range(a, pc);
@@ -205,7 +314,7 @@ static const pcsym_t *symbolise(sp_agg_t *a, uint64_t pc)
     if (name && es && es->st_size && pc < (uint64_t)(uintptr_t)di.dli_saddr + es->st_size) {
       lo = (uint64_t)(uintptr_t)di.dli_saddr;
       hi = lo + es->st_size;
-    } else {
+    } else if (!symtab_symbol(a, pc, &di, module, &name, &lo, &hi)) {
       uint64_t off = (pc - (uint64_t)(uintptr_t)di.dli_fbase) & ~(uint64_t)0xff;
       snprintf(sym, sizeof sym, "+0x%llx", (unsigned long long)off);
       name = sym;
@@ -284,6 +393,8 @@ void sp_agg_free(sp_agg_t *a)
   free(a->ranges);
   free(a->pcs);
   free(a->counts);
+  if (a->dwfl)
+    dw.end(a->dwfl);
   free(a);
 }
 

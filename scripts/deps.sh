@@ -6,7 +6,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 pkgs="build-essential cmake pkg-config libsqlite3-dev sqlite3 libcjson-dev libcriterion-dev
-      libblas3 libopenblas0-pthread python3-numpy valgrind libunwind8 llvm-19-dev git"
+      libblas3 libopenblas0-pthread python3-numpy valgrind libunwind8 libdw-dev llvm-19-dev git"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' ||

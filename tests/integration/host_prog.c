@@ -71,7 +71,7 @@ void cblas_sgemm(int, int, int, int, int, int, float, const float *, int, const 
                  float, float *, int);
 
 /* The ratio workload; returns a checksum of the results. */
-static double ratio_work(long rounds)
+__attribute__((noinline)) static double ratio_work(long rounds)
 {
   enum { D = 96, L = 97 };
   static float a[D * L], b[D * L], c[D * L];

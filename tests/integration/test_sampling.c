@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The sampler inside real hosts under the agent: CPU shares per operator signature, BLAS pool
+/* The sampler inside real hosts under the agent: CPU shares per operator signature, stacks
+ * that reach main through library code without CFI (OpenBLAS's assembly kernels, a library
+ * built without unwind tables), a program's own functions named from .symtab, BLAS pool
  * threads (started before the agent's constructor) attributed to the operator in flight, a
  * host's own SIGPROF untouched, and unchanged outputs. */
 #include "harness.h"
@@ -22,10 +24,15 @@ static void run_ok(const char *tag, int agent, const char *const *env, const cha
   h_query(NULL, "SELECT coalesce(sum(p.samples), 0) FROM run_pcs p JOIN signatures s"        \
                 " ON s.id=p.sig_id WHERE s.name='%s'", name)
 
-Test(sampling, operators_costing_3_to_1_get_75_25_of_the_samples)
+/* host_prog's ratio workload on OpenBLAS's kernels for coretype (NULL: its own choice for this
+ * CPU): shares as costs, PCs in the library, stacks through main. */
+static void three_to_one(const char *coretype)
 {
-  const char *env[] = {"OPJIT_SAMPLE_HZ=1000", NULL};
-  run_ok("plain", 0, NULL, (const char *[]){H_HOST_PROG, "ratio", "15000", NULL});
+  char ct[64];
+  snprintf(ct, sizeof ct, "OPENBLAS_CORETYPE=%s", coretype ? coretype : "");
+  const char *plain_env[] = {coretype ? ct : NULL, NULL};
+  const char *env[] = {"OPJIT_SAMPLE_HZ=1000", coretype ? ct : NULL, NULL};
+  run_ok("plain", 0, plain_env, (const char *[]){H_HOST_PROG, "ratio", "15000", NULL});
   run_ok("agent", 1, env, (const char *[]){H_HOST_PROG, "ratio", "15000", NULL});
   char plain[256];
   snprintf(plain, sizeof plain, "%s", h_output("plain", "out"));
@@ -41,17 +48,55 @@ Test(sampling, operators_costing_3_to_1_get_75_25_of_the_samples)
   cr_assert_eq(h_query(NULL, "SELECT json_extract(sampling, '$.samples') FROM runs"),
                h_query(NULL, "SELECT sum(samples) FROM run_pcs"),
                "the summary's count equals the histogram's");
-  /* The PCs of the operators fall in the BLAS library, and their stacks reach main. */
+  /* The PCs of the operators fall in the BLAS library, and their stacks reach main (one
+   * BLAS thread: every operator sample is the main thread's), through ratio_work, a static
+   * function only .symtab names. Kernels without CFI (OpenBLAS's assembly) stop the walk:
+   * it goes on from the agent's entry frame. */
   cr_assert_gt(h_query(NULL, "SELECT sum(p.samples) FROM run_pcs p JOIN symbols y ON y.id="
                              "p.symbol_id WHERE p.sig_id > 0 AND y.module LIKE '%%blas%%'"),
                (a + b) * 8 / 10);
-  cr_assert_gt(h_query(NULL, "SELECT sum(samples) FROM run_stacks WHERE sig_id > 0 AND"
-                             " stack LIKE '%%host_prog`main%%'"), (a + b) / 2);
+  int64_t to_main = h_query(NULL, "SELECT sum(samples) FROM run_stacks WHERE sig_id > 0 AND"
+                                  " stack LIKE '%%host_prog`main;host_prog`ratio_work;%%'");
+  cr_assert_gt(to_main, (a + b) * 9 / 10, "%lld of %lld stacks reach main", (long long)to_main,
+               (long long)(a + b));
   /* The sampler's own walker took them (the main thread's stack is known from the start). */
   int64_t walked = h_query(NULL, "SELECT json_extract(sampling, '$.stacks.walked') FROM runs");
   int64_t unwound = h_query(NULL, "SELECT json_extract(sampling, '$.stacks.libunwind') FROM runs");
   cr_assert_gt(walked, 9 * unwound, "walked %lld, libunwind %lld", (long long)walked,
                (long long)unwound);
+}
+
+Test(sampling, operators_costing_3_to_1_get_75_25_of_the_samples) { three_to_one(NULL); }
+
+/* SSE3 kernels every x86-64 runs: hand-written assembly without CFI. */
+Test(sampling, stacks_through_openblas_assembly_kernels_reach_main) { three_to_one("Prescott"); }
+
+#define H_STACK_PROG OPJIT_BUILD_DIR "/stack_prog"
+
+/* stack_prog: cblas_sdot from a library built without unwind tables (nocfi_blas.c), called
+ * from a static function of a program that exports nothing. Its samples, inside the library's
+ * static kernel, reach main, and every function has its name: the program's and the library's
+ * static ones from .symtab. */
+Test(sampling, stacks_through_a_library_without_cfi_reach_main_with_symtab_names)
+{
+  const char *env[] = {"OPJIT_SAMPLE_HZ=1000", NULL};
+  run_ok("plain", 0, NULL, (const char *[]){H_STACK_PROG, "150000", NULL});
+  run_ok("agent", 1, env, (const char *[]){H_STACK_PROG, "150000", NULL});
+  char plain[256];
+  snprintf(plain, sizeof plain, "%s", h_output("plain", "out"));
+  cr_assert_str_eq(h_output("agent", "out"), plain, "the host's output changed");
+  int64_t ops = h_query(NULL, "SELECT sum(samples) FROM run_stacks WHERE sig_id > 0");
+  cr_assert_gt(ops, 100, "too few operator samples: %lld", (long long)ops);
+  int64_t kernel = h_query(NULL, "SELECT coalesce(sum(samples), 0) FROM run_stacks WHERE"
+                                 " sig_id > 0 AND stack LIKE '%%stack_prog`main;stack_prog`"
+                                 "dot_rounds;libnocfi_blas.so`dot_kernel'");
+  int64_t to_main = h_query(NULL, "SELECT coalesce(sum(samples), 0) FROM run_stacks WHERE"
+                                  " sig_id > 0 AND stack LIKE '%%stack_prog`main;stack_prog`"
+                                  "dot_rounds;%%'");
+  cr_assert_gt(kernel, ops * 8 / 10, "%lld of %lld stacks end in the kernel after main",
+               (long long)kernel, (long long)ops);
+  cr_assert_gt(to_main, ops * 9 / 10, "%lld of %lld stacks reach main", (long long)to_main,
+               (long long)ops);
 }
 
 Test(sampling, pool_threads_started_before_the_agent_work_for_the_operator)

@@ -1,18 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /* The sampler in this very process: real signals from real perf events (or timers), threads
- * armed before and after the start, a host's own SIGPROF left alone, the fallbacks when
- * perf_event_open is refused (through the syscall seam), and the counter-group parser. */
+ * armed before and after the start, stacks stitched at an operator's entry frame through code
+ * without CFI, static functions named from .symtab, a host's own SIGPROF left alone, the
+ * fallbacks when perf_event_open is refused (through the syscall seam), and the counter-group
+ * parser. */
 #define _GNU_SOURCE
 #include "sampler/aggregate.h"
 #include "sampler/sampler.h"
 #include "sampler/sys.h"
 
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <time.h>
@@ -212,6 +217,100 @@ Test(sampler, young_threads_stacks_reach_the_callers)
   sp_agg_free(a);
   cr_assert_geq(c.with * 10, c.all * 9, "only %llu of %llu stacks reach the test program",
                 (unsigned long long)c.with, (unsigned long long)c.all);
+}
+
+/* Code without CFI, in no object (as a hand-written kernel is to the walker): a frame of its
+ * own with a garbage RBP, so that no frame-pointer guess finds the way out; spins n times. */
+static const uint8_t spin_code[] = {
+    0x55,                                                       /* push %rbp */
+    0x48, 0x89, 0xf9,                                           /* mov %rdi,%rcx */
+    0x48, 0xbd, 0xef, 0xbe, 0xad, 0xde, 0xef, 0xbe, 0xad, 0xde, /* movabs $0xdeadbeef..,%rbp */
+    0x48, 0xff, 0xc9,                                           /* 1: dec %rcx */
+    0x75, 0xfb,                                                 /* jnz 1b */
+    0x5d,                                                       /* pop %rbp */
+    0xc3,                                                       /* ret */
+};
+static uint64_t entry_return; /* where operator_entry returns to in its caller */
+
+/* What the agent's interposed function does (agent.h): records its frame, marks the thread
+ * inside operator 5, runs the operator's code (spin, n rounds of 100000) and leaves. */
+__attribute__((noinline)) static void operator_entry(void (*spin)(long), long n)
+{
+  entry_return = (uint64_t)(uintptr_t)__builtin_return_address(0);
+  sp_tl_entry_frame = (uintptr_t)__builtin_frame_address(0);
+  my_op = 5;
+  for (long i = 0; i < n; i++)
+    spin(100000);
+  my_op = 0;
+}
+
+Test(sampler, stacks_in_code_without_cfi_go_on_from_the_entry_frame)
+{
+  uint8_t *code = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  cr_assert_neq(code, MAP_FAILED);
+  memcpy(code, spin_code, sizeof spin_code);
+  cr_assert_eq(mprotect(code, 4096, PROT_READ | PROT_EXEC), 0);
+  void (*spin)(long);
+  *(void **)&spin = code;
+  sp_config_t cfg = {.hz = 1000, .events = "task-clock", .stack_depth = 16, .attrib = {own, NULL}};
+  cr_assert_eq(sp_start(&cfg), 0);
+  sp_thread_begin();
+  struct timespec a, b;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+  do {
+    operator_entry(spin, 200);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+  } while ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 < 300);
+  sp_stop();
+  size_t n = sp_drain(samples, 8192), inside = 0, stitched = 0;
+  for (size_t i = 0; i < n; i++) {
+    const sp_sample_t *s = &samples[i];
+    if (s->op != 5 || s->pc < (uint64_t)(uintptr_t)code ||
+        s->pc >= (uint64_t)(uintptr_t)code + sizeof spin_code)
+      continue;
+    inside++;
+    /* the spin's PC, then the entry's caller and on outwards: the entry's own frame (the
+     * agent's wrapper) is what the stitch steps over */
+    if (s->nframes > 2 && s->frames[1] == entry_return && (s->flags & SP_F_STITCHED))
+      stitched++;
+  }
+  munmap(code, 4096);
+  cr_assert_gt(inside, 50, "%zu of %zu samples inside the code without CFI", inside, n);
+  cr_assert_eq(stitched, inside, "%zu of %zu stacks went on from the entry frame", stitched,
+               inside);
+  sp_status_t st;
+  sp_status(&st);
+  cr_assert_geq(st.stitched, stitched);
+}
+
+/* Not exported (test programs have no -rdynamic): in .symtab only. */
+__attribute__((noinline)) static int symtab_only(int x)
+{
+  return x * 3 + 1;
+}
+
+static char pc_symbol[128];
+static void pc_named(void *ctx, uint32_t op, const char *module, const char *symbol,
+                     uint64_t samples_)
+{
+  (void)ctx, (void)op, (void)module, (void)samples_;
+  snprintf(pc_symbol, sizeof pc_symbol, "%s", symbol);
+}
+
+Test(sampler, a_static_function_is_named_from_symtab)
+{
+  cr_assert_eq(symtab_only(1), 4);
+  uint64_t pc = (uint64_t)(uintptr_t)&symtab_only + 1;
+  Dl_info d;
+  cr_assert(dladdr((void *)(uintptr_t)pc, &d));
+  cr_assert(!d.dli_sname || strcmp(d.dli_sname, "symtab_only"),
+            "dladdr names it: the test would prove nothing");
+  sp_sample_t s = {.pc = pc, .nframes = 1, .weight = 1, .frames = {pc}};
+  sp_agg_t *a = sp_agg_new();
+  sp_agg_add(a, &s, 1, 0);
+  sp_agg_visit(a, &(sp_agg_visit_t){NULL, NULL, pc_named, NULL, NULL});
+  sp_agg_free(a);
+  cr_assert_str_eq(pc_symbol, "symtab_only");
 }
 
 static atomic_int prof_hits;
