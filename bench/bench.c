@@ -135,6 +135,87 @@ int bn_stderr_quiet(const char *errpath, const char *prog, const char *what)
   return quiet;
 }
 
+int bn_openblas_core_named(const char *errpath, char *out, size_t len)
+{
+  FILE *f = fopen(errpath, "r");
+  char line[512];
+  int unknown = 0;
+  out[0] = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    if (strncmp(line, "Core not found", 14) == 0)
+      unknown = 1;
+    else if (strncmp(line, "Core: ", 6) == 0)
+      snprintf(out, len, "%.*s", (int)strcspn(line + 6, "\r\n"), line + 6);
+  }
+  if (f)
+    fclose(f);
+  return unknown;
+}
+
+int bn_openblas_core(const char *scratch, char *const argv[], const char *type, char *out,
+                     size_t len)
+{
+  char ct[64], errp[4096];
+  snprintf(ct, sizeof ct, "OPENBLAS_CORETYPE=%s", type);
+  snprintf(errp, sizeof errp, "%s/openblas-core.stderr", scratch);
+  const char *add[] = {"OPENBLAS_NUM_THREADS=1", "OPENBLAS_VERBOSE=2", type[0] ? ct : NULL, NULL};
+  char **env = bn_env(add);
+  int st = env ? spawn_wait(argv[0], argv, env, "/dev/null", errp, NULL) : -1;
+  bn_env_free(env);
+  int unknown = bn_openblas_core_named(errp, out, len);
+  unlink(errp);
+  if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || !out[0])
+    return -1;
+  return !unknown;
+}
+
+int bn_openblas_best(const char *scratch, char *const argv[], char *type, size_t tlen,
+                     char *core, size_t clen, char *note, size_t nlen)
+{
+  const char *cand[3];
+  int nc = 0;
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq")) {
+    if (__builtin_cpu_supports("avx512bf16"))
+      cand[nc++] = "COOPERLAKE";
+    cand[nc++] = "SKYLAKEX";
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    cand[nc++] = __builtin_cpu_is("amd") ? "ZEN" : "HASWELL";
+  size_t used = 0;
+  note[0] = 0;
+  for (int i = 0; i < nc; i++) {
+    if (bn_openblas_core(scratch, argv, cand[i], core, clen) == 1) {
+      snprintf(type, tlen, "%s", cand[i]);
+      return 0;
+    }
+    if (used < nlen)
+      used += (size_t)snprintf(note + used, nlen - used, "%s%s unknown to this OpenBLAS",
+                               used ? "; " : "", cand[i]);
+  }
+  type[0] = 0;
+  if (bn_openblas_core(scratch, argv, "", core, clen) < 0)
+    core[0] = 0;
+  return -1;
+}
+
+void bn_cpu_name(char *buf, size_t len)
+{
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[512];
+  snprintf(buf, len, "?");
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, "model name", 10) == 0 && strchr(line, ':')) {
+      const char *v = strchr(line, ':') + 1;
+      v += *v == ' ';
+      snprintf(buf, len, "%.*s", (int)strcspn(v, "\n"), v);
+      break;
+    }
+  if (f)
+    fclose(f);
+}
+
 int bn_scratch_new(char *dir, size_t len)
 {
   const char *tmp = getenv("TMPDIR");

@@ -41,6 +41,27 @@ int bn_spawn_wait4(const char *path, char *const argv[], char *const env[],
  * "<prog>: <what> wrote to stderr:" when it is not empty. Returns 1 when it was empty. */
 int bn_stderr_quiet(const char *errpath, const char *prog, const char *what);
 
+/* OpenBLAS's cores. OPENBLAS_CORETYPE is read when the library loads, so a core is a process
+ * of its own; OPENBLAS_VERBOSE=2 makes the library name its core on stderr ("Core: SkylakeX").
+ * Reads the core named in errpath, a captured stderr, into out ("" when none). Returns 1 when
+ * it also says "Core not found" (OpenBLAS did not know the OPENBLAS_CORETYPE asked for). */
+int bn_openblas_core_named(const char *errpath, char *out, size_t len);
+/* Runs argv (a program linked against the system BLAS that exits at once) with
+ * OPENBLAS_CORETYPE=type ("": unset) and reads the core OpenBLAS picked into out. Returns 1
+ * when OpenBLAS knew type, 0 when it did not (it picked a core itself), -1 when the program
+ * failed or named no core (the system BLAS is not OpenBLAS). scratch holds its stderr. */
+int bn_openblas_core(const char *scratch, char *const argv[], const char *type, char *out,
+                     size_t len);
+/* OpenBLAS's best core for this CPU, from its features: with AVX-512 COOPERLAKE (BF16) then
+ * SKYLAKEX, with AVX2 HASWELL (Intel) or ZEN (AMD); the first candidate this OpenBLAS knows
+ * goes to type (its OPENBLAS_CORETYPE) and core (its name), candidates it did not know to
+ * note. Returns 0, or -1 when it knew none (type is then "" and core its own choice, or ""
+ * when the system BLAS is not OpenBLAS). */
+int bn_openblas_best(const char *scratch, char *const argv[], char *type, size_t tlen,
+                     char *core, size_t clen, char *note, size_t nlen);
+/* The CPU's model name (/proc/cpuinfo) into buf, "?" when unknown. */
+void bn_cpu_name(char *buf, size_t len);
+
 /* Creates a private scratch folder under $TMPDIR (else /tmp) into dir. Returns 0 or -1. */
 int bn_scratch_new(char *dir, size_t len);
 /* Number of entries in the scratch folder; -1 when it cannot be read. */

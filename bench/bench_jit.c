@@ -1,37 +1,48 @@
 /* SPDX-License-Identifier: MIT */
 /* bench_jit: the JIT's small GEMMs side by side with OpenBLAS and LIBXSMM, in one run.
- * Four configurations of the same program (bench_jit_worker, linked against libblas.so.3):
- *   O  OpenBLAS alone (OPENBLAS_NUM_THREADS=1 in every configuration)
+ * Six configurations of the same program (bench_jit_worker, linked against libblas.so.3;
+ * OPENBLAS_NUM_THREADS=1 in every one):
+ *   D  OpenBLAS on the core it picks itself (no OPENBLAS_CORETYPE): Debian's default
+ *   O  OpenBLAS on its best core for this CPU, chosen from the CPU's features (AVX-512:
+ *      COOPERLAKE with BF16, else SKYLAKEX; AVX2: HASWELL on Intel, ZEN on AMD), the first
+ *      candidate this OpenBLAS knows. OPENBLAS_CORETYPE is read when the library loads, so
+ *      each core is a process of its own; OPENBLAS_VERBOSE=2 makes every worker name its core,
+ *      which bench_jit checks. When D's core is O's, D and E are left out (they would repeat
+ *      O and J); BENCH_DEFAULT_CORETYPE forces D's core (PRESCOTT: what Debian's OpenBLAS
+ *      0.3.21 picks on a Xeon it does not recognise, such as family 6 model 207)
  *   X  LIBXSMM 1.17 preloaded (its BLAS wrapper: Fortran sgemm_/dgemm_ only; what it does not
- *      JIT -- TransA = T, and every CBLAS call -- goes to OpenBLAS)
- *   J  the agent preloaded (OPJIT_MODE=jit, OPJIT_SAMPLE_HZ=0, OPJIT_HOT_CALLS=8,
- *      OPJIT_HOT_PAYBACK=0, a scratch OPJIT_DB): the worker first makes every case hot and
- *      waits until the agent's database shows the variants compiled, so nothing is timed
- *      before its variant is published. This measures the variants in their steady state;
- *      when the default payback rule would compile them is another question (a 4 ns saving
- *      per call pays a ~10 ms compile back only after millions of calls)
+ *      JIT -- TransA = T, and every CBLAS call -- goes to OpenBLAS on O's core)
+ *   J  the agent preloaded over O's core (OPJIT_MODE=jit, OPJIT_SAMPLE_HZ=0,
+ *      OPJIT_HOT_CALLS=8, OPJIT_HOT_PAYBACK=0, a scratch OPJIT_DB): the worker first makes
+ *      every case hot and waits until the agent's database shows the variants compiled, so
+ *      nothing is timed before its variant is published. Its calls are what a user gets: the
+ *      variant where the agent keeps it, the original where it did not compile or demoted it
+ *   E  the same agent over D's core (its variants are judged against that original)
  *   K  no agent: the JIT's kernel for each case compiled through libopjit-jit.so's
  *      opjit_jit_api and called directly (J - K is what the agent adds per call)
  * A session starts one worker per configuration and keeps them alive; per case, each worker
  * prepares it (a batch size of ~3 ms, 30 ms of warm-up calls), then each round asks every
- * worker in turn for one timed batch, the order rotating from round to round: the
- * configurations' batches lie milliseconds apart, so a noisy neighbour on this shared VM
- * slows them alike. Several sessions (new processes, new variants) repeat it all.
+ * worker in turn for one timed batch, the order reversing from one round to the next (ABBA):
+ * the configurations' batches lie milliseconds apart and a drift within a round tilts them
+ * alike, in turn either way. Several sessions (new processes, new variants) repeat it all.
  * The table holds per case the medians over all rounds of ns per call (and GF/s = 2 n^3 / ns)
- * and of the per-round speedups O/J and X/J (> 1: opjit faster), +- half their interquartile
- * range. The "jit" column says, from every session's database (variants joined to
- * signatures), whether the variant reached 'ready' and served calls ("ready 99%": its share
- * of the calls), stayed on the original library ("orig": never compiled, e.g. n >
- * OPJIT_JIT_MAX_DIM), or was demoted / failed (in how many sessions).
+ * and of the per-round ratios O/J, D/E and X/J (> 1: opjit faster), +- half their
+ * interquartile range. The "jit" columns say, from every session's database (variants joined
+ * to signatures), whether J's and E's variant reached 'ready' and served calls ("ready 99%":
+ * its share of the calls), stayed on the original library ("orig": never compiled, e.g. n >
+ * OPJIT_JIT_MAX_DIM), or was demoted / failed (in how many sessions); a variant that served
+ * calls while measuring slower than its original here is marked SLOWER.
  * Correctness, once per case (session 0): each configuration's C is checked against a
  * reference product within 2 (K+2) eps (sum |a||b| + |beta c0|) elementwise, and the
  * configurations' C must agree within 4 (K+2) eps (K + beta); a wrong case is flagged and
  * bench_jit exits 1.
+ * Peaks: GF/s of independent FMA chains for every vector width the CPU has (128, 256, 512
+ * bits; f32 and f64), measured by the agent's machine model (agent/machine.c).
  * Compile latency per kernel: median and p95 of variants.compile_ns over every session.
- * Goals (printed met / MISSED, never an exit status): NN beta=1 n in 4..64, geometric mean
- * speedup >= 2 vs OpenBLAS and >= 1.25 vs LIBXSMM, float and double; fp32 n=64 >= 85 % of
- * the peak (DESIGN.md's 95 GF/s, and the ymm FMA peak measured here); n >= 256 never below
- * 0.98 x OpenBLAS.
+ * Goals (issue 13; printed met / MISSED, never an exit status): NN beta=1 n in 4..64,
+ * geometric mean speedup >= 1.25 vs OpenBLAS (best and default cores) and vs LIBXSMM, float
+ * and double; no variant that serves calls slower than its original; fp32 n=64 >= 85 % of the
+ * widest vectors' measured peak; n >= 256 never below 0.98 x OpenBLAS.
  * Cases: s and d; Fortran (sgemm_) and CBLAS row-major (cblas_sgemm); NN NT TN TT; beta 0, 1;
  * alpha 1; square n, tight leading dimensions.
  *   default  NN beta=1 for n in {4 8 16 32 64 96 128 256 512}; the other seven transpose/beta
@@ -42,14 +53,15 @@
  *   bench_jit [rounds [default|all|nn [sessions]]]     (default 11 default 3)
  * LIBXSMM_PRELOAD names a prebuilt LIBXSMM preload library; unset, bench_jit builds one with
  * LIBXSMM_TOOL (default /work/shared/tools/libxsmm-preload.sh) in its scratch folder, and
- * without one it runs without configuration X. */
+ * without one it runs without configuration X, saying why. */
 #define _GNU_SOURCE
 #include "bench.h"
+
+#include "agent/machine.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
-#include <immintrin.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -58,14 +70,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define GOAL_VS_OPENBLAS 2.0   /* geometric mean speedup over n in 4..64, NN, beta 1 */
-#define GOAL_VS_LIBXSMM 1.25
-#define GOAL_PEAK_FRAC 0.85    /* fp32 n=64 against the peak */
-#define NOMINAL_PEAK_S 95.0    /* DESIGN.md's fp32 peak per core (Zen 3, AVX2) */
+#define GOAL_VS 1.25           /* geometric mean speedup over n in 4..64, NN, beta 1 */
+#define GOAL_PEAK_FRAC 0.85    /* fp32 n=64 against the widest vectors' measured peak */
 #define GOAL_LARGE 0.98        /* n >= 256: never below this fraction of OpenBLAS */
 #define HOT_CALLS "8"
 #define DEFAULT_TOOL "/work/shared/tools/libxsmm-preload.sh"
@@ -73,10 +82,19 @@
 #define OPJIT_JIT_MODULE_PATH NULL
 #endif
 
-enum { CFG_O, CFG_X, CFG_J, CFG_K, NCFG };
-static const char *const cfg_name[NCFG] = {"OpenBLAS", "LIBXSMM", "opjit", "kernel"};
-static const char cfg_letter[NCFG] = {'O', 'X', 'J', 'K'};
-static int cfg_on[NCFG] = {1, 1, 1, 1};
+enum { CFG_D, CFG_O, CFG_X, CFG_J, CFG_E, CFG_K, NCFG };
+static const char *const cfg_name[NCFG] = {"OpenBLAS default", "OpenBLAS best", "LIBXSMM",
+                                           "opjit", "opjit over default", "kernel"};
+static const char cfg_letter[NCFG] = {'D', 'O', 'X', 'J', 'E', 'K'};
+static int cfg_on[NCFG] = {1, 1, 1, 1, 1, 1};
+
+/* The ratios the table prints: num's time over den's (> 1: den, opjit, faster). */
+enum { R_OJ, R_DE, R_XJ, NRATIO };
+static const int ratio_num[NRATIO] = {CFG_O, CFG_D, CFG_X}, ratio_den[NRATIO] = {CFG_J, CFG_E, CFG_J};
+
+/* The agent's configurations and their databases' findings: [0] J, [1] E. */
+enum { NAGENT = 2 };
+static const int agent_cfg[NAGENT] = {CFG_J, CFG_E};
 
 static const int all_n[] = {4, 8, 16, 32, 64, 96, 128, 256, 512};
 static const int sub_n[] = {8, 32, 64};
@@ -87,19 +105,26 @@ typedef struct bcase_s {
   int f64, cblas, ta, tb, beta, n;
 } bcase_t;
 
+typedef struct jitdb_s {       /* what one agent configuration's databases say per case */
+  char status[8][16];          /* the first sessions' variant status */
+  int ready, seen, demoted, failed;
+  double share;                /* variant calls / calls, summed over sessions */
+} jitdb_t;
+
 static bcase_t cases[MAX_CASES];
 static int ncases, rounds;
 static double *ns[NCFG]; /* [case * rounds * sessions + session * rounds + round]; 0: none */
 static double err_ref[NCFG][MAX_CASES];
-static char jit_status[MAX_CASES][8][16]; /* per case, the first sessions' variant status */
-static int jit_ready[MAX_CASES], jit_seen[MAX_CASES], jit_demoted[MAX_CASES], jit_failed[MAX_CASES];
-static double jit_share[MAX_CASES];        /* variant calls / calls, summed over sessions */
-static double *compile_ms;                 /* every J worker's compile latencies */
+static jitdb_t jdb[NAGENT][MAX_CASES];
+static double *compile_ms;                 /* every agent worker's compile latencies */
 static size_t ncompile, compile_cap, ncompile_zero;
 static double *kcompile_ms;                /* K: compiled in the child, no agent */
 static size_t nkcompile;
-static char scratch[PATH_MAX], xsmm[PATH_MAX + 32];
+static char scratch[PATH_MAX], xsmm[PATH_MAX + 32], xsmm_why[160];
 static int jit_max_dim = 160;
+/* OpenBLAS's cores: as OPENBLAS_CORETYPE names them ("" = its own choice) and as it reports
+ * them at load ("Core: SkylakeX"). */
+static char coretype[NCFG][32], core[NCFG][32], best_note[256];
 
 static void add_case(int f64, int cblas, int ta, int tb, int beta, int n)
 {
@@ -129,41 +154,24 @@ static void make_cases(const char *set)
 
 static double gflops(int n, double nsv) { return nsv > 0 ? 2.0 * n * n * n / nsv : 0; }
 
-/* ---- peak ------------------------------------------------------------------------------- */
+/* ---- peaks ------------------------------------------------------------------------------ */
 
-/* GF/s of 12 independent chains of 256-bit FMAs (the generator's vector width): the peak the
- * kernels can reach on this machine, measured rather than assumed. */
-#define PEAK_LOOP(name, V, SET1, FMA, lanes)                                                 \
-  __attribute__((target("avx2,fma"), noinline)) static double name(long iters)               \
-  {                                                                                          \
-    V a0 = SET1(1), a1 = SET1(2), a2 = SET1(3), a3 = SET1(4), a4 = SET1(5), a5 = SET1(6);   \
-    V a6 = SET1(7), a7 = SET1(8), a8 = SET1(9), a9 = SET1(10), a10 = SET1(11), a11 = SET1(12); \
-    V x = SET1(0.999999), y = SET1(1e-7);                                                     \
-    uint64_t t0 = bn_now_ns();                                                               \
-    for (long it = 0; it < iters; it++) {                                                    \
-      a0 = FMA(a0, x, y), a1 = FMA(a1, x, y), a2 = FMA(a2, x, y), a3 = FMA(a3, x, y);         \
-      a4 = FMA(a4, x, y), a5 = FMA(a5, x, y), a6 = FMA(a6, x, y), a7 = FMA(a7, x, y);         \
-      a8 = FMA(a8, x, y), a9 = FMA(a9, x, y), a10 = FMA(a10, x, y), a11 = FMA(a11, x, y);     \
-      __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5));     \
-      __asm__ volatile("" : "+x"(a6), "+x"(a7), "+x"(a8), "+x"(a9), "+x"(a10), "+x"(a11));   \
-    }                                                                                        \
-    double dt = (double)(bn_now_ns() - t0);                                                  \
-    V s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;                        \
-    peak_sink = (double)s[0];                                                                \
-    return 2.0 * lanes * 12 * (double)iters / dt;                                            \
-  }
-static volatile double peak_sink;
-PEAK_LOOP(peak_s, __m256, _mm256_set1_ps, _mm256_fmadd_ps, 8)
-PEAK_LOOP(peak_d, __m256d, _mm256_set1_pd, _mm256_fmadd_pd, 4)
+/* The agent's machine model (agent/machine.c): the FMA peak of every vector width the CPU
+ * has, f32 and f64, measured with the code the agent itself uses. */
+static ag_machine_t machine;
 
-static double measure_peak(int f64)
+/* Fills machine: its measurement five times over (each ~20 ms of short rounds), every peak
+ * the fastest seen (what disturbs a round only ever slows it). */
+static void peak_measure(void)
 {
-  double best = 0, v[9];
-  for (int i = 0; i < 9; i++) {
-    v[i] = f64 ? peak_d(2000000) : peak_s(2000000);
-    best = fmax(best, v[i]);
+  ag_machine_detect(&machine);
+  for (int i = 0; i < 5; i++) {
+    ag_machine_t m = machine;
+    ag_machine_measure(&m);
+    for (int f64 = 0; f64 < 2; f64++)
+      for (int w = 0; w < AG_ISA__COUNT; w++)
+        machine.gflops[f64][w] = fmax(machine.gflops[f64][w], m.gflops[f64][w]);
   }
-  return best; /* the fastest of 9 ~10 ms runs: a peak is what nothing slowed down */
 }
 
 /* ---- workers --------------------------------------------------------------------------- */
@@ -176,17 +184,20 @@ typedef struct worker_s {
 
 static worker_t workers[NCFG];
 
-/* Prints what worker c wrote on stderr (the agent warns there), if anything. */
+/* Prints what worker c wrote on stderr (the agent warns there), if anything, apart from the
+ * lines OPENBLAS_VERBOSE=2 asked for. */
 static void worker_stderr(int c)
 {
-  struct stat sb;
-  if (stat(workers[c].errpath, &sb) != 0 || sb.st_size == 0)
-    return;
   FILE *f = fopen(workers[c].errpath, "r");
   char line[512];
-  fprintf(stderr, "bench_jit: the %s worker wrote to stderr:\n", cfg_name[c]);
-  while (f && fgets(line, sizeof line, f))
+  int said = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    if (strncmp(line, "Core: ", 6) == 0 || strncmp(line, "Core not found", 14) == 0)
+      continue;
+    if (!said++)
+      fprintf(stderr, "bench_jit: the %s worker wrote to stderr:\n", cfg_name[c]);
     fputs(line, stderr);
+  }
   if (f)
     fclose(f);
 }
@@ -238,8 +249,9 @@ static char *worker_line(int c, const char *prefix, char *buf, size_t len)
       kcompile_ms[nkcompile++] = ms;
     else if (sscanf(buf, "sym %31s %4095s", spec, path) == 2) {
       /* Who defines the BLAS symbols in the worker: the configuration must be what it says. */
-      const char *want = c == CFG_J                                  ? "libopjit.so"
-                         : c == CFG_X && strcmp(spec, "sgemm_") == 0 ? (strrchr(xsmm, '/') ? strrchr(xsmm, '/') + 1 : xsmm)
+      const char *x = strrchr(xsmm, '/') ? strrchr(xsmm, '/') + 1 : xsmm;
+      const char *want = c == CFG_J || c == CFG_E                     ? "libopjit.so"
+                         : c == CFG_X && strcmp(spec, "sgemm_") == 0 ? x
                                                                       : "libblas.so";
       if (!strstr(path, want)) {
         fprintf(stderr, "bench_jit: in the %s worker %s resolves to %s, not %s\n", cfg_name[c],
@@ -266,26 +278,54 @@ static int ask(int c, const char *cmd, const char *prefix, double *value)
   return 0;
 }
 
+/* Sets the OpenBLAS cores of every configuration: D's own choice (or
+ * BENCH_DEFAULT_CORETYPE), O's best for this CPU's features. Returns 0, or -1 when the system
+ * BLAS names no core (it is not OpenBLAS: the benchmark then compares with it alone, as O). */
+static int pick_cores(void)
+{
+  char *probe[] = {OPJIT_JIT_WORKER_PATH, "-i", "sFNN1:4", NULL};
+  const char *forced = getenv("BENCH_DEFAULT_CORETYPE");
+  snprintf(coretype[CFG_D], sizeof coretype[CFG_D], "%s", forced ? forced : "");
+  if (bn_openblas_core(scratch, probe, coretype[CFG_D], core[CFG_D], sizeof core[CFG_D]) < 0) {
+    core[CFG_D][0] = 0;
+    return -1;
+  }
+  /* Without a candidate this OpenBLAS knows, O runs its own choice: the best known here. */
+  bn_openblas_best(scratch, probe, coretype[CFG_O], sizeof coretype[CFG_O], core[CFG_O],
+                   sizeof core[CFG_O], best_note, sizeof best_note);
+  for (int c = CFG_X; c < NCFG; c++)
+    if (c != CFG_E)
+      memcpy(coretype[c], coretype[CFG_O], sizeof coretype[c]), memcpy(core[c], core[CFG_O], sizeof core[c]);
+  memcpy(coretype[CFG_E], coretype[CFG_D], sizeof coretype[CFG_E]);
+  memcpy(core[CFG_E], core[CFG_D], sizeof core[CFG_E]);
+  return 0;
+}
+
 /* Starts the worker of configuration cfg for session s and waits for its "ready" (under the
- * agent: every variant compiled). Returns 0 or -1 with a message. */
+ * agent: every variant compiled); checks that OpenBLAS runs the core the configuration says.
+ * Returns 0 or -1 with a message. */
 static int worker_start(int cfg, int s)
 {
   worker_t *w = &workers[cfg];
   char chk[PATH_MAX + 32], db[PATH_MAX + 32], preload[sizeof xsmm + 16], dbenv[PATH_MAX + 48];
-  char expect[32], maxdim[48];
+  char expect[32], maxdim[48], ct[64];
   snprintf(chk, sizeof chk, "%s/%c.chk", scratch, cfg_letter[cfg]);
-  snprintf(db, sizeof db, "%s/J%d.db", scratch, s);
+  snprintf(db, sizeof db, "%s/%c%d.db", scratch, cfg_letter[cfg], s);
   snprintf(w->errpath, sizeof w->errpath, "%s/%c.stderr", scratch, cfg_letter[cfg]);
-  const char *add[12];
+  snprintf(ct, sizeof ct, "OPENBLAS_CORETYPE=%s", coretype[cfg]);
+  const char *add[16];
   char *argv[16 + MAX_CASES];
   int na = 0, nv = 0;
   add[na++] = "OPENBLAS_NUM_THREADS=1";
+  add[na++] = "OPENBLAS_VERBOSE=2";
+  if (coretype[cfg][0])
+    add[na++] = ct;
   argv[nv++] = OPJIT_JIT_WORKER_PATH;
   if (cfg == CFG_X) {
     snprintf(preload, sizeof preload, "LD_PRELOAD=%s", xsmm);
     add[na++] = preload;
     add[na++] = "OMP_NUM_THREADS=1";
-  } else if (cfg == CFG_J) {
+  } else if (cfg == CFG_J || cfg == CFG_E) {
     int e = 0;
     for (int i = 0; i < ncases; i++)
       e += cases[i].n <= jit_max_dim;
@@ -340,16 +380,23 @@ static int worker_start(int cfg, int s)
   }
   w->to = fdopen(in[1], "w");
   w->from = fdopen(outp[0], "r");
-  char line[512];
+  char line[512], got[32];
   if (!w->to || !w->from || !worker_line(cfg, "ready", line, sizeof line)) {
     fprintf(stderr, "bench_jit: the %s worker did not start\n", cfg_name[cfg]);
+    return -1;
+  }
+  bn_openblas_core_named(w->errpath, got, sizeof got);
+  if (cfg != CFG_K && core[cfg][0] && strcmp(got, core[cfg]) != 0) {
+    fprintf(stderr, "bench_jit: the %s worker runs OpenBLAS's %s core, not %s\n", cfg_name[cfg],
+            got[0] ? got : "(unnamed)", core[cfg]);
     return -1;
   }
   return 0;
 }
 
 /* One session: a worker per configuration; per case, "rounds" rounds of one batch per
- * configuration, the order rotating. Session 0 also checks every case. Returns 0 or -1. */
+ * configuration, the order reversing every round. Session 0 also checks every case. Returns 0
+ * or -1. */
 static int session(int s, int sessions)
 {
   int order[NCFG], nord = 0, total = rounds * sessions;
@@ -368,7 +415,7 @@ static int session(int s, int sessions)
         return -1;
     for (int r = 0; r < rounds; r++)
       for (int j = 0; j < nord; j++) {
-        int c = order[(j + r + i) % nord];
+        int c = order[((r % 2 ? nord - 1 - j : j) + i) % nord];
         if (iters[c] <= 0) /* K: no kernel for this case */
           continue;
         if (ask(c, "t", "ns", &v))
@@ -385,12 +432,12 @@ static int session(int s, int sessions)
   return 0;
 }
 
-/* Reads the agent's database of session r: per case its variant's status and share of calls,
- * and every compile latency. Returns 0 or -1. */
-static int read_jit_db(int r)
+/* Reads the database of agent configuration a (J or E) in session r: per case its variant's
+ * status and share of calls, and every compile latency. Returns 0 or -1. */
+static int read_jit_db(int a, int r)
 {
   char db[PATH_MAX + 32];
-  snprintf(db, sizeof db, "%s/J%d.db", scratch, r);
+  snprintf(db, sizeof db, "%s/%c%d.db", scratch, cfg_letter[agent_cfg[a]], r);
   sqlite3 *h = NULL;
   sqlite3_stmt *q = NULL, *c = NULL;
   int rc = sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL);
@@ -417,6 +464,7 @@ static int read_jit_db(int r)
   }
   for (int i = 0; i < ncases; i++) {
     const bcase_t *k = &cases[i];
+    jitdb_t *d = &jdb[a][i];
     sqlite3_reset(q);
     sqlite3_bind_text(q, 1, k->f64 ? "f64" : "f32", -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 2, k->cblas ? "cblas" : "fortran", -1, SQLITE_STATIC);
@@ -431,15 +479,15 @@ static int read_jit_db(int r)
       status = s ? (const char *)s : "orig";
       double vcalls = (double)sqlite3_column_int64(q, 1), calls = (double)sqlite3_column_int64(q, 2);
       if (strcmp(status, "ready") == 0 && vcalls > 0) {
-        jit_ready[i]++;
-        jit_share[i] += calls > 0 ? vcalls / calls : 0;
+        d->ready++;
+        d->share += calls > 0 ? vcalls / calls : 0;
       }
-      jit_demoted[i] += strcmp(status, "demoted") == 0;
-      jit_failed[i] += strcmp(status, "failed") == 0;
+      d->demoted += strcmp(status, "demoted") == 0;
+      d->failed += strcmp(status, "failed") == 0;
     }
-    jit_seen[i]++;
-    if (r < 8)
-      snprintf(jit_status[i][r], sizeof jit_status[i][r], "%s", status);
+    if (d->seen < 8)
+      snprintf(d->status[d->seen], sizeof d->status[d->seen], "%s", status);
+    d->seen++;
   }
   while (sqlite3_step(c) == SQLITE_ROW) {
     double ms = (double)sqlite3_column_int64(c, 0) / 1e6;
@@ -521,10 +569,9 @@ static int compare_outputs(int *bad)
 /* ---- the table -------------------------------------------------------------------------- */
 
 typedef struct stat_s {
-  double med[NCFG];        /* median ns per configuration (0: not measured) */
-  double vs_o, vs_o_iqr;   /* median of per-round O/J, +- half IQR */
-  double vs_x, vs_x_iqr;   /* X/J */
-  double add_ns;           /* median of per-round J - K */
+  double med[NCFG];                    /* median ns per configuration (0: not measured) */
+  double ratio[NRATIO], ratio_iqr[NRATIO]; /* medians of per-round ratios, +- half IQR */
+  double add_ns;                       /* median of per-round J - K */
 } stat_t;
 
 static stat_t stat_of(int i)
@@ -540,64 +587,105 @@ static stat_t stat_of(int i)
         t[m++] = ns[c][i * rounds + r];
     s.med[c] = m ? bn_median(t, (size_t)m) : 0;
   }
-  const double *j = &ns[CFG_J][i * rounds];
-  for (int pass = 0; pass < 3; pass++) {
-    int c = pass == 0 ? CFG_O : pass == 1 ? CFG_X : CFG_K, m = 0;
-    if (!cfg_on[c])
-      continue;
-    for (int r = 0; r < rounds; r++) {
-      double o = ns[c][i * rounds + r];
-      if (o > 0 && j[r] > 0)
-        t[m++] = pass == 2 ? j[r] - o : o / j[r];
-    }
-    if (!m)
-      continue;
-    double med = bn_median(t, (size_t)m), iqr = bn_half_iqr(t, (size_t)m);
-    if (pass == 0)
-      s.vs_o = med, s.vs_o_iqr = iqr;
-    else if (pass == 1)
-      s.vs_x = med, s.vs_x_iqr = iqr;
-    else
-      s.add_ns = med;
+  for (int p = 0; p < NRATIO; p++) {
+    const double *x = &ns[ratio_num[p]][i * rounds], *y = &ns[ratio_den[p]][i * rounds];
+    int m = 0;
+    for (int r = 0; r < rounds && cfg_on[ratio_num[p]] && cfg_on[ratio_den[p]]; r++)
+      if (x[r] > 0 && y[r] > 0)
+        t[m++] = x[r] / y[r];
+    if (m)
+      s.ratio[p] = bn_median(t, (size_t)m), s.ratio_iqr[p] = bn_half_iqr(t, (size_t)m);
   }
+  int m = 0;
+  for (int r = 0; r < rounds && cfg_on[CFG_K] && cfg_on[CFG_J]; r++)
+    if (ns[CFG_K][i * rounds + r] > 0 && ns[CFG_J][i * rounds + r] > 0)
+      t[m++] = ns[CFG_J][i * rounds + r] - ns[CFG_K][i * rounds + r];
+  s.add_ns = m ? bn_median(t, (size_t)m) : 0;
   free(t);
   return s;
 }
 
-static void jit_label(int i, char *buf, size_t len)
+/* Whether agent configuration a's variant of case i served calls in every session. */
+static int served(int a, int i) { return jdb[a][i].seen && jdb[a][i].ready == jdb[a][i].seen; }
+
+static void jit_label(int a, int i, char *buf, size_t len)
 {
-  if (jit_ready[i] == jit_seen[i] && jit_seen[i])
-    snprintf(buf, len, "ready %.0f%%", 100 * jit_share[i] / jit_ready[i]);
-  else if (jit_demoted[i])
-    snprintf(buf, len, "demoted %d/%d", jit_demoted[i], jit_seen[i]);
-  else if (jit_failed[i])
-    snprintf(buf, len, "failed %d/%d", jit_failed[i], jit_seen[i]);
-  else if (!jit_ready[i])
-    snprintf(buf, len, "%.15s", jit_status[i][0][0] ? jit_status[i][0] : "?");
+  const jitdb_t *d = &jdb[a][i];
+  if (served(a, i))
+    snprintf(buf, len, "ready %.0f%%", 100 * d->share / d->ready);
+  else if (d->demoted)
+    snprintf(buf, len, "demoted %d/%d", d->demoted, d->seen);
+  else if (d->failed)
+    snprintf(buf, len, "failed %d/%d", d->failed, d->seen);
+  else if (!d->ready)
+    snprintf(buf, len, "%.15s", d->status[0][0] ? d->status[0] : "?");
   else
-    snprintf(buf, len, "ready %d/%d", jit_ready[i], jit_seen[i]);
+    snprintf(buf, len, "ready %d/%d", d->ready, d->seen);
+}
+
+/* Whether agent configuration a served case i with a variant that measured slower than its
+ * original here (the median of per-round ratios under 1). */
+static int served_slower(int a, int i, const stat_t *s)
+{
+  double r = s->ratio[a == 0 ? R_OJ : R_DE];
+  return cfg_on[agent_cfg[a]] && served(a, i) && r > 0 && r < 1;
+}
+
+static void print_head(void)
+{
+  printf("\n%-6s %-2s %-5s %4s", "api", "t", "op", "n");
+  if (cfg_on[CFG_D])
+    printf(" %9s %6s", "D ns", "GF/s");
+  printf(" %9s %6s", "O ns", "GF/s");
+  if (cfg_on[CFG_X])
+    printf(" %9s %6s", "X ns", "GF/s");
+  printf(" %9s %6s", "J ns", "GF/s");
+  if (cfg_on[CFG_E])
+    printf(" %9s", "E ns");
+  if (cfg_on[CFG_K])
+    printf(" %9s %7s", "K ns", "J-K ns");
+  printf(" %11s", "O/J");
+  if (cfg_on[CFG_E])
+    printf(" %11s", "D/E");
+  if (cfg_on[CFG_X])
+    printf(" %12s", "X/J");
+  printf("  %-11s", "jit (J)");
+  if (cfg_on[CFG_E])
+    printf("  %-11s", "jit (E)");
+  printf("\n");
 }
 
 static void print_row(int i, const int *bad)
 {
   const bcase_t *k = &cases[i];
   stat_t s = stat_of(i);
-  char jl[32], xs[16] = "-", xr[24] = "-", ks[16] = "-", add[16] = "-";
-  jit_label(i, jl, sizeof jl);
-  if (cfg_on[CFG_X]) {
-    snprintf(xs, sizeof xs, "%.1f", s.med[CFG_X]);
-    snprintf(xr, sizeof xr, "%5.2f±%.2f%s", s.vs_x, s.vs_x_iqr, k->cblas || k->ta ? "°" : " ");
+  char jl[32];
+  printf("%-6s %-2s %c%c b%d %4d", k->cblas ? "cblas" : "f77", k->f64 ? "d" : "s",
+         k->ta ? 'T' : 'N', k->tb ? 'T' : 'N', k->beta, k->n);
+  if (cfg_on[CFG_D])
+    printf(" %9.1f %6.1f", s.med[CFG_D], gflops(k->n, s.med[CFG_D]));
+  printf(" %9.1f %6.1f", s.med[CFG_O], gflops(k->n, s.med[CFG_O]));
+  if (cfg_on[CFG_X])
+    printf(" %9.1f %6.1f", s.med[CFG_X], gflops(k->n, s.med[CFG_X]));
+  printf(" %9.1f %6.1f", s.med[CFG_J], gflops(k->n, s.med[CFG_J]));
+  if (cfg_on[CFG_E])
+    printf(" %9.1f", s.med[CFG_E]);
+  if (cfg_on[CFG_K] && s.med[CFG_K] > 0)
+    printf(" %9.1f %+7.1f", s.med[CFG_K], s.add_ns);
+  else if (cfg_on[CFG_K])
+    printf(" %9s %7s", "-", "-");
+  printf(" %5.2f±%.2f", s.ratio[R_OJ], s.ratio_iqr[R_OJ]);
+  if (cfg_on[CFG_E])
+    printf(" %5.2f±%.2f", s.ratio[R_DE], s.ratio_iqr[R_DE]);
+  if (cfg_on[CFG_X])
+    printf(" %5.2f±%.2f%s", s.ratio[R_XJ], s.ratio_iqr[R_XJ], k->cblas || k->ta ? "°" : " ");
+  for (int a = 0; a < NAGENT; a++) {
+    if (!cfg_on[agent_cfg[a]])
+      continue;
+    jit_label(a, i, jl, sizeof jl);
+    printf("  %-11s%s", jl, served_slower(a, i, &s) ? " SLOWER" : "");
   }
-  if (cfg_on[CFG_K] && s.med[CFG_K] > 0) {
-    snprintf(ks, sizeof ks, "%.1f", s.med[CFG_K]);
-    snprintf(add, sizeof add, "%+.1f", s.add_ns);
-  }
-  printf("%-6s %-2s %c%c b%d %4d %10.1f %6.1f %10s %6.1f %10.1f %6.1f %10s %8s %5.2f±%.2f %12s  "
-         "%s%s\n",
-         k->cblas ? "cblas" : "f77", k->f64 ? "d" : "s", k->ta ? 'T' : 'N', k->tb ? 'T' : 'N',
-         k->beta, k->n, s.med[CFG_O], gflops(k->n, s.med[CFG_O]), xs,
-         gflops(k->n, s.med[CFG_X]), s.med[CFG_J], gflops(k->n, s.med[CFG_J]), ks, add, s.vs_o,
-         s.vs_o_iqr, xr, jl, bad[i] ? "  WRONG" : "");
+  printf("%s\n", bad[i] ? "  WRONG" : "");
 }
 
 static double percentile(double *v, size_t n, double p)
@@ -609,8 +697,8 @@ static double percentile(double *v, size_t n, double p)
   return v[i < n ? i : n - 1];
 }
 
-/* Geometric mean of a statistic over NN beta=1 cases of dtype f64, API cblas, n in [lo, hi]. */
-static double geomean(int f64, int cblas, int lo, int hi, int vs_x, int *count)
+/* Geometric mean of ratio p over NN beta=1 cases of dtype f64, API cblas, n in [lo, hi]. */
+static double geomean(int f64, int cblas, int lo, int hi, int p, int *count)
 {
   double s = 0;
   int m = 0;
@@ -619,9 +707,8 @@ static double geomean(int f64, int cblas, int lo, int hi, int vs_x, int *count)
     if (k->f64 != f64 || k->cblas != cblas || k->ta || k->tb || !k->beta || k->n < lo || k->n > hi)
       continue;
     stat_t st = stat_of(i);
-    double v = vs_x ? st.vs_x : st.vs_o;
-    if (v > 0)
-      s += log(v), m++;
+    if (st.ratio[p] > 0)
+      s += log(st.ratio[p]), m++;
   }
   *count = m;
   return m ? exp(s / m) : 0;
@@ -635,59 +722,92 @@ static int find_case(const char *spec)
   return -1;
 }
 
-static void print_goals(double peak_s, double peak_d)
+static void print_peaks(void)
 {
-  printf("\ngoals\n");
+  printf("measured FMA peak per vector width (one core, agent/machine.c):");
+  for (int w = 0; w < AG_ISA__COUNT; w++)
+    if (machine.gflops[0][w] > 0)
+      printf("  %d-bit f32 %.1f f64 %.1f GF/s;", ag_isa_bits(w), machine.gflops[0][w],
+             machine.gflops[1][w]);
+    else
+      printf("  %d-bit: not on this CPU;", ag_isa_bits(w));
+  printf("\n");
+}
+
+static void print_goals(void)
+{
+  static const char *const vs[NRATIO] = {"OpenBLAS best", "OpenBLAS default", "LIBXSMM"};
+  printf("\ngoals (issue 13)\n");
   for (int f64 = 0; f64 < 2; f64++)
-    for (int cblas = 0; cblas < 2; cblas++) {
-      int m;
-      double g = geomean(f64, cblas, 4, 64, 0, &m);
-      printf("  %c %-5s NN b1 n=4..64 geomean speedup vs OpenBLAS %5.2f (%d sizes)  goal >= %.2f: "
-             "%s\n", f64 ? 'd' : 's', cblas ? "cblas" : "f77", g, m, GOAL_VS_OPENBLAS,
-             g >= GOAL_VS_OPENBLAS ? "met" : "MISSED");
-      if (cfg_on[CFG_X] && !cblas) {
-        g = geomean(f64, cblas, 4, 64, 1, &m);
-        printf("  %c %-5s NN b1 n=4..64 geomean speedup vs LIBXSMM  %5.2f (%d sizes)  goal >= %.2f: "
-               "%s\n", f64 ? 'd' : 's', "f77", g, m, GOAL_VS_LIBXSMM,
-               g >= GOAL_VS_LIBXSMM ? "met" : "MISSED");
+    for (int cblas = 0; cblas < 2; cblas++)
+      for (int p = 0; p < NRATIO; p++) {
+        int m;
+        if (!cfg_on[ratio_num[p]] || !cfg_on[ratio_den[p]] || (p == R_XJ && cblas))
+          continue;
+        double g = geomean(f64, cblas, 4, 64, p, &m);
+        printf("  %c %-5s NN b1 n=4..64 geomean speedup vs %-16s %5.2f (%d sizes)  goal >= %.2f: "
+               "%s\n", f64 ? 'd' : 's', cblas ? "cblas" : "f77", vs[p], g, m, GOAL_VS,
+               g >= GOAL_VS ? "met" : "MISSED");
+      }
+  for (int a = 0; a < NAGENT; a++) {
+    if (!cfg_on[agent_cfg[a]])
+      continue;
+    int nserved = 0, nslow = 0;
+    char list[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < ncases; i++) {
+      stat_t st = stat_of(i);
+      nserved += served(a, i);
+      if (served_slower(a, i, &st)) {
+        nslow++;
+        if (used < sizeof list - 40)
+          used += (size_t)snprintf(list + used, sizeof list - used, " %s(%.2f)", cases[i].spec,
+                                   st.ratio[a == 0 ? R_OJ : R_DE]);
       }
     }
+    printf("  %s (over %s): %d of %d variants serving calls measured slower than the original"
+           "%s%s  goal 0: %s\n", cfg_name[agent_cfg[a]], core[agent_cfg[a]], nslow, nserved,
+           nslow ? ":" : "", list, nslow ? "MISSED" : "met");
+  }
+  int w = machine.widest;
+  double top = machine.gflops[0][w];
   for (int cblas = 0; cblas < 2; cblas++) {
     int i = find_case(cblas ? "sCNN1:64" : "sFNN1:64");
     if (i < 0)
       continue;
     stat_t st = stat_of(i);
     double gf = gflops(64, st.med[CFG_J]), kgf = gflops(64, st.med[CFG_K]);
-    printf("  s %-5s NN b1 n=64: opjit %.1f GF/s (kernel alone %.1f) = %.0f %% of the nominal %.0f "
-           "GF/s, %.0f %% of the measured ymm FMA peak %.1f GF/s  goal >= %.0f %%: %s (nominal), "
-           "%s (measured)\n", cblas ? "cblas" : "f77", gf, kgf, 100 * gf / NOMINAL_PEAK_S,
-           NOMINAL_PEAK_S, 100 * gf / peak_s, peak_s, 100 * GOAL_PEAK_FRAC,
-           gf >= GOAL_PEAK_FRAC * NOMINAL_PEAK_S ? "met" : "MISSED",
-           gf >= GOAL_PEAK_FRAC * peak_s ? "met" : "MISSED");
+    printf("  s %-5s NN b1 n=64: opjit %.1f GF/s (kernel alone %.1f) = %.0f %% of the %d-bit "
+           "f32 peak %.1f GF/s  goal >= %.0f %%: %s\n", cblas ? "cblas" : "f77", gf, kgf,
+           top > 0 ? 100 * gf / top : 0, ag_isa_bits(w), top, 100 * GOAL_PEAK_FRAC,
+           gf >= GOAL_PEAK_FRAC * top ? "met" : "MISSED");
   }
   double worst = INFINITY;
   const char *worst_spec = "-";
   for (int i = 0; i < ncases; i++)
     if (cases[i].n >= 256) {
       stat_t st = stat_of(i);
-      if (st.vs_o < worst)
-        worst = st.vs_o, worst_spec = cases[i].spec;
+      if (st.ratio[R_OJ] < worst)
+        worst = st.ratio[R_OJ], worst_spec = cases[i].spec;
     }
   if (isfinite(worst))
-    printf("  n >= 256: worst speedup vs OpenBLAS %.3f (%s)  goal >= %.2f: %s\n", worst, worst_spec,
-           GOAL_LARGE, worst >= GOAL_LARGE ? "met" : "MISSED");
-  printf("  measured ymm FMA peak: fp32 %.1f GF/s, fp64 %.1f GF/s\n", peak_s, peak_d);
+    printf("  n >= 256: worst speedup vs OpenBLAS best %.3f (%s)  goal >= %.2f: %s\n", worst,
+           worst_spec, GOAL_LARGE, worst >= GOAL_LARGE ? "met" : "MISSED");
 }
 
 /* ---- main ------------------------------------------------------------------------------- */
 
 /* LIBXSMM_PRELOAD, or a library built with LIBXSMM_TOOL into the scratch folder; "" when
- * neither works (configuration X is then left out). */
+ * neither works (configuration X is then left out, xsmm_why says why). */
 static void find_xsmm(void)
 {
   const char *pre = getenv("LIBXSMM_PRELOAD");
   if (pre && *pre) {
     snprintf(xsmm, sizeof xsmm, "%s", pre);
+    if (access(xsmm, R_OK) != 0) {
+      snprintf(xsmm_why, sizeof xsmm_why, "LIBXSMM_PRELOAD=%.100s cannot be read", pre);
+      xsmm[0] = 0;
+    }
     return;
   }
   const char *tool = getenv("LIBXSMM_TOOL");
@@ -702,8 +822,7 @@ static void find_xsmm(void)
   bn_env_free(env);
   unlink(errp);
   if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || access(xsmm, R_OK) != 0) {
-    fprintf(stderr, "bench_jit: no LIBXSMM preload library (set LIBXSMM_PRELOAD, or LIBXSMM_TOOL "
-                    "to libxsmm-preload.sh): running without it\n");
+    snprintf(xsmm_why, sizeof xsmm_why, "%.100s did not build it (set LIBXSMM_PRELOAD)", tool);
     xsmm[0] = 0;
   }
 }
@@ -722,9 +841,17 @@ int main(int argc, char **argv)
   const char *md = getenv("OPJIT_JIT_MAX_DIM");
   if (md && atoi(md) > 0)
     jit_max_dim = atoi(md);
+  unsetenv("OPENBLAS_CORETYPE"); /* each configuration sets its own */
   make_cases(set);
   if (bn_scratch_new(scratch, sizeof scratch))
     return 1;
+  const char *why_d = NULL;
+  if (pick_cores())
+    why_d = "the system BLAS names no OpenBLAS core (OPENBLAS_VERBOSE=2): O is that library";
+  else if (strcmp(core[CFG_D], core[CFG_O]) == 0)
+    why_d = "it is O's core, so they would repeat O and J";
+  if (why_d)
+    cfg_on[CFG_D] = cfg_on[CFG_E] = 0;
   find_xsmm();
   cfg_on[CFG_X] = xsmm[0] != 0;
   cfg_on[CFG_K] = OPJIT_JIT_MODULE_PATH != NULL && access(OPJIT_JIT_MODULE_PATH, R_OK) == 0;
@@ -733,23 +860,43 @@ int main(int argc, char **argv)
       return 1;
   if (!(kcompile_ms = calloc((size_t)MAX_CASES * 8, sizeof *kcompile_ms)))
     return 1;
-  double peak_s = measure_peak(0), peak_d = measure_peak(1);
+  peak_measure();
 
-  printf("small GEMMs: ns per call and GF/s (2 n^3 / ns), one thread (OPENBLAS_NUM_THREADS=1)\n");
-  printf("O = OpenBLAS (libblas.so.3)   X = LIBXSMM preloaded (%s)\n", cfg_on[CFG_X] ? xsmm : "absent");
-  printf("J = opjit (LD_PRELOAD=%s, OPJIT_SAMPLE_HZ=0, OPJIT_HOT_CALLS=%s, OPJIT_HOT_PAYBACK=0; "
-         "variants compiled before timing)\n", OPJIT_AGENT_PATH, HOT_CALLS);
+  char cpu[256];
+  bn_cpu_name(cpu, sizeof cpu);
+  printf("small GEMMs: ns per call and GF/s (2 n^3 / ns), one thread (OPENBLAS_NUM_THREADS=1) "
+         "on %s (widest vectors: %s)\n", cpu, ag_isa_name(machine.widest));
+  print_peaks();
+  printf("D = OpenBLAS on the core it picks itself: %s%s%s%s\n", core[CFG_D][0] ? core[CFG_D] : "?",
+         coretype[CFG_D][0] ? " (forced: BENCH_DEFAULT_CORETYPE=" : "", coretype[CFG_D],
+         coretype[CFG_D][0] ? ")" : "");
+  if (why_d)
+    printf("    D and E left out: %s\n", why_d);
+  printf("O = OpenBLAS on its best core for this CPU: %s (%s%s%s%s)\n", core[CFG_O],
+         coretype[CFG_O][0] ? "OPENBLAS_CORETYPE=" : "its own choice", coretype[CFG_O],
+         best_note[0] ? "; " : "", best_note);
+  if (cfg_on[CFG_X])
+    printf("X = LIBXSMM preloaded (%s) over O's core\n", xsmm);
+  else
+    printf("X = LIBXSMM: left out, %s\n", xsmm_why);
+  printf("J = opjit over O's core (LD_PRELOAD=%s, OPJIT_SAMPLE_HZ=0, OPJIT_HOT_CALLS=%s, "
+         "OPJIT_HOT_PAYBACK=0; variants compiled before timing)\n", OPJIT_AGENT_PATH, HOT_CALLS);
+  if (cfg_on[CFG_E])
+    printf("E = opjit over D's core (%s)\n", core[CFG_D]);
   printf("K = the JIT's kernel called directly (%s)\n",
          cfg_on[CFG_K] ? OPJIT_JIT_MODULE_PATH : "absent: built without LLVM");
   printf("%d cases (%s); %d sessions (a worker per configuration) x %d rounds per case (one "
-         "~3 ms batch per configuration, order rotating); medians over the rounds\n", ncases, set,
-         sessions, rounds);
+         "~3 ms batch per configuration, the order reversing every round); medians over the "
+         "rounds\n", ncases, set, sessions, rounds);
   fflush(stdout);
 
   signal(SIGPIPE, SIG_IGN); /* a worker that died is reported by its answer missing */
   uint64_t t0 = bn_now_ns();
   for (int si = 0; si < sessions; si++) {
-    if (session(si, sessions) || (cfg_on[CFG_J] && read_jit_db(si))) {
+    int failed = session(si, sessions);
+    for (int a = 0; a < NAGENT && !failed; a++)
+      failed = cfg_on[agent_cfg[a]] && read_jit_db(a, si);
+    if (failed) {
       end_all();
       bn_scratch_free(scratch);
       return 1;
@@ -763,9 +910,7 @@ int main(int argc, char **argv)
     return 1;
   int nbad = compare_outputs(bad);
 
-  printf("\n%-6s %-2s %-5s %4s %10s %6s %10s %6s %10s %6s %10s %8s %10s %12s  %s\n", "api", "t",
-         "op", "n", "O ns", "GF/s", "X ns", "GF/s", "J ns", "GF/s", "K ns", "J-K ns", "O/J",
-         "X/J", "jit");
+  print_head();
   for (int i = 0; i < ncases; i++) {
     if (i && (cases[i].f64 != cases[i - 1].f64 || cases[i].cblas != cases[i - 1].cblas ||
               cases[i].ta != cases[i - 1].ta || cases[i].tb != cases[i - 1].tb ||
@@ -773,13 +918,14 @@ int main(int argc, char **argv)
       printf("\n");
     print_row(i, bad);
   }
-  printf("\nO/J, X/J: medians of per-round speedups (> 1: opjit faster) +- half their IQR; "
+  printf("\nO/J, D/E, X/J: medians of per-round speedups (> 1: opjit faster) +- half their IQR; "
          "° LIBXSMM passes this case to OpenBLAS (CBLAS, or TransA = T)\n");
   printf("J-K: median per-round difference between opjit through the agent and its kernel "
          "called directly\n");
-  printf("jit: the variant's state in every session's database, with the share of the calls it "
-         "served; orig = stayed on the original library (n > OPJIT_JIT_MAX_DIM=%d)\n",
-         jit_max_dim);
+  printf("jit (J), jit (E): the variant's state in every session's database, with the share of "
+         "the calls it served; orig = stayed on the original library (n > "
+         "OPJIT_JIT_MAX_DIM=%d); SLOWER: it served calls and measured slower than its original "
+         "here\n", jit_max_dim);
 
   if (ncompile) {
     double med = percentile(compile_ms, ncompile, 0.5), p95 = percentile(compile_ms, ncompile, 0.95);
@@ -792,7 +938,8 @@ int main(int argc, char **argv)
     printf("compile latency per kernel, called directly (K, no agent): median %.2f ms, p95 %.2f ms\n",
            percentile(kcompile_ms, nkcompile, 0.5), percentile(kcompile_ms, nkcompile, 0.95));
   }
-  print_goals(peak_s, peak_d);
+  print_goals();
+  print_peaks();
   printf("correctness: %s\n", nbad ? "WRONG results (see stderr)" : "every configuration within "
                                      "its bound of the reference and of each other");
   fflush(stdout);

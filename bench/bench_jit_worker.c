@@ -5,8 +5,8 @@
  * alive and hands out the batches one at a time, so that the configurations' batches of a case
  * are interleaved milliseconds apart and a noisy neighbour slows all of them alike.
  *
- *   bench_jit_worker [-d DB -e EXPECT] [-k JIT_SO] [-c CHECK_FILE] [-w WARM_MS] [-b BATCH_MS]
- *                    SPEC...
+ *   bench_jit_worker [-i] [-d DB -e EXPECT] [-k JIT_SO] [-c CHECK_FILE] [-w WARM_MS]
+ *                    [-b BATCH_MS] SPEC...
  * SPEC is DT API TA TB BETA ':' N, e.g. sFNN1:64 (sgemm_, 'N', 'N', alpha 1, beta 1, square 64,
  * tight leading dimensions; API F = Fortran, C = CBLAS row-major). Options:
  *   -d DB      the agent is preloaded and records into DB: first call every case enough to
@@ -15,6 +15,8 @@
  *   -k JIT_SO  no agent: dlopen JIT_SO (libopjit-jit.so), compile every case with
  *              opjit_jit_api (printing "compile SPEC MS") and call the kernels directly
  *   -c FILE    where the "c" command appends each checked case's C
+ *   -i         print the "sym" lines and exit (bench_jit reads which core OpenBLAS picked
+ *              from what OPENBLAS_VERBOSE=2 makes it print on stderr at load)
  * On start-up it prints "sym NAME PATH" (the object defining each BLAS symbol here), then
  * "ready", and answers one line per command read from stdin:
  *   p I    prepare case I: operands, a batch size of ~BATCH_MS (default 3), WARM_MS
@@ -322,9 +324,10 @@ int main(int argc, char **argv)
 {
   const char *db = NULL, *jit_path = NULL, *check_path = NULL;
   double warm_ms = 30, batch_ms = 3;
-  int expect = 0, opt;
-  while ((opt = getopt(argc, argv, "d:e:k:c:w:b:")) != -1)
+  int expect = 0, info = 0, opt;
+  while ((opt = getopt(argc, argv, "id:e:k:c:w:b:")) != -1)
     switch (opt) {
+    case 'i': info = 1; break;
     case 'd': db = optarg; break;
     case 'e': expect = atoi(optarg); break;
     case 'k': jit_path = optarg; break;
@@ -347,6 +350,8 @@ int main(int argc, char **argv)
     }
   print_symbol("sgemm_");
   print_symbol("cblas_sgemm");
+  if (info)
+    return 0;
   if (jit_path) {
     if (load_jit(jit_path))
       return 1;
@@ -419,7 +424,7 @@ int main(int argc, char **argv)
   fflush(NULL);
   _exit(0); /* LLVM's static destructors (-k) are no business of ours */
 usage:
-  fprintf(stderr, "usage: %s [-d DB -e EXPECT] [-k JIT_SO] [-c CHECK_FILE] [-w WARM_MS] "
+  fprintf(stderr, "usage: %s [-i] [-d DB -e EXPECT] [-k JIT_SO] [-c CHECK_FILE] [-w WARM_MS] "
                   "[-b BATCH_MS] SPEC...\n", argv[0]);
   return 2;
 }

@@ -10,9 +10,12 @@
 # (bench_ggml: ~110M-parameter random models, prefill and decode tokens/s) and, when valgrind is installed, the instructions the agent adds to /bin/true (callgrind's
 # "Collected" total with vs without LD_PRELOAD): start-up cost without the machine's noise.
 #   bench/run.sh [passthrough rounds [startup rounds [sampling rounds [jit rounds [jit set
-#                [warm rounds [ggml rounds]]]]]]]
+#                [warm rounds [ggml rounds [smallgemm rounds]]]]]]]]
 # (jit set: default, all or nn; bench_jit builds its LIBXSMM preload library with
-# /work/shared/tools/libxsmm-preload.sh unless LIBXSMM_PRELOAD names one)
+# /work/shared/tools/libxsmm-preload.sh unless LIBXSMM_PRELOAD names one; it and
+# bench_smallgemm run OpenBLAS on its best core for this CPU and on its own choice, and
+# BENCH_DEFAULT_CORETYPE=PRESCOTT makes bench_jit's "default" the core Debian's OpenBLAS
+# picks on a CPU it does not recognise)
 # BUILD_DIR (default build) names the build folder; a new one is configured without tests.
 # Exits non-zero when a benchmark's own checks fail (never on a missed goal).
 set -u
@@ -23,7 +26,7 @@ build=${BUILD_DIR:-build}
   exit 1
 # Only what the benchmarks need (they depend on the agent and the store module).
 cmake --build "$build" -j"$(nproc)" --target bench_passthrough bench_startup \
-  bench_sampling bench_jit bench_warm >/dev/null || exit 1
+  bench_sampling bench_jit bench_warm bench_smallgemm >/dev/null || exit 1
 # bench_ggml exists when llama.cpp's libraries are installed (scripts/deps.sh).
 cmake --build "$build" -j"$(nproc)" --target bench_ggml >/dev/null 2>&1 || true
 agent=$(cd "$build" && pwd)/libopjit.so
@@ -43,6 +46,9 @@ echo "== bench_jit"
 echo
 echo "== bench_warm"
 "$build/bench_warm" ${6:-7} || status=1
+echo
+echo "== bench_smallgemm"
+"$build/bench_smallgemm" ${8:-7} || status=1
 echo
 echo "== bench_ggml"
 if [ -x "$build/bench_ggml" ]; then
