@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* bench_kernels: the JIT's GEMM kernels alone, by vector width, on this CPU. For square sgemm
- * and dgemm (NN, alpha 1, beta 1) at n = 16, 32, 64, 128 it compiles the kernel for AVX2
- * (256-bit, 16 registers, forced: no EVEX code), for AVX-512 with 256-bit vectors (32
- * registers), for AVX-512 with 512-bit vectors (the default) and the one tune() picks, then
- * times them interleaved in this process (rounds of ~1 ms batches, the order rotating each
- * round) and prints median GF/s, the median of the per-round ratios 512-bit / AVX2, and the
- * FMA peak of each width on this core (independent FMA chains, the best of 9 runs).
+/* bench_kernels: the JIT's kernels alone, by vector width, on this CPU. For square sgemm and
+ * dgemm (NN, alpha 1, beta 1) at n = 16, 32, 64, 128 and ggml MUL_MATs (prefill and decode,
+ * f32 and f16 weights) it compiles the kernel for AVX2 (256-bit, 16 registers, forced: no EVEX
+ * code), for AVX-512 with 256-bit vectors (32 registers), for AVX-512 with 512-bit vectors
+ * (the default) and the one tune() picks; for GEMMs with tails, masked against pieced tails.
+ * It times them interleaved in this process (rounds of ~1 ms batches, the columns' order
+ * rotating each round) and prints median GF/s, the median of the per-round ratios, and the FMA
+ * peak of each width on this core (independent FMA chains, the best of 9 runs).
  *
  *   bench_kernels [ROUNDS]     (default 21) */
 #define _GNU_SOURCE
@@ -18,10 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define NCONF 4
-static const char *const conf_name[NCONF] = {"avx2 ymm", "avx512 ymm", "avx512 zmm", "tuned"};
-static const int ns[] = {16, 32, 64, 128};
 
 /* ---- FMA peak per width --------------------------------------------------------------------
  * 16 independent chains (12 for 16-register AVX2): enough to cover two pipes of 4-cycle FMAs. */
@@ -61,34 +58,157 @@ static double best_of(double (*f)(long))
 
 /* ---- kernels ------------------------------------------------------------------------------- */
 
-typedef struct kcase_s {
-  int f64, n;
+#define NCONF 4
+typedef struct row_s {
+  const char *table;         /* which table the row belongs to */
+  jt_gemm_t g;               /* the problem */
+  jt_gemm_t conf[NCONF];     /* generation fields per column (isa < 0: no such column) */
   jt_gemm_fn fn[NCONF];
   char name[NCONF][128];
-  void *a, *b, *c;
+  void *a, *b, *c, *scratch; /* operands */
   long calls;                /* per sample */
   double *ns[NCONF];         /* per round */
-  double tune_ms, compile_ms;
-} kcase_t;
+  double tune_ms;            /* the tuned column: tune()'s own time */
+} row_t;
 
-static void *operand(size_t count, int f64)
+static void *operand(size_t count, int esz)
 {
-  void *p = aligned_alloc(64, count * 8);
-  for (size_t i = 0; i < count; i++)
-    if (f64)
-      ((double *)p)[i] = (double)((int)(i % 13) - 6) / 8;
+  void *p = aligned_alloc(64, (count * (size_t)esz + 63) / 64 * 64);
+  for (size_t i = 0; i < count; i++) {
+    double v = (double)((int)(i % 13) - 6) / 8;
+    if (esz == 8)
+      ((double *)p)[i] = v;
+    else if (esz == 4)
+      ((float *)p)[i] = (float)v;
     else
-      ((float *)p)[i] = (float)((int)(i % 13) - 6) / 8;
+      ((_Float16 *)p)[i] = (_Float16)v;
+  }
   return p;
+}
+
+static void call(const row_t *r, jt_gemm_fn fn)
+{
+  if (r->g.mm)
+    ((jt_mm_fn)(void (*)(void))fn)(r->a, r->b, r->c, 0, r->g.m, r->scratch);
+  else
+    fn(r->a, r->b, r->c, 1, 1);
+}
+
+static double flops(const jt_gemm_t *g) { return 2.0 * g->m * g->n * g->k; }
+
+#define MAXROWS 40
+static row_t rows[MAXROWS];
+static int nrows;
+static const jt_api_t *jit;
+
+/* Adds a row: the problem and its columns' generation fields (isa -1: the column is empty,
+ * isa -2: tune() with the problem's own fields). */
+static void add_row(const char *table, jt_gemm_t g, const jt_gemm_t conf[NCONF])
+{
+  row_t *r = &rows[nrows++];
+  memset(r, 0, sizeof *r);
+  r->table = table, r->g = g;
+  for (int c = 0; c < NCONF; c++)
+    r->conf[c] = conf[c];
+}
+
+static jt_gemm_t with(jt_gemm_t g, int isa, int vbits, int tails, int nr)
+{
+  g.isa = isa, g.vbits = vbits, g.tails = tails, g.nr = nr;
+  return g;
+}
+
+/* Compiles a row's kernels and its operands; returns 0 or -1. */
+static int prepare(row_t *r)
+{
+  char err[512] = "";
+  jt_gemm_t *g = &r->g;
+  for (int c = 0; c < NCONF; c++) {
+    jt_gemm_t gc = r->conf[c];
+    size_t size, obj_len;
+    void *obj = NULL;
+    int rc;
+    if (gc.isa == -1 || (gc.isa == JT_ISA_AVX512 && jit->host_isa() != JT_ISA_AVX512))
+      continue;
+    if (gc.isa == -2) {
+      uint64_t t0 = bn_now_ns();
+      rc = jit->tune(g, JT_TUNE_MAX, &gc, &r->fn[c], &size, &obj, &obj_len, NULL, err, sizeof err);
+      r->tune_ms = (double)(bn_now_ns() - t0) / 1e6;
+    } else {
+      rc = jit->gemm(&gc, &r->fn[c], &size, &obj, &obj_len, err, sizeof err);
+    }
+    free(obj);
+    if (rc) {
+      fprintf(stderr, "bench_kernels: column %d of %dx%dx%d: %s\n", c, g->m, g->n, g->k, err);
+      return -1;
+    }
+    jit->gemm_name(&gc, r->name[c], sizeof r->name[c]);
+    r->ns[c] = calloc(64, sizeof(double));
+  }
+  if (g->mm) {
+    r->a = operand((size_t)g->m * g->k, g->w16 ? 2 : 4);
+    r->b = operand((size_t)g->n * g->k, 4);
+    r->c = operand((size_t)g->m * g->n, 4);
+    r->scratch = operand(JT_MM_SCRATCH_FLOATS(g->k), 4);
+  } else {
+    int esz = g->f64 ? 8 : 4;
+    r->a = operand((size_t)g->lda * g->k, esz), r->b = operand((size_t)g->ldb * g->n, esz);
+    r->c = operand((size_t)g->ldc * g->n, esz);
+  }
+  int first = 0;
+  while (!r->fn[first])
+    first++;
+  uint64_t t0 = bn_now_ns();
+  for (int i = 0; i < 5; i++)
+    call(r, r->fn[first]);
+  double one = (double)(bn_now_ns() - t0) / 5 + 1;
+  r->calls = (long)(1e6 / one) + 1; /* ~1 ms per sample */
+  return 0;
+}
+
+static const char *how(const char *name)
+{
+  const char *p = strstr(name, "_avx");
+  return p ? p + 1 : name;
+}
+
+/* Prints the rows of one table: median GF/s per column, the median of the per-round ratios of
+ * column num over column den, and what the tuned column picked. */
+static void print_table(const char *table, const char *const head[NCONF], int num, int den,
+                        int rounds, double peak_s, double peak_d)
+{
+  printf("\n%s\n%-10s %-16s", table, "", "m x n x k");
+  for (int c = 0; c < NCONF; c++)
+    printf(" %12s", head[c]);
+  printf(" %8s %8s  %s\n", "ratio", "of peak", "tuned pick (tune ms)");
+  for (int i = 0; i < nrows; i++) {
+    row_t *r = &rows[i];
+    if (strcmp(r->table, table) != 0)
+      continue;
+    char shape[32], kind[16];
+    snprintf(shape, sizeof shape, "%dx%dx%d", r->g.m, r->g.n, r->g.k);
+    snprintf(kind, sizeof kind, "%s", r->g.mm ? (r->g.w16 ? "mm f16" : "mm f32") : r->g.f64 ? "dgemm" : "sgemm");
+    printf("%-10s %-16s", kind, shape);
+    double best = 0, ratio[64];
+    for (int c = 0; c < NCONF; c++) {
+      double gf = r->fn[c] ? flops(&r->g) / bn_median(r->ns[c], (size_t)rounds) : 0;
+      best = gf > best ? gf : best;
+      printf(" %12.1f", gf);
+    }
+    for (int k = 0; k < rounds; k++)
+      ratio[k] = r->fn[num] && r->fn[den] ? r->ns[den][k] / r->ns[num][k] : 0;
+    double peak = r->g.f64 && !r->g.mm ? peak_d : peak_s;
+    printf(" %7.2fx %7.0f%%  %s (%.0f)\n", bn_median(ratio, (size_t)rounds),
+           peak > 0 ? 100 * best / peak : 0, r->fn[3] ? how(r->name[3]) : "-", r->tune_ms);
+  }
 }
 
 int main(int argc, char **argv)
 {
   int rounds = argc > 1 ? atoi(argv[1]) : 21;
-  if (rounds < 3)
-    rounds = 3;
+  rounds = rounds < 3 ? 3 : rounds > 64 ? 64 : rounds;
   void *h = dlopen(OPJIT_JIT_MODULE_PATH, RTLD_NOW | RTLD_LOCAL);
-  const jt_api_t *jit = h ? dlsym(h, JT_API_SYMBOL) : NULL;
+  jit = h ? dlsym(h, JT_API_SYMBOL) : NULL;
   char err[512] = "";
   if (!jit || jit->abi != JT_API_ABI || jit->init(err, sizeof err)) {
     fprintf(stderr, "bench_kernels: the JIT is unavailable: %s\n", jit ? err : dlerror());
@@ -110,89 +230,68 @@ int main(int argc, char **argv)
   printf("FMA peak per core, GF/s (best of 9):  fp32 128-bit %.1f  256-bit %.1f", best_of(peak128s),
          best_of(peak256s));
   double p512s = wide ? best_of(peak512s) : 0, p512d = wide ? best_of(peak512d) : 0;
+  double p256s = best_of(peak256s), p256d = best_of(peak256d);
   if (wide)
     printf("  512-bit %.1f", p512s);
   printf("\n                                      fp64 128-bit %.1f  256-bit %.1f", best_of(peak128d),
-         best_of(peak256d));
+         p256d);
   if (wide)
     printf("  512-bit %.1f", p512d);
   printf("\n");
 
-  enum { NC = 2 * sizeof ns / sizeof *ns };
-  kcase_t cs[NC];
-  for (int i = 0; i < NC; i++) {
-    kcase_t *k = &cs[i];
-    memset(k, 0, sizeof *k);
-    k->f64 = i / (NC / 2), k->n = ns[i % (NC / 2)];
-    int n = k->n;
-    jt_gemm_t g = {.f64 = k->f64, .m = n, .n = n, .k = n, .lda = n, .ldb = n, .ldc = n,
-                   .alpha_one = 1, .beta_class = 1};
-    for (int c = 0; c < NCONF; c++) {
-      jt_gemm_t gc = g;
-      size_t size, obj_len;
-      void *obj = NULL;
-      int rc;
-      if (c == 0)
-        gc.isa = JT_ISA_AVX2;
-      else if (c == 1)
-        gc.isa = JT_ISA_AVX512, gc.vbits = 256;
-      if (!wide && (c == 1 || c == 2))
-        continue;
-      uint64_t t0 = bn_now_ns();
-      if (c == 3) {
-        jt_tune_t rep;
-        rc = jit->tune(&g, JT_TUNE_MAX, &gc, &k->fn[c], &size, &obj, &obj_len, &rep, err, sizeof err);
-        k->compile_ms = (double)rep.compile_ns / 1e6 / rep.n;
-        k->tune_ms = (double)(bn_now_ns() - t0) / 1e6;
-      } else {
-        rc = jit->gemm(&gc, &k->fn[c], &size, &obj, &obj_len, err, sizeof err);
-      }
-      free(obj);
-      if (rc) {
-        fprintf(stderr, "bench_kernels: %s n=%d: %s\n", conf_name[c], n, err);
-        return 1;
-      }
-      jit->gemm_name(&gc, k->name[c], sizeof k->name[c]);
-      k->ns[c] = calloc((size_t)rounds, sizeof(double));
+  const char *T1 = "GEMM, NN alpha=1 beta=1, square: by width (ratio: avx512 zmm / avx2)";
+  const char *T2 = "GEMM tails (m, n, k not multiples of the vector), avx512 zmm: masked vs pieces "
+                   "(ratio: masked / pieces)";
+  const char *T3 = "ggml MUL_MAT (prefill n > 1, decode n = 1): by width (ratio: avx512 zmm / avx2)";
+  static const int ns[] = {16, 32, 64, 128};
+  const jt_gemm_t none = {.isa = -1}, tuned = {.isa = -2};
+  for (int f64 = 0; f64 < 2; f64++)
+    for (int i = 0; i < 4; i++) {
+      int n = ns[i];
+      jt_gemm_t g = {.f64 = f64, .m = n, .n = n, .k = n, .lda = n, .ldb = n, .ldc = n,
+                     .alpha_one = 1, .beta_class = 1};
+      add_row(T1, g, (jt_gemm_t[]){with(g, JT_ISA_AVX2, 0, 0, 0), with(g, JT_ISA_AVX512, 256, 0, 0),
+                                   with(g, JT_ISA_AVX512, 512, 0, 0), tuned});
     }
-    k->a = operand((size_t)n * n, k->f64), k->b = operand((size_t)n * n, k->f64);
-    k->c = operand((size_t)n * n, k->f64);
-    uint64_t t0 = bn_now_ns();
-    for (int r = 0; r < 10; r++)
-      k->fn[0](k->a, k->b, k->c, 1, 1);
-    double one = (double)(bn_now_ns() - t0) / 10 + 1;
-    k->calls = (long)(1e6 / one) + 1; /* ~1 ms per sample */
-  }
+  static const int odd[] = {20, 37, 71, 100};
+  for (int f64 = 0; f64 < 2 && wide; f64++)
+    for (int i = 0; i < 4; i++) {
+      int n = odd[i];
+      jt_gemm_t g = {.f64 = f64, .m = n, .n = n, .k = n, .lda = n, .ldb = n, .ldc = n,
+                     .alpha_one = 1, .beta_class = 1};
+      add_row(T2, g, (jt_gemm_t[]){with(g, JT_ISA_AVX512, 512, 1, 0), with(g, JT_ISA_AVX512, 512, 2, 0),
+                                   none, none});
+    }
+  static const int mms[][3] = {{768, 32, 256}, {256, 32, 768}, {1024, 128, 1024}, {1024, 1, 1024}, {4096, 1, 1024}};
+  for (int w16 = 0; w16 < 2; w16++)
+    for (size_t i = 0; i < sizeof mms / sizeof *mms; i++) {
+      jt_gemm_t g = {.mm = 1, .w16 = w16, .m = mms[i][0], .n = mms[i][1], .k = mms[i][2]};
+      add_row(T3, g, (jt_gemm_t[]){with(g, JT_ISA_AVX2, 0, 0, 0), with(g, JT_ISA_AVX512, 256, 0, 0),
+                                   with(g, JT_ISA_AVX512, 512, 0, 0), tuned});
+    }
+  for (int i = 0; i < nrows; i++)
+    if (prepare(&rows[i]))
+      return 1;
   for (int r = 0; r < rounds; r++)
-    for (int i = 0; i < NC; i++)
+    for (int i = 0; i < nrows; i++)
       for (int t = 0; t < NCONF; t++) {
         int c = (t + r) % NCONF;
-        kcase_t *k = &cs[i];
-        if (!k->fn[c])
+        row_t *row = &rows[i];
+        if (!row->fn[c])
           continue;
         uint64_t t0 = bn_now_ns();
-        for (long j = 0; j < k->calls; j++)
-          k->fn[c](k->a, k->b, k->c, 1, 1);
-        k->ns[c][r] = (double)(bn_now_ns() - t0) / (double)k->calls;
+        for (long j = 0; j < row->calls; j++)
+          call(row, row->fn[c]);
+        row->ns[c][r] = (double)(bn_now_ns() - t0) / (double)row->calls;
       }
-  printf("\nkernel alone, GF/s (median of %d interleaved rounds), NN alpha=1 beta=1 square n:\n",
+  printf("\nkernels alone, GF/s: medians of %d rounds that interleave the columns (~1 ms each)\n",
          rounds);
-  printf("%-4s %4s %9s %11s %11s %9s %10s %8s  %s\n", "", "n", "avx2 ymm", "avx512 ymm",
-         "avx512 zmm", "tuned", "zmm/avx2", "of peak", "tuned pick (tune ms; compile ms each)");
-  for (int i = 0; i < NC; i++) {
-    kcase_t *k = &cs[i];
-    double flops = 2.0 * k->n * k->n * k->n, gf[NCONF] = {0}, ratio[rounds];
-    for (int r = 0; r < rounds; r++)
-      ratio[r] = k->fn[2] ? k->ns[0][r] / k->ns[2][r] : 0;
-    for (int c = 0; c < NCONF; c++)
-      if (k->fn[c])
-        gf[c] = flops / bn_median(k->ns[c], (size_t)rounds);
-    double peak = k->f64 ? p512d : p512s;
-    printf("%-4s %4d %9.1f %11.1f %11.1f %9.1f %9.2fx %7.0f%%  %s (%.0f; %.1f)\n",
-           k->f64 ? "d" : "s", k->n, gf[0], gf[1], gf[2], gf[3], bn_median(ratio, (size_t)rounds),
-           peak > 0 ? 100 * (gf[2] > gf[3] ? gf[2] : gf[3]) / peak : 0,
-           strstr(k->name[3], "_avx") ? strstr(k->name[3], "_avx") + 1 : k->name[3], k->tune_ms,
-           k->compile_ms);
-  }
+  double ps = wide ? p512s : p256s, pd = wide ? p512d : p256d;
+  print_table(T1, (const char *const[]){"avx2 ymm", "avx512 ymm", "avx512 zmm", "tuned"}, 2, 0,
+              rounds, ps, pd);
+  if (wide)
+    print_table(T2, (const char *const[]){"masked", "pieces", "", ""}, 0, 1, rounds, ps, pd);
+  print_table(T3, (const char *const[]){"avx2 ymm", "avx512 ymm", "avx512 zmm", "tuned"}, 2, 0,
+              rounds, ps, pd);
   return 0;
 }

@@ -411,10 +411,12 @@ static LLVMValueRef hsum(gen_t *g, LLVMValueRef v)
  *
  * The model: the ISA's widest vectors; a GEMM's rows in blocks of two vectors (one when M fits
  * one); as many columns as the registers left hold, evened out over N so that the last block
- * is not a sliver; masked tails under AVX-512, whose k-masked loads and stores are cheap on
- * Intel and AMD alike, pieces under AVX2 (AMD microcodes vmaskmov stores). What the model
- * cannot tell (1, 2 or 3 vectors of rows; full or half width, which double-pumping AMD cores
- * and small M may prefer; masked or pieced tails) is what jt_gemm_candidates offers tune(). */
+ * is not a sliver; tails in pieces and scalar stores: AMD microcodes AVX2's vmaskmov stores,
+ * and on an Intel Xeon with AVX-512 (bench_kernels) k-masked tails measured 0.95-1.01x of
+ * pieces at m = 37-100 and 0.51x at m = 20 (a masked A load per k splitting cache lines).
+ * What the model cannot tell (1, 2 or 3 vectors of rows; full or half width, which
+ * double-pumping AMD cores and small M may prefer; masked or pieced tails) is what
+ * jt_gemm_candidates offers tune(). */
 
 const char *jt_isa_name(int isa)
 {
@@ -448,7 +450,7 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
     return -1;
   }
   int regs = isa_regs(r->isa), V = r->vbits / (s->f64 && !s->mm && !s->add_rms_mul ? 64 : 32);
-  r->tails = s->tails ? s->tails : r->isa == JT_ISA_AVX512 ? 1 : 2;
+  r->tails = s->tails ? s->tails : 2;
   if (s->mm) { /* JT_MM_MR rows: 1, 2 or 4 vectors */
     r->mr_vecs = JT_MM_MR / V;
     r->nr = s->nr ? s->nr : s->n == 1 ? 1 : fit_nr(regs, r->mr_vecs, s->n, r->isa == JT_ISA_AVX512 ? 12 : JT_MM_MAX_NR);

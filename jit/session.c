@@ -389,12 +389,14 @@ static int operands(const jt_gemm_t *g, operands_t *o)
     int64_t rows = (int64_t)(4e6 / (2.0 * g->n * g->k)) / JT_MM_MR * JT_MM_MR;
     rows = rows < JT_MM_MR ? JT_MM_MR : rows > 4 * JT_MM_MC ? 4 * JT_MM_MC : rows;
     o->rows = rows > g->m ? g->m : rows;
+    /* y, r and out span n columns of m rows, of which the kernel touches its rows only: zeroed
+     * pages (calloc maps large blocks), so the rows never timed cost no memory */
     size_t ybytes = ((size_t)(g->n - 1) * g->m + (size_t)o->rows) * 4;
     o->a = filled((size_t)o->rows * g->k * (g->w16 ? 2 : 4), g->w16 ? 2 : 4);
     o->b = filled((size_t)g->n * g->k * 4, 4);
-    o->c = filled(ybytes, 4);
+    o->c = calloc(1, ybytes);
     if (g->mm_add)
-      o->r = filled(ybytes, 4), o->out = filled(ybytes, 4);
+      o->r = calloc(1, ybytes), o->out = calloc(1, ybytes);
     o->scratch = filled(JT_MM_SCRATCH_FLOATS(g->k) * 4, 4);
     return o->a && o->b && o->c && o->scratch && (!g->mm_add || (o->r && o->out)) ? 0 : -1;
   }

@@ -586,15 +586,17 @@ ISA_TEST(tune_returns_the_fastest_candidate_and_it_computes)
 }
 
 /* The code of a forced ISA: AVX2 kernels hold no EVEX instruction (no zmm, no ymm16-31, no mask
- * register), AVX-512 kernels of 512-bit vectors use zmm registers (the backend does not split
- * them in two although the CPU prefers 256 bits) and mask their tails. */
+ * register, masked tails as vmaskmov), AVX-512 kernels of 512-bit vectors use zmm registers
+ * (the backend does not split them in two although the CPU prefers 256 bits) and k-masks for
+ * tails asked to be masked. */
 ISA_TEST(the_code_is_the_isa_asked_for)
 {
   if (system("objdump --version >/dev/null 2>&1") != 0)
     cr_skip_test("objdump (binutils) is not installed");
   const jt_gemm_t shapes[] = {
-      {.m = 37, .n = 20, .k = 17, .lda = 37, .ldb = 17, .ldc = 37, .beta_class = 2},
-      {.f64 = 1, .ta = 1, .tb = 1, .m = 21, .n = 9, .k = 30, .lda = 30, .ldb = 9, .ldc = 21},
+      {.m = 37, .n = 20, .k = 17, .lda = 37, .ldb = 17, .ldc = 37, .beta_class = 2, .tails = 1},
+      {.f64 = 1, .ta = 1, .tb = 1, .m = 21, .n = 9, .k = 30, .lda = 30, .ldb = 9, .ldc = 21, .tails = 1},
+      {.m = 37, .n = 20, .k = 17, .lda = 37, .ldb = 17, .ldc = 37, .beta_class = 2, .tails = 2},
       {.mm = 1, .w16 = 1, .m = 64, .n = 40, .k = 200},
       {.mm = 1, .w16 = 1, .mm_add = 1, .m = 64, .n = 1, .k = 200},
       {.dot = 1, .k = 77},
