@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include "tier.h"
 #include "agent.h"
+#include "codemap.h"
 #include "compare.h"
 #include "machine.h"
 #include "log.h"
@@ -48,16 +49,6 @@ static const jt_api_t *jit;
 static _Atomic int jit_dead;
 static jt_gemm_t *shapes; /* per entry: the column-major problem its variant solves */
 ag_vrun_t *ag_vrun;        /* per entry: what a call through the variant needs (tier.h) */
-
-/* Every kernel's code, append-only: the sampler names PCs inside it, perf reads the map. */
-typedef struct code_s {
-  uint64_t lo, hi;
-  char name[112];
-  jt_loaded_t loaded; /* a persisted kernel this process placed itself (map set), freed with
-                         jt_obj_unload; LLJIT's kernels are freed through the JIT */
-} code_t;
-static code_t code[4096];
-static _Atomic int ncode;
 
 /* The code cache: bytes of live kernels, and evicted kernels waiting for their grace period. */
 static size_t code_bytes;
@@ -163,13 +154,7 @@ size_t ag_tier_events(ag_event_rec_t *out, size_t max)
 
 int ag_tier_code_at(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name)
 {
-  int n = atomic_load_explicit(&ncode, memory_order_acquire);
-  for (int i = 0; i < n; i++)
-    if (pc >= code[i].lo && pc < code[i].hi) {
-      *lo = code[i].lo, *hi = code[i].hi, *name = code[i].name;
-      return 1;
-    }
-  return 0;
+  return ag_code_at(pc, lo, hi, name);
 }
 
 const char *ag_tier_cpu(void) { return jit ? jit->cpu() : ""; }
@@ -279,16 +264,6 @@ static size_t cache_budget(void)
   return test ? (size_t)strtoull(test, NULL, 10) : (size_t)ag_opts.num[AG_OPT_CODE_CACHE_MB] << 20;
 }
 
-/* The code range of kernel fn, or NULL when it has none: the newest, as a freed kernel's
- * address can be a later kernel's. */
-static code_t *code_of(const void *fn)
-{
-  for (int c = atomic_load(&ncode) - 1; c >= 0; c--)
-    if (code[c].lo == (uint64_t)(uintptr_t)fn)
-      return &code[c];
-  return NULL;
-}
-
 /* Frees the evicted kernels whose grace period has passed. Compile thread only. */
 static void free_retired(void)
 {
@@ -299,10 +274,11 @@ static void free_retired(void)
       i++;
       continue;
     }
-    code_t *k = code_of(r->fn);
+    ag_code_t k;
+    int known = ag_code_find(r->fn, &k) == 0;
     int freed = -1; /* 1 freed, 0 still another signature's (LLJIT shares a kernel by name) */
-    if (k && k->loaded.map) {
-      jt_obj_unload(&k->loaded);
+    if (known && k.loaded.map) {
+      jt_obj_unload(&k.loaded);
       freed = 1;
     } else if (jit) {
       int rc = jit->release((jt_gemm_fn)r->fn, err, sizeof err);
@@ -312,8 +288,7 @@ static void free_retired(void)
     if (freed != 0) { /* gone, or unknown to the session now: its rules and name go too (new
                          code may take its place at the next compile on a compile thread) */
       uw_remove_code((uint64_t)(uintptr_t)r->fn);
-      if (k)
-        k->hi = k->lo; /* no PC is in it any more */
+      ag_code_remove(r->fn); /* no PC is in it any more; its slot serves the next kernel */
     }
     if (freed < 0)
       ag_log_once(AG_LOG_WARN, "an evicted kernel could not be freed: %s", err);
@@ -352,8 +327,8 @@ static int evict_one(void)
     snap = NULL;
     nsnap = 0;
   } else {
-    const code_t *k = code_of(fn);
-    size_t size = !k ? 0 : k->loaded.map ? k->loaded.map_len : k->hi - k->lo; /* as counted */
+    ag_code_t k;
+    size_t size = ag_code_find(fn, &k) ? 0 : k.loaded.map ? k.loaded.map_len : k.hi - k.lo;
     retired[nretired++] = (retired_t){fn, size, nsnap, snap};
     snap = NULL;
   }
@@ -369,32 +344,27 @@ out:
 static void add_code(void *fn, size_t size, const char *name, const jt_loaded_t *loaded,
                      const void *obj, size_t obj_len)
 {
-  const code_t *live = code_of(fn);
-  if (live && live->hi > live->lo)
+  int rc = ag_code_add(fn, size, name, loaded);
+  if (rc == 1)
     return; /* one kernel two signatures share (LLJIT's by name): named and walked already */
-  int c = atomic_load(&ncode);
-  if (c == (int)(sizeof code / sizeof *code))
-    return;
-  code[c].lo = (uint64_t)(uintptr_t)fn;
-  code[c].hi = code[c].lo + size;
+  if (rc < 0)
+    ag_log_once(AG_LOG_WARN, "no memory to register JIT kernel %s: samples in it are not named",
+                name);
   /* Its call-frame rules, for the sampler's stack walks through it (from the object it was
    * placed from; without one, or without its rules, samples there keep the kernel's PC and
    * the operator alone). */
+  uint64_t lo = (uint64_t)(uintptr_t)fn;
   uint8_t cfi[512];
   char err[160] = "no object";
-  long n = obj ? jt_obj_cfi(obj, obj_len, name, code[c].lo, cfi, sizeof cfi, err, sizeof err) : -1;
-  if (n <= 0 || uw_add_code(code[c].lo, code[c].hi, cfi, (size_t)n))
+  long n = obj ? jt_obj_cfi(obj, obj_len, name, lo, cfi, sizeof cfi, err, sizeof err) : -1;
+  if (n <= 0 || uw_add_code(lo, lo + size, cfi, (size_t)n))
     ag_log(AG_LOG_DEBUG, "stacks end inside JIT kernel %s: %s", name, n > 0 ? "no memory" : err);
-  snprintf(code[c].name, sizeof code[c].name, "%s", name);
-  if (loaded)
-    code[c].loaded = *loaded;
-  atomic_store_explicit(&ncode, c + 1, memory_order_release);
   if (ag_opts.num[AG_OPT_PERF_MAP]) {
     char path[64];
     snprintf(path, sizeof path, "/tmp/perf-%d.map", (int)getpid());
     FILE *f = fopen(path, "ae");
     if (f) {
-      fprintf(f, "%llx %zx %s\n", (unsigned long long)code[c].lo, size, name);
+      fprintf(f, "%llx %zx %s\n", (unsigned long long)lo, size, name);
       fclose(f);
     }
   }
@@ -1136,6 +1106,8 @@ void ag_tier_after_fork_child(void)
   pthread_cond_init(&q_cond, NULL);
   pthread_mutex_init(&ev_mu, NULL);
   pthread_mutex_init(&persist_mu, NULL);
+  pthread_mutex_init(&cmp_mu, NULL);
+  ag_code_after_fork_child();
   q_len = 0;
   ev_len = 0;
   /* If the parent had loaded LLVM, its state in the child is whatever a compile thread left
