@@ -35,7 +35,8 @@ typedef struct gen_s {
   LLVMValueRef a, bm, c;     /* the kernel's pointer arguments */
   LLVMValueRef alpha, beta;  /* splatted vectors */
   LLVMValueRef pack;         /* the A^T panel (alloca; MUL_MAT: the scratch), or NULL */
-  LLVMValueRef xr;           /* MUL_MAT, f16 weights: the x sliver rounded to f16 (in the scratch) */
+  LLVMValueRef xr;           /* MUL_MAT: the x sliver (in the scratch; against f16 weights
+                                rounded to f16) */
   LLVMValueRef res, out;     /* MUL_MAT + ADD: the residual and the sum's destination */
   LLVMValueRef fma, mload, mstore; /* llvm.fma, llvm.masked.load/store on vec */
   LLVMTypeRef fma_t, mload_t, mstore_t;
@@ -81,6 +82,22 @@ static void loop_end(gen_t *g, loop_t *l)
   LLVMAddIncoming(l->iv, &next, &from, 1);
   LLVMBuildBr(g->b, l->head);
   LLVMPositionBuilderAtEnd(g->b, l->exit);
+}
+
+/* Opens "if (cond)", leaving the builder in its body; returns the block after it. */
+static LLVMBasicBlockRef if_open(gen_t *g, LLVMValueRef cond)
+{
+  LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(g->cx, g->fn, "then");
+  LLVMBasicBlockRef after = LLVMAppendBasicBlockInContext(g->cx, g->fn, "endif");
+  LLVMBuildCondBr(g->b, cond, then, after);
+  LLVMPositionBuilderAtEnd(g->b, then);
+  return after;
+}
+
+static void if_close(gen_t *g, LLVMBasicBlockRef after)
+{
+  LLVMBuildBr(g->b, after);
+  LLVMPositionBuilderAtEnd(g->b, after);
 }
 
 /* &base[index] in elements. */
@@ -423,6 +440,9 @@ const char *jt_isa_name(int isa)
   return isa == JT_ISA_AVX512 ? "avx512" : isa == JT_ISA_AVX2 ? "avx2" : isa == JT_ISA_AUTO ? "auto" : "?";
 }
 
+#define MM_NR 8 /* MUL_MAT columns per block by default: tune() picked 2 zmm x 8 over 2 x 11-13
+                   at 768x32x256, 256x32x768 and 1024x128x1024 (f32 and f16) on an AVX-512 Xeon */
+
 static int isa_regs(int isa) { return isa == JT_ISA_AVX512 ? 32 : 16; }
 static int isa_bits(int isa) { return isa == JT_ISA_AVX512 ? 512 : 256; }
 
@@ -451,11 +471,16 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
   }
   int regs = isa_regs(r->isa), V = r->vbits / (s->f64 && !s->mm && !s->add_rms_mul ? 64 : 32);
   r->tails = s->tails ? s->tails : 2;
-  if (s->mm) { /* JT_MM_MR rows: 1, 2 or 4 vectors */
-    r->mr_vecs = JT_MM_MR / V;
-    r->nr = s->nr ? s->nr : s->n == 1 ? 1 : fit_nr(regs, r->mr_vecs, s->n, r->isa == JT_ISA_AVX512 ? 12 : JT_MM_MAX_NR);
-    if (r->nr > JT_MM_MAX_NR || (s->mr_vecs && s->mr_vecs != r->mr_vecs)) {
-      snprintf(err, len, "MUL_MAT blocks are %d rows by at most %d columns", JT_MM_MR, JT_MM_MAX_NR);
+  if (s->mm) { /* panels of JT_MM_MR rows, or twice that (two zmm) */
+    if (s->n == 1) /* decode's kernel goes row by row: no blocking */
+      r->mr_vecs = JT_MM_MR / V, r->nr = 1;
+    r->mr_vecs = r->mr_vecs ? r->mr_vecs : s->mr_vecs ? s->mr_vecs : V == 16 ? 2 : JT_MM_MR / V;
+    r->nr = r->nr ? r->nr : fit_nr(regs, r->mr_vecs, s->n, MM_NR); /* s->nr up to JT_MM_MAX_NR */
+    int rows = r->mr_vecs * V;
+    if (r->nr > JT_MM_MAX_NR || (rows != JT_MM_MR && rows != 2 * JT_MM_MR) ||
+        (rows != JT_MM_MR && r->isa != JT_ISA_AVX512)) {
+      snprintf(err, len, "MUL_MAT blocks are %d (or under AVX-512 %d) rows by at most %d columns",
+               JT_MM_MR, 2 * JT_MM_MR, JT_MM_MAX_NR);
       return -1;
     }
   } else if (s->dot || s->add_rms_mul) { /* one loop over k: no blocking to choose */
@@ -489,8 +514,10 @@ int jt_gemm_candidates(const jt_gemm_t *s, int host_isa, jt_gemm_t *out, int max
   jt_gemm_t p[5] = {{0}};
   int np = 1; /* p[0]: the default */
   if (s->mm) {
-    if (s->n > 1)
-      p[np++].nr = 8, p[np++].nr = d.isa == JT_ISA_AVX512 ? 16 : 4;
+    if (s->n > 1) {
+      p[np++].nr = 8;
+      p[np++].mr_vecs = d.mr_vecs * V == JT_MM_MR ? 2 * JT_MM_MR / V : JT_MM_MR / V;
+    }
     p[np++].vbits = wide / 2;
   } else if (s->dot) {
     p[np++].vbits = wide / 2;
@@ -816,19 +843,36 @@ static LLVMValueRef mm_wload1(gen_t *g, LLVMValueRef ix)
   return LLVMBuildFPExt(g->b, LLVMBuildLoad2(g->b, h, gep(g, h, g->a, ix), "h"), g->elem, "w");
 }
 
-/* Packs rows row0 .. row0+MR-1, k's kc .. kc+kcl-1, into panel[k*MR + r]. */
-static void mm_pack(gen_t *g, LLVMValueRef row0, LLVMValueRef kc, int kcl, LLVMValueRef panel)
+/* Row row0 + r of the weights; in a half panel (full false: only JT_MM_MR rows left) rows past
+ * them are read from the first ones instead, which exist, and zeroed by the caller. */
+static LLVMValueRef mm_row(gen_t *g, LLVMValueRef row0, int r, LLVMValueRef full)
+{
+  LLVMValueRef row = add(g, row0, i64c(g, r));
+  if (!full || r < JT_MM_MR)
+    return row;
+  return LLVMBuildSelect(g->b, full, row, add(g, row0, i64c(g, r - JT_MM_MR)), "row");
+}
+
+/* Packs rows row0 .. row0+MR-1, k's kc .. kc+kcl-1, into panel[k*MR + r]. With MR =
+ * 2 JT_MM_MR, full (an i1) says whether all are there: else the panel's second half is zero. */
+static void mm_pack(gen_t *g, LLVMValueRef row0, LLVMValueRef kc, int kcl, LLVMValueRef panel,
+                    LLVMValueRef full)
 {
   int wide = set_lanes(g, pack_lanes(g));
   long K = g->g->k;
   int kfull = kcl / g->V * g->V;
+  LLVMValueRef vzero = LLVMConstNull(g->vec), zero = LLVMConstNull(g->elem);
   if (kfull) {
     loop_t k = loop_begin(g, i64c(g, 0), kfull, g->V, "pk");
     LLVMValueRef kk = add(g, kc, k.iv);
     for (int grp = 0; grp < g->MR / g->V; grp++) {
       LLVMValueRef v[MAXV];
-      for (int r = 0; r < g->V; r++)
-        v[r] = mm_wload(g, add(g, mul(g, add(g, row0, i64c(g, grp * g->V + r)), K), kk));
+      for (int r = 0; r < g->V; r++) {
+        int row = grp * g->V + r;
+        v[r] = mm_wload(g, add(g, mul(g, mm_row(g, row0, row, full), K), kk));
+        if (full && row >= JT_MM_MR)
+          v[r] = LLVMBuildSelect(g->b, full, v[r], vzero, "w");
+      }
       transpose(g, v);
       for (int j = 0; j < g->V; j++) {
         LLVMValueRef d = add(g, mul(g, add(g, k.iv, i64c(g, j)), g->MR), i64c(g, grp * g->V));
@@ -839,7 +883,9 @@ static void mm_pack(gen_t *g, LLVMValueRef row0, LLVMValueRef kc, int kcl, LLVMV
   }
   for (int kk = kfull; kk < kcl; kk++)
     for (int r = 0; r < g->MR; r++) {
-      LLVMValueRef x = mm_wload1(g, add(g, mul(g, add(g, row0, i64c(g, r)), K), add(g, kc, i64c(g, kk))));
+      LLVMValueRef x = mm_wload1(g, add(g, mul(g, mm_row(g, row0, r, full), K), add(g, kc, i64c(g, kk))));
+      if (full && r >= JT_MM_MR)
+        x = LLVMBuildSelect(g->b, full, x, zero, "w");
       LLVMBuildStore(g->b, x, at(g, panel, i64c(g, (long)kk * g->MR + r)));
     }
   set_lanes(g, wide);
@@ -847,8 +893,8 @@ static void mm_pack(gen_t *g, LLVMValueRef row0, LLVMValueRef kc, int kcl, LLVMV
 
 /* One MR x nr block of y at row i, column j0: the kcl k's of the panel; y stored or added to;
  * in the last k block of a MUL_MAT + ADD, that sum plus the residual stored to out. */
-static void mm_micro(gen_t *g, LLVMValueRef panel, LLVMValueRef i, LLVMValueRef j0, LLVMValueRef kc,
-                     int kcl, int nr, int accumulate, int last)
+static void mm_micro(gen_t *g, LLVMValueRef panel, LLVMValueRef i, LLVMValueRef j0, int kcl,
+                     int nr, int accumulate, int last, LLVMValueRef full)
 {
   const jt_gemm_t *s = g->g;
   int nv = g->MV;
@@ -860,32 +906,45 @@ static void mm_micro(gen_t *g, LLVMValueRef panel, LLVMValueRef i, LLVMValueRef 
     av[v] = LLVMBuildLoad2(g->b, g->vec, at(g, panel, add(g, mul(g, k, g->MR), i64c(g, v * g->V))), "a");
     LLVMSetAlignment(av[v], (unsigned)g->V * 4);
   }
-  LLVMValueRef xk = add(g, kc, k);
   for (int j = 0; j < nr; j++) {
-    LLVMValueRef col = mul(g, add(g, j0, i64c(g, j)), s->k);
-    /* f16 weights: the sliver of x rounded to f16, [j][k] (mm_round_x); else x itself */
-    LLVMValueRef xp = g->xr ? at(g, g->xr, add(g, i64c(g, (long)j * kcl), k)) : at(g, g->bm, add(g, col, xk));
+    /* the sliver of x, [j][k] (mm_copy_x) */
+    LLVMValueRef xp = at(g, g->xr, add(g, i64c(g, (long)j * kcl), k));
     LLVMValueRef bj = splat(g, LLVMBuildLoad2(g->b, g->elem, xp, "x"));
     for (int v = 0; v < nv; v++)
       next[v][j] = fma3(g, av[v], bj, acc[v][j]);
   }
   kloop_close(g, &l, nv, nr, acc, next, kcl, 1);
-  for (int j = 0; j < nr; j++)
-    for (int v = 0; v < nv; v++) {
-      LLVMValueRef ix = add(g, mul(g, add(g, j0, i64c(g, j)), s->m), add(g, i, i64c(g, v * g->V)));
-      LLVMValueRef p = at(g, g->c, ix), r = next[v][j];
-      if (accumulate)
-        r = LLVMBuildFAdd(g->b, r, vload(g, p, g->V), "r");
-      vstore(g, r, p, g->V); /* with a residual too: the product stays whole in y */
-      if (last && g->res)
-        vstore(g, LLVMBuildFAdd(g->b, r, vload(g, at(g, g->res, ix), g->V), "o"), at(g, g->out, ix), g->V);
-    }
+  /* y's rows; in a half panel only the first JT_MM_MR exist (the rest belong to another
+   * thread, or to no one) */
+  int nv0 = full ? JT_MM_MR / g->V : nv;
+  LLVMBasicBlockRef after = NULL;
+  for (int half = 0; half < 2; half++) {
+    if (half && !full)
+      break;
+    if (half)
+      after = if_open(g, full);
+    for (int j = 0; j < nr; j++)
+      for (int v = half ? nv0 : 0; v < (half ? nv : nv0); v++) {
+        LLVMValueRef ix = add(g, mul(g, add(g, j0, i64c(g, j)), s->m), add(g, i, i64c(g, v * g->V)));
+        LLVMValueRef p = at(g, g->c, ix), r = next[v][j];
+        if (accumulate)
+          r = LLVMBuildFAdd(g->b, r, vload(g, p, g->V), "r");
+        vstore(g, r, p, g->V); /* with a residual too: the product stays whole in y */
+        if (last && g->res)
+          vstore(g, LLVMBuildFAdd(g->b, r, vload(g, at(g, g->res, ix), g->V), "o"), at(g, g->out, ix), g->V);
+      }
+  }
+  if (after)
+    if_close(g, after);
 }
 
-/* ggml multiplies f16 weights with activations rounded to f16 (its vec_dot type): so do the
- * kernels, rounding the nr columns' kcl-long slices from j0 once per row block into
- * xr[j*kcl + k], V at a time. */
-static void mm_round_x(gen_t *g, LLVMValueRef j0, LLVMValueRef kc, int kcl, int nr)
+/* Copies the nr columns' kcl-long slices from j0 into xr[j*kcl + k], V at a time, once per
+ * row block: contiguous, where x's columns lie k floats apart (4 KB apart at k = 1024, all in
+ * one L1 set: more columns than the cache has ways evict each other; f32 prefill at
+ * 1024x128x1024 ran ~10 % slower than f16 before its slices were copied). ggml multiplies f16
+ * weights with activations rounded to f16 (its vec_dot type): against f16 weights the copy
+ * rounds. */
+static void mm_copy_x(gen_t *g, LLVMValueRef j0, LLVMValueRef kc, int kcl, int nr)
 {
   LLVMTypeRef h = LLVMHalfTypeInContext(g->cx), hv = LLVMVectorType(h, (unsigned)g->V);
   int kfull = kcl / g->V * g->V;
@@ -895,16 +954,27 @@ static void mm_round_x(gen_t *g, LLVMValueRef j0, LLVMValueRef kc, int kcl, int 
     if (kfull) {
       loop_t k = loop_begin(g, i64c(g, 0), kfull, g->V, "rx");
       LLVMValueRef v = vload(g, at(g, src, k.iv), g->V);
-      v = LLVMBuildFPExt(g->b, LLVMBuildFPTrunc(g->b, v, hv, "xh"), g->vec, "xr");
+      if (g->g->w16)
+        v = LLVMBuildFPExt(g->b, LLVMBuildFPTrunc(g->b, v, hv, "xh"), g->vec, "xr");
       vstore(g, v, at(g, dst, k.iv), g->V);
       loop_end(g, &k);
     }
     for (int t = kfull; t < kcl; t++) {
       LLVMValueRef x = LLVMBuildLoad2(g->b, g->elem, at(g, src, i64c(g, t)), "x");
-      x = LLVMBuildFPExt(g->b, LLVMBuildFPTrunc(g->b, x, h, "xh"), g->elem, "xr");
+      if (g->g->w16)
+        x = LLVMBuildFPExt(g->b, LLVMBuildFPTrunc(g->b, x, h, "xh"), g->elem, "xr");
       LLVMBuildStore(g->b, x, at(g, dst, i64c(g, t)));
     }
   }
+}
+
+/* With panels of 2 JT_MM_MR rows, whether the panel at row r of the cnt is whole (an i1);
+ * NULL when panels are JT_MM_MR rows (always whole). */
+static LLVMValueRef mm_full(gen_t *g, LLVMValueRef cnt, LLVMValueRef r)
+{
+  if (g->MR == JT_MM_MR)
+    return NULL;
+  return LLVMBuildICmp(g->b, LLVMIntSGE, LLVMBuildNSWSub(g->b, cnt, r, ""), i64c(g, g->MR), "full");
 }
 
 /* Every row block of [i0, i1) for the k's kc .. kc+kcl-1. */
@@ -916,8 +986,10 @@ static void mm_kblock(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef k
   LLVMValueRef left = LLVMBuildNSWSub(g->b, i1, ic.iv, "left");
   LLVMValueRef cnt = LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, left, i64c(g, JT_MM_MC), ""),
                                      left, i64c(g, JT_MM_MC), "cnt");
+  /* panels of MR rows; with MR = 2 JT_MM_MR the last may hold JT_MM_MR rows only (rows come
+   * in multiples of JT_MM_MR): a half panel, which the same code runs */
   loop_t pr = loop_to(g, i64c(g, 0), cnt, g->MR, "pr");
-  mm_pack(g, add(g, ic.iv, pr.iv), kc, kcl, at(g, g->pack, mul(g, pr.iv, kcl)));
+  mm_pack(g, add(g, ic.iv, pr.iv), kc, kcl, at(g, g->pack, mul(g, pr.iv, kcl)), mm_full(g, cnt, pr.iv));
   loop_end(g, &pr);
   int nfull = s->n / g->NR * g->NR, ntail = s->n % g->NR;
   for (int part = 0; part < 2; part++) {
@@ -926,11 +998,10 @@ static void mm_kblock(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef k
       continue;
     loop_t jr = part ? (loop_t){0} : loop_begin(g, i64c(g, 0), nfull, g->NR, "jr");
     LLVMValueRef j0 = part ? i64c(g, nfull) : jr.iv;
-    if (g->xr)
-      mm_round_x(g, j0, kc, kcl, nr);
+    mm_copy_x(g, j0, kc, kcl, nr);
     loop_t ir = loop_to(g, i64c(g, 0), cnt, g->MR, "ir");
-    mm_micro(g, at(g, g->pack, mul(g, ir.iv, kcl)), add(g, ic.iv, ir.iv), j0, kc, kcl, nr,
-             accumulate, last);
+    mm_micro(g, at(g, g->pack, mul(g, ir.iv, kcl)), add(g, ic.iv, ir.iv), j0, kcl, nr,
+             accumulate, last, mm_full(g, cnt, ir.iv));
     loop_end(g, &ir);
     if (!part)
       loop_end(g, &jr);
@@ -953,7 +1024,7 @@ static void mm_gemv(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef scr
   LLVMValueRef x = g->bm;
   if (g->g->w16) { /* x rounded into the scratch, which holds k floats (JT_MM_SCRATCH_FLOATS) */
     g->xr = x = scratch;
-    mm_round_x(g, i64c(g, 0), i64c(g, 0), (int)K, 1);
+    mm_copy_x(g, i64c(g, 0), i64c(g, 0), (int)K, 1);
   }
   loop_t ir = loop_to(g, i0, i1, 1, "mr");
   LLVMValueRef row = mul(g, ir.iv, K);
@@ -1021,8 +1092,7 @@ LLVMValueRef jt_mm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
   int kc0 = s->k < JT_MM_KC ? s->k : JT_MM_KC;
   /* the x sliver, nr <= JT_MM_MAX_NR columns of JT_MM_KC, fits JT_MM_SCRATCH */
   g.pack = LLVMGetParam(g.fn, 5 + (unsigned)na); /* JT_MM_MC x JT_MM_KC floats, the x sliver */
-  if (s->w16)
-    g.xr = at(&g, g.pack, i64c(&g, (long)JT_MM_MC * JT_MM_KC));
+  g.xr = at(&g, g.pack, i64c(&g, (long)JT_MM_MC * JT_MM_KC));
   int single = s->k <= JT_MM_KC;
   mm_kblock(&g, i0, i1, i64c(&g, 0), kc0, 0, single); /* the first block stores */
   if (!single) { /* the full blocks in a loop, then the tail; with a residual the last block

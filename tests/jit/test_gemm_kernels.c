@@ -468,10 +468,14 @@ ISA_TEST(random_blockings_match_the_reference)
     g.beta_class = beta == 0 ? 0 : beta == 1 ? 1 : 2;
     check(&g, compile(&g), alpha, beta, 0);
   }
-  /* MUL_MAT blocks of every column count the registers hold (JT_MM_MR rows: mv vectors) */
-  int mv = JT_MM_MR / (widest / 32), mm_most = (regs - mv - 1) / mv;
-  for (int nr = 1; nr <= JT_MM_MAX_NR && nr <= mm_most; nr += 1 + (int)rnd(4)) {
-    jt_gemm_t g = {.mm = 1, .w16 = nr & 1, .m = 48, .n = 17 + (int)rnd(40), .k = 130, .nr = nr};
+  /* MUL_MAT panels of JT_MM_MR or (AVX-512) twice as many rows (48: a whole 32-row panel and
+   * a half one), every column count the registers hold */
+  for (int t = 0; t < 24; t++) {
+    int mv = JT_MM_MR / (widest / 32) * (isa == JT_ISA_AVX512 ? 1 + (int)rnd(2) : 1);
+    int mm_most = (regs - mv - 1) / mv;
+    int nr = 1 + (int)rnd((unsigned)(mm_most < JT_MM_MAX_NR ? mm_most : JT_MM_MAX_NR));
+    jt_gemm_t g = {.mm = 1, .w16 = t & 1, .m = 48, .n = 17 + (int)rnd(40), .k = 130, .nr = nr,
+                   .mr_vecs = mv};
     jt_mm_fn fn = (jt_mm_fn)(void (*)(void))compile(&g);
     float *w = malloc((size_t)g.m * g.k * 4), *x = malloc((size_t)g.n * g.k * 4), *y = malloc((size_t)g.m * g.n * 4);
     _Float16 *wh = malloc((size_t)g.m * g.k * 2);
