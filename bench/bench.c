@@ -118,6 +118,12 @@ int bn_spawn_wait4(const char *path, char *const argv[], char *const env[],
   return spawn_wait(path, argv, env, NULL, stderr_path, ru);
 }
 
+int bn_spawn_wait4_out(const char *path, char *const argv[], char *const env[],
+                       const char *stdout_path, const char *stderr_path, struct rusage *ru)
+{
+  return spawn_wait(path, argv, env, stdout_path, stderr_path, ru);
+}
+
 int bn_stderr_quiet(const char *errpath, const char *prog, const char *what)
 {
   struct stat sb;

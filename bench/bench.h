@@ -37,6 +37,10 @@ struct rusage;
 int bn_spawn_wait4(const char *path, char *const argv[], char *const env[],
                    const char *stderr_path, struct rusage *ru);
 
+/* Like bn_spawn_wait4, with the child's stdout to stdout_path too. */
+int bn_spawn_wait4_out(const char *path, char *const argv[], char *const env[],
+                       const char *stdout_path, const char *stderr_path, struct rusage *ru);
+
 /* Removes errpath, a child's captured stderr, after copying it to ours under the heading
  * "<prog>: <what> wrote to stderr:" when it is not empty. Returns 1 when it was empty. */
 int bn_stderr_quiet(const char *errpath, const char *prog, const char *what);

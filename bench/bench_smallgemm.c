@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,6 +46,8 @@ enum { BEST, DEFAULT, NCORE };
 
 typedef struct meas_s {
   double loop_ms, wall_ms; /* the program's BLAS loop; spawn to exit */
+  double cpu_ms;           /* the loop thread's CPU time during the loop */
+  double proc_cpu_ms;      /* the process's CPU time, every thread (the agent's too) */
   double saving_ms;        /* opjit top --json: jit.saving_ns of the run */
   int compiled, placed, serving, demoted; /* the run's variants */
   double vshare;           /* share of the run's calls its variants served */
@@ -152,15 +155,19 @@ static int run_once(int c, const char *db, long n, meas_t *m)
   add[na] = NULL;
   char *argv[] = {OPJIT_SMALLGEMM_WORKER_PATH, it, NULL};
   char **env = bn_env(add);
+  struct rusage ru = {0};
   uint64_t t0 = bn_now_ns();
-  int st = env ? bn_spawn_wait_out(argv[0], argv, env, out, err) : -1;
-  *m = (meas_t){.wall_ms = (double)(bn_now_ns() - t0) / 1e6, .loop_ms = -1};
+  int st = env ? bn_spawn_wait4_out(argv[0], argv, env, out, err, &ru) : -1;
+  *m = (meas_t){.wall_ms = (double)(bn_now_ns() - t0) / 1e6, .loop_ms = -1,
+                .proc_cpu_ms = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+                               (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3};
   bn_env_free(env);
   bn_stderr_quiet(err, "bench_smallgemm", db ? "the program under the agent" : "the program");
   FILE *f = fopen(out, "r");
   char line[128];
   while (f && fgets(line, sizeof line, f)) {
     sscanf(line, "loop_ms %lf", &m->loop_ms);
+    sscanf(line, "loop_cpu_ms %lf", &m->cpu_ms);
     sscanf(line, "calls %ld", &calls[c]);
   }
   if (f)
@@ -182,19 +189,23 @@ static void stat_of(const double *v, int n, double *med, double *spread)
   *spread = bn_half_iqr(b, (size_t)n);
 }
 
-/* Per round: plain / run for run kind k on core c (> 1: opjit faster). */
-static void speedups(int c, int k, int rounds, double *out)
+/* The loop's wall time of m, or its thread's CPU time when cpu. */
+static double loop_of(const meas_t *m, int cpu) { return cpu ? m->cpu_ms : m->loop_ms; }
+
+/* Per round: plain / run for run kind k on core c (> 1: opjit faster), by the loop's wall
+ * time or its CPU time. */
+static void speedups(int c, int k, int rounds, int cpu, double *out)
 {
   for (int r = 0; r < rounds; r++)
-    out[r] = meas[c][PLAIN][r].loop_ms / meas[c][k][r].loop_ms;
+    out[r] = loop_of(&meas[c][PLAIN][r], cpu) / loop_of(&meas[c][k][r], cpu);
 }
 
 /* Per round: (run + saving - plain) / plain in %. */
-static void gaps(int c, int k, int rounds, double *out)
+static void gaps(int c, int k, int rounds, int cpu, double *out)
 {
   for (int r = 0; r < rounds; r++)
-    out[r] = 100 * (meas[c][k][r].loop_ms + meas[c][k][r].saving_ms -
-                    meas[c][PLAIN][r].loop_ms) / meas[c][PLAIN][r].loop_ms;
+    out[r] = 100 * (loop_of(&meas[c][k][r], cpu) + meas[c][k][r].saving_ms -
+                    loop_of(&meas[c][PLAIN][r], cpu)) / loop_of(&meas[c][PLAIN][r], cpu);
 }
 
 /* Sets the cores: OpenBLAS's best for this CPU and its own choice (or
@@ -273,6 +284,8 @@ int main(int argc, char **argv)
       meas[c][PLAIN][r] = before;
       meas[c][PLAIN][r].loop_ms = (before.loop_ms + after.loop_ms) / 2;
       meas[c][PLAIN][r].wall_ms = (before.wall_ms + after.wall_ms) / 2;
+      meas[c][PLAIN][r].cpu_ms = (before.cpu_ms + after.cpu_ms) / 2;
+      meas[c][PLAIN][r].proc_cpu_ms = (before.proc_cpu_ms + after.proc_cpu_ms) / 2;
     }
     fprintf(stderr, "bench_smallgemm: round %d of %d done\n", r + 1, rounds);
   }
@@ -280,83 +293,101 @@ int main(int argc, char **argv)
   printf("\n");
   for (int c = 0; c < ncore; c++)
     printf("%s: %ld iterations, %ld calls per run\n", core[c], iters[c], calls[c]);
-  printf("loop = the program's own time of its BLAS loop; plain/run: median of per-round ratios "
-         "(> 1: opjit faster); run+saving vs plain: (loop + the saving opjit reports - plain "
-         "loop) / plain loop\n\n");
-  printf("%-10s %-22s %9s %10s %14s %9s %7s %8s %8s %7s %10s %14s\n", "core", "run", "loop ms",
-         "process ms", "plain/run", "compiled", "placed", "serving", "demoted", "JIT %",
-         "saving ms", "run+saving");
+  printf("loop ms: the program's own (wall) time of its BLAS loop; CPU ms: its thread's CPU time "
+         "meanwhile (without what other processes took from it, and without the agent's "
+         "threads); process CPU ms: every thread's, from spawn to exit; plain/run: median of "
+         "per-round ratios (> 1: opjit faster) by wall, and by CPU; run+saving: (loop + the "
+         "saving opjit reports - plain loop) / plain loop, by wall, and by CPU\n\n");
+  printf("%-10s %-22s %8s %8s %9s %12s %7s %8s %6s %7s %7s %6s %9s %12s %7s\n", "core", "run",
+         "loop ms", "CPU ms", "proc CPU", "plain/run", "(CPU)", "compiled", "placed", "serving",
+         "demoted", "JIT %", "saving ms", "run+saving", "(CPU)");
   double v[MAXR], med, spr;
-  for (int c = 0; c < ncore; c++) {
+  for (int c = 0; c < ncore; c++)
     for (int k = PLAIN; k < NRUN; k++) {
-      double a[MAXR], b[MAXR], cc[MAXR], pl[MAXR], dm[MAXR], sh[MAXR], sv[MAXR], sp[MAXR];
+      double col[8][MAXR];
       for (int r = 0; r < rounds; r++) {
         const meas_t *m = &meas[c][k][r];
-        a[r] = m->loop_ms, b[r] = m->wall_ms, cc[r] = m->compiled, pl[r] = m->placed;
-        dm[r] = m->demoted, sh[r] = 100 * m->vshare, sv[r] = m->saving_ms, sp[r] = m->serving;
+        double row[8] = {m->loop_ms, m->cpu_ms,    m->proc_cpu_ms, m->compiled,
+                         m->placed,  m->serving,   m->demoted,     100 * m->vshare};
+        for (int i = 0; i < 8; i++)
+          col[i][r] = row[i];
       }
-      printf("%-10s %-22s %9.1f %10.1f", core[c], run_name[k], bn_median(a, (size_t)rounds),
-             bn_median(b, (size_t)rounds));
+      printf("%-10s %-22s %8.1f %8.1f %9.1f", core[c], run_name[k], bn_median(col[0], (size_t)rounds),
+             bn_median(col[1], (size_t)rounds), bn_median(col[2], (size_t)rounds));
       if (k == PLAIN) {
         printf("\n");
         continue;
       }
-      speedups(c, k, rounds, v);
+      speedups(c, k, rounds, 0, v);
       stat_of(v, rounds, &med, &spr);
-      printf(" %7.3f±%.3f %9.0f %7.0f %8.0f %8.0f %7.1f %10.1f", med, spr,
-             bn_median(cc, (size_t)rounds), bn_median(pl, (size_t)rounds),
-             bn_median(sp, (size_t)rounds), bn_median(dm, (size_t)rounds),
-             bn_median(sh, (size_t)rounds), bn_median(sv, (size_t)rounds));
-      gaps(c, k, rounds, v);
+      printf(" %6.3f±%.3f", med, spr);
+      speedups(c, k, rounds, 1, v);
+      printf(" %7.3f", bn_median(v, (size_t)rounds));
+      printf(" %8.0f %6.0f %7.0f %7.0f %6.1f", bn_median(col[3], (size_t)rounds),
+             bn_median(col[4], (size_t)rounds), bn_median(col[5], (size_t)rounds),
+             bn_median(col[6], (size_t)rounds), bn_median(col[7], (size_t)rounds));
+      for (int r = 0; r < rounds; r++)
+        v[r] = meas[c][k][r].saving_ms;
+      printf(" %9.1f", bn_median(v, (size_t)rounds));
+      gaps(c, k, rounds, 0, v);
       stat_of(v, rounds, &med, &spr);
-      printf(" %+7.1f%%±%.1f\n", med, spr);
+      printf(" %+6.1f%%±%.1f", med, spr);
+      gaps(c, k, rounds, 1, v);
+      printf(" %+6.1f%%\n", bn_median(v, (size_t)rounds));
     }
-  }
   printf("\nper round (in run order):\n");
-  for (int c = 0; c < ncore; c++) {
+  for (int c = 0; c < ncore; c++)
     for (int k = PLAIN; k < NRUN; k++) {
       printf("  %-10s %-22s loop ms", core[c], run_name[k]);
       for (int r = 0; r < rounds; r++)
-        printf(" %7.1f", meas[c][k][r].loop_ms);
+        printf(" %.1f", meas[c][k][r].loop_ms);
+      printf("   CPU ms");
+      for (int r = 0; r < rounds; r++)
+        printf(" %.1f", meas[c][k][r].cpu_ms);
       if (k != PLAIN) {
-        speedups(c, k, rounds, v);
+        speedups(c, k, rounds, 0, v);
         printf("   plain/run");
         for (int r = 0; r < rounds; r++)
           printf(" %.3f", v[r]);
-        gaps(c, k, rounds, v);
-        printf("   run+saving vs plain");
-        for (int r = 0; r < rounds; r++)
-          printf(" %+.1f%%", v[r]);
         printf("   saving ms");
         for (int r = 0; r < rounds; r++)
           printf(" %.1f", meas[c][k][r].saving_ms);
+        gaps(c, k, rounds, 0, v);
+        printf("   run+saving");
+        for (int r = 0; r < rounds; r++)
+          printf(" %+.1f%%", v[r]);
       }
       printf("\n");
     }
-  }
 
-  printf("\ngoals (issue 13)\n");
+  printf("\ngoals (issue 13; by the loop's wall time, its CPU time in parentheses)\n");
   for (int c = 0; c < ncore; c++) {
-    double cm[MAXR];
+    double cm[MAXR], medc;
     for (int r = 0; r < rounds; r++)
       cm[r] = meas[c][COLD][r].compiled;
     double compiled = bn_median(cm, (size_t)rounds);
-    speedups(c, COLD, rounds, v);
-    stat_of(v, rounds, &med, &spr);
-    printf("  %s: 1st run on an empty database compiled %.0f of its %d shapes, plain/run %.3f: "
-           "%s\n", core[c], compiled, NSHAPES, med,
+    speedups(c, COLD, rounds, 1, v);
+    medc = bn_median(v, (size_t)rounds);
+    speedups(c, COLD, rounds, 0, v);
+    med = bn_median(v, (size_t)rounds);
+    printf("  %s: 1st run on an empty database compiled %.0f of its %d shapes, plain/run %.3f "
+           "(%.3f): %s\n", core[c], compiled, NSHAPES, med, medc,
            compiled > 0 && med > 1 ? "met" : "MISSED");
     if (c == BEST) {
-      speedups(c, WARM, rounds, v);
-      stat_of(v, rounds, &med, &spr);
-      printf("  %s (OpenBLAS's best core): 3rd run (warm) not slower than plain: plain/run %.3f: "
-             "%s\n", core[c], med, med >= 1 ? "met" : "MISSED");
+      speedups(c, WARM, rounds, 1, v);
+      medc = bn_median(v, (size_t)rounds);
+      speedups(c, WARM, rounds, 0, v);
+      med = bn_median(v, (size_t)rounds);
+      printf("  %s (OpenBLAS's best core): 3rd run (warm) not slower than plain: plain/run %.3f "
+             "(%.3f): %s\n", core[c], med, medc, med >= 1 ? "met" : "MISSED");
     }
     for (int k = COLD; k < NRUN; k++) {
-      gaps(c, k, rounds, v);
-      stat_of(v, rounds, &med, &spr);
-      printf("  %s %s: run + reported saving vs plain %+.1f%%  goal within %.0f%%: %s\n",
-             core[c], run_name[k], med, GOAL_HONEST_PCT,
+      gaps(c, k, rounds, 1, v);
+      medc = bn_median(v, (size_t)rounds);
+      gaps(c, k, rounds, 0, v);
+      med = bn_median(v, (size_t)rounds);
+      printf("  %s %s: run + reported saving vs plain %+.1f%% (%+.1f%%)  goal within %.0f%%: %s\n",
+             core[c], run_name[k], med, medc, GOAL_HONEST_PCT,
              fabs(med) <= GOAL_HONEST_PCT ? "met" : "MISSED");
     }
   }

@@ -6,13 +6,17 @@
  * and three through CBLAS row-major; the smallest are called several times per iteration.
  * Nothing in it was chosen for opjit: its shapes are not bench_jit's.
  *   bench_smallgemm_worker ITERATIONS
- * prints "loop_ms MS" (the loop's wall time: every BLAS call of the program), "calls N" and
- * "checksum X" on stdout. ITERATIONS = 0 loads the BLAS and exits (bench_smallgemm asks
+ * prints "loop_ms MS" (the loop's wall time: every BLAS call of the program), "loop_cpu_ms MS"
+ * (the CPU time the loop's thread had meanwhile: what a busy machine's other processes take
+ * from the wall time is not in it, and neither is the agent's own threads' work), "calls N"
+ * and "checksum X" on stdout. ITERATIONS = 0 loads the BLAS and exits (bench_smallgemm asks
  * OpenBLAS which core it runs that way). */
+#define _GNU_SOURCE
 #include "bench.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 typedef int blasint;
 void sgemm_(const char *ta, const char *tb, const blasint *m, const blasint *n,
@@ -117,15 +121,19 @@ int main(int argc, char **argv)
     return 0; /* the BLAS is loaded (and OpenBLAS named its core) before main */
   for (int i = 0; i < NSHAPES; i++)
     setup(&shapes[i], 7u * (unsigned)i + 1u);
+  struct timespec c0, c1;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
   uint64_t t0 = bn_now_ns();
   for (long it = 0; it < iters; it++)
     for (int i = 0; i < NSHAPES; i++)
       for (int r = 0; r < shapes[i].reps; r++, calls++)
         call(&shapes[i]);
   double ms = (double)(bn_now_ns() - t0) / 1e6;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+  double cpu_ms = (double)(c1.tv_sec - c0.tv_sec) * 1e3 + (double)(c1.tv_nsec - c0.tv_nsec) / 1e6;
   double sum = 0;
   for (int i = 0; i < NSHAPES; i++)
     sum += shapes[i].dt == 'd' ? ((double *)shapes[i].c)[0] : ((float *)shapes[i].c)[0];
-  printf("loop_ms %.3f\ncalls %ld\nchecksum %.6g\n", ms, calls, sum);
+  printf("loop_ms %.3f\nloop_cpu_ms %.3f\ncalls %ld\nchecksum %.6g\n", ms, cpu_ms, calls, sum);
   return 0;
 }
