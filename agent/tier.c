@@ -505,8 +505,9 @@ void ag_mm_tally(ag_mm_check_t *c, double got, double exact, double mag, int64_t
     c->bound = lim;
 }
 
-/* Compiles and publishes entry i. Compile thread only. */
-static void compile_one(uint32_t i)
+/* Compiles and publishes entry i; tune: nothing else waits in the queue, so the JIT may spend
+ * the time to tune the kernel. Compile thread only. */
+static void compile_one(uint32_t i, int tune)
 {
   ag_entry_t *e = ag_table_entry(ag_table, i);
   jt_gemm_t g = shapes[i];
@@ -535,13 +536,15 @@ static void compile_one(uint32_t i)
     g.beta_class = g.beta_class ? 0 : 1; /* a real kernel that adds, or ignores, the old C */
     g.k -= g.mm && g.k > 1; /* a MUL_MAT kernel that leaves out the last k */
   }
-  /* The ISA the machine model chose (OPJIT_ISA); where the model leaves the blocking open, the
-   * JIT times a few candidates on the real shape and keeps the fastest (its name says which). */
+  /* The ISA the machine model chose (OPJIT_ISA). With time to spare, where the model leaves the
+   * blocking open, the JIT times a few candidates on the real shape and keeps the fastest (its
+   * name says which); with others waiting, the model's own pick (a program with hundreds of hot
+   * signatures gets them all compiled first). */
   g.isa = ag_machine_isa() == AG_ISA_AVX512 ? JT_ISA_AVX512 : JT_ISA_AVX2;
   jt_gemm_t best = g;
   int rc = fault && strcmp(fault, "compile") == 0
                ? (snprintf(err, sizeof err, "injected compile failure"), -1)
-           : g.add_rms_mul ? jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err)
+           : g.add_rms_mul || !tune ? jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err)
                            : jit->tune(&g, TUNE_CANDIDATES, &best, &fn, &size, &obj, &obj_len,
                                        NULL, err, sizeof err);
   g = best;
@@ -679,9 +682,10 @@ static void *compile_main(void *arg)
   for (;;) {
     while (q_len) {
       uint32_t i = queue[--q_len];
+      int alone = q_len == 0;
       pthread_mutex_unlock(&q_mu);
       if (load_jit() == 0) {
-        compile_one(i);
+        compile_one(i, alone);
       } else {
         atomic_store(&jit_dead, 1);
         atomic_store(&ag_table_entry(ag_table, i)->tier, AG_TIER_FAILED);
