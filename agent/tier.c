@@ -13,6 +13,7 @@
 #include "agent.h"
 #include "codemap.h"
 #include "compare.h"
+#include "policy.h"
 #include "machine.h"
 #include "log.h"
 #include "opt.h"
@@ -88,22 +89,12 @@ _Atomic int ag_tier_live, ag_tier_undecided;
 /* What promotion expects: the mean relative saving of this process's measured variants and
  * the mean compile time (both updated by compile threads under code_mu; read racily, as
  * estimates). */
-#define GAIN_CLASSES 6 /* problems by size: cube root of m n k up to 8, 16, 32, 64, 128, more */
-static double gain_sum[GAIN_CLASSES]; /* the judge's verdicts' savings (a loss counts as 0), per
-                                         class; compile threads write, host threads read racily */
-static int gain_n[GAIN_CLASSES];
+/* What promotion has learnt: the judge's verdicts per size class (policy.h). Compile threads
+ * write, host threads read racily (an estimate). */
+static ag_policy_t policy;
 
-/* e's size class for the expected saving: the cube root of its problem's m n k (or its length,
- * for the one-dimensional kernels) against 8, 16, 32, 64, 128. */
-static int gain_class(const ag_entry_t *e)
-{
-  double v = (double)(e->key.m ? e->key.m : 1) * (e->key.n ? e->key.n : 1) *
-             (e->key.k ? e->key.k : 1);
-  int c = 0;
-  for (double edge = 8; c < GAIN_CLASSES - 1 && v > edge * edge * edge; edge *= 2)
-    c++;
-  return c;
-}
+/* e's size class for the policy. */
+static int size_class(const ag_entry_t *e) { return ag_policy_class(e->key.m, e->key.n, e->key.k); }
 
 static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
 static ag_event_rec_t events[EVENTS_MAX];
@@ -651,9 +642,7 @@ static void watch_speed(void)
     }
     if (!(e->tier_flags & 1)) { /* first verdict on this variant: teach the promotion estimate */
       e->tier_flags |= 1;
-      double g = 1.0 - med;
-      int c = gain_class(e);
-      gain_sum[c] += g < 0 ? 0 : g > 0.9 ? 0.9 : g, gain_n[c]++;
+      ag_policy_learn(&policy, size_class(e), med);
     }
     if (v == AG_CMP_SLOWER) {
       atomic_store_explicit(&e->variant, NULL, memory_order_release);
@@ -721,39 +710,22 @@ static int payback_applies(const ag_entry_t *e)
          !(e->key.host == AG_HOST_ID_GGML && e->key.op == AG_GGML_OP_FUSED);
 }
 
-#define PRIOR_GAIN 0.3          /* the saving expected of a size class before the judge's
-                                   verdicts on it (it counts as one verdict among them) */
-#define IDLE_CORE_SHARE 0.1     /* what a compile on an otherwise idle core takes from the
-                                   program: shared caches and memory bandwidth, not the core */
-
-/* What compiling e's kernel costs the program, in ns of its time: the machine model's compile
- * time for its kernel family on this CPU (machine.h: measured over this and earlier runs),
- * times IDLE_CORE_SHARE when the threads that call operators leave a core idle for the compile
- * thread (registered operator threads against the online CPUs: a library's own thread pool is
- * not seen), else the whole. */
-static double compile_charge(const ag_entry_t *e)
+/* Whether spent_ns of e's time repays compiling its kernel (policy.h), charged the machine
+ * model's compile time for its kernel family on this CPU (machine.h: measured over this and
+ * earlier runs) and the threads that call operators now (registered operator threads against
+ * the online CPUs: a library's own thread pool is not seen). */
+static int pays_back(const ag_entry_t *e, double spent_ns)
 {
   static long ncpu;
   if (!ncpu)
     ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   ag_epoch_t snap[64];
-  size_t busy = ag_tcount_snapshot(snap, 64);
+  long busy = (long)ag_tcount_snapshot(snap, 64);
   jt_gemm_t g;
   int row;
   double ns = (double)ag_machine_compile_ns(gemm_of(&e->key, &g, &row) ? family(&g) : "gemm");
-  return (long)busy < ncpu ? ns * IDLE_CORE_SHARE : ns;
-}
-
-/* Whether spent_ns of the signature's time, sped up by the saving the judge's verdicts on its
- * size class have shown (PRIOR_GAIN before any), repays the compile's charge OPJIT_HOT_PAYBACK
- * times. The time spent so far predicts as much again to come. */
-static int pays_back(const ag_entry_t *e, double spent_ns)
-{
-  /* The prior counts as one verdict, so that a few losses lower the expectation without
-   * closing the class for good. */
-  int c = gain_class(e);
-  double gain = (PRIOR_GAIN + gain_sum[c]) / (1 + gain_n[c]);
-  return spent_ns * gain >= (double)ag_opts.num[AG_OPT_HOT_PAYBACK] * compile_charge(e);
+  return ag_policy_pays_back(&policy, size_class(e), spent_ns, ag_policy_charge(ns, busy, ncpu),
+                             ag_opts.num[AG_OPT_HOT_PAYBACK]);
 }
 
 void ag_tier_hot(ag_entry_t *e, uint64_t n)

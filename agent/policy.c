@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/* Promotion policy (policy.h). */
+#include "policy.h"
+
+int ag_policy_class(uint32_t m, uint32_t n, uint32_t k)
+{
+  double v = (double)(m ? m : 1) * (n ? n : 1) * (k ? k : 1);
+  int c = 0;
+  for (double edge = 8; c < AG_POLICY_CLASSES - 1 && v > edge * edge * edge; edge *= 2)
+    c++;
+  return c;
+}
+
+void ag_policy_learn(ag_policy_t *p, int cls, double median_ratio)
+{
+  double g = 1.0 - median_ratio;
+  p->gain_sum[cls] += g < 0 ? 0 : g > 0.9 ? 0.9 : g;
+  p->gain_n[cls]++;
+}
+
+double ag_policy_gain(const ag_policy_t *p, int cls)
+{
+  return (AG_POLICY_PRIOR_GAIN + p->gain_sum[cls]) / (1 + p->gain_n[cls]);
+}
+
+double ag_policy_charge(double compile_ns, long busy, long ncpu)
+{
+  return busy < ncpu ? compile_ns * AG_POLICY_IDLE_SHARE : compile_ns;
+}
+
+int ag_policy_pays_back(const ag_policy_t *p, int cls, double spent_ns, double charge,
+                        long payback)
+{
+  return spent_ns * ag_policy_gain(p, cls) >= (double)payback * charge;
+}

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/* Promotion policy: whether compiling a signature's kernel pays back, from costs measured on
+ * this machine. Pure arithmetic on explicit state (no clock, no globals, no locks): the tiers
+ * keep one ag_policy_t, feed it the judge's verdicts (compare.h) and the machine model's
+ * compile times (machine.h), and ask it on hot signatures.
+ *
+ *   expected saving of a size class = (AG_POLICY_PRIOR_GAIN + sum of its verdicts' savings)
+ *                                     / (1 + its verdicts)          (a loss counts as 0)
+ *   charge of a compile             = compile time x AG_POLICY_IDLE_SHARE when the threads that
+ *                                     call operators leave a core idle, else x 1
+ *   pays back                       = time spent so far x expected saving
+ *                                     >= OPJIT_HOT_PAYBACK x charge
+ * The time spent so far predicts as much again to come; the prior counts as one verdict, so a
+ * few losses lower the expectation without closing a class for good. */
+#ifndef OPJIT_AGENT_POLICY_H
+#define OPJIT_AGENT_POLICY_H
+
+#include <stdint.h>
+
+#define AG_POLICY_CLASSES 6     /* cube root of m n k up to 8, 16, 32, 64, 128, more */
+#define AG_POLICY_PRIOR_GAIN 0.3 /* the saving expected of a class before any verdict on it */
+#define AG_POLICY_IDLE_SHARE 0.1 /* what a compile on an otherwise idle core takes from the
+                                    program: shared caches and memory bandwidth, not the core */
+
+typedef struct ag_policy_s {
+  double gain_sum[AG_POLICY_CLASSES]; /* verdicts' savings (1 - variant/original, in [0, 0.9]) */
+  int gain_n[AG_POLICY_CLASSES];      /* verdicts */
+} ag_policy_t;
+
+/* The size class of an m x n x k problem (0 for a dimension means 1: vectors). */
+int ag_policy_class(uint32_t m, uint32_t n, uint32_t k);
+
+/* Records a verdict on a variant of class cls: the judge's median ratio variant / original. */
+void ag_policy_learn(ag_policy_t *p, int cls, double median_ratio);
+
+/* The saving expected of a new variant of class cls (a fraction of the original's time). */
+double ag_policy_gain(const ag_policy_t *p, int cls);
+
+/* What a compile of compile_ns costs the program, with busy threads calling operators on ncpu
+ * online CPUs. */
+double ag_policy_charge(double compile_ns, long busy, long ncpu);
+
+/* Whether spent_ns already spent on a signature of class cls repays payback times the charge
+ * (payback 0: always). */
+int ag_policy_pays_back(const ag_policy_t *p, int cls, double spent_ns, double charge,
+                        long payback);
+
+#endif

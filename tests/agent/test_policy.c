@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+/* Promotion policy, driven by recorded figures: what a compile is charged, what saving is
+ * expected of a size class and how verdicts move it, and the decisions they make together. */
+#include "agent/policy.h"
+
+#include <criterion/criterion.h>
+
+Test(policy, size_classes_follow_the_cube_root_of_the_work)
+{
+  cr_assert_eq(ag_policy_class(8, 8, 8), 0);
+  cr_assert_eq(ag_policy_class(9, 8, 8), 1);
+  cr_assert_eq(ag_policy_class(16, 16, 16), 1);
+  cr_assert_eq(ag_policy_class(64, 16, 32), 2, "32768 = 32^3");
+  cr_assert_eq(ag_policy_class(64, 64, 64), 3);
+  cr_assert_eq(ag_policy_class(128, 128, 128), 4);
+  cr_assert_eq(ag_policy_class(512, 512, 512), AG_POLICY_CLASSES - 1);
+  cr_assert_eq(ag_policy_class(4096, 0, 0), 1, "a vector of 4096 = 16^3");
+}
+
+Test(policy, a_compile_on_an_idle_core_is_charged_a_tenth)
+{
+  cr_assert_float_eq(ag_policy_charge(10e6, 1, 2), 10e6 * AG_POLICY_IDLE_SHARE, 1e-6);
+  cr_assert_float_eq(ag_policy_charge(10e6, 2, 2), 10e6, 1e-6, "every core calls operators");
+  cr_assert_float_eq(ag_policy_charge(10e6, 8, 2), 10e6, 1e-6);
+}
+
+Test(policy, verdicts_move_their_class_only)
+{
+  ag_policy_t p = {0};
+  cr_assert_float_eq(ag_policy_gain(&p, 3), AG_POLICY_PRIOR_GAIN, 1e-12);
+  /* Three 64^3 kernels lost (ratios 1.4, 1.5, 1.3): their class now expects 0.3 / 4. */
+  ag_policy_learn(&p, 3, 1.4), ag_policy_learn(&p, 3, 1.5), ag_policy_learn(&p, 3, 1.3);
+  cr_assert_float_eq(ag_policy_gain(&p, 3), AG_POLICY_PRIOR_GAIN / 4, 1e-12);
+  cr_assert_float_eq(ag_policy_gain(&p, 0), AG_POLICY_PRIOR_GAIN, 1e-12, "8^3 kernels unaffected");
+  /* One 8^3 kernel won at 0.25 of the original (a saving of 0.75). */
+  ag_policy_learn(&p, 0, 0.25);
+  cr_assert_float_eq(ag_policy_gain(&p, 0), (AG_POLICY_PRIOR_GAIN + 0.75) / 2, 1e-12);
+  /* A saving is capped at 0.9 (one freak round cannot promise everything). */
+  ag_policy_learn(&p, 1, 0.01);
+  cr_assert_float_eq(ag_policy_gain(&p, 1), (AG_POLICY_PRIOR_GAIN + 0.9) / 2, 1e-12);
+}
+
+/* The held-out program of issue #13: 14 small shapes, each called 20,000 times at 0.1-3 us,
+ * one host thread on 2 CPUs, compiles measured at 10 ms. */
+Test(policy, a_short_program_with_a_few_hot_shapes_compiles_in_its_first_run)
+{
+  ag_policy_t p = {0};
+  double charge = ag_policy_charge(10e6, 1, 2);
+  /* After 4096 calls of 160 ns (an 8^3 sgemm): 655 us spent, x 0.3 = 197 us < 1 ms. */
+  cr_assert_not(ag_policy_pays_back(&p, 0, 4096 * 160.0, charge, 1));
+  /* After 4096 calls of 1 us (a 32^3 dgemm): 4.1 ms x 0.3 = 1.2 ms >= 1 ms. */
+  cr_assert(ag_policy_pays_back(&p, 2, 4096 * 1000.0, charge, 1));
+  /* Every core busy: the whole 10 ms is charged, and the same 32^3 must wait. */
+  cr_assert_not(ag_policy_pays_back(&p, 2, 4096 * 1000.0, ag_policy_charge(10e6, 2, 2), 1));
+  /* OPJIT_HOT_PAYBACK=0: always. */
+  cr_assert(ag_policy_pays_back(&p, 0, 0, charge, 0));
+  /* The 8^3 kernels measured 3x faster (expected saving (0.3 + 0.667) / 2 = 0.48): 16384 calls
+   * of 160 ns, 2.6 ms, now pay back; with the prior alone they did not. */
+  cr_assert_not(ag_policy_pays_back(&p, 0, 16384 * 160.0, charge, 1));
+  ag_policy_learn(&p, 0, 1.0 / 3);
+  cr_assert(ag_policy_pays_back(&p, 0, 16384 * 160.0, charge, 1));
+}
