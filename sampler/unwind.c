@@ -183,6 +183,8 @@ typedef struct frame_rule_s {
   int64_t ra_off;
   int bp;          /* BP_* */
   int64_t bp_off;
+  int plt;         /* > 0: the CFA is a lazy PLT entry's, RSP + 8, + 8 from the entry's byte
+                      plt on (plt_expr) */
 } frame_rule_t;
 
 enum { R_BP = 6, R_SP = 7, R_R10 = 10, R_R13 = 13, R_RA = 16 };
@@ -213,6 +215,21 @@ static int simple_expr(rd_t *r, uint64_t len, int *bp, int64_t *k, int *deref)
   if (e.p < e.end && u8(&e) == 0x06) /* DW_OP_deref */
     *deref = 1;
   return !e.bad && e.p == e.end;
+}
+
+/* The expression linkers give a lazy PLT's entries (16 bytes: jmp *GOT, push index, jmp to
+ * the resolver), "breg7 8; breg16 0; lit15; and; litK; ge; lit3; shl; plus": the CFA is
+ * RSP + 8, + 8 once the push ran (from byte K of the entry on). Returns K, or 0 for another
+ * expression. */
+static int plt_expr(const uint8_t *e, uint64_t len)
+{
+  static const uint8_t head[] = {0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a};
+  static const uint8_t tail[] = {0x2a, 0x33, 0x24, 0x22};
+  if (len != sizeof head + 1 + sizeof tail || memcmp(e, head, sizeof head) ||
+      memcmp(e + sizeof head + 1, tail, sizeof tail))
+    return 0;
+  int k = e[sizeof head] - 0x30; /* DW_OP_litK */
+  return k > 0 && k < 16 ? k : 0;
 }
 
 /* Runs CFA instructions from r until the location passes pc. init is the CIE's state (for
@@ -296,17 +313,26 @@ static int run_cfi(rd_t *r, uint64_t loc, uint64_t pc, uint64_t code_align, int6
       reg = uleb(r);
       off = op == 0x0c ? (int64_t)uleb(r) : sleb(r) * data_align;
       st->cfa_ok = cfa_base(reg) >= 0;
-      st->cfa_reg = cfa_base(reg), st->cfa_deref = 0, st->cfa_off = off;
+      st->cfa_reg = cfa_base(reg), st->cfa_deref = 0, st->cfa_off = off, st->plt = 0;
       continue;
-    case 0x0d: /* def_cfa_register */
+    case 0x0d: /* def_cfa_register (after an expression: not a register rule to change) */
       reg = uleb(r);
-      st->cfa_ok = cfa_base(reg) >= 0 && !st->cfa_deref;
+      st->cfa_ok = cfa_base(reg) >= 0 && !st->cfa_deref && !st->plt;
       st->cfa_reg = cfa_base(reg);
       continue;
-    case 0x0e: st->cfa_off = (int64_t)uleb(r); st->cfa_ok = st->cfa_ok && !st->cfa_deref; continue;
-    case 0x13: st->cfa_off = sleb(r) * data_align; st->cfa_ok = st->cfa_ok && !st->cfa_deref; continue;
+    case 0x0e: case 0x13: /* def_cfa_offset, _sf */
+      st->cfa_off = op == 0x0e ? (int64_t)uleb(r) : sleb(r) * data_align;
+      st->cfa_ok = st->cfa_ok && !st->cfa_deref && !st->plt;
+      continue;
     case 0x0f: /* def_cfa_expression */
-      st->cfa_ok = simple_expr(r, uleb(r), &bp, &off, &deref) && deref;
+      reg = uleb(r);
+      if (reg <= (uint64_t)(r->end - r->p) && (st->plt = plt_expr(r->p, reg))) {
+        r->p += reg;
+        st->cfa_ok = 1, st->cfa_reg = CFA_SP, st->cfa_deref = 0;
+        st->cfa_off = (int64_t)(pc & 15) >= st->plt ? 16 : 8;
+        continue;
+      }
+      st->cfa_ok = simple_expr(r, reg, &bp, &off, &deref) && deref;
       st->cfa_reg = bp ? CFA_BP : CFA_SP, st->cfa_deref = 1, st->cfa_off = off;
       continue;
     case 0x10: /* expression: the register is saved at the address the block computes */
@@ -453,6 +479,12 @@ static uint64_t compute(const uw_snap_t *s, uint64_t pc, uint64_t range[2])
   range[1] = row[1] < start + range_ ? row[1] : start + range_;
   if (range[1] > o->hi) /* never past the code it was found for (JIT kernels lie close) */
     range[1] = o->hi;
+  if (st.plt) { /* the rule holds for pc's side of its entry's byte plt */
+    uint64_t entry = pc & ~(uint64_t)15, lo = entry + ((pc & 15) >= (uint64_t)st.plt ? st.plt : 0);
+    uint64_t hi = (pc & 15) >= (uint64_t)st.plt ? entry + 16 : entry + st.plt;
+    range[0] = range[0] > lo ? range[0] : lo;
+    range[1] = range[1] < hi ? range[1] : hi;
+  }
 
   if (st.ra == 0)
     return (uint64_t)K_END;

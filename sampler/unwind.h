@@ -9,7 +9,8 @@
  * This walker reads each loaded object's .eh_frame_hdr search table itself, interprets the
  * call-frame instructions x86-64 compilers emit for the three values a walk needs (the CFA,
  * RBP and the return address; including gcc's realignment forms, CFA = *(RBP + k) and, in a
- * realigned frame's prologue and epilogue, CFA = DRAP register + k), and caches
+ * realigned frame's prologue and epilogue, CFA = DRAP register + k, and the linker's lazy PLT
+ * expression), and caches
  * the resulting rules in lock-free tables every thread shares: by return address, and for an
  * interrupted PC (a new instruction nearly every sample) by its CFI row's code range. A warm
  * walk is a table probe and two or three stack loads a frame.

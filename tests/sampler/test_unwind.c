@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/time.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 static uint64_t stack_lo, stack_hi; /* the test thread's stack */
 static uint64_t walked[64];
@@ -350,6 +351,31 @@ Test(unwind, walks_as_libgcc_does_wherever_the_signal_lands)
    * there); the test below counts them instruction by instruction. */
   cr_assert_lt(unsupported * 20, compared, "the walker left %d of %d", (int)unsupported,
                (int)compared);
+}
+
+/* A call into libc goes through the program's PLT: its entries' CFA is a DWARF expression
+ * (RSP + 8, + 8 once the entry pushed its index) the walker interprets for the entry's byte it
+ * is at. Stepped instruction by instruction, every walk there and in libc agrees with libgcc. */
+Test(unwind, walks_as_libgcc_does_through_a_plt_entry)
+{
+  cr_assert_eq(uw_refresh(), 0);
+  backtrace((void *[1]){0}, 1);
+  this_stack();
+  pid_t pid = getpid(); /* its PLT slot bound, as a running program's are */
+  struct sigaction sa = {0};
+  sa.sa_sigaction = on_trap;
+  sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGTRAP, &sa, NULL);
+  stepping = 1;
+  __asm__ volatile("pushfq; orq $0x100, (%%rsp); popfq" ::: "memory", "cc");
+  pid_t again = getpid();
+  stepping = 0;
+  __asm__ volatile("nop");
+  cr_assert_eq(again, pid);
+  cr_assert_geq(compared, 3, "only %d walks compared (%d the walker left)", (int)compared,
+                (int)unsupported);
+  cr_assert_eq(differed, 0, "%d of %d walks differ from libgcc's", (int)differed, (int)compared);
+  cr_assert_eq(unsupported, 0, "the walker left %d of %d", (int)unsupported, (int)compared);
 }
 
 Test(unwind, walks_as_libgcc_does_at_every_instruction)
