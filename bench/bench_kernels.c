@@ -152,7 +152,8 @@ static int prepare(row_t *r)
     r->scratch = operand(JT_MM_SCRATCH_FLOATS(g->k), 4);
   } else {
     int esz = g->f64 ? 8 : 4;
-    r->a = operand((size_t)g->lda * g->k, esz), r->b = operand((size_t)g->ldb * g->n, esz);
+    r->a = operand((size_t)g->lda * (g->ta ? g->m : g->k), esz);
+    r->b = operand((size_t)g->ldb * g->n, esz);
     r->c = operand((size_t)g->ldc * g->n, esz);
   }
   int first = 0;
@@ -187,7 +188,8 @@ static void print_table(const char *table, const char *const head[NCONF], int nu
       continue;
     char shape[32], kind[16];
     snprintf(shape, sizeof shape, "%dx%dx%d", r->g.m, r->g.n, r->g.k);
-    snprintf(kind, sizeof kind, "%s", r->g.mm ? (r->g.w16 ? "mm f16" : "mm f32") : r->g.f64 ? "dgemm" : "sgemm");
+    snprintf(kind, sizeof kind, "%s%s", r->g.mm ? (r->g.w16 ? "mm f16" : "mm f32") : r->g.f64 ? "dgemm" : "sgemm",
+             r->g.ta ? " TN" : "");
     printf("%-10s %-16s", kind, shape);
     double best = 0, ratio[64];
     for (int c = 0; c < NCONF; c++) {
@@ -242,6 +244,8 @@ int main(int argc, char **argv)
   const char *T1 = "GEMM, NN alpha=1 beta=1, square: by width (ratio: avx512 zmm / avx2)";
   const char *T2 = "GEMM tails (m, n, k not multiples of the vector), avx512 zmm: masked vs pieces "
                    "(ratio: masked / pieces)";
+  const char *T4 = "GEMV (n = 1; TN: y = A^T x) and AXPY (k = 1) as the agent maps them: by width "
+                   "(ratio: avx512 zmm / avx2)";
   const char *T3 = "ggml MUL_MAT (prefill n > 1, decode n = 1): by width (ratio: avx512 zmm / avx2)";
   static const int ns[] = {16, 32, 64, 128};
   const jt_gemm_t none = {.isa = -1}, tuned = {.isa = -2};
@@ -262,6 +266,14 @@ int main(int argc, char **argv)
       add_row(T2, g, (jt_gemm_t[]){with(g, JT_ISA_AVX512, 512, 1, 0), with(g, JT_ISA_AVX512, 512, 2, 0),
                                    none, none});
     }
+  static const int mvs[][4] = {{64, 64, 0, 0}, {160, 160, 0, 0}, {160, 160, 1, 0}, {500, 1, 0, 0}, {160, 160, 0, 1}};
+  for (size_t i = 0; i < sizeof mvs / sizeof *mvs; i++) {
+    int m = mvs[i][0], k = mvs[i][1], ta = mvs[i][2];
+    jt_gemm_t g = {.f64 = mvs[i][3], .ta = ta, .m = m, .n = 1, .k = k, .lda = ta ? k : m, .ldb = k,
+                   .ldc = m, .alpha_one = 1, .beta_class = 1};
+    add_row(T4, g, (jt_gemm_t[]){with(g, JT_ISA_AVX2, 0, 0, 0), with(g, JT_ISA_AVX512, 256, 0, 0),
+                                 with(g, JT_ISA_AVX512, 512, 0, 0), tuned});
+  }
   static const int mms[][3] = {{768, 32, 256}, {256, 32, 768}, {1024, 128, 1024}, {1024, 1, 1024}, {4096, 1, 1024}};
   for (int w16 = 0; w16 < 2; w16++)
     for (size_t i = 0; i < sizeof mms / sizeof *mms; i++) {
@@ -291,6 +303,8 @@ int main(int argc, char **argv)
               rounds, ps, pd);
   if (wide)
     print_table(T2, (const char *const[]){"masked", "pieces", "", ""}, 0, 1, rounds, ps, pd);
+  print_table(T4, (const char *const[]){"avx2 ymm", "avx512 ymm", "avx512 zmm", "tuned"}, 2, 0,
+              rounds, ps, pd);
   print_table(T3, (const char *const[]){"avx2 ymm", "avx512 ymm", "avx512 zmm", "tuned"}, 2, 0,
               rounds, ps, pd);
   return 0;

@@ -106,6 +106,9 @@ static LLVMValueRef at(gen_t *g, LLVMValueRef base, LLVMValueRef index)
   return LLVMBuildInBoundsGEP2(g->b, g->elem, base, &index, 1, "p");
 }
 
+static LLVMValueRef add(gen_t *g, LLVMValueRef x, LLVMValueRef y) { return LLVMBuildNSWAdd(g->b, x, y, ""); }
+static LLVMValueRef mul(gen_t *g, LLVMValueRef x, long y) { return LLVMBuildNSWMul(g->b, x, i64c(g, y), ""); }
+
 /* a * x + y, elementwise. */
 static LLVMValueRef fma3(gen_t *g, LLVMValueRef a, LLVMValueRef x, LLVMValueRef y)
 {
@@ -485,8 +488,12 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
     }
   } else if (s->dot || s->add_rms_mul) { /* one loop over k: no blocking to choose */
     r->mr_vecs = 2, r->nr = 1;
+  } else if (s->ta && s->n == 1) { /* dot products (emit_dots): no blocking to choose */
+    r->mr_vecs = 1, r->nr = 1;
   } else {
-    r->mr_vecs = s->mr_vecs ? s->mr_vecs : s->m > V ? 2 : 1;
+    /* a matrix-vector product's chains are its vectors of rows: 4 where M has them */
+    int mv = s->n == 1 ? 4 : 2;
+    r->mr_vecs = s->mr_vecs ? s->mr_vecs : s->m > (mv - 1) * V ? mv : (s->m + V - 1) / V;
     r->nr = s->nr ? s->nr : fit_nr(regs, r->mr_vecs, s->n, JT_MAX_NR);
     if (s->ta && (long)r->mr_vecs * V * s->k * (s->f64 ? 8 : 4) > JT_GEMM_PANEL_BYTES) {
       snprintf(err, len, "the A^T panel of %d x %d elements exceeds %d bytes", r->mr_vecs * V,
@@ -628,6 +635,75 @@ static LLVMValueRef end_kernel(gen_t *g)
   return g->fn;
 }
 
+/* ---- GEMV-shaped, op(A) = A^T and n = 1: y = alpha A^T x + beta y -------------------------
+ *
+ * (numpy's A @ x on a C-order A arrives so.) Each C[i] is the dot product of A's column i,
+ * contiguous in k, with x: DOT_ROWS columns at a time, each over DOT_ACC vector accumulators
+ * (8 chains of FMAs), x's vector loaded once for the DOT_ROWS of them; the k's past the last
+ * whole step in partial vectors (vload: nothing past them is read), then each column's lanes
+ * summed. No panel is packed: the A^T panel was a transpose of what is already contiguous. */
+#define DOT_ROWS 4
+#define DOT_ACC 2
+_Static_assert(DOT_ROWS <= JT_MAX_MR_VECS && DOT_ACC <= JT_MAX_NR, "kloop_open's accumulators");
+
+/* Columns i0 .. i0+rows-1 of A (rows <= DOT_ROWS) dotted with x into C. */
+static void dots_block(gen_t *g, LLVMValueRef i0, int rows, LLVMValueRef alpha, LLVMValueRef beta)
+{
+  const jt_gemm_t *s = g->g;
+  long K = s->k, V = g->V, kstep = DOT_ACC * V, kloop = K / kstep * kstep;
+  LLVMValueRef col[DOT_ROWS];
+  for (int r = 0; r < rows; r++)
+    col[r] = at(g, g->a, mul(g, add(g, i0, i64c(g, r)), s->lda));
+  accs_t acc, next;
+  for (int r = 0; r < rows; r++)
+    for (int a = 0; a < DOT_ACC; a++)
+      next[r][a] = LLVMConstNull(g->vec);
+  if (kloop) {
+    kloop_t l = kloop_open(g, rows, DOT_ACC, acc);
+    for (int a = 0; a < DOT_ACC; a++) {
+      LLVMValueRef kk = add(g, l.k, i64c(g, a * V));
+      LLVMValueRef xv = vload(g, at(g, g->bm, kk), g->V);
+      for (int r = 0; r < rows; r++)
+        next[r][a] = fma3(g, vload(g, at(g, col[r], kk), g->V), xv, acc[r][a]);
+    }
+    kloop_close(g, &l, rows, DOT_ACC, acc, next, kloop, kstep);
+  }
+  for (long kk = kloop; kk < K; kk += V) { /* whole vectors, then a partial one */
+    int lanes = K - kk < V ? (int)(K - kk) : (int)V;
+    LLVMValueRef xv = vload(g, at(g, g->bm, i64c(g, kk)), lanes);
+    for (int r = 0; r < rows; r++) {
+      LLVMValueRef *a = &next[r][(kk - kloop) / V % DOT_ACC];
+      *a = fma3(g, vload(g, at(g, col[r], i64c(g, kk)), lanes), xv, *a);
+    }
+  }
+  for (int r = 0; r < rows; r++) {
+    LLVMValueRef v = next[r][0];
+    for (int a = 1; a < DOT_ACC; a++)
+      v = LLVMBuildFAdd(g->b, v, next[r][a], "a");
+    LLVMValueRef sum = hsum(g, v), p = at(g, g->c, add(g, i0, i64c(g, r)));
+    if (!s->alpha_one)
+      sum = LLVMBuildFMul(g->b, sum, alpha, "as");
+    if (s->beta_class) {
+      LLVMValueRef c = LLVMBuildLoad2(g->b, g->elem, p, "c");
+      sum = s->beta_class == 1 ? LLVMBuildFAdd(g->b, sum, c, "s")
+                               : LLVMBuildFAdd(g->b, sum, LLVMBuildFMul(g->b, c, beta, "bc"), "s");
+    }
+    LLVMBuildStore(g->b, sum, p);
+  }
+}
+
+static void emit_dots(gen_t *g, LLVMValueRef alpha, LLVMValueRef beta)
+{
+  int m = g->g->m, mfull = m / DOT_ROWS * DOT_ROWS;
+  if (mfull) {
+    loop_t i = loop_begin(g, i64c(g, 0), mfull, DOT_ROWS, "i");
+    dots_block(g, i.iv, DOT_ROWS, alpha, beta);
+    loop_end(g, &i);
+  }
+  if (m > mfull)
+    dots_block(g, i64c(g, mfull), m - mfull, alpha, beta);
+}
+
 LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
 {
   gen_t g = {.cx = cx, .mod = mod, .g = s};
@@ -636,6 +712,10 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
   if (!s->f64) {
     alpha = LLVMBuildFPTrunc(g.b, alpha, g.elem, "alpha");
     beta = LLVMBuildFPTrunc(g.b, beta, g.elem, "beta");
+  }
+  if (s->ta && s->n == 1) {
+    emit_dots(&g, alpha, beta);
+    return end_kernel(&g);
   }
   g.alpha = splat(&g, alpha);
   g.beta = splat(&g, beta);
@@ -821,8 +901,6 @@ static LLVMValueRef gep(gen_t *g, LLVMTypeRef t, LLVMValueRef base, LLVMValueRef
   return LLVMBuildInBoundsGEP2(g->b, t, base, &index, 1, "p");
 }
 
-static LLVMValueRef add(gen_t *g, LLVMValueRef x, LLVMValueRef y) { return LLVMBuildNSWAdd(g->b, x, y, ""); }
-static LLVMValueRef mul(gen_t *g, LLVMValueRef x, long y) { return LLVMBuildNSWMul(g->b, x, i64c(g, y), ""); }
 
 /* V consecutive weights at element index ix of w, as floats. */
 static LLVMValueRef mm_wload(gen_t *g, LLVMValueRef ix)

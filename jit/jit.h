@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define JT_GENERATOR_VERSION 8 /* bumped whenever generated code changes */
+#define JT_GENERATOR_VERSION 9 /* bumped whenever generated code changes */
 
 /* Instruction sets the generator targets (jt_gemm_t.isa). Each is compiled by a session of its
  * own whose target features are the host's with everything wider turned off, so forcing AVX2 on
@@ -158,8 +158,9 @@ typedef struct jt_api_s {
  * blocking, which this generator does not do yet, decide the speed). */
 #define JT_GEMM_MAX_DIM 512
 #define JT_GEMM_MAX_K 1024
-#define JT_GEMM_MAX_K_PACKED 256 /* with op(A) = A^T the kernel packs an MR x K panel on the
-                                    stack (and it probes the stack as it grows) */
+#define JT_GEMM_MAX_K_PACKED 256 /* with op(A) = A^T and n > 1 the kernel packs an MR x K panel
+                                    on the stack (and it probes the stack as it grows); with
+                                    n = 1 it computes dot products over A's columns instead */
 #define JT_GEMM_PANEL_BYTES 32768 /* that panel's size at most: a blocking whose panel would be
                                      larger fails (2 zmm x 256 k's fit) */
 
@@ -175,7 +176,8 @@ static inline int jt_gemm_supported(const jt_gemm_t *g)
   if (g->dot)
     return g->k >= 1 && g->k <= (1 << 20);
   return g->m >= 1 && g->n >= 1 && g->k >= 1 && g->m <= JT_GEMM_MAX_DIM &&
-         g->n <= JT_GEMM_MAX_DIM && g->k <= (g->ta ? JT_GEMM_MAX_K_PACKED : JT_GEMM_MAX_K) &&
+         g->n <= JT_GEMM_MAX_DIM &&
+         g->k <= (g->ta && g->n > 1 ? JT_GEMM_MAX_K_PACKED : JT_GEMM_MAX_K) &&
          g->lda >= (g->ta ? g->k : g->m) && g->ldb >= (g->tb ? g->n : g->k) && g->ldc >= g->m;
 }
 

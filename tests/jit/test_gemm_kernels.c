@@ -645,3 +645,24 @@ ISA_TEST(the_code_is_the_isa_asked_for)
     }
   }
 }
+
+/* Matrix-vector products as the agent maps GEMV (n = 1; op(A) = A^T, numpy's A @ x on a C-order
+ * A, has a dot-product kernel of its own) and AXPY (k = 1): M across the 4-column steps and
+ * their tails, K across the 2-vector steps, whole vectors and partial ones, every alpha/beta
+ * class, padded leading dimensions. */
+ISA_TEST(matrix_vector_products_match_the_reference)
+{
+  static const int ms[] = {1, 3, 4, 5, 16, 17, 33, 100}, ks[] = {1, 7, 16, 31, 33, 64, 100, 300};
+  for (int t = 0; t < 2 * 8 * 8; t++) {
+    jt_gemm_t g = {.f64 = (int)rnd(2), .ta = t & 1, .m = ms[t / 2 % 8], .n = 1, .k = ks[t / 16]};
+    g.lda = (g.ta ? g.k : g.m) + (int)rnd(3), g.ldb = g.k, g.ldc = g.m;
+    double alpha = alphas[rnd(4)], beta = betas[rnd(4)];
+    g.alpha_one = alpha == 1;
+    g.beta_class = beta == 0 ? 0 : beta == 1 ? 1 : 2;
+    check(&g, compile(&g), alpha, beta, g.beta_class == 0);
+  }
+  for (int m = 1; m < 200; m += 1 + (int)rnd(20)) { /* y = alpha x + y */
+    jt_gemm_t g = {.f64 = m & 1, .m = m, .n = 1, .k = 1, .lda = m, .ldb = 1, .ldc = m, .beta_class = 1};
+    check(&g, compile(&g), 0.75, 1, 0);
+  }
+}
