@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* bench_kernels: the JIT's kernels alone, by vector width, on this CPU. For square sgemm and
- * dgemm (NN, alpha 1, beta 1) at n = 16, 32, 64, 128 and ggml MUL_MATs (prefill and decode,
+ * dgemm (NN, alpha 1, beta 1) at n = 16 .. 512 and ggml MUL_MATs (prefill and decode,
  * f32 and f16 weights) it compiles the kernel for AVX2 (256-bit, 16 registers, forced: no EVEX
  * code), for AVX-512 with 256-bit vectors (32 registers), for AVX-512 with 512-bit vectors
  * (the default) and the one tune() picks; for GEMMs with tails, masked against pieced tails.
@@ -244,18 +244,28 @@ int main(int argc, char **argv)
   const char *T1 = "GEMM, NN alpha=1 beta=1, square: by width (ratio: avx512 zmm / avx2)";
   const char *T2 = "GEMM tails (m, n, k not multiples of the vector), avx512 zmm: masked vs pieces "
                    "(ratio: masked / pieces)";
+  const char *T5 = "GEMM, large K: K in blocks (A's slice packed) vs one block, host ISA "
+                   "(ratio: blocked / one block)";
   const char *T4 = "GEMV (n = 1; TN: y = A^T x) and AXPY (k = 1) as the agent maps them: by width "
                    "(ratio: avx512 zmm / avx2)";
   const char *T3 = "ggml MUL_MAT (prefill n > 1, decode n = 1): by width (ratio: avx512 zmm / avx2)";
-  static const int ns[] = {16, 32, 64, 128};
+  static const int ns[] = {16, 32, 64, 128, 256, 512};
   const jt_gemm_t none = {.isa = -1}, tuned = {.isa = -2};
   for (int f64 = 0; f64 < 2; f64++)
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
       int n = ns[i];
       jt_gemm_t g = {.f64 = f64, .m = n, .n = n, .k = n, .lda = n, .ldb = n, .ldc = n,
                      .alpha_one = 1, .beta_class = 1};
       add_row(T1, g, (jt_gemm_t[]){with(g, JT_ISA_AVX2, 0, 0, 0), with(g, JT_ISA_AVX512, 256, 0, 0),
                                    with(g, JT_ISA_AVX512, 512, 0, 0), tuned});
+    }
+  for (int f64 = 0; f64 < 2; f64++)
+    for (int n = 256; n <= 512; n *= 2) {
+      jt_gemm_t g = {.f64 = f64, .m = n, .n = n, .k = n, .lda = n, .ldb = n, .ldc = n,
+                     .alpha_one = 1, .beta_class = 1};
+      jt_gemm_t one = g;
+      one.kc = -1;
+      add_row(T5, g, (jt_gemm_t[]){g, one, none, tuned});
     }
   static const int odd[] = {20, 37, 71, 100};
   for (int f64 = 0; f64 < 2 && wide; f64++)
@@ -303,6 +313,7 @@ int main(int argc, char **argv)
               rounds, ps, pd);
   if (wide)
     print_table(T2, (const char *const[]){"masked", "pieces", "", ""}, 0, 1, rounds, ps, pd);
+  print_table(T5, (const char *const[]){"K blocked", "one block", "", "tuned"}, 0, 1, rounds, ps, pd);
   print_table(T4, (const char *const[]){"avx2 ymm", "avx512 ymm", "avx512 zmm", "tuned"}, 2, 0,
               rounds, ps, pd);
   print_table(T3, (const char *const[]){"avx2 ymm", "avx512 ymm", "avx512 zmm", "tuned"}, 2, 0,

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #define MAXV 64 /* lanes of a vector, at most (transposes, shuffle masks) */
+#define GEMM_KC_BYTES 1024 /* a K block's share of each B column */
 
 typedef struct gen_s {
   LLVMContextRef cx;
@@ -38,6 +39,9 @@ typedef struct gen_s {
   LLVMValueRef xr;           /* MUL_MAT: the x sliver (in the scratch; against f16 weights
                                 rounded to f16) */
   LLVMValueRef res, out;     /* MUL_MAT + ADD: the residual and the sum's destination */
+  LLVMValueRef kc, kc_end;   /* GEMM with K blocked: the block's k's (i64), else NULL */
+  LLVMValueRef bpack;        /* ... and op(B) = B: the block's sliver of B's columns */
+  LLVMValueRef first;        /* ... and whether it is the first block (i1), which applies beta */
   LLVMValueRef fma, mload, mstore; /* llvm.fma, llvm.masked.load/store on vec */
   LLVMTypeRef fma_t, mload_t, mstore_t;
   char name[128];            /* the kernel's symbol (jt_gemm_name) */
@@ -307,9 +311,9 @@ static void emit_pack(gen_t *g, LLVMValueRef i0, int mr)
   set_lanes(g, wide);
 }
 
-/* A micro-kernel's K loop: kloop_open enters it with k and the nv x nr accumulators as phis
- * (0 on entry); kloop_close closes it on the accumulators' next values, k += step while
- * k < kend, and leaves the builder after it. */
+/* A micro-kernel's K loop: kloop_open enters it with k (from k0) and the nv x nr accumulators
+ * as phis (0 on entry); kloop_close closes it on the accumulators' next values, k += step
+ * while k < kend, and leaves the builder after it. */
 typedef struct kloop_s {
   LLVMBasicBlockRef head, done;
   LLVMValueRef k;
@@ -317,10 +321,10 @@ typedef struct kloop_s {
 
 typedef LLVMValueRef accs_t[JT_MAX_MR_VECS][JT_MAX_NR];
 
-static kloop_t kloop_open(gen_t *g, int nv, int nr, accs_t acc)
+static kloop_t kloop_open(gen_t *g, int nv, int nr, accs_t acc, LLVMValueRef k0)
 {
   kloop_t l;
-  LLVMValueRef zero = LLVMConstNull(g->vec), k0 = i64c(g, 0);
+  LLVMValueRef zero = LLVMConstNull(g->vec);
   LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
   l.head = LLVMAppendBasicBlockInContext(g->cx, g->fn, "k");
   l.done = LLVMAppendBasicBlockInContext(g->cx, g->fn, "store");
@@ -337,7 +341,7 @@ static kloop_t kloop_open(gen_t *g, int nv, int nr, accs_t acc)
 }
 
 static void kloop_close(gen_t *g, const kloop_t *l, int nv, int nr, accs_t acc, accs_t next,
-                        long kend, long step)
+                        LLVMValueRef kend, long step)
 {
   LLVMValueRef k1 = LLVMBuildNSWAdd(g->b, l->k, i64c(g, step), "k1");
   LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
@@ -345,7 +349,7 @@ static void kloop_close(gen_t *g, const kloop_t *l, int nv, int nr, accs_t acc, 
   for (int v = 0; v < nv; v++)
     for (int j = 0; j < nr; j++)
       LLVMAddIncoming(acc[v][j], &next[v][j], &latch, 1);
-  LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, k1, i64c(g, kend), ""), l->head, l->done);
+  LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, k1, kend, ""), l->head, l->done);
   LLVMPositionBuilderAtEnd(g->b, l->done);
 }
 
@@ -355,15 +359,16 @@ static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int n
   const jt_gemm_t *s = g->g;
   int nv = (mr + g->V - 1) / g->V;
   accs_t acc;
-  kloop_t l = kloop_open(g, nv, nr, acc);
+  kloop_t l = kloop_open(g, nv, nr, acc, g->kc ? g->kc : i64c(g, 0));
   LLVMValueRef k = l.k;
   /* op(A)[i0 + v*V .., k]: from A (column k) or from the packed A^T panel. */
   LLVMValueRef av[JT_MAX_MR_VECS];
   for (int v = 0; v < nv; v++) {
     int lanes = mr - v * g->V < g->V ? mr - v * g->V : g->V;
     LLVMValueRef p;
-    if (g->pack) {
-      p = at(g, g->pack, LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, k, i64c(g, g->MR), ""),
+    if (g->pack) { /* the panel's k's start at the block's first */
+      LLVMValueRef kp = g->kc ? LLVMBuildNSWSub(g->b, k, g->kc, "kp") : k;
+      p = at(g, g->pack, LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, kp, i64c(g, g->MR), ""),
                                          i64c(g, v * g->V), ""));
       lanes = g->V; /* the panel has room for full vectors; lanes past mr are never stored */
     } else {
@@ -377,11 +382,13 @@ static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int n
     LLVMValueRef col = LLVMBuildNSWAdd(g->b, j0, i64c(g, j), "col");
     LLVMValueRef ix = s->tb ? LLVMBuildNSWAdd(g->b, col, LLVMBuildNSWMul(g->b, k, i64c(g, s->ldb), ""), "")
                             : LLVMBuildNSWAdd(g->b, k, LLVMBuildNSWMul(g->b, col, i64c(g, s->ldb), ""), "");
-    LLVMValueRef bj = splat(g, LLVMBuildLoad2(g->b, g->elem, at(g, g->bm, ix), "b"));
+    if (g->bpack) /* the block's sliver of B: [j][k - kc] */
+      ix = add(g, mul(g, LLVMConstInt(g->i64, (unsigned)j, 0), s->kc), LLVMBuildNSWSub(g->b, k, g->kc, ""));
+    LLVMValueRef bj = splat(g, LLVMBuildLoad2(g->b, g->elem, at(g, g->bpack ? g->bpack : g->bm, ix), "b"));
     for (int v = 0; v < nv; v++)
       next_acc[v][j] = fma3(g, av[v], bj, acc[v][j]);
   }
-  kloop_close(g, &l, nv, nr, acc, next_acc, s->k, 1);
+  kloop_close(g, &l, nv, nr, acc, next_acc, g->kc ? g->kc_end : i64c(g, s->k), 1);
   for (int j = 0; j < nr; j++) {
     LLVMValueRef col = LLVMBuildNSWMul(g->b, LLVMBuildNSWAdd(g->b, j0, i64c(g, j), ""),
                                        i64c(g, s->ldc), "ccol");
@@ -391,20 +398,92 @@ static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int n
       LLVMValueRef r = next_acc[v][j];
       if (!s->alpha_one)
         r = LLVMBuildFMul(g->b, r, g->alpha, "ar");
-      if (s->beta_class == 1)
+      if (s->beta_class == 1) {
         r = LLVMBuildFAdd(g->b, r, vload(g, p, lanes), "r");
-      else if (s->beta_class == 2)
+      } else if (g->first) { /* K blocked: C as beta says in the first block, else C itself */
+        LLVMValueRef c = vload(g, p, lanes), plus = LLVMBuildFAdd(g->b, r, c, "r");
+        LLVMValueRef r1 = s->beta_class == 2 ? fma3(g, g->beta, c, r) : r;
+        r = LLVMBuildSelect(g->b, g->first, r1, plus, "r"); /* beta = 0: C's NaNs never enter */
+      } else if (s->beta_class == 2) {
         r = fma3(g, g->beta, vload(g, p, lanes), r);
+      }
       vstore(g, r, p, lanes);
     }
   }
 }
 
 /* All column blocks of the row block at i0 (mr rows). */
+/* K blocked, op(B) = B: copies the block's k's of columns j0 .. j0+nr-1 of B into the sliver,
+ * bpack[j*kc + k - kc0], V at a time then one by one. B's columns lie ldb apart, and with ldb
+ * a multiple of 4 KB (512 doubles) the NR elements each k broadcasts fall in one L1 set, more
+ * lines than it has ways, each reused for V k's (dgemm 512^3 ran at 27-37 % of peak). */
+static void emit_bcopy(gen_t *g, LLVMValueRef j0, int nr)
+{
+  LLVMValueRef len = LLVMBuildNSWSub(g->b, g->kc_end, g->kc, "len");
+  LLVMValueRef vlen = LLVMBuildAnd(g->b, len, i64c(g, -(long)g->V), "vlen");
+  for (int j = 0; j < nr; j++) {
+    LLVMValueRef src = at(g, g->bm, add(g, mul(g, add(g, j0, i64c(g, j)), g->g->ldb), g->kc));
+    LLVMValueRef dst = at(g, g->bpack, i64c(g, (long)j * g->g->kc));
+    loop_t v = loop_to(g, i64c(g, 0), vlen, g->V, "bv");
+    vstore(g, vload(g, at(g, src, v.iv), g->V), at(g, dst, v.iv), g->V);
+    loop_end(g, &v);
+    loop_t e = loop_to(g, vlen, len, 1, "be");
+    LLVMBuildStore(g->b, LLVMBuildLoad2(g->b, g->elem, at(g, src, e.iv), "b"), at(g, dst, e.iv));
+    loop_end(g, &e);
+  }
+}
+
+/* K blocked, B read where it lies: copies rows i0 .. i0+mr-1 of A, the block's k's, into the
+ * panel, pack[(k - kc)*MR + i] = A[i0 + i + k*lda], so that A's slice, read again for every
+ * column block, is contiguous in L1. Lanes past mr are zero. */
+static void emit_copy(gen_t *g, LLVMValueRef i0, int mr)
+{
+  loop_t k = loop_to(g, g->kc, g->kc_end, 1, "ck");
+  LLVMValueRef src = at(g, g->a, add(g, i0, mul(g, k.iv, g->g->lda)));
+  LLVMValueRef dst = at(g, g->pack, mul(g, LLVMBuildNSWSub(g->b, k.iv, g->kc, ""), g->MR));
+  for (int v = 0; v * g->V < mr; v++) {
+    int lanes = mr - v * g->V < g->V ? mr - v * g->V : g->V;
+    LLVMValueRef x = vload(g, at(g, src, i64c(g, v * g->V)), lanes);
+    LLVMSetAlignment(LLVMBuildStore(g->b, x, at(g, dst, i64c(g, v * g->V))), g->g->f64 ? 8 : 4);
+  }
+  loop_end(g, &k);
+}
+
+/* Whether B's columns, ldb elements apart, pile up in the L1 cache: more than 4 of a block's
+ * nr columns start in one of its 64 sets of 64-byte lines (Intel's and AMD's L1 data caches
+ * alike), each such line reused for V k's. Then the block's sliver of B is copied (bench:
+ * dgemm 512^3 1.31x) rather than A's slice (dgemm 300x200x700 1.13x the other way). */
+static int b_piles_up(const jt_gemm_t *s)
+{
+  int count[64] = {0}, most = 0;
+  for (long j = 0; j < s->nr; j++) {
+    int set = (int)((j * s->ldb * (s->f64 ? 8 : 4) / 64) % 64);
+    most = ++count[set] > most ? count[set] : most;
+  }
+  return !s->tb && most > 4;
+}
+
+/* All row blocks of the column block at j0 (nr columns): K blocked, with op(B) = B packed. */
+static void emit_col_block(gen_t *g, LLVMValueRef j0, int nr)
+{
+  const jt_gemm_t *s = g->g;
+  emit_bcopy(g, j0, nr);
+  int mfull = s->m / g->MR * g->MR, mtail = s->m % g->MR;
+  if (mfull) {
+    loop_t i = loop_begin(g, i64c(g, 0), mfull, g->MR, "i");
+    emit_block(g, i.iv, j0, g->MR, nr);
+    loop_end(g, &i);
+  }
+  if (mtail)
+    emit_block(g, i64c(g, mfull), j0, mtail, nr);
+}
+
 static void emit_row_block(gen_t *g, LLVMValueRef i0, int mr)
 {
   const jt_gemm_t *s = g->g;
-  if (g->pack)
+  if (g->pack && g->kc)
+    emit_copy(g, i0, mr);
+  else if (g->pack)
     emit_pack(g, i0, mr);
   int nfull = s->n / g->NR * g->NR, ntail = s->n % g->NR;
   if (nfull) {
@@ -474,7 +553,8 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
   }
   int regs = isa_regs(r->isa), V = r->vbits / (s->f64 && !s->mm && !s->add_rms_mul ? 64 : 32);
   r->tails = s->tails ? s->tails : 2;
-  if (s->mm) { /* panels of JT_MM_MR rows, or twice that (two zmm) */
+  if (s->mm) { /* panels of JT_MM_MR rows, or twice that (two zmm); k blocks of JT_MM_KC */
+    r->kc = 0;
     if (s->n == 1) /* decode's kernel goes row by row: no blocking */
       r->mr_vecs = JT_MM_MR / V, r->nr = 1;
     r->mr_vecs = r->mr_vecs ? r->mr_vecs : s->mr_vecs ? s->mr_vecs : V == 16 ? 2 : JT_MM_MR / V;
@@ -487,17 +567,29 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
       return -1;
     }
   } else if (s->dot || s->add_rms_mul) { /* one loop over k: no blocking to choose */
-    r->mr_vecs = 2, r->nr = 1;
-  } else if (s->ta && s->n == 1) { /* dot products (emit_dots): no blocking to choose */
-    r->mr_vecs = 1, r->nr = 1;
+    r->mr_vecs = 2, r->nr = 1, r->kc = 0;
+  } else if (jt_gemm_dots(s)) { /* dot products (emit_dots): no blocking to choose */
+    r->mr_vecs = 1, r->nr = 1, r->kc = 0;
   } else {
     /* a matrix-vector product's chains are its vectors of rows: 4 where M has them */
     int mv = s->n == 1 ? 4 : 2;
     r->mr_vecs = s->mr_vecs ? s->mr_vecs : s->m > (mv - 1) * V ? mv : (s->m + V - 1) / V;
     r->nr = s->nr ? s->nr : fit_nr(regs, r->mr_vecs, s->n, JT_MAX_NR);
-    if (s->ta && (long)r->mr_vecs * V * s->k * (s->f64 ? 8 : 4) > JT_GEMM_PANEL_BYTES) {
-      snprintf(err, len, "the A^T panel of %d x %d elements exceeds %d bytes", r->mr_vecs * V,
-               s->k, JT_GEMM_PANEL_BYTES);
+    long esz = s->f64 ? 8 : 4, rows = (long)r->mr_vecs * V;
+    long width = rows > r->nr ? rows : r->nr; /* a K block's A panel, or B sliver (emit_bcopy) */
+    if (s->ta) {
+      r->kc = 0;
+    } else { /* 1 KB of each B column per block, as the panel allows, where K spans more than
+                two: bench_kernels measured blocked / one block at 1.43x for dgemm 512^3, 1.00x
+                for sgemm 512^3 and 256^3, 0.87x for dgemm 256^3 (two blocks) */
+      long most = GEMM_KC_BYTES / esz;
+      most = most * width * esz > JT_GEMM_PANEL_BYTES ? JT_GEMM_PANEL_BYTES / (width * esz) : most;
+      r->kc = s->kc == -1 ? s->k : s->kc ? s->kc : s->k <= 2 * most ? s->k : (int)most;
+    }
+    long panel = (s->ta ? rows * s->k : r->kc < s->k ? width * r->kc : 0) * esz;
+    if (panel > JT_GEMM_PANEL_BYTES || r->kc < 0 || r->kc > s->k) {
+      snprintf(err, len, "a packed panel of %ld x %d elements exceeds %d bytes",
+               s->ta ? rows : width, s->ta ? s->k : r->kc, JT_GEMM_PANEL_BYTES);
       return -1;
     }
   }
@@ -518,7 +610,7 @@ int jt_gemm_candidates(const jt_gemm_t *s, int host_isa, jt_gemm_t *out, int max
     return 0;
   int wide = isa_bits(d.isa), V = wide / (s->f64 && !s->mm ? 64 : 32);
   /* Proposals over the default, most plausible first; a field s sets stays s's. */
-  jt_gemm_t p[5] = {{0}};
+  jt_gemm_t p[6] = {{0}};
   int np = 1; /* p[0]: the default */
   if (s->mm) {
     if (s->n > 1) {
@@ -530,6 +622,10 @@ int jt_gemm_candidates(const jt_gemm_t *s, int host_isa, jt_gemm_t *out, int max
     p[np++].vbits = wide / 2;
   } else if (!s->add_rms_mul) {
     p[np++].mr_vecs = s->m > 2 * V ? 3 : 1;
+    if (d.kc && d.kc < s->k)
+      p[np++].kc = -1;
+    else if (!s->ta && s->k > GEMM_KC_BYTES / (s->f64 ? 8 : 4))
+      p[np++].kc = GEMM_KC_BYTES / (s->f64 ? 8 : 4) / (d.mr_vecs > 2 ? 2 : 1);
     p[np++].vbits = wide / 2;
     if (s->m > 3 * V && d.isa == JT_ISA_AVX512)
       p[np++].mr_vecs = 4;
@@ -543,6 +639,7 @@ int jt_gemm_candidates(const jt_gemm_t *s, int host_isa, jt_gemm_t *out, int max
     c.mr_vecs = s->mr_vecs ? s->mr_vecs : p[i].mr_vecs;
     c.nr = s->nr ? s->nr : p[i].nr;
     c.tails = s->tails ? s->tails : p[i].tails;
+    c.kc = s->kc ? s->kc : p[i].kc;
     if (jt_gemm_resolve(&c, host_isa, &out[n], err, sizeof err))
       continue;
     jt_gemm_name(&out[n], names[n], sizeof names[n]);
@@ -556,9 +653,9 @@ int jt_gemm_candidates(const jt_gemm_t *s, int host_isa, jt_gemm_t *out, int max
 
 void jt_gemm_name(const jt_gemm_t *s, char *buf, size_t len)
 {
-  char how[48]; /* the resolved generation choices */
-  snprintf(how, sizeof how, "_%s_v%d_%dx%d_t%d", jt_isa_name(s->isa), s->vbits, s->mr_vecs, s->nr,
-           s->tails);
+  char how[64]; /* the resolved generation choices */
+  snprintf(how, sizeof how, "_%s_v%d_%dx%d_t%d_k%d", jt_isa_name(s->isa), s->vbits, s->mr_vecs,
+           s->nr, s->tails, s->kc);
   if (s->add_rms_mul) {
     snprintf(buf, len, "opjit_%s_f32_n%d%s", s->add_rms_mul == 2 ? "rms_mul" : "add_rms_mul", s->k,
              how);
@@ -637,8 +734,8 @@ static LLVMValueRef end_kernel(gen_t *g)
 
 /* ---- GEMV-shaped, op(A) = A^T and n = 1: y = alpha A^T x + beta y -------------------------
  *
- * (numpy's A @ x on a C-order A arrives so.) Each C[i] is the dot product of A's column i,
- * contiguous in k, with x: DOT_ROWS columns at a time, each over DOT_ACC vector accumulators
+ * (numpy's A @ x on a C-order A arrives so; x = op(B) contiguous: jt_gemm_dots.) Each C[i] is
+ * the dot product of A's column i, contiguous in k, with x: DOT_ROWS columns at a time, each over DOT_ACC vector accumulators
  * (8 chains of FMAs), x's vector loaded once for the DOT_ROWS of them; the k's past the last
  * whole step in partial vectors (vload: nothing past them is read), then each column's lanes
  * summed. No panel is packed: the A^T panel was a transpose of what is already contiguous. */
@@ -659,14 +756,14 @@ static void dots_block(gen_t *g, LLVMValueRef i0, int rows, LLVMValueRef alpha, 
     for (int a = 0; a < DOT_ACC; a++)
       next[r][a] = LLVMConstNull(g->vec);
   if (kloop) {
-    kloop_t l = kloop_open(g, rows, DOT_ACC, acc);
+    kloop_t l = kloop_open(g, rows, DOT_ACC, acc, i64c(g, 0));
     for (int a = 0; a < DOT_ACC; a++) {
       LLVMValueRef kk = add(g, l.k, i64c(g, a * V));
       LLVMValueRef xv = vload(g, at(g, g->bm, kk), g->V);
       for (int r = 0; r < rows; r++)
         next[r][a] = fma3(g, vload(g, at(g, col[r], kk), g->V), xv, acc[r][a]);
     }
-    kloop_close(g, &l, rows, DOT_ACC, acc, next, kloop, kstep);
+    kloop_close(g, &l, rows, DOT_ACC, acc, next, i64c(g, kloop), kstep);
   }
   for (long kk = kloop; kk < K; kk += V) { /* whole vectors, then a partial one */
     int lanes = K - kk < V ? (int)(K - kk) : (int)V;
@@ -713,7 +810,7 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
     alpha = LLVMBuildFPTrunc(g.b, alpha, g.elem, "alpha");
     beta = LLVMBuildFPTrunc(g.b, beta, g.elem, "beta");
   }
-  if (s->ta && s->n == 1) {
+  if (jt_gemm_dots(s)) {
     emit_dots(&g, alpha, beta);
     return end_kernel(&g);
   }
@@ -721,14 +818,46 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
   g.beta = splat(&g, beta);
   if (s->ta)
     g.pack = LLVMBuildArrayAlloca(g.b, g.elem, i64c(&g, (long)g.MR * s->k), "pack");
-  int mfull = s->m / g.MR * g.MR, mtail = s->m % g.MR;
-  if (mfull) {
-    loop_t i = loop_begin(&g, i64c(&g, 0), mfull, g.MR, "i");
-    emit_row_block(&g, i.iv, g.MR);
-    loop_end(&g, &i);
+  /* K in blocks of kc (jt_gemm_resolve: 1 KB of each B column, fewer where a panel would
+   * exceed JT_GEMM_PANEL_BYTES), so that B's block stays in L2 while every row block passes
+   * over it; each row block's slice of A copied into a panel (emit_copy), or where B's columns
+   * pile up in L1 each column block's sliver of B (emit_bcopy). The A^T panel bounds K
+   * already: no blocking there. */
+  long kc = s->kc;
+  loop_t kb = {0};
+  if (!s->ta && kc < s->k) {
+    if (b_piles_up(s))
+      g.bpack = LLVMBuildArrayAlloca(g.b, g.elem, i64c(&g, (long)g.NR * kc), "sliver");
+    else
+      g.pack = LLVMBuildArrayAlloca(g.b, g.elem, i64c(&g, (long)g.MR * kc), "panel");
+    kb = loop_begin(&g, i64c(&g, 0), s->k, kc, "kc");
+    g.kc = kb.iv;
+    LLVMValueRef e = LLVMBuildNSWAdd(g.b, kb.iv, i64c(&g, kc), "kce");
+    g.kc_end = LLVMBuildSelect(g.b, LLVMBuildICmp(g.b, LLVMIntSLT, e, i64c(&g, s->k), ""), e,
+                               i64c(&g, s->k), "kce");
+    g.first = LLVMBuildICmp(g.b, LLVMIntEQ, kb.iv, i64c(&g, 0), "first");
   }
-  if (mtail)
-    emit_row_block(&g, i64c(&g, mfull), mtail);
+  int mfull = s->m / g.MR * g.MR, mtail = s->m % g.MR;
+  int nfull = s->n / g.NR * g.NR, ntail = s->n % g.NR;
+  if (g.bpack) { /* columns outside, rows inside: the sliver stays in L1 */
+    if (nfull) {
+      loop_t j = loop_begin(&g, i64c(&g, 0), nfull, g.NR, "j");
+      emit_col_block(&g, j.iv, g.NR);
+      loop_end(&g, &j);
+    }
+    if (ntail)
+      emit_col_block(&g, i64c(&g, nfull), ntail);
+  } else {
+    if (mfull) {
+      loop_t i = loop_begin(&g, i64c(&g, 0), mfull, g.MR, "i");
+      emit_row_block(&g, i.iv, g.MR);
+      loop_end(&g, &i);
+    }
+    if (mtail)
+      emit_row_block(&g, i64c(&g, mfull), mtail);
+  }
+  if (g.kc)
+    loop_end(&g, &kb);
   return end_kernel(&g);
 }
 
@@ -977,7 +1106,7 @@ static void mm_micro(gen_t *g, LLVMValueRef panel, LLVMValueRef i, LLVMValueRef 
   const jt_gemm_t *s = g->g;
   int nv = g->MV;
   accs_t acc, next;
-  kloop_t l = kloop_open(g, nv, nr, acc);
+  kloop_t l = kloop_open(g, nv, nr, acc, i64c(g, 0));
   LLVMValueRef k = l.k;
   LLVMValueRef av[JT_MAX_MR_VECS];
   for (int v = 0; v < nv; v++) {
@@ -991,7 +1120,7 @@ static void mm_micro(gen_t *g, LLVMValueRef panel, LLVMValueRef i, LLVMValueRef 
     for (int v = 0; v < nv; v++)
       next[v][j] = fma3(g, av[v], bj, acc[v][j]);
   }
-  kloop_close(g, &l, nv, nr, acc, next, kcl, 1);
+  kloop_close(g, &l, nv, nr, acc, next, i64c(g, kcl), 1);
   /* y's rows; in a half panel only the first JT_MM_MR exist (the rest belong to another
    * thread, or to no one) */
   int nv0 = full ? JT_MM_MR / g->V : nv;
@@ -1110,12 +1239,12 @@ static void mm_gemv(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef scr
   for (int a = 0; a < MV_ACC; a++)
     next[0][a] = LLVMConstNull(g->vec);
   if (kloop) {
-    kloop_t l = kloop_open(g, 1, MV_ACC, acc);
+    kloop_t l = kloop_open(g, 1, MV_ACC, acc, i64c(g, 0));
     for (int a = 0; a < MV_ACC; a++) {
       LLVMValueRef kk = add(g, l.k, i64c(g, a * V));
       next[0][a] = fma3(g, mm_wload(g, add(g, row, kk)), vload(g, at(g, x, kk), g->V), acc[0][a]);
     }
-    kloop_close(g, &l, 1, MV_ACC, acc, next, kloop, kstep);
+    kloop_close(g, &l, 1, MV_ACC, acc, next, i64c(g, kloop), kstep);
   }
   for (long kk = kloop; kk < kvec; kk += V) { /* whole vectors past the loop */
     LLVMValueRef *a = &next[0][(kk - kloop) / V];

@@ -50,6 +50,7 @@ typedef struct jt_gemm_s {
    * kernel's name, gemm_name(), spells the resolved values out); tune() returns them resolved
    * to its pick. A GEMM's block is mr_vecs vectors of rows by nr columns: mr_vecs * nr
    * accumulators + mr_vecs + 1 registers must fit the ISA's 16 or 32 (else gemm() fails).
+   * Fields that do not apply to the kernel kind resolve to fixed values.
    * MUL_MAT blocks are JT_MM_MR rows (mr_vecs = JT_MM_MR / lanes) by nr <= JT_MM_MAX_NR. */
   int isa;            /* JT_ISA_*; a wider one than the host has fails */
   int vbits;          /* vector width in bits: 128, 256 or 512 (at most the ISA's) */
@@ -58,6 +59,9 @@ typedef struct jt_gemm_s {
   int tails;          /* partial vectors: 1 masked loads and stores (llvm.masked.*: AVX-512
                          k-masks, AVX2 vmaskmov, which AMD microcodes), 2 pieces of 4/2/1
                          elements and scalar stores */
+  int kc;             /* GEMM (op(A) = A): K in blocks of kc, each row block's slice of A
+                         copied into a stack panel of at most JT_GEMM_PANEL_BYTES; -1 one block
+                         (resolved: kc = k) */
 } jt_gemm_t;
 
 /* ggml's MUL_MAT, rows [i0, i1) of y (multiples of JT_MM_MR, or i1 = m):
@@ -109,7 +113,7 @@ typedef void (*jt_gemm_fn)(const void *a, const void *b, void *c, double alpha, 
 typedef struct jt_tune_s {
   int n;                       /* candidates compiled and timed */
   int best;                    /* the index of the pick in cand */
-  jt_gemm_t cand[JT_TUNE_MAX]; /* resolved (isa, vbits, mr_vecs, nr, tails all set) */
+  jt_gemm_t cand[JT_TUNE_MAX]; /* resolved (isa, vbits, mr_vecs, nr, tails, kc set) */
   double ns[JT_TUNE_MAX];      /* median ns per call (MUL_MAT: a call over the timed rows) */
   uint64_t compile_ns;         /* spent compiling the candidates */
   uint64_t time_ns;            /* spent timing them (scratch data included) */
@@ -158,11 +162,18 @@ typedef struct jt_api_s {
  * blocking, which this generator does not do yet, decide the speed). */
 #define JT_GEMM_MAX_DIM 512
 #define JT_GEMM_MAX_K 1024
-#define JT_GEMM_MAX_K_PACKED 256 /* with op(A) = A^T and n > 1 the kernel packs an MR x K panel
-                                    on the stack (and it probes the stack as it grows); with
-                                    n = 1 it computes dot products over A's columns instead */
+#define JT_GEMM_MAX_K_PACKED 256 /* with op(A) = A^T the kernel packs an MR x K panel on the
+                                    stack (and it probes the stack as it grows), unless it
+                                    computes dot products (jt_gemm_dots) */
 #define JT_GEMM_PANEL_BYTES 32768 /* that panel's size at most: a blocking whose panel would be
                                      larger fails (2 zmm x 256 k's fit) */
+
+/* 1 when g is a matrix-vector product the generator computes as dot products over A's
+ * columns: op(A) = A^T, n = 1 and x = op(B) contiguous. */
+static inline int jt_gemm_dots(const jt_gemm_t *g)
+{
+  return !g->mm && !g->dot && !g->add_rms_mul && g->ta && g->n == 1 && (!g->tb || g->ldb == 1);
+}
 
 /* 1 when g is within what the generator compiles. */
 static inline int jt_gemm_supported(const jt_gemm_t *g)
@@ -177,7 +188,7 @@ static inline int jt_gemm_supported(const jt_gemm_t *g)
     return g->k >= 1 && g->k <= (1 << 20);
   return g->m >= 1 && g->n >= 1 && g->k >= 1 && g->m <= JT_GEMM_MAX_DIM &&
          g->n <= JT_GEMM_MAX_DIM &&
-         g->k <= (g->ta && g->n > 1 ? JT_GEMM_MAX_K_PACKED : JT_GEMM_MAX_K) &&
+         g->k <= (g->ta && !jt_gemm_dots(g) ? JT_GEMM_MAX_K_PACKED : JT_GEMM_MAX_K) &&
          g->lda >= (g->ta ? g->k : g->m) && g->ldb >= (g->tb ? g->n : g->k) && g->ldc >= g->m;
 }
 

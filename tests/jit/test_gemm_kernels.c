@@ -448,7 +448,8 @@ ISA_TEST(mul_mat_add_kernels_add_the_residual_to_the_product_bit_for_bit)
 }
 
 /* Blockings the generator is asked for rather than its own: every width of the ISA, 1-4
- * vectors of rows, any column count that fits the registers, both kinds of tails. */
+ * vectors of rows, any column count that fits the registers, both kinds of tails, K blocks of
+ * any length. */
 ISA_TEST(random_blockings_match_the_reference)
 {
   int regs = isa == JT_ISA_AVX512 ? 32 : 16, widest = isa == JT_ISA_AVX512 ? 512 : 256;
@@ -460,6 +461,7 @@ ISA_TEST(random_blockings_match_the_reference)
     g.nr = 1 + (int)rnd((unsigned)(most < JT_MAX_NR ? most : JT_MAX_NR));
     g.tails = 1 + (int)rnd(2);
     g.m = 1 + (int)rnd(100), g.n = 1 + (int)rnd(70), g.k = 1 + (int)rnd(70);
+    g.kc = g.ta || rnd(2) ? 0 : 1 + (int)rnd((unsigned)g.k); /* K blocks of any length */
     g.lda = (g.ta ? g.k : g.m) + (int)rnd(3);
     g.ldb = (g.tb ? g.n : g.k) + (int)rnd(3);
     g.ldc = g.m + (int)rnd(3);
@@ -647,15 +649,18 @@ ISA_TEST(the_code_is_the_isa_asked_for)
 }
 
 /* Matrix-vector products as the agent maps GEMV (n = 1; op(A) = A^T, numpy's A @ x on a C-order
- * A, has a dot-product kernel of its own) and AXPY (k = 1): M across the 4-column steps and
- * their tails, K across the 2-vector steps, whole vectors and partial ones, every alpha/beta
- * class, padded leading dimensions. */
+ * A, has a dot-product kernel of its own when x is contiguous) and AXPY (k = 1): M across the
+ * 4-column steps and their tails, K across the 2-vector steps, whole vectors and partial ones,
+ * x contiguous or strided (op(B) = B^T), every alpha/beta class, padded leading dimensions. */
 ISA_TEST(matrix_vector_products_match_the_reference)
 {
   static const int ms[] = {1, 3, 4, 5, 16, 17, 33, 100}, ks[] = {1, 7, 16, 31, 33, 64, 100, 300};
   for (int t = 0; t < 2 * 8 * 8; t++) {
-    jt_gemm_t g = {.f64 = (int)rnd(2), .ta = t & 1, .m = ms[t / 2 % 8], .n = 1, .k = ks[t / 16]};
-    g.lda = (g.ta ? g.k : g.m) + (int)rnd(3), g.ldb = g.k, g.ldc = g.m;
+    jt_gemm_t g = {.f64 = (int)rnd(2), .ta = t & 1, .tb = rnd(4) == 0, .m = ms[t / 2 % 8], .n = 1,
+                   .k = ks[t / 16]};
+    if (g.ta && g.tb && g.k > JT_GEMM_MAX_K_PACKED)
+      g.tb = 0; /* x strided: the A^T panel's limit */
+    g.lda = (g.ta ? g.k : g.m) + (int)rnd(3), g.ldb = g.tb ? 1 + (int)rnd(3) : g.k, g.ldc = g.m;
     double alpha = alphas[rnd(4)], beta = betas[rnd(4)];
     g.alpha_one = alpha == 1;
     g.beta_class = beta == 0 ? 0 : beta == 1 ? 1 : 2;
@@ -664,5 +669,24 @@ ISA_TEST(matrix_vector_products_match_the_reference)
   for (int m = 1; m < 200; m += 1 + (int)rnd(20)) { /* y = alpha x + y */
     jt_gemm_t g = {.f64 = m & 1, .m = m, .n = 1, .k = 1, .lda = m, .ldb = 1, .ldc = m, .beta_class = 1};
     check(&g, compile(&g), 0.75, 1, 0);
+  }
+}
+
+/* K in blocks (1 KB of each B column: 256 floats, 128 doubles, where K spans more than two):
+ * the first block applies beta, the others add to C; under beta = 0 a C full of NaN never
+ * leaks into the result. K across the block edges, M and N with tails, A's slice copied or
+ * (B's columns piling up in one L1 set) B's sliver. */
+ISA_TEST(k_blocks_apply_beta_once)
+{
+  static const int ks[] = {127, 128, 129, 255, 256, 257, 600, 1024};
+  for (int t = 0; t < 2 * 8 * 3; t++) {
+    jt_gemm_t g = {.f64 = t & 1, .tb = (int)rnd(2), .m = 1 + (int)rnd(70), .n = 1 + (int)rnd(30),
+                   .k = ks[t / 2 % 8], .beta_class = t / 16};
+    g.lda = g.m + (int)rnd(3), g.ldb = (g.tb ? g.n : g.k) + (int)rnd(3), g.ldc = g.m + (int)rnd(3);
+    if (t % 4 == 0) /* B's columns 8 KB apart, all in one L1 set: its sliver is copied */
+      g.tb = 0, g.n = 8 + (int)rnd(20), g.ldb = 1024;
+    double beta = g.beta_class == 0 ? 0 : g.beta_class == 1 ? 1 : -0.5;
+    g.alpha_one = (int)rnd(2);
+    check(&g, compile(&g), g.alpha_one ? 1 : 0.75, beta, g.beta_class == 0);
   }
 }
