@@ -205,6 +205,50 @@ static void print_table(const char *table, const char *const head[NCONF], int nu
   }
 }
 
+/* What tune() costs the compile thread per kernel, on shapes compiled nowhere else in this
+ * process (padded leading dimensions): its candidates' compiles and their timing. */
+static void tune_costs(void)
+{
+  const jt_gemm_t ps[] = {
+      {.m = 24, .n = 24, .k = 24, .lda = 25, .ldb = 25, .ldc = 25, .alpha_one = 1},
+      {.m = 64, .n = 64, .k = 64, .lda = 65, .ldb = 65, .ldc = 65, .alpha_one = 1, .beta_class = 1},
+      {.f64 = 1, .m = 100, .n = 100, .k = 100, .lda = 101, .ldb = 101, .ldc = 101, .beta_class = 2},
+      {.ta = 1, .m = 64, .n = 64, .k = 64, .lda = 65, .ldb = 65, .ldc = 65, .alpha_one = 1},
+      {.ta = 1, .m = 160, .n = 1, .k = 160, .lda = 161, .ldb = 160, .ldc = 160, .alpha_one = 1},
+      {.dot = 1, .k = 999},
+      {.mm = 1, .m = 768, .n = 32, .k = 256},
+      {.mm = 1, .w16 = 1, .m = 4096, .n = 512, .k = 4096},
+      {.mm = 1, .w16 = 1, .m = 4096, .n = 1, .k = 4096},
+  };
+  printf("\ntune() with 3 candidates (the agent's), per kernel: compile and timing on the compile "
+         "thread\n%-28s %5s %11s %10s  %s\n", "problem", "cands", "compile ms", "timing ms",
+         "pick");
+  for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) {
+    jt_gemm_t best;
+    jt_tune_t rep;
+    jt_gemm_fn fn;
+    size_t size, obj_len;
+    void *obj = NULL;
+    char err[512], name[160], what[40];
+    if (jit->tune(&ps[i], 3, &best, &fn, &size, &obj, &obj_len, &rep, err, sizeof err)) {
+      fprintf(stderr, "bench_kernels: tune: %s\n", err);
+      continue;
+    }
+    free(obj);
+    jit->gemm_name(&best, name, sizeof name);
+    const jt_gemm_t *g = &ps[i];
+    if (g->dot)
+      snprintf(what, sizeof what, "sdot %d", g->k);
+    else
+      snprintf(what, sizeof what, "%s %dx%dx%d",
+               g->mm ? (g->w16 ? "mm f16" : "mm f32")
+                     : g->f64 ? (g->ta ? "dgemm TN" : "dgemm") : g->ta ? "sgemm TN" : "sgemm",
+               g->m, g->n, g->k);
+    printf("%-28s %5d %11.1f %10.1f  %s\n", what, rep.n, (double)rep.compile_ns / 1e6,
+           (double)rep.time_ns / 1e6, how(name));
+  }
+}
+
 int main(int argc, char **argv)
 {
   int rounds = argc > 1 ? atoi(argv[1]) : 21;
@@ -318,5 +362,6 @@ int main(int argc, char **argv)
               rounds, ps, pd);
   print_table(T3, (const char *const[]){"avx2 ymm", "avx512 ymm", "avx512 zmm", "tuned"}, 2, 0,
               rounds, ps, pd);
+  tune_costs();
   return 0;
 }

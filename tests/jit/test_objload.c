@@ -60,16 +60,29 @@ static void *run(jt_gemm_fn fn, const void *a, const void *b, const void *c, siz
   return out;
 }
 
+/* Kinds of GEMM kernel random shapes up to 70 rarely give: K in blocks with A's slice copied
+ * and with B's sliver copied (B's columns 4 KB apart), a matrix-vector product computed as dot
+ * products, masked tails. */
+static const jt_gemm_t kinds[] = {
+    {.m = 100, .n = 30, .k = 900, .lda = 100, .ldb = 900, .ldc = 100, .beta_class = 2},
+    {.f64 = 1, .m = 70, .n = 30, .k = 500, .lda = 70, .ldb = 512, .ldc = 70, .beta_class = 0},
+    {.ta = 1, .m = 99, .n = 1, .k = 900, .lda = 901, .ldb = 900, .ldc = 99, .alpha_one = 1},
+    {.m = 37, .n = 9, .k = 20, .lda = 37, .ldb = 20, .ldc = 40, .beta_class = 1, .tails = 1},
+};
+enum { NKINDS = sizeof kinds / sizeof *kinds };
+
 Test(objload, loaded_kernels_compute_what_lljit_kernels_compute)
 {
   int loaded = 0;
-  for (int t = 0; t < 120; t++) {
+  for (int t = 0; t < 120 + NKINDS; t++) {
     jt_gemm_t g = {.f64 = (int)rnd(2), .ta = (int)rnd(2), .tb = (int)rnd(2),
                    .m = 1 + (int)rnd(70), .n = 1 + (int)rnd(70), .k = 1 + (int)rnd(70),
                    .alpha_one = (int)rnd(2), .beta_class = (int)rnd(3), .dot = t % 10 == 9};
     g.lda = (g.ta ? g.k : g.m) + (int)rnd(3);
     g.ldb = (g.tb ? g.n : g.k) + (int)rnd(3);
     g.ldc = g.m + (int)rnd(3);
+    if (t >= 120)
+      g = kinds[t - 120];
     kern_t k = compile(&g);
     jt_loaded_t l;
     char err[256] = "";
@@ -95,7 +108,7 @@ Test(objload, loaded_kernels_compute_what_lljit_kernels_compute)
     jt_obj_unload(&l);
     loaded++;
   }
-  cr_assert_eq(loaded, 120);
+  cr_assert_eq(loaded, 120 + NKINDS);
 }
 
 /* The permissions of the mapping holding p, from /proc/self/maps ("r-xp"). */
