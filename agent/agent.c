@@ -180,12 +180,16 @@ static void burst_flush(int saw_variant)
 
 void ag_call_burst_timed(const ag_call_t *c, uint64_t dt)
 {
+  /* A timing 8x the mean so far is a preemption or a page fault, not the operator (as in
+   * ag_call_end): left out of the round and of the recorded mean. */
+  uint64_t tn = atomic_load_explicit(&c->e->timed, memory_order_relaxed);
+  int outlier = tn >= 8 && dt * tn > 8 * atomic_load_explicit(&c->e->timed_ns, memory_order_relaxed);
   uint32_t i = 0, idx = c->e->index;
   while (i < ag_tl.nbt && ag_tl.bt[i].index != idx)
     i++;
-  if (i == ag_tl.nbt && i < AG_BURST_SIGS)
+  if (!outlier && i == ag_tl.nbt && i < AG_BURST_SIGS)
     ag_tl.bt[ag_tl.nbt++] = (struct ag_burst_time_s){idx, 0, 0};
-  if (i < ag_tl.nbt)
+  if (!outlier && i < ag_tl.nbt)
     ag_tl.bt[i].n++, ag_tl.bt[i].ns += dt;
   if (!ag_tl.burst)
     burst_flush(1);

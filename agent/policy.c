@@ -28,8 +28,11 @@ double ag_policy_charge(double compile_ns, long busy, long ncpu)
   return busy < ncpu ? compile_ns * AG_POLICY_IDLE_SHARE : compile_ns;
 }
 
-int ag_policy_pays_back(const ag_policy_t *p, int cls, double spent_ns, double charge,
-                        long payback)
+int ag_policy_pays_back(ag_policy_t *p, int cls, double spent_ns, double charge, long payback,
+                        int idle)
 {
-  return spent_ns * ag_policy_gain(p, cls) >= (double)payback * charge;
+  if (spent_ns * ag_policy_gain(p, cls) >= (double)payback * charge)
+    return 1;
+  int none = 0;
+  return idle && p->gain_n[cls] == 0 && atomic_compare_exchange_strong(&p->trials[cls], &none, 1);
 }

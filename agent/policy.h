@@ -10,11 +10,15 @@
  *                                     call operators leave a core idle, else x 1
  *   pays back                       = time spent so far x expected saving
  *                                     >= OPJIT_HOT_PAYBACK x charge
+ *                                     or: a core is idle and the class has had neither a
+ *                                     verdict nor a trial yet (the first hot signature of a
+ *                                     class is compiled to measure what the class gains)
  * The time spent so far predicts as much again to come; the prior counts as one verdict, so a
  * few losses lower the expectation without closing a class for good. */
 #ifndef OPJIT_AGENT_POLICY_H
 #define OPJIT_AGENT_POLICY_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #define AG_POLICY_CLASSES 6     /* cube root of m n k up to 8, 16, 32, 64, 128, more */
@@ -25,6 +29,7 @@
 typedef struct ag_policy_s {
   double gain_sum[AG_POLICY_CLASSES]; /* verdicts' savings (1 - variant/original, in [0, 0.9]) */
   int gain_n[AG_POLICY_CLASSES];      /* verdicts */
+  _Atomic int trials[AG_POLICY_CLASSES]; /* compiles granted to learn a class (any thread) */
 } ag_policy_t;
 
 /* The size class of an m x n x k problem (0 for a dimension means 1: vectors). */
@@ -41,8 +46,9 @@ double ag_policy_gain(const ag_policy_t *p, int cls);
 double ag_policy_charge(double compile_ns, long busy, long ncpu);
 
 /* Whether spent_ns already spent on a signature of class cls repays payback times the charge
- * (payback 0: always). */
-int ag_policy_pays_back(const ag_policy_t *p, int cls, double spent_ns, double charge,
-                        long payback);
+ * (payback 0: always), or the class is to be tried (idle: a core is idle for the compile); a
+ * trial granted is counted. */
+int ag_policy_pays_back(ag_policy_t *p, int cls, double spent_ns, double charge, long payback,
+                        int idle);
 
 #endif

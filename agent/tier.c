@@ -725,7 +725,7 @@ static int pays_back(const ag_entry_t *e, double spent_ns)
   int row;
   double ns = (double)ag_machine_compile_ns(gemm_of(&e->key, &g, &row) ? family(&g) : "gemm");
   return ag_policy_pays_back(&policy, size_class(e), spent_ns, ag_policy_charge(ns, busy, ncpu),
-                             ag_opts.num[AG_OPT_HOT_PAYBACK]);
+                             ag_opts.num[AG_OPT_HOT_PAYBACK], busy < ncpu);
 }
 
 void ag_tier_hot(ag_entry_t *e, uint64_t n)

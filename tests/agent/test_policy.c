@@ -47,16 +47,28 @@ Test(policy, a_short_program_with_a_few_hot_shapes_compiles_in_its_first_run)
   ag_policy_t p = {0};
   double charge = ag_policy_charge(10e6, 1, 2);
   /* After 4096 calls of 160 ns (an 8^3 sgemm): 655 us spent, x 0.3 = 197 us < 1 ms. */
-  cr_assert_not(ag_policy_pays_back(&p, 0, 4096 * 160.0, charge, 1));
+  cr_assert_not(ag_policy_pays_back(&p, 0, 4096 * 160.0, charge, 1, 0));
   /* After 4096 calls of 1 us (a 32^3 dgemm): 4.1 ms x 0.3 = 1.2 ms >= 1 ms. */
-  cr_assert(ag_policy_pays_back(&p, 2, 4096 * 1000.0, charge, 1));
+  cr_assert(ag_policy_pays_back(&p, 2, 4096 * 1000.0, charge, 1, 0));
   /* Every core busy: the whole 10 ms is charged, and the same 32^3 must wait. */
-  cr_assert_not(ag_policy_pays_back(&p, 2, 4096 * 1000.0, ag_policy_charge(10e6, 2, 2), 1));
+  cr_assert_not(ag_policy_pays_back(&p, 2, 4096 * 1000.0, ag_policy_charge(10e6, 2, 2), 1, 0));
   /* OPJIT_HOT_PAYBACK=0: always. */
-  cr_assert(ag_policy_pays_back(&p, 0, 0, charge, 0));
+  cr_assert(ag_policy_pays_back(&p, 0, 0, charge, 0, 0));
   /* The 8^3 kernels measured 3x faster (expected saving (0.3 + 0.667) / 2 = 0.48): 16384 calls
    * of 160 ns, 2.6 ms, now pay back; with the prior alone they did not. */
-  cr_assert_not(ag_policy_pays_back(&p, 0, 16384 * 160.0, charge, 1));
+  cr_assert_not(ag_policy_pays_back(&p, 0, 16384 * 160.0, charge, 1, 0));
   ag_policy_learn(&p, 0, 1.0 / 3);
-  cr_assert(ag_policy_pays_back(&p, 0, 16384 * 160.0, charge, 1));
+  cr_assert(ag_policy_pays_back(&p, 0, 16384 * 160.0, charge, 1, 0));
+}
+
+Test(policy, each_class_is_tried_once_when_a_core_is_idle)
+{
+  ag_policy_t p = {0};
+  /* 64 calls of 60 ns come nowhere near a 1 ms charge, but class 0 has no verdict yet. */
+  cr_assert_not(ag_policy_pays_back(&p, 0, 64 * 60.0, 1e6, 1, 0), "no idle core: no trial");
+  cr_assert(ag_policy_pays_back(&p, 0, 64 * 60.0, 1e6, 1, 1), "the class's trial");
+  cr_assert_not(ag_policy_pays_back(&p, 0, 64 * 60.0, 1e6, 1, 1), "one trial per class");
+  cr_assert(ag_policy_pays_back(&p, 1, 64 * 60.0, 1e6, 1, 1), "another class has its own");
+  ag_policy_learn(&p, 2, 1.5);
+  cr_assert_not(ag_policy_pays_back(&p, 2, 64 * 60.0, 1e6, 1, 1), "a class with a verdict");
 }
