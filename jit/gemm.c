@@ -8,15 +8,20 @@
  * slice, NR broadcasts of op(B)[k, j], mr_vecs * NR fused multiply-adds (llvm.fma). K is an IR
  * loop whose accumulators are phis; nothing is left for a heavy pass pipeline to discover.
  *
- *   for each row block i0 (MR rows; the last one partial):
- *     if op(A) = A^T: copy the block's rows of A^T into a contiguous MR x K panel on the stack,
- *                     so the micro-kernel reads it as it reads a plain A (one pass, not per j0)
- *     for each column block j0 (NR columns; the last one narrower):
- *       acc = 0; for k: acc += op(A)[i0.., k] * op(B)[k, j0..]
- *       C[i0.., j0..] = alpha * acc + beta * C   (beta = 0: C is never read; alpha = 1: no scale)
- * Rows beyond M in the last block are never loaded from A or C nor stored (masked loads and
- * stores, or pieces and scalar stores: jt_gemm_t.tails), so the kernel touches exactly the
- * memory BLAS would. */
+ *   for each block of kc k's (one block unless K is large: jt_gemm_t.kc):
+ *     for each row block i0 (MR rows; the last one partial):
+ *       if op(A) = A^T: copy the block's rows of A^T into a contiguous MR x K panel on the
+ *                       stack, so the micro-kernel reads it as it reads a plain A (one pass,
+ *                       not per j0); K blocked: copy the block's slice of A into the panel
+ *       for each column block j0 (NR columns; the last one narrower):
+ *         acc = 0; for k in the block: acc += op(A)[i0.., k] * op(B)[k, j0..]
+ *         C[i0.., j0..] = alpha * acc + beta * C  (beta = 0: C is never read; alpha = 1: no
+ *                         scale; K blocked: beta in the first block, + C in the others)
+ * (K blocked with B's columns piling up in one L1 set: column blocks outside, each one's
+ * sliver of B copied, row blocks inside.) Rows beyond M in the last block are never loaded
+ * from A or C nor stored (masked loads and stores, or pieces and scalar stores:
+ * jt_gemm_t.tails), so the kernel touches exactly the memory BLAS would. A matrix-vector
+ * product with op(A) = A^T is a set of dot products instead (emit_dots). */
 #include "gemm.h"
 
 #include <stdio.h>
@@ -353,6 +358,20 @@ static void kloop_close(gen_t *g, const kloop_t *l, int nv, int nr, accs_t acc, 
   LLVMPositionBuilderAtEnd(g->b, l->done);
 }
 
+/* The first lanes elements at p, loaded only after the first K block (a masked load whose mask
+ * is off in the first: under beta = 0, C is never read). */
+static LLVMValueRef load_after_first(gen_t *g, LLVMValueRef p, int lanes)
+{
+  LLVMTypeRef i1 = LLVMInt1TypeInContext(g->cx), mt = LLVMVectorType(i1, (unsigned)g->V);
+  LLVMValueRef later = LLVMBuildNot(g->b, g->first, "later");
+  LLVMValueRef m = LLVMBuildInsertElement(g->b, LLVMGetUndef(mt), later, LLVMConstInt(g->i32, 0, 0), "");
+  m = LLVMBuildShuffleVector(g->b, m, LLVMGetUndef(mt),
+                             LLVMConstNull(LLVMVectorType(g->i32, (unsigned)g->V)), "m");
+  m = LLVMBuildAnd(g->b, m, lane_mask(g, lanes), "m");
+  LLVMValueRef args[4] = {p, LLVMConstInt(g->i32, g->g->f64 ? 8 : 4, 0), m, LLVMConstNull(g->vec)};
+  return LLVMBuildCall2(g->b, g->mload_t, g->mload, args, 4, "c");
+}
+
 /* One mr x nr block of C at (i0, j0): the K loop over accumulators, then the update of C. */
 static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int nr)
 {
@@ -401,7 +420,8 @@ static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int n
       if (s->beta_class == 1) {
         r = LLVMBuildFAdd(g->b, r, vload(g, p, lanes), "r");
       } else if (g->first) { /* K blocked: C as beta says in the first block, else C itself */
-        LLVMValueRef c = vload(g, p, lanes), plus = LLVMBuildFAdd(g->b, r, c, "r");
+        LLVMValueRef c = s->beta_class ? vload(g, p, lanes) : load_after_first(g, p, lanes);
+        LLVMValueRef plus = LLVMBuildFAdd(g->b, r, c, "r");
         LLVMValueRef r1 = s->beta_class == 2 ? fma3(g, g->beta, c, r) : r;
         r = LLVMBuildSelect(g->b, g->first, r1, plus, "r"); /* beta = 0: C's NaNs never enter */
       } else if (s->beta_class == 2) {

@@ -2,8 +2,9 @@
 /* The JIT: LLVM-compiled, shape-specialised BLAS kernels. Lives in its own shared object,
  * libopjit-jit.so (which links libLLVM), loaded with dlopen by the agent's compile thread the
  * first time something is worth compiling, so a process that never compiles never loads LLVM.
- * One ORC LLJIT session per process, targeting the host CPU name and features; code is never
- * writable and executable at once (ORC's memory manager maps it RW, then RX).
+ * An ORC LLJIT session per compile thread and ISA, targeting the host CPU name and features
+ * (narrowed to the ISA); code is never writable and executable at once (ORC's memory manager
+ * maps it RW, then RX).
  * Any number of compile threads may call it at once (each kernel's IR is built in a context of
  * its own); compiled kernels may be called from any thread. Every function returns 0, or -1
  * with a sentence in err. */
@@ -50,8 +51,9 @@ typedef struct jt_gemm_s {
    * kernel's name, gemm_name(), spells the resolved values out); tune() returns them resolved
    * to its pick. A GEMM's block is mr_vecs vectors of rows by nr columns: mr_vecs * nr
    * accumulators + mr_vecs + 1 registers must fit the ISA's 16 or 32 (else gemm() fails).
-   * Fields that do not apply to the kernel kind resolve to fixed values.
-   * MUL_MAT blocks are JT_MM_MR rows (mr_vecs = JT_MM_MR / lanes) by nr <= JT_MM_MAX_NR. */
+   * MUL_MAT panels are JT_MM_MR rows or, under AVX-512, twice that (mr_vecs = rows / lanes),
+   * by nr <= JT_MM_MAX_NR columns. Fields that do not apply to the kernel kind (decode's n = 1,
+   * dot products, the RMS norm, jt_gemm_dots) resolve to fixed values. */
   int isa;            /* JT_ISA_*; a wider one than the host has fails */
   int vbits;          /* vector width in bits: 128, 256 or 512 (at most the ISA's) */
   int mr_vecs;        /* GEMM: vectors of rows per block, 1 .. JT_MAX_MR_VECS */
@@ -59,9 +61,10 @@ typedef struct jt_gemm_s {
   int tails;          /* partial vectors: 1 masked loads and stores (llvm.masked.*: AVX-512
                          k-masks, AVX2 vmaskmov, which AMD microcodes), 2 pieces of 4/2/1
                          elements and scalar stores */
-  int kc;             /* GEMM (op(A) = A): K in blocks of kc, each row block's slice of A
-                         copied into a stack panel of at most JT_GEMM_PANEL_BYTES; -1 one block
-                         (resolved: kc = k) */
+  int kc;             /* GEMM (op(A) = A): K in blocks of kc, each row block's slice of A (or,
+                         where B's columns pile up in one L1 set, each column block's sliver of
+                         B) copied into a stack panel of at most JT_GEMM_PANEL_BYTES; -1 one
+                         block (resolved: kc = k; 0 for kinds without K blocks) */
 } jt_gemm_t;
 
 /* ggml's MUL_MAT, rows [i0, i1) of y (multiples of JT_MM_MR, or i1 = m):
@@ -69,7 +72,8 @@ typedef struct jt_gemm_s {
  * with x rounded to f16 against f16 weights, as ggml does.
  * Cache-blocked: for each block of JT_MM_KC k's, blocks of JT_MM_MC rows of w are packed (and
  * converted from f16) into the micro-kernel's layout in scratch, then multiplied with the
- * activations' JT_MM_KC-long column slices, which stay in L1 across the block's rows. scratch:
+ * activations' JT_MM_KC-long column slices, copied (against f16 weights rounded) into the
+ * scratch, where they stay in L1 across the block's rows. scratch:
  * JT_MM_SCRATCH floats, 64-byte aligned, the caller's (a thread's stack may be too small).
  * n = 1: each row's dot product in one pass over its weights, nothing packed (scratch holds
  * x rounded to f16: JT_MM_SCRATCH_FLOATS(k) floats in every case). */
@@ -121,7 +125,8 @@ typedef struct jt_tune_s {
 
 typedef struct jt_api_s {
   int abi; /* JT_API_ABI */
-  /* Creates the session for the host CPU (fails on a CPU without AVX2, FMA and F16C). */
+  /* Creates this thread's session for the host's widest ISA (fails on a CPU without AVX2, FMA
+   * and F16C); sessions for narrower ISAs are created when first asked for. */
   int (*init)(char *err, size_t len);
   /* Compiles one kernel; *size receives its code's length in bytes (an upper bound), *obj a
    * malloc'ed copy of the relocatable ELF object it was linked from (NULL if none was
@@ -135,8 +140,10 @@ typedef struct jt_api_s {
    * *best receives its resolved parameters (its kernel name, gemm_name(best), tells them
    * apart: store it with the object), *out etc. its kernel as gemm() returns it (one
    * reference); the others are released. report (may be NULL) receives what was measured.
-   * Costs the candidates' compiles (5-40 ms each) plus about 20 ms of timing; GEMM, MUL_MAT
-   * and dot kernels (the fused RMS norm has one candidate). ncand <= 1 is gemm(). */
+   * Costs (bench_kernels, 3 candidates, an AVX-512 Xeon under load): the compiles, 24-61 ms
+   * for GEMMs up to 100^3, 21-107 ms for MUL_MATs, plus 2-16 ms of timing (40 ms for a
+   * 4096x512x4096 MUL_MAT); dot products, dot-product GEMVs and decode kernels have 2
+   * candidates (full and half width), the fused RMS norm 1. ncand <= 1 is gemm(). */
   int (*tune)(const jt_gemm_t *g, int ncand, jt_gemm_t *best, jt_gemm_fn *out, size_t *size,
               void **obj, size_t *obj_len, jt_tune_t *report, char *err, size_t len);
   /* The kernel's symbol name (for perf maps and profiles), g's zero fields resolved for this
@@ -158,15 +165,16 @@ typedef struct jt_api_s {
 #define JT_API_SYMBOL "opjit_jit_api"
 #define JT_MODULE_NAME "libopjit-jit.so"
 
-/* The generator's limits: larger shapes stay on the original library (where packing and cache
- * blocking, which this generator does not do yet, decide the speed). */
+/* The generator's limits: larger shapes stay on the original library. The generator blocks K
+ * (kc) but not M and N, whose blocks outgrow L2 past these (bench_kernels: sgemm 512^3 at
+ * ~75 % of the FMA peak, dgemm 512^3 at 30-70 %, against 90-94 % up to 256^3). */
 #define JT_GEMM_MAX_DIM 512
 #define JT_GEMM_MAX_K 1024
 #define JT_GEMM_MAX_K_PACKED 256 /* with op(A) = A^T the kernel packs an MR x K panel on the
                                     stack (and it probes the stack as it grows), unless it
                                     computes dot products (jt_gemm_dots) */
-#define JT_GEMM_PANEL_BYTES 32768 /* that panel's size at most: a blocking whose panel would be
-                                     larger fails (2 zmm x 256 k's fit) */
+#define JT_GEMM_PANEL_BYTES 32768 /* that panel's size at most, and a K block's (kc): a blocking
+                                     whose panel would be larger fails (2 zmm x 256 k's fit) */
 
 /* 1 when g is a matrix-vector product the generator computes as dot products over A's
  * columns: op(A) = A^T, n = 1 and x = op(B) contiguous. */
