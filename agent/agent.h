@@ -84,6 +84,9 @@ extern AG_TLS int ag_tl_keep_statics;
 void ag_init(void);
 /* Creates the table and starts the writer; returns 0 when counting can go on. */
 int ag_activate(void);
+/* Waits until the warm start has placed the stored kernels, ms milliseconds at most (for a host
+ * whose first operator is long: ggml's first graph). */
+void ag_warm_wait(long ms);
 
 /* Around exec: the run of the image being replaced gets its final write (status "exec") before
  * the exec; if the exec fails, the writer starts again and the run goes on. */

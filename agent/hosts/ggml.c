@@ -45,7 +45,9 @@
  * as it stores); it takes precedence over the norm group that would have taken the ADD, whose
  * RMS_NORM + MUL then run as one record (FUSED RMS_NORM+MUL), as does any RMS_NORM + MUL
  * without an ADD before it (a rebuilt graph carries no use counts, so ggml's own RMS_NORM+MUL
- * fusion would not fire in it). */
+ * fusion would not fire in it). Never slower: a graph that runs fused records alternates with
+ * the host's own in rounds, both warm, each record timed on each side (forward), and the
+ * tiers' judge (compare.h) demotes a kernel that loses: its records run ggml's nodes again. */
 #define _GNU_SOURCE
 #include "../agent.h"
 #include "../log.h"
@@ -274,6 +276,13 @@ typedef struct fusion_s {
   void *variant;                       /* the kernel the cached graph was built with */
   int verifying;                       /* this execution checks the kernel against ggml */
   int asked;                           /* MUL_MAT + ADD: its compile was asked for */
+  _Atomic int untimed;                 /* its ggml nodes cannot be timed as one (rounds) */
+  _Atomic uint64_t tns;                /* the timed execution's spans of it, on all threads */
+  _Atomic uint32_t tn;                 /* ... and its calls among them (one per thread) */
+  uint32_t bn;                         /* round_book's: this execution's calls and time */
+  uint64_t bns;
+  double tsum[2];                      /* per-call means booked so far, each side's, summed */
+  uint32_t tk[2];                      /* ... and their count */
   int64_t n, rows;
   float eps;
 } fusion_t;
@@ -300,61 +309,52 @@ static const fusion_t *our_custom(const struct ggml_tensor *dst)
              : NULL;
 }
 
-/* A probe: one execution in PROBE_EVERY of a cached graph with fused norm or MUL_MAT + ADD
- * groups computes the host's own graph instead, and forward() times each group on each thread
- * from its first member's start to the start of the next node the thread computes that is no
- * member of it — the barriers between the members included, which fusing saves, and the one
- * after (so the original is never under-counted: ggml folds the MUL into the RMS_NORM before
- * it through a function of its own, not interposed) — as one call of the group's original:
- * the tiers' never-slower check compares it with the fused node's (tier.c, watch_speed). The
- * other records need none: their products are timed under their own signatures as they run. */
-#define PROBE_EVERY 64
-#define PROBE_SLOTS 256
-typedef struct probe_slot_s {
+/* Never slower: rounds of warm, interleaved executions (compare.h judges them).
+ *
+ * A cached graph that runs fused groups is executed in rounds, one in every ROUND_EVERY
+ * executions (ROUND_EVERY_DECIDED once no variant of the process awaits a verdict), the first
+ * at its 14th to 17th executions:
+ *
+ *   execution (count mod period):  every-2   every-1         0          1                2 ...
+ *   computes:                      host's    host's, timed   rebuilt    rebuilt, timed   rebuilt
+ *
+ * The first of each pair warms the code and data the timed one runs (ggml's ops, or the
+ * agent's kernels), so each side is timed warm, a few milliseconds from the other. In a timed
+ * execution forward() times, on each thread, each record from its first node's start to the
+ * start of the next node the thread computes: ggml's nodes of the group with the barriers
+ * between them and the one after, or the custom node with the barrier after it; the same
+ * barriers count on both sides. A record whose ggml nodes would not end where the timing
+ * expects (ggml's own RMS_NORM+MUL fusion, not interposed, runs nodes that are no member of
+ * it) is never timed. After the host's timed execution each record's time goes to the judge
+ * as the original's (ag_tier_burst) under the signature whose kernel it runs; after the
+ * rebuilt one, as the variant's (its timed calls), which closes the round. The tiers demote a
+ * kernel the judge finds slower (with events, its stored object dropped), and the graph is
+ * rebuilt without it: its groups run ggml's own nodes from then on. */
+#define ROUND_EVERY 16          /* executions from a round to the next, while undecided */
+#define ROUND_EVERY_DECIDED 128 /* ... once every variant has its verdict */
+
+/* A member node of a timed graph's record: where the host's execution times it. */
+typedef struct member_s {
   const struct ggml_tensor *node;
   fusion_t *f;
-} probe_slot_t;
-static probe_slot_t probe_map[PROBE_SLOTS]; /* the probed graph's member nodes (gcache_mu) */
-static _Atomic int probing;                 /* a probe execution is running */
-static _Atomic uint32_t probe_gen;          /* probes started (a thread's timing is of one) */
+  const struct ggml_tensor *next; /* the node the thread computes after it, the group's
+                                     other members aside (NULL: none; the record is untimed) */
+} member_t;
 
-/* Node t's first slot in probe_map (linear probing from there). */
-static unsigned probe_hash(const struct ggml_tensor *t)
-{
-  return (unsigned)(((uintptr_t)t >> 4) * 0x9E3779B1u) >> 24;
-}
+static struct gcache_s *_Atomic timed; /* the cache entry whose execution is timed, or NULL */
+static _Atomic uint32_t timed_gen;     /* timed executions started (a thread's span is of one) */
 
-/* Node t's place in the running probe, or NULL. */
-static const probe_slot_t *probe_member(const struct ggml_tensor *t)
-{
-  for (unsigned i = 0, h = probe_hash(t); i < PROBE_SLOTS;
-       i++, h = (h + 1) & (PROBE_SLOTS - 1)) {
-    if (probe_map[h].node == t)
-      return &probe_map[h];
-    if (!probe_map[h].node)
-      return NULL;
-  }
-  return NULL;
-}
-
-/* This thread's probed group in progress: its record, start, probe. */
+/* This thread's record in progress in a timed execution: its member (host side) or custom
+ * node (rebuilt side), start, execution. */
 static AG_TLS struct {
   fusion_t *f;
+  const member_t *m; /* NULL on the rebuilt side */
   uint64_t t0;
   uint32_t gen;
-} tl_probe;
+  int first;         /* the span starts a call of the record (its first node) */
+} tl_span;
 
-/* Books this thread's group in progress, ended now (when it is of the running probe), and
- * forgets it. */
-static void probe_book(void)
-{
-  if (atomic_load_explicit(&probing, memory_order_acquire) &&
-      tl_probe.gen == atomic_load_explicit(&probe_gen, memory_order_relaxed)) {
-    atomic_fetch_add_explicit(&tl_probe.f->e->timed_ns, ag_now_ns() - tl_probe.t0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&tl_probe.f->e->timed, 1, memory_order_relaxed);
-  }
-  tl_probe.f = NULL;
-}
+static void span(struct gcache_s *tc, const struct ggml_tensor *dst, const fusion_t *fu);
 
 static void forward(void *_Atomic *cache, const char *name, const void *ret, const void *params,
                     struct ggml_tensor *dst)
@@ -368,13 +368,9 @@ static void forward(void *_Atomic *cache, const char *name, const void *ret, con
     }
   }
   const fusion_t *fu = our_custom(dst);
-  const probe_slot_t *pm = ag_unlikely(atomic_load_explicit(&probing, memory_order_acquire))
-                               ? probe_member(dst) : NULL;
-  if (ag_unlikely(tl_probe.f != NULL) && (!pm || pm->f != tl_probe.f))
-    probe_book(); /* the thread left its group */
-  if (pm && dst == pm->f->first)
-    tl_probe.f = pm->f, tl_probe.t0 = ag_now_ns(),
-    tl_probe.gen = atomic_load_explicit(&probe_gen, memory_order_relaxed);
+  struct gcache_s *tc = atomic_load_explicit(&timed, memory_order_acquire);
+  if (ag_unlikely(tc != NULL || tl_span.f != NULL) && !ag_tl.depth) /* not a tail call's */
+    span(tc, dst, fu);
   /* a MUL_MAT + ADD without its kernel runs its product's: booked there */
   ag_sig_t k = !fu ? key_of(dst) : fu->kind == FU_MM_ADD && !fu->pvariant[1] ? fu->pke[0]->key
                                                                               : fu->e->key;
@@ -382,6 +378,11 @@ static void forward(void *_Atomic *cache, const char *name, const void *ret, con
   if (!ag_call_begin_host(&c, &k, 1)) {
     fn(params, dst);
   } else {
+    /* What runs is the graph's choice, never the call's: an original burst (ag_call_pick)
+     * changes nothing here, and the rounds alone time the custom nodes for the judge. */
+    c.orig = 0;
+    if (fu)
+      c.t0 = 0;
     c.variant = fu != NULL; /* the fused kernel serves this group */
     fn(params, dst);
     ag_call_end(&c);
@@ -411,8 +412,11 @@ typedef struct gcache_s {
   int busy;                   /* computations running c->graph (its memory and records stay) */
   fusion_t *f;
   int nf;
-  uint64_t execs;             /* executions of the rebuilt graph, probes included */
-  int probe;                  /* the running execution is a probe */
+  uint64_t execs;             /* executions while it has a rebuilt graph, rounds included */
+  member_t *map;              /* the fused records' member nodes, by node (open addressing) */
+  unsigned map_mask;          /* its slots - 1 */
+  int side;                   /* the running execution: 0 the host's graph, 1 the rebuilt */
+  int timing;                 /* the running execution is timed */
 } gcache_t;
 
 #define GCACHE_MAX 32
@@ -422,8 +426,8 @@ static pthread_mutex_t gcache_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* 0 off, 1 on; a test's: 2 poison (fused nodes write zeros, unverified), 3 wrong (the kernel's
  * y comes out 1.5 times too large; verification must catch it), 4 slow (the norm groups' and
- * MUL_MAT + ADD groups' nodes spend 3 ms more, and every second execution is a probe: the
- * never-slower check must demote them) */
+ * MUL_MAT + ADD groups' nodes spend 3 ms more, and rounds follow each other without a gap:
+ * the never-slower judge must demote them) */
 static int fusion_mode;
 
 /* Decides the fusion mode and resolves the backend's own ops, once (after check() accepted
@@ -791,7 +795,7 @@ static void verify(fusion_t *f, jt_add_rms_mul_fn k)
   ag_tier_verify_result(f->ke, worst, bound);
 }
 
-/* The slow test mode's 3 ms more (more than a loaded machine adds to the probed original's
+/* The slow test mode's 3 ms more (more than a loaded machine adds to the original's
  * barriers). */
 static void slow_down(void)
 {
@@ -1097,7 +1101,119 @@ static void gcache_clear(gcache_t *c)
   if (c->ctx)
     api.free(c->ctx);
   free(c->f);
+  free(c->map);
   memset(c, 0, sizeof *c);
+}
+
+/* The host's nodes a fused record stands for (at most 3), in m; returns how many. */
+static int members_of(const fusion_t *f, struct ggml_tensor *m[3])
+{
+  switch (f->kind) {
+  case FU_ADD_RMS_MUL:
+    m[0] = f->add, m[1] = f->rms, m[2] = f->mul;
+    return 3;
+  case FU_RMS_MUL:
+    m[0] = f->rms, m[1] = f->mul;
+    return 2;
+  case FU_MM_ADD:
+    m[0] = f->prod[0], m[1] = f->add;
+    return 2;
+  case FU_SWIGLU:
+    m[0] = f->gate, m[1] = f->up, m[2] = f->mul;
+    return 3;
+  case FU_SHARED_INPUT:
+    for (int p = 0; p < f->nprod; p++)
+      m[p] = f->prod[p];
+    return f->nprod;
+  default:
+    m[0] = f->mul;
+    return 1;
+  }
+}
+
+/* Node t's slot in c's member map, or NULL when t is no member of a fused record. */
+static member_t *member_at(const gcache_t *c, const struct ggml_tensor *t)
+{
+  if (!c->map)
+    return NULL;
+  for (unsigned h = (unsigned)(((uintptr_t)t >> 4) * 0x9E3779B1u) & c->map_mask;;
+       h = (h + 1) & c->map_mask) {
+    if (c->map[h].node == t)
+      return &c->map[h];
+    if (!c->map[h].node)
+      return NULL;
+  }
+}
+
+/* 1 when ggml's CPU backend calls a forward function for node t (not an empty op, selected). */
+static int computed(const struct ggml_tensor *t)
+{
+  return (t->flags & GGML_TENSOR_FLAG_COMPUTE) && t->op != GGML_OP_NONE &&
+         t->op != GGML_OP_RESHAPE && t->op != GGML_OP_VIEW && t->op != GGML_OP_PERMUTE &&
+         t->op != GGML_OP_TRANSPOSE;
+}
+
+/* Maps the member nodes of c's fused records, for the host's side of the rounds, each with the
+ * node its timing must end at; a record with a member that has none (the graph ends) is not
+ * timed. Without memory nothing is mapped (and nothing timed). gcache_mu held. */
+static void map_members(gcache_t *c, struct ggml_cgraph *g)
+{
+  free(c->map);
+  c->map = NULL;
+  struct ggml_tensor *m[3];
+  unsigned count = 0, size = 16;
+  for (int i = 0; i < c->nf; i++)
+    count += c->f[i].node ? (unsigned)members_of(&c->f[i], m) : 0;
+  while (size < 2 * count)
+    size *= 2;
+  if (!count || !(c->map = calloc(size, sizeof *c->map)))
+    return;
+  c->map_mask = size - 1;
+  for (int i = 0; i < c->nf; i++)
+    for (int k = 0, nm = c->f[i].node ? members_of(&c->f[i], m) : 0; k < nm; k++) {
+      unsigned h = (unsigned)(((uintptr_t)m[k] >> 4) * 0x9E3779B1u) & c->map_mask;
+      while (c->map[h].node)
+        h = (h + 1) & c->map_mask;
+      c->map[h] = (member_t){m[k], &c->f[i], NULL};
+    }
+  for (int i = 0; i < c->n_nodes; i++) {
+    member_t *mb = member_at(c, api.node(g, i));
+    for (int j = i + 1; mb && j < c->n_nodes && !mb->next; j++) {
+      struct ggml_tensor *t = api.node(g, j);
+      const member_t *o = member_at(c, t);
+      if (computed(t) && !(o && o->f == mb->f))
+        mb->next = t;
+    }
+    if (mb && !mb->next)
+      atomic_store(&mb->f->untimed, 1);
+  }
+}
+
+/* In a timed execution of tc (NULL: none is running), at the start of node dst (our custom
+ * node fu, or NULL) on this thread: ends the thread's span, booking it to its record when it
+ * ended where it should (else the record is never timed again), and starts dst's. */
+static void span(gcache_t *tc, const struct ggml_tensor *dst, const fusion_t *fu)
+{
+  uint64_t now = ag_now_ns();
+  uint32_t gen = atomic_load_explicit(&timed_gen, memory_order_relaxed);
+  const member_t *m = tc && !tc->side ? member_at(tc, dst) : NULL;
+  fusion_t *f = tl_span.f;
+  if (f && tc && tl_span.gen == gen) {
+    if (tl_span.m && dst != tl_span.m->next && !(m && m->f == f)) {
+      atomic_store_explicit(&f->untimed, 1, memory_order_relaxed); /* ggml ran other nodes */
+    } else {
+      atomic_fetch_add_explicit(&f->tns, now - tl_span.t0, memory_order_relaxed);
+      atomic_fetch_add_explicit(&f->tn, (uint32_t)tl_span.first, memory_order_relaxed);
+    }
+  }
+  tl_span.f = NULL;
+  if (!tc)
+    return;
+  fusion_t *next = m ? m->f
+                 : tc->side && fu >= tc->f && fu < tc->f + tc->nf ? (fusion_t *)fu : NULL;
+  if (next && !atomic_load_explicit(&next->untimed, memory_order_relaxed))
+    tl_span.f = next, tl_span.m = m, tl_span.t0 = now, tl_span.gen = gen,
+    tl_span.first = tc->side || dst == next->first;
 }
 
 /* 1 when t is a later product of one of c's shared-input records. */
@@ -1239,6 +1355,8 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g)
     f->node = NULL;
     fused += f->variant != NULL;
   }
+  free(c->map);
+  c->map = NULL;
   if (!fused)
     return 0;
   size_t size = (size_t)c->n_nodes;
@@ -1296,41 +1414,89 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g)
     api.add_node(c->graph, node);
     i += f->span - 1; /* the group's other nodes are in the custom node */
   }
+  map_members(c, g);
   return 0;
 }
 
-/* Whether this execution of c's rebuilt graph is a probe (every PROBE_EVERY-th, one at a
- * time, when c has fused norm or MUL_MAT + ADD groups); if so, their member nodes are mapped
- * for forward() and probing is on until fused_done. gcache_mu held. */
-static int probe_start(gcache_t *c, int nth)
+/* The signature whose kernel a fused record runs: the one the rounds judge it under; NULL
+ * when its products' kernels are not one (it is not judged). */
+static ag_entry_t *judged(const fusion_t *f)
 {
-  uint64_t every = fusion_mode == 4 ? 2 : PROBE_EVERY;
-  if (++c->execs % every || atomic_load(&probing))
-    return 0;
-  memset(probe_map, 0, sizeof probe_map);
-  int members = 0;
+  if (f->kind == FU_MM_ADD)
+    return f->pvariant[1] ? f->ke : f->pke[0];
+  for (int p = 1; f->kind == FU_SHARED_INPUT && p < f->nprod; p++)
+    if (f->pke[p] != f->pke[0])
+      return NULL;
+  return f->kind == FU_SHARED_INPUT ? f->pke[0] : f->ke;
+}
+
+/* Starts this execution of c (which has a rebuilt graph) as its place in the rounds asks:
+ * returns 1 when it computes the host's graph. The timed one of each side is timed unless
+ * another execution is (one at a time) or a kernel verifies in it (c->timing). The host's
+ * execution counts each fused norm or MUL_MAT + ADD group as nth calls of its signature,
+ * ggml's. gcache_mu held. */
+static int round_start(gcache_t *c, int nth)
+{
+  int undecided = atomic_load_explicit(&ag_tier_undecided, memory_order_relaxed);
+  uint64_t every = fusion_mode == 4 ? 4 : undecided ? ROUND_EVERY : ROUND_EVERY_DECIDED;
+  uint64_t k = ++c->execs % every; /* a graph's first executions are all fused */
+  c->side = k < every - 2;
+  c->timing = k == every - 1 || (k == 1 && c->execs > every);
   for (int i = 0; i < c->nf; i++) {
     fusion_t *f = &c->f[i];
-    if (!f->node || (f->kind != FU_ADD_RMS_MUL && f->kind != FU_RMS_MUL && f->kind != FU_MM_ADD))
-      continue;
-    atomic_fetch_add_explicit(&f->e->calls, (uint64_t)nth, memory_order_relaxed); /* ggml's */
-    struct ggml_tensor *m[3] = {f->first, f->kind == FU_ADD_RMS_MUL ? f->rms
-                                          : f->kind == FU_RMS_MUL ? f->mul : f->add,
-                                f->kind == FU_ADD_RMS_MUL ? f->mul : NULL};
-    for (int k = 0; k < 3 && m[k] && members < PROBE_SLOTS / 2; k++, members++) {
-      unsigned h = probe_hash(m[k]);
-      while (probe_map[h].node)
-        h = (h + 1) & (PROBE_SLOTS - 1);
-      probe_map[h] = (probe_slot_t){m[k], f};
-    }
+    c->timing &= !(f->node && c->side && f->verifying);
+    if (!c->side && f->node &&
+        (f->kind == FU_ADD_RMS_MUL || f->kind == FU_RMS_MUL || f->kind == FU_MM_ADD))
+      atomic_fetch_add_explicit(&f->e->calls, (uint64_t)nth, memory_order_relaxed);
   }
-  if (!members)
-    return 0;
-  c->probe = 1;
-  atomic_fetch_add_explicit(&probe_gen, 1, memory_order_relaxed);
-  atomic_store_explicit(&probing, 1, memory_order_release);
-  return 1;
+  gcache_t *none = NULL;
+  if (c->timing && c->map && atomic_compare_exchange_strong(&timed, &none, c)) {
+    for (int i = 0; i < c->nf; i++)
+      atomic_store_explicit(&c->f[i].tn, 0, memory_order_relaxed),
+      atomic_store_explicit(&c->f[i].tns, 0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&timed_gen, 1, memory_order_release);
+  } else {
+    c->timing = 0;
+  }
+  return !c->side;
 }
+
+/* After a timed execution of c: hands its records' times to the judge, under the signature
+ * each one's kernel is: the host's side as one burst of the original's warm calls, the rebuilt
+ * side as the variant's timed calls, which closes the round of each signature whose original
+ * has been timed since its last one. An execution in which a record took 8 times its side's
+ * mean so far (a thread preempted at a barrier, on a loaded machine) is left out whole: its
+ * records share signatures, whose rounds must weigh the same records on both sides.
+ * gcache_mu held. */
+static void round_book(gcache_t *c)
+{
+  int side = c->side, disturbed = 0;
+  for (int i = 0; i < c->nf; i++) {
+    fusion_t *f = &c->f[i];
+    f->bn = atomic_exchange_explicit(&f->tn, 0, memory_order_relaxed);
+    f->bns = atomic_exchange_explicit(&f->tns, 0, memory_order_relaxed);
+    if (!f->node || !judged(f) || atomic_load_explicit(&f->untimed, memory_order_relaxed))
+      f->bn = 0;
+    disturbed |= f->bn && f->tk[side] >= 2 &&
+                 (double)f->bns > 8.0 * f->bn * (f->tsum[side] / f->tk[side]);
+  }
+  for (int i = 0; i < c->nf && !disturbed; i++) {
+    fusion_t *f = &c->f[i];
+    ag_entry_t *je = judged(f);
+    if (!f->bn)
+      continue;
+    f->tsum[side] += (double)f->bns / f->bn, f->tk[side]++;
+    atomic_fetch_add_explicit(side ? &je->vtimed : &je->timed, f->bn, memory_order_relaxed);
+    atomic_fetch_add_explicit(side ? &je->vtimed_ns : &je->timed_ns, f->bns, memory_order_relaxed);
+    if (!side)
+      ag_tier_burst(je, f->bn, f->bns);
+  }
+  for (int i = 0; i < c->nf && !disturbed && side; i++) /* every variant timing is in */
+    if (c->f[i].bn)
+      ag_tier_burst(judged(&c->f[i]), 0, 0);
+}
+
+#define FIRST_GRAPH_WARM_WAIT_MS 100 /* the first graph's wait for the warm start, at most */
 
 /* The graph to compute in place of g: its cached rebuild with the published fusions, or g.
  * An unfused group counts as nth calls of its signature (one per thread, as a fused one is
@@ -1345,6 +1511,12 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gcache_t 
     return g;
   if (!ag_table)
     return g;
+  /* ... and waits for the warm start to place them (a first call waits 500 us at most; it
+   * took 2-10 ms here): the first graph is usually a prompt's prefill, tens to hundreds of
+   * milliseconds that would otherwise run without the stored kernels. */
+  static _Atomic int warm_waited;
+  if (!atomic_load_explicit(&warm_waited, memory_order_relaxed) && !atomic_exchange(&warm_waited, 1))
+    ag_warm_wait(FIRST_GRAPH_WARM_WAIT_MS);
   pthread_mutex_lock(&gcache_mu);
   gcache_t *c = gcache_of(g);
   if (!c) { /* every slot is in use by other computations */
@@ -1381,8 +1553,6 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gcache_t 
   struct ggml_cgraph *use = c->graph ? c->graph : g;
   if (c->graph)
     c->busy++, *slot = c;
-  if (c->graph && probe_start(c, nth)) /* the host's own graph, timed by groups */
-    use = g;
   for (int i = 0; use != g && i < c->nf; i++) { /* outputs move when ggml reallocates */
     fusion_t *f = &c->f[i];
     if (!f->node)
@@ -1394,6 +1564,8 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gcache_t 
     f->verifying = (fusion_mode == 1 || fusion_mode == 3 || fusion_mode == 4) && left > 0 &&
                    atomic_fetch_sub(&ve->verify, 1) > 0;
   }
+  if (c->graph && round_start(c, nth))
+    use = g;
   pthread_mutex_unlock(&gcache_mu);
   return use;
 }
@@ -1404,8 +1576,11 @@ static void fused_done(gcache_t *slot)
     return;
   pthread_mutex_lock(&gcache_mu);
   slot->busy--;
-  if (slot->probe)
-    slot->probe = 0, atomic_store_explicit(&probing, 0, memory_order_release);
+  if (slot->timing) {
+    atomic_store_explicit(&timed, NULL, memory_order_release);
+    slot->timing = 0;
+    round_book(slot);
+  }
   pthread_mutex_unlock(&gcache_mu);
 }
 
