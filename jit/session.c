@@ -386,8 +386,11 @@ static int operands(const jt_gemm_t *g, operands_t *o)
   memset(o, 0, sizeof *o);
   size_t esz = g->f64 ? 8 : 4;
   if (g->mm) {
-    int64_t rows = (int64_t)(4e6 / (2.0 * g->n * g->k)) / JT_MM_MR * JT_MM_MR;
-    rows = rows < JT_MM_MR ? JT_MM_MR : rows > 4 * JT_MM_MC ? 4 * JT_MM_MC : rows;
+    /* a few MFlop per call, but a whole block of JT_MM_MC rows at least: fewer rows than a
+     * candidate's panel would favour narrower panels (16 rows timed made 32-row panels run
+     * half empty: tune() picked 16-row panels that measured 0.91x in bench_kernels) */
+    int64_t rows = (int64_t)(4e6 / (2.0 * g->n * g->k)) / JT_MM_MC * JT_MM_MC;
+    rows = rows < JT_MM_MC ? JT_MM_MC : rows > 4 * JT_MM_MC ? 4 * JT_MM_MC : rows;
     o->rows = rows > g->m ? g->m : rows;
     /* y, r and out span n columns of m rows, of which the kernel touches its rows only: zeroed
      * pages (calloc maps large blocks), so the rows never timed cost no memory */
