@@ -252,8 +252,8 @@ static void transpose(gen_t *g, LLVMValueRef *v)
 
 /* Makes g's vector lanes wide and returns the previous width, to restore with the same call.
  * The packing loops transpose 256-bit vectors whatever the micro-kernel's width: the backend
- * lowers 16 x 16 zmm transposes slowly (a kernel packing A^T compiled in 89 ms instead of 36)
- * and the packing is a small share of the time. */
+ * lowers 16 x 16 zmm transposes slowly (kernels packing A^T compiled in 89 ms on average
+ * instead of 53 with 8 x 8 transposes). */
 static int set_lanes(gen_t *g, int lanes)
 {
   int old = g->V;
@@ -533,9 +533,10 @@ static LLVMValueRef hsum(gen_t *g, LLVMValueRef v)
  * is not a sliver; tails in pieces and scalar stores: AMD microcodes AVX2's vmaskmov stores,
  * and on an Intel Xeon with AVX-512 (bench_kernels) k-masked tails measured 0.95-1.01x of
  * pieces at m = 37-100 and 0.51x at m = 20 (a masked A load per k splitting cache lines).
- * What the model cannot tell (1, 2 or 3 vectors of rows; full or half width, which
- * double-pumping AMD cores and small M may prefer; masked or pieced tails) is what
- * jt_gemm_candidates offers tune(). */
+ * What the model cannot tell (1, 2, 3 or 4 vectors of rows; K in blocks or not; full or half
+ * width, which double-pumping AMD cores and small M may prefer; masked or pieced tails;
+ * MUL_MAT panels of 16 or 32 rows, 8 or more columns) is what jt_gemm_candidates offers
+ * tune(). */
 
 const char *jt_isa_name(int isa)
 {
@@ -645,7 +646,7 @@ int jt_gemm_candidates(const jt_gemm_t *s, int host_isa, jt_gemm_t *out, int max
     if (d.kc && d.kc < s->k)
       p[np++].kc = -1;
     else if (!s->ta && s->k > GEMM_KC_BYTES / (s->f64 ? 8 : 4))
-      p[np++].kc = GEMM_KC_BYTES / (s->f64 ? 8 : 4) / (d.mr_vecs > 2 ? 2 : 1);
+      p[np++].kc = GEMM_KC_BYTES / (s->f64 ? 8 : 4);
     p[np++].vbits = wide / 2;
     if (s->m > 3 * V && d.isa == JT_ISA_AVX512)
       p[np++].mr_vecs = 4;
