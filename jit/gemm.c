@@ -1035,14 +1035,17 @@ LLVMValueRef jt_add_rms_mul_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_
 
 /* ---- ggml's MUL_MAT (jt_mm_fn) -------------------------------------------------------------
  *
- *   for each block of KC k's (the first stores into y, the others add to it):
- *     for each block of MC rows in [i0, i1):
+ *   for each block of MC rows in [i0, i1):
+ *     for each block of KC k's (the first stores into y, the others add to it):
  *       pack its rows' KC-long slices into MR-row panels: panel[k*MR + r] (f16 converted)
  *       for each block of NR columns of x:
+ *         copy (f16: round) the columns' KC-long slices into the scratch
  *         for each MR-row panel: acc[MR x NR] = panel * x[k.., j..]; y[i.., j..] (+)= acc
- * The panel (MR x KC floats, 8 KB) and the NR column slices (3 KB) stay in L1, the packed
- * block (MC x KC, 32 KB) in L1/L2: each element of w is read from memory once per call, each
- * of x once per MC rows. KC = 128 rather than 256 costs ~2 % of speed and halves the float
+ * The panel (MR x KC floats, 16 KB) and the NR column slices (4 KB) stay in L1, the packed
+ * block (MC x KC, 128 KB) and the block's rows of y (MC x N) in L2 across the k blocks (with
+ * the k blocks outside, every k block swept all of y and x through L2 again: 1.02-1.53x
+ * slower); each element of w is read from memory once per call, each of x once per MC rows
+ * (MC = 256 rather than 64: 0.99-1.19x, the most at 4096x512x1024). KC = 128 rather than 256 costs ~2 % of speed and halves the float
  * sums' error (each output sums k products in KC-long runs). */
 
 /* &base[index] for elements of type t. */
@@ -1205,19 +1208,15 @@ static LLVMValueRef mm_full(gen_t *g, LLVMValueRef cnt, LLVMValueRef r)
   return LLVMBuildICmp(g->b, LLVMIntSGE, LLVMBuildNSWSub(g->b, cnt, r, ""), i64c(g, g->MR), "full");
 }
 
-/* Every row block of [i0, i1) for the k's kc .. kc+kcl-1. */
-static void mm_kblock(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef kc, int kcl,
+/* The cnt rows from ic (at most JT_MM_MC) for the k's kc .. kc+kcl-1. */
+static void mm_kblock(gen_t *g, LLVMValueRef ic, LLVMValueRef cnt, LLVMValueRef kc, int kcl,
                       int accumulate, int last)
 {
   const jt_gemm_t *s = g->g;
-  loop_t ic = loop_to(g, i0, i1, JT_MM_MC, "ic");
-  LLVMValueRef left = LLVMBuildNSWSub(g->b, i1, ic.iv, "left");
-  LLVMValueRef cnt = LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, left, i64c(g, JT_MM_MC), ""),
-                                     left, i64c(g, JT_MM_MC), "cnt");
   /* panels of MR rows; with MR = 2 JT_MM_MR the last may hold JT_MM_MR rows only (rows come
    * in multiples of JT_MM_MR): a half panel, which the same code runs */
   loop_t pr = loop_to(g, i64c(g, 0), cnt, g->MR, "pr");
-  mm_pack(g, add(g, ic.iv, pr.iv), kc, kcl, at(g, g->pack, mul(g, pr.iv, kcl)), mm_full(g, cnt, pr.iv));
+  mm_pack(g, add(g, ic, pr.iv), kc, kcl, at(g, g->pack, mul(g, pr.iv, kcl)), mm_full(g, cnt, pr.iv));
   loop_end(g, &pr);
   int nfull = s->n / g->NR * g->NR, ntail = s->n % g->NR;
   for (int part = 0; part < 2; part++) {
@@ -1228,13 +1227,12 @@ static void mm_kblock(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef k
     LLVMValueRef j0 = part ? i64c(g, nfull) : jr.iv;
     mm_copy_x(g, j0, kc, kcl, nr);
     loop_t ir = loop_to(g, i64c(g, 0), cnt, g->MR, "ir");
-    mm_micro(g, at(g, g->pack, mul(g, ir.iv, kcl)), add(g, ic.iv, ir.iv), j0, kcl, nr,
+    mm_micro(g, at(g, g->pack, mul(g, ir.iv, kcl)), add(g, ic, ir.iv), j0, kcl, nr,
              accumulate, last, mm_full(g, cnt, ir.iv));
     loop_end(g, &ir);
     if (!part)
       loop_end(g, &jr);
   }
-  loop_end(g, &ic);
 }
 
 /* n = 1, a matrix-vector product (llama's decode): one pass over the weights, nothing packed.
@@ -1322,18 +1320,23 @@ LLVMValueRef jt_mm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
   g.pack = LLVMGetParam(g.fn, 5 + (unsigned)na); /* JT_MM_MC x JT_MM_KC floats, the x sliver */
   g.xr = at(&g, g.pack, i64c(&g, (long)JT_MM_MC * JT_MM_KC));
   int single = s->k <= JT_MM_KC;
-  mm_kblock(&g, i0, i1, i64c(&g, 0), kc0, 0, single); /* the first block stores */
+  loop_t ic = loop_to(&g, i0, i1, JT_MM_MC, "ic");
+  LLVMValueRef left = LLVMBuildNSWSub(g.b, i1, ic.iv, "left");
+  LLVMValueRef cnt = LLVMBuildSelect(g.b, LLVMBuildICmp(g.b, LLVMIntSLT, left, i64c(&g, JT_MM_MC), ""),
+                                     left, i64c(&g, JT_MM_MC), "cnt");
+  mm_kblock(&g, ic.iv, cnt, i64c(&g, 0), kc0, 0, single); /* the first block stores */
   if (!single) { /* the full blocks in a loop, then the tail; with a residual the last block
                     stands apart (it adds the residual as it stores) */
     int kfull = s->k / JT_MM_KC * JT_MM_KC, ktail = s->k - kfull;
     int loop_to_ = s->mm_add && !ktail ? kfull - JT_MM_KC : kfull;
     if (loop_to_ > JT_MM_KC) {
       loop_t kc = loop_begin(&g, i64c(&g, JT_MM_KC), loop_to_, JT_MM_KC, "kc");
-      mm_kblock(&g, i0, i1, kc.iv, JT_MM_KC, 1, 0);
+      mm_kblock(&g, ic.iv, cnt, kc.iv, JT_MM_KC, 1, 0);
       loop_end(&g, &kc);
     }
     if (ktail || s->mm_add)
-      mm_kblock(&g, i0, i1, i64c(&g, loop_to_), ktail ? ktail : JT_MM_KC, 1, 1);
+      mm_kblock(&g, ic.iv, cnt, i64c(&g, loop_to_), ktail ? ktail : JT_MM_KC, 1, 1);
   }
+  loop_end(&g, &ic);
   return end_kernel(&g);
 }

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define JT_GENERATOR_VERSION 9 /* bumped whenever generated code changes */
+#define JT_GENERATOR_VERSION 10 /* bumped whenever generated code changes */
 
 /* Instruction sets the generator targets (jt_gemm_t.isa). Each is compiled by a session of its
  * own whose target features are the host's with everything wider turned off, so forcing AVX2 on
@@ -89,7 +89,7 @@ typedef void (*jt_mm_fn)(const void *w, const float *x, float *y, int64_t i0, in
 typedef void (*jt_mm_add_fn)(const void *w, const float *x, float *y, const float *r, float *out,
                              int64_t i0, int64_t i1, float *scratch);
 #define JT_MM_MR 16
-#define JT_MM_MC 64
+#define JT_MM_MC 256
 #define JT_MM_KC 128
 #define JT_MM_MAX_NR 24 /* columns per MUL_MAT block, at most (the x sliver in the scratch) */
 #define JT_MM_SCRATCH ((JT_MM_MC + JT_MM_MAX_NR) * JT_MM_KC) /* the packed block, the x sliver */

@@ -332,8 +332,8 @@ ISA_TEST(fused_add_rms_norm_mul_matches_ggml_arithmetic)
   }
 }
 
-/* ggml's MUL_MAT kernels: random shapes around the blockings' edges (K across the 256-long k
- * blocks, M across the 64-row blocks, N across the 6-wide column blocks; N = 1, decode's
+/* ggml's MUL_MAT kernels: random shapes around the blockings' edges (K across the JT_MM_KC-long
+ * k blocks, M across the JT_MM_MC-row blocks and half panels, N across the column blocks; N = 1, decode's
  * matrix-vector kernel, with K's across its loop and tails), f32 and f16 weights,
  * row ranges that are a thread's share; each element within the bound of a float sum of K
  * products of the exact dot product (x rounded to f16 against f16 weights, as ggml does), and
@@ -347,7 +347,7 @@ ISA_TEST(mul_mat_kernels_match_exact_dot_products)
   enum { NK = sizeof ks / sizeof *ks, NK1 = sizeof k1s / sizeof *k1s };
   for (int t = 0; t < 24 + 2 * NK1; t++) {
     int w16 = t & 1, k = ks[rnd(NK)];
-    int m = 16 * (1 + (int)rnd(t < 12 ? 6 : 20)), n = JT_MM_MIN_N + (int)rnd(t < 12 ? 20 : 120);
+    int m = 16 * (1 + (int)rnd(t < 12 ? 6 : 40)), n = JT_MM_MIN_N + (int)rnd(t < 12 ? 20 : 120);
     if (t >= 24) /* decode's matrix-vector products, every k1 with both weight types */
       n = 1, k = k1s[(t - 24) / 2], m = k > 2000 ? 16 * (1 + (int)rnd(3)) : m;
     jt_gemm_t g = {.mm = 1, .w16 = w16, .m = m, .n = n, .k = k};
