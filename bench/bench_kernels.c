@@ -4,8 +4,8 @@
  * f32 and f16 weights) it compiles the kernel for AVX2 (256-bit, 16 registers, forced: no EVEX
  * code), for AVX-512 with 256-bit vectors (32 registers), for AVX-512 with 512-bit vectors
  * (the default) and the one tune() picks; for GEMMs with tails, masked against pieced tails.
- * It times them interleaved in this process (rounds of ~1 ms batches, the columns' order
- * rotating each round) and prints median GF/s, the median of the per-round ratios, and the FMA
+ * It times them interleaved in this process (rounds of ~1 ms batches, each after one untimed
+ * call, the columns' order rotating each round) and prints median GF/s, the median of the per-round ratios, and the FMA
  * peak of each width on this core (independent FMA chains, the best of 9 runs).
  *
  *   bench_kernels [ROUNDS]     (default 21) */
@@ -345,6 +345,9 @@ int main(int argc, char **argv)
         row_t *row = &rows[i];
         if (!row->fn[c])
           continue;
+        call(row, row->fn[c]); /* untimed: the previous column's kernel may have left the core
+                                  in another state (the same MUL_MAT kernel measured 10-20 %
+                                  faster in the column after its own than after a ymm one) */
         uint64_t t0 = bn_now_ns();
         for (long j = 0; j < row->calls; j++)
           call(row, row->fn[c]);

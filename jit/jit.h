@@ -136,15 +136,15 @@ typedef struct jt_api_s {
   /* Compiles up to ncand (<= JT_TUNE_MAX) candidates for g where the generator's model leaves
    * the choice open (fields of g that are set stay fixed: an isa set keeps every candidate
    * within it), times each on the compile thread on g's shape with scratch data (interleaved
-   * rounds, medians; a MUL_MAT on 64-256 of its rows), and keeps the fastest:
+   * rounds, medians; a MUL_MAT on 32-256 of its rows), and keeps the fastest:
    * *best receives its resolved parameters (its kernel name, gemm_name(best), tells them
    * apart: store it with the object), *out etc. its kernel as gemm() returns it (one
    * reference); the others are released. report (may be NULL) receives what was measured.
    * Costs (bench_kernels, 3 candidates, an AVX-512 Xeon under load): the compiles, 18-61 ms
-   * for GEMMs up to 100^3, 18-107 ms for MUL_MATs, plus 2-16 ms of timing (a MUL_MAT times
-   * 64-256 of its rows: 67 ms at 4096x512x4096); dot products, dot-product GEMVs and decode
-   * kernels have 2 candidates (full and half width), the fused RMS norm 1. ncand <= 1 is
-   * gemm(). */
+   * for GEMMs up to 100^3, 18-110 ms for MUL_MATs, plus 2-17 ms of timing (7 rounds; kernels
+   * whose calls take milliseconds get as few as 3, near 40 ms); dot products, dot-product
+   * GEMVs and decode kernels have 2 candidates (full and half width), the fused RMS norm 1.
+   * ncand <= 1 is gemm(). */
   int (*tune)(const jt_gemm_t *g, int ncand, jt_gemm_t *best, jt_gemm_fn *out, size_t *size,
               void **obj, size_t *obj_len, jt_tune_t *report, char *err, size_t len);
   /* The kernel's symbol name (for perf maps and profiles), g's zero fields resolved for this

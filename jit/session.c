@@ -338,11 +338,13 @@ static int jit_release(jt_gemm_fn fn, char *err, size_t len)
  * Every candidate runs on the same scratch operands (small values, no denormals), in rounds
  * that interleave the candidates (in an order that rotates each round), each sample a batch of
  * calls of about SAMPLE_NS; a candidate's time is its median per-call time over the rounds, so
- * a noisy neighbour that slows one round slows every candidate in it. A MUL_MAT is timed on
- * its first rows only (a call is then at most a few MFlop): the blocking's speed per row is
- * what is compared, not the whole product. */
+ * a noisy neighbour that slows one round slows every candidate in it. Heavy kernels (a sample
+ * of one call) get fewer rounds, down to 3, so that the timing stays near BUDGET_NS. A MUL_MAT
+ * is timed on its first rows only (a call is then a few MFlop, or one 32-row panel): the
+ * blocking's speed per row is what is compared, not the whole product. */
 #define ROUNDS 7
 #define SAMPLE_NS 400000.0
+#define BUDGET_NS 40e6
 
 static uint64_t now_ns(void)
 {
@@ -386,11 +388,11 @@ static int operands(const jt_gemm_t *g, operands_t *o)
   memset(o, 0, sizeof *o);
   size_t esz = g->f64 ? 8 : 4;
   if (g->mm) {
-    /* a few MFlop per call, but a whole block of JT_MM_MC rows at least: fewer rows than a
-     * candidate's panel would favour narrower panels (16 rows timed made 32-row panels run
-     * half empty: tune() picked 16-row panels that measured 0.91x in bench_kernels) */
-    int64_t rows = (int64_t)(4e6 / (2.0 * g->n * g->k)) / JT_MM_MC * JT_MM_MC;
-    rows = rows < JT_MM_MC ? JT_MM_MC : rows > 4 * JT_MM_MC ? 4 * JT_MM_MC : rows;
+    /* a few MFlop per call, but a whole 32-row panel at least: fewer rows than a candidate's
+     * panel would favour narrower panels (16 rows timed made 32-row panels run half empty:
+     * tune() picked 16-row panels that measured 0.91x in bench_kernels) */
+    int64_t rows = (int64_t)(4e6 / (2.0 * g->n * g->k)) / (2 * JT_MM_MR) * (2 * JT_MM_MR);
+    rows = rows < 2 * JT_MM_MR ? 2 * JT_MM_MR : rows > JT_MM_MC ? JT_MM_MC : rows;
     o->rows = rows > g->m ? g->m : rows;
     /* y, r and out span n columns of m rows, of which the kernel touches its rows only: zeroed
      * pages (calloc maps large blocks), so the rows never timed cost no memory */
@@ -457,7 +459,7 @@ static int jit_tune(const jt_gemm_t *g, int ncand, jt_gemm_t *best, jt_gemm_fn *
   rep.compile_ns = t1 - t0;
   operands_t o;
   if (n > 1 && operands(g, &o) == 0) {
-    double per[JT_TUNE_MAX][ROUNDS];
+    double per[JT_TUNE_MAX][ROUNDS], round_ns = 0;
     long calls[JT_TUNE_MAX];
     for (int i = 0; i < n; i++) { /* warm: one call, then the batch that takes SAMPLE_NS */
       call(g, fn[i], &o);
@@ -465,8 +467,11 @@ static int jit_tune(const jt_gemm_t *g, int ncand, jt_gemm_t *best, jt_gemm_fn *
       call(g, fn[i], &o);
       double one = (double)(now_ns() - s) + 1;
       calls[i] = one >= SAMPLE_NS ? 1 : (long)(SAMPLE_NS / one);
+      round_ns += one * (double)calls[i];
     }
-    for (int r = 0; r < ROUNDS; r++)
+    int rounds = (int)(BUDGET_NS / round_ns) | 1; /* odd: a median of its own */
+    rounds = rounds < 3 ? 3 : rounds > ROUNDS ? ROUNDS : rounds;
+    for (int r = 0; r < rounds; r++)
       for (int t = 0; t < n; t++) {
         int i = (t + r) % n;
         uint64_t s = now_ns();
@@ -475,8 +480,8 @@ static int jit_tune(const jt_gemm_t *g, int ncand, jt_gemm_t *best, jt_gemm_fn *
         per[i][r] = (double)(now_ns() - s) / (double)calls[i];
       }
     for (int i = 0; i < n; i++) {
-      qsort(per[i], ROUNDS, sizeof per[i][0], cmp_double);
-      rep.ns[i] = per[i][ROUNDS / 2];
+      qsort(per[i], (size_t)rounds, sizeof per[i][0], cmp_double);
+      rep.ns[i] = per[i][rounds / 2];
       if (rep.ns[i] < rep.ns[rep.best])
         rep.best = i;
     }
