@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* The aggregator: turns drained samples into what the store keeps per operator: samples, a
- * histogram of the symbols the PCs fell in, folded stacks and counter totals. Symbols come from
- * dladdr (module path + the dynamic symbol holding the PC), else from the object's .symtab or
- * its separate debug file (libdw, when installed), cached per PC. Runs on the writer thread
+ * histogram of the symbols the PCs fell in, folded stacks and counter totals. Symbols (module
+ * path + the symbol holding the PC) come from the object's .symtab, .dynsym or separate debug
+ * file (libdw, when installed: else dladdr's dynamic symbols), each table read once and
+ * searched by address; names are cached per PC and per symbol extent. Runs on the writer thread
  * only (an aggregation is used by one thread at a time).
  * Operators are opaque numbers here (the agent's entry index + 1; 0 = outside any operator). */
 #ifndef OPJIT_SAMPLER_AGGREGATE_H
