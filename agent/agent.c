@@ -715,6 +715,7 @@ static void *writer_main(void *arg)
   pthread_mutex_unlock(&warm_mu);
   if (warm) {
     warm_start();
+    ag_tier_hold(0);
     pthread_mutex_lock(&warm_mu);
     warm_pending = 0;
     pthread_cond_broadcast(&warm_cond);
@@ -897,6 +898,8 @@ int ag_activate(void)
   pthread_mutex_lock(&warm_mu);
   warm_pending = warm;
   pthread_mutex_unlock(&warm_mu);
+  if (warm)
+    ag_tier_hold(1);
   start_writer();
   if (warm && writer_running) {
     struct timespec dl;
@@ -911,6 +914,7 @@ int ag_activate(void)
     pthread_mutex_unlock(&warm_mu);
   } else if (warm) {
     warm_start();
+    ag_tier_hold(0);
   }
   atomic_store_explicit(&ag_active, 1, memory_order_release);
   rc = 0;

@@ -728,10 +728,28 @@ static int pays_back(const ag_entry_t *e, double spent_ns)
                              ag_opts.num[AG_OPT_HOT_PAYBACK], busy < ncpu);
 }
 
+static _Atomic int hold_hot; /* the warm start is deciding: calls queue nothing meanwhile */
+
+void ag_tier_hold(int on)
+{
+  atomic_store(&hold_hot, on);
+  if (on || !ag_table)
+    return;
+  uint32_t n = ag_table_count(ag_table);
+  for (uint32_t i = 0; i < n; i++) {
+    ag_entry_t *e = ag_table_entry(ag_table, i);
+    uint64_t calls, vcalls;
+    if (atomic_load(&e->tier) != AG_TIER_COLD)
+      continue;
+    ag_tcount_sum_one(i, &calls, &vcalls);
+    ag_tier_hot(e, calls);
+  }
+}
+
 void ag_tier_hot(ag_entry_t *e, uint64_t n)
 {
   if (n < ag_hot_calls || ag_hot_calls == 0 || atomic_load(&jit_dead) ||
-      atomic_load(&e->tier) != AG_TIER_COLD)
+      atomic_load(&e->tier) != AG_TIER_COLD || atomic_load_explicit(&hold_hot, memory_order_relaxed))
     return;
   uint32_t fails = atomic_load(&e->fails);
   if (fails && n >> 12 < (1u << fails)) /* backing off after a failed compile */

@@ -47,6 +47,11 @@ enum ag_event {
  * never waits. */
 void ag_tier_hot(ag_entry_t *e, uint64_t n);
 
+/* While on, hot signatures are not queued: the warm start (on the writer thread) is deciding
+ * which to place from the store and which to compile. Turned off, every cold signature that
+ * got hot meanwhile gets its ag_tier_hot. */
+void ag_tier_hold(int on);
+
 /* The never-slower judge's inputs (compare.h). ag_tier_live: variants published now;
  * ag_tier_undecided: those still awaiting a verdict (bursts run more often meanwhile). */
 extern _Atomic int ag_tier_live, ag_tier_undecided;

@@ -16,12 +16,17 @@
 #define OPJIT_LLVM_VERSION "none" /* built without the JIT: no object is ever usable */
 #endif
 
-/* Whether a kernel's symbol names isa: the generator spells it out ("_avx512_v512_2x13_t1"). */
-static int symbol_isa_is(const char *symbol, const char *isa)
+/* The ISA a kernel's symbol names (the generator spells it out: "_avx512_v512_2x13_t1"), or
+ * NULL when it names none of the ISAs the agent can run. */
+static const char *symbol_isa(const char *symbol)
 {
-  char part[32];
-  snprintf(part, sizeof part, "_%s_", isa);
-  return strstr(symbol, part) != NULL;
+  for (int isa = AG_ISA_AVX2; isa < AG_ISA__COUNT; isa++) {
+    char part[32];
+    snprintf(part, sizeof part, "_%s_", ag_isa_name(isa));
+    if (strstr(symbol, part))
+      return ag_isa_name(isa);
+  }
+  return NULL;
 }
 
 /* Why h's object cannot be placed here, or NULL when it can. */
@@ -35,8 +40,8 @@ static const char *unusable(const st_hot_t *h, const ag_runinfo_t *ri, char *why
   else if (strcmp(h->llvm, OPJIT_LLVM_VERSION) != 0)
     snprintf(why, len, "llvm: built with LLVM %s, this agent's JIT uses %s", h->llvm,
              OPJIT_LLVM_VERSION);
-  else if (!symbol_isa_is(h->symbol, ag_isa_name(ag_machine_isa())))
-    snprintf(why, len, "isa: %s was not generated for %s (OPJIT_ISA)", h->symbol,
+  else if (symbol_isa(h->symbol) && strcmp(symbol_isa(h->symbol), ag_isa_name(ag_machine_isa())))
+    snprintf(why, len, "isa: built for %s, this run uses %s (OPJIT_ISA)", symbol_isa(h->symbol),
              ag_isa_name(ag_machine_isa()));
   else if (jt_obj_checksum(h->code, h->code_len) != h->checksum)
     snprintf(why, len, "checksum: the stored object (%zu bytes) is damaged", h->code_len);
