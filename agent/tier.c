@@ -35,7 +35,8 @@
 #include <unistd.h>
 
 #define QUEUE_MAX 1024
-#define TUNE_CANDIDATES 3 /* blockings timed per kernel (jit.h, tune) */
+#define TUNE_CANDIDATES 3  /* blockings timed per kernel (jit.h, tune) */
+#define TUNE_MIN_CALLS 4096 /* calls a signature has had before its kernel is worth tuning */
 #define EVENTS_MAX 512
 
 static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -496,9 +497,8 @@ void ag_mm_tally(ag_mm_check_t *c, double got, double exact, double mag, int64_t
     c->bound = lim;
 }
 
-/* Compiles and publishes entry i; tune: nothing else waits in the queue, so the JIT may spend
- * the time to tune the kernel. Compile thread only. */
-static void compile_one(uint32_t i, int tune)
+/* Compiles and publishes entry i; idle: nothing else waits in the queue. Compile thread only. */
+static void compile_one(uint32_t i, int idle)
 {
   ag_entry_t *e = ag_table_entry(ag_table, i);
   jt_gemm_t g = shapes[i];
@@ -527,10 +527,14 @@ static void compile_one(uint32_t i, int tune)
     g.beta_class = g.beta_class ? 0 : 1; /* a real kernel that adds, or ignores, the old C */
     g.k -= g.mm && g.k > 1; /* a MUL_MAT kernel that leaves out the last k */
   }
-  /* The ISA the machine model chose (OPJIT_ISA). With time to spare, where the model leaves the
-   * blocking open, the JIT times a few candidates on the real shape and keeps the fastest (its
-   * name says which); with others waiting, the model's own pick (a program with hundreds of hot
-   * signatures gets them all compiled first). */
+  /* The ISA the machine model chose (OPJIT_ISA). Where the model leaves the blocking open, the
+   * JIT times a few candidates on the real shape and keeps the fastest (its name says which),
+   * when the compile thread has time to spare and the signature has been called often enough
+   * for tuning (2-3 compiles) to pay; else the model's own pick (a program with hundreds of
+   * hot signatures gets them all compiled first, a short one gets its kernels soonest). */
+  uint64_t calls, vcalls;
+  ag_tcount_sum_one(i, &calls, &vcalls);
+  int tune = idle && calls >= TUNE_MIN_CALLS;
   g.isa = ag_machine_isa() == AG_ISA_AVX512 ? JT_ISA_AVX512 : JT_ISA_AVX2;
   jt_gemm_t best = g;
   int rc = fault && strcmp(fault, "compile") == 0
