@@ -425,9 +425,9 @@ static int gcache_next; /* the slot a new graph takes (round robin) */
 static pthread_mutex_t gcache_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* 0 off, 1 on; a test's: 2 poison (fused nodes write zeros, unverified), 3 wrong (the kernel's
- * y comes out 1.5 times too large; verification must catch it), 4 slow (the norm groups' and
- * MUL_MAT + ADD groups' nodes spend 3 ms more, and rounds follow each other without a gap:
- * the never-slower judge must demote them) */
+ * y comes out 1.5 times too large; verification must catch it), 4 slow (the norm groups',
+ * MUL_MAT + ADD groups' and single MUL_MATs' nodes spend 3 ms more, and rounds follow each
+ * other without a gap: the never-slower judge must demote their kernels) */
 static int fusion_mode;
 
 /* Decides the fusion mode and resolves the backend's own ops, once (after check() accepted
@@ -1027,6 +1027,7 @@ static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
     slow_down();
   } else {
     mm_compute(f, f->ke, f->mul, r0, r1, ith);
+    slow_down();
   }
 }
 
