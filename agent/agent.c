@@ -161,21 +161,36 @@ __attribute__((constructor)) static void agent_constructor(void) { ag_init(); }
                                 its verdict (3 % of calls run the original) */
 #define BURST_EVERY 256      /* ... once every variant has one (0.4 %) */
 
-static _Atomic uint32_t burst_serial; /* stamps bursts across threads (0: none) */
-
 /* Hands a finished burst's timings to the judge (tier.c), and lengthens the next burst when
- * this one saw variants but no signature twice. */
-static void burst_flush(int saw_variant)
+ * this one ran variants' originals but timed none (no signature came twice in it). */
+static void burst_flush(void)
 {
+  int timed = 0;
   for (uint32_t i = 0; i < ag_tl.nbt; i++) {
+    if (!ag_tl.bt[i].n)
+      continue;
+    timed = 1;
     ag_entry_t *e = ag_table_entry(ag_table, ag_tl.bt[i].index);
     atomic_fetch_add_explicit(&e->timed, ag_tl.bt[i].n, memory_order_relaxed);
     atomic_fetch_add_explicit(&e->timed_ns, ag_tl.bt[i].ns, memory_order_relaxed);
     ag_tier_burst(e, ag_tl.bt[i].n, ag_tl.bt[i].ns);
   }
-  if (saw_variant && !ag_tl.nbt && ag_tl.burst_len < BURST_LEN_MAX)
+  if (ag_tl.burst_saw_variant && !timed && ag_tl.burst_len < BURST_LEN_MAX)
     ag_tl.burst_len *= 2;
   ag_tl.nbt = 0;
+  ag_tl.burst_saw_variant = 0;
+}
+
+/* Whether entry index already ran in this thread's burst; the first time, it is noted (a burst
+ * notes AG_BURST_SIGS signatures at most: more are never timed in it). */
+static int burst_seen(uint32_t index)
+{
+  for (uint32_t i = 0; i < ag_tl.nbt; i++)
+    if (ag_tl.bt[i].index == index)
+      return 1;
+  if (ag_tl.nbt < AG_BURST_SIGS)
+    ag_tl.bt[ag_tl.nbt++] = (struct ag_burst_time_s){index, 0, 0};
+  return 0;
 }
 
 void ag_call_burst_timed(const ag_call_t *c, uint64_t dt)
@@ -184,15 +199,13 @@ void ag_call_burst_timed(const ag_call_t *c, uint64_t dt)
    * ag_call_end): left out of the round and of the recorded mean. */
   uint64_t tn = atomic_load_explicit(&c->e->timed, memory_order_relaxed);
   int outlier = tn >= 8 && dt * tn > 8 * atomic_load_explicit(&c->e->timed_ns, memory_order_relaxed);
-  uint32_t i = 0, idx = c->e->index;
-  while (i < ag_tl.nbt && ag_tl.bt[i].index != idx)
-    i++;
-  if (!outlier && i == ag_tl.nbt && i < AG_BURST_SIGS)
-    ag_tl.bt[ag_tl.nbt++] = (struct ag_burst_time_s){idx, 0, 0};
-  if (!outlier && i < ag_tl.nbt)
-    ag_tl.bt[i].n++, ag_tl.bt[i].ns += dt;
+  for (uint32_t i = 0; !outlier && i < ag_tl.nbt; i++)
+    if (ag_tl.bt[i].index == c->e->index) {
+      ag_tl.bt[i].n++, ag_tl.bt[i].ns += dt;
+      break;
+    }
   if (!ag_tl.burst)
-    burst_flush(1);
+    burst_flush();
 }
 
 /* The gap to the next timed call, uniform in [1, 2 OPJIT_TIME_EVERY - 1]. */
@@ -217,8 +230,8 @@ void ag_call_pick(ag_call_t *c, uint64_t n)
     if (atomic_load_explicit(&e->variant, memory_order_relaxed) &&
         atomic_load_explicit(&e->verify, memory_order_relaxed) <= 0) {
       c->orig = 1;
-      uint32_t id = ag_tl.burst_id;
-      if (atomic_exchange_explicit(&e->ostamp, id, memory_order_relaxed) == id) {
+      ag_tl.burst_saw_variant = 1;
+      if (burst_seen(e->index)) {
         c->t0 = ag_now_ns(); /* warm: the signature already ran in this burst */
         return;
       }
@@ -226,23 +239,27 @@ void ag_call_pick(ag_call_t *c, uint64_t n)
       c->t0 = ag_now_ns();
     }
     if (last)
-      burst_flush(c->orig);
+      burst_flush();
     return;
   }
   if (ag_tl.nbt)
-    burst_flush(1);
+    burst_flush();
+  if (!ag_tl.burst_len) { /* the thread's first pick: its first burst comes a period later */
+    ag_tl.burst_len = BURST_LEN;
+    ag_tl.to_burst = BURST_LEN * BURST_EVERY_NEW / 2 +
+                     (int32_t)(ag_tl.rng % (BURST_LEN * BURST_EVERY_NEW / 2));
+  }
   int32_t gap = draw_gap();
   ag_tl.tick = gap;
   ag_tl.to_burst -= gap;
   if (ag_tl.to_burst <= 0 && n != 1) {
     int live = atomic_load_explicit(&ag_tier_live, memory_order_relaxed);
     int undecided = atomic_load_explicit(&ag_tier_undecided, memory_order_relaxed);
-    if (!ag_tl.burst_len)
-      ag_tl.burst_len = BURST_LEN;
     ag_tl.to_burst = ag_tl.burst_len * (undecided ? BURST_EVERY_NEW : BURST_EVERY);
     if (live) { /* the burst starts with the next call */
       ag_tl.burst = ag_tl.burst_len;
-      ag_tl.burst_id = atomic_fetch_add_explicit(&burst_serial, 1, memory_order_relaxed) + 1;
+      ag_tl.nbt = 0;
+      ag_tl.burst_saw_variant = 0;
       ag_tl.tick = 0;
     }
   }
@@ -595,8 +612,6 @@ static size_t npending;
 /* Writes every signature's variant and the events since the last successful write. */
 static void write_variants(void)
 {
-  static const char *const status[] = {[AG_TIER_QUEUED] = "queued", [AG_TIER_READY] = "ready",
-                                       [AG_TIER_FAILED] = "failed", [AG_TIER_DEMOTED] = "demoted"};
 #define AG_EV_NAME_(id, name) [AG_EV_##id] = name,
   static const char *const kinds[] = {ST_EVENT_KINDS(AG_EV_NAME_)};
 #undef AG_EV_NAME_
@@ -615,7 +630,8 @@ static void write_variants(void)
   if (!calls || !vcalls || !v || !obj || !vidx)
     goto out;
   ag_tcount_sum(calls, vcalls, n);
-  const char *cpu_key = run_info()->cpu_key;
+  char cpu_key[336]; /* what this run's kernels are stored under (machine.h) */
+  ag_machine_object_key(run_info()->cpu_key, cpu_key, sizeof cpu_key);
   for (uint32_t i = 0; i < n; i++) {
     ag_entry_t *e = ag_table_entry(ag_table, i);
     uint32_t t = atomic_load(&e->tier);
@@ -628,7 +644,7 @@ static void write_variants(void)
     /* A row without a status stores or drops the object only (a signature this run has not
      * called, or whose variant has gone). */
     int loaded = strcmp(p->origin, "loaded") == 0;
-    v[nv] = (st_variant_rec_t){&e->key, sizeof e->key, variant ? status[t] : NULL,
+    v[nv] = (st_variant_rec_t){&e->key, sizeof e->key, variant ? ag_tier_status(i) : NULL,
                                /* the LLVM the JIT was built with: what a warm start checks
                                   a stored object against, with no LLVM loaded */
                                JT_GENERATOR_VERSION, OPJIT_LLVM_VERSION,
@@ -912,9 +928,12 @@ int ag_activate(void)
     while (warm_pending && pthread_cond_timedwait(&warm_cond, &warm_mu, &dl) == 0)
       ;
     pthread_mutex_unlock(&warm_mu);
-  } else if (warm) {
+  } else if (warm) { /* no writer: the warm start runs here */
     warm_start();
     ag_tier_hold(0);
+    pthread_mutex_lock(&warm_mu);
+    warm_pending = 0;
+    pthread_mutex_unlock(&warm_mu);
   }
   atomic_store_explicit(&ag_active, 1, memory_order_release);
   rc = 0;
@@ -970,6 +989,8 @@ static void atfork_child(void)
   sampling = 0;
   pthread_mutex_unlock(&activate_mu);
   pthread_mutex_init(&mu, NULL);
+  pthread_mutex_init(&warm_mu, NULL); /* a parent thread may have held it */
+  warm_pending = 0;
   init_cond();
   pthread_mutex_init(&db_mu, NULL);
   parent_start_ns = run_start_ns;

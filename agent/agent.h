@@ -46,7 +46,7 @@ typedef struct ag_tlc_slot_s {
   ag_entry_t *e;  /* NULL: empty slot */
 } ag_tlc_slot_t;
 
-#define AG_BURST_SIGS 32 /* signatures one burst times; more wait for the next burst */
+#define AG_BURST_SIGS 32 /* signatures one burst notes and times; more wait for another burst */
 
 /* Everything a host thread keeps: one thread-local block, so the hot path finds it with one
  * address computation. */
@@ -60,11 +60,11 @@ typedef struct ag_thread_s {
                                 > 0, every call runs its original and comes to ag_call_pick */
   int32_t to_burst;          /* counted calls until the next burst */
   int32_t burst_len;         /* calls a burst lasts: grows while bursts time nothing */
-  uint32_t burst_id;         /* the current burst's stamp: this thread's and the burst's */
-  uint32_t nbt;              /* signatures timed in this burst, in bt */
+  int32_t burst_saw_variant; /* this burst ran a variant's original */
+  uint32_t nbt;              /* signatures seen in this burst, in bt */
   struct ag_burst_time_s {
     uint32_t index;          /* entry */
-    uint32_t n;              /* warm original calls timed */
+    uint32_t n;              /* warm original calls timed (after its first in the burst) */
     uint64_t ns;
   } bt[AG_BURST_SIGS];
   _Atomic uint64_t *calls;   /* this thread's counters (tcount.h), or NULL: shared entries */
@@ -138,7 +138,7 @@ typedef struct ag_call_s {
   ag_entry_t *e;  /* NULL when the table is full */
   uint64_t t0;    /* start time when this call is timed, else 0 */
   int variant;    /* 1 when the JIT variant served the call */
-  int orig;       /* 1: this timed call runs the original even when a variant exists */
+  int orig;       /* 1: a burst runs the original though a variant exists (agent.c) */
 } ag_call_t;
 
 /* A timed call (the thread's tick ran out, or its first call of the signature, n == 1):

@@ -90,6 +90,13 @@ int ag_code_add(const void *fn, size_t size, const char *name, const jt_loaded_t
   const char *iname = intern(name);
   if (!iname)
     goto out;
+  if (live + 1 > freed_cap) { /* room to free it later: a remove never fails */
+    uint32_t cap = freed_cap ? 2 * freed_cap : 64;
+    uint32_t *p = realloc(freed, cap * sizeof *p);
+    if (!p)
+      goto out;
+    freed = p, freed_cap = cap;
+  }
   uint32_t i;
   if (nfreed) {
     i = freed[--nfreed];
@@ -135,13 +142,6 @@ int ag_code_remove(const void *fn)
   long i = find(fn);
   if (i < 0)
     goto out;
-  if (nfreed == freed_cap) {
-    uint32_t cap = freed_cap ? 2 * freed_cap : 64;
-    uint32_t *p = realloc(freed, cap * sizeof *p);
-    if (!p) /* the slot stays registered: a PC there is still named, nothing breaks */
-      goto out;
-    freed = p, freed_cap = cap;
-  }
   slot_t *s = slot((uint32_t)i);
   write_slot(s, 0, 0, NULL);
   s->loaded = (jt_loaded_t){0};
@@ -185,4 +185,18 @@ size_t ag_code_live(void)
   return n;
 }
 
-void ag_code_after_fork_child(void) { pthread_mutex_init(&mu, NULL); }
+void ag_code_after_fork_child(void)
+{
+  pthread_mutex_init(&mu, NULL);
+  /* A slot a parent thread was writing when the fork came stays odd for ever: readers would
+   * spin on it. It is freed (its kernel is unknown to the child from now on). */
+  uint32_t n = atomic_load(&nslots);
+  for (uint32_t i = 0; i < n; i++) {
+    slot_t *s = slot(i);
+    uint32_t q = atomic_load(&s->seq);
+    if (!(q & 1))
+      continue;
+    atomic_store(&s->lo, 0), atomic_store(&s->hi, 0), atomic_store(&s->name, NULL);
+    atomic_store(&s->seq, q + 1);
+  }
+}

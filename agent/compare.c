@@ -15,6 +15,8 @@ void ag_cmp_start(ag_cmp_t *c, uint64_t v_total_n, uint64_t v_total_ns)
 
 int ag_cmp_burst(ag_cmp_t *c, uint64_t n, uint64_t ns, uint64_t v_total_n, uint64_t v_total_ns)
 {
+  if (v_total_n < c->v_base_n || v_total_ns < c->v_base_ns) /* the counters were reset */
+    c->v_base_n = v_total_n, c->v_base_ns = v_total_ns;
   c->po_n += n;
   c->po_ns += ns;
   if (!c->po_n || v_total_n < c->v_base_n + AG_CMP_MIN_VCALLS)
@@ -51,20 +53,32 @@ static int cmp_float(const void *a, const void *b)
   return (x > y) - (x < y);
 }
 
-enum ag_verdict ag_cmp_verdict(const ag_cmp_t *c, double *median)
+/* The median of the last n rounds (sorted copy). */
+static double median_of(const ag_cmp_t *c, int n, float *sorted)
+{
+  memcpy(sorted, c->ratio, (size_t)n * sizeof *sorted);
+  qsort(sorted, (size_t)n, sizeof *sorted, cmp_float);
+  return n % 2 ? sorted[n / 2] : 0.5 * ((double)sorted[n / 2 - 1] + sorted[n / 2]);
+}
+
+double ag_cmp_median(const ag_cmp_t *c)
 {
   int n = c->rounds < AG_CMP_ROUNDS ? (int)c->rounds : AG_CMP_ROUNDS;
-  if (median)
-    *median = 0;
-  if (n == 0)
-    return AG_CMP_UNDECIDED;
   float r[AG_CMP_ROUNDS];
-  memcpy(r, c->ratio, (size_t)n * sizeof *r);
-  qsort(r, (size_t)n, sizeof *r, cmp_float);
-  double med = n % 2 ? r[n / 2] : 0.5 * ((double)r[n / 2 - 1] + r[n / 2]);
+  return n ? median_of(c, n, r) : 0;
+}
+
+enum ag_verdict ag_cmp_judge(ag_cmp_t *c, double *median)
+{
+  int n = c->rounds < AG_CMP_ROUNDS ? (int)c->rounds : AG_CMP_ROUNDS;
+  float r[AG_CMP_ROUNDS];
+  double med = n ? median_of(c, n, r) : 0;
   if (median)
     *median = med;
   if (n < AG_CMP_MIN_ROUNDS)
+    return AG_CMP_UNDECIDED;
+  /* A verdict for the variant is looked at again only on a window of new rounds. */
+  if (c->kept && c->rounds < c->judged + AG_CMP_ROUNDS)
     return AG_CMP_UNDECIDED;
   int slower = 0, faster = 0;
   for (int i = 0; i < n; i++)
@@ -72,11 +86,16 @@ enum ag_verdict ag_cmp_verdict(const ag_cmp_t *c, double *median)
   int k = ag_cmp_sign_threshold(n);
   if (slower >= k && med > 1.0 + AG_CMP_MARGIN)
     return AG_CMP_SLOWER;
-  if (faster >= k && med < 1.0 - AG_CMP_MARGIN)
+  if (c->kept) { /* confirmed, or at least not overturned, by this window */
+    c->judged = c->rounds;
+    return AG_CMP_UNDECIDED;
+  }
+  if ((faster >= k && med < 1.0 - AG_CMP_MARGIN) ||
+      (c->rounds >= AG_CMP_ROUNDS && med <= 1.0)) {
+    c->kept = 1, c->judged = c->rounds;
     return AG_CMP_FASTER;
-  if (c->rounds >= AG_CMP_ROUNDS && med > 1.0)
-    return AG_CMP_SLOWER;
-  return AG_CMP_UNDECIDED;
+  }
+  return c->rounds >= AG_CMP_ROUNDS ? AG_CMP_TIE : AG_CMP_UNDECIDED;
 }
 
 double ag_cmp_orig_ns(const ag_cmp_t *c)

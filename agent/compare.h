@@ -6,18 +6,22 @@
  * Both sides are timed warm and paired in rounds. The original is timed only in bursts: for a
  * short stretch a thread runs every call's original, as a plain run would, and times the calls
  * whose signature already ran in the same burst (the library's code and the operands are as
- * warm as in a plain run); the variant is timed on ordinary calls, never the first after a
+ * warm as in a plain run); the variant is timed on ordinary calls, not those right after a
  * burst. One round = one burst's original mean for the signature against the variant's mean
  * over its calls timed since the previous round. Comparing round by round cancels the drifts
  * of a shared, noisy machine (both sides of a round ran in the same few milliseconds).
  *
- * The rule (ag_cmp_verdict), over the last AG_CMP_ROUNDS rounds, at least AG_CMP_MIN_ROUNDS:
- *   SLOWER  when the rounds in which the variant was slower are too many for a fair coin
- *           (one-sided sign test, p <= 0.01) and the median ratio variant/original exceeds
- *           1 + AG_CMP_MARGIN; or when AG_CMP_ROUNDS rounds leave it undecided with a median
- *           above 1 (a tie goes to the original: it is the safe one);
+ * The rule (ag_cmp_judge), on a window of the last AG_CMP_ROUNDS rounds:
+ *   SLOWER  the rounds in which the variant was slower are too many for a fair coin (one-sided
+ *           sign test, p <= 0.01) and the median ratio variant/original exceeds
+ *           1 + AG_CMP_MARGIN;
  *   FASTER  the mirror image: significantly more rounds faster, median below 1 - AG_CMP_MARGIN;
- *   UNDECIDED otherwise.
+ *   TIE     AG_CMP_ROUNDS rounds and neither: the median above 1 goes to the original (it is
+ *           the safe one), at or below 1 to the variant, which is then kept as FASTER is;
+ * judged at every watch from AG_CMP_MIN_ROUNDS rounds on until the first verdict. A verdict
+ * for the variant (FASTER or a tie it won) stands; it is judged again only on each following
+ * window of AG_CMP_ROUNDS new rounds (windows that do not overlap, so the chance of a wrong
+ * demotion does not grow with every look), and only a significant SLOWER overturns it.
  * A sign test needs no assumption about the timings' distribution, and one preempted call
  * moves one round's ratio, not the verdict. */
 #ifndef OPJIT_AGENT_COMPARE_H
@@ -30,7 +34,8 @@
 #define AG_CMP_MARGIN 0.03   /* a median ratio within 3 % of 1 is a tie, never a verdict */
 #define AG_CMP_MIN_VCALLS 2  /* variant timings a round needs; fewer wait for the next burst */
 
-enum ag_verdict { AG_CMP_UNDECIDED = 0, AG_CMP_FASTER, AG_CMP_SLOWER };
+enum ag_verdict { AG_CMP_UNDECIDED = 0, AG_CMP_FASTER, AG_CMP_SLOWER,
+                  AG_CMP_TIE };      /* a tie that goes to the original (see above) */
 
 typedef struct ag_cmp_s {
   float ratio[AG_CMP_ROUNDS]; /* variant mean / original mean, per round (a ring) */
@@ -42,6 +47,8 @@ typedef struct ag_cmp_s {
   uint64_t po_n, po_ns;
   /* The variant's cumulative timings at the last closed round (the caller's counters). */
   uint64_t v_base_n, v_base_ns;
+  int kept;                   /* the variant won a verdict (FASTER, or a tie at or below 1) */
+  uint32_t judged;            /* rounds when that verdict was taken or last confirmed */
 } ag_cmp_t;
 
 /* Adds one burst's warm original timings (n calls, ns in all) and, given the variant's
@@ -53,9 +60,13 @@ int ag_cmp_burst(ag_cmp_t *c, uint64_t n, uint64_t ns, uint64_t v_total_n, uint6
  * before it are not the variant's. */
 void ag_cmp_start(ag_cmp_t *c, uint64_t v_total_n, uint64_t v_total_ns);
 
-/* The verdict by the rule above; *median (may be NULL) gets the median ratio of the rounds
- * looked at (0 when there are none). */
-enum ag_verdict ag_cmp_verdict(const ag_cmp_t *c, double *median);
+/* The verdict now by the rule above, remembering a verdict for the variant: UNDECIDED while
+ * there is none yet and after one (until a window overturns it: SLOWER). *median (may be
+ * NULL) gets the median ratio of the rounds looked at (0 when there are none). */
+enum ag_verdict ag_cmp_judge(ag_cmp_t *c, double *median);
+
+/* The median ratio of the last AG_CMP_ROUNDS rounds (0 when there are none). */
+double ag_cmp_median(const ag_cmp_t *c);
 
 /* The fair means in ns per call (0 when nothing was timed). */
 double ag_cmp_orig_ns(const ag_cmp_t *c);

@@ -103,6 +103,10 @@ const ag_machine_t *ag_machine(void);
 /* The ISA level the JIT should use: the widest the CPU supports unless OPJIT_ISA asks for
  * less (or for more than it has: one warning, then the widest). Resolved at the first call. */
 int ag_machine_isa(void);
+/* What stored kernels are keyed by on this machine: cpu_key itself when the JIT uses the
+ * widest ISA it has (OPJIT_ISA=auto), else cpu_key with " isa=<name>", so that runs with a
+ * narrower OPJIT_ISA keep kernels of their own beside the default ones. */
+void ag_machine_object_key(const char *cpu_key, char *buf, size_t len);
 /* The measured FMA peak for a vector width (128, 256, 512) and dtype, in GFLOP/s; 0 when the
  * width is not supported or the model is not ready. */
 double ag_machine_peak_gflops(int width_bits, int f64);

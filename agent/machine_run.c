@@ -215,7 +215,7 @@ const ag_machine_t *ag_machine(void)
   return atomic_load_explicit(&ready, memory_order_acquire) ? &model : NULL;
 }
 
-static int isa_level;
+static int isa_level, isa_widest;
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 
 static void isa_resolve(void)
@@ -223,6 +223,7 @@ static void isa_resolve(void)
   ag_machine_t m;
   char why[256];
   ag_machine_detect(&m);
+  isa_widest = m.widest;
   isa_level = ag_machine_isa_choose(ag_opts.num[AG_OPT_ISA], m.exts, why, sizeof why);
   if (why[0])
     ag_log(AG_LOG_WARN, "%s", why);
@@ -232,6 +233,15 @@ int ag_machine_isa(void)
 {
   pthread_once(&isa_once, isa_resolve);
   return isa_level;
+}
+
+void ag_machine_object_key(const char *cpu_key, char *buf, size_t len)
+{
+  pthread_once(&isa_once, isa_resolve);
+  if (isa_level == isa_widest)
+    snprintf(buf, len, "%s", cpu_key);
+  else
+    snprintf(buf, len, "%s isa=%s", cpu_key, ag_isa_name(isa_level));
 }
 
 double ag_machine_peak_gflops(int width_bits, int f64)

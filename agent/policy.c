@@ -14,8 +14,13 @@ int ag_policy_class(uint32_t m, uint32_t n, uint32_t k)
 void ag_policy_learn(ag_policy_t *p, int cls, double median_ratio)
 {
   double g = 1.0 - median_ratio;
-  p->gain_sum[cls] += g < 0 ? 0 : g > 0.9 ? 0.9 : g;
-  p->gain_n[cls]++;
+  g = g < 0 ? 0 : g > 0.9 ? 0.9 : g;
+  /* One writer: a load and a store (no floating-point read-modify-write, which would need
+   * libatomic). */
+  atomic_store_explicit(&p->gain_sum[cls],
+                        atomic_load_explicit(&p->gain_sum[cls], memory_order_relaxed) + g,
+                        memory_order_relaxed);
+  atomic_fetch_add_explicit(&p->gain_n[cls], 1, memory_order_relaxed);
 }
 
 double ag_policy_gain(const ag_policy_t *p, int cls)
@@ -28,11 +33,16 @@ double ag_policy_charge(double compile_ns, long busy, long ncpu)
   return busy < ncpu ? compile_ns * AG_POLICY_IDLE_SHARE : compile_ns;
 }
 
-int ag_policy_pays_back(ag_policy_t *p, int cls, double spent_ns, double charge, long payback,
-                        int idle)
+int ag_policy_pays_back(const ag_policy_t *p, int cls, double spent_ns, double charge,
+                        long payback, int idle)
 {
   if (spent_ns * ag_policy_gain(p, cls) >= (double)payback * charge)
     return 1;
+  return idle && p->gain_n[cls] == 0 && atomic_load(&p->trials[cls]) == 0 ? 2 : 0;
+}
+
+int ag_policy_take_trial(ag_policy_t *p, int cls)
+{
   int none = 0;
-  return idle && p->gain_n[cls] == 0 && atomic_compare_exchange_strong(&p->trials[cls], &none, 1);
+  return atomic_compare_exchange_strong(&p->trials[cls], &none, 1);
 }

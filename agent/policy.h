@@ -27,8 +27,10 @@
                                     program: shared caches and memory bandwidth, not the core */
 
 typedef struct ag_policy_s {
-  double gain_sum[AG_POLICY_CLASSES]; /* verdicts' savings (1 - variant/original, in [0, 0.9]) */
-  int gain_n[AG_POLICY_CLASSES];      /* verdicts */
+  /* Written by one thread (the judge's), read by any: atomics, so a reader sees whole values. */
+  _Atomic double gain_sum[AG_POLICY_CLASSES]; /* verdicts' savings (1 - variant/original, in
+                                                 [0, 0.9]) */
+  _Atomic int gain_n[AG_POLICY_CLASSES];      /* verdicts */
   _Atomic int trials[AG_POLICY_CLASSES]; /* compiles granted to learn a class (any thread) */
 } ag_policy_t;
 
@@ -46,9 +48,12 @@ double ag_policy_gain(const ag_policy_t *p, int cls);
 double ag_policy_charge(double compile_ns, long busy, long ncpu);
 
 /* Whether spent_ns already spent on a signature of class cls repays payback times the charge
- * (payback 0: always), or the class is to be tried (idle: a core is idle for the compile); a
- * trial granted is counted. */
-int ag_policy_pays_back(ag_policy_t *p, int cls, double spent_ns, double charge, long payback,
-                        int idle);
+ * (payback 0: always): 1; else 2 when the class is to be tried (idle: a core is idle for the
+ * compile) and its trial is still free; else 0. */
+int ag_policy_pays_back(const ag_policy_t *p, int cls, double spent_ns, double charge,
+                        long payback, int idle);
+
+/* Takes class cls's trial once its compile is queued: 1, or 0 when another took it first. */
+int ag_policy_take_trial(ag_policy_t *p, int cls);
 
 #endif

@@ -31,7 +31,6 @@ typedef struct ag_entry_s {
   uint32_t tier_flags;                 /* compile thread only: 1 = speed verdict taken */
   _Atomic uint32_t fails;              /* compile failures so far (backoff, then blacklist) */
   _Atomic uint64_t guard_miss;         /* calls a variant could not take: a guard failed */
-  _Atomic uint32_t ostamp;             /* the last original burst that ran it (agent.h) */
 } __attribute__((aligned(64))) ag_entry_t;
 
 typedef struct ag_table_s ag_table_t;

@@ -49,6 +49,7 @@ static pthread_mutex_t code_mu = PTHREAD_MUTEX_INITIALIZER; /* the code cache, t
 
 static const jt_api_t *jit;
 static _Atomic int jit_dead;
+static _Atomic int hold_hot; /* the warm start is deciding: calls queue nothing meanwhile */
 static jt_gemm_t *shapes; /* per entry: the column-major problem its variant solves */
 ag_vrun_t *ag_vrun;        /* per entry: what a call through the variant needs (tier.h) */
 
@@ -82,8 +83,12 @@ typedef struct persist_s {
 static persist_t *persist;
 static pthread_mutex_t persist_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* Per entry: the never-slower comparison of its published variant (cmp_mu). */
+/* Per entry: the never-slower comparison of its published variant (cmp_mu); the signature's
+ * calls at the watch's last look; why a DEMOTED entry is (compile threads). */
 static ag_cmp_t *cmps;
+static uint64_t *watched_calls;
+enum { AG_DEMOTED_SLOWER = 0, AG_DEMOTED_TIE, AG_DEMOTED_GUARD };
+static uint8_t *demoted;
 static pthread_mutex_t cmp_mu = PTHREAD_MUTEX_INITIALIZER;
 _Atomic int ag_tier_live, ag_tier_undecided;
 
@@ -534,14 +539,14 @@ static void compile_one(uint32_t i, int idle)
    * hot signatures gets them all compiled first, a short one gets its kernels soonest). */
   uint64_t calls, vcalls;
   ag_tcount_sum_one(i, &calls, &vcalls);
-  int tune = idle && calls >= TUNE_MIN_CALLS;
+  int tune = idle && calls >= TUNE_MIN_CALLS && !g.add_rms_mul;
   g.isa = ag_machine_isa() == AG_ISA_AVX512 ? JT_ISA_AVX512 : JT_ISA_AVX2;
   jt_gemm_t best = g;
   int rc = fault && strcmp(fault, "compile") == 0
                ? (snprintf(err, sizeof err, "injected compile failure"), -1)
-           : g.add_rms_mul || !tune ? jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err)
-                           : jit->tune(&g, TUNE_CANDIDATES, &best, &fn, &size, &obj, &obj_len,
-                                       NULL, err, sizeof err);
+           : !tune ? jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err)
+                   : jit->tune(&g, TUNE_CANDIDATES, &best, &fn, &size, &obj, &obj_len, NULL, err,
+                               sizeof err);
   g = best;
   uint64_t dt = ag_now_ns() - t0;
   double worst = 0, bound = 0;
@@ -594,7 +599,8 @@ static void compile_one(uint32_t i, int idle)
   e->base_timed = atomic_load(&e->timed);
   e->base_ns = atomic_load(&e->timed_ns);
   e->compile_ns = dt;
-  ag_machine_note_compile(family(&shapes[i]), dt);
+  if (!tune) /* a tuning's several compiles and timings are not one compile's cost */
+    ag_machine_note_compile(family(&shapes[i]), dt);
   pthread_mutex_unlock(&code_mu);
   atomic_store(&e->verify, (int32_t)ag_opts.num[AG_OPT_VERIFY]);
   atomic_store(&e->tier, AG_TIER_READY);
@@ -628,6 +634,7 @@ static void watch_speed(void)
     if (miss >= 256 && (ag_tcount_sum_one(i, &calls, &hits), miss > hits)) {
       atomic_store_explicit(&e->variant, NULL, memory_order_release);
       atomic_store(&e->tier, AG_TIER_DEMOTED);
+      demoted[i] = AG_DEMOTED_GUARD;
       discard_pending(i); /* a stored object stays: the guards fail on this program's data */
       event(e, AG_EV_INVALIDATED, "guard: %llu of %llu calls failed the variant's guards",
             (unsigned long long)miss, (unsigned long long)(miss + hits));
@@ -635,28 +642,41 @@ static void watch_speed(void)
     }
     pthread_mutex_lock(&cmp_mu);
     double med;
-    enum ag_verdict v = ag_cmp_verdict(&cmps[i], &med);
+    enum ag_verdict v = ag_cmp_judge(&cmps[i], &med);
     double omean = ag_cmp_orig_ns(&cmps[i]), vmean = ag_cmp_variant_ns(&cmps[i]);
     uint32_t rounds = cmps[i].rounds;
+    int kept = cmps[i].kept;
     pthread_mutex_unlock(&cmp_mu);
     live++;
+    /* Awaiting a verdict, and called since the last look: bursts come more often for it (a
+     * placed kernel this run never calls must not keep them coming). */
+    uint64_t ncalls, nvcalls;
+    ag_tcount_sum_one(i, &ncalls, &nvcalls);
     if (v == AG_CMP_UNDECIDED) {
-      undecided++;
+      undecided += !kept && ncalls != watched_calls[i];
+      watched_calls[i] = ncalls;
       continue;
     }
     if (!(e->tier_flags & 1)) { /* first verdict on this variant: teach the promotion estimate */
       e->tier_flags |= 1;
       ag_policy_learn(&policy, size_class(e), med);
     }
-    if (v == AG_CMP_SLOWER) {
-      atomic_store_explicit(&e->variant, NULL, memory_order_release);
-      atomic_store(&e->tier, AG_TIER_DEMOTED);
-      live--;
-      event(e, AG_EV_DEMOTED, "variant %.0f ns per call, original %.0f ns (warm, interleaved; "
-            "median ratio %.2f over %u rounds)", vmean, omean, med, rounds);
-      if (drop_persisted(i))
-        event(e, AG_EV_INVALIDATED, "slower: %.0f ns per call, original %.0f ns", vmean, omean);
+    if (v == AG_CMP_FASTER)
+      continue;
+    atomic_store_explicit(&e->variant, NULL, memory_order_release);
+    atomic_store(&e->tier, AG_TIER_DEMOTED);
+    live--;
+    if (v == AG_CMP_TIE) { /* the original stays for this run; the stored kernel is kept */
+      demoted[i] = AG_DEMOTED_TIE;
+      event(e, AG_EV_DEMOTED, "tie: variant %.0f ns per call, original %.0f ns (warm, "
+            "interleaved; median ratio %.2f over %u rounds): the original stays for this run",
+            vmean, omean, med, rounds);
+      continue;
     }
+    event(e, AG_EV_DEMOTED, "variant %.0f ns per call, original %.0f ns (warm, interleaved; "
+          "median ratio %.2f over %u rounds)", vmean, omean, med, rounds);
+    if (drop_persisted(i))
+      event(e, AG_EV_INVALIDATED, "slower: %.0f ns per call, original %.0f ns", vmean, omean);
   }
   atomic_store(&ag_tier_live, live);
   atomic_store(&ag_tier_undecided, undecided);
@@ -714,15 +734,24 @@ static int payback_applies(const ag_entry_t *e)
          !(e->key.host == AG_HOST_ID_GGML && e->key.op == AG_GGML_OP_FUSED);
 }
 
+/* Queues e as enqueue does; pb 2 (a size class's trial, policy.h): the trial is taken once the
+ * compile is queued, and another thread that took it first keeps e cold. */
+static void enqueue_counted(ag_entry_t *e, const char *why, int pb)
+{
+  if (pb == 2 && !ag_policy_take_trial(&policy, size_class(e)))
+    return;
+  enqueue(e, why);
+}
+
 /* Whether spent_ns of e's time repays compiling its kernel (policy.h), charged the machine
  * model's compile time for its kernel family on this CPU (machine.h: measured over this and
  * earlier runs) and the threads that call operators now (registered operator threads against
  * the online CPUs: a library's own thread pool is not seen). */
 static int pays_back(const ag_entry_t *e, double spent_ns)
 {
-  static long ncpu;
-  if (!ncpu)
-    ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  static _Atomic long ncpu;
+  if (!atomic_load_explicit(&ncpu, memory_order_relaxed))
+    atomic_store_explicit(&ncpu, sysconf(_SC_NPROCESSORS_ONLN), memory_order_relaxed);
   ag_epoch_t snap[64];
   long busy = (long)ag_tcount_snapshot(snap, 64);
   jt_gemm_t g;
@@ -731,8 +760,6 @@ static int pays_back(const ag_entry_t *e, double spent_ns)
   return ag_policy_pays_back(&policy, size_class(e), spent_ns, ag_policy_charge(ns, busy, ncpu),
                              ag_opts.num[AG_OPT_HOT_PAYBACK], busy < ncpu);
 }
-
-static _Atomic int hold_hot; /* the warm start is deciding: calls queue nothing meanwhile */
 
 void ag_tier_hold(int on)
 {
@@ -759,26 +786,32 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n)
   if (fails && n >> 12 < (1u << fails)) /* backing off after a failed compile */
     return;
   uint64_t timed = atomic_load(&e->timed), tns = atomic_load(&e->timed_ns);
+  int pb = 1;
   if (payback_applies(e) && timed) {
     /* The first call is a library's warm-up more often than not: leave it out when we can. */
     double mean = timed > 1 ? (double)(tns - atomic_load(&e->first_ns)) / (double)(timed - 1)
                             : (double)tns;
-    if (!pays_back(e, (double)n * mean))
+    pb = pays_back(e, (double)n * mean);
+    if (!pb)
       return; /* not worth it yet: asked again every 4096 calls */
   }
-  char why[48];
-  snprintf(why, sizeof why, "hot after %llu calls", (unsigned long long)n);
-  enqueue(e, why);
+  char why[64];
+  snprintf(why, sizeof why, "hot after %llu calls%s", (unsigned long long)n,
+           pb == 2 ? " (its size's trial)" : "");
+  enqueue_counted(e, why, pb);
 }
 
 void ag_tier_sampled(ag_entry_t *e, double cpu_ns)
 {
+  int pb;
   if (ag_hot_calls == 0 || !ag_opts.num[AG_OPT_HOT_PAYBACK] || atomic_load(&jit_dead) ||
-      atomic_load(&e->tier) != AG_TIER_COLD || atomic_load(&e->fails) || !pays_back(e, cpu_ns))
+      atomic_load(&e->tier) != AG_TIER_COLD || atomic_load(&e->fails) ||
+      !(pb = pays_back(e, cpu_ns)))
     return;
-  char why[48];
-  snprintf(why, sizeof why, "hot: %.1f ms of sampled CPU time", cpu_ns / 1e6);
-  enqueue(e, why);
+  char why[64];
+  snprintf(why, sizeof why, "hot: %.1f ms of sampled CPU time%s", cpu_ns / 1e6,
+           pb == 2 ? " (its size's trial)" : "");
+  enqueue_counted(e, why, pb);
 }
 
 /* The per-entry arrays, made when the tiers take their first signature; q_mu held. */
@@ -789,8 +822,10 @@ static int arrays(void)
     ag_vrun = calloc(ag_tcount_capacity, sizeof *ag_vrun);
     persist = calloc(ag_tcount_capacity, sizeof *persist);
     cmps = calloc(ag_tcount_capacity, sizeof *cmps);
+    watched_calls = calloc(ag_tcount_capacity, sizeof *watched_calls);
+    demoted = calloc(ag_tcount_capacity, sizeof *demoted);
   }
-  return shapes && ag_vrun && persist && cmps;
+  return shapes && ag_vrun && persist && cmps && watched_calls && demoted;
 }
 
 /* Computes the problem e's variant solves and what a call through it needs; 0 when e cannot
@@ -856,7 +891,7 @@ int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns)
   if (ag_hot_calls == 0)
     return 0;
   /* Without a timing of the original calls decide. */
-  return payback_applies(e) && mean_ns > 0 ? pays_back(e, calls * mean_ns)
+  return payback_applies(e) && mean_ns > 0 ? pays_back(e, calls * mean_ns) == 1
                                            : calls >= (double)ag_hot_calls;
 }
 
@@ -925,6 +960,24 @@ void ag_tier_invalidate(ag_entry_t *e, const char *fmt, ...)
   if (ok)
     drop_persisted(e->index);
   event(e, AG_EV_INVALIDATED, "%s", detail);
+}
+
+const char *ag_tier_status(uint32_t i)
+{
+  switch (atomic_load(&ag_table_entry(ag_table, i)->tier)) {
+  case AG_TIER_QUEUED:
+    return "queued";
+  case AG_TIER_READY:
+    return "ready";
+  case AG_TIER_FAILED:
+    return "failed";
+  case AG_TIER_DEMOTED:
+    return !demoted || demoted[i] == AG_DEMOTED_SLOWER ? "demoted"
+           : demoted[i] == AG_DEMOTED_TIE             ? "tied"
+                                                      : "guarded";
+  default:
+    return NULL;
+  }
 }
 
 int ag_tier_persist(uint32_t i, ag_persist_t *out)
@@ -1106,6 +1159,13 @@ void ag_tier_after_fork_child(void)
   pthread_mutex_init(&persist_mu, NULL);
   pthread_mutex_init(&cmp_mu, NULL);
   ag_code_after_fork_child();
+  atomic_store(&hold_hot, 0); /* a warm start in the parent's writer did not survive */
+  /* The child's counters start from zero: its comparisons too. Whether a compile thread will
+   * watch its variants is not known yet: until one does, no bursts. */
+  for (uint32_t i = 0; cmps && ag_table && i < ag_table_count(ag_table); i++)
+    ag_cmp_start(&cmps[i], 0, 0), watched_calls[i] = 0;
+  atomic_store(&ag_tier_live, 0);
+  atomic_store(&ag_tier_undecided, 0);
   q_len = 0;
   ev_len = 0;
   /* If the parent had loaded LLVM, its state in the child is whatever a compile thread left

@@ -101,6 +101,12 @@ typedef struct ag_persist_s {
   char symbol[128];
   int drop;             /* the stored object is invalid: delete it */
 } ag_persist_t;
+/* Entry i's variant status as the database records it: "queued", "ready", "failed", and for
+ * a demoted variant "demoted" (measured slower: later runs on this machine leave it on the
+ * original), "tied" (no faster within the judge's window: the original for this run only) or
+ * "guarded" (most calls failed its guards); NULL for the other tiers. */
+const char *ag_tier_status(uint32_t i);
+
 /* Fills *out for entry i; returns 0 when the entry never had a variant nor an invalidation. */
 int ag_tier_persist(uint32_t i, ag_persist_t *out);
 /* After the write of *p (ok: committed): takes the object back or frees it. */

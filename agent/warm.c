@@ -16,33 +16,17 @@
 #define OPJIT_LLVM_VERSION "none" /* built without the JIT: no object is ever usable */
 #endif
 
-/* The ISA a kernel's symbol names (the generator spells it out: "_avx512_v512_2x13_t1"), or
- * NULL when it names none of the ISAs the agent can run. */
-static const char *symbol_isa(const char *symbol)
-{
-  for (int isa = AG_ISA_AVX2; isa < AG_ISA__COUNT; isa++) {
-    char part[32];
-    snprintf(part, sizeof part, "_%s_", ag_isa_name(isa));
-    if (strstr(symbol, part))
-      return ag_isa_name(isa);
-  }
-  return NULL;
-}
-
 /* Why h's object cannot be placed here, or NULL when it can. */
-static const char *unusable(const st_hot_t *h, const ag_runinfo_t *ri, char *why, size_t len)
+static const char *unusable(const st_hot_t *h, const char *key, char *why, size_t len)
 {
-  if (strcmp(h->cpu, ri->cpu_key) != 0)
-    snprintf(why, len, "cpu: built for %s, this machine is %s", h->cpu, ri->cpu_key);
+  if (strcmp(h->cpu, key) != 0)
+    snprintf(why, len, "cpu: built for %s, this machine is %s", h->cpu, key);
   else if (h->generator != JT_GENERATOR_VERSION)
     snprintf(why, len, "generator: built by generator version %d, this agent's is %d",
              h->generator, JT_GENERATOR_VERSION);
   else if (strcmp(h->llvm, OPJIT_LLVM_VERSION) != 0)
     snprintf(why, len, "llvm: built with LLVM %s, this agent's JIT uses %s", h->llvm,
              OPJIT_LLVM_VERSION);
-  else if (symbol_isa(h->symbol) && strcmp(symbol_isa(h->symbol), ag_isa_name(ag_machine_isa())))
-    snprintf(why, len, "isa: built for %s, this run uses %s (OPJIT_ISA)", symbol_isa(h->symbol),
-             ag_isa_name(ag_machine_isa()));
   else if (jt_obj_checksum(h->code, h->code_len) != h->checksum)
     snprintf(why, len, "checksum: the stored object (%zu bytes) is damaged", h->code_len);
   else
@@ -65,6 +49,14 @@ static int hot_through_product(const st_profile_t *p, const ag_sig_t *k)
   return 0;
 }
 
+/* Whether the profile's signature h is hot: compiling it would pay back. */
+static int hot(const st_profile_t *p, const st_hot_t *h)
+{
+  ag_entry_t probe;
+  memcpy(&probe.key, h->key, sizeof probe.key);
+  return ag_tier_profile_hot(&probe, h->score, h->mean_ns) || hot_through_product(p, &probe.key);
+}
+
 void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, ag_warm_t *w)
 {
   memset(w, 0, sizeof *w);
@@ -74,7 +66,9 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
   /* Runs older than 8 half-lives weigh under 1/256: not worth reading. */
   int window = decay * 8 < 256 ? (int)decay * 8 : 256;
   st_profile_t p;
-  int rc = store->profile(db, &prog, ri->cpu_key, (double)decay, window, &p);
+  char key[336]; /* what this run's kernels are stored under (machine.h) */
+  ag_machine_object_key(ri->cpu_key, key, sizeof key);
+  int rc = store->profile(db, &prog, key, (double)decay, window, &p);
   if (rc) {
     ag_log(AG_LOG_WARN, "cannot read this program's profile (%s): the run starts cold",
            store->errstr(rc));
@@ -91,24 +85,16 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
      * still calls gets its kernel back. Only one whose calls have decayed below a single
      * call's weight has stopped being called; compiling still takes the payback test. */
     int called = h->score >= AG_WARM_DECAYED_BELOW;
-    int hot = called && (ag_tier_profile_hot(&probe, h->score, h->mean_ns) ||
-                         hot_through_product(&p, &probe.key));
     /* Not called: only an object this program stored, for this CPU, is this profile's to drop
      * (another program may still want a shared kernel). */
-    int ours = h->object_id && h->mine && strcmp(h->cpu, ri->cpu_key) == 0;
+    int ours = h->object_id && h->mine && strcmp(h->cpu, key) == 0;
     if (!called && !ours)
       continue;
-    if (!hot && !h->object_id)
+    if (called && !h->object_id && h->demoted_gen != JT_GENERATOR_VERSION && !hot(&p, h))
       continue;
-    /* This generator's kernel lost to the original on this machine in the last run that had
-     * one: neither placed nor compiled again (a new generator gets its own trial). */
     ag_entry_t *e = ag_table_get(ag_table, &probe.key);
     if (!e)
       break; /* the table is full */
-    if (h->demoted_gen == JT_GENERATOR_VERSION) {
-      ag_tier_keep_original(e);
-      continue;
-    }
     char why[700], err[256];
     if (!called) {
       ag_tier_invalidate(e, "decayed: not called in this program's recent runs (its calls "
@@ -116,8 +102,14 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
       w->invalidated++;
       continue;
     }
+    /* This generator's kernel lost to the original on this machine in the last run that had
+     * one: neither placed nor compiled again (a new generator gets its own trial). */
+    if (h->demoted_gen == JT_GENERATOR_VERSION) {
+      ag_tier_keep_original(e);
+      continue;
+    }
     if (h->object_id) {
-      int bad = unusable(h, ri, why, sizeof why) != NULL;
+      int bad = unusable(h, key, why, sizeof why) != NULL;
       int placed = bad ? -1 : ag_tier_load(e, h->code, h->code_len, h->symbol, err, sizeof err);
       if (placed == 0) {
         w->loaded++;
@@ -129,7 +121,7 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
         snprintf(why, sizeof why, "unloadable: %s", err);
       ag_tier_invalidate(e, "%s", why);
       w->invalidated++;
-      if (!hot)
+      if (!hot(&p, h))
         continue;
     }
     snprintf(why, sizeof why, "warm: the profile weighs its calls at %.0f", h->score);

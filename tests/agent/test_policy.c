@@ -65,10 +65,13 @@ Test(policy, each_class_is_tried_once_when_a_core_is_idle)
 {
   ag_policy_t p = {0};
   /* 64 calls of 60 ns come nowhere near a 1 ms charge, but class 0 has no verdict yet. */
-  cr_assert_not(ag_policy_pays_back(&p, 0, 64 * 60.0, 1e6, 1, 0), "no idle core: no trial");
-  cr_assert(ag_policy_pays_back(&p, 0, 64 * 60.0, 1e6, 1, 1), "the class's trial");
-  cr_assert_not(ag_policy_pays_back(&p, 0, 64 * 60.0, 1e6, 1, 1), "one trial per class");
-  cr_assert(ag_policy_pays_back(&p, 1, 64 * 60.0, 1e6, 1, 1), "another class has its own");
+  cr_assert_eq(ag_policy_pays_back(&p, 0, 64 * 60.0, 1e6, 1, 0), 0, "no idle core: no trial");
+  cr_assert_eq(ag_policy_pays_back(&p, 0, 64 * 60.0, 1e6, 1, 1), 2, "the class's trial");
+  cr_assert_eq(ag_policy_pays_back(&p, 0, 64 * 60.0, 1e6, 1, 1), 2, "asking takes nothing");
+  cr_assert(ag_policy_take_trial(&p, 0));
+  cr_assert_not(ag_policy_take_trial(&p, 0), "one trial per class");
+  cr_assert_eq(ag_policy_pays_back(&p, 0, 64 * 60.0, 1e6, 1, 1), 0, "the trial is taken");
+  cr_assert_eq(ag_policy_pays_back(&p, 1, 64 * 60.0, 1e6, 1, 1), 2, "another class has its own");
   ag_policy_learn(&p, 2, 1.5);
-  cr_assert_not(ag_policy_pays_back(&p, 2, 64 * 60.0, 1e6, 1, 1), "a class with a verdict");
+  cr_assert_eq(ag_policy_pays_back(&p, 2, 64 * 60.0, 1e6, 1, 1), 0, "a class with a verdict");
 }
