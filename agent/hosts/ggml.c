@@ -50,6 +50,7 @@
  * tiers' judge (compare.h) demotes a kernel that loses: its records run ggml's nodes again. */
 #define _GNU_SOURCE
 #include "../agent.h"
+#include "../compare.h"
 #include "../log.h"
 #include "../opt.h"
 #include "../tier.h"
@@ -312,8 +313,9 @@ static const fusion_t *our_custom(const struct ggml_tensor *dst)
 /* Never slower: rounds of warm, interleaved executions (compare.h judges them).
  *
  * A cached graph that runs fused groups is executed in rounds, one in every ROUND_EVERY
- * executions (ROUND_EVERY_DECIDED once no variant of the process awaits a verdict), the first
- * at its 14th to 17th executions:
+ * executions for its first AG_CMP_ROUNDS rounds (the judge's window: its verdicts come within
+ * it), then one in ROUND_EVERY_DECIDED (later windows confirm or overturn them), the first at
+ * its 14th to 17th executions:
  *
  *   execution (count mod period):  every-2   every-1         0          1                2 ...
  *   computes:                      host's    host's, timed   rebuilt    rebuilt, timed   rebuilt
@@ -330,8 +332,8 @@ static const fusion_t *our_custom(const struct ggml_tensor *dst)
  * rebuilt one, as the variant's (its timed calls), which closes the round. The tiers demote a
  * kernel the judge finds slower (with events, its stored object dropped), and the graph is
  * rebuilt without it: its groups run ggml's own nodes from then on. */
-#define ROUND_EVERY 16          /* executions from a round to the next, while undecided */
-#define ROUND_EVERY_DECIDED 128 /* ... once every variant has its verdict */
+#define ROUND_EVERY 16          /* executions from a round to the next, in the first window */
+#define ROUND_EVERY_DECIDED 128 /* ... after it */
 
 /* A member node of a timed graph's record: where the host's execution times it. */
 typedef struct member_s {
@@ -413,6 +415,7 @@ typedef struct gcache_s {
   fusion_t *f;
   int nf;
   uint64_t execs;             /* executions while it has a rebuilt graph, rounds included */
+  uint32_t rounds;            /* rounds started */
   member_t *map;              /* the fused records' member nodes, by node (open addressing) */
   unsigned map_mask;          /* its slots - 1 */
   int side;                   /* the running execution: 0 the host's graph, 1 the rebuilt */
@@ -1438,9 +1441,11 @@ static ag_entry_t *judged(const fusion_t *f)
  * ggml's. gcache_mu held. */
 static int round_start(gcache_t *c, int nth)
 {
-  int undecided = atomic_load_explicit(&ag_tier_undecided, memory_order_relaxed);
-  uint64_t every = fusion_mode == 4 ? 4 : undecided ? ROUND_EVERY : ROUND_EVERY_DECIDED;
+  uint64_t every = fusion_mode == 4                ? 4
+                   : c->rounds < AG_CMP_ROUNDS ? ROUND_EVERY
+                                               : ROUND_EVERY_DECIDED;
   uint64_t k = ++c->execs % every; /* a graph's first executions are all fused */
+  c->rounds += k == every - 2;
   c->side = k < every - 2;
   c->timing = k == every - 1 || (k == 1 && c->execs > every);
   for (int i = 0; i < c->nf; i++) {
