@@ -55,17 +55,6 @@ static int cmp_u64(const void *a, const void *b)
   return x < y ? -1 : x > y;
 }
 
-/* The median of f's window (the lower middle of an even count), 0 when empty. */
-static uint64_t stat_median(const st_compile_stat_t *f)
-{
-  uint64_t v[ST_MACHINE_RECENT];
-  if (!f->nrecent)
-    return 0;
-  memcpy(v, f->recent, f->nrecent * sizeof *v);
-  qsort(v, f->nrecent, sizeof *v, cmp_u64);
-  return v[(f->nrecent - 1) / 2];
-}
-
 /* The index of family's statistics, added when new; -1 when the table is full. */
 static int fam_index(const char *family)
 {
@@ -118,10 +107,10 @@ uint64_t ag_machine_compile_ns(const char *family)
       continue;
     if (strcmp(fams[i].family, family) == 0) {
       n = 0;
-      out = stat_median(&fams[i]);
+      out = st_compile_median(&fams[i]);
       break;
     }
-    med[n++] = stat_median(&fams[i]);
+    med[n++] = st_compile_median(&fams[i]);
   }
   pthread_mutex_unlock(&mu);
   if (n) {

@@ -833,22 +833,6 @@ int st_gc(st_db_t *db, int64_t keep_runs, int64_t older_than_ns, st_gc_result_t 
 
 /* ---- the machine model ------------------------------------------------------------------ */
 
-static int cmp_u64(const void *a, const void *b)
-{
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* The median of a family's window (the lower middle of an even count), 0 when empty. */
-static uint64_t window_median(const st_compile_stat_t *f)
-{
-  uint64_t v[ST_MACHINE_RECENT];
-  if (!f->nrecent)
-    return 0;
-  memcpy(v, f->recent, f->nrecent * sizeof *v);
-  qsort(v, f->nrecent, sizeof *v, cmp_u64);
-  return v[(f->nrecent - 1) / 2];
-}
 
 /* Appends ns to f's totals and window (dropping the oldest when full). */
 static void compile_add(st_compile_stat_t *f, uint64_t ns)
@@ -967,7 +951,7 @@ int st_machine_save(st_db_t *db, const st_machine_t *m, const st_compile_note_t 
                        " SET n=excluded.n, mean_ns=excluded.mean_ns, median_ns=excluded.median_ns,"
                        " recent=excluded.recent, updated_ns=excluded.updated_ns",
                        "ttiiiti", m->cpu, f.family, (int64_t)f.n, (int64_t)llround(f.mean_ns),
-                       (int64_t)window_median(&f), recent, now_ns())
+                       (int64_t)st_compile_median(&f), recent, now_ns())
                 : ST_ENOMEM;
     free(recent);
   }
@@ -1014,7 +998,7 @@ int st_machine_load(st_db_t *db, const char *cpu, st_machine_t *out)
     f->n = (uint64_t)sqlite3_column_int64(st, 1);
     f->mean_ns = sqlite3_column_double(st, 2);
     window_parse(f, (const char *)sqlite3_column_text(st, 3));
-    f->median_ns = window_median(f);
+    f->median_ns = st_compile_median(f);
   }
 out:
   rc = rc == SQLITE_OK || rc == SQLITE_ROW || rc == SQLITE_DONE ? ST_OK : db_code(db->db, rc, NULL);

@@ -236,6 +236,22 @@ typedef struct st_compile_stat_s {
   uint32_t nrecent;
   uint64_t recent[ST_MACHINE_RECENT]; /* the latest, oldest first */
 } st_compile_stat_t;
+/* The median of f's window (the lower middle of an even count), 0 when empty: for the store
+ * and the agent alike (inline: the agent reaches the store's functions only through its
+ * module). */
+static inline uint64_t st_compile_median(const st_compile_stat_t *f)
+{
+  uint64_t v[ST_MACHINE_RECENT];
+  uint32_t n = f->nrecent < ST_MACHINE_RECENT ? f->nrecent : ST_MACHINE_RECENT;
+  for (uint32_t i = 0; i < n; i++) { /* insertion sort: 32 values at most */
+    uint64_t x = f->recent[i];
+    uint32_t j = i;
+    for (; j > 0 && v[j - 1] > x; j--)
+      v[j] = v[j - 1];
+    v[j] = x;
+  }
+  return n ? v[(n - 1) / 2] : 0;
+}
 typedef struct st_machine_s {
   char cpu[320];            /* the CPU key (agent/runinfo.h cpu_key) */
   char isa[256];            /* the vector extensions CPU and OS support, space-separated */
