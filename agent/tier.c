@@ -726,7 +726,7 @@ static void *compile_main(void *arg)
 }
 
 /* Whether OPJIT_HOT_PAYBACK judges e by time. Not ggml's fused groups: their original's
- * timing (a probe's, hosts/ggml.c) is mostly barriers, which a per-call saving estimate does
+ * timing (a round's, hosts/ggml.c) is mostly barriers, which a per-call saving estimate does
  * not weigh; calls decide for them. */
 static int payback_applies(const ag_entry_t *e)
 {
