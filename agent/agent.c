@@ -157,8 +157,10 @@ __attribute__((constructor)) static void agent_constructor(void) { ag_init(); }
 
 #define BURST_LEN 64        /* calls a burst lasts at first */
 #define BURST_LEN_MAX 1024   /* ... at most, when signatures recur less often than it lasts */
-#define BURST_EVERY_NEW 32   /* bursts start every so many burst lengths while a variant awaits
-                                its verdict (3 % of calls run the original) */
+#define BURST_EVERY_NEW 8    /* bursts start every so many burst lengths while a variant awaits
+                                its verdict (12 % of calls run the original: a verdict needs 8
+                                rounds, a round a burst; a signature called a few thousand
+                                times gets one within its calls) */
 #define BURST_EVERY 256      /* ... once every variant has one (0.4 %) */
 
 /* Hands a finished burst's timings to the judge (tier.c), and lengthens the next burst when
