@@ -718,7 +718,11 @@ static void *compile_main(void *arg)
     for (int k = 0; k < nagain; k++)
       enqueue(ag_table_entry(ag_table, again[k]), "room in the code cache again");
     pthread_mutex_lock(&q_mu);
-    struct timespec dl = ag_deadline_after(CLOCK_REALTIME, 200);
+    /* The judge looks every 20 ms while a variant awaits its verdict (a short program must
+     * get its verdicts, and the bursts' rate must come down, within its run), else every
+     * 200 ms. */
+    struct timespec dl =
+        ag_deadline_after(CLOCK_REALTIME, atomic_load(&ag_tier_undecided) ? 20 : 200);
     if (!q_len)
       pthread_cond_timedwait(&q_cond, &q_mu, &dl);
   }
