@@ -408,14 +408,8 @@ static void flush(void)
     ag_sig_opname(&e->key, text[m][1], sizeof text[m][1]);
     ag_sig_format(&e->key, text[m][2], sizeof text[m][2]);
     ag_sig_params_json(&e->key, text[m][3], sizeof text[m][3]);
-    /* The original's timings, less the first call's once there are others: a library's
-     * warm-up (buffers, thread pool) would weigh on the mean of a signature timed a few
-     * hundred times, and a plain run's mean is what the figures must agree with. */
-    uint64_t timed = atomic_load_explicit(&e->timed, memory_order_relaxed);
-    uint64_t tns = atomic_load_explicit(&e->timed_ns, memory_order_relaxed);
-    uint64_t first = atomic_load_explicit(&e->first_ns, memory_order_relaxed);
-    if (timed > 1 && first < tns)
-      timed--, tns -= first;
+    uint64_t timed, tns; /* what a plain run's mean must agree with */
+    ag_entry_orig_timed(e, &timed, &tns);
     *r = (st_sig_rec_t){.key = &e->key, .key_len = sizeof e->key, .sig = text[m][0],
                         .op = text[m][1], .name = text[m][2], .params = text[m][3],
                         .calls = c, .timed_calls = timed, .timed_ns = tns};

@@ -40,14 +40,6 @@ static const char *env_get(const char *name) { return getenv(name); }
 
 /* ---- compile statistics (mu held) ---------------------------------------------------------- */
 
-static void stat_add(st_compile_stat_t *f, uint64_t ns)
-{
-  f->mean_ns = (f->mean_ns * (double)f->n + (double)ns) / (double)(f->n + 1);
-  f->n++;
-  if (f->nrecent == ST_MACHINE_RECENT)
-    memmove(f->recent, f->recent + 1, --f->nrecent * sizeof *f->recent);
-  f->recent[f->nrecent++] = ns;
-}
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -78,7 +70,7 @@ static void stat_merge_stored(const st_compile_stat_t *s)
   st_compile_stat_t mine = fams[i];
   fams[i] = *s;
   for (uint32_t k = 0; k < mine.nrecent; k++)
-    stat_add(&fams[i], mine.recent[k]);
+    st_compile_add(&fams[i], mine.recent[k]);
   fams[i].n = s->n + mine.n; /* mine may count compiles that left its window */
   fams[i].mean_ns = fams[i].n ? (s->mean_ns * (double)s->n + mine.mean_ns * (double)mine.n) /
                                     (double)fams[i].n
@@ -90,7 +82,7 @@ void ag_machine_note_compile(const char *family, uint64_t ns)
   pthread_mutex_lock(&mu);
   int i = fam_index(family);
   if (i >= 0) {
-    stat_add(&fams[i], ns);
+    st_compile_add(&fams[i], ns);
     if (nnotes < sizeof notes / sizeof *notes) /* beyond: counted here, not stored */
       notes[nnotes].fam = (uint8_t)i, notes[nnotes++].ns = ns;
   }

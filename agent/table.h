@@ -33,6 +33,18 @@ typedef struct ag_entry_s {
   _Atomic uint64_t guard_miss;         /* calls a variant could not take: a guard failed */
 } __attribute__((aligned(64))) ag_entry_t;
 
+/* e's original timings, less the first call's once there are others (a library's warm-up:
+ * buffers, a thread pool), which a plain run's mean over many calls does not feel. */
+static inline void ag_entry_orig_timed(ag_entry_t *e, uint64_t *n, uint64_t *ns)
+{
+  uint64_t t = atomic_load_explicit(&e->timed, memory_order_relaxed);
+  uint64_t tns = atomic_load_explicit(&e->timed_ns, memory_order_relaxed);
+  uint64_t first = atomic_load_explicit(&e->first_ns, memory_order_relaxed);
+  if (t > 1 && first < tns)
+    t--, tns -= first;
+  *n = t, *ns = tns;
+}
+
 typedef struct ag_table_s ag_table_t;
 typedef uint64_t (*ag_hash_fn)(const ag_sig_t *key);
 

@@ -789,13 +789,11 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n)
   uint32_t fails = atomic_load(&e->fails);
   if (fails && n >> 12 < (1u << fails)) /* backing off after a failed compile */
     return;
-  uint64_t timed = atomic_load(&e->timed), tns = atomic_load(&e->timed_ns);
+  uint64_t timed, tns;
+  ag_entry_orig_timed(e, &timed, &tns);
   int pb = 1;
   if (payback_applies(e) && timed) {
-    /* The first call is a library's warm-up more often than not: leave it out when we can. */
-    double mean = timed > 1 ? (double)(tns - atomic_load(&e->first_ns)) / (double)(timed - 1)
-                            : (double)tns;
-    pb = pays_back(e, (double)n * mean);
+    pb = pays_back(e, (double)n * (double)tns / (double)timed);
     if (!pb)
       return; /* not worth it yet: asked again every 4096 calls */
   }

@@ -834,15 +834,6 @@ int st_gc(st_db_t *db, int64_t keep_runs, int64_t older_than_ns, st_gc_result_t 
 /* ---- the machine model ------------------------------------------------------------------ */
 
 
-/* Appends ns to f's totals and window (dropping the oldest when full). */
-static void compile_add(st_compile_stat_t *f, uint64_t ns)
-{
-  f->mean_ns = (f->mean_ns * (double)f->n + (double)ns) / (double)(f->n + 1);
-  f->n++;
-  if (f->nrecent == ST_MACHINE_RECENT)
-    memmove(f->recent, f->recent + 1, --f->nrecent * sizeof *f->recent);
-  f->recent[f->nrecent++] = ns;
-}
 
 /* Fills f's window from a JSON array of integers (what is not a number is skipped). */
 static void window_parse(st_compile_stat_t *f, const char *text)
@@ -944,7 +935,7 @@ int st_machine_save(st_db_t *db, const st_machine_t *m, const st_compile_note_t 
     st_compile_stat_t f;
     if ((rc = compile_stat_read(db, m->cpu, notes[i].family, &f)))
       break;
-    compile_add(&f, notes[i].ns);
+    st_compile_add(&f, notes[i].ns);
     char *recent = window_json(&f);
     rc = recent ? run1(db, NULL,
                        "INSERT INTO machine_compiles VALUES(?,?,?,?,?,?,?) ON CONFLICT DO UPDATE"

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define ST_SCHEMA_VERSION 6 /* the newest schema this build writes and reads */
 
@@ -236,6 +237,16 @@ typedef struct st_compile_stat_s {
   uint32_t nrecent;
   uint64_t recent[ST_MACHINE_RECENT]; /* the latest, oldest first */
 } st_compile_stat_t;
+/* Appends ns to f's totals and window (dropping the oldest when full): for the store and the
+ * agent alike. */
+static inline void st_compile_add(st_compile_stat_t *f, uint64_t ns)
+{
+  f->mean_ns = (f->mean_ns * (double)f->n + (double)ns) / (double)(f->n + 1);
+  f->n++;
+  if (f->nrecent == ST_MACHINE_RECENT)
+    memmove(f->recent, f->recent + 1, --f->nrecent * sizeof *f->recent);
+  f->recent[f->nrecent++] = ns;
+}
 /* The median of f's window (the lower middle of an even count), 0 when empty: for the store
  * and the agent alike (inline: the agent reaches the store's functions only through its
  * module). */
