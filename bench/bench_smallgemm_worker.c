@@ -13,27 +13,11 @@
  * OpenBLAS which core it runs that way). */
 #define _GNU_SOURCE
 #include "bench.h"
+#include "blas.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-
-typedef int blasint;
-void sgemm_(const char *ta, const char *tb, const blasint *m, const blasint *n,
-            const blasint *k, const float *alpha, const float *a, const blasint *lda,
-            const float *b, const blasint *ldb, const float *beta, float *c, const blasint *ldc);
-void dgemm_(const char *ta, const char *tb, const blasint *m, const blasint *n,
-            const blasint *k, const double *alpha, const double *a, const blasint *lda,
-            const double *b, const blasint *ldb, const double *beta, double *c,
-            const blasint *ldc);
-void cblas_sgemm(int order, int ta, int tb, blasint m, blasint n, blasint k, float alpha,
-                 const float *a, blasint lda, const float *b, blasint ldb, float beta, float *c,
-                 blasint ldc);
-void cblas_dgemm(int order, int ta, int tb, blasint m, blasint n, blasint k, double alpha,
-                 const double *a, blasint lda, const double *b, blasint ldb, double beta,
-                 double *c, blasint ldc);
-
-enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
 
 typedef struct shape_s {
   char dt, api, ta, tb; /* 's'/'d', 'F' (Fortran) / 'C' (CBLAS row-major), 'N'/'T' */

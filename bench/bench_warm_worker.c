@@ -5,16 +5,10 @@
  * (ms) and a checksum of the results to OUT.
  *   bench_warm_worker PASSES OUT */
 #include "bench.h"
+#include "blas.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-
-void sgemm_(const char *, const char *, const int *, const int *, const int *, const float *,
-            const float *, const int *, const float *, const int *, const float *, float *,
-            const int *);
-void dgemm_(const char *, const char *, const int *, const int *, const int *, const double *,
-            const double *, const int *, const double *, const int *, const double *, double *,
-            const int *);
 
 #define NSIGS 50
 
