@@ -61,13 +61,6 @@ static double median_of(const ag_cmp_t *c, int n, float *sorted)
   return n % 2 ? sorted[n / 2] : 0.5 * ((double)sorted[n / 2 - 1] + sorted[n / 2]);
 }
 
-double ag_cmp_median(const ag_cmp_t *c)
-{
-  int n = c->rounds < AG_CMP_ROUNDS ? (int)c->rounds : AG_CMP_ROUNDS;
-  float r[AG_CMP_ROUNDS];
-  return n ? median_of(c, n, r) : 0;
-}
-
 enum ag_verdict ag_cmp_judge(ag_cmp_t *c, double *median)
 {
   int n = c->rounds < AG_CMP_ROUNDS ? (int)c->rounds : AG_CMP_ROUNDS;

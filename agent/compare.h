@@ -65,9 +65,6 @@ void ag_cmp_start(ag_cmp_t *c, uint64_t v_total_n, uint64_t v_total_ns);
  * NULL) gets the median ratio of the rounds looked at (0 when there are none). */
 enum ag_verdict ag_cmp_judge(ag_cmp_t *c, double *median);
 
-/* The median ratio of the last AG_CMP_ROUNDS rounds (0 when there are none). */
-double ag_cmp_median(const ag_cmp_t *c);
-
 /* The fair means in ns per call (0 when nothing was timed). */
 double ag_cmp_orig_ns(const ag_cmp_t *c);
 double ag_cmp_variant_ns(const ag_cmp_t *c);
