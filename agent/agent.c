@@ -220,9 +220,14 @@ static int32_t draw_gap(void)
   return (int32_t)(1 + (x >> 8) % (2 * every - 1));
 }
 
-void ag_call_pick(ag_call_t *c, uint64_t n)
+void ag_call_pick(ag_call_t *c, uint64_t n, int ggml)
 {
   ag_entry_t *e = c->e;
+  if (ggml) { /* a plain timed call; a BLAS burst in progress on this thread goes on */
+    ag_tl.tick = ag_tl.burst > 0 ? 0 : draw_gap();
+    c->t0 = ag_now_ns();
+    return;
+  }
   if (ag_tl.burst > 0) {
     int last = --ag_tl.burst == 0;
     /* After the burst, the thread's next timings wait a burst's length: the variants' first

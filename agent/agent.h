@@ -146,8 +146,10 @@ typedef struct ag_call_s {
  * clock. Inside an original burst (compare.h) every call comes here: a signature with a
  * published variant runs its original, timed when the signature already ran in this burst
  * (warm). Bursts start every few thousand calls while a variant is published, more often
- * while one still awaits its verdict. Out of line: the common call pays one decrement. */
-void ag_call_pick(ag_call_t *c, uint64_t n);
+ * while one still awaits its verdict. ggml's calls (ggml set) take no part in bursts: that
+ * host judges its graphs in rounds of its own. Out of line: the common call pays one
+ * decrement. */
+void ag_call_pick(ag_call_t *c, uint64_t n, int ggml);
 
 /* A burst's warm original call of c->e took dt ns (out of line: bursts are rare). */
 void ag_call_burst_timed(const ag_call_t *c, uint64_t dt);
@@ -215,7 +217,7 @@ static inline __attribute__((always_inline)) int ag_call_begin_host(ag_call_t *c
   if (ag_unlikely(n == ag_hot_calls || (n & 4095) == 0)) /* hot; later: a queue that was full */
     ag_tier_hot(e, n);
   if (ag_unlikely(--ag_tl.tick <= 0 || n == 1))
-    ag_call_pick(c, n);
+    ag_call_pick(c, n, ggml);
   return 1;
 }
 

@@ -380,9 +380,7 @@ static void forward(void *_Atomic *cache, const char *name, const void *ret, con
   if (!ag_call_begin_host(&c, &k, 1)) {
     fn(params, dst);
   } else {
-    /* What runs is the graph's choice, never the call's: an original burst (ag_call_pick)
-     * changes nothing here, and the rounds alone time the custom nodes for the judge. */
-    c.orig = 0;
+    /* The rounds alone time the custom nodes for the judge. */
     if (fu)
       c.t0 = 0;
     c.variant = fu != NULL; /* the fused kernel serves this group */
