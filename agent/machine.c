@@ -237,3 +237,17 @@ void ag_machine_measure(ag_machine_t *m)
   clock_gettime(CLOCK_REALTIME, &ts);
   m->measured_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
+
+void ag_machine_measure_best(ag_machine_t *m, int times)
+{
+  ag_machine_detect(m);
+  for (int i = 0; i < times; i++) {
+    ag_machine_t one = *m;
+    ag_machine_measure(&one);
+    for (int f64 = 0; f64 < 2; f64++)
+      for (int w = 0; w < AG_ISA__COUNT; w++)
+        m->gflops[f64][w] = one.gflops[f64][w] > m->gflops[f64][w] ? one.gflops[f64][w]
+                                                                    : m->gflops[f64][w];
+    m->measured_ns = one.measured_ns;
+  }
+}

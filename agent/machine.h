@@ -78,6 +78,9 @@ void ag_machine_detect(ag_machine_t *m);
  * ramp) only ever slows it, so the fastest round is the closest to what the pipes do.
  * Takes under 20 ms. Sets measured_ns. */
 void ag_machine_measure(ag_machine_t *m);
+/* For the benchmarks: m detected, then measured times times, the fastest per width and dtype
+ * kept (a benchmark can spend the time to get the peak out of a noisy machine). */
+void ag_machine_measure_best(ag_machine_t *m, int times);
 /* The level for OPJIT_ISA's value want (0 auto, then 1 + enum ag_isa) on a CPU with exts. When
  * the CPU lacks the level asked for, writes one line naming the variable, the value and the
  * level used instead into why (else why[0] = 0) and returns the widest level it has. */

@@ -157,22 +157,9 @@ static double gflops(int n, double nsv) { return nsv > 0 ? 2.0 * n * n * n / nsv
 /* ---- peaks ------------------------------------------------------------------------------ */
 
 /* The agent's machine model (agent/machine.c): the FMA peak of every vector width the CPU
- * has, f32 and f64, measured with the code the agent itself uses. */
+ * has, f32 and f64, measured with the code the agent itself uses, five times over (each
+ * ~20 ms of short rounds), every peak the fastest seen (ag_machine_measure_best). */
 static ag_machine_t machine;
-
-/* Fills machine: its measurement five times over (each ~20 ms of short rounds), every peak
- * the fastest seen (what disturbs a round only ever slows it). */
-static void peak_measure(void)
-{
-  ag_machine_detect(&machine);
-  for (int i = 0; i < 5; i++) {
-    ag_machine_t m = machine;
-    ag_machine_measure(&m);
-    for (int f64 = 0; f64 < 2; f64++)
-      for (int w = 0; w < AG_ISA__COUNT; w++)
-        machine.gflops[f64][w] = fmax(machine.gflops[f64][w], m.gflops[f64][w]);
-  }
-}
 
 /* ---- workers --------------------------------------------------------------------------- */
 
@@ -860,7 +847,7 @@ int main(int argc, char **argv)
       return 1;
   if (!(kcompile_ms = calloc((size_t)MAX_CASES * 8, sizeof *kcompile_ms)))
     return 1;
-  peak_measure();
+  ag_machine_measure_best(&machine, 5);
 
   char cpu[256];
   bn_cpu_name(cpu, sizeof cpu);

@@ -11,50 +11,14 @@
  *   bench_kernels [ROUNDS]     (default 21) */
 #define _GNU_SOURCE
 #include "bench.h"
+#include "agent/machine.h"
 
 #include "jit/jit.h"
 
 #include <dlfcn.h>
-#include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- FMA peak per width --------------------------------------------------------------------
- * 16 independent chains (12 for 16-register AVX2): enough to cover two pipes of 4-cycle FMAs. */
-#define PEAK(name, isa, V, SET1, FMA, lanes, chains)                                            \
-  __attribute__((target(isa), noinline)) static double name(long iters)                       \
-  {                                                                                           \
-    V a[chains], x = SET1(0.999999), y = SET1(1e-7);                                          \
-    for (int i = 0; i < chains; i++)                                                          \
-      a[i] = SET1(i + 1);                                                                     \
-    uint64_t t0 = bn_now_ns();                                                                \
-    for (long it = 0; it < iters; it++)                                                       \
-      _Pragma("GCC unroll 16") for (int i = 0; i < chains; i++) a[i] = FMA(a[i], x, y);       \
-    double ns_ = (double)(bn_now_ns() - t0);                                                  \
-    V s = a[0];                                                                               \
-    for (int i = 1; i < chains; i++)                                                          \
-      s = s + a[i];                                                                           \
-    sink += (double)s[0];                                                                     \
-    return 2.0 * lanes * chains * (double)iters / ns_;                                        \
-  }
-static volatile double sink;
-PEAK(peak128s, "fma", __m128, _mm_set1_ps, _mm_fmadd_ps, 4, 12)
-PEAK(peak128d, "fma", __m128d, _mm_set1_pd, _mm_fmadd_pd, 2, 12)
-PEAK(peak256s, "fma,avx2", __m256, _mm256_set1_ps, _mm256_fmadd_ps, 8, 12)
-PEAK(peak256d, "fma,avx2", __m256d, _mm256_set1_pd, _mm256_fmadd_pd, 4, 12)
-PEAK(peak512s, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, 16, 16)
-PEAK(peak512d, "avx512f", __m512d, _mm512_set1_pd, _mm512_fmadd_pd, 8, 16)
-
-static double best_of(double (*f)(long))
-{
-  double best = 0;
-  for (int i = 0; i < 9; i++) {
-    double v = f(1000000);
-    best = v > best ? v : best;
-  }
-  return best;
-}
 
 /* ---- kernels ------------------------------------------------------------------------------- */
 
@@ -261,26 +225,20 @@ int main(int argc, char **argv)
     return 1;
   }
   int wide = jit->host_isa() == JT_ISA_AVX512;
-  char cpu[256] = "?";
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  for (char line[512]; f && fgets(line, sizeof line, f);)
-    if (strncmp(line, "model name", 10) == 0) {
-      snprintf(cpu, sizeof cpu, "%s", strchr(line, ':') + 2);
-      cpu[strcspn(cpu, "\n")] = 0;
-      break;
-    }
-  if (f)
-    fclose(f);
+  char cpu[256];
+  bn_cpu_name(cpu, sizeof cpu);
   printf("CPU: %s (LLVM %s, %s), widest ISA %s\n", cpu, jit->llvm_version(), jit->cpu(),
          jit->isa_name(jit->host_isa()));
-  printf("FMA peak per core, GF/s (best of 9):  fp32 128-bit %.1f  256-bit %.1f", best_of(peak128s),
-         best_of(peak256s));
-  double p512s = wide ? best_of(peak512s) : 0, p512d = wide ? best_of(peak512d) : 0;
-  double p256s = best_of(peak256s), p256d = best_of(peak256d);
+  ag_machine_t machine; /* the agent's own measurement, the fastest of 5 */
+  ag_machine_measure_best(&machine, 5);
+  double p512s = machine.gflops[0][AG_ISA_AVX512], p512d = machine.gflops[1][AG_ISA_AVX512];
+  double p256s = machine.gflops[0][AG_ISA_AVX2], p256d = machine.gflops[1][AG_ISA_AVX2];
+  printf("FMA peak per core, GF/s (agent/machine.c):  fp32 128-bit %.1f  256-bit %.1f",
+         machine.gflops[0][AG_ISA_SSE2], p256s);
   if (wide)
     printf("  512-bit %.1f", p512s);
-  printf("\n                                      fp64 128-bit %.1f  256-bit %.1f", best_of(peak128d),
-         p256d);
+  printf("\n                                      fp64 128-bit %.1f  256-bit %.1f",
+         machine.gflops[1][AG_ISA_SSE2], p256d);
   if (wide)
     printf("  512-bit %.1f", p512d);
   printf("\n");
