@@ -558,6 +558,10 @@ static int fit_nr(int regs, int mv, int n, int cap)
   return (n + blocks - 1) / blocks;
 }
 
+/* The bits of s's elements: 64 for a double GEMM, GEMV or dot; 32 otherwise (ggml's MUL_MAT
+ * and norms compute in float whatever f64 says). */
+static int elem_bits(const jt_gemm_t *s) { return s->f64 && !s->mm && !s->add_rms_mul ? 64 : 32; }
+
 int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, size_t len)
 {
   *r = *s;
@@ -572,13 +576,13 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
     snprintf(err, len, "%s has no %d-bit vectors", jt_isa_name(r->isa), r->vbits);
     return -1;
   }
-  int regs = isa_regs(r->isa), V = r->vbits / (s->f64 && !s->mm && !s->add_rms_mul ? 64 : 32);
+  int regs = isa_regs(r->isa), V = r->vbits / elem_bits(s);
   r->tails = s->tails ? s->tails : 2;
   if (s->mm) { /* panels of JT_MM_MR rows, or twice that (two zmm); k blocks of JT_MM_KC */
     r->kc = 0;
     if (s->n == 1) /* decode's kernel goes row by row: no blocking */
       r->mr_vecs = JT_MM_MR / V, r->nr = 1;
-    r->mr_vecs = r->mr_vecs ? r->mr_vecs : s->mr_vecs ? s->mr_vecs : V == 16 ? 2 : JT_MM_MR / V;
+    r->mr_vecs = r->mr_vecs ? r->mr_vecs : V == 16 ? 2 : JT_MM_MR / V;
     r->nr = r->nr ? r->nr : fit_nr(regs, r->mr_vecs, s->n, MM_NR); /* s->nr up to JT_MM_MAX_NR */
     int rows = r->mr_vecs * V;
     if (r->nr > JT_MM_MAX_NR || (rows != JT_MM_MR && rows != 2 * JT_MM_MR) ||
@@ -629,7 +633,7 @@ int jt_gemm_candidates(const jt_gemm_t *s, int host_isa, jt_gemm_t *out, int max
   char err[160], names[JT_TUNE_MAX][160];
   if (jt_gemm_resolve(s, host_isa, &d, err, sizeof err))
     return 0;
-  int wide = isa_bits(d.isa), V = wide / (s->f64 && !s->mm ? 64 : 32);
+  int wide = isa_bits(d.isa), V = wide / elem_bits(s);
   /* Proposals over the default, most plausible first; a field s sets stays s's. */
   jt_gemm_t p[6] = {{0}};
   int np = 1; /* p[0]: the default */
@@ -700,7 +704,7 @@ void jt_gemm_name(const jt_gemm_t *s, char *buf, size_t len)
 static void setup_types(gen_t *g)
 {
   LLVMContextRef cx = g->cx;
-  int f64 = g->g->f64 && !g->g->mm && !g->g->add_rms_mul;
+  int f64 = elem_bits(g->g) == 64;
   g->elem = f64 ? LLVMDoubleTypeInContext(cx) : LLVMFloatTypeInContext(cx);
   g->V = g->g->vbits / (f64 ? 64 : 32);
   g->MV = g->g->mr_vecs;

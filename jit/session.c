@@ -445,8 +445,11 @@ static int jit_tune(const jt_gemm_t *g, int ncand, jt_gemm_t *best, jt_gemm_fn *
   if (native_init(err, len))
     return -1;
   int n = jt_gemm_candidates(g, host_isa, rep.cand, ncand < 1 ? 1 : ncand);
-  if (!n)
-    return jt_gemm_resolve(g, host_isa, best, err, len) ? -1 : (snprintf(err, len, "no candidate"), -1);
+  if (!n) { /* resolving says why there is none; else it is a gap in the candidates */
+    if (!jt_gemm_resolve(g, host_isa, best, err, len))
+      snprintf(err, len, "no candidate");
+    return -1;
+  }
   uint64_t t0 = now_ns();
   for (int i = 0; i < n; i++)
     if (jit_gemm(&rep.cand[i], &fn[i], &sz[i], &ob[i], &oblen[i], err, len)) {
