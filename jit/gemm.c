@@ -432,7 +432,6 @@ static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int n
   }
 }
 
-/* All column blocks of the row block at i0 (mr rows). */
 /* K blocked, op(B) = B: copies the block's k's of columns j0 .. j0+nr-1 of B into the sliver,
  * bpack[j*kc + k - kc0], V at a time then one by one. B's columns lie ldb apart, and with ldb
  * a multiple of 4 KB (512 doubles) the NR elements each k broadcasts fall in one L1 set, more
@@ -498,6 +497,7 @@ static void emit_col_block(gen_t *g, LLVMValueRef j0, int nr)
     emit_block(g, i64c(g, mfull), j0, mtail, nr);
 }
 
+/* All column blocks of the row block at i0 (mr rows). */
 static void emit_row_block(gen_t *g, LLVMValueRef i0, int mr)
 {
   const jt_gemm_t *s = g->g;
@@ -826,6 +826,21 @@ static void emit_dots(gen_t *g, LLVMValueRef alpha, LLVMValueRef beta)
     dots_block(g, i64c(g, mfull), m - mfull, alpha, beta);
 }
 
+/* emit(g, start, len) for every block of step in [0, total): the full ones in an IR loop, the
+ * last, shorter one after it. */
+static void emit_blocks(gen_t *g, int total, int step, const char *name,
+                        void (*emit)(gen_t *, LLVMValueRef, int))
+{
+  int full = total / step * step;
+  if (full) {
+    loop_t l = loop_begin(g, i64c(g, 0), full, step, name);
+    emit(g, l.iv, step);
+    loop_end(g, &l);
+  }
+  if (total > full)
+    emit(g, i64c(g, full), total - full);
+}
+
 LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
 {
   gen_t g = {.cx = cx, .mod = mod, .g = s};
@@ -862,25 +877,10 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
                                i64c(&g, s->k), "kce");
     g.first = LLVMBuildICmp(g.b, LLVMIntEQ, kb.iv, i64c(&g, 0), "first");
   }
-  int mfull = s->m / g.MR * g.MR, mtail = s->m % g.MR;
-  int nfull = s->n / g.NR * g.NR, ntail = s->n % g.NR;
-  if (g.bpack) { /* columns outside, rows inside: the sliver stays in L1 */
-    if (nfull) {
-      loop_t j = loop_begin(&g, i64c(&g, 0), nfull, g.NR, "j");
-      emit_col_block(&g, j.iv, g.NR);
-      loop_end(&g, &j);
-    }
-    if (ntail)
-      emit_col_block(&g, i64c(&g, nfull), ntail);
-  } else {
-    if (mfull) {
-      loop_t i = loop_begin(&g, i64c(&g, 0), mfull, g.MR, "i");
-      emit_row_block(&g, i.iv, g.MR);
-      loop_end(&g, &i);
-    }
-    if (mtail)
-      emit_row_block(&g, i64c(&g, mfull), mtail);
-  }
+  if (g.bpack) /* columns outside, rows inside: the sliver stays in L1 */
+    emit_blocks(&g, s->n, g.NR, "j", emit_col_block);
+  else
+    emit_blocks(&g, s->m, g.MR, "i", emit_row_block);
   if (g.kc)
     loop_end(&g, &kb);
   return end_kernel(&g);
