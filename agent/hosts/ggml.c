@@ -1134,17 +1134,20 @@ static int members_of(const fusion_t *f, struct ggml_tensor *m[3])
 }
 
 /* Node t's slot in c's member map, or NULL when t is no member of a fused record. */
+/* t's slot in c's member map (open addressing), or the empty slot where t would go; the map
+ * exists. */
+static member_t *member_slot(const gcache_t *c, const struct ggml_tensor *t)
+{
+  unsigned h = (unsigned)(((uintptr_t)t >> 4) * 0x9E3779B1u) & c->map_mask;
+  while (c->map[h].node && c->map[h].node != t)
+    h = (h + 1) & c->map_mask;
+  return &c->map[h];
+}
+
 static member_t *member_at(const gcache_t *c, const struct ggml_tensor *t)
 {
-  if (!c->map)
-    return NULL;
-  for (unsigned h = (unsigned)(((uintptr_t)t >> 4) * 0x9E3779B1u) & c->map_mask;;
-       h = (h + 1) & c->map_mask) {
-    if (c->map[h].node == t)
-      return &c->map[h];
-    if (!c->map[h].node)
-      return NULL;
-  }
+  member_t *s = c->map ? member_slot(c, t) : NULL;
+  return s && s->node ? s : NULL;
 }
 
 /* 1 when ggml's CPU backend calls a forward function for node t (not an empty op, selected). */
@@ -1173,10 +1176,9 @@ static void map_members(gcache_t *c, struct ggml_cgraph *g)
   c->map_mask = size - 1;
   for (int i = 0; i < c->nf; i++)
     for (int k = 0, nm = c->f[i].node ? members_of(&c->f[i], m) : 0; k < nm; k++) {
-      unsigned h = (unsigned)(((uintptr_t)m[k] >> 4) * 0x9E3779B1u) & c->map_mask;
-      while (c->map[h].node)
-        h = (h + 1) & c->map_mask;
-      c->map[h] = (member_t){m[k], &c->f[i], NULL};
+      member_t *slot = member_slot(c, m[k]);
+      if (!slot->node) /* a node in two records: the first one's, as lookups always found */
+        *slot = (member_t){m[k], &c->f[i], NULL};
     }
   for (int i = 0; i < c->n_nodes; i++) {
     member_t *mb = member_at(c, api.node(g, i));
