@@ -2,10 +2,9 @@
 #include "duel.h"
 #include <string.h>
 
-/* One batch of one side: a call to warm it (the other side ran last), then n
- * calls timed. */
-static uint64_t batch_ns(void (*fn)(void *), void *ctx, uint32_t n,
-                         uint64_t (*now)(void)) {
+/* One batch of one side: a call to warm it (the other side ran last), then n calls timed. */
+static uint64_t batch_ns(void (*fn)(void *), void *ctx, uint32_t n, uint64_t (*now)(void))
+{
   fn(ctx);
   uint64_t t0 = now();
   for (uint32_t i = 0; i < n; i++)
@@ -13,7 +12,8 @@ static uint64_t batch_ns(void (*fn)(void *), void *ctx, uint32_t n,
   return now() - t0;
 }
 
-void ag_duel_run(const ag_duel_t *d, ag_duel_result_t *out) {
+void ag_duel_run(const ag_duel_t *d, ag_duel_result_t *out)
+{
   memset(out, 0, sizeof *out);
   out->verdict = AG_CMP_UNDECIDED;
   uint64_t start = d->now();
@@ -24,16 +24,14 @@ void ag_duel_run(const ag_duel_t *d, ag_duel_result_t *out) {
   uint64_t batch = (AG_DUEL_BATCH_NS + one - 1) / one;
   batch = batch < 2 ? 2 : batch > AG_DUEL_BATCH_MAX ? AG_DUEL_BATCH_MAX : batch;
   out->batch = (uint32_t)batch;
-  /* Calls too long for the judge's fewest rounds within the budget: no duel at
-   * all. */
+  /* Calls too long for the judge's fewest rounds within the budget: no duel at all. */
   if (2 * (batch + 1) * one * AG_CMP_MIN_ROUNDS > d->budget_ns)
     return;
   ag_cmp_t c;
   ag_cmp_start(&c, 0, 0);
   uint64_t vn = 0, vns = 0;
   double med = 0;
-  for (uint32_t r = 0; r < AG_CMP_ROUNDS && d->now() - start <= d->budget_ns;
-       r++) {
+  for (uint32_t r = 0; r < AG_CMP_ROUNDS && d->now() - start <= d->budget_ns; r++) {
     uint64_t o, v;
     if (r & 1) {
       v = batch_ns(d->variant, d->ctx, (uint32_t)batch, d->now);

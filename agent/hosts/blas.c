@@ -2,8 +2,10 @@
 /* The BLAS host: interposes the Fortran (sgemm_ ...) and CBLAS (cblas_sgemm ...) symbols,
  * reduces each call to a signature and forwards it, arguments untouched, to the next
  * definition in the process. Integers are LP64 BLAS ints (int32), as Debian's libblas.so.3. */
+#include "blas.h"
 #include "../agent.h"
 #include "../opt.h"
+#include <stdlib.h>
 
 typedef int blasint;
 
@@ -180,3 +182,207 @@ CBLAS_AXPY(cblas_saxpy, float, AG_F32)
 CBLAS_AXPY(cblas_daxpy, double, AG_F64)
 CBLAS_DOT(cblas_sdot, float, AG_F32)
 CBLAS_DOT(cblas_ddot, double, AG_F64)
+
+/* ---- The duel (blas.h) ------------------------------------------------------------------- */
+
+/* Scratch operands of one signature's shape (random values in [-1, 1], scalars of its
+ * classes), as the call sites hand them to a variant (A, B, C, alpha, beta; a dot product's x
+ * and y as A and B), and the original operator called on them. */
+typedef struct duel_ops_s {
+  ag_sig_t key;
+  const void *a, *b;
+  void *c;
+  double alpha, beta;
+  void *fn;      /* the original operator */
+  void *variant; /* the kernel */
+  int swapped;   /* it takes B before A (ag_vrun_t) */
+  void *mem;     /* the scratch */
+} duel_ops_t;
+
+#define DUEL_SCRATCH_MAX (64u << 20) /* a signature needing more scratch gets no duel */
+
+static double scalar_of(unsigned cls)
+{
+  return cls == AG_S_ONE ? 1.0 : cls == AG_S_ZERO ? 0.0 : cls == AG_S_MINUS_ONE ? -1.0 : 0.5;
+}
+
+/* Elements a vector of n with stride inc spans. */
+static size_t span(int64_t n, int64_t inc)
+{
+  return n > 0 ? (size_t)((n - 1) * llabs(inc) + 1) : 0;
+}
+
+static void duel_original(void *self)
+{
+  const duel_ops_t *o = self;
+  const ag_sig_t *k = &o->key;
+  void *a = (void *)o->a, *b = (void *)o->b, *c = o->c, *fn = o->fn;
+  int f64 = k->dtype == AG_F64;
+  double al = o->alpha, be = o->beta;
+  float alf = (float)al, bef = (float)be;
+  void *pa = f64 ? (void *)&al : (void *)&alf, *pb = f64 ? (void *)&be : (void *)&bef;
+  blasint m = k->m, n = k->n, kk = k->k, lda = k->lda, ldb = k->ldb, ldc = k->ldc;
+  const char tc[] = "NTC";
+  if (k->api == AG_API_F77) {
+    char ta = tc[k->ta], tb = tc[k->tb];
+    switch (k->op) {
+    case AG_OP_GEMM:
+      ((void (*)(const char *, const char *, const blasint *, const blasint *, const blasint *,
+                 const void *, const void *, const blasint *, const void *, const blasint *,
+                 const void *, void *, const blasint *))fn)(&ta, &tb, &m, &n, &kk, pa, a, &lda, b,
+                                                            &ldb, pb, c, &ldc);
+      break;
+    case AG_OP_GEMV:
+      ((void (*)(const char *, const blasint *, const blasint *, const void *, const void *,
+                 const blasint *, const void *, const blasint *, const void *, void *,
+                 const blasint *))fn)(&ta, &m, &n, pa, a, &lda, b, &ldb, pb, c, &ldc);
+      break;
+    case AG_OP_AXPY:
+      ((void (*)(const blasint *, const void *, const void *, const blasint *, void *,
+                 const blasint *))fn)(&m, pa, a, &lda, c, &ldb);
+      break;
+    case AG_OP_DOT:
+      if (f64)
+        ((double (*)(const blasint *, const void *, const blasint *, const void *,
+                     const blasint *))fn)(&m, a, &lda, b, &ldb);
+      else
+        ((float (*)(const blasint *, const void *, const blasint *, const void *,
+                    const blasint *))fn)(&m, a, &lda, b, &ldb);
+      break;
+    }
+    return;
+  }
+  int order = k->order == AG_ROW ? CBLAS_ROW_MAJOR : CBLAS_COL_MAJOR;
+  int ta = CBLAS_NO_TRANS + k->ta, tb = CBLAS_NO_TRANS + k->tb;
+  switch (k->op) {
+  case AG_OP_GEMM:
+    if (f64)
+      ((void (*)(int, int, int, blasint, blasint, blasint, double, const void *, blasint,
+                 const void *, blasint, double, void *, blasint))fn)(order, ta, tb, m, n, kk, al, a,
+                                                                     lda, b, ldb, be, c, ldc);
+    else
+      ((void (*)(int, int, int, blasint, blasint, blasint, float, const void *, blasint,
+                 const void *, blasint, float, void *, blasint))fn)(order, ta, tb, m, n, kk, alf, a,
+                                                                    lda, b, ldb, bef, c, ldc);
+    break;
+  case AG_OP_GEMV:
+    if (f64)
+      ((void (*)(int, int, blasint, blasint, double, const void *, blasint, const void *, blasint,
+                 double, void *, blasint))fn)(order, ta, m, n, al, a, lda, b, ldb, be, c, ldc);
+    else
+      ((void (*)(int, int, blasint, blasint, float, const void *, blasint, const void *, blasint,
+                 float, void *, blasint))fn)(order, ta, m, n, alf, a, lda, b, ldb, bef, c, ldc);
+    break;
+  case AG_OP_AXPY:
+    if (f64)
+      ((void (*)(blasint, double, const void *, blasint, void *, blasint))fn)(m, al, a, lda, c,
+                                                                              ldb);
+    else
+      ((void (*)(blasint, float, const void *, blasint, void *, blasint))fn)(m, alf, a, lda, c,
+                                                                             ldb);
+    break;
+  case AG_OP_DOT:
+    if (f64)
+      ((double (*)(blasint, const void *, blasint, const void *, blasint))fn)(m, a, lda, b, ldb);
+    else
+      ((float (*)(blasint, const void *, blasint, const void *, blasint))fn)(m, a, lda, b, ldb);
+    break;
+  }
+}
+
+static void duel_variant(void *self)
+{
+  const duel_ops_t *o = self;
+  const void *a = o->swapped ? o->b : o->a, *b = o->swapped ? o->a : o->b;
+  double r[1];
+  ((void (*)(const void *, const void *, void *, double, double))o->variant)(
+      a, b, o->key.op == AG_OP_DOT ? (void *)r : o->c, o->alpha, o->beta);
+}
+
+/* The operands for key into *o: 0, or -1 when the signature cannot be duelled. */
+static int duel_operands(const ag_sig_t *key, duel_ops_t *o)
+{
+  static void *_Atomic real[2][4][2]; /* [api][op][dtype]: resolved once, as the call sites do */
+  static const char *const names[2][4][2] = {
+      {{"sgemm_", "dgemm_"}, {"sgemv_", "dgemv_"}, {"saxpy_", "daxpy_"}, {"sdot_", "ddot_"}},
+      {{"cblas_sgemm", "cblas_dgemm"},
+       {"cblas_sgemv", "cblas_dgemv"},
+       {"cblas_saxpy", "cblas_daxpy"},
+       {"cblas_sdot", "cblas_ddot"}}};
+  const ag_sig_t *k = key;
+  if (k->host != AG_HOST_ID_BLAS || k->op < AG_OP_GEMM || k->op > AG_OP_DOT || k->dtype < AG_F32 ||
+      k->dtype > AG_F64 || k->api < AG_API_F77 || k->api > AG_API_CBLAS || k->order > AG_ROW ||
+      k->ta > AG_C || k->tb > AG_C || k->m < 0 || k->n < 0 || k->k < 0 ||
+      (k->op <= AG_OP_GEMV && (k->lda < 0 || (k->op == AG_OP_GEMM && (k->ldb < 0 || k->ldc < 0)))))
+    return -1;
+  int row = k->order == AG_ROW;
+  /* Elements each operand spans, as the call site hands them over: A, B (x), C (y). */
+  size_t na = 0, nb = 0, nc = 0;
+  switch (k->op) {
+  case AG_OP_GEMM: { /* op(A) m x k, op(B) k x n, C m x n; row-major lines are rows */
+    int64_t lines_a = row ? (k->ta ? k->k : k->m) : (k->ta ? k->m : k->k);
+    int64_t lines_b = row ? (k->tb ? k->n : k->k) : (k->tb ? k->k : k->n);
+    na = (size_t)(lines_a * k->lda), nb = (size_t)(lines_b * k->ldb);
+    nc = (size_t)((row ? k->m : k->n) * (int64_t)k->ldc);
+    break;
+  }
+  case AG_OP_GEMV: { /* A m x n; x of n (m transposed), y of m (n) */
+    int64_t lines = row ? k->m : k->n;
+    na = (size_t)(lines * k->lda);
+    nb = span(k->ta ? k->m : k->n, k->ldb);
+    nc = span(k->ta ? k->n : k->m, k->ldc);
+    break;
+  }
+  case AG_OP_AXPY: /* x and y of n: A is x, C is y */
+    na = span(k->m, k->lda), nc = span(k->m, k->ldb);
+    break;
+  case AG_OP_DOT:
+    na = span(k->m, k->lda), nb = span(k->m, k->ldb);
+    break;
+  }
+  size_t esz = k->dtype == AG_F64 ? 8 : 4, lim = DUEL_SCRATCH_MAX / 8;
+  if (na > lim || nb > lim || nc > lim)
+    return -1;
+  size_t total = (na + nb + nc + 8) * esz;
+  if (total > DUEL_SCRATCH_MAX)
+    return -1;
+  void *fn = ag_resolve(&real[k->api - 1][k->op - 1][k->dtype - 1],
+                        names[k->api - 1][k->op - 1][k->dtype - 1]);
+  char *mem = fn ? malloc(total) : NULL;
+  if (!mem)
+    return -1;
+  uint32_t r = 2463534242u ^ (uint32_t)(k->m * 73856093 ^ k->n * 19349663 ^ k->k * 83492791);
+  for (size_t i = 0; i < total / esz; i++) {
+    r ^= r << 13, r ^= r >> 17, r ^= r << 5;
+    double v = (double)r / 2147483648.0 - 1.0;
+    if (esz == 8)
+      ((double *)(void *)mem)[i] = v;
+    else
+      ((float *)(void *)mem)[i] = (float)v;
+  }
+  static const double one[1] = {1};
+  static const float onef[1] = {1};
+  *o = (duel_ops_t){.key = *k, .fn = fn, .mem = mem};
+  o->a = mem;
+  o->b = k->op == AG_OP_AXPY ? (esz == 8 ? (const void *)one : (const void *)onef) : mem + na * esz;
+  o->c = mem + (na + nb) * esz;
+  o->alpha = scalar_of(k->ab & 15u);
+  o->beta = k->op == AG_OP_AXPY ? 1.0 : scalar_of(k->ab >> 4);
+  return 0;
+}
+
+int ag_blas_duel(const ag_sig_t *key, void *variant, int swapped, uint64_t budget_ns,
+                 ag_duel_result_t *out)
+{
+  duel_ops_t o;
+  if (duel_operands(key, &o))
+    return -1;
+  o.variant = variant;
+  o.swapped = swapped;
+  ag_duel_t d = {duel_original, duel_variant, &o, ag_now_ns, budget_ns};
+  ag_tl.depth++; /* the original's own inner calls (a CBLAS wrapper's) are not counted */
+  ag_duel_run(&d, out);
+  ag_tl.depth--;
+  free(o.mem);
+  return 0;
+}
