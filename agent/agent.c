@@ -15,6 +15,7 @@
 #include "machine.h"
 #include "opt.h"
 #include "runinfo.h"
+#include "summary.h"
 #include "tier.h"
 #include "warm.h"
 #include "jit/jit.h"
@@ -813,8 +814,10 @@ static int ours(void) { return atomic_load(&ag_active) && getpid() == active_pid
 
 static void agent_atexit(void)
 {
-  if (ours())
-    stop_writer("exited", 0);
+  if (!ours())
+    return;
+  int done = stop_writer("exited", 0);
+  ag_summary_print(done ? run_id : 0, run_start_ns); /* OPJIT_SUMMARY: what the writer stored */
 }
 
 /* Starts the writer thread with every signal blocked (it must never take a host signal).

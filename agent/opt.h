@@ -61,6 +61,9 @@
       "CPU lacks falls back to the widest it has, with a warning")                           \
   OPT(PERF_MAP, BOOL, "0", 0, 1, NULL,                                                       \
       "1 writes /tmp/perf-PID.map lines for JIT kernels, so perf report names them")         \
+  OPT(SUMMARY, BOOL, "0", 0, 1, NULL,                                                        \
+      "1 prints a few lines on stderr at exit: wall time, operators' share, kernels, saving, " \
+      "top signatures (opjit run sets it to 1 unless it is set)")                             \
   OPT(LOG, ENUM, "warn", 0, 0, "error|warn|info|debug", "agent message level")               \
   OPT(LOG_FILE, STR, "", 0, 0, NULL, "append agent messages to this file instead of stderr")
 

@@ -162,7 +162,8 @@ static int cmd_run(int argc, char **argv)
   size_t plen = strlen(agent) + (old ? strlen(old) : 0) + 2;
   char *preload = ins_xmalloc(plen);
   snprintf(preload, plen, "%s%s%s", agent, old && *old ? ":" : "", old ? old : "");
-  int bad = setenv("LD_PRELOAD", preload, 1) || (dbopt && setenv("OPJIT_DB", dbopt, 1));
+  int bad = setenv("LD_PRELOAD", preload, 1) || (dbopt && setenv("OPJIT_DB", dbopt, 1)) ||
+            setenv("OPJIT_SUMMARY", "1", 0); /* the exit summary, unless the user set it */
   free(preload);
   if (bad) {
     fprintf(stderr, "opjit: cannot set the environment: %s\n", strerror(errno));
