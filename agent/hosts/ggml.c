@@ -85,50 +85,41 @@ _Static_assert((int)GGML_TYPE_F32 == (int)AG_GGML_TYPE_F32 &&
 
 /* The forward functions of ggml-cpu's ops.h with the (params, dst) signature.
  */
-#define GG_OPS(X)                                                                 \
-  X(abs)                                                                          \
-  X(acc) X(add) X(add1) X(add_id) X(add_non_quantized) X(add_rel_pos) X(          \
-      arange) X(argmax) X(argsort) X(ceil) X(clamp) X(col2im_1d) X(concat)        \
-      X(cont) X(conv_2d) X(conv_2d_dw) X(conv_3d) X(conv_transpose_1d) X(         \
-          conv_transpose_2d) X(cos) X(count_equal) X(cpy) X(cross_entropy_loss)   \
-          X(cross_entropy_loss_back) X(cumsum) X(custom) X(diag) X(               \
-              diag_mask_inf) X(diag_mask_zero) X(div) X(dsv4_hc_comb)             \
-              X(dsv4_hc_post) X(dsv4_hc_pre) X(dup) X(elu) X(exp) X(expm1) X(     \
-                  fill) X(flash_attn_ext) X(floor) X(fwht) X(gated_delta_net)     \
-                  X(get_rel_pos) X(get_rows) X(get_rows_back) X(gla) X(glu) X(    \
-                      group_norm) X(hardsigmoid) X(hardswish) X(im2col)           \
-                      X(im2col_3d) X(im2col_back_f32) X(l2_norm) X(               \
-                          leaky_relu) X(lightning_indexer) X(log) X(map_custom1)  \
-                          X(map_custom2) X(map_custom3) X(mean) X(mul) X(         \
-                              mul_mat) X(mul_mat_iqp) X(neg) X(norm)              \
-                              X(opt_step_adamw) X(opt_step_sgd) X(out_prod) X(    \
-                                  pad) X(pad_reflect_1d) X(pool_1d) X(pool_2d)    \
-                                  X(pool_2d_back) X(relu) X(repeat) X(            \
-                                      repeat_back) X(rms_norm) X(rms_norm_back)   \
-                                      X(roll) X(rope) X(rope_back) X(round) X(    \
-                                          rwkv_wkv6) X(rwkv_wkv7) X(scale)        \
-                                          X(set) X(set_rows) X(sgn) X(sigmoid) X( \
-                                              silu_back) X(sin) X(soft_max)       \
-                                              X(soft_max_ext_back) X(softplus) X( \
-                                                  solve_tri) X(sqr) X(sqrt)       \
-                                                  X(ssm_conv) X(ssm_scan) X(      \
-                                                      step) X(sub) X(sum)         \
-                                                      X(sum_rows) X(tanh) X(      \
-                                                          timestep_embedding)     \
-                                                          X(top_k) X(tri) X(      \
-                                                              trunc) X(unary)     \
-                                                              X(upscale) X(       \
-                                                                  win_part)       \
-                                                                  X(win_unpart)   \
-                                                                      X(xielu)
+#define GG_OPS(X)                                                                                  \
+  X(abs)                                                                                           \
+  X(acc)                                                                                           \
+  X(add) X(add1) X(add_id) X(add_non_quantized) X(add_rel_pos) X(arange) X(argmax) X(argsort) X(   \
+      ceil) X(clamp) X(col2im_1d) X(concat) X(cont) X(conv_2d) X(conv_2d_dw) X(conv_3d)            \
+      X(conv_transpose_1d) X(conv_transpose_2d) X(cos) X(count_equal) X(cpy) X(cross_entropy_loss) \
+          X(cross_entropy_loss_back) X(cumsum) X(custom) X(diag) X(diag_mask_inf) X(               \
+              diag_mask_zero) X(div) X(dsv4_hc_comb) X(dsv4_hc_post) X(dsv4_hc_pre) X(dup) X(elu)  \
+              X(exp) X(expm1) X(fill) X(flash_attn_ext) X(floor) X(fwht) X(gated_delta_net) X(     \
+                  get_rel_pos) X(get_rows) X(get_rows_back) X(gla) X(glu) X(group_norm)            \
+                  X(hardsigmoid) X(hardswish) X(im2col) X(im2col_3d) X(im2col_back_f32) X(l2_norm) \
+                      X(leaky_relu) X(lightning_indexer) X(log) X(map_custom1) X(map_custom2)      \
+                          X(map_custom3) X(mean) X(mul) X(mul_mat) X(mul_mat_iqp) X(neg) X(norm)   \
+                              X(opt_step_adamw) X(opt_step_sgd) X(out_prod) X(pad)                 \
+                                  X(pad_reflect_1d) X(pool_1d) X(pool_2d) X(pool_2d_back) X(relu)  \
+                                      X(repeat) X(repeat_back) X(rms_norm) X(rms_norm_back)        \
+                                          X(roll) X(rope) X(rope_back) X(round) X(rwkv_wkv6)       \
+                                              X(rwkv_wkv7) X(scale) X(set) X(set_rows) X(          \
+                                                  sgn) X(sigmoid) X(silu_back) X(sin) X(soft_max)  \
+                                                  X(soft_max_ext_back) X(softplus) X(solve_tri)    \
+                                                      X(sqr) X(sqrt) X(ssm_conv) X(ssm_scan)       \
+                                                          X(step) X(sub) X(sum) X(sum_rows)        \
+                                                              X(tanh) X(timestep_embedding)        \
+                                                                  X(top_k) X(tri) X(trunc)         \
+                                                                      X(unary) X(upscale)          \
+                                                                          X(win_part)              \
+                                                                              X(win_unpart)        \
+                                                                                  X(xielu)
 
 enum { GG_UNCHECKED = 0, GG_PROFILE, GG_PASS };
 static _Atomic int gg_state;
 static pthread_once_t gg_once = PTHREAD_ONCE_INIT;
 
 static const char *op_names[GGML_OP_COUNT], *type_names[GGML_TYPE_COUNT];
-static const char *unary_names[GGML_UNARY_OP_COUNT],
-    *glu_names[GGML_GLU_OP_COUNT];
+static const char *unary_names[GGML_UNARY_OP_COUNT], *glu_names[GGML_GLU_OP_COUNT];
 
 /* Ops the checked table must name as the headers do (a renumbered table moves
  * them). */
@@ -147,8 +138,7 @@ typedef void (*forward_fn)(const void *params, struct ggml_tensor *dst);
  * (check), and the CPU backend's own ADD, RMS_NORM and MUL (fusion_setup). */
 static struct {
   const char *(*version)(void);
-  const char *(*op_name)(int), *(*type_name)(int), *(*unary_name)(int),
-      *(*glu_name)(int);
+  const char *(*op_name)(int), *(*type_name)(int), *(*unary_name)(int), *(*glu_name)(int);
   int (*n_nodes)(struct ggml_cgraph *);
   struct ggml_tensor *(*node)(struct ggml_cgraph *, int);
   struct ggml_context *(*init)(struct ggml_init_params);
@@ -159,21 +149,18 @@ static struct {
   size_t (*tensor_overhead)(void);
   bool (*contiguous)(const struct ggml_tensor *);
   size_t (*nbytes)(const struct ggml_tensor *);
-  struct ggml_tensor *(*custom)(struct ggml_context *, enum ggml_type, int64_t,
-                                int64_t, int64_t, int64_t,
-                                struct ggml_tensor **, int, ggml_custom_op_t,
-                                int, void *);
+  struct ggml_tensor *(*custom)(struct ggml_context *, enum ggml_type, int64_t, int64_t, int64_t,
+                                int64_t, struct ggml_tensor **, int, ggml_custom_op_t, int, void *);
   forward_fn add, rms_norm, mul;
-  void (*swiglu)(int n, float *y, const float *x,
-                 const float *g); /* ggml_vec_swiglu_f32 */
+  void (*swiglu)(int n, float *y, const float *x, const float *g); /* ggml_vec_swiglu_f32 */
   int ok;
 } api;
 
 /* Decides, once, whether this process's ggml is one to profile. */
-static void check(void) {
+static void check(void)
+{
   ag_init();
-  int on = (ag_opts.num[AG_OPT_HOSTS] & AG_HOST_GGML) &&
-           atomic_load(&ag_state) != AG_PASS;
+  int on = (ag_opts.num[AG_OPT_HOSTS] & AG_HOST_GGML) && atomic_load(&ag_state) != AG_PASS;
   if (!on) {
     atomic_store(&gg_state, GG_PASS);
     return;
@@ -200,22 +187,20 @@ static void check(void) {
   if (base)
     dlclose(base); /* libggml-base stays: the backend needs it */
   /* A test may pretend the agent was built for another ggml. */
-  const char *want = getenv("OPJIT_TEST_GGML_VERSION")
-                         ? getenv("OPJIT_TEST_GGML_VERSION")
-                         : OPJIT_GGML_VERSION;
+  const char *want =
+      getenv("OPJIT_TEST_GGML_VERSION") ? getenv("OPJIT_TEST_GGML_VERSION") : OPJIT_GGML_VERSION;
   const char *have = api.version ? api.version() : NULL;
-  int ok = have && api.op_name && api.type_name && api.unary_name &&
-           api.glu_name && strcmp(have, want) == 0;
+  int ok = have && api.op_name && api.type_name && api.unary_name && api.glu_name &&
+           strcmp(have, want) == 0;
   for (size_t i = 0; ok && i < sizeof anchors / sizeof *anchors; i++) {
     const char *n = api.op_name(anchors[i].op);
     ok = n && (!anchors[i].name || strcmp(n, anchors[i].name) == 0);
   }
   if (!ok) {
-    ag_log(
-        AG_LOG_WARN,
-        "ggml %s is not the ggml this agent was built for (%s, its op table): "
-        "its graphs run untouched and unprofiled",
-        have ? have : "(unknown)", want);
+    ag_log(AG_LOG_WARN,
+           "ggml %s is not the ggml this agent was built for (%s, its op table): "
+           "its graphs run untouched and unprofiled",
+           have ? have : "(unknown)", want);
     atomic_store(&gg_state, GG_PASS);
     return;
   }
@@ -228,19 +213,18 @@ static void check(void) {
   for (int i = 0; i < GGML_GLU_OP_COUNT; i++)
     glu_names[i] = api.glu_name(i);
   ag_sig_set_ggml_names(&(ag_ggml_names_t){
-      op_names, type_names, unary_names, glu_names, GGML_OP_COUNT,
-      GGML_TYPE_COUNT, GGML_UNARY_OP_COUNT, GGML_GLU_OP_COUNT, GGML_OP_UNARY,
-      GGML_OP_GLU, GGML_OP_MUL_MAT});
+      op_names, type_names, unary_names, glu_names, GGML_OP_COUNT, GGML_TYPE_COUNT,
+      GGML_UNARY_OP_COUNT, GGML_GLU_OP_COUNT, GGML_OP_UNARY, GGML_OP_GLU, GGML_OP_MUL_MAT});
   ag_log(AG_LOG_INFO, "ggml %s: profiling its graphs by op", have);
   atomic_store(&gg_state, GG_PROFILE);
 }
 
-static void
-    *_Atomic cpu_lib; /* the CPU backend's handle, once a caller has shown it */
+static void *_Atomic cpu_lib; /* the CPU backend's handle, once a caller has shown it */
 
 /* Finds a loaded CPU backend (libggml-cpu*.so) when no caller has shown one
  * yet. */
-static int find_cpu_lib(struct dl_phdr_info *info, size_t size, void *arg) {
+static int find_cpu_lib(struct dl_phdr_info *info, size_t size, void *arg)
+{
   (void)size;
   const char *base = strrchr(info->dlpi_name, '/');
   if (strncmp(base ? base + 1 : info->dlpi_name, "libggml-cpu", 11) != 0)
@@ -254,8 +238,8 @@ static int find_cpu_lib(struct dl_phdr_info *info, size_t size, void *arg) {
  * call from inside another forward function (ggml_compute_forward_add jumps to
  * ..._add_non_quantized), whose return address is then the agent's: the backend
  * found before stands in. */
-static forward_fn real_of(void *_Atomic *cache, const char *name,
-                          const void *ret) {
+static forward_fn real_of(void *_Atomic *cache, const char *name, const void *ret)
+{
   void *fn = atomic_load_explicit(cache, memory_order_acquire);
   if (ag_likely(fn != NULL))
     return (forward_fn)fn;
@@ -270,13 +254,11 @@ static forward_fn real_of(void *_Atomic *cache, const char *name,
   } else if (!(h = atomic_load(&cpu_lib))) {
     dl_iterate_phdr(find_cpu_lib, &h);
   }
-  fn = h ? dlsym(h, name)
-         : NULL; /* the backend's own definition, never the agent's */
+  fn = h ? dlsym(h, name) : NULL; /* the backend's own definition, never the agent's */
   if (!fn)
     fn = dlsym(RTLD_NEXT, name);
   if (!fn) { /* nothing to forward to: the graph cannot run correctly */
-    ag_log(AG_LOG_ERROR,
-           "no definition of %s besides the agent's: cannot continue", name);
+    ag_log(AG_LOG_ERROR, "no definition of %s besides the agent's: cannot continue", name);
     abort();
   }
   atomic_store_explicit(cache, fn, memory_order_release);
@@ -284,32 +266,22 @@ static forward_fn real_of(void *_Atomic *cache, const char *name,
 }
 
 /* The signature of one node's work (sig.h, ggml keys). */
-static ag_sig_t key_of(const struct ggml_tensor *dst) {
+static ag_sig_t key_of(const struct ggml_tensor *dst)
+{
   const struct ggml_tensor *s0 = dst->src[0], *s1 = dst->src[1];
-  int sub = dst->op == GGML_OP_UNARY || dst->op == GGML_OP_GLU
-                ? dst->op_params[0]
-                : 0;
-  return ag_sig_make(
-      AG_HOST_ID_GGML, (uint8_t)dst->op, (uint8_t)(s0 ? s0->type : dst->type),
-      (uint8_t)dst->type, (uint8_t)(s1 ? s1->type + 1 : 0), (uint8_t)sub, 0, 0,
-      (int32_t)dst->ne[0], (int32_t)dst->ne[1], (int32_t)(s0 ? s0->ne[0] : 0),
-      (int32_t)dst->ne[2], (int32_t)dst->ne[3], 0);
+  int sub = dst->op == GGML_OP_UNARY || dst->op == GGML_OP_GLU ? dst->op_params[0] : 0;
+  return ag_sig_make(AG_HOST_ID_GGML, (uint8_t)dst->op, (uint8_t)(s0 ? s0->type : dst->type),
+                     (uint8_t)dst->type, (uint8_t)(s1 ? s1->type + 1 : 0), (uint8_t)sub, 0, 0,
+                     (int32_t)dst->ne[0], (int32_t)dst->ne[1], (int32_t)(s0 ? s0->ne[0] : 0),
+                     (int32_t)dst->ne[2], (int32_t)dst->ne[3], 0);
 }
 
 /* One node group of a graph the agent runs as one custom node: ADD + RMS_NORM +
  * MUL (or RMS_NORM + MUL alone), a single MUL_MAT, a MUL_MAT with the residual
  * ADD of its output, the FFN's gate and up MUL_MATs with the SWIGLU that joins
  * them, or products of one input. */
-enum {
-  FU_ADD_RMS_MUL,
-  FU_MUL_MAT,
-  FU_SWIGLU,
-  FU_SHARED_INPUT,
-  FU_MM_ADD,
-  FU_RMS_MUL
-};
-#define SHARED_MAX                                                             \
-  3 /* products of one input computed as one node (Q, K and V) */
+enum { FU_ADD_RMS_MUL, FU_MUL_MAT, FU_SWIGLU, FU_SHARED_INPUT, FU_MM_ADD, FU_RMS_MUL };
+#define SHARED_MAX 3 /* products of one input computed as one node (Q, K and V) */
 typedef struct fusion_s {
   int kind;
   struct ggml_tensor *first; /* the group's first node in the graph */
@@ -328,15 +300,15 @@ typedef struct fusion_s {
   int nprod;
   struct ggml_tensor *node; /* the custom node standing for them, when fused */
   ag_entry_t *e;            /* the group's signature (its calls and time) */
-  ag_entry_t *ke;      /* the signature whose variant is its kernel: its own, or
+  ag_entry_t *ke;           /* the signature whose variant is its kernel: its own, or
                           (SWIGLU) its MUL_MATs' */
-  void *variant;       /* the kernel the cached graph was built with */
-  int verifying;       /* this execution checks the kernel against ggml */
-  int asked;           /* MUL_MAT + ADD: its compile was asked for */
-  _Atomic int untimed; /* its ggml nodes cannot be timed as one (rounds) */
-  _Atomic uint64_t tns; /* the timed execution's spans of it, on all threads */
-  _Atomic uint32_t tn;  /* ... and its calls among them (one per thread) */
-  uint32_t bn;          /* round_book's: this execution's calls and time */
+  void *variant;            /* the kernel the cached graph was built with */
+  int verifying;            /* this execution checks the kernel against ggml */
+  int asked;                /* MUL_MAT + ADD: its compile was asked for */
+  _Atomic int untimed;      /* its ggml nodes cannot be timed as one (rounds) */
+  _Atomic uint64_t tns;     /* the timed execution's spans of it, on all threads */
+  _Atomic uint32_t tn;      /* ... and its calls among them (one per thread) */
+  uint32_t bn;              /* round_book's: this execution's calls and time */
   uint64_t bns;
   double tsum[2]; /* per-call means booked so far, each side's, summed */
   uint32_t tk[2]; /* ... and their count */
@@ -344,14 +316,14 @@ typedef struct fusion_s {
   float eps;
 } fusion_t;
 
-static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth,
-                              void *ud);
+static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *ud);
 static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud);
 static void swiglu_node(struct ggml_tensor *dst, int ith, int nth, void *ud);
 static void shared_node(struct ggml_tensor *dst, int ith, int nth, void *ud);
 
 /* The fusion record of one of the agent's custom nodes, or NULL. */
-static const fusion_t *our_custom(const struct ggml_tensor *dst) {
+static const fusion_t *our_custom(const struct ggml_tensor *dst)
+{
   if (dst->op != GGML_OP_CUSTOM)
     return NULL;
   struct {
@@ -360,8 +332,8 @@ static const fusion_t *our_custom(const struct ggml_tensor *dst) {
     void *userdata;
   } p; /* ggml's struct ggml_custom_op_params */
   memcpy(&p, dst->op_params, sizeof p);
-  return p.fun == fused_add_rms_mul || p.fun == mul_mat_node ||
-                 p.fun == swiglu_node || p.fun == shared_node
+  return p.fun == fused_add_rms_mul || p.fun == mul_mat_node || p.fun == swiglu_node ||
+                 p.fun == shared_node
              ? p.userdata
              : NULL;
 }
@@ -391,8 +363,7 @@ static const fusion_t *our_custom(const struct ggml_tensor *dst) {
  * timed calls), which closes the round. The tiers demote a kernel the judge
  * finds slower (with events, its stored object dropped), and the graph is
  * rebuilt without it: its groups run ggml's own nodes from then on. */
-#define ROUND_EVERY                                                            \
-  16 /* executions from a round to the next, in the first window */
+#define ROUND_EVERY 16          /* executions from a round to the next, in the first window */
 #define ROUND_EVERY_DECIDED 128 /* ... after it */
 
 /* A member node of a timed graph's record: where the host's execution times it.
@@ -400,15 +371,12 @@ static const fusion_t *our_custom(const struct ggml_tensor *dst) {
 typedef struct member_s {
   const struct ggml_tensor *node;
   fusion_t *f;
-  const struct ggml_tensor
-      *next; /* the node the thread computes after it, the group's
+  const struct ggml_tensor *next; /* the node the thread computes after it, the group's
                 other members aside (NULL: none; the record is untimed) */
 } member_t;
 
-static struct gcache_s
-    *_Atomic timed; /* the cache entry whose execution is timed, or NULL */
-static _Atomic uint32_t
-    timed_gen; /* timed executions started (a thread's span is of one) */
+static struct gcache_s *_Atomic timed; /* the cache entry whose execution is timed, or NULL */
+static _Atomic uint32_t timed_gen;     /* timed executions started (a thread's span is of one) */
 
 /* This thread's record in progress in a timed execution: its member (host side)
  * or custom node (rebuilt side), start, execution. */
@@ -420,14 +388,13 @@ static AG_TLS struct {
   int first; /* the span starts a call of the record (its first node) */
 } tl_span;
 
-static void span(struct gcache_s *tc, const struct ggml_tensor *dst,
-                 const fusion_t *fu);
+static void span(struct gcache_s *tc, const struct ggml_tensor *dst, const fusion_t *fu);
 
-static void forward(void *_Atomic *cache, const char *name, const void *ret,
-                    const void *params, struct ggml_tensor *dst) {
+static void forward(void *_Atomic *cache, const char *name, const void *ret, const void *params,
+                    struct ggml_tensor *dst)
+{
   forward_fn fn = real_of(cache, name, ret);
-  if (ag_unlikely(atomic_load_explicit(&gg_state, memory_order_acquire) !=
-                  GG_PROFILE)) {
+  if (ag_unlikely(atomic_load_explicit(&gg_state, memory_order_acquire) != GG_PROFILE)) {
     pthread_once(&gg_once, check);
     if (atomic_load(&gg_state) != GG_PROFILE) {
       fn(params, dst);
@@ -436,8 +403,7 @@ static void forward(void *_Atomic *cache, const char *name, const void *ret,
   }
   const fusion_t *fu = our_custom(dst);
   struct gcache_s *tc = atomic_load_explicit(&timed, memory_order_acquire);
-  if (ag_unlikely(tc != NULL || tl_span.f != NULL) &&
-      !ag_tl.depth) /* not a tail call's */
+  if (ag_unlikely(tc != NULL || tl_span.f != NULL) && !ag_tl.depth) /* not a tail call's */
     span(tc, dst, fu);
   /* a MUL_MAT + ADD without its kernel runs its product's: booked there */
   ag_sig_t k = !fu                                         ? key_of(dst)
@@ -475,20 +441,18 @@ typedef struct gg_params_s {
 typedef struct gcache_s {
   const struct ggml_cgraph *orig;
   int n_nodes;
-  uint64_t hash;            /* of the host's node pointers and ops */
-  struct ggml_context *ctx; /* holds the rebuilt graph and the custom nodes */
-  struct ggml_cgraph
-      *graph; /* NULL: no group is fused, the host's graph runs */
-  int busy;   /* computations running c->graph (its memory and records stay) */
+  uint64_t hash;             /* of the host's node pointers and ops */
+  struct ggml_context *ctx;  /* holds the rebuilt graph and the custom nodes */
+  struct ggml_cgraph *graph; /* NULL: no group is fused, the host's graph runs */
+  int busy;                  /* computations running c->graph (its memory and records stay) */
   fusion_t *f;
   int nf;
-  uint64_t execs; /* executions while it has a rebuilt graph, rounds included */
-  uint32_t rounds; /* rounds started */
-  member_t
-      *map; /* the fused records' member nodes, by node (open addressing) */
+  uint64_t execs;    /* executions while it has a rebuilt graph, rounds included */
+  uint32_t rounds;   /* rounds started */
+  member_t *map;     /* the fused records' member nodes, by node (open addressing) */
   unsigned map_mask; /* its slots - 1 */
-  int side;   /* the running execution: 0 the host's graph, 1 the rebuilt */
-  int timing; /* the running execution is timed */
+  int side;          /* the running execution: 0 the host's graph, 1 the rebuilt */
+  int timing;        /* the running execution is timed */
 } gcache_t;
 
 #define GCACHE_MAX 32
@@ -505,7 +469,8 @@ static int fusion_mode;
 
 /* Decides the fusion mode and resolves the backend's own ops, once (after
  * check() accepted this ggml). */
-static void fusion_setup(void) {
+static void fusion_setup(void)
+{
   const char *t = getenv("OPJIT_TEST_FUSION");
   fusion_mode = !ag_hot_calls              ? 0
                 : !t                       ? 1
@@ -522,32 +487,31 @@ static void fusion_setup(void) {
   *(void **)&api.add = dlsym(cpu, "ggml_compute_forward_add");
   *(void **)&api.rms_norm = dlsym(cpu, "ggml_compute_forward_rms_norm");
   *(void **)&api.mul = dlsym(cpu, "ggml_compute_forward_mul");
-  *(void **)&api.swiglu =
-      dlsym(cpu, "ggml_vec_swiglu_f32"); /* without it: no SWIGLU fusion */
-  api.ok = api.n_nodes && api.node && api.init && api.free && api.new_graph &&
-           api.add_node && api.graph_overhead && api.tensor_overhead &&
-           api.contiguous && api.custom && api.nbytes && api.add &&
-           api.rms_norm && api.mul;
+  *(void **)&api.swiglu = dlsym(cpu, "ggml_vec_swiglu_f32"); /* without it: no SWIGLU fusion */
+  api.ok = api.n_nodes && api.node && api.init && api.free && api.new_graph && api.add_node &&
+           api.graph_overhead && api.tensor_overhead && api.contiguous && api.custom &&
+           api.nbytes && api.add && api.rms_norm && api.mul;
   if (!api.ok)
     fusion_mode = 0;
 }
 
-static int same_shape(const struct ggml_tensor *x,
-                      const struct ggml_tensor *y) {
+static int same_shape(const struct ggml_tensor *x, const struct ggml_tensor *y)
+{
   return x->ne[0] == y->ne[0] && x->ne[1] == y->ne[1] && x->ne[2] == y->ne[2] &&
          x->ne[3] == y->ne[3];
 }
 
 /* 1 when two tensors' bytes are the same range or do not overlap at all. */
-static int clean_alias(const struct ggml_tensor *x, const struct ggml_tensor *y,
-                       size_t bytes) {
+static int clean_alias(const struct ggml_tensor *x, const struct ggml_tensor *y, size_t bytes)
+{
   uintptr_t a = (uintptr_t)x->data, b = (uintptr_t)y->data;
   return a == b || a + bytes <= b || b + bytes <= a;
 }
 
 /* 1 when node t's output is a source of no node of g but user's. */
 static int feeds_only(struct ggml_cgraph *g, int n, const struct ggml_tensor *t,
-                      const struct ggml_tensor *user) {
+                      const struct ggml_tensor *user)
+{
   for (int j = 0; j < n; j++) {
     const struct ggml_tensor *u = api.node(g, j);
     for (int k = 0; k < GGML_MAX_SRC; k++)
@@ -559,44 +523,38 @@ static int feeds_only(struct ggml_cgraph *g, int n, const struct ggml_tensor *t,
 
 /* The ADD + RMS_NORM + MUL group at nodes i..i+2 of g (with_add), or RMS_NORM +
  * MUL at i, i+1, under every guard; 0 when there is none. */
-static int find_group(struct ggml_cgraph *g, int n, int i, fusion_t *f,
-                      int with_add) {
+static int find_group(struct ggml_cgraph *g, int n, int i, fusion_t *f, int with_add)
+{
   int at = i + with_add;
   if (at + 1 >= n)
     return 0;
   struct ggml_tensor *add = with_add ? api.node(g, i) : NULL;
   struct ggml_tensor *rms = api.node(g, at), *mul = api.node(g, at + 1);
-  if ((add && add->op != GGML_OP_ADD) || rms->op != GGML_OP_RMS_NORM ||
-      mul->op != GGML_OP_MUL || (add && rms->src[0] != add) ||
-      mul->src[0] != rms)
+  if ((add && add->op != GGML_OP_ADD) || rms->op != GGML_OP_RMS_NORM || mul->op != GGML_OP_MUL ||
+      (add && rms->src[0] != add) || mul->src[0] != rms)
     return 0;
   /* the row's inputs: the ADD's two, or the norm's one */
-  const struct ggml_tensor *a = add ? add->src[0] : rms->src[0],
-                           *b = add ? add->src[1] : a;
+  const struct ggml_tensor *a = add ? add->src[0] : rms->src[0], *b = add ? add->src[1] : a;
   const struct ggml_tensor *w = mul->src[1], *x = add ? add : a;
   if (!a || !b || !w || x->type != GGML_TYPE_F32 || a->type != GGML_TYPE_F32 ||
-      b->type != GGML_TYPE_F32 || rms->type != GGML_TYPE_F32 ||
-      mul->type != GGML_TYPE_F32 || w->type != GGML_TYPE_F32)
+      b->type != GGML_TYPE_F32 || rms->type != GGML_TYPE_F32 || mul->type != GGML_TYPE_F32 ||
+      w->type != GGML_TYPE_F32)
     return 0;
-  if (!same_shape(a, x) || !same_shape(b, x) || !same_shape(rms, x) ||
-      !same_shape(mul, x) || w->ne[0] != x->ne[0] || w->ne[1] != 1 ||
-      w->ne[2] != 1 || w->ne[3] != 1)
+  if (!same_shape(a, x) || !same_shape(b, x) || !same_shape(rms, x) || !same_shape(mul, x) ||
+      w->ne[0] != x->ne[0] || w->ne[1] != 1 || w->ne[2] != 1 || w->ne[3] != 1)
     return 0;
-  if ((add && add->view_src) || rms->view_src || mul->view_src ||
-      !api.contiguous(a) || !api.contiguous(b) || !api.contiguous(w) ||
-      !api.contiguous(x) || !api.contiguous(mul))
+  if ((add && add->view_src) || rms->view_src || mul->view_src || !api.contiguous(a) ||
+      !api.contiguous(b) || !api.contiguous(w) || !api.contiguous(x) || !api.contiguous(mul))
     return 0;
-  if (!a->data || !b->data || !w->data || !x->data || !rms->data ||
-      !mul->data || !api.contiguous(rms) || x->ne[0] > (1 << 20))
+  if (!a->data || !b->data || !w->data || !x->data || !rms->data || !mul->data ||
+      !api.contiguous(rms) || x->ne[0] > (1 << 20))
     return 0;
   /* Nodes ggml would skip (not selected for computing) are not the agent's to
    * compute. */
   if ((add && !(add->flags & GGML_TENSOR_FLAG_COMPUTE)) ||
-      !(rms->flags & GGML_TENSOR_FLAG_COMPUTE) ||
-      !(mul->flags & GGML_TENSOR_FLAG_COMPUTE))
+      !(rms->flags & GGML_TENSOR_FLAG_COMPUTE) || !(mul->flags & GGML_TENSOR_FLAG_COMPUTE))
     return 0;
-  size_t bytes =
-      (size_t)(x->ne[0] * x->ne[1] * x->ne[2] * x->ne[3]) * sizeof(float);
+  size_t bytes = (size_t)(x->ne[0] * x->ne[1] * x->ne[2] * x->ne[3]) * sizeof(float);
   size_t wbytes = (size_t)w->ne[0] * sizeof(float);
   const struct ggml_tensor *outs[3] = {rms, mul, add}, *ins[2] = {a, b};
   /* Exact aliasing is fine: ggml's allocator gives a node a dead tensor's
@@ -610,8 +568,7 @@ static int find_group(struct ggml_cgraph *g, int n, int i, fusion_t *f,
       if (!clean_alias(outs[o], outs[k], bytes))
         return 0;
     uintptr_t od = (uintptr_t)outs[o]->data, wd = (uintptr_t)w->data;
-    if (!(od + bytes <= wd ||
-          wd + wbytes <= od)) /* the weight is read by every row */
+    if (!(od + bytes <= wd || wd + wbytes <= od)) /* the weight is read by every row */
       return 0;
   }
   if (!feeds_only(g, n, rms, mul)) /* the norm's output feeds the MUL alone */
@@ -635,16 +592,15 @@ static int find_group(struct ggml_cgraph *g, int n, int i, fusion_t *f,
  * bytes are plain: on a CPU with AMX ggml keeps f16 weights in its AMX buffer
  * and multiplies them with f32 activations, where the kernel rounds them to f16
  * as ggml's own MUL_MAT does (the results would move beyond tolerance). */
-static int find_mm(struct ggml_cgraph *g, int i, fusion_t *f) {
+static int find_mm(struct ggml_cgraph *g, int i, fusion_t *f)
+{
   struct ggml_tensor *t = api.node(g, i);
   const struct ggml_tensor *w = t->src[0], *x = t->src[1];
   if (t->op != GGML_OP_MUL_MAT || !w || !x || t->type != GGML_TYPE_F32 ||
-      (w->type != GGML_TYPE_F32 && w->type != GGML_TYPE_F16) ||
-      x->type != GGML_TYPE_F32)
+      (w->type != GGML_TYPE_F32 && w->type != GGML_TYPE_F16) || x->type != GGML_TYPE_F32)
     return 0;
-  if (w->extra || t->view_src || !(t->flags & GGML_TENSOR_FLAG_COMPUTE) ||
-      !w->data || !x->data || !t->data || !api.contiguous(w) ||
-      !api.contiguous(x) || !api.contiguous(t))
+  if (w->extra || t->view_src || !(t->flags & GGML_TENSOR_FLAG_COMPUTE) || !w->data || !x->data ||
+      !t->data || !api.contiguous(w) || !api.contiguous(x) || !api.contiguous(t))
     return 0;
   for (int d = 2; d < GGML_MAX_DIMS; d++)
     if (t->ne[d] != 1 || w->ne[d] != 1 || x->ne[d] != 1)
@@ -659,21 +615,15 @@ static int find_mm(struct ggml_cgraph *g, int i, fusion_t *f) {
   if (t->ne[0] > INT32_MAX || t->ne[1] > INT32_MAX || w->ne[0] > INT32_MAX ||
       !jt_gemm_supported(&s))
     return 0;
-  uintptr_t y0 = (uintptr_t)t->data,
-            y1 = y0 + (size_t)(t->ne[0] * t->ne[1]) * sizeof(float);
+  uintptr_t y0 = (uintptr_t)t->data, y1 = y0 + (size_t)(t->ne[0] * t->ne[1]) * sizeof(float);
   const struct ggml_tensor *ins[2] = {w, x};
   for (int k = 0; k < 2; k++) {
-    uintptr_t a0 = (uintptr_t)ins[k]->data,
-              a1 = a0 + (size_t)ins[k]->nb[1] * (size_t)ins[k]->ne[1];
+    uintptr_t a0 = (uintptr_t)ins[k]->data, a1 = a0 + (size_t)ins[k]->nb[1] * (size_t)ins[k]->ne[1];
     if (!(y1 <= a0 || a1 <= y0))
       return 0;
   }
-  *f = (fusion_t){.kind = FU_MUL_MAT,
-                  .first = t,
-                  .span = 1,
-                  .mul = t,
-                  .n = t->ne[0],
-                  .rows = t->ne[1]};
+  *f = (fusion_t){
+      .kind = FU_MUL_MAT, .first = t, .span = 1, .mul = t, .n = t->ne[0], .rows = t->ne[1]};
   return 1;
 }
 
@@ -682,21 +632,21 @@ static int find_mm(struct ggml_cgraph *g, int i, fusion_t *f) {
  * find_mm's guards with the same input, weight type and shape; the GLU's f32
  * output contiguous, of their shape, and either the very memory of a product's
  * output or apart from it. */
-static int find_swiglu(struct ggml_cgraph *g, int n, int i, fusion_t *f) {
+static int find_swiglu(struct ggml_cgraph *g, int n, int i, fusion_t *f)
+{
   fusion_t a, b;
   if (!api.swiglu || i + 2 >= n || !find_mm(g, i, &a) || !find_mm(g, i + 1, &b))
     return 0;
   struct ggml_tensor *glu = api.node(g, i + 2), *x = a.mul->src[1];
   if (glu->op != GGML_OP_GLU || glu->op_params[0] != GGML_GLU_OP_SWIGLU ||
       glu->op_params[1] != 0 /* swapped */ || !glu->src[0] || !glu->src[1] ||
-      glu->type != GGML_TYPE_F32 || glu->view_src || !api.contiguous(glu) ||
-      !glu->data || !(glu->flags & GGML_TENSOR_FLAG_COMPUTE) ||
-      !same_shape(glu, a.mul))
+      glu->type != GGML_TYPE_F32 || glu->view_src || !api.contiguous(glu) || !glu->data ||
+      !(glu->flags & GGML_TENSOR_FLAG_COMPUTE) || !same_shape(glu, a.mul))
     return 0;
   struct ggml_tensor *gate = glu->src[0], *up = glu->src[1];
-  if (!((gate == a.mul && up == b.mul) || (gate == b.mul && up == a.mul)) ||
-      b.mul->src[1] != x || a.mul->src[0]->type != b.mul->src[0]->type ||
-      !same_shape(a.mul, b.mul) || a.mul->src[0]->ne[0] != b.mul->src[0]->ne[0])
+  if (!((gate == a.mul && up == b.mul) || (gate == b.mul && up == a.mul)) || b.mul->src[1] != x ||
+      a.mul->src[0]->type != b.mul->src[0]->type || !same_shape(a.mul, b.mul) ||
+      a.mul->src[0]->ne[0] != b.mul->src[0]->ne[0])
     return 0;
   size_t bytes = (size_t)(glu->ne[0] * glu->ne[1]) * sizeof(float);
   if (!clean_alias(glu, gate, bytes) || !clean_alias(glu, up, bytes) ||
@@ -705,13 +655,11 @@ static int find_swiglu(struct ggml_cgraph *g, int n, int i, fusion_t *f) {
   /* Every output apart from every input: one thread may write a product while
    * another still reads the other's weight (ggml's allocator may place a node
    * on a dead input's memory). */
-  const struct ggml_tensor *outs[3] = {glu, gate, up},
-                           *ins[3] = {x, gate->src[0], up->src[0]};
+  const struct ggml_tensor *outs[3] = {glu, gate, up}, *ins[3] = {x, gate->src[0], up->src[0]};
   for (int o = 0; o < 3; o++)
     for (int k = 0; k < 3; k++) {
       uintptr_t o0 = (uintptr_t)outs[o]->data, a0 = (uintptr_t)ins[k]->data;
-      if (!(o0 + bytes <= a0 ||
-            a0 + (size_t)ins[k]->nb[1] * (size_t)ins[k]->ne[1] <= o0))
+      if (!(o0 + bytes <= a0 || a0 + (size_t)ins[k]->nb[1] * (size_t)ins[k]->ne[1] <= o0))
         return 0;
     }
   *f = (fusion_t){.kind = FU_SWIGLU,
@@ -726,7 +674,8 @@ static int find_swiglu(struct ggml_cgraph *g, int n, int i, fusion_t *f) {
 }
 
 /* 1 when tensors a and b (those with memory) have no byte in common. */
-static int apart(const struct ggml_tensor *a, const struct ggml_tensor *b) {
+static int apart(const struct ggml_tensor *a, const struct ggml_tensor *b)
+{
   if (!a || !b || !a->data || !b->data)
     return 1;
   uintptr_t a0 = (uintptr_t)a->data, b0 = (uintptr_t)b->data;
@@ -734,7 +683,8 @@ static int apart(const struct ggml_tensor *a, const struct ggml_tensor *b) {
 }
 
 /* The residual ADD's other source, of a MUL_MAT + ADD record. */
-static const struct ggml_tensor *residual_of(const fusion_t *f) {
+static const struct ggml_tensor *residual_of(const fusion_t *f)
+{
   return f->add->src[0] == f->prod[0] ? f->add->src[1] : f->add->src[0];
 }
 
@@ -745,7 +695,8 @@ static const struct ggml_tensor *residual_of(const fusion_t *f) {
  * nothing with the residual; the ADD's output may be the very memory of either,
  * else apart from both, and apart from the product's inputs (one thread writes
  * its rows while another still reads them). */
-static int find_mm_add(struct ggml_cgraph *g, int n, int i, fusion_t *f) {
+static int find_mm_add(struct ggml_cgraph *g, int n, int i, fusion_t *f)
+{
   fusion_t p, norm;
   if (i + 1 >= n || !find_mm(g, i, &p))
     return 0;
@@ -755,21 +706,19 @@ static int find_mm_add(struct ggml_cgraph *g, int n, int i, fusion_t *f) {
   if (p.rows == 1 && find_group(g, n, i + 1, &norm, 1))
     return 0;
   struct ggml_tensor *mm = p.mul, *add = api.node(g, i + 1);
-  if (add->op != GGML_OP_ADD || add->type != GGML_TYPE_F32 || add->view_src ||
-      !add->data || !api.contiguous(add) ||
-      !(add->flags & GGML_TENSOR_FLAG_COMPUTE) || !same_shape(add, mm))
+  if (add->op != GGML_OP_ADD || add->type != GGML_TYPE_F32 || add->view_src || !add->data ||
+      !api.contiguous(add) || !(add->flags & GGML_TENSOR_FLAG_COMPUTE) || !same_shape(add, mm))
     return 0;
   const struct ggml_tensor *res = add->src[0] == mm   ? add->src[1]
                                   : add->src[1] == mm ? add->src[0]
                                                       : NULL;
-  if (!res || res == mm || res->type != GGML_TYPE_F32 || !res->data ||
-      !api.contiguous(res) || !same_shape(res, add) ||
-      !feeds_only(g, n, mm, add))
+  if (!res || res == mm || res->type != GGML_TYPE_F32 || !res->data || !api.contiguous(res) ||
+      !same_shape(res, add) || !feeds_only(g, n, mm, add))
     return 0;
   size_t bytes = (size_t)(add->ne[0] * add->ne[1]) * sizeof(float);
   const struct ggml_tensor *w = mm->src[0], *x = mm->src[1];
-  if (!apart(mm, res) || !clean_alias(add, mm, bytes) ||
-      !clean_alias(add, res, bytes) || !apart(add, w) || !apart(add, x))
+  if (!apart(mm, res) || !clean_alias(add, mm, bytes) || !clean_alias(add, res, bytes) ||
+      !apart(add, w) || !apart(add, x))
     return 0;
   *f = (fusion_t){.kind = FU_MM_ADD,
                   .first = mm,
@@ -790,7 +739,8 @@ static int find_mm_add(struct ggml_cgraph *g, int n, int i, fusion_t *f) {
  * must share no memory with the moved products' outputs or weights: ggml's
  * allocator may have placed a moved product on memory that is alive until it
  * (the first product's output, say, dead once its ROPE has read it). */
-static int find_shared(struct ggml_cgraph *g, int n, int i, fusion_t *f) {
+static int find_shared(struct ggml_cgraph *g, int n, int i, fusion_t *f)
+{
   fusion_t a, b;
   if (!find_mm(g, i, &a))
     return 0;
@@ -805,8 +755,7 @@ static int find_shared(struct ggml_cgraph *g, int n, int i, fusion_t *f) {
   const struct ggml_tensor *x = a.mul->src[1];
   int at[SHARED_MAX] = {i};
   for (int j = i + 1; j < n && j <= i + 16 && f->nprod < SHARED_MAX; j++) {
-    if (!find_mm(g, j, &b) || b.mul->src[1] != x ||
-        b.mul->src[0]->type != a.mul->src[0]->type ||
+    if (!find_mm(g, j, &b) || b.mul->src[1] != x || b.mul->src[0]->type != a.mul->src[0]->type ||
         b.mul->ne[1] != a.mul->ne[1])
       continue;
     at[f->nprod] = j;
@@ -828,11 +777,9 @@ static int find_shared(struct ggml_cgraph *g, int n, int i, fusion_t *f) {
         if (!apart(f->prod[p], t->src[k]))
           return 0;
     }
-  for (int p = 0; p < f->nprod;
-       p++) /* and each product apart from the others' */
+  for (int p = 0; p < f->nprod; p++) /* and each product apart from the others' */
     for (int q = 0; q < f->nprod; q++)
-      if (p != q && (!apart(f->prod[p], f->prod[q]) ||
-                     !apart(f->prod[p], f->prod[q]->src[0])))
+      if (p != q && (!apart(f->prod[p], f->prod[q]) || !apart(f->prod[p], f->prod[q]->src[0])))
         return 0;
   return 1;
 }
@@ -840,8 +787,8 @@ static int find_shared(struct ggml_cgraph *g, int n, int i, fusion_t *f) {
 /* A copy of contiguous tensor t seen as rows [r0, r0 + cnt) of its rows (2-D),
  * at base's rows (base: the tensor's own memory, or a stand-in of the same
  * size). */
-static struct ggml_tensor rows_of(const struct ggml_tensor *t, int64_t r0,
-                                  int64_t cnt, void *base) {
+static struct ggml_tensor rows_of(const struct ggml_tensor *t, int64_t r0, int64_t cnt, void *base)
+{
   struct ggml_tensor c = *t;
   int64_t n = t->ne[0];
   c.ne[1] = cnt, c.ne[2] = c.ne[3] = 1;
@@ -854,17 +801,15 @@ static struct ggml_tensor rows_of(const struct ggml_tensor *t, int64_t r0,
  * r1) of the group, single-threaded, writing x, s and y (the nodes' own memory,
  * or scratch of the same sizes): the original, for the verification and for a
  * group whose kernel is gone. */
-static void ggml_rows(const fusion_t *f, int64_t r0, int64_t r1, float *x,
-                      float *s, float *y) {
+static void ggml_rows(const fusion_t *f, int64_t r0, int64_t r1, float *x, float *s, float *y)
+{
   gg_params_t p = {0, 1, 0, NULL, NULL, false};
   int64_t cnt = r1 - r0;
   const struct ggml_tensor *ta = f->add ? f->add->src[0] : f->rms->src[0];
   struct ggml_tensor a = rows_of(ta, r0, cnt, ta->data);
-  struct ggml_tensor b =
-      f->add ? rows_of(f->add->src[1], r0, cnt, f->add->src[1]->data) : a;
+  struct ggml_tensor b = f->add ? rows_of(f->add->src[1], r0, cnt, f->add->src[1]->data) : a;
   struct ggml_tensor add = f->add ? rows_of(f->add, r0, cnt, x) : a;
-  struct ggml_tensor rms = rows_of(f->rms, r0, cnt, s),
-                     mul = rows_of(f->mul, r0, cnt, y);
+  struct ggml_tensor rms = rows_of(f->rms, r0, cnt, s), mul = rows_of(f->mul, r0, cnt, y);
   add.src[0] = &a, add.src[1] = &b;
   rms.src[0] = f->add ? &add : &a;
   mul.src[0] = &rms;
@@ -876,8 +821,8 @@ static void ggml_rows(const fusion_t *f, int64_t r0, int64_t r1, float *x,
 
 /* The group's row inputs: the ADD's sources a and b and its output x; or
  * (RMS_NORM + MUL) the norm's input a, no b, no x. */
-static void group_rows(const fusion_t *f, const float **a, const float **b,
-                       float **x) {
+static void group_rows(const fusion_t *f, const float **a, const float **b, float **x)
+{
   *a = f->add ? f->add->src[0]->data : f->rms->src[0]->data;
   *b = f->add ? f->add->src[1]->data : NULL;
   *x = f->add ? f->add->data : NULL;
@@ -886,7 +831,8 @@ static void group_rows(const fusion_t *f, const float **a, const float **b,
 /* Verification, on thread 0 alone: ggml's result into scratch first (a and b
  * may share memory with the outputs), then the kernel's into the nodes; a
  * mismatch leaves ggml's. */
-static void verify(fusion_t *f, jt_add_rms_mul_fn k) {
+static void verify(fusion_t *f, jt_add_rms_mul_fn k)
+{
   const float *a, *b, *w = f->mul->src[1]->data;
   float *x, *s = f->rms->data, *y = f->mul->data;
   group_rows(f, &a, &b, &x);
@@ -933,9 +879,9 @@ static void verify(fusion_t *f, jt_add_rms_mul_fn k) {
 
 /* The slow test mode's 3 ms more (more than a loaded machine adds to the
  * original's barriers). */
-static void slow_down(void) {
-  if (fusion_mode !=
-      4) /* every fused call passes here: no clock read unless asked */
+static void slow_down(void)
+{
+  if (fusion_mode != 4) /* every fused call passes here: no clock read unless asked */
     return;
   for (uint64_t until = ag_now_ns() + 3000000; ag_now_ns() < until;)
     ;
@@ -946,18 +892,17 @@ static void slow_down(void) {
  * inside the forward call, so a kernel the tiers drop (evicted, or blacklisted
  * by a verification a moment ago) is never run after the grace period they wait
  * for: without one, ggml's own ops compute the rows. */
-static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth,
-                              void *ud) {
+static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *ud)
+{
   fusion_t *f = ud;
-  jt_add_rms_mul_fn k = (jt_add_rms_mul_fn)atomic_load_explicit(
-      &f->ke->variant, memory_order_acquire);
+  jt_add_rms_mul_fn k =
+      (jt_add_rms_mul_fn)atomic_load_explicit(&f->ke->variant, memory_order_acquire);
   if (f->verifying) {
     if (ith == 0) {
       if (k)
         verify(f, k);
       else
-        ggml_rows(f, 0, f->rows, f->add ? f->add->data : NULL, f->rms->data,
-                  dst->data);
+        ggml_rows(f, 0, f->rows, f->add ? f->add->data : NULL, f->rms->data, dst->data);
     }
     return;
   }
@@ -976,8 +921,8 @@ static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth,
     memset(y + r0 * n, 0, (size_t)((r1 - r0) * n) * sizeof *y);
     return;
   }
-  k(a + r0 * n, b ? b + r0 * n : NULL, w, x ? x + r0 * n : NULL, s + r0 * n,
-    y + r0 * n, r1 - r0, f->eps);
+  k(a + r0 * n, b ? b + r0 * n : NULL, w, x ? x + r0 * n : NULL, s + r0 * n, y + r0 * n, r1 - r0,
+    f->eps);
   if (fusion_mode == 3)
     for (int64_t i = r0 * n; i < r1 * n; i++)
       y[i] *= 1.5f;
@@ -990,24 +935,25 @@ static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth,
 /* Rows [r0, r1) of MUL_MAT node mm in plain C: the original for a node whose
  * kernel the tiers dropped (ggml's own MUL_MAT cannot stand in: it synchronises
  * every thread of the graph). */
-static void mm_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1) {
+static void mm_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1)
+{
   const struct ggml_tensor *w = mm->src[0];
   int64_t m = mm->ne[0], n = mm->ne[1], k = w->ne[0];
   float *y = mm->data;
   double mag;
-  for (int64_t j = 0; j < n;
-       j++) /* exact, then one rounding: within ggml's own error of it */
+  for (int64_t j = 0; j < n; j++) /* exact, then one rounding: within ggml's own error of it */
     for (int64_t i = r0; i < r1; i++)
-      y[j * m + i] = (float)ag_mm_exact(w->data, w->type == GGML_TYPE_F16,
-                                        mm->src[1]->data, k, i, j, &mag);
+      y[j * m + i] =
+          (float)ag_mm_exact(w->data, w->type == GGML_TYPE_F16, mm->src[1]->data, k, i, j, &mag);
 }
 
 /* out = y + res over rows [r0, r1) of every column, element by element (out may
  * be the very memory of y or of res); res's element (i, j) at res[j * ld + i -
  * row0]: the residual itself (ld m, row0 0), or a copy of those rows (ld r1 -
  * r0, row0 r0). */
-static void add_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1,
-                     const float *res, int64_t ld, int64_t row0, float *out) {
+static void add_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1, const float *res,
+                     int64_t ld, int64_t row0, float *out)
+{
   int64_t m = mm->ne[0];
   const float *y = mm->data;
   for (int64_t j = 0; j < mm->ne[1]; j++)
@@ -1024,28 +970,22 @@ static void add_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1,
  * product plus it. A mismatch blacklists the kernel, and these rows are
  * computed again by mm_rows (and add_rows). Each thread's check is a verdict of
  * its own. */
-static void mm_verify(ag_entry_t *ke, const struct ggml_tensor *mm, int64_t r0,
-                      int64_t r1, int ith, const float *res, float *out) {
+static void mm_verify(ag_entry_t *ke, const struct ggml_tensor *mm, int64_t r0, int64_t r1, int ith,
+                      const float *res, float *out)
+{
   const struct ggml_tensor *w = mm->src[0];
   int64_t m = mm->ne[0], n = mm->ne[1], k = w->ne[0];
   const float *y = res ? out : mm->data;
-  uint64_t rnd =
-      (uint64_t)(uintptr_t)y ^ ((uint64_t)ith << 32) ^ 0x9e3779b97f4a7c15ull;
+  uint64_t rnd = (uint64_t)(uintptr_t)y ^ ((uint64_t)ith << 32) ^ 0x9e3779b97f4a7c15ull;
   ag_mm_check_t c = {0};
   for (int t = 0; t < 64; t++) {
     rnd = rnd * 6364136223846793005ull + 1442695040888963407ull;
-    int64_t i = t == 0   ? r0
-                : t == 1 ? r1 - 1
-                         : r0 + (int64_t)((rnd >> 33) % (uint64_t)(r1 - r0));
-    int64_t j = t < 2   ? 0
-                : t < 4 ? n - 1
-                        : (int64_t)((rnd >> 17) % (uint64_t)n);
-    double mag, exact = ag_mm_exact(w->data, w->type == GGML_TYPE_F16,
-                                    mm->src[1]->data, k, i, j, &mag);
-    double r =
-        res ? res[j * (r1 - r0) + i - r0] : 0; /* one more rounding: eps |r| */
-    ag_mm_tally(&c, y[j * m + i], exact + r,
-                mag + fabs(r) / (4.0 * (double)(k + 2)), k);
+    int64_t i = t == 0 ? r0 : t == 1 ? r1 - 1 : r0 + (int64_t)((rnd >> 33) % (uint64_t)(r1 - r0));
+    int64_t j = t < 2 ? 0 : t < 4 ? n - 1 : (int64_t)((rnd >> 17) % (uint64_t)n);
+    double mag,
+        exact = ag_mm_exact(w->data, w->type == GGML_TYPE_F16, mm->src[1]->data, k, i, j, &mag);
+    double r = res ? res[j * (r1 - r0) + i - r0] : 0; /* one more rounding: eps |r| */
+    ag_mm_tally(&c, y[j * m + i], exact + r, mag + fabs(r) / (4.0 * (double)(k + 2)), k);
   }
   if (c.worst > c.bound) {
     mm_rows(mm, r0, r1);
@@ -1058,7 +998,8 @@ static void mm_verify(ag_entry_t *ke, const struct ggml_tensor *mm, int64_t r0,
 
 /* Thread ith of nth's share of m rows, in whole micro-kernel blocks; 0 when it
  * has none. */
-static int mm_share(int64_t m, int ith, int nth, int64_t *r0, int64_t *r1) {
+static int mm_share(int64_t m, int ith, int nth, int64_t *r0, int64_t *r1)
+{
   int64_t per = ((m + nth - 1) / nth + JT_MM_MR - 1) / JT_MM_MR * JT_MM_MR;
   *r0 = per * ith, *r1 = *r0 + per < m ? *r0 + per : m;
   return *r0 < *r1;
@@ -1066,8 +1007,8 @@ static int mm_share(int64_t m, int ith, int nth, int64_t *r0, int64_t *r1) {
 
 /* The wrong test mode: rows [r0, r1) of every column of MUL_MAT mm's shape in
  * y, 1.5 times too large (verification must catch it). */
-static void spoil_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1,
-                       float *y) {
+static void spoil_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1, float *y)
+{
   if (fusion_mode != 3)
     return;
   for (int64_t j = 0; j < mm->ne[1]; j++)
@@ -1085,18 +1026,15 @@ static int scratch_keyed;
 static AG_TLS float *tl_scratch;
 static AG_TLS size_t tl_scratch_n;
 
-static void scratch_key_make(void) {
-  scratch_keyed = pthread_key_create(&scratch_key, free) == 0;
-}
+static void scratch_key_make(void) { scratch_keyed = pthread_key_create(&scratch_key, free) == 0; }
 
-static float *scratch_get(int64_t k) {
+static float *scratch_get(int64_t k)
+{
   size_t need = JT_MM_SCRATCH_FLOATS(k);
   if (tl_scratch_n >= need)
     return tl_scratch;
   pthread_once(&scratch_once, scratch_key_make);
-  float *p = scratch_keyed
-                 ? aligned_alloc(64, (need * sizeof(float) + 63) / 64 * 64)
-                 : NULL;
+  float *p = scratch_keyed ? aligned_alloc(64, (need * sizeof(float) + 63) / 64 * 64) : NULL;
   if (!p || pthread_setspecific(scratch_key, p)) {
     free(p);
     return NULL;
@@ -1110,11 +1048,10 @@ static float *scratch_get(int64_t k) {
  * forward call (as for the fusions): without one (dropped meanwhile), or
  * without memory for its scratch, in plain C. Checked when f verifies. Returns
  * 1 when the kernel computed them. */
-static int mm_compute(const fusion_t *f, ag_entry_t *ke,
-                      const struct ggml_tensor *mm, int64_t r0, int64_t r1,
-                      int ith) {
-  jt_mm_fn k =
-      (jt_mm_fn)atomic_load_explicit(&ke->variant, memory_order_acquire);
+static int mm_compute(const fusion_t *f, ag_entry_t *ke, const struct ggml_tensor *mm, int64_t r0,
+                      int64_t r1, int ith)
+{
+  jt_mm_fn k = (jt_mm_fn)atomic_load_explicit(&ke->variant, memory_order_acquire);
   float *scratch = k ? scratch_get(mm->src[0]->ne[0]) : NULL;
   if (!scratch) {
     mm_rows(mm, r0, r1);
@@ -1133,19 +1070,17 @@ static int mm_compute(const fusion_t *f, ag_entry_t *ke,
  * MUL_MAT kernel (mm_compute: that, or plain C) and then ggml's ADD's sums. A
  * verifying execution keeps a copy of the residual's rows first: the output may
  * be its very memory. Returns 1 when the group's kernel computed them. */
-static int mm_add_compute(const fusion_t *f, int64_t r0, int64_t r1, int ith) {
+static int mm_add_compute(const fusion_t *f, int64_t r0, int64_t r1, int ith)
+{
   const struct ggml_tensor *mm = f->prod[0];
   const float *res = residual_of(f)->data;
   float *out = f->add->data;
   int64_t m = mm->ne[0], n = mm->ne[1], cnt = r1 - r0;
-  jt_mm_add_fn k =
-      (jt_mm_add_fn)atomic_load_explicit(&f->ke->variant, memory_order_acquire);
+  jt_mm_add_fn k = (jt_mm_add_fn)atomic_load_explicit(&f->ke->variant, memory_order_acquire);
   float *scratch = k ? scratch_get(mm->src[0]->ne[0]) : NULL;
-  float *keep =
-      scratch && f->verifying ? malloc((size_t)(n * cnt) * sizeof *keep) : NULL;
+  float *keep = scratch && f->verifying ? malloc((size_t)(n * cnt) * sizeof *keep) : NULL;
   if (!scratch) {
-    mm_compute(f, f->pke[0], mm, r0, r1,
-               ith); /* forward() books the node under its key */
+    mm_compute(f, f->pke[0], mm, r0, r1, ith); /* forward() books the node under its key */
     add_rows(mm, r0, r1, res, m, 0, out);
     return 0;
   }
@@ -1163,15 +1098,16 @@ static int mm_add_compute(const fusion_t *f, int64_t r0, int64_t r1, int ith) {
 }
 
 /* Zeros rows [r0, r1) of every column of t (the poison test mode). */
-static void poison_rows(struct ggml_tensor *t, int64_t r0, int64_t r1) {
+static void poison_rows(struct ggml_tensor *t, int64_t r0, int64_t r1)
+{
   for (int64_t j = 0; j < t->ne[1]; j++)
-    memset((float *)t->data + j * t->ne[0] + r0, 0,
-           (size_t)(r1 - r0) * sizeof(float));
+    memset((float *)t->data + j * t->ne[0] + r0, 0, (size_t)(r1 - r0) * sizeof(float));
 }
 
 /* The custom node of a MUL_MAT, or of a MUL_MAT + ADD, on thread ith of nth:
  * its share of the rows. */
-static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud) {
+static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
+{
   fusion_t *f = ud;
   int64_t r0, r1;
   if (!mm_share(dst->ne[0], ith, nth, &r0, &r1))
@@ -1193,7 +1129,8 @@ static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud) {
  * ggml_vec_swiglu_f32 (its vectorised e^x: the same bits as the host's GLU).
  * Each thread reads only the rows it wrote: no thread waits for another within
  * the group. */
-static void swiglu_node(struct ggml_tensor *dst, int ith, int nth, void *ud) {
+static void swiglu_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
+{
   fusion_t *f = ud;
   int64_t m = dst->ne[0], n = dst->ne[1], r0, r1;
   if (!mm_share(m, ith, nth, &r0, &r1))
@@ -1208,19 +1145,18 @@ static void swiglu_node(struct ggml_tensor *dst, int ith, int nth, void *ud) {
    * hot in later runs' profiles and in the code cache (forward() books the
    * group's under its own). */
   atomic_fetch_add_explicit(&f->ke->calls, 2, memory_order_relaxed);
-  atomic_fetch_add_explicit(&f->ke->vcalls, (uint64_t)served,
-                            memory_order_relaxed);
+  atomic_fetch_add_explicit(&f->ke->vcalls, (uint64_t)served, memory_order_relaxed);
   const float *g = f->gate->data, *u = f->up->data;
   float *y = dst->data;
-  for (int64_t j = 0; j < n;
-       j++) /* r0 is a multiple of 16, as a row's start: ggml's chunks */
+  for (int64_t j = 0; j < n; j++) /* r0 is a multiple of 16, as a row's start: ggml's chunks */
     api.swiglu((int)(r1 - r0), y + j * m + r0, g + j * m + r0, u + j * m + r0);
 }
 
 /* The custom node of products of one input on thread ith of nth: its share of
  * each product's rows with that product's kernel. Each product's own signature
  * keeps its calls (forward() books the node's under the group's). */
-static void shared_node(struct ggml_tensor *dst, int ith, int nth, void *ud) {
+static void shared_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
+{
   (void)dst;
   fusion_t *f = ud;
   for (int p = 0; p < f->nprod; p++) {
@@ -1233,18 +1169,17 @@ static void shared_node(struct ggml_tensor *dst, int ith, int nth, void *ud) {
     }
     int served = mm_compute(f, f->pke[p], f->prod[p], r0, r1, ith);
     atomic_fetch_add_explicit(&f->pke[p]->calls, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&f->pke[p]->vcalls, (uint64_t)served,
-                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&f->pke[p]->vcalls, (uint64_t)served, memory_order_relaxed);
   }
 }
 
-static uint64_t graph_hash(struct ggml_cgraph *g, int n) {
+static uint64_t graph_hash(struct ggml_cgraph *g, int n)
+{
   uint64_t h = 1469598103934665603ull;
 #define MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ull)
   for (int i = 0; i < n; i++) {
     const struct ggml_tensor *t = api.node(g, i);
-    MIX((uintptr_t)t), MIX(t->op), MIX(t->type), MIX(t->flags),
-        MIX((uintptr_t)t->data);
+    MIX((uintptr_t)t), MIX(t->op), MIX(t->type), MIX(t->flags), MIX((uintptr_t)t->data);
     MIX((uint32_t)t->op_params[0]), MIX((uint32_t)t->op_params[1]);
     for (int d = 0; d < GGML_MAX_DIMS; d++)
       MIX(t->ne[d]), MIX(t->nb[d]);
@@ -1256,7 +1191,8 @@ static uint64_t graph_hash(struct ggml_cgraph *g, int n) {
   return h;
 }
 
-static void gcache_clear(gcache_t *c) {
+static void gcache_clear(gcache_t *c)
+{
   if (c->ctx)
     api.free(c->ctx);
   free(c->f);
@@ -1266,7 +1202,8 @@ static void gcache_clear(gcache_t *c) {
 
 /* The host's nodes a fused record stands for (at most 3), in m; returns how
  * many. */
-static int members_of(const fusion_t *f, struct ggml_tensor *m[3]) {
+static int members_of(const fusion_t *f, struct ggml_tensor *m[3])
+{
   switch (f->kind) {
   case FU_ADD_RMS_MUL:
     m[0] = f->add, m[1] = f->rms, m[2] = f->mul;
@@ -1294,31 +1231,35 @@ static int members_of(const fusion_t *f, struct ggml_tensor *m[3]) {
  * record. */
 /* t's slot in c's member map (open addressing), or the empty slot where t would
  * go; the map exists. */
-static member_t *member_slot(const gcache_t *c, const struct ggml_tensor *t) {
+static member_t *member_slot(const gcache_t *c, const struct ggml_tensor *t)
+{
   unsigned h = (unsigned)(((uintptr_t)t >> 4) * 0x9E3779B1u) & c->map_mask;
   while (c->map[h].node && c->map[h].node != t)
     h = (h + 1) & c->map_mask;
   return &c->map[h];
 }
 
-static member_t *member_at(const gcache_t *c, const struct ggml_tensor *t) {
+static member_t *member_at(const gcache_t *c, const struct ggml_tensor *t)
+{
   member_t *s = c->map ? member_slot(c, t) : NULL;
   return s && s->node ? s : NULL;
 }
 
 /* 1 when ggml's CPU backend calls a forward function for node t (not an empty
  * op, selected). */
-static int computed(const struct ggml_tensor *t) {
+static int computed(const struct ggml_tensor *t)
+{
   return (t->flags & GGML_TENSOR_FLAG_COMPUTE) && t->op != GGML_OP_NONE &&
-         t->op != GGML_OP_RESHAPE && t->op != GGML_OP_VIEW &&
-         t->op != GGML_OP_PERMUTE && t->op != GGML_OP_TRANSPOSE;
+         t->op != GGML_OP_RESHAPE && t->op != GGML_OP_VIEW && t->op != GGML_OP_PERMUTE &&
+         t->op != GGML_OP_TRANSPOSE;
 }
 
 /* Maps the member nodes of c's fused records, for the host's side of the
  * rounds, each with the node its timing must end at; a record with a member
  * that has none (the graph ends) is not timed. Without memory nothing is mapped
  * (and nothing timed). gcache_mu held. */
-static void map_members(gcache_t *c, struct ggml_cgraph *g) {
+static void map_members(gcache_t *c, struct ggml_cgraph *g)
+{
   free(c->map);
   c->map = NULL;
   struct ggml_tensor *m[3];
@@ -1331,8 +1272,7 @@ static void map_members(gcache_t *c, struct ggml_cgraph *g) {
     return;
   c->map_mask = size - 1;
   for (int i = 0; i < c->nf; i++)
-    for (int k = 0, nm = c->f[i].node ? members_of(&c->f[i], m) : 0; k < nm;
-         k++) {
+    for (int k = 0, nm = c->f[i].node ? members_of(&c->f[i], m) : 0; k < nm; k++) {
       member_t *slot = member_slot(c, m[k]);
       if (!slot->node) /* a node in two records: the first one's, as lookups
                           always found */
@@ -1355,37 +1295,34 @@ static void map_members(gcache_t *c, struct ggml_cgraph *g) {
  * (our custom node fu, or NULL) on this thread: ends the thread's span, booking
  * it to its record when it ended where it should (else the record is never
  * timed again), and starts dst's. */
-static void span(gcache_t *tc, const struct ggml_tensor *dst,
-                 const fusion_t *fu) {
+static void span(gcache_t *tc, const struct ggml_tensor *dst, const fusion_t *fu)
+{
   uint64_t now = ag_now_ns();
   uint32_t gen = atomic_load_explicit(&timed_gen, memory_order_relaxed);
   const member_t *m = tc && !tc->side ? member_at(tc, dst) : NULL;
   fusion_t *f = tl_span.f;
   if (f && tc && tl_span.gen == gen) {
     if (tl_span.m && dst != tl_span.m->next && !(m && m->f == f)) {
-      atomic_store_explicit(&f->untimed, 1,
-                            memory_order_relaxed); /* ggml ran other nodes */
+      atomic_store_explicit(&f->untimed, 1, memory_order_relaxed); /* ggml ran other nodes */
     } else {
-      atomic_fetch_add_explicit(&f->tns, now - tl_span.t0,
-                                memory_order_relaxed);
-      atomic_fetch_add_explicit(&f->tn, (uint32_t)tl_span.first,
-                                memory_order_relaxed);
+      atomic_fetch_add_explicit(&f->tns, now - tl_span.t0, memory_order_relaxed);
+      atomic_fetch_add_explicit(&f->tn, (uint32_t)tl_span.first, memory_order_relaxed);
     }
   }
   tl_span.f = NULL;
   if (!tc)
     return;
-  fusion_t *next = m ? m->f
-                   : tc->side && fu >= tc->f && fu < tc->f + tc->nf
-                       ? (fusion_t *)fu
-                       : NULL;
+  fusion_t *next = m                                                ? m->f
+                   : tc->side && fu >= tc->f && fu < tc->f + tc->nf ? (fusion_t *)fu
+                                                                    : NULL;
   if (next && !atomic_load_explicit(&next->untimed, memory_order_relaxed))
     tl_span.f = next, tl_span.m = m, tl_span.t0 = now, tl_span.gen = gen,
     tl_span.first = tc->side || dst == next->first;
 }
 
 /* 1 when t is a later product of one of c's shared-input records. */
-static int taken(const gcache_t *c, const struct ggml_tensor *t) {
+static int taken(const gcache_t *c, const struct ggml_tensor *t)
+{
   for (int i = 0; i < c->nf; i++)
     for (int p = 1; c->f[i].kind == FU_SHARED_INPUT && p < c->f[i].nprod; p++)
       if (c->f[i].prod[p] == t)
@@ -1395,57 +1332,51 @@ static int taken(const gcache_t *c, const struct ggml_tensor *t) {
 
 /* The kernel a record runs (NULL: none yet); a shared-input record's products'
  * kernels are noted in pvariant, and it has one only when each product has. */
-static void *record_variant(fusion_t *f) {
-  if (f->kind ==
-      FU_MM_ADD) { /* its own kernel, else its product's (then ggml's ADD) */
-    f->pvariant[0] =
-        atomic_load_explicit(&f->pke[0]->variant, memory_order_acquire);
-    f->pvariant[1] =
-        atomic_load_explicit(&f->ke->variant, memory_order_acquire);
+static void *record_variant(fusion_t *f)
+{
+  if (f->kind == FU_MM_ADD) { /* its own kernel, else its product's (then ggml's ADD) */
+    f->pvariant[0] = atomic_load_explicit(&f->pke[0]->variant, memory_order_acquire);
+    f->pvariant[1] = atomic_load_explicit(&f->ke->variant, memory_order_acquire);
     return f->pvariant[1] ? f->pvariant[1] : f->pvariant[0];
   }
   if (f->kind != FU_SHARED_INPUT)
     return atomic_load_explicit(&f->ke->variant, memory_order_acquire);
   void *all = f; /* any non-NULL token while every product has its kernel */
   for (int p = 0; p < f->nprod; p++)
-    if (!(f->pvariant[p] =
-              atomic_load_explicit(&f->pke[p]->variant, memory_order_acquire)))
+    if (!(f->pvariant[p] = atomic_load_explicit(&f->pke[p]->variant, memory_order_acquire)))
       all = NULL;
   return all ? f->pvariant[0] : NULL;
 }
 
 /* 1 when a record's kernels are no longer those its cached graph was built
  * with. */
-static int record_stale(const fusion_t *f) {
+static int record_stale(const fusion_t *f)
+{
   if (f->kind == FU_MM_ADD)
-    return atomic_load_explicit(&f->pke[0]->variant, memory_order_acquire) !=
-               f->pvariant[0] ||
-           atomic_load_explicit(&f->ke->variant, memory_order_acquire) !=
-               f->pvariant[1];
+    return atomic_load_explicit(&f->pke[0]->variant, memory_order_acquire) != f->pvariant[0] ||
+           atomic_load_explicit(&f->ke->variant, memory_order_acquire) != f->pvariant[1];
   if (f->kind != FU_SHARED_INPUT)
-    return atomic_load_explicit(&f->ke->variant, memory_order_acquire) !=
-           f->variant;
+    return atomic_load_explicit(&f->ke->variant, memory_order_acquire) != f->variant;
   for (int p = 0; p < f->nprod; p++)
-    if (atomic_load_explicit(&f->pke[p]->variant, memory_order_acquire) !=
-        f->pvariant[p])
+    if (atomic_load_explicit(&f->pke[p]->variant, memory_order_acquire) != f->pvariant[p])
       return 1;
   return 0;
 }
 
 /* 1 when t is a later product of a shared-input record that runs as one node.
  */
-static int moved(const gcache_t *c, const struct ggml_tensor *t) {
+static int moved(const gcache_t *c, const struct ggml_tensor *t)
+{
   for (int i = 0; i < c->nf; i++)
-    for (int p = 1; c->f[i].kind == FU_SHARED_INPUT && c->f[i].variant &&
-                    p < c->f[i].nprod;
-         p++)
+    for (int p = 1; c->f[i].kind == FU_SHARED_INPUT && c->f[i].variant && p < c->f[i].nprod; p++)
       if (c->f[i].prod[p] == t)
         return 1;
   return 0;
 }
 
 /* The cache entry of g, found or made (its groups found). gcache_mu held. */
-static gcache_t *gcache_of(struct ggml_cgraph *g) {
+static gcache_t *gcache_of(struct ggml_cgraph *g)
+{
   int n = api.n_nodes(g);
   uint64_t h = graph_hash(g, n);
   for (int i = 0; i < GCACHE_MAX; i++)
@@ -1467,21 +1398,15 @@ static gcache_t *gcache_of(struct ggml_cgraph *g) {
     ag_sig_t kk = {0};
     if (taken(c, api.node(g, i))) /* a later product of a shared-input record */
       continue;
-    if (find_group(
-            g, n, i, &f,
-            1)) /* one signature per row length: the kernel takes the rows */
-      k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, GGML_TYPE_F32,
-                      GGML_TYPE_F32, 0, AG_FUSE_ADD_RMS_MUL, 0, 0, (int32_t)f.n,
-                      0, 0, 0, 0, 0);
-    else if (find_swiglu(g, n, i,
-                         &f)) { /* its own signature; its products' kernel */
+    if (find_group(g, n, i, &f, 1)) /* one signature per row length: the kernel takes the rows */
+      k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, GGML_TYPE_F32, GGML_TYPE_F32, 0,
+                      AG_FUSE_ADD_RMS_MUL, 0, 0, (int32_t)f.n, 0, 0, 0, 0, 0);
+    else if (find_swiglu(g, n, i, &f)) { /* its own signature; its products' kernel */
       kk = key_of(f.gate);
-      k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED,
-                      (uint8_t)f.gate->src[0]->type, GGML_TYPE_F32,
-                      GGML_TYPE_F32 + 1, AG_FUSE_MM_SWIGLU, 0, 0, kk.m, kk.n,
-                      kk.k, 1, 1, 0);
-    } else if (find_shared(g, n, i,
-                           &f)) { /* its own signature; each product's kernel */
+      k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, (uint8_t)f.gate->src[0]->type,
+                      GGML_TYPE_F32, GGML_TYPE_F32 + 1, AG_FUSE_MM_SWIGLU, 0, 0, kk.m, kk.n, kk.k,
+                      1, 1, 0);
+    } else if (find_shared(g, n, i, &f)) { /* its own signature; each product's kernel */
       int32_t rows = 0;
       for (int p = 0; p < f.nprod; p++) {
         ag_sig_t pk = key_of(f.prod[p]);
@@ -1490,28 +1415,23 @@ static gcache_t *gcache_of(struct ggml_cgraph *g) {
           break;
       }
       kk = key_of(f.mul);
-      k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED,
-                      (uint8_t)f.mul->src[0]->type, GGML_TYPE_F32,
-                      GGML_TYPE_F32 + 1, AG_FUSE_SHARED_INPUT, (uint8_t)f.nprod,
-                      0, rows, kk.n, kk.k, 1, 1, 0);
+      k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, (uint8_t)f.mul->src[0]->type,
+                      GGML_TYPE_F32, GGML_TYPE_F32 + 1, AG_FUSE_SHARED_INPUT, (uint8_t)f.nprod, 0,
+                      rows, kk.n, kk.k, 1, 1, 0);
     } else if (find_mm_add(g, n, i, &f)) { /* its own signature and kernel */
       kk = key_of(f.prod[0]);
-      k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED,
-                      (uint8_t)f.prod[0]->src[0]->type, GGML_TYPE_F32,
-                      GGML_TYPE_F32 + 1, AG_FUSE_MM_ADD, 0, 0, kk.m, kk.n, kk.k,
-                      1, 1, 0);
-      kk = ag_sig_mm_add_product(
-          &k); /* the product's signature: whether it is hot */
+      k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, (uint8_t)f.prod[0]->src[0]->type,
+                      GGML_TYPE_F32, GGML_TYPE_F32 + 1, AG_FUSE_MM_ADD, 0, 0, kk.m, kk.n, kk.k, 1,
+                      1, 0);
+      kk = ag_sig_mm_add_product(&k); /* the product's signature: whether it is hot */
       if (!(f.pke[0] = ag_table_get(ag_table, &kk)))
         break;
     } else if (find_mm(g, i, &f)) /* the node's own signature: its profile is
                                      the original's */
       k = key_of(f.mul);
-    else if (find_group(g, n, i, &f,
-                        0)) /* a norm whose ADD a MUL_MAT + ADD took */
-      k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, GGML_TYPE_F32,
-                      GGML_TYPE_F32, 0, AG_FUSE_RMS_MUL, 0, 0, (int32_t)f.n, 0,
-                      0, 0, 0, 0);
+    else if (find_group(g, n, i, &f, 0)) /* a norm whose ADD a MUL_MAT + ADD took */
+      k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, GGML_TYPE_F32, GGML_TYPE_F32, 0,
+                      AG_FUSE_RMS_MUL, 0, 0, (int32_t)f.n, 0, 0, 0, 0, 0);
     else
       continue;
     int full = f.kind == FU_SHARED_INPUT && !f.pke[f.nprod - 1];
@@ -1532,7 +1452,8 @@ static gcache_t *gcache_of(struct ggml_cgraph *g) {
 
 /* Rebuilds c's graph with the groups whose kernel is published. Returns 0, or
  * -1 (the host's graph runs). gcache_mu held. */
-static int rebuild(gcache_t *c, struct ggml_cgraph *g) {
+static int rebuild(gcache_t *c, struct ggml_cgraph *g)
+{
   if (c->ctx)
     api.free(c->ctx), c->ctx = NULL, c->graph = NULL;
   int fused = 0;
@@ -1547,12 +1468,9 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g) {
   if (!fused)
     return 0;
   size_t size = (size_t)c->n_nodes;
-  struct ggml_init_params ip = {api.graph_overhead(size, false) +
-                                    (size_t)fused * api.tensor_overhead() +
-                                    4096,
-                                NULL, true};
-  if (!(c->ctx = api.init(ip)) ||
-      !(c->graph = api.new_graph(c->ctx, size, false))) {
+  struct ggml_init_params ip = {
+      api.graph_overhead(size, false) + (size_t)fused * api.tensor_overhead() + 4096, NULL, true};
+  if (!(c->ctx = api.init(ip)) || !(c->graph = api.new_graph(c->ctx, size, false))) {
     if (c->ctx)
       api.free(c->ctx);
     c->ctx = NULL, c->graph = NULL;
@@ -1562,8 +1480,7 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g) {
   for (int i = 0; i < c->n_nodes; i++) {
     struct ggml_tensor *t = api.node(g, i);
     fusion_t *f = next < c->nf && c->f[next].first == t ? &c->f[next] : NULL;
-    if (!f &&
-        moved(c, t)) /* computed earlier, with the first product of its input */
+    if (!f && moved(c, t)) /* computed earlier, with the first product of its input */
       continue;
     if (!f) {
       api.add_node(c->graph, t);
@@ -1584,23 +1501,21 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g) {
       for (int p = 0; p < f->nprod; p++)
         args[1 + p] = f->prod[p]->src[0];
     } else if (f->kind == FU_MUL_MAT)
-      args[0] = f->mul->src[0], args[1] = f->mul->src[1], nargs = 2,
-      fun = mul_mat_node;
+      args[0] = f->mul->src[0], args[1] = f->mul->src[1], nargs = 2, fun = mul_mat_node;
     else if (f->kind == FU_MM_ADD)
       args[0] = f->prod[0]->src[0], args[1] = f->prod[0]->src[1],
       args[2] = (struct ggml_tensor *)residual_of(f), fun = mul_mat_node;
     else if (f->kind == FU_RMS_MUL)
-      args[0] = f->rms->src[0], args[1] = f->mul->src[1], nargs = 2,
-      fun = fused_add_rms_mul;
+      args[0] = f->rms->src[0], args[1] = f->mul->src[1], nargs = 2, fun = fused_add_rms_mul;
     else if (f->kind == FU_SWIGLU)
-      args[0] = f->gate->src[0], args[1] = f->up->src[0],
-      args[2] = f->gate->src[1], fun = swiglu_node;
+      args[0] = f->gate->src[0], args[1] = f->up->src[0], args[2] = f->gate->src[1],
+      fun = swiglu_node;
     else
-      args[0] = f->add->src[0], args[1] = f->add->src[1],
-      args[2] = f->mul->src[1], fun = fused_add_rms_mul;
-    struct ggml_tensor *node = api.custom(
-        c->ctx, GGML_TYPE_F32, f->mul->ne[0], f->mul->ne[1], f->mul->ne[2],
-        f->mul->ne[3], args, nargs, fun, -1 /* GGML_N_TASKS_MAX */, f);
+      args[0] = f->add->src[0], args[1] = f->add->src[1], args[2] = f->mul->src[1],
+      fun = fused_add_rms_mul;
+    struct ggml_tensor *node =
+        api.custom(c->ctx, GGML_TYPE_F32, f->mul->ne[0], f->mul->ne[1], f->mul->ne[2],
+                   f->mul->ne[3], args, nargs, fun, -1 /* GGML_N_TASKS_MAX */, f);
     node->flags |= GGML_TENSOR_FLAG_COMPUTE;
     node->buffer = f->mul->buffer;
     node->data = f->mul->data;
@@ -1614,7 +1529,8 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g) {
 
 /* The signature whose kernel a fused record runs: the one the rounds judge it
  * under; NULL when its products' kernels are not one (it is not judged). */
-static ag_entry_t *judged(const fusion_t *f) {
+static ag_entry_t *judged(const fusion_t *f)
+{
   if (f->kind == FU_MM_ADD)
     return f->pvariant[1] ? f->ke : f->pke[0];
   for (int p = 1; f->kind == FU_SHARED_INPUT && p < f->nprod; p++)
@@ -1628,12 +1544,12 @@ static ag_entry_t *judged(const fusion_t *f) {
  * each side is timed unless another execution is (one at a time) or a kernel
  * verifies in it (c->timing). The host's execution counts each fused norm or
  * MUL_MAT + ADD group as nth calls of its signature, ggml's. gcache_mu held. */
-static int round_start(gcache_t *c, int nth) {
+static int round_start(gcache_t *c, int nth)
+{
   uint64_t every = fusion_mode == 4            ? 4
                    : c->rounds < AG_CMP_ROUNDS ? ROUND_EVERY
                                                : ROUND_EVERY_DECIDED;
-  uint64_t k =
-      ++c->execs % every; /* a graph's first executions are all fused */
+  uint64_t k = ++c->execs % every; /* a graph's first executions are all fused */
   c->rounds += k == every - 2;
   c->side = k < every - 2;
   c->timing = k == every - 1 || (k == 1 && c->execs > every);
@@ -1641,10 +1557,8 @@ static int round_start(gcache_t *c, int nth) {
     fusion_t *f = &c->f[i];
     c->timing &= !(f->node && c->side && f->verifying);
     if (!c->side && f->node &&
-        (f->kind == FU_ADD_RMS_MUL || f->kind == FU_RMS_MUL ||
-         f->kind == FU_MM_ADD))
-      atomic_fetch_add_explicit(&f->e->calls, (uint64_t)nth,
-                                memory_order_relaxed);
+        (f->kind == FU_ADD_RMS_MUL || f->kind == FU_RMS_MUL || f->kind == FU_MM_ADD))
+      atomic_fetch_add_explicit(&f->e->calls, (uint64_t)nth, memory_order_relaxed);
   }
   gcache_t *none = NULL;
   if (c->timing && c->map && atomic_compare_exchange_strong(&timed, &none, c)) {
@@ -1666,17 +1580,17 @@ static int round_start(gcache_t *c, int nth) {
  * (a thread preempted at a barrier, on a loaded machine) is left out whole: its
  * records share signatures, whose rounds must weigh the same records on both
  * sides. gcache_mu held. */
-static void round_book(gcache_t *c) {
+static void round_book(gcache_t *c)
+{
   int side = c->side, disturbed = 0;
   for (int i = 0; i < c->nf; i++) {
     fusion_t *f = &c->f[i];
     f->bn = atomic_exchange_explicit(&f->tn, 0, memory_order_relaxed);
     f->bns = atomic_exchange_explicit(&f->tns, 0, memory_order_relaxed);
-    if (!f->node || !judged(f) ||
-        atomic_load_explicit(&f->untimed, memory_order_relaxed))
+    if (!f->node || !judged(f) || atomic_load_explicit(&f->untimed, memory_order_relaxed))
       f->bn = 0;
-    disturbed |= f->bn && f->tk[side] >= 2 &&
-                 (double)f->bns > 8.0 * f->bn * (f->tsum[side] / f->tk[side]);
+    disturbed |=
+        f->bn && f->tk[side] >= 2 && (double)f->bns > 8.0 * f->bn * (f->tsum[side] / f->tk[side]);
   }
   for (int i = 0; i < c->nf && !disturbed; i++) {
     fusion_t *f = &c->f[i];
@@ -1684,29 +1598,25 @@ static void round_book(gcache_t *c) {
     if (!f->bn)
       continue;
     f->tsum[side] += (double)f->bns / f->bn, f->tk[side]++;
-    atomic_fetch_add_explicit(side ? &je->vtimed : &je->timed, f->bn,
-                              memory_order_relaxed);
-    atomic_fetch_add_explicit(side ? &je->vtimed_ns : &je->timed_ns, f->bns,
-                              memory_order_relaxed);
+    atomic_fetch_add_explicit(side ? &je->vtimed : &je->timed, f->bn, memory_order_relaxed);
+    atomic_fetch_add_explicit(side ? &je->vtimed_ns : &je->timed_ns, f->bns, memory_order_relaxed);
     if (!side)
       ag_tier_burst(je, f->bn, f->bns);
   }
-  for (int i = 0; i < c->nf && !disturbed && side;
-       i++) /* every variant timing is in */
+  for (int i = 0; i < c->nf && !disturbed && side; i++) /* every variant timing is in */
     if (c->f[i].bn)
       ag_tier_burst(judged(&c->f[i]), 0, 0);
 }
 
-#define FIRST_GRAPH_WARM_WAIT_MS                                               \
-  100 /* the first graph's wait for the warm start, at most */
+#define FIRST_GRAPH_WARM_WAIT_MS 100 /* the first graph's wait for the warm start, at most */
 
 /* The graph to compute in place of g: its cached rebuild with the published
  * fusions, or g. An unfused group counts as nth calls of its signature (one per
  * thread, as a fused one is counted), so the profile of later runs knows it.
  * *slot is the cache entry the computation uses (busy until fused_done), or
  * NULL. */
-static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth,
-                                       gcache_t **slot) {
+static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gcache_t **slot)
+{
   *slot = NULL;
   /* The first graph activates the agent (and its warm start) before it runs, so
    * that stored fusions apply from the first graph on. */
@@ -1732,27 +1642,23 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth,
   for (int i = 0; i < c->nf; i++) {
     fusion_t *f = &c->f[i];
     stale |= record_stale(f);
-    if ((f->kind != FU_ADD_RMS_MUL && f->kind != FU_RMS_MUL &&
-         f->kind != FU_MM_ADD) ||
+    if ((f->kind != FU_ADD_RMS_MUL && f->kind != FU_RMS_MUL && f->kind != FU_MM_ADD) ||
         atomic_load_explicit(&f->ke->variant, memory_order_acquire))
       continue; /* fused, or groups of MUL_MATs whose kernel is theirs, counted
                    as such */
     /* Without its kernel, a MUL_MAT + ADD's product runs as ggml's MUL_MAT or
      * its own kernel, timed under its own signature: when that is hot, so is
      * the group (fused, its own calls are timed). */
-    uint32_t pt =
-        f->kind == FU_MM_ADD ? atomic_load(&f->pke[0]->tier) : AG_TIER_COLD;
+    uint32_t pt = f->kind == FU_MM_ADD ? atomic_load(&f->pke[0]->tier) : AG_TIER_COLD;
     if ((pt == AG_TIER_QUEUED || pt == AG_TIER_READY) && !f->asked &&
-        atomic_load(&f->e->tier) ==
-            AG_TIER_COLD) { /* once: a failure or deferral stands */
+        atomic_load(&f->e->tier) == AG_TIER_COLD) { /* once: a failure or deferral stands */
       f->asked = 1;
       ag_tier_queue(f->e, "its MUL_MAT is hot");
     }
     if (f->node) /* runs as its product's kernel and the ADD: forward() books it
                   */
       continue;
-    uint64_t n = atomic_fetch_add_explicit(&f->e->calls, (uint64_t)nth,
-                                           memory_order_relaxed) +
+    uint64_t n = atomic_fetch_add_explicit(&f->e->calls, (uint64_t)nth, memory_order_relaxed) +
                  (uint64_t)nth;
     ag_tier_hot(f->e, n); /* cheap unless cold and hot: compiled, and again
                              after an eviction */
@@ -1762,23 +1668,20 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth,
     return g;
   }
   if (stale && rebuild(c, g))
-    ag_log_once(AG_LOG_WARN,
-                "cannot build a fused ggml graph: graphs run unfused");
+    ag_log_once(AG_LOG_WARN, "cannot build a fused ggml graph: graphs run unfused");
   struct ggml_cgraph *use = c->graph ? c->graph : g;
   if (c->graph)
     c->busy++, *slot = c;
-  for (int i = 0; use != g && i < c->nf;
-       i++) { /* outputs move when ggml reallocates */
+  for (int i = 0; use != g && i < c->nf; i++) { /* outputs move when ggml reallocates */
     fusion_t *f = &c->f[i];
     if (!f->node)
       continue;
     f->node->data = f->mul->data;
     /* a MUL_MAT + ADD without its kernel checks its product's */
-    ag_entry_t *ve =
-        f->kind == FU_MM_ADD && !f->pvariant[1] ? f->pke[0] : f->ke;
+    ag_entry_t *ve = f->kind == FU_MM_ADD && !f->pvariant[1] ? f->pke[0] : f->ke;
     int32_t left = atomic_load(&ve->verify);
-    f->verifying = (fusion_mode == 1 || fusion_mode == 3 || fusion_mode == 4) &&
-                   left > 0 && atomic_fetch_sub(&ve->verify, 1) > 0;
+    f->verifying = (fusion_mode == 1 || fusion_mode == 3 || fusion_mode == 4) && left > 0 &&
+                   atomic_fetch_sub(&ve->verify, 1) > 0;
   }
   if (c->graph && round_start(c, nth))
     use = g;
@@ -1786,7 +1689,8 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth,
   return use;
 }
 
-static void fused_done(gcache_t *slot) {
+static void fused_done(gcache_t *slot)
+{
   if (!slot)
     return;
   pthread_mutex_lock(&gcache_mu);
@@ -1803,10 +1707,11 @@ typedef int (*graph_compute_fn)(struct ggml_cgraph *, void *);
 
 /* The CPU backend computes each graph split here (ggml-cpu.h: the plan is
  * opaque to us). */
-AG_EXPORT int ggml_graph_compute(struct ggml_cgraph *g, void *cplan) {
+AG_EXPORT int ggml_graph_compute(struct ggml_cgraph *g, void *cplan)
+{
   static void *_Atomic real;
-  graph_compute_fn fn = (graph_compute_fn)(void *)real_of(
-      &real, "ggml_graph_compute", __builtin_return_address(0));
+  graph_compute_fn fn =
+      (graph_compute_fn)(void *)real_of(&real, "ggml_graph_compute", __builtin_return_address(0));
   if (atomic_load_explicit(&gg_state, memory_order_acquire) != GG_PROFILE) {
     pthread_once(&gg_once, check);
     if (atomic_load(&gg_state) != GG_PROFILE)
@@ -1816,12 +1721,9 @@ AG_EXPORT int ggml_graph_compute(struct ggml_cgraph *g, void *cplan) {
   pthread_once(&setup_once, fusion_setup);
   int nth;
   bool use_ref;
-  memcpy(&nth, (const char *)cplan + 2 * sizeof(void *),
-         sizeof nth); /* ggml_cplan.n_threads */
-  memcpy(&use_ref, (const char *)cplan + 6 * sizeof(void *),
-         sizeof use_ref); /* .use_ref */
-  if (!fusion_mode ||
-      use_ref) /* reference implementations asked for: the host's graph */
+  memcpy(&nth, (const char *)cplan + 2 * sizeof(void *), sizeof nth); /* ggml_cplan.n_threads */
+  memcpy(&use_ref, (const char *)cplan + 6 * sizeof(void *), sizeof use_ref); /* .use_ref */
+  if (!fusion_mode || use_ref) /* reference implementations asked for: the host's graph */
     return fn(g, cplan);
   gcache_t *slot;
   int rc = fn(fused_graph(g, nth > 0 ? nth : 1, &slot), cplan);
@@ -1829,11 +1731,10 @@ AG_EXPORT int ggml_graph_compute(struct ggml_cgraph *g, void *cplan) {
   return rc;
 }
 
-#define GG_DEFINE(op)                                                          \
-  AG_EXPORT void ggml_compute_forward_##op(const void *params,                 \
-                                           struct ggml_tensor *dst) {          \
-    static void *_Atomic real;                                                 \
-    forward(&real, "ggml_compute_forward_" #op, __builtin_return_address(0),   \
-            params, dst);                                                      \
+#define GG_DEFINE(op)                                                                              \
+  AG_EXPORT void ggml_compute_forward_##op(const void *params, struct ggml_tensor *dst)            \
+  {                                                                                                \
+    static void *_Atomic real;                                                                     \
+    forward(&real, "ggml_compute_forward_" #op, __builtin_return_address(0), params, dst);         \
   }
 GG_OPS(GG_DEFINE)
