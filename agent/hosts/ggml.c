@@ -2,63 +2,52 @@
 /* The ggml host: profiles llama.cpp's graphs op by op.
  *
  * ggml's CPU backend runs every graph node on every worker thread through one
- * ggml_compute_forward_<op>(params, dst), called through libggml-cpu's PLT; the
- * agent defines those symbols, so each node's share of work on each thread
- * passes through here. The agent is never linked against ggml: the real
- * function is found from the caller (dladdr of the return address, that library
- * opened RTLD_NOLOAD, dlsym) — the CPU backend is dlopen'ed RTLD_LOCAL, where
- * dlsym(RTLD_NEXT) sees nothing (DESIGN.md §3.2).
+ * ggml_compute_forward_<op>(params, dst), called through libggml-cpu's PLT; the agent defines
+ * those symbols, so each node's share of work on each thread passes through here. The agent is
+ * never linked against ggml: the real function is found from the caller (dladdr of the return
+ * address, that library opened RTLD_NOLOAD, dlsym) — the CPU backend is dlopen'ed RTLD_LOCAL,
+ * where dlsym(RTLD_NEXT) sees nothing (DESIGN.md §3.2).
  *
- * Each call is one signature (sig.h: the op, its types and shape) counted and
- * timed like a BLAS call, and marked as the thread's current operator, so the
- * sampler attributes the thread's samples to it. Only a ggml the agent was
- * built for is touched: on the first call the host checks ggml_version() and
- * the op-name table against the headers it was compiled with (and OPJIT_HOSTS);
- * on any mismatch every call passes through untouched, after one warning. Only
- * the forward functions whose signature is (params, dst) in those headers are
- * defined.
+ * Each call is one signature (sig.h: the op, its types and shape) counted and timed like a
+ * BLAS call, and marked as the thread's current operator, so the sampler attributes the
+ * thread's samples to it. Only a ggml the agent was built for is touched: on the first call the
+ * host checks ggml_version() and the op-name table against the headers it was compiled with
+ * (and OPJIT_HOSTS); on any mismatch every call passes through untouched, after one warning.
+ * Only the forward functions whose signature is (params, dst) in those headers are defined.
  *
- * Fusion (jit mode): the agent also defines ggml_graph_compute, through which
- * the CPU backend runs each split of a graph. It finds node groups it can run
- * as one LLVM-compiled kernel — ADD + RMS_NORM + MUL, the residual add and the
- * norm that follow each attention and FFN block — under guards (types,
- * contiguity, shapes, the norm's output used by the MUL alone and not a graph
- * output, no partial overlap between outputs and inputs). A group is a
- * signature (FUSED ADD+RMS_NORM+MUL and its row length) that gets hot after
- * OPJIT_HOT_CALLS executions (counted per thread) and goes through the tiers
- * like a BLAS signature: compiled in the background, published, stored and
- * warm-loaded. A graph with published fusions is rebuilt once — the host's
- * nodes, each group replaced by one custom node (ggml_custom_4d) writing the
- * ADD's and the MUL's outputs, split across ggml's threads by rows — cached per
- * graph, and computed in place of the host's graph, which is never modified.
- * The first OPJIT_VERIFY executions of a fusion also run ggml's own ADD,
- * RMS_NORM and MUL on scratch copies and compare (ggml's fused RMS_NORM+MUL,
- * which the host would run, has the same arithmetic); a mismatch blacklists it
- * and the host keeps ggml's results. The kernel is read from its signature
- * inside each node's call: one the tiers drop is replaced by ggml's own ops
- * there and then. MUL_MAT nodes (2-D, f32/f16 weights not repacked, f32
- * activations, N >= JT_MM_MIN_N or decode's N = 1, M a multiple of JT_MM_MR)
- * are records of the same cache: their signature is the node's own, the tiers
- * compile the JIT's cache-blocked kernel for it (self-tested before
- * publication), and the rebuilt graph computes the node as a custom node split
- * by rows in whole micro-kernel blocks. A thread without the kernel (dropped
- * meanwhile) runs its rows in plain C: ggml's own MUL_MAT synchronises every
- * thread and cannot stand in. The FFN's gate and up MUL_MATs with the SWIGLU
- * after them are one record (signature FUSED MUL_MAT+MUL_MAT+SWIGLU) whose
- * kernel is their MUL_MAT signature's: each thread computes its rows of both,
- * then their SwiGLU. Products of one input (Q, K, V) are one record (FUSED
- * SHARED-INPUT MUL_MATS) computed at the first one's place when the later ones
- * share no memory with the nodes they move past. A MUL_MAT whose output only
- * the next node, a residual ADD, reads is one record (FUSED MUL_MAT+ADD) with a
- * kernel of its own (the product's, whose last k block adds the residual as it
- * stores); it takes precedence over the norm group that would have taken the
- * ADD, whose RMS_NORM + MUL then run as one record (FUSED RMS_NORM+MUL), as
- * does any RMS_NORM + MUL without an ADD before it (a rebuilt graph carries no
- * use counts, so ggml's own RMS_NORM+MUL fusion would not fire in it). Never
- * slower: a graph that runs fused records alternates with the host's own in
- * rounds, both warm, each record timed on each side (forward), and the tiers'
- * judge (compare.h) demotes a kernel that loses: its records run ggml's nodes
- * again. */
+ * Fusion (jit mode): the agent also defines ggml_graph_compute, through which the CPU backend
+ * runs each split of a graph. It finds node groups it can run as one LLVM-compiled kernel —
+ * ADD + RMS_NORM + MUL, the residual add and the norm that follow each attention and FFN
+ * block — under guards (types, contiguity, shapes, the norm's output used by the MUL alone and
+ * not a graph output, no partial overlap between outputs and inputs). A group is a signature
+ * (FUSED ADD+RMS_NORM+MUL and its row length) that gets hot after OPJIT_HOT_CALLS executions
+ * (counted per thread) and goes through the tiers like a BLAS signature: compiled in the background,
+ * published, stored and warm-loaded. A graph with published fusions is rebuilt once — the
+ * host's nodes, each group replaced by one custom node (ggml_custom_4d) writing the ADD's and
+ * the MUL's outputs, split across ggml's threads by rows — cached per graph, and computed in
+ * place of the host's graph, which is never modified. The first OPJIT_VERIFY executions of a
+ * fusion also run ggml's own ADD, RMS_NORM and MUL on scratch copies and compare (ggml's
+ * fused RMS_NORM+MUL, which the host would run, has the same arithmetic); a mismatch
+ * blacklists it and the host keeps ggml's results. The kernel is read from its signature inside
+ * each node's call: one the tiers drop is replaced by ggml's own ops there and then.
+ * MUL_MAT nodes (2-D, f32/f16 weights not repacked, f32 activations, N >= JT_MM_MIN_N or
+ * decode's N = 1, M a multiple of JT_MM_MR) are records of the same cache: their signature is the node's own, the
+ * tiers compile the JIT's cache-blocked kernel for it (self-tested before publication), and the
+ * rebuilt graph computes the node as a custom node split by rows in whole micro-kernel blocks.
+ * A thread without the kernel (dropped meanwhile) runs its rows in plain C: ggml's own MUL_MAT
+ * synchronises every thread and cannot stand in. The FFN's gate and up MUL_MATs with the
+ * SWIGLU after them are one record (signature FUSED MUL_MAT+MUL_MAT+SWIGLU) whose kernel is
+ * their MUL_MAT signature's: each thread computes its rows of both, then their SwiGLU.
+ * Products of one input (Q, K, V) are one record (FUSED SHARED-INPUT MUL_MATS) computed at the
+ * first one's place when the later ones share no memory with the nodes they move past. A
+ * MUL_MAT whose output only the next node, a residual ADD, reads is one record (FUSED
+ * MUL_MAT+ADD) with a kernel of its own (the product's, whose last k block adds the residual
+ * as it stores); it takes precedence over the norm group that would have taken the ADD, whose
+ * RMS_NORM + MUL then run as one record (FUSED RMS_NORM+MUL), as does any RMS_NORM + MUL
+ * without an ADD before it (a rebuilt graph carries no use counts, so ggml's own RMS_NORM+MUL
+ * fusion would not fire in it). Never slower: a graph that runs fused records alternates with
+ * the host's own in rounds, both warm, each record timed on each side (forward), and the
+ * tiers' judge (compare.h) demotes a kernel that loses: its records run ggml's nodes again. */
 #define _GNU_SOURCE
 #include "../agent.h"
 #include "../compare.h"
@@ -76,20 +65,18 @@ _Static_assert((int)GGML_TYPE_F32 == (int)AG_GGML_TYPE_F32 &&
 
 #include <dlfcn.h>
 #include <float.h>
-#include <link.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdbool.h>
+#include <link.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* The forward functions of ggml-cpu's ops.h with the (params, dst) signature.
- */
+/* The forward functions of ggml-cpu's ops.h with the (params, dst) signature. */
 #define GG_OPS(X)                                                                                  \
   X(abs)                                                                                           \
-  X(acc)                                                                                           \
-  X(add) X(add1) X(add_id) X(add_non_quantized) X(add_rel_pos) X(arange) X(argmax) X(argsort) X(   \
-      ceil) X(clamp) X(col2im_1d) X(concat) X(cont) X(conv_2d) X(conv_2d_dw) X(conv_3d)            \
+  X(acc) X(add) X(add1) X(add_id) X(add_non_quantized) X(add_rel_pos) X(arange) X(argmax) X(       \
+      argsort) X(ceil) X(clamp) X(col2im_1d) X(concat) X(cont) X(conv_2d) X(conv_2d_dw) X(conv_3d) \
       X(conv_transpose_1d) X(conv_transpose_2d) X(cos) X(count_equal) X(cpy) X(cross_entropy_loss) \
           X(cross_entropy_loss_back) X(cumsum) X(custom) X(diag) X(diag_mask_inf) X(               \
               diag_mask_zero) X(div) X(dsv4_hc_comb) X(dsv4_hc_post) X(dsv4_hc_pre) X(dup) X(elu)  \
@@ -121,8 +108,7 @@ static pthread_once_t gg_once = PTHREAD_ONCE_INIT;
 static const char *op_names[GGML_OP_COUNT], *type_names[GGML_TYPE_COUNT];
 static const char *unary_names[GGML_UNARY_OP_COUNT], *glu_names[GGML_GLU_OP_COUNT];
 
-/* Ops the checked table must name as the headers do (a renumbered table moves
- * them). */
+/* Ops the checked table must name as the headers do (a renumbered table moves them). */
 static const struct {
   int op;
   const char *name;
@@ -134,8 +120,8 @@ static const struct {
 
 typedef void (*forward_fn)(const void *params, struct ggml_tensor *dst);
 
-/* What the host uses of ggml: libggml-base's names, version and graph API
- * (check), and the CPU backend's own ADD, RMS_NORM and MUL (fusion_setup). */
+/* What the host uses of ggml: libggml-base's names, version and graph API (check), and the
+ * CPU backend's own ADD, RMS_NORM and MUL (fusion_setup). */
 static struct {
   const char *(*version)(void);
   const char *(*op_name)(int), *(*type_name)(int), *(*unary_name)(int), *(*glu_name)(int);
@@ -221,8 +207,7 @@ static void check(void)
 
 static void *_Atomic cpu_lib; /* the CPU backend's handle, once a caller has shown it */
 
-/* Finds a loaded CPU backend (libggml-cpu*.so) when no caller has shown one
- * yet. */
+/* Finds a loaded CPU backend (libggml-cpu*.so) when no caller has shown one yet. */
 static int find_cpu_lib(struct dl_phdr_info *info, size_t size, void *arg)
 {
   (void)size;
@@ -233,11 +218,10 @@ static int find_cpu_lib(struct dl_phdr_info *info, size_t size, void *arg)
   return *(void **)arg != NULL;
 }
 
-/* The definition the caller (ret) would have reached without the agent: in the
- * caller's own object, which is the CPU backend — unless the call was a tail
- * call from inside another forward function (ggml_compute_forward_add jumps to
- * ..._add_non_quantized), whose return address is then the agent's: the backend
- * found before stands in. */
+/* The definition the caller (ret) would have reached without the agent: in the caller's own
+ * object, which is the CPU backend — unless the call was a tail call from inside another
+ * forward function (ggml_compute_forward_add jumps to ..._add_non_quantized), whose return
+ * address is then the agent's: the backend found before stands in. */
 static forward_fn real_of(void *_Atomic *cache, const char *name, const void *ret)
 {
   void *fn = atomic_load_explicit(cache, memory_order_acquire);
@@ -276,32 +260,29 @@ static ag_sig_t key_of(const struct ggml_tensor *dst)
                      (int32_t)dst->ne[2], (int32_t)dst->ne[3], 0);
 }
 
-/* One node group of a graph the agent runs as one custom node: ADD + RMS_NORM +
- * MUL (or RMS_NORM + MUL alone), a single MUL_MAT, a MUL_MAT with the residual
- * ADD of its output, the FFN's gate and up MUL_MATs with the SWIGLU that joins
- * them, or products of one input. */
+/* One node group of a graph the agent runs as one custom node: ADD + RMS_NORM + MUL (or
+ * RMS_NORM + MUL alone), a single MUL_MAT, a MUL_MAT with the residual ADD of its output, the
+ * FFN's gate and up MUL_MATs with the SWIGLU that joins them, or products of one input. */
 enum { FU_ADD_RMS_MUL, FU_MUL_MAT, FU_SWIGLU, FU_SHARED_INPUT, FU_MM_ADD, FU_RMS_MUL };
 #define SHARED_MAX 3 /* products of one input computed as one node (Q, K and V) */
 typedef struct fusion_s {
   int kind;
   struct ggml_tensor *first; /* the group's first node in the graph */
   int span;                  /* its nodes (consecutive) */
-  /* The host's nodes (never modified); mul is the one whose output the custom
-   * node writes: ADD + RMS_NORM + MUL: add, rms, mul (RMS_NORM + MUL: add
-   * NULL); MUL_MAT: mul; SWIGLU: gate, up (MUL_MATs), mul (GLU); MUL_MAT + ADD:
-   * prod[0] (the MUL_MAT), add and mul (the ADD). */
+  /* The host's nodes (never modified); mul is the one whose output the custom node writes:
+   * ADD + RMS_NORM + MUL: add, rms, mul (RMS_NORM + MUL: add NULL); MUL_MAT: mul; SWIGLU: gate,
+   * up (MUL_MATs), mul (GLU); MUL_MAT + ADD: prod[0] (the MUL_MAT), add and mul (the ADD). */
   struct ggml_tensor *add, *rms, *mul, *gate, *up;
-  /* SHARED_INPUT: the products (mul the first), each with its own kernel's
-   * signature */
+  /* SHARED_INPUT: the products (mul the first), each with its own kernel's signature */
   struct ggml_tensor *prod[SHARED_MAX];
   ag_entry_t *pke[SHARED_MAX];
-  void *pvariant[SHARED_MAX]; /* the kernels the cached graph was built with
-                                 (MUL_MAT + ADD: the product's, then its own) */
+  void *pvariant[SHARED_MAX]; /* the kernels the cached graph was built with (MUL_MAT + ADD:
+                                 the product's, then its own) */
   int nprod;
   struct ggml_tensor *node; /* the custom node standing for them, when fused */
   ag_entry_t *e;            /* the group's signature (its calls and time) */
   ag_entry_t *ke;           /* the signature whose variant is its kernel: its own, or
-                          (SWIGLU) its MUL_MATs' */
+                                          (SWIGLU) its MUL_MATs' */
   void *variant;            /* the kernel the cached graph was built with */
   int verifying;            /* this execution checks the kernel against ggml */
   int asked;                /* MUL_MAT + ADD: its compile was asked for */
@@ -340,46 +321,42 @@ static const fusion_t *our_custom(const struct ggml_tensor *dst)
 
 /* Never slower: rounds of warm, interleaved executions (compare.h judges them).
  *
- * A cached graph that runs fused groups is executed in rounds, one in every
- * ROUND_EVERY executions for its first AG_CMP_ROUNDS rounds (the judge's
- * window: its verdicts come within it), then one in ROUND_EVERY_DECIDED (later
- * windows confirm or overturn them), the first at its 14th to 17th executions:
+ * A cached graph that runs fused groups is executed in rounds, one in every ROUND_EVERY
+ * executions for its first AG_CMP_ROUNDS rounds (the judge's window: its verdicts come within
+ * it), then one in ROUND_EVERY_DECIDED (later windows confirm or overturn them), the first at
+ * its 14th to 17th executions:
  *
- *   execution (count mod period):  every-2   every-1         0          1 2 ...
- *   computes:                      host's    host's, timed   rebuilt rebuilt,
- * timed   rebuilt
+ *   execution (count mod period):  every-2   every-1         0          1                2 ...
+ *   computes:                      host's    host's, timed   rebuilt    rebuilt, timed   rebuilt
  *
- * The first of each pair warms the code and data the timed one runs (ggml's
- * ops, or the agent's kernels), so each side is timed warm, a few milliseconds
- * from the other. In a timed execution forward() times, on each thread, each
- * record from its first node's start to the start of the next node the thread
- * computes: ggml's nodes of the group with the barriers between them and the
- * one after, or the custom node with the barrier after it; the same barriers
- * count on both sides. A record whose ggml nodes would not end where the timing
- * expects (ggml's own RMS_NORM+MUL fusion, not interposed, runs nodes that are
- * no member of it) is never timed. After the host's timed execution each
- * record's time goes to the judge as the original's (ag_tier_burst) under the
- * signature whose kernel it runs; after the rebuilt one, as the variant's (its
- * timed calls), which closes the round. The tiers demote a kernel the judge
- * finds slower (with events, its stored object dropped), and the graph is
+ * The first of each pair warms the code and data the timed one runs (ggml's ops, or the
+ * agent's kernels), so each side is timed warm, a few milliseconds from the other. In a timed
+ * execution forward() times, on each thread, each record from its first node's start to the
+ * start of the next node the thread computes: ggml's nodes of the group with the barriers
+ * between them and the one after, or the custom node with the barrier after it; the same
+ * barriers count on both sides. A record whose ggml nodes would not end where the timing
+ * expects (ggml's own RMS_NORM+MUL fusion, not interposed, runs nodes that are no member of
+ * it) is never timed. After the host's timed execution each record's time goes to the judge
+ * as the original's (ag_tier_burst) under the signature whose kernel it runs; after the
+ * rebuilt one, as the variant's (its timed calls), which closes the round. The tiers demote a
+ * kernel the judge finds slower (with events, its stored object dropped), and the graph is
  * rebuilt without it: its groups run ggml's own nodes from then on. */
 #define ROUND_EVERY 16          /* executions from a round to the next, in the first window */
 #define ROUND_EVERY_DECIDED 128 /* ... after it */
 
-/* A member node of a timed graph's record: where the host's execution times it.
- */
+/* A member node of a timed graph's record: where the host's execution times it. */
 typedef struct member_s {
   const struct ggml_tensor *node;
   fusion_t *f;
   const struct ggml_tensor *next; /* the node the thread computes after it, the group's
-                other members aside (NULL: none; the record is untimed) */
+                                     other members aside (NULL: none; the record is untimed) */
 } member_t;
 
 static struct gcache_s *_Atomic timed; /* the cache entry whose execution is timed, or NULL */
 static _Atomic uint32_t timed_gen;     /* timed executions started (a thread's span is of one) */
 
-/* This thread's record in progress in a timed execution: its member (host side)
- * or custom node (rebuilt side), start, execution. */
+/* This thread's record in progress in a timed execution: its member (host side) or custom
+ * node (rebuilt side), start, execution. */
 static AG_TLS struct {
   fusion_t *f;
   const member_t *m; /* NULL on the rebuilt side */
@@ -422,12 +399,10 @@ static void forward(void *_Atomic *cache, const char *name, const void *ret, con
   }
 }
 
-/* ---- fusion
- * ---------------------------------------------------------------------------
- */
+/* ---- fusion --------------------------------------------------------------------------- */
 
-/* ggml-cpu's compute parameters (ggml-cpu-impl.h of the checked version): what
- * a forward function is called with. */
+/* ggml-cpu's compute parameters (ggml-cpu-impl.h of the checked version): what a forward
+ * function is called with. */
 typedef struct gg_params_s {
   int ith, nth;
   size_t wsize;
@@ -436,8 +411,8 @@ typedef struct gg_params_s {
   bool use_ref;
 } gg_params_t;
 
-/* A graph the CPU backend computed: its fusable groups and, when any is
- * published, the graph that runs in its place. */
+/* A graph the CPU backend computed: its fusable groups and, when any is published, the graph
+ * that runs in its place. */
 typedef struct gcache_s {
   const struct ggml_cgraph *orig;
   int n_nodes;
@@ -460,15 +435,14 @@ static gcache_t gcache[GCACHE_MAX];
 static int gcache_next; /* the slot a new graph takes (round robin) */
 static pthread_mutex_t gcache_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* 0 off, 1 on; a test's: 2 poison (fused nodes write zeros, unverified), 3
- * wrong (the kernel's y comes out 1.5 times too large; verification must catch
- * it), 4 slow (the norm groups', MUL_MAT + ADD groups' and single MUL_MATs'
- * nodes spend 3 ms more, and rounds follow each other without a gap: the
- * never-slower judge must demote their kernels) */
+/* 0 off, 1 on; a test's: 2 poison (fused nodes write zeros, unverified), 3 wrong (the kernel's
+ * y comes out 1.5 times too large; verification must catch it), 4 slow (the norm groups',
+ * MUL_MAT + ADD groups' and single MUL_MATs' nodes spend 3 ms more, and rounds follow each
+ * other without a gap: the never-slower judge must demote their kernels) */
 static int fusion_mode;
 
-/* Decides the fusion mode and resolves the backend's own ops, once (after
- * check() accepted this ggml). */
+/* Decides the fusion mode and resolves the backend's own ops, once (after check() accepted
+ * this ggml). */
 static void fusion_setup(void)
 {
   const char *t = getenv("OPJIT_TEST_FUSION");
@@ -521,8 +495,8 @@ static int feeds_only(struct ggml_cgraph *g, int n, const struct ggml_tensor *t,
   return !(t->flags & GGML_TENSOR_FLAG_OUTPUT);
 }
 
-/* The ADD + RMS_NORM + MUL group at nodes i..i+2 of g (with_add), or RMS_NORM +
- * MUL at i, i+1, under every guard; 0 when there is none. */
+/* The ADD + RMS_NORM + MUL group at nodes i..i+2 of g (with_add), or RMS_NORM + MUL at i, i+1,
+ * under every guard; 0 when there is none. */
 static int find_group(struct ggml_cgraph *g, int n, int i, fusion_t *f, int with_add)
 {
   int at = i + with_add;
@@ -549,17 +523,15 @@ static int find_group(struct ggml_cgraph *g, int n, int i, fusion_t *f, int with
   if (!a->data || !b->data || !w->data || !x->data || !rms->data || !mul->data ||
       !api.contiguous(rms) || x->ne[0] > (1 << 20))
     return 0;
-  /* Nodes ggml would skip (not selected for computing) are not the agent's to
-   * compute. */
+  /* Nodes ggml would skip (not selected for computing) are not the agent's to compute. */
   if ((add && !(add->flags & GGML_TENSOR_FLAG_COMPUTE)) ||
       !(rms->flags & GGML_TENSOR_FLAG_COMPUTE) || !(mul->flags & GGML_TENSOR_FLAG_COMPUTE))
     return 0;
   size_t bytes = (size_t)(x->ne[0] * x->ne[1] * x->ne[2] * x->ne[3]) * sizeof(float);
   size_t wbytes = (size_t)w->ne[0] * sizeof(float);
   const struct ggml_tensor *outs[3] = {rms, mul, add}, *ins[2] = {a, b};
-  /* Exact aliasing is fine: ggml's allocator gives a node a dead tensor's
-   * memory, and each element is read before it is written; partial overlaps are
-   * not. */
+  /* Exact aliasing is fine: ggml's allocator gives a node a dead tensor's memory, and each
+   * element is read before it is written; partial overlaps are not. */
   for (int o = 0; o < 2 + with_add; o++) {
     for (int k = 0; k < 2; k++)
       if (!clean_alias(outs[o], ins[k], bytes))
@@ -585,13 +557,12 @@ static int find_group(struct ggml_cgraph *g, int n, int i, fusion_t *f, int with
   return 1;
 }
 
-/* The MUL_MAT at node i of g, when the generator's kernel can compute it: 2-D,
- * f32 or f16 weights in plain memory (not repacked by an extra buffer type:
- * extra unset), f32 activations and output, all contiguous, the output apart
- * from both inputs. Weights of an extra buffer type stay ggml's even when their
- * bytes are plain: on a CPU with AMX ggml keeps f16 weights in its AMX buffer
- * and multiplies them with f32 activations, where the kernel rounds them to f16
- * as ggml's own MUL_MAT does (the results would move beyond tolerance). */
+/* The MUL_MAT at node i of g, when the generator's kernel can compute it: 2-D, f32 or f16
+ * weights in plain memory (not repacked by an extra buffer type: extra unset), f32
+ * activations and output, all contiguous, the output apart from both inputs. Weights of an
+ * extra buffer type stay ggml's even when their bytes are plain: on a CPU with AMX ggml keeps
+ * f16 weights in its AMX buffer and multiplies them with f32 activations, where the kernel
+ * rounds them to f16 as ggml's own MUL_MAT does (the results would move beyond tolerance). */
 static int find_mm(struct ggml_cgraph *g, int i, fusion_t *f)
 {
   struct ggml_tensor *t = api.node(g, i);
@@ -627,11 +598,10 @@ static int find_mm(struct ggml_cgraph *g, int i, fusion_t *f)
   return 1;
 }
 
-/* The FFN's gate and up MUL_MATs (either order) at nodes i, i+1 of g and the
- * SWIGLU at i+2 that joins them (split form, not swapped): both products under
- * find_mm's guards with the same input, weight type and shape; the GLU's f32
- * output contiguous, of their shape, and either the very memory of a product's
- * output or apart from it. */
+/* The FFN's gate and up MUL_MATs (either order) at nodes i, i+1 of g and the SWIGLU at i+2
+ * that joins them (split form, not swapped): both products under find_mm's guards with the
+ * same input, weight type and shape; the GLU's f32 output contiguous, of their shape, and
+ * either the very memory of a product's output or apart from it. */
 static int find_swiglu(struct ggml_cgraph *g, int n, int i, fusion_t *f)
 {
   fusion_t a, b;
@@ -652,9 +622,8 @@ static int find_swiglu(struct ggml_cgraph *g, int n, int i, fusion_t *f)
   if (!clean_alias(glu, gate, bytes) || !clean_alias(glu, up, bytes) ||
       !clean_alias(gate, up, bytes) || gate->data == up->data)
     return 0;
-  /* Every output apart from every input: one thread may write a product while
-   * another still reads the other's weight (ggml's allocator may place a node
-   * on a dead input's memory). */
+  /* Every output apart from every input: one thread may write a product while another still
+   * reads the other's weight (ggml's allocator may place a node on a dead input's memory). */
   const struct ggml_tensor *outs[3] = {glu, gate, up}, *ins[3] = {x, gate->src[0], up->src[0]};
   for (int o = 0; o < 3; o++)
     for (int k = 0; k < 3; k++) {
@@ -688,21 +657,19 @@ static const struct ggml_tensor *residual_of(const fusion_t *f)
   return f->add->src[0] == f->prod[0] ? f->add->src[1] : f->add->src[0];
 }
 
-/* A MUL_MAT at node i of g under find_mm's guards whose output only the ADD at
- * i + 1 reads, adding a residual of its shape (f32, contiguous). The product is
- * computed in the MUL_MAT's own memory (whole at the end: a reader in another
- * split, which the graph does not show, sees it), which must therefore share
- * nothing with the residual; the ADD's output may be the very memory of either,
- * else apart from both, and apart from the product's inputs (one thread writes
- * its rows while another still reads them). */
+/* A MUL_MAT at node i of g under find_mm's guards whose output only the ADD at i + 1 reads,
+ * adding a residual of its shape (f32, contiguous). The product is computed in the MUL_MAT's own
+ * memory (whole at the end: a reader in another split, which the graph does not show, sees
+ * it), which must therefore share nothing with the residual; the ADD's output may be the
+ * very memory of either, else apart from both, and apart from the product's inputs (one thread
+ * writes its rows while another still reads them). */
 static int find_mm_add(struct ggml_cgraph *g, int n, int i, fusion_t *f)
 {
   fusion_t p, norm;
   if (i + 1 >= n || !find_mm(g, i, &p))
     return 0;
-  /* Decode's (N = 1) residual ADD goes to the norm after it (ADD + RMS_NORM +
-   * MUL): as many nodes either way, and that kernel also saves the norm's own
-   * pass over the row. */
+  /* Decode's (N = 1) residual ADD goes to the norm after it (ADD + RMS_NORM + MUL): as many
+   * nodes either way, and that kernel also saves the norm's own pass over the row. */
   if (p.rows == 1 && find_group(g, n, i + 1, &norm, 1))
     return 0;
   struct ggml_tensor *mm = p.mul, *add = api.node(g, i + 1);
@@ -732,12 +699,11 @@ static int find_mm_add(struct ggml_cgraph *g, int n, int i, fusion_t *f)
   return 1;
 }
 
-/* Products of one input (Q, K and V of an attention: 2 or 3 MUL_MATs under
- * find_mm's guards with the same input, weight type, K and N, within 16 nodes
- * from node i) computed together at the first one's place. The later ones move
- * earlier past the nodes in between, so those nodes, their sources included,
- * must share no memory with the moved products' outputs or weights: ggml's
- * allocator may have placed a moved product on memory that is alive until it
+/* Products of one input (Q, K and V of an attention: 2 or 3 MUL_MATs under find_mm's guards
+ * with the same input, weight type, K and N, within 16 nodes from node i) computed together at
+ * the first one's place. The later ones move earlier past the nodes in between, so those
+ * nodes, their sources included, must share no memory with the moved products' outputs or
+ * weights: ggml's allocator may have placed a moved product on memory that is alive until it
  * (the first product's output, say, dead once its ROPE has read it). */
 static int find_shared(struct ggml_cgraph *g, int n, int i, fusion_t *f)
 {
@@ -784,9 +750,8 @@ static int find_shared(struct ggml_cgraph *g, int n, int i, fusion_t *f)
   return 1;
 }
 
-/* A copy of contiguous tensor t seen as rows [r0, r0 + cnt) of its rows (2-D),
- * at base's rows (base: the tensor's own memory, or a stand-in of the same
- * size). */
+/* A copy of contiguous tensor t seen as rows [r0, r0 + cnt) of its rows (2-D), at base's
+ * rows (base: the tensor's own memory, or a stand-in of the same size). */
 static struct ggml_tensor rows_of(const struct ggml_tensor *t, int64_t r0, int64_t cnt, void *base)
 {
   struct ggml_tensor c = *t;
@@ -797,10 +762,9 @@ static struct ggml_tensor rows_of(const struct ggml_tensor *t, int64_t r0, int64
   return c;
 }
 
-/* ggml's own ADD (unless the group has none), RMS_NORM and MUL for rows [r0,
- * r1) of the group, single-threaded, writing x, s and y (the nodes' own memory,
- * or scratch of the same sizes): the original, for the verification and for a
- * group whose kernel is gone. */
+/* ggml's own ADD (unless the group has none), RMS_NORM and MUL for rows [r0, r1) of the
+ * group, single-threaded, writing x, s and y (the nodes' own memory, or scratch of the same
+ * sizes): the original, for the verification and for a group whose kernel is gone. */
 static void ggml_rows(const fusion_t *f, int64_t r0, int64_t r1, float *x, float *s, float *y)
 {
   gg_params_t p = {0, 1, 0, NULL, NULL, false};
@@ -819,8 +783,8 @@ static void ggml_rows(const fusion_t *f, int64_t r0, int64_t r1, float *x, float
   api.mul(&p, &mul);
 }
 
-/* The group's row inputs: the ADD's sources a and b and its output x; or
- * (RMS_NORM + MUL) the norm's input a, no b, no x. */
+/* The group's row inputs: the ADD's sources a and b and its output x; or (RMS_NORM + MUL) the
+ * norm's input a, no b, no x. */
 static void group_rows(const fusion_t *f, const float **a, const float **b, float **x)
 {
   *a = f->add ? f->add->src[0]->data : f->rms->src[0]->data;
@@ -828,9 +792,8 @@ static void group_rows(const fusion_t *f, const float **a, const float **b, floa
   *x = f->add ? f->add->data : NULL;
 }
 
-/* Verification, on thread 0 alone: ggml's result into scratch first (a and b
- * may share memory with the outputs), then the kernel's into the nodes; a
- * mismatch leaves ggml's. */
+/* Verification, on thread 0 alone: ggml's result into scratch first (a and b may share memory
+ * with the outputs), then the kernel's into the nodes; a mismatch leaves ggml's. */
 static void verify(fusion_t *f, jt_add_rms_mul_fn k)
 {
   const float *a, *b, *w = f->mul->src[1]->data;
@@ -838,8 +801,7 @@ static void verify(fusion_t *f, jt_add_rms_mul_fn k)
   group_rows(f, &a, &b, &x);
   size_t cnt = (size_t)(f->n * f->rows);
   float *scratch = malloc(3 * cnt * sizeof *scratch);
-  if (!scratch) { /* cannot compare now: ggml computes, a later execution checks
-                   */
+  if (!scratch) { /* cannot compare now: ggml computes, a later execution checks */
     atomic_fetch_add(&f->ke->verify, 1);
     ggml_rows(f, 0, f->rows, x, s, y);
     return;
@@ -850,9 +812,8 @@ static void verify(fusion_t *f, jt_add_rms_mul_fn k)
   if (fusion_mode == 3)
     for (size_t i = 0; i < cnt; i++)
       y[i] *= 1.5f;
-  /* x and s are compared when they end as themselves (an output reusing
-   * another's memory ends as the later one); all must match within a few ulps
-   * of ggml's. */
+  /* x and s are compared when they end as themselves (an output reusing another's memory
+   * ends as the later one); all must match within a few ulps of ggml's. */
   double worst = 0, bound = 1;
   for (size_t i = 0; i < cnt; i++) {
     double want[3] = {rx[i], rs[i], ry[i]}, got[3] = {x ? x[i] : 0, s[i], y[i]};
@@ -877,8 +838,8 @@ static void verify(fusion_t *f, jt_add_rms_mul_fn k)
   ag_tier_verify_result(f->ke, worst, bound);
 }
 
-/* The slow test mode's 3 ms more (more than a loaded machine adds to the
- * original's barriers). */
+/* The slow test mode's 3 ms more (more than a loaded machine adds to the original's
+ * barriers). */
 static void slow_down(void)
 {
   if (fusion_mode != 4) /* every fused call passes here: no clock read unless asked */
@@ -887,11 +848,10 @@ static void slow_down(void)
     ;
 }
 
-/* The custom node's work on thread ith of nth: its share of the rows (all of
- * them on thread 0 when verifying). The kernel is read from the signature here,
- * inside the forward call, so a kernel the tiers drop (evicted, or blacklisted
- * by a verification a moment ago) is never run after the grace period they wait
- * for: without one, ggml's own ops compute the rows. */
+/* The custom node's work on thread ith of nth: its share of the rows (all of them on thread 0
+ * when verifying). The kernel is read from the signature here, inside the forward call, so a
+ * kernel the tiers drop (evicted, or blacklisted by a verification a moment ago) is never run
+ * after the grace period they wait for: without one, ggml's own ops compute the rows. */
 static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *ud)
 {
   fusion_t *f = ud;
@@ -929,12 +889,10 @@ static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *u
   slow_down();
 }
 
-/* ---- MUL_MAT
- * -------------------------------------------------------------------------- */
+/* ---- MUL_MAT -------------------------------------------------------------------------- */
 
-/* Rows [r0, r1) of MUL_MAT node mm in plain C: the original for a node whose
- * kernel the tiers dropped (ggml's own MUL_MAT cannot stand in: it synchronises
- * every thread of the graph). */
+/* Rows [r0, r1) of MUL_MAT node mm in plain C: the original for a node whose kernel the tiers
+ * dropped (ggml's own MUL_MAT cannot stand in: it synchronises every thread of the graph). */
 static void mm_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1)
 {
   const struct ggml_tensor *w = mm->src[0];
@@ -947,10 +905,9 @@ static void mm_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1)
           (float)ag_mm_exact(w->data, w->type == GGML_TYPE_F16, mm->src[1]->data, k, i, j, &mag);
 }
 
-/* out = y + res over rows [r0, r1) of every column, element by element (out may
- * be the very memory of y or of res); res's element (i, j) at res[j * ld + i -
- * row0]: the residual itself (ld m, row0 0), or a copy of those rows (ld r1 -
- * r0, row0 r0). */
+/* out = y + res over rows [r0, r1) of every column, element by element (out may be the very
+ * memory of y or of res); res's element (i, j) at res[j * ld + i - row0]: the residual itself
+ * (ld m, row0 0), or a copy of those rows (ld r1 - r0, row0 r0). */
 static void add_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1, const float *res,
                      int64_t ld, int64_t row0, float *out)
 {
@@ -961,15 +918,13 @@ static void add_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1, const
       out[j * m + i] = y[j * m + i] + res[j * ld + i - row0];
 }
 
-/* Verification of rows [r0, r1) of mm by the thread that computed them with
- * ke's kernel: 64 of their elements — the range's first and last rows, the
- * first and last columns, the rest at random — against the exact dot product
- * (in double) within the bound of a float sum of k products (elements with
- * infinite or NaN products have none: skipped); with a residual (res, a copy of
- * its rows [r0, r1), column by column), the sums in out against the exact
- * product plus it. A mismatch blacklists the kernel, and these rows are
- * computed again by mm_rows (and add_rows). Each thread's check is a verdict of
- * its own. */
+/* Verification of rows [r0, r1) of mm by the thread that computed them with ke's kernel: 64 of
+ * their elements — the range's first and last rows, the first and last columns, the rest at
+ * random — against the exact dot product (in double) within the bound of a float sum of k
+ * products (elements with infinite or NaN products have none: skipped); with a residual (res,
+ * a copy of its rows [r0, r1), column by column), the sums in out against the exact product
+ * plus it. A mismatch blacklists the kernel, and these rows are computed again by mm_rows (and
+ * add_rows). Each thread's check is a verdict of its own. */
 static void mm_verify(ag_entry_t *ke, const struct ggml_tensor *mm, int64_t r0, int64_t r1, int ith,
                       const float *res, float *out)
 {
@@ -996,8 +951,7 @@ static void mm_verify(ag_entry_t *ke, const struct ggml_tensor *mm, int64_t r0, 
     ag_tier_verify_result(ke, c.worst, c.bound);
 }
 
-/* Thread ith of nth's share of m rows, in whole micro-kernel blocks; 0 when it
- * has none. */
+/* Thread ith of nth's share of m rows, in whole micro-kernel blocks; 0 when it has none. */
 static int mm_share(int64_t m, int ith, int nth, int64_t *r0, int64_t *r1)
 {
   int64_t per = ((m + nth - 1) / nth + JT_MM_MR - 1) / JT_MM_MR * JT_MM_MR;
@@ -1005,8 +959,8 @@ static int mm_share(int64_t m, int ith, int nth, int64_t *r0, int64_t *r1)
   return *r0 < *r1;
 }
 
-/* The wrong test mode: rows [r0, r1) of every column of MUL_MAT mm's shape in
- * y, 1.5 times too large (verification must catch it). */
+/* The wrong test mode: rows [r0, r1) of every column of MUL_MAT mm's shape in y, 1.5 times too
+ * large (verification must catch it). */
 static void spoil_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1, float *y)
 {
   if (fusion_mode != 3)
@@ -1016,10 +970,9 @@ static void spoil_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1, flo
       y[j * mm->ne[0] + i] *= 1.5f;
 }
 
-/* The calling thread's kernel scratch of JT_MM_SCRATCH_FLOATS(k) floats
- * (64-byte aligned): kept for the thread's life (freed when it ends), grown on
- * demand; NULL without memory. A node's call used to allocate and free its own.
- */
+/* The calling thread's kernel scratch of JT_MM_SCRATCH_FLOATS(k) floats (64-byte aligned):
+ * kept for the thread's life (freed when it ends), grown on demand; NULL without memory. A
+ * node's call used to allocate and free its own. */
 static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 static int scratch_keyed;
@@ -1044,10 +997,9 @@ static float *scratch_get(int64_t k)
   return p;
 }
 
-/* Rows [r0, r1) of MUL_MAT node mm by ke's kernel, read here, inside the
- * forward call (as for the fusions): without one (dropped meanwhile), or
- * without memory for its scratch, in plain C. Checked when f verifies. Returns
- * 1 when the kernel computed them. */
+/* Rows [r0, r1) of MUL_MAT node mm by ke's kernel, read here, inside the forward call (as for
+ * the fusions): without one (dropped meanwhile), or without memory for its scratch, in plain
+ * C. Checked when f verifies. Returns 1 when the kernel computed them. */
 static int mm_compute(const fusion_t *f, ag_entry_t *ke, const struct ggml_tensor *mm, int64_t r0,
                       int64_t r1, int ith)
 {
@@ -1064,12 +1016,12 @@ static int mm_compute(const fusion_t *f, ag_entry_t *ke, const struct ggml_tenso
   return 1;
 }
 
-/* Rows [r0, r1) of a MUL_MAT + ADD record: its kernel's sums into the ADD's
- * output (the product in its own memory), read here as mm_compute reads its
- * kernel; without one (not compiled yet, or dropped), the product by its own
- * MUL_MAT kernel (mm_compute: that, or plain C) and then ggml's ADD's sums. A
- * verifying execution keeps a copy of the residual's rows first: the output may
- * be its very memory. Returns 1 when the group's kernel computed them. */
+/* Rows [r0, r1) of a MUL_MAT + ADD record: its kernel's sums into the ADD's output (the
+ * product in its own memory), read here as mm_compute reads its kernel; without
+ * one (not compiled yet, or dropped), the product by its own MUL_MAT kernel (mm_compute: that,
+ * or plain C) and then ggml's ADD's sums. A verifying execution keeps a copy of the residual's
+ * rows first: the output may be its very memory. Returns 1 when the group's kernel computed
+ * them. */
 static int mm_add_compute(const fusion_t *f, int64_t r0, int64_t r1, int ith)
 {
   const struct ggml_tensor *mm = f->prod[0];
@@ -1090,8 +1042,7 @@ static int mm_add_compute(const fusion_t *f, int64_t r0, int64_t r1, int ith)
   spoil_rows(mm, r0, r1, out);
   if (keep)
     mm_verify(f->ke, mm, r0, r1, ith, keep, out);
-  else if (f->verifying) /* no memory to compare now: a later execution checks
-                          */
+  else if (f->verifying) /* no memory to compare now: a later execution checks */
     atomic_fetch_add(&f->ke->verify, 1);
   free(keep);
   return 1;
@@ -1104,8 +1055,8 @@ static void poison_rows(struct ggml_tensor *t, int64_t r0, int64_t r1)
     memset((float *)t->data + j * t->ne[0] + r0, 0, (size_t)(r1 - r0) * sizeof(float));
 }
 
-/* The custom node of a MUL_MAT, or of a MUL_MAT + ADD, on thread ith of nth:
- * its share of the rows. */
+/* The custom node of a MUL_MAT, or of a MUL_MAT + ADD, on thread ith of nth: its share of
+ * the rows. */
 static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
 {
   fusion_t *f = ud;
@@ -1123,12 +1074,11 @@ static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
   }
 }
 
-/* The SWIGLU group's custom node on thread ith of nth: its share of the rows of
- * both products (their kernel is one: they have one shape) into the products'
- * own outputs, then of the GLU's output, silu(gate) * up, by ggml's own
- * ggml_vec_swiglu_f32 (its vectorised e^x: the same bits as the host's GLU).
- * Each thread reads only the rows it wrote: no thread waits for another within
- * the group. */
+/* The SWIGLU group's custom node on thread ith of nth: its share of the rows of both products
+ * (their kernel is one: they have one shape) into the products' own outputs, then of the GLU's
+ * output, silu(gate) * up, by ggml's own ggml_vec_swiglu_f32 (its vectorised e^x: the same
+ * bits as the host's GLU). Each thread reads only the rows it wrote: no thread waits for
+ * another within the group. */
 static void swiglu_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
 {
   fusion_t *f = ud;
@@ -1141,9 +1091,8 @@ static void swiglu_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
   }
   int served = mm_compute(f, f->ke, f->gate, r0, r1, ith);
   served += mm_compute(f, f->ke, f->up, r0, r1, ith);
-  /* The products' own signature keeps its calls: they are what keeps its kernel
-   * hot in later runs' profiles and in the code cache (forward() books the
-   * group's under its own). */
+  /* The products' own signature keeps its calls: they are what keeps its kernel hot in later
+   * runs' profiles and in the code cache (forward() books the group's under its own). */
   atomic_fetch_add_explicit(&f->ke->calls, 2, memory_order_relaxed);
   atomic_fetch_add_explicit(&f->ke->vcalls, (uint64_t)served, memory_order_relaxed);
   const float *g = f->gate->data, *u = f->up->data;
@@ -1152,9 +1101,9 @@ static void swiglu_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
     api.swiglu((int)(r1 - r0), y + j * m + r0, g + j * m + r0, u + j * m + r0);
 }
 
-/* The custom node of products of one input on thread ith of nth: its share of
- * each product's rows with that product's kernel. Each product's own signature
- * keeps its calls (forward() books the node's under the group's). */
+/* The custom node of products of one input on thread ith of nth: its share of each product's
+ * rows with that product's kernel. Each product's own signature keeps its calls (forward()
+ * books the node's under the group's). */
 static void shared_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
 {
   (void)dst;
@@ -1200,8 +1149,7 @@ static void gcache_clear(gcache_t *c)
   memset(c, 0, sizeof *c);
 }
 
-/* The host's nodes a fused record stands for (at most 3), in m; returns how
- * many. */
+/* The host's nodes a fused record stands for (at most 3), in m; returns how many. */
 static int members_of(const fusion_t *f, struct ggml_tensor *m[3])
 {
   switch (f->kind) {
@@ -1227,10 +1175,9 @@ static int members_of(const fusion_t *f, struct ggml_tensor *m[3])
   }
 }
 
-/* Node t's slot in c's member map, or NULL when t is no member of a fused
- * record. */
-/* t's slot in c's member map (open addressing), or the empty slot where t would
- * go; the map exists. */
+/* Node t's slot in c's member map, or NULL when t is no member of a fused record. */
+/* t's slot in c's member map (open addressing), or the empty slot where t would go; the map
+ * exists. */
 static member_t *member_slot(const gcache_t *c, const struct ggml_tensor *t)
 {
   unsigned h = (unsigned)(((uintptr_t)t >> 4) * 0x9E3779B1u) & c->map_mask;
@@ -1245,8 +1192,7 @@ static member_t *member_at(const gcache_t *c, const struct ggml_tensor *t)
   return s && s->node ? s : NULL;
 }
 
-/* 1 when ggml's CPU backend calls a forward function for node t (not an empty
- * op, selected). */
+/* 1 when ggml's CPU backend calls a forward function for node t (not an empty op, selected). */
 static int computed(const struct ggml_tensor *t)
 {
   return (t->flags & GGML_TENSOR_FLAG_COMPUTE) && t->op != GGML_OP_NONE &&
@@ -1254,10 +1200,9 @@ static int computed(const struct ggml_tensor *t)
          t->op != GGML_OP_TRANSPOSE;
 }
 
-/* Maps the member nodes of c's fused records, for the host's side of the
- * rounds, each with the node its timing must end at; a record with a member
- * that has none (the graph ends) is not timed. Without memory nothing is mapped
- * (and nothing timed). gcache_mu held. */
+/* Maps the member nodes of c's fused records, for the host's side of the rounds, each with the
+ * node its timing must end at; a record with a member that has none (the graph ends) is not
+ * timed. Without memory nothing is mapped (and nothing timed). gcache_mu held. */
 static void map_members(gcache_t *c, struct ggml_cgraph *g)
 {
   free(c->map);
@@ -1274,8 +1219,7 @@ static void map_members(gcache_t *c, struct ggml_cgraph *g)
   for (int i = 0; i < c->nf; i++)
     for (int k = 0, nm = c->f[i].node ? members_of(&c->f[i], m) : 0; k < nm; k++) {
       member_t *slot = member_slot(c, m[k]);
-      if (!slot->node) /* a node in two records: the first one's, as lookups
-                          always found */
+      if (!slot->node) /* a node in two records: the first one's, as lookups always found */
         *slot = (member_t){m[k], &c->f[i], NULL};
     }
   for (int i = 0; i < c->n_nodes; i++) {
@@ -1291,10 +1235,9 @@ static void map_members(gcache_t *c, struct ggml_cgraph *g)
   }
 }
 
-/* In a timed execution of tc (NULL: none is running), at the start of node dst
- * (our custom node fu, or NULL) on this thread: ends the thread's span, booking
- * it to its record when it ended where it should (else the record is never
- * timed again), and starts dst's. */
+/* In a timed execution of tc (NULL: none is running), at the start of node dst (our custom
+ * node fu, or NULL) on this thread: ends the thread's span, booking it to its record when it
+ * ended where it should (else the record is never timed again), and starts dst's. */
 static void span(gcache_t *tc, const struct ggml_tensor *dst, const fusion_t *fu)
 {
   uint64_t now = ag_now_ns();
@@ -1330,8 +1273,8 @@ static int taken(const gcache_t *c, const struct ggml_tensor *t)
   return 0;
 }
 
-/* The kernel a record runs (NULL: none yet); a shared-input record's products'
- * kernels are noted in pvariant, and it has one only when each product has. */
+/* The kernel a record runs (NULL: none yet); a shared-input record's products' kernels are
+ * noted in pvariant, and it has one only when each product has. */
 static void *record_variant(fusion_t *f)
 {
   if (f->kind == FU_MM_ADD) { /* its own kernel, else its product's (then ggml's ADD) */
@@ -1348,8 +1291,7 @@ static void *record_variant(fusion_t *f)
   return all ? f->pvariant[0] : NULL;
 }
 
-/* 1 when a record's kernels are no longer those its cached graph was built
- * with. */
+/* 1 when a record's kernels are no longer those its cached graph was built with. */
 static int record_stale(const fusion_t *f)
 {
   if (f->kind == FU_MM_ADD)
@@ -1363,8 +1305,7 @@ static int record_stale(const fusion_t *f)
   return 0;
 }
 
-/* 1 when t is a later product of a shared-input record that runs as one node.
- */
+/* 1 when t is a later product of a shared-input record that runs as one node. */
 static int moved(const gcache_t *c, const struct ggml_tensor *t)
 {
   for (int i = 0; i < c->nf; i++)
@@ -1426,8 +1367,7 @@ static gcache_t *gcache_of(struct ggml_cgraph *g)
       kk = ag_sig_mm_add_product(&k); /* the product's signature: whether it is hot */
       if (!(f.pke[0] = ag_table_get(ag_table, &kk)))
         break;
-    } else if (find_mm(g, i, &f)) /* the node's own signature: its profile is
-                                     the original's */
+    } else if (find_mm(g, i, &f)) /* the node's own signature: its profile is the original's */
       k = key_of(f.mul);
     else if (find_group(g, n, i, &f, 0)) /* a norm whose ADD a MUL_MAT + ADD took */
       k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, GGML_TYPE_F32, GGML_TYPE_F32, 0,
@@ -1450,8 +1390,8 @@ static gcache_t *gcache_of(struct ggml_cgraph *g)
   return c;
 }
 
-/* Rebuilds c's graph with the groups whose kernel is published. Returns 0, or
- * -1 (the host's graph runs). gcache_mu held. */
+/* Rebuilds c's graph with the groups whose kernel is published. Returns 0, or -1 (the host's
+ * graph runs). gcache_mu held. */
 static int rebuild(gcache_t *c, struct ggml_cgraph *g)
 {
   if (c->ctx)
@@ -1491,8 +1431,7 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g)
       api.add_node(c->graph, t);
       continue;
     }
-    /* the custom node's sources: what its kernel reads, for ggml's dependency
-     * order */
+    /* the custom node's sources: what its kernel reads, for ggml's dependency order */
     struct ggml_tensor *args[1 + SHARED_MAX];
     ggml_custom_op_t fun;
     int nargs = 3;
@@ -1527,8 +1466,8 @@ static int rebuild(gcache_t *c, struct ggml_cgraph *g)
   return 0;
 }
 
-/* The signature whose kernel a fused record runs: the one the rounds judge it
- * under; NULL when its products' kernels are not one (it is not judged). */
+/* The signature whose kernel a fused record runs: the one the rounds judge it under; NULL
+ * when its products' kernels are not one (it is not judged). */
 static ag_entry_t *judged(const fusion_t *f)
 {
   if (f->kind == FU_MM_ADD)
@@ -1539,11 +1478,11 @@ static ag_entry_t *judged(const fusion_t *f)
   return f->kind == FU_SHARED_INPUT ? f->pke[0] : f->ke;
 }
 
-/* Starts this execution of c (which has a rebuilt graph) as its place in the
- * rounds asks: returns 1 when it computes the host's graph. The timed one of
- * each side is timed unless another execution is (one at a time) or a kernel
- * verifies in it (c->timing). The host's execution counts each fused norm or
- * MUL_MAT + ADD group as nth calls of its signature, ggml's. gcache_mu held. */
+/* Starts this execution of c (which has a rebuilt graph) as its place in the rounds asks:
+ * returns 1 when it computes the host's graph. The timed one of each side is timed unless
+ * another execution is (one at a time) or a kernel verifies in it (c->timing). The host's
+ * execution counts each fused norm or MUL_MAT + ADD group as nth calls of its signature,
+ * ggml's. gcache_mu held. */
 static int round_start(gcache_t *c, int nth)
 {
   uint64_t every = fusion_mode == 4            ? 4
@@ -1572,14 +1511,13 @@ static int round_start(gcache_t *c, int nth)
   return !c->side;
 }
 
-/* After a timed execution of c: hands its records' times to the judge, under
- * the signature each one's kernel is: the host's side as one burst of the
- * original's warm calls, the rebuilt side as the variant's timed calls, which
- * closes the round of each signature whose original has been timed since its
- * last one. An execution in which a record took 8 times its side's mean so far
- * (a thread preempted at a barrier, on a loaded machine) is left out whole: its
- * records share signatures, whose rounds must weigh the same records on both
- * sides. gcache_mu held. */
+/* After a timed execution of c: hands its records' times to the judge, under the signature
+ * each one's kernel is: the host's side as one burst of the original's warm calls, the rebuilt
+ * side as the variant's timed calls, which closes the round of each signature whose original
+ * has been timed since its last one. An execution in which a record took 8 times its side's
+ * mean so far (a thread preempted at a barrier, on a loaded machine) is left out whole: its
+ * records share signatures, whose rounds must weigh the same records on both sides.
+ * gcache_mu held. */
 static void round_book(gcache_t *c)
 {
   int side = c->side, disturbed = 0;
@@ -1610,24 +1548,22 @@ static void round_book(gcache_t *c)
 
 #define FIRST_GRAPH_WARM_WAIT_MS 100 /* the first graph's wait for the warm start, at most */
 
-/* The graph to compute in place of g: its cached rebuild with the published
- * fusions, or g. An unfused group counts as nth calls of its signature (one per
- * thread, as a fused one is counted), so the profile of later runs knows it.
- * *slot is the cache entry the computation uses (busy until fused_done), or
- * NULL. */
+/* The graph to compute in place of g: its cached rebuild with the published fusions, or g.
+ * An unfused group counts as nth calls of its signature (one per thread, as a fused one is
+ * counted), so the profile of later runs knows it. *slot is the cache entry the computation
+ * uses (busy until fused_done), or NULL. */
 static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gcache_t **slot)
 {
   *slot = NULL;
-  /* The first graph activates the agent (and its warm start) before it runs, so
-   * that stored fusions apply from the first graph on. */
+  /* The first graph activates the agent (and its warm start) before it runs, so that stored
+   * fusions apply from the first graph on. */
   if (!atomic_load_explicit(&ag_active, memory_order_acquire) && ag_activate())
     return g;
   if (!ag_table)
     return g;
-  /* ... and waits for the warm start to place them (a first call waits 500 us
-   * at most; it took 2-10 ms here): the first graph is usually a prompt's
-   * prefill, tens to hundreds of milliseconds that would otherwise run without
-   * the stored kernels. */
+  /* ... and waits for the warm start to place them (a first call waits 500 us at most; it
+   * took 2-10 ms here): the first graph is usually a prompt's prefill, tens to hundreds of
+   * milliseconds that would otherwise run without the stored kernels. */
   static _Atomic int warm_waited;
   if (!atomic_load_explicit(&warm_waited, memory_order_relaxed) &&
       !atomic_exchange(&warm_waited, 1))
@@ -1644,24 +1580,21 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gcache_t 
     stale |= record_stale(f);
     if ((f->kind != FU_ADD_RMS_MUL && f->kind != FU_RMS_MUL && f->kind != FU_MM_ADD) ||
         atomic_load_explicit(&f->ke->variant, memory_order_acquire))
-      continue; /* fused, or groups of MUL_MATs whose kernel is theirs, counted
-                   as such */
-    /* Without its kernel, a MUL_MAT + ADD's product runs as ggml's MUL_MAT or
-     * its own kernel, timed under its own signature: when that is hot, so is
-     * the group (fused, its own calls are timed). */
+      continue; /* fused, or groups of MUL_MATs whose kernel is theirs, counted as such */
+    /* Without its kernel, a MUL_MAT + ADD's product runs as ggml's MUL_MAT or its own kernel,
+     * timed under its own signature: when that is hot, so is the group (fused, its own calls
+     * are timed). */
     uint32_t pt = f->kind == FU_MM_ADD ? atomic_load(&f->pke[0]->tier) : AG_TIER_COLD;
     if ((pt == AG_TIER_QUEUED || pt == AG_TIER_READY) && !f->asked &&
         atomic_load(&f->e->tier) == AG_TIER_COLD) { /* once: a failure or deferral stands */
       f->asked = 1;
       ag_tier_queue(f->e, "its MUL_MAT is hot");
     }
-    if (f->node) /* runs as its product's kernel and the ADD: forward() books it
-                  */
+    if (f->node) /* runs as its product's kernel and the ADD: forward() books it */
       continue;
     uint64_t n = atomic_fetch_add_explicit(&f->e->calls, (uint64_t)nth, memory_order_relaxed) +
                  (uint64_t)nth;
-    ag_tier_hot(f->e, n); /* cheap unless cold and hot: compiled, and again
-                             after an eviction */
+    ag_tier_hot(f->e, n); /* cheap unless cold and hot: compiled, and again after an eviction */
   }
   if (stale && c->busy) { /* another thread computes the old rebuild: not now */
     pthread_mutex_unlock(&gcache_mu);
@@ -1705,8 +1638,7 @@ static void fused_done(gcache_t *slot)
 
 typedef int (*graph_compute_fn)(struct ggml_cgraph *, void *);
 
-/* The CPU backend computes each graph split here (ggml-cpu.h: the plan is
- * opaque to us). */
+/* The CPU backend computes each graph split here (ggml-cpu.h: the plan is opaque to us). */
 AG_EXPORT int ggml_graph_compute(struct ggml_cgraph *g, void *cplan)
 {
   static void *_Atomic real;
