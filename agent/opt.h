@@ -55,7 +55,8 @@
   OPT(DECAY, INT, "4", 1, 1000, NULL,                                                        \
       "a run's weight in the profile halves every this many later runs of the program")      \
   OPT(CODE_CACHE_MB, INT, "64", 1, 65536, NULL,                                              \
-      "compiled code kept at most; the variants that saved least are evicted first")         \
+      "compiled code kept at most; the variants that served fewest calls are evicted "     \
+      "first")                                                                                \
   OPT(ISA, ENUM, "auto", 0, 0, "auto|sse2|avx2|avx512",                                     \
       "widest vector ISA the JIT uses: auto = the widest this CPU and OS support; one this "  \
       "CPU lacks falls back to the widest it has, with a warning")                           \
