@@ -49,8 +49,9 @@
  *            combinations for n in {8 32 64}
  *   all      every combination for every n
  *   nn       NN beta=1 only
+ *   nt tn tt that transposed layout only, beta 1 and 0, n in {4 8 16 32 64}
  *
- *   bench_jit [rounds [default|all|nn [sessions]]]     (default 11 default 3)
+ *   bench_jit [rounds [default|all|nn|nt|tn|tt [sessions]]]     (default 11 default 3)
  * LIBXSMM_PRELOAD names a prebuilt LIBXSMM preload library; unset, bench_jit builds one with
  * LIBXSMM_TOOL (default /work/shared/tools/libxsmm-preload.sh) in its scratch folder, and
  * without one it runs without configuration X, saying why. */
@@ -135,6 +136,12 @@ static void add_case(int f64, int cblas, int ta, int tb, int beta, int n)
 }
 
 /* The case list, grouped for the table: dtype, API, transposes, beta, then n. */
+/* The transposes a set of one layout names (2 * ta + tb: "nt" 1, "tn" 2, "tt" 3), else -1. */
+static int set_t(const char *set)
+{
+  return strcmp(set, "nt") == 0 ? 1 : strcmp(set, "tn") == 0 ? 2 : strcmp(set, "tt") == 0 ? 3 : -1;
+}
+
 static void make_cases(const char *set)
 {
   for (int f64 = 0; f64 < 2; f64++)
@@ -144,6 +151,11 @@ static void make_cases(const char *set)
           int nn1 = t == 0 && beta == 1;
           if (!nn1 && strcmp(set, "nn") == 0)
             continue;
+          if (set_t(set) >= 0) { /* one transposed layout, beta 1 and 0, n <= 64 */
+            for (int i = 0; t == set_t(set) && i < NN_ALL && all_n[i] <= 64; i++)
+              add_case(f64, cblas, t >> 1, t & 1, beta, all_n[i]);
+            continue;
+          }
           int full = nn1 || strcmp(set, "all") == 0;
           const int *ns_ = full ? all_n : sub_n;
           int cnt = full ? NN_ALL : (int)(sizeof sub_n / sizeof *sub_n);
@@ -820,8 +832,9 @@ int main(int argc, char **argv)
   const char *set = argc > 2 ? argv[2] : "default";
   int sessions = argc > 3 ? atoi(argv[3]) : 3;
   if (rounds < 1 || sessions < 1 ||
-      (strcmp(set, "default") && strcmp(set, "all") && strcmp(set, "nn"))) {
-    fprintf(stderr, "usage: %s [rounds [default|all|nn [sessions]]]   (default 11 default 3)\n",
+      (strcmp(set, "default") && strcmp(set, "all") && strcmp(set, "nn") && set_t(set) < 0)) {
+    fprintf(stderr,
+            "usage: %s [rounds [default|all|nn|nt|tn|tt [sessions]]]   (default 11 default 3)\n",
             argv[0]);
     return 2;
   }

@@ -47,8 +47,8 @@ typedef struct gen_s {
   LLVMValueRef kc, kc_end;   /* GEMM with K blocked: the block's k's (i64), else NULL */
   LLVMValueRef bpack;        /* ... and op(B) = B: the block's sliver of B's columns */
   LLVMValueRef first;        /* ... and whether it is the first block (i1), which applies beta */
-  LLVMValueRef fma, mload, mstore; /* llvm.fma, llvm.masked.load/store on vec */
-  LLVMTypeRef fma_t, mload_t, mstore_t;
+  LLVMValueRef fma; /* llvm.fma on vec */
+  LLVMTypeRef fma_t;
   char name[128];            /* the kernel's symbol (jt_gemm_name) */
 } gen_t;
 
@@ -155,16 +155,23 @@ static LLVMValueRef lane_mask(gen_t *g, int lanes)
 /* Declares the vector intrinsics the kernel may call and gives it its vector width. */
 static void vector_intrinsics(gen_t *g)
 {
-  LLVMTypeRef vt = g->vec, vp[2] = {g->vec, g->ptr};
+  LLVMTypeRef vt = g->vec;
   g->fma = intrinsic(g, "llvm.fma", &vt, 1, &g->fma_t);
-  g->mload = intrinsic(g, "llvm.masked.load", vp, 2, &g->mload_t);
-  g->mstore = intrinsic(g, "llvm.masked.store", vp, 2, &g->mstore_t);
   /* Without these the x86 backend splits 512-bit vectors in two on CPUs tuned to prefer 256
    * bits (Intel's AVX-512 cores), whatever the IR asks for. */
   char w[8];
   snprintf(w, sizeof w, "%d", g->g->vbits);
   LLVMAddTargetDependentFunctionAttr(g->fn, "min-legal-vector-width", w);
   LLVMAddTargetDependentFunctionAttr(g->fn, "prefer-vector-width", w);
+}
+
+/* A call of llvm.masked.load or .store (name) on vectors of g's current width (the packing
+ * loops narrow it: set_lanes) with its four arguments. */
+static LLVMValueRef masked_call(gen_t *g, const char *name, LLVMValueRef *args, const char *as)
+{
+  LLVMTypeRef vp[2] = {g->vec, g->ptr}, t;
+  LLVMValueRef f = intrinsic(g, name, vp, 2, &t);
+  return LLVMBuildCall2(g->b, t, f, args, 4, as);
 }
 
 /* A vector load of lanes elements at p (nothing past them is read; missing lanes are zero). */
@@ -178,7 +185,7 @@ static LLVMValueRef vload(gen_t *g, LLVMValueRef p, int lanes)
   }
   if (g->g->tails == 1) {
     LLVMValueRef args[4] = {p, LLVMConstInt(g->i32, align, 0), lane_mask(g, lanes), LLVMConstNull(g->vec)};
-    return LLVMBuildCall2(g->b, g->mload_t, g->mload, args, 4, "v");
+    return masked_call(g, "llvm.masked.load", args, "v");
   }
   /* The first lanes elements, in halving pieces (8, 4, 2, 1 floats), the rest zero: plain
    * loads that read nothing past them. */
@@ -222,7 +229,7 @@ static void vstore(gen_t *g, LLVMValueRef v, LLVMValueRef p, int lanes)
   }
   if (g->g->tails == 1) {
     LLVMValueRef args[4] = {v, p, LLVMConstInt(g->i32, align, 0), lane_mask(g, lanes)};
-    LLVMBuildCall2(g->b, g->mstore_t, g->mstore, args, 4, "");
+    masked_call(g, "llvm.masked.store", args, "");
     return;
   }
   for (int i = 0; i < lanes; i++) {
@@ -232,10 +239,12 @@ static void vstore(gen_t *g, LLVMValueRef v, LLVMValueRef p, int lanes)
   }
 }
 
-/* Transposes V vectors of V lanes in place: log2(V) rounds of swapping off-diagonal blocks. */
-static void transpose(gen_t *g, LLVMValueRef *v)
+/* Transposes V vectors of V lanes in place: log2(V) rounds of swapping off-diagonal blocks,
+ * from blocks of from lanes down (from = V / 2: all of them; less: the larger blocks are
+ * swapped already). */
+static void transpose_from(gen_t *g, LLVMValueRef *v, int from)
 {
-  for (int b = g->V / 2; b >= 1; b /= 2)
+  for (int b = from; b >= 1; b /= 2)
     for (int r = 0; r < g->V; r++) {
       if (r & b)
         continue;
@@ -268,51 +277,86 @@ static int pack_lanes(const gen_t *g)
   return g->V < l ? g->V : l;
 }
 
+/* x and y side by side, a vector twice as wide. */
+static LLVMValueRef concat(gen_t *g, LLVMValueRef x, LLVMValueRef y)
+{
+  LLVMValueRef m[MAXV];
+  for (int i = 0; i < 2 * g->V; i++)
+    m[i] = LLVMConstInt(g->i32, (unsigned)i, 0);
+  return LLVMBuildShuffleVector(g->b, x, y, LLVMConstVector(m, 2 * (unsigned)g->V), "cat");
+}
+
+/* Rows grp*V .. grp*V+V-1 of op(A) = A^T (of which those past mr are zero) at the ks <= V k's
+ * from k, transposed into v[j] = op(A)[grp*V .., k + j] (zero for j >= ks). The first round
+ * of the transpose (swapping halves) comes from the loads: each vector is two half loads side
+ * by side, which x86 does with a load and an insert from memory instead of a lane-crossing
+ * shuffle, whose single port bounded the packing (dgemm TN 64^3 spent ~10 % of its time
+ * there). */
+static void pack_group(gen_t *g, LLVMValueRef i0, LLVMValueRef k, int grp, int mr, int ks,
+                       LLVMValueRef *v)
+{
+  int h = g->V / 2;
+  LLVMValueRef zero = LLVMConstNull(g->vec);
+  LLVMValueRef row[MAXV];
+  for (int r = 0; r < g->V; r++) {
+    int i = grp * g->V + r;
+    row[r] = i < mr ? at(g, g->a, add(g, mul(g, add(g, i0, i64c(g, i)), g->g->lda), k)) : NULL;
+  }
+  if (h < 2) { /* vectors of two or fewer: a whole-vector transpose */
+    for (int r = 0; r < g->V; r++)
+      v[r] = row[r] ? vload(g, row[r], ks) : zero;
+    transpose_from(g, v, h);
+    return;
+  }
+  int wide = set_lanes(g, h);
+  LLVMValueRef hz = LLVMConstNull(g->vec), lo[MAXV], hi[MAXV];
+  for (int r = 0; r < 2 * h; r++) {
+    lo[r] = row[r] ? vload(g, row[r], ks < h ? ks : h) : hz;
+    hi[r] = row[r] && ks > h ? vload(g, at(g, row[r], i64c(g, h)), ks - h) : hz;
+  }
+  for (int r = 0; r < h; r++) {
+    v[r] = concat(g, lo[r], lo[r + h]);
+    v[r + h] = concat(g, hi[r], hi[r + h]);
+  }
+  set_lanes(g, wide);
+  transpose_from(g, v, h / 2);
+}
+
+/* The panel's rows k .. k+ks-1 (ks <= V): every group of rows transposed, stored as whole
+ * vectors of the micro-kernel's width kv (two transposes side by side where it is twice
+ * theirs): a micro-kernel load cannot be forwarded from narrower stores, and at small K it
+ * reads the panel while they are still in flight (sgemm TN 4^3 took 11 or 40 ns by where the
+ * stack lay when the last k's were stored element by element). */
+static void pack_rows(gen_t *g, LLVMValueRef i0, LLVMValueRef k, int mr, int ks, int kv)
+{
+  int per = kv / g->V; /* transposes per store */
+  for (int grp = 0; grp < g->MR / g->V; grp += per) {
+    LLVMValueRef v[2][MAXV];
+    for (int p = 0; p < per; p++)
+      pack_group(g, i0, k, grp + p, mr, ks, v[p]);
+    for (int j = 0; j < ks; j++) {
+      LLVMValueRef x = per == 2 ? concat(g, v[0][j], v[1][j]) : v[0][j];
+      LLVMValueRef dst = add(g, mul(g, add(g, k, i64c(g, j)), g->MR), i64c(g, grp * g->V));
+      LLVMSetAlignment(LLVMBuildStore(g->b, x, at(g, g->pack, dst)), g->g->f64 ? 8 : 4);
+    }
+  }
+}
+
 /* Copies rows i0 .. i0+mr-1 of op(A) = A^T into the panel: pack[k*MR + i] = A[k + (i0+i)*lda],
- * V k's at a time through in-register transposes.
+ * pack_lanes k's at a time, then the last k's in one partial step (pack_rows).
  * Rows mr .. MR-1 are zeroed: the micro-kernel loads whole vectors from the panel, and stale
  * stack bytes there (a signalling NaN, say) would raise floating-point exception flags. */
 static void emit_pack(gen_t *g, LLVMValueRef i0, int mr)
 {
-  int wide = set_lanes(g, pack_lanes(g));
+  int kv = g->V, wide = set_lanes(g, pack_lanes(g));
   long K = g->g->k, kfull = K / g->V * g->V;
-  LLVMValueRef zero = LLVMConstNull(g->vec);
-  /* V k's at a time: each of the block's rows (a column of A, contiguous in k) as one vector,
-   * V x V blocks transposed in registers, stored as the panel's V rows of MR. */
   if (kfull) {
     loop_t k = loop_begin(g, i64c(g, 0), kfull, g->V, "pk");
-    for (int grp = 0; grp < g->MR / g->V; grp++) {
-      LLVMValueRef v[MAXV];
-      for (int r = 0; r < g->V; r++) {
-        int i = grp * g->V + r;
-        if (i >= mr) {
-          v[r] = zero;
-          continue;
-        }
-        LLVMValueRef col = LLVMBuildNSWMul(g->b, LLVMBuildNSWAdd(g->b, i0, i64c(g, i), "r"),
-                                           i64c(g, g->g->lda), "col");
-        v[r] = vload(g, at(g, g->a, LLVMBuildNSWAdd(g->b, col, k.iv, "ix")), g->V);
-      }
-      transpose(g, v);
-      for (int j = 0; j < g->V; j++) {
-        LLVMValueRef row = LLVMBuildNSWAdd(g->b, k.iv, i64c(g, j), "kj");
-        LLVMValueRef dst = LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, row, i64c(g, g->MR), ""),
-                                           i64c(g, grp * g->V), "d");
-        LLVMSetAlignment(LLVMBuildStore(g->b, v[j], at(g, g->pack, dst)), g->g->f64 ? 8 : 4);
-      }
-    }
+    pack_rows(g, i0, k.iv, mr, g->V, kv);
     loop_end(g, &k);
   }
-  for (long kk = kfull; kk < K; kk++) /* the last k's, one element at a time */
-    for (int i = 0; i < g->MR; i++) {
-      LLVMValueRef x = LLVMConstNull(g->elem);
-      if (i < mr) {
-        LLVMValueRef col = LLVMBuildNSWMul(g->b, LLVMBuildNSWAdd(g->b, i0, i64c(g, i), "r"),
-                                           i64c(g, g->g->lda), "col");
-        x = LLVMBuildLoad2(g->b, g->elem, at(g, g->a, LLVMBuildNSWAdd(g->b, col, i64c(g, kk), "ix")), "a");
-      }
-      LLVMBuildStore(g->b, x, at(g, g->pack, i64c(g, kk * g->MR + i)));
-    }
+  if (K > kfull)
+    pack_rows(g, i0, i64c(g, kfull), mr, (int)(K - kfull), kv);
   set_lanes(g, wide);
 }
 
@@ -369,7 +413,7 @@ static LLVMValueRef load_after_first(gen_t *g, LLVMValueRef p, int lanes)
                              LLVMConstNull(LLVMVectorType(g->i32, (unsigned)g->V)), "m");
   m = LLVMBuildAnd(g->b, m, lane_mask(g, lanes), "m");
   LLVMValueRef args[4] = {p, LLVMConstInt(g->i32, g->g->f64 ? 8 : 4, 0), m, LLVMConstNull(g->vec)};
-  return LLVMBuildCall2(g->b, g->mload_t, g->mload, args, 4, "c");
+  return masked_call(g, "llvm.masked.load", args, "c");
 }
 
 /* One mr x nr block of C at (i0, j0): the K loop over accumulators, then the update of C. */
@@ -572,6 +616,13 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
     return -1;
   }
   r->vbits = s->vbits ? s->vbits : isa_bits(r->isa);
+  /* A GEMM whose M fits half a vector gets half-width vectors: the other half would be
+   * masked or pieced off in every load and store, and the A^T panel of 512-bit rows is
+   * written by 256-bit stores that its loads cannot forward from (dgemm TN 4^3 took 34 ns at
+   * 512 bits, 6 ns at 256, on an AVX-512 Xeon) */
+  if (!s->vbits && !s->mm && !s->dot && !s->add_rms_mul && !jt_gemm_dots(s) && r->vbits > 128 &&
+      (long)s->m * elem_bits(s) <= r->vbits / 2)
+    r->vbits /= 2;
   if ((r->vbits != 128 && r->vbits != 256 && r->vbits != 512) || r->vbits > isa_bits(r->isa)) {
     snprintf(err, len, "%s has no %d-bit vectors", jt_isa_name(r->isa), r->vbits);
     return -1;
@@ -651,7 +702,7 @@ int jt_gemm_candidates(const jt_gemm_t *s, int host_isa, jt_gemm_t *out, int max
       p[np++].kc = -1;
     else if (!s->ta && s->k > GEMM_KC_BYTES / (s->f64 ? 8 : 4))
       p[np++].kc = GEMM_KC_BYTES / (s->f64 ? 8 : 4);
-    p[np++].vbits = wide / 2;
+    p[np++].vbits = d.vbits == wide ? wide / 2 : wide;
     if (s->m > 3 * V && d.isa == JT_ISA_AVX512)
       p[np++].mr_vecs = 4;
     if (s->m % V)
@@ -841,6 +892,15 @@ static void emit_blocks(gen_t *g, int total, int step, const char *name,
     emit(g, i64c(g, full), total - full);
 }
 
+/* count elements on the stack, on a cache line of their own: the micro-kernel's vector loads
+ * from a panel never split a line. */
+static LLVMValueRef stack_panel(gen_t *g, long count, const char *name)
+{
+  LLVMValueRef p = LLVMBuildArrayAlloca(g->b, g->elem, i64c(g, count), name);
+  LLVMSetAlignment(p, 64);
+  return p;
+}
+
 LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
 {
   gen_t g = {.cx = cx, .mod = mod, .g = s};
@@ -857,7 +917,7 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
   g.alpha = splat(&g, alpha);
   g.beta = splat(&g, beta);
   if (s->ta)
-    g.pack = LLVMBuildArrayAlloca(g.b, g.elem, i64c(&g, (long)g.MR * s->k), "pack");
+    g.pack = stack_panel(&g, (long)g.MR * s->k, "pack");
   /* K in blocks of kc (jt_gemm_resolve: 1 KB of each B column, fewer where a panel would
    * exceed JT_GEMM_PANEL_BYTES), so that B's block stays in L2 while every row block passes
    * over it; each row block's slice of A copied into a panel (emit_copy), or where B's columns
@@ -867,9 +927,9 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
   loop_t kb = {0};
   if (!s->ta && kc < s->k) {
     if (b_piles_up(s))
-      g.bpack = LLVMBuildArrayAlloca(g.b, g.elem, i64c(&g, (long)g.NR * kc), "sliver");
+      g.bpack = stack_panel(&g, (long)g.NR * kc, "sliver");
     else
-      g.pack = LLVMBuildArrayAlloca(g.b, g.elem, i64c(&g, (long)g.MR * kc), "panel");
+      g.pack = stack_panel(&g, (long)g.MR * kc, "panel");
     kb = loop_begin(&g, i64c(&g, 0), s->k, kc, "kc");
     g.kc = kb.iv;
     LLVMValueRef e = LLVMBuildNSWAdd(g.b, kb.iv, i64c(&g, kc), "kce");
@@ -1108,7 +1168,7 @@ static void mm_pack(gen_t *g, LLVMValueRef row0, LLVMValueRef kc, int kcl, LLVMV
         if (full && row >= JT_MM_MR)
           v[r] = LLVMBuildSelect(g->b, full, v[r], vzero, "w");
       }
-      transpose(g, v);
+      transpose_from(g, v, g->V / 2);
       for (int j = 0; j < g->V; j++) {
         LLVMValueRef d = add(g, mul(g, add(g, k.iv, i64c(g, j)), g->MR), i64c(g, grp * g->V));
         LLVMSetAlignment(LLVMBuildStore(g->b, v[j], at(g, panel, d)), (unsigned)g->V * 4);
