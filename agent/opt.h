@@ -39,6 +39,9 @@
   OPT(HOT_PAYBACK, INT, "1", 0, 1000, NULL,                                                  \
       "compile when the time a variant would have saved so far is this many times its "      \
       "compile cost (0: on OPJIT_HOT_CALLS alone)")                                          \
+  OPT(DUEL, BOOL, "1", 0, 1, NULL,                                                           \
+      "time a new BLAS kernel against the original on scratch operands before it serves a "  \
+      "call, and keep the original when the kernel is slower (0: publish untimed)")          \
   OPT(JIT_THREADS, INT, "1", 1, 8, NULL,                                                     \
       "compile threads (each with its own LLVM session), started as the queue needs them")   \
   OPT(JIT_MAX_DIM, INT, "160", 1, 4096, NULL,                                                \

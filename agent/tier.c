@@ -14,6 +14,7 @@
 #include "codemap.h"
 #include "compare.h"
 #include "policy.h"
+#include "hosts/blas.h"
 #include "machine.h"
 #include "log.h"
 #include "opt.h"
@@ -37,6 +38,9 @@
 #define QUEUE_MAX 1024
 #define TUNE_CANDIDATES 3  /* blockings timed per kernel (jit.h, tune) */
 #define TUNE_MIN_CALLS 4096 /* calls a signature has had before its kernel is worth tuning */
+/* The duel before publication may take as long as the compile did, within these bounds. */
+#define DUEL_MIN_NS 2000000ull
+#define DUEL_MAX_NS 20000000ull
 #define EVENTS_MAX 512
 
 static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -502,6 +506,36 @@ void ag_mm_tally(ag_mm_check_t *c, double got, double exact, double mag, int64_t
     c->bound = lim;
 }
 
+/* The duel before publication (duel.h): BLAS kernels only (a ggml node's original cannot be
+ * called alone; that host judges its kernels in graph rounds). A kernel that loses, or ties above
+ * 1, is never published: demoted as the in-run judge would demote it, with its event. The first
+ * verdict teaches the promotion policy. slow: the test seam's kernel, run 16 times per call.
+ * Returns 1 when the kernel lost. Compile thread only. */
+static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int slow)
+{
+  uint64_t budget = compile_ns < DUEL_MIN_NS ? DUEL_MIN_NS : compile_ns > DUEL_MAX_NS ? DUEL_MAX_NS
+                                                                                     : compile_ns;
+  ag_duel_result_t r;
+  if (!ag_opts.num[AG_OPT_DUEL] || e->key.host != AG_HOST_ID_BLAS ||
+      ag_blas_duel(&e->key, (void *)fn, ag_vrun[e->index].swapped, slow ? 16 : 1, budget, &r))
+    return 0;
+  if (r.verdict == AG_CMP_UNDECIDED)
+    return 0;
+  e->tier_flags |= 1;
+  ag_policy_learn(&policy, size_class(e), r.median);
+  if (r.verdict == AG_CMP_FASTER)
+    return 0;
+  uint32_t i = e->index;
+  atomic_store(&e->tier, AG_TIER_DEMOTED);
+  demoted[i] = r.verdict == AG_CMP_TIE ? AG_DEMOTED_TIE : AG_DEMOTED_SLOWER;
+  event(e, AG_EV_DEMOTED, "%s before publication: variant %.0f ns per call, original %.0f ns "
+        "(duel on scratch operands; median ratio %.2f over %u rounds)",
+        r.verdict == AG_CMP_TIE ? "tie" : "slower", r.var_ns, r.orig_ns, r.median, r.rounds);
+  if (r.verdict == AG_CMP_SLOWER && drop_persisted(i))
+    event(e, AG_EV_INVALIDATED, "slower: %.0f ns per call, original %.0f ns", r.var_ns, r.orig_ns);
+  return 1;
+}
+
 /* Compiles and publishes entry i; idle: nothing else waits in the queue. Compile thread only. */
 static void compile_one(uint32_t i, int idle)
 {
@@ -602,6 +636,8 @@ static void compile_one(uint32_t i, int idle)
   if (!tune) /* a tuning's several compiles and timings are not one compile's cost */
     ag_machine_note_compile(family(&shapes[i]), dt);
   pthread_mutex_unlock(&code_mu);
+  if (duel_lost(e, fn, dt, fault && strcmp(fault, "slow") == 0))
+    return;
   atomic_store(&e->verify, (int32_t)ag_opts.num[AG_OPT_VERIFY]);
   atomic_store(&e->tier, AG_TIER_READY);
   judge(e);

@@ -196,6 +196,7 @@ typedef struct duel_ops_s {
   void *fn;      /* the original operator */
   void *variant; /* the kernel */
   int swapped;   /* it takes B before A (ag_vrun_t) */
+  int reps;      /* runs of the variant per call (blas.h) */
   void *mem;     /* the scratch */
 } duel_ops_t;
 
@@ -295,8 +296,9 @@ static void duel_variant(void *self)
   const duel_ops_t *o = self;
   const void *a = o->swapped ? o->b : o->a, *b = o->swapped ? o->a : o->b;
   double r[1];
-  ((void (*)(const void *, const void *, void *, double, double))o->variant)(
-      a, b, o->key.op == AG_OP_DOT ? (void *)r : o->c, o->alpha, o->beta);
+  for (int i = 0; i < o->reps; i++)
+    ((void (*)(const void *, const void *, void *, double, double))o->variant)(
+        a, b, o->key.op == AG_OP_DOT ? (void *)r : o->c, o->alpha, o->beta);
 }
 
 /* The operands for key into *o: 0, or -1 when the signature cannot be duelled. */
@@ -371,7 +373,7 @@ static int duel_operands(const ag_sig_t *key, duel_ops_t *o)
   return 0;
 }
 
-int ag_blas_duel(const ag_sig_t *key, void *variant, int swapped, uint64_t budget_ns,
+int ag_blas_duel(const ag_sig_t *key, void *variant, int swapped, int reps, uint64_t budget_ns,
                  ag_duel_result_t *out)
 {
   duel_ops_t o;
@@ -379,6 +381,7 @@ int ag_blas_duel(const ag_sig_t *key, void *variant, int swapped, uint64_t budge
     return -1;
   o.variant = variant;
   o.swapped = swapped;
+  o.reps = reps;
   ag_duel_t d = {duel_original, duel_variant, &o, ag_now_ns, budget_ns};
   ag_tl.depth++; /* the original's own inner calls (a CBLAS wrapper's) are not counted */
   ag_duel_run(&d, out);

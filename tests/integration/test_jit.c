@@ -27,7 +27,7 @@ static void run_checked(const char *tag, const char *const *env, const char *con
 Test(jit, ten_thousand_random_calls_match_the_reference)
 {
   /* Two compile threads, each with its own LLVM session. */
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1",
                        "OPJIT_SAMPLE_HZ=0", "OPJIT_JIT_THREADS=2", NULL};
   run_checked("sweep", env, (const char *[]){H_JIT_PROG, "sweep", "400", "25", "4242", NULL});
   cr_assert(strstr(h_output("sweep", "out"), "calls 10000 "), "%s", h_output("sweep", "out"));
@@ -48,7 +48,7 @@ Test(jit, ten_thousand_random_calls_match_the_reference)
 
 Test(jit, eight_threads_while_variants_are_published)
 {
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=4", "OPJIT_SAMPLE_HZ=0", NULL};
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=4", "OPJIT_SAMPLE_HZ=0", NULL};
   run_checked("mt", env, (const char *[]){H_JIT_PROG, "threads", "8", "400", NULL});
   cr_assert(strstr(h_output("mt", "out"), "calls 3296 "), "%s", h_output("mt", "out"));
   cr_assert_eq(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), 3296, "counts consistent");
@@ -58,7 +58,7 @@ Test(jit, eight_threads_while_variants_are_published)
 
 Test(jit, the_aliasing_guard_sends_the_call_to_the_original)
 {
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=8", "OPJIT_SAMPLE_HZ=0", NULL};
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=8", "OPJIT_SAMPLE_HZ=0", NULL};
   run_checked("alias", env, (const char *[]){H_JIT_PROG, "alias", NULL});
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE status='ready'"), 1,
                "the signature had a variant when the aliased call came");
@@ -66,7 +66,7 @@ Test(jit, the_aliasing_guard_sends_the_call_to_the_original)
 
 Test(jit, an_llvm_failure_falls_back_backs_off_and_blacklists)
 {
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1",
                        "OPJIT_SAMPLE_HZ=0", "OPJIT_TEST_FAULT=compile", NULL};
   run_checked("fail", env, (const char *[]){H_JIT_PROG, "sweep", "40", "3", "7", NULL});
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE status='ready'"), 0);
@@ -88,7 +88,7 @@ Test(jit, an_llvm_failure_falls_back_backs_off_and_blacklists)
 
 Test(jit, a_wrong_variant_is_caught_by_verification)
 {
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1", "OPJIT_SAMPLE_HZ=0",
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1", "OPJIT_SAMPLE_HZ=0",
                        "OPJIT_TEST_FAULT=wrong", NULL};
   run_checked("wrong", env, (const char *[]){H_JIT_PROG, "sweep", "40", "4", "11", NULL});
   cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 20);
@@ -98,9 +98,39 @@ Test(jit, a_wrong_variant_is_caught_by_verification)
   cr_assert(strstr(h_output("wrong", "err"), "blacklisted"), "%s", h_output("wrong", "err"));
 }
 
+Test(jit, a_kernel_slower_than_the_original_never_serves_a_call)
+{
+  /* The fault seam runs each kernel 16 times per call in the duel before publication: it loses
+   * to the library there, is demoted with its figures, serves no call, and the next run leaves
+   * the signature on the original without compiling it again. */
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
+                       "OPJIT_SAMPLE_HZ=0", "OPJIT_TEST_FAULT=slow", NULL};
+  run_checked("slow1", env, (const char *[]){H_JIT_PROG, "many", "3000", NULL});
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='demoted' AND detail LIKE"
+                             " 'slower before publication: variant %% ns per call, original %%'"),
+               1, "%s", h_output("slow1", "err"));
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='published'"), 0);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE status='demoted' AND calls=0"), 1);
+  run_checked("slow2", env, (const char *[]){H_JIT_PROG, "many", "3000", NULL});
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='queued'"), 1,
+               "the demoted signature was queued again in run 2");
+  /* Without the seam the same kernel is duelled for real: whatever the verdict on this CPU, it
+   * serves calls only when it won, and the results are the library's within tolerance. */
+  h_teardown();
+  h_setup();
+  const char *fair[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
+                        "OPJIT_SAMPLE_HZ=0", NULL};
+  run_checked("fair", fair, (const char *[]){H_JIT_PROG, "many", "2000000", NULL});
+  int64_t lost = h_query(NULL, "SELECT count(*) FROM events WHERE kind='demoted' AND detail"
+                               " LIKE '%% before publication:%%'");
+  int64_t served = h_query(NULL, "SELECT coalesce(sum(calls), 0) FROM variants");
+  cr_assert(lost ? served == 0 : served > 0, "duel lost %lld, variant served %lld calls",
+            (long long)lost, (long long)served);
+}
+
 Test(jit, tools_see_the_code_perf_map_and_sampled_pcs)
 {
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=8", "OPJIT_SAMPLE_HZ=1000",
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=8", "OPJIT_SAMPLE_HZ=1000",
                        "OPJIT_PERF_MAP=1", NULL};
   int st = h_run("ratio", 1, env, (const char *[]){H_HOST_PROG, "ratio", "8000", NULL});
   cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", h_output("ratio", "err"));
@@ -136,7 +166,7 @@ Test(jit, sampled_time_promotes_what_call_counts_never_would)
 
 Test(jit, infinities_in_the_inputs_do_not_blacklist_a_correct_variant)
 {
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1",
                        "OPJIT_SAMPLE_HZ=0", NULL};
   run_checked("inf", env, (const char *[]){H_JIT_PROG, "inf", NULL});
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 0);
@@ -145,7 +175,7 @@ Test(jit, infinities_in_the_inputs_do_not_blacklist_a_correct_variant)
 
 Test(jit, an_illegal_cblas_order_reaches_the_library)
 {
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1",
                        "OPJIT_SAMPLE_HZ=0", NULL};
   run_checked("order", env, (const char *[]){H_JIT_PROG, "badorder", NULL});
   /* OpenBLAS's xerbla reports on stdout. */
@@ -156,7 +186,7 @@ Test(jit, an_illegal_cblas_order_reaches_the_library)
 
 Test(jit, a_fork_child_compiles_when_its_parent_never_did)
 {
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1",
                        "OPJIT_SAMPLE_HZ=0", NULL};
   run_checked("fork", env, (const char *[]){H_JIT_PROG, "forkhot", NULL});
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE status='ready' AND calls > 0"), 1);
@@ -164,7 +194,7 @@ Test(jit, a_fork_child_compiles_when_its_parent_never_did)
 
 Test(jit, gemv_calls_match_the_reference)
 {
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1",
                        "OPJIT_SAMPLE_HZ=0", NULL};
   run_checked("gemv", env, (const char *[]){H_JIT_PROG, "gemv", "200", "10", "77", NULL});
   cr_assert(strstr(h_output("gemv", "out"), "calls 2000 "), "%s", h_output("gemv", "out"));
@@ -182,7 +212,7 @@ Test(jit, gemv_calls_match_the_reference)
  * every result is checked. */
 static void evict_under_threads(const char *mode, const char *hz)
 {
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=4",
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=4",
                        hz, "OPJIT_TEST_CODE_CACHE_BYTES=8192", "OPJIT_JIT_THREADS=2", NULL};
   run_checked(mode, env, (const char *[]){H_JIT_PROG, mode, "8", "600", NULL});
   cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events WHERE kind='evicted'"), 0);
@@ -215,7 +245,7 @@ Test(jit, a_kernel_two_signatures_share_outlives_one_s_eviction)
 
 Test(jit, dot_and_axpy_calls_match_the_reference)
 {
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1",
                        "OPJIT_SAMPLE_HZ=0", NULL};
   run_checked("vec", env, (const char *[]){H_JIT_PROG, "vec", "160", "10", "5", NULL});
   cr_assert(strstr(h_output("vec", "out"), "calls 1600 "), "%s", h_output("vec", "out"));

@@ -187,7 +187,7 @@ Test(preload, a_full_signature_table_counts_overflow_and_changes_nothing)
   snprintf(plain, sizeof plain, "%s/plain", h_dir);
   snprintf(agent, sizeof agent, "%s/agent", h_dir);
   const char *env[] = {"OPJIT_MAX_SIGS=16", "OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1",
-                       "OPJIT_HOT_PAYBACK=0", NULL};
+                       "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", NULL};
   assert_exited_ok(h_run("plain", 0, NULL, (const char *[]){H_BLAS_PROG, plain, "9", "2000", NULL}), "plain");
   assert_exited_ok(h_run("agent", 1, env, (const char *[]){H_BLAS_PROG, agent, "9", "2000", NULL}), "agent");
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM run_sigs"), 16);

@@ -17,7 +17,7 @@ TestSuite(warm, .init = h_setup_jit, .fini = h_teardown, .timeout = 600);
 /* Every signature is hot from its first call (and in the profile), and the first call waits
  * for the whole warm start, so the runs are deterministic; OPJIT_LOG=info tells whether LLVM
  * was loaded ("JIT ready"). */
-static const char *const env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
+static const char *const env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1",
                                   "OPJIT_SAMPLE_HZ=0", "OPJIT_LOG=info",
                                   "OPJIT_WARM_WAIT_US=60000000", NULL};
 
@@ -102,7 +102,7 @@ Test(warm, shapes_that_stop_being_called_decay_and_new_ones_become_hot)
   /* Each run's weight halves every run; a signature is hot at 16 decayed calls, and a stored
    * kernel is placed as long as its signature's decayed calls weigh one call or more. A kernel
    * compiled too late in a run to be verified is not stored: the next run compiles it again. */
-  const char *e[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=16",
+  const char *e[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=16",
                      "OPJIT_DECAY=1", "OPJIT_SAMPLE_HZ=0", "OPJIT_WARM_WAIT_US=60000000", NULL};
   sweep("a1", e, "12", "20", "1"); /* run 1: shapes A, 20 calls each */
   int64_t stored1 = objects();
@@ -182,7 +182,7 @@ Test(warm, a_full_code_cache_evicts_placed_kernels_and_compiles_the_deferred_lat
    * first call, evict placed ones; once the evicted mappings are freed (after a grace period)
    * the deferred ones are queued again and compiled. Every result stays right (sweep checks
    * them). */
-  const char *small[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
+  const char *small[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1",
                          "OPJIT_SAMPLE_HZ=0", "OPJIT_TEST_CODE_CACHE_BYTES=36000", NULL};
   sweep("small", small, "30", "30", "31");
   int64_t loaded = events(2, "loaded");
