@@ -508,8 +508,9 @@ void ag_mm_tally(ag_mm_check_t *c, double got, double exact, double mag, int64_t
 
 /* The duel before publication (duel.h): BLAS kernels only (a ggml node's original cannot be
  * called alone; that host judges its kernels in graph rounds). A kernel that loses, or ties above
- * 1, is never published: demoted as the in-run judge would demote it, with its event. The first
- * verdict teaches the promotion policy. slow: the test seam's kernel, run 16 times per call.
+ * 1 (no gain), is never published: demoted as the in-run judge demotes a loser, with its event,
+ * and left on the original in later runs until the generator changes. The first verdict teaches
+ * the promotion policy. slow: the test seam's kernel, run 16 times per call.
  * Returns 1 when the kernel lost. Compile thread only. */
 static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int slow)
 {
@@ -527,11 +528,11 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int slow
     return 0;
   uint32_t i = e->index;
   atomic_store(&e->tier, AG_TIER_DEMOTED);
-  demoted[i] = r.verdict == AG_CMP_TIE ? AG_DEMOTED_TIE : AG_DEMOTED_SLOWER;
+  demoted[i] = AG_DEMOTED_SLOWER;
   event(e, AG_EV_DEMOTED, "%s before publication: variant %.0f ns per call, original %.0f ns "
         "(duel on scratch operands; median ratio %.2f over %u rounds)",
         r.verdict == AG_CMP_TIE ? "tie" : "slower", r.var_ns, r.orig_ns, r.median, r.rounds);
-  if (r.verdict == AG_CMP_SLOWER && drop_persisted(i))
+  if (drop_persisted(i))
     event(e, AG_EV_INVALIDATED, "slower: %.0f ns per call, original %.0f ns", r.var_ns, r.orig_ns);
   return 1;
 }
