@@ -56,6 +56,7 @@
 #include "../tier.h"
 #include "jit/jit.h"
 
+#include "ggml-cpu.h"
 #include "ggml.h"
 
 _Static_assert((int)GGML_TYPE_F32 == (int)AG_GGML_TYPE_F32 &&
@@ -73,33 +74,26 @@ _Static_assert((int)GGML_TYPE_F32 == (int)AG_GGML_TYPE_F32 &&
 #include <string.h>
 
 /* The forward functions of ggml-cpu's ops.h with the (params, dst) signature. */
-#define GG_OPS(X)                                                                                  \
-  X(abs)                                                                                           \
-  X(acc) X(add) X(add1) X(add_id) X(add_non_quantized) X(add_rel_pos) X(arange) X(argmax) X(       \
-      argsort) X(ceil) X(clamp) X(col2im_1d) X(concat) X(cont) X(conv_2d) X(conv_2d_dw) X(conv_3d) \
-      X(conv_transpose_1d) X(conv_transpose_2d) X(cos) X(count_equal) X(cpy) X(cross_entropy_loss) \
-          X(cross_entropy_loss_back) X(cumsum) X(custom) X(diag) X(diag_mask_inf) X(               \
-              diag_mask_zero) X(div) X(dsv4_hc_comb) X(dsv4_hc_post) X(dsv4_hc_pre) X(dup) X(elu)  \
-              X(exp) X(expm1) X(fill) X(flash_attn_ext) X(floor) X(fwht) X(gated_delta_net) X(     \
-                  get_rel_pos) X(get_rows) X(get_rows_back) X(gla) X(glu) X(group_norm)            \
-                  X(hardsigmoid) X(hardswish) X(im2col) X(im2col_3d) X(im2col_back_f32) X(l2_norm) \
-                      X(leaky_relu) X(lightning_indexer) X(log) X(map_custom1) X(map_custom2)      \
-                          X(map_custom3) X(mean) X(mul) X(mul_mat) X(mul_mat_iqp) X(neg) X(norm)   \
-                              X(opt_step_adamw) X(opt_step_sgd) X(out_prod) X(pad)                 \
-                                  X(pad_reflect_1d) X(pool_1d) X(pool_2d) X(pool_2d_back) X(relu)  \
-                                      X(repeat) X(repeat_back) X(rms_norm) X(rms_norm_back)        \
-                                          X(roll) X(rope) X(rope_back) X(round) X(rwkv_wkv6)       \
-                                              X(rwkv_wkv7) X(scale) X(set) X(set_rows) X(          \
-                                                  sgn) X(sigmoid) X(silu_back) X(sin) X(soft_max)  \
-                                                  X(soft_max_ext_back) X(softplus) X(solve_tri)    \
-                                                      X(sqr) X(sqrt) X(ssm_conv) X(ssm_scan)       \
-                                                          X(step) X(sub) X(sum) X(sum_rows)        \
-                                                              X(tanh) X(timestep_embedding)        \
-                                                                  X(top_k) X(tri) X(trunc)         \
-                                                                      X(unary) X(upscale)          \
-                                                                          X(win_part)              \
-                                                                              X(win_unpart)        \
-                                                                                  X(xielu)
+/* clang-format off */
+#define GG_OPS(X)                                                                            \
+  X(abs) X(acc) X(add) X(add1) X(add_id) X(add_non_quantized) X(add_rel_pos) X(arange) \
+  X(argmax) X(argsort) X(ceil) X(clamp) X(col2im_1d) X(concat) X(cont) X(conv_2d) \
+  X(conv_2d_dw) X(conv_3d) X(conv_transpose_1d) X(conv_transpose_2d) X(cos) X(count_equal) \
+  X(cpy) X(cross_entropy_loss) X(cross_entropy_loss_back) X(cumsum) X(custom) X(diag) \
+  X(diag_mask_inf) X(diag_mask_zero) X(div) X(dsv4_hc_comb) X(dsv4_hc_post) X(dsv4_hc_pre) \
+  X(dup) X(elu) X(exp) X(expm1) X(fill) X(flash_attn_ext) X(floor) X(fwht) \
+  X(gated_delta_net) X(get_rel_pos) X(get_rows) X(get_rows_back) X(gla) X(glu) \
+  X(group_norm) X(hardsigmoid) X(hardswish) X(im2col) X(im2col_3d) X(im2col_back_f32) \
+  X(l2_norm) X(leaky_relu) X(lightning_indexer) X(log) X(map_custom1) X(map_custom2) \
+  X(map_custom3) X(mean) X(mul) X(mul_mat) X(mul_mat_iqp) X(neg) X(norm) X(opt_step_adamw) \
+  X(opt_step_sgd) X(out_prod) X(pad) X(pad_reflect_1d) X(pool_1d) X(pool_2d) \
+  X(pool_2d_back) X(relu) X(repeat) X(repeat_back) X(rms_norm) X(rms_norm_back) X(roll) \
+  X(rope) X(rope_back) X(round) X(rwkv_wkv6) X(rwkv_wkv7) X(scale) X(set) X(set_rows) \
+  X(sgn) X(sigmoid) X(silu_back) X(sin) X(soft_max) X(soft_max_ext_back) X(softplus) \
+  X(solve_tri) X(sqr) X(sqrt) X(ssm_conv) X(ssm_scan) X(step) X(sub) X(sum) X(sum_rows) \
+  X(tanh) X(timestep_embedding) X(top_k) X(tri) X(trunc) X(unary) X(upscale) X(win_part) \
+  X(win_unpart) X(xielu)
+/* clang-format on */
 
 enum { GG_UNCHECKED = 0, GG_PROFILE, GG_PASS };
 static _Atomic int gg_state;
@@ -435,27 +429,63 @@ static gcache_t gcache[GCACHE_MAX];
 static int gcache_next; /* the slot a new graph takes (round robin) */
 static pthread_mutex_t gcache_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* 0 off, 1 on; a test's: 2 poison (fused nodes write zeros, unverified), 3 wrong (the kernel's
- * y comes out 1.5 times too large; verification must catch it), 4 slow (the norm groups',
- * MUL_MAT + ADD groups' and single MUL_MATs' nodes spend 3 ms more, and rounds follow each
- * other without a gap: the never-slower judge must demote their kernels) */
-static int fusion_mode;
+static int fusion_on; /* graphs are fused (jit mode, OPJIT_TEST_FUSION not "off") */
+
+/* The test seam: behaviour a test asks for with OPJIT_TEST_FUSION, NULL in production (no
+ * branch of the host tests a mode). poison: every kernel's rows come out as zeros, unverified
+ * (the model must notice); wrong: 1.5 times too large (verification must catch it); slow: the
+ * norm groups', MUL_MAT + ADD groups' and single MUL_MATs' kernels spend 3 ms more per call,
+ * and rounds follow each other without a gap (the never-slower judge must demote them). */
+typedef struct gg_test_s {
+  int unverified;       /* kernels are not verified */
+  uint64_t round_every; /* executions from a round to the next (0: the host's periods) */
+  /* After a kernel of record f wrote y[j * ld + i], j < cols, i0 <= i < i1. */
+  void (*wrote)(const struct fusion_s *f, float *y, int64_t ld, int64_t cols, int64_t i0,
+                int64_t i1);
+} gg_test_t;
+static const gg_test_t *test;
+
+static void test_hook(const struct fusion_s *f, float *y, int64_t ld, int64_t cols, int64_t i0,
+                      int64_t i1);
+static const gg_test_t test_poison = {1, 0, test_hook}, test_wrong = {0, 0, test_hook},
+                       test_slow = {0, 4, test_hook};
+
+/* The kernel's rows as the test asks: zeros, 1.5 times too large, or 3 ms late (more than a
+ * loaded machine adds to the original's barriers; not for groups of products, whose kernels
+ * are their products'). */
+static void test_hook(const struct fusion_s *f, float *y, int64_t ld, int64_t cols, int64_t i0,
+                      int64_t i1)
+{
+  for (int64_t j = 0; test != &test_slow && j < cols; j++)
+    for (int64_t i = i0; i < i1; i++)
+      y[j * ld + i] = test == &test_poison ? 0.0f : y[j * ld + i] * 1.5f;
+  if (test == &test_slow && f->kind != FU_SWIGLU && f->kind != FU_SHARED_INPUT)
+    for (uint64_t until = ag_now_ns() + 3000000; ag_now_ns() < until;)
+      ;
+}
+
+/* A kernel of f wrote y[j * ld + i], j < cols, i0 <= i < i1: the test seam's turn. */
+static inline void wrote(const struct fusion_s *f, float *y, int64_t ld, int64_t cols, int64_t i0,
+                         int64_t i1)
+{
+  if (ag_unlikely(test != NULL))
+    test->wrote(f, y, ld, cols, i0, i1);
+}
 
 /* Decides the fusion mode and resolves the backend's own ops, once (after check() accepted
  * this ggml). */
 static void fusion_setup(void)
 {
   const char *t = getenv("OPJIT_TEST_FUSION");
-  fusion_mode = !ag_hot_calls              ? 0
-                : !t                       ? 1
-                : strcmp(t, "off") == 0    ? 0
-                : strcmp(t, "poison") == 0 ? 2
-                : strcmp(t, "wrong") == 0  ? 3
-                : strcmp(t, "slow") == 0   ? 4
-                                           : 1;
+  fusion_on = ag_hot_calls && !(t && strcmp(t, "off") == 0);
+  test = !t                         ? NULL
+         : strcmp(t, "poison") == 0 ? &test_poison
+         : strcmp(t, "wrong") == 0  ? &test_wrong
+         : strcmp(t, "slow") == 0   ? &test_slow
+                                    : NULL;
   void *cpu = atomic_load(&cpu_lib);
   if (!cpu) {
-    fusion_mode = 0;
+    fusion_on = 0;
     return;
   }
   *(void **)&api.add = dlsym(cpu, "ggml_compute_forward_add");
@@ -466,7 +496,7 @@ static void fusion_setup(void)
            api.graph_overhead && api.tensor_overhead && api.contiguous && api.custom &&
            api.nbytes && api.add && api.rms_norm && api.mul;
   if (!api.ok)
-    fusion_mode = 0;
+    fusion_on = 0;
 }
 
 static int same_shape(const struct ggml_tensor *x, const struct ggml_tensor *y)
@@ -809,9 +839,7 @@ static void verify(fusion_t *f, jt_add_rms_mul_fn k)
   float *rx = scratch, *rs = scratch + cnt, *ry = scratch + 2 * cnt;
   ggml_rows(f, 0, f->rows, rx, rs, ry);
   k(a, b, w, x, s, y, f->rows, f->eps);
-  if (fusion_mode == 3)
-    for (size_t i = 0; i < cnt; i++)
-      y[i] *= 1.5f;
+  wrote(f, y, 0, 1, 0, (int64_t)cnt);
   /* x and s are compared when they end as themselves (an output reusing another's memory
    * ends as the later one); all must match within a few ulps of ggml's. */
   double worst = 0, bound = 1;
@@ -836,16 +864,6 @@ static void verify(fusion_t *f, jt_add_rms_mul_fn k)
   }
   free(scratch);
   ag_tier_verify_result(f->ke, worst, bound);
-}
-
-/* The slow test mode's 3 ms more (more than a loaded machine adds to the original's
- * barriers). */
-static void slow_down(void)
-{
-  if (fusion_mode != 4) /* every fused call passes here: no clock read unless asked */
-    return;
-  for (uint64_t until = ag_now_ns() + 3000000; ag_now_ns() < until;)
-    ;
 }
 
 /* The custom node's work on thread ith of nth: its share of the rows (all of them on thread 0
@@ -877,16 +895,9 @@ static void fused_add_rms_mul(struct ggml_tensor *dst, int ith, int nth, void *u
     ggml_rows(f, r0, r1, x, s, y);
     return;
   }
-  if (fusion_mode == 2) { /* poison: the model must notice */
-    memset(y + r0 * n, 0, (size_t)((r1 - r0) * n) * sizeof *y);
-    return;
-  }
   k(a + r0 * n, b ? b + r0 * n : NULL, w, x ? x + r0 * n : NULL, s + r0 * n, y + r0 * n, r1 - r0,
     f->eps);
-  if (fusion_mode == 3)
-    for (int64_t i = r0 * n; i < r1 * n; i++)
-      y[i] *= 1.5f;
-  slow_down();
+  wrote(f, y, 0, 1, r0 * n, r1 * n);
 }
 
 /* ---- MUL_MAT -------------------------------------------------------------------------- */
@@ -959,17 +970,6 @@ static int mm_share(int64_t m, int ith, int nth, int64_t *r0, int64_t *r1)
   return *r0 < *r1;
 }
 
-/* The wrong test mode: rows [r0, r1) of every column of MUL_MAT mm's shape in y, 1.5 times too
- * large (verification must catch it). */
-static void spoil_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1, float *y)
-{
-  if (fusion_mode != 3)
-    return;
-  for (int64_t j = 0; j < mm->ne[1]; j++)
-    for (int64_t i = r0; i < r1; i++)
-      y[j * mm->ne[0] + i] *= 1.5f;
-}
-
 /* The calling thread's kernel scratch of JT_MM_SCRATCH_FLOATS(k) floats (64-byte aligned):
  * kept for the thread's life (freed when it ends), grown on demand; NULL without memory. A
  * node's call used to allocate and free its own. */
@@ -1010,7 +1010,7 @@ static int mm_compute(const fusion_t *f, ag_entry_t *ke, const struct ggml_tenso
     return 0;
   }
   k(mm->src[0]->data, mm->src[1]->data, mm->data, r0, r1, scratch);
-  spoil_rows(mm, r0, r1, mm->data);
+  wrote(f, mm->data, mm->ne[0], mm->ne[1], r0, r1);
   if (f->verifying)
     mm_verify(ke, mm, r0, r1, ith, NULL, NULL);
   return 1;
@@ -1039,20 +1039,13 @@ static int mm_add_compute(const fusion_t *f, int64_t r0, int64_t r1, int ith)
   for (int64_t j = 0; keep && j < n; j++)
     memcpy(keep + j * cnt, res + j * m + r0, (size_t)cnt * sizeof *keep);
   k(mm->src[0]->data, mm->src[1]->data, mm->data, res, out, r0, r1, scratch);
-  spoil_rows(mm, r0, r1, out);
+  wrote(f, out, m, n, r0, r1);
   if (keep)
     mm_verify(f->ke, mm, r0, r1, ith, keep, out);
   else if (f->verifying) /* no memory to compare now: a later execution checks */
     atomic_fetch_add(&f->ke->verify, 1);
   free(keep);
   return 1;
-}
-
-/* Zeros rows [r0, r1) of every column of t (the poison test mode). */
-static void poison_rows(struct ggml_tensor *t, int64_t r0, int64_t r1)
-{
-  for (int64_t j = 0; j < t->ne[1]; j++)
-    memset((float *)t->data + j * t->ne[0] + r0, 0, (size_t)(r1 - r0) * sizeof(float));
 }
 
 /* The custom node of a MUL_MAT, or of a MUL_MAT + ADD, on thread ith of nth: its share of
@@ -1063,15 +1056,10 @@ static void mul_mat_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
   int64_t r0, r1;
   if (!mm_share(dst->ne[0], ith, nth, &r0, &r1))
     return;
-  if (fusion_mode == 2)
-    poison_rows(dst, r0, r1);
-  else if (f->kind == FU_MM_ADD) {
+  if (f->kind == FU_MM_ADD)
     mm_add_compute(f, r0, r1, ith);
-    slow_down();
-  } else {
+  else
     mm_compute(f, f->ke, f->mul, r0, r1, ith);
-    slow_down();
-  }
 }
 
 /* The SWIGLU group's custom node on thread ith of nth: its share of the rows of both products
@@ -1085,10 +1073,6 @@ static void swiglu_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
   int64_t m = dst->ne[0], n = dst->ne[1], r0, r1;
   if (!mm_share(m, ith, nth, &r0, &r1))
     return;
-  if (fusion_mode == 2) {
-    poison_rows(dst, r0, r1);
-    return;
-  }
   int served = mm_compute(f, f->ke, f->gate, r0, r1, ith);
   served += mm_compute(f, f->ke, f->up, r0, r1, ith);
   /* The products' own signature keeps its calls: they are what keeps its kernel hot in later
@@ -1112,10 +1096,6 @@ static void shared_node(struct ggml_tensor *dst, int ith, int nth, void *ud)
     int64_t r0, r1;
     if (!mm_share(f->prod[p]->ne[0], ith, nth, &r0, &r1))
       continue;
-    if (fusion_mode == 2) {
-      poison_rows(f->prod[p], r0, r1);
-      continue;
-    }
     int served = mm_compute(f, f->pke[p], f->prod[p], r0, r1, ith);
     atomic_fetch_add_explicit(&f->pke[p]->calls, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&f->pke[p]->vcalls, (uint64_t)served, memory_order_relaxed);
@@ -1479,13 +1459,14 @@ static ag_entry_t *judged(const fusion_t *f)
 }
 
 /* Starts this execution of c (which has a rebuilt graph) as its place in the rounds asks:
- * returns 1 when it computes the host's graph. The timed one of each side is timed unless
- * another execution is (one at a time) or a kernel verifies in it (c->timing). The host's
+ * returns 1 when it computes the host's graph. On the rebuilt side a kernel with verifications
+ * left verifies (takes one). The timed one of each side is timed unless another execution is
+ * (one at a time) or a kernel verifies in it (c->timing). The host's
  * execution counts each fused norm or MUL_MAT + ADD group as nth calls of its signature,
  * ggml's. gcache_mu held. */
 static int round_start(gcache_t *c, int nth)
 {
-  uint64_t every = fusion_mode == 4            ? 4
+  uint64_t every = test && test->round_every   ? test->round_every
                    : c->rounds < AG_CMP_ROUNDS ? ROUND_EVERY
                                                : ROUND_EVERY_DECIDED;
   uint64_t k = ++c->execs % every; /* a graph's first executions are all fused */
@@ -1494,7 +1475,12 @@ static int round_start(gcache_t *c, int nth)
   c->timing = k == every - 1 || (k == 1 && c->execs > every);
   for (int i = 0; i < c->nf; i++) {
     fusion_t *f = &c->f[i];
-    c->timing &= !(f->node && c->side && f->verifying);
+    /* a kernel verifies in an execution that runs it (a MUL_MAT + ADD without its kernel
+     * checks its product's) */
+    ag_entry_t *ve = f->kind == FU_MM_ADD && !f->pvariant[1] ? f->pke[0] : f->ke;
+    f->verifying = c->side && f->node && !(test && test->unverified) &&
+                   atomic_load(&ve->verify) > 0 && atomic_fetch_sub(&ve->verify, 1) > 0;
+    c->timing &= !f->verifying;
     if (!c->side && f->node &&
         (f->kind == FU_ADD_RMS_MUL || f->kind == FU_RMS_MUL || f->kind == FU_MM_ADD))
       atomic_fetch_add_explicit(&f->e->calls, (uint64_t)nth, memory_order_relaxed);
@@ -1605,17 +1591,9 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gcache_t 
   struct ggml_cgraph *use = c->graph ? c->graph : g;
   if (c->graph)
     c->busy++, *slot = c;
-  for (int i = 0; use != g && i < c->nf; i++) { /* outputs move when ggml reallocates */
-    fusion_t *f = &c->f[i];
-    if (!f->node)
-      continue;
-    f->node->data = f->mul->data;
-    /* a MUL_MAT + ADD without its kernel checks its product's */
-    ag_entry_t *ve = f->kind == FU_MM_ADD && !f->pvariant[1] ? f->pke[0] : f->ke;
-    int32_t left = atomic_load(&ve->verify);
-    f->verifying = (fusion_mode == 1 || fusion_mode == 3 || fusion_mode == 4) && left > 0 &&
-                   atomic_fetch_sub(&ve->verify, 1) > 0;
-  }
+  for (int i = 0; use != g && i < c->nf; i++) /* outputs move when ggml reallocates */
+    if (c->f[i].node)
+      c->f[i].node->data = c->f[i].mul->data;
   if (c->graph && round_start(c, nth))
     use = g;
   pthread_mutex_unlock(&gcache_mu);
@@ -1636,10 +1614,10 @@ static void fused_done(gcache_t *slot)
   pthread_mutex_unlock(&gcache_mu);
 }
 
-typedef int (*graph_compute_fn)(struct ggml_cgraph *, void *);
+typedef enum ggml_status (*graph_compute_fn)(struct ggml_cgraph *, struct ggml_cplan *);
 
-/* The CPU backend computes each graph split here (ggml-cpu.h: the plan is opaque to us). */
-AG_EXPORT int ggml_graph_compute(struct ggml_cgraph *g, void *cplan)
+/* The CPU backend computes each graph split here (ggml-cpu.h). */
+AG_EXPORT enum ggml_status ggml_graph_compute(struct ggml_cgraph *g, struct ggml_cplan *cplan)
 {
   static void *_Atomic real;
   graph_compute_fn fn =
@@ -1651,14 +1629,11 @@ AG_EXPORT int ggml_graph_compute(struct ggml_cgraph *g, void *cplan)
   }
   static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
   pthread_once(&setup_once, fusion_setup);
-  int nth;
-  bool use_ref;
-  memcpy(&nth, (const char *)cplan + 2 * sizeof(void *), sizeof nth); /* ggml_cplan.n_threads */
-  memcpy(&use_ref, (const char *)cplan + 6 * sizeof(void *), sizeof use_ref); /* .use_ref */
-  if (!fusion_mode || use_ref) /* reference implementations asked for: the host's graph */
+  if (!fusion_on || cplan->use_ref) /* reference implementations asked for: the host's graph */
     return fn(g, cplan);
   gcache_t *slot;
-  int rc = fn(fused_graph(g, nth > 0 ? nth : 1, &slot), cplan);
+  enum ggml_status rc =
+      fn(fused_graph(g, cplan->n_threads > 0 ? cplan->n_threads : 1, &slot), cplan);
   fused_done(slot);
   return rc;
 }
