@@ -13,6 +13,7 @@
 #include "agent.h"
 #include "codemap.h"
 #include "compare.h"
+#include "events.h"
 #include "policy.h"
 #include "hosts/blas.h"
 #include "machine.h"
@@ -41,7 +42,6 @@
 /* The duel before publication may take as long as the compile did, within these bounds. */
 #define DUEL_MIN_NS 2000000ull
 #define DUEL_MAX_NS 20000000ull
-#define EVENTS_MAX 512
 
 static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t q_cond = PTHREAD_COND_INITIALIZER;
@@ -106,10 +106,9 @@ static ag_policy_t policy;
 /* e's size class for the policy. */
 static int size_class(const ag_entry_t *e) { return ag_policy_class(e->key.m, e->key.n, e->key.k); }
 
-static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
-static ag_event_rec_t events[EVENTS_MAX];
-static unsigned ev_len;
-static uint64_t ev_dropped;
+static ag_events_t events = AG_EVENTS_INIT;
+/* Records an event about entry e (events.h). */
+#define event(e, ...) ag_events_add(&events, (e)->index, __VA_ARGS__)
 
 /* Starts the comparison of e's variant, about to be published. */
 static void judge(ag_entry_t *e)
@@ -121,37 +120,7 @@ static void judge(ag_entry_t *e)
   atomic_fetch_add(&ag_tier_undecided, 1);
 }
 
-static void event(const ag_entry_t *e, int kind, const char *fmt, ...)
-  __attribute__((format(printf, 3, 4)));
-static void event(const ag_entry_t *e, int kind, const char *fmt, ...)
-{
-  pthread_mutex_lock(&ev_mu);
-  if (ev_len == EVENTS_MAX) {
-    if (!ev_dropped++)
-      ag_log(AG_LOG_WARN, "JIT events come faster than they are written: some are not recorded");
-  } else {
-    ag_event_rec_t *r = &events[ev_len++];
-    r->time_ns = ag_realtime_ns();
-    r->index = e->index;
-    r->kind = kind;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->detail, sizeof r->detail, fmt, ap);
-    va_end(ap);
-  }
-  pthread_mutex_unlock(&ev_mu);
-}
-
-size_t ag_tier_events(ag_event_rec_t *out, size_t max)
-{
-  pthread_mutex_lock(&ev_mu);
-  size_t n = ev_len < max ? ev_len : max;
-  memcpy(out, events, n * sizeof *out);
-  memmove(events, events + n, (ev_len - n) * sizeof *events);
-  ev_len -= (unsigned)n;
-  pthread_mutex_unlock(&ev_mu);
-  return n;
-}
+size_t ag_tier_events(ag_event_rec_t *out, size_t max) { return ag_events_take(&events, out, max); }
 
 int ag_tier_code_at(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name)
 {
@@ -1194,7 +1163,7 @@ void ag_tier_after_fork_child(void)
 {
   pthread_mutex_init(&q_mu, NULL);
   pthread_cond_init(&q_cond, NULL);
-  pthread_mutex_init(&ev_mu, NULL);
+  ag_events_after_fork_child(&events);
   pthread_mutex_init(&persist_mu, NULL);
   pthread_mutex_init(&cmp_mu, NULL);
   ag_code_after_fork_child();
@@ -1206,7 +1175,6 @@ void ag_tier_after_fork_child(void)
   atomic_store(&ag_tier_live, 0);
   atomic_store(&ag_tier_undecided, 0);
   q_len = 0;
-  ev_len = 0;
   /* If the parent had loaded LLVM, its state in the child is whatever a compile thread left
    * mid-compile: the child keeps the variants it inherited and compiles nothing new. (A parent
    * whose compile thread only watched loaded kernels never touched LLVM.) */

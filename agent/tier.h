@@ -20,6 +20,7 @@
 #ifndef OPJIT_AGENT_TIER_H
 #define OPJIT_AGENT_TIER_H
 
+#include "events.h"
 #include "table.h"
 #include "../store/store.h"
 
@@ -185,13 +186,6 @@ void ag_mm_tally(ag_mm_check_t *c, double got, double exact, double mag, int64_t
  * and blacklists the variant (the host keeps the original's result either way). */
 void ag_tier_verify_end(ag_verify_t *vf);
 
-/* One recorded event, for the writer. */
-typedef struct ag_event_rec_s {
-  int64_t time_ns;   /* CLOCK_REALTIME */
-  uint32_t index;    /* entry */
-  int kind;          /* enum ag_event */
-  char detail[160];
-} ag_event_rec_t;
 /* Moves up to max events recorded since the last call into out; returns how many. */
 size_t ag_tier_events(ag_event_rec_t *out, size_t max);
 
