@@ -62,6 +62,7 @@ Test(opt, every_option_parsed)
   setenv_fake("OPJIT_TIME_EVERY", "100");
   setenv_fake("OPJIT_HOT_CALLS", "1");
   setenv_fake("OPJIT_HOT_PAYBACK", "0");
+  setenv_fake("OPJIT_DUEL", "off");
   setenv_fake("OPJIT_JIT_MAX_DIM", "64");
   setenv_fake("OPJIT_VERIFY", "0");
   setenv_fake("OPJIT_PERF_MAP", "1");
@@ -80,6 +81,7 @@ Test(opt, every_option_parsed)
   setenv_fake("OPJIT_STACK_DEPTH", "0");
   setenv_fake("OPJIT_LOG", "DEBUG");
   setenv_fake("OPJIT_LOG_FILE", "/tmp/opjit.log");
+  setenv_fake("OPJIT_SUMMARY", "yes");
   cr_assert_eq(env_n, AG_OPT__COUNT, "a new option needs a line in this test");
   ag_opts_t o;
   cr_assert_eq(ag_opts_parse(&o, fake_get, capture), 0, "%s", nlines ? lines[0] : "");
@@ -87,6 +89,8 @@ Test(opt, every_option_parsed)
   cr_assert_eq(o.num[AG_OPT_MODE], AG_MODE_OFF);
   cr_assert_str_eq(o.str[AG_OPT_DB], "/tmp/x.db");
   cr_assert_eq(o.num[AG_OPT_HOSTS], 0);
+  cr_assert_eq(o.num[AG_OPT_DUEL], 0);
+  cr_assert_eq(o.num[AG_OPT_SUMMARY], 1);
   cr_assert_eq(o.num[AG_OPT_TIME_EVERY], 128, "rounded up to a power of two");
   cr_assert_eq(o.num[AG_OPT_HOT_CALLS], 1);
   cr_assert_eq(o.num[AG_OPT_HOT_PAYBACK], 0);
