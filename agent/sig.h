@@ -101,7 +101,8 @@ static inline uint64_t ag_sig_hash(const ag_sig_t *s)
 }
 
 /* The names of ggml's ops, types and sub-ops, as the running library spells them (the ggml
- * host sets them once it has checked the library; until then ggml keys are named by number). */
+ * host sets them once it has checked the library; until then ggml keys are named by number).
+ * Kept by the ggml host's naming (hosts/ggml_sig.c). */
 typedef struct ag_ggml_names_s {
   const char *const *ops, *const *types, *const *unary, *const *glu;
   int nops, ntypes, nunary, nglu;
@@ -120,6 +121,8 @@ static inline ag_sig_t ag_sig_mm_add_product(const ag_sig_t *s)
   return ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_MUL_MAT, s->dtype, s->api, s->order, 0, 0, 0,
                      s->m, s->n, s->k, s->lda, s->ldb, 0);
 }
+
+/* Naming, by the key's host's row (host.h); a key of no known host is "host#N ...". */
 
 /* The operator's name as a BLAS user spells it: "sgemm", "cblas_ddot"; a ggml op's name:
  * "MUL_MAT". */

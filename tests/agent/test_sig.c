@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Signatures: stable hashes, human forms and JSON parameters of keys. */
 #include "agent/sig.h"
+#include "agent/host.h"
 
 #include <criterion/criterion.h>
 #include <string.h>
@@ -48,11 +49,13 @@ Test(sig, human_form)
   s.dtype = AG_F64, s.m = 10, s.n = 20, s.k = 30, s.lda = 10, s.ldb = 20, s.ldc = 25;
   ag_sig_format(&s, buf, sizeof buf);
   cr_assert_str_eq(buf, "cblas_dgemm row TN 10x20x30 α=-1 β=* ldc=25");
-  ag_sig_t d = {.op = AG_OP_DOT, .dtype = AG_F32, .api = AG_API_F77, .m = 16, .lda = 1, .ldb = 2};
+  ag_sig_t d = {.host = AG_HOST_ID_BLAS, .op = AG_OP_DOT, .dtype = AG_F32, .api = AG_API_F77,
+                .m = 16, .lda = 1, .ldb = 2};
   ag_sig_format(&d, buf, sizeof buf);
   cr_assert_str_eq(buf, "sdot n=16 incy=2");
-  ag_sig_t v = {.op = AG_OP_GEMV, .dtype = AG_F64, .api = AG_API_CBLAS, .order = AG_COL,
-                .ta = AG_T, .ab = AG_S_OTHER, .m = 256, .n = 128, .lda = 300, .ldb = 1, .ldc = 1};
+  ag_sig_t v = {.host = AG_HOST_ID_BLAS, .op = AG_OP_GEMV, .dtype = AG_F64, .api = AG_API_CBLAS,
+                .order = AG_COL, .ta = AG_T, .ab = AG_S_OTHER, .m = 256, .n = 128, .lda = 300,
+                .ldb = 1, .ldc = 1};
   ag_sig_format(&v, buf, sizeof buf);
   cr_assert_str_eq(buf, "cblas_dgemv col T 256x128 α=* β=1 lda=300");
 }
@@ -89,4 +92,29 @@ Test(sig, make_writes_the_same_bytes_as_the_fields)
   ag_sig_t m = ag_sig_make(AG_HOST_ID_BLAS, AG_OP_GEMV, AG_F64, AG_API_CBLAS, AG_ROW, AG_T, AG_C,
                            AG_S_OTHER | AG_S_ZERO << 4, -3, 70000, 5, 6, -7, 2147483647);
   cr_assert_eq(memcmp(&f, &m, sizeof f), 0);
+}
+
+Test(sig, every_key_is_named_by_its_hosts_row)
+{
+  for (size_t i = 0; i < ag_nhosts; i++) {
+    cr_assert_eq(ag_host_of(ag_hosts[i]->id), ag_hosts[i]);
+    cr_assert(ag_hosts[i]->opname && ag_hosts[i]->format && ag_hosts[i]->params_json);
+  }
+  cr_assert_str_eq(ag_host_of(AG_HOST_ID_BLAS)->name, "blas");
+  cr_assert_str_eq(ag_host_of(AG_HOST_ID_GGML)->name, "ggml");
+  cr_assert(ag_host_of(AG_HOST_ID_BLAS)->traits & AG_HOST_DUELS);
+  cr_assert_not(ag_host_of(AG_HOST_ID_GGML)->traits & AG_HOST_DUELS, "ggml nodes run in graphs");
+  /* A key of no host is named as such, never as another host's. */
+  ag_sig_t k = {.host = 9, .op = AG_OP_GEMM, .dtype = AG_F32, .m = 4, .n = 4, .k = 4};
+  char buf[128];
+  cr_assert_null(ag_host_of(9));
+  ag_sig_format(&k, buf, sizeof buf);
+  cr_assert_str_eq(buf, "host#9 op#1");
+  ag_sig_params_json(&k, buf, sizeof buf);
+  cr_assert_str_eq(buf, "{\"host\":9,\"op\":1}");
+  /* Truncation stops at the buffer's end. */
+  k.host = AG_HOST_ID_BLAS;
+  char small[8];
+  ag_sig_format(&k, small, sizeof small);
+  cr_assert_str_eq(small, "sgemm N");
 }

@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+/* The hosts: one row per kind of program operator the agent interposes (agent/hosts/<name>*),
+ * holding what the core asks of a host by the id every key carries (sig.h, ag_sig_t.host):
+ * its name, its OPJIT_HOSTS bit, what it intercepts, how its keys are named for people, and
+ * the traits the tiers' policy needs. A new host is its files in agent/hosts/ and one row. */
+#ifndef OPJIT_AGENT_HOST_H
+#define OPJIT_AGENT_HOST_H
+
+#include "sig.h"
+#include <stddef.h>
+
+/* Traits: how the never-slower checks reach a host's originals. */
+enum {
+  AG_HOST_DUELS = 1 << 0,  /* one original call can run alone on scratch operands: a new kernel
+                              is duelled before publication (duel.h) */
+  AG_HOST_BURSTS = 1 << 1, /* its calls take part in the threads' original bursts (compare.h) */
+  AG_HOST_ROUNDS = 1 << 2, /* it judges its kernels itself, in rounds of whole executions of the
+                              host's work (ggml: graph rounds) */
+};
+
+typedef struct ag_host_s {
+  unsigned id;            /* enum ag_host: the keys' first byte (persisted) */
+  const char *name;       /* OPJIT_HOSTS's word for it; "host" in its keys' JSON */
+  unsigned opt_bit;       /* its bit of OPJIT_HOSTS (opt.h) */
+  const char *interposes; /* what it intercepts, for people */
+  unsigned traits;        /* AG_HOST_* above */
+  /* Naming a key of this host (the contracts of sig.h's ag_sig_opname, ag_sig_format and
+   * ag_sig_params_json). */
+  const char *(*opname)(const ag_sig_t *s, char *buf, size_t len);
+  void (*format)(const ag_sig_t *s, char *buf, size_t len);
+  void (*params_json)(const ag_sig_t *s, char *buf, size_t len);
+} ag_host_t;
+
+/* The row of the host with this id, or NULL for an id no host has. */
+const ag_host_t *ag_host_of(unsigned id);
+
+/* printf into [*at, end), advancing *at, never past end (for the naming functions). */
+void ag_appendf(char **at, char *end, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* The rows, in id order (hosts/blas_sig.c, hosts/ggml_sig.c), and how many. */
+extern const ag_host_t *const ag_hosts[];
+extern const size_t ag_nhosts;
+
+#endif

@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+/* The ggml host's row (host.h): its keys named for people, "MUL_MAT f16 K=256 M=768 N=8", with
+ * the running library's own names for ops, types and sub-ops once the host has checked it. */
+#include "../host.h"
+#include "../opt.h"
+
+#include <stdio.h>
+
+#define APPEND(...) ag_appendf(&at, end, __VA_ARGS__)
+
+static ag_ggml_names_t gg; /* set once, before any ggml key is formatted */
+
+void ag_sig_set_ggml_names(const ag_ggml_names_t *names) { gg = *names; }
+
+/* names[i], or "#i" in buf. */
+static const char *gg_name(const char *const *names, int n, int i, char *buf, size_t len)
+{
+  if (names && i >= 0 && i < n && names[i])
+    return names[i];
+  snprintf(buf, len, "#%d", i);
+  return buf;
+}
+
+static const char *const fusion_names[] = {
+    "?",           "ADD+RMS_NORM+MUL", "MUL_MAT+MUL_MAT+SWIGLU", "SHARED-INPUT MUL_MATS",
+    "MUL_MAT+ADD", "RMS_NORM+MUL"};
+
+static const char *opname(const ag_sig_t *s, char *buf, size_t len)
+{
+  char tmp[16];
+  snprintf(buf, len, "%s",
+           s->op == AG_GGML_OP_FUSED ? "FUSED" : gg_name(gg.ops, gg.nops, s->op, tmp, sizeof tmp));
+  return buf;
+}
+
+/* A ggml op's sub-op name (UNARY, GLU), or NULL. */
+static const char *gg_subop(const ag_sig_t *s, char *buf, size_t len)
+{
+  if (s->op == AG_GGML_OP_FUSED)
+    return gg_name(fusion_names, sizeof fusion_names / sizeof *fusion_names, s->ta, buf, len);
+  if (gg.ops && s->op == gg.op_unary)
+    return gg_name(gg.unary, gg.nunary, s->ta, buf, len);
+  if (gg.ops && s->op == gg.op_glu)
+    return gg_name(gg.glu, gg.nglu, s->ta, buf, len);
+  return NULL;
+}
+
+/* "MUL_MAT f16 K=256 M=768 N=8", "GLU SWIGLU f32 768x8", "RMS_NORM f32 256x8". */
+static void format(const ag_sig_t *s, char *buf, size_t len)
+{
+  char *at = buf, *end = buf + len, name[32], sub[16], t[16];
+  APPEND("%s", opname(s, name, sizeof name));
+  const char *so = gg_subop(s, sub, sizeof sub);
+  if (so)
+    APPEND(" %s", so);
+  APPEND(" %s", gg_name(gg.types, gg.ntypes, s->dtype, t, sizeof t));
+  if ((gg.ops && s->op == gg.op_mul_mat) ||
+      (s->op == AG_GGML_OP_FUSED &&
+       (s->ta == AG_FUSE_MM_SWIGLU || s->ta == AG_FUSE_SHARED_INPUT || s->ta == AG_FUSE_MM_ADD))) {
+    APPEND(" K=%d M=%d N=%d", s->k, s->m, s->n);
+    if (s->lda > 1 || s->ldb > 1)
+      APPEND(" x%dx%d", s->lda, s->ldb);
+    return;
+  }
+  APPEND(" %d", s->m);
+  int dims = s->ldb > 1 ? 4 : s->lda > 1 ? 3 : s->n > 1 ? 2 : 1;
+  if (dims > 1)
+    APPEND("x%d", s->n);
+  if (dims > 2)
+    APPEND("x%d", s->lda);
+  if (dims > 3)
+    APPEND("x%d", s->ldb);
+}
+
+static void params_json(const ag_sig_t *s, char *buf, size_t len)
+{
+  char *at = buf, *end = buf + len, name[32], sub[16], t0[16], t1[16], t2[16];
+  const char *so = gg_subop(s, sub, sizeof sub);
+  APPEND("{\"host\":\"ggml\",\"op\":\"%s\"", opname(s, name, sizeof name));
+  if (so)
+    APPEND(",\"subop\":\"%s\"", so);
+  APPEND(",\"src0_type\":\"%s\",\"type\":\"%s\"",
+         gg_name(gg.types, gg.ntypes, s->dtype, t0, sizeof t0),
+         gg_name(gg.types, gg.ntypes, s->api, t1, sizeof t1));
+  if (s->order)
+    APPEND(",\"src1_type\":\"%s\"", gg_name(gg.types, gg.ntypes, s->order - 1, t2, sizeof t2));
+  APPEND(",\"ne\":[%d,%d,%d,%d],\"src0_ne0\":%d}", s->m, s->n, s->lda, s->ldb, s->k);
+}
+
+const ag_host_t ag_host_ggml = {
+    .id = AG_HOST_ID_GGML,
+    .name = "ggml",
+    .opt_bit = AG_HOST_GGML,
+    .interposes = "ggml's CPU backend: ggml_graph_compute and the ggml_compute_forward_<op> "
+                  "functions it calls per node",
+    .traits = AG_HOST_ROUNDS,
+    .opname = opname,
+    .format = format,
+    .params_json = params_json,
+};
