@@ -81,20 +81,19 @@ static void add_mode(cJSON *o, cJSON *warnings, const char *key, const char *pat
   }
 }
 
-/* Runs a one-value query (PRAGMA ...) and adds its text under key; NULL on error. */
-static void add_query(cJSON *o, st_db_t *db, const char *key, const char *sql)
+/* Runs a one-value query and adds its value under key; SQLite's message on error. */
+static void add_query(cJSON *o, st_db_t *db, const char *key, enum st_query q)
 {
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(st_sqlite(db), sql, -1, &st, NULL) == SQLITE_OK &&
-      sqlite3_step(st) == SQLITE_ROW) {
-    if (sqlite3_column_type(st, 0) == SQLITE_INTEGER)
-      cJSON_AddNumberToObject(o, key, (double)sqlite3_column_int64(st, 0));
+  st_rows_t *r = NULL;
+  if (st_query(db, q, &r) == ST_OK && st_rows_next(r) == 1) {
+    if (st_rows_type(r, 0) == ST_COL_INT)
+      cJSON_AddNumberToObject(o, key, (double)st_rows_int(r, 0));
     else
-      cJSON_AddStringToObject(o, key, ins_col_text(st, 0));
+      cJSON_AddStringToObject(o, key, st_rows_text(r, 0));
   } else {
-    cJSON_AddStringToObject(o, key, sqlite3_errmsg(st_sqlite(db)));
+    cJSON_AddStringToObject(o, key, st_errmsg(db));
   }
-  sqlite3_finalize(st);
+  st_rows_close(r);
 }
 
 /* The database: returns its report; *usable = 0 when the agent or the readers cannot use it. */
@@ -134,9 +133,9 @@ static cJSON *check_database(const char *dbopt, int *usable)
   int version = 0;
   st_schema_version(db, &version);
   cJSON_AddNumberToObject(o, "schema_version", version);
-  add_query(o, db, "quick_check", "PRAGMA quick_check");
-  add_query(o, db, "runs", "SELECT count(*) FROM runs");
-  add_query(o, db, "journal_mode", "PRAGMA journal_mode");
+  add_query(o, db, "quick_check", ST_Q_QUICK_CHECK);
+  add_query(o, db, "runs", ST_Q_RUN_COUNT);
+  add_query(o, db, "journal_mode", ST_Q_JOURNAL_MODE);
   st_close(db);
   const char *qc = cJSON_GetStringValue(cJSON_GetObjectItem(o, "quick_check"));
   *usable = qc && strcmp(qc, "ok") == 0;

@@ -60,7 +60,7 @@ static int cmd_events(int argc, char **argv)
     return INS_EXIT_FAIL;
   int64_t scope = run;
   char title[1024] = "all runs";
-  sqlite3_stmt *st = NULL;
+  st_rows_t *st = NULL;
   cJSON *doc = NULL;
   ins_table_t *t = NULL;
   rc = INS_EXIT_FAIL;
@@ -68,42 +68,38 @@ static int cmd_events(int argc, char **argv)
       (*prefix && ins_sig_resolve(db, prefix, sig)) ||
       (scope && ins_run_title(db, scope, PROGRAM_WIDTH, title, sizeof title, NULL)))
     goto out;
-  st = ins_db_prepare(
-      db, "SELECT e.run_id, e.time_ns, e.time_ns - r.start_ns, e.kind, s.sig, s.name, e.detail"
-          " FROM events e JOIN runs r ON r.id = e.run_id JOIN signatures s ON s.id = e.sig_id"
-          " WHERE (?1 = 0 OR e.run_id = ?1) AND (?2 = '' OR s.sig = ?2)"
-          " AND (?3 IS NULL OR e.kind = ?3) ORDER BY e.run_id, e.time_ns, e.id");
+  st = ins_query(db, ST_Q_EVENTS);
   if (!st)
     goto out;
-  sqlite3_bind_int64(st, 1, scope);
-  sqlite3_bind_text(st, 2, sig, -1, SQLITE_STATIC);
+  st_rows_bind_int(st, 1, scope);
+  st_rows_bind_text(st, 2, sig);
   if (kind)
-    sqlite3_bind_text(st, 3, kind, -1, SQLITE_STATIC);
+    st_rows_bind_text(st, 3, kind);
   doc = ins_json_doc(db, scope);
   cJSON *list = cJSON_AddArrayToObject(doc, "events");
   static const char *const head[] = {"RUN", "TIME", "KIND", "SIG", "NAME", "DETAIL"};
   t = ins_table_new_shown("rrllll", head, all ? UINT32_MAX : ~1u); /* RUN only with --all */
   int step, n = 0;
-  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-    int64_t id = sqlite3_column_int64(st, 0), rel = sqlite3_column_int64(st, 2);
+  while ((step = st_rows_next(st)) == 1) {
+    int64_t id = st_rows_int(st, 0), rel = st_rows_int(st, 2);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "run", (double)id);
-    cJSON_AddNumberToObject(j, "time_ns", (double)sqlite3_column_int64(st, 1));
+    cJSON_AddNumberToObject(j, "time_ns", (double)st_rows_int(st, 1));
     cJSON_AddNumberToObject(j, "time_ms", (double)rel / 1e6);
-    cJSON_AddStringToObject(j, "kind", ins_col_text(st, 3));
-    cJSON_AddStringToObject(j, "sig", ins_col_text(st, 4));
-    cJSON_AddStringToObject(j, "name", ins_col_text(st, 5));
-    cJSON_AddStringToObject(j, "detail", ins_col_text(st, 6));
+    cJSON_AddStringToObject(j, "kind", st_rows_text(st, 3));
+    cJSON_AddStringToObject(j, "sig", st_rows_text(st, 4));
+    cJSON_AddStringToObject(j, "name", st_rows_text(st, 5));
+    cJSON_AddStringToObject(j, "detail", st_rows_text(st, 6));
     cJSON_AddItemToArray(list, j);
     char c0[24], c1[32];
     snprintf(c0, sizeof c0, "%lld", (long long)id);
     snprintf(c1, sizeof c1, "%.1f ms", (double)rel / 1e6);
-    const char *row[] = {c0, c1, ins_col_text(st, 3), ins_col_text(st, 4), ins_col_text(st, 5),
-                         ins_col_text(st, 6)};
+    const char *row[] = {
+        c0, c1, st_rows_text(st, 3), st_rows_text(st, 4), st_rows_text(st, 5), st_rows_text(st, 6)};
     ins_table_row(t, row);
     n++;
   }
-  rc = ins_db_finish(db, st, step);
+  rc = ins_rows_finish(db, st, step);
   st = NULL;
   if (rc)
     goto out;
@@ -122,7 +118,7 @@ static int cmd_events(int argc, char **argv)
 out:
   ins_table_free(t);
   cJSON_Delete(doc);
-  sqlite3_finalize(st);
+  st_rows_close(st);
   st_close(db);
   return rc;
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* `opjit gc`: deletes old runs through st_gc(), then gives the space back (WAL checkpoint and
- * VACUUM). --dry-run runs the same st_gc() on an in-memory copy of the database (SQLite's
- * backup API), so what it reports is exactly what a real run would delete now. */
+/* `opjit gc`: deletes old runs through st_gc(), then gives the space back (st_compact: WAL
+ * checkpoint and VACUUM). --dry-run runs the same st_gc() on an in-memory copy of the database
+ * (st_copy_to_memory), so what it reports is exactly what a real run would delete now. */
 #include "cmd.h"
 #include "db.h"
 #include "table.h"
@@ -33,21 +33,11 @@ static int gc_copy(st_db_t *db, int64_t keep, int64_t older_than_ns, st_gc_resul
 {
   st_db_t *mem;
   char err[512];
-  if (st_open(":memory:", 0, 0, &mem, err, sizeof err)) {
-    fprintf(stderr, "opjit: cannot make an in-memory copy: %s\n", err);
+  if (st_copy_to_memory(db, &mem, err, sizeof err)) {
+    fprintf(stderr, "opjit: cannot copy the database for --dry-run: %s\n", err);
     return INS_EXIT_FAIL;
   }
-  sqlite3_backup *b = sqlite3_backup_init(st_sqlite(mem), "main", st_sqlite(db), "main");
-  int rc = b ? sqlite3_backup_step(b, -1) : SQLITE_ERROR;
-  if (b)
-    sqlite3_backup_finish(b);
-  if (rc != SQLITE_DONE) {
-    fprintf(stderr, "opjit: cannot copy the database for --dry-run: %s\n",
-            sqlite3_errmsg(st_sqlite(mem)));
-    st_close(mem);
-    return INS_EXIT_FAIL;
-  }
-  rc = st_gc(mem, keep, older_than_ns, res);
+  int rc = st_gc(mem, keep, older_than_ns, res);
   if (rc)
     fprintf(stderr, "opjit: gc failed on the copy: %s\n", st_errstr(rc));
   st_close(mem);
@@ -99,7 +89,7 @@ static int cmd_gc(int argc, char **argv)
   }
   st_gc_result_t res;
   int64_t before = db_bytes(path), after = before;
-  const char *compact_err = NULL;
+  int compact_rc = ST_OK;
   if (dry)
     rc = gc_copy(db, keep, older_than_ns, &res);
   else if ((rc = st_gc(db, keep, older_than_ns, &res)))
@@ -108,14 +98,11 @@ static int cmd_gc(int argc, char **argv)
       !rc && (res.runs || res.signatures || res.programs || res.machines || res.symbols ||
               res.objects);
   if (deleted && !dry) {
-    sqlite3 *s = st_sqlite(db);
-    if (sqlite3_exec(s, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL) != SQLITE_OK ||
-        sqlite3_exec(s, "VACUUM", NULL, NULL, NULL) != SQLITE_OK)
-      compact_err = sqlite3_errmsg(s);
+    compact_rc = st_compact(db);
     after = db_bytes(path);
   }
-  if (compact_err) /* the deletion is committed; only the space stays claimed */
-    fprintf(stderr, "opjit: warning: could not compact the database: %s\n", compact_err);
+  if (compact_rc) /* the deletion is committed; only the space stays claimed */
+    fprintf(stderr, "opjit: warning: could not compact the database: %s\n", st_errmsg(db));
   st_close(db);
   if (rc)
     return INS_EXIT_FAIL;

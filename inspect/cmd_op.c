@@ -30,14 +30,14 @@ static void print_params(const cJSON *params)
   printf("\n");
 }
 
-/* sql, whose ?1 is a signature id and ?2 a run (0: every run), prepared and bound; NULL when it
- * could not be (printed). */
-static sqlite3_stmt *prepare_sig_run(st_db_t *db, const char *sql, const char *sig, int64_t run)
+/* Query q, whose ?1 is a signature id and ?2 a run (0: every run), bound; NULL when it could
+ * not be prepared (printed). */
+static st_rows_t *query_sig_run(st_db_t *db, enum st_query q, const char *sig, int64_t run)
 {
-  sqlite3_stmt *st = ins_db_prepare(db, sql);
+  st_rows_t *st = ins_query(db, q);
   if (st) {
-    sqlite3_bind_text(st, 1, sig, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, run);
+    st_rows_bind_text(st, 1, sig);
+    st_rows_bind_int(st, 2, run);
   }
   return st;
 }
@@ -47,12 +47,7 @@ static sqlite3_stmt *prepare_sig_run(st_db_t *db, const char *sql, const char *s
  * INS_EXIT_FAIL (printed). */
 static int read_symbols(st_db_t *db, const char *sig, int64_t run, cJSON *doc, ins_table_t **t)
 {
-  sqlite3_stmt *st = prepare_sig_run(
-      db, "SELECT y.module, y.name, sum(p.samples) AS n, sum(sum(p.samples)) OVER ()"
-          " FROM run_pcs p JOIN signatures s ON s.id = p.sig_id"
-          " JOIN symbols y ON y.id = p.symbol_id"
-          " WHERE s.sig = ?1 AND (?2 = 0 OR p.run_id = ?2)"
-          " GROUP BY y.id ORDER BY n DESC, y.module, y.name", sig, run);
+  st_rows_t *st = query_sig_run(db, ST_Q_SIG_SYMBOLS, sig, run);
   if (!st)
     return INS_EXIT_FAIL;
   static const char *const head[] = {"SAMPLES", "SHARE", "SYMBOL"};
@@ -60,14 +55,14 @@ static int read_symbols(st_db_t *db, const char *sig, int64_t run, cJSON *doc, i
   cJSON *syms = cJSON_AddArrayToObject(doc, "symbols");
   int64_t total = 0, rest = 0, n = 0;
   int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    const char *module = ins_col_text(st, 0), *slash = strrchr(module, '/');
-    int64_t samples = sqlite3_column_int64(st, 2);
-    total = sqlite3_column_int64(st, 3);
+  while ((rc = st_rows_next(st)) == 1) {
+    const char *module = st_rows_text(st, 0), *slash = strrchr(module, '/');
+    int64_t samples = st_rows_int(st, 2);
+    total = st_rows_int(st, 3);
     double pct = ins_pct(samples, total);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "module", module);
-    cJSON_AddStringToObject(j, "symbol", ins_col_text(st, 1));
+    cJSON_AddStringToObject(j, "symbol", st_rows_text(st, 1));
     cJSON_AddNumberToObject(j, "samples", (double)samples);
     cJSON_AddNumberToObject(j, "pct", pct);
     cJSON_AddItemToArray(syms, j);
@@ -78,7 +73,7 @@ static int read_symbols(st_db_t *db, const char *sig, int64_t run, cJSON *doc, i
     char c0[24], c1[16], c2[1024];
     snprintf(c0, sizeof c0, "%lld", (long long)samples);
     snprintf(c1, sizeof c1, "%.1f%%", pct);
-    snprintf(c2, sizeof c2, "%s`%s", slash ? slash + 1 : module, ins_col_text(st, 1));
+    snprintf(c2, sizeof c2, "%s`%s", slash ? slash + 1 : module, st_rows_text(st, 1));
     ins_table_row(*t, (const char *const[]){c0, c1, c2});
   }
   if (n > TOP_SYMBOLS) {
@@ -89,29 +84,24 @@ static int read_symbols(st_db_t *db, const char *sig, int64_t run, cJSON *doc, i
     ins_table_row(*t, (const char *const[]){c0, c1, c2});
   }
   cJSON_AddNumberToObject(doc, "samples", (double)total);
-  return ins_db_finish(db, st, rc);
+  return ins_rows_finish(db, st, rc);
 }
 
 /* sig's hardware counter totals (run 0: every run) into doc's "counters" and table *t; per
  * call divides by the calls of the runs that counted the event. Returns 0 or INS_EXIT_FAIL. */
 static int read_counters(st_db_t *db, const char *sig, int64_t run, cJSON *doc, ins_table_t **t)
 {
-  sqlite3_stmt *st = prepare_sig_run(
-      db, "SELECT c.event, sum(c.value), sum(rs.calls) FROM run_counters c"
-          " JOIN signatures s ON s.id = c.sig_id"
-          " JOIN run_sigs rs ON rs.run_id = c.run_id AND rs.sig_id = c.sig_id"
-          " WHERE s.sig = ?1 AND (?2 = 0 OR c.run_id = ?2) GROUP BY c.event ORDER BY c.event",
-      sig, run);
+  st_rows_t *st = query_sig_run(db, ST_Q_SIG_COUNTERS, sig, run);
   if (!st)
     return INS_EXIT_FAIL;
   static const char *const head[] = {"EVENT", "TOTAL", "PER CALL"};
   *t = ins_table_new("lrr", head);
   cJSON *counters = cJSON_AddArrayToObject(doc, "counters");
   int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    int64_t value = sqlite3_column_int64(st, 1), calls = sqlite3_column_int64(st, 2);
+  while ((rc = st_rows_next(st)) == 1) {
+    int64_t value = st_rows_int(st, 1), calls = st_rows_int(st, 2);
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "event", ins_col_text(st, 0));
+    cJSON_AddStringToObject(j, "event", st_rows_text(st, 0));
     cJSON_AddNumberToObject(j, "value", (double)value);
     cJSON_AddNumberToObject(j, "calls", (double)calls);
     double per = calls ? (double)value / (double)calls : -1;
@@ -121,9 +111,9 @@ static int read_counters(st_db_t *db, const char *sig, int64_t run, cJSON *doc, 
     snprintf(c1, sizeof c1, "%lld", (long long)value);
     if (per >= 0)
       snprintf(c2, sizeof c2, per < 1000 ? "%.2f" : "%.0f", per);
-    ins_table_row(*t, (const char *const[]){ins_col_text(st, 0), c1, c2});
+    ins_table_row(*t, (const char *const[]){st_rows_text(st, 0), c1, c2});
   }
-  return ins_db_finish(db, st, rc);
+  return ins_rows_finish(db, st, rc);
 }
 
 static int cmd_op(int argc, char **argv)
@@ -162,31 +152,25 @@ static int cmd_op(int argc, char **argv)
   rc = ins_sig_resolve(db, prefix, sig);
   if (!rc && run && ins_run_exists(db, run) != 1)
     rc = INS_EXIT_FAIL;
-  sqlite3_stmt *st = NULL;
+  st_rows_t *st = NULL;
   cJSON *doc = NULL;
   ins_table_t *t = NULL, *syms = NULL, *counters = NULL;
-  if (rc || !(st = ins_db_prepare(db, "SELECT name, op, params FROM signatures WHERE sig = ?"
-                                      " ORDER BY id LIMIT 1")))
+  if (rc || !(st = ins_query(db, ST_Q_SIG_INFO)))
     goto out;
   rc = INS_EXIT_FAIL;
-  sqlite3_bind_text(st, 1, sig, -1, SQLITE_STATIC);
-  if (sqlite3_step(st) != SQLITE_ROW) {
-    ins_db_finish(db, st, SQLITE_ERROR);
+  st_rows_bind_text(st, 1, sig);
+  if (st_rows_next(st) != 1) {
+    ins_rows_finish(db, st, ST_EIO);
     st = NULL;
     goto out;
   }
   doc = cJSON_CreateObject();
   cJSON_AddStringToObject(doc, "sig", sig);
-  cJSON_AddStringToObject(doc, "name", ins_col_text(st, 0));
-  cJSON_AddStringToObject(doc, "op", ins_col_text(st, 1));
-  cJSON_AddItemToObject(doc, "params", ins_json_parse_or_string(ins_col_text(st, 2)));
-  sqlite3_finalize(st);
-  st = prepare_sig_run(db, "SELECT rs.run_id, p.exe, r.argv, r.start_ns, r.status, r.pid,"
-                           " rs.calls, rs.timed_calls, rs.timed_ns"
-                           " FROM signatures s JOIN run_sigs rs ON rs.sig_id = s.id"
-                           " JOIN runs r ON r.id = rs.run_id JOIN programs p ON p.id = r.program_id"
-                           " WHERE s.sig = ?1 AND (?2 = 0 OR rs.run_id = ?2)"
-                           " ORDER BY rs.run_id DESC", sig, run);
+  cJSON_AddStringToObject(doc, "name", st_rows_text(st, 0));
+  cJSON_AddStringToObject(doc, "op", st_rows_text(st, 1));
+  cJSON_AddItemToObject(doc, "params", ins_json_parse_or_string(st_rows_text(st, 2)));
+  st_rows_close(st);
+  st = query_sig_run(db, ST_Q_SIG_RUNS, sig, run);
   if (!st)
     goto out;
   cJSON *runs = cJSON_AddArrayToObject(doc, "runs");
@@ -196,19 +180,19 @@ static int cmd_op(int argc, char **argv)
   int64_t total_calls = 0, total_timed = 0;
   double total_est = 0;
   int step;
-  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-    int64_t run = sqlite3_column_int64(st, 0), start = sqlite3_column_int64(st, 3);
-    int64_t calls = sqlite3_column_int64(st, 6), timed = sqlite3_column_int64(st, 7);
-    int64_t timed_ns = sqlite3_column_int64(st, 8);
+  while ((step = st_rows_next(st)) == 1) {
+    int64_t run = st_rows_int(st, 0), start = st_rows_int(st, 3);
+    int64_t calls = st_rows_int(st, 6), timed = st_rows_int(st, 7);
+    int64_t timed_ns = st_rows_int(st, 8);
     double mean = timed ? (double)timed_ns / (double)timed : -1;
-    const char *status = ins_run_status(ins_col_text(st, 4), sqlite3_column_int64(st, 5), start);
+    const char *status = ins_run_status(st_rows_text(st, 4), st_rows_int(st, 5), start);
     total_calls += calls, total_timed += timed;
     total_est += timed ? mean * (double)calls : 0;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "run", (double)run);
     cJSON_AddStringToObject(j, "status", status);
-    cJSON_AddStringToObject(j, "exe", ins_col_text(st, 1));
-    cJSON_AddItemToObject(j, "argv", ins_json_parse_or_string(ins_col_text(st, 2)));
+    cJSON_AddStringToObject(j, "exe", st_rows_text(st, 1));
+    cJSON_AddItemToObject(j, "argv", ins_json_parse_or_string(st_rows_text(st, 2)));
     cJSON_AddNumberToObject(j, "calls", (double)calls);
     cJSON_AddNumberToObject(j, "timed_calls", (double)timed);
     cJSON_AddNumberToObject(j, "timed_ns", (double)timed_ns);
@@ -221,12 +205,12 @@ static int cmd_op(int argc, char **argv)
     snprintf(c0, sizeof c0, "%lld", (long long)run);
     snprintf(c3, sizeof c3, "%lld", (long long)calls);
     snprintf(c4, sizeof c4, "%lld", (long long)timed);
-    ins_program_label(ins_col_text(st, 1), ins_col_text(st, 2), PROGRAM_WIDTH, prog, sizeof prog);
+    ins_program_label(st_rows_text(st, 1), st_rows_text(st, 2), PROGRAM_WIDTH, prog, sizeof prog);
     const char *row[] = {c0, ins_fmt_time(start, c1, sizeof c1), status, c3, c4,
                          ins_fmt_ns(mean, c5, sizeof c5), prog};
     ins_table_row(t, row);
   }
-  rc = ins_db_finish(db, st, step);
+  rc = ins_rows_finish(db, st, step);
   st = NULL;
   if (rc)
     goto out;
@@ -266,7 +250,7 @@ out:
   ins_table_free(syms);
   ins_table_free(t);
   cJSON_Delete(doc);
-  sqlite3_finalize(st);
+  st_rows_close(st);
   st_close(db);
   return rc;
 }

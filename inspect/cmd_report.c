@@ -89,41 +89,45 @@ static void esc_clip(FILE *f, const char *s, int max)
   fputs("…", f);
 }
 
-/* Reads run's row into rep. Returns 0 or INS_EXIT_FAIL (printed). */
+/* Reads run's row into rep (exe INS_NO_PROGRAM when its program row is gone). Returns 0 or
+ * INS_EXIT_FAIL (printed), also when the run is gone. */
 static int read_run(st_db_t *db, report_t *rep)
 {
-  sqlite3_stmt *st = ins_db_prepare(
-      db, "SELECT p.exe, r.argv, r.status, r.pid, r.start_ns, coalesce(r.flush_ns, 0),"
-          " coalesce(r.end_ns, 0) FROM runs r JOIN programs p ON p.id = r.program_id"
-          " WHERE r.id = ?");
+  st_rows_t *st = ins_query(db, ST_Q_REPORT_RUN);
   if (!st)
     return INS_EXIT_FAIL;
-  sqlite3_bind_int64(st, 1, rep->run);
-  int rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) {
-    rep->exe = ins_xstrdup(ins_col_text(st, 0));
-    rep->argv = ins_xstrdup(ins_col_text(st, 1));
-    rep->pid = sqlite3_column_int64(st, 3);
-    rep->start_ns = sqlite3_column_int64(st, 4);
-    rep->end_ns = sqlite3_column_int64(st, 6);
-    rep->wall_ns = ins_run_wall_ns(rep->start_ns, sqlite3_column_int64(st, 5), rep->end_ns);
-    rep->status = ins_xstrdup(ins_run_status(ins_col_text(st, 2), rep->pid, rep->start_ns));
-    rc = sqlite3_step(st);
+  st_rows_bind_int(st, 1, rep->run);
+  int rc = st_rows_next(st);
+  if (rc == 0) { /* deleted since ins_pick_run found it: says so */
+    st_rows_close(st);
+    ins_run_exists(db, rep->run);
+    return INS_EXIT_FAIL;
   }
-  return ins_db_finish(db, st, rc);
+  if (rc == 1) {
+    const char *exe = st_rows_text(st, 0);
+    rep->exe = ins_xstrdup(*exe ? exe : INS_NO_PROGRAM);
+    rep->argv = ins_xstrdup(st_rows_text(st, 1));
+    rep->pid = st_rows_int(st, 3);
+    rep->start_ns = st_rows_int(st, 4);
+    rep->end_ns = st_rows_int(st, 6);
+    rep->wall_ns = ins_run_wall_ns(rep->start_ns, st_rows_int(st, 5), rep->end_ns);
+    rep->status = ins_xstrdup(ins_run_status(st_rows_text(st, 2), rep->pid, rep->start_ns));
+    rc = st_rows_next(st);
+  }
+  return ins_rows_finish(db, st, rc);
 }
 
 /* Reads the run's signatures, ranked as `top` ranks them, into rep. Returns 0 or
  * INS_EXIT_FAIL (printed). */
 static int read_sigs(st_db_t *db, report_t *rep)
 {
-  sqlite3_stmt *st = ins_db_prepare(db, ins_sql_sig_totals);
+  st_rows_t *st = ins_query(db, ST_Q_SIG_TOTALS);
   if (!st)
     return INS_EXIT_FAIL;
-  sqlite3_bind_int64(st, 1, rep->run);
+  st_rows_bind_int(st, 1, rep->run);
   size_t cap = 0;
   int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+  while ((rc = st_rows_next(st)) == 1) {
     if (rep->nsigs == cap) {
       cap = cap ? 2 * cap : 64;
       sig_row_t *grown = ins_xmalloc(cap * sizeof *grown);
@@ -133,51 +137,45 @@ static int read_sigs(st_db_t *db, report_t *rep)
       rep->sigs = grown;
     }
     sig_row_t *r = &rep->sigs[rep->nsigs++];
-    snprintf(r->sig, sizeof r->sig, "%s", ins_col_text(st, INS_SIG_SIG));
-    r->name = ins_xstrdup(ins_col_text(st, INS_SIG_NAME));
-    r->calls = sqlite3_column_int64(st, INS_SIG_CALLS);
-    r->timed = sqlite3_column_int64(st, INS_SIG_TIMED) + sqlite3_column_int64(st, INS_SIG_VTIMED);
-    r->est = sqlite3_column_double(st, INS_SIG_EST);
-    r->samples = sqlite3_column_int64(st, INS_SIG_SAMPLES);
+    snprintf(r->sig, sizeof r->sig, "%s", st_rows_text(st, ST_SIG_SIG));
+    r->name = ins_xstrdup(st_rows_text(st, ST_SIG_NAME));
+    r->calls = st_rows_int(st, ST_SIG_CALLS);
+    r->timed = st_rows_int(st, ST_SIG_TIMED) + st_rows_int(st, ST_SIG_VTIMED);
+    r->est = st_rows_double(st, ST_SIG_EST);
+    r->samples = st_rows_int(st, ST_SIG_SAMPLES);
     rep->calls += r->calls;
     rep->est += r->est;
   }
-  return ins_db_finish(db, st, rc);
+  return ins_rows_finish(db, st, rc);
 }
 
 /* Reads the run's JIT variants, most calls served first, into rep. Returns 0 or INS_EXIT_FAIL
  * (printed). */
 static int read_jit(st_db_t *db, report_t *rep)
 {
-  sqlite3_stmt *st = ins_db_prepare(
-      db, "SELECT s.sig, s.name, v.status, v.llvm, v.cpu, v.compile_ns, v.calls, v.timed_calls,"
-          " v.timed_ns, coalesce(rs.calls, 0), coalesce(rs.timed_calls, 0),"
-          " coalesce(rs.timed_ns, 0), count(*) OVER ()"
-          " FROM variants v JOIN signatures s ON s.id = v.sig_id"
-          " LEFT JOIN run_sigs rs ON rs.run_id = v.run_id AND rs.sig_id = v.sig_id"
-          " WHERE v.run_id = ? ORDER BY v.calls DESC, s.sig");
+  st_rows_t *st = ins_query(db, ST_Q_REPORT_VARIANTS);
   if (!st)
     return INS_EXIT_FAIL;
-  sqlite3_bind_int64(st, 1, rep->run);
+  st_rows_bind_int(st, 1, rep->run);
   int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+  while ((rc = st_rows_next(st)) == 1) {
     if (!rep->jit)
-      rep->jit = ins_xmalloc((size_t)sqlite3_column_int64(st, 12) * sizeof *rep->jit);
+      rep->jit = ins_xmalloc((size_t)st_rows_int(st, 12) * sizeof *rep->jit);
     jit_row_t *r = &rep->jit[rep->njit++];
-    snprintf(r->sig, sizeof r->sig, "%s", ins_col_text(st, 0));
-    r->name = ins_xstrdup(ins_col_text(st, 1));
-    r->status = ins_xstrdup(ins_col_text(st, 2));
-    r->llvm = ins_xstrdup(ins_col_text(st, 3));
-    r->cpu = ins_xstrdup(ins_col_text(st, 4));
-    r->compile_ns = sqlite3_column_int64(st, 5);
-    r->split = (ins_split_t){.vcalls = sqlite3_column_int64(st, 6),
-                             .vtimed = sqlite3_column_int64(st, 7),
-                             .vtimed_ns = sqlite3_column_int64(st, 8),
-                             .calls = sqlite3_column_int64(st, 9),
-                             .otimed = sqlite3_column_int64(st, 10),
-                             .otimed_ns = sqlite3_column_int64(st, 11)};
+    snprintf(r->sig, sizeof r->sig, "%s", st_rows_text(st, 0));
+    r->name = ins_xstrdup(st_rows_text(st, 1));
+    r->status = ins_xstrdup(st_rows_text(st, 2));
+    r->llvm = ins_xstrdup(st_rows_text(st, 3));
+    r->cpu = ins_xstrdup(st_rows_text(st, 4));
+    r->compile_ns = st_rows_int(st, 5);
+    r->split = (ins_split_t){.vcalls = st_rows_int(st, 6),
+                             .vtimed = st_rows_int(st, 7),
+                             .vtimed_ns = st_rows_int(st, 8),
+                             .calls = st_rows_int(st, 9),
+                             .otimed = st_rows_int(st, 10),
+                             .otimed_ns = st_rows_int(st, 11)};
   }
-  return ins_db_finish(db, st, rc);
+  return ins_rows_finish(db, st, rc);
 }
 
 /* Adds one folded stack to the report's frame tree (ins_fold_fn). */
@@ -503,7 +501,7 @@ static int cmd_report(int argc, char **argv)
   char title[32];
   snprintf(title, sizeof title, "run %lld", (long long)rep.run);
   rep.flame = ins_frame_tree(title);
-  rep.database = ins_xstrdup(sqlite3_db_filename(st_sqlite(db), "main"));
+  rep.database = ins_xstrdup(st_path(db));
   if (read_run(db, &rep) || read_sigs(db, &rep) || read_jit(db, &rep) ||
       ins_sampling_read(db, rep.run, &rep.samp) ||
       ins_fold_each(db, rep.run, NULL, add_stack, &rep, &rep.stacks))

@@ -92,35 +92,28 @@ static void report_runs(const char *dbopt, pid_t pid, int64_t launch_ns)
     return;
   }
   /* The program's own runs (one per exec), its direct children's, and their fork lineage. */
-  sqlite3_stmt *st = ins_db_prepare(
-      db, "WITH RECURSIVE tree(id) AS ("
-          "  SELECT id FROM runs WHERE start_ns >= ?1 AND (pid = ?2 OR ppid = ?2)"
-          "  UNION SELECT r.id FROM runs r JOIN tree t ON r.parent_run = t.id)"
-          " SELECT r.id, r.status, r.pid, r.start_ns, count(rs.sig_id), coalesce(sum(rs.calls), 0)"
-          " FROM runs r JOIN tree USING(id) LEFT JOIN run_sigs rs ON rs.run_id = r.id"
-          " GROUP BY r.id ORDER BY r.id");
+  st_rows_t *st = ins_query(db, ST_Q_RUN_TREE);
   if (!st)
     goto out;
-  sqlite3_bind_int64(st, 1, launch_ns);
-  sqlite3_bind_int64(st, 2, pid);
+  st_rows_bind_int(st, 1, launch_ns);
+  st_rows_bind_int(st, 2, pid);
   char line[1024] = "";
   size_t used = 0;
   int n = 0;
   int64_t best = 0, best_calls = -1;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    int64_t id = sqlite3_column_int64(st, 0), calls = sqlite3_column_int64(st, 5);
-    const char *status = ins_run_status(ins_col_text(st, 1), sqlite3_column_int64(st, 2),
-                                        sqlite3_column_int64(st, 3));
+  while ((rc = st_rows_next(st)) == 1) {
+    int64_t id = st_rows_int(st, 0), calls = st_rows_int(st, 5);
+    const char *status =
+        ins_run_status(st_rows_text(st, 1), st_rows_int(st, 2), st_rows_int(st, 3));
     int w = snprintf(line + used, sizeof line - used, "%s%lld (%lld signatures, %lld calls%s%s)",
-                     n ? ", " : "", (long long)id, (long long)sqlite3_column_int64(st, 4),
-                     (long long)calls, strcmp(status, "exited") ? ", " : "",
-                     strcmp(status, "exited") ? status : "");
+                     n ? ", " : "", (long long)id, (long long)st_rows_int(st, 4), (long long)calls,
+                     strcmp(status, "exited") ? ", " : "", strcmp(status, "exited") ? status : "");
     used += w > 0 && (size_t)w < sizeof line - used ? (size_t)w : 0;
     if (calls > best_calls)
       best = id, best_calls = calls;
     n++;
   }
-  if (ins_db_finish(db, st, rc))
+  if (ins_rows_finish(db, st, rc))
     goto out;
   if (!n)
     fprintf(stderr, "opjit: no run recorded for pid %d: %s\n", (int)pid,

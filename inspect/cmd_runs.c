@@ -36,75 +36,62 @@ static int cmd_runs(int argc, char **argv)
   st_db_t *db;
   if (ins_db_open(dbopt, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db))
     return INS_EXIT_FAIL;
-  sqlite3_stmt *st = NULL, *any = NULL;
+  st_rows_t *st = NULL, *any = NULL;
   cJSON *doc = NULL;
   ins_table_t *t = NULL;
   rc = INS_EXIT_FAIL;
-  st = ins_db_prepare(
-      db, "SELECT r.id, r.start_ns, coalesce(r.flush_ns, 0), coalesce(r.end_ns, 0), r.status,"
-          " r.pid, r.ppid, p.exe, r.argv, r.parent_run, count(rs.sig_id),"
-          " coalesce(sum(rs.calls), 0), r.overflow_calls, r.sampling,"
-          " (SELECT count(*) FROM variants v WHERE v.run_id = r.id AND v.status = 'ready'),"
-          " (SELECT count(*) FROM events e WHERE e.run_id = r.id AND e.kind = 'loaded'),"
-          " (SELECT count(*) FROM events e WHERE e.run_id = r.id AND e.kind = 'published'),"
-          " (SELECT count(*) FROM events e WHERE e.run_id = r.id AND e.kind = 'invalidated'),"
-          " coalesce(r.warm_ns, 0)"
-          " FROM runs r JOIN programs p ON p.id = r.program_id"
-          " LEFT JOIN run_sigs rs ON rs.run_id = r.id"
-          " GROUP BY r.id ORDER BY r.id DESC LIMIT ?");
+  st = ins_query(db, ST_Q_RUN_LIST);
   if (!st)
     goto out;
-  sqlite3_bind_int64(st, 1, limit ? limit : -1);
+  st_rows_bind_int(st, 1, limit ? limit : -1);
   /* The JIT column only when a listed run has a ready variant. */
   int jit_col = 0;
-  any = ins_db_prepare(
-      db, "SELECT EXISTS(SELECT 1 FROM variants WHERE status = 'ready' AND run_id IN"
-          " (SELECT id FROM runs ORDER BY id DESC LIMIT ?))");
+  any = ins_query(db, ST_Q_RUN_LIST_HAS_READY);
   if (!any)
     goto out;
-  sqlite3_bind_int64(any, 1, limit ? limit : -1);
-  int step = sqlite3_step(any);
-  if (step == SQLITE_ROW) {
-    jit_col = sqlite3_column_int(any, 0);
-    step = sqlite3_step(any);
+  st_rows_bind_int(any, 1, limit ? limit : -1);
+  int step = st_rows_next(any);
+  if (step == 1) {
+    jit_col = (int)st_rows_int(any, 0);
+    step = st_rows_next(any);
   }
-  int failed = ins_db_finish(db, any, step);
+  int failed = ins_rows_finish(db, any, step);
   any = NULL;
   if (failed)
     goto out;
   doc = cJSON_CreateObject();
   cJSON *runs = cJSON_AddArrayToObject(doc, "runs");
-  cJSON_AddStringToObject(doc, "database", sqlite3_db_filename(st_sqlite(db), "main"));
+  cJSON_AddStringToObject(doc, "database", st_path(db));
   static const char *const head[] = {"RUN", "STARTED", "DURATION", "STATUS", "PROGRAM",
                                      "PARENT", "SIGS", "CALLS", "SAMPLES", "JIT", "WARM",
                                      "COMPILED", "STALE"};
   t = json ? NULL
            : ins_table_new_shown("rllllrrrrrlrr", head,
                                  jit_col ? UINT32_MAX : ~(1u << 9 | 1u << 10 | 1u << 11 | 1u << 12));
-  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-    int64_t id = sqlite3_column_int64(st, 0), start = sqlite3_column_int64(st, 1);
-    int64_t wall = ins_run_wall_ns(start, sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3));
-    const char *status = ins_run_status(ins_col_text(st, 4), sqlite3_column_int64(st, 5), start);
-    int has_parent = sqlite3_column_type(st, 9) != SQLITE_NULL;
-    int64_t ready = sqlite3_column_int64(st, 14), loaded = sqlite3_column_int64(st, 15);
-    int64_t compiled = sqlite3_column_int64(st, 16), stale = sqlite3_column_int64(st, 17);
-    int64_t warm_ns = sqlite3_column_int64(st, 18);
+  while ((step = st_rows_next(st)) == 1) {
+    int64_t id = st_rows_int(st, 0), start = st_rows_int(st, 1);
+    int64_t wall = ins_run_wall_ns(start, st_rows_int(st, 2), st_rows_int(st, 3));
+    const char *status = ins_run_status(st_rows_text(st, 4), st_rows_int(st, 5), start);
+    int has_parent = st_rows_type(st, 9) != ST_COL_NULL;
+    int64_t ready = st_rows_int(st, 14), loaded = st_rows_int(st, 15);
+    int64_t compiled = st_rows_int(st, 16), stale = st_rows_int(st, 17);
+    int64_t warm_ns = st_rows_int(st, 18);
     ins_sampling_t samp = {0};
-    ins_sampling_add(&samp, ins_col_text(st, 13));
+    ins_sampling_add(&samp, st_rows_text(st, 13));
     if (json) {
       cJSON *r = cJSON_CreateObject();
       cJSON_AddNumberToObject(r, "id", (double)id);
       cJSON_AddNumberToObject(r, "start_ns", (double)start);
       cJSON_AddNumberToObject(r, "duration_ns", (double)wall);
       cJSON_AddStringToObject(r, "status", status);
-      cJSON_AddNumberToObject(r, "pid", (double)sqlite3_column_int64(st, 5));
-      cJSON_AddNumberToObject(r, "ppid", (double)sqlite3_column_int64(st, 6));
-      cJSON_AddStringToObject(r, "exe", ins_col_text(st, 7));
-      cJSON_AddItemToObject(r, "argv", ins_json_parse_or_string(ins_col_text(st, 8)));
+      cJSON_AddNumberToObject(r, "pid", (double)st_rows_int(st, 5));
+      cJSON_AddNumberToObject(r, "ppid", (double)st_rows_int(st, 6));
+      cJSON_AddStringToObject(r, "exe", st_rows_text(st, 7));
+      cJSON_AddItemToObject(r, "argv", ins_json_parse_or_string(st_rows_text(st, 8)));
       ins_json_add_col_int(r, "parent_run", st, 9);
-      cJSON_AddNumberToObject(r, "signatures", (double)sqlite3_column_int64(st, 10));
-      cJSON_AddNumberToObject(r, "calls", (double)sqlite3_column_int64(st, 11));
-      cJSON_AddNumberToObject(r, "overflow_calls", (double)sqlite3_column_int64(st, 12));
+      cJSON_AddNumberToObject(r, "signatures", (double)st_rows_int(st, 10));
+      cJSON_AddNumberToObject(r, "calls", (double)st_rows_int(st, 11));
+      cJSON_AddNumberToObject(r, "overflow_calls", (double)st_rows_int(st, 12));
       if (samp.sampled)
         cJSON_AddNumberToObject(r, "samples", (double)samp.samples);
       else
@@ -122,11 +109,11 @@ static int cmd_runs(int argc, char **argv)
     snprintf(sid, sizeof sid, "%lld", (long long)id);
     ins_fmt_time(start, started, sizeof started);
     ins_fmt_duration(wall, dur, sizeof dur);
-    ins_program_label(ins_col_text(st, 7), ins_col_text(st, 8), PROGRAM_WIDTH, prog, sizeof prog);
+    ins_program_label(st_rows_text(st, 7), st_rows_text(st, 8), PROGRAM_WIDTH, prog, sizeof prog);
     if (has_parent)
-      snprintf(parent, sizeof parent, "%lld", (long long)sqlite3_column_int64(st, 9));
-    snprintf(sigs, sizeof sigs, "%lld", (long long)sqlite3_column_int64(st, 10));
-    snprintf(calls, sizeof calls, "%lld", (long long)sqlite3_column_int64(st, 11));
+      snprintf(parent, sizeof parent, "%lld", (long long)st_rows_int(st, 9));
+    snprintf(sigs, sizeof sigs, "%lld", (long long)st_rows_int(st, 10));
+    snprintf(calls, sizeof calls, "%lld", (long long)st_rows_int(st, 11));
     if (samp.sampled)
       snprintf(samples, sizeof samples, "%lld", (long long)samp.samples);
     if (ready)
@@ -141,7 +128,7 @@ static int cmd_runs(int argc, char **argv)
                          calls, samples, jit, warm,   comp, stl};
     ins_table_row(t, row);
   }
-  rc = ins_db_finish(db, st, step);
+  rc = ins_rows_finish(db, st, step);
   st = NULL;
   if (rc)
     goto out;
@@ -154,8 +141,8 @@ static int cmd_runs(int argc, char **argv)
 out:
   ins_table_free(t);
   cJSON_Delete(doc);
-  sqlite3_finalize(any);
-  sqlite3_finalize(st);
+  st_rows_close(any);
+  st_rows_close(st);
   st_close(db);
   return rc;
 }

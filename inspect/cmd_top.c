@@ -3,7 +3,7 @@
  * in OPJIT_TIME_EVERY, so a signature's time is estimated per run as
  * calls × timed_ns / timed_calls; --all sums those estimates over every run. A signature with
  * a JIT variant has its calls split: the original library's calls at the original's mean, the
- * variant's at the variant's (ins_sql_sig_totals), and a JIT column with the variant's status
+ * variant's at the variant's (ST_Q_SIG_TOTALS), and a JIT column with the variant's status
  * and speedup. When the run was sampled, each signature's samples and their share of all the
  * run's samples (CPU%, the program's own time included) stand beside the estimate. */
 #include "cmd.h"
@@ -28,21 +28,18 @@ typedef struct scope_s {
 /* Fills the scope's totals and its one-line description into title. */
 static int read_scope(st_db_t *db, scope_t *sc, char *title, size_t len)
 {
-  sqlite3_stmt *st = ins_db_prepare(
-      db, "SELECT count(*), coalesce(sum(coalesce(r.end_ns, r.flush_ns, r.start_ns) - r.start_ns), 0),"
-          " coalesce(sum(r.overflow_calls), 0)"
-          " FROM runs r JOIN programs p ON p.id = r.program_id WHERE ?1 = 0 OR r.id = ?1");
+  st_rows_t *st = ins_query(db, ST_Q_SCOPE_TOTALS);
   if (!st)
     return INS_EXIT_FAIL;
-  sqlite3_bind_int64(st, 1, sc->run);
-  int rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) {
-    sc->runs = sqlite3_column_int64(st, 0);
-    sc->wall_ns = sqlite3_column_int64(st, 1);
-    sc->overflow = sqlite3_column_int64(st, 2);
-    rc = sqlite3_step(st);
+  st_rows_bind_int(st, 1, sc->run);
+  int rc = st_rows_next(st);
+  if (rc == 1) {
+    sc->runs = st_rows_int(st, 0);
+    sc->wall_ns = st_rows_int(st, 1);
+    sc->overflow = st_rows_int(st, 2);
+    rc = st_rows_next(st);
   }
-  if (ins_db_finish(db, st, rc))
+  if (ins_rows_finish(db, st, rc))
     return INS_EXIT_FAIL;
   if (sc->run)
     return ins_run_title(db, sc->run, PROGRAM_WIDTH, title, len, NULL);
@@ -51,13 +48,13 @@ static int read_scope(st_db_t *db, scope_t *sc, char *title, size_t len)
 }
 
 /* The JIT's part of a signature row as a JSON object (null when it has no variant). */
-static cJSON *jit_json(sqlite3_stmt *st, const ins_split_t *sp)
+static cJSON *jit_json(st_rows_t *st, const ins_split_t *sp)
 {
-  if (sqlite3_column_type(st, INS_SIG_STATUS) == SQLITE_NULL)
+  if (st_rows_type(st, ST_SIG_STATUS) == ST_COL_NULL)
     return cJSON_CreateNull();
   cJSON *j = cJSON_CreateObject();
   double omean = ins_split_omean(sp), vmean = ins_split_vmean(sp), x = ins_split_speedup(sp);
-  cJSON_AddStringToObject(j, "status", ins_col_text(st, INS_SIG_STATUS));
+  cJSON_AddStringToObject(j, "status", st_rows_text(st, ST_SIG_STATUS));
   cJSON_AddNumberToObject(j, "calls", (double)sp->vcalls);
   cJSON_AddNumberToObject(j, "calls_pct", ins_pct(sp->vcalls, sp->calls));
   cJSON_AddNumberToObject(j, "original_calls", (double)(sp->calls - sp->vcalls));
@@ -66,8 +63,8 @@ static cJSON *jit_json(sqlite3_stmt *st, const ins_split_t *sp)
   ins_json_add_or_null(j, "variant_mean_ns", vmean);
   ins_json_add_or_null(j, "original_mean_ns", omean);
   ins_json_add_or_null(j, "speedup", x);
-  cJSON_AddNumberToObject(j, "saving_ns", sqlite3_column_double(st, INS_SIG_SAVING));
-  cJSON_AddNumberToObject(j, "runs", (double)sqlite3_column_int64(st, INS_SIG_NVARIANTS));
+  cJSON_AddNumberToObject(j, "saving_ns", st_rows_double(st, ST_SIG_SAVING));
+  cJSON_AddNumberToObject(j, "runs", (double)st_rows_int(st, ST_SIG_NVARIANTS));
   return j;
 }
 
@@ -131,33 +128,33 @@ static int cmd_top(int argc, char **argv)
   scope_t sc = {.run = run};
   ins_sampling_t samp = {0};
   char title[1024];
-  sqlite3_stmt *st = NULL;
+  st_rows_t *st = NULL;
   cJSON *doc = NULL;
   ins_table_t *t = NULL;
   rc = INS_EXIT_FAIL;
   if (ins_pick_run(db, run, all, INS_HAS_CALLS, &sc.run) ||
       read_scope(db, &sc, title, sizeof title) || ins_sampling_read(db, sc.run, &samp))
     goto out;
-  st = ins_db_prepare(db, ins_sql_sig_totals);
+  st = ins_query(db, ST_Q_SIG_TOTALS);
   if (!st)
     goto out;
-  sqlite3_bind_int64(st, 1, sc.run);
+  st_rows_bind_int(st, 1, sc.run);
 
   /* Totals come first (shares need them): one pass to sum, then a second to print. */
   double est_total = 0, saving_total = 0;
   int64_t calls_total = 0, nsigs = 0, vcalls_total = 0, jit_sigs = 0, variants = 0;
   int step;
-  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-    est_total += sqlite3_column_double(st, INS_SIG_EST);
-    calls_total += sqlite3_column_int64(st, INS_SIG_CALLS);
-    vcalls_total += sqlite3_column_int64(st, INS_SIG_VCALLS);
-    jit_sigs += sqlite3_column_int64(st, INS_SIG_VCALLS) > 0;
-    saving_total += sqlite3_column_double(st, INS_SIG_SAVING);
-    variants += sqlite3_column_int64(st, INS_SIG_NVARIANTS);
+  while ((step = st_rows_next(st)) == 1) {
+    est_total += st_rows_double(st, ST_SIG_EST);
+    calls_total += st_rows_int(st, ST_SIG_CALLS);
+    vcalls_total += st_rows_int(st, ST_SIG_VCALLS);
+    jit_sigs += st_rows_int(st, ST_SIG_VCALLS) > 0;
+    saving_total += st_rows_double(st, ST_SIG_SAVING);
+    variants += st_rows_int(st, ST_SIG_NVARIANTS);
     nsigs++;
   }
-  if (step != SQLITE_DONE || sqlite3_reset(st) != SQLITE_OK) {
-    fprintf(stderr, "opjit: cannot read the database: %s\n", sqlite3_errmsg(st_sqlite(db)));
+  if (step != 0 || st_rows_rewind(st) != ST_OK) {
+    fprintf(stderr, "opjit: cannot read the database: %s\n", st_errmsg(db));
     goto out;
   }
 
@@ -172,30 +169,29 @@ static int cmd_top(int argc, char **argv)
   if (!samp.sampled)
     shown &= ~(1u << 5 | 1u << 6);
   t = ins_table_new_shown("rrrrlrrll", head, shown);
-  for (int64_t shown = 0; (step = sqlite3_step(st)) == SQLITE_ROW && (!limit || shown < limit);
-       shown++) {
-    ins_split_t sp = {.calls = sqlite3_column_int64(st, INS_SIG_CALLS),
-                      .vcalls = sqlite3_column_int64(st, INS_SIG_VCALLS),
-                      .otimed = sqlite3_column_int64(st, INS_SIG_TIMED),
-                      .otimed_ns = sqlite3_column_int64(st, INS_SIG_TIMED_NS),
-                      .vtimed = sqlite3_column_int64(st, INS_SIG_VTIMED),
-                      .vtimed_ns = sqlite3_column_int64(st, INS_SIG_VTIMED_NS)};
+  for (int64_t shown = 0; (step = st_rows_next(st)) == 1 && (!limit || shown < limit); shown++) {
+    ins_split_t sp = {.calls = st_rows_int(st, ST_SIG_CALLS),
+                      .vcalls = st_rows_int(st, ST_SIG_VCALLS),
+                      .otimed = st_rows_int(st, ST_SIG_TIMED),
+                      .otimed_ns = st_rows_int(st, ST_SIG_TIMED_NS),
+                      .vtimed = st_rows_int(st, ST_SIG_VTIMED),
+                      .vtimed_ns = st_rows_int(st, ST_SIG_VTIMED_NS)};
     int64_t calls = sp.calls, timed = sp.otimed + sp.vtimed;
-    double est = sqlite3_column_double(st, INS_SIG_EST);
+    double est = st_rows_double(st, ST_SIG_EST);
     double share = est_total > 0 ? 100.0 * est / est_total : 0;
     double mean = timed > 0 && calls > 0 ? est / (double)calls : -1;
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "sig", ins_col_text(st, INS_SIG_SIG));
-    cJSON_AddStringToObject(j, "name", ins_col_text(st, INS_SIG_NAME));
-    cJSON_AddStringToObject(j, "op", ins_col_text(st, INS_SIG_OP));
-    cJSON_AddItemToObject(j, "params", ins_json_parse_or_string(ins_col_text(st, INS_SIG_PARAMS)));
+    cJSON_AddStringToObject(j, "sig", st_rows_text(st, ST_SIG_SIG));
+    cJSON_AddStringToObject(j, "name", st_rows_text(st, ST_SIG_NAME));
+    cJSON_AddStringToObject(j, "op", st_rows_text(st, ST_SIG_OP));
+    cJSON_AddItemToObject(j, "params", ins_json_parse_or_string(st_rows_text(st, ST_SIG_PARAMS)));
     cJSON_AddNumberToObject(j, "calls", (double)calls);
     cJSON_AddNumberToObject(j, "timed_calls", (double)sp.otimed);
     cJSON_AddNumberToObject(j, "timed_ns", (double)sp.otimed_ns);
     cJSON_AddNumberToObject(j, "est_ns", est);
     cJSON_AddNumberToObject(j, "share_pct", share);
     ins_json_add_or_null(j, "mean_ns", mean);
-    int64_t samples = sqlite3_column_int64(st, INS_SIG_SAMPLES);
+    int64_t samples = st_rows_int(st, ST_SIG_SAMPLES);
     if (samp.sampled) {
       cJSON_AddNumberToObject(j, "samples", (double)samples);
       cJSON_AddNumberToObject(j, "cpu_pct", ins_pct(samples, samp.total));
@@ -209,15 +205,15 @@ static int cmd_top(int argc, char **argv)
     snprintf(c5, sizeof c5, "%.1f%%", ins_pct(samples, samp.total));
     ins_fmt_ns(timed ? est : -1, c1, sizeof c1);
     ins_fmt_ns(mean, c3, sizeof c3);
-    const char *status = sqlite3_column_type(st, INS_SIG_STATUS) == SQLITE_NULL
-                             ? NULL : ins_col_text(st, INS_SIG_STATUS);
+    const char *status =
+        st_rows_type(st, ST_SIG_STATUS) == ST_COL_NULL ? NULL : st_rows_text(st, ST_SIG_STATUS);
     ins_jit_label(status, ins_split_speedup(&sp), jit, sizeof jit);
-    const char *row[] = {c0, c1, c2, c3, jit, c4, c5, ins_col_text(st, INS_SIG_SIG),
-                         ins_col_text(st, INS_SIG_NAME)};
+    const char *row[] = {
+        c0, c1, c2, c3, jit, c4, c5, st_rows_text(st, ST_SIG_SIG), st_rows_text(st, ST_SIG_NAME)};
     ins_table_row(t, row);
   }
-  if (step != SQLITE_DONE && step != SQLITE_ROW) {
-    fprintf(stderr, "opjit: cannot read the database: %s\n", sqlite3_errmsg(st_sqlite(db)));
+  if (step != 0 && step != 1) {
+    fprintf(stderr, "opjit: cannot read the database: %s\n", st_errmsg(db));
     cJSON_Delete(sigs);
     goto out;
   }
@@ -228,7 +224,7 @@ static int cmd_top(int argc, char **argv)
     else
       cJSON_AddNullToObject(doc, "run");
     cJSON_AddNumberToObject(doc, "runs", (double)sc.runs);
-    cJSON_AddStringToObject(doc, "database", sqlite3_db_filename(st_sqlite(db), "main"));
+    cJSON_AddStringToObject(doc, "database", st_path(db));
     cJSON_AddNumberToObject(doc, "wall_ns", (double)sc.wall_ns);
     cJSON_AddNumberToObject(doc, "total_calls", (double)calls_total);
     cJSON_AddNumberToObject(doc, "est_ns", est_total);
@@ -275,7 +271,7 @@ out:
   ins_sampling_free(&samp);
   ins_table_free(t);
   cJSON_Delete(doc);
-  sqlite3_finalize(st);
+  st_rows_close(st);
   st_close(db);
   return rc;
 }

@@ -40,25 +40,17 @@ static int cmd_variants(int argc, char **argv)
     return INS_EXIT_FAIL;
   int64_t scope = run;
   char title[1024] = "all runs";
-  sqlite3_stmt *st = NULL;
+  st_rows_t *st = NULL;
   cJSON *doc = NULL;
   ins_table_t *t = NULL;
   rc = INS_EXIT_FAIL;
   if (ins_pick_run(db, run, all, INS_HAS_VARIANTS, &scope) ||
       (scope && ins_run_title(db, scope, PROGRAM_WIDTH, title, sizeof title, NULL)))
     goto out;
-  st = ins_db_prepare(
-      db, "SELECT v.run_id, s.sig, s.name, v.status, v.generator, v.llvm, v.cpu, v.compile_ns,"
-          " v.calls, v.timed_calls, v.timed_ns, coalesce(rs.calls, 0),"
-          " coalesce(rs.timed_calls, 0), coalesce(rs.timed_ns, 0),"
-          " (SELECT count(DISTINCT w.llvm || '/' || w.cpu || '/' || w.generator) FROM variants w"
-          "  WHERE ?1 = 0 OR w.run_id = ?1), v.origin"
-          " FROM variants v JOIN signatures s ON s.id = v.sig_id"
-          " LEFT JOIN run_sigs rs ON rs.run_id = v.run_id AND rs.sig_id = v.sig_id"
-          " WHERE ?1 = 0 OR v.run_id = ?1 ORDER BY v.run_id DESC, v.calls DESC, s.sig");
+  st = ins_query(db, ST_Q_VARIANTS);
   if (!st)
     goto out;
-  sqlite3_bind_int64(st, 1, scope);
+  st_rows_bind_int(st, 1, scope);
   doc = ins_json_doc(db, scope);
   cJSON *list = cJSON_CreateArray();
   static const char *const head[] = {"RUN", "STATUS", "CALLS", "%CALLS", "VARIANT",
@@ -69,22 +61,22 @@ static int cmd_variants(int argc, char **argv)
   int uniform = 1, n = 0, step;
   char llvm[64] = "", cpu[64] = "";
   int generator = 0;
-  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-    ins_split_t sp = {.calls = sqlite3_column_int64(st, 11),
-                      .vcalls = sqlite3_column_int64(st, 8),
-                      .otimed = sqlite3_column_int64(st, 12),
-                      .otimed_ns = sqlite3_column_int64(st, 13),
-                      .vtimed = sqlite3_column_int64(st, 9),
-                      .vtimed_ns = sqlite3_column_int64(st, 10)};
+  while ((step = st_rows_next(st)) == 1) {
+    ins_split_t sp = {.calls = st_rows_int(st, 11),
+                      .vcalls = st_rows_int(st, 8),
+                      .otimed = st_rows_int(st, 12),
+                      .otimed_ns = st_rows_int(st, 13),
+                      .vtimed = st_rows_int(st, 9),
+                      .vtimed_ns = st_rows_int(st, 10)};
     double vmean = ins_split_vmean(&sp), omean = ins_split_omean(&sp);
     double speedup = ins_split_speedup(&sp), pct = ins_pct(sp.vcalls, sp.calls);
-    int64_t compile_ns = sqlite3_column_int64(st, 7);
-    const char *status = ins_col_text(st, 3);
+    int64_t compile_ns = st_rows_int(st, 7);
+    const char *status = st_rows_text(st, 3);
     if (!n++) {
-      uniform = sqlite3_column_int64(st, 14) <= 1;
-      snprintf(llvm, sizeof llvm, "%s", ins_col_text(st, 5));
-      snprintf(cpu, sizeof cpu, "%s", ins_col_text(st, 6));
-      generator = sqlite3_column_int(st, 4);
+      uniform = st_rows_int(st, 14) <= 1;
+      snprintf(llvm, sizeof llvm, "%s", st_rows_text(st, 5));
+      snprintf(cpu, sizeof cpu, "%s", st_rows_text(st, 6));
+      generator = (int)st_rows_int(st, 4);
       uint32_t shown = UINT32_MAX;
       if (!all)
         shown &= ~1u;
@@ -93,15 +85,15 @@ static int cmd_variants(int argc, char **argv)
       t = ins_table_new_shown("rlrrrrrrllll", head, shown);
     }
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddNumberToObject(j, "run", (double)sqlite3_column_int64(st, 0));
-    cJSON_AddStringToObject(j, "sig", ins_col_text(st, 1));
-    cJSON_AddStringToObject(j, "name", ins_col_text(st, 2));
+    cJSON_AddNumberToObject(j, "run", (double)st_rows_int(st, 0));
+    cJSON_AddStringToObject(j, "sig", st_rows_text(st, 1));
+    cJSON_AddStringToObject(j, "name", st_rows_text(st, 2));
     cJSON_AddStringToObject(j, "status", status);
-    cJSON_AddNumberToObject(j, "generator", sqlite3_column_int(st, 4));
-    cJSON_AddStringToObject(j, "llvm", ins_col_text(st, 5));
-    cJSON_AddStringToObject(j, "cpu", ins_col_text(st, 6));
+    cJSON_AddNumberToObject(j, "generator", (int)st_rows_int(st, 4));
+    cJSON_AddStringToObject(j, "llvm", st_rows_text(st, 5));
+    cJSON_AddStringToObject(j, "cpu", st_rows_text(st, 6));
     cJSON_AddNumberToObject(j, "compile_ns", (double)compile_ns);
-    const char *origin = ins_col_text(st, 15);
+    const char *origin = st_rows_text(st, 15);
     cJSON_AddStringToObject(j, "origin", origin);
     cJSON_AddNumberToObject(j, "calls", (double)sp.vcalls);
     cJSON_AddNumberToObject(j, "calls_pct", pct);
@@ -114,7 +106,7 @@ static int cmd_variants(int argc, char **argv)
     ins_json_add_or_null(j, "speedup", speedup);
     cJSON_AddItemToArray(list, j);
     char c0[24], c2[24], c3[16], c4[32], c5[32], c6[32], c7[32];
-    snprintf(c0, sizeof c0, "%lld", (long long)sqlite3_column_int64(st, 0));
+    snprintf(c0, sizeof c0, "%lld", (long long)st_rows_int(st, 0));
     snprintf(c2, sizeof c2, "%lld", (long long)sp.vcalls);
     snprintf(c3, sizeof c3, "%.1f%%", pct);
     ins_fmt_ns(vmean, c4, sizeof c4);
@@ -124,11 +116,11 @@ static int cmd_variants(int argc, char **argv)
       snprintf(c7, sizeof c7, "stored");
     else
       ins_fmt_ns(compile_ns > 0 ? (double)compile_ns : -1, c7, sizeof c7);
-    const char *row[] = {c0, status, c2, c3, c4, c5, c6, c7, ins_col_text(st, 5),
-                         ins_col_text(st, 6), ins_col_text(st, 1), ins_col_text(st, 2)};
+    const char *row[] = {c0, status, c2, c3, c4, c5, c6, c7, st_rows_text(st, 5),
+                         st_rows_text(st, 6), st_rows_text(st, 1), st_rows_text(st, 2)};
     ins_table_row(t, row);
   }
-  if ((rc = ins_db_finish(db, st, step))) {
+  if ((rc = ins_rows_finish(db, st, step))) {
     st = NULL;
     cJSON_Delete(list);
     goto out;
@@ -161,7 +153,7 @@ static int cmd_variants(int argc, char **argv)
 out:
   ins_table_free(t);
   cJSON_Delete(doc);
-  sqlite3_finalize(st);
+  st_rows_close(st);
   st_close(db);
   return rc;
 }

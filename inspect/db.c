@@ -35,38 +35,6 @@ int ins_db_path(const char *opt, char *buf, size_t len)
   return rc;
 }
 
-/* A read-only reader of an older schema sees what the newest one has: before 4, empty
- * variants and events tables; before 5, the runs' and variants' newer columns (NULL, or their
- * defaults) and an empty objects table. TEMP tables and views are looked up before the file's
- * own, shadow nothing in it and vanish with the connection, so every query reads alike.
- * Returns 0, or -1 after printing SQLite's message. */
-static int compat_tables(st_db_t *db)
-{
-  static const char before4[] =
-      "CREATE TEMP TABLE variants(run_id INTEGER, sig_id INTEGER, status TEXT, generator INTEGER,"
-      " llvm TEXT, cpu TEXT, compile_ns INTEGER, calls INTEGER, timed_calls INTEGER,"
-      " timed_ns INTEGER, origin TEXT, pre_calls INTEGER);"
-      "CREATE TEMP TABLE events(id INTEGER PRIMARY KEY, run_id INTEGER, sig_id INTEGER,"
-      " time_ns INTEGER, kind TEXT, detail TEXT);";
-  static const char before5[] =
-      "CREATE TEMP VIEW runs AS SELECT *, NULL AS warm_ns FROM main.runs;"
-      "CREATE TEMP TABLE objects(id INTEGER PRIMARY KEY, sig_id INTEGER, cpu TEXT, llvm TEXT,"
-      " generator INTEGER, symbol TEXT, checksum INTEGER, code BLOB, run_id INTEGER,"
-      " created_ns INTEGER);";
-  static const char variants4[] =
-      "CREATE TEMP VIEW variants AS SELECT *, 'compiled' AS origin, 0 AS pre_calls"
-      " FROM main.variants;";
-  int version = 0;
-  if (st_schema_version(db, &version) || version >= 5)
-    return 0;
-  sqlite3 *h = st_sqlite(db);
-  if (sqlite3_exec(h, before5, NULL, NULL, NULL) == SQLITE_OK &&
-      sqlite3_exec(h, version >= 4 ? variants4 : before4, NULL, NULL, NULL) == SQLITE_OK)
-    return 0;
-  fprintf(stderr, "opjit: cannot read the database: %s\n", sqlite3_errmsg(h));
-  return -1;
-}
-
 int ins_db_open(const char *opt, int flags, int busy_ms, st_db_t **db)
 {
   char path[4096], err[1024];
@@ -76,137 +44,93 @@ int ins_db_open(const char *opt, int flags, int busy_ms, st_db_t **db)
     fprintf(stderr, "opjit: %s\n", err);
     return 1;
   }
-  if (compat_tables(*db)) {
-    st_close(*db);
-    *db = NULL;
-    return 1;
-  }
   return 0;
 }
 
-sqlite3_stmt *ins_db_prepare(st_db_t *db, const char *sql)
+st_rows_t *ins_query(st_db_t *db, enum st_query q)
 {
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(st_sqlite(db), sql, -1, &st, NULL) != SQLITE_OK) {
-    fprintf(stderr, "opjit: cannot query the database: %s\n", sqlite3_errmsg(st_sqlite(db)));
+  st_rows_t *r;
+  if (st_query(db, q, &r) != ST_OK) {
+    fprintf(stderr, "opjit: cannot query the database: %s\n", st_errmsg(db));
     return NULL;
   }
-  return st;
+  return r;
 }
 
-int ins_db_finish(st_db_t *db, sqlite3_stmt *st, int last_rc)
+int ins_rows_finish(st_db_t *db, st_rows_t *r, int last)
 {
-  sqlite3_finalize(st);
-  if (last_rc == SQLITE_DONE)
+  st_rows_close(r);
+  if (last == 0)
     return 0;
-  fprintf(stderr, "opjit: cannot read the database: %s\n", sqlite3_errmsg(st_sqlite(db)));
+  fprintf(stderr, "opjit: cannot read the database: %s\n", st_errmsg(db));
   return 1;
 }
 
-const char *ins_col_text(sqlite3_stmt *st, int i)
+void ins_json_add_col_int(cJSON *o, const char *key, const st_rows_t *r, int i)
 {
-  const unsigned char *s = sqlite3_column_text(st, i);
-  return s ? (const char *)s : "";
-}
-
-void ins_json_add_col_int(cJSON *o, const char *key, sqlite3_stmt *st, int i)
-{
-  if (sqlite3_column_type(st, i) == SQLITE_NULL)
+  if (st_rows_type(r, i) == ST_COL_NULL)
     cJSON_AddNullToObject(o, key);
   else
-    cJSON_AddNumberToObject(o, key, (double)sqlite3_column_int64(st, i));
+    cJSON_AddNumberToObject(o, key, (double)st_rows_int(r, i));
 }
 
 int ins_newest_run(st_db_t *db, enum ins_has what, int64_t *run)
 {
   /* The table a run's rows are in, and the message around the database's path. */
-  static const struct { const char *sql, *before, *after; } has[] = {
-      [INS_HAS_CALLS] = {"SELECT max(run_id) FROM run_sigs", "no run in ",
-                         " has recorded an operator call yet"},
-      [INS_HAS_STACKS] = {"SELECT max(run_id) FROM run_stacks", "no run in ",
-                          " has sampled stacks yet"},
-      [INS_HAS_VARIANTS] = {"SELECT max(run_id) FROM variants", "no JIT variants yet in ",
+  static const struct {
+    enum st_query query;
+    const char *before, *after;
+  } has[] = {
+      [INS_HAS_CALLS] = {ST_Q_NEWEST_CALL_RUN, "no run in ", " has recorded an operator call yet"},
+      [INS_HAS_STACKS] = {ST_Q_NEWEST_STACK_RUN, "no run in ", " has sampled stacks yet"},
+      [INS_HAS_VARIANTS] = {ST_Q_NEWEST_VARIANT_RUN, "no JIT variants yet in ",
                             ": " INS_NO_JIT_YET},
-      [INS_HAS_EVENTS] = {"SELECT max(run_id) FROM events", "no JIT events yet in ",
-                          ": " INS_NO_JIT_YET},
+      [INS_HAS_EVENTS] = {ST_Q_NEWEST_EVENT_RUN, "no JIT events yet in ", ": " INS_NO_JIT_YET},
   };
-  sqlite3_stmt *st = ins_db_prepare(db, has[what].sql);
+  st_rows_t *st = ins_query(db, has[what].query);
   if (!st)
     return INS_EXIT_FAIL;
-  int rc = sqlite3_step(st);
-  *run = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-  if (rc == SQLITE_ROW)
-    rc = sqlite3_step(st);
-  if (ins_db_finish(db, st, rc))
+  int rc = st_rows_next(st);
+  *run = rc == 1 ? st_rows_int(st, 0) : 0;
+  if (rc == 1)
+    rc = st_rows_next(st);
+  if (ins_rows_finish(db, st, rc))
     return INS_EXIT_FAIL;
   if (!*run)
-    fprintf(stderr, "opjit: %s%s%s\n", has[what].before,
-            sqlite3_db_filename(st_sqlite(db), "main"), has[what].after);
+    fprintf(stderr, "opjit: %s%s%s\n", has[what].before, st_path(db), has[what].after);
   return *run ? 0 : INS_EXIT_FAIL;
 }
 
 int ins_sig_resolve(st_db_t *db, const char *prefix, char *sig)
 {
   enum { MAX_CANDIDATES = 20 }; /* listed for an ambiguous prefix */
-  sqlite3_stmt *st = ins_db_prepare(
-      db, "SELECT sig, min(name), count(*) OVER () FROM signatures WHERE sig GLOB ?1 || '*'"
-          " GROUP BY sig ORDER BY sig LIMIT ?2");
+  st_rows_t *st = ins_query(db, ST_Q_SIG_PREFIX);
   if (!st)
     return INS_EXIT_FAIL;
-  sqlite3_bind_text(st, 1, prefix, -1, SQLITE_STATIC);
-  sqlite3_bind_int(st, 2, MAX_CANDIDATES);
+  st_rows_bind_text(st, 1, prefix);
+  st_rows_bind_int(st, 2, MAX_CANDIDATES);
   int rc, n = 0;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    int64_t total = sqlite3_column_int64(st, 2);
+  while ((rc = st_rows_next(st)) == 1) {
+    int64_t total = st_rows_int(st, 2);
     if (n == 0 && total == 1)
-      snprintf(sig, 17, "%s", ins_col_text(st, 0));
+      snprintf(sig, 17, "%s", st_rows_text(st, 0));
     else {
       if (n == 0)
         fprintf(stderr, "opjit: signature prefix '%s' is ambiguous: %lld signatures match\n",
                 prefix, (long long)total);
-      fprintf(stderr, "  %s  %s\n", ins_col_text(st, 0), ins_col_text(st, 1));
+      fprintf(stderr, "  %s  %s\n", st_rows_text(st, 0), st_rows_text(st, 1));
       if (n == MAX_CANDIDATES - 1 && total > MAX_CANDIDATES)
         fprintf(stderr, "  ... and %lld more\n", (long long)(total - MAX_CANDIDATES));
     }
     n++;
   }
-  if (ins_db_finish(db, st, rc))
+  if (ins_rows_finish(db, st, rc))
     return INS_EXIT_FAIL;
   if (!n)
     fprintf(stderr, "opjit: no signature %s%s in %s (see opjit top)\n", prefix,
-            strlen(prefix) < 16 ? "..." : "", sqlite3_db_filename(st_sqlite(db), "main"));
+            strlen(prefix) < 16 ? "..." : "", st_path(db));
   return n == 1 ? INS_EXIT_OK : INS_EXIT_FAIL;
 }
-
-/* Per run, a signature's calls split between the original library (run_sigs' timed calls are
- * the original's only) and its JIT variant (variants.calls, clamped: the two rows are written
- * in separate transactions), each part estimated with its own mean; a part without timed calls
- * borrows the other's mean. */
-const char ins_sql_sig_totals[] =
-    "WITH split AS (SELECT rs.run_id, rs.sig_id, rs.calls, rs.timed_calls AS otimed,"
-    "  rs.timed_ns AS otimed_ns, min(coalesce(v.calls, 0), rs.calls) AS vcalls,"
-    "  coalesce(v.timed_calls, 0) AS vtimed, coalesce(v.timed_ns, 0) AS vtimed_ns,"
-    "  v.status AS status"
-    "  FROM run_sigs rs LEFT JOIN variants v ON v.run_id = rs.run_id AND v.sig_id = rs.sig_id"
-    "  WHERE ?1 = 0 OR rs.run_id = ?1),"
-    " means AS (SELECT *, calls - vcalls AS ocalls,"
-    "  CASE WHEN otimed > 0 THEN CAST(otimed_ns AS REAL) / otimed END AS omean,"
-    "  CASE WHEN vtimed > 0 THEN CAST(vtimed_ns AS REAL) / vtimed END AS vmean FROM split)"
-    " SELECT s.sig, s.name, s.op, s.params, sum(m.calls), sum(m.otimed), sum(m.otimed_ns),"
-    " sum(CASE WHEN m.otimed > 0 THEN CAST(m.ocalls AS REAL) * m.otimed_ns / m.otimed"
-    "  ELSE m.ocalls * coalesce(m.vmean, 0) END"
-    "  + CASE WHEN m.vtimed > 0 THEN CAST(m.vcalls AS REAL) * m.vtimed_ns / m.vtimed"
-    "  ELSE m.vcalls * coalesce(m.omean, 0) END) AS est,"
-    " (SELECT coalesce(sum(p.samples), 0) FROM run_pcs p"
-    "  WHERE p.sig_id = s.id AND (?1 = 0 OR p.run_id = ?1)),"
-    " sum(m.vcalls), sum(m.vtimed), sum(m.vtimed_ns),"
-    " sum(CASE WHEN m.omean IS NOT NULL AND m.vmean IS NOT NULL"
-    "  THEN m.vcalls * (m.omean - m.vmean) ELSE 0 END),"
-    " (SELECT v.status FROM variants v WHERE v.sig_id = s.id AND (?1 = 0 OR v.run_id = ?1)"
-    "  ORDER BY v.run_id DESC LIMIT 1),"
-    " count(m.status)"
-    " FROM means m JOIN signatures s ON s.id = m.sig_id"
-    " GROUP BY s.id ORDER BY est DESC, sum(m.calls) DESC, s.sig";
 
 cJSON *ins_json_doc(st_db_t *db, int64_t run)
 {
@@ -215,7 +139,7 @@ cJSON *ins_json_doc(st_db_t *db, int64_t run)
     cJSON_AddNumberToObject(doc, "run", (double)run);
   else
     cJSON_AddNullToObject(doc, "run");
-  cJSON_AddStringToObject(doc, "database", sqlite3_db_filename(st_sqlite(db), "main"));
+  cJSON_AddStringToObject(doc, "database", st_path(db));
   return doc;
 }
 
@@ -229,45 +153,42 @@ int ins_pick_run(st_db_t *db, int64_t run, int all, enum ins_has what, int64_t *
 
 int ins_run_exists(st_db_t *db, int64_t id)
 {
-  sqlite3_stmt *st = ins_db_prepare(db, "SELECT count(*) FROM runs WHERE id = ?");
+  st_rows_t *st = ins_query(db, ST_Q_RUN_EXISTS);
   if (!st)
     return -1;
-  sqlite3_bind_int64(st, 1, id);
-  int found = 0, rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) {
-    found = sqlite3_column_int(st, 0) > 0;
-    rc = sqlite3_step(st);
+  st_rows_bind_int(st, 1, id);
+  int found = 0, rc = st_rows_next(st);
+  if (rc == 1) {
+    found = (int)st_rows_int(st, 0) > 0;
+    rc = st_rows_next(st);
   }
-  if (ins_db_finish(db, st, rc))
+  if (ins_rows_finish(db, st, rc))
     return -1;
   if (!found)
-    fprintf(stderr, "opjit: no run %lld in %s (see opjit runs)\n", (long long)id,
-            sqlite3_db_filename(st_sqlite(db), "main"));
+    fprintf(stderr, "opjit: no run %lld in %s (see opjit runs)\n", (long long)id, st_path(db));
   return found;
 }
 
 int ins_run_title(st_db_t *db, int64_t run, int width, char *buf, size_t len, int64_t *start_ns)
 {
-  sqlite3_stmt *st = ins_db_prepare(db, "SELECT p.exe, r.argv, r.status, r.pid, r.start_ns"
-                                        " FROM runs r JOIN programs p ON p.id = r.program_id"
-                                        " WHERE r.id = ?");
+  st_rows_t *st = ins_query(db, ST_Q_RUN_TITLE);
   if (!st)
     return INS_EXIT_FAIL;
-  sqlite3_bind_int64(st, 1, run);
+  st_rows_bind_int(st, 1, run);
   snprintf(buf, len, "run %lld", (long long)run);
-  int rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) {
+  int rc = st_rows_next(st);
+  if (rc == 1) {
     char prog[512], when[32];
-    int64_t start = sqlite3_column_int64(st, 4);
-    ins_program_label(ins_col_text(st, 0), ins_col_text(st, 1), width, prog, sizeof prog);
+    int64_t start = st_rows_int(st, 4);
+    ins_program_label(st_rows_text(st, 0), st_rows_text(st, 1), width, prog, sizeof prog);
     snprintf(buf, len, "run %lld: %s (%s, started %s)", (long long)run, prog,
-             ins_run_status(ins_col_text(st, 2), sqlite3_column_int64(st, 3), start),
+             ins_run_status(st_rows_text(st, 2), st_rows_int(st, 3), start),
              ins_fmt_time(start, when, sizeof when));
     if (start_ns)
       *start_ns = start;
-    rc = sqlite3_step(st);
+    rc = st_rows_next(st);
   }
-  return ins_db_finish(db, st, rc);
+  return ins_rows_finish(db, st, rc);
 }
 
 /* The CLOCK_REALTIME instant process pid started, in ns (to about a second), or -1. */
@@ -337,6 +258,8 @@ static size_t char_offset(const char *s, size_t n)
 void ins_program_label(const char *exe, const char *argv_json, int width, char *buf, size_t len)
 {
   size_t at = 0;
+  if (!exe || !*exe)
+    exe = INS_NO_PROGRAM;
   const char *slash = strrchr(exe, '/');
   buf[0] = 0;
   append(buf, len, &at, slash ? slash + 1 : exe);
@@ -407,27 +330,22 @@ void ins_sampling_add(ins_sampling_t *s, const char *text)
 int ins_sampling_read(st_db_t *db, int64_t run, ins_sampling_t *s)
 {
   *s = (ins_sampling_t){.mode = "off", .notes = cJSON_CreateArray()};
-  sqlite3_stmt *st = ins_db_prepare(
-      db, "SELECT sampling FROM runs WHERE sampling IS NOT NULL AND (?1 = 0 OR id = ?1)"
-          " ORDER BY id");
+  st_rows_t *st = ins_query(db, ST_Q_RUN_SAMPLINGS);
   if (!st)
     return INS_EXIT_FAIL;
-  sqlite3_bind_int64(st, 1, run);
+  st_rows_bind_int(st, 1, run);
   int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-    ins_sampling_add(s, ins_col_text(st, 0));
-  if (ins_db_finish(db, st, rc) ||
-      !(st = ins_db_prepare(db, "SELECT coalesce(sum(samples), 0),"
-                                " coalesce(sum(CASE WHEN sig_id = 0 THEN samples END), 0)"
-                                " FROM run_pcs WHERE ?1 = 0 OR run_id = ?1")))
+  while ((rc = st_rows_next(st)) == 1)
+    ins_sampling_add(s, st_rows_text(st, 0));
+  if (ins_rows_finish(db, st, rc) || !(st = ins_query(db, ST_Q_SAMPLE_TOTALS)))
     return INS_EXIT_FAIL;
-  sqlite3_bind_int64(st, 1, run);
-  if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    s->total = sqlite3_column_int64(st, 0);
-    s->host = sqlite3_column_int64(st, 1);
-    rc = sqlite3_step(st);
+  st_rows_bind_int(st, 1, run);
+  if ((rc = st_rows_next(st)) == 1) {
+    s->total = st_rows_int(st, 0);
+    s->host = st_rows_int(st, 1);
+    rc = st_rows_next(st);
   }
-  return ins_db_finish(db, st, rc);
+  return ins_rows_finish(db, st, rc);
 }
 
 void ins_sampling_free(ins_sampling_t *s)

@@ -5,16 +5,17 @@
 #ifndef OPJIT_INSPECT_DB_H
 #define OPJIT_INSPECT_DB_H
 
+#include "store/query.h"
 #include "store/store.h"
 
 #include <cjson/cJSON.h>
 
-#include <sqlite3.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define INS_READ_BUSY_MS 1000  /* readers wait this long for a writer */
 #define INS_WRITE_BUSY_MS 5000 /* gc waits this long for the agents' writes */
+#define INS_NO_PROGRAM "(program not recorded)" /* a run's label without its program */
 
 /* getenv with the signature the agent's option parser wants (ag_getenv_fn). */
 const char *ins_getenv(const char *name);
@@ -23,20 +24,18 @@ const char *ins_getenv(const char *name);
  * HOME). Returns 0, or -1 (with a message) when no path can be formed. */
 int ins_db_path(const char *opt, char *buf, size_t len);
 
-/* Opens the database named by opt (see ins_db_path) with st_open flags; a read-only reader of
- * a schema before the JIT's (4) sees empty variants and events tables. Returns 0, or
- * INS_EXIT_FAIL after printing st_open's message. */
+/* Opens the database named by opt (see ins_db_path) with st_open flags (a read-only reader of
+ * an older schema reads it as the newest). Returns 0, or INS_EXIT_FAIL after printing
+ * st_open's message. */
 int ins_db_open(const char *opt, int flags, int busy_ms, st_db_t **db);
 
-/* A prepared statement on db, or NULL after printing SQLite's message. */
-sqlite3_stmt *ins_db_prepare(st_db_t *db, const char *sql);
-/* Steps st after a loop over its rows: returns 0 when the last step was SQLITE_DONE, else
- * prints SQLite's message and returns INS_EXIT_FAIL. Finalizes st either way. */
-int ins_db_finish(st_db_t *db, sqlite3_stmt *st, int last_rc);
-/* Column i as text, "" when NULL. */
-const char *ins_col_text(sqlite3_stmt *st, int i);
-/* Adds column i of st to object o under key as a number, or null when it is NULL. */
-void ins_json_add_col_int(cJSON *o, const char *key, sqlite3_stmt *st, int i);
+/* Query q on db (store/query.h), or NULL after printing why. */
+st_rows_t *ins_query(st_db_t *db, enum st_query q);
+/* Closes r after a loop over its rows: returns 0 when the last st_rows_next (last) said there
+ * were no more rows, else prints SQLite's message and returns INS_EXIT_FAIL. */
+int ins_rows_finish(st_db_t *db, st_rows_t *r, int last);
+/* Adds column i of r to object o under key as a number, or null when it is NULL. */
+void ins_json_add_col_int(cJSON *o, const char *key, const st_rows_t *r, int i);
 
 /* What a run recorded, for ins_newest_run. */
 enum ins_has { INS_HAS_CALLS, INS_HAS_STACKS, INS_HAS_VARIANTS, INS_HAS_EVENTS };
@@ -49,18 +48,6 @@ int ins_pick_run(st_db_t *db, int64_t run, int all, enum ins_has what, int64_t *
 /* Resolves a signature id prefix (lower-case hex) to one full id in sig[17]; prints the
  * candidates or the absence and returns INS_EXIT_FAIL when several or none match. */
 int ins_sig_resolve(st_db_t *db, const char *prefix, char *sig);
-
-/* The signatures of run ?1 (0: every run), ranked by estimated time (per run, then summed):
- * columns sig, name, op, params, calls (all), timed_calls and timed_ns (the original
- * library's), est_ns (original calls × original mean + variant calls × variant mean), samples
- * (run_pcs), then the JIT's part: variant calls, its timed_calls and timed_ns, the estimated
- * saving (variant calls × (original mean − variant mean), where both are timed), the status
- * of the newest variant (NULL: none) and the number of runs with a variant. */
-enum ins_sig_col { INS_SIG_SIG, INS_SIG_NAME, INS_SIG_OP, INS_SIG_PARAMS, INS_SIG_CALLS,
-                   INS_SIG_TIMED, INS_SIG_TIMED_NS, INS_SIG_EST, INS_SIG_SAMPLES, INS_SIG_VCALLS,
-                   INS_SIG_VTIMED, INS_SIG_VTIMED_NS, INS_SIG_SAVING, INS_SIG_STATUS,
-                   INS_SIG_NVARIANTS };
-extern const char ins_sql_sig_totals[];
 
 /* A JSON document opening with "run" (run, or null for every run: 0) and "database" (db's
  * path). */
@@ -82,7 +69,8 @@ const char *ins_run_status(const char *status, int64_t pid, int64_t start_ns);
  * -1 when neither is known. */
 int64_t ins_run_wall_ns(int64_t start_ns, int64_t flush_ns, int64_t end_ns);
 /* "python3.11 -c import numpy…": exe's basename and argv[1..] (a JSON array), abbreviated
- * with "…" to at most width characters. */
+ * with "…" to at most width characters; INS_NO_PROGRAM for exe when it is NULL or "" (the
+ * run's program row is gone). */
 void ins_program_label(const char *exe, const char *argv_json, int width, char *buf, size_t len);
 
 /* What the sampler recorded over a scope: one run, or every run (run 0). */

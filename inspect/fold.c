@@ -63,25 +63,20 @@ static char *fold_line(const char *root, const char *stack)
 int ins_fold_each(st_db_t *db, int64_t run, const char *sig, ins_fold_fn *fn, void *ctx,
                   int64_t *n)
 {
-  sqlite3_stmt *st = ins_db_prepare(
-      db, "SELECT k.sig_id, s.name, k.stack, sum(k.samples) AS n"
-          " FROM run_stacks k LEFT JOIN signatures s ON s.id = k.sig_id"
-          " WHERE (?1 = 0 OR k.run_id = ?1) AND (?2 IS NULL OR s.sig = ?2)"
-          " GROUP BY k.sig_id, k.stack HAVING n > 0"
-          " ORDER BY k.sig_id = 0, s.name, k.sig_id, k.stack");
+  st_rows_t *st = ins_query(db, ST_Q_STACKS);
   if (!st)
     return INS_EXIT_FAIL;
-  sqlite3_bind_int64(st, 1, run);
+  st_rows_bind_int(st, 1, run);
   if (sig)
-    sqlite3_bind_text(st, 2, sig, -1, SQLITE_STATIC);
+    st_rows_bind_text(st, 2, sig);
   int rc;
-  for (*n = 0; (rc = sqlite3_step(st)) == SQLITE_ROW; ++*n) {
-    int host = sqlite3_column_int64(st, 0) == 0;
-    char *line = fold_line(host ? INS_FOLD_PROGRAM : ins_col_text(st, 1), ins_col_text(st, 2));
-    fn(ctx, line, sqlite3_column_int64(st, 3));
+  for (*n = 0; (rc = st_rows_next(st)) == 1; ++*n) {
+    int host = st_rows_int(st, 0) == 0;
+    char *line = fold_line(host ? INS_FOLD_PROGRAM : st_rows_text(st, 1), st_rows_text(st, 2));
+    fn(ctx, line, st_rows_int(st, 3));
     free(line);
   }
-  return ins_db_finish(db, st, rc);
+  return ins_rows_finish(db, st, rc);
 }
 
 /* ---- the frame tree ---- */

@@ -14,8 +14,12 @@
  *   6  the machine model per CPU key: machine_models (ISA, FMA peaks per width and dtype,
  *      timer cost), machine_compiles (compile latency per kernel family, over runs); opjit gc
  *      keeps both: a CPU's model outlives its runs
- * A file whose user_version is newer than ST_SCHEMA_VERSION is refused, never downgraded. */
+ * A file whose user_version is newer than ST_SCHEMA_VERSION is refused, never downgraded; one
+ * whose user_version is negative (no opjit writes one) is refused as damaged, never rewritten.
+ * A read-only connection to an older file sees the newest schema through TEMP views. */
 #include "store.h"
+
+#include "internal.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -139,8 +143,8 @@ const char *st_errstr(int code)
   return i >= 0 && i < ST__NERR ? err_text[i] : "unknown error";
 }
 
-/* Maps an SQLite result code onto ours. */
-static int map_rc(int rc)
+/* Maps an SQLite result code onto ours (internal.h). */
+int _st_code(int rc)
 {
   switch (rc & 0xff) {
   case SQLITE_OK:
@@ -164,7 +168,7 @@ static int map_rc(int rc)
  * surfaces as a generic I/O or can't-open error. */
 static int db_code(sqlite3 *db, int rc, const char *path)
 {
-  int code = map_rc(rc), e = db ? sqlite3_system_errno(db) : 0;
+  int code = _st_code(rc), e = db ? sqlite3_system_errno(db) : 0;
   if (e == ENOSPC || e == EDQUOT)
     return ST_EFULL;
   if (e == EROFS || e == EACCES || e == EPERM)
@@ -225,15 +229,17 @@ int st_migrate_to(st_db_t *db, int version)
 {
   if (version > ST_SCHEMA_VERSION)
     return ST_ENEWER;
+  if (version < 0)
+    return ST_ECORRUPT;
   for (;;) {
     int rc = exec_sql(db->db, "BEGIN IMMEDIATE");
     if (rc)
       return rc;
     int cur;
     rc = st_schema_version(db, &cur); /* re-read inside the lock: another process may migrate */
-    if (rc || cur >= version) {
+    if (rc || cur >= version || cur < 0) { /* migrations[] has no entry before 0 */
       exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
-      return rc ? rc : cur > ST_SCHEMA_VERSION ? ST_ENEWER : ST_OK;
+      return rc ? rc : cur < 0 ? ST_ECORRUPT : cur > ST_SCHEMA_VERSION ? ST_ENEWER : ST_OK;
     }
     char bump[64];
     snprintf(bump, sizeof bump, "PRAGMA user_version = %d", cur + 1);
@@ -243,6 +249,51 @@ int st_migrate_to(st_db_t *db, int version)
       return rc;
     }
   }
+}
+
+/* A read-only connection to an older schema reads what the newest one has: the runs' newer
+ * columns (NULL, or their defaults) through a view, and empty tables for what came later (the
+ * sampler's before 3, the JIT's before 4, objects before 5; with variants' newer columns at 4).
+ * query.h reads no machine table and no programs.script, so version 6 and 5's programs need
+ * nothing. TEMP tables and views are looked up before the file's own, shadow nothing in it and
+ * vanish with the connection: every query reads every schema alike, and the file is never
+ * written. */
+static int read_views(sqlite3 *db, int version)
+{
+  static const char before3[] =
+      "CREATE TEMP TABLE symbols(id INTEGER PRIMARY KEY, module TEXT, name TEXT);"
+      "CREATE TEMP TABLE run_pcs(run_id INTEGER, sig_id INTEGER, symbol_id INTEGER,"
+      " samples INTEGER);"
+      "CREATE TEMP TABLE run_stacks(run_id INTEGER, sig_id INTEGER, stack TEXT, samples INTEGER);"
+      "CREATE TEMP TABLE run_counters(run_id INTEGER, sig_id INTEGER, event TEXT, value INTEGER);";
+  static const char before4[] =
+      "CREATE TEMP TABLE variants(run_id INTEGER, sig_id INTEGER, status TEXT, generator INTEGER,"
+      " llvm TEXT, cpu TEXT, compile_ns INTEGER, calls INTEGER, timed_calls INTEGER,"
+      " timed_ns INTEGER, origin TEXT, pre_calls INTEGER);"
+      "CREATE TEMP TABLE events(id INTEGER PRIMARY KEY, run_id INTEGER, sig_id INTEGER,"
+      " time_ns INTEGER, kind TEXT, detail TEXT);";
+  static const char variants4[] =
+      "CREATE TEMP VIEW variants AS SELECT *, 'compiled' AS origin, 0 AS pre_calls"
+      " FROM main.variants;";
+  static const char before5[] =
+      "CREATE TEMP TABLE objects(id INTEGER PRIMARY KEY, sig_id INTEGER, cpu TEXT, llvm TEXT,"
+      " generator INTEGER, symbol TEXT, checksum INTEGER, code BLOB, run_id INTEGER,"
+      " created_ns INTEGER);";
+  if (version >= 5)
+    return ST_OK;
+  char runs[256];
+  snprintf(runs, sizeof runs,
+           "CREATE TEMP VIEW runs AS SELECT *%s%s, NULL AS warm_ns FROM main.runs;",
+           version < 2 ? ", NULL AS parent_run, NULL AS parent_start_ns, 0 AS overflow_calls" : "",
+           version < 3 ? ", NULL AS sampling" : "");
+  int rc = exec_sql(db, runs);
+  if (!rc && version < 3)
+    rc = exec_sql(db, before3);
+  if (!rc)
+    rc = exec_sql(db, version < 4 ? before4 : variants4);
+  if (!rc)
+    rc = exec_sql(db, before5);
+  return rc;
 }
 
 /* mkdir -p of path's folder; folders it creates get mode 0700. */
@@ -305,6 +356,14 @@ int st_open(const char *path, int flags, int busy_ms, st_db_t **out, char *err, 
     st_close(db);
     return ST_ENEWER;
   }
+  if (version < 0) { /* no opjit writes one: damage, never a schema to migrate from */
+    fail(err, errlen, ST_ECORRUPT,
+         "%s has schema version %d, which no opjit writes: refusing to touch it (move it "
+         "aside or use another database: OPJIT_DB / --db)",
+         path, version);
+    st_close(db);
+    return ST_ECORRUPT;
+  }
   if (version > 0 || ntables > 0) {
     rc = query_int(db->db, "SELECT count(*) FROM meta WHERE key='application' AND value='opjit'",
                    &ours);
@@ -323,6 +382,8 @@ int st_open(const char *path, int flags, int busy_ms, st_db_t **out, char *err, 
       st_close(db);
       return ST_ENOENT;
     }
+    if ((rc = read_views(db->db, version)))
+      goto out_fail;
   } else {
     if (sqlite3_db_readonly(db->db, "main") == 1) {
       fail(err, errlen, ST_EREADONLY, "cannot write %s: the database is read-only", path);

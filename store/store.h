@@ -58,7 +58,7 @@ void st_close(st_db_t *db);
 int st_migrate_to(st_db_t *db, int version);
 /* The schema version found in the file. */
 int st_schema_version(st_db_t *db, int *version);
-/* The underlying connection, for inspect's queries. */
+/* The underlying connection, for the store's read side (query.h) and tests. */
 sqlite3 *st_sqlite(st_db_t *db);
 
 /* What a run records about itself when it starts. */

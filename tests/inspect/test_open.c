@@ -4,6 +4,7 @@
 #include "helpers.h"
 
 #include <criterion/criterion.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,6 +30,55 @@ Test(open, newer_schema_is_refused)
   craft_run(db, 0, 0, 1, one, 1);
   sql_exec(db, "PRAGMA user_version=99");
   refused_by_all(db, "newer");
+}
+
+Test(open, negative_schema_version_is_refused_and_kept)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  craft_run(db, 0, 0, 1, one, 1);
+  sql_exec(db, "PRAGMA user_version=-1");
+  refused_by_all(db, "schema version -1, which no opjit writes");
+  proc_t p = opjit(NULL, (const char *[]){"doctor", "--db", db, "--json", NULL});
+  cr_expect(strstr(p.out, "which no opjit writes"), "doctor: %s", p.out);
+  proc_free(&p);
+  sqlite3 *raw;
+  sqlite3_stmt *st;
+  cr_assert_eq(sqlite3_open_v2(db, &raw, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  cr_assert_eq(sqlite3_prepare_v2(raw, "PRAGMA user_version", -1, &st, NULL), SQLITE_OK);
+  cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+  cr_expect_eq(sqlite3_column_int(st, 0), -1, "the refusals left the version as it was");
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+}
+
+/* A run whose programs row is gone (damage, or a hand-made DELETE): every reader still shows
+ * it, labelled as such, and report writes its page. */
+Test(open, a_run_without_its_program_row_reads_everywhere)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db"), *out = path_in(dir, "r.html");
+  craft_run(db, 0, 0, 1, one, 1);
+  sql_exec(db, "DELETE FROM programs");
+  proc_t p = opjit(NULL, (const char *[]){"report", "--db", db, "-o", out, "1", NULL});
+  cr_expect_eq(p.status, 0, "report: status %d: %s", p.status, p.err);
+  proc_free(&p);
+  FILE *f = fopen(out, "r");
+  cr_assert(f, "no page written");
+  char page[8192] = "";
+  page[fread(page, 1, sizeof page - 1, f)] = 0;
+  fclose(f);
+  cr_expect(strstr(page, "(program not recorded)"), "the page names no program");
+  static const char *const cmds[][3] = {{"runs", NULL}, {"top", "1"}};
+  for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+    p = opjit(NULL, (const char *[]){cmds[i][0], "--db", db, cmds[i][1], NULL});
+    cr_expect_eq(p.status, 0, "%s: status %d: %s", cmds[i][0], p.status, p.err);
+    cr_expect(strstr(p.out, "(program not recorded)"), "%s: %s", cmds[i][0], p.out);
+    proc_free(&p);
+  }
+  p = opjit(NULL, (const char *[]){"export", "--db", db, "--json", NULL});
+  cJSON *j = proc_json(&p);
+  cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "runs")), 1, "export keeps the run");
+  cJSON_Delete(j);
+  proc_free(&p);
 }
 
 Test(open, foreign_sqlite_file_is_refused)

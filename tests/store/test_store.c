@@ -139,23 +139,54 @@ static void expect_refused(int want, const char *words)
   cr_assert_eq(rc, want, "read-only open: %d", rc);
 }
 
+/* sql's first value on the file at path, read with plain SQLite (-1000 when no row). */
+static int64_t raw_query(const char *sql)
+{
+  sqlite3 *raw;
+  cr_assert_eq(sqlite3_open_v2(path, &raw, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  int64_t v = -1000;
+  sqlite3_stmt *st;
+  cr_assert_eq(sqlite3_prepare_v2(raw, sql, -1, &st, NULL), SQLITE_OK);
+  if (sqlite3_step(st) == SQLITE_ROW)
+    v = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+  return v;
+}
+
 Test(store, refuses_a_newer_schema)
 {
   st_db_t *db = open_ok(ST_OPEN_CREATE);
   cr_assert_eq(sqlite3_exec(st_sqlite(db), "PRAGMA user_version=99", NULL, NULL, NULL), SQLITE_OK);
   st_close(db);
   expect_refused(ST_ENEWER, "newer");
-  db = NULL;
-  sqlite3 *raw;
-  sqlite3_open(path, &raw);
-  int64_t v = 0;
-  sqlite3_stmt *st;
-  sqlite3_prepare_v2(raw, "PRAGMA user_version", -1, &st, NULL);
-  if (sqlite3_step(st) == SQLITE_ROW)
-    v = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  sqlite3_close(raw);
-  cr_assert_eq(v, 99, "a refused file must not be downgraded");
+  cr_assert_eq(raw_query("PRAGMA user_version"), 99, "a refused file must not be downgraded");
+}
+
+Test(store, refuses_a_negative_schema_version_and_never_rewrites_it)
+{
+  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  begin(db, 100);
+  cr_assert_eq(sqlite3_exec(st_sqlite(db), "PRAGMA user_version=-1", NULL, NULL, NULL), SQLITE_OK);
+  st_close(db);
+  expect_refused(ST_ECORRUPT, "schema version -1, which no opjit writes");
+  char err[512] = "";
+  cr_assert_eq(st_open(path, ST_OPEN_NO_MIGRATE, 100, &db, err, sizeof err), ST_ECORRUPT);
+  cr_assert_eq(raw_query("PRAGMA user_version"), -1, "a refused file must not be rewritten");
+  cr_assert_eq(raw_query("SELECT count(*) FROM runs"), 1, "its runs stay");
+}
+
+Test(store, migrate_to_stops_at_a_negative_version)
+{
+  st_db_t *db = open_ok(ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
+  cr_assert_eq(st_migrate_to(db, 2), ST_OK);
+  cr_assert_eq(sqlite3_exec(st_sqlite(db), "PRAGMA user_version=-5", NULL, NULL, NULL), SQLITE_OK);
+  cr_expect_eq(st_migrate_to(db, ST_SCHEMA_VERSION), ST_ECORRUPT);
+  cr_expect_eq(st_migrate_to(db, -1), ST_ECORRUPT);
+  cr_expect_eq(query(db, "PRAGMA user_version"), -5);
+  cr_expect_eq(query(db, "SELECT count(*) FROM sqlite_master WHERE name = 'variants'"), 0,
+               "no migration ran");
+  st_close(db);
 }
 
 Test(store, refuses_an_sqlite_file_that_is_not_ours)

@@ -1,0 +1,154 @@
+/* SPDX-License-Identifier: MIT */
+/* The read side of the profile store: every question the `opjit` command asks the database,
+ * named, with its parameters and the columns of its rows as a contract. The SQL and the schema
+ * it reads live in store/ only (query.c); a schema change keeps these contracts and touches no
+ * reader. A read-only connection to an older schema reads like the newest (st_open's read-side
+ * views), so every query works on every schema st_open accepts.
+ * Functions return ST_OK (0) or a negative ST_E* code; st_errmsg says what SQLite reported. */
+#ifndef OPJIT_STORE_QUERY_H
+#define OPJIT_STORE_QUERY_H
+
+#include "store.h"
+
+#include <stdint.h>
+
+/* The queries. Parameters ?N are bound with st_rows_bind_*; an unbound one is NULL. "run (0:
+ * every run)" reads one run, or all of them when bound to 0. An exe column is NULL when the
+ * run's programs row is gone. */
+enum st_query {
+  /* The newest run with a row of a kind: columns run (NULL: none). */
+  ST_Q_NEWEST_CALL_RUN,    /* an operator call (run_sigs) */
+  ST_Q_NEWEST_STACK_RUN,   /* a sampled stack */
+  ST_Q_NEWEST_VARIANT_RUN, /* a JIT variant */
+  ST_Q_NEWEST_EVENT_RUN,   /* a JIT event */
+  /* ?1 prefix, ?2 limit: the signatures whose id starts with ?1, by id, at most ?2: sig,
+   * name, the number of all matches. */
+  ST_Q_SIG_PREFIX,
+  /* ?1 run (0: every run): signatures ranked by estimated time (enum st_sig_col). */
+  ST_Q_SIG_TOTALS,
+  /* ?1 run: 1 when it exists, else 0. */
+  ST_Q_RUN_EXISTS,
+  /* ?1 run: exe, argv, status, pid, start_ns. */
+  ST_Q_RUN_TITLE,
+  /* ?1 run (0: every run): sampling (the runs' JSON summaries, not NULL), by run. */
+  ST_Q_RUN_SAMPLINGS,
+  /* ?1 run (0: every run): samples attributed by PC, of which outside operators. */
+  ST_Q_SAMPLE_TOTALS,
+  /* ?1 run (0: every run): runs, their wall time as recorded so far (ns), overflow calls. */
+  ST_Q_SCOPE_TOTALS,
+  /* ?1 limit (-1: all): the newest runs, newest first: id, start_ns, flush_ns (0: none),
+   * end_ns (0: none), status, pid, ppid, exe, argv, parent_run (NULL: none), signatures,
+   * calls, overflow_calls, sampling, ready variants, loaded events, published events,
+   * invalidated events, warm_ns (0: none). */
+  ST_Q_RUN_LIST,
+  /* ?1 limit (-1: all): 1 when one of the newest ?1 runs has a ready variant, else 0. */
+  ST_Q_RUN_LIST_HAS_READY,
+  /* ?1 start_ns, ?2 pid: a launched program's runs (its own and its children's since ?1,
+   * and their forks), by id: id, status, pid, start_ns, signatures, calls. */
+  ST_Q_RUN_TREE,
+  /* ?1 run: exe, argv, status, pid, start_ns, flush_ns (0: none), end_ns (0: none). */
+  ST_Q_REPORT_RUN,
+  /* ?1 run: its variants, most calls first: sig, name, status, llvm, cpu, compile_ns, calls,
+   * timed_calls, timed_ns, the signature's calls, timed_calls and timed_ns (0: none), the
+   * number of rows. */
+  ST_Q_REPORT_VARIANTS,
+  /* ?1 sig: name, op, params. */
+  ST_Q_SIG_INFO,
+  /* ?1 sig, ?2 run (0: every run): the runs that called it, newest first: run, exe, argv,
+   * start_ns, status, pid, calls, timed_calls, timed_ns. */
+  ST_Q_SIG_RUNS,
+  /* ?1 sig, ?2 run (0: every run): the symbols its samples fell in, most first: module,
+   * symbol, samples, all its samples. */
+  ST_Q_SIG_SYMBOLS,
+  /* ?1 sig, ?2 run (0: every run): its hardware counters by event: event, value, the calls
+   * of the runs that counted it. */
+  ST_Q_SIG_COUNTERS,
+  /* ?1 run (0: every run): variants, newest run first, most calls first: run, sig, name,
+   * status, generator, llvm, cpu, compile_ns, calls, timed_calls, timed_ns, the signature's
+   * calls, timed_calls and timed_ns (0: none), distinct compilers in the scope, origin. */
+  ST_Q_VARIANTS,
+  /* ?1 run (0: every run), ?2 sig ('': any), ?3 kind (NULL: any): events in order: run,
+   * time_ns, time since the run's start (ns), kind, sig, name, detail. */
+  ST_Q_EVENTS,
+  /* ?1 run (0: every run), ?2 sig (NULL: any): folded stacks summed over the scope, the
+   * operators' by name, then the program's own (sig_id 0): sig_id, name, stack, samples. */
+  ST_Q_STACKS,
+  /* ?1 run (0: every run): runs as recorded, by id: id, pid, ppid, parent_run, status,
+   * start_ns, flush_ns, end_ns, overflow_calls, agent_version, argv, options, exe, build_id,
+   * cpu_model, cpu_flags, ncpu, sampling. */
+  ST_Q_EXPORT_RUNS,
+  /* ?1 run, each: its rows for opjit export; sig is NULL for what fell outside operators. */
+  ST_Q_EXPORT_SIGS,     /* sig, op, name, params, calls, timed_calls, timed_ns */
+  ST_Q_EXPORT_PCS,      /* sig, module, symbol, samples */
+  ST_Q_EXPORT_STACKS,   /* sig, stack, samples */
+  ST_Q_EXPORT_COUNTERS, /* sig, event, value */
+  ST_Q_EXPORT_VARIANTS, /* sig, status, generator, llvm, cpu, compile_ns, calls, timed_calls,
+                           timed_ns */
+  ST_Q_EXPORT_EVENTS,   /* sig, time_ns, kind, detail */
+  /* The file's health, one row each. */
+  ST_Q_QUICK_CHECK,  /* "ok", or the damage found */
+  ST_Q_RUN_COUNT,    /* runs */
+  ST_Q_JOURNAL_MODE, /* the journal mode */
+  ST_Q__N
+};
+
+/* The columns of ST_Q_SIG_TOTALS: per run, a signature's calls are split between the original
+ * library (run_sigs' timed calls are the original's only) and its JIT variant (its calls,
+ * clamped to the signature's), each part estimated with its own mean (a part without timed
+ * calls borrows the other's), then summed over the runs; ranked by the estimate, most first. */
+enum st_sig_col {
+  ST_SIG_SIG, /* 16 hex digits */
+  ST_SIG_NAME,
+  ST_SIG_OP,
+  ST_SIG_PARAMS,    /* JSON object */
+  ST_SIG_CALLS,     /* all calls */
+  ST_SIG_TIMED,     /* the original library's timed calls */
+  ST_SIG_TIMED_NS,  /* and their time */
+  ST_SIG_EST,       /* original calls × original mean + variant calls × variant mean (real) */
+  ST_SIG_SAMPLES,   /* samples attributed to it by PC */
+  ST_SIG_VCALLS,    /* calls its JIT variant served */
+  ST_SIG_VTIMED,    /* the variant's timed calls */
+  ST_SIG_VTIMED_NS, /* and their time */
+  ST_SIG_SAVING,    /* variant calls × (original mean − variant mean) where both are timed */
+  ST_SIG_STATUS,    /* the newest variant's status; NULL: none */
+  ST_SIG_NVARIANTS, /* runs with a variant */
+};
+
+/* A query's rows, read one at a time. */
+typedef struct st_rows_s st_rows_t;
+
+/* What a column holds in the current row. */
+enum st_col_type { ST_COL_NULL, ST_COL_INT, ST_COL_REAL, ST_COL_TEXT, ST_COL_BLOB };
+
+/* Prepares query q on db into *out (before its first row). Returns ST_OK, or a code (*out
+ * NULL; st_errmsg says why). */
+int st_query(st_db_t *db, enum st_query q, st_rows_t **out);
+/* Binds parameter ?param (from 1) to an integer, or to text (NULL: SQL NULL; copied). */
+void st_rows_bind_int(st_rows_t *r, int param, int64_t v);
+void st_rows_bind_text(st_rows_t *r, int param, const char *text);
+/* Steps to the next row: 1 when there is one, 0 after the last, or a negative code. */
+int st_rows_next(st_rows_t *r);
+/* Goes back before the first row, bindings kept. Returns ST_OK or the code of the last
+ * step's failure. */
+int st_rows_rewind(st_rows_t *r);
+/* Column col (from 0) of the current row: as an integer, a real, text ("" when NULL; valid
+ * until the next step), and its type. */
+int64_t st_rows_int(const st_rows_t *r, int col);
+double st_rows_double(const st_rows_t *r, int col);
+const char *st_rows_text(const st_rows_t *r, int col);
+enum st_col_type st_rows_type(const st_rows_t *r, int col);
+/* Frees r (NULL is fine). */
+void st_rows_close(st_rows_t *r);
+
+/* SQLite's message for db's last failure. */
+const char *st_errmsg(st_db_t *db);
+/* The database file's absolute path ("" for an in-memory database). */
+const char *st_path(st_db_t *db);
+/* Gives the space of deleted rows back: WAL checkpoint, then VACUUM. Returns ST_OK or a code
+ * (st_errmsg says why). */
+int st_compact(st_db_t *db);
+/* An in-memory copy of db (read in one transaction) into *out, opened as st_open would.
+ * Returns ST_OK, or a code with a sentence in err. */
+int st_copy_to_memory(st_db_t *db, st_db_t **out, char *err, size_t errlen);
+
+#endif
