@@ -572,11 +572,12 @@ static LLVMValueRef hsum(gen_t *g, LLVMValueRef v)
 
 /* ---- what to generate: ISA, width, blocking ------------------------------------------------
  *
- * The model: the ISA's widest vectors; a GEMM's rows in blocks of two vectors (one when M fits
- * one); as many columns as the registers left hold, evened out over N so that the last block
- * is not a sliver; tails in pieces and scalar stores: AMD microcodes AVX2's vmaskmov stores,
- * and on an Intel Xeon with AVX-512 (bench_kernels) k-masked tails measured 0.95-1.01x of
- * pieces at m = 37-100 and 0.51x at m = 20 (a masked A load per k splitting cache lines).
+ * The model: the ISA's widest vectors (half as wide for a GEMM whose M fits half of one); a
+ * GEMM's rows in blocks of two vectors (one when M fits one); as many columns as the registers
+ * left hold, evened out over N so that the last block is not a sliver; tails in pieces and
+ * scalar stores: AMD microcodes AVX2's vmaskmov stores, and on an Intel Xeon with AVX-512
+ * (bench_kernels) k-masked tails measured 0.95-1.01x of pieces at m = 37-100 and 0.51x at
+ * m = 20 (a masked A load per k splitting cache lines).
  * What the model cannot tell (1, 2, 3 or 4 vectors of rows; K in blocks or not; full or half
  * width, which double-pumping AMD cores and small M may prefer; masked or pieced tails;
  * MUL_MAT panels of 16 or 32 rows, 8 or more columns) is what jt_gemm_candidates offers

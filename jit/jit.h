@@ -55,7 +55,8 @@ typedef struct jt_gemm_s {
    * by nr <= JT_MM_MAX_NR columns. Fields that do not apply to the kernel kind (decode's n = 1,
    * dot products, the RMS norm, jt_gemm_dots) resolve to fixed values. */
   int isa;            /* JT_ISA_*; a wider one than the host has fails */
-  int vbits;          /* vector width in bits: 128, 256 or 512 (at most the ISA's) */
+  int vbits;          /* vector width in bits: 128, 256 or 512 (at most the ISA's; resolved:
+                         the ISA's widest, or half that for a GEMM whose M fits half of it) */
   int mr_vecs;        /* GEMM: vectors of rows per block, 1 .. JT_MAX_MR_VECS */
   int nr;             /* columns per block (GEMM, MUL_MAT with n > 1), 1 .. JT_MAX_NR */
   int tails;          /* partial vectors: 1 masked loads and stores (llvm.masked.*: AVX-512
