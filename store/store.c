@@ -712,7 +712,8 @@ static int profile_sig(sqlite3 *db, sqlite3_stmt *key_st, sqlite3_stmt *obj_st, 
     h->key_len = (size_t)sqlite3_column_bytes(key_st, 0);
     if (!(h->key = malloc(h->key_len ? h->key_len : 1)))
       return ST_ENOMEM;
-    memcpy(h->key, sqlite3_column_blob(key_st, 0), h->key_len);
+    if (h->key_len) /* an empty blob reads as NULL */
+      memcpy(h->key, sqlite3_column_blob(key_st, 0), h->key_len);
   } else if (rc != SQLITE_DONE) {
     return db_code(db, rc, NULL);
   } else {
@@ -729,10 +730,10 @@ static int profile_sig(sqlite3 *db, sqlite3_stmt *key_st, sqlite3_stmt *obj_st, 
     h->checksum = (uint64_t)sqlite3_column_int64(obj_st, 5);
     h->mine = sqlite3_column_int(obj_st, 7);
     h->code_len = (size_t)sqlite3_column_bytes(obj_st, 6);
-    if ((h->code = malloc(h->code_len ? h->code_len : 1)))
-      memcpy(h->code, sqlite3_column_blob(obj_st, 6), h->code_len);
-    else
+    if (!(h->code = malloc(h->code_len ? h->code_len : 1)))
       h->object_id = 0;
+    else if (h->code_len)
+      memcpy(h->code, sqlite3_column_blob(obj_st, 6), h->code_len);
   }
   return rc == SQLITE_ROW || rc == SQLITE_DONE ? ST_OK : db_code(db, rc, NULL);
 }
@@ -831,7 +832,7 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
   sqlite3_finalize(key_st);
   sqlite3_finalize(obj_st);
   free(acc);
-  if (!rc)
+  if (!rc && out->n)
     qsort(out->sigs, out->n, sizeof *out->sigs, by_score);
 out:
   exec_sql(db->db, "COMMIT");
