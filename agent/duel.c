@@ -1,6 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 #include "duel.h"
+#include <stdlib.h>
 #include <string.h>
+
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The median of v[0..n) (reordered), 0 when n is 0. */
+static double median(double *v, uint32_t n)
+{
+  if (!n)
+    return 0;
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
 /* One batch of one side: a call to warm it (the other side ran last), then n calls timed. */
 static uint64_t batch_ns(void (*fn)(void *), void *ctx, uint32_t n, uint64_t (*now)(void))
@@ -30,7 +46,8 @@ void ag_duel_run(const ag_duel_t *d, ag_duel_result_t *out)
   ag_cmp_t c;
   ag_cmp_start(&c, 0, 0);
   uint64_t vn = 0, vns = 0;
-  double med = 0;
+  uint32_t nr = 0;
+  double med = 0, o_call[AG_CMP_ROUNDS], v_call[AG_CMP_ROUNDS];
   for (uint32_t r = 0; r < AG_CMP_ROUNDS && d->now() - start <= d->budget_ns; r++) {
     uint64_t o, v;
     if (r & 1) {
@@ -41,13 +58,14 @@ void ag_duel_run(const ag_duel_t *d, ag_duel_result_t *out)
       v = batch_ns(d->variant, d->ctx, (uint32_t)batch, d->now);
     }
     vn += batch, vns += v;
-    ag_cmp_burst(&c, batch, o, vn, vns);
+    if (ag_cmp_burst(&c, batch, o, vn, vns))
+      o_call[nr] = (double)o / (double)batch, v_call[nr++] = (double)v / (double)batch;
     out->verdict = ag_cmp_judge(&c, &med);
     if (out->verdict != AG_CMP_UNDECIDED)
       break;
   }
   out->median = med;
   out->rounds = c.rounds;
-  out->orig_ns = ag_cmp_orig_ns(&c);
-  out->var_ns = ag_cmp_variant_ns(&c);
+  out->orig_ns = median(o_call, nr);
+  out->var_ns = median(v_call, nr);
 }

@@ -31,7 +31,8 @@ typedef struct ag_duel_result_s {
   enum ag_verdict verdict; /* the judge's rule on the rounds; FASTER for a tie won (median
                     <= 1   after AG_CMP_ROUNDS rounds), TIE for one lost */
   double median;           /* median ratio variant / original over the rounds (0: none) */
-  double orig_ns, var_ns;  /* mean ns per call of each side over the rounds */
+  double orig_ns, var_ns;  /* ns per call of each side: the median of its rounds (a preempted
+                              batch moves neither) */
   uint32_t rounds;
   uint32_t batch; /* timed calls per side and round */
 } ag_duel_result_t;

@@ -12,6 +12,7 @@ static uint64_t now(void) { return clock_ns; }
  * of +-noise_pct % (xorshift). */
 typedef struct side_s {
   uint64_t ns, cold;
+  uint64_t spike_at, spike; /* its call number spike_at costs spike more (a preemption) */
   int noise_pct;
   uint64_t calls;
 } side_t;
@@ -21,7 +22,7 @@ static uint32_t rng = 2463534242u;
 
 static void run(side_t *s, int who)
 {
-  uint64_t cost = s->ns + (last != who ? s->cold : 0);
+  uint64_t cost = s->ns + (last != who ? s->cold : 0) + (s->calls == s->spike_at ? s->spike : 0);
   if (s->noise_pct) {
     rng ^= rng << 13, rng ^= rng >> 17, rng ^= rng << 5;
     int pct = (int)(rng % (uint32_t)(2 * s->noise_pct + 1)) - s->noise_pct;
@@ -116,4 +117,18 @@ Test(duel, short_calls_are_batched_up_to_the_cap)
   ag_duel_result_t r = duel(50, 25, 0, 10000000);
   cr_assert_eq(r.batch, AG_DUEL_BATCH_MAX);
   cr_assert_eq(r.verdict, AG_CMP_FASTER);
+}
+
+Test(duel, a_preempted_batch_moves_neither_verdict_nor_figures)
+{
+  /* The original's 40th call is preempted for 5 ms: one round's ratio moves, the medians not. */
+  clock_ns = 1000, last = 0;
+  orig = (side_t){.ns = 1000, .spike_at = 40, .spike = 5000000};
+  var = (side_t){.ns = 800};
+  ag_duel_t d = {run_orig, run_var, NULL, now, 100000000};
+  ag_duel_result_t r;
+  ag_duel_run(&d, &r);
+  cr_assert_eq(r.verdict, AG_CMP_FASTER);
+  cr_assert_float_eq(r.orig_ns, 1000.0, 1e-6);
+  cr_assert_float_eq(r.var_ns, 800.0, 1e-6);
 }

@@ -102,16 +102,17 @@ Test(jit, a_kernel_slower_than_the_original_never_serves_a_call)
 {
   /* The fault seam runs each kernel 16 times per call in the duel before publication: it loses
    * to the library there, is demoted with its figures, serves no call, and the next run leaves
-   * the signature on the original without compiling it again. */
+   * the signature on the original without compiling it again. A million calls give the compile
+   * thread time for the compile and the duel on a loaded machine. */
   const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=1",
                        "OPJIT_SAMPLE_HZ=0", "OPJIT_TEST_FAULT=slow", NULL};
-  run_checked("slow1", env, (const char *[]){H_JIT_PROG, "many", "3000", NULL});
+  run_checked("slow1", env, (const char *[]){H_JIT_PROG, "many", "1000000", NULL});
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='demoted' AND detail LIKE"
                              " 'slower before publication: variant %% ns per call, original %%'"),
                1, "%s", h_output("slow1", "err"));
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='published'"), 0);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE status='demoted' AND calls=0"), 1);
-  run_checked("slow2", env, (const char *[]){H_JIT_PROG, "many", "3000", NULL});
+  run_checked("slow2", env, (const char *[]){H_JIT_PROG, "many", "1000000", NULL});
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='queued'"), 1,
                "the demoted signature was queued again in run 2");
   /* Without the seam the same kernel is duelled for real: whatever the verdict on this CPU, it
