@@ -64,7 +64,8 @@ static int parse_int(const char *s, long min, long max, long *out)
   }
   if (*end || (v < 0 && shift) || v > (LONG_MAX >> shift))
     return -1;
-  v <<= shift;
+  if (shift) /* v >= 0: a negative value with a suffix was refused */
+    v <<= shift;
   if (v < min || v > max)
     return -1;
   *out = v;

@@ -26,8 +26,9 @@ typedef struct jt_loaded_s {
   size_t map_len;
 } jt_loaded_t;
 
-/* Places obj (len bytes) and finds the function symbol named sym. Returns 0, or -1 with a
- * sentence in err (nothing stays mapped). */
+/* Places obj (len bytes, 8-byte aligned as malloc returns it: the ELF structures are read in
+ * place) and finds the function symbol named sym. Returns 0, or -1 with a sentence in err
+ * (nothing stays mapped). jt_obj_cfi wants obj aligned the same way. */
 int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, char *err,
                 size_t errlen);
 
