@@ -4,6 +4,7 @@
  * did (variants, events), as one JSON document on stdout. */
 #include "cmd.h"
 #include "db.h"
+#include "pprof.h"
 #include "table.h"
 
 #include <getopt.h>
@@ -57,23 +58,31 @@ static int cmd_export(int argc, char **argv)
 {
   static const struct option longopts[] = {{"db", required_argument, NULL, 'd'},
                                            {"json", no_argument, NULL, 'j'},
+                                           {"pprof", no_argument, NULL, 'p'},
+                                           {"output", required_argument, NULL, 'o'},
                                            {"help", no_argument, NULL, 'h'},
                                            {0}};
-  const char *dbopt = NULL;
-  int json = 0, rc;
+  const char *dbopt = NULL, *output = NULL;
+  int json = 0, pprof = 0, rc;
   long run = 0;
-  for (int c; (c = getopt_long(argc, argv, "d:jh", longopts, NULL)) != -1;) {
+  for (int c; (c = getopt_long(argc, argv, "d:jo:h", longopts, NULL)) != -1;) {
     switch (c) {
     case 'd': dbopt = optarg; break;
     case 'j': json = 1; break;
+    case 'p': pprof = 1; break;
+    case 'o': output = optarg; break;
     case 'h': return ins_help(&ins_cmd_export);
     default: return ins_bad_option(&ins_cmd_export, argv);
     }
   }
-  if (!json)
-    return ins_usage_error(&ins_cmd_export, "choose the format: --json");
+  if (json == pprof)
+    return ins_usage_error(&ins_cmd_export, "choose the format: --json or --pprof");
+  if (pprof != (output != NULL))
+    return ins_usage_error(&ins_cmd_export, "--pprof writes to -o FILE (and --json to stdout)");
   if ((rc = ins_parse_run(&ins_cmd_export, argc, argv, 0, &run)))
     return rc;
+  if (pprof)
+    return ins_pprof_export(dbopt, run, output);
 
   st_db_t *db;
   if (ins_db_open(dbopt, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db))
@@ -174,8 +183,8 @@ out:
 const ins_cmd_t ins_cmd_export = {
     .name = "export",
     .main = cmd_export,
-    .synopsis = "--json [--db PATH] [RUN]",
-    .summary = "dump runs and their signatures as JSON",
+    .synopsis = "--json [--db PATH] [RUN] | --pprof [--db PATH] [RUN] -o FILE",
+    .summary = "dump runs and their signatures as JSON, or a run's samples as pprof",
     .help = "Writes one JSON document to stdout: every run (or only RUN) with its program,\n"
             "machine, argv, options and signatures (parameters and counts). \"lost\" is true\n"
             "for a run marked running whose process is gone. A sampled run adds its sampling\n"
@@ -183,8 +192,15 @@ const ins_cmd_t ins_cmd_export = {
             "totals, each row naming its signature (null: outside any operator). The JIT's\n"
             "variants (status, compiler, compile time, calls served and timed) and events\n"
             "(CLOCK_REALTIME time_ns, kind, detail) follow, by signature.\n\n"
+            "--pprof writes RUN's sampled stacks (default: the newest run with some) to FILE in\n"
+            "Go's pprof format (gzip'ed profile.proto): the samples opjit flame shows, as\n"
+            "samples/count and cpu/nanoseconds, operator samples labelled with their signature\n"
+            "and operator name:\n"
+            "    opjit export --pprof -o run.pb.gz; go tool pprof -top run.pb.gz\n\n"
             "options:\n"
-            "  --json       JSON (the only format; required so others can be added)\n"
+            "  --json       JSON on stdout\n"
+            "  --pprof      pprof, to -o FILE\n"
+            "  -o FILE      where --pprof writes (--output FILE)\n"
             "  --db PATH    the profile database\n"
             "  -h, --help   this help\n",
 };

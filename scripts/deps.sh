@@ -1,6 +1,7 @@
 #!/bin/sh
 # Installs what opjit builds, tests and demonstrates with: Debian packages (clang-19 and its
-# runtimes with libFuzzer for scripts/fuzz.sh among them), then llama.cpp's prebuilt CPU
+# runtimes with libFuzzer for scripts/fuzz.sh among them; golang-go for `go tool pprof`, which
+# reads `opjit export --pprof` files in the tests), then llama.cpp's prebuilt CPU
 # libraries from npm (@node-llama-cpp/linux-x64 and node-llama-cpp, 3.22.1) into
 # third_party/llama, with the ggml/llama headers from the source bundle node-llama-cpp carries
 # (third_party/llama/src). Idempotent: what is there already is left alone (no network).
@@ -8,7 +9,7 @@ set -eu
 cd "$(dirname "$0")/.."
 pkgs="build-essential cmake pkg-config libsqlite3-dev sqlite3 libcjson-dev libcriterion-dev
       libblas3 libopenblas0-pthread python3-numpy valgrind libunwind8 libdw-dev llvm-19-dev git
-      clang-19 libclang-rt-19-dev"
+      clang-19 libclang-rt-19-dev libprotobuf-c-dev protobuf-c-compiler zlib1g-dev golang-go"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' ||
