@@ -534,6 +534,32 @@ Test(gemm_kernels, impossible_blockings_fail_and_names_tell_kernels_apart)
   cr_assert_str_neq(n1, n2);
 }
 
+/* A GEMM whose M fits half of the ISA's widest vector gets half-width vectors by default (the
+ * other half would be pieced or masked off in every load and store); a width asked for stays,
+ * and a wider M gets the widest. */
+ISA_TEST(an_m_that_fits_half_a_vector_gets_half_width_vectors)
+{
+  int wide = isa == JT_ISA_AVX512 ? 512 : 256;
+  struct {
+    int f64, ta, m, vbits, want;
+  } cases[] = {
+      {1, 0, wide / 128, 0, wide / 2}, {0, 1, wide / 64, 0, wide / 2},
+      {0, 0, wide / 64 + 1, 0, wide},  {1, 1, wide / 128 + 1, 0, wide},
+      {1, 0, 2, wide, wide},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    jt_gemm_t g = {.f64 = cases[i].f64, .ta = cases[i].ta, .m = cases[i].m, .n = 8, .k = 8,
+                   .alpha_one = 1, .beta_class = 1, .isa = isa, .vbits = cases[i].vbits};
+    g.lda = g.ta ? g.k : g.m, g.ldb = g.k, g.ldc = g.m;
+    char name[160], want[32];
+    jit->gemm_name(&g, name, sizeof name);
+    snprintf(want, sizeof want, "_v%d_", cases[i].want);
+    cr_assert(strstr(name, want), "%cgemm m = %d, vbits %d: %s, not %s", g.f64 ? 'd' : 's',
+              g.m, g.vbits, name, want);
+    check(&g, compile(&g), 1, 1, 0);
+  }
+}
+
 /* tune() keeps one of the candidates it reports, the fastest it measured, whose kernel is the
  * one gemm() compiles for the parameters it returns and computes the product. */
 ISA_TEST(tune_returns_the_fastest_candidate_and_it_computes)
