@@ -81,21 +81,25 @@ static int cmd_events(int argc, char **argv)
   t = ins_table_new_shown("rrllll", head, all ? UINT32_MAX : ~1u); /* RUN only with --all */
   int step, n = 0;
   while ((step = st_rows_next(st)) == 1) {
-    int64_t id = st_rows_int(st, 0), rel = st_rows_int(st, 2);
+    int64_t id = st_rows_int(st, ST_EVENT_RUN), rel = st_rows_int(st, ST_EVENT_OFFSET_NS);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "run", (double)id);
-    cJSON_AddNumberToObject(j, "time_ns", (double)st_rows_int(st, 1));
+    cJSON_AddNumberToObject(j, "time_ns", (double)st_rows_int(st, ST_EVENT_TIME_NS));
     cJSON_AddNumberToObject(j, "time_ms", (double)rel / 1e6);
-    cJSON_AddStringToObject(j, "kind", st_rows_text(st, 3));
-    cJSON_AddStringToObject(j, "sig", st_rows_text(st, 4));
-    cJSON_AddStringToObject(j, "name", st_rows_text(st, 5));
-    cJSON_AddStringToObject(j, "detail", st_rows_text(st, 6));
+    cJSON_AddStringToObject(j, "kind", st_rows_text(st, ST_EVENT_KIND));
+    cJSON_AddStringToObject(j, "sig", st_rows_text(st, ST_EVENT_SIG));
+    cJSON_AddStringToObject(j, "name", st_rows_text(st, ST_EVENT_NAME));
+    cJSON_AddStringToObject(j, "detail", st_rows_text(st, ST_EVENT_DETAIL));
     cJSON_AddItemToArray(list, j);
     char c0[24], c1[32];
     snprintf(c0, sizeof c0, "%lld", (long long)id);
     snprintf(c1, sizeof c1, "%.1f ms", (double)rel / 1e6);
-    const char *row[] = {
-        c0, c1, st_rows_text(st, 3), st_rows_text(st, 4), st_rows_text(st, 5), st_rows_text(st, 6)};
+    const char *row[] = {c0,
+                         c1,
+                         st_rows_text(st, ST_EVENT_KIND),
+                         st_rows_text(st, ST_EVENT_SIG),
+                         st_rows_text(st, ST_EVENT_NAME),
+                         st_rows_text(st, ST_EVENT_DETAIL)};
     ins_table_row(t, row);
     n++;
   }

@@ -116,35 +116,39 @@ static int cmd_export(int argc, char **argv)
   st_rows_bind_int(runs_st, 1, run);
   int step = 0;
   while ((step = st_rows_next(runs_st)) == 1) {
-    int64_t id = st_rows_int(runs_st, 0);
+    int64_t id = st_rows_int(runs_st, ST_EXPORT_ID);
     cJSON *r = cJSON_CreateObject();
     cJSON_AddItemToArray(runs, r);
     cJSON_AddNumberToObject(r, "id", (double)id);
-    cJSON_AddNumberToObject(r, "pid", (double)st_rows_int(runs_st, 1));
-    cJSON_AddNumberToObject(r, "ppid", (double)st_rows_int(runs_st, 2));
-    ins_json_add_col_int(r, "parent_run", runs_st, 3);
-    const char *status = st_rows_text(runs_st, 4);
+    cJSON_AddNumberToObject(r, "pid", (double)st_rows_int(runs_st, ST_EXPORT_PID));
+    cJSON_AddNumberToObject(r, "ppid", (double)st_rows_int(runs_st, ST_EXPORT_PPID));
+    ins_json_add_col_int(r, "parent_run", runs_st, ST_EXPORT_PARENT_RUN);
+    const char *status = st_rows_text(runs_st, ST_EXPORT_STATUS);
     cJSON_AddStringToObject(r, "status", status);
-    const char *now = ins_run_status(status, st_rows_int(runs_st, 1), st_rows_int(runs_st, 5));
+    const char *now = ins_run_status(status, st_rows_int(runs_st, ST_EXPORT_PID),
+                                     st_rows_int(runs_st, ST_EXPORT_START_NS));
     cJSON_AddBoolToObject(r, "lost", strcmp(now, "lost") == 0);
-    ins_json_add_col_int(r, "start_ns", runs_st, 5);
-    ins_json_add_col_int(r, "flush_ns", runs_st, 6);
-    ins_json_add_col_int(r, "end_ns", runs_st, 7);
-    cJSON_AddNumberToObject(r, "overflow_calls", (double)st_rows_int(runs_st, 8));
-    cJSON_AddStringToObject(r, "agent_version", st_rows_text(runs_st, 9));
-    cJSON_AddItemToObject(r, "argv", ins_json_parse_or_string(st_rows_text(runs_st, 10)));
-    cJSON_AddItemToObject(r, "options", ins_json_parse_or_string(st_rows_text(runs_st, 11)));
+    ins_json_add_col_int(r, "start_ns", runs_st, ST_EXPORT_START_NS);
+    ins_json_add_col_int(r, "flush_ns", runs_st, ST_EXPORT_FLUSH_NS);
+    ins_json_add_col_int(r, "end_ns", runs_st, ST_EXPORT_END_NS);
+    cJSON_AddNumberToObject(r, "overflow_calls", (double)st_rows_int(runs_st, ST_EXPORT_OVERFLOW));
+    cJSON_AddStringToObject(r, "agent_version", st_rows_text(runs_st, ST_EXPORT_AGENT_VERSION));
+    cJSON_AddItemToObject(r, "argv",
+                          ins_json_parse_or_string(st_rows_text(runs_st, ST_EXPORT_ARGV)));
+    cJSON_AddItemToObject(r, "options",
+                          ins_json_parse_or_string(st_rows_text(runs_st, ST_EXPORT_OPTIONS)));
     cJSON *p = cJSON_AddObjectToObject(r, "program");
-    cJSON_AddStringToObject(p, "exe", st_rows_text(runs_st, 12));
-    cJSON_AddStringToObject(p, "build_id", st_rows_text(runs_st, 13));
+    cJSON_AddStringToObject(p, "exe", st_rows_text(runs_st, ST_EXPORT_EXE));
+    cJSON_AddStringToObject(p, "build_id", st_rows_text(runs_st, ST_EXPORT_BUILD_ID));
     cJSON *m = cJSON_AddObjectToObject(r, "machine");
-    cJSON_AddStringToObject(m, "cpu_model", st_rows_text(runs_st, 14));
-    cJSON_AddStringToObject(m, "cpu_flags", st_rows_text(runs_st, 15));
-    cJSON_AddNumberToObject(m, "ncpu", (double)st_rows_int(runs_st, 16));
-    if (st_rows_type(runs_st, 17) == ST_COL_NULL)
+    cJSON_AddStringToObject(m, "cpu_model", st_rows_text(runs_st, ST_EXPORT_CPU_MODEL));
+    cJSON_AddStringToObject(m, "cpu_flags", st_rows_text(runs_st, ST_EXPORT_CPU_FLAGS));
+    cJSON_AddNumberToObject(m, "ncpu", (double)st_rows_int(runs_st, ST_EXPORT_NCPU));
+    if (st_rows_type(runs_st, ST_EXPORT_SAMPLING) == ST_COL_NULL)
       cJSON_AddNullToObject(r, "sampling");
     else
-      cJSON_AddItemToObject(r, "sampling", ins_json_parse_or_string(st_rows_text(runs_st, 17)));
+      cJSON_AddItemToObject(r, "sampling",
+                            ins_json_parse_or_string(st_rows_text(runs_st, ST_EXPORT_SAMPLING)));
     int srk = add_signatures(sigs_st, id, cJSON_AddArrayToObject(r, "signatures"));
     if (srk == 0)
       srk = add_rows(pcs_st, id, pc_keys, cJSON_AddArrayToObject(r, "pcs"));

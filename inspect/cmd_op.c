@@ -181,18 +181,19 @@ static int cmd_op(int argc, char **argv)
   double total_est = 0;
   int step;
   while ((step = st_rows_next(st)) == 1) {
-    int64_t run = st_rows_int(st, 0), start = st_rows_int(st, 3);
-    int64_t calls = st_rows_int(st, 6), timed = st_rows_int(st, 7);
-    int64_t timed_ns = st_rows_int(st, 8);
+    int64_t run = st_rows_int(st, ST_SIGRUN_RUN), start = st_rows_int(st, ST_SIGRUN_START_NS);
+    int64_t calls = st_rows_int(st, ST_SIGRUN_CALLS), timed = st_rows_int(st, ST_SIGRUN_TIMED);
+    int64_t timed_ns = st_rows_int(st, ST_SIGRUN_TIMED_NS);
     double mean = timed ? (double)timed_ns / (double)timed : -1;
-    const char *status = ins_run_status(st_rows_text(st, 4), st_rows_int(st, 5), start);
+    const char *status =
+        ins_run_status(st_rows_text(st, ST_SIGRUN_STATUS), st_rows_int(st, ST_SIGRUN_PID), start);
     total_calls += calls, total_timed += timed;
     total_est += timed ? mean * (double)calls : 0;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "run", (double)run);
     cJSON_AddStringToObject(j, "status", status);
-    cJSON_AddStringToObject(j, "exe", st_rows_text(st, 1));
-    cJSON_AddItemToObject(j, "argv", ins_json_parse_or_string(st_rows_text(st, 2)));
+    cJSON_AddStringToObject(j, "exe", st_rows_text(st, ST_SIGRUN_EXE));
+    cJSON_AddItemToObject(j, "argv", ins_json_parse_or_string(st_rows_text(st, ST_SIGRUN_ARGV)));
     cJSON_AddNumberToObject(j, "calls", (double)calls);
     cJSON_AddNumberToObject(j, "timed_calls", (double)timed);
     cJSON_AddNumberToObject(j, "timed_ns", (double)timed_ns);
@@ -205,7 +206,8 @@ static int cmd_op(int argc, char **argv)
     snprintf(c0, sizeof c0, "%lld", (long long)run);
     snprintf(c3, sizeof c3, "%lld", (long long)calls);
     snprintf(c4, sizeof c4, "%lld", (long long)timed);
-    ins_program_label(st_rows_text(st, 1), st_rows_text(st, 2), PROGRAM_WIDTH, prog, sizeof prog);
+    ins_program_label(st_rows_text(st, ST_SIGRUN_EXE), st_rows_text(st, ST_SIGRUN_ARGV),
+                      PROGRAM_WIDTH, prog, sizeof prog);
     const char *row[] = {c0, ins_fmt_time(start, c1, sizeof c1), status, c3, c4,
                          ins_fmt_ns(mean, c5, sizeof c5), prog};
     ins_table_row(t, row);

@@ -93,7 +93,7 @@ static void esc_clip(FILE *f, const char *s, int max)
  * INS_EXIT_FAIL (printed), also when the run is gone. */
 static int read_run(st_db_t *db, report_t *rep)
 {
-  st_rows_t *st = ins_query(db, ST_Q_REPORT_RUN);
+  st_rows_t *st = ins_query(db, ST_Q_RUN);
   if (!st)
     return INS_EXIT_FAIL;
   st_rows_bind_int(st, 1, rep->run);
@@ -104,17 +104,32 @@ static int read_run(st_db_t *db, report_t *rep)
     return INS_EXIT_FAIL;
   }
   if (rc == 1) {
-    const char *exe = st_rows_text(st, 0);
+    const char *exe = st_rows_text(st, ST_RUN_EXE);
     rep->exe = ins_xstrdup(*exe ? exe : INS_NO_PROGRAM);
-    rep->argv = ins_xstrdup(st_rows_text(st, 1));
-    rep->pid = st_rows_int(st, 3);
-    rep->start_ns = st_rows_int(st, 4);
-    rep->end_ns = st_rows_int(st, 6);
-    rep->wall_ns = ins_run_wall_ns(rep->start_ns, st_rows_int(st, 5), rep->end_ns);
-    rep->status = ins_xstrdup(ins_run_status(st_rows_text(st, 2), rep->pid, rep->start_ns));
+    rep->argv = ins_xstrdup(st_rows_text(st, ST_RUN_ARGV));
+    rep->pid = st_rows_int(st, ST_RUN_PID);
+    rep->start_ns = st_rows_int(st, ST_RUN_START_NS);
+    rep->end_ns = st_rows_int(st, ST_RUN_END_NS);
+    rep->wall_ns = ins_run_wall_ns(rep->start_ns, st_rows_int(st, ST_RUN_FLUSH_NS), rep->end_ns);
+    rep->status =
+        ins_xstrdup(ins_run_status(st_rows_text(st, ST_RUN_STATUS), rep->pid, rep->start_ns));
     rc = st_rows_next(st);
   }
   return ins_rows_finish(db, st, rc);
+}
+
+/* Array a of n elements of size bytes with room for one more: itself, or a copy twice its
+ * capacity *cap (a freed). */
+static void *grow(void *a, size_t n, size_t *cap, size_t size)
+{
+  if (n < *cap)
+    return a;
+  *cap = *cap ? 2 * *cap : 64;
+  void *grown = ins_xmalloc(*cap * size);
+  if (n)
+    memcpy(grown, a, n * size);
+  free(a);
+  return grown;
 }
 
 /* Reads the run's signatures, ranked as `top` ranks them, into rep. Returns 0 or
@@ -128,14 +143,7 @@ static int read_sigs(st_db_t *db, report_t *rep)
   size_t cap = 0;
   int rc;
   while ((rc = st_rows_next(st)) == 1) {
-    if (rep->nsigs == cap) {
-      cap = cap ? 2 * cap : 64;
-      sig_row_t *grown = ins_xmalloc(cap * sizeof *grown);
-      if (rep->nsigs)
-        memcpy(grown, rep->sigs, rep->nsigs * sizeof *grown);
-      free(rep->sigs);
-      rep->sigs = grown;
-    }
+    rep->sigs = grow(rep->sigs, rep->nsigs, &cap, sizeof *rep->sigs);
     sig_row_t *r = &rep->sigs[rep->nsigs++];
     snprintf(r->sig, sizeof r->sig, "%s", st_rows_text(st, ST_SIG_SIG));
     r->name = ins_xstrdup(st_rows_text(st, ST_SIG_NAME));
@@ -153,27 +161,27 @@ static int read_sigs(st_db_t *db, report_t *rep)
  * (printed). */
 static int read_jit(st_db_t *db, report_t *rep)
 {
-  st_rows_t *st = ins_query(db, ST_Q_REPORT_VARIANTS);
+  st_rows_t *st = ins_query(db, ST_Q_VARIANTS);
   if (!st)
     return INS_EXIT_FAIL;
   st_rows_bind_int(st, 1, rep->run);
+  size_t cap = 0;
   int rc;
   while ((rc = st_rows_next(st)) == 1) {
-    if (!rep->jit)
-      rep->jit = ins_xmalloc((size_t)st_rows_int(st, 12) * sizeof *rep->jit);
+    rep->jit = grow(rep->jit, rep->njit, &cap, sizeof *rep->jit);
     jit_row_t *r = &rep->jit[rep->njit++];
-    snprintf(r->sig, sizeof r->sig, "%s", st_rows_text(st, 0));
-    r->name = ins_xstrdup(st_rows_text(st, 1));
-    r->status = ins_xstrdup(st_rows_text(st, 2));
-    r->llvm = ins_xstrdup(st_rows_text(st, 3));
-    r->cpu = ins_xstrdup(st_rows_text(st, 4));
-    r->compile_ns = st_rows_int(st, 5);
-    r->split = (ins_split_t){.vcalls = st_rows_int(st, 6),
-                             .vtimed = st_rows_int(st, 7),
-                             .vtimed_ns = st_rows_int(st, 8),
-                             .calls = st_rows_int(st, 9),
-                             .otimed = st_rows_int(st, 10),
-                             .otimed_ns = st_rows_int(st, 11)};
+    snprintf(r->sig, sizeof r->sig, "%s", st_rows_text(st, ST_VAR_SIG));
+    r->name = ins_xstrdup(st_rows_text(st, ST_VAR_NAME));
+    r->status = ins_xstrdup(st_rows_text(st, ST_VAR_STATUS));
+    r->llvm = ins_xstrdup(st_rows_text(st, ST_VAR_LLVM));
+    r->cpu = ins_xstrdup(st_rows_text(st, ST_VAR_CPU));
+    r->compile_ns = st_rows_int(st, ST_VAR_COMPILE_NS);
+    r->split = (ins_split_t){.vcalls = st_rows_int(st, ST_VAR_CALLS),
+                             .vtimed = st_rows_int(st, ST_VAR_TIMED),
+                             .vtimed_ns = st_rows_int(st, ST_VAR_TIMED_NS),
+                             .calls = st_rows_int(st, ST_VAR_SIG_CALLS),
+                             .otimed = st_rows_int(st, ST_VAR_SIG_TIMED),
+                             .otimed_ns = st_rows_int(st, ST_VAR_SIG_TIMED_NS)};
   }
   return ins_rows_finish(db, st, rc);
 }

@@ -102,12 +102,14 @@ static void report_runs(const char *dbopt, pid_t pid, int64_t launch_ns)
   int n = 0;
   int64_t best = 0, best_calls = -1;
   while ((rc = st_rows_next(st)) == 1) {
-    int64_t id = st_rows_int(st, 0), calls = st_rows_int(st, 5);
+    int64_t id = st_rows_int(st, ST_TREE_ID), calls = st_rows_int(st, ST_TREE_CALLS);
     const char *status =
-        ins_run_status(st_rows_text(st, 1), st_rows_int(st, 2), st_rows_int(st, 3));
+        ins_run_status(st_rows_text(st, ST_TREE_STATUS), st_rows_int(st, ST_TREE_PID),
+                       st_rows_int(st, ST_TREE_START_NS));
     int w = snprintf(line + used, sizeof line - used, "%s%lld (%lld signatures, %lld calls%s%s)",
-                     n ? ", " : "", (long long)id, (long long)st_rows_int(st, 4), (long long)calls,
-                     strcmp(status, "exited") ? ", " : "", strcmp(status, "exited") ? status : "");
+                     n ? ", " : "", (long long)id, (long long)st_rows_int(st, ST_TREE_SIGS),
+                     (long long)calls, strcmp(status, "exited") ? ", " : "",
+                     strcmp(status, "exited") ? status : "");
     used += w > 0 && (size_t)w < sizeof line - used ? (size_t)w : 0;
     if (calls > best_calls)
       best = id, best_calls = calls;

@@ -69,29 +69,32 @@ static int cmd_runs(int argc, char **argv)
            : ins_table_new_shown("rllllrrrrrlrr", head,
                                  jit_col ? UINT32_MAX : ~(1u << 9 | 1u << 10 | 1u << 11 | 1u << 12));
   while ((step = st_rows_next(st)) == 1) {
-    int64_t id = st_rows_int(st, 0), start = st_rows_int(st, 1);
-    int64_t wall = ins_run_wall_ns(start, st_rows_int(st, 2), st_rows_int(st, 3));
-    const char *status = ins_run_status(st_rows_text(st, 4), st_rows_int(st, 5), start);
-    int has_parent = st_rows_type(st, 9) != ST_COL_NULL;
-    int64_t ready = st_rows_int(st, 14), loaded = st_rows_int(st, 15);
-    int64_t compiled = st_rows_int(st, 16), stale = st_rows_int(st, 17);
-    int64_t warm_ns = st_rows_int(st, 18);
+    int64_t id = st_rows_int(st, ST_LIST_ID), start = st_rows_int(st, ST_LIST_START_NS);
+    int64_t wall =
+        ins_run_wall_ns(start, st_rows_int(st, ST_LIST_FLUSH_NS), st_rows_int(st, ST_LIST_END_NS));
+    const char *status =
+        ins_run_status(st_rows_text(st, ST_LIST_STATUS), st_rows_int(st, ST_LIST_PID), start);
+    int has_parent = st_rows_type(st, ST_LIST_PARENT_RUN) != ST_COL_NULL;
+    int64_t ready = st_rows_int(st, ST_LIST_READY), loaded = st_rows_int(st, ST_LIST_LOADED);
+    int64_t compiled = st_rows_int(st, ST_LIST_PUBLISHED),
+            stale = st_rows_int(st, ST_LIST_INVALIDATED);
+    int64_t warm_ns = st_rows_int(st, ST_LIST_WARM_NS);
     ins_sampling_t samp = {0};
-    ins_sampling_add(&samp, st_rows_text(st, 13));
+    ins_sampling_add(&samp, st_rows_text(st, ST_LIST_SAMPLING));
     if (json) {
       cJSON *r = cJSON_CreateObject();
       cJSON_AddNumberToObject(r, "id", (double)id);
       cJSON_AddNumberToObject(r, "start_ns", (double)start);
       cJSON_AddNumberToObject(r, "duration_ns", (double)wall);
       cJSON_AddStringToObject(r, "status", status);
-      cJSON_AddNumberToObject(r, "pid", (double)st_rows_int(st, 5));
-      cJSON_AddNumberToObject(r, "ppid", (double)st_rows_int(st, 6));
-      cJSON_AddStringToObject(r, "exe", st_rows_text(st, 7));
-      cJSON_AddItemToObject(r, "argv", ins_json_parse_or_string(st_rows_text(st, 8)));
-      ins_json_add_col_int(r, "parent_run", st, 9);
-      cJSON_AddNumberToObject(r, "signatures", (double)st_rows_int(st, 10));
-      cJSON_AddNumberToObject(r, "calls", (double)st_rows_int(st, 11));
-      cJSON_AddNumberToObject(r, "overflow_calls", (double)st_rows_int(st, 12));
+      cJSON_AddNumberToObject(r, "pid", (double)st_rows_int(st, ST_LIST_PID));
+      cJSON_AddNumberToObject(r, "ppid", (double)st_rows_int(st, ST_LIST_PPID));
+      cJSON_AddStringToObject(r, "exe", st_rows_text(st, ST_LIST_EXE));
+      cJSON_AddItemToObject(r, "argv", ins_json_parse_or_string(st_rows_text(st, ST_LIST_ARGV)));
+      ins_json_add_col_int(r, "parent_run", st, ST_LIST_PARENT_RUN);
+      cJSON_AddNumberToObject(r, "signatures", (double)st_rows_int(st, ST_LIST_SIGS));
+      cJSON_AddNumberToObject(r, "calls", (double)st_rows_int(st, ST_LIST_CALLS));
+      cJSON_AddNumberToObject(r, "overflow_calls", (double)st_rows_int(st, ST_LIST_OVERFLOW));
       if (samp.sampled)
         cJSON_AddNumberToObject(r, "samples", (double)samp.samples);
       else
@@ -109,11 +112,12 @@ static int cmd_runs(int argc, char **argv)
     snprintf(sid, sizeof sid, "%lld", (long long)id);
     ins_fmt_time(start, started, sizeof started);
     ins_fmt_duration(wall, dur, sizeof dur);
-    ins_program_label(st_rows_text(st, 7), st_rows_text(st, 8), PROGRAM_WIDTH, prog, sizeof prog);
+    ins_program_label(st_rows_text(st, ST_LIST_EXE), st_rows_text(st, ST_LIST_ARGV), PROGRAM_WIDTH,
+                      prog, sizeof prog);
     if (has_parent)
-      snprintf(parent, sizeof parent, "%lld", (long long)st_rows_int(st, 9));
-    snprintf(sigs, sizeof sigs, "%lld", (long long)st_rows_int(st, 10));
-    snprintf(calls, sizeof calls, "%lld", (long long)st_rows_int(st, 11));
+      snprintf(parent, sizeof parent, "%lld", (long long)st_rows_int(st, ST_LIST_PARENT_RUN));
+    snprintf(sigs, sizeof sigs, "%lld", (long long)st_rows_int(st, ST_LIST_SIGS));
+    snprintf(calls, sizeof calls, "%lld", (long long)st_rows_int(st, ST_LIST_CALLS));
     if (samp.sampled)
       snprintf(samples, sizeof samples, "%lld", (long long)samp.samples);
     if (ready)

@@ -62,21 +62,21 @@ static int cmd_variants(int argc, char **argv)
   char llvm[64] = "", cpu[64] = "";
   int generator = 0;
   while ((step = st_rows_next(st)) == 1) {
-    ins_split_t sp = {.calls = st_rows_int(st, 11),
-                      .vcalls = st_rows_int(st, 8),
-                      .otimed = st_rows_int(st, 12),
-                      .otimed_ns = st_rows_int(st, 13),
-                      .vtimed = st_rows_int(st, 9),
-                      .vtimed_ns = st_rows_int(st, 10)};
+    ins_split_t sp = {.calls = st_rows_int(st, ST_VAR_SIG_CALLS),
+                      .vcalls = st_rows_int(st, ST_VAR_CALLS),
+                      .otimed = st_rows_int(st, ST_VAR_SIG_TIMED),
+                      .otimed_ns = st_rows_int(st, ST_VAR_SIG_TIMED_NS),
+                      .vtimed = st_rows_int(st, ST_VAR_TIMED),
+                      .vtimed_ns = st_rows_int(st, ST_VAR_TIMED_NS)};
     double vmean = ins_split_vmean(&sp), omean = ins_split_omean(&sp);
     double speedup = ins_split_speedup(&sp), pct = ins_pct(sp.vcalls, sp.calls);
-    int64_t compile_ns = st_rows_int(st, 7);
-    const char *status = st_rows_text(st, 3);
+    int64_t compile_ns = st_rows_int(st, ST_VAR_COMPILE_NS);
+    const char *status = st_rows_text(st, ST_VAR_STATUS);
     if (!n++) {
-      uniform = st_rows_int(st, 14) <= 1;
-      snprintf(llvm, sizeof llvm, "%s", st_rows_text(st, 5));
-      snprintf(cpu, sizeof cpu, "%s", st_rows_text(st, 6));
-      generator = (int)st_rows_int(st, 4);
+      uniform = st_rows_int(st, ST_VAR_COMPILERS) <= 1;
+      snprintf(llvm, sizeof llvm, "%s", st_rows_text(st, ST_VAR_LLVM));
+      snprintf(cpu, sizeof cpu, "%s", st_rows_text(st, ST_VAR_CPU));
+      generator = (int)st_rows_int(st, ST_VAR_GENERATOR);
       uint32_t shown = UINT32_MAX;
       if (!all)
         shown &= ~1u;
@@ -85,15 +85,15 @@ static int cmd_variants(int argc, char **argv)
       t = ins_table_new_shown("rlrrrrrrllll", head, shown);
     }
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddNumberToObject(j, "run", (double)st_rows_int(st, 0));
-    cJSON_AddStringToObject(j, "sig", st_rows_text(st, 1));
-    cJSON_AddStringToObject(j, "name", st_rows_text(st, 2));
+    cJSON_AddNumberToObject(j, "run", (double)st_rows_int(st, ST_VAR_RUN));
+    cJSON_AddStringToObject(j, "sig", st_rows_text(st, ST_VAR_SIG));
+    cJSON_AddStringToObject(j, "name", st_rows_text(st, ST_VAR_NAME));
     cJSON_AddStringToObject(j, "status", status);
-    cJSON_AddNumberToObject(j, "generator", (int)st_rows_int(st, 4));
-    cJSON_AddStringToObject(j, "llvm", st_rows_text(st, 5));
-    cJSON_AddStringToObject(j, "cpu", st_rows_text(st, 6));
+    cJSON_AddNumberToObject(j, "generator", (int)st_rows_int(st, ST_VAR_GENERATOR));
+    cJSON_AddStringToObject(j, "llvm", st_rows_text(st, ST_VAR_LLVM));
+    cJSON_AddStringToObject(j, "cpu", st_rows_text(st, ST_VAR_CPU));
     cJSON_AddNumberToObject(j, "compile_ns", (double)compile_ns);
-    const char *origin = st_rows_text(st, 15);
+    const char *origin = st_rows_text(st, ST_VAR_ORIGIN);
     cJSON_AddStringToObject(j, "origin", origin);
     cJSON_AddNumberToObject(j, "calls", (double)sp.vcalls);
     cJSON_AddNumberToObject(j, "calls_pct", pct);
@@ -106,7 +106,7 @@ static int cmd_variants(int argc, char **argv)
     ins_json_add_or_null(j, "speedup", speedup);
     cJSON_AddItemToArray(list, j);
     char c0[24], c2[24], c3[16], c4[32], c5[32], c6[32], c7[32];
-    snprintf(c0, sizeof c0, "%lld", (long long)st_rows_int(st, 0));
+    snprintf(c0, sizeof c0, "%lld", (long long)st_rows_int(st, ST_VAR_RUN));
     snprintf(c2, sizeof c2, "%lld", (long long)sp.vcalls);
     snprintf(c3, sizeof c3, "%.1f%%", pct);
     ins_fmt_ns(vmean, c4, sizeof c4);
@@ -116,8 +116,18 @@ static int cmd_variants(int argc, char **argv)
       snprintf(c7, sizeof c7, "stored");
     else
       ins_fmt_ns(compile_ns > 0 ? (double)compile_ns : -1, c7, sizeof c7);
-    const char *row[] = {c0, status, c2, c3, c4, c5, c6, c7, st_rows_text(st, 5),
-                         st_rows_text(st, 6), st_rows_text(st, 1), st_rows_text(st, 2)};
+    const char *row[] = {c0,
+                         status,
+                         c2,
+                         c3,
+                         c4,
+                         c5,
+                         c6,
+                         c7,
+                         st_rows_text(st, ST_VAR_LLVM),
+                         st_rows_text(st, ST_VAR_CPU),
+                         st_rows_text(st, ST_VAR_SIG),
+                         st_rows_text(st, ST_VAR_NAME)};
     ins_table_row(t, row);
   }
   if ((rc = ins_rows_finish(db, st, step))) {

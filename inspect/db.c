@@ -171,7 +171,7 @@ int ins_run_exists(st_db_t *db, int64_t id)
 
 int ins_run_title(st_db_t *db, int64_t run, int width, char *buf, size_t len, int64_t *start_ns)
 {
-  st_rows_t *st = ins_query(db, ST_Q_RUN_TITLE);
+  st_rows_t *st = ins_query(db, ST_Q_RUN);
   if (!st)
     return INS_EXIT_FAIL;
   st_rows_bind_int(st, 1, run);
@@ -179,10 +179,11 @@ int ins_run_title(st_db_t *db, int64_t run, int width, char *buf, size_t len, in
   int rc = st_rows_next(st);
   if (rc == 1) {
     char prog[512], when[32];
-    int64_t start = st_rows_int(st, 4);
-    ins_program_label(st_rows_text(st, 0), st_rows_text(st, 1), width, prog, sizeof prog);
+    int64_t start = st_rows_int(st, ST_RUN_START_NS);
+    ins_program_label(st_rows_text(st, ST_RUN_EXE), st_rows_text(st, ST_RUN_ARGV), width, prog,
+                      sizeof prog);
     snprintf(buf, len, "run %lld: %s (%s, started %s)", (long long)run, prog,
-             ins_run_status(st_rows_text(st, 2), st_rows_int(st, 3), start),
+             ins_run_status(st_rows_text(st, ST_RUN_STATUS), st_rows_int(st, ST_RUN_PID), start),
              ins_fmt_time(start, when, sizeof when));
     if (start_ns)
       *start_ns = start;

@@ -51,8 +51,9 @@ static const char *const sql[ST_Q__N] = {
         " FROM means m JOIN signatures s ON s.id = m.sig_id"
         " GROUP BY s.id ORDER BY est DESC, sum(m.calls) DESC, s.sig",
     [ST_Q_RUN_EXISTS] = "SELECT count(*) FROM runs WHERE id = ?",
-    [ST_Q_RUN_TITLE] = "SELECT p.exe, r.argv, r.status, r.pid, r.start_ns"
-                       " FROM runs r LEFT JOIN programs p ON p.id = r.program_id WHERE r.id = ?",
+    [ST_Q_RUN] = "SELECT p.exe, r.argv, r.status, r.pid, r.start_ns, coalesce(r.flush_ns, 0),"
+                 " coalesce(r.end_ns, 0) FROM runs r LEFT JOIN programs p ON p.id = r.program_id"
+                 " WHERE r.id = ?",
     [ST_Q_RUN_SAMPLINGS] =
         "SELECT sampling FROM runs WHERE sampling IS NOT NULL AND (?1 = 0 OR id = ?1)"
         " ORDER BY id",
@@ -85,17 +86,6 @@ static const char *const sql[ST_Q__N] = {
         " SELECT r.id, r.status, r.pid, r.start_ns, count(rs.sig_id), coalesce(sum(rs.calls), 0)"
         " FROM runs r JOIN tree USING(id) LEFT JOIN run_sigs rs ON rs.run_id = r.id"
         " GROUP BY r.id ORDER BY r.id",
-    [ST_Q_REPORT_RUN] =
-        "SELECT p.exe, r.argv, r.status, r.pid, r.start_ns, coalesce(r.flush_ns, 0),"
-        " coalesce(r.end_ns, 0) FROM runs r LEFT JOIN programs p ON p.id = r.program_id"
-        " WHERE r.id = ?",
-    [ST_Q_REPORT_VARIANTS] =
-        "SELECT s.sig, s.name, v.status, v.llvm, v.cpu, v.compile_ns, v.calls, v.timed_calls,"
-        " v.timed_ns, coalesce(rs.calls, 0), coalesce(rs.timed_calls, 0),"
-        " coalesce(rs.timed_ns, 0), count(*) OVER ()"
-        " FROM variants v JOIN signatures s ON s.id = v.sig_id"
-        " LEFT JOIN run_sigs rs ON rs.run_id = v.run_id AND rs.sig_id = v.sig_id"
-        " WHERE v.run_id = ? ORDER BY v.calls DESC, s.sig",
     [ST_Q_SIG_INFO] = "SELECT name, op, params FROM signatures WHERE sig = ? ORDER BY id LIMIT 1",
     [ST_Q_SIG_RUNS] = "SELECT rs.run_id, p.exe, r.argv, r.start_ns, r.status, r.pid,"
                       " rs.calls, rs.timed_calls, rs.timed_ns"

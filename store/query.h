@@ -28,34 +28,25 @@ enum st_query {
   ST_Q_SIG_TOTALS,
   /* ?1 run: 1 when it exists, else 0. */
   ST_Q_RUN_EXISTS,
-  /* ?1 run: exe, argv, status, pid, start_ns. */
-  ST_Q_RUN_TITLE,
+  /* ?1 run: the run (enum st_run_col). */
+  ST_Q_RUN,
   /* ?1 run (0: every run): sampling (the runs' JSON summaries, not NULL), by run. */
   ST_Q_RUN_SAMPLINGS,
   /* ?1 run (0: every run): samples attributed by PC, of which outside operators. */
   ST_Q_SAMPLE_TOTALS,
   /* ?1 run (0: every run): runs, their wall time as recorded so far (ns), overflow calls. */
   ST_Q_SCOPE_TOTALS,
-  /* ?1 limit (-1: all): the newest runs, newest first: id, start_ns, flush_ns (0: none),
-   * end_ns (0: none), status, pid, ppid, exe, argv, parent_run (NULL: none), signatures,
-   * calls, overflow_calls, sampling, ready variants, loaded events, published events,
-   * invalidated events, warm_ns (0: none). */
+  /* ?1 limit (-1: all): the newest runs, newest first (enum st_list_col). */
   ST_Q_RUN_LIST,
   /* ?1 limit (-1: all): 1 when one of the newest ?1 runs has a ready variant, else 0. */
   ST_Q_RUN_LIST_HAS_READY,
   /* ?1 start_ns, ?2 pid: a launched program's runs (its own and its children's since ?1,
-   * and their forks), by id: id, status, pid, start_ns, signatures, calls. */
+   * and their forks), by id (enum st_tree_col). */
   ST_Q_RUN_TREE,
-  /* ?1 run: exe, argv, status, pid, start_ns, flush_ns (0: none), end_ns (0: none). */
-  ST_Q_REPORT_RUN,
-  /* ?1 run: its variants, most calls first: sig, name, status, llvm, cpu, compile_ns, calls,
-   * timed_calls, timed_ns, the signature's calls, timed_calls and timed_ns (0: none), the
-   * number of rows. */
-  ST_Q_REPORT_VARIANTS,
   /* ?1 sig: name, op, params. */
   ST_Q_SIG_INFO,
-  /* ?1 sig, ?2 run (0: every run): the runs that called it, newest first: run, exe, argv,
-   * start_ns, status, pid, calls, timed_calls, timed_ns. */
+  /* ?1 sig, ?2 run (0: every run): the runs that called it, newest first (enum
+   * st_sigrun_col). */
   ST_Q_SIG_RUNS,
   /* ?1 sig, ?2 run (0: every run): the symbols its samples fell in, most first: module,
    * symbol, samples, all its samples. */
@@ -63,19 +54,16 @@ enum st_query {
   /* ?1 sig, ?2 run (0: every run): its hardware counters by event: event, value, the calls
    * of the runs that counted it. */
   ST_Q_SIG_COUNTERS,
-  /* ?1 run (0: every run): variants, newest run first, most calls first: run, sig, name,
-   * status, generator, llvm, cpu, compile_ns, calls, timed_calls, timed_ns, the signature's
-   * calls, timed_calls and timed_ns (0: none), distinct compilers in the scope, origin. */
+  /* ?1 run (0: every run): variants, newest run first, then most calls first (enum
+   * st_var_col). */
   ST_Q_VARIANTS,
-  /* ?1 run (0: every run), ?2 sig ('': any), ?3 kind (NULL: any): events in order: run,
-   * time_ns, time since the run's start (ns), kind, sig, name, detail. */
+  /* ?1 run (0: every run), ?2 sig ('': any), ?3 kind (NULL: any): events by run, then in
+   * order (enum st_event_col). */
   ST_Q_EVENTS,
   /* ?1 run (0: every run), ?2 sig (NULL: any): folded stacks summed over the scope, the
    * operators' by name, then the program's own (sig_id 0): sig_id, name, stack, samples. */
   ST_Q_STACKS,
-  /* ?1 run (0: every run): runs as recorded, by id: id, pid, ppid, parent_run, status,
-   * start_ns, flush_ns, end_ns, overflow_calls, agent_version, argv, options, exe, build_id,
-   * cpu_model, cpu_flags, ncpu, sampling. */
+  /* ?1 run (0: every run): runs as recorded, by id (enum st_export_col). */
   ST_Q_EXPORT_RUNS,
   /* ?1 run, each: its rows for opjit export; sig is NULL for what fell outside operators. */
   ST_Q_EXPORT_SIGS,     /* sig, op, name, params, calls, timed_calls, timed_ns */
@@ -112,6 +100,117 @@ enum st_sig_col {
   ST_SIG_SAVING,    /* variant calls × (original mean − variant mean) where both are timed */
   ST_SIG_STATUS,    /* the newest variant's status; NULL: none */
   ST_SIG_NVARIANTS, /* runs with a variant */
+};
+
+/* The columns of ST_Q_RUN. */
+enum st_run_col {
+  ST_RUN_EXE,    /* the program's executable; NULL when its programs row is gone */
+  ST_RUN_ARGV,   /* JSON array */
+  ST_RUN_STATUS, /* running, exited, exec */
+  ST_RUN_PID,
+  ST_RUN_START_NS, /* CLOCK_REALTIME */
+  ST_RUN_FLUSH_NS, /* the last flush; 0: none */
+  ST_RUN_END_NS,   /* 0: not recorded */
+};
+
+/* The columns of ST_Q_RUN_LIST. */
+enum st_list_col {
+  ST_LIST_ID,
+  ST_LIST_START_NS,
+  ST_LIST_FLUSH_NS, /* 0: none */
+  ST_LIST_END_NS,   /* 0: none */
+  ST_LIST_STATUS,
+  ST_LIST_PID,
+  ST_LIST_PPID,
+  ST_LIST_EXE,         /* NULL when its programs row is gone */
+  ST_LIST_ARGV,        /* JSON array */
+  ST_LIST_PARENT_RUN,  /* the run it forked from; NULL: none */
+  ST_LIST_SIGS,        /* signatures called */
+  ST_LIST_CALLS,       /* their calls */
+  ST_LIST_OVERFLOW,    /* calls beyond the signature table */
+  ST_LIST_SAMPLING,    /* the sampler's JSON summary; NULL: none */
+  ST_LIST_READY,       /* variants ready */
+  ST_LIST_LOADED,      /* "loaded" events: stored kernels placed at start-up */
+  ST_LIST_PUBLISHED,   /* "published" events: kernels compiled in the run */
+  ST_LIST_INVALIDATED, /* "invalidated" events: stored kernels dropped */
+  ST_LIST_WARM_NS,     /* what the warm start cost; 0: none */
+};
+
+/* The columns of ST_Q_RUN_TREE. */
+enum st_tree_col {
+  ST_TREE_ID,
+  ST_TREE_STATUS,
+  ST_TREE_PID,
+  ST_TREE_START_NS,
+  ST_TREE_SIGS,
+  ST_TREE_CALLS
+};
+
+/* The columns of ST_Q_SIG_RUNS: a run and the signature's counts in it. */
+enum st_sigrun_col {
+  ST_SIGRUN_RUN,
+  ST_SIGRUN_EXE, /* NULL when its programs row is gone */
+  ST_SIGRUN_ARGV,
+  ST_SIGRUN_START_NS,
+  ST_SIGRUN_STATUS,
+  ST_SIGRUN_PID,
+  ST_SIGRUN_CALLS,
+  ST_SIGRUN_TIMED,
+  ST_SIGRUN_TIMED_NS,
+};
+
+/* The columns of ST_Q_VARIANTS: a variant, and its signature's own counts in the run (the
+ * original library's timed calls; 0 when the run has no row for it). */
+enum st_var_col {
+  ST_VAR_RUN,
+  ST_VAR_SIG,
+  ST_VAR_NAME,
+  ST_VAR_STATUS, /* queued, ready, failed, demoted */
+  ST_VAR_GENERATOR,
+  ST_VAR_LLVM,
+  ST_VAR_CPU,
+  ST_VAR_COMPILE_NS,
+  ST_VAR_CALLS, /* calls the variant served */
+  ST_VAR_TIMED, /* its timed calls */
+  ST_VAR_TIMED_NS,
+  ST_VAR_SIG_CALLS, /* all the signature's calls */
+  ST_VAR_SIG_TIMED, /* the original's timed calls */
+  ST_VAR_SIG_TIMED_NS,
+  ST_VAR_COMPILERS, /* distinct llvm/cpu/generator in the scope (the same on every row) */
+  ST_VAR_ORIGIN,    /* compiled, loaded */
+};
+
+/* The columns of ST_Q_EVENTS. */
+enum st_event_col {
+  ST_EVENT_RUN,
+  ST_EVENT_TIME_NS,   /* CLOCK_REALTIME */
+  ST_EVENT_OFFSET_NS, /* since the run's start */
+  ST_EVENT_KIND,      /* one of ST_EVENT_KINDS */
+  ST_EVENT_SIG,
+  ST_EVENT_NAME,
+  ST_EVENT_DETAIL,
+};
+
+/* The columns of ST_Q_EXPORT_RUNS: a run, its program and its machine as recorded. */
+enum st_export_col {
+  ST_EXPORT_ID,
+  ST_EXPORT_PID,
+  ST_EXPORT_PPID,
+  ST_EXPORT_PARENT_RUN, /* NULL: none */
+  ST_EXPORT_STATUS,
+  ST_EXPORT_START_NS,
+  ST_EXPORT_FLUSH_NS, /* NULL: none */
+  ST_EXPORT_END_NS,   /* NULL: none */
+  ST_EXPORT_OVERFLOW,
+  ST_EXPORT_AGENT_VERSION,
+  ST_EXPORT_ARGV,    /* JSON array */
+  ST_EXPORT_OPTIONS, /* JSON object */
+  ST_EXPORT_EXE,     /* NULL when its programs row is gone, as the next one */
+  ST_EXPORT_BUILD_ID,
+  ST_EXPORT_CPU_MODEL, /* NULL when its machines row is gone, as the next two */
+  ST_EXPORT_CPU_FLAGS,
+  ST_EXPORT_NCPU,
+  ST_EXPORT_SAMPLING, /* JSON object; NULL: none */
 };
 
 /* A query's rows, read one at a time. */
