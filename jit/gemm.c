@@ -31,9 +31,9 @@
 #define GEMM_KC_BYTES 1024 /* a K block's share of each B column */
 #define UNROLL_K 16        /* K loops of at most this many k's are straight code: dgemm NN 16^3
                               79 -> 73 ns, n = 4..16 3-15 % faster; at 32 NN and TN gained
-                              3-4 %, NT and TT lost 2-5 % (an AVX-512 Xeon) */
-#define LOOP_K 4           /* longer K loops (not in K blocks): k's per iteration, the last
-                              K % LOOP_K straight after; n = 32, 64: 1-4 % faster */
+                              3-4 %, NT and TT lost 2-5 % (an AVX-512 Xeon); 4 k's per
+                              iteration of longer loops gained 1-3 % at n = 32 and 64 for
+                              1.3x the compile time */
 
 typedef struct gen_s {
   LLVMContextRef cx;
@@ -456,8 +456,7 @@ static void block_k(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int nr, 
 }
 
 /* One mr x nr block of C at (i0, j0): the K loop over accumulators (at most UNROLL_K k's in
- * one block: straight code, no loop; else LOOP_K k's per iteration unless K is in blocks),
- * then the update of C. */
+ * one block: straight code, no loop), then the update of C. */
 static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int nr)
 {
   const jt_gemm_t *s = g->g;
@@ -471,24 +470,10 @@ static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int n
       memcpy(acc, next_acc, sizeof acc);
       block_k(g, i0, j0, mr, nr, i64c(g, k), acc, next_acc);
     }
-  } else if (!g->kc) {
-    long kl = s->k / LOOP_K * LOOP_K;
-    kloop_t l = kloop_open(g, nv, nr, acc, i64c(g, 0));
-    accs_t in;
-    memcpy(in, acc, sizeof in);
-    for (int u = 0; u < LOOP_K; u++) {
-      block_k(g, i0, j0, mr, nr, add(g, l.k, i64c(g, u)), in, next_acc);
-      memcpy(in, next_acc, sizeof in);
-    }
-    kloop_close(g, &l, nv, nr, acc, next_acc, i64c(g, kl), LOOP_K);
-    for (long k = kl; k < s->k; k++) {
-      memcpy(in, next_acc, sizeof in);
-      block_k(g, i0, j0, mr, nr, i64c(g, k), in, next_acc);
-    }
   } else {
-    kloop_t l = kloop_open(g, nv, nr, acc, g->kc);
+    kloop_t l = kloop_open(g, nv, nr, acc, g->kc ? g->kc : i64c(g, 0));
     block_k(g, i0, j0, mr, nr, l.k, acc, next_acc);
-    kloop_close(g, &l, nv, nr, acc, next_acc, g->kc_end, 1);
+    kloop_close(g, &l, nv, nr, acc, next_acc, g->kc ? g->kc_end : i64c(g, s->k), 1);
   }
   for (int j = 0; j < nr; j++) {
     LLVMValueRef col = LLVMBuildNSWMul(g->b, LLVMBuildNSWAdd(g->b, j0, i64c(g, j), ""),
