@@ -6,7 +6,8 @@
  * vectors + 1 broadcast fit the ISA's registers: AVX2 2 ymm x 6 (16 registers), AVX-512
  * 2 zmm x 14, 3 x 9 or 1 x 30 (32 registers). For each k: mr_vecs vector loads of op(A)'s column
  * slice, NR broadcasts of op(B)[k, j], mr_vecs * NR fused multiply-adds (llvm.fma). K is an IR
- * loop whose accumulators are phis; nothing is left for a heavy pass pipeline to discover.
+ * loop whose accumulators are phis (straight code up to UNROLL_K k's); nothing is left for a
+ * heavy pass pipeline to discover.
  *
  *   for each block of kc k's (one block unless K is large: jt_gemm_t.kc):
  *     for each row block i0 (MR rows; the last one partial):
@@ -52,7 +53,7 @@ typedef struct gen_s {
   LLVMValueRef kc, kc_end;   /* GEMM with K blocked: the block's k's (i64), else NULL */
   LLVMValueRef bpack;        /* ... and op(B) = B: the block's sliver of B's columns */
   LLVMValueRef first;        /* ... and whether it is the first block (i1), which applies beta */
-  LLVMValueRef fma; /* llvm.fma on vec */
+  LLVMValueRef fma;          /* llvm.fma on vec */
   LLVMTypeRef fma_t;
   char name[128];            /* the kernel's symbol (jt_gemm_name) */
 } gen_t;
