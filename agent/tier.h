@@ -22,6 +22,7 @@
 
 #include "events.h"
 #include "table.h"
+#include "verify.h"
 #include "../store/store.h"
 
 #include <stdatomic.h>
@@ -169,18 +170,6 @@ void ag_tier_dot_verify_end(ag_entry_t *e, double variant, double original, cons
 /* A host's own verification of e's variant (the ggml fusions): the largest difference from
  * the original and the bound it must stay within (a mismatch blacklists the variant). */
 void ag_tier_verify_result(ag_entry_t *e, double worst, double bound);
-
-/* Checking a ggml MUL_MAT's results, y[j*m + i] = sum over kk < k of w[i*k + kk] x[j*k + kk]
- * (w f16 when w16; x then rounded to f16, as ggml does): the exact element (i, j), in double,
- * with its products' magnitude in *mag; and a tally of elements against their exact values
- * within the bound of a float sum of k products (skipped when mag is not finite: no bound). */
-typedef struct ag_mm_check_s {
-  double worst, bound; /* the worst excess over its bound; while none, the loosest bound met */
-  int checked;
-} ag_mm_check_t;
-double ag_mm_exact(const void *w, int w16, const float *x, int64_t k, int64_t i, int64_t j,
-                   double *mag);
-void ag_mm_tally(ag_mm_check_t *c, double got, double exact, double mag, int64_t k);
 
 /* Compares the variant's copy with the original's C: a mismatch beyond the bound unpublishes
  * and blacklists the variant (the host keeps the original's result either way). */
