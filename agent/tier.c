@@ -14,9 +14,10 @@
 #include "codemap.h"
 #include "compare.h"
 #include "events.h"
+#include "persist.h"
 #include "policy.h"
-#include "verify.h"
 #include "hosts/blas.h"
+#include "verify.h"
 #include "machine.h"
 #include "log.h"
 #include "opt.h"
@@ -69,22 +70,8 @@ static int nretired;
 static uint32_t deferred[256]; /* entries that found no room, to queue again when code is freed */
 static int ndeferred;
 
-/* Per entry: its variant's object, as the warm start and the writer see it (persist_mu). */
-enum { P_NONE = 0, P_PENDING, /* a variant's object, not stored yet */
-       P_STORING,             /* handed to the writer (ag_tier_persist) */
-       P_STORED };            /* the store has it (stored by this run, or loaded from it) */
-typedef struct persist_s {
-  void *obj; /* P_PENDING: the object (malloc'ed) */
-  size_t len;
-  uint64_t checksum;
-  char symbol[128];
-  uint8_t state, loaded, had_variant;
-  uint8_t drop;       /* the stored object is invalid: the writer deletes it */
-  uint32_t passed;    /* verifications passed: stored only after OPJIT_VERIFY of them */
-  uint64_t pre_calls; /* the signature's calls before its variant was published */
-} persist_t;
-static persist_t *persist;
-static pthread_mutex_t persist_mu = PTHREAD_MUTEX_INITIALIZER;
+/* Per entry: its variant's object, as the warm start and the writer see it (persist.h). */
+static ag_persist_book_t objects = AG_PERSIST_BOOK_INIT;
 
 /* Per entry: the never-slower comparison of its published variant (cmp_mu); the signature's
  * calls at the watch's last look; why a DEMOTED entry is (compile threads). */
@@ -346,47 +333,7 @@ static void set_persisted(uint32_t i, void *obj, size_t len, const char *symbol,
   uint64_t pre = 0, served;
   if (!loaded)
     ag_tcount_sum_one(i, &pre, &served);
-  pthread_mutex_lock(&persist_mu);
-  persist_t *p = &persist[i];
-  void *old = p->obj;
-  /* A pending delete stays pending: a new object replaces the old one when it is stored. */
-  *p = (persist_t){.obj = loaded ? NULL : obj, .len = len,
-                   .checksum = obj ? jt_obj_checksum(obj, len) : 0,
-                   .state = loaded ? P_STORED : obj ? P_PENDING : P_NONE,
-                   .loaded = (uint8_t)loaded, .had_variant = 1, .drop = p->drop,
-                   .pre_calls = pre};
-  snprintf(p->symbol, sizeof p->symbol, "%s", symbol);
-  pthread_mutex_unlock(&persist_mu);
-  free(old);
-}
-
-/* Entry i's stored object is invalid (or about to be): the writer deletes it. Returns 1 when
- * the store has it (or is being given it). */
-static int drop_persisted(uint32_t i)
-{
-  pthread_mutex_lock(&persist_mu);
-  persist_t *p = &persist[i];
-  int stored = p->state == P_STORED || p->state == P_STORING;
-  void *obj = p->obj;
-  p->obj = NULL;
-  p->state = P_NONE;
-  p->drop = 1;
-  pthread_mutex_unlock(&persist_mu);
-  free(obj);
-  return stored;
-}
-
-/* Entry i's object, if not stored yet, will not be. */
-static void discard_pending(uint32_t i)
-{
-  pthread_mutex_lock(&persist_mu);
-  persist_t *p = &persist[i];
-  void *obj = p->obj;
-  p->obj = NULL;
-  if (p->state == P_PENDING)
-    p->state = P_NONE;
-  pthread_mutex_unlock(&persist_mu);
-  free(obj);
+  ag_persist_set(&objects, i, obj, len, symbol, loaded, pre);
 }
 
 /* The duel before publication (duel.h): BLAS kernels only (a ggml node's original cannot be
@@ -415,7 +362,7 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int slow
   event(e, AG_EV_DEMOTED, "%s before publication: variant %.0f ns per call, original %.0f ns "
         "(duel on scratch operands; median ratio %.2f over %u rounds)",
         r.verdict == AG_CMP_TIE ? "tie" : "slower", r.var_ns, r.orig_ns, r.median, r.rounds);
-  if (drop_persisted(i))
+  if (ag_persist_drop(&objects, i))
     event(e, AG_EV_INVALIDATED, "slower: %.0f ns per call, original %.0f ns", r.var_ns, r.orig_ns);
   return 1;
 }
@@ -503,16 +450,14 @@ static void compile_one(uint32_t i, int idle)
   if (self == 0) { /* never published; its code stays, as a blacklisted variant's does */
     atomic_store(&e->tier, AG_TIER_FAILED);
     pthread_mutex_unlock(&code_mu);
-    drop_persisted(i);
+    ag_persist_drop(&objects, i);
     event(e, AG_EV_VERIFY_FAILED, "self-test off by %.3g, bound %.3g: blacklisted", worst, bound);
     ag_log(AG_LOG_WARN, "a JIT kernel failed its self-test (off by %.3g): it is blacklisted, "
                         "results stay the original's", worst);
     return;
   }
   if (self == 1) {
-    pthread_mutex_lock(&persist_mu);
-    persist[i].passed += (uint32_t)ag_opts.num[AG_OPT_VERIFY];
-    pthread_mutex_unlock(&persist_mu);
+    ag_persist_pass(&objects, i, (uint32_t)ag_opts.num[AG_OPT_VERIFY]);
     event(e, AG_EV_VERIFIED, "self-test within %.3g", bound);
   }
   e->base_timed = atomic_load(&e->timed);
@@ -556,7 +501,8 @@ static void watch_speed(void)
       atomic_store_explicit(&e->variant, NULL, memory_order_release);
       atomic_store(&e->tier, AG_TIER_DEMOTED);
       demoted[i] = AG_DEMOTED_GUARD;
-      discard_pending(i); /* a stored object stays: the guards fail on this program's data */
+      /* a stored object stays: the guards fail on this program's data */
+      ag_persist_discard(&objects, i);
       event(e, AG_EV_INVALIDATED, "guard: %llu of %llu calls failed the variant's guards",
             (unsigned long long)miss, (unsigned long long)(miss + hits));
       continue;
@@ -596,7 +542,7 @@ static void watch_speed(void)
     }
     event(e, AG_EV_DEMOTED, "variant %.0f ns per call, original %.0f ns (warm, interleaved; "
           "median ratio %.2f over %u rounds)", vmean, omean, med, rounds);
-    if (drop_persisted(i))
+    if (ag_persist_drop(&objects, i))
       event(e, AG_EV_INVALIDATED, "slower: %.0f ns per call, original %.0f ns", vmean, omean);
   }
   atomic_store(&ag_tier_live, live);
@@ -743,12 +689,12 @@ static int arrays(void)
   if (!shapes) {
     shapes = calloc(ag_tcount_capacity, sizeof *shapes);
     ag_vrun = calloc(ag_tcount_capacity, sizeof *ag_vrun);
-    persist = calloc(ag_tcount_capacity, sizeof *persist);
+    ag_persist_init(&objects, ag_tcount_capacity);
     cmps = calloc(ag_tcount_capacity, sizeof *cmps);
     watched_calls = calloc(ag_tcount_capacity, sizeof *watched_calls);
     demoted = calloc(ag_tcount_capacity, sizeof *demoted);
   }
-  return shapes && ag_vrun && persist && cmps && watched_calls && demoted;
+  return shapes && ag_vrun && objects.slots && cmps && watched_calls && demoted;
 }
 
 /* Computes the problem e's variant solves and what a call through it needs; 0 when e cannot
@@ -881,7 +827,7 @@ void ag_tier_invalidate(ag_entry_t *e, const char *fmt, ...)
   int ok = arrays();
   pthread_mutex_unlock(&q_mu);
   if (ok)
-    drop_persisted(e->index);
+    ag_persist_drop(&objects, e->index);
   event(e, AG_EV_INVALIDATED, "%s", detail);
 }
 
@@ -905,43 +851,18 @@ const char *ag_tier_status(uint32_t i)
 
 int ag_tier_persist(uint32_t i, ag_persist_t *out)
 {
-  memset(out, 0, sizeof *out);
-  out->origin = "compiled";
-  if (!persist)
+  if (!objects.slots) {
+    memset(out, 0, sizeof *out);
+    out->origin = "compiled";
     return 0;
-  ag_entry_t *e = ag_table_entry(ag_table, i);
-  pthread_mutex_lock(&persist_mu);
-  persist_t *p = &persist[i];
-  int any = p->had_variant || p->drop;
-  out->origin = p->loaded ? "loaded" : "compiled";
-  out->pre_calls = p->pre_calls;
-  if (p->state == P_PENDING && atomic_load(&e->tier) == AG_TIER_READY &&
-      p->passed >= (uint32_t)ag_opts.num[AG_OPT_VERIFY]) { /* every verification passed: the
-                                                               writer owns the object now */
-    out->object = p->obj, out->object_len = p->len, out->checksum = p->checksum;
-    snprintf(out->symbol, sizeof out->symbol, "%s", p->symbol);
-    p->obj = NULL;
-    p->state = P_STORING;
   }
-  out->drop = p->drop;
-  pthread_mutex_unlock(&persist_mu);
-  return any;
+  int ready = atomic_load(&ag_table_entry(ag_table, i)->tier) == AG_TIER_READY;
+  return ag_persist_take(&objects, i, ready, (uint32_t)ag_opts.num[AG_OPT_VERIFY], out);
 }
 
 void ag_tier_persisted(uint32_t i, ag_persist_t *done, int ok)
 {
-  pthread_mutex_lock(&persist_mu);
-  persist_t *p = &persist[i];
-  if (done->object && p->state == P_STORING) {
-    p->state = ok ? P_STORED : P_PENDING;
-    if (!ok)
-      p->obj = done->object, done->object = NULL;
-  }
-  if (ok && (done->drop || done->object)) /* a stored object replaces the invalid one */
-    p->drop = 0;
-  pthread_mutex_unlock(&persist_mu);
-  free(done->object);
-  done->object = NULL;
+  ag_persist_done(&objects, i, done, ok);
 }
 
 int ag_tier_gemm_verify(ag_entry_t *e, void *v, const void *a, const void *b, void *c,
@@ -971,9 +892,7 @@ static void verdict(ag_entry_t *e, double worst, double bound, long wi, long wj)
     return;
   }
   if (worst <= bound) {
-    pthread_mutex_lock(&persist_mu);
-    persist[e->index].passed++;
-    pthread_mutex_unlock(&persist_mu);
+    ag_persist_pass(&objects, e->index, 1);
     if (atomic_load(&e->verify) <= 0)
       event(e, AG_EV_VERIFIED, "matches the original within %.3g", bound);
     return;
@@ -981,7 +900,8 @@ static void verdict(ag_entry_t *e, double worst, double bound, long wi, long wj)
   uint32_t ready = AG_TIER_READY;
   if (atomic_compare_exchange_strong(&e->tier, &ready, AG_TIER_FAILED)) {
     atomic_store_explicit(&e->variant, NULL, memory_order_release);
-    drop_persisted(e->index); /* never stored, or stored by a race: deleted either way */
+    /* never stored, or stored by a race: deleted either way */
+    ag_persist_drop(&objects, e->index);
     event(e, AG_EV_VERIFY_FAILED, "C[%ld,%ld] off by %.3g, bound %.3g: blacklisted", wi, wj,
           worst, bound);
     ag_log(AG_LOG_WARN, "a JIT kernel disagreed with the original library (C[%ld,%ld] off by "
@@ -1027,7 +947,6 @@ void ag_tier_after_fork_child(void)
   pthread_mutex_init(&q_mu, NULL);
   pthread_cond_init(&q_cond, NULL);
   ag_events_after_fork_child(&events);
-  pthread_mutex_init(&persist_mu, NULL);
   pthread_mutex_init(&cmp_mu, NULL);
   ag_code_after_fork_child();
   atomic_store(&hold_hot, 0); /* a warm start in the parent's writer did not survive */
@@ -1045,14 +964,8 @@ void ag_tier_after_fork_child(void)
     atomic_store(&jit_dead, 1);
   nthreads = 0;
   ndeferred = 0; /* the child's own deferrals start afresh */
-  /* Objects: the parent stores (or drops) its own; the child never frees the parent's buffers
-   * (fork may have come in the middle of an update). */
-  for (uint32_t i = 0; persist && ag_table && i < ag_table_count(ag_table); i++) {
-    persist_t *p = &persist[i];
-    p->obj = NULL;
-    if (p->state == P_PENDING || p->state == P_STORING)
-      p->state = P_STORED;
-  }
+  /* Objects: the parent stores (or drops) its own. */
+  ag_persist_after_fork_child(&objects, ag_table ? ag_table_count(ag_table) : 0);
   pthread_mutex_init(&code_mu, NULL);
   if (ag_table) { /* queued work died with the parent's compile thread: let it be hot again */
     uint32_t n = ag_table_count(ag_table);

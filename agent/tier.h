@@ -21,6 +21,7 @@
 #define OPJIT_AGENT_TIER_H
 
 #include "events.h"
+#include "persist.h"
 #include "table.h"
 #include "verify.h"
 #include "../store/store.h"
@@ -92,17 +93,6 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
  * writer delete it. */
 void ag_tier_invalidate(ag_entry_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* What the writer records about an entry's variant and object. */
-typedef struct ag_persist_s {
-  const char *origin;   /* "compiled" or "loaded" */
-  uint64_t pre_calls;   /* the signature's calls before the variant was published */
-  void *object;         /* a verified variant's object to store, owned by the writer until
-                           ag_tier_persisted; NULL when there is none to store */
-  size_t object_len;
-  uint64_t checksum;
-  char symbol[128];
-  int drop;             /* the stored object is invalid: delete it */
-} ag_persist_t;
 /* Entry i's variant status as the database records it: "queued", "ready", "failed", and for
  * a demoted variant "demoted" (measured slower: later runs on this machine leave it on the
  * original), "tied" (no faster within the judge's window: the original for this run only) or
