@@ -17,6 +17,8 @@
 
 static char dir[64], path[96];
 
+static void remove_dir(void) { rmdir(dir); }
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
   (void)argc, (void)argv;
@@ -25,6 +27,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   if (!mkdtemp(dir))
     abort();
   snprintf(path, sizeof path, "%s/p.db", dir);
+  atexit(remove_dir);
   return 0;
 }
 

@@ -8,14 +8,19 @@
 
 int ins_opjit_main(int argc, char **argv);
 
+static char dir[128];
+
+static void remove_dir(void) { rmdir(dir); }
+
 const char *fz_db_path(const char *name)
 {
-  static char dir[128], path[160];
+  static char path[160];
   const char *tmp = getenv("TMPDIR");
   snprintf(dir, sizeof dir, "%s/opjit-fuzz-%s.XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
   if (!mkdtemp(dir))
     abort();
   snprintf(path, sizeof path, "%s/p.db", dir);
+  atexit(remove_dir);
   return path;
 }
 

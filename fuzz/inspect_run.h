@@ -4,8 +4,8 @@
 #ifndef OPJIT_FUZZ_INSPECT_RUN_H
 #define OPJIT_FUZZ_INSPECT_RUN_H
 
-/* Makes a folder of its own under $TMPDIR (else /tmp) and returns the database path in it
- * (static storage); aborts when it cannot. */
+/* Makes a folder of its own under $TMPDIR (else /tmp), removed at exit, and returns the
+ * database path in it (static storage); aborts when it cannot. */
 const char *fz_db_path(const char *name);
 
 /* Reads the database at path with runs, top, variants, events and report, in text and JSON,

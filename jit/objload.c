@@ -165,12 +165,14 @@ int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, 
         fail(err, errlen, "relocation outside its section");
         goto fail;
       }
+      /* Addresses and addends are added modulo 2^64, as the processor adds them: an addend of
+       * any size is arithmetic, never an overflow. */
       unsigned char *at = m + base[r->sh_info] + rel[j].r_offset;
-      int64_t P = (int64_t)(uintptr_t)at, GOT = (int64_t)(uintptr_t)m, v;
+      uint64_t P = (uintptr_t)at, GOT = (uintptr_t)m, A = (uint64_t)rel[j].r_addend, v;
       if (type == R_X86_64_GOTPC64 && s->st_shndx == SHN_UNDEF && s->st_name < symnames_len &&
           strcmp(symnames + s->st_name, "_GLOBAL_OFFSET_TABLE_") == 0) {
-        v = GOT + rel[j].r_addend - P; /* the large code model's base register; no entry of */
-        memcpy(at, &v, 8);             /* the table is ever read, so it is the mapping's start */
+        v = GOT + A - P;   /* the large code model's base register; no entry of the table is */
+        memcpy(at, &v, 8); /* ever read, so it is the mapping's start */
         continue;
       }
       if (s->st_shndx == SHN_UNDEF || s->st_shndx >= eh->e_shnum ||
@@ -180,16 +182,16 @@ int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, 
         goto fail;
       }
       uint64_t S = (uint64_t)(uintptr_t)m + base[s->st_shndx] + s->st_value;
-      v = (int64_t)(S + (uint64_t)rel[j].r_addend);
+      v = S + A;
       switch (type) {
       case R_X86_64_64: memcpy(at, &v, 8); break;
       case R_X86_64_PC64: v -= P; memcpy(at, &v, 8); break;
       case R_X86_64_GOTOFF64: v -= GOT; memcpy(at, &v, 8); break;
       case R_X86_64_PC32:
       case R_X86_64_PLT32: { /* to a symbol defined here: the PLT is the symbol itself */
-        v -= P;
-        int32_t v32 = (int32_t)v;
-        if (v32 != v) {
+        int64_t d = (int64_t)(v - P);
+        int32_t v32 = (int32_t)d;
+        if (v32 != d) {
           fail(err, errlen, "PC-relative relocation out of range");
           goto fail;
         }

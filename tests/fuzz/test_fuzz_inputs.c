@@ -2,7 +2,10 @@
 /* Every input the fuzzers found a fault with (fuzz/crashes/<target>) and every seed
  * (fuzz/corpus/<target>), run once more through the same harness (fuzz/fuzz_<target>.c), in a
  * build whose ASan and UBSan abort on the first finding: a fixed fault that comes back fails
- * here. The option parser: OPJIT_TIME_EVERY=-1 shifted a negative value (opt.c). */
+ * here. The option parser: OPJIT_TIME_EVERY=-1 shifted a negative value (opt.c). The object
+ * loader: a relocation's addend near INT64_MIN overflowed its signed sums (objload.c). The store: an
+ * empty file's profile was sorted with qsort(NULL, 0) (store.c), a negative user_version read
+ * before migrations[]. */
 #include <criterion/criterion.h>
 
 #include <dirent.h>
@@ -12,6 +15,8 @@
 
 int fuzz_opt_one(const uint8_t *data, size_t size);
 int fuzz_objload_one(const uint8_t *data, size_t size);
+int fuzz_store_one(const uint8_t *data, size_t size);
+int fuzz_store_init(int *argc, char ***argv);
 
 /* Runs one(file) for every file in OPJIT_SOURCE_DIR/fuzz/<kind>/<target>; returns how many. */
 static int replay(const char *kind, const char *target, int (*one)(const uint8_t *, size_t))
@@ -51,4 +56,11 @@ Test(fuzz_inputs, object_loader)
 {
   replay("crashes", "objload", fuzz_objload_one);
   cr_assert_geq(replay("corpus", "objload", fuzz_objload_one), 1, "the real kernels");
+}
+
+Test(fuzz_inputs, store)
+{
+  fuzz_store_init(NULL, NULL);
+  cr_assert_geq(replay("crashes", "store", fuzz_store_one), 2);
+  cr_assert_geq(replay("corpus", "store", fuzz_store_one), 1);
 }
