@@ -186,6 +186,23 @@ Test(ggml, fused_groups_keep_the_output_are_stored_and_start_warm)
   }
 }
 
+Test(ggml, every_verification_of_a_fused_kernel_runs_it)
+{
+  /* A kernel is stored once OPJIT_VERIFY of its executions have matched ggml's. 100 for the
+   * norm groups' kernel (the four records of each decode graph share it, four a graph
+   * execution) reach past the decode graph's executions on the host's own graph (its 14th and
+   * 15th of every 16, the rounds'), where no custom node runs: an execution there that took
+   * verifications (as it did) leaves the kernel short of its count, and never stored. */
+  char db[700], dbenv[720];
+  own_db("verify", 0, db, dbenv);
+  const char *env[] = {fuse_env[0], fuse_env[1], fuse_env[2], fuse_env[3],
+                       dbenv,       "OPJIT_VERIFY=100", NULL};
+  run_rounds("verify", 1, env, model32, "2");
+  cr_assert_eq(h_query(db, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 0);
+  cr_assert_eq(h_query(db, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
+                             " WHERE " FUSION1), 1, "stored after its 100 verifications");
+}
+
 Test(ggml, a_poisoned_fused_kernel_changes_the_output)
 {
   const char *plain = run_long("plain", 0, NULL, model32);

@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: MIT */
+/* The ggml host's never-slower rounds: which side an execution of a rebuilt graph computes,
+ * the records' spans in a timed execution (gg_span, from forward()), and their times handed to
+ * the tiers' judge (compare.h) as the original's and the variant's. */
+#include "ggml_host.h"
+
+#include "../compare.h"
+#include "../tier.h"
+
+/* Never slower: rounds of warm, interleaved executions (compare.h judges them).
+ *
+ * A cached graph that runs fused groups is executed in rounds, one in every ROUND_EVERY
+ * executions for its first AG_CMP_ROUNDS rounds (the judge's window: its verdicts come within
+ * it), then one in ROUND_EVERY_DECIDED (later windows confirm or overturn them), the first at
+ * its 14th to 17th executions:
+ *
+ *   execution (count mod period):  every-2   every-1         0          1                2 ...
+ *   computes:                      host's    host's, timed   rebuilt    rebuilt, timed   rebuilt
+ *
+ * The first of each pair warms the code and data the timed one runs (ggml's ops, or the
+ * agent's kernels), so each side is timed warm, a few milliseconds from the other. In a timed
+ * execution forward() times, on each thread, each record from its first node's start to the
+ * start of the next node the thread computes: ggml's nodes of the group with the barriers
+ * between them and the one after, or the custom node with the barrier after it; the same
+ * barriers count on both sides. A record whose ggml nodes would not end where the timing
+ * expects (ggml's own RMS_NORM+MUL fusion, not interposed, runs nodes that are no member of
+ * it) is never timed. After the host's timed execution each record's time goes to the judge
+ * as the original's (ag_tier_burst) under the signature whose kernel it runs; after the
+ * rebuilt one, as the variant's (its timed calls), which closes the round. The tiers demote a
+ * kernel the judge finds slower (with events, its stored object dropped), and the graph is
+ * rebuilt without it: its groups run ggml's own nodes from then on. */
+#define ROUND_EVERY 16          /* executions from a round to the next, in the first window */
+#define ROUND_EVERY_DECIDED 128 /* ... after it */
+
+gg_cache_t *_Atomic gg_timed;
+static _Atomic uint32_t timed_gen; /* timed executions started (a thread's span is of one) */
+
+/* This thread's record in progress in a timed execution: its member (host side) or custom
+ * node (rebuilt side), start, execution. */
+static AG_TLS struct {
+  gg_fusion_t *f;
+  const gg_member_t *m; /* NULL on the rebuilt side */
+  uint64_t t0;
+  uint32_t gen;
+  int first; /* the span starts a call of the record (its first node) */
+} tl_span;
+
+int gg_span_open(void) { return tl_span.f != NULL; }
+
+/* gg_span: ends the thread's span, booking it to its record when it ended where it should
+ * (else the record is never timed again), and starts dst's. */
+void gg_span(gg_cache_t *tc, const struct ggml_tensor *dst, const gg_fusion_t *fu)
+{
+  uint64_t now = ag_now_ns();
+  uint32_t gen = atomic_load_explicit(&timed_gen, memory_order_relaxed);
+  const gg_member_t *m = tc && !tc->side ? gg_member_at(tc, dst) : NULL;
+  gg_fusion_t *f = tl_span.f;
+  if (f && tc && tl_span.gen == gen) {
+    if (tl_span.m && dst != tl_span.m->next && !(m && m->f == f)) {
+      atomic_store_explicit(&f->untimed, 1, memory_order_relaxed); /* ggml ran other nodes */
+    } else {
+      atomic_fetch_add_explicit(&f->tns, now - tl_span.t0, memory_order_relaxed);
+      atomic_fetch_add_explicit(&f->tn, (uint32_t)tl_span.first, memory_order_relaxed);
+    }
+  }
+  tl_span.f = NULL;
+  if (!tc)
+    return;
+  gg_fusion_t *next = m                                                ? m->f
+                      : tc->side && fu >= tc->f && fu < tc->f + tc->nf ? (gg_fusion_t *)fu
+                                                                       : NULL;
+  if (next && !atomic_load_explicit(&next->untimed, memory_order_relaxed))
+    tl_span.f = next, tl_span.m = m, tl_span.t0 = now, tl_span.gen = gen,
+    tl_span.first = tc->side || dst == next->first;
+}
+
+/* The signature whose kernel a fused record runs: the one the rounds judge it under; NULL
+ * when its implementation's kernels are not one signature's (it is not judged). */
+static ag_entry_t *judged(const gg_fusion_t *f)
+{
+  const gg_impl_t *im = gg_used(f);
+  for (int p = 1; p < im->n; p++)
+    if (im->k[p] != im->k[0])
+      return NULL;
+  return im->k[0];
+}
+
+/* gg_round_start: on the rebuilt side a kernel with verifications left verifies (takes one).
+ * The timed one of each side is timed unless another execution is (one at a time) or a kernel
+ * verifies in it (c->timing). The host's execution counts each fused record of a counted kind
+ * as nth calls of its signature, ggml's. */
+int gg_round_start(gg_cache_t *c, int nth)
+{
+  uint64_t every = gg_test && gg_test->round_every ? gg_test->round_every
+                   : c->rounds < AG_CMP_ROUNDS     ? ROUND_EVERY
+                                                   : ROUND_EVERY_DECIDED;
+  uint64_t k = ++c->execs % every; /* a graph's first executions are all fused */
+  c->rounds += k == every - 2;
+  c->side = k < every - 2;
+  c->timing = k == every - 1 || (k == 1 && c->execs > every);
+  for (int i = 0; i < c->nf; i++) {
+    gg_fusion_t *f = &c->f[i];
+    /* a kernel verifies in an execution that runs it: its implementation's first */
+    ag_entry_t *ve = f->node ? gg_used(f)->k[0] : NULL;
+    f->verifying = c->side && ve && !(gg_test && gg_test->unverified) &&
+                   atomic_load(&ve->verify) > 0 && atomic_fetch_sub(&ve->verify, 1) > 0;
+    c->timing &= !f->verifying;
+    if (!c->side && f->node && f->kind->counted)
+      atomic_fetch_add_explicit(&f->e->calls, (uint64_t)nth, memory_order_relaxed);
+  }
+  gg_cache_t *none = NULL;
+  if (c->timing && c->map && atomic_compare_exchange_strong(&gg_timed, &none, c)) {
+    for (int i = 0; i < c->nf; i++)
+      atomic_store_explicit(&c->f[i].tn, 0, memory_order_relaxed),
+          atomic_store_explicit(&c->f[i].tns, 0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&timed_gen, 1, memory_order_release);
+  } else {
+    c->timing = 0;
+  }
+  return !c->side;
+}
+
+/* gg_round_book: hands c's records' times to the judge, under the signature
+ * each one's kernel is: the host's side as one burst of the original's warm calls, the rebuilt
+ * side as the variant's timed calls, which closes the round of each signature whose original
+ * has been timed since its last one. An execution in which a record took 8 times its side's
+ * mean so far (a thread preempted at a barrier, on a loaded machine) is left out whole: its
+ * records share signatures, whose rounds must weigh the same records on both sides.
+ * gg_cache_mu held. */
+void gg_round_book(gg_cache_t *c)
+{
+  int side = c->side, disturbed = 0;
+  for (int i = 0; i < c->nf; i++) {
+    gg_fusion_t *f = &c->f[i];
+    f->bn = atomic_exchange_explicit(&f->tn, 0, memory_order_relaxed);
+    f->bns = atomic_exchange_explicit(&f->tns, 0, memory_order_relaxed);
+    if (!f->node || !judged(f) || atomic_load_explicit(&f->untimed, memory_order_relaxed))
+      f->bn = 0;
+    disturbed |=
+        f->bn && f->tk[side] >= 2 && (double)f->bns > 8.0 * f->bn * (f->tsum[side] / f->tk[side]);
+  }
+  for (int i = 0; i < c->nf && !disturbed; i++) {
+    gg_fusion_t *f = &c->f[i];
+    ag_entry_t *je = judged(f);
+    if (!f->bn)
+      continue;
+    f->tsum[side] += (double)f->bns / f->bn, f->tk[side]++;
+    atomic_fetch_add_explicit(side ? &je->vtimed : &je->timed, f->bn, memory_order_relaxed);
+    atomic_fetch_add_explicit(side ? &je->vtimed_ns : &je->timed_ns, f->bns, memory_order_relaxed);
+    if (!side)
+      ag_tier_burst(je, f->bn, f->bns);
+  }
+  for (int i = 0; i < c->nf && !disturbed && side; i++) /* every variant timing is in */
+    if (c->f[i].bn)
+      ag_tier_burst(judged(&c->f[i]), 0, 0);
+}
