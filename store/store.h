@@ -49,12 +49,16 @@ typedef struct sqlite3 sqlite3;
 /* Static text for a code. */
 const char *st_errstr(int code);
 
-/* Opens path. Refuses (ST_ENEWER, ST_ENOTOURS, ST_ECORRUPT) what it must not touch; migrates
- * an older opjit schema to ST_SCHEMA_VERSION unless ST_OPEN_NO_MIGRATE or READONLY. */
+/* Opens path. Refuses what it must not touch, never writing to it: a newer schema
+ * (ST_ENEWER), someone else's SQLite file (ST_ENOTOURS), damage or a negative schema version
+ * (ST_ECORRUPT). Migrates an older opjit schema to ST_SCHEMA_VERSION unless
+ * ST_OPEN_NO_MIGRATE or READONLY; a READONLY connection to an older schema reads it as the
+ * newest (query.h). */
 int st_open(const char *path, int flags, int busy_ms, st_db_t **out, char *err, size_t errlen);
 void st_close(st_db_t *db);
 
-/* Applies migrations up to version (<= ST_SCHEMA_VERSION), each in its own transaction. */
+/* Applies migrations up to version (<= ST_SCHEMA_VERSION), each in its own transaction;
+ * ST_ECORRUPT, changing nothing, when the file's version (or version) is negative. */
 int st_migrate_to(st_db_t *db, int version);
 /* The schema version found in the file. */
 int st_schema_version(st_db_t *db, int *version);
