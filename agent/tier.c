@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include "tier.h"
 #include "agent.h"
+#include "codecache.h"
 #include "codemap.h"
 #include "compare.h"
 #include "events.h"
@@ -57,18 +58,8 @@ static _Atomic int hold_hot; /* the warm start is deciding: calls queue nothing 
 static jt_gemm_t *shapes; /* per entry: the column-major problem its variant solves */
 ag_vrun_t *ag_vrun;        /* per entry: what a call through the variant needs (tier.h) */
 
-/* The code cache: bytes of live kernels, and evicted kernels waiting for their grace period. */
-static size_t code_bytes;
-typedef struct retired_s {
-  void *fn;
-  size_t size;
-  size_t nsnap;
-  ag_epoch_t *snap;
-} retired_t;
-static retired_t retired[64];
-static int nretired;
-static uint32_t deferred[256]; /* entries that found no room, to queue again when code is freed */
-static int ndeferred;
+/* The code cache (codecache.h); code_mu. */
+static ag_codecache_t cache;
 
 /* Per entry: its variant's object, as the warm start and the writer see it (persist.h). */
 static ag_persist_book_t objects = AG_PERSIST_BOOK_INIT;
@@ -220,54 +211,63 @@ static size_t cache_budget(void)
   return test ? (size_t)strtoull(test, NULL, 10) : (size_t)ag_opts.num[AG_OPT_CODE_CACHE_MB] << 20;
 }
 
+/* Frees an evicted kernel's code (codecache.h, ag_cc_ops_t): a placed one's mapping, a compiled
+ * one's reference in the JIT session; then its call-frame rules and name go too. code_mu. */
+static int release_code(void *ctx, void *fn)
+{
+  (void)ctx;
+  char err[256] = "the JIT is not loaded";
+  ag_code_t k;
+  int known = ag_code_find(fn, &k) == 0;
+  int freed = -1; /* 1 freed, 0 still another signature's (LLJIT shares a kernel by name) */
+  if (known && k.loaded.map) {
+    jt_obj_unload(&k.loaded);
+    freed = 1;
+  } else if (jit) {
+    int rc = jit->release((jt_gemm_fn)fn, err, sizeof err);
+    freed = rc == 0 ? 1 : rc == 1 ? 0 : -1;
+  }
+  if (freed != 0) { /* gone, or unknown to the session now: its rules and name go too (new
+                       code may take its place at the next compile on a compile thread) */
+    uw_remove_code((uint64_t)(uintptr_t)fn);
+    ag_code_remove(fn); /* no PC is in it any more; its slot serves the next kernel */
+  }
+  if (freed < 0)
+    ag_log_once(AG_LOG_WARN, "an evicted kernel could not be freed: %s", err);
+  return freed;
+}
+
+static int grace_passed(void *ctx, const ag_epoch_t *snap, size_t nsnap)
+{
+  (void)ctx;
+  return ag_tcount_passed(snap, nsnap);
+}
+
 /* Frees the evicted kernels whose grace period has passed. Compile thread only. */
 static void free_retired(void)
 {
-  char err[256];
-  for (int i = 0; i < nretired;) {
-    retired_t *r = &retired[i];
-    if (!ag_tcount_passed(r->snap, r->nsnap)) {
-      i++;
-      continue;
-    }
-    ag_code_t k;
-    int known = ag_code_find(r->fn, &k) == 0;
-    int freed = -1; /* 1 freed, 0 still another signature's (LLJIT shares a kernel by name) */
-    if (known && k.loaded.map) {
-      jt_obj_unload(&k.loaded);
-      freed = 1;
-    } else if (jit) {
-      int rc = jit->release((jt_gemm_fn)r->fn, err, sizeof err);
-      freed = rc == 0 ? 1 : rc == 1 ? 0 : -1;
-    }
-    code_bytes -= r->size; /* this reference's bytes, whatever became of the code */
-    if (freed != 0) { /* gone, or unknown to the session now: its rules and name go too (new
-                         code may take its place at the next compile on a compile thread) */
-      uw_remove_code((uint64_t)(uintptr_t)r->fn);
-      ag_code_remove(r->fn); /* no PC is in it any more; its slot serves the next kernel */
-    }
-    if (freed < 0)
-      ag_log_once(AG_LOG_WARN, "an evicted kernel could not be freed: %s", err);
-    free(r->snap);
-    *r = retired[--nretired];
-  }
+  static const ag_cc_ops_t ops = {grace_passed, release_code, NULL};
+  ag_cc_free_retired(&cache, &ops);
+}
+
+static int is_ready(void *ctx, uint32_t i)
+{
+  (void)ctx;
+  return atomic_load(&ag_table_entry(ag_table, i)->tier) == AG_TIER_READY;
 }
 
 /* Evicts the ready variant that has served the fewest calls: unpublished now, freed after the
  * grace period. Returns 0, or -1 when there is nothing to evict. Compile thread only. */
 static int evict_one(void)
 {
-  uint32_t n = ag_table_count(ag_table), victim = UINT32_MAX;
+  uint32_t n = ag_table_count(ag_table);
   uint64_t *calls = calloc(n ? n : 1, sizeof *calls), *vcalls = calloc(n ? n : 1, sizeof *vcalls);
   ag_epoch_t *snap = calloc(1024, sizeof *snap);
   int rc = -1;
-  if (!calls || !vcalls || !snap || nretired == (int)(sizeof retired / sizeof *retired))
+  if (!calls || !vcalls || !snap || ag_cc_retired_full(&cache))
     goto out;
   ag_tcount_sum(calls, vcalls, n);
-  for (uint32_t i = 0; i < n; i++)
-    if (atomic_load(&ag_table_entry(ag_table, i)->tier) == AG_TIER_READY &&
-        (victim == UINT32_MAX || vcalls[i] < vcalls[victim]))
-      victim = i;
+  uint32_t victim = ag_cc_victim(vcalls, n, is_ready, NULL);
   if (victim == UINT32_MAX)
     goto out;
   ag_entry_t *e = ag_table_entry(ag_table, victim);
@@ -285,7 +285,7 @@ static int evict_one(void)
   } else {
     ag_code_t k;
     size_t size = ag_code_find(fn, &k) ? 0 : k.loaded.map ? k.loaded.map_len : k.hi - k.lo;
-    retired[nretired++] = (retired_t){fn, size, nsnap, snap};
+    ag_cc_retire(&cache, fn, size, snap, nsnap); /* not full: checked above, code_mu held */
     snap = NULL;
   }
   event(e, AG_EV_EVICTED, "code cache full: served %llu calls, fewest of the ready variants",
@@ -379,18 +379,17 @@ static void compile_one(uint32_t i, int idle)
   void *obj = NULL;
   pthread_mutex_lock(&code_mu);
   free_retired();
-  while (code_bytes + 4096 > cache_budget() && evict_one() == 0)
+  while (!ag_cc_fits(&cache, AG_CC_RESERVE) && evict_one() == 0)
     free_retired();
-  if (code_bytes + 4096 > cache_budget()) { /* nothing left to evict, or not freed yet */
+  if (!ag_cc_fits(&cache, AG_CC_RESERVE)) { /* nothing left to evict, or not freed yet */
     atomic_store(&e->tier, AG_TIER_COLD);
     event(e, AG_EV_DEFERRED, "code cache full (%zu bytes): stays on the original until "
-          "evicted code is freed", code_bytes);
-    if (ndeferred < (int)(sizeof deferred / sizeof *deferred))
-      deferred[ndeferred++] = i;
+          "evicted code is freed", cache.bytes);
+    ag_cc_defer(&cache, i); /* when full, hot again later, it asks again */
     pthread_mutex_unlock(&code_mu);
     return;
   }
-  code_bytes += 4096; /* reserved while compiling (other threads may compile meanwhile) */
+  ag_cc_charge(&cache, AG_CC_RESERVE); /* while compiling (other threads may compile meanwhile) */
   pthread_mutex_unlock(&code_mu);
   uint64_t t0 = ag_now_ns();
   if (fault && strcmp(fault, "wrong") == 0) {
@@ -419,16 +418,11 @@ static void compile_one(uint32_t i, int idle)
   int self =
       rc == 0 && g.mm ? ag_verify_mm_selftest(&shapes[i], (void (*)(void))fn, &worst, &bound) : -1;
   pthread_mutex_lock(&code_mu);
-  code_bytes -= 4096;
-  int resurrected = 0; /* the session still had this kernel: evicted, not yet freed */
-  for (int r = 0; rc == 0 && r < nretired; r++)
-    if (retired[r].fn == (void *)fn) {
-      free(retired[r].snap);
-      retired[r] = retired[--nretired];
-      resurrected = 1;
-      jit->release(fn, err, sizeof err); /* the evicted variant's reference: 1, this one stays */
-      break;
-    }
+  ag_cc_refund(&cache, AG_CC_RESERVE);
+  /* the session still had this kernel: evicted, not yet freed */
+  int resurrected = rc == 0 && ag_cc_resurrect(&cache, (void *)fn);
+  if (resurrected)
+    jit->release(fn, err, sizeof err); /* the evicted variant's reference: 1, this one stays */
   if (rc) { /* back off: hot again after 8192, then 16384 calls; the third failure is final */
     free(obj);
     uint32_t fails = atomic_fetch_add(&e->fails, 1) + 1;
@@ -442,7 +436,7 @@ static void compile_one(uint32_t i, int idle)
   char name[128];
   jit->gemm_name(&g, name, sizeof name); /* the kernel compiled (a test's fault changes it) */
   if (!resurrected) {
-    code_bytes += size;
+    ag_cc_charge(&cache, size);
     if (size)
       add_code((void *)fn, size, name, NULL, obj, obj_len);
   }
@@ -578,9 +572,7 @@ static void *compile_main(void *arg)
     free_retired();
     /* Signatures deferred for want of room go back in the queue once freed code made room. */
     uint32_t again[64];
-    int nagain = 0;
-    while (ndeferred && nagain < 64 && code_bytes + (size_t)(nagain + 1) * 4096 <= cache_budget())
-      again[nagain++] = deferred[--ndeferred];
+    int nagain = ag_cc_undefer(&cache, again, 64);
     pthread_mutex_unlock(&code_mu);
     for (int k = 0; k < nagain; k++)
       enqueue(ag_table_entry(ag_table, again[k]), "room in the code cache again");
@@ -687,6 +679,7 @@ void ag_tier_sampled(ag_entry_t *e, double cpu_ns)
 static int arrays(void)
 {
   if (!shapes) {
+    cache.budget = cache_budget();
     shapes = calloc(ag_tcount_capacity, sizeof *shapes);
     ag_vrun = calloc(ag_tcount_capacity, sizeof *ag_vrun);
     ag_persist_init(&objects, ag_tcount_capacity);
@@ -794,13 +787,13 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
   if (jt_obj_load(obj, len, symbol, &l, err, errlen))
     return -1;
   pthread_mutex_lock(&code_mu);
-  if (code_bytes + l.map_len > cache_budget()) {
+  if (!ag_cc_fits(&cache, l.map_len)) {
     pthread_mutex_unlock(&code_mu);
     jt_obj_unload(&l);
     snprintf(err, errlen, "the code cache is full");
     return 1;
   }
-  code_bytes += l.map_len;
+  ag_cc_charge(&cache, l.map_len);
   add_code(l.fn, l.size, symbol, &l, obj, len);
   pthread_mutex_unlock(&code_mu);
   set_persisted(e->index, NULL, 0, symbol, 1);
@@ -963,7 +956,7 @@ void ag_tier_after_fork_child(void)
   if (atomic_load(&jit_tried))
     atomic_store(&jit_dead, 1);
   nthreads = 0;
-  ndeferred = 0; /* the child's own deferrals start afresh */
+  ag_cc_after_fork_child(&cache);
   /* Objects: the parent stores (or drops) its own. */
   ag_persist_after_fork_child(&objects, ag_table ? ag_table_count(ag_table) : 0);
   pthread_mutex_init(&code_mu, NULL);
