@@ -82,6 +82,11 @@ static int warm_done;        /* once per process image: a fork child inherits th
 static sp_agg_t *agg;       /* what the sampler found in this run */
 static int sampling;        /* sp_start succeeded for this writer */
 static int agg_opmods;      /* resolved originals already declared to agg */
+/* The connections this process inherited from its forking ancestors, one per generation: never
+ * closed (see atfork_child), but kept reachable, so that their memory is what it is, held on
+ * purpose, and not a leak to a leak checker. */
+static st_db_t **inherited;
+static size_t ninherited;
 
 /* Originals resolved so far: their modules are where operator time goes (sampler attribution). */
 static const void *_Atomic resolved[32];
@@ -974,8 +979,8 @@ static void atfork_parent(void)
 }
 
 /* The child is a new run: same signatures, zero counts, no writer until its first call. The
- * parent's connection is abandoned, never closed: closing it here could checkpoint or delete
- * the parent's WAL. */
+ * parent's connection is kept aside in inherited, never closed: closing it here could
+ * checkpoint or delete the parent's WAL. */
 static void atfork_child(void)
 {
   if (ag_table) {
@@ -1000,6 +1005,11 @@ static void atfork_child(void)
   parent_start_ns = run_start_ns;
   parent_pid = getppid();
   run_id = 0;
+  st_db_t **keep = db ? realloc(inherited, (ninherited + 1) * sizeof *keep) : NULL;
+  if (keep) {
+    keep[ninherited++] = db;
+    inherited = keep;
+  }
   db = NULL;
   if (!fork_db_held && !store_dead) { /* the writer was stuck inside SQLite */
     store_dead = 1;
