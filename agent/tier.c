@@ -14,6 +14,7 @@
 #include "codecache.h"
 #include "codemap.h"
 #include "compare.h"
+#include "cqueue.h"
 #include "events.h"
 #include "persist.h"
 #include "policy.h"
@@ -37,18 +38,18 @@
 #include <string.h>
 #include <unistd.h>
 
-#define QUEUE_MAX 1024
 #define TUNE_CANDIDATES 3  /* blockings timed per kernel (jit.h, tune) */
 #define TUNE_MIN_CALLS 4096 /* calls a signature has had before its kernel is worth tuning */
 /* The duel before publication may take as long as the compile did, within these bounds. */
 #define DUEL_MIN_NS 2000000ull
 #define DUEL_MAX_NS 20000000ull
 
-static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t q_cond = PTHREAD_COND_INITIALIZER;
-static uint32_t queue[QUEUE_MAX];
-static unsigned q_len;
-static int nthreads;      /* compile threads started (up to OPJIT_JIT_THREADS) */
+/* The compile queue and its threads (cqueue.h). */
+static void compile_begin(void *ctx);
+static void compile_next(void *ctx, uint32_t i, int alone);
+static long compile_between(void *ctx);
+static const ag_cq_ops_t cq_ops = {compile_begin, compile_next, compile_between, NULL};
+static ag_cqueue_t cq = AG_CQUEUE_INIT(&cq_ops);
 static pthread_mutex_t code_mu = PTHREAD_MUTEX_INITIALIZER; /* the code cache, the code list,
                                                                the estimates, speed verdicts */
 
@@ -545,47 +546,43 @@ static void watch_speed(void)
 
 static void enqueue(ag_entry_t *e, const char *why);
 
-/* A compile thread: LLVM is loaded with the first compile, so a thread that only watches
- * loaded variants (a warm run whose kernels all came from the store) never loads it. */
-static void *compile_main(void *arg)
+/* A compile thread (cqueue.h) starts. */
+static void compile_begin(void *ctx)
 {
-  (void)arg;
+  (void)ctx;
   pthread_setname_np(pthread_self(), "opjit-jit");
   ag_tl_keep_statics = 1; /* LLVM's static destructors are never registered (process.c) */
-  pthread_mutex_lock(&q_mu);
-  for (;;) {
-    while (q_len) {
-      uint32_t i = queue[--q_len];
-      int alone = q_len == 0;
-      pthread_mutex_unlock(&q_mu);
-      if (load_jit() == 0) {
-        compile_one(i, alone);
-      } else {
-        atomic_store(&jit_dead, 1);
-        atomic_store(&ag_table_entry(ag_table, i)->tier, AG_TIER_FAILED);
-      }
-      pthread_mutex_lock(&q_mu);
-    }
-    pthread_mutex_unlock(&q_mu);
-    pthread_mutex_lock(&code_mu);
-    watch_speed();
-    free_retired();
-    /* Signatures deferred for want of room go back in the queue once freed code made room. */
-    uint32_t again[64];
-    int nagain = ag_cc_undefer(&cache, again, 64);
-    pthread_mutex_unlock(&code_mu);
-    for (int k = 0; k < nagain; k++)
-      enqueue(ag_table_entry(ag_table, again[k]), "room in the code cache again");
-    pthread_mutex_lock(&q_mu);
-    /* The judge looks every 20 ms while a variant awaits its verdict (a short program must
-     * get its verdicts, and the bursts' rate must come down, within its run), else every
-     * 200 ms. */
-    struct timespec dl =
-        ag_deadline_after(CLOCK_REALTIME, atomic_load(&ag_tier_undecided) ? 20 : 200);
-    if (!q_len)
-      pthread_cond_timedwait(&q_cond, &q_mu, &dl);
+}
+
+/* A compile thread took entry i. LLVM is loaded with the first compile, so a thread that only
+ * watches loaded variants (a warm run whose kernels all came from the store) never loads it. */
+static void compile_next(void *ctx, uint32_t i, int alone)
+{
+  (void)ctx;
+  if (load_jit() == 0) {
+    compile_one(i, alone);
+  } else {
+    atomic_store(&jit_dead, 1);
+    atomic_store(&ag_table_entry(ag_table, i)->tier, AG_TIER_FAILED);
   }
-  return NULL;
+}
+
+/* A compile thread found the queue empty: the judge's look, the code cache's freeing, the
+ * deferred signatures queued again once freed code made room. Returns how long to wait. */
+static long compile_between(void *ctx)
+{
+  (void)ctx;
+  pthread_mutex_lock(&code_mu);
+  watch_speed();
+  free_retired();
+  uint32_t again[64];
+  int nagain = ag_cc_undefer(&cache, again, 64);
+  pthread_mutex_unlock(&code_mu);
+  for (int k = 0; k < nagain; k++)
+    enqueue(ag_table_entry(ag_table, again[k]), "room in the code cache again");
+  /* The judge looks every 20 ms while a variant awaits its verdict (a short program must get
+   * its verdicts, and the bursts' rate must come down, within its run), else every 200 ms. */
+  return atomic_load(&ag_tier_undecided) ? 20 : 200;
 }
 
 /* Whether OPJIT_HOT_PAYBACK judges e by time. Not ggml's fused groups: their original's
@@ -675,7 +672,7 @@ void ag_tier_sampled(ag_entry_t *e, double cpu_ns)
   enqueue_counted(e, why, pb);
 }
 
-/* The per-entry arrays, made when the tiers take their first signature; q_mu held. */
+/* The per-entry arrays, made when the tiers take their first signature; cq locked. */
 static int arrays(void)
 {
   if (!shapes) {
@@ -691,7 +688,7 @@ static int arrays(void)
 }
 
 /* Computes the problem e's variant solves and what a call through it needs; 0 when e cannot
- * be compiled. q_mu held, e not published. */
+ * be compiled. cq locked, e not published. */
 static int prepare(ag_entry_t *e)
 {
   int row = 0;
@@ -711,21 +708,10 @@ static int prepare(ag_entry_t *e)
   return 1;
 }
 
-/* Starts a compile thread when there is none, or when the queue is deeper than the threads
- * and OPJIT_JIT_THREADS allows another; q_mu held. */
+/* Starts a compile thread when the queue needs one (cqueue.h); cq locked. */
 static void start_thread(void)
 {
-  if (nthreads >= ag_opts.num[AG_OPT_JIT_THREADS] || (nthreads && q_len <= 1))
-    return;
-  sigset_t all, old;
-  pthread_t t;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old); /* never a host signal on a compile thread */
-  int started = pthread_create(&t, NULL, compile_main, NULL) == 0;
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  if (started)
-    nthreads++, pthread_detach(t);
-  else if (!nthreads)
+  if (ag_cq_start(&cq, (int)ag_opts.num[AG_OPT_JIT_THREADS]))
     atomic_store(&jit_dead, 1);
 }
 
@@ -733,19 +719,18 @@ static void start_thread(void)
  * if the queue needs one. */
 static void enqueue(ag_entry_t *e, const char *why)
 {
-  pthread_mutex_lock(&q_mu);
+  ag_cq_lock(&cq);
   uint32_t cold = AG_TIER_COLD;
-  if (atomic_load(&e->tier) != AG_TIER_COLD || q_len == QUEUE_MAX) {
+  if (atomic_load(&e->tier) != AG_TIER_COLD || ag_cq_full(&cq)) {
     /* queued or served already, or the queue is full (asked again later) */
   } else if (!prepare(e)) {
     atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE);
   } else if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_QUEUED)) {
-    queue[q_len++] = e->index;
+    ag_cq_push(&cq, e->index);
     event(e, AG_EV_QUEUED, "%s", why);
     start_thread();
-    pthread_cond_signal(&q_cond);
   }
-  pthread_mutex_unlock(&q_mu);
+  ag_cq_unlock(&cq);
 }
 
 int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns)
@@ -773,12 +758,12 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
                  size_t errlen)
 {
   uint64_t t0 = ag_now_ns();
-  pthread_mutex_lock(&q_mu);
+  ag_cq_lock(&cq);
   uint32_t cold = AG_TIER_COLD;
   int ok = atomic_load(&e->tier) == AG_TIER_COLD && prepare(e);
   if (!ok) /* not compilable with these options (OPJIT_JIT_MAX_DIM): NONE, as enqueue does */
     atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE);
-  pthread_mutex_unlock(&q_mu);
+  ag_cq_unlock(&cq);
   if (!ok) {
     snprintf(err, errlen, "the signature is not compilable with these options");
     return -1;
@@ -803,9 +788,9 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
   atomic_store_explicit(&e->variant, l.fn, memory_order_release);
   event(e, AG_EV_LOADED, "%zu bytes of code placed in %.0f us, no compile", l.size,
         (double)(ag_now_ns() - t0) / 1e3);
-  pthread_mutex_lock(&q_mu);
+  ag_cq_lock(&cq);
   start_thread(); /* it watches the variant's speed and guards */
-  pthread_mutex_unlock(&q_mu);
+  ag_cq_unlock(&cq);
   return 0;
 }
 
@@ -816,9 +801,9 @@ void ag_tier_invalidate(ag_entry_t *e, const char *fmt, ...)
   va_start(ap, fmt);
   vsnprintf(detail, sizeof detail, fmt, ap);
   va_end(ap);
-  pthread_mutex_lock(&q_mu);
+  ag_cq_lock(&cq);
   int ok = arrays();
-  pthread_mutex_unlock(&q_mu);
+  ag_cq_unlock(&cq);
   if (ok)
     ag_persist_drop(&objects, e->index);
   event(e, AG_EV_INVALIDATED, "%s", detail);
@@ -937,8 +922,7 @@ void ag_tier_dot_verify_end(ag_entry_t *e, double variant, double original, cons
 
 void ag_tier_after_fork_child(void)
 {
-  pthread_mutex_init(&q_mu, NULL);
-  pthread_cond_init(&q_cond, NULL);
+  ag_cq_after_fork_child(&cq);
   ag_events_after_fork_child(&events);
   pthread_mutex_init(&cmp_mu, NULL);
   ag_code_after_fork_child();
@@ -949,13 +933,11 @@ void ag_tier_after_fork_child(void)
     ag_cmp_start(&cmps[i], 0, 0), watched_calls[i] = 0;
   atomic_store(&ag_tier_live, 0);
   atomic_store(&ag_tier_undecided, 0);
-  q_len = 0;
   /* If the parent had loaded LLVM, its state in the child is whatever a compile thread left
    * mid-compile: the child keeps the variants it inherited and compiles nothing new. (A parent
    * whose compile thread only watched loaded kernels never touched LLVM.) */
   if (atomic_load(&jit_tried))
     atomic_store(&jit_dead, 1);
-  nthreads = 0;
   ag_cc_after_fork_child(&cache);
   /* Objects: the parent stores (or drops) its own. */
   ag_persist_after_fork_child(&objects, ag_table ? ag_table_count(ag_table) : 0);

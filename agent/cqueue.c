@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/* The compile queue (cqueue.h): a LIFO array under a mutex, and its threads' loop. */
+#include "cqueue.h"
+
+#include <signal.h>
+#include <time.h>
+
+void ag_cq_lock(ag_cqueue_t *q) { pthread_mutex_lock(&q->mu); }
+
+void ag_cq_unlock(ag_cqueue_t *q) { pthread_mutex_unlock(&q->mu); }
+
+int ag_cq_full(const ag_cqueue_t *q) { return q->len == AG_CQ_MAX; }
+
+void ag_cq_push(ag_cqueue_t *q, uint32_t i)
+{
+  q->items[q->len++] = i;
+  pthread_cond_signal(&q->cond);
+}
+
+/* A compile thread. */
+static void *cq_main(void *arg)
+{
+  ag_cqueue_t *q = arg;
+  const ag_cq_ops_t *ops = q->ops;
+  if (ops->begin)
+    ops->begin(ops->ctx);
+  pthread_mutex_lock(&q->mu);
+  for (;;) {
+    while (q->len) {
+      uint32_t i = q->items[--q->len];
+      int alone = q->len == 0;
+      pthread_mutex_unlock(&q->mu);
+      ops->compile(ops->ctx, i, alone);
+      pthread_mutex_lock(&q->mu);
+    }
+    pthread_mutex_unlock(&q->mu);
+    long ms = ops->between(ops->ctx);
+    pthread_mutex_lock(&q->mu);
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += ms / 1000;
+    dl.tv_nsec += (ms % 1000) * 1000000;
+    if (dl.tv_nsec >= 1000000000)
+      dl.tv_sec++, dl.tv_nsec -= 1000000000;
+    if (!q->len)
+      pthread_cond_timedwait(&q->cond, &q->mu, &dl);
+  }
+  return NULL;
+}
+
+int ag_cq_start(ag_cqueue_t *q, int max_threads)
+{
+  if (q->nthreads >= max_threads || (q->nthreads && q->len <= 1))
+    return 0;
+  sigset_t all, old;
+  pthread_t t;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old); /* never a host signal on a compile thread */
+  int started = pthread_create(&t, NULL, cq_main, q) == 0;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (started)
+    q->nthreads++, pthread_detach(t);
+  return q->nthreads ? 0 : -1;
+}
+
+void ag_cq_after_fork_child(ag_cqueue_t *q)
+{
+  pthread_mutex_init(&q->mu, NULL);
+  pthread_cond_init(&q->cond, NULL);
+  q->len = 0;
+  q->nthreads = 0;
+}
