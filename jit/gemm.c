@@ -30,11 +30,10 @@
 
 #define MAXV 64 /* lanes of a vector, at most (transposes, shuffle masks) */
 #define GEMM_KC_BYTES 1024 /* a K block's share of each B column */
-#define UNROLL_K 16        /* K loops of at most this many k's are straight code: dgemm NN 16^3
-                              79 -> 73 ns, n = 4..16 3-15 % faster; at 32 NN and TN gained
-                              3-4 %, NT and TT lost 2-5 % (an AVX-512 Xeon); 4 k's per
-                              iteration of longer loops gained 1-3 % at n = 32 and 64 for
-                              1.3x the compile time */
+#define UNROLL_K 8          /* K loops of at most this many k's are straight code: n = 4, 8
+                              5-15 % faster (an AVX-512 Xeon); at 16 (dgemm NN 79 -> 73 ns)
+                              it took 2-4x the compile time (40-70 ms), and 4 k's per
+                              iteration of longer loops gained 1-3 % at n = 32, 64 for 1.3x */
 
 typedef struct gen_s {
   LLVMContextRef cx;
