@@ -60,6 +60,7 @@ static int wait_for(int (*f)(void), int n)
 
 static int compiles_entered(void) { return atomic_load(&in_compile); }
 static int betweens_seen(void) { return atomic_load(&betweens); }
+static int threads_begun(void) { return atomic_load(&begun); }
 
 static void push(ag_cqueue_t *q, uint32_t i, int max_threads)
 {
@@ -122,7 +123,7 @@ Test(cqueue, threads_start_with_the_first_signature_and_grow_with_the_queue_up_t
   cr_assert_eq(q.nthreads, 3, "no more than the maximum");
   atomic_store(&hold_first, 0);
   cr_assert_eq(wait_for(done, 9), 9);
-  cr_assert_eq(atomic_load(&begun), 3);
+  cr_assert_eq(wait_for(threads_begun, 3), 3, "each thread started");
 }
 
 Test(cqueue, a_push_wakes_a_waiting_thread_and_the_idle_step_comes_as_asked)
@@ -157,5 +158,5 @@ Test(cqueue, a_fork_child_starts_with_no_queue_and_no_thread)
   cr_assert_eq(q.nthreads, 1);
   cr_assert_eq(wait_for(done, 2), 2);
   cr_assert_eq(order[1], 7);
-  cr_assert_eq(atomic_load(&begun), 2);
+  cr_assert_eq(wait_for(threads_begun, 2), 2);
 }
