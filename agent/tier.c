@@ -18,6 +18,7 @@
 #include "events.h"
 #include "persist.h"
 #include "policy.h"
+#include "problem.h"
 #include "hosts/blas.h"
 #include "verify.h"
 #include "machine.h"
@@ -107,70 +108,10 @@ int ag_tier_code_at(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name)
 
 const char *ag_tier_cpu(void) { return jit ? jit->cpu() : ""; }
 
-/* The kernel family of a problem, as the machine model keeps compile times (machine.h). */
-static const char *family(const jt_gemm_t *g)
-{
-  return g->mm ? "mm" : g->add_rms_mul ? "add_rms_mul" : g->dot ? "dot" : "gemm";
-}
-
-/* The column-major GEMM a GEMM or GEMV key is, or 0 when the generator or the policy declines
- * it. *swap is set when the kernel takes the call's operands in the other order. */
+/* The kernel e's key asks for (problem.h). */
 static int gemm_of(const ag_sig_t *k, jt_gemm_t *g, int *swap)
 {
-  int fused = k->host == AG_HOST_ID_GGML && k->op == AG_GGML_OP_FUSED;
-  if (fused && (k->ta == AG_FUSE_ADD_RMS_MUL || k->ta == AG_FUSE_RMS_MUL)) {
-    *swap = 0;
-    *g = (jt_gemm_t){.add_rms_mul = k->ta == AG_FUSE_RMS_MUL ? 2 : 1, .k = k->m};
-    return jt_gemm_supported(g);
-  }
-  /* 2-D, f32 or f16 weights, f32 activations and output; alone or with a residual ADD */
-  if (ag_sig_ggml_mul_mat(k) || (fused && k->ta == AG_FUSE_MM_ADD)) {
-    *swap = 0;
-    *g = (jt_gemm_t){.mm = 1, .w16 = k->dtype == AG_GGML_TYPE_F16, .m = k->m, .n = k->n, .k = k->k,
-                     .mm_add = fused};
-    return (k->dtype == AG_GGML_TYPE_F32 || k->dtype == AG_GGML_TYPE_F16) &&
-           k->api == AG_GGML_TYPE_F32 && k->order == AG_GGML_TYPE_F32 + 1 && k->lda == 1 &&
-           k->ldb == 1 && jt_gemm_supported(g);
-  }
-  if (k->host != AG_HOST_ID_BLAS)
-    return 0; /* other ggml nodes: profiled, not compiled */
-  unsigned ac = k->ab & 15, bc = k->ab >> 4;
-  int row = k->order == AG_ROW;
-  long maxd = ag_opts.num[AG_OPT_JIT_MAX_DIM];
-  if (k->op == AG_OP_DOT || k->op == AG_OP_AXPY) {
-    if (k->lda != 1 || k->ldb != 1 || k->m < 1 || (k->op == AG_OP_AXPY && ac == AG_S_ZERO))
-      return 0; /* unit strides only */
-    *swap = 0;
-    *g = (jt_gemm_t){.f64 = k->dtype == AG_F64, .k = k->m, .dot = k->op == AG_OP_DOT};
-    if (k->op == AG_OP_AXPY) /* y = alpha x + y: a GEMM y (n x 1) += alpha x (n x 1) * [1] */
-      *g = (jt_gemm_t){.f64 = g->f64, .m = k->m, .n = 1, .k = 1, .lda = k->m, .ldb = 1,
-                       .ldc = k->m, .alpha_one = ac == AG_S_ONE, .beta_class = 1};
-    return jt_gemm_supported(g) && k->m <= maxd * maxd;
-  }
-  if ((k->op != AG_OP_GEMM && k->op != AG_OP_GEMV) || k->ta == AG_TRANS_BAD ||
-      k->tb == AG_TRANS_BAD || k->order == AG_ORDER_BAD || ac == AG_S_ZERO)
-    return 0;
-  *g = (jt_gemm_t){.f64 = k->dtype == AG_F64, .alpha_one = ac == AG_S_ONE,
-                   .beta_class = bc == AG_S_ZERO ? 0 : bc == AG_S_ONE ? 1 : 2};
-  if (k->op == AG_OP_GEMM) {
-    /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
-    *swap = row;
-    g->ta = row ? k->tb != AG_N : k->ta != AG_N, g->tb = row ? k->ta != AG_N : k->tb != AG_N;
-    g->m = row ? k->n : k->m, g->n = row ? k->m : k->n, g->k = k->k;
-    g->lda = row ? k->ldb : k->lda, g->ldb = row ? k->lda : k->ldb, g->ldc = k->ldc;
-  } else {
-    /* y = op(A) x is a GEMM with one column: B = x (k x 1), C = y (m x 1); unit strides only.
-     * A row-major A is the column-major A^T, so row-major flips the transpose. */
-    if (k->ldb != 1 || k->ldc != 1)
-      return 0;
-    *swap = 0;
-    int t = (k->ta != AG_N) != row;   /* op(A) applied to the column-major storage */
-    int rows = row ? k->n : k->m, cols = row ? k->m : k->n; /* the stored matrix, col-major */
-    g->ta = t, g->tb = 0, g->n = 1;
-    g->m = t ? cols : rows, g->k = t ? rows : cols;
-    g->lda = k->lda, g->ldb = g->k, g->ldc = g->m;
-  }
-  return jt_gemm_supported(g) && g->m <= maxd && g->n <= maxd && g->k <= maxd;
+  return ag_problem_of(k, ag_opts.num[AG_OPT_JIT_MAX_DIM], g, swap);
 }
 
 /* Loads libopjit-jit.so (and LLVM) beside the agent. */
@@ -459,7 +400,7 @@ static void compile_one(uint32_t i, int idle)
   e->base_ns = atomic_load(&e->timed_ns);
   e->compile_ns = dt;
   if (!tune) /* a tuning's several compiles and timings are not one compile's cost */
-    ag_machine_note_compile(family(&shapes[i]), dt);
+    ag_machine_note_compile(ag_problem_family(&shapes[i]), dt);
   pthread_mutex_unlock(&code_mu);
   if (duel_lost(e, fn, dt, fault && strcmp(fault, "slow") == 0))
     return;
@@ -616,7 +557,7 @@ static int pays_back(const ag_entry_t *e, double spent_ns)
   long busy = (long)ag_tcount_snapshot(snap, 64);
   jt_gemm_t g;
   int row;
-  double ns = (double)ag_machine_compile_ns(gemm_of(&e->key, &g, &row) ? family(&g) : "gemm");
+  double ns = (double)ag_machine_compile_ns(gemm_of(&e->key, &g, &row) ? ag_problem_family(&g) : "gemm");
   return ag_policy_pays_back(&policy, size_class(e), spent_ns, ag_policy_charge(ns, busy, ncpu),
                              ag_opts.num[AG_OPT_HOT_PAYBACK], busy < ncpu);
 }
@@ -697,14 +638,7 @@ static int prepare(ag_entry_t *e)
   if (!arrays() || ag_machine_isa() == AG_ISA_SSE2 || !gemm_of(&e->key, &g, &row))
     return 0;
   shapes[e->index] = g;
-  /* The operands' extents in bytes (for the overlap guard), computed once. */
-  size_t esz = g.f64 ? 8 : 4;
-  ag_vrun_t *r = &ag_vrun[e->index];
-  int flat = g.dot || g.add_rms_mul || g.mm; /* no overlap guard: their hosts check it */
-  r->ext_a = flat ? 0 : ((size_t)g.lda * ((g.ta ? g.m : g.k) - 1) + (size_t)(g.ta ? g.k : g.m)) * esz;
-  r->ext_b = flat ? 0 : ((size_t)g.ldb * ((g.tb ? g.k : g.n) - 1) + (size_t)(g.tb ? g.n : g.k)) * esz;
-  r->ext_c = flat ? 0 : ((size_t)g.ldc * (size_t)(g.n - 1) + (size_t)g.m) * esz;
-  r->swapped = (uint8_t)row;
+  ag_problem_extents(&g, row, &ag_vrun[e->index]); /* for the overlap guard, computed once */
   return 1;
 }
 

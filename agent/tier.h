@@ -22,6 +22,7 @@
 
 #include "events.h"
 #include "persist.h"
+#include "problem.h"
 #include "table.h"
 #include "verify.h"
 #include "../store/store.h"
@@ -116,11 +117,7 @@ typedef struct ag_verify_s {
   double bound;
 } ag_verify_t;
 
-/* What a call through entry i's variant needs, computed when it was queued. */
-typedef struct ag_vrun_s {
-  size_t ext_a, ext_b, ext_c; /* bytes each operand spans */
-  uint8_t swapped;            /* the kernel takes B before A (CBLAS row-major GEMM) */
-} ag_vrun_t;
+/* What a call through entry i's variant needs (problem.h), computed when it was queued. */
 extern ag_vrun_t *ag_vrun;
 
 /* The verification path of ag_tier_gemm (out of line). */

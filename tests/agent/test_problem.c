@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: MIT */
+/* Problems: keys of each kind decoded into the kernel the generator builds, row-major calls
+ * into their column-major transposes with the operands swapped, the keys no kernel serves
+ * refused, and the bytes each operand spans for the overlap guard. */
+#include "agent/problem.h"
+
+#include <criterion/criterion.h>
+#include <string.h>
+
+#define MAXD 512 /* OPJIT_JIT_MAX_DIM's default */
+
+static ag_sig_t blas(uint8_t op, uint8_t dtype, uint8_t order, uint8_t ta, uint8_t tb,
+                     uint8_t alpha, uint8_t beta, int m, int n, int k, int lda, int ldb, int ldc)
+{
+  return ag_sig_make(AG_HOST_ID_BLAS, op, dtype, AG_API_CBLAS, order, ta, tb,
+                     (uint8_t)(alpha | beta << 4), m, n, k, lda, ldb, ldc);
+}
+
+Test(problem, a_column_major_gemm_is_itself)
+{
+  ag_sig_t k =
+      blas(AG_OP_GEMM, AG_F64, AG_COL, AG_T, AG_N, AG_S_ONE, AG_S_OTHER, 30, 20, 10, 10, 12, 31);
+  jt_gemm_t g;
+  int swap = -1;
+  cr_assert_eq(ag_problem_of(&k, MAXD, &g, &swap), 1);
+  cr_assert_eq(swap, 0);
+  cr_assert_eq(g.f64, 1);
+  cr_assert_eq(g.ta, 1);
+  cr_assert_eq(g.tb, 0);
+  cr_assert_eq(g.m, 30);
+  cr_assert_eq(g.n, 20);
+  cr_assert_eq(g.k, 10);
+  cr_assert_eq(g.lda, 10);
+  cr_assert_eq(g.ldb, 12);
+  cr_assert_eq(g.ldc, 31);
+  cr_assert_eq(g.alpha_one, 1);
+  cr_assert_eq(g.beta_class, 2);
+  cr_assert_str_eq(ag_problem_family(&g), "gemm");
+}
+
+Test(problem, a_row_major_gemm_is_its_transpose_with_the_operands_swapped)
+{
+  /* row-major C (m x n) = A (m x k, NoTrans) B^T (B n x k): C^T = B A^T column-major */
+  ag_sig_t k =
+      blas(AG_OP_GEMM, AG_F32, AG_ROW, AG_N, AG_T, AG_S_OTHER, AG_S_ZERO, 8, 5, 3, 3, 3, 5);
+  jt_gemm_t g;
+  int swap;
+  cr_assert_eq(ag_problem_of(&k, MAXD, &g, &swap), 1);
+  cr_assert_eq(swap, 1);
+  cr_assert_eq(g.m, 5);
+  cr_assert_eq(g.n, 8);
+  cr_assert_eq(g.k, 3);
+  cr_assert_eq(g.ta, 1, "B's row-major storage is B^T column-major: op transposes it back");
+  cr_assert_eq(g.tb, 0, "A's row-major storage is A^T column-major: as the product wants");
+  cr_assert_eq(g.lda, 3);
+  cr_assert_eq(g.ldb, 3);
+  cr_assert_eq(g.ldc, 5);
+  cr_assert_eq(g.alpha_one, 0);
+  cr_assert_eq(g.beta_class, 0);
+}
+
+Test(problem, gemv_axpy_and_dot_keys)
+{
+  jt_gemm_t g;
+  int swap;
+  /* column-major y = A x, A 40 x 30: a GEMM of one column */
+  ag_sig_t gv = blas(AG_OP_GEMV, AG_F32, AG_COL, AG_N, 0, AG_S_ONE, AG_S_ONE, 40, 30, 0, 40, 1, 1);
+  cr_assert_eq(ag_problem_of(&gv, MAXD, &g, &swap), 1);
+  cr_assert_eq(swap, 0);
+  cr_assert(g.m == 40 && g.n == 1 && g.k == 30 && g.ta == 0 && g.ldb == 30 && g.ldc == 40);
+  /* the same call row-major: the stored matrix is A^T column-major */
+  gv.order = AG_ROW;
+  gv.lda = 30;
+  cr_assert_eq(ag_problem_of(&gv, MAXD, &g, &swap), 1);
+  cr_assert(g.m == 40 && g.k == 30 && g.ta == 1, "m %d k %d ta %d", g.m, g.k, g.ta);
+  gv.ldb = 2; /* a strided x */
+  cr_assert_eq(ag_problem_of(&gv, MAXD, &g, &swap), 0);
+  ag_sig_t ax = blas(AG_OP_AXPY, AG_F64, AG_COL, 0, 0, AG_S_OTHER, AG_S_NONE, 500, 0, 0, 1, 1, 0);
+  cr_assert_eq(ag_problem_of(&ax, MAXD, &g, &swap), 1);
+  cr_assert(g.f64 && g.m == 500 && g.n == 1 && g.k == 1 && g.beta_class == 1 && !g.alpha_one);
+  ag_sig_t dot = blas(AG_OP_DOT, AG_F32, AG_COL, 0, 0, AG_S_NONE, AG_S_NONE, 777, 0, 0, 1, 1, 0);
+  cr_assert_eq(ag_problem_of(&dot, MAXD, &g, &swap), 1);
+  cr_assert(g.dot && g.k == 777);
+  cr_assert_str_eq(ag_problem_family(&g), "dot");
+  dot.lda = 2;
+  cr_assert_eq(ag_problem_of(&dot, MAXD, &g, &swap), 0, "unit strides only");
+  dot.lda = 1, dot.m = MAXD * MAXD + 1;
+  cr_assert_eq(ag_problem_of(&dot, MAXD, &g, &swap), 0, "a vector up to max_dim^2");
+}
+
+Test(problem, keys_no_kernel_serves_are_refused)
+{
+  jt_gemm_t g;
+  int swap;
+  ag_sig_t k = blas(AG_OP_GEMM, AG_F32, AG_COL, AG_N, AG_N, AG_S_ZERO, AG_S_ONE, 8, 8, 8, 8, 8, 8);
+  cr_assert_eq(ag_problem_of(&k, MAXD, &g, &swap), 0, "alpha = 0: C = beta C, no product");
+  k = blas(AG_OP_GEMM, AG_F32, AG_COL, AG_TRANS_BAD, AG_N, AG_S_ONE, AG_S_ONE, 8, 8, 8, 8, 8, 8);
+  cr_assert_eq(ag_problem_of(&k, MAXD, &g, &swap), 0, "an invalid transpose");
+  k = blas(AG_OP_GEMM, AG_F32, AG_COL, AG_N, AG_N, AG_S_ONE, AG_S_ONE, 65, 8, 8, 65, 8, 65);
+  cr_assert_eq(ag_problem_of(&k, 64, &g, &swap), 0, "above OPJIT_JIT_MAX_DIM");
+  cr_assert_eq(ag_problem_of(&k, 128, &g, &swap), 1, "within a larger one");
+  k.m = k.lda = k.ldc = JT_GEMM_MAX_DIM + 1;
+  cr_assert_eq(ag_problem_of(&k, 4 * JT_GEMM_MAX_DIM, &g, &swap), 0, "above the generator's own");
+  k = blas(AG_OP_GEMM, AG_F32, AG_COL, AG_N, AG_N, AG_S_ONE, AG_S_ONE, 8, 8, 8, 4, 8, 8);
+  cr_assert_eq(ag_problem_of(&k, MAXD, &g, &swap), 0, "lda < m");
+  k = ag_sig_make(AG_HOST_ID_GGML, 7, 0, 0, 0, 0, 0, 0, 64, 64, 64, 1, 1, 0);
+  cr_assert_eq(ag_problem_of(&k, MAXD, &g, &swap), 0, "another ggml node: profiled only");
+}
+
+Test(problem, ggml_mul_mat_and_norm_keys)
+{
+  jt_gemm_t g;
+  int swap;
+  ag_sig_t mm = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_MUL_MAT, AG_GGML_TYPE_F16, AG_GGML_TYPE_F32,
+                            AG_GGML_TYPE_F32 + 1, 0, 0, 0, 256, 32, 128, 1, 1, 0);
+  cr_assert_eq(ag_problem_of(&mm, MAXD, &g, &swap), 1);
+  cr_assert(g.mm && g.w16 && !g.mm_add && g.m == 256 && g.n == 32 && g.k == 128);
+  cr_assert_str_eq(ag_problem_family(&g), "mm");
+  ag_sig_t add = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, AG_GGML_TYPE_F32, AG_GGML_TYPE_F32,
+                             AG_GGML_TYPE_F32 + 1, AG_FUSE_MM_ADD, 0, 0, 256, 32, 128, 1, 1, 0);
+  cr_assert_eq(ag_problem_of(&add, MAXD, &g, &swap), 1);
+  cr_assert(g.mm && g.mm_add && !g.w16);
+  mm.lda = 2; /* a 3-D product */
+  cr_assert_eq(ag_problem_of(&mm, MAXD, &g, &swap), 0);
+  mm.lda = 1, mm.m = 100; /* not a whole number of row panels */
+  cr_assert_eq(ag_problem_of(&mm, MAXD, &g, &swap), 0);
+  ag_sig_t rms = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, 0, 0, 0, AG_FUSE_RMS_MUL, 0, 0,
+                             4096, 0, 0, 0, 0, 0);
+  cr_assert_eq(ag_problem_of(&rms, MAXD, &g, &swap), 1);
+  cr_assert(g.add_rms_mul == 2 && g.k == 4096);
+  cr_assert_str_eq(ag_problem_family(&g), "add_rms_mul");
+}
+
+Test(problem, operand_extents_for_the_overlap_guard)
+{
+  ag_vrun_t r;
+  jt_gemm_t g = {.m = 3, .n = 2, .k = 4, .lda = 5, .ldb = 6, .ldc = 7};
+  ag_problem_extents(&g, 1, &r);
+  cr_assert_eq(r.ext_a, (5 * 3 + 3) * 4, "k columns of lda, the last m long");
+  cr_assert_eq(r.ext_b, (6 * 1 + 4) * 4);
+  cr_assert_eq(r.ext_c, (7 * 1 + 3) * 4);
+  cr_assert_eq(r.swapped, 1);
+  g.ta = 1, g.tb = 1, g.f64 = 1; /* A stored k x m, B n x k */
+  ag_problem_extents(&g, 0, &r);
+  cr_assert_eq(r.ext_a, (5 * 2 + 4) * 8);
+  cr_assert_eq(r.ext_b, (6 * 3 + 2) * 8);
+  jt_gemm_t d = {.dot = 1, .k = 100};
+  ag_problem_extents(&d, 0, &r);
+  cr_assert(r.ext_a == 0 && r.ext_b == 0 && r.ext_c == 0, "its host checks overlaps");
+}
