@@ -1,13 +1,21 @@
 /* SPDX-License-Identifier: MIT */
-/* Tiers: the compile queue and thread, publication, verification against the original, the
- * never-slower watch, and the events the writer records. See tier.h for the state machine.
+/* Tiers: the state machine of tier.h, over the modules that hold each part of it, each on
+ * state kept here and passed in:
+ *   cqueue.h     the compile queue and its threads     (compile_next, compile_between)
+ *   problem.h    a key's kernel and its operands' extents
+ *   codecache.h  bytes against the budget, eviction's grace periods, deferrals (code_mu)
+ *   persist.h    each variant's object on its way to the store
+ *   verify.h     the numerics of verification against the original
+ *   events.h     the event log the writer records
+ *   policy.h, compare.h  promotion, and the never-slower judge (cmp_mu)
+ * What stays here: the hot tests, compile_one and publish, the watch (demotions), fork.
  *
  * Never slower: once a variant is published, short original bursts (agent.c, ag_call_pick)
  * time the original warm, paired round by round with the variant's warm timings; the judge
  * (compare.h) demotes a variant that loses by its stated rule. Verification: the first
- * OPJIT_VERIFY calls run the
- * variant on a copy of C and the original on the host's C, and compare within a bound derived
- * from K and the type's epsilon; the host always keeps the original's result on those calls. */
+ * OPJIT_VERIFY calls run the variant on a copy of C and the original on the host's C, and
+ * compare within a bound derived from K and the type's epsilon; the host always keeps the
+ * original's result on those calls. */
 #define _GNU_SOURCE
 #include "tier.h"
 #include "agent.h"
@@ -97,6 +105,18 @@ static void judge(ag_entry_t *e)
   pthread_mutex_unlock(&cmp_mu);
   atomic_fetch_add(&ag_tier_live, 1);
   atomic_fetch_add(&ag_tier_undecided, 1);
+}
+
+/* Publishes fn as e's variant: READY, its comparison with the original started, and then the
+ * pointer host threads load (release: what came before is visible to a thread that calls it).
+ * The first verify calls run against the original (0: none). Every variant, compiled or placed
+ * from the store, becomes callable here and only here. */
+static void publish(ag_entry_t *e, void *fn, int32_t verify)
+{
+  atomic_store(&e->verify, verify);
+  atomic_store(&e->tier, AG_TIER_READY);
+  judge(e);
+  atomic_store_explicit(&e->variant, fn, memory_order_release);
 }
 
 size_t ag_tier_events(ag_event_rec_t *out, size_t max) { return ag_events_take(&events, out, max); }
@@ -404,10 +424,7 @@ static void compile_one(uint32_t i, int idle)
   pthread_mutex_unlock(&code_mu);
   if (duel_lost(e, fn, dt, fault && strcmp(fault, "slow") == 0))
     return;
-  atomic_store(&e->verify, (int32_t)ag_opts.num[AG_OPT_VERIFY]);
-  atomic_store(&e->tier, AG_TIER_READY);
-  judge(e);
-  atomic_store_explicit(&e->variant, (void *)fn, memory_order_release);
+  publish(e, (void *)fn, (int32_t)ag_opts.num[AG_OPT_VERIFY]);
   event(e, AG_EV_PUBLISHED, "compiled in %.2f ms", (double)dt / 1e6);
 }
 
@@ -716,10 +733,7 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
   add_code(l.fn, l.size, symbol, &l, obj, len);
   pthread_mutex_unlock(&code_mu);
   set_persisted(e->index, NULL, 0, symbol, 1);
-  atomic_store(&e->verify, 0); /* verified in the run that stored it; the checksum holds */
-  atomic_store(&e->tier, AG_TIER_READY);
-  judge(e);
-  atomic_store_explicit(&e->variant, l.fn, memory_order_release);
+  publish(e, l.fn, 0); /* verified in the run that stored it; the checksum holds */
   event(e, AG_EV_LOADED, "%zu bytes of code placed in %.0f us, no compile", l.size,
         (double)(ag_now_ns() - t0) / 1e3);
   ag_cq_lock(&cq);
@@ -856,14 +870,20 @@ void ag_tier_dot_verify_end(ag_entry_t *e, double variant, double original, cons
 
 void ag_tier_after_fork_child(void)
 {
-  ag_cq_after_fork_child(&cq);
-  ag_events_after_fork_child(&events);
+  uint32_t n = ag_table ? ag_table_count(ag_table) : 0;
+  /* Module by module, the locks a parent thread may have held and what died with its threads. */
+  ag_cq_after_fork_child(&cq);                /* no queue, no compile thread */
+  ag_events_after_fork_child(&events);        /* the parent records its own events */
+  ag_persist_after_fork_child(&objects, n);   /* ... and stores (or drops) its own objects */
+  pthread_mutex_init(&code_mu, NULL);
+  ag_cc_after_fork_child(&cache);             /* the child's own deferrals start afresh */
+  ag_code_after_fork_child();                 /* the code map */
   pthread_mutex_init(&cmp_mu, NULL);
-  ag_code_after_fork_child();
-  atomic_store(&hold_hot, 0); /* a warm start in the parent's writer did not survive */
+  /* The tiers' own state. A warm start in the parent's writer did not survive. */
+  atomic_store(&hold_hot, 0);
   /* The child's counters start from zero: its comparisons too. Whether a compile thread will
    * watch its variants is not known yet: until one does, no bursts. */
-  for (uint32_t i = 0; cmps && ag_table && i < ag_table_count(ag_table); i++)
+  for (uint32_t i = 0; cmps && i < n; i++)
     ag_cmp_start(&cmps[i], 0, 0), watched_calls[i] = 0;
   atomic_store(&ag_tier_live, 0);
   atomic_store(&ag_tier_undecided, 0);
@@ -872,15 +892,9 @@ void ag_tier_after_fork_child(void)
    * whose compile thread only watched loaded kernels never touched LLVM.) */
   if (atomic_load(&jit_tried))
     atomic_store(&jit_dead, 1);
-  ag_cc_after_fork_child(&cache);
-  /* Objects: the parent stores (or drops) its own. */
-  ag_persist_after_fork_child(&objects, ag_table ? ag_table_count(ag_table) : 0);
-  pthread_mutex_init(&code_mu, NULL);
-  if (ag_table) { /* queued work died with the parent's compile thread: let it be hot again */
-    uint32_t n = ag_table_count(ag_table);
-    for (uint32_t i = 0; i < n; i++) {
-      uint32_t queued = AG_TIER_QUEUED;
-      atomic_compare_exchange_strong(&ag_table_entry(ag_table, i)->tier, &queued, AG_TIER_COLD);
-    }
+  /* Queued work died with the parent's compile thread: let it be hot again. */
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t queued = AG_TIER_QUEUED;
+    atomic_compare_exchange_strong(&ag_table_entry(ag_table, i)->tier, &queued, AG_TIER_COLD);
   }
 }

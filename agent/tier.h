@@ -173,7 +173,10 @@ int ag_tier_code_at(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name);
  * first compile). */
 const char *ag_tier_cpu(void);
 
-/* Fork child: the compile threads did not survive; forget the queue (variants stay valid). */
+/* Fork child: the one place the tiers' fork reset is ordered. Each module's own reset (the
+ * compile queue, the event log, object persistence, the code cache, the code map), then the
+ * tiers' state: the compile threads did not survive, queued signatures are cold again, the
+ * judge starts afresh (variants stay valid). */
 void ag_tier_after_fork_child(void);
 
 #endif
