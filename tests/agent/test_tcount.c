@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: MIT */
+/* The registry of host threads (tcount.c, linked in, with the thread state agent.c would
+ * define): per-thread counters summed with the table's, a thread's counts folded into the table
+ * when it exits, the operator a thread is running seen from elsewhere, and a fork child that
+ * keeps only its own thread, its counts at zero. */
+#include "agent/agent.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* The thread state the agent defines in agent.c, which tcount.c keeps its registration in. */
+AG_TLS ag_thread_t ag_tl;
+
+#define CAP 16
+static ag_table_t *table;
+
+static void setup(void)
+{
+  table = ag_table_new(CAP, NULL);
+  cr_assert_not_null(table);
+  for (int i = 0; i < 4; i++) {
+    ag_sig_t k = ag_sig_make(AG_HOST_ID_BLAS, AG_OP_GEMM, AG_F32, AG_API_CBLAS, 0, 0, 0, 0, i + 1,
+                             1, 1, 1, 1, 1);
+    cr_assert_not_null(ag_table_get(table, &k));
+  }
+  cr_assert_eq(ag_tcount_init(table, CAP), 0);
+}
+TestSuite(tcount, .init = setup);
+
+/* n calls of entry i on this thread, k of them through its variant, as ag_call_begin/end count. */
+static void count(uint32_t i, uint64_t n, uint64_t k)
+{
+  if (!ag_tl.cur)
+    ag_tcount_register();
+  cr_assert_not_null(ag_tl.calls);
+  atomic_fetch_add(&ag_tl.calls[i], n);
+  atomic_fetch_add(&ag_tl.calls[CAP + i], k);
+}
+
+static _Atomic int stage;
+
+static void *worker(void *arg)
+{
+  (void)arg;
+  count(1, 100, 30);
+  count(2, 5, 0);
+  atomic_store(&ag_tl.cur[0], 3 + 1); /* inside entry 3's operator */
+  atomic_store(&stage, 1);
+  while (atomic_load(&stage) == 1)
+    usleep(100);
+  atomic_store(&ag_tl.cur[0], 0);
+  return NULL;
+}
+
+static uint64_t calls_of(uint32_t i, uint64_t *vcalls)
+{
+  uint64_t c;
+  ag_tcount_sum_one(i, &c, vcalls);
+  return c;
+}
+
+Test(tcount, counts_are_summed_live_and_folded_into_the_table_at_exit)
+{
+  count(1, 7, 7);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, worker, NULL), 0);
+  while (atomic_load(&stage) != 1)
+    usleep(100);
+  uint64_t v;
+  cr_assert_eq(calls_of(1, &v), 107);
+  cr_assert_eq(v, 37);
+  cr_assert_eq(calls_of(2, &v), 5);
+  cr_assert_eq(ag_tcount_inflight(), 3 + 1, "the worker is inside entry 3");
+  uint64_t all[4], vall[4];
+  ag_tcount_sum(all, vall, 4);
+  cr_assert(all[0] == 0 && all[1] == 107 && all[2] == 5 && all[3] == 0);
+  cr_assert_eq(atomic_load(&ag_table_entry(table, 1)->calls), 0, "still the thread's own");
+  atomic_store(&stage, 2);
+  pthread_join(t, NULL);
+  cr_assert_eq(ag_tcount_inflight(), 0);
+  cr_assert_eq(atomic_load(&ag_table_entry(table, 1)->calls), 100, "folded at its exit");
+  cr_assert_eq(atomic_load(&ag_table_entry(table, 1)->vcalls), 30);
+  cr_assert_eq(calls_of(1, &v), 107, "nothing lost or counted twice");
+  cr_assert_eq(v, 37);
+}
+
+Test(tcount, a_fork_child_keeps_its_own_thread_with_zero_counts)
+{
+  count(0, 9, 0);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, worker, NULL), 0);
+  while (atomic_load(&stage) != 1)
+    usleep(100);
+  ag_epoch_t snap[8];
+  cr_assert_eq(ag_tcount_snapshot(snap, 8), 2);
+  ag_tcount_lock(); /* as the agent's prepare handler does */
+  pid_t pid = fork();
+  if (pid == 0) {
+    ag_tcount_after_fork_child();
+    uint64_t c, v;
+    ag_tcount_sum_one(0, &c, &v);
+    int bad = c != 0;                               /* the parent's counts are the parent's */
+    bad |= (ag_tcount_snapshot(snap, 8) != 1) << 1; /* the worker did not survive */
+    bad |= (ag_tcount_inflight() != 0) << 2;        /* nor did its operator */
+    count(0, 2, 0);
+    ag_tcount_sum_one(0, &c, &v);
+    bad |= (c != 2) << 3; /* the child counts on */
+    _exit(bad);
+  }
+  ag_tcount_unlock();
+  cr_assert_gt(pid, 0);
+  int st;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  cr_assert(WIFEXITED(st));
+  cr_assert_eq(WEXITSTATUS(st), 0, "child's failures (bits): %d", WEXITSTATUS(st));
+  uint64_t v;
+  cr_assert_eq(calls_of(0, &v), 9, "the parent's own, untouched");
+  atomic_store(&stage, 2);
+  pthread_join(t, NULL);
+}
