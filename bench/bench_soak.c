@@ -4,22 +4,26 @@
  * dgemm through CBLAS and Fortran, Debian's OpenBLAS) in laps, so the signature table stops
  * growing after the first lap while compiles, publications and evictions never stop: the pool's
  * kernels do not fit the cache, and an evicted shape is compiled again on its next visit. The
- * agent runs with OPJIT_MODE=jit, OPJIT_CODE_CACHE_MB=MB, OPJIT_HOT_PAYBACK=0 and
- * OPJIT_HOT_CALLS=16, defaults otherwise (sampling and the duel on).
+ * agent runs with OPJIT_MODE=jit, OPJIT_CODE_CACHE_MB=MB, OPJIT_HOT_PAYBACK=0,
+ * OPJIT_HOT_CALLS=16 and OPJIT_FLUSH_MS=200 (events written before the agent's bounded log
+ * drops some), defaults otherwise (sampling and the duel on).
  *
  * Every EVERY seconds it samples the worker's memory (/proc/PID/status VmRSS and RssAnon;
  * /proc/PID/maps: the mappings and the bytes of anonymous executable ones, which is where JIT
- * code lives) and the run's events from its database (published, evicted, ...), and prints
- * them as a table. At the end, the verdict: RSS growth per 1000 kernels published after the
- * warm-up (a least-squares slope over the samples from the first eviction on, or from the
- * run's first fifth if later) and whether RSS stayed under the bound
- *   plain worker's RSS + the agent's fixed cost + 2 x OPJIT_CODE_CACHE_MB + 16 MB
- * where the fixed cost is the RSS growth until the first kernel was published (libopjit, the
- * store module and SQLite, LLVM loaded with its session's first state, the signature table's
- * first pages), 2 x the cache covers the live code and the evicted code waiting for its grace
- * period, each page-rounded, and 16 MB is slack for what a run holds per signature of its
- * pool (counters, events not yet written, the sampler's aggregation) and malloc's arenas.
- *   bench_soak [SECONDS [MB [EVERY [POOL]]]]   (default 180 1 10 3000; README run: 600 1 10)
+ * code lives) and the run's events from its database (published, evicted, distinct signatures
+ * published), and prints them as a table. At the end, the verdict: RSS growth per 1000 kernels
+ * published after the warm-up (a least-squares slope over the samples from the first on which
+ * the cache has evicted, a fifth of the run is over and 95 % of the signatures the run compiled
+ * have been compiled once), and whether RSS stayed under the bound
+ *   plain + fixed + live x per-kernel + POOL x 3 kB + 4 MB
+ * plain: the worker's RSS without the agent; fixed: the RSS the agent added by its first
+ * kernel (libopjit, the store module and SQLite, LLVM and its session, the signature table);
+ * live: the most kernels live at once (published less evicted: the code cache's capacity in
+ * kernels); per-kernel: the RSS each kernel added before the cache first filled (its code
+ * pages, LLVM's and the agent's records of it, its object file); 3 kB: the object file the
+ * agent keeps for each compiled signature, evicted or not, until it is stored; 4 MB: malloc's
+ * arenas. Constant after the warm-up: a non-leaking agent stays under it for ever.
+ *   bench_soak [SECONDS [MB [EVERY [POOL]]]]   (default 180 1 10 800; README run: 600 1 10)
  * Options the agent reads can be overridden in bench_soak's environment only through these
  * arguments: its children get a clean environment (bench.h). */
 #define _GNU_SOURCE
@@ -28,7 +32,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
 #include <spawn.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -39,12 +42,15 @@
 
 #define CALLS_PER_VISIT 4096 /* the agent asks a cold signature again every 4096 calls */
 #define MAXS 4096
+#define OBJ_KB 3            /* the object file the agent keeps per compiled signature, at most */
+#define SLACK_KB (4 * 1024) /* malloc's arenas and fragmentation */
 
 typedef struct sample_s {
   double t;                        /* seconds since the spawn */
   double rss_kb, anon_kb, code_kb; /* VmRSS, RssAnon, anonymous r-x mappings */
   long maps;                       /* mappings */
-  long published, evicted, failed, deferred, demoted;
+  long published, evicted, deferred, demoted;
+  long sigs; /* distinct signatures published at least once */
 } sample_t;
 
 static sample_t samples[MAXS];
@@ -97,7 +103,7 @@ static int events_of(sqlite3 *db, sample_t *s)
   sqlite3_stmt *st;
   if (sqlite3_prepare_v2(db, "SELECT kind, count(*) FROM events GROUP BY kind", -1, &st, NULL))
     return -1; /* not created yet: the agent writes its first flush a second in */
-  s->published = s->evicted = s->failed = s->deferred = s->demoted = 0;
+  s->published = s->evicted = s->deferred = s->demoted = 0;
   while (sqlite3_step(st) == SQLITE_ROW) {
     const char *k = (const char *)sqlite3_column_text(st, 0);
     long n = (long)sqlite3_column_int64(st, 1);
@@ -107,13 +113,16 @@ static int events_of(sqlite3 *db, sample_t *s)
       s->published = n;
     else if (!strcmp(k, "evicted"))
       s->evicted = n;
-    else if (!strcmp(k, "failed"))
-      s->failed = n;
     else if (!strcmp(k, "deferred"))
       s->deferred = n;
     else if (!strcmp(k, "demoted"))
       s->demoted = n;
   }
+  sqlite3_finalize(st);
+  if (sqlite3_prepare_v2(db, "SELECT count(DISTINCT sig_id) FROM events WHERE kind = 'published'",
+                         -1, &st, NULL))
+    return -1;
+  s->sigs = sqlite3_step(st) == SQLITE_ROW ? (long)sqlite3_column_int64(st, 0) : 0;
   sqlite3_finalize(st);
   return 0;
 }
@@ -193,7 +202,7 @@ static double y_rss(const sample_t *s) { return s->rss_kb; }
 int main(int argc, char **argv)
 {
   long seconds = argc > 1 ? atol(argv[1]) : 180, mb = argc > 2 ? atol(argv[2]) : 1;
-  long every = argc > 3 ? atol(argv[3]) : 10, pool = argc > 4 ? atol(argv[4]) : 3000;
+  long every = argc > 3 ? atol(argv[3]) : 10, pool = argc > 4 ? atol(argv[4]) : 800;
   if (argc > 5 || seconds < 10 || mb < 1 || every < 1 || pool < 1 || pool > 4000 ||
       seconds / every >= MAXS) {
     fprintf(stderr, "usage: bench_soak [SECONDS>=10 [MB>=1 [EVERY>=1 [POOL 1..4000]]]]\n");
@@ -226,6 +235,7 @@ int main(int argc, char **argv)
                        cache,
                        "OPJIT_HOT_PAYBACK=0",
                        "OPJIT_HOT_CALLS=16",
+                       "OPJIT_FLUSH_MS=200",
                        "OPENBLAS_NUM_THREADS=1",
                        NULL};
   char **env = bn_env(add);
@@ -238,8 +248,8 @@ int main(int argc, char **argv)
   sqlite3 *db = NULL;
   size_t n = 0;
   int alive;
-  printf("%7s %9s %9s %9s %6s %9s %8s %7s %7s %8s\n", "t (s)", "RSS MB", "anon MB", "JIT code",
-         "maps", "published", "evicted", "failed", "demoted", "deferred");
+  printf("%7s %7s %7s %9s %5s %9s %7s %5s %7s %8s %5s\n", "t (s)", "RSS MB", "anon MB", "JIT code",
+         "maps", "published", "evicted", "live", "demoted", "deferred", "sigs");
   while ((alive = reap(pid, 1)) == 2) {
     usleep((useconds_t)every * 1000000u);
     sample_t s = {(double)(bn_now_ns() - t0) / 1e9, status_kb(pid, "VmRSS"),
@@ -255,9 +265,9 @@ int main(int argc, char **argv)
     if (!db || events_of(db, &s))
       continue;
     samples[n++] = s;
-    printf("%7.0f %9.1f %9.1f %7.0f k %6ld %9ld %8ld %7ld %7ld %8ld\n", s.t, s.rss_kb / 1024,
-           s.anon_kb / 1024, s.code_kb, s.maps, s.published, s.evicted, s.failed, s.demoted,
-           s.deferred);
+    printf("%7.0f %7.1f %7.1f %7.0f k %5ld %9ld %7ld %5ld %7ld %8ld %5ld\n", s.t, s.rss_kb / 1024,
+           s.anon_kb / 1024, s.code_kb, s.maps, s.published, s.evicted, s.published - s.evicted,
+           s.demoted, s.deferred, s.sigs);
     fflush(stdout);
   }
   sqlite3_close(db);
@@ -269,37 +279,54 @@ int main(int argc, char **argv)
     goto out;
   }
 
-  /* Warm-up: until the first eviction and the run's first fifth; the fixed cost: RSS at the
-   * first sample with a kernel published, less the plain program's. */
-  size_t warm = 0, first = n;
-  while (warm < n && (!samples[warm].evicted || samples[warm].t < (double)seconds / 5))
-    warm++;
-  for (size_t i = 0; i < n && first == n; i++)
-    if (samples[i].published)
-      first = i;
-  if (first == n || n - warm < 3) {
-    fprintf(stderr, "bench_soak: %s: no verdict\n",
-            first == n ? "no kernel was published" : "too few samples after the warm-up");
-    goto out;
-  }
-  double fixed = samples[first].rss_kb - plain, peak = 0;
-  for (size_t i = 0; i < n; i++)
+  /* first: the first sample with a kernel; full: the first with an eviction (the cache full);
+   * warm: the first from which the signatures compiled at least once are 95 % of the run's
+   * final count, the cache full and a fifth of the run over. */
+  size_t first = 0, full = 0, warm = 0;
+  while (first < n && !samples[first].published)
+    first++;
+  while (full < n && !samples[full].evicted)
+    full++;
+  long live = 0;
+  double peak = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (samples[i].published - samples[i].evicted > live)
+      live = samples[i].published - samples[i].evicted;
     if (samples[i].rss_kb > peak)
       peak = samples[i].rss_kb;
-  double bound = plain + fixed + 2.0 * (double)mb * 1024 + 16 * 1024;
+  }
+  while (warm < n && (warm < full || samples[warm].t < (double)seconds / 5 ||
+                      samples[warm].sigs * 20 < samples[n - 1].sigs * 19))
+    warm++;
+  if (full >= n || full == first || n - warm < 3) {
+    fprintf(stderr, "bench_soak: %s: no verdict (a longer run, or a smaller MB)\n",
+            full >= n ? "the code cache never filled" : "too few samples after the warm-up");
+    goto out;
+  }
+  double fixed = samples[first].rss_kb - plain;
+  double per_kernel = (samples[full].rss_kb - samples[first].rss_kb) /
+                      (double)(samples[full].published - samples[first].published);
+  double bound = plain + fixed + (double)live * per_kernel + (double)pool * OBJ_KB + SLACK_KB;
   double per_k = slope(warm, n, x_kernels, y_rss) * 1000;
   double per_min = slope(warm, n, x_time, y_rss) * 60;
-  long kernels = samples[n - 1].published - samples[warm].published;
-  printf("\nafter the warm-up (t >= %.0f s): %ld kernels published, %ld evicted; RSS %.1f -> "
-         "%.1f MB\n",
-         samples[warm].t, kernels, samples[n - 1].evicted - samples[warm].evicted,
-         samples[warm].rss_kb / 1024, samples[n - 1].rss_kb / 1024);
-  printf("RSS growth: %+.1f kB per 1000 kernels published, %+.2f MB per minute "
-         "(least squares)\n",
+  printf("\nbefore the cache filled (t = %.0f .. %.0f s): %.1f kB of RSS per kernel published "
+         "(its code pages, LLVM's and the agent's records, its object)\n",
+         samples[first].t, samples[full].t, per_kernel);
+  printf("after the warm-up (t >= %.0f s, %ld signatures compiled): %ld kernels published, %ld "
+         "evicted; RSS %.1f -> %.1f MB\n",
+         samples[warm].t, samples[warm].sigs, samples[n - 1].published - samples[warm].published,
+         samples[n - 1].evicted - samples[warm].evicted, samples[warm].rss_kb / 1024,
+         samples[n - 1].rss_kb / 1024);
+  printf("RSS growth after the warm-up: %+.1f kB per 1000 kernels published, %+.2f MB per "
+         "minute (least squares)\n",
          per_k, per_min / 1024);
-  printf("bound: plain %.1f MB + fixed cost %.1f MB (RSS at the first kernel, t = %.0f s) + "
-         "2 x %ld MB cache + 16 MB = %.1f MB\n",
-         plain / 1024, fixed / 1024, samples[first].t, mb, bound / 1024);
+  printf("bound: plain %.1f MB + fixed %.1f MB (RSS at the first kernel less plain) + %ld live "
+         "kernels at most x %.1f kB + %ld signatures x %d kB (an object each) + %d MB = %.1f "
+         "MB\n",
+         plain / 1024, fixed / 1024, live, per_kernel, pool, OBJ_KB, SLACK_KB / 1024, bound / 1024);
+  printf("the live kernels' RSS: %.1f MB per MB of OPJIT_CODE_CACHE_MB (which counts their code "
+         "bytes only)\n",
+         (double)live * per_kernel / 1024 / (double)mb);
   printf("peak RSS %.1f MB: %s\n", peak / 1024, peak <= bound ? "within the bound" : "OVER");
   rc = 0;
 out:
