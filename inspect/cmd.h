@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* The `opjit` subcommands and what they share to read their arguments. A command is a main()
  * whose argv[0] is its own name; it returns the process's exit status (enum ins_exit) and
- * writes its errors to stderr as "opjit: ..." or, for usage errors, "opjit NAME: ...". */
+ * writes its errors to stderr as "opjit: ..." or, for usage errors, "opjit NAME: ...".
+ * A new command is cmd_NAME.c defining ins_cmd_NAME (declared below, listed in opjit.c's
+ * commands[], built by inspect/CMakeLists.txt); what it reads from the database is a query of
+ * store/query.h, never SQL of its own. */
 #ifndef OPJIT_INSPECT_CMD_H
 #define OPJIT_INSPECT_CMD_H
 
