@@ -73,8 +73,7 @@ for t in $targets; do
   if [ "$n" -ge "$(nproc)" ] || [ "$t" = "${targets##* }" ]; then
     for p in $pids; do
       if wait "${p%%:*}"; then
-        echo "opjit fuzz: ${p#*:}: $(grep -E '^(#[0-9]+.*DONE|stat::number_of_executed_runs)' \
-          "$build/fuzz_${p#*:}.log" | tr '\n' ' ')" >&2
+        echo "opjit fuzz: ${p#*:}: $(grep -E '^#[0-9]+.*DONE' "$build/fuzz_${p#*:}.log")" >&2
       else
         failed="$failed ${p#*:}"
         tail -n 40 "$build/fuzz_${p#*:}.log" >&2

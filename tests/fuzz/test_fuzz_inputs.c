@@ -3,9 +3,9 @@
  * (fuzz/corpus/<target>), run once more through the same harness (fuzz/fuzz_<target>.c), in a
  * build whose ASan and UBSan abort on the first finding: a fixed fault that comes back fails
  * here. The option parser: OPJIT_TIME_EVERY=-1 shifted a negative value (opt.c). The object
- * loader: a relocation's addend near INT64_MIN overflowed its signed sums (objload.c). The store: an
- * empty file's profile was sorted with qsort(NULL, 0) (store.c), a negative user_version read
- * before migrations[]. */
+ * loader: a relocation's addend near INT64_MIN overflowed its signed sums (objload.c). The
+ * store: an empty file's profile was sorted with qsort(NULL, 0) (store.c), a negative
+ * user_version read before migrations[]. */
 #include <criterion/criterion.h>
 
 #include <dirent.h>
