@@ -102,7 +102,7 @@ static const int sub_n[] = {8, 32, 64};
 enum { NN_ALL = sizeof all_n / sizeof *all_n, MAX_CASES = 2 * 2 * 4 * 2 * NN_ALL };
 
 typedef struct bcase_s {
-  char spec[16]; /* bench_jit_worker's case: sFNN1:64 */
+  char spec[24]; /* bench_jit_worker's case: sFNN1:64 */
   int f64, cblas, ta, tb, beta, n;
 } bcase_t;
 
