@@ -27,6 +27,7 @@
 #include "persist.h"
 #include "policy.h"
 #include "problem.h"
+#include "host.h"
 #include "hosts/blas.h"
 #include "verify.h"
 #include "machine.h"
@@ -301,18 +302,26 @@ static void set_persisted(uint32_t i, void *obj, size_t len, const char *symbol,
  * called alone; that host judges its kernels in graph rounds). A kernel that loses, or ties above
  * 1 (no gain), is never published: demoted as the in-run judge demotes a loser, with its event,
  * and left on the original in later runs until the generator changes. The first verdict teaches
- * the promotion policy. slow: the test seam's kernel, run 16 times per call.
- * Returns 1 when the kernel lost. Compile thread only. */
-static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int slow)
+ * the promotion policy. slow: the test seam's kernel, run 16 times per call. said gets what the
+ * publication's event should add ("" without a duel). Returns 1 when the kernel lost. Compile
+ * thread only. */
+static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int slow, char *said,
+                     size_t len)
 {
   uint64_t budget = compile_ns < DUEL_MIN_NS ? DUEL_MIN_NS : compile_ns > DUEL_MAX_NS ? DUEL_MAX_NS
                                                                                      : compile_ns;
+  const ag_host_t *host = ag_host_of(e->key.host);
   ag_duel_result_t r;
-  if (!ag_opts.num[AG_OPT_DUEL] || e->key.host != AG_HOST_ID_BLAS ||
+  *said = 0;
+  if (!ag_opts.num[AG_OPT_DUEL] || !host || !(host->traits & AG_HOST_DUELS) ||
       ag_blas_duel(&e->key, (void *)fn, ag_vrun[e->index].swapped, slow ? 16 : 1, budget, &r))
     return 0;
-  if (r.verdict == AG_CMP_UNDECIDED)
+  if (r.verdict == AG_CMP_UNDECIDED) {
+    snprintf(said, len, "; no verdict in its duel (%u rounds)", r.rounds);
     return 0;
+  }
+  snprintf(said, len, "; won its duel: variant %.0f ns per call, original %.0f ns (median ratio "
+           "%.2f over %u rounds)", r.var_ns, r.orig_ns, r.median, r.rounds);
   e->tier_flags |= 1;
   ag_policy_learn(&policy, size_class(e), r.median);
   if (r.verdict == AG_CMP_FASTER)
@@ -421,10 +430,11 @@ static void compile_one(uint32_t i, int idle)
   if (!tune) /* a tuning's several compiles and timings are not one compile's cost */
     ag_machine_note_compile(ag_problem_family(&shapes[i]), dt);
   pthread_mutex_unlock(&code_mu);
-  if (duel_lost(e, fn, dt, fault && strcmp(fault, "slow") == 0))
+  char said[128];
+  if (duel_lost(e, fn, dt, fault && strcmp(fault, "slow") == 0, said, sizeof said))
     return;
   publish(e, (void *)fn, (int32_t)ag_opts.num[AG_OPT_VERIFY]);
-  event(e, AG_EV_PUBLISHED, "compiled in %.2f ms", (double)dt / 1e6);
+  event(e, AG_EV_PUBLISHED, "compiled in %.2f ms%s", (double)dt / 1e6, said);
 }
 
 void ag_tier_burst(ag_entry_t *e, uint32_t n, uint64_t ns)
