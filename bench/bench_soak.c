@@ -279,7 +279,8 @@ int main(int argc, char **argv)
     goto out;
   }
 
-  /* first: the first sample with a kernel; full: the first with an eviction (the cache full);
+  /* first: the first sample with a kernel; full: the first with an eviction (the cache full,
+   * so full - 1 is the last with every kernel published still live);
    * warm: the first from which the signatures compiled at least once are 95 % of the run's
    * final count, the cache full and a fifth of the run over. */
   size_t first = 0, full = 0, warm = 0;
@@ -298,20 +299,22 @@ int main(int argc, char **argv)
   while (warm < n && (warm < full || samples[warm].t < (double)seconds / 5 ||
                       samples[warm].sigs * 20 < samples[n - 1].sigs * 19))
     warm++;
-  if (full >= n || full == first || n - warm < 3) {
-    fprintf(stderr, "bench_soak: %s: no verdict (a longer run, or a smaller MB)\n",
-            full >= n ? "the code cache never filled" : "too few samples after the warm-up");
+  if (full >= n || full <= first + 1 || n - warm < 3) {
+    fprintf(stderr, "bench_soak: %s: no verdict\n",
+            full >= n           ? "the code cache never filled (a longer run or a smaller MB)"
+            : full <= first + 1 ? "the cache filled within two samples (a smaller EVERY)"
+                                : "too few samples after the warm-up (a longer run)");
     goto out;
   }
   double fixed = samples[first].rss_kb - plain;
-  double per_kernel = (samples[full].rss_kb - samples[first].rss_kb) /
-                      (double)(samples[full].published - samples[first].published);
+  double per_kernel = (samples[full - 1].rss_kb - samples[first].rss_kb) /
+                      (double)(samples[full - 1].published - samples[first].published);
   double bound = plain + fixed + (double)live * per_kernel + (double)pool * OBJ_KB + SLACK_KB;
   double per_k = slope(warm, n, x_kernels, y_rss) * 1000;
   double per_min = slope(warm, n, x_time, y_rss) * 60;
   printf("\nbefore the cache filled (t = %.0f .. %.0f s): %.1f kB of RSS per kernel published "
          "(its code pages, LLVM's and the agent's records, its object)\n",
-         samples[first].t, samples[full].t, per_kernel);
+         samples[first].t, samples[full - 1].t, per_kernel);
   printf("after the warm-up (t >= %.0f s, %ld signatures compiled): %ld kernels published, %ld "
          "evicted; RSS %.1f -> %.1f MB\n",
          samples[warm].t, samples[warm].sigs, samples[n - 1].published - samples[warm].published,
