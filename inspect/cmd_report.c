@@ -148,10 +148,10 @@ static int read_sigs(st_db_t *db, report_t *rep)
     snprintf(r->sig, sizeof r->sig, "%s", st_rows_text(st, ST_SIG_SIG));
     r->name = ins_xstrdup(st_rows_text(st, ST_SIG_NAME));
     r->calls = st_rows_int(st, ST_SIG_CALLS);
-    r->timed = st_rows_int(st, ST_SIG_TIMED) + st_rows_int(st, ST_SIG_VTIMED);
+    r->timed = ins_sat_add(st_rows_int(st, ST_SIG_TIMED), st_rows_int(st, ST_SIG_VTIMED));
     r->est = st_rows_double(st, ST_SIG_EST);
     r->samples = st_rows_int(st, ST_SIG_SAMPLES);
-    rep->calls += r->calls;
+    rep->calls = ins_sat_add(rep->calls, r->calls);
     rep->est += r->est;
   }
   return ins_rows_finish(db, st, rc);

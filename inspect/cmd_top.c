@@ -57,7 +57,7 @@ static cJSON *jit_json(st_rows_t *st, const ins_split_t *sp)
   cJSON_AddStringToObject(j, "status", st_rows_text(st, ST_SIG_STATUS));
   cJSON_AddNumberToObject(j, "calls", (double)sp->vcalls);
   cJSON_AddNumberToObject(j, "calls_pct", ins_pct(sp->vcalls, sp->calls));
-  cJSON_AddNumberToObject(j, "original_calls", (double)(sp->calls - sp->vcalls));
+  cJSON_AddNumberToObject(j, "original_calls", (double)ins_sat_sub(sp->calls, sp->vcalls));
   cJSON_AddNumberToObject(j, "timed_calls", (double)sp->vtimed);
   cJSON_AddNumberToObject(j, "timed_ns", (double)sp->vtimed_ns);
   ins_json_add_or_null(j, "variant_mean_ns", vmean);
@@ -146,8 +146,8 @@ static int cmd_top(int argc, char **argv)
   int step;
   while ((step = st_rows_next(st)) == 1) {
     est_total += st_rows_double(st, ST_SIG_EST);
-    calls_total += st_rows_int(st, ST_SIG_CALLS);
-    vcalls_total += st_rows_int(st, ST_SIG_VCALLS);
+    calls_total = ins_sat_add(calls_total, st_rows_int(st, ST_SIG_CALLS));
+    vcalls_total = ins_sat_add(vcalls_total, st_rows_int(st, ST_SIG_VCALLS));
     jit_sigs += st_rows_int(st, ST_SIG_VCALLS) > 0;
     saving_total += st_rows_double(st, ST_SIG_SAVING);
     variants += st_rows_int(st, ST_SIG_NVARIANTS);
@@ -176,7 +176,7 @@ static int cmd_top(int argc, char **argv)
                       .otimed_ns = st_rows_int(st, ST_SIG_TIMED_NS),
                       .vtimed = st_rows_int(st, ST_SIG_VTIMED),
                       .vtimed_ns = st_rows_int(st, ST_SIG_VTIMED_NS)};
-    int64_t calls = sp.calls, timed = sp.otimed + sp.vtimed;
+    int64_t calls = sp.calls, timed = ins_sat_add(sp.otimed, sp.vtimed);
     double est = st_rows_double(st, ST_SIG_EST);
     double share = est_total > 0 ? 100.0 * est / est_total : 0;
     double mean = timed > 0 && calls > 0 ? est / (double)calls : -1;

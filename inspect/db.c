@@ -232,8 +232,10 @@ const char *ins_run_status(const char *status, int64_t pid, int64_t start_ns)
 
 int64_t ins_run_wall_ns(int64_t start_ns, int64_t flush_ns, int64_t end_ns)
 {
-  int64_t last = end_ns ? end_ns : flush_ns;
-  return last ? last - start_ns : -1;
+  int64_t last = end_ns ? end_ns : flush_ns, wall;
+  if (!last)
+    return -1;
+  return __builtin_sub_overflow(last, start_ns, &wall) ? -1 : wall; /* hostile times: unknown */
 }
 
 /* Appends s at *at, never past len - 1 bytes. */
@@ -285,21 +287,41 @@ void ins_program_label(const char *exe, const char *argv_json, int width, char *
     buf[cut] = 0;
 }
 
+int64_t ins_sat_add(int64_t a, int64_t b)
+{
+  int64_t r;
+  return __builtin_add_overflow(a, b, &r) ? (b > 0 ? INT64_MAX : INT64_MIN) : r;
+}
+
+int64_t ins_sat_sub(int64_t a, int64_t b)
+{
+  int64_t r;
+  return __builtin_sub_overflow(a, b, &r) ? (b < 0 ? INT64_MAX : INT64_MIN) : r;
+}
+
 double ins_pct(int64_t part, int64_t whole)
 {
   return whole > 0 ? 100.0 * (double)part / (double)whole : 0;
 }
 
+/* Member k of o as a count: 0 unless a number in [0, 2^62] (a summary no agent wrote). */
+static int64_t json_count(const cJSON *o, const char *k)
+{
+  const cJSON *v = cJSON_GetObjectItem(o, k);
+  double d = cJSON_IsNumber(v) ? cJSON_GetNumberValue(v) : 0;
+  return d >= 0 && d <= 4611686018427387904.0 ? (int64_t)d : 0;
+}
+
 void ins_sampling_add(ins_sampling_t *s, const char *text)
 {
   cJSON *j = cJSON_Parse(text), *note;
-  const char *mode = cJSON_GetStringValue(cJSON_GetObjectItem(j, "mode"));
-  const char *event = cJSON_GetStringValue(cJSON_GetObjectItem(j, "event"));
-  int64_t hz = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "hz"));
   if (!cJSON_IsObject(j)) { /* NULL or not a summary: nothing to add */
     cJSON_Delete(j);
     return;
   }
+  const char *mode = cJSON_GetStringValue(cJSON_GetObjectItem(j, "mode"));
+  const char *event = cJSON_GetStringValue(cJSON_GetObjectItem(j, "event"));
+  int64_t hz = json_count(j, "hz");
   s->runs++;
   cJSON_ArrayForEach(note, cJSON_GetObjectItem(j, "notes"))
   {
@@ -322,8 +344,8 @@ void ins_sampling_add(ins_sampling_t *s, const char *text)
       snprintf(s->event, sizeof s->event, "mixed");
       s->hz = 0;
     }
-    s->samples += (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "samples"));
-    s->lost += (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "lost"));
+    s->samples = ins_sat_add(s->samples, json_count(j, "samples"));
+    s->lost = ins_sat_add(s->lost, json_count(j, "lost"));
   }
   cJSON_Delete(j);
 }

@@ -97,6 +97,10 @@ const char *ins_sampling_describe(const ins_sampling_t *s, char *buf, size_t len
 /* The summary as JSON: runs, mode, event, hz, samples, lost, notes, attributed, outside, and
  * inside_pct / program_pct (the shares of attributed samples in and outside operators). */
 cJSON *ins_sampling_json(const ins_sampling_t *s);
+/* a + b and a - b, held at INT64_MIN / INT64_MAX where they would overflow (the counts and
+ * times a hostile database holds). */
+int64_t ins_sat_add(int64_t a, int64_t b);
+int64_t ins_sat_sub(int64_t a, int64_t b);
 /* pct of part in whole, 0 when whole is 0. */
 double ins_pct(int64_t part, int64_t whole);
 
