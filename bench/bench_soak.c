@@ -8,9 +8,9 @@
  * OPJIT_HOT_CALLS=16 and OPJIT_FLUSH_MS=200 (events written before the agent's bounded log
  * drops some), defaults otherwise (sampling and the duel on).
  *
- * Every EVERY seconds it samples the worker's memory (/proc/PID/status VmRSS and RssAnon;
- * /proc/PID/maps: the mappings and the bytes of anonymous executable ones, which is where JIT
- * code lives) and the run's events from its database (published, evicted, distinct signatures
+ * Every EVERY seconds (every second until the cache first fills) it samples the worker's
+ * memory (/proc/PID/status VmRSS and RssAnon; /proc/PID/maps: the mappings and the bytes of
+ * anonymous executable ones, which is where JIT code lives) and the run's events from its database (published, evicted, distinct signatures
  * published), and prints them as a table. At the end, the verdict: RSS growth per 1000 kernels
  * published after the warm-up (a least-squares slope over the samples from the first on which
  * the cache has evicted, a fifth of the run is over and 95 % of the signatures the run compiled
@@ -204,7 +204,7 @@ int main(int argc, char **argv)
   long seconds = argc > 1 ? atol(argv[1]) : 180, mb = argc > 2 ? atol(argv[2]) : 1;
   long every = argc > 3 ? atol(argv[3]) : 10, pool = argc > 4 ? atol(argv[4]) : 800;
   if (argc > 5 || seconds < 10 || mb < 1 || every < 1 || pool < 1 || pool > 4000 ||
-      seconds / every >= MAXS) {
+      seconds >= MAXS) {
     fprintf(stderr, "usage: bench_soak [SECONDS>=10 [MB>=1 [EVERY>=1 [POOL 1..4000]]]]\n");
     return 2;
   }
@@ -251,7 +251,8 @@ int main(int argc, char **argv)
   printf("%7s %7s %7s %9s %5s %9s %7s %5s %7s %8s %5s\n", "t (s)", "RSS MB", "anon MB", "JIT code",
          "maps", "published", "evicted", "live", "demoted", "deferred", "sigs");
   while ((alive = reap(pid, 1)) == 2) {
-    usleep((useconds_t)every * 1000000u);
+    /* every second until the cache first fills, so the RSS per kernel has samples to use */
+    usleep((n && samples[n - 1].evicted ? (useconds_t)every : 1u) * 1000000u);
     sample_t s = {(double)(bn_now_ns() - t0) / 1e9, status_kb(pid, "VmRSS"),
                   status_kb(pid, "RssAnon")};
     if (s.rss_kb < 0 || maps_of(pid, &s.maps, &s.code_kb))
