@@ -43,6 +43,7 @@ _Atomic int ag_state;
 _Atomic int ag_active;
 ag_table_t *ag_table;
 _Atomic uint64_t ag_overflow_calls;
+_Atomic uint32_t ag_duels;
 uint32_t ag_time_mask;
 static long ag_hosts; /* OPJIT_HOSTS: none means off, ggml alone AG_COUNT_GGML */
 AG_TLS ag_thread_t ag_tl;

@@ -34,6 +34,10 @@ extern _Atomic uint64_t ag_overflow_calls; /* calls that found the table full */
 extern uint32_t ag_time_mask;      /* OPJIT_TIME_EVERY - 1 */
 extern uint64_t ag_hot_calls;      /* OPJIT_HOT_CALLS */
 extern ag_opts_t ag_opts;          /* the options, parsed once */
+/* Duels running on compile threads now (duel.h): their kernels and originals compete with the
+ * host's calls for the core (2 vCPUs are often one core's two hyperthreads) and for the
+ * library's locks, so the host's timings meanwhile are not booked, either side's. */
+extern _Atomic uint32_t ag_duels;
 
 /* The folder libopjit.so was loaded from (its modules live beside it). */
 const char *ag_self_dir(void);
@@ -248,7 +252,7 @@ static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
       atomic_fetch_add_explicit(&e->vcalls, 1, memory_order_relaxed);
     }
   }
-  if (c->t0) {
+  if (c->t0 && ag_likely(!atomic_load_explicit(&ag_duels, memory_order_relaxed))) {
     uint64_t dt = ag_now_ns() - c->t0;
     if (ag_unlikely(c->orig)) {
       ag_call_burst_timed(c, dt);

@@ -384,7 +384,9 @@ int ag_blas_duel(const ag_sig_t *key, void *variant, int swapped, int reps, uint
   o.reps = reps;
   ag_duel_t d = {duel_original, duel_variant, &o, ag_now_ns, budget_ns};
   ag_tl.depth++; /* the original's own inner calls (a CBLAS wrapper's) are not counted */
+  atomic_fetch_add(&ag_duels, 1);
   ag_duel_run(&d, out);
+  atomic_fetch_sub(&ag_duels, 1);
   ag_tl.depth--;
   free(o.mem);
   return 0;
