@@ -28,8 +28,9 @@ typedef struct ag_duel_s {
 } ag_duel_t;
 
 typedef struct ag_duel_result_s {
-  enum ag_verdict verdict; /* the judge's rule on the rounds; FASTER for a tie won (median
-                    <= 1   after AG_CMP_ROUNDS rounds), TIE for one lost */
+  enum ag_verdict verdict; /* the judge's rule on the rounds, stricter for the variant: FASTER
+                              only for a significant win (median below 1 - AG_CMP_MARGIN); a
+                              tie either way after AG_CMP_ROUNDS rounds is TIE (no gain) */
   double median;           /* median ratio variant / original over the rounds (0: none) */
   double orig_ns, var_ns;  /* ns per call of each side: the median of its rounds (a preempted
                               batch moves neither) */

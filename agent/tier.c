@@ -299,8 +299,8 @@ static void set_persisted(uint32_t i, void *obj, size_t len, const char *symbol,
 }
 
 /* The duel before publication (duel.h): BLAS kernels only (a ggml node's original cannot be
- * called alone; that host judges its kernels in graph rounds). A kernel that loses, or ties above
- * 1 (no gain), is never published: demoted as the in-run judge demotes a loser, with its event,
+ * called alone; that host judges its kernels in graph rounds). A kernel that loses, or ties (no
+ * gain: duel.h), is never published: demoted as the in-run judge demotes a loser, with its event,
  * and left on the original in later runs until the generator changes. The first verdict teaches
  * the promotion policy. slow: the test seam's kernel, run 16 times per call. said gets what the
  * publication's event should add ("" without a duel). Returns 1 when the kernel lost. Compile
