@@ -984,6 +984,7 @@ static void atfork_parent(void)
  * checkpoint or delete the parent's WAL. */
 static void atfork_child(void)
 {
+  atomic_store(&ag_duels, 0); /* a duel in flight was the parent's compile thread's */
   if (ag_table) {
     ag_table_unlock(ag_table);
     ag_table_reset_counts(ag_table);

@@ -252,7 +252,12 @@ static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
       atomic_fetch_add_explicit(&e->vcalls, 1, memory_order_relaxed);
     }
   }
-  if (c->t0 && ag_likely(!atomic_load_explicit(&ag_duels, memory_order_relaxed))) {
+  if (c->t0 && ag_unlikely(atomic_load_explicit(&ag_duels, memory_order_relaxed))) {
+    c->t0 = 0;                     /* not booked while a duel runs (ag_duels) */
+    if (c->orig)
+      ag_tl.burst_saw_variant = 0; /* nor is its burst lengthened for timing nothing */
+  }
+  if (c->t0) {
     uint64_t dt = ag_now_ns() - c->t0;
     if (ag_unlikely(c->orig)) {
       ag_call_burst_timed(c, dt);

@@ -322,10 +322,19 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int slow
   }
   snprintf(said, len, "; won its duel: variant %.0f ns per call, original %.0f ns (median ratio "
            "%.2f over %u rounds)", r.var_ns, r.orig_ns, r.median, r.rounds);
+  pthread_mutex_lock(&code_mu); /* the policy's writers, and the code cache below */
   e->tier_flags |= 1;
   ag_policy_learn(&policy, size_class(e), r.median);
-  if (r.verdict == AG_CMP_FASTER)
+  if (r.verdict == AG_CMP_FASTER) {
+    pthread_mutex_unlock(&code_mu);
     return 0;
+  }
+  /* No host thread ever ran the loser (only this thread, in the duel): its code goes back to
+   * the cache at the next free, with no grace period to wait for. */
+  ag_code_t k;
+  size_t size = ag_code_find((void *)fn, &k) ? 0 : k.loaded.map ? k.loaded.map_len : k.hi - k.lo;
+  ag_cc_retire(&cache, (void *)fn, size, NULL, 0); /* a full list keeps it, as before */
+  pthread_mutex_unlock(&code_mu);
   uint32_t i = e->index;
   atomic_store(&e->tier, AG_TIER_DEMOTED);
   demoted[i] = AG_DEMOTED_SLOWER;

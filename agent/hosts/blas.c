@@ -353,7 +353,8 @@ static int duel_operands(const ag_sig_t *key, duel_ops_t *o)
   char *mem = fn ? malloc(total) : NULL;
   if (!mem)
     return -1;
-  uint32_t r = 2463534242u ^ (uint32_t)(k->m * 73856093 ^ k->n * 19349663 ^ k->k * 83492791);
+  uint32_t r = 2463534242u ^ ((uint32_t)k->m * 73856093u ^ (uint32_t)k->n * 19349663u ^
+                               (uint32_t)k->k * 83492791u);
   for (size_t i = 0; i < total / esz; i++) {
     r ^= r << 13, r ^= r >> 17, r ^= r << 5;
     double v = (double)r / 2147483648.0 - 1.0;
