@@ -97,12 +97,15 @@ void ag_persist_done(ag_persist_book_t *b, uint32_t i, ag_persist_t *done, int o
 {
   pthread_mutex_lock(&b->mu);
   ag_pslot_t *p = &b->slots[i];
-  if (done->object && p->state == P_STORING) {
+  int current = done->object && p->state == P_STORING; /* not dropped while it was written */
+  if (current) {
     p->state = ok ? P_STORED : P_PENDING;
     if (!ok)
       p->obj = done->object, done->object = NULL;
   }
-  if (ok && (done->drop || done->object)) /* a stored object replaces the invalid one */
+  /* The write deleted the invalid object, or stored the slot's current one over it. An object
+   * dropped while it was being written is invalid itself: the drop stays for the next write. */
+  if (ok && (done->drop || current))
     p->drop = 0;
   pthread_mutex_unlock(&b->mu);
   free(done->object);

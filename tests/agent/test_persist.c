@@ -159,3 +159,20 @@ Test(persist, a_fork_child_keeps_no_object_and_counts_the_pending_as_stored)
   cr_assert_eq(ag_persist_drop(&book, 9), 1);
   free(pending), free(w.object); /* the parent's buffers, which the child never frees */
 }
+
+Test(persist, an_object_dropped_while_it_is_written_is_deleted_by_the_next_write)
+{
+  ag_persist_set(&book, 5, object(48, 5), 48, "k_demoted", 0, 0);
+  ag_persist_pass(&book, 5, VERIFY);
+  ag_persist_t w;
+  cr_assert_eq(ag_persist_take(&book, 5, 1, VERIFY, &w), 1);
+  cr_assert_not_null(w.object, "the writer took it");
+  cr_assert_eq(ag_persist_drop(&book, 5), 1, "being stored: the writer must delete it");
+  ag_persist_done(&book, 5, &w, 1);
+  ag_persist_take(&book, 5, 1, VERIFY, &w);
+  cr_assert_eq(w.drop, 1, "the stored object is the dropped one: the next write deletes it");
+  cr_assert_null(w.object);
+  ag_persist_done(&book, 5, &w, 1);
+  ag_persist_take(&book, 5, 1, VERIFY, &w);
+  cr_assert_eq(w.drop, 0, "deleted: nothing more to do");
+}
