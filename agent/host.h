@@ -11,11 +11,9 @@
 
 /* Traits: how the never-slower checks reach a host's originals. */
 enum {
-  AG_HOST_DUELS = 1 << 0,  /* one original call can run alone on scratch operands: a new kernel
-                              is duelled before publication (duel.h) */
-  AG_HOST_BURSTS = 1 << 1, /* its calls take part in the threads' original bursts (compare.h) */
-  AG_HOST_ROUNDS = 1 << 2, /* it judges its kernels itself, in rounds of whole executions of the
-                              host's work (ggml: graph rounds) */
+  AG_HOST_DUELS = 1 << 0, /* one original call can run alone on scratch operands: a new kernel
+                             is duelled before publication (duel.h); a host without it judges
+                             its kernels on its own calls only (ggml: in graph rounds) */
 };
 
 typedef struct ag_host_s {

@@ -93,7 +93,7 @@ const ag_host_t ag_host_ggml = {
     .opt_bit = AG_HOST_GGML,
     .interposes = "ggml's CPU backend: ggml_graph_compute and the ggml_compute_forward_<op> "
                   "functions it calls per node",
-    .traits = AG_HOST_ROUNDS,
+    .traits = 0,
     .opname = opname,
     .format = format,
     .params_json = params_json,
