@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 _Atomic int ag_state;
@@ -867,6 +868,41 @@ void ag_after_failed_exec(void)
   pthread_mutex_unlock(&activate_mu);
 }
 
+/* Whether path (a file or a folder) can be changed by a user other than this process's (or
+ * root): owned by another, or writable by group or others (a folder with the sticky bit only
+ * lets each user replace their own files). Sets *what to the reason. */
+static int others_can_write(const char *path, int folder, const char **what)
+{
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return 0; /* nothing there: nothing to trust */
+  if (st.st_uid != geteuid() && st.st_uid != 0)
+    return *what = "is owned by another user", 1;
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(folder && (st.st_mode & S_ISVTX)))
+    return *what = "can be written by other users", 1;
+  return 0;
+}
+
+/* The database holds executable kernels: whoever can write it or replace it can run code in
+ * this program. A database (or its folder) that others can change starts nothing from its
+ * profile: no stored kernel is placed, with one warning; the run is still recorded. */
+static int db_trusted(const char *dbpath)
+{
+  char dir[PATH_MAX];
+  const char *what = NULL, *slash = strrchr(dbpath, '/');
+  snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - dbpath) + (slash == dbpath) : 1,
+           slash ? dbpath : ".");
+  const char *which = others_can_write(dbpath, 0, &what) ? dbpath
+                      : others_can_write(dir, 1, &what) ? dir
+                                                        : NULL;
+  if (!which)
+    return 1;
+  ag_log_once(AG_LOG_WARN, "%s %s: its stored kernels are code, so none is loaded (make it "
+                           "yours and private: chmod go-w, or start an empty database)",
+              which, what);
+  return 0;
+}
+
 /* Before the first counted call runs and before the writer starts (so this thread may use
  * the writer's store and database): opens the database and starts from the profile. */
 static void warm_start(void)
@@ -876,6 +912,8 @@ static void warm_start(void)
   warm_done = 1;
   if (ag_opts_db_path(&ag_opts, env_get, dbpath, sizeof dbpath) || access(dbpath, F_OK) != 0)
     return; /* no profile yet: the writer creates the database, off this thread */
+  if (!db_trusted(dbpath))
+    return;
   pthread_mutex_lock(&db_mu);
   if (!store_dead && !db)
     open_store();

@@ -194,3 +194,29 @@ Test(warm, a_full_code_cache_evicts_placed_kernels_and_compiles_the_deferred_lat
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE run_id=2 AND kind='invalidated'"),
                0, "a full cache is not an invalid object");
 }
+
+Test(warm, a_database_others_can_write_places_no_kernel)
+{
+  /* Stored kernels are code: a database, or a folder, that another user could change is not
+   * trusted with them. Root owns everything here, so "others" is the mode's group and world. */
+  sweep("run1", env, "12", "30", "5");
+  int64_t stored = objects();
+  cr_assert_gt(stored, 0, "run 1 stored kernels");
+  cr_assert_eq(chmod(h_db, 0666), 0);
+  sweep("run2", env, "12", "1", "5");
+  cr_assert_eq(events(2, "loaded"), 0, "no kernel placed from a world-writable database");
+  cr_assert_eq(h_count_lines(h_output("run2", "err"), "can be written by other users"), 1,
+               "one warning: %s", h_output("run2", "err"));
+  cr_assert(strstr(h_output("run2", "err"), h_db), "it names the file: %s",
+            h_output("run2", "err"));
+  cr_assert_eq(chmod(h_db, 0600), 0);
+  cr_assert_eq(chmod(h_dir, 0777), 0);
+  sweep("run3", env, "12", "1", "5");
+  cr_assert_eq(events(3, "loaded"), 0, "nor from a world-writable folder");
+  cr_assert(strstr(h_output("run3", "err"), "can be written by other users"), "%s",
+            h_output("run3", "err"));
+  cr_assert_eq(chmod(h_dir, 0700), 0);
+  sweep("run4", env, "12", "1", "5");
+  cr_assert_gt(events(4, "loaded"), 0, "private again: its kernels are placed");
+  cr_assert_null(strstr(h_output("run4", "err"), "other users"), "%s", h_output("run4", "err"));
+}
