@@ -32,7 +32,8 @@ void ag_duel_run(const ag_duel_t *d, ag_duel_result_t *out)
 {
   memset(out, 0, sizeof *out);
   out->verdict = AG_CMP_UNDECIDED;
-  uint64_t start = d->now();
+  uint64_t (*spent)(void) = d->spent ? d->spent : d->now;
+  uint64_t start = spent();
   uint64_t one_o = batch_ns(d->original, d->ctx, 1, d->now);
   uint64_t one_v = batch_ns(d->variant, d->ctx, 1, d->now);
   uint64_t one = one_o > one_v ? one_o : one_v;
@@ -48,7 +49,7 @@ void ag_duel_run(const ag_duel_t *d, ag_duel_result_t *out)
   uint64_t vn = 0, vns = 0;
   uint32_t nr = 0;
   double med = 0, o_call[AG_CMP_ROUNDS], v_call[AG_CMP_ROUNDS];
-  for (uint32_t r = 0; r < AG_CMP_ROUNDS && d->now() - start <= d->budget_ns; r++) {
+  for (uint32_t r = 0; r < AG_CMP_ROUNDS && spent() - start <= d->budget_ns; r++) {
     uint64_t o, v;
     if (r & 1) {
       v = batch_ns(d->variant, d->ctx, (uint32_t)batch, d->now);

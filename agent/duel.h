@@ -23,8 +23,11 @@ typedef struct ag_duel_s {
   void (*original)(void *ctx); /* one call of the original on the scratch operands */
   void (*variant)(void *ctx);  /* one call of the variant on the same operands */
   void *ctx;
-  uint64_t (*now)(void); /* monotonic nanoseconds (ag_now_ns; a test's own clock) */
-  uint64_t budget_ns;    /* the duel's time in all, calibration included */
+  uint64_t (*now)(void);   /* monotonic nanoseconds (ag_now_ns; a test's own clock) */
+  uint64_t budget_ns;      /* the duel's time in all, calibration included, on spent */
+  uint64_t (*spent)(void); /* the clock the budget is spent on: the calling thread's CPU time,
+                              so that a thread preempted on a busy machine still gets its rounds
+                              (NULL: now) */
 } ag_duel_t;
 
 typedef struct ag_duel_result_s {

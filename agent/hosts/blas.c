@@ -374,6 +374,14 @@ static int duel_operands(const ag_sig_t *key, duel_ops_t *o)
   return 0;
 }
 
+/* This thread's CPU time in ns: the duel's budget (a preempted compile thread keeps it). */
+static uint64_t thread_cpu_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 int ag_blas_duel(const ag_sig_t *key, void *variant, int swapped, int reps, uint64_t budget_ns,
                  ag_duel_result_t *out)
 {
@@ -383,7 +391,7 @@ int ag_blas_duel(const ag_sig_t *key, void *variant, int swapped, int reps, uint
   o.variant = variant;
   o.swapped = swapped;
   o.reps = reps;
-  ag_duel_t d = {duel_original, duel_variant, &o, ag_now_ns, budget_ns};
+  ag_duel_t d = {duel_original, duel_variant, &o, ag_now_ns, budget_ns, thread_cpu_ns};
   ag_tl.depth++; /* the original's own inner calls (a CBLAS wrapper's) are not counted */
   atomic_fetch_add(&ag_duels, 1);
   ag_duel_run(&d, out);

@@ -132,3 +132,26 @@ Test(duel, a_preempted_batch_moves_neither_verdict_nor_figures)
   cr_assert_float_eq(r.orig_ns, 1000.0, 1e-6);
   cr_assert_float_eq(r.var_ns, 800.0, 1e-6);
 }
+
+/* The thread's CPU clock of this test: half the wall clock's pace (preempted half the time). */
+static uint64_t cpu(void) { return clock_ns / 2; }
+
+Test(duel, the_budget_is_spent_on_the_thread_s_own_time)
+{
+  /* A 1 ms budget on a clock that runs at half the wall's pace: twice the rounds a wall-clock
+   * budget would allow (a preempted thread keeps its budget). */
+  clock_ns = 1000, last = 0;
+  orig = (side_t){.ns = 10000};
+  var = (side_t){.ns = 10100}; /* within the margin: no verdict before the budget ends */
+  ag_duel_t d = {run_orig, run_var, NULL, now, 1000000, NULL};
+  ag_duel_result_t wall;
+  ag_duel_run(&d, &wall);
+  clock_ns = 1000, last = 0;
+  orig.calls = var.calls = 0;
+  d.spent = cpu;
+  ag_duel_result_t own;
+  ag_duel_run(&d, &own);
+  cr_assert_eq(wall.verdict, AG_CMP_UNDECIDED, "the wall's budget ends the duel");
+  cr_assert(own.rounds > wall.rounds, "%u rounds on the thread's clock, %u on the wall's",
+            own.rounds, wall.rounds);
+}
