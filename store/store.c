@@ -322,6 +322,18 @@ int st_open(const char *path, int flags, int busy_ms, st_db_t **out, char *err, 
 {
   *out = NULL;
   int ro = flags & ST_OPEN_READONLY;
+  /* Only a regular file, or nothing yet: a symbolic link to nothing would have the database
+   * created wherever it points (as root: anywhere), and a device (/dev/full) would get SQLite's
+   * journal created beside it. */
+  struct stat st;
+  if (lstat(path, &st) == 0) {
+    if (S_ISLNK(st.st_mode) && stat(path, &st) != 0)
+      return fail(err, errlen, ST_EIO, "%s is a symbolic link to nothing: not followed (remove "
+                  "it, or point OPJIT_DB / --db at a file)", path);
+    if (!S_ISREG(st.st_mode))
+      return fail(err, errlen, ST_EIO, "%s is not a regular file: not a database (point "
+                  "OPJIT_DB / --db at a file)", path);
+  }
   if (!ro && (flags & ST_OPEN_CREATE)) {
     int e = make_parent(path);
     if (e)

@@ -154,6 +154,34 @@ static int64_t raw_query(const char *sql)
   return v;
 }
 
+Test(store, follows_no_dangling_link_and_opens_no_device)
+{
+  char target[192], sub[160];
+  snprintf(target, sizeof target, "%s/elsewhere.db", dir);
+  snprintf(sub, sizeof sub, "%s/sub", dir);
+  cr_assert_eq(mkdir(sub, 0700), 0);
+  snprintf(sub, sizeof sub, "%s/sub/deeper", dir);
+  cr_assert_eq(mkdir(sub, 0700), 0);
+  cr_assert_eq(symlink(target, path), 0);
+  expect_refused(ST_EIO, "symbolic link to nothing");
+  cr_assert_neq(access(target, F_OK), 0, "the link's target was created");
+  cr_assert_eq(unlink(path), 0);
+  cr_assert_eq(symlink("/dev/null", path), 0);
+  expect_refused(ST_EIO, "not a regular file");
+  cr_assert_neq(access("/dev/null-journal", F_OK), 0, "a journal beside the device");
+  cr_assert_eq(unlink(path), 0);
+  cr_assert_eq(mkdir(path, 0700), 0);
+  expect_refused(ST_EIO, "not a regular file");
+  cr_assert_eq(rmdir(path), 0);
+  /* A link to a real database is the user's choice: followed. */
+  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  st_close(db);
+  cr_assert_eq(rename(path, target), 0);
+  cr_assert_eq(symlink(target, path), 0);
+  db = open_ok(ST_OPEN_CREATE);
+  st_close(db);
+}
+
 Test(store, refuses_a_newer_schema)
 {
   st_db_t *db = open_ok(ST_OPEN_CREATE);
