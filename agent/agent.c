@@ -323,8 +323,13 @@ static void open_store(void)
     store = api;
   }
   if (ag_opts_db_path(&ag_opts, env_get, dbpath, sizeof dbpath)) {
-    ag_log(AG_LOG_ERROR, "no database path (set OPJIT_DB, HOME or XDG_CACHE_HOME): profiles "
-                         "are not recorded");
+    const char *set = ag_opts.str[AG_OPT_DB];
+    if (set && *set)
+      ag_log(AG_LOG_ERROR, "OPJIT_DB is %zu characters long, longer than a path can be (%d): "
+                           "profiles are not recorded", strlen(set), PATH_MAX - 1);
+    else
+      ag_log(AG_LOG_ERROR, "no database path (set OPJIT_DB, HOME or XDG_CACHE_HOME): profiles "
+                           "are not recorded");
     store_dead = 1;
     return;
   }

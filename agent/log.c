@@ -55,6 +55,14 @@ void ag_log(int level, const char *fmt, ...)
     n = (int)sizeof buf - 2;
   buf[n++] = '\n';
   pthread_once(&log_once, open_log);
-  ssize_t w = write(log_fd, buf, (size_t)n);
-  (void)w;
+  int fd = log_fd;
+  if (write(fd, buf, (size_t)n) < 0 && fd != 2) { /* a full disk, /dev/full: not lost */
+    char note[512];
+    int k = snprintf(note, sizeof note, "opjit[%d]: OPJIT_LOG_FILE=%.300s cannot be written (%s); "
+                     "logging to stderr\n", (int)getpid(), log_path, strerror(errno));
+    log_fd = 2; /* every thread's next message goes there (a stale read repeats this once) */
+    ssize_t w = write(2, note, k > 0 && k < (int)sizeof note ? (size_t)k : sizeof note - 1);
+    w = write(2, buf, (size_t)n);
+    (void)w;
+  }
 }

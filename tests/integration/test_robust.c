@@ -87,6 +87,21 @@ Test(robust, newer_schema_is_refused)
   cr_assert_eq(h_query(NULL, "PRAGMA user_version"), 99);
 }
 
+Test(robust, a_log_file_that_cannot_be_written_falls_back_to_stderr)
+{
+  /* /dev/full opens but every write fails: the message must still reach the user, once. A
+   * 5000-character OPJIT_DB is the message: it says why, not "no database path". */
+  static char db[5100];
+  memcpy(db, "OPJIT_DB=/", 10);
+  memset(db + 10, 'x', 5000);
+  db[5010] = 0;
+  const char *env[] = {db, "OPJIT_LOG_FILE=/dev/full", NULL};
+  const char *err = host_unchanged(env, NULL);
+  cr_assert_eq(h_count_lines(err, "cannot be written"), 1, "%s", err);
+  cr_assert_eq(h_count_lines(err, "OPJIT_DB is 5001 characters long"), 1, "%s", err);
+  cr_assert_eq(h_count_lines(err, "no database path"), 0, "%s", err);
+}
+
 Test(robust, locked_database_warns_once_and_the_host_carries_on)
 {
   sqlite3 *lock;
