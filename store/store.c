@@ -32,6 +32,8 @@
 #include <string.h>
 #include <math.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <limits.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -318,6 +320,23 @@ static int make_parent(const char *path)
   }
 }
 
+/* "file:PATH?immutable=1" with PATH percent-encoded where a URI needs it; 0 when it does not
+ * fit in len. */
+static int immutable_uri(const char *path, char *uri, size_t len)
+{
+  size_t n = (size_t)snprintf(uri, len, "file:");
+  const unsigned char *p = (const unsigned char *)path;
+  for (; *p && n + 4 < len; p++)
+    if (*p == '?' || *p == '#' || *p == '%' || *p < 0x20 || *p >= 0x7f)
+      n += (size_t)snprintf(uri + n, len - n, "%%%02X", *p);
+    else
+      uri[n++] = (char)*p;
+  if (*p || n + sizeof "?immutable=1" > len)
+    return 0;
+  memcpy(uri + n, "?immutable=1", sizeof "?immutable=1");
+  return 1;
+}
+
 int st_open(const char *path, int flags, int busy_ms, st_db_t **out, char *err, size_t errlen)
 {
   *out = NULL;
@@ -340,14 +359,26 @@ int st_open(const char *path, int flags, int busy_ms, st_db_t **out, char *err, 
       return fail(err, errlen, e == -EROFS || e == -EACCES ? ST_EREADONLY : ST_EIO,
                   "cannot create the folder of %s: %s", path, strerror(-e));
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600); /* SQLite would use 0644 */
+    int why = errno;
     if (fd >= 0)
       close(fd);
+    else if ((why == EROFS || why == EACCES) && access(path, F_OK) != 0) /* a new file */
+      return fail(err, errlen, ST_EREADONLY, "cannot create %s: %s", path, strerror(why));
   }
   st_db_t *db = calloc(1, sizeof *db);
   if (!db)
     return fail(err, errlen, ST_ENOMEM, "out of memory");
   int oflags = ro ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE;
-  int rc = sqlite3_open_v2(path, &db->db, oflags | SQLITE_OPEN_NOMUTEX, NULL);
+  /* A reader of a profile on read-only media (a mounted image, a read-only share): SQLite could
+   * create neither a WAL index nor locks there, so the file is read as immutable. */
+  char uri[3 * PATH_MAX + 32];
+  struct statvfs vfs;
+  const char *name = path;
+  if (ro && statvfs(path, &vfs) == 0 && (vfs.f_flag & ST_RDONLY) && immutable_uri(path, uri, sizeof uri)) {
+    name = uri;
+    oflags |= SQLITE_OPEN_URI;
+  }
+  int rc = sqlite3_open_v2(name, &db->db, oflags | SQLITE_OPEN_NOMUTEX, NULL);
   if (rc != SQLITE_OK) {
     int code = db_code(db->db, rc, path);
     fail(err, errlen, code, "cannot open %s: %s", path,

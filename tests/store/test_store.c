@@ -4,12 +4,14 @@
 #include "store/store.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -180,6 +182,37 @@ Test(store, follows_no_dangling_link_and_opens_no_device)
   cr_assert_eq(symlink(target, path), 0);
   db = open_ok(ST_OPEN_CREATE);
   st_close(db);
+}
+
+Test(store, a_profile_on_read_only_media_is_read_and_none_is_created_there)
+{
+  char mnt[160], copy[200], fresh[200], cmd[512];
+  snprintf(mnt, sizeof mnt, "%s/ro", dir);
+  cr_assert_eq(mkdir(mnt, 0700), 0);
+  if (geteuid() != 0 || mount("opjit-test", mnt, "tmpfs", 0, "size=1m") != 0)
+    cr_skip_test("needs root to mount a read-only file system");
+  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  st_close(db);
+  snprintf(copy, sizeof copy, "%s/p.db", mnt);
+  snprintf(cmd, sizeof cmd, "cp %s %s", path, copy);
+  cr_assert_eq(system(cmd), 0);
+  int ro = mount("opjit-test", mnt, "tmpfs", MS_REMOUNT | MS_RDONLY, "size=1m");
+  char err[512] = "";
+  int rc = ro ? ST_OK : st_open(copy, ST_OPEN_READONLY, 100, &db, err, sizeof err);
+  int version = -1;
+  if (!ro && rc == ST_OK) {
+    rc = st_schema_version(db, &version);
+    st_close(db);
+  }
+  snprintf(fresh, sizeof fresh, "%s/new.db", mnt);
+  char err2[512] = "";
+  int rc2 = ro ? ST_OK : st_open(fresh, ST_OPEN_CREATE, 100, &db, err2, sizeof err2);
+  umount(mnt);
+  cr_assert_eq(ro, 0, "remount read-only: %s", strerror(errno));
+  cr_assert_eq(rc, ST_OK, "read-only media: %s", err);
+  cr_assert_eq(version, ST_SCHEMA_VERSION);
+  cr_assert_eq(rc2, ST_EREADONLY, "%d: %s", rc2, err2);
+  cr_assert(strstr(err2, "cannot create") && strstr(err2, "Read-only"), "%s", err2);
 }
 
 Test(store, refuses_a_newer_schema)
