@@ -374,7 +374,8 @@ int st_open(const char *path, int flags, int busy_ms, st_db_t **out, char *err, 
   char uri[3 * PATH_MAX + 32];
   struct statvfs vfs;
   const char *name = path;
-  if (ro && statvfs(path, &vfs) == 0 && (vfs.f_flag & ST_RDONLY) && immutable_uri(path, uri, sizeof uri)) {
+  if (ro && statvfs(path, &vfs) == 0 && (vfs.f_flag & ST_RDONLY) &&
+      immutable_uri(path, uri, sizeof uri)) {
     name = uri;
     oflags |= SQLITE_OPEN_URI;
   }
