@@ -45,6 +45,7 @@ _Atomic int ag_active;
 ag_table_t *ag_table;
 _Atomic uint64_t ag_overflow_calls;
 _Atomic uint32_t ag_duels;
+_Atomic int ag_exiting;
 uint32_t ag_time_mask;
 static long ag_hosts; /* OPJIT_HOSTS: none means off, ggml alone AG_COUNT_GGML */
 AG_TLS ag_thread_t ag_tl;
@@ -826,6 +827,11 @@ static int ours(void) { return atomic_load(&ag_active) && getpid() == active_pid
 
 static void agent_atexit(void)
 {
+  /* Before the libraries' destructors (they run after every exit handler): no duel may still
+   * call the BLAS library then. A duel ends at its next round; 200 ms at most are waited. */
+  atomic_store(&ag_exiting, 1);
+  for (int ms = 0; atomic_load(&ag_duels) && ms < 200; ms++)
+    usleep(1000);
   if (!ours())
     return;
   int done = stop_writer("exited", 0);

@@ -38,6 +38,9 @@ extern ag_opts_t ag_opts;          /* the options, parsed once */
  * host's calls for the core (2 vCPUs are often one core's two hyperthreads) and for the
  * library's locks, so the host's timings meanwhile are not booked, either side's. */
 extern _Atomic uint32_t ag_duels;
+/* Set when the process exits: no duel starts, a running one stops at its next round (the
+ * library it calls is about to run its destructors). */
+extern _Atomic int ag_exiting;
 
 /* The folder libopjit.so was loaded from (its modules live beside it). */
 const char *ag_self_dir(void);

@@ -25,6 +25,7 @@ typedef struct ag_duel_s {
   void *ctx;
   uint64_t (*now)(void);   /* monotonic nanoseconds (ag_now_ns; a test's own clock) */
   uint64_t budget_ns;      /* the duel's time in all, calibration included, on spent */
+  int (*stop)(void);       /* nonzero: end the duel now, undecided (NULL: never) */
   uint64_t (*spent)(void); /* the clock the budget is spent on: the calling thread's CPU time,
                               so that a thread preempted on a busy machine still gets its rounds
                               (NULL: now) */

@@ -313,8 +313,12 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int slow
   const ag_host_t *host = ag_host_of(e->key.host);
   ag_duel_result_t r;
   *said = 0;
-  if (!ag_opts.num[AG_OPT_DUEL] || !host || !(host->traits & AG_HOST_DUELS) ||
-      ag_blas_duel(&e->key, (void *)fn, ag_vrun[e->index].swapped, slow ? 16 : 1, budget, &r))
+  if (!ag_opts.num[AG_OPT_DUEL] || !host || !(host->traits & AG_HOST_DUELS))
+    return 0;
+  int rc = ag_blas_duel(&e->key, (void *)fn, ag_vrun[e->index].swapped, slow ? 16 : 1, budget, &r);
+  if (rc == -2)
+    return 1; /* the process is exiting: not published, no verdict kept */
+  if (rc)
     return 0;
   if (r.verdict == AG_CMP_UNDECIDED) {
     snprintf(said, len, "; no verdict in its duel (%u rounds)", r.rounds);

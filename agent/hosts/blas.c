@@ -374,6 +374,8 @@ static int duel_operands(const ag_sig_t *key, duel_ops_t *o)
   return 0;
 }
 
+static int exiting(void) { return atomic_load_explicit(&ag_exiting, memory_order_relaxed); }
+
 /* This thread's CPU time in ns: the duel's budget (a preempted compile thread keeps it). */
 static uint64_t thread_cpu_ns(void)
 {
@@ -391,12 +393,17 @@ int ag_blas_duel(const ag_sig_t *key, void *variant, int swapped, int reps, uint
   o.variant = variant;
   o.swapped = swapped;
   o.reps = reps;
-  ag_duel_t d = {duel_original, duel_variant, &o, ag_now_ns, budget_ns, thread_cpu_ns};
+  ag_duel_t d = {duel_original, duel_variant, &o, ag_now_ns, budget_ns, exiting, thread_cpu_ns};
+  atomic_fetch_add(&ag_duels, 1); /* before the check: the exit sees it, or it sees exiting */
+  if (atomic_load(&ag_exiting)) {
+    atomic_fetch_sub(&ag_duels, 1);
+    free(o.mem);
+    return -2;
+  }
   ag_tl.depth++; /* the original's own inner calls (a CBLAS wrapper's) are not counted */
-  atomic_fetch_add(&ag_duels, 1);
   ag_duel_run(&d, out);
-  atomic_fetch_sub(&ag_duels, 1);
   ag_tl.depth--;
+  atomic_fetch_sub(&ag_duels, 1);
   free(o.mem);
-  return 0;
+  return atomic_load(&ag_exiting) ? -2 : 0;
 }

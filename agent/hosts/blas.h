@@ -12,7 +12,8 @@
  * the calling thread (the compile thread), within budget_ns. reps: runs of the variant per call
  * (1; more only for the tests' fault seam, a kernel made slower). Returns 0 with *out filled, or
  * -1 when the signature cannot be duelled (not a BLAS operator, no original, its operands would
- * take more than 64 MB, no memory). The caller must not be inside an intercepted call. */
+ * take more than 64 MB, no memory), -2 when the process is exiting (ag_exiting: no verdict, and
+ * the kernel should not be published). The caller must not be inside an intercepted call. */
 int ag_blas_duel(const ag_sig_t *key, void *variant, int swapped, int reps, uint64_t budget_ns,
                  ag_duel_result_t *out);
 

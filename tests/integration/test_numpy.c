@@ -37,3 +37,23 @@ Test(numpy, products_identical_and_counted_exactly)
                              " WHERE p.exe LIKE '/usr/bin/python3%%' AND argv LIKE '%%numpy_ops.py%%'"
                              " AND status='exited'"), 1);
 }
+
+Test(numpy, a_program_that_exits_during_a_duel_exits_cleanly)
+{
+  /* 100 products: Python's exit often comes while the compile thread duels the 64x64 kernel
+   * against OpenBLAS, whose destructors then run; the duel must be over by then (1 run in 4
+   * died of SIGSEGV in cblas_sgemm before the exit waited for it). */
+  if (access("/usr/bin/python3", X_OK) != 0)
+    cr_skip_test("Debian's /usr/bin/python3 is not installed");
+  const char *prog = "import numpy as np; a = np.ones((64, 64), dtype=np.float32)\n"
+                     "for i in range(100): a @ a\n";
+  for (int i = 0; i < 40; i++) { /* each run on an empty database: each compiles and duels */
+    char tag[16], db[200];
+    snprintf(tag, sizeof tag, "exit%d", i);
+    snprintf(db, sizeof db, "OPJIT_DB=%s/exit%d.db", h_dir, i);
+    const char *env[] = {"OPJIT_MODE=jit", "OPJIT_SAMPLE_HZ=0", db, NULL};
+    int st = h_run(tag, 1, env, (const char *[]){"/usr/bin/python3", "-c", prog, NULL});
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "run %d: status %d\n%s", i, st,
+              h_output(tag, "err"));
+  }
+}
