@@ -131,7 +131,7 @@ enum st_list_col {
   ST_LIST_SAMPLING,    /* the sampler's JSON summary; NULL: none */
   ST_LIST_READY,       /* variants ready */
   ST_LIST_LOADED,      /* "loaded" events: stored kernels placed at start-up */
-  ST_LIST_PUBLISHED,   /* kernels compiled in the run: "published", and "demoted" before it */
+  ST_LIST_PUBLISHED,   /* signatures compiled in the run: "published", or "demoted" before */
   ST_LIST_INVALIDATED, /* "invalidated" events: stored kernels dropped */
   ST_LIST_WARM_NS,     /* what the warm start cost; 0: none */
 };
