@@ -145,15 +145,10 @@ static int read_sigs(st_db_t *db, run_t *run, int side, rows_t *rows)
     }
     side_t *s = &row->s[side];
     s->present = 1;
-    s->sp = (ins_split_t){.calls = st_rows_int(st, ST_SIG_CALLS),
-                          .vcalls = st_rows_int(st, ST_SIG_VCALLS),
-                          .otimed = st_rows_int(st, ST_SIG_TIMED),
-                          .otimed_ns = st_rows_int(st, ST_SIG_TIMED_NS),
-                          .vtimed = st_rows_int(st, ST_SIG_VTIMED),
-                          .vtimed_ns = st_rows_int(st, ST_SIG_VTIMED_NS)};
+    s->sp = ins_split_sig_row(st);
     s->est = st_rows_double(st, ST_SIG_EST);
     int64_t timed = ins_sat_add(s->sp.otimed, s->sp.vtimed);
-    s->mean = timed > 0 && s->sp.calls > 0 ? s->est / (double)s->sp.calls : -1;
+    s->mean = ins_call_mean(s->est, s->sp.calls, timed);
     s->saving = st_rows_double(st, ST_SIG_SAVING);
     if (st_rows_type(st, ST_SIG_STATUS) != ST_COL_NULL)
       s->status = ins_xstrdup(st_rows_text(st, ST_SIG_STATUS));

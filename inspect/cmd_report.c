@@ -176,12 +176,7 @@ static int read_jit(st_db_t *db, report_t *rep)
     r->llvm = ins_xstrdup(st_rows_text(st, ST_VAR_LLVM));
     r->cpu = ins_xstrdup(st_rows_text(st, ST_VAR_CPU));
     r->compile_ns = st_rows_int(st, ST_VAR_COMPILE_NS);
-    r->split = (ins_split_t){.vcalls = st_rows_int(st, ST_VAR_CALLS),
-                             .vtimed = st_rows_int(st, ST_VAR_TIMED),
-                             .vtimed_ns = st_rows_int(st, ST_VAR_TIMED_NS),
-                             .calls = st_rows_int(st, ST_VAR_SIG_CALLS),
-                             .otimed = st_rows_int(st, ST_VAR_SIG_TIMED),
-                             .otimed_ns = st_rows_int(st, ST_VAR_SIG_TIMED_NS)};
+    r->split = ins_split_var_row(st);
   }
   return ins_rows_finish(db, st, rc);
 }
@@ -320,7 +315,7 @@ static void write_table(const report_t *rep)
   fputs("<th>SIG</th><th>NAME</th></tr>\n", f);
   for (size_t i = 0; i < rep->nsigs && i < TABLE_ROWS; i++) {
     const sig_row_t *r = &rep->sigs[i];
-    double mean = r->timed > 0 && r->calls > 0 ? r->est / (double)r->calls : -1;
+    double mean = ins_call_mean(r->est, r->calls, r->timed);
     fprintf(f, "<tr><td class=\"r\">%.1f%%</td><td class=\"r\">%s</td><td class=\"r\">%lld</td>"
                "<td class=\"r\">%s</td>",
             rep->est > 0 ? 100.0 * r->est / rep->est : 0, ins_fmt_ns(r->timed ? r->est : -1, a,

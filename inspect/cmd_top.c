@@ -170,16 +170,11 @@ static int cmd_top(int argc, char **argv)
     shown &= ~(1u << 5 | 1u << 6);
   t = ins_table_new_shown("rrrrlrrll", head, shown);
   for (int64_t shown = 0; (step = st_rows_next(st)) == 1 && (!limit || shown < limit); shown++) {
-    ins_split_t sp = {.calls = st_rows_int(st, ST_SIG_CALLS),
-                      .vcalls = st_rows_int(st, ST_SIG_VCALLS),
-                      .otimed = st_rows_int(st, ST_SIG_TIMED),
-                      .otimed_ns = st_rows_int(st, ST_SIG_TIMED_NS),
-                      .vtimed = st_rows_int(st, ST_SIG_VTIMED),
-                      .vtimed_ns = st_rows_int(st, ST_SIG_VTIMED_NS)};
+    ins_split_t sp = ins_split_sig_row(st);
     int64_t calls = sp.calls, timed = ins_sat_add(sp.otimed, sp.vtimed);
     double est = st_rows_double(st, ST_SIG_EST);
     double share = est_total > 0 ? 100.0 * est / est_total : 0;
-    double mean = timed > 0 && calls > 0 ? est / (double)calls : -1;
+    double mean = ins_call_mean(est, calls, timed);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "sig", st_rows_text(st, ST_SIG_SIG));
     cJSON_AddStringToObject(j, "name", st_rows_text(st, ST_SIG_NAME));

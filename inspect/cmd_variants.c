@@ -62,12 +62,7 @@ static int cmd_variants(int argc, char **argv)
   char llvm[64] = "", cpu[64] = "";
   int generator = 0;
   while ((step = st_rows_next(st)) == 1) {
-    ins_split_t sp = {.calls = st_rows_int(st, ST_VAR_SIG_CALLS),
-                      .vcalls = st_rows_int(st, ST_VAR_CALLS),
-                      .otimed = st_rows_int(st, ST_VAR_SIG_TIMED),
-                      .otimed_ns = st_rows_int(st, ST_VAR_SIG_TIMED_NS),
-                      .vtimed = st_rows_int(st, ST_VAR_TIMED),
-                      .vtimed_ns = st_rows_int(st, ST_VAR_TIMED_NS)};
+    ins_split_t sp = ins_split_var_row(st);
     double vmean = ins_split_vmean(&sp), omean = ins_split_omean(&sp);
     double speedup = ins_split_speedup(&sp), pct = ins_pct(sp.vcalls, sp.calls);
     int64_t compile_ns = st_rows_int(st, ST_VAR_COMPILE_NS);

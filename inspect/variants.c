@@ -9,6 +9,31 @@
 const char *const ins_event_kinds[] = {ST_EVENT_KINDS(INS_EV_NAME_) NULL};
 #undef INS_EV_NAME_
 
+ins_split_t ins_split_sig_row(st_rows_t *st)
+{
+  return (ins_split_t){.calls = st_rows_int(st, ST_SIG_CALLS),
+                       .vcalls = st_rows_int(st, ST_SIG_VCALLS),
+                       .otimed = st_rows_int(st, ST_SIG_TIMED),
+                       .otimed_ns = st_rows_int(st, ST_SIG_TIMED_NS),
+                       .vtimed = st_rows_int(st, ST_SIG_VTIMED),
+                       .vtimed_ns = st_rows_int(st, ST_SIG_VTIMED_NS)};
+}
+
+ins_split_t ins_split_var_row(st_rows_t *st)
+{
+  return (ins_split_t){.calls = st_rows_int(st, ST_VAR_SIG_CALLS),
+                       .vcalls = st_rows_int(st, ST_VAR_CALLS),
+                       .otimed = st_rows_int(st, ST_VAR_SIG_TIMED),
+                       .otimed_ns = st_rows_int(st, ST_VAR_SIG_TIMED_NS),
+                       .vtimed = st_rows_int(st, ST_VAR_TIMED),
+                       .vtimed_ns = st_rows_int(st, ST_VAR_TIMED_NS)};
+}
+
+double ins_call_mean(double est, int64_t calls, int64_t timed)
+{
+  return timed > 0 && calls > 0 ? est / (double)calls : -1;
+}
+
 double ins_split_omean(const ins_split_t *s)
 {
   return s->otimed > 0 ? (double)s->otimed_ns / (double)s->otimed : -1;

@@ -18,6 +18,14 @@ typedef struct ins_split_s {
   int64_t vtimed, vtimed_ns; /* the variant's timed calls */
 } ins_split_t;
 
+/* The split in the current row of a query with the signature columns (ST_SIG_*, as
+ * ST_Q_SIG_TOTALS) or with the variant columns (ST_VAR_*, as the variants query). */
+ins_split_t ins_split_sig_row(st_rows_t *st);
+ins_split_t ins_split_var_row(st_rows_t *st);
+
+/* A signature's mean per call, its estimated time est over its calls: -1 when none of its calls
+ * (timed: original and variant timings) was timed. */
+double ins_call_mean(double est, int64_t calls, int64_t timed);
 double ins_split_omean(const ins_split_t *s);
 double ins_split_vmean(const ins_split_t *s);
 /* Original mean / variant mean, -1 unless both were timed. */
