@@ -353,6 +353,24 @@ Test(unwind, walks_as_libgcc_does_wherever_the_signal_lands)
                (int)compared);
 }
 
+/* Single-steps the code that follows (the trap flag: a SIGTRAP after every instruction, where
+ * on_trap compares the walks) until STEP_OFF. Macros, so that the stepped instructions are the
+ * test's own, as written. */
+#define STEP_ON()                                                                            \
+  do {                                                                                       \
+    struct sigaction sa_ = {0};                                                              \
+    sa_.sa_sigaction = on_trap;                                                              \
+    sa_.sa_flags = SA_SIGINFO;                                                               \
+    sigaction(SIGTRAP, &sa_, NULL);                                                          \
+    stepping = 1;                                                                            \
+    __asm__ volatile("pushfq; orq $0x100, (%%rsp); popfq" ::: "memory", "cc");               \
+  } while (0)
+#define STEP_OFF()                                                                           \
+  do {                                                                                       \
+    stepping = 0;                                                                            \
+    __asm__ volatile("nop");                                                                 \
+  } while (0)
+
 /* A call into libc goes through the program's PLT: its entries' CFA is a DWARF expression
  * (RSP + 8, + 8 once the entry pushed its index) the walker interprets for the entry's byte it
  * is at. Stepped instruction by instruction, every walk there and in libc agrees with libgcc. */
@@ -362,15 +380,9 @@ Test(unwind, walks_as_libgcc_does_through_a_plt_entry)
   backtrace((void *[1]){0}, 1);
   this_stack();
   pid_t pid = getpid(); /* its PLT slot bound, as a running program's are */
-  struct sigaction sa = {0};
-  sa.sa_sigaction = on_trap;
-  sa.sa_flags = SA_SIGINFO;
-  sigaction(SIGTRAP, &sa, NULL);
-  stepping = 1;
-  __asm__ volatile("pushfq; orq $0x100, (%%rsp); popfq" ::: "memory", "cc");
+  STEP_ON();
   pid_t again = getpid();
-  stepping = 0;
-  __asm__ volatile("nop");
+  STEP_OFF();
   cr_assert_eq(again, pid);
   cr_assert_geq(compared, 3, "only %d walks compared (%d the walker left)", (int)compared,
                 (int)unsupported);
@@ -384,15 +396,9 @@ Test(unwind, walks_as_libgcc_does_at_every_instruction)
   backtrace((void *[1]){0}, 1);
   this_stack();
   double warm = churn(4); /* rules cached, as a running program's are */
-  struct sigaction sa = {0};
-  sa.sa_sigaction = on_trap;
-  sa.sa_flags = SA_SIGINFO;
-  sigaction(SIGTRAP, &sa, NULL);
-  stepping = 1;
-  __asm__ volatile("pushfq; orq $0x100, (%%rsp); popfq" ::: "memory", "cc");
+  STEP_ON();
   double r = churn(4);
-  stepping = 0;
-  __asm__ volatile("nop");
+  STEP_OFF();
   sink(&r, 0);
   cr_assert_eq(r, warm);
   /* ~470 instructions: all but 3 compared (the DRAP windows included, where the CFA is
