@@ -49,15 +49,7 @@ typedef struct rows_s {
 
 static row_t *rows_add(rows_t *r)
 {
-  if (r->n == r->cap) {
-    size_t cap = r->cap ? 2 * r->cap : 64;
-    row_t *v = ins_xmalloc(cap * sizeof *v);
-    if (r->n)
-      memcpy(v, r->v, r->n * sizeof *v);
-    free(r->v);
-    r->v = v;
-    r->cap = cap;
-  }
+  r->v = ins_grow(r->v, r->n, &r->cap, sizeof *r->v);
   row_t *row = &r->v[r->n++];
   memset(row, 0, sizeof *row);
   return row;

@@ -118,20 +118,6 @@ static int read_run(st_db_t *db, report_t *rep)
   return ins_rows_finish(db, st, rc);
 }
 
-/* Array a of n elements of size bytes with room for one more: itself, or a copy twice its
- * capacity *cap (a freed). */
-static void *grow(void *a, size_t n, size_t *cap, size_t size)
-{
-  if (n < *cap)
-    return a;
-  *cap = *cap ? 2 * *cap : 64;
-  void *grown = ins_xmalloc(*cap * size);
-  if (n)
-    memcpy(grown, a, n * size);
-  free(a);
-  return grown;
-}
-
 /* Reads the run's signatures, ranked as `top` ranks them, into rep. Returns 0 or
  * INS_EXIT_FAIL (printed). */
 static int read_sigs(st_db_t *db, report_t *rep)
@@ -143,7 +129,7 @@ static int read_sigs(st_db_t *db, report_t *rep)
   size_t cap = 0;
   int rc;
   while ((rc = st_rows_next(st)) == 1) {
-    rep->sigs = grow(rep->sigs, rep->nsigs, &cap, sizeof *rep->sigs);
+    rep->sigs = ins_grow(rep->sigs, rep->nsigs, &cap, sizeof *rep->sigs);
     sig_row_t *r = &rep->sigs[rep->nsigs++];
     snprintf(r->sig, sizeof r->sig, "%s", st_rows_text(st, ST_SIG_SIG));
     r->name = ins_xstrdup(st_rows_text(st, ST_SIG_NAME));
@@ -168,7 +154,7 @@ static int read_jit(st_db_t *db, report_t *rep)
   size_t cap = 0;
   int rc;
   while ((rc = st_rows_next(st)) == 1) {
-    rep->jit = grow(rep->jit, rep->njit, &cap, sizeof *rep->jit);
+    rep->jit = ins_grow(rep->jit, rep->njit, &cap, sizeof *rep->jit);
     jit_row_t *r = &rep->jit[rep->njit++];
     snprintf(r->sig, sizeof r->sig, "%s", st_rows_text(st, ST_VAR_SIG));
     r->name = ins_xstrdup(st_rows_text(st, ST_VAR_NAME));

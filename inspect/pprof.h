@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* pprof export: a sampled profile in Go's pprof format (profile.proto, gzip'ed), as `go tool
  * pprof`, Pyroscope and Parca read it. The encoder is a pure function from an in-memory
- * profile; ins_pprof_write_run fills one from a run's stored stacks (`opjit export --pprof`).
+ * profile; ins_pprof_export fills one from a run's stored stacks (`opjit export --pprof`).
  * Allocation failures end the command (table.h). */
 #ifndef OPJIT_INSPECT_PPROF_H
 #define OPJIT_INSPECT_PPROF_H

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* A run's sampled stacks as a pprof profile (ins_pprof_write_run): read with the queries
+/* A run's sampled stacks as a pprof profile (ins_pprof_export): read with the queries
  * `opjit export` reads (the run, its stacks, each signature's name), turned into
  * ins_pprof_profile_t and encoded by pprof.c.
  *
@@ -67,6 +67,7 @@ typedef struct reading_s {
   size_t nrows, cap;
   char *exe, *build_id; /* the executable's basename and build-id */
   int64_t start_ns, wall_ns;
+  int64_t hz; /* the run's sampling rate, 0 when it was not sampled */
   char comment[512];
 } reading_t;
 
@@ -102,49 +103,27 @@ static int read_run(st_db_t *db, int64_t run, reading_t *r)
                                  st_rows_int(st, ST_EXPORT_END_NS));
     ins_program_label(exe, st_rows_text(st, ST_EXPORT_ARGV), 200, label, sizeof label);
     snprintf(r->comment, sizeof r->comment, "opjit run %lld: %s", (long long)run, label);
-    rc = st_rows_next(st);
+    ins_sampling_t sampling = {0};
+    ins_sampling_add(&sampling, st_rows_text(st, ST_EXPORT_SAMPLING));
+    r->hz = sampling.hz;
+      rc = st_rows_next(st);
   }
   return ins_rows_finish(db, st, rc);
-}
-
-/* The name of signature sig (malloc'ed; "" when it has no row), or NULL when reading
- * failed. */
-static char *sig_name(st_rows_t *info, const char *sig)
-{
-  st_rows_rewind(info);
-  st_rows_bind_text(info, 1, sig);
-  int rc = st_rows_next(info);
-  char *name = ins_xstrdup(rc == 1 ? st_rows_text(info, 0) : "");
-  if (rc == 1)
-    rc = st_rows_next(info);
-  if (rc < 0) {
-    free(name);
-    return NULL;
-  }
-  return name;
 }
 
 /* Reads run's stacks with samples into r->rows, split into frames. Returns 0, or
  * INS_EXIT_FAIL (printed). */
 static int read_stacks(st_db_t *db, int64_t run, reading_t *r)
 {
-  st_rows_t *st = ins_query(db, ST_Q_EXPORT_STACKS), *info = NULL;
-  if (!st || !(info = ins_query(db, ST_Q_SIG_INFO))) {
-    st_rows_close(st);
+  st_rows_t *st = ins_query(db, ST_Q_EXPORT_STACKS);
+  if (!st)
     return INS_EXIT_FAIL;
-  }
   st_rows_bind_int(st, 1, run);
   int rc;
   while ((rc = st_rows_next(st)) == 1) {
     if (st_rows_int(st, 2) <= 0)
       continue;
-    if (r->nrows == r->cap) {
-      r->cap = r->cap ? 2 * r->cap : 64;
-      row_t *more = ins_xmalloc(r->cap * sizeof *more);
-      memcpy(more, r->rows, r->nrows * sizeof *more);
-      free(r->rows);
-      r->rows = more;
-    }
+    r->rows = ins_grow(r->rows, r->nrows, &r->cap, sizeof *r->rows);
     row_t *row = &r->rows[r->nrows++];
     const char *stack = st_rows_text(st, 1);
     *row = (row_t){
@@ -153,15 +132,8 @@ static int read_stacks(st_db_t *db, int64_t run, reading_t *r)
     if (st_rows_type(st, 0) == ST_COL_NULL)
       continue;
     row->sig = ins_xstrdup(st_rows_text(st, 0));
-    const row_t *prev = r->nrows > 1 ? row - 1 : NULL; /* rows come by signature */
-    if (prev && prev->sig && strcmp(prev->sig, row->sig) == 0)
-      row->name = ins_xstrdup(prev->name);
-    else if (!(row->name = sig_name(info, row->sig))) {
-      rc = -1;
-      break;
-    }
+    row->name = ins_xstrdup(st_rows_text(st, 3));
   }
-  st_rows_close(info);
   return ins_rows_finish(db, st, rc);
 }
 
@@ -182,21 +154,20 @@ static int write_file(const char *path, const unsigned char *buf, size_t len)
  * *total its samples. Returns 0, or INS_EXIT_FAIL (printed). */
 static int write_run(st_db_t *db, int64_t run, const char *path, int64_t *n, int64_t *total)
 {
-  ins_sampling_t sampling;
   reading_t r = {0};
   ins_pprof_sample_t *samples = NULL;
   unsigned char *out = NULL;
   size_t len = 0;
   int rc = INS_EXIT_FAIL;
   *n = *total = 0;
-  if (ins_sampling_read(db, run, &sampling) || read_run(db, run, &r) || read_stacks(db, run, &r))
+  if (read_run(db, run, &r) || read_stacks(db, run, &r))
     goto out;
   if (!r.nrows) {
     fprintf(stderr, "opjit: run %lld has no sampled stacks (see opjit top %lld)\n", (long long)run,
             (long long)run);
     goto out;
   }
-  if (sampling.hz <= 0) {
+  if (r.hz <= 0) {
     fprintf(stderr, "opjit: run %lld has no sampling rate recorded\n", (long long)run);
     goto out;
   }
@@ -211,7 +182,7 @@ static int write_run(st_db_t *db, int64_t run, const char *path, int64_t *n, int
   }
   ins_pprof_profile_t prof = {.samples = samples,
                               .nsamples = r.nrows,
-                              .period_ns = 1000000000 / sampling.hz,
+                              .period_ns = 1000000000 / r.hz,
                               .time_ns = r.start_ns,
                               .duration_ns = r.wall_ns > 0 ? r.wall_ns : 0,
                               .comment = r.comment};
@@ -225,7 +196,6 @@ out:
   free(out);
   free(samples);
   reading_free(&r);
-  ins_sampling_free(&sampling);
   return rc;
 }
 

@@ -42,6 +42,14 @@ static void *xrealloc(void *p, size_t n)
   return q;
 }
 
+void *ins_grow(void *a, size_t n, size_t *cap, size_t size)
+{
+  if (n < *cap)
+    return a;
+  *cap = *cap ? 2 * *cap : 64;
+  return xrealloc(a, *cap * size);
+}
+
 ins_table_t *ins_table_new(const char *spec, const char *const *headers)
 {
   return ins_table_new_shown(spec, headers, UINT32_MAX);

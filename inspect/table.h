@@ -15,6 +15,9 @@ typedef struct ins_table_s ins_table_t;
 /* malloc/strdup that end the command with "opjit: out of memory" (exit 1) instead of NULL. */
 void *ins_xmalloc(size_t n);
 char *ins_xstrdup(const char *s);
+/* Array a of n elements of size bytes, grown (doubled, from 64) to hold one more when n has
+ * reached *cap; out of memory exits as ins_xmalloc does. */
+void *ins_grow(void *a, size_t n, size_t *cap, size_t size);
 
 /* A table with ncols columns; spec holds one letter per column, 'l' (left) or 'r' (right). */
 ins_table_t *ins_table_new(const char *spec, const char *const *headers);

@@ -139,7 +139,7 @@ static const char *const sql[ST_Q__N] = {
         "SELECT s.sig, y.module, y.name, p.samples FROM run_pcs p"
         " JOIN symbols y ON y.id = p.symbol_id LEFT JOIN signatures s ON s.id = p.sig_id"
         " WHERE p.run_id = ? ORDER BY p.sig_id, p.samples DESC, y.module, y.name",
-    [ST_Q_EXPORT_STACKS] = "SELECT s.sig, k.stack, k.samples FROM run_stacks k"
+    [ST_Q_EXPORT_STACKS] = "SELECT s.sig, k.stack, k.samples, s.name FROM run_stacks k"
                            " LEFT JOIN signatures s ON s.id = k.sig_id WHERE k.run_id = ?"
                            " ORDER BY k.sig_id, k.samples DESC, k.stack",
     [ST_Q_EXPORT_COUNTERS] = "SELECT s.sig, c.event, c.value FROM run_counters c"
@@ -241,11 +241,8 @@ const char *st_path(st_db_t *db)
 
 int st_compact(st_db_t *db)
 {
-  sqlite3 *h = st_sqlite(db);
-  int rc = sqlite3_exec(h, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);
-  if (rc == SQLITE_OK)
-    rc = sqlite3_exec(h, "VACUUM", NULL, NULL, NULL);
-  return _st_code(rc);
+  int rc = _st_exec(st_sqlite(db), "PRAGMA wal_checkpoint(TRUNCATE)");
+  return rc ? rc : _st_exec(st_sqlite(db), "VACUUM");
 }
 
 int st_copy_to_memory(st_db_t *db, st_db_t **out, char *err, size_t errlen)

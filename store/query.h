@@ -68,7 +68,7 @@ enum st_query {
   /* ?1 run, each: its rows for opjit export; sig is NULL for what fell outside operators. */
   ST_Q_EXPORT_SIGS,     /* sig, op, name, params, calls, timed_calls, timed_ns */
   ST_Q_EXPORT_PCS,      /* sig, module, symbol, samples */
-  ST_Q_EXPORT_STACKS,   /* sig, stack, samples */
+  ST_Q_EXPORT_STACKS,   /* sig, stack, samples, name */
   ST_Q_EXPORT_COUNTERS, /* sig, event, value */
   ST_Q_EXPORT_VARIANTS, /* sig, status, generator, llvm, cpu, compile_ns, calls, timed_calls,
                            timed_ns */

@@ -198,7 +198,7 @@ static int64_t now_ns(void)
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static int exec_sql(sqlite3 *db, const char *sql)
+int _st_exec(sqlite3 *db, const char *sql)
 {
   return db_code(db, sqlite3_exec(db, sql, NULL, NULL, NULL), NULL);
 }
@@ -234,20 +234,20 @@ int st_migrate_to(st_db_t *db, int version)
   if (version < 0)
     return ST_ECORRUPT;
   for (;;) {
-    int rc = exec_sql(db->db, "BEGIN IMMEDIATE");
+    int rc = _st_exec(db->db, "BEGIN IMMEDIATE");
     if (rc)
       return rc;
     int cur;
     rc = st_schema_version(db, &cur); /* re-read inside the lock: another process may migrate */
     if (rc || cur >= version || cur < 0) { /* migrations[] has no entry before 0 */
-      exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
+      _st_exec(db->db, rc ? "ROLLBACK" : "COMMIT");
       return rc ? rc : cur < 0 ? ST_ECORRUPT : cur > ST_SCHEMA_VERSION ? ST_ENEWER : ST_OK;
     }
     char bump[64];
     snprintf(bump, sizeof bump, "PRAGMA user_version = %d", cur + 1);
-    if ((rc = exec_sql(db->db, migrations[cur])) || (rc = exec_sql(db->db, bump)) ||
-        (rc = exec_sql(db->db, "COMMIT"))) {
-      exec_sql(db->db, "ROLLBACK");
+    if ((rc = _st_exec(db->db, migrations[cur])) || (rc = _st_exec(db->db, bump)) ||
+        (rc = _st_exec(db->db, "COMMIT"))) {
+      _st_exec(db->db, "ROLLBACK");
       return rc;
     }
   }
@@ -288,13 +288,13 @@ static int read_views(sqlite3 *db, int version)
            "CREATE TEMP VIEW runs AS SELECT *%s%s, NULL AS warm_ns FROM main.runs;",
            version < 2 ? ", NULL AS parent_run, NULL AS parent_start_ns, 0 AS overflow_calls" : "",
            version < 3 ? ", NULL AS sampling" : "");
-  int rc = exec_sql(db, runs);
+  int rc = _st_exec(db, runs);
   if (!rc && version < 3)
-    rc = exec_sql(db, before3);
+    rc = _st_exec(db, before3);
   if (!rc)
-    rc = exec_sql(db, version < 4 ? before4 : variants4);
+    rc = _st_exec(db, version < 4 ? before4 : variants4);
   if (!rc)
-    rc = exec_sql(db, before5);
+    rc = _st_exec(db, before5);
   return rc;
 }
 
@@ -434,15 +434,15 @@ int st_open(const char *path, int flags, int busy_ms, st_db_t **out, char *err, 
       st_close(db);
       return ST_EREADONLY;
     }
-    if ((rc = exec_sql(db->db, "PRAGMA journal_mode=WAL")) ||
-        (rc = exec_sql(db->db, "PRAGMA synchronous=NORMAL")))
+    if ((rc = _st_exec(db->db, "PRAGMA journal_mode=WAL")) ||
+        (rc = _st_exec(db->db, "PRAGMA synchronous=NORMAL")))
       goto out_fail;
     /* Migrating takes the write lock: only when the file is older than this build. */
     if (!(flags & ST_OPEN_NO_MIGRATE) && version < ST_SCHEMA_VERSION &&
         (rc = st_migrate_to(db, ST_SCHEMA_VERSION)))
       goto out_fail;
   }
-  exec_sql(db->db, "PRAGMA foreign_keys=ON");
+  _st_exec(db->db, "PRAGMA foreign_keys=ON");
   *out = db;
   return ST_OK;
 out_fail:
@@ -567,7 +567,7 @@ int st_run_begin(st_db_t *db, const st_run_info_t *in, int64_t *run_id)
   char *argv = nul_list_json(in->cmdline, in->cmdline_len, 0);
   char *opts = nul_list_json(in->options, in->options_len, 1);
   int64_t prog = 0, mach = 0;
-  int rc = !argv || !opts ? ST_ENOMEM : exec_sql(db->db, "BEGIN IMMEDIATE");
+  int rc = !argv || !opts ? ST_ENOMEM : _st_exec(db->db, "BEGIN IMMEDIATE");
   if (rc)
     goto out;
   if (!(rc = upsert_id(db, &prog,
@@ -591,7 +591,7 @@ int st_run_begin(st_db_t *db, const st_run_info_t *in, int64_t *run_id)
               "UPDATE runs SET parent_run=? WHERE parent_run IS NULL AND ppid=? AND"
               " parent_start_ns=?",
               "iii", *run_id, (int64_t)in->pid, in->start_ns);
-  exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
+  _st_exec(db->db, rc ? "ROLLBACK" : "COMMIT");
 out:
   cJSON_free(argv);
   cJSON_free(opts);
@@ -601,7 +601,7 @@ out:
 int st_run_flush(st_db_t *db, int64_t run_id, const st_sig_rec_t *recs, size_t n,
                  uint64_t overflow_calls, int64_t now_ns)
 {
-  int rc = exec_sql(db->db, "BEGIN IMMEDIATE");
+  int rc = _st_exec(db->db, "BEGIN IMMEDIATE");
   if (rc)
     return rc;
   for (size_t i = 0; i < n && !rc; i++) {
@@ -624,7 +624,7 @@ int st_run_flush(st_db_t *db, int64_t run_id, const st_sig_rec_t *recs, size_t n
   if (!rc)
     rc = run1(db, NULL, "UPDATE runs SET flush_ns=?, overflow_calls=? WHERE id=?", "iii",
               now_ns, (int64_t)overflow_calls, run_id);
-  exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
+  _st_exec(db->db, rc ? "ROLLBACK" : "COMMIT");
   return rc;
 }
 
@@ -646,7 +646,7 @@ static int sig_id_of(st_db_t *db, const void *key, size_t len, int64_t *id)
 
 int st_run_samples(st_db_t *db, int64_t run_id, const st_samples_t *s)
 {
-  int rc = exec_sql(db->db, "BEGIN IMMEDIATE");
+  int rc = _st_exec(db->db, "BEGIN IMMEDIATE");
   if (rc)
     return rc;
   int64_t sig, sym;
@@ -676,14 +676,14 @@ int st_run_samples(st_db_t *db, int64_t run_id, const st_samples_t *s)
   }
   if (!rc && s->sampling)
     rc = run1(db, NULL, "UPDATE runs SET sampling=? WHERE id=?", "ti", s->sampling, run_id);
-  exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
+  _st_exec(db->db, rc ? "ROLLBACK" : "COMMIT");
   return rc;
 }
 
 int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size_t nv,
                     const st_event_rec_t *ev, size_t nev)
 {
-  int rc = exec_sql(db->db, "BEGIN IMMEDIATE");
+  int rc = _st_exec(db->db, "BEGIN IMMEDIATE");
   if (rc)
     return rc;
   int64_t sig;
@@ -725,7 +725,7 @@ int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size
                 "iiitt", run_id, sig, ev[i].time_ns, ev[i].kind, ev[i].detail);
     else if (rc == ST_ENOENT)
       rc = ST_OK; /* as above */
-  exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
+  _st_exec(db->db, rc ? "ROLLBACK" : "COMMIT");
   return rc;
 }
 
@@ -787,7 +787,7 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
 {
   memset(out, 0, sizeof *out);
   /* One read transaction: a consistent snapshot even while other processes write. */
-  int rc = exec_sql(db->db, "BEGIN");
+  int rc = _st_exec(db->db, "BEGIN");
   if (rc)
     return rc;
   sqlite3_stmt *st;
@@ -879,7 +879,7 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
   if (!rc && out->n)
     qsort(out->sigs, out->n, sizeof *out->sigs, by_score);
 out:
-  exec_sql(db->db, "COMMIT");
+  _st_exec(db->db, "COMMIT");
   if (rc)
     st_profile_free(out);
   return rc;
@@ -904,7 +904,7 @@ int st_gc(st_db_t *db, int64_t keep_runs, int64_t older_than_ns, st_gc_result_t 
 {
   memset(res, 0, sizeof *res);
   sqlite3_create_function(db->db, "pid_alive", 1, SQLITE_UTF8, NULL, sql_pid_alive, NULL, NULL);
-  int rc = exec_sql(db->db, "BEGIN IMMEDIATE");
+  int rc = _st_exec(db->db, "BEGIN IMMEDIATE");
   if (rc)
     return rc;
   /* A run still marked running whose process is alive is never collected. */
@@ -915,25 +915,25 @@ int st_gc(st_db_t *db, int64_t keep_runs, int64_t older_than_ns, st_gc_result_t 
             "ii", keep_runs < 0 ? (int64_t)INT64_MAX : keep_runs, older_than_ns);
   res->runs = sqlite3_changes(db->db);
   if (!rc) /* an object no remaining run called is one no decayed profile can want */
-    rc = exec_sql(db->db, "DELETE FROM objects WHERE sig_id NOT IN (SELECT sig_id FROM run_sigs)");
+    rc = _st_exec(db->db, "DELETE FROM objects WHERE sig_id NOT IN (SELECT sig_id FROM run_sigs)");
   res->objects = sqlite3_changes(db->db);
   if (!rc)
-    rc = exec_sql(db->db, "DELETE FROM signatures WHERE id NOT IN (SELECT sig_id FROM run_sigs"
+    rc = _st_exec(db->db, "DELETE FROM signatures WHERE id NOT IN (SELECT sig_id FROM run_sigs"
                           " UNION SELECT sig_id FROM run_pcs UNION SELECT sig_id FROM run_stacks"
                           " UNION SELECT sig_id FROM run_counters UNION SELECT sig_id FROM"
                           " variants UNION SELECT sig_id FROM events UNION SELECT sig_id FROM"
                           " objects)");
   res->signatures = sqlite3_changes(db->db);
   if (!rc)
-    rc = exec_sql(db->db, "DELETE FROM programs WHERE id NOT IN (SELECT program_id FROM runs)");
+    rc = _st_exec(db->db, "DELETE FROM programs WHERE id NOT IN (SELECT program_id FROM runs)");
   res->programs = sqlite3_changes(db->db);
   if (!rc)
-    rc = exec_sql(db->db, "DELETE FROM machines WHERE id NOT IN (SELECT machine_id FROM runs)");
+    rc = _st_exec(db->db, "DELETE FROM machines WHERE id NOT IN (SELECT machine_id FROM runs)");
   res->machines = sqlite3_changes(db->db);
   if (!rc)
-    rc = exec_sql(db->db, "DELETE FROM symbols WHERE id NOT IN (SELECT symbol_id FROM run_pcs)");
+    rc = _st_exec(db->db, "DELETE FROM symbols WHERE id NOT IN (SELECT symbol_id FROM run_pcs)");
   res->symbols = sqlite3_changes(db->db);
-  exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
+  _st_exec(db->db, rc ? "ROLLBACK" : "COMMIT");
   return rc;
 }
 
@@ -1032,7 +1032,7 @@ static int model_write(st_db_t *db, const st_machine_t *m)
 int st_machine_save(st_db_t *db, const st_machine_t *m, const st_compile_note_t *notes,
                     size_t nnotes)
 {
-  int rc = exec_sql(db->db, "BEGIN IMMEDIATE");
+  int rc = _st_exec(db->db, "BEGIN IMMEDIATE");
   if (rc)
     return rc;
   if (m->measured_ns)
@@ -1052,7 +1052,7 @@ int st_machine_save(st_db_t *db, const st_machine_t *m, const st_compile_note_t 
                 : ST_ENOMEM;
     free(recent);
   }
-  exec_sql(db->db, rc ? "ROLLBACK" : "COMMIT");
+  _st_exec(db->db, rc ? "ROLLBACK" : "COMMIT");
   return rc;
 }
 
@@ -1060,7 +1060,7 @@ int st_machine_load(st_db_t *db, const char *cpu, st_machine_t *out)
 {
   memset(out, 0, sizeof *out);
   snprintf(out->cpu, sizeof out->cpu, "%s", cpu);
-  int rc = exec_sql(db->db, "BEGIN"); /* one snapshot of both tables */
+  int rc = _st_exec(db->db, "BEGIN"); /* one snapshot of both tables */
   if (rc)
     return rc;
   sqlite3_stmt *st = NULL;
@@ -1100,7 +1100,7 @@ int st_machine_load(st_db_t *db, const char *cpu, st_machine_t *out)
 out:
   rc = rc == SQLITE_OK || rc == SQLITE_ROW || rc == SQLITE_DONE ? ST_OK : db_code(db->db, rc, NULL);
   sqlite3_finalize(st);
-  exec_sql(db->db, "COMMIT");
+  _st_exec(db->db, "COMMIT");
   if (!rc && !out->measured_ns && !out->nfamilies)
     rc = ST_ENOENT;
   return rc;
