@@ -198,8 +198,13 @@ int gg_stale(const gg_fusion_t *f);
 /* Rebuilds c's graph with the records that have an implementation. Returns 0, or -1 (the
  * host's graph runs). gg_cache_mu held. */
 int gg_rebuild(gg_cache_t *c, struct ggml_cgraph *g);
-/* The record of one of the agent's custom nodes, or NULL. */
-const gg_fusion_t *gg_our_custom(const struct ggml_tensor *dst);
+/* The record of a custom node if it is one of the agent's, else NULL (out of line). */
+const gg_fusion_t *gg_custom_record(const struct ggml_tensor *dst);
+/* The record of one of the agent's custom nodes, or NULL: inline, as every node asks. */
+static inline const gg_fusion_t *gg_our_custom(const struct ggml_tensor *dst)
+{
+  return dst->op == GGML_OP_CUSTOM ? gg_custom_record(dst) : NULL;
+}
 /* Node t's member of c's records, or NULL. */
 gg_member_t *gg_member_at(const gg_cache_t *c, const struct ggml_tensor *t);
 
@@ -215,8 +220,18 @@ void gg_round_book(gg_cache_t *c);
 /* At the start of node dst (our custom node fu, or NULL) on this thread, while an execution
  * (tc, or NULL) is timed or this thread's span is open: ends and starts spans. */
 void gg_span(gg_cache_t *tc, const struct ggml_tensor *dst, const gg_fusion_t *fu);
-/* 1 when this thread has a span open. */
-int gg_span_open(void);
+/* This thread's record in progress in a timed execution: its member (host side) or custom
+ * node (rebuilt side), start, execution (ggml_rounds.c). */
+typedef struct gg_span_s {
+  gg_fusion_t *f;
+  const gg_member_t *m; /* NULL on the rebuilt side */
+  uint64_t t0;
+  uint32_t gen;
+  int first; /* the span starts a call of the record (its first node) */
+} gg_span_t;
+extern AG_TLS gg_span_t gg_tl_span;
+/* 1 when this thread has a span open: inline, as every node asks. */
+static inline int gg_span_open(void) { return gg_tl_span.f != NULL; }
 
 /* ---- the test seam (ggml_test.c) -------------------------------------------------------- */
 

@@ -16,10 +16,8 @@ static gg_cache_t gcache[GCACHE_MAX];
 static int gcache_next; /* the slot a new graph takes (round robin) */
 pthread_mutex_t gg_cache_mu = PTHREAD_MUTEX_INITIALIZER;
 
-const gg_fusion_t *gg_our_custom(const struct ggml_tensor *dst)
+const gg_fusion_t *gg_custom_record(const struct ggml_tensor *dst)
 {
-  if (dst->op != GGML_OP_CUSTOM)
-    return NULL;
   gg_custom_params_t p;
   memcpy(&p, dst->op_params, sizeof p);
   for (int k = 0; k < gg_nkinds; k++)

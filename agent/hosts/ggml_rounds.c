@@ -35,17 +35,7 @@
 gg_cache_t *_Atomic gg_timed;
 static _Atomic uint32_t timed_gen; /* timed executions started (a thread's span is of one) */
 
-/* This thread's record in progress in a timed execution: its member (host side) or custom
- * node (rebuilt side), start, execution. */
-static AG_TLS struct {
-  gg_fusion_t *f;
-  const gg_member_t *m; /* NULL on the rebuilt side */
-  uint64_t t0;
-  uint32_t gen;
-  int first; /* the span starts a call of the record (its first node) */
-} tl_span;
-
-int gg_span_open(void) { return tl_span.f != NULL; }
+AG_TLS gg_span_t gg_tl_span;
 
 /* gg_span: ends the thread's span, booking it to its record when it ended where it should
  * (else the record is never timed again), and starts dst's. */
@@ -54,24 +44,24 @@ void gg_span(gg_cache_t *tc, const struct ggml_tensor *dst, const gg_fusion_t *f
   uint64_t now = ag_now_ns();
   uint32_t gen = atomic_load_explicit(&timed_gen, memory_order_relaxed);
   const gg_member_t *m = tc && !tc->side ? gg_member_at(tc, dst) : NULL;
-  gg_fusion_t *f = tl_span.f;
-  if (f && tc && tl_span.gen == gen) {
-    if (tl_span.m && dst != tl_span.m->next && !(m && m->f == f)) {
+  gg_fusion_t *f = gg_tl_span.f;
+  if (f && tc && gg_tl_span.gen == gen) {
+    if (gg_tl_span.m && dst != gg_tl_span.m->next && !(m && m->f == f)) {
       atomic_store_explicit(&f->untimed, 1, memory_order_relaxed); /* ggml ran other nodes */
     } else {
-      atomic_fetch_add_explicit(&f->tns, now - tl_span.t0, memory_order_relaxed);
-      atomic_fetch_add_explicit(&f->tn, (uint32_t)tl_span.first, memory_order_relaxed);
+      atomic_fetch_add_explicit(&f->tns, now - gg_tl_span.t0, memory_order_relaxed);
+      atomic_fetch_add_explicit(&f->tn, (uint32_t)gg_tl_span.first, memory_order_relaxed);
     }
   }
-  tl_span.f = NULL;
+  gg_tl_span.f = NULL;
   if (!tc)
     return;
   gg_fusion_t *next = m                                                ? m->f
                       : tc->side && fu >= tc->f && fu < tc->f + tc->nf ? (gg_fusion_t *)fu
                                                                        : NULL;
   if (next && !atomic_load_explicit(&next->untimed, memory_order_relaxed))
-    tl_span.f = next, tl_span.m = m, tl_span.t0 = now, tl_span.gen = gen,
-    tl_span.first = tc->side || dst == next->first;
+    gg_tl_span.f = next, gg_tl_span.m = m, gg_tl_span.t0 = now, gg_tl_span.gen = gen,
+    gg_tl_span.first = tc->side || dst == next->first;
 }
 
 /* The signature whose kernel a fused record runs: the one the rounds judge it under; NULL
