@@ -206,10 +206,9 @@ static int burst_seen(uint32_t index)
 
 void ag_call_burst_timed(const ag_call_t *c, uint64_t dt)
 {
-  /* A timing 8x the mean so far is a preemption or a page fault, not the operator (as in
-   * ag_call_end): left out of the round and of the recorded mean. */
-  uint64_t tn = atomic_load_explicit(&c->e->timed, memory_order_relaxed);
-  int outlier = tn >= 8 && dt * tn > 8 * atomic_load_explicit(&c->e->timed_ns, memory_order_relaxed);
+  /* an outlier is left out of the round and of the recorded mean */
+  int outlier = ag_timing_outlier(atomic_load_explicit(&c->e->timed, memory_order_relaxed),
+                                  atomic_load_explicit(&c->e->timed_ns, memory_order_relaxed), dt);
   for (uint32_t i = 0; !outlier && i < ag_tl.nbt; i++)
     if (ag_tl.bt[i].index == c->e->index) {
       ag_tl.bt[i].n++, ag_tl.bt[i].ns += dt;

@@ -239,6 +239,13 @@ static inline __attribute__((always_inline)) void *ag_call_variant(const ag_call
   return v && !c->orig ? v : NULL;
 }
 
+/* A timing dt against n earlier ones of ns in all: 8x their mean is a preemption or a page
+ * fault, not the operator, and is left out (from 8 timings on), so that one stall cannot tip
+ * the variant-versus-original comparison. */
+static inline int ag_timing_outlier(uint64_t n, uint64_t ns, uint64_t dt)
+{
+  return n >= 8 && dt * n > 8 * ns;
+}
 static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
 {
   ag_entry_t *e = c->e;
@@ -256,25 +263,21 @@ static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
     }
   }
   if (c->t0 && ag_unlikely(atomic_load_explicit(&ag_duels, memory_order_relaxed))) {
-    c->t0 = 0;                     /* not booked while a duel runs (ag_duels) */
-    if (c->orig)
-      ag_tl.burst_saw_variant = 0; /* nor is its burst lengthened for timing nothing */
-  }
-  if (c->t0) {
+    if (c->orig) /* not booked while a duel runs (ag_duels), nor is its burst lengthened */
+      ag_tl.burst_saw_variant = 0;
+  } else if (c->t0) {
     uint64_t dt = ag_now_ns() - c->t0;
     if (ag_unlikely(c->orig)) {
       ag_call_burst_timed(c, dt);
       ag_tl.depth--;
       return;
     }
-    /* A timing 8x the mean so far is a preemption or a page fault, not the operator: left
-     * out, so that one stall cannot tip the variant-versus-original comparison. */
     _Atomic uint64_t *tc = c->variant ? &e->vtimed : &e->timed;
     _Atomic uint64_t *tn = c->variant ? &e->vtimed_ns : &e->timed_ns;
     uint64_t n = atomic_load_explicit(tc, memory_order_relaxed);
     if (!n && !c->variant)
       atomic_store_explicit(&e->first_ns, dt, memory_order_relaxed);
-    if (n < 8 || dt * n <= 8 * atomic_load_explicit(tn, memory_order_relaxed)) {
+    if (!ag_timing_outlier(n, atomic_load_explicit(tn, memory_order_relaxed), dt)) {
       atomic_fetch_add_explicit(tc, 1, memory_order_relaxed);
       atomic_fetch_add_explicit(tn, dt, memory_order_relaxed);
     }

@@ -50,10 +50,8 @@ void ag_duel_run(const ag_duel_t *d, ag_duel_result_t *out)
   uint32_t nr = 0;
   double med = 0, o_call[AG_CMP_ROUNDS], v_call[AG_CMP_ROUNDS];
   for (uint32_t r = 0; r < AG_CMP_ROUNDS && spent() - start <= d->budget_ns; r++) {
-    if (d->stop && d->stop()) {
-      out->verdict = AG_CMP_UNDECIDED;
-      break;
-    }
+    if (d->stop && d->stop())
+      break; /* undecided, as the verdict still is */
     uint64_t o, v;
     if (r & 1) {
       v = batch_ns(d->variant, d->ctx, (uint32_t)batch, d->now);

@@ -218,6 +218,17 @@ static int is_ready(void *ctx, uint32_t i)
   return atomic_load(&ag_table_entry(ag_table, i)->tier) == AG_TIER_READY;
 }
 
+
+/* Retires fn, charged the bytes of its code (its mapping, for a placed kernel), until the grace
+ * period of snap (malloc'ed, taken over; NULL when no host thread ever ran it). code_mu held. */
+static void retire(void *fn, ag_epoch_t *snap, size_t nsnap)
+{
+  ag_code_t k;
+  size_t size = ag_code_find(fn, &k) ? 0 : k.loaded.map ? k.loaded.map_len : k.hi - k.lo;
+  if (ag_cc_retire(&cache, fn, size, snap, nsnap))
+    free(snap);
+}
+
 /* Evicts the ready variant that has served the fewest calls: unpublished now, freed after the
  * grace period. Returns 0, or -1 when there is nothing to evict. Compile thread only. */
 static int evict_one(void)
@@ -245,9 +256,7 @@ static int evict_one(void)
     snap = NULL;
     nsnap = 0;
   } else {
-    ag_code_t k;
-    size_t size = ag_code_find(fn, &k) ? 0 : k.loaded.map ? k.loaded.map_len : k.hi - k.lo;
-    ag_cc_retire(&cache, fn, size, snap, nsnap); /* not full: checked above, code_mu held */
+    retire(fn, snap, nsnap); /* not full: checked above */
     snap = NULL;
   }
   event(e, AG_EV_EVICTED, "code cache full: served %llu calls, fewest of the ready variants",
@@ -335,9 +344,7 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int slow
   }
   /* No host thread ever ran the loser (only this thread, in the duel): its code goes back to
    * the cache at the next free, with no grace period to wait for. */
-  ag_code_t k;
-  size_t size = ag_code_find((void *)fn, &k) ? 0 : k.loaded.map ? k.loaded.map_len : k.hi - k.lo;
-  ag_cc_retire(&cache, (void *)fn, size, NULL, 0); /* a full list keeps it, as before */
+  retire((void *)fn, NULL, 0); /* a full list keeps it */
   pthread_mutex_unlock(&code_mu);
   uint32_t i = e->index;
   atomic_store(&e->tier, AG_TIER_DEMOTED);
