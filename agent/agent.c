@@ -105,6 +105,7 @@ static pthread_cond_t warm_cond;
 static int warm_pending;
 
 static void warm_start(void);
+static void warm_finish(void);
 
 /* The writer's wake-up and the warm start's end: their deadlines are CLOCK_MONOTONIC, so the
  * conditions must be too. */
@@ -743,14 +744,8 @@ static void *writer_main(void *arg)
   pthread_mutex_lock(&warm_mu);
   int warm = warm_pending;
   pthread_mutex_unlock(&warm_mu);
-  if (warm) {
-    warm_start();
-    ag_tier_hold(0);
-    pthread_mutex_lock(&warm_mu);
-    warm_pending = 0;
-    pthread_cond_broadcast(&warm_cond);
-    pthread_mutex_unlock(&warm_mu);
-  }
+  if (warm)
+    warm_finish();
   start_sampling();
   ag_machine_start(run_info()->cpu_key);
   /* A ring holds 256 samples: drain it twice per fill at the sampling rate, at most 4x/s. */
@@ -938,14 +933,28 @@ static void warm_start(void)
            w.queued, w.invalidated);
 }
 
-void ag_warm_wait(long ms)
+/* Runs the warm start, lets hot signatures queue again, and wakes whoever waits for it. */
+static void warm_finish(void)
 {
-  struct timespec dl = ag_deadline_after(CLOCK_MONOTONIC, ms);
+  warm_start();
+  ag_tier_hold(0);
+  pthread_mutex_lock(&warm_mu);
+  warm_pending = 0;
+  pthread_cond_broadcast(&warm_cond);
+  pthread_mutex_unlock(&warm_mu);
+}
+
+/* Waits until the warm start is done, us microseconds at most. */
+static void warm_wait_us(long us)
+{
+  struct timespec dl = ag_deadline_after_us(CLOCK_MONOTONIC, us);
   pthread_mutex_lock(&warm_mu);
   while (warm_pending && pthread_cond_timedwait(&warm_cond, &warm_mu, &dl) == 0)
     ;
   pthread_mutex_unlock(&warm_mu);
 }
+
+void ag_warm_wait(long ms) { warm_wait_us(ms * 1000); }
 
 int ag_activate(void)
 {
@@ -975,24 +984,10 @@ int ag_activate(void)
   if (warm)
     ag_tier_hold(1);
   start_writer();
-  if (warm && writer_running) {
-    struct timespec dl;
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    long us = ag_opts.num[AG_OPT_WARM_WAIT_US];
-    dl.tv_sec += us / 1000000, dl.tv_nsec += (us % 1000000) * 1000;
-    if (dl.tv_nsec >= 1000000000)
-      dl.tv_sec++, dl.tv_nsec -= 1000000000;
-    pthread_mutex_lock(&warm_mu);
-    while (warm_pending && pthread_cond_timedwait(&warm_cond, &warm_mu, &dl) == 0)
-      ;
-    pthread_mutex_unlock(&warm_mu);
-  } else if (warm) { /* no writer: the warm start runs here */
-    warm_start();
-    ag_tier_hold(0);
-    pthread_mutex_lock(&warm_mu);
-    warm_pending = 0;
-    pthread_mutex_unlock(&warm_mu);
-  }
+  if (warm && writer_running)
+    warm_wait_us(ag_opts.num[AG_OPT_WARM_WAIT_US]);
+  else if (warm) /* no writer: the warm start runs here */
+    warm_finish();
   atomic_store_explicit(&ag_active, 1, memory_order_release);
   rc = 0;
 out:

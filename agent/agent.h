@@ -128,16 +128,21 @@ static inline int64_t ag_realtime_ns(void)
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* The absolute time ms milliseconds from now on clock (for timed waits). */
-static inline struct timespec ag_deadline_after(clockid_t clock, long ms)
+/* The absolute time us microseconds from now on clock (for timed waits). */
+static inline struct timespec ag_deadline_after_us(clockid_t clock, long us)
 {
   struct timespec dl;
   clock_gettime(clock, &dl);
-  dl.tv_sec += ms / 1000;
-  dl.tv_nsec += (ms % 1000) * 1000000;
+  dl.tv_sec += us / 1000000;
+  dl.tv_nsec += (us % 1000000) * 1000;
   if (dl.tv_nsec >= 1000000000)
     dl.tv_sec++, dl.tv_nsec -= 1000000000;
   return dl;
+}
+/* ... ms milliseconds from now. */
+static inline struct timespec ag_deadline_after(clockid_t clock, long ms)
+{
+  return ag_deadline_after_us(clock, ms * 1000);
 }
 
 /* One intercepted call in flight. */
