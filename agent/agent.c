@@ -193,28 +193,25 @@ static void burst_flush(void)
   ag_tl.burst_saw_variant = 0;
 }
 
-/* Whether entry index already ran in this thread's burst; the first time, it is noted (a burst
- * notes AG_BURST_SIGS signatures at most: more are never timed in it). */
+/* Entry index's place in this thread's burst table when it already ran in this burst, else -1;
+ * the first time, it is noted (a burst notes AG_BURST_SIGS signatures at most: more are never
+ * timed in it). */
 static int burst_seen(uint32_t index)
 {
   for (uint32_t i = 0; i < ag_tl.nbt; i++)
     if (ag_tl.bt[i].index == index)
-      return 1;
+      return (int)i;
   if (ag_tl.nbt < AG_BURST_SIGS)
     ag_tl.bt[ag_tl.nbt++] = (struct ag_burst_time_s){index, 0, 0};
-  return 0;
+  return -1;
 }
 
 void ag_call_burst_timed(const ag_call_t *c, uint64_t dt)
 {
   /* an outlier is left out of the round and of the recorded mean */
-  int outlier = ag_timing_outlier(atomic_load_explicit(&c->e->timed, memory_order_relaxed),
-                                  atomic_load_explicit(&c->e->timed_ns, memory_order_relaxed), dt);
-  for (uint32_t i = 0; !outlier && i < ag_tl.nbt; i++)
-    if (ag_tl.bt[i].index == c->e->index) {
-      ag_tl.bt[i].n++, ag_tl.bt[i].ns += dt;
-      break;
-    }
+  if (!ag_timing_outlier(atomic_load_explicit(&c->e->timed, memory_order_relaxed),
+                         atomic_load_explicit(&c->e->timed_ns, memory_order_relaxed), dt))
+    ag_tl.bt[c->slot].n++, ag_tl.bt[c->slot].ns += dt;
   if (!ag_tl.burst)
     burst_flush();
 }
@@ -247,7 +244,7 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int ggml)
         atomic_load_explicit(&e->verify, memory_order_relaxed) <= 0) {
       c->orig = 1;
       ag_tl.burst_saw_variant = 1;
-      if (burst_seen(e->index)) {
+      if ((c->slot = burst_seen(e->index)) >= 0) {
         c->t0 = ag_now_ns(); /* warm: the signature already ran in this burst */
         return;
       }

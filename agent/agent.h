@@ -151,6 +151,7 @@ typedef struct ag_call_s {
   uint64_t t0;    /* start time when this call is timed, else 0 */
   int variant;    /* 1 when the JIT variant served the call */
   int orig;       /* 1: a burst runs the original though a variant exists (agent.c) */
+  int slot;       /* ... and its signature's place in the thread's burst table (when timed) */
 } ag_call_t;
 
 /* A timed call (the thread's tick ran out, or its first call of the signature, n == 1):
