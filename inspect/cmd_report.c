@@ -1,13 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* `opjit report`: one self-contained HTML page for a run: header, bar charts of the hottest
- * signatures, the `top` table and an icicle flame graph of the sampled stacks. Inline CSS
- * and SVG only (no script, no network, no font files), every layout computed here; every
- * text from the database is HTML-escaped. Entry point: cmd_report(). */
+ * signatures, the run's timeline, the `top` table, the JIT's variants and an icicle flame
+ * graph of the sampled stacks (report_graph.c draws the last two). Inline CSS, SVG and one
+ * inline script that only adds interaction (no network, no font files); every layout is
+ * computed here and every text from the database is HTML-escaped. Entry point: cmd_report(). */
 #include "cmd.h"
-#include "db.h"
-#include "fold.h"
+#include "report.h"
 #include "table.h"
-#include "variants.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -15,50 +14,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CHART_ROWS 12     /* signatures per bar chart */
-#define TABLE_ROWS 100    /* signatures in the table */
-#define CHART_WIDTH 560   /* px, each chart */
-#define CHART_LABEL 300   /* px of a chart row given to its label */
-#define CHART_ROW 20      /* px per chart row */
-#define FLAME_WIDTH 1200  /* px */
-#define FLAME_ROW 18      /* px per frame */
-#define CHAR_PX 7.0       /* width of one label character at the 12 px monospace font */
-#define MIN_FRAME_PX 0.25 /* narrower frames (and what they hold) are not drawn */
+#define CHART_ROWS 12   /* signatures per bar chart */
+#define TABLE_ROWS 100  /* signatures in the table */
+#define CHART_WIDTH 560 /* px, each chart */
+#define CHART_LABEL 300 /* px of a chart row given to its label */
+#define CHART_ROW 20    /* px per chart row */
+#define CHAR_PX 7.0     /* width of one label character at the 12 px monospace font */
 
-/* One signature as `top` ranks it. */
-typedef struct sig_row_s {
-  char sig[17];
-  char *name;
-  int64_t calls, timed, samples;
-  double est;
-} sig_row_t;
-
-/* One JIT variant of the run. */
-typedef struct jit_row_s {
-  char sig[17];
-  char *name, *status, *llvm, *cpu;
-  ins_split_t split;
-  int64_t compile_ns;
-} jit_row_t;
-
-/* Everything the page shows, read before a byte is written. */
-typedef struct report_s {
-  FILE *f;
-  int64_t run, pid, start_ns, end_ns, wall_ns;
-  char *exe, *argv, *status, *database;
-  ins_sampling_t samp;
-  sig_row_t *sigs;
-  size_t nsigs;
-  int64_t calls;
-  double est;
-  ins_frame_t *flame;
-  int64_t stacks;
-  jit_row_t *jit;
-  size_t njit;
-} report_t;
-
-/* Writes s[0..n) to f with &, <, >, " and ' escaped for HTML text and attributes. */
-static void esc_n(FILE *f, const char *s, size_t n)
+void ins_html_esc_n(FILE *f, const char *s, size_t n)
 {
   for (size_t i = 0; i < n && s[i]; i++) {
     switch (s[i]) {
@@ -72,26 +35,25 @@ static void esc_n(FILE *f, const char *s, size_t n)
   }
 }
 
-static void esc(FILE *f, const char *s) { esc_n(f, s, strlen(s)); }
+void ins_html_esc(FILE *f, const char *s) { ins_html_esc_n(f, s, strlen(s)); }
 
-/* Writes s escaped, cut to at most max characters (UTF-8) with "…" when it is longer. */
-static void esc_clip(FILE *f, const char *s, int max)
+void ins_html_esc_clip(FILE *f, const char *s, int max)
 {
   size_t cut = 0, chars = 0;
   for (size_t i = 0; s[i]; i++)
     if (((unsigned char)s[i] & 0xc0) != 0x80 && ++chars == (size_t)max)
       cut = i; /* where character max begins: "…" takes its place if more follow */
   if (chars <= (size_t)max) {
-    esc(f, s);
+    ins_html_esc(f, s);
     return;
   }
-  esc_n(f, s, cut);
+  ins_html_esc_n(f, s, cut);
   fputs("…", f);
 }
 
 /* Reads run's row into rep (exe INS_NO_PROGRAM when its program row is gone). Returns 0 or
  * INS_EXIT_FAIL (printed), also when the run is gone. */
-static int read_run(st_db_t *db, report_t *rep)
+static int read_run(st_db_t *db, ins_report_t *rep)
 {
   st_rows_t *st = ins_query(db, ST_Q_RUN);
   if (!st)
@@ -120,7 +82,7 @@ static int read_run(st_db_t *db, report_t *rep)
 
 /* Reads the run's signatures, ranked as `top` ranks them, into rep. Returns 0 or
  * INS_EXIT_FAIL (printed). */
-static int read_sigs(st_db_t *db, report_t *rep)
+static int read_sigs(st_db_t *db, ins_report_t *rep)
 {
   st_rows_t *st = ins_query(db, ST_Q_SIG_TOTALS);
   if (!st)
@@ -130,7 +92,7 @@ static int read_sigs(st_db_t *db, report_t *rep)
   int rc;
   while ((rc = st_rows_next(st)) == 1) {
     rep->sigs = ins_grow(rep->sigs, rep->nsigs, &cap, sizeof *rep->sigs);
-    sig_row_t *r = &rep->sigs[rep->nsigs++];
+    ins_report_sig_t *r = &rep->sigs[rep->nsigs++];
     snprintf(r->sig, sizeof r->sig, "%s", st_rows_text(st, ST_SIG_SIG));
     r->name = ins_xstrdup(st_rows_text(st, ST_SIG_NAME));
     r->calls = st_rows_int(st, ST_SIG_CALLS);
@@ -145,7 +107,7 @@ static int read_sigs(st_db_t *db, report_t *rep)
 
 /* Reads the run's JIT variants, most calls served first, into rep. Returns 0 or INS_EXIT_FAIL
  * (printed). */
-static int read_jit(st_db_t *db, report_t *rep)
+static int read_jit(st_db_t *db, ins_report_t *rep)
 {
   st_rows_t *st = ins_query(db, ST_Q_VARIANTS);
   if (!st)
@@ -155,7 +117,7 @@ static int read_jit(st_db_t *db, report_t *rep)
   int rc;
   while ((rc = st_rows_next(st)) == 1) {
     rep->jit = ins_grow(rep->jit, rep->njit, &cap, sizeof *rep->jit);
-    jit_row_t *r = &rep->jit[rep->njit++];
+    ins_report_jit_t *r = &rep->jit[rep->njit++];
     snprintf(r->sig, sizeof r->sig, "%s", st_rows_text(st, ST_VAR_SIG));
     r->name = ins_xstrdup(st_rows_text(st, ST_VAR_NAME));
     r->status = ins_xstrdup(st_rows_text(st, ST_VAR_STATUS));
@@ -167,61 +129,68 @@ static int read_jit(st_db_t *db, report_t *rep)
   return ins_rows_finish(db, st, rc);
 }
 
+/* Reads the run's JIT events, in order, into rep. Returns 0 or INS_EXIT_FAIL (printed). */
+static int read_events(st_db_t *db, ins_report_t *rep)
+{
+  st_rows_t *st = ins_query(db, ST_Q_EVENTS);
+  if (!st)
+    return INS_EXIT_FAIL;
+  st_rows_bind_int(st, 1, rep->run);
+  st_rows_bind_text(st, 2, "");
+  size_t cap = 0;
+  int rc;
+  while ((rc = st_rows_next(st)) == 1) {
+    rep->events = ins_grow(rep->events, rep->nevents, &cap, sizeof *rep->events);
+    ins_report_event_t *e = &rep->events[rep->nevents++];
+    e->offset_ns = st_rows_int(st, ST_EVENT_OFFSET_NS);
+    snprintf(e->sig, sizeof e->sig, "%s", st_rows_text(st, ST_EVENT_SIG));
+    e->kind = ins_xstrdup(st_rows_text(st, ST_EVENT_KIND));
+    e->name = ins_xstrdup(st_rows_text(st, ST_EVENT_NAME));
+    e->detail = ins_xstrdup(st_rows_text(st, ST_EVENT_DETAIL));
+  }
+  return ins_rows_finish(db, st, rc);
+}
+
 /* Adds one folded stack to the report's frame tree (ins_fold_fn). */
 static void add_stack(void *ctx, const char *line, int64_t samples)
 {
-  ins_frame_add(((report_t *)ctx)->flame, line, samples);
+  ins_frame_add(((ins_report_t *)ctx)->flame, line, samples);
 }
 
-static const char style[] =
-    "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1240px}"
-    "h1{font-size:20px;margin:0 0 8px}h2{font-size:16px;margin:28px 0 8px}"
-    "code,td.m,dd.m{font-family:ui-monospace,monospace}"
-    "dl{display:grid;grid-template-columns:max-content auto;gap:2px 16px;margin:0}"
-    "dt{color:#666}dd{margin:0;word-break:break-all}"
-    "table{border-collapse:collapse;font-size:13px}th,td{padding:2px 10px;text-align:left}"
-    "th{border-bottom:1px solid #999}td.r,th.r{text-align:right}tr:nth-child(even){background:#f4f4f4}"
-    ".charts{display:flex;flex-wrap:wrap;gap:24px}.note{color:#666}"
-    "svg text{font:12px ui-monospace,monospace;fill:#222}"
-    ".bar-est{fill:#6fa8dc}.bar-cpu{fill:#f2a65a}.bar-prog{fill:#bbb}"
-    ".fr{stroke:#fff;stroke-width:0.5}.k-root{fill:#c8c8c8}.k-program{fill:#f2a65a}"
-    ".k-agent{fill:#b39ddb}.k-library{fill:#6fa8dc}.k-jit{fill:#81c784}"
-    ".key{display:inline-block;width:12px;height:12px;margin:0 4px 0 14px;vertical-align:-1px}";
-
 /* The page's head and the run's header. */
-static void write_header(const report_t *rep)
+static void write_header(const ins_report_t *rep)
 {
   FILE *f = rep->f;
   char prog[1024], buf[256];
   ins_program_label(rep->exe, rep->argv, 0, prog, sizeof prog);
   fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>opjit run ", f);
   fprintf(f, "%lld: ", (long long)rep->run);
-  esc_clip(f, prog, 80);
-  fprintf(f, "</title>\n<style>%s</style></head>\n<body>\n<h1>opjit run %lld: ", style,
-          (long long)rep->run);
-  esc_clip(f, prog, 100);
+  ins_html_esc_clip(f, prog, 80);
+  fprintf(f, "</title>\n<style>\n%s</style></head>\n<body>\n<h1>opjit run %lld: ",
+          ins_report_css, (long long)rep->run);
+  ins_html_esc_clip(f, prog, 100);
   fputs("</h1>\n<dl>\n<dt>executable</dt><dd class=\"m\">", f);
-  esc(f, rep->exe);
+  ins_html_esc(f, rep->exe);
   fputs("</dd>\n<dt>argv</dt><dd class=\"m\">", f);
-  esc(f, rep->argv);
+  ins_html_esc(f, rep->argv);
   fprintf(f, "</dd>\n<dt>run</dt><dd>%lld (pid %lld, ", (long long)rep->run, (long long)rep->pid);
-  esc(f, rep->status);
+  ins_html_esc(f, rep->status);
   fprintf(f, ")</dd>\n<dt>started</dt><dd>%s</dd>\n",
           ins_fmt_time(rep->start_ns, buf, sizeof buf));
   fprintf(f, "<dt>ended</dt><dd>%s</dd>\n",
           rep->end_ns ? ins_fmt_time(rep->end_ns, buf, sizeof buf) : "not recorded");
   fprintf(f, "<dt>wall time</dt><dd>%s</dd>\n", ins_fmt_duration(rep->wall_ns, buf, sizeof buf));
   fputs("<dt>sampling</dt><dd>", f);
-  esc(f, rep->samp.runs ? ins_sampling_describe(&rep->samp, buf, sizeof buf) : "not sampled");
+  ins_html_esc(f, rep->samp.runs ? ins_sampling_describe(&rep->samp, buf, sizeof buf) : "not sampled");
   const cJSON *note;
   cJSON_ArrayForEach(note, rep->samp.notes)
   {
     fputs("<br><span class=\"note\">", f);
-    esc(f, note->valuestring);
+    ins_html_esc(f, note->valuestring);
     fputs("</span>", f);
   }
   fputs("</dd>\n<dt>database</dt><dd class=\"m\">", f);
-  esc(f, rep->database);
+  ins_html_esc(f, rep->database);
   fputs("</dd>\n</dl>\n", f);
 }
 
@@ -236,9 +205,9 @@ static void bar_chart(FILE *f, const char *title, const char *const *labels, con
   for (int i = 0; i < n; i++) {
     int y = i * CHART_ROW + 2;
     fprintf(f, "<g><title>");
-    esc(f, labels[i]);
+    ins_html_esc(f, labels[i]);
     fprintf(f, ": %.1f%%</title><text x=\"0\" y=\"%d\">", pct[i], y + 13);
-    esc_clip(f, labels[i], (int)((CHART_LABEL - 8) / CHAR_PX));
+    ins_html_esc_clip(f, labels[i], (int)((CHART_LABEL - 8) / CHAR_PX));
     fprintf(f, "</text><rect class=\"%s\" x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\"/>",
             cls[i], CHART_LABEL, y, span * pct[i] / 100.0, CHART_ROW - 4);
     fprintf(f, "<text x=\"%.2f\" y=\"%d\">%.1f%%</text></g>\n",
@@ -250,12 +219,12 @@ static void bar_chart(FILE *f, const char *title, const char *const *labels, con
 /* Orders signature rows by samples, most first (qsort). */
 static int by_samples(const void *a, const void *b)
 {
-  const sig_row_t *x = *(sig_row_t *const *)a, *y = *(sig_row_t *const *)b;
+  const ins_report_sig_t *x = *(ins_report_sig_t *const *)a, *y = *(ins_report_sig_t *const *)b;
   return (y->samples > x->samples) - (y->samples < x->samples);
 }
 
 /* The two bar charts: estimated time share, and share of samples (the program included). */
-static void write_charts(const report_t *rep)
+static void write_charts(const ins_report_t *rep)
 {
   FILE *f = rep->f;
   const char *labels[CHART_ROWS + 1], *cls[CHART_ROWS + 1];
@@ -269,7 +238,7 @@ static void write_charts(const report_t *rep)
   }
   bar_chart(f, "share of estimated operator time", labels, pct, cls, n);
   if (rep->samp.sampled) {
-    const sig_row_t **order = ins_xmalloc((rep->nsigs + 1) * sizeof *order);
+    const ins_report_sig_t **order = ins_xmalloc((rep->nsigs + 1) * sizeof *order);
     for (size_t i = 0; i < rep->nsigs; i++)
       order[i] = &rep->sigs[i];
     qsort(order, rep->nsigs, sizeof *order, by_samples);
@@ -289,7 +258,7 @@ static void write_charts(const report_t *rep)
 }
 
 /* The `top` table and its footer. */
-static void write_table(const report_t *rep)
+static void write_table(const ins_report_t *rep)
 {
   FILE *f = rep->f;
   int sampled = rep->samp.sampled > 0;
@@ -300,7 +269,7 @@ static void write_table(const report_t *rep)
     fputs("<th class=\"r\">SAMPLES</th><th class=\"r\">CPU%</th>", f);
   fputs("<th>SIG</th><th>NAME</th></tr>\n", f);
   for (size_t i = 0; i < rep->nsigs && i < TABLE_ROWS; i++) {
-    const sig_row_t *r = &rep->sigs[i];
+    const ins_report_sig_t *r = &rep->sigs[i];
     double mean = ins_call_mean(r->est, r->calls, r->timed);
     fprintf(f, "<tr><td class=\"r\">%.1f%%</td><td class=\"r\">%s</td><td class=\"r\">%lld</td>"
                "<td class=\"r\">%s</td>",
@@ -310,9 +279,9 @@ static void write_table(const report_t *rep)
       fprintf(f, "<td class=\"r\">%lld</td><td class=\"r\">%.1f%%</td>", (long long)r->samples,
               ins_pct(r->samples, rep->samp.total));
     fputs("<td class=\"m\">", f);
-    esc(f, r->sig);
+    ins_html_esc(f, r->sig);
     fputs("</td><td>", f);
-    esc(f, r->name);
+    ins_html_esc(f, r->name);
     fputs("</td></tr>\n", f);
   }
   fprintf(f, "</table>\n<p>%lld calls in %zu signatures; estimated operator time %s of %s wall",
@@ -331,7 +300,7 @@ static void write_table(const report_t *rep)
 }
 
 /* The JIT's variants, when the run has any. */
-static void write_jit(const report_t *rep)
+static void write_jit(const ins_report_t *rep)
 {
   FILE *f = rep->f;
   if (!rep->njit)
@@ -341,10 +310,10 @@ static void write_jit(const report_t *rep)
         "<th class=\"r\">SPEEDUP</th><th class=\"r\">COMPILE</th><th>COMPILER</th>"
         "<th>SIG</th><th>NAME</th></tr>\n", f);
   for (size_t i = 0; i < rep->njit; i++) {
-    const jit_row_t *r = &rep->jit[i];
+    const ins_report_jit_t *r = &rep->jit[i];
     char v[32], o[32], x[32], c[32];
     fputs("<tr><td>", f);
-    esc(f, r->status);
+    ins_html_esc(f, r->status);
     fprintf(f, "</td><td class=\"r\">%lld</td><td class=\"r\">%.1f%%</td><td class=\"r\">%s"
                "</td><td class=\"r\">%s</td><td class=\"r\">%s</td><td class=\"r\">%s</td><td>",
             (long long)r->split.vcalls, ins_pct(r->split.vcalls, r->split.calls),
@@ -353,92 +322,33 @@ static void write_jit(const report_t *rep)
             ins_fmt_speedup(ins_split_speedup(&r->split), x, sizeof x),
             ins_fmt_ns(r->compile_ns > 0 ? (double)r->compile_ns : -1, c, sizeof c));
     fputs("LLVM ", f);
-    esc(f, *r->llvm ? r->llvm : "?");
+    ins_html_esc(f, *r->llvm ? r->llvm : "?");
     fputs(", ", f);
-    esc(f, *r->cpu ? r->cpu : "?");
+    ins_html_esc(f, *r->cpu ? r->cpu : "?");
     fputs("</td><td class=\"m\">", f);
-    esc(f, r->sig);
+    ins_html_esc(f, r->sig);
     fputs("</td><td>", f);
-    esc(f, r->name);
+    ins_html_esc(f, r->name);
     fputs("</td></tr>\n", f);
   }
   fputs("</table>\n<p class=\"note\">VARIANT and ORIGINAL are mean times per timed call; the "
         "estimated times above count each part of a signature's calls at its own mean.</p>\n", f);
 }
 
-/* Draws fr and what it holds; counts the frames too narrow to draw in *hidden. */
-static void draw_frame(FILE *f, const ins_frame_t *fr, double px_per_sample, int64_t total,
-                       int64_t *hidden)
-{
-  static const char *const kind[] = {[INS_FRAME_ROOT] = "root", [INS_FRAME_PROGRAM] = "program",
-                                     [INS_FRAME_AGENT] = "agent", [INS_FRAME_LIBRARY] = "library",
-                                     [INS_FRAME_JIT] = "jit"};
-  double x = (double)fr->offset * px_per_sample, w = (double)fr->samples * px_per_sample;
-  if (w < MIN_FRAME_PX) {
-    ++*hidden;
-    for (const ins_frame_t *c = fr->child; c; c = c->next)
-      draw_frame(f, c, px_per_sample, total, hidden);
-    return;
-  }
-  int y = fr->depth * FLAME_ROW;
-  fputs("<g><title>", f);
-  esc(f, fr->name);
-  fprintf(f, " (%lld samples, %.2f%%)</title>", (long long)fr->samples,
-          ins_pct(fr->samples, total));
-  fprintf(f, "<rect class=\"fr k-%s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\"/>",
-          kind[fr->kind], x, y, w, FLAME_ROW - 1);
-  int chars = (int)((w - 6) / CHAR_PX);
-  if (chars >= 3) {
-    fprintf(f, "<text x=\"%.2f\" y=\"%d\">", x + 3, y + FLAME_ROW - 5);
-    esc_clip(f, fr->name, chars);
-    fputs("</text>", f);
-  }
-  fputs("</g>\n", f);
-  for (const ins_frame_t *c = fr->child; c; c = c->next)
-    draw_frame(f, c, px_per_sample, total, hidden);
-}
-
-/* The flame graph (an icicle: callers above callees), or why there is none. */
-static void write_flame(const report_t *rep)
-{
-  FILE *f = rep->f;
-  fputs("<h2>Where the samples fell</h2>\n", f);
-  if (!rep->stacks || !rep->flame->samples) {
-    fprintf(f, "<p class=\"note\">%s: no flame graph.</p>\n",
-            rep->samp.sampled ? "The sampler recorded no stacks for this run"
-                              : "This run was not sampled");
-    return;
-  }
-  int depth = 0;
-  int64_t nodes = ins_frame_layout(rep->flame, &depth), hidden = 0;
-  fputs("<p>Each box is a frame, as wide as its samples; its callers are above it. The first row "
-        "under the run is the operator (by signature) or [program] for the program's own time."
-        "<br><span class=\"key k-program\"></span>program<span class=\"key k-agent\"></span>"
-        "opjit interposer<span class=\"key k-library\"></span>operator's library"
-        "<span class=\"key k-jit\"></span>JIT code</p>\n", f);
-  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-             "role=\"img\" data-frames=\"%lld\">\n",
-          FLAME_WIDTH, (depth + 1) * FLAME_ROW, (long long)nodes);
-  draw_frame(f, rep->flame, (double)FLAME_WIDTH / (double)rep->flame->samples,
-             rep->flame->samples, &hidden);
-  fputs("</svg>\n", f);
-  if (hidden)
-    fprintf(f, "<p class=\"note\">%lld frames narrower than %.2f px are not drawn.</p>\n",
-            (long long)hidden, MIN_FRAME_PX);
-}
-
 /* Writes the whole page to rep->f. */
-static void write_report(const report_t *rep)
+static void write_report(const ins_report_t *rep)
 {
   write_header(rep);
   write_charts(rep);
+  ins_report_timeline(rep);
   write_table(rep);
   write_jit(rep);
-  write_flame(rep);
-  fprintf(rep->f, "<p class=\"note\">opjit %s</p>\n</body></html>\n", OPJIT_VERSION);
+  ins_report_flame(rep);
+  fprintf(rep->f, "<p class=\"note\">opjit %s</p>\n<script>\n%s</script>\n</body></html>\n",
+          OPJIT_VERSION, ins_report_js);
 }
 
-static void report_free(report_t *rep)
+static void report_free(ins_report_t *rep)
 {
   for (size_t i = 0; i < rep->nsigs; i++)
     free(rep->sigs[i].name);
@@ -450,6 +360,12 @@ static void report_free(report_t *rep)
     free(rep->jit[i].cpu);
   }
   free(rep->jit);
+  for (size_t i = 0; i < rep->nevents; i++) {
+    free(rep->events[i].kind);
+    free(rep->events[i].name);
+    free(rep->events[i].detail);
+  }
+  free(rep->events);
   free(rep->exe);
   free(rep->argv);
   free(rep->status);
@@ -483,7 +399,7 @@ static int cmd_report(int argc, char **argv)
   st_db_t *db;
   if (ins_db_open(dbopt, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db))
     return INS_EXIT_FAIL;
-  report_t rep = {.run = run};
+  ins_report_t rep = {.run = run};
   rc = INS_EXIT_FAIL;
   if (ins_pick_run(db, run, 0, INS_HAS_CALLS, &rep.run))
     goto out;
@@ -491,7 +407,7 @@ static int cmd_report(int argc, char **argv)
   snprintf(title, sizeof title, "run %lld", (long long)rep.run);
   rep.flame = ins_frame_tree(title);
   rep.database = ins_xstrdup(st_path(db));
-  if (read_run(db, &rep) || read_sigs(db, &rep) || read_jit(db, &rep) ||
+  if (read_run(db, &rep) || read_sigs(db, &rep) || read_jit(db, &rep) || read_events(db, &rep) ||
       ins_sampling_read(db, rep.run, &rep.samp) ||
       ins_fold_each(db, rep.run, NULL, add_stack, &rep, &rep.stacks))
     goto out;
@@ -522,11 +438,16 @@ const ins_cmd_t ins_cmd_report = {
     .main = cmd_report,
     .synopsis = "[--db PATH] [RUN] -o FILE.html",
     .summary = "write a run's profile as one self-contained HTML page",
-    .help = "One HTML file with everything inline (no scripts, fonts or network resources): the\n"
-            "run's program, argv, dates, wall time and sampling; bar charts of the hottest\n"
-            "signatures by estimated time and by CPU samples; the table opjit top prints; and,\n"
-            "for a sampled run, a flame graph (icicle) of its stacks, each operator the root of\n"
-            "its own, coloured by program, opjit interposer, operator's library and JIT code.\n"
+    .help = "One HTML file with everything inline (no fonts or network resources): the run's\n"
+            "program, argv, dates, wall time and sampling; bar charts of the hottest\n"
+            "signatures by estimated time and by CPU samples; a timeline of the JIT's events\n"
+            "(when each kernel was queued, compiled, verified, placed, demoted or invalidated,\n"
+            "and how many served at each moment); the table opjit top prints; the JIT's\n"
+            "variants; and, for a sampled run, a flame graph (icicle) of its stacks, each\n"
+            "operator the root of its own, coloured by program, opjit interposer, operator's\n"
+            "library and JIT code. In a browser with JavaScript the flame graph zooms on a\n"
+            "click, searches frames by name and shows each frame's samples, share and module;\n"
+            "without it every drawing still shows, with plain tooltips.\n"
             "RUN defaults to the newest run that recorded an operator call.\n\n"
             "options:\n"
             "  --db PATH        the profile database\n"

@@ -4,12 +4,15 @@
 # reads `opjit export --pprof` files in the tests), then llama.cpp's prebuilt CPU
 # libraries from npm (@node-llama-cpp/linux-x64 and node-llama-cpp, 3.22.1) into
 # third_party/llama, with the ggml/llama headers from the source bundle node-llama-cpp carries
-# (third_party/llama/src). Idempotent: what is there already is left alone (no network).
+# (third_party/llama/src), and playwright-core from npm into third_party/playwright (the
+# browser test drives Debian's chromium with it).
+# Idempotent: what is there already is left alone (no network).
 set -eu
 cd "$(dirname "$0")/.."
 pkgs="build-essential cmake pkg-config libsqlite3-dev sqlite3 libcjson-dev libcriterion-dev
       libblas3 libopenblas0-pthread python3-numpy valgrind libunwind8 libdw-dev llvm-19-dev git
-      clang-19 libclang-rt-19-dev libprotobuf-c-dev protobuf-c-compiler zlib1g-dev golang-go"
+      clang-19 libclang-rt-19-dev libprotobuf-c-dev protobuf-c-compiler zlib1g-dev golang-go
+      chromium"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' ||
@@ -41,4 +44,14 @@ fi
 if [ ! -f "$llama/src/ggml/include/ggml.h" ]; then
   rm -rf "$llama/src"
   git clone -q "$llama/node_modules/node-llama-cpp/llama/gitRelease.bundle" "$llama/src" 2>/dev/null
+fi
+
+# playwright-core only (no browser download: it drives /usr/bin/chromium); no install scripts.
+playwright=third_party/playwright
+pw_version=1.65.1
+if ! grep -qs "\"version\": \"$pw_version\"" "$playwright/node_modules/playwright-core/package.json"; then
+  echo "opjit deps: npm install playwright-core@$pw_version" >&2
+  mkdir -p "$playwright"
+  npm install --prefix "$playwright" --no-audit --no-fund --ignore-scripts --no-save \
+    --loglevel=error "playwright-core@$pw_version" >&2
 fi

@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: MIT */
+/* opjit report's script (inlined into every page by report_assets.c): the flame graph zooms
+ * on a click (the frame becomes the root, its callers stay above it, faded), searches frame
+ * names, and shows a tooltip per frame. The page reads completely without it: every drawing
+ * is static SVG with <title> tooltips, which this script replaces by its own. */
+(function () {
+  'use strict';
+  document.documentElement.classList.add('js');
+  var svg = document.getElementById('flame');
+  if (!svg)
+    return;
+  var W = +svg.getAttribute('width'), CHAR_PX = 7, MIN_PX = 0.25;
+  var kinds = {root: 'run, operator or program', program: 'program', agent: 'opjit interposer',
+               library: "operator's library", jit: 'JIT code'};
+  var frames = [];
+  Array.prototype.forEach.call(svg.querySelectorAll('g.f'), function (g) {
+    var title = g.querySelector('title');
+    if (title)
+      g.removeChild(title); /* this script's tooltip takes its place */
+    var rect = g.querySelector('rect'), text = g.querySelector('text');
+    if (!text) {
+      text = document.createElementNS(svg.namespaceURI, 'text');
+      g.appendChild(text);
+    }
+    var name = g.getAttribute('data-n'), tick = name.indexOf('`');
+    var kind = /k-(\w+)/.exec(rect.getAttribute('class'));
+    g._f = {g: g, rect: rect, text: text, name: name, lower: name.toLowerCase(),
+                 module: tick > 0 ? name.slice(0, tick) : '', symbol: name.slice(tick + 1),
+                 kind: kind ? kinds[kind[1]] || kind[1] : '', o: +g.getAttribute('data-o'),
+                 s: +g.getAttribute('data-s'), d: +g.getAttribute('data-d'),
+                 y: +rect.getAttribute('y')};
+    frames.push(g._f);
+  });
+  if (!frames.length)
+    return;
+  var root = frames[0], zoomed = root, total = root.s || 1;
+
+  function pct(n, of) { return (100 * n / of).toFixed(n * 1000 >= of ? 1 : 2) + '%'; }
+
+  /* Shows f at x, w px: its rectangle, and its name cut to what fits. */
+  function place(f, x, w) {
+    f.g.classList.remove('off');
+    f.rect.setAttribute('x', x.toFixed(2));
+    f.rect.setAttribute('width', w.toFixed(2));
+    var chars = Math.floor((w - 6) / CHAR_PX);
+    f.text.setAttribute('x', (x + 3).toFixed(2));
+    f.text.setAttribute('y', f.y + 13);
+    f.text.textContent = chars < 3 ? '' :
+        f.name.length <= chars ? f.name : f.name.slice(0, chars - 1) + '\u2026';
+  }
+
+  /* Makes z the root: what it holds spreads over the full width, its callers span it
+   * (faded), everything else is hidden. */
+  function zoom(z) {
+    zoomed = z;
+    frames.forEach(function (f) {
+      var inside = f.d >= z.d && f.o >= z.o && f.o + f.s <= z.o + z.s;
+      var above = f.d < z.d && f.o <= z.o && f.o + f.s >= z.o + z.s;
+      f.g.classList.toggle('anc', above);
+      if (above) {
+        place(f, 0, W);
+        return;
+      }
+      var w = f.s * W / z.s;
+      if (!inside || w < MIN_PX) {
+        f.g.classList.add('off');
+        return;
+      }
+      place(f, (f.o - z.o) * W / z.s, w);
+    });
+    document.getElementById('flame-reset').disabled = z === root;
+    search();
+  }
+
+  /* Marks the frames whose name holds the search text; says how many samples they cover
+   * (nested matches counted once) of the whole and of the zoomed frame. */
+  var input = document.getElementById('flame-search'), status = document.getElementById('flame-status');
+  function search() {
+    var q = input.value.trim().toLowerCase(), spans = [];
+    frames.forEach(function (f) {
+      var hit = q !== '' && f.lower.indexOf(q) >= 0;
+      f.g.classList.toggle('hit', hit);
+      if (hit)
+        spans.push([f.o, f.o + f.s]);
+    });
+    if (q === '') {
+      status.textContent = zoomed === root ? '' : 'zoomed on ' + zoomed.name + ': ' +
+          zoomed.s + ' samples, ' + pct(zoomed.s, total) + ' of all';
+      return;
+    }
+    spans.sort(function (a, b) { return a[0] - b[0]; });
+    var covered = 0, inZoom = 0, end = -1;
+    spans.forEach(function (s) {
+      var from = Math.max(s[0], end);
+      if (s[1] > from) {
+        covered += s[1] - from;
+        inZoom += Math.max(0, Math.min(s[1], zoomed.o + zoomed.s) - Math.max(from, zoomed.o));
+        end = s[1];
+      }
+    });
+    status.textContent = spans.length + ' frame' + (spans.length === 1 ? '' : 's') +
+        ' match: ' + covered + ' samples, ' + pct(covered, total) + ' of all' +
+        (zoomed === root ? '' : ', ' + pct(inZoom, zoomed.s) + ' of the zoomed frame');
+  }
+  input.addEventListener('input', search);
+  document.getElementById('flame-reset').addEventListener('click', function () { zoom(root); });
+
+  var tip = document.getElementById('tip');
+  function frameOf(ev) {
+    var g = ev.target.closest ? ev.target.closest('g.f') : null;
+    return g ? g._f : null;
+  }
+  svg.addEventListener('click', function (ev) {
+    var f = frameOf(ev);
+    if (f)
+      zoom(f === zoomed ? root : f);
+  });
+  svg.addEventListener('mousemove', function (ev) {
+    var f = frameOf(ev);
+    if (!f) {
+      tip.style.display = 'none';
+      return;
+    }
+    tip.textContent = '';
+    var lines = [['', f.symbol], ['module', f.module || '\u2014'], ['kind', f.kind],
+                 ['samples', f.s + ' (' + pct(f.s, total) + ' of all' +
+                  (zoomed === root || f.d < zoomed.d ? '' : ', ' + pct(f.s, zoomed.s) +
+                   ' of the zoomed frame') + ')']];
+    lines.forEach(function (l, i) {
+      if (i)
+        tip.appendChild(document.createElement('br'));
+      if (l[0]) {
+        var b = document.createElement('b');
+        b.textContent = l[0] + ': ';
+        tip.appendChild(b);
+      }
+      tip.appendChild(document.createTextNode(l[1]));
+    });
+    tip.style.display = 'block';
+    var x = ev.clientX + 14, y = ev.clientY + 14;
+    if (x + tip.offsetWidth > window.innerWidth - 8)
+      x = Math.max(8, ev.clientX - tip.offsetWidth - 14);
+    if (y + tip.offsetHeight > window.innerHeight - 8)
+      y = Math.max(8, ev.clientY - tip.offsetHeight - 14);
+    tip.style.left = x + 'px';
+    tip.style.top = y + 'px';
+  });
+  svg.addEventListener('mouseleave', function () { tip.style.display = 'none'; });
+  zoom(root);
+})();

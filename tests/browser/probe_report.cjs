@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: MIT
+// Drives an `opjit report` page in headless Chromium (playwright-core) as a reader would and
+// prints what it saw as one JSON object for test_browser.c to judge: console errors, the
+// flame graph's zoom, search and tooltip, the timeline's markers. Saves a screenshot of the
+// page, and SHOT-zoomed.png of the flame graph zoomed and searched with a tooltip.
+// Usage: node probe_report.cjs PLAYWRIGHT_CORE_DIR CHROMIUM PAGE.html SHOT.png
+'use strict';
+const [playwrightDir, browserPath, page, shot] = process.argv.slice(2);
+const { chromium } = require(playwrightDir);
+
+(async () => {
+  const out = { errors: [] };
+  const browser = await chromium.launch({ executablePath: browserPath, headless: true,
+                                          args: ['--no-sandbox', '--disable-gpu'] });
+  try {
+    const tab = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    tab.on('console', (m) => { if (m.type() === 'error') out.errors.push(m.text()); });
+    tab.on('pageerror', (e) => out.errors.push(String(e)));
+    tab.on('requestfailed', (r) => out.errors.push('request failed: ' + r.url()));
+    const requests = [];
+    tab.on('request', (r) => requests.push(r.url()));
+    await tab.goto('file://' + page, { waitUntil: 'load' });
+    out.requests = requests;
+    out.js = await tab.evaluate(() => document.documentElement.classList.contains('js'));
+
+    // Frame geometry, as drawn now.
+    const frames = () => tab.$$eval('#flame g.f', (gs) => gs.map((g) => {
+      const r = g.querySelector('rect');
+      return { name: g.getAttribute('data-n'), depth: +g.getAttribute('data-d'),
+               width: +r.getAttribute('width'), shown: !g.classList.contains('off'),
+               hit: g.classList.contains('hit') };
+    }));
+    out.width = await tab.$eval('#flame', (s) => +s.getAttribute('width'));
+    const before = await frames();
+    out.frames = before.length;
+    // The widest frame below the operators that is less than half the width: zoom on it.
+    let pick = -1;
+    before.forEach((f, i) => {
+      if (f.depth >= 2 && f.width < out.width / 2 && f.width > 12 &&
+          (pick < 0 || f.width > before[pick].width))
+        pick = i;
+    });
+    out.picked = pick < 0 ? null : before[pick];
+    if (pick >= 0) {
+      const g = (await tab.$$('#flame g.f'))[pick];
+      await g.$eval('rect', (r) => r.scrollIntoView({ block: 'center' }));
+      const box = await (await g.$('rect')).boundingBox();
+      await tab.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+      out.tip = await tab.$eval('#tip', (t) => ({ shown: getComputedStyle(t).display !== 'none',
+                                                  text: t.innerText }));
+      await tab.mouse.click(box.x + box.width / 2, box.y + box.height / 2);
+      const zoomed = await frames();
+      out.zoomedWidth = zoomed[pick].width;
+      out.hiddenAfterZoom = zoomed.filter((f) => !f.shown).length;
+      // Search for the picked frame's symbol (its name after the module), zoomed.
+      const name = before[pick].name;
+      out.query = name.slice(name.indexOf('`') + 1);
+      await tab.fill('#flame-search', out.query);
+      const searched = await frames();
+      out.hits = searched.filter((f) => f.hit).map((f) => f.name);
+      out.status = await tab.$eval('#flame-status', (s) => s.textContent);
+      out.hitFill = await tab.$eval('#flame g.f.hit rect', (r) => getComputedStyle(r).fill);
+      // The zoomed, searched graph with a tooltip, as a second picture.
+      const zbox = await (await g.$('rect')).boundingBox();
+      await tab.mouse.move(zbox.x + 40, zbox.y + zbox.height / 2);
+      const area = await (await tab.$('#flame')).boundingBox();
+      await tab.screenshot({ path: shot.replace(/\.png$/, '-zoomed.png'),
+                             clip: { x: 0, y: Math.max(0, area.y - 90), width: 1280,
+                                     height: Math.min(area.height + 90, 900) } });
+      await tab.click('#flame-reset');
+      out.resetWidth = (await frames())[pick].width;
+    }
+    out.markers = await tab.$$eval('#timeline circle.ev', (cs) => cs.map((c) => ({
+      kind: c.getAttribute('data-kind'), x: +c.getAttribute('cx'),
+      title: c.querySelector('title') ? c.querySelector('title').textContent : '' })));
+    out.events = await tab.$eval('#timeline', (s) => +s.getAttribute('data-events'))
+                          .catch(() => 0);
+    out.swatches = await tab.$$eval('.legend .key', (ks) => ks.map((k) =>
+        getComputedStyle(k).backgroundColor));
+    await tab.fill('#flame-search', '').catch(() => {});
+    await tab.mouse.move(0, 0);
+    await tab.screenshot({ path: shot, fullPage: true });
+  } finally {
+    await browser.close();
+  }
+  process.stdout.write(JSON.stringify(out) + '\n');
+})().catch((e) => {
+  process.stderr.write(String(e && e.stack || e) + '\n');
+  process.exit(1);
+});
