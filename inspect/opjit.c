@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* `opjit`: the command-line face of the profile database. main() reads the global options
- * (--help, --version) and hands the rest of the line to one subcommand (cmd_*.c). */
+ * (--help, --version, --man) and hands the rest of the line to one subcommand (cmd_*.c). The
+ * help texts (here and each command's) are the one source of the man page (--man). */
 #include "cmd.h"
 #include "table.h"
 
+#include "agent/opt.h"
 #include "store/store.h"
 
 #include <ctype.h>
@@ -90,21 +92,157 @@ int ins_parse_sig(const ins_cmd_t *cmd, const char *text, char *prefix)
   return 0;
 }
 
+/* The text `opjit --help` prints around the command list, and the man page's (opjit --man):
+ * one source for both. */
+static const char description[] =
+    "Run programs under the opjit agent and read the profiles it records.\n";
+static const char common[] =
+    "Every command takes --db PATH (default: $OPJIT_DB, else $XDG_CACHE_HOME/opjit/profile.db,\n"
+    "else ~/.cache/opjit/profile.db) and -h/--help; data commands take --json.\n"
+    "opjit help COMMAND is opjit COMMAND --help.\n";
+static const char exit_status[] =
+    "exit status:\n"
+    "  0    success\n"
+    "  1    failure: unusable or missing database, no such run or signature, agent not found\n"
+    "  2    usage error\n"
+    "  run  the program's own status, 128+N when signal N ended it, 126 when it cannot be\n"
+    "       executed, 127 when it is not found\n";
+
 static void global_help(FILE *f)
 {
-  fputs("usage: opjit [--help | --version] COMMAND [ARGS...]\n\n"
-        "Run programs under the opjit agent and read the profiles it records.\n\n"
-        "commands:\n", f);
+  fprintf(f, "usage: opjit [--help | --version | --man] COMMAND [ARGS...]\n\n%s\ncommands:\n",
+          description);
   for (size_t i = 0; i < NCOMMANDS; i++)
     fprintf(f, "  %-9s %s\n", commands[i]->name, commands[i]->summary);
-  fputs("\nEvery command takes --db PATH (default: $OPJIT_DB, else $XDG_CACHE_HOME/opjit/"
-        "profile.db,\nelse ~/.cache/opjit/profile.db) and -h/--help; data commands take --json.\n"
-        "\nexit status:\n"
-        "  0    success\n"
-        "  1    failure: unusable or missing database, no such run or signature, agent not found\n"
-        "  2    usage error\n"
-        "  run: the program's own status, 128+N when signal N ended it, 126 when it cannot be\n"
-        "       executed, 127 when it is not found\n", f);
+  fprintf(f, "\n%s\n%s", common, exit_status);
+}
+
+/* ---- the man page: the help texts above and of every command, as roff ------------------- */
+
+/* Writes s[0..n) as roff text: backslashes and hyphens escaped, a leading '.' or '\'' kept
+ * from being read as a request. */
+static void roff_text(FILE *f, const char *s, size_t n)
+{
+  if (n && (s[0] == '.' || s[0] == '\''))
+    fputs("\\&", f);
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '\\')
+      fputs("\\e", f);
+    else if (s[i] == '-')
+      fputs("\\-", f);
+    else
+      fputc(s[i], f);
+  }
+}
+
+/* Writes a help text as man paragraphs. The help texts' layout is the markup: a blank line
+ * ends a paragraph; an unindented line ending in ':' heads a list whose "  ITEM  text" lines
+ * become tagged paragraphs (deeper lines continue the text); a line indented by four spaces
+ * or more elsewhere is an example, kept as it is; the rest is prose, filled. A text that is
+ * a list without its heading starts with list set. */
+static void roff_help(FILE *f, const char *text, int list)
+{
+  enum { PROSE, LIST, EXAMPLE, NONE } in = list ? LIST : NONE;
+  for (const char *p = text; *p;) {
+    size_t len = strcspn(p, "\n"), ind = strspn(p, " ");
+    const char *line = p;
+    p += len + (p[len] == '\n');
+    if (in == EXAMPLE && (len == 0 || ind < 4 || ind >= len)) {
+      fputs(".fi\n.RE\n", f);
+      in = NONE;
+    }
+    if (ind >= len) { /* blank */
+      in = NONE;
+      continue;
+    }
+    if (ind == 0 && line[len - 1] == ':') {
+      fputs(".PP\n.B ", f);
+      roff_text(f, line, len);
+      fputc('\n', f);
+      in = LIST;
+    } else if (in == LIST && ind == 2) {
+      const char *gap = strstr(line + 2, "  ");
+      size_t item = gap && gap < line + len ? (size_t)(gap - line) - 2 : len - 2;
+      fputs(".TP\n\\fB", f);
+      roff_text(f, line + 2, item);
+      fputs("\\fR\n", f);
+      size_t rest = 2 + item + strspn(line + 2 + item, " ");
+      if (rest < len) {
+        roff_text(f, line + rest, len - rest);
+        fputc('\n', f);
+      }
+    } else if (in == LIST) {
+      roff_text(f, line + ind, len - ind);
+      fputc('\n', f);
+    } else if (ind >= 4) {
+      if (in != EXAMPLE)
+        fputs(".PP\n.RS 4\n.nf\n", f);
+      in = EXAMPLE;
+      roff_text(f, line + 4, len - 4);
+      fputc('\n', f);
+    } else {
+      if (in != PROSE)
+        fputs(".PP\n", f);
+      in = PROSE;
+      roff_text(f, line + ind, len - ind);
+      fputc('\n', f);
+    }
+  }
+  if (in == EXAMPLE)
+    fputs(".fi\n.RE\n", f);
+}
+
+/* The OPJIT_* variables the agent reads (agent/opt.h's table), as a list. */
+static void roff_options(FILE *f)
+{
+  for (int id = 0; id < AG_OPT__COUNT; id++) {
+    const ag_opt_desc_t *d = ag_opt_desc(id);
+    fputs(".TP\n.B ", f);
+    roff_text(f, d->var, strlen(d->var));
+    fputc('\n', f);
+    roff_text(f, d->help, strlen(d->help));
+    fputs(" (default: ", f);
+    roff_text(f, *d->def ? d->def : "unset", strlen(*d->def ? d->def : "unset"));
+    if (d->choices) {
+      fputs("; one of ", f);
+      roff_text(f, d->choices, strlen(d->choices));
+    }
+    fputs(")\n", f);
+  }
+}
+
+/* Writes the man page opjit(1): the global help, every command's help, the options. */
+static void man_page(FILE *f)
+{
+  fprintf(f, ".\\\" Generated by opjit --man from the help texts: edit those, not this file.\n"
+             ".TH OPJIT 1 \"\" \"opjit %s\" \"User Commands\"\n"
+             ".SH NAME\nopjit \\- run programs under the opjit JIT agent and read their profiles\n"
+             ".SH SYNOPSIS\n.nf\n\\fBopjit\\fR [\\-\\-help | \\-\\-version | \\-\\-man]\n",
+          OPJIT_VERSION);
+  for (size_t i = 0; i < NCOMMANDS; i++) {
+    fprintf(f, "\\fBopjit %s\\fR ", commands[i]->name);
+    roff_text(f, commands[i]->synopsis, strlen(commands[i]->synopsis));
+    fputc('\n', f);
+  }
+  fputs(".fi\n.SH DESCRIPTION\n", f);
+  roff_help(f, description, 0);
+  roff_help(f, common, 0);
+  fputs(".SH COMMANDS\n", f);
+  for (size_t i = 0; i < NCOMMANDS; i++) {
+    fprintf(f, ".SS \"opjit %s\"\n.B opjit %s\n", commands[i]->name, commands[i]->name);
+    roff_text(f, commands[i]->synopsis, strlen(commands[i]->synopsis));
+    fputs("\n.PP\n", f);
+    roff_text(f, commands[i]->summary, strlen(commands[i]->summary));
+    fputs(".\n", f);
+    roff_help(f, commands[i]->help, 0);
+  }
+  fputs(".SH ENVIRONMENT\nThe agent reads these variables in the program it is preloaded into "
+        "(opjit doctor shows their effective values):\n", f);
+  roff_options(f);
+  fputs(".SH EXIT STATUS\n", f);
+  roff_help(f, exit_status + strlen("exit status:\n"), 1);
+  fputs(".SH FILES\n.TP\n.I ~/.cache/opjit/profile.db\nthe profile database (SQLite), unless "
+        "\\-\\-db, OPJIT_DB or XDG_CACHE_HOME say otherwise\n", f);
 }
 
 int main(int argc, char **argv)
@@ -122,6 +260,10 @@ int main(int argc, char **argv)
           return ins_help(commands[i]);
     global_help(stdout);
     return INS_EXIT_OK;
+  }
+  if (strcmp(word, "--man") == 0) {
+    man_page(stdout);
+    return fflush(stdout) ? INS_EXIT_FAIL : INS_EXIT_OK;
   }
   if (strcmp(word, "--version") == 0 || strcmp(word, "-V") == 0) {
     printf("opjit %s (database schema %d)\n", OPJIT_VERSION, ST_SCHEMA_VERSION);

@@ -5,14 +5,14 @@
 # libraries from npm (@node-llama-cpp/linux-x64 and node-llama-cpp, 3.22.1) into
 # third_party/llama, with the ggml/llama headers from the source bundle node-llama-cpp carries
 # (third_party/llama/src), and playwright-core from npm into third_party/playwright (the
-# browser test drives Debian's chromium with it).
+# browser test drives Debian's chromium with it; groff formats the man page in a test).
 # Idempotent: what is there already is left alone (no network).
 set -eu
 cd "$(dirname "$0")/.."
 pkgs="build-essential cmake pkg-config libsqlite3-dev sqlite3 libcjson-dev libcriterion-dev
       libblas3 libopenblas0-pthread python3-numpy valgrind libunwind8 libdw-dev llvm-19-dev git
       clang-19 libclang-rt-19-dev libprotobuf-c-dev protobuf-c-compiler zlib1g-dev golang-go
-      chromium"
+      chromium groff-base"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' ||
