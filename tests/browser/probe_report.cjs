@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Drives an `opjit report` page in headless Chromium (playwright-core) as a reader would and
 // prints what it saw as one JSON object for test_browser.c to judge: console errors, the
-// flame graph's zoom, search and tooltip, the timeline's markers. Saves a screenshot of the
-// page, and SHOT-zoomed.png of the flame graph zoomed and searched with a tooltip.
+// flame graph's zoom, search and tooltip, the timeline's markers (and the step that failed,
+// if one did). Saves a screenshot of the page, and SHOT-zoomed.png of the flame graph zoomed
+// and searched with a tooltip.
 // Usage: node probe_report.cjs PLAYWRIGHT_CORE_DIR CHROMIUM PAGE.html SHOT.png
 'use strict';
 const [playwrightDir, browserPath, page, shot] = process.argv.slice(2);
@@ -14,6 +15,7 @@ const { chromium } = require(playwrightDir);
                                           args: ['--no-sandbox', '--disable-gpu'] });
   try {
     const tab = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    tab.setDefaultTimeout(10000);
     tab.on('console', (m) => { if (m.type() === 'error') out.errors.push(m.text()); });
     tab.on('pageerror', (e) => out.errors.push(String(e)));
     tab.on('requestfailed', (r) => out.errors.push('request failed: ' + r.url()));
@@ -80,6 +82,8 @@ const { chromium } = require(playwrightDir);
     await tab.fill('#flame-search', '').catch(() => {});
     await tab.mouse.move(0, 0);
     await tab.screenshot({ path: shot, fullPage: true });
+  } catch (e) { /* a step the page did not allow: said, with what was seen before it */
+    out.failed = String(e && e.message || e).split('\n')[0];
   } finally {
     await browser.close();
   }

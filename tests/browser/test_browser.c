@@ -103,6 +103,8 @@ Test(browser, report_of_a_real_run_zooms_searches_explains_and_marks_the_jit_eve
   proc_free(&p);
 
   cJSON *seen = probe(node);
+  const cJSON *failed = cJSON_GetObjectItemCaseSensitive(seen, "failed");
+  cr_expect(!failed, "the probe stopped: %s", cJSON_IsString(failed) ? failed->valuestring : "?");
   const cJSON *e, *errors = item(seen, "errors"), *requests = item(seen, "requests");
   cJSON_ArrayForEach(e, errors) cr_expect_fail("console: %s", e->valuestring);
   cr_expect_eq(cJSON_GetArraySize(requests), 1, "the page loads nothing but itself");
