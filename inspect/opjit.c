@@ -136,33 +136,33 @@ static void roff_text(FILE *f, const char *s, size_t n)
 }
 
 /* Writes a help text as man paragraphs. The help texts' layout is the markup: a blank line
- * ends a paragraph; an unindented line ending in ':' heads a list whose "  ITEM  text" lines
- * become tagged paragraphs (deeper lines continue the text); a line indented by four spaces
- * or more elsewhere is an example, kept as it is; the rest is prose, filled. A text that is
- * a list without its heading starts with list set. */
-static void roff_help(FILE *f, const char *text, int list)
+ * ends a paragraph; an unindented line ending in ':' that starts one heads a list; a line
+ * "  ITEM  text" (two spaces in, two or more after ITEM) is a list's tagged paragraph, the
+ * deeper lines after it continue its text; a line indented by four spaces or more elsewhere
+ * is an example, kept as it is; the rest is prose, filled. */
+static void roff_help(FILE *f, const char *text)
 {
-  enum { PROSE, LIST, EXAMPLE, NONE } in = list ? LIST : NONE;
+  enum { NONE, PROSE, LIST, EXAMPLE } in = NONE;
   for (const char *p = text; *p;) {
     size_t len = strcspn(p, "\n"), ind = strspn(p, " ");
     const char *line = p;
     p += len + (p[len] == '\n');
-    if (in == EXAMPLE && (len == 0 || ind < 4 || ind >= len)) {
+    const char *gap = ind == 2 ? strstr(line + 2, "  ") : NULL;
+    if (gap && (gap >= line + len || gap == line + 2))
+      gap = NULL;
+    if (in == EXAMPLE && (ind < 4 || ind >= len || gap)) {
       fputs(".fi\n.RE\n", f);
       in = NONE;
     }
     if (ind >= len) { /* blank */
       in = NONE;
-      continue;
-    }
-    if (ind == 0 && line[len - 1] == ':') {
+    } else if (in == NONE && ind == 0 && line[len - 1] == ':') {
       fputs(".PP\n.B ", f);
       roff_text(f, line, len);
       fputc('\n', f);
       in = LIST;
-    } else if (in == LIST && ind == 2) {
-      const char *gap = strstr(line + 2, "  ");
-      size_t item = gap && gap < line + len ? (size_t)(gap - line) - 2 : len - 2;
+    } else if (gap || (in == LIST && ind == 2)) {
+      size_t item = gap ? (size_t)(gap - line) - 2 : len - 2;
       fputs(".TP\n\\fB", f);
       roff_text(f, line + 2, item);
       fputs("\\fR\n", f);
@@ -171,7 +171,8 @@ static void roff_help(FILE *f, const char *text, int list)
         roff_text(f, line + rest, len - rest);
         fputc('\n', f);
       }
-    } else if (in == LIST) {
+      in = LIST;
+    } else if (in == LIST && ind > 2) {
       roff_text(f, line + ind, len - ind);
       fputc('\n', f);
     } else if (ind >= 4) {
@@ -201,13 +202,19 @@ static void roff_options(FILE *f)
     roff_text(f, d->var, strlen(d->var));
     fputc('\n', f);
     roff_text(f, d->help, strlen(d->help));
-    fputs(" (default: ", f);
-    roff_text(f, *d->def ? d->def : "unset", strlen(*d->def ? d->def : "unset"));
-    if (d->choices) {
-      fputs("; one of ", f);
-      roff_text(f, d->choices, strlen(d->choices));
+    if (*d->def) {
+      fputs(" (default: ", f);
+      roff_text(f, d->def, strlen(d->def));
+      fputs(d->choices ? "; " : ")", f);
+    } else if (d->choices) {
+      fputs(" (", f);
     }
-    fputs(")\n", f);
+    if (d->choices) {
+      fputs(d->kind == AG_OK_FLAGS ? "a comma list of " : "one of ", f);
+      roff_text(f, d->choices, strlen(d->choices));
+      fputc(')', f);
+    }
+    fputc('\n', f);
   }
 }
 
@@ -225,8 +232,8 @@ static void man_page(FILE *f)
     fputc('\n', f);
   }
   fputs(".fi\n.SH DESCRIPTION\n", f);
-  roff_help(f, description, 0);
-  roff_help(f, common, 0);
+  roff_help(f, description);
+  roff_help(f, common);
   fputs(".SH COMMANDS\n", f);
   for (size_t i = 0; i < NCOMMANDS; i++) {
     fprintf(f, ".SS \"opjit %s\"\n.B opjit %s\n", commands[i]->name, commands[i]->name);
@@ -234,13 +241,13 @@ static void man_page(FILE *f)
     fputs("\n.PP\n", f);
     roff_text(f, commands[i]->summary, strlen(commands[i]->summary));
     fputs(".\n", f);
-    roff_help(f, commands[i]->help, 0);
+    roff_help(f, commands[i]->help);
   }
   fputs(".SH ENVIRONMENT\nThe agent reads these variables in the program it is preloaded into "
         "(opjit doctor shows their effective values):\n", f);
   roff_options(f);
   fputs(".SH EXIT STATUS\n", f);
-  roff_help(f, exit_status + strlen("exit status:\n"), 1);
+  roff_help(f, exit_status + strlen("exit status:\n"));
   fputs(".SH FILES\n.TP\n.I ~/.cache/opjit/profile.db\nthe profile database (SQLite), unless "
         "\\-\\-db, OPJIT_DB or XDG_CACHE_HOME say otherwise\n", f);
 }
