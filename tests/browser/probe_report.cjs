@@ -2,8 +2,8 @@
 // Drives an `opjit report` page in headless Chromium (playwright-core) as a reader would and
 // prints what it saw as one JSON object for test_browser.c to judge: console errors, the
 // flame graph's zoom, search and tooltip, the timeline's markers (and the step that failed,
-// if one did). Saves a screenshot of the page, and SHOT-zoomed.png of the flame graph zoomed
-// and searched with a tooltip.
+// if one did), and the same page without JavaScript. Saves a screenshot of the page, and
+// SHOT-zoomed.png of the flame graph zoomed and searched with a tooltip.
 // Usage: node probe_report.cjs PLAYWRIGHT_CORE_DIR CHROMIUM PAGE.html SHOT.png
 'use strict';
 const [playwrightDir, browserPath, page, shot] = process.argv.slice(2);
@@ -82,6 +82,18 @@ const { chromium } = require(playwrightDir);
     await tab.fill('#flame-search', '').catch(() => {});
     await tab.mouse.move(0, 0);
     await tab.screenshot({ path: shot, fullPage: true });
+
+    // Without JavaScript: every drawing still there, with its plain tooltips; no dead controls.
+    const ctx = await browser.newContext({ javaScriptEnabled: false });
+    const bare = await ctx.newPage();
+    await bare.goto('file://' + page, { waitUntil: 'load' });
+    out.nojs = await bare.evaluate(() => ({
+      frames: document.querySelectorAll('#flame g.f rect').length,
+      titled: document.querySelectorAll('#flame g.f > title').length,
+      markers: document.querySelectorAll('#timeline circle.ev > title').length,
+      tools: getComputedStyle(document.querySelector('.flame-tools')).display,
+      height: document.body.scrollHeight }));
+    await ctx.close();
   } catch (e) { /* a step the page did not allow: said, with what was seen before it */
     out.failed = String(e && e.message || e).split('\n')[0];
   } finally {

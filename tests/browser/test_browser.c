@@ -147,6 +147,14 @@ Test(browser, report_of_a_real_run_zooms_searches_explains_and_marks_the_jit_eve
   cr_expect_gt(cJSON_GetArraySize(swatches), 6);
   cJSON_ArrayForEach(e, swatches) cr_expect_str_neq(e->valuestring, "rgba(0, 0, 0, 0)");
 
+  /* Without JavaScript: the same drawings, each frame and marker with its own title, and no
+   * search box or button that would do nothing. */
+  const cJSON *nojs = item(seen, "nojs");
+  cr_expect_eq(num(nojs, "frames"), num(seen, "frames"));
+  cr_expect_eq(num(nojs, "titled"), num(seen, "frames"));
+  cr_expect_eq(num(nojs, "markers"), nevents);
+  cr_expect_str_eq(str(nojs, "tools"), "none");
+
   cr_expect_eq(access(SHOT, R_OK), 0, "no screenshot at " SHOT);
   cJSON_Delete(seen);
   cJSON_Delete(events);
