@@ -315,7 +315,8 @@ static void write_jit(const ins_report_t *rep)
     fputs("<tr><td>", f);
     ins_html_esc(f, r->status);
     fprintf(f, "</td><td class=\"r\">%lld</td><td class=\"r\">%.1f%%</td><td class=\"r\">%s"
-               "</td><td class=\"r\">%s</td><td class=\"r\">%s</td><td class=\"r\">%s</td><td>",
+               "</td><td class=\"r\">%s</td><td class=\"r\">%s</td><td class=\"r\">%s</td>"
+               "<td class=\"nw\">",
             (long long)r->split.vcalls, ins_pct(r->split.vcalls, r->split.calls),
             ins_fmt_ns(ins_split_vmean(&r->split), v, sizeof v),
             ins_fmt_ns(ins_split_omean(&r->split), o, sizeof o),
