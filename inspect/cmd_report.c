@@ -345,7 +345,8 @@ static void write_report(const ins_report_t *rep)
   write_table(rep);
   write_jit(rep);
   ins_report_flame(rep);
-  fprintf(rep->f, "<p class=\"note\">opjit %s</p>\n<script>\n%s</script>\n</body></html>\n",
+  fprintf(rep->f, "<p class=\"note\">opjit %s</p>\n<div id=\"tip\" role=\"tooltip\"></div>\n"
+                  "<script>\n%s</script>\n</body></html>\n",
           OPJIT_VERSION, ins_report_js);
 }
 

@@ -1,11 +1,78 @@
 /* SPDX-License-Identifier: MIT */
 /* opjit report's script (inlined into every page by report_assets.c): the flame graph zooms
  * on a click (the frame becomes the root, its callers stay above it, faded), searches frame
- * names, and shows a tooltip per frame. The page reads completely without it: every drawing
- * is static SVG with <title> tooltips, which this script replaces by its own. */
+ * names, and shows a tooltip per frame; the timeline's markers get the same tooltip. The page
+ * reads completely without it: every drawing is static SVG with <title> tooltips, which this
+ * script replaces by its own. */
 (function () {
   'use strict';
   document.documentElement.classList.add('js');
+  var tip = document.getElementById('tip');
+
+  /* Shows the tooltip near the pointer of event ev with lines, each [label, text] ('' label:
+   * the text alone, as the title line). */
+  function showTip(ev, lines) {
+    tip.textContent = '';
+    lines.forEach(function (l, i) {
+      if (i)
+        tip.appendChild(document.createElement('br'));
+      if (l[0]) {
+        var b = document.createElement('b');
+        b.textContent = l[0] + ': ';
+        tip.appendChild(b);
+      }
+      tip.appendChild(document.createTextNode(l[1]));
+    });
+    tip.style.display = 'block';
+    var x = ev.clientX + 14, y = ev.clientY + 14;
+    if (x + tip.offsetWidth > window.innerWidth - 8)
+      x = Math.max(8, ev.clientX - tip.offsetWidth - 14);
+    if (y + tip.offsetHeight > window.innerHeight - 8)
+      y = Math.max(8, ev.clientY - tip.offsetHeight - 14);
+    tip.style.left = x + 'px';
+    tip.style.top = y + 'px';
+  }
+  function hideTip() { tip.style.display = 'none'; }
+
+  /* The element's <title> text, removed (this script's tooltip takes its place). */
+  function takeTitle(el) {
+    var title = el.querySelector('title');
+    if (!title)
+      return '';
+    el.removeChild(title);
+    return title.textContent;
+  }
+
+  function pct(n, of) { return (100 * n / of).toFixed(n * 1000 >= of ? 1 : 2) + '%'; }
+
+  /* ---- the timeline: a marker's event, or a lane's signature, in the tooltip ---- */
+  var timeline = document.getElementById('timeline');
+  if (timeline) {
+    Array.prototype.forEach.call(timeline.querySelectorAll('g.lane, circle.ev'), function (el) {
+      el._tip = takeTitle(el);
+    });
+    timeline.addEventListener('mousemove', function (ev) {
+      var c = ev.target.closest ? ev.target.closest('circle.ev') : null;
+      var lane = ev.target.closest ? ev.target.closest('g.lane') : null;
+      if (!lane) {
+        hideTip();
+        return;
+      }
+      var name = lane.getAttribute('data-name'), lines = [['', name],
+                                                          ['signature', lane.getAttribute('data-sig')]];
+      if (c) { /* its title: "TIME: KIND NAME[: DETAIL]" */
+        var t = c.getAttribute('data-t'), kind = c.getAttribute('data-kind');
+        var head = t + ': ' + kind + ' ' + name + ': ';
+        lines.unshift(['', kind + ' at ' + t + ' into the run']);
+        if (c._tip.indexOf(head) === 0)
+          lines.push(['detail', c._tip.slice(head.length)]);
+      }
+      showTip(ev, lines);
+    });
+    timeline.addEventListener('mouseleave', hideTip);
+  }
+
+  /* ---- the flame graph ---- */
   var svg = document.getElementById('flame');
   if (!svg)
     return;
@@ -14,9 +81,7 @@
                library: "operator's library", jit: 'JIT code'};
   var frames = [];
   Array.prototype.forEach.call(svg.querySelectorAll('g.f'), function (g) {
-    var title = g.querySelector('title');
-    if (title)
-      g.removeChild(title); /* this script's tooltip takes its place */
+    takeTitle(g);
     var rect = g.querySelector('rect'), text = g.querySelector('text');
     if (!text) {
       text = document.createElementNS(svg.namespaceURI, 'text');
@@ -25,17 +90,15 @@
     var name = g.getAttribute('data-n'), tick = name.indexOf('`');
     var kind = /k-(\w+)/.exec(rect.getAttribute('class'));
     g._f = {g: g, rect: rect, text: text, name: name, lower: name.toLowerCase(),
-                 module: tick > 0 ? name.slice(0, tick) : '', symbol: name.slice(tick + 1),
-                 kind: kind ? kinds[kind[1]] || kind[1] : '', o: +g.getAttribute('data-o'),
-                 s: +g.getAttribute('data-s'), d: +g.getAttribute('data-d'),
-                 y: +rect.getAttribute('y')};
+            module: tick > 0 ? name.slice(0, tick) : '', symbol: name.slice(tick + 1),
+            kind: kind ? kinds[kind[1]] || kind[1] : '', o: +g.getAttribute('data-o'),
+            s: +g.getAttribute('data-s'), d: +g.getAttribute('data-d'),
+            y: +rect.getAttribute('y')};
     frames.push(g._f);
   });
   if (!frames.length)
     return;
   var root = frames[0], zoomed = root, total = root.s || 1;
-
-  function pct(n, of) { return (100 * n / of).toFixed(n * 1000 >= of ? 1 : 2) + '%'; }
 
   /* Shows f at x, w px: its rectangle, and its name cut to what fits. */
   function place(f, x, w) {
@@ -74,7 +137,8 @@
 
   /* Marks the frames whose name holds the search text; says how many samples they cover
    * (nested matches counted once) of the whole and of the zoomed frame. */
-  var input = document.getElementById('flame-search'), status = document.getElementById('flame-status');
+  var input = document.getElementById('flame-search');
+  var status = document.getElementById('flame-status');
   function search() {
     var q = input.value.trim().toLowerCase(), spans = [];
     frames.forEach(function (f) {
@@ -105,7 +169,6 @@
   input.addEventListener('input', search);
   document.getElementById('flame-reset').addEventListener('click', function () { zoom(root); });
 
-  var tip = document.getElementById('tip');
   function frameOf(ev) {
     var g = ev.target.closest ? ev.target.closest('g.f') : null;
     return g ? g._f : null;
@@ -118,33 +181,14 @@
   svg.addEventListener('mousemove', function (ev) {
     var f = frameOf(ev);
     if (!f) {
-      tip.style.display = 'none';
+      hideTip();
       return;
     }
-    tip.textContent = '';
-    var lines = [['', f.symbol], ['module', f.module || '\u2014'], ['kind', f.kind],
+    showTip(ev, [['', f.symbol], ['module', f.module || '\u2014'], ['kind', f.kind],
                  ['samples', f.s + ' (' + pct(f.s, total) + ' of all' +
                   (zoomed === root || f.d < zoomed.d ? '' : ', ' + pct(f.s, zoomed.s) +
-                   ' of the zoomed frame') + ')']];
-    lines.forEach(function (l, i) {
-      if (i)
-        tip.appendChild(document.createElement('br'));
-      if (l[0]) {
-        var b = document.createElement('b');
-        b.textContent = l[0] + ': ';
-        tip.appendChild(b);
-      }
-      tip.appendChild(document.createTextNode(l[1]));
-    });
-    tip.style.display = 'block';
-    var x = ev.clientX + 14, y = ev.clientY + 14;
-    if (x + tip.offsetWidth > window.innerWidth - 8)
-      x = Math.max(8, ev.clientX - tip.offsetWidth - 14);
-    if (y + tip.offsetHeight > window.innerHeight - 8)
-      y = Math.max(8, ev.clientY - tip.offsetHeight - 14);
-    tip.style.left = x + 'px';
-    tip.style.top = y + 'px';
+                   ' of the zoomed frame') + ')']]);
   });
-  svg.addEventListener('mouseleave', function () { tip.style.display = 'none'; });
+  svg.addEventListener('mouseleave', hideTip);
   zoom(root);
 })();

@@ -84,7 +84,7 @@ void ins_report_flame(const ins_report_t *rep)
           "role=\"img\" data-frames=\"%" PRId64 "\">\n",
           FLAME_WIDTH, (depth + 1) * FLAME_ROW, nodes);
   draw_frame(f, rep->flame, (double)FLAME_WIDTH / (double)rep->flame->samples, rep->flame->samples);
-  fputs("</svg>\n<div id=\"tip\" role=\"tooltip\"></div>\n", f);
+  fputs("</svg>\n", f);
 }
 
 /* ---- timeline ---------------------------------------------------------------------------- */
@@ -162,7 +162,8 @@ static void draw_event(FILE *f, const ins_report_event_t *e, double x, double cy
   fprintf(f, "<circle class=\"ev ev-%s\" cx=\"%.2f\" cy=\"%.1f\" r=\"%.1f\" data-kind=\"",
           ev_kinds[ev_kind(e->kind)].cls, x, cy, ev_kinds[ev_kind(e->kind)].live ? 5.5 : 4.0);
   ins_html_esc(f, e->kind);
-  fprintf(f, "\"><title>%s: ", ins_fmt_ns((double)e->offset_ns, t, sizeof t));
+  ins_fmt_ns((double)e->offset_ns, t, sizeof t);
+  fprintf(f, "\" data-t=\"%s\"><title>%s: ", t, t);
   ins_html_esc(f, e->kind);
   fputs(" ", f);
   ins_html_esc(f, e->name);
@@ -190,12 +191,12 @@ static void draw_means(FILE *f, const ins_report_jit_t *j, double x, int y, doub
   char vb[32], ob[32], xb[32], text[128];
   if (v <= 0 || o <= 0)
     return;
-  int n = snprintf(text, sizeof text, "%s per call, original %s (%s)",
-                   ins_fmt_ns(v, vb, sizeof vb), ins_fmt_ns(o, ob, sizeof ob),
+  int n = snprintf(text, sizeof text, "%s per call, original %s (%s)", ins_fmt_ns(v, vb, sizeof vb),
+                   ins_fmt_ns(o, ob, sizeof ob),
                    ins_fmt_speedup(ins_split_speedup(&j->split), xb, sizeof xb));
   if (n * CHAR_PX + 12 <= room)
-    fprintf(f, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"end\">%s</text>\n", x - 6,
-            y + TL_LANE - 7, text);
+    fprintf(f, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"end\">%s</text>\n", x - 6, y + TL_LANE - 7,
+            text);
 }
 
 /* One signature's lane at y: the original library's time grey, its kernel's time green (with
@@ -208,7 +209,9 @@ static void draw_lane(const timeline_t *tl, const lane_t *l, int y)
   double x0 = tl->x0, pw = tl->pw, span = tl->span;
   const ins_report_jit_t *j = jit_of(rep, l->sig);
   double cy = y + TL_LANE / 2.0;
-  fputs("<g class=\"lane\"><title>", f);
+  fputs("<g class=\"lane\" data-name=\"", f);
+  ins_html_esc(f, l->name);
+  fprintf(f, "\" data-sig=\"%s\"><title>", l->sig);
   ins_html_esc(f, l->name);
   fprintf(f, " (%s)</title><text x=\"0\" y=\"%d\">", l->sig, y + TL_LANE - 7);
   ins_html_esc_clip(f, l->name, (int)((TL_LABEL - 70) / CHAR_PX));

@@ -73,8 +73,20 @@ const { chromium } = require(playwrightDir);
       out.resetWidth = (await frames())[pick].width;
     }
     out.markers = await tab.$$eval('#timeline circle.ev', (cs) => cs.map((c) => ({
-      kind: c.getAttribute('data-kind'), x: +c.getAttribute('cx'),
-      title: c.querySelector('title') ? c.querySelector('title').textContent : '' })));
+      kind: c.getAttribute('data-kind'), x: +c.getAttribute('cx'), t: c.getAttribute('data-t') })));
+    const marker = await tab.$('#timeline circle.ev[data-kind="published"]') ||
+                   await tab.$('#timeline circle.ev');
+    if (marker) {
+      await marker.scrollIntoViewIfNeeded();
+      const box = await marker.boundingBox();
+      const x = box.x + box.width / 2, y = box.y + box.height / 2;
+      await tab.mouse.move(x, y);
+      out.markerTip = await tab.$eval('#tip', (t) => ({
+        shown: getComputedStyle(t).display !== 'none', text: t.innerText }));
+      // The marker on top there (a verification is drawn over its publication).
+      out.markerKind = await tab.evaluate(([x, y]) =>
+          document.elementFromPoint(x, y).getAttribute('data-kind'), [x, y]);
+    }
     out.events = await tab.$eval('#timeline', (s) => +s.getAttribute('data-events'))
                           .catch(() => 0);
     out.swatches = await tab.$$eval('.legend .key', (ks) => ks.map((k) =>

@@ -135,12 +135,19 @@ Test(browser, report_of_a_real_run_zooms_searches_explains_and_marks_the_jit_eve
             "status: %s", str(seen, "status"));
   cr_expect_str_eq(str(seen, "hitFill"), "rgb(224, 64, 251)");
 
-  /* The timeline: one marker per event of the run, each titled with its kind. */
+  /* The timeline: one marker per event of the run, each with its kind and time, and the
+   * tooltip on hover says which event, when, on which signature. */
   const cJSON *markers = item(seen, "markers");
   cr_expect_gt(nevents, 0, "the demo's hot 16x16 sgemm is queued at least");
   cr_expect_eq(cJSON_GetArraySize(markers), nevents);
   cr_expect_eq(num(seen, "events"), nevents);
-  cJSON_ArrayForEach(e, markers) cr_expect(strstr(str(e, "title"), str(e, "kind")));
+  cJSON_ArrayForEach(e, markers) cr_expect(*str(e, "kind") && *str(e, "t"));
+  const cJSON *mtip = item(seen, "markerTip");
+  const char *mtext = str(mtip, "text");
+  cr_expect(cJSON_IsTrue(item(mtip, "shown")), "no tooltip on a marker");
+  cr_expect(strstr(mtext, str(seen, "markerKind")) && strstr(mtext, " into the run") &&
+                strstr(mtext, "signature: "),
+            "marker tooltip: %s", mtext);
 
   /* Every legend swatch has a colour. */
   const cJSON *swatches = item(seen, "swatches");

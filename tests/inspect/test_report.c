@@ -143,7 +143,7 @@ Test(report, timeline_marks_every_event_and_counts_only_kernels_that_served)
   cr_expect(strstr(html, "<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"timeline\""));
   cr_expect(strstr(html, "data-events=\"6\""));
   cr_expect_eq(count(html, "<circle class=\"ev "), 6, "one marker per event");
-  cr_expect_eq(count(html, "<g class=\"lane\">"), 2);
+  cr_expect_eq(count(html, "<g class=\"lane\" "), 2);
   cr_expect_eq(count(html, "<rect class=\"tl-jit\""), 2, "A from 5 to 8 ms, B from 9 ms on");
   cr_expect(strstr(html, ">max 1</text>"), "B's demotion before publication takes none away");
   cr_expect(strstr(html, "won its duel &lt;fast &amp; sure&gt;</title>"));
