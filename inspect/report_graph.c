@@ -155,12 +155,20 @@ static const char *axis_label(double ns, double step, char *buf, size_t len)
   return buf;
 }
 
+/* Whether e published a kernel that won its duel against the original (agent/tier.c says so
+ * in the detail). */
+static int won_duel(const ins_report_event_t *e)
+{
+  return strcmp(e->kind, "published") == 0 && strstr(e->detail, "won its duel");
+}
+
 /* One event's marker on a lane whose centre is at cy, with its tooltip. */
 static void draw_event(FILE *f, const ins_report_event_t *e, double x, double cy)
 {
   char t[32];
-  fprintf(f, "<circle class=\"ev ev-%s\" cx=\"%.2f\" cy=\"%.1f\" r=\"%.1f\" data-kind=\"",
-          ev_kinds[ev_kind(e->kind)].cls, x, cy, ev_kinds[ev_kind(e->kind)].live ? 5.5 : 4.0);
+  fprintf(f, "<circle class=\"ev ev-%s%s\" cx=\"%.2f\" cy=\"%.1f\" r=\"%.1f\" data-kind=\"",
+          ev_kinds[ev_kind(e->kind)].cls, won_duel(e) ? " won" : "", x, cy,
+          ev_kinds[ev_kind(e->kind)].live ? 5.5 : 4.0);
   ins_html_esc(f, e->kind);
   ins_fmt_ns((double)e->offset_ns, t, sizeof t);
   fprintf(f, "\" data-t=\"%s\"><title>%s: ", t, t);
@@ -328,6 +336,11 @@ void ins_report_timeline(const ins_report_t *rep)
     if (n)
       fprintf(f, "<span class=\"key ev ev-%s\"></span>%s (%zu)", ev_kinds[k].cls,
               ev_kinds[k].legend, n);
+    size_t won = 0; /* told after "published" */
+    for (size_t i = 0; strcmp(ev_kinds[k].kind, "published") == 0 && i < rep->nevents; i++)
+      won += won_duel(&rep->events[i]) != 0;
+    if (won)
+      fprintf(f, "<span class=\"key ev ev-published won\"></span>of which won a duel (%zu)", won);
   }
   fprintf(f,
           "</p>\n<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"timeline\" width=\"%d\" "

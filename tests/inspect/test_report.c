@@ -148,6 +148,9 @@ Test(report, timeline_marks_every_event_and_counts_only_kernels_that_served)
   cr_expect(strstr(html, ">max 1</text>"), "B's demotion before publication takes none away");
   cr_expect(strstr(html, "won its duel &lt;fast &amp; sure&gt;</title>"));
   cr_expect(strstr(html, "<span class=\"key ev ev-demoted\"></span>demoted (2)"));
+  cr_expect_eq(count(html, "<circle class=\"ev ev-published won\""), 1);
+  cr_expect(strstr(html, "</span>compiled and placed (1)<span class=\"key ev ev-published won\">"
+                         "</span>of which won a duel (1)"));
   expect_self_contained(html);
   proc_free(&p);
 }
