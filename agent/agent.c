@@ -11,6 +11,7 @@
  * the next writes the same rows again. */
 #define _GNU_SOURCE
 #include "agent.h"
+#include "opjit.h"
 #include "log.h"
 #include "machine.h"
 #include "opt.h"
@@ -815,6 +816,13 @@ static int stop_writer(const char *status, int try)
 static pid_t active_pid;
 
 static int ours(void) { return atomic_load(&ag_active) && getpid() == active_pid; }
+
+AG_EXPORT int opjit_settle(long timeout_ms)
+{
+  if (!ours() || ag_opts.num[AG_OPT_MODE] != AG_MODE_JIT)
+    return -1;
+  return ag_tier_settle(timeout_ms > 0 ? timeout_ms : 0);
+}
 
 static void agent_atexit(void)
 {

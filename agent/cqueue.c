@@ -2,6 +2,7 @@
 /* The compile queue (cqueue.h): a LIFO array under a mutex, and its threads' loop. */
 #include "cqueue.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <time.h>
 
@@ -29,9 +30,12 @@ static void *cq_main(void *arg)
     while (q->len) {
       uint32_t i = q->items[--q->len];
       int alone = q->len == 0;
+      q->busy++;
       pthread_mutex_unlock(&q->mu);
       ops->compile(ops->ctx, i, alone);
       pthread_mutex_lock(&q->mu);
+      if (--q->busy <= 0 && q->len == 0)
+        pthread_cond_broadcast(&q->idle);
     }
     pthread_mutex_unlock(&q->mu);
     long ms = ops->between(ops->ctx);
@@ -63,10 +67,20 @@ int ag_cq_start(ag_cqueue_t *q, int max_threads)
   return q->nthreads ? 0 : -1;
 }
 
+int ag_cq_wait_idle(ag_cqueue_t *q, const struct timespec *deadline)
+{
+  while (q->len || q->busy > 0)
+    if (pthread_cond_timedwait(&q->idle, &q->mu, deadline) == ETIMEDOUT)
+      return q->len || q->busy > 0;
+  return 0;
+}
+
 void ag_cq_after_fork_child(ag_cqueue_t *q)
 {
   pthread_mutex_init(&q->mu, NULL);
   pthread_cond_init(&q->cond, NULL);
+  pthread_cond_init(&q->idle, NULL);
   q->len = 0;
   q->nthreads = 0;
+  q->busy = 0;
 }

@@ -30,14 +30,17 @@ typedef struct ag_cq_ops_s {
 typedef struct ag_cqueue_s {
   pthread_mutex_t mu;
   pthread_cond_t cond;
+  pthread_cond_t idle; /* broadcast when the queue is empty and no thread compiles */
   uint32_t items[AG_CQ_MAX]; /* [0, len): oldest first */
   unsigned len;
   int nthreads; /* started */
+  int busy;     /* threads inside ops->compile */
   const ag_cq_ops_t *ops;
 } ag_cqueue_t;
 #define AG_CQUEUE_INIT(ops_)                                                                       \
   {                                                                                                \
-    .mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .ops = (ops_)               \
+    .mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,                             \
+    .idle = PTHREAD_COND_INITIALIZER, .ops = (ops_)                                                \
   }
 
 /* The queue's mutex: held around the calls marked "locked" (the caller may decide what to queue
@@ -54,6 +57,10 @@ void ag_cq_push(ag_cqueue_t *q, uint32_t i);
  * (nothing queued will be compiled), else 0. */
 int ag_cq_start(ag_cqueue_t *q, int max_threads);
 
+/* Locked: waits until nothing is queued and no thread is inside ops->compile, or until deadline
+ * (CLOCK_REALTIME) passes. Returns 0 when idle, 1 at the deadline. A queue whose threads cannot
+ * start (ag_cq_start said -1) never becomes idle by itself: the caller knows and does not wait. */
+int ag_cq_wait_idle(ag_cqueue_t *q, const struct timespec *deadline);
 /* Fork child: the threads did not survive; the queue is empty, its mutex and condition fresh. */
 void ag_cq_after_fork_child(ag_cqueue_t *q);
 

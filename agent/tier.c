@@ -728,6 +728,25 @@ void ag_tier_keep_original(ag_entry_t *e)
   atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_DEMOTED);
 }
 
+int ag_tier_settle(long ms)
+{
+  if (atomic_load(&jit_dead))
+    return 0; /* what is queued fails at once, or was never taken */
+  struct timespec dl = ag_deadline_after(CLOCK_REALTIME, ms);
+  /* A warm start deciding holds back what calls make hot (ag_tier_hold): it queues them when it
+   * is done. */
+  uint64_t until = ag_now_ns() + (uint64_t)ms * 1000000u;
+  while (atomic_load(&hold_hot))
+    if (ag_now_ns() >= until)
+      return 1;
+    else
+      usleep(1000);
+  ag_cq_lock(&cq);
+  int rc = ag_cq_wait_idle(&cq, &dl);
+  ag_cq_unlock(&cq);
+  return rc;
+}
+
 void ag_tier_queue(ag_entry_t *e, const char *why)
 {
   if (ag_hot_calls && !atomic_load(&jit_dead))

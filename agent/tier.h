@@ -81,6 +81,10 @@ void ag_tier_keep_original(ag_entry_t *e);
 
 /* Queues cold entry e for compilation now (the profile says it is hot). */
 void ag_tier_queue(ag_entry_t *e, const char *why);
+/* Waits until the warm start has decided, no signature is queued and no compile (its
+ * verification and duel included) runs, at most ms: 0 once idle, 1 at the deadline. Any thread
+ * but a compile thread or the writer. */
+int ag_tier_settle(long ms);
 
 /* Places a persisted kernel (jit/objload.h) as e's variant: published at once, not verified
  * again (it was verified in the run that stored it, and its checksum was checked), watched

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The compile queue with real threads: the newest signature is taken first, a full queue
  * refuses more, threads start with the first signature and one more per signature queued behind
- * another up to the maximum, a push wakes a waiting thread at once, and the idle step comes as
- * often as it asks. Compiles here are callbacks that record what they were given. */
+ * another up to the maximum, a push wakes a waiting thread at once, the idle step comes as
+ * often as it asks, and a wait for idle ends once nothing is queued or compiling. Compiles here are callbacks that record what they were given. */
 #include "agent/cqueue.h"
 
 #include <criterion/criterion.h>
@@ -139,6 +139,40 @@ Test(cqueue, a_push_wakes_a_waiting_thread_and_the_idle_step_comes_as_asked)
   between_ms = 1;
   push(&q, 3, 1); /* from now on the thread looks every millisecond */
   cr_assert_geq(wait_for(betweens_seen, 20), 20);
+}
+
+/* The deadline for ag_cq_wait_idle, ms from now. */
+static struct timespec after_ms(long ms)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  t.tv_sec += ms / 1000, t.tv_nsec += (ms % 1000) * 1000000;
+  if (t.tv_nsec >= 1000000000)
+    t.tv_sec++, t.tv_nsec -= 1000000000;
+  return t;
+}
+
+Test(cqueue, waiting_for_idle_ends_when_the_queue_is_empty_and_no_compile_runs)
+{
+  static ag_cqueue_t q = AG_CQUEUE_INIT(&ops);
+  struct timespec dl = after_ms(0);
+  ag_cq_lock(&q);
+  cr_assert_eq(ag_cq_wait_idle(&q, &dl), 0, "nothing queued: idle at once");
+  ag_cq_unlock(&q);
+  atomic_store(&hold_first, 1);
+  push(&q, 1, 1);
+  cr_assert_eq(wait_for(compiles_entered, 1), 1);
+  push(&q, 2, 1);
+  dl = after_ms(50);
+  ag_cq_lock(&q);
+  cr_assert_eq(ag_cq_wait_idle(&q, &dl), 1, "a compile is running: not idle by the deadline");
+  ag_cq_unlock(&q);
+  atomic_store(&hold_first, 0);
+  dl = after_ms(10000);
+  ag_cq_lock(&q);
+  cr_assert_eq(ag_cq_wait_idle(&q, &dl), 0);
+  cr_assert_eq(done(), 2, "idle only once both were compiled");
+  ag_cq_unlock(&q);
 }
 
 Test(cqueue, a_fork_child_starts_with_no_queue_and_no_thread)
