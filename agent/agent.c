@@ -76,6 +76,7 @@ static int64_t run_id;
 static int store_dead;
 static int store_retry; /* the last step met a transient error (locked, full) */
 static uint64_t *flushed_calls; /* per entry: calls at the last successful flush */
+static uint32_t *flushed_gen;   /* per entry: its state's generation then (tier.h) */
 static uint32_t flushed_cap;
 static uint64_t flushed_overflow;
 static uint32_t flushed_n; /* entries [0, flushed_n) have their signature rows in the database */
@@ -394,31 +395,36 @@ static void begin_run(void)
     ag_log(AG_LOG_INFO, "run %lld started", (long long)run_id);
 }
 
-/* Writes every signature whose count moved since the last successful flush. */
+/* Writes every signature whose count or JIT state moved since the last successful flush. */
 static void flush(void)
 {
   uint32_t n = ag_table_count(ag_table);
   if (n > flushed_cap) {
     uint64_t *p = realloc(flushed_calls, n * sizeof *p);
-    if (!p)
+    if (p)
+      flushed_calls = p;
+    uint32_t *g = p ? realloc(flushed_gen, n * sizeof *g) : NULL;
+    if (!g)
       return;
     memset(p + flushed_cap, 0, (n - flushed_cap) * sizeof *p);
-    flushed_calls = p, flushed_cap = n;
+    memset(g + flushed_cap, 0, (n - flushed_cap) * sizeof *g);
+    flushed_gen = g, flushed_cap = n;
   }
   st_sig_rec_t *recs = calloc(n ? n : 1, sizeof *recs);
   char (*text)[4][256] = calloc(n ? n : 1, sizeof *text);
   uint64_t *total = calloc(n ? n : 1, sizeof *total), *calls = calloc(n ? n : 1, sizeof *calls);
   uint64_t *vtotal = calloc(n ? n : 1, sizeof *vtotal);
-  uint32_t *idx = calloc(n ? n : 1, sizeof *idx);
+  uint32_t *idx = calloc(n ? n : 1, sizeof *idx), *gens = calloc(n ? n : 1, sizeof *gens);
+  ag_reason_t *whys = calloc(n ? n : 1, sizeof *whys);
   size_t m = 0;
   uint64_t overflow = atomic_load(&ag_overflow_calls);
-  if (!recs || !text || !total || !calls || !idx || !vtotal)
+  if (!recs || !text || !total || !calls || !idx || !vtotal || !gens || !whys)
     goto out;
   ag_tcount_sum(total, vtotal, n);
   for (uint32_t i = 0; i < n; i++) {
     ag_entry_t *e = ag_table_entry(ag_table, i);
     uint64_t c = total[i];
-    if (c == flushed_calls[i])
+    if (c == flushed_calls[i] && ag_tier_reason_gen(i) == flushed_gen[i])
       continue;
     st_sig_rec_t *r = &recs[m];
     snprintf(text[m][0], sizeof text[m][0], "%016llx", (unsigned long long)ag_sig_hash(&e->key));
@@ -430,6 +436,9 @@ static void flush(void)
     *r = (st_sig_rec_t){.key = &e->key, .key_len = sizeof e->key, .sig = text[m][0],
                         .op = text[m][1], .name = text[m][2], .params = text[m][3],
                         .calls = c, .timed_calls = timed, .timed_ns = tns};
+    gens[m] = ag_tier_reason(i, c, &whys[m]);
+    if (whys[m].state != AG_STATE_UNDECIDED)
+      r->state = ag_state_name(whys[m].state), r->reason = whys[m].text;
     calls[m] = c;
     idx[m++] = i;
   }
@@ -443,11 +452,11 @@ static void flush(void)
     goto out;
   }
   for (size_t j = 0; j < m; j++)
-    flushed_calls[idx[j]] = calls[j];
+    flushed_calls[idx[j]] = calls[j], flushed_gen[idx[j]] = gens[j];
   flushed_overflow = overflow;
   flushed_n = n;
 out:
-  free(recs), free(text), free(total), free(vtotal), free(calls), free(idx);
+  free(recs), free(text), free(total), free(vtotal), free(calls), free(idx), free(gens), free(whys);
 }
 
 /* ---- sampling (on the writer thread) ----------------------------------------------------- */
@@ -1067,7 +1076,9 @@ static void atfork_child(void)
                         "not recorded");
   }
   free(flushed_calls);
+  free(flushed_gen);
   flushed_calls = NULL;
+  flushed_gen = NULL;
   flushed_cap = 0;
   flushed_overflow = 0;
   atomic_store(&ag_overflow_calls, 0);

@@ -2,6 +2,8 @@
 /* Promotion policy (policy.h). */
 #include "policy.h"
 
+#include <stdio.h>
+
 int ag_policy_class(uint32_t m, uint32_t n, uint32_t k)
 {
   double v = (double)(m ? m : 1) * (n ? n : 1) * (k ? k : 1);
@@ -36,9 +38,30 @@ double ag_policy_charge(double compile_ns, long busy, long ncpu)
 int ag_policy_pays_back(const ag_policy_t *p, int cls, double spent_ns, double charge,
                         long payback, int idle)
 {
-  if (spent_ns * ag_policy_gain(p, cls) >= (double)payback * charge)
-    return 1;
-  return idle && p->gain_n[cls] == 0 && atomic_load(&p->trials[cls]) == 0 ? 2 : 0;
+  return ag_policy_decide(p, cls, spent_ns, charge, payback, idle, NULL, 0);
+}
+
+int ag_policy_decide(const ag_policy_t *p, int cls, double spent_ns, double charge, long payback,
+                     int idle, char *why, size_t len)
+{
+  double gain = ag_policy_gain(p, cls), saved = spent_ns * gain, cost = (double)payback * charge;
+  int pb = saved >= cost ? 1
+           : idle && p->gain_n[cls] == 0 && atomic_load(&p->trials[cls]) == 0 ? 2
+                                                                               : 0;
+  if (!why || !len)
+    return pb;
+  if (!payback) {
+    snprintf(why, len, "hot (OPJIT_HOT_PAYBACK=0: no payback test)");
+    return pb;
+  }
+  snprintf(why, len, "%s%.3g ms spent x %.0f%% expected saving = %.3g ms %s %ld x %.3g ms "
+           "compile charge%s (OPJIT_HOT_PAYBACK)",
+           pb == 1 ? "pays back: " : pb == 2 ? "its size's trial (no kernel of its size measured "
+                                               "yet, a core is idle): "
+                                             : "not worth a compile yet: ",
+           spent_ns / 1e6, 100 * gain, saved / 1e6, pb == 1 ? ">=" : "<", payback, charge / 1e6,
+           idle ? " (idle core)" : "");
+  return pb;
 }
 
 int ag_policy_take_trial(ag_policy_t *p, int cls)

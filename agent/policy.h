@@ -19,6 +19,7 @@
 #define OPJIT_AGENT_POLICY_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define AG_POLICY_CLASSES 6     /* cube root of m n k up to 8, 16, 32, 64, 128, more */
@@ -52,6 +53,11 @@ double ag_policy_charge(double compile_ns, long busy, long ncpu);
  * compile) and its trial is still free; else 0. */
 int ag_policy_pays_back(const ag_policy_t *p, int cls, double spent_ns, double charge,
                         long payback, int idle);
+/* ag_policy_pays_back, with the decision in words into why (len bytes): the figures it weighed
+ * (time spent, expected saving, OPJIT_HOT_PAYBACK, the compile's charge) and which way they
+ * went, as a signature's state shows it (reason.h). */
+int ag_policy_decide(const ag_policy_t *p, int cls, double spent_ns, double charge, long payback,
+                     int idle, char *why, size_t len);
 
 /* Takes class cls's trial once its compile is queued: 1, or 0 when another took it first. */
 int ag_policy_take_trial(ag_policy_t *p, int cls);

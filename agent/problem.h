@@ -24,6 +24,11 @@ typedef struct ag_vrun_s {
  * generator cannot build it, or a dimension passes max_dim (OPJIT_JIT_MAX_DIM; max_dim^2 for a
  * vector's length). */
 int ag_problem_of(const ag_sig_t *k, long max_dim, jt_gemm_t *g, int *swap);
+/* ag_problem_of, saying why when it returns 0: one sentence naming the limit the key passes (a
+ * dimension, the dtype, a transpose, the layout, the host, OPJIT_JIT_MAX_DIM) into why (len
+ * bytes; NULL: none wanted). */
+int ag_problem_check(const ag_sig_t *k, long max_dim, jt_gemm_t *g, int *swap, char *why,
+                     size_t len);
 
 /* The kernel family of g, as the machine model keeps compile times (machine.h): "mm",
  * "add_rms_mul", "dot" or "gemm". */

@@ -28,7 +28,8 @@ typedef struct ag_entry_s {
   _Atomic uint64_t vtimed, vtimed_ns;  /* variant's timed calls */
   uint64_t base_timed, base_ns;        /* original's timing when the variant was published */
   uint64_t compile_ns;                 /* the variant's compile time */
-  uint32_t tier_flags;                 /* compile thread only: 1 = speed verdict taken */
+  uint32_t tier_flags;                 /* compile thread only: 1 = speed verdict taken, 2 = the
+                                          judge found the published variant faster */
   _Atomic uint32_t fails;              /* compile failures so far (backoff, then blacklist) */
   _Atomic uint64_t guard_miss;         /* calls a variant could not take: a guard failed */
 } __attribute__((aligned(64))) ag_entry_t;

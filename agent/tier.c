@@ -8,6 +8,7 @@
  *   verify.h     the numerics of verification against the original
  *   events.h     the event log the writer records
  *   policy.h, compare.h  promotion, and the never-slower judge (cmp_mu)
+ *   reason.h     each signature's state and why, set by the decision that moved it (decide)
  * What stays here: the hot tests, compile_one and publish, the watch (demotions), fork.
  *
  * Never slower: once a variant is published, short original bursts (agent.c, ag_call_pick)
@@ -27,6 +28,7 @@
 #include "persist.h"
 #include "policy.h"
 #include "problem.h"
+#include "reason.h"
 #include "host.h"
 #include "hosts/blas.h"
 #include "verify.h"
@@ -80,6 +82,7 @@ static ag_cmp_t *cmps;
 static uint64_t *watched_calls;
 enum { AG_DEMOTED_SLOWER = 0, AG_DEMOTED_TIE, AG_DEMOTED_GUARD };
 static uint8_t *demoted;
+static float *duel_won; /* per entry: the median ratio of the duel its variant won (0: none) */
 static pthread_mutex_t cmp_mu = PTHREAD_MUTEX_INITIALIZER;
 _Atomic int ag_tier_live, ag_tier_undecided;
 
@@ -96,6 +99,26 @@ static int size_class(const ag_entry_t *e) { return ag_policy_class(e->key.m, e-
 static ag_events_t events = AG_EVENTS_INIT;
 /* Records an event about entry e (events.h). */
 #define event(e, ...) ag_events_add(&events, (e)->index, __VA_ARGS__)
+
+/* Per entry: its state and why, as the last decision on it put them (reason.h). */
+static ag_reasons_t reasons = AG_REASONS_INIT;
+
+/* Every decision that moves a signature's state ends here: entry e is in state st, for the
+ * reason formatted from fmt; kind >= 0 also records the event of that kind in the same words. */
+static void decide(ag_entry_t *e, enum ag_state st, int kind, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void decide(ag_entry_t *e, enum ag_state st, int kind, const char *fmt, ...)
+{
+  char text[AG_REASON_LEN];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  if (ag_reasons_init(&reasons, ag_tcount_capacity) == 0)
+    ag_reason_set(&reasons, e->index, st, "%s", text);
+  if (kind >= 0)
+    event(e, kind, "%s", text);
+}
 
 /* Starts the comparison of e's variant, about to be published. */
 static void judge(ag_entry_t *e)
@@ -134,6 +157,8 @@ static int gemm_of(const ag_sig_t *k, jt_gemm_t *g, int *swap)
   return ag_problem_of(k, ag_opts.num[AG_OPT_JIT_MAX_DIM], g, swap);
 }
 
+static char jit_error[160]; /* why the JIT is unavailable, once load_jit failed */
+
 /* Loads libopjit-jit.so (and LLVM) beside the agent. */
 static int load_jit_now(void)
 {
@@ -142,8 +167,9 @@ static int load_jit_now(void)
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   const jt_api_t *api = h ? dlsym(h, JT_API_SYMBOL) : NULL;
   if (!api || api->abi != JT_API_ABI || api->init(err, sizeof err)) {
+    snprintf(jit_error, sizeof jit_error, "%s", api ? (err[0] ? err : "wrong ABI") : dlerror());
     ag_log(AG_LOG_WARN, "the JIT is unavailable (%s): every signature stays on the original "
-                        "library", api ? (err[0] ? err : "wrong ABI") : dlerror());
+                        "library", jit_error);
     return -1;
   }
   jit = api;
@@ -259,8 +285,9 @@ static int evict_one(void)
     retire(fn, snap, nsnap); /* not full: checked above */
     snap = NULL;
   }
-  event(e, AG_EV_EVICTED, "code cache full: served %llu calls, fewest of the ready variants",
-        (unsigned long long)vcalls[victim]);
+  decide(e, AG_STATE_WAITING, AG_EV_EVICTED, "evicted: code cache full, it served %llu calls, "
+         "the fewest of the ready variants; compiled again once hot again",
+         (unsigned long long)vcalls[victim]);
   rc = 0;
 out:
   free(calls), free(vcalls), free(snap);
@@ -310,27 +337,34 @@ static void set_persisted(uint32_t i, void *obj, size_t len, const char *symbol,
 /* The duel before publication (duel.h): BLAS kernels only (a ggml node's original cannot be
  * called alone; that host judges its kernels in graph rounds). A kernel that loses, or ties (no
  * gain: duel.h), is never published: demoted as the in-run judge demotes a loser, with its event,
- * and left on the original in later runs until the generator changes. The first verdict teaches
- * the promotion policy. slow: the test seam's kernel, run 16 times per call. said gets what the
- * publication's event should add ("" without a duel). Returns 1 when the kernel lost. Compile
- * thread only. */
-static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int slow, char *said,
+ * and left on the original in later runs until the generator changes (LOST or TIED, both
+ * medians in the reason). The first verdict teaches the promotion policy. reps: the test seam's
+ * (ag_blas_duel: 16 makes the kernel slower, -16 the original). said gets what the publication's
+ * event and reason should add: the duel's verdict, or why there was none. Returns 1 when the
+ * kernel lost. Compile thread only. */
+static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps, char *said,
                      size_t len)
 {
   uint64_t budget = compile_ns < DUEL_MIN_NS ? DUEL_MIN_NS : compile_ns > DUEL_MAX_NS ? DUEL_MAX_NS
                                                                                      : compile_ns;
   const ag_host_t *host = ag_host_of(e->key.host);
   ag_duel_result_t r;
-  *said = 0;
-  if (!ag_opts.num[AG_OPT_DUEL] || !host || !(host->traits & AG_HOST_DUELS))
+  if (!ag_opts.num[AG_OPT_DUEL] || !host || !(host->traits & AG_HOST_DUELS)) {
+    snprintf(said, len, "; no duel (%s): the in-run judge decides",
+             ag_opts.num[AG_OPT_DUEL] ? "its host's kernels are judged on the program's calls"
+                                      : "OPJIT_DUEL=0");
     return 0;
-  int rc = ag_blas_duel(&e->key, (void *)fn, ag_vrun[e->index].swapped, slow ? 16 : 1, budget, &r);
+  }
+  int rc = ag_blas_duel(&e->key, (void *)fn, ag_vrun[e->index].swapped, reps, budget, &r);
   if (rc == -2)
     return 1; /* the process is exiting: not published, no verdict kept */
-  if (rc)
+  if (rc) {
+    snprintf(said, len, "; no duel (no scratch operands of its shape): the in-run judge decides");
     return 0;
+  }
   if (r.verdict == AG_CMP_UNDECIDED) {
-    snprintf(said, len, "; no verdict in its duel (%u rounds)", r.rounds);
+    snprintf(said, len, "; no verdict in its duel (%u rounds): the in-run judge decides",
+             r.rounds);
     return 0;
   }
   snprintf(said, len, "; won its duel: variant %.0f ns per call, original %.0f ns (median ratio "
@@ -339,6 +373,7 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int slow
   e->tier_flags |= 1;
   ag_policy_learn(&policy, size_class(e), r.median);
   if (r.verdict == AG_CMP_FASTER) {
+    duel_won[e->index] = (float)r.median;
     pthread_mutex_unlock(&code_mu);
     return 0;
   }
@@ -349,9 +384,10 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int slow
   uint32_t i = e->index;
   atomic_store(&e->tier, AG_TIER_DEMOTED);
   demoted[i] = AG_DEMOTED_SLOWER;
-  event(e, AG_EV_DEMOTED, "%s before publication: variant %.0f ns per call, original %.0f ns "
-        "(duel on scratch operands; median ratio %.2f over %u rounds)",
-        r.verdict == AG_CMP_TIE ? "tie" : "slower", r.var_ns, r.orig_ns, r.median, r.rounds);
+  decide(e, r.verdict == AG_CMP_TIE ? AG_STATE_TIED : AG_STATE_LOST, AG_EV_DEMOTED,
+         "%s before publication: variant %.0f ns per call, original %.0f ns (duel on scratch "
+         "operands; median ratio %.2f over %u rounds)",
+         r.verdict == AG_CMP_TIE ? "tie" : "slower", r.var_ns, r.orig_ns, r.median, r.rounds);
   if (ag_persist_drop(&objects, i))
     event(e, AG_EV_INVALIDATED, "slower: %.0f ns per call, original %.0f ns", r.var_ns, r.orig_ns);
   return 1;
@@ -367,14 +403,16 @@ static void compile_one(uint32_t i, int idle)
   jt_gemm_fn fn = NULL;
   size_t size = 0, obj_len = 0;
   void *obj = NULL;
+  ag_reason_state(&reasons, i, AG_STATE_COMPILING); /* why it was queued stays the reason */
+  duel_won[i] = 0, e->tier_flags &= ~2u;             /* a new variant: no verdict on it yet */
   pthread_mutex_lock(&code_mu);
   free_retired();
   while (!ag_cc_fits(&cache, AG_CC_RESERVE) && evict_one() == 0)
     free_retired();
   if (!ag_cc_fits(&cache, AG_CC_RESERVE)) { /* nothing left to evict, or not freed yet */
     atomic_store(&e->tier, AG_TIER_COLD);
-    event(e, AG_EV_DEFERRED, "code cache full (%zu bytes): stays on the original until "
-          "evicted code is freed", cache.bytes);
+    decide(e, AG_STATE_DEFERRED, AG_EV_DEFERRED, "code cache full (%zu bytes, "
+           "OPJIT_CODE_CACHE_MB): stays on the original until evicted code is freed", cache.bytes);
     ag_cc_defer(&cache, i); /* when full, hot again later, it asks again */
     pthread_mutex_unlock(&code_mu);
     return;
@@ -417,7 +455,8 @@ static void compile_one(uint32_t i, int idle)
     free(obj);
     uint32_t fails = atomic_fetch_add(&e->fails, 1) + 1;
     atomic_store(&e->tier, fails >= 3 ? AG_TIER_FAILED : AG_TIER_COLD);
-    event(e, AG_EV_FAILED, "%s (%s)", err, fails >= 3 ? "blacklisted after 3 failures" : "will retry");
+    decide(e, AG_STATE_FAILED, AG_EV_FAILED, "%s (%s)", err,
+           fails >= 3 ? "blacklisted after 3 failures" : "will retry");
     pthread_mutex_unlock(&code_mu);
     ag_log_once(AG_LOG_WARN, "a kernel failed to compile (%s): its signature stays on the "
                              "original library", err);
@@ -435,7 +474,8 @@ static void compile_one(uint32_t i, int idle)
     atomic_store(&e->tier, AG_TIER_FAILED);
     pthread_mutex_unlock(&code_mu);
     ag_persist_drop(&objects, i);
-    event(e, AG_EV_VERIFY_FAILED, "self-test off by %.3g, bound %.3g: blacklisted", worst, bound);
+    decide(e, AG_STATE_FAILED, AG_EV_VERIFY_FAILED, "self-test off by %.3g, bound %.3g: "
+           "blacklisted", worst, bound);
     ag_log(AG_LOG_WARN, "a JIT kernel failed its self-test (off by %.3g): it is blacklisted, "
                         "results stay the original's", worst);
     return;
@@ -450,11 +490,13 @@ static void compile_one(uint32_t i, int idle)
   if (!tune) /* a tuning's several compiles and timings are not one compile's cost */
     ag_machine_note_compile(ag_problem_family(&shapes[i]), dt);
   pthread_mutex_unlock(&code_mu);
-  char said[128];
-  if (duel_lost(e, fn, dt, fault && strcmp(fault, "slow") == 0, said, sizeof said))
+  char said[160];
+  int reps = !fault ? 1 : !strcmp(fault, "slow") ? 16 : !strcmp(fault, "fast") ? -16 : 1;
+  if (duel_lost(e, fn, dt, reps, said, sizeof said))
     return;
+  /* the reason before the pointer: a writer that sees the variant serve sees why */
+  decide(e, AG_STATE_SERVING, AG_EV_PUBLISHED, "compiled in %.2f ms%s", (double)dt / 1e6, said);
   publish(e, (void *)fn, (int32_t)ag_opts.num[AG_OPT_VERIFY]);
-  event(e, AG_EV_PUBLISHED, "compiled in %.2f ms%s", (double)dt / 1e6, said);
 }
 
 void ag_tier_burst(ag_entry_t *e, uint32_t n, uint64_t ns)
@@ -464,6 +506,23 @@ void ag_tier_burst(ag_entry_t *e, uint32_t n, uint64_t ns)
   pthread_mutex_lock(&cmp_mu);
   ag_cmp_burst(&cmps[e->index], n, ns, atomic_load(&e->vtimed), atomic_load(&e->vtimed_ns));
   pthread_mutex_unlock(&cmp_mu);
+}
+
+/* The in-run judge found e's variant faster: that is now the basis of its serving, with the
+ * duel it won before publication, if any (a placed kernel had none in this run). */
+static void judged_faster(ag_entry_t *e, double vmean, double omean, double med, uint32_t rounds)
+{
+  ag_reason_t r;
+  ag_reason_get(&reasons, e->index, &r);
+  int placed = r.state == AG_STATE_PLACED;
+  char duel[64] = "";
+  if (duel_won[e->index] > 0)
+    snprintf(duel, sizeof duel, "won its duel (median ratio %.2f), then ", duel_won[e->index]);
+  decide(e, placed ? AG_STATE_PLACED : AG_STATE_SERVING, -1,
+         "%s%s%.1fx faster on the program's calls: variant %.0f ns per call, original %.0f ns "
+         "(in-run judge: warm, interleaved; median ratio %.2f over %u rounds)",
+         placed ? "placed from the store; " : "", duel, omean / (vmean > 0 ? vmean : 1), vmean,
+         omean, med, rounds);
 }
 
 /* Demotes READY variants that measure slower than the original, by the judge's rule
@@ -485,8 +544,9 @@ static void watch_speed(void)
       demoted[i] = AG_DEMOTED_GUARD;
       /* a stored object stays: the guards fail on this program's data */
       ag_persist_discard(&objects, i);
-      event(e, AG_EV_INVALIDATED, "guard: %llu of %llu calls failed the variant's guards",
-            (unsigned long long)miss, (unsigned long long)(miss + hits));
+      decide(e, AG_STATE_DEMOTED, AG_EV_INVALIDATED, "guard: %llu of %llu calls failed the "
+             "variant's guards (C overlapping A or B)", (unsigned long long)miss,
+             (unsigned long long)(miss + hits));
       continue;
     }
     pthread_mutex_lock(&cmp_mu);
@@ -510,20 +570,25 @@ static void watch_speed(void)
       e->tier_flags |= 1;
       ag_policy_learn(&policy, size_class(e), med);
     }
-    if (v == AG_CMP_FASTER)
+    if (v == AG_CMP_FASTER) {
+      if (!(e->tier_flags & 2)) { /* the judge's first word on it: the basis of its serving */
+        e->tier_flags |= 2;
+        judged_faster(e, vmean, omean, med, rounds);
+      }
       continue;
+    }
     atomic_store_explicit(&e->variant, NULL, memory_order_release);
     atomic_store(&e->tier, AG_TIER_DEMOTED);
     live--;
     if (v == AG_CMP_TIE) { /* the original stays for this run; the stored kernel is kept */
       demoted[i] = AG_DEMOTED_TIE;
-      event(e, AG_EV_DEMOTED, "tie: variant %.0f ns per call, original %.0f ns (warm, "
-            "interleaved; median ratio %.2f over %u rounds): the original stays for this run",
-            vmean, omean, med, rounds);
+      decide(e, AG_STATE_TIED, AG_EV_DEMOTED, "tie: variant %.0f ns per call, original %.0f ns "
+             "(warm, interleaved; median ratio %.2f over %u rounds): the original stays for this "
+             "run", vmean, omean, med, rounds);
       continue;
     }
-    event(e, AG_EV_DEMOTED, "variant %.0f ns per call, original %.0f ns (warm, interleaved; "
-          "median ratio %.2f over %u rounds)", vmean, omean, med, rounds);
+    decide(e, AG_STATE_DEMOTED, AG_EV_DEMOTED, "variant %.0f ns per call, original %.0f ns "
+           "(warm, interleaved; median ratio %.2f over %u rounds)", vmean, omean, med, rounds);
     if (ag_persist_drop(&objects, i))
       event(e, AG_EV_INVALIDATED, "slower: %.0f ns per call, original %.0f ns", vmean, omean);
   }
@@ -550,7 +615,10 @@ static void compile_next(void *ctx, uint32_t i, int alone)
     compile_one(i, alone);
   } else {
     atomic_store(&jit_dead, 1);
-    atomic_store(&ag_table_entry(ag_table, i)->tier, AG_TIER_FAILED);
+    ag_entry_t *e = ag_table_entry(ag_table, i);
+    atomic_store(&e->tier, AG_TIER_FAILED);
+    decide(e, AG_STATE_FAILED, -1, "the JIT is unavailable (%s): the original library serves",
+           jit_error);
   }
 }
 
@@ -594,7 +662,7 @@ static void enqueue_counted(ag_entry_t *e, const char *why, int pb)
  * model's compile time for its kernel family on this CPU (machine.h: measured over this and
  * earlier runs) and the threads that call operators now (registered operator threads against
  * the online CPUs: a library's own thread pool is not seen). */
-static int pays_back(const ag_entry_t *e, double spent_ns)
+static int pays_back(const ag_entry_t *e, double spent_ns, char *why, size_t len)
 {
   static _Atomic long ncpu;
   if (!atomic_load_explicit(&ncpu, memory_order_relaxed))
@@ -604,8 +672,8 @@ static int pays_back(const ag_entry_t *e, double spent_ns)
   jt_gemm_t g;
   int row;
   double ns = (double)ag_machine_compile_ns(gemm_of(&e->key, &g, &row) ? ag_problem_family(&g) : "gemm");
-  return ag_policy_pays_back(&policy, size_class(e), spent_ns, ag_policy_charge(ns, busy, ncpu),
-                             ag_opts.num[AG_OPT_HOT_PAYBACK], busy < ncpu);
+  return ag_policy_decide(&policy, size_class(e), spent_ns, ag_policy_charge(ns, busy, ncpu),
+                          ag_opts.num[AG_OPT_HOT_PAYBACK], busy < ncpu, why, len);
 }
 
 void ag_tier_hold(int on)
@@ -635,27 +703,34 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n)
   uint64_t timed, tns;
   ag_entry_orig_timed(e, &timed, &tns);
   int pb = 1;
+  char test[AG_REASON_LEN - 40] = "", why[AG_REASON_LEN];
   if (payback_applies(e) && timed) {
-    pb = pays_back(e, (double)n * (double)tns / (double)timed);
-    if (!pb)
-      return; /* not worth it yet: asked again every 4096 calls */
+    pb = pays_back(e, (double)n * (double)tns / (double)timed, test, sizeof test);
+    if (!pb) { /* not worth it yet: asked again every 4096 calls */
+      decide(e, AG_STATE_WAITING, -1, "after %llu calls, %s", (unsigned long long)n, test);
+      return;
+    }
   }
-  char why[64];
-  snprintf(why, sizeof why, "hot after %llu calls%s", (unsigned long long)n,
-           pb == 2 ? " (its size's trial)" : "");
+  snprintf(why, sizeof why, "hot after %llu calls%s%s", (unsigned long long)n, *test ? ": " : "",
+           test);
   enqueue_counted(e, why, pb);
 }
 
 void ag_tier_sampled(ag_entry_t *e, double cpu_ns)
 {
-  int pb;
   if (ag_hot_calls == 0 || !ag_opts.num[AG_OPT_HOT_PAYBACK] || atomic_load(&jit_dead) ||
-      atomic_load(&e->tier) != AG_TIER_COLD || atomic_load(&e->fails) ||
-      !(pb = pays_back(e, cpu_ns)))
+      atomic_load(&e->tier) != AG_TIER_COLD || atomic_load(&e->fails))
     return;
-  char why[64];
-  snprintf(why, sizeof why, "hot: %.1f ms of sampled CPU time%s", cpu_ns / 1e6,
-           pb == 2 ? " (its size's trial)" : "");
+  char test[AG_REASON_LEN - 48], why[AG_REASON_LEN];
+  int pb = pays_back(e, cpu_ns, test, sizeof test);
+  if (!pb) {
+    uint64_t calls, vcalls;
+    ag_tcount_sum_one(e->index, &calls, &vcalls);
+    if (calls < ag_hot_calls) /* else the calls' own test speaks for it (ag_tier_hot) */
+      decide(e, AG_STATE_WAITING, -1, "%.1f ms of sampled CPU time: %s", cpu_ns / 1e6, test);
+    return;
+  }
+  snprintf(why, sizeof why, "hot: %.1f ms of sampled CPU time: %s", cpu_ns / 1e6, test);
   enqueue_counted(e, why, pb);
 }
 
@@ -670,18 +745,34 @@ static int arrays(void)
     cmps = calloc(ag_tcount_capacity, sizeof *cmps);
     watched_calls = calloc(ag_tcount_capacity, sizeof *watched_calls);
     demoted = calloc(ag_tcount_capacity, sizeof *demoted);
+    duel_won = calloc(ag_tcount_capacity, sizeof *duel_won);
   }
-  return shapes && ag_vrun && objects.slots && cmps && watched_calls && demoted;
+  return shapes && ag_vrun && objects.slots && cmps && watched_calls && demoted && duel_won;
+}
+
+/* Whether a kernel can replace key k on this machine with these options: 1 with its problem in
+ * *g; 0 with the limit that stops it in why (len bytes). */
+static int compilable(const ag_sig_t *k, jt_gemm_t *g, int *row, char *why, size_t len)
+{
+  /* The generator needs AVX2 and FMA: OPJIT_ISA=sse2 leaves every signature on the library. */
+  if (ag_machine_isa() == AG_ISA_SSE2) {
+    snprintf(why, len, "no AVX2 and FMA (this CPU, or OPJIT_ISA=sse2): the kernels need both");
+    return 0;
+  }
+  return ag_problem_check(k, ag_opts.num[AG_OPT_JIT_MAX_DIM], g, row, why, len);
 }
 
 /* Computes the problem e's variant solves and what a call through it needs; 0 when e cannot
- * be compiled. cq locked, e not published. */
-static int prepare(ag_entry_t *e)
+ * be compiled, with why (len bytes). cq locked, e not published. */
+static int prepare(ag_entry_t *e, char *why, size_t len)
 {
   int row = 0;
   jt_gemm_t g;
-  /* The generator needs AVX2 and FMA: OPJIT_ISA=sse2 leaves every signature on the library. */
-  if (!arrays() || ag_machine_isa() == AG_ISA_SSE2 || !gemm_of(&e->key, &g, &row))
+  if (!arrays()) {
+    snprintf(why, len, "no memory for the JIT's tables");
+    return 0;
+  }
+  if (!compilable(&e->key, &g, &row, why, len))
     return 0;
   shapes[e->index] = g;
   ag_problem_extents(&g, row, &ag_vrun[e->index]); /* for the overlap guard, computed once */
@@ -699,15 +790,20 @@ static void start_thread(void)
  * if the queue needs one. */
 static void enqueue(ag_entry_t *e, const char *why)
 {
+  char no[AG_REASON_LEN];
   ag_cq_lock(&cq);
   uint32_t cold = AG_TIER_COLD;
-  if (atomic_load(&e->tier) != AG_TIER_COLD || ag_cq_full(&cq)) {
-    /* queued or served already, or the queue is full (asked again later) */
-  } else if (!prepare(e)) {
-    atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE);
+  if (atomic_load(&e->tier) != AG_TIER_COLD) {
+    /* queued or served already */
+  } else if (ag_cq_full(&cq)) {
+    decide(e, AG_STATE_WAITING, -1, "the compile queue is full: asked again at its next "
+           "promotion test (%s)", why);
+  } else if (!prepare(e, no, sizeof no)) {
+    if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE))
+      decide(e, AG_STATE_UNSUPPORTED, -1, "%s", no);
   } else if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_QUEUED)) {
     ag_cq_push(&cq, e->index);
-    event(e, AG_EV_QUEUED, "%s", why);
+    decide(e, AG_STATE_QUEUED, AG_EV_QUEUED, "%s", why);
     start_thread();
   }
   ag_cq_unlock(&cq);
@@ -718,14 +814,17 @@ int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns)
   if (ag_hot_calls == 0)
     return 0;
   /* Without a timing of the original calls decide. */
-  return payback_applies(e) && mean_ns > 0 ? pays_back(e, calls * mean_ns) == 1
+  return payback_applies(e) && mean_ns > 0 ? pays_back(e, calls * mean_ns, NULL, 0) == 1
                                            : calls >= (double)ag_hot_calls;
 }
 
 void ag_tier_keep_original(ag_entry_t *e)
 {
   uint32_t cold = AG_TIER_COLD;
-  atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_DEMOTED);
+  if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_DEMOTED))
+    decide(e, AG_STATE_LOST, -1, "its kernel by generator %d measured slower than the original "
+           "on this machine in an earlier run: the original serves until the generator changes",
+           JT_GENERATOR_VERSION);
 }
 
 int ag_tier_settle(long ms)
@@ -757,11 +856,13 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
                  size_t errlen)
 {
   uint64_t t0 = ag_now_ns();
+  char no[AG_REASON_LEN];
   ag_cq_lock(&cq);
   uint32_t cold = AG_TIER_COLD;
-  int ok = atomic_load(&e->tier) == AG_TIER_COLD && prepare(e);
-  if (!ok) /* not compilable with these options (OPJIT_JIT_MAX_DIM): NONE, as enqueue does */
-    atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE);
+  int ok = atomic_load(&e->tier) == AG_TIER_COLD && prepare(e, no, sizeof no);
+  /* not compilable with these options (OPJIT_JIT_MAX_DIM): NONE, as enqueue does */
+  if (!ok && atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE))
+    decide(e, AG_STATE_REFUSED, -1, "its stored kernel is not placed: %s", no);
   ag_cq_unlock(&cq);
   if (!ok) {
     snprintf(err, errlen, "the signature is not compilable with these options");
@@ -775,15 +876,19 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
     pthread_mutex_unlock(&code_mu);
     jt_obj_unload(&l);
     snprintf(err, errlen, "the code cache is full");
+    decide(e, AG_STATE_REFUSED, -1, "its stored kernel is not placed: the code cache is full "
+           "(OPJIT_CODE_CACHE_MB); compiled if it gets hot and room is made");
     return 1;
   }
   ag_cc_charge(&cache, l.map_len);
   add_code(l.fn, l.size, symbol, &l, obj, len);
   pthread_mutex_unlock(&code_mu);
   set_persisted(e->index, NULL, 0, symbol, 1);
+  double us = (double)(ag_now_ns() - t0) / 1e3;
+  decide(e, AG_STATE_PLACED, -1, "placed from the store (%zu bytes of code in %.0f us, no "
+         "compile; verified in the run that stored it): the in-run judge decides", l.size, us);
   publish(e, l.fn, 0); /* verified in the run that stored it; the checksum holds */
-  event(e, AG_EV_LOADED, "%zu bytes of code placed in %.0f us, no compile", l.size,
-        (double)(ag_now_ns() - t0) / 1e3);
+  event(e, AG_EV_LOADED, "%zu bytes of code placed in %.0f us, no compile", l.size, us);
   ag_cq_lock(&cq);
   start_thread(); /* it watches the variant's speed and guards */
   ag_cq_unlock(&cq);
@@ -802,7 +907,7 @@ void ag_tier_invalidate(ag_entry_t *e, const char *fmt, ...)
   ag_cq_unlock(&cq);
   if (ok)
     ag_persist_drop(&objects, e->index);
-  event(e, AG_EV_INVALIDATED, "%s", detail);
+  decide(e, AG_STATE_INVALIDATED, AG_EV_INVALIDATED, "%s", detail);
 }
 
 const char *ag_tier_status(uint32_t i)
@@ -821,6 +926,40 @@ const char *ag_tier_status(uint32_t i)
   default:
     return NULL;
   }
+}
+
+uint32_t ag_tier_reason_gen(uint32_t i) { return ag_reason_gen(&reasons, i); }
+
+uint32_t ag_tier_reason(uint32_t i, uint64_t calls, ag_reason_t *out)
+{
+  uint32_t gen = ag_reason_get(&reasons, i, out);
+  if (out->state != AG_STATE_UNDECIDED)
+    return gen;
+  ag_entry_t *e = ag_table_entry(ag_table, i);
+  jt_gemm_t g;
+  int row;
+  char *why = out->text;
+  size_t len = sizeof out->text;
+  out->state = AG_STATE_WAITING;
+  if (ag_hot_calls == 0) {
+    out->state = AG_STATE_OFF;
+    snprintf(why, len, "the JIT is off (OPJIT_MODE=profile): calls are counted and timed only");
+  } else if (atomic_load(&jit_dead)) {
+    out->state = AG_STATE_FAILED;
+    snprintf(why, len, "the JIT is unavailable (%s): the original library serves",
+             *jit_error ? jit_error : "no compile thread");
+  } else if (!compilable(&e->key, &g, &row, why, len)) {
+    out->state = AG_STATE_UNSUPPORTED;
+  } else if (calls < ag_hot_calls) {
+    snprintf(why, len, "not hot yet: %llu of the %llu calls (OPJIT_HOT_CALLS) before %s",
+             (unsigned long long)calls, (unsigned long long)ag_hot_calls,
+             payback_applies(e) ? "the payback test" : "it is compiled");
+  } else { /* the tests run per thread: calls spread over threads may not have reached one */
+    snprintf(why, len, "%llu calls: promotion is tested when one thread reaches "
+             "OPJIT_HOT_CALLS=%llu calls, then every 4096", (unsigned long long)calls,
+             (unsigned long long)ag_hot_calls);
+  }
+  return gen;
 }
 
 int ag_tier_persist(uint32_t i, ag_persist_t *out)
@@ -876,8 +1015,8 @@ static void verdict(ag_entry_t *e, double worst, double bound, long wi, long wj)
     atomic_store_explicit(&e->variant, NULL, memory_order_release);
     /* never stored, or stored by a race: deleted either way */
     ag_persist_drop(&objects, e->index);
-    event(e, AG_EV_VERIFY_FAILED, "C[%ld,%ld] off by %.3g, bound %.3g: blacklisted", wi, wj,
-          worst, bound);
+    decide(e, AG_STATE_FAILED, AG_EV_VERIFY_FAILED, "C[%ld,%ld] off by %.3g, bound %.3g: "
+           "blacklisted", wi, wj, worst, bound);
     ag_log(AG_LOG_WARN, "a JIT kernel disagreed with the original library (C[%ld,%ld] off by "
                         "%.3g): it is blacklisted, results stay the original's", wi, wj, worst);
   }
@@ -927,6 +1066,7 @@ void ag_tier_after_fork_child(void)
   ag_cc_after_fork_child(&cache);             /* the child's own deferrals start afresh */
   ag_code_after_fork_child();                 /* the code map */
   pthread_mutex_init(&cmp_mu, NULL);
+  ag_reasons_after_fork_child(&reasons);      /* the decisions so far stay */
   /* The tiers' own state. A warm start in the parent's writer did not survive. */
   atomic_store(&hold_hot, 0);
   /* The child's counters start from zero: its comparisons too. Whether a compile thread will
@@ -943,6 +1083,9 @@ void ag_tier_after_fork_child(void)
   /* Queued work died with the parent's compile thread: let it be hot again. */
   for (uint32_t i = 0; i < n; i++) {
     uint32_t queued = AG_TIER_QUEUED;
-    atomic_compare_exchange_strong(&ag_table_entry(ag_table, i)->tier, &queued, AG_TIER_COLD);
+    ag_entry_t *e = ag_table_entry(ag_table, i);
+    if (atomic_compare_exchange_strong(&e->tier, &queued, AG_TIER_COLD))
+      decide(e, AG_STATE_WAITING, -1, "its compile, queued in the parent process, did not "
+             "survive fork: queued again once hot in this one");
   }
 }

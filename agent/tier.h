@@ -23,6 +23,7 @@
 #include "events.h"
 #include "persist.h"
 #include "problem.h"
+#include "reason.h"
 #include "table.h"
 #include "verify.h"
 #include "../store/store.h"
@@ -103,6 +104,15 @@ void ag_tier_invalidate(ag_entry_t *e, const char *fmt, ...) __attribute__((form
  * original), "tied" (no faster within the judge's window: the original for this run only) or
  * "guarded" (most calls failed its guards); NULL for the other tiers. */
 const char *ag_tier_status(uint32_t i);
+
+/* Entry i's JIT state and why (reason.h) into *out, for the writer: as the tiers' last decision
+ * on it put them; for a signature no decision has touched yet, what the tiers say of it now:
+ * off (OPJIT_MODE=profile), failed (no JIT), unsupported (the limit named), else waiting
+ * (calls: its calls so far, against OPJIT_HOT_CALLS). Returns the decision's generation, as
+ * ag_tier_reason_gen. */
+uint32_t ag_tier_reason(uint32_t i, uint64_t calls, ag_reason_t *out);
+/* Entry i's decision generation: 0 before its first decision, then changed by each. Cheap. */
+uint32_t ag_tier_reason_gen(uint32_t i);
 
 /* Fills *out for entry i; returns 0 when the entry never had a variant nor an invalidation. */
 int ag_tier_persist(uint32_t i, ag_persist_t *out);

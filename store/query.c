@@ -47,7 +47,11 @@ static const char *const sql[ST_Q__N] = {
         "  THEN m.vcalls * (m.omean - m.vmean) ELSE 0 END),"
         " (SELECT v.status FROM variants v WHERE v.sig_id = s.id AND (?1 = 0 OR v.run_id = ?1)"
         "  ORDER BY v.run_id DESC LIMIT 1),"
-        " count(m.status)"
+        " count(m.status),"
+        " (SELECT r.state FROM run_sigs r WHERE r.sig_id = s.id AND (?1 = 0 OR r.run_id = ?1)"
+        "  ORDER BY r.run_id DESC LIMIT 1),"
+        " (SELECT r.reason FROM run_sigs r WHERE r.sig_id = s.id AND (?1 = 0 OR r.run_id = ?1)"
+        "  ORDER BY r.run_id DESC LIMIT 1)"
         " FROM means m JOIN signatures s ON s.id = m.sig_id"
         " GROUP BY s.id ORDER BY est DESC, sum(m.calls) DESC, s.sig",
     [ST_Q_RUN_EXISTS] = "SELECT count(*) FROM runs WHERE id = ?",
@@ -110,7 +114,7 @@ static const char *const sql[ST_Q__N] = {
         " v.calls, v.timed_calls, v.timed_ns, coalesce(rs.calls, 0),"
         " coalesce(rs.timed_calls, 0), coalesce(rs.timed_ns, 0),"
         " (SELECT count(DISTINCT w.llvm || '/' || w.cpu || '/' || w.generator) FROM variants w"
-        "  WHERE ?1 = 0 OR w.run_id = ?1), v.origin"
+        "  WHERE ?1 = 0 OR w.run_id = ?1), v.origin, rs.state, rs.reason"
         " FROM variants v JOIN signatures s ON s.id = v.sig_id"
         " LEFT JOIN run_sigs rs ON rs.run_id = v.run_id AND rs.sig_id = v.sig_id"
         " WHERE ?1 = 0 OR v.run_id = ?1 ORDER BY v.run_id DESC, v.calls DESC, s.sig",

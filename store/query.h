@@ -100,6 +100,9 @@ enum st_sig_col {
   ST_SIG_SAVING,    /* variant calls × (original mean − variant mean) where both are timed */
   ST_SIG_STATUS,    /* the newest variant's status; NULL: none */
   ST_SIG_NVARIANTS, /* runs with a variant */
+  ST_SIG_STATE,     /* the JIT state in the newest run (ST_JIT_STATES); NULL: not recorded
+                       (a run of an agent older than schema 7) */
+  ST_SIG_REASON,    /* why, in the words of the decision that set it; NULL likewise */
 };
 
 /* The columns of ST_Q_RUN. */
@@ -178,6 +181,8 @@ enum st_var_col {
   ST_VAR_SIG_TIMED_NS,
   ST_VAR_COMPILERS, /* distinct llvm/cpu/generator in the scope (the same on every row) */
   ST_VAR_ORIGIN,    /* compiled, loaded */
+  ST_VAR_STATE,     /* the signature's JIT state in the run, as ST_SIG_STATE; NULL likewise */
+  ST_VAR_REASON,    /* and why */
 };
 
 /* The columns of ST_Q_EVENTS. */

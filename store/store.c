@@ -14,6 +14,8 @@
  *   6  the machine model per CPU key: machine_models (ISA, FMA peaks per width and dtype,
  *      timer cost), machine_compiles (compile latency per kernel family, over runs); opjit gc
  *      keeps both: a CPU's model outlives its runs
+ *   7  run_sigs.state + reason: each signature's JIT state (ST_JIT_STATES) and why, as the
+ *      agent's last decision in the run put it (NULL: an older agent's run)
  * A file whose user_version is newer than ST_SCHEMA_VERSION is refused, never downgraded; one
  * whose user_version is negative (no opjit writes one) is refused as damaged, never rewritten.
  * A read-only connection to an older file sees the newest schema through TEMP views. */
@@ -127,6 +129,9 @@ static const char *const migrations[] = {
     "  n INTEGER NOT NULL, mean_ns REAL NOT NULL, median_ns INTEGER NOT NULL,"
     "  recent TEXT NOT NULL, updated_ns INTEGER NOT NULL,"
     "  PRIMARY KEY(cpu, family)) WITHOUT ROWID;",
+    /* 7 */
+    "ALTER TABLE run_sigs ADD COLUMN state TEXT;"
+    "ALTER TABLE run_sigs ADD COLUMN reason TEXT;",
 };
 _Static_assert(sizeof migrations / sizeof *migrations == ST_SCHEMA_VERSION,
                "one migration per schema version");
@@ -253,11 +258,11 @@ int st_migrate_to(st_db_t *db, int version)
   }
 }
 
-/* A read-only connection to an older schema reads what the newest one has: the runs' newer
- * columns (NULL, or their defaults) through a view, and empty tables for what came later (the
- * sampler's before 3, the JIT's before 4, objects before 5; with variants' newer columns at 4).
- * query.h reads no machine table and no programs.script, so version 6 and 5's programs need
- * nothing. TEMP tables and views are looked up before the file's own, shadow nothing in it and
+/* A read-only connection to an older schema reads what the newest one has: the runs' and the
+ * run_sigs' newer columns (NULL, or their defaults) through views, and empty tables for what
+ * came later (the sampler's before 3, the JIT's before 4, objects before 5; with variants' newer
+ * columns at 4). query.h reads no machine table and no programs.script, so version 6's tables
+ * and 5's programs need nothing. TEMP tables and views are looked up before the file's own, shadow nothing in it and
  * vanish with the connection: every query reads every schema alike, and the file is never
  * written. */
 static int read_views(sqlite3 *db, int version)
@@ -281,14 +286,19 @@ static int read_views(sqlite3 *db, int version)
       "CREATE TEMP TABLE objects(id INTEGER PRIMARY KEY, sig_id INTEGER, cpu TEXT, llvm TEXT,"
       " generator INTEGER, symbol TEXT, checksum INTEGER, code BLOB, run_id INTEGER,"
       " created_ns INTEGER);";
-  if (version >= 5)
+  if (version >= 7)
     return ST_OK;
+  /* before 7: no signature has a JIT state or a reason */
+  int rc = _st_exec(db, "CREATE TEMP VIEW run_sigs AS SELECT *, NULL AS state, NULL AS reason"
+                        " FROM main.run_sigs;");
+  if (rc || version >= 5)
+    return rc;
   char runs[256];
   snprintf(runs, sizeof runs,
            "CREATE TEMP VIEW runs AS SELECT *%s%s, NULL AS warm_ns FROM main.runs;",
            version < 2 ? ", NULL AS parent_run, NULL AS parent_start_ns, 0 AS overflow_calls" : "",
            version < 3 ? ", NULL AS sampling" : "");
-  int rc = _st_exec(db, runs);
+  rc = _st_exec(db, runs);
   if (!rc && version < 3)
     rc = _st_exec(db, before3);
   if (!rc)
@@ -614,12 +624,12 @@ int st_run_flush(st_db_t *db, int64_t run_id, const st_sig_rec_t *recs, size_t n
       rc = run1(db, &sig_id, "SELECT id FROM signatures WHERE key=?", "b", r->key, r->key_len);
     if (!rc)
       rc = run1(db, NULL,
-                "INSERT INTO run_sigs(run_id, sig_id, calls, timed_calls, timed_ns)"
-                " VALUES(?,?,?,?,?) ON CONFLICT(run_id, sig_id) DO UPDATE SET"
+                "INSERT INTO run_sigs(run_id, sig_id, calls, timed_calls, timed_ns, state, reason)"
+                " VALUES(?,?,?,?,?,?,?) ON CONFLICT(run_id, sig_id) DO UPDATE SET"
                 " calls=excluded.calls, timed_calls=excluded.timed_calls,"
-                " timed_ns=excluded.timed_ns",
-                "iiiii", run_id, sig_id, (int64_t)r->calls, (int64_t)r->timed_calls,
-                (int64_t)r->timed_ns);
+                " timed_ns=excluded.timed_ns, state=excluded.state, reason=excluded.reason",
+                "iiiiitt", run_id, sig_id, (int64_t)r->calls,
+                (int64_t)r->timed_calls, (int64_t)r->timed_ns, r->state, r->reason);
   }
   if (!rc)
     rc = run1(db, NULL, "UPDATE runs SET flush_ns=?, overflow_calls=? WHERE id=?", "iii",

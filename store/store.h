@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define ST_SCHEMA_VERSION 6 /* the newest schema this build writes and reads */
+#define ST_SCHEMA_VERSION 7 /* the newest schema this build writes and reads */
 
 #define ST_ERRORS(E)                                                                         \
   E(BUSY, "the database is locked by another process")                                       \
@@ -95,7 +95,27 @@ typedef struct st_sig_rec_s {
   const char *name;     /* human form */
   const char *params;   /* JSON object */
   uint64_t calls, timed_calls, timed_ns;
+  const char *state;    /* its JIT state (one of ST_JIT_STATES) and why, as the agent's last */
+  const char *reason;   /* decision put it; NULL: none recorded (stored as NULL) */
 } st_sig_rec_t;
+
+/* The JIT states a signature can be in, as run_sigs.state holds them: X(ID, "name", "what it
+ * means"). The agent's tiers decide them, each with a reason; opjit top and variants show both. */
+#define ST_JIT_STATES(X)                                                                     \
+  X(OFF, "off", "the JIT is off (OPJIT_MODE=profile): counted and timed only")                \
+  X(WAITING, "waiting", "not hot yet, or waiting for its turn: the reason says for what")     \
+  X(QUEUED, "queued", "hot: waiting for a compile thread")                                    \
+  X(COMPILING, "compiling", "a compile thread is building its kernel")                        \
+  X(DEFERRED, "deferred", "the code cache is full: compiled once evicted code is freed")      \
+  X(UNSUPPORTED, "unsupported", "no kernel can replace it: the reason names the limit")      \
+  X(SERVING, "serving", "its kernel, compiled in this run, serves the calls")                 \
+  X(PLACED, "placed", "a kernel stored by an earlier run serves the calls (no compile)")     \
+  X(LOST, "lost", "its kernel measured slower than the original before serving a call")      \
+  X(TIED, "tied", "its kernel measured no faster than the original: the original serves")    \
+  X(DEMOTED, "demoted", "its kernel served calls, then measured slower or failed its guards") \
+  X(FAILED, "failed", "compile error, a result that did not match, or no JIT: the original")  \
+  X(INVALIDATED, "invalidated", "its stored kernel was dropped: the reason names the rule")   \
+  X(REFUSED, "refused", "its stored kernel was not placed in this run: the reason says why")
 
 int st_run_begin(st_db_t *db, const st_run_info_t *info, int64_t *run_id);
 int st_run_flush(st_db_t *db, int64_t run_id, const st_sig_rec_t *recs, size_t n,
@@ -313,7 +333,7 @@ typedef struct st_api_s {
                       size_t nnotes);
   int (*machine_load)(st_db_t *db, const char *cpu, st_machine_t *out);
 } st_api_t;
-#define ST_API_ABI 5
+#define ST_API_ABI 6
 #define ST_API_SYMBOL "opjit_store_api"
 #define ST_MODULE_NAME "libopjit-store.so"
 

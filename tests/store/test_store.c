@@ -655,3 +655,34 @@ Test(store, migrating_from_version_5_adds_the_machine_tables)
   cr_assert_eq(st_machine_load(db, "cpu", &got), ST_OK);
   st_close(db);
 }
+
+Test(store, migrating_from_version_6_keeps_the_runs_and_adds_states)
+{
+  st_db_t *db = open_ok(ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
+  cr_assert_eq(st_migrate_to(db, 6), ST_OK);
+  int64_t run = begin(db, 42);
+  /* What a version-6 agent wrote: counts, no state. */
+  cr_assert_eq(sqlite3_exec(st_sqlite(db),
+                            "INSERT INTO signatures(key, sig, op, name, params)"
+                            " VALUES(x'01', 'old', 'sgemm', 'sgemm', '{}');"
+                            "INSERT INTO run_sigs SELECT 1, id, 7, 1, 10 FROM signatures",
+                            NULL, NULL, NULL), SQLITE_OK);
+  cr_assert_lt(query(db, "SELECT count(*) FROM pragma_table_info('run_sigs')"
+                         " WHERE name IN ('state', 'reason')"), 1);
+  st_close(db);
+  db = open_ok(ST_OPEN_CREATE);
+  cr_assert_eq(query(db, "SELECT count(*) FROM run_sigs WHERE calls=7 AND state IS NULL"
+                         " AND reason IS NULL"), 1, "the old row kept, with no state");
+  st_sig_rec_t r[2] = {rec("new", 10), rec("none", 3)};
+  r[0].state = "waiting", r[0].reason = "not hot yet: 10 of 64 calls";
+  cr_assert_eq(st_run_flush(db, run, r, 2, 0, 2000), ST_OK);
+  cr_assert_eq(query(db, "SELECT count(*) FROM run_sigs JOIN signatures ON id=sig_id WHERE"
+                         " sig='new' AND state='waiting' AND reason LIKE 'not hot yet:%'"), 1);
+  cr_assert_eq(query(db, "SELECT count(*) FROM run_sigs JOIN signatures ON id=sig_id WHERE"
+                         " sig='none' AND state IS NULL"), 1, "no decision: NULL");
+  r[0].state = "queued", r[0].reason = "hot";
+  cr_assert_eq(st_run_flush(db, run, r, 1, 0, 3000), ST_OK);
+  cr_assert_eq(query(db, "SELECT count(*) FROM run_sigs WHERE state='queued' AND reason='hot'"),
+               1, "a flush replaces the state");
+  st_close(db);
+}

@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+/* The book of reasons (reason.h): a mutex-guarded array of fixed-size slots. */
+#include "reason.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ag_reasons_init(ag_reasons_t *b, uint32_t capacity)
+{
+  pthread_mutex_lock(&b->mu);
+  if (!b->slots && capacity && (b->slots = calloc(capacity, sizeof *b->slots)))
+    b->cap = capacity;
+  int rc = b->slots ? 0 : -1;
+  pthread_mutex_unlock(&b->mu);
+  return rc;
+}
+
+void ag_reason_vset(ag_reasons_t *b, uint32_t i, enum ag_state st, const char *fmt, va_list ap)
+{
+  char text[AG_REASON_LEN];
+  vsnprintf(text, sizeof text, fmt, ap); /* outside the lock */
+  pthread_mutex_lock(&b->mu);
+  if (i < b->cap) {
+    ag_reason_t *r = &b->slots[i];
+    r->state = (uint8_t)st;
+    memcpy(r->text, text, sizeof text);
+    r->gen++;
+  }
+  pthread_mutex_unlock(&b->mu);
+}
+
+void ag_reason_set(ag_reasons_t *b, uint32_t i, enum ag_state st, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  ag_reason_vset(b, i, st, fmt, ap);
+  va_end(ap);
+}
+
+void ag_reason_state(ag_reasons_t *b, uint32_t i, enum ag_state st)
+{
+  pthread_mutex_lock(&b->mu);
+  if (i < b->cap && b->slots[i].state != st) {
+    b->slots[i].state = (uint8_t)st;
+    b->slots[i].gen++;
+  }
+  pthread_mutex_unlock(&b->mu);
+}
+
+uint32_t ag_reason_gen(ag_reasons_t *b, uint32_t i)
+{
+  pthread_mutex_lock(&b->mu);
+  uint32_t gen = i < b->cap ? b->slots[i].gen : 0;
+  pthread_mutex_unlock(&b->mu);
+  return gen;
+}
+
+uint32_t ag_reason_get(ag_reasons_t *b, uint32_t i, ag_reason_t *out)
+{
+  pthread_mutex_lock(&b->mu);
+  if (i < b->cap)
+    *out = b->slots[i];
+  else
+    memset(out, 0, sizeof *out);
+  pthread_mutex_unlock(&b->mu);
+  return out->gen;
+}
+
+const char *ag_state_name(enum ag_state st)
+{
+#define AG_STATE_NAME_(id, name, what) [AG_STATE_##id] = name,
+  static const char *const names[] = {[AG_STATE_UNDECIDED] = "", ST_JIT_STATES(AG_STATE_NAME_)};
+#undef AG_STATE_NAME_
+  return (unsigned)st < sizeof names / sizeof *names ? names[st] : "";
+}
+
+void ag_reasons_after_fork_child(ag_reasons_t *b) { pthread_mutex_init(&b->mu, NULL); }
