@@ -24,6 +24,7 @@ typedef struct side_s {
   double est, mean, share; /* mean -1 when nothing was timed */
   double saving;           /* the JIT's estimated saving */
   char *status;            /* the newest variant's status; NULL: none */
+  char *state, *reason;    /* the JIT state the agent recorded, and why; NULL: none */
 } side_t;
 
 typedef struct row_s {
@@ -61,8 +62,11 @@ static void rows_free(rows_t *r)
     free(r->v[i].name);
     free(r->v[i].op);
     free(r->v[i].params);
-    free(r->v[i].s[0].status);
-    free(r->v[i].s[1].status);
+    for (int k = 0; k < 2; k++) {
+      free(r->v[i].s[k].status);
+      free(r->v[i].s[k].state);
+      free(r->v[i].s[k].reason);
+    }
   }
   free(r->v);
 }
@@ -144,6 +148,10 @@ static int read_sigs(st_db_t *db, run_t *run, int side, rows_t *rows)
     s->saving = st_rows_double(st, ST_SIG_SAVING);
     if (st_rows_type(st, ST_SIG_STATUS) != ST_COL_NULL)
       s->status = ins_xstrdup(st_rows_text(st, ST_SIG_STATUS));
+    if (st_rows_type(st, ST_SIG_STATE) != ST_COL_NULL)
+      s->state = ins_xstrdup(st_rows_text(st, ST_SIG_STATE));
+    if (st_rows_type(st, ST_SIG_REASON) != ST_COL_NULL)
+      s->reason = ins_xstrdup(st_rows_text(st, ST_SIG_REASON));
     run->est += s->est;
     run->saving += s->saving;
     run->calls = ins_sat_add(run->calls, s->sp.calls);
@@ -223,6 +231,7 @@ static cJSON *side_json(const side_t *s)
   cJSON_AddNumberToObject(j, "est_ns", s->est);
   cJSON_AddNumberToObject(j, "share_pct", s->share);
   ins_json_add_or_null(j, "mean_ns", s->mean);
+  ins_json_add_state(j, s->state, s->reason);
   if (!s->status) {
     cJSON_AddNullToObject(j, "jit");
     return j;
@@ -271,7 +280,7 @@ static void side_cells(const side_t *s, char calls[24], char mean[32], char shar
   snprintf(calls, 24, "%lld", (long long)s->sp.calls);
   ins_fmt_ns(s->mean, mean, 32);
   snprintf(share, 16, "%.1f%%", s->share);
-  ins_jit_label(s->status, ins_split_speedup(&s->sp), jit, 48);
+  ins_state_label(s->state, s->status, ins_split_speedup(&s->sp), jit, 48);
   if (!*jit)
     strcpy(jit, "-");
 }
@@ -293,7 +302,8 @@ static void print_text(const run_t *runs, const rows_t *rows, size_t shown, long
                                      "JIT A → B",   "SIG",        "NAME"};
   int jit = 0;
   for (size_t i = 0; i < rows->n; i++)
-    jit |= rows->v[i].s[0].status || rows->v[i].s[1].status;
+    for (int k = 0; k < 2; k++)
+      jit |= rows->v[i].s[k].status || rows->v[i].s[k].state;
   ins_table_t *t = ins_table_new_shown("rrrrlll", head, jit ? UINT32_MAX : ~(1u << 4));
   size_t nnew = 0, ngone = 0;
   for (size_t i = 0; i < rows->n; i++) {
@@ -431,8 +441,8 @@ const ins_cmd_t ins_cmd_diff = {
         "           0.5%), \"-\" when one run timed no call; \"new\": only in B, \"gone\": only\n"
         "           in A\n"
         "  SHARE    its part of the run's estimated operator time\n"
-        "  JIT      the variant's status and speedup in each run, as in top (shown when\n"
-        "           either run has a variant)\n"
+        "  JIT      the signature's JIT state and speedup in each run, as top's STATE (shown\n"
+        "           when either run recorded one); --json has each run's reason\n"
         "The footer gives both runs' estimated operator time and what B saves (or costs)\n"
         "against A, their calls and signatures, and the JIT's estimated saving in each.\n"
         "--json holds every figure unrounded: \"a\" and \"b\" (the runs), and per signature\n"

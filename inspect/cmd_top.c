@@ -3,9 +3,11 @@
  * in OPJIT_TIME_EVERY, so a signature's time is estimated per run as
  * calls × timed_ns / timed_calls; --all sums those estimates over every run. A signature with
  * a JIT variant has its calls split: the original library's calls at the original's mean, the
- * variant's at the variant's (ST_Q_SIG_TOTALS), and a JIT column with the variant's status
- * and speedup. When the run was sampled, each signature's samples and their share of all the
- * run's samples (CPU%, the program's own time included) stand beside the estimate. */
+ * variant's at the variant's (ST_Q_SIG_TOTALS). A STATE column shows the JIT state the agent
+ * recorded for each signature (with the speedup while a kernel serves), --why the reason under
+ * each row; both are the agent's own words, never worked out here. When the run was sampled,
+ * each signature's samples and their share of all the run's samples (CPU%, the program's own
+ * time included) stand beside the estimate. */
 #include "cmd.h"
 #include "db.h"
 #include "table.h"
@@ -101,12 +103,13 @@ static int cmd_top(int argc, char **argv)
                                            {"limit", required_argument, NULL, 'n'},
                                            {"json", no_argument, NULL, 'j'},
                                            {"all", no_argument, NULL, 'a'},
+                                           {"why", no_argument, NULL, 'w'},
                                            {"help", no_argument, NULL, 'h'},
                                            {0}};
   const char *dbopt = NULL;
-  int json = 0, all = 0, rc;
+  int json = 0, all = 0, why = 0, rc;
   long limit = 20, run = 0;
-  for (int c; (c = getopt_long(argc, argv, "d:n:jah", longopts, NULL)) != -1;) {
+  for (int c; (c = getopt_long(argc, argv, "d:n:jawh", longopts, NULL)) != -1;) {
     switch (c) {
     case 'd': dbopt = optarg; break;
     case 'n':
@@ -115,6 +118,7 @@ static int cmd_top(int argc, char **argv)
       break;
     case 'j': json = 1; break;
     case 'a': all = 1; break;
+    case 'w': why = 1; break;
     case 'h': return ins_help(&ins_cmd_top);
     default: return ins_bad_option(&ins_cmd_top, argv);
     }
@@ -142,7 +146,7 @@ static int cmd_top(int argc, char **argv)
 
   /* Totals come first (shares need them): one pass to sum, then a second to print. */
   double est_total = 0, saving_total = 0;
-  int64_t calls_total = 0, nsigs = 0, vcalls_total = 0, jit_sigs = 0, variants = 0;
+  int64_t calls_total = 0, nsigs = 0, vcalls_total = 0, jit_sigs = 0, variants = 0, states = 0;
   int step;
   while ((step = st_rows_next(st)) == 1) {
     est_total += st_rows_double(st, ST_SIG_EST);
@@ -151,6 +155,7 @@ static int cmd_top(int argc, char **argv)
     jit_sigs += st_rows_int(st, ST_SIG_VCALLS) > 0;
     saving_total += st_rows_double(st, ST_SIG_SAVING);
     variants += st_rows_int(st, ST_SIG_NVARIANTS);
+    states += st_rows_type(st, ST_SIG_STATE) != ST_COL_NULL;
     nsigs++;
   }
   if (step != 0 || st_rows_rewind(st) != ST_OK) {
@@ -160,11 +165,12 @@ static int cmd_top(int argc, char **argv)
 
   doc = cJSON_CreateObject();
   cJSON *sigs = cJSON_CreateArray();
-  /* Columns: SAMPLES and CPU% only for a sampled scope, JIT only when it has variants. */
-  static const char *const head[] = {"SHARE", "EST.TIME", "CALLS", "MEAN", "JIT",
+  /* Columns: SAMPLES and CPU% only for a sampled scope, STATE only when the agent recorded
+   * states or variants (a run before schema 7 has variants only). */
+  static const char *const head[] = {"SHARE", "EST.TIME", "CALLS", "MEAN", "STATE",
                                      "SAMPLES", "CPU%", "SIG", "NAME"};
   uint32_t shown = UINT32_MAX;
-  if (!variants)
+  if (!variants && !states)
     shown &= ~(1u << 4);
   if (!samp.sampled)
     shown &= ~(1u << 5 | 1u << 6);
@@ -191,6 +197,11 @@ static int cmd_top(int argc, char **argv)
       cJSON_AddNumberToObject(j, "samples", (double)samples);
       cJSON_AddNumberToObject(j, "cpu_pct", ins_pct(samples, samp.total));
     }
+    const char *state = st_rows_type(st, ST_SIG_STATE) == ST_COL_NULL
+                            ? NULL : st_rows_text(st, ST_SIG_STATE);
+    const char *reason = st_rows_type(st, ST_SIG_REASON) == ST_COL_NULL
+                             ? NULL : st_rows_text(st, ST_SIG_REASON);
+    ins_json_add_state(j, state, reason);
     cJSON_AddItemToObject(j, "jit", jit_json(st, &sp));
     cJSON_AddItemToArray(sigs, j);
     char c0[16], c1[32], c2[24], c3[32], c4[24], c5[16], jit[48];
@@ -202,10 +213,12 @@ static int cmd_top(int argc, char **argv)
     ins_fmt_ns(mean, c3, sizeof c3);
     const char *status =
         st_rows_type(st, ST_SIG_STATUS) == ST_COL_NULL ? NULL : st_rows_text(st, ST_SIG_STATUS);
-    ins_jit_label(status, ins_split_speedup(&sp), jit, sizeof jit);
+    ins_state_label(state, status, ins_split_speedup(&sp), jit, sizeof jit);
     const char *row[] = {
         c0, c1, c2, c3, jit, c4, c5, st_rows_text(st, ST_SIG_SIG), st_rows_text(st, ST_SIG_NAME)};
     ins_table_row(t, row);
+    if (why)
+      ins_table_note(t, ins_reason_text(reason));
   }
   if (step != 0 && step != 1) {
     fprintf(stderr, "opjit: cannot read the database: %s\n", st_errmsg(db));
@@ -262,6 +275,8 @@ static int cmd_top(int argc, char **argv)
            (long long)jit_sigs, jit_sigs == 1 ? "" : "s", jit_sigs == 1 ? "s" : "",
            ins_pct(vcalls_total, calls_total), saving_total / 1e6);
   print_sampling(&sc, &samp);
+  if (nsigs && (states || variants) && !why)
+    printf("STATE is each signature's JIT state; --why shows the reason under each row\n");
 out:
   ins_sampling_free(&samp);
   ins_table_free(t);
@@ -274,7 +289,7 @@ out:
 const ins_cmd_t ins_cmd_top = {
     .name = "top",
     .main = cmd_top,
-    .synopsis = "[--db PATH] [RUN | --all] [--limit N] [--json]",
+    .synopsis = "[--db PATH] [RUN | --all] [--limit N] [--why] [--json]",
     .summary = "rank a run's operator signatures by estimated time",
     .help = "RUN defaults to the newest run that recorded a call. The agent times one call in\n"
             "OPJIT_TIME_EVERY; a signature's time is estimated as calls × timed_ns / timed_calls\n"
@@ -282,16 +297,22 @@ const ins_cmd_t ins_cmd_top = {
             "the footer compares that total with the run's wall time. For a sampled run, SAMPLES\n"
             "counts the profiler's samples inside the signature and CPU% is their share of all\n"
             "the run's samples, the program's own time included.\n"
-            "When the scope has JIT variants, a signature's calls served by its variant are\n"
-            "estimated at the variant's mean and the rest at the original library's, and a JIT\n"
-            "column shows the variant: \"jit 2.4×\" (serving calls, 2.4 times faster than the\n"
-            "original), \"jit (demoted)\" (measured slower, back on the original), failed or\n"
-            "queued. The footer adds the share of calls JIT code served and the estimated\n"
-            "saving: variant calls × (original mean − variant mean). See opjit variants.\n\n"
+            "STATE is the JIT state the agent recorded for the signature (in the newest run of\n"
+            "the scope), with the speedup while a kernel serves: \"serving 2.4×\" (compiled in\n"
+            "this run), \"placed 2.1×\" (stored by an earlier run), waiting, queued, compiling,\n"
+            "deferred, unsupported, lost, tied, demoted, failed, invalidated, refused or off;\n"
+            "--why prints under each row the reason the agent gave (\"not hot yet: 12 of the 64\n"
+            "calls\", \"M=200 is above OPJIT_JIT_MAX_DIM=160\", both medians of a lost duel).\n"
+            "A run recorded before reasons were kept shows its variant's status, or \"-\".\n"
+            "A signature's calls served by its variant are estimated at the variant's mean and\n"
+            "the rest at the original library's. The footer adds the share of calls JIT code\n"
+            "served and the estimated saving: variant calls × (original mean − variant mean).\n"
+            "See opjit variants.\n\n"
             "options:\n"
             "  --db PATH    the profile database\n"
             "  --all        aggregate every run\n"
             "  --limit N    at most N signatures (default 20; 0: all)\n"
+            "  --why        the reason of each signature's state, under its row\n"
             "  --json       one JSON document\n"
             "  -h, --help   this help\n",
 };

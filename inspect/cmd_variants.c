@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* `opjit variants`: the JIT variants of a run (default: the newest run that has one), each
- * with its status, the calls it served, its mean against the original library's and the
- * speedup, how long it took to compile and what it was compiled with. */
+ * with its signature's JIT state and, under its row, the reason the agent recorded for it; the
+ * calls it served, its mean against the original library's and the speedup, how long it took
+ * to compile and what it was compiled with. */
 #include "cmd.h"
 #include "db.h"
 #include "table.h"
@@ -53,7 +54,7 @@ static int cmd_variants(int argc, char **argv)
   st_rows_bind_int(st, 1, scope);
   doc = ins_json_doc(db, scope);
   cJSON *list = cJSON_CreateArray();
-  static const char *const head[] = {"RUN", "STATUS", "CALLS", "%CALLS", "VARIANT",
+  static const char *const head[] = {"RUN", "STATE", "CALLS", "%CALLS", "VARIANT",
                                      "ORIGINAL", "SPEEDUP", "COMPILE", "LLVM", "CPU",
                                      "SIG", "NAME"};
   /* Columns shown: RUN only with --all, LLVM and CPU only when the rows differ (the count of
@@ -67,6 +68,10 @@ static int cmd_variants(int argc, char **argv)
     double speedup = ins_split_speedup(&sp), pct = ins_pct(sp.vcalls, sp.calls);
     int64_t compile_ns = st_rows_int(st, ST_VAR_COMPILE_NS);
     const char *status = st_rows_text(st, ST_VAR_STATUS);
+    const char *state = st_rows_type(st, ST_VAR_STATE) == ST_COL_NULL
+                            ? NULL : st_rows_text(st, ST_VAR_STATE);
+    const char *reason = st_rows_type(st, ST_VAR_REASON) == ST_COL_NULL
+                             ? NULL : st_rows_text(st, ST_VAR_REASON);
     if (!n++) {
       uniform = st_rows_int(st, ST_VAR_COMPILERS) <= 1;
       snprintf(llvm, sizeof llvm, "%s", st_rows_text(st, ST_VAR_LLVM));
@@ -84,6 +89,7 @@ static int cmd_variants(int argc, char **argv)
     cJSON_AddStringToObject(j, "sig", st_rows_text(st, ST_VAR_SIG));
     cJSON_AddStringToObject(j, "name", st_rows_text(st, ST_VAR_NAME));
     cJSON_AddStringToObject(j, "status", status);
+    ins_json_add_state(j, state, reason);
     cJSON_AddNumberToObject(j, "generator", (int)st_rows_int(st, ST_VAR_GENERATOR));
     cJSON_AddStringToObject(j, "llvm", st_rows_text(st, ST_VAR_LLVM));
     cJSON_AddStringToObject(j, "cpu", st_rows_text(st, ST_VAR_CPU));
@@ -100,7 +106,7 @@ static int cmd_variants(int argc, char **argv)
     ins_json_add_or_null(j, "original_mean_ns", omean);
     ins_json_add_or_null(j, "speedup", speedup);
     cJSON_AddItemToArray(list, j);
-    char c0[24], c2[24], c3[16], c4[32], c5[32], c6[32], c7[32];
+    char c0[24], c1[48], c2[24], c3[16], c4[32], c5[32], c6[32], c7[32];
     snprintf(c0, sizeof c0, "%lld", (long long)st_rows_int(st, ST_VAR_RUN));
     snprintf(c2, sizeof c2, "%lld", (long long)sp.vcalls);
     snprintf(c3, sizeof c3, "%.1f%%", pct);
@@ -111,8 +117,9 @@ static int cmd_variants(int argc, char **argv)
       snprintf(c7, sizeof c7, "stored");
     else
       ins_fmt_ns(compile_ns > 0 ? (double)compile_ns : -1, c7, sizeof c7);
+    ins_state_label(state, status, -1, c1, sizeof c1); /* SPEEDUP has its own column */
     const char *row[] = {c0,
-                         status,
+                         c1,
                          c2,
                          c3,
                          c4,
@@ -124,6 +131,7 @@ static int cmd_variants(int argc, char **argv)
                          st_rows_text(st, ST_VAR_SIG),
                          st_rows_text(st, ST_VAR_NAME)};
     ins_table_row(t, row);
+    ins_table_note(t, ins_reason_text(reason));
   }
   if ((rc = ins_rows_finish(db, st, step))) {
     st = NULL;
@@ -167,14 +175,19 @@ const ins_cmd_t ins_cmd_variants = {
     .name = "variants",
     .main = cmd_variants,
     .synopsis = "[--db PATH] [RUN | --all] [--json]",
-    .summary = "list the JIT variants of a run: status, calls served, speedup",
+    .summary = "list the JIT variants of a run: state and why, calls served, speedup",
     .help = "RUN defaults to the newest run that has a JIT variant. A signature gets one\n"
             "(OPJIT_MODE=jit) when its calls (OPJIT_HOT_CALLS) or its sampled CPU time show\n"
-            "that a variant repays its compile (OPJIT_HOT_PAYBACK). STATUS is queued, ready\n"
-            "(published: the variant serves the calls), failed (compile error or a result\n"
-            "that did not match the original's: blacklisted), demoted (measured slower than\n"
-            "the original: in its duel before publication, or on the program's calls), tied\n"
-            "(no faster: the original for this run) or guarded (most calls failed its guards).\n"
+            "that a variant repays its compile (OPJIT_HOT_PAYBACK). STATE is the signature's\n"
+            "JIT state as the agent recorded it: serving (compiled in this run) or placed\n"
+            "(stored by an earlier run), with the speedup; queued, compiling, deferred (code\n"
+            "cache full), lost or tied (its duel before publication: slower, or no faster),\n"
+            "demoted (slower on the program's calls, or most calls failed its guards), failed\n"
+            "(compile error or a result that did not match the original's: blacklisted),\n"
+            "invalidated or refused (a stored kernel dropped, or not placed). Under each row,\n"
+            "the agent's reason: the figures its decision weighed (the duel's or the in-run\n"
+            "judge's medians, the limit a shape passes). A run recorded before reasons were\n"
+            "kept shows its variant's status (JSON: \"status\"; \"state\" and \"reason\" null).\n"
             "CALLS counts the calls the variant served and %CALLS their share of the\n"
             "signature's calls; VARIANT and ORIGINAL are the mean time per timed call of each,\n"
             "both warm (the original in short bursts of calls that run it, interleaved with\n"

@@ -13,6 +13,7 @@ struct ins_table_s {
   uint32_t shown; /* bit c: cell c of a given row is shown */
   char *align;    /* 'l' or 'r' per shown column */
   char **cells;   /* rows * ncols, row 0 the header */
+  char **notes;   /* per row: its note, or NULL */
   size_t rows, cap;
 };
 
@@ -72,7 +73,9 @@ void ins_table_row(ins_table_t *t, const char *const *cells)
   if (t->rows == t->cap) {
     t->cap = t->cap ? 2 * t->cap : 16;
     t->cells = xrealloc(t->cells, t->cap * (size_t)t->ncols * sizeof *t->cells);
+    t->notes = xrealloc(t->notes, t->cap * sizeof *t->notes);
   }
+  t->notes[t->rows] = NULL;
   char **row = t->cells + t->rows * (size_t)t->ncols;
   for (int c = 0; c < t->full; c++)
     if (t->shown >> c & 1)
@@ -80,13 +83,42 @@ void ins_table_row(ins_table_t *t, const char *const *cells)
   t->rows++;
 }
 
-/* Characters in a UTF-8 string: bytes that do not continue a sequence. */
-static size_t width(const char *s)
+void ins_table_note(ins_table_t *t, const char *note)
 {
-  size_t n = 0;
-  for (; *s; s++)
-    n += ((unsigned char)*s & 0xc0) != 0x80;
-  return n;
+  free(t->notes[t->rows - 1]);
+  t->notes[t->rows - 1] = ins_xstrdup(note);
+}
+
+/* Characters in the first n bytes of a UTF-8 string: bytes that do not continue a sequence. */
+static size_t width_n(const char *s, size_t n)
+{
+  size_t w = 0;
+  for (size_t i = 0; i < n && s[i]; i++)
+    w += ((unsigned char)s[i] & 0xc0) != 0x80;
+  return w;
+}
+
+static size_t width(const char *s) { return width_n(s, strlen(s)); }
+
+/* A note under its row: lines of at most INS_NOTE_WIDTH columns, indented, broken at spaces (a
+ * word longer than a line is left whole). */
+static void print_note(FILE *f, const char *s)
+{
+  static const char indent[] = "    ";
+  const size_t room = INS_NOTE_WIDTH - (sizeof indent - 1);
+  while (*s) {
+    size_t end = 0, brk = 0;
+    for (; s[end] && width_n(s, end + 1) <= room; end++)
+      if (s[end] == ' ')
+        brk = end;
+    if (s[end] && brk)
+      end = brk; /* the line ends at the last space that fits */
+    else if (s[end])
+      end += strcspn(s + end, " ");
+    fprintf(f, "%s%.*s\n", indent, (int)end, s);
+    s += end;
+    s += strspn(s, " ");
+  }
 }
 
 static void pad(FILE *f, size_t n)
@@ -124,6 +156,8 @@ void ins_table_print(const ins_table_t *t, FILE *f)
     if (r == 0 && bold)
       fputs("\033[0m", f);
     fputc('\n', f);
+    if (t->notes[r])
+      print_note(f, t->notes[r]);
   }
   free(w);
 }
@@ -134,7 +168,10 @@ void ins_table_free(ins_table_t *t)
     return;
   for (size_t i = 0; i < t->rows * (size_t)t->ncols; i++)
     free(t->cells[i]);
+  for (size_t r = 0; r < t->rows; r++)
+    free(t->notes[r]);
   free(t->cells);
+  free(t->notes);
   free(t->align);
   free(t);
 }

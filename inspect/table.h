@@ -27,6 +27,10 @@ ins_table_t *ins_table_new_shown(const char *spec, const char *const *headers, u
 /* Appends a row of ncols cells (copied; hidden columns' cells dropped); a NULL cell prints
  * empty. */
 void ins_table_row(ins_table_t *t, const char *const *cells);
+/* Attaches a note to the last row (copied; a second one replaces the first): printed under it,
+ * indented, wrapped at word boundaries to fit INS_NOTE_WIDTH columns. */
+#define INS_NOTE_WIDTH 100
+void ins_table_note(ins_table_t *t, const char *note);
 /* Prints the header and the rows to f, columns separated by two spaces; the last column is
  * not padded. */
 void ins_table_print(const ins_table_t *t, FILE *f);

@@ -72,3 +72,32 @@ const char *ins_jit_label(const char *status, double speedup, char *buf, size_t 
     snprintf(buf, len, "%s", status);
   return buf;
 }
+
+const char *ins_state_label(const char *state, const char *status, double speedup, char *buf,
+                            size_t len)
+{
+  char x[32];
+  if (!state && status)
+    return ins_jit_label(status, speedup, buf, len);
+  if (!state)
+    snprintf(buf, len, "-");
+  else if ((!strcmp(state, "serving") || !strcmp(state, "placed")) && speedup >= 0)
+    snprintf(buf, len, "%s %s", state, ins_fmt_speedup(speedup, x, sizeof x));
+  else
+    snprintf(buf, len, "%s", state);
+  return buf;
+}
+
+const char *ins_reason_text(const char *reason) { return reason ? reason : INS_REASON_UNKNOWN; }
+
+void ins_json_add_state(cJSON *o, const char *state, const char *reason)
+{
+  if (state)
+    cJSON_AddStringToObject(o, "state", state);
+  else
+    cJSON_AddNullToObject(o, "state");
+  if (reason)
+    cJSON_AddStringToObject(o, "reason", reason);
+  else
+    cJSON_AddNullToObject(o, "reason");
+}

@@ -34,6 +34,18 @@ double ins_split_speedup(const ins_split_t *s);
 /* The JIT column of `top`: "jit 2.4×" (ready; "jit" before it was timed), "jit (demoted)",
  * "failed", "queued"; "" for no status (NULL). Writes into buf and returns it. */
 const char *ins_jit_label(const char *status, double speedup, char *buf, size_t len);
+/* The STATE column of `top` and `variants`: the JIT state the agent recorded (ST_JIT_STATES),
+ * with the speedup while a kernel serves ("serving 2.4×"); for a run recorded before states
+ * (state NULL), the variant's status as ins_jit_label puts it, or "-" without one. Writes into
+ * buf and returns it. */
+const char *ins_state_label(const char *state, const char *status, double speedup, char *buf,
+                            size_t len);
+/* The reason the agent recorded with a state, or INS_REASON_UNKNOWN when it recorded none. */
+const char *ins_reason_text(const char *reason);
+#define INS_REASON_UNKNOWN "unknown (a run recorded before opjit kept reasons)"
+/* Adds "state" and "reason" to a signature's JSON object o: the recorded text, or null. */
+void ins_json_add_state(cJSON *o, const char *state, const char *reason);
+
 /* "2.4×", or "-" when speedup < 0. */
 const char *ins_fmt_speedup(double speedup, char *buf, size_t len);
 
