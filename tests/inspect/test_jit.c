@@ -4,6 +4,7 @@
  * program whose hot sgemm gets compiled. */
 #define _GNU_SOURCE
 #include "helpers.h"
+#include "inspect/variants.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -448,6 +449,46 @@ Test(open, schema_4_reads_without_warm_starts)
   proc_free(&p);
 }
 
+Test(open, schema_6_reads_with_no_state_or_reason)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  int64_t run = craft(db);
+  char *id = id_text(run);
+  /* What a version-6 file lacks: each signature's JIT state and its reason. */
+  sql_exec(db, "ALTER TABLE run_sigs DROP COLUMN state; ALTER TABLE run_sigs DROP COLUMN reason;"
+               " PRAGMA user_version = 6");
+  proc_t p = opjit(NULL, (const char *[]){"top", "--db", db, id, "--json", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cJSON *j = proc_json(&p);
+  const cJSON *s;
+  cJSON_ArrayForEach(s, cJSON_GetObjectItem(j, "signatures"))
+  {
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(s, "state")), "%s", p.out);
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(s, "reason")), "%s", p.out);
+  }
+  cJSON_Delete(j);
+  proc_free(&p);
+  /* The text: the variants' status where there is one, "-" elsewhere, and the reason unknown. */
+  p = opjit(NULL, (const char *[]){"top", "--db", db, id, "--why", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cr_expect(strstr(p.out, "jit 3.0×") && strstr(p.out, "jit (demoted)") &&
+                strstr(p.out, "    " INS_REASON_UNKNOWN), "%s", p.out);
+  proc_free(&p);
+  p = opjit(NULL, (const char *[]){"variants", "--db", db, id, "--json", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  j = proc_json(&p);
+  const cJSON *a = by_m(cJSON_GetObjectItem(j, "variants"), 64);
+  cr_expect_str_eq(text(a, "status"), "ready");
+  cr_expect(cJSON_IsNull(cJSON_GetObjectItem(a, "state")) &&
+            cJSON_IsNull(cJSON_GetObjectItem(a, "reason")), "%s", p.out);
+  cJSON_Delete(j);
+  proc_free(&p);
+  p = opjit(NULL, (const char *[]){"variants", "--db", db, id, NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cr_expect(strstr(p.out, "    " INS_REASON_UNKNOWN), "%s", p.out);
+  proc_free(&p);
+}
+
 Test(doctor, reports_the_jit_module_and_llvm)
 {
   char *dir = scratch_dir(), *db = path_in(dir, "p.db");
@@ -532,6 +573,6 @@ Test(jit, real_numpy_sgemm_gets_a_ready_variant)
   proc_free(&p);
 
   p = opjit(NULL, (const char *[]){"top", "--db", db, NULL});
-  cr_expect(strstr(p.out, "jit") && strstr(p.out, "JIT code: "), "%s", p.out);
+  cr_expect(strstr(p.out, "serving") && strstr(p.out, "JIT code: "), "%s", p.out);
   proc_free(&p);
 }

@@ -11,6 +11,8 @@
  *                    must be the original library's, bit for bit
  *   inf              an 8x8x8 sgemm whose A holds an infinity on its first calls, then finite
  *   many N           that 8x8x8 sgemm N times, finite
+ *   mixed N          "many N", then a 24x24x24 sgemm 3 times and a 40x40x40 dgemm N/1000 + 100
+ *                    times: a hot signature, a cold one and a larger one
  *   badorder         cblas_sgemm with an order that is neither row- nor column-major, 20 times:
  *                    C must stay untouched (the library rejects the call)
  *   forkhot          fork first (the parent never calls BLAS); the child's signatures get hot
@@ -552,7 +554,19 @@ int main(int argc, char **argv)
     inf_calls(300, 3, 1000);
   else if (!strcmp(mode, "many") && argc > 2)
     inf_calls(atoi(argv[2]), 0, 0);
-  else if (!strcmp(mode, "badorder")) {
+  else if (!strcmp(mode, "mixed") && argc > 2) {
+    int n = atoi(argv[2]);
+    uint64_t seed = 17;
+    gemm_sig_t cold = {.ta = 'N', .tb = 'N', .m = 24, .n = 24, .k = 24, .lda = 24, .ldb = 24,
+                       .ldc = 24, .alpha = 1, .beta = 0};
+    gemm_sig_t big = {.f64 = 1, .ta = 'N', .tb = 'N', .m = 40, .n = 40, .k = 40, .lda = 40,
+                      .ldb = 40, .ldc = 40, .alpha = 1, .beta = 1};
+    inf_calls(n, 0, 0);
+    for (int i = 0; i < 3; i++)
+      call_and_check(&cold, &seed, 0);
+    for (int i = 0; i < n / 1000 + 100; i++)
+      call_and_check(&big, &seed, 0);
+  }  else if (!strcmp(mode, "badorder")) {
     float a[16] = {1}, b[16] = {1}, c[16];
     for (int i = 0; i < 20; i++, calls++) {
       for (int j = 0; j < 16; j++)
@@ -583,7 +597,7 @@ int main(int argc, char **argv)
     reap(child);
   } else {
     fprintf(stderr, "usage: %s sweep S P SEED | gemv S P SEED | vec S P SEED | threads T N | "
-                    "shared T N | alias | inf | "
+                    "shared T N | alias | inf | many N | mixed N | "
                     "badorder | forkhot | warmfork S A B\n",
             argv[0]);
     return 2;

@@ -163,7 +163,7 @@ Test(jit, sampled_time_promotes_what_call_counts_never_would)
   int st = h_run("sampled", 1, env, (const char *[]){H_HOST_PROG, "ratio", "30000", NULL});
   cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", h_output("sampled", "err"));
   cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events WHERE kind='queued' AND"
-                             " detail LIKE 'hot: %% ms of sampled CPU time'"), 0);
+                             " detail LIKE 'hot: %% ms of sampled CPU time: %%'"), 0);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='queued' AND"
                              " detail LIKE 'hot after %%'"), 0);
   cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verified'"), 0);
