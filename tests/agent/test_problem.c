@@ -107,6 +107,38 @@ Test(problem, keys_no_kernel_serves_are_refused)
   cr_assert_eq(ag_problem_of(&k, MAXD, &g, &swap), 0, "another ggml node: profiled only");
 }
 
+Test(problem, a_refusal_names_the_limit_the_key_passes)
+{
+  jt_gemm_t g;
+  int swap;
+  char why[200];
+  struct {
+    ag_sig_t k;
+    long maxd;
+    const char *why;
+  } cases[] = {
+      {blas(AG_OP_GEMM, AG_F32, AG_COL, AG_N, AG_N, AG_S_ZERO, AG_S_ONE, 8, 8, 8, 8, 8, 8), MAXD,
+       "alpha = 0: C = beta C, no product to compute"},
+      {blas(AG_OP_GEMM, AG_F32, AG_COL, AG_TRANS_BAD, AG_N, AG_S_ONE, AG_S_ONE, 8, 8, 8, 8, 8, 8),
+       MAXD, "an invalid transpose argument: the library's own error path"},
+      {blas(AG_OP_GEMM, AG_F32, AG_ROW, AG_N, AG_N, AG_S_ONE, AG_S_ONE, 8, 65, 8, 65, 65, 65), 64,
+       "N=65 is above OPJIT_JIT_MAX_DIM=64"},
+      {blas(AG_OP_GEMM, AG_F32, AG_COL, AG_N, AG_N, AG_S_ONE, AG_S_ONE, 8, 8, 8, 4, 8, 8), MAXD,
+       "a leading dimension smaller than its matrix's rows: a layout the generator does not take"},
+      {blas(AG_OP_DOT, AG_F64, AG_COL, AG_N, AG_N, AG_S_NONE, AG_S_NONE, 100, 0, 0, 2, 1, 0),
+       MAXD, "strided vectors (incx=2, incy=1): kernels take unit strides only"},
+      {ag_sig_make(AG_HOST_ID_GGML, 7, 0, 0, 0, 0, 0, 0, 64, 64, 64, 1, 1, 0), MAXD,
+       "this ggml operator is profiled, not compiled: no kernel family for it"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    cr_assert_eq(ag_problem_check(&cases[i].k, cases[i].maxd, &g, &swap, why, sizeof why), 0);
+    cr_expect_str_eq(why, cases[i].why);
+    cr_expect_eq(ag_problem_of(&cases[i].k, cases[i].maxd, &g, &swap), 0, "the same decision");
+  }
+  cases[2].k.n = 64;
+  cr_assert_eq(ag_problem_check(&cases[2].k, 64, &g, &swap, why, sizeof why), 1);
+}
+
 Test(problem, ggml_mul_mat_and_norm_keys)
 {
   jt_gemm_t g;
