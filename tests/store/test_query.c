@@ -46,7 +46,8 @@ static void make_db(int version)
                             " '[\"old\", \"-x\"]', '{}', 'v1', 1000, 5000, 'exited');"
                             "INSERT INTO signatures VALUES(3, x'01', '00000000000000ab', 'sgemm',"
                             " 'sgemm 4x4x4', '{}');"
-                            "INSERT INTO run_sigs VALUES(7, 3, 10, 2, 200);",
+                            "INSERT INTO run_sigs(run_id, sig_id, calls, timed_calls, timed_ns)"
+                            " VALUES(7, 3, 10, 2, 200);",
                             NULL, NULL, NULL),
                SQLITE_OK, "%s", sqlite3_errmsg(st_sqlite(db)));
   st_close(db);
@@ -92,6 +93,8 @@ Test(query, every_query_reads_every_schema_version_read_only)
     cr_expect_str_eq(st_rows_text(r, ST_SIG_SIG), "00000000000000ab");
     cr_expect_float_eq(st_rows_double(r, ST_SIG_EST), 1000.0, 1e-9, "10 calls at 100 ns");
     cr_expect_eq(st_rows_type(r, ST_SIG_STATUS), ST_COL_NULL, "no variant");
+    cr_expect_eq(st_rows_type(r, ST_SIG_STATE), ST_COL_NULL, "version %d: no state recorded", v);
+    cr_expect_eq(st_rows_type(r, ST_SIG_REASON), ST_COL_NULL, "version %d: no reason", v);
     st_rows_close(r);
     int version;
     st_schema_version(db, &version);
