@@ -80,6 +80,12 @@ static int read_run(st_db_t *db, ins_report_t *rep)
   return ins_rows_finish(db, st, rc);
 }
 
+/* The text of column col of the current row, copied; NULL when it is NULL. */
+static char *text_or_null(st_rows_t *st, int col)
+{
+  return st_rows_type(st, col) == ST_COL_NULL ? NULL : ins_xstrdup(st_rows_text(st, col));
+}
+
 /* Reads the run's signatures, ranked as `top` ranks them, into rep. Returns 0 or
  * INS_EXIT_FAIL (printed). */
 static int read_sigs(st_db_t *db, ins_report_t *rep)
@@ -99,6 +105,15 @@ static int read_sigs(st_db_t *db, ins_report_t *rep)
     r->timed = ins_sat_add(st_rows_int(st, ST_SIG_TIMED), st_rows_int(st, ST_SIG_VTIMED));
     r->est = st_rows_double(st, ST_SIG_EST);
     r->samples = st_rows_int(st, ST_SIG_SAMPLES);
+    char *state = text_or_null(st, ST_SIG_STATE), *status = text_or_null(st, ST_SIG_STATUS);
+    ins_split_t sp = ins_split_sig_row(st);
+    char label[48];
+    r->state = ins_xstrdup(
+        ins_state_label(state, status, ins_split_speedup(&sp), label, sizeof label));
+    r->reason = state ? text_or_null(st, ST_SIG_REASON) : NULL;
+    rep->states |= state || status;
+    free(state);
+    free(status);
     rep->calls = ins_sat_add(rep->calls, r->calls);
     rep->est += r->est;
   }
@@ -125,6 +140,9 @@ static int read_jit(st_db_t *db, ins_report_t *rep)
     r->cpu = ins_xstrdup(st_rows_text(st, ST_VAR_CPU));
     r->compile_ns = st_rows_int(st, ST_VAR_COMPILE_NS);
     r->split = ins_split_var_row(st);
+    char *state = text_or_null(st, ST_VAR_STATE), label[48];
+    r->state = ins_xstrdup(ins_state_label(state, r->status, -1, label, sizeof label));
+    free(state);
   }
   return ins_rows_finish(db, st, rc);
 }
@@ -257,7 +275,17 @@ static void write_charts(const ins_report_t *rep)
   fputs("</div>\n", f);
 }
 
-/* The `top` table and its footer. */
+/* Writes a signature's recorded reason under its name (nothing when none was recorded). */
+static void write_reason(FILE *f, const char *reason)
+{
+  if (!reason)
+    return;
+  fputs("<br><span class=\"why\">", f);
+  ins_html_esc(f, ins_reason_text(reason));
+  fputs("</span>", f);
+}
+
+/* The `top` table and its footer; STATE and the reasons under the names as `top --why`. */
 static void write_table(const ins_report_t *rep)
 {
   FILE *f = rep->f;
@@ -265,6 +293,8 @@ static void write_table(const ins_report_t *rep)
   char a[32], b[32];
   fputs("<h2>Signatures</h2>\n<table>\n<tr><th class=\"r\">SHARE</th><th class=\"r\">EST.TIME</th>"
         "<th class=\"r\">CALLS</th><th class=\"r\">MEAN</th>", f);
+  if (rep->states)
+    fputs("<th>STATE</th>", f);
   if (sampled)
     fputs("<th class=\"r\">SAMPLES</th><th class=\"r\">CPU%</th>", f);
   fputs("<th>SIG</th><th>NAME</th></tr>\n", f);
@@ -275,6 +305,11 @@ static void write_table(const ins_report_t *rep)
                "<td class=\"r\">%s</td>",
             rep->est > 0 ? 100.0 * r->est / rep->est : 0, ins_fmt_ns(r->timed ? r->est : -1, a,
             sizeof a), (long long)r->calls, ins_fmt_ns(mean, b, sizeof b));
+    if (rep->states) {
+      fputs("<td class=\"nw\">", f);
+      ins_html_esc(f, r->state);
+      fputs("</td>", f);
+    }
     if (sampled)
       fprintf(f, "<td class=\"r\">%lld</td><td class=\"r\">%.1f%%</td>", (long long)r->samples,
               ins_pct(r->samples, rep->samp.total));
@@ -282,6 +317,7 @@ static void write_table(const ins_report_t *rep)
     ins_html_esc(f, r->sig);
     fputs("</td><td>", f);
     ins_html_esc(f, r->name);
+    write_reason(f, r->reason);
     fputs("</td></tr>\n", f);
   }
   fprintf(f, "</table>\n<p>%lld calls in %zu signatures; estimated operator time %s of %s wall",
@@ -305,15 +341,15 @@ static void write_jit(const ins_report_t *rep)
   FILE *f = rep->f;
   if (!rep->njit)
     return;
-  fputs("<h2>JIT</h2>\n<table>\n<tr><th>STATUS</th><th class=\"r\">CALLS</th>"
+  fputs("<h2>JIT</h2>\n<table>\n<tr><th>STATE</th><th class=\"r\">CALLS</th>"
         "<th class=\"r\">%CALLS</th><th class=\"r\">VARIANT</th><th class=\"r\">ORIGINAL</th>"
         "<th class=\"r\">SPEEDUP</th><th class=\"r\">COMPILE</th><th>COMPILER</th>"
         "<th>SIG</th><th>NAME</th></tr>\n", f);
   for (size_t i = 0; i < rep->njit; i++) {
     const ins_report_jit_t *r = &rep->jit[i];
     char v[32], o[32], x[32], c[32];
-    fputs("<tr><td>", f);
-    ins_html_esc(f, r->status);
+    fputs("<tr><td class=\"nw\">", f);
+    ins_html_esc(f, r->state);
     fprintf(f, "</td><td class=\"r\">%lld</td><td class=\"r\">%.1f%%</td><td class=\"r\">%s"
                "</td><td class=\"r\">%s</td><td class=\"r\">%s</td><td class=\"r\">%s</td>"
                "<td class=\"nw\">",
@@ -333,7 +369,8 @@ static void write_jit(const ins_report_t *rep)
     fputs("</td></tr>\n", f);
   }
   fputs("</table>\n<p class=\"note\">VARIANT and ORIGINAL are mean times per timed call; the "
-        "estimated times above count each part of a signature's calls at its own mean.</p>\n", f);
+        "estimated times above count each part of a signature's calls at its own mean. Each "
+        "signature's reason for its STATE is under its name in the table above.</p>\n", f);
 }
 
 /* Writes the whole page to rep->f. */
@@ -352,14 +389,18 @@ static void write_report(const ins_report_t *rep)
 
 static void report_free(ins_report_t *rep)
 {
-  for (size_t i = 0; i < rep->nsigs; i++)
+  for (size_t i = 0; i < rep->nsigs; i++) {
     free(rep->sigs[i].name);
+    free(rep->sigs[i].state);
+    free(rep->sigs[i].reason);
+  }
   free(rep->sigs);
   for (size_t i = 0; i < rep->njit; i++) {
     free(rep->jit[i].name);
     free(rep->jit[i].status);
     free(rep->jit[i].llvm);
     free(rep->jit[i].cpu);
+    free(rep->jit[i].state);
   }
   free(rep->jit);
   for (size_t i = 0; i < rep->nevents; i++) {

@@ -18,6 +18,8 @@
 typedef struct ins_report_sig_s {
   char sig[17];
   char *name;
+  char *state;  /* its STATE as top shows it (ins_state_label), "-" for none */
+  char *reason; /* why, as the agent recorded it; NULL: no state recorded */
   int64_t calls, timed, samples;
   double est;
 } ins_report_sig_t;
@@ -26,6 +28,7 @@ typedef struct ins_report_sig_s {
 typedef struct ins_report_jit_s {
   char sig[17];
   char *name, *status, *llvm, *cpu;
+  char *state; /* as in ins_report_sig_t, without the speedup (a column of its own) */
   ins_split_t split;
   int64_t compile_ns;
 } ins_report_jit_t;
@@ -45,6 +48,7 @@ typedef struct ins_report_s {
   ins_sampling_t samp;
   ins_report_sig_t *sigs; /* ranked by estimated time, most first */
   size_t nsigs;
+  int states; /* some signature has a JIT state or a variant: the tables show STATE */
   int64_t calls;
   double est;
   ins_frame_t *flame;

@@ -58,8 +58,11 @@
         hideTip();
         return;
       }
-      var name = lane.getAttribute('data-name'), lines = [['', name],
-                                                          ['signature', lane.getAttribute('data-sig')]];
+      var name = lane.getAttribute('data-name');
+      var lines = [['', name], ['signature', lane.getAttribute('data-sig')],
+                   ['state', lane.getAttribute('data-state')]];
+      if (lane.getAttribute('data-why'))
+        lines.push(['why', lane.getAttribute('data-why')]);
       if (c) { /* its title: "TIME: KIND NAME[: DETAIL]" */
         var t = c.getAttribute('data-t'), kind = c.getAttribute('data-kind');
         var head = t + ': ' + kind + ' ' + name + ': ';

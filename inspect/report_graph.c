@@ -217,11 +217,23 @@ static void draw_lane(const timeline_t *tl, const lane_t *l, int y)
   double x0 = tl->x0, pw = tl->pw, span = tl->span;
   const ins_report_jit_t *j = jit_of(rep, l->sig);
   double cy = y + TL_LANE / 2.0;
+  const ins_report_sig_t *sig = l->rank < rep->nsigs ? &rep->sigs[l->rank] : NULL;
+  const char *state = sig ? sig->state : "-", *why = sig && sig->reason ? sig->reason : "";
   fputs("<g class=\"lane\" data-name=\"", f);
   ins_html_esc(f, l->name);
-  fprintf(f, "\" data-sig=\"%s\"><title>", l->sig);
+  fprintf(f, "\" data-sig=\"%s\" data-state=\"", l->sig);
+  ins_html_esc(f, state);
+  fputs("\" data-why=\"", f);
+  ins_html_esc(f, why);
+  fputs("\"><title>", f);
   ins_html_esc(f, l->name);
-  fprintf(f, " (%s)</title><text x=\"0\" y=\"%d\">", l->sig, y + TL_LANE - 7);
+  fprintf(f, " (%s): ", l->sig);
+  ins_html_esc(f, state);
+  if (*why) {
+    fputs(": ", f);
+    ins_html_esc(f, why);
+  }
+  fprintf(f, "</title><text x=\"0\" y=\"%d\">", y + TL_LANE - 7);
   ins_html_esc_clip(f, l->name, (int)((TL_LABEL - 70) / CHAR_PX));
   fputs("</text>", f);
   if (j && j->split.calls > 0)

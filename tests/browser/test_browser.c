@@ -136,7 +136,7 @@ Test(browser, report_of_a_real_run_zooms_searches_explains_and_marks_the_jit_eve
   cr_expect_str_eq(str(seen, "hitFill"), "rgb(224, 64, 251)");
 
   /* The timeline: one marker per event of the run, each with its kind and time, and the
-   * tooltip on hover says which event, when, on which signature. */
+   * tooltip on hover says which event, when, on which signature, in which state now. */
   const cJSON *markers = item(seen, "markers");
   cr_expect_gt(nevents, 0, "the demo's hot 16x16 sgemm is queued at least");
   cr_expect_eq(cJSON_GetArraySize(markers), nevents);
@@ -146,7 +146,7 @@ Test(browser, report_of_a_real_run_zooms_searches_explains_and_marks_the_jit_eve
   const char *mtext = str(mtip, "text");
   cr_expect(cJSON_IsTrue(item(mtip, "shown")), "no tooltip on a marker");
   cr_expect(strstr(mtext, str(seen, "markerKind")) && strstr(mtext, " into the run") &&
-                strstr(mtext, "signature: "),
+                strstr(mtext, "signature: ") && strstr(mtext, "state: "),
             "marker tooltip: %s", mtext);
 
   /* Every legend swatch has a colour. */

@@ -137,6 +137,8 @@ Test(report, timeline_marks_every_event_and_counts_only_kernels_that_served)
       {64, 8000000, "demoted", "variant 900 ns per call"},
       {32, 9000000, "loaded", "placed"}};
   craft_variants(db, run, vars, 2, evs, 6);
+  sql_exec(db, "UPDATE run_sigs SET state = 'demoted', reason = 'slower <by far> & more'"
+               " WHERE sig_id = (SELECT id FROM signatures WHERE sig = 'aaaa000000000064')");
   proc_t p = opjit(NULL, (const char *[]){"report", "--db", db, "-o", "-", NULL});
   cr_assert_eq(p.status, 0, "%s", p.err);
   const char *html = p.out;
@@ -147,6 +149,14 @@ Test(report, timeline_marks_every_event_and_counts_only_kernels_that_served)
   cr_expect_eq(count(html, "<rect class=\"tl-jit\""), 2, "A from 5 to 8 ms, B from 9 ms on");
   cr_expect(strstr(html, ">max 1</text>"), "B's demotion before publication takes none away");
   cr_expect(strstr(html, "won its duel &lt;fast &amp; sure&gt;</title>"));
+  /* The agent's state and reason: in the table under the name, and on the signature's lane;
+   * B, with no state recorded, shows its variant's status and no reason. */
+  cr_expect(strstr(html, "<th>STATE</th>"));
+  cr_expect(strstr(html, "<td class=\"nw\">demoted</td>"));
+  cr_expect(strstr(html, "<br><span class=\"why\">slower &lt;by far&gt; &amp; more</span>"));
+  cr_expect(strstr(html, "data-state=\"demoted\" data-why=\"slower &lt;by far&gt; &amp; more\""));
+  cr_expect(strstr(html, "data-state=\"jit (demoted)\" data-why=\"\""), "B");
+  cr_expect_eq(count(html, "<span class=\"why\">"), 1);
   cr_expect(strstr(html, "<span class=\"key ev ev-demoted\"></span>demoted (2)"));
   cr_expect_eq(count(html, "<circle class=\"ev ev-published won\""), 1);
   cr_expect(strstr(html, "</span>compiled and placed (1)<span class=\"key ev ev-published won\">"
