@@ -350,7 +350,7 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps
   const ag_host_t *host = ag_host_of(e->key.host);
   ag_duel_result_t r;
   if (!ag_opts.num[AG_OPT_DUEL] || !host || !(host->traits & AG_HOST_DUELS)) {
-    snprintf(said, len, "; no duel (%s): the in-run judge decides",
+    snprintf(said, len, "; no duel (%s): no verdict from the in-run judge yet",
              ag_opts.num[AG_OPT_DUEL] ? "its host's kernels are judged on the program's calls"
                                       : "OPJIT_DUEL=0");
     return 0;
@@ -359,11 +359,12 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps
   if (rc == -2)
     return 1; /* the process is exiting: not published, no verdict kept */
   if (rc) {
-    snprintf(said, len, "; no duel (no scratch operands of its shape): the in-run judge decides");
+    snprintf(said, len, "; no duel (no scratch operands of its shape): no verdict from the in-run "
+             "judge yet");
     return 0;
   }
   if (r.verdict == AG_CMP_UNDECIDED) {
-    snprintf(said, len, "; no verdict in its duel (%u rounds): the in-run judge decides",
+    snprintf(said, len, "; no verdict in its duel (%u rounds), nor from the in-run judge yet",
              r.rounds);
     return 0;
   }
@@ -822,7 +823,7 @@ void ag_tier_keep_original(ag_entry_t *e)
 {
   uint32_t cold = AG_TIER_COLD;
   if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_DEMOTED))
-    decide(e, AG_STATE_LOST, -1, "its kernel by generator %d measured slower than the original "
+    decide(e, AG_STATE_LOST, -1, "its kernel by generator %d lost or tied against the original "
            "on this machine in an earlier run: the original serves until the generator changes",
            JT_GENERATOR_VERSION);
 }
@@ -886,7 +887,8 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
   set_persisted(e->index, NULL, 0, symbol, 1);
   double us = (double)(ag_now_ns() - t0) / 1e3;
   decide(e, AG_STATE_PLACED, -1, "placed from the store (%zu bytes of code in %.0f us, no "
-         "compile; verified in the run that stored it): the in-run judge decides", l.size, us);
+         "compile; verified in the run that stored it); no verdict from the in-run judge yet",
+         l.size, us);
   publish(e, l.fn, 0); /* verified in the run that stored it; the checksum holds */
   event(e, AG_EV_LOADED, "%zu bytes of code placed in %.0f us, no compile", l.size, us);
   ag_cq_lock(&cq);
