@@ -6,6 +6,7 @@
 #include "db.h"
 #include "pprof.h"
 #include "table.h"
+#include "variants.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -26,6 +27,8 @@ static int add_signatures(st_rows_t *st, int64_t run, cJSON *out)
     cJSON_AddNumberToObject(s, "calls", (double)st_rows_int(st, 4));
     cJSON_AddNumberToObject(s, "timed_calls", (double)st_rows_int(st, 5));
     cJSON_AddNumberToObject(s, "timed_ns", (double)st_rows_int(st, 6));
+    ins_json_add_state(s, st_rows_type(st, 7) == ST_COL_NULL ? NULL : st_rows_text(st, 7),
+                       st_rows_type(st, 8) == ST_COL_NULL ? NULL : st_rows_text(st, 8));
     cJSON_AddItemToArray(out, s);
   }
   return rc;

@@ -136,8 +136,8 @@ static const char *const sql[ST_Q__N] = {
         " LEFT JOIN machines m ON m.id = r.machine_id"
         " WHERE ?1 = 0 OR r.id = ?1 ORDER BY r.id",
     [ST_Q_EXPORT_SIGS] =
-        "SELECT s.sig, s.op, s.name, s.params, rs.calls, rs.timed_calls, rs.timed_ns"
-        " FROM run_sigs rs JOIN signatures s ON s.id = rs.sig_id WHERE rs.run_id = ?"
+        "SELECT s.sig, s.op, s.name, s.params, rs.calls, rs.timed_calls, rs.timed_ns, rs.state,"
+        " rs.reason FROM run_sigs rs JOIN signatures s ON s.id = rs.sig_id WHERE rs.run_id = ?"
         " ORDER BY rs.calls DESC, s.sig",
     [ST_Q_EXPORT_PCS] =
         "SELECT s.sig, y.module, y.name, p.samples FROM run_pcs p"

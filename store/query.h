@@ -66,7 +66,8 @@ enum st_query {
   /* ?1 run (0: every run): runs as recorded, by id (enum st_export_col). */
   ST_Q_EXPORT_RUNS,
   /* ?1 run, each: its rows for opjit export; sig is NULL for what fell outside operators. */
-  ST_Q_EXPORT_SIGS,     /* sig, op, name, params, calls, timed_calls, timed_ns */
+  ST_Q_EXPORT_SIGS,     /* sig, op, name, params, calls, timed_calls, timed_ns, state, reason
+                           (NULL: not recorded) */
   ST_Q_EXPORT_PCS,      /* sig, module, symbol, samples */
   ST_Q_EXPORT_STACKS,   /* sig, stack, samples, name */
   ST_Q_EXPORT_COUNTERS, /* sig, event, value */

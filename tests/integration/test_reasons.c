@@ -115,6 +115,15 @@ Test(reasons, each_state_says_why_in_its_decision_s_own_words)
             "%s", text(v, "reason"));
   cJSON_Delete(doc);
 
+  /* export carries them too, per run. */
+  doc = cJSON_Parse(opjit("export", "export", "--json", NULL, NULL));
+  cr_assert_not_null(doc);
+  const cJSON *run = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "runs"), 0);
+  const cJSON *big = named(cJSON_GetObjectItem(run, "signatures"), BIG);
+  cr_expect_str_eq(text(big, "state"), "unsupported");
+  cr_expect_str_eq(text(big, "reason"), "M=40 is above OPJIT_JIT_MAX_DIM=32");
+  cJSON_Delete(doc);
+
   /* Run 2: the stored kernel is placed, not compiled; the others say the same as before. */
   host("run2", "fast", "mixed", "300000");
   expect_state(HOT, "placed", "placed from the store", 0);
