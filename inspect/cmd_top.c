@@ -155,7 +155,9 @@ static int cmd_top(int argc, char **argv)
     jit_sigs += st_rows_int(st, ST_SIG_VCALLS) > 0;
     saving_total += st_rows_double(st, ST_SIG_SAVING);
     variants += st_rows_int(st, ST_SIG_NVARIANTS);
-    states += st_rows_type(st, ST_SIG_STATE) != ST_COL_NULL;
+    /* a profile-mode run's "off" everywhere says nothing a column would add */
+    states += st_rows_type(st, ST_SIG_STATE) != ST_COL_NULL &&
+              strcmp(st_rows_text(st, ST_SIG_STATE), "off") != 0;
     nsigs++;
   }
   if (step != 0 || st_rows_rewind(st) != ST_OK) {
@@ -166,7 +168,7 @@ static int cmd_top(int argc, char **argv)
   doc = cJSON_CreateObject();
   cJSON *sigs = cJSON_CreateArray();
   /* Columns: SAMPLES and CPU% only for a sampled scope, STATE only when the agent recorded
-   * states or variants (a run before schema 7 has variants only). */
+   * states other than off, or variants (a run before schema 7 has variants only). */
   static const char *const head[] = {"SHARE", "EST.TIME", "CALLS", "MEAN", "STATE",
                                      "SAMPLES", "CPU%", "SIG", "NAME"};
   uint32_t shown = UINT32_MAX;

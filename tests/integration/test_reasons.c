@@ -148,3 +148,13 @@ Test(reasons, a_lost_duel_gives_both_medians_and_the_next_run_says_why_it_stays_
   expect_state(HOT, "lost", "lost or tied against the original on this machine in an earlier run",
                0);
 }
+
+Test(reasons, profile_mode_says_off_in_json_and_adds_no_column)
+{
+  const char *env[] = {"OPJIT_MODE=profile", "OPJIT_SAMPLE_HZ=0", NULL};
+  int st = h_run("profile", 1, env, (const char *[]){H_JIT_PROG, "many", "1000", NULL});
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", h_output("profile", "err"));
+  expect_state(HOT, "off", "the JIT is off (OPJIT_MODE=profile)", 1);
+  const char *out = opjit("top", "top", NULL, NULL, NULL);
+  cr_expect(!strstr(out, "STATE") && !strstr(out, "off"), "%s", out);
+}
