@@ -54,11 +54,9 @@ int ag_policy_decide(const ag_policy_t *p, int cls, double spent_ns, double char
     snprintf(why, len, "hot (OPJIT_HOT_PAYBACK=0: no payback test)");
     return pb;
   }
-  snprintf(why, len, "%s%.3g ms spent x %.0f%% expected saving = %.3g ms %s %ld x %.3g ms "
-           "compile charge%s (OPJIT_HOT_PAYBACK)",
-           pb == 1 ? "pays back: " : pb == 2 ? "its size's trial (no kernel of its size measured "
-                                               "yet, a core is idle): "
-                                             : "not worth a compile yet: ",
+  snprintf(why, len, "%s%.3g ms spent x %.0f%% expected saving = %.3g ms %s OPJIT_HOT_PAYBACK=%ld "
+           "x %.3g ms compile charge%s",
+           pb == 1 ? "pays back: " : pb == 2 ? "its size's first trial: " : "not worth a compile yet: ",
            spent_ns / 1e6, 100 * gain, saved / 1e6, pb == 1 ? ">=" : "<", payback, charge / 1e6,
            idle ? " (idle core)" : "");
   return pb;

@@ -55,7 +55,8 @@ int ag_policy_pays_back(const ag_policy_t *p, int cls, double spent_ns, double c
                         long payback, int idle);
 /* ag_policy_pays_back, with the decision in words into why (len bytes): the figures it weighed
  * (time spent, expected saving, OPJIT_HOT_PAYBACK, the compile's charge) and which way they
- * went, as a signature's state shows it (reason.h). */
+ * went, as a signature's state shows it (reason.h); "its size's first trial" for 2 (no kernel
+ * of its size class measured yet, and a core idle for the compile). */
 int ag_policy_decide(const ag_policy_t *p, int cls, double spent_ns, double charge, long payback,
                      int idle, char *why, size_t len);
 
