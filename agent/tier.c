@@ -693,6 +693,22 @@ void ag_tier_hold(int on)
   }
 }
 
+static int compilable(const ag_sig_t *k, jt_gemm_t *g, int *row, char *why, size_t len);
+
+/* Cold entry e failed the payback test (why): it waits, unless no kernel can replace it at all:
+ * then it is NONE, as enqueue would make it, and never tested again. */
+static void not_yet(ag_entry_t *e, const char *why)
+{
+  jt_gemm_t g;
+  int row;
+  char no[AG_REASON_LEN];
+  uint32_t cold = AG_TIER_COLD;
+  if (compilable(&e->key, &g, &row, no, sizeof no))
+    decide(e, AG_STATE_WAITING, -1, "%s", why);
+  else if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE))
+    decide(e, AG_STATE_UNSUPPORTED, -1, "%s", no);
+}
+
 void ag_tier_hot(ag_entry_t *e, uint64_t n)
 {
   if (n < ag_hot_calls || ag_hot_calls == 0 || atomic_load(&jit_dead) ||
@@ -708,7 +724,8 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n)
   if (payback_applies(e) && timed) {
     pb = pays_back(e, (double)n * (double)tns / (double)timed, test, sizeof test);
     if (!pb) { /* not worth it yet: asked again every 4096 calls */
-      decide(e, AG_STATE_WAITING, -1, "after %llu calls, %s", (unsigned long long)n, test);
+      snprintf(why, sizeof why, "after %llu calls, %s", (unsigned long long)n, test);
+      not_yet(e, why);
       return;
     }
   }
@@ -727,8 +744,10 @@ void ag_tier_sampled(ag_entry_t *e, double cpu_ns)
   if (!pb) {
     uint64_t calls, vcalls;
     ag_tcount_sum_one(e->index, &calls, &vcalls);
-    if (calls < ag_hot_calls) /* else the calls' own test speaks for it (ag_tier_hot) */
-      decide(e, AG_STATE_WAITING, -1, "%.1f ms of sampled CPU time: %s", cpu_ns / 1e6, test);
+    if (calls < ag_hot_calls) { /* else the calls' own test speaks for it (ag_tier_hot) */
+      snprintf(why, sizeof why, "%.1f ms of sampled CPU time: %s", cpu_ns / 1e6, test);
+      not_yet(e, why);
+    }
     return;
   }
   snprintf(why, sizeof why, "hot: %.1f ms of sampled CPU time: %s", cpu_ns / 1e6, test);
