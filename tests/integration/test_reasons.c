@@ -158,3 +158,15 @@ Test(reasons, profile_mode_says_off_in_json_and_adds_no_column)
   const char *out = opjit("top", "top", NULL, NULL, NULL);
   cr_expect(!strstr(out, "STATE") && !strstr(out, "off"), "%s", out);
 }
+
+Test(reasons, a_shape_over_the_limit_is_unsupported_whichever_way_its_payback_test_went)
+{
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_SAMPLE_HZ=0", "OPJIT_JIT_MAX_DIM=32", NULL};
+  int st = h_run("payback", 1, env, (const char *[]){H_JIT_PROG, "mixed", "20000", NULL});
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", h_output("payback", "err"));
+  expect_state(BIG, "unsupported", "M=40 is above OPJIT_JIT_MAX_DIM=32", 1);
+  expect_state(COLD, "waiting",
+               "not hot yet: 3 of the 64 calls (OPJIT_HOT_CALLS) before the "
+               "payback test",
+               1);
+}
