@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* `opjit op`: one signature, found by its id or a unique prefix, the runs that called it and,
- * when they were sampled, the symbols its samples fell in and its hardware counters. */
+/* `opjit op`: one signature, found by its id or a unique prefix, the runs that called it (with
+ * its JIT state in each and the agent's reason) and, when they were sampled, the symbols its
+ * samples fell in and its hardware counters. */
 #include "cmd.h"
 #include "db.h"
 #include "table.h"
+#include "variants.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -175,8 +177,8 @@ static int cmd_op(int argc, char **argv)
     goto out;
   cJSON *runs = cJSON_AddArrayToObject(doc, "runs");
   static const char *const head[] = {"RUN", "STARTED", "STATUS", "CALLS", "TIMED", "MEAN",
-                                     "PROGRAM"};
-  t = ins_table_new("rllrrrl", head);
+                                     "STATE", "PROGRAM"};
+  t = ins_table_new("rllrrrll", head);
   int64_t total_calls = 0, total_timed = 0;
   double total_est = 0;
   int step;
@@ -201,6 +203,11 @@ static int cmd_op(int argc, char **argv)
       cJSON_AddNumberToObject(j, "mean_ns", mean);
     else
       cJSON_AddNullToObject(j, "mean_ns");
+    const char *state = st_rows_type(st, ST_SIGRUN_STATE) == ST_COL_NULL
+                            ? NULL : st_rows_text(st, ST_SIGRUN_STATE);
+    const char *reason = st_rows_type(st, ST_SIGRUN_REASON) == ST_COL_NULL
+                             ? NULL : st_rows_text(st, ST_SIGRUN_REASON);
+    ins_json_add_state(j, state, reason);
     cJSON_AddItemToArray(runs, j);
     char c0[24], c1[32], c3[24], c4[24], c5[32], prog[256];
     snprintf(c0, sizeof c0, "%lld", (long long)run);
@@ -209,8 +216,10 @@ static int cmd_op(int argc, char **argv)
     ins_program_label(st_rows_text(st, ST_SIGRUN_EXE), st_rows_text(st, ST_SIGRUN_ARGV),
                       PROGRAM_WIDTH, prog, sizeof prog);
     const char *row[] = {c0, ins_fmt_time(start, c1, sizeof c1), status, c3, c4,
-                         ins_fmt_ns(mean, c5, sizeof c5), prog};
+                         ins_fmt_ns(mean, c5, sizeof c5), state ? state : "-", prog};
     ins_table_row(t, row);
+    if (reason)
+      ins_table_note(t, reason);
   }
   rc = ins_rows_finish(db, st, step);
   st = NULL;
@@ -263,7 +272,9 @@ const ins_cmd_t ins_cmd_op = {
     .synopsis = "[--db PATH] [--run RUN] [--json] SIG",
     .summary = "show one signature, the runs that called it and where its samples fell",
     .help = "SIG is a signature id (16 hex digits, as opjit top prints it) or any prefix that\n"
-            "only one signature has; an ambiguous prefix lists the candidates. For sampled runs,\n"
+            "only one signature has; an ambiguous prefix lists the candidates. Each run that\n"
+            "called it shows its JIT state there (as opjit top's STATE) and, under it, the\n"
+            "reason the agent recorded (\"-\": a run before reasons were kept). For sampled runs,\n"
             "the symbols (module`symbol) the signature's samples fell in, with their share of\n"
             "its samples (the top 15; --json lists all), and the hardware counters the sampler\n"
             "read, in total and per call. Both are summed over the runs, or only RUN's.\n\n"

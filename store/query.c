@@ -94,7 +94,7 @@ static const char *const sql[ST_Q__N] = {
         " GROUP BY r.id ORDER BY r.id",
     [ST_Q_SIG_INFO] = "SELECT name, op, params FROM signatures WHERE sig = ? ORDER BY id LIMIT 1",
     [ST_Q_SIG_RUNS] = "SELECT rs.run_id, p.exe, r.argv, r.start_ns, r.status, r.pid,"
-                      " rs.calls, rs.timed_calls, rs.timed_ns"
+                      " rs.calls, rs.timed_calls, rs.timed_ns, rs.state, rs.reason"
                       " FROM signatures s JOIN run_sigs rs ON rs.sig_id = s.id"
                       " JOIN runs r ON r.id = rs.run_id LEFT JOIN programs p ON p.id = r.program_id"
                       " WHERE s.sig = ?1 AND (?2 = 0 OR rs.run_id = ?2)"

@@ -129,6 +129,23 @@ Test(reasons, each_state_says_why_in_its_decision_s_own_words)
   expect_state(HOT, "placed", "placed from the store", 0);
   expect_state(COLD, "waiting", "not hot yet: 3 of the 64 calls", 1);
   expect_state(BIG, "unsupported", "M=40 is above OPJIT_JIT_MAX_DIM=32", 1);
+  /* opjit op: the signature's state in each run that called it, newest first. */
+  doc = cJSON_Parse(opjit("top_json", "top", "--json", NULL, NULL));
+  cr_assert_not_null(doc);
+  char sig[17];
+  snprintf(sig, sizeof sig, "%s", text(named(cJSON_GetObjectItem(doc, "signatures"), HOT), "sig"));
+  cJSON_Delete(doc);
+  doc = cJSON_Parse(opjit("op", "op", "--json", sig, NULL));
+  cr_assert_not_null(doc);
+  const cJSON *runs = cJSON_GetObjectItem(doc, "runs");
+  cr_assert_eq(cJSON_GetArraySize(runs), 2);
+  cr_expect_str_eq(text(cJSON_GetArrayItem(runs, 0), "state"), "placed");
+  cr_expect_str_eq(text(cJSON_GetArrayItem(runs, 1), "state"), "serving");
+  cJSON_Delete(doc);
+  out = opjit("op_text", "op", sig, NULL, NULL);
+  cr_expect(strstr(out, "STATE") && strstr(out, "    placed from the store") &&
+                strstr(out, "won its duel"),
+            "%s", out);
 }
 
 Test(reasons, a_lost_duel_gives_both_medians_and_the_next_run_says_why_it_stays_original)
