@@ -36,7 +36,8 @@ static const char *fmt_ns(double ns, char *buf, size_t len)
 static double pct(double part, double whole) { return whole > 0 ? 100.0 * part / whole : 0; }
 
 /* Keeps s->top the AG_SUMMARY_TOP costliest signatures, costliest first (ties: more calls). */
-static void rank(ag_summary_t *s, const ag_entry_t *e, uint64_t calls, double est, double x)
+static void rank(ag_summary_t *s, const ag_entry_t *e, uint64_t calls, double est, double x,
+                 const ag_reason_t *r)
 {
   int at = s->ntop;
   while (at > 0 && (est > s->top[at - 1].est_ns ||
@@ -49,6 +50,16 @@ static void rank(ag_summary_t *s, const ag_entry_t *e, uint64_t calls, double es
   struct ag_summary_sig_s *t = &s->top[at];
   ag_sig_format(&e->key, t->name, sizeof t->name);
   t->calls = calls, t->est_ns = est, t->speedup = x;
+  snprintf(t->state, sizeof t->state, "%s", ag_state_name(r->state));
+  size_t n = strlen(r->text), k = sizeof t->why - sizeof "…";
+  if (n < sizeof t->why) {
+    memcpy(t->why, r->text, n + 1);
+  } else { /* cut at a space, marked */
+    while (k && r->text[k] != ' ')
+      k--;
+    memcpy(t->why, r->text, k);
+    memcpy(t->why + k, "…", sizeof "…");
+  }
   if (s->ntop < AG_SUMMARY_TOP)
     s->ntop++;
 }
@@ -113,7 +124,9 @@ void ag_summary_collect(ag_summary_t *s, int64_t run_id, int64_t start_ns)
     if (ot && vt)
       s->saving_ns += (double)vc * (omean - vmean);
     count_variant(s, i, e, tier);
-    rank(s, e, calls[i], est, x);
+    ag_reason_t r;
+    ag_tier_reason(i, calls[i], &r);
+    rank(s, e, calls[i], est, x, &r);
   }
 out:
   free(calls), free(vcalls);
@@ -183,6 +196,8 @@ size_t ag_summary_format(const ag_summary_t *s, char *buf, size_t len)
         t->name, (unsigned long long)t->calls);
     if (t->speedup > 0)
       put(buf, len, &used, ", jit %.2f×", t->speedup);
+    else if (*t->state && strcmp(t->state, "off") != 0) /* what no kernel serves: why */
+      put(buf, len, &used, ", %s: %s", t->state, t->why);
     put(buf, len, &used, "\n");
   }
   return used;

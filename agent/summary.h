@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The exit summary (OPJIT_SUMMARY): a few lines on stderr when the program exits, as `perf
  * stat` prints — the run's wall time, the operators' share of it, the kernels compiled, placed
- * from the store and demoted, the measured saving and the three costliest signatures. Every
+ * from the store and demoted, the measured saving and the three costliest signatures (with the
+ * JIT state of each that no kernel serves, and why). Every
  * figure comes from the counters, timings and tier states the writer has just stored for the
  * run, combined as `opjit top` combines them (time = calls at the measured mean of whoever
  * served them; saving = variant calls x (original mean - variant mean)). */
@@ -31,6 +32,8 @@ typedef struct ag_summary_s {
     uint64_t calls;
     double est_ns;
     double speedup; /* original mean / variant mean; 0 when either is not measured */
+    char state[16]; /* its JIT state and why (tier.h, ag_tier_reason), cut to fit; "" when */
+    char why[120];  /* none was decided (JIT off) */
   } top[AG_SUMMARY_TOP];
   int ntop;
 } ag_summary_t;

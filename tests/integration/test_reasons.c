@@ -29,6 +29,7 @@ static void host(const char *tag, const char *fault, const char *mode, const cha
                        "OPJIT_SAMPLE_HZ=0",
                        "OPJIT_JIT_MAX_DIM=32",
                        "OPJIT_WARM_WAIT_US=60000000",
+                       "OPJIT_SUMMARY=1",
                        f,
                        NULL};
   int st = h_run(tag, 1, env, (const char *[]){H_JIT_PROG, mode, n, NULL});
@@ -90,6 +91,10 @@ static void expect_state(const char *name, const char *st, const char *why, int 
 Test(reasons, each_state_says_why_in_its_decision_s_own_words)
 {
   host("run1", "fast", "mixed", "300000");
+  /* The exit summary names why each of its top signatures that no kernel serves stays so. */
+  cr_expect(strstr(h_output("run1", "err"), BIG ", 400 calls, unsupported: M=40 is above "
+                                                "OPJIT_JIT_MAX_DIM=32\n"),
+            "%s", h_output("run1", "err"));
   expect_state(HOT, "serving", "won its duel", 0);
   expect_state(COLD, "waiting", "not hot yet: 3 of the 64 calls (OPJIT_HOT_CALLS)", 1);
   expect_state(BIG, "unsupported", "M=40 is above OPJIT_JIT_MAX_DIM=32", 1);
