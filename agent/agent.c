@@ -11,6 +11,7 @@
  * the next writes the same rows again. */
 #define _GNU_SOURCE
 #include "agent.h"
+#include "fleet.h"
 #include "opjit.h"
 #include "log.h"
 #include "machine.h"
@@ -740,6 +741,7 @@ static void final_step(void)
   uint64_t deadline = ag_now_ns() + (uint64_t)ag_opts.num[AG_OPT_EXIT_WAIT_MS] * 1000000u * 3 / 4;
   while (writer_step(1) && ag_now_ns() < deadline)
     nanosleep(&(struct timespec){0, 20 * 1000000}, NULL);
+  ag_fleet_final();
 }
 
 /* The writer: drains the sampler every tick (sized so no ring overflows: 250 ms at the default
@@ -754,6 +756,7 @@ static void *writer_main(void *arg)
   if (warm)
     warm_finish();
   start_sampling();
+  ag_fleet_start();
   ag_machine_start(run_info()->cpu_key);
   /* A ring holds 256 samples: drain it twice per fill at the sampling rate, at most 4x/s. */
   long flush_ms = ag_opts.num[AG_OPT_FLUSH_MS], hz = ag_opts.num[AG_OPT_SAMPLE_HZ];
@@ -929,17 +932,19 @@ static void warm_start(void)
   uint64_t t0 = ag_now_ns();
   char dbpath[PATH_MAX];
   warm_done = 1;
-  if (ag_opts_db_path(&ag_opts, env_get, dbpath, sizeof dbpath) || access(dbpath, F_OK) != 0)
-    return; /* no profile yet: the writer creates the database, off this thread */
-  if (!db_trusted(dbpath))
-    return;
-  pthread_mutex_lock(&db_mu);
-  if (!store_dead && !db)
-    open_store();
+  ag_fleet_fetch(run_info()); /* OPJIT_FLEET: the fleet's profile and kernels (fleet.h) */
   ag_warm_t w = {0};
-  if (db)
-    ag_warm_start(store, db, run_info(), &w);
-  pthread_mutex_unlock(&db_mu);
+  /* No profile yet: the writer creates the database, off this thread. */
+  if (!ag_opts_db_path(&ag_opts, env_get, dbpath, sizeof dbpath) && access(dbpath, F_OK) == 0 &&
+      db_trusted(dbpath)) {
+    pthread_mutex_lock(&db_mu);
+    if (!store_dead && !db)
+      open_store();
+    if (db)
+      ag_warm_start(store, db, run_info(), &w);
+    pthread_mutex_unlock(&db_mu);
+  }
+  ag_fleet_warm(&w);
   warm_ns = (int64_t)(ag_now_ns() - t0);
   if (w.runs)
     ag_log(AG_LOG_INFO, "warm start from %lld runs in %.2f ms: %d kernels loaded, %d queued, "

@@ -63,6 +63,23 @@
   OPT(ISA, ENUM, "auto", 0, 0, "auto|sse2|avx2|avx512",                                     \
       "widest vector ISA the JIT uses: auto = the widest this CPU and OS support; one this "  \
       "CPU lacks falls back to the widest it has, with a warning")                           \
+  OPT(FLEET, STR, "", 0, 0, NULL,                                                            \
+      "the fleet store: a libpq connection string or postgresql:// URI (libpq's PG* "        \
+      "environment and TLS apply); finished runs, models and kernels are pushed there, and " \
+      "kernels other machines compiled are fetched (empty: no fleet)")                       \
+  OPT(FLEET_KEY, STR, "", 0, 0, NULL,                                                        \
+      "file holding the fleet's HMAC-SHA256 key: kernels pushed are tagged with it, kernels " \
+      "fetched are placed only with a valid tag (empty: none is fetched nor tagged)")        \
+  OPT(FLEET_KERNELS, BOOL, "1", 0, 1, NULL,                                                  \
+      "0: never place a kernel fetched from the fleet (compile locally)")                    \
+  OPT(FLEET_REDACT, BOOL, "1", 0, 1, NULL,                                                   \
+      "command lines reach the fleet as the program and a count of its arguments")           \
+  OPT(FLEET_WAIT_MS, INT, "2000", 100, 600000, NULL,                                         \
+      "longest wait for the fleet: the warm start's fetch, each push, the push at exit")      \
+  OPT(FLEET_PUSH_MS, INT, "30000", 100, 86400000, NULL,                                      \
+      "period of the pushes while the program runs (and a push at exit)")                    \
+  OPT(FLEET_BACKLOG, INT, "1000", 1, 1000000, NULL,                                          \
+      "the newest finished local runs a push considers: older ones are never pushed")        \
   OPT(PERF_MAP, BOOL, "0", 0, 1, NULL,                                                       \
       "1 writes /tmp/perf-PID.map lines for JIT kernels, so perf report names them")         \
   OPT(SUMMARY, BOOL, "0", 0, 1, NULL,                                                        \

@@ -931,6 +931,16 @@ void ag_tier_invalidate(ag_entry_t *e, const char *fmt, ...)
   decide(e, AG_STATE_INVALIDATED, AG_EV_INVALIDATED, "%s", detail);
 }
 
+void ag_tier_refuse(ag_entry_t *e, const char *fmt, ...)
+{
+  char detail[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(detail, sizeof detail, fmt, ap);
+  va_end(ap);
+  event(e, AG_EV_REFUSED, "%s", detail);
+}
+
 const char *ag_tier_status(uint32_t i)
 {
   switch (atomic_load(&ag_table_entry(ag_table, i)->tier)) {

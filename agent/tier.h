@@ -99,6 +99,10 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
  * writer delete it. */
 void ag_tier_invalidate(ag_entry_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Records that a kernel offered for e from outside (the fleet, agent/fleet.h) was not placed:
+ * a "refused" event whose detail starts with the reason. e is left as it was. */
+void ag_tier_refuse(ag_entry_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Entry i's variant status as the database records it: "queued", "ready", "failed", and for
  * a demoted variant "demoted" (measured slower: later runs on this machine leave it on the
  * original), "tied" (no faster within the judge's window: the original for this run only) or

@@ -2,6 +2,7 @@
 /* The warm start (warm.h). */
 #include "warm.h"
 #include "agent.h"
+#include "fleet.h"
 #include "log.h"
 #include "machine.h"
 #include "opt.h"
@@ -16,22 +17,30 @@
 #define OPJIT_LLVM_VERSION "none" /* built without the JIT: no object is ever usable */
 #endif
 
-/* Why h's object cannot be placed here, or NULL when it can. */
-static const char *unusable(const st_hot_t *h, const char *key, char *why, size_t len)
+const char *ag_warm_unusable(const char *cpu, int generator, const char *llvm,
+                             const void *code, size_t code_len, uint64_t checksum,
+                             const char *key, char *why, size_t len)
 {
-  if (strcmp(h->cpu, key) != 0)
-    snprintf(why, len, "cpu: built for %s, this machine is %s", h->cpu, key);
-  else if (h->generator != JT_GENERATOR_VERSION)
+  if (strcmp(cpu, key) != 0)
+    snprintf(why, len, "cpu: built for %s, this machine is %s", cpu, key);
+  else if (generator != JT_GENERATOR_VERSION)
     snprintf(why, len, "generator: built by generator version %d, this agent's is %d",
-             h->generator, JT_GENERATOR_VERSION);
-  else if (strcmp(h->llvm, OPJIT_LLVM_VERSION) != 0)
-    snprintf(why, len, "llvm: built with LLVM %s, this agent's JIT uses %s", h->llvm,
+             generator, JT_GENERATOR_VERSION);
+  else if (strcmp(llvm, OPJIT_LLVM_VERSION) != 0)
+    snprintf(why, len, "llvm: built with LLVM %s, this agent's JIT uses %s", llvm,
              OPJIT_LLVM_VERSION);
-  else if (jt_obj_checksum(h->code, h->code_len) != h->checksum)
-    snprintf(why, len, "checksum: the stored object (%zu bytes) is damaged", h->code_len);
+  else if (jt_obj_checksum(code, code_len) != checksum)
+    snprintf(why, len, "checksum: the stored object (%zu bytes) is damaged", code_len);
   else
     return NULL;
   return why;
+}
+
+/* Why h's object cannot be placed here, or NULL when it can. */
+static const char *unusable(const st_hot_t *h, const char *key, char *why, size_t len)
+{
+  return ag_warm_unusable(h->cpu, h->generator, h->llvm, h->code, h->code_len, h->checksum, key,
+                          why, len);
 }
 
 /* A MUL_MAT + ADD group runs unfused as its product until its kernel is there, timed under the
@@ -123,6 +132,10 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
       w->invalidated++;
       if (!hot(&p, h))
         continue;
+    }
+    if (ag_fleet_place(e)) { /* another machine compiled it */
+      w->loaded++;
+      continue;
     }
     snprintf(why, sizeof why, "warm: the profile weighs its calls at %.0f", h->score);
     ag_tier_queue(e, why);

@@ -22,6 +22,7 @@
 #include "runinfo.h"
 #include "../store/store.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define AG_WARM_DECAYED_BELOW 1.0 /* decayed calls under one call's weight: not called any more */
@@ -30,6 +31,13 @@ typedef struct ag_warm_s {
   int64_t runs;          /* earlier runs the profile came from */
   int loaded, queued, invalidated;
 } ag_warm_t;
+
+/* Why an object (what it was built for and with, its code and checksum) cannot be placed on
+ * this machine, whose object key (machine.h) is key: the reason's sentence in why, its first
+ * word the reason (cpu, generator, llvm, checksum); NULL when it can. */
+const char *ag_warm_unusable(const char *cpu, int generator, const char *llvm,
+                             const void *code, size_t code_len, uint64_t checksum,
+                             const char *key, char *why, size_t len);
 
 /* Reads the profile through store and db (open) and acts on it; the signature table exists.
  * A store error leaves the run cold, with one warning. */

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs what opjit builds, tests and demonstrates with: Debian packages (clang-19 and its
 # runtimes with libFuzzer for scripts/fuzz.sh among them; golang-go for `go tool pprof`, which
-# reads `opjit export --pprof` files in the tests), then llama.cpp's prebuilt CPU
+# reads `opjit export --pprof` files in the tests; PostgreSQL's server, libpq and libcrypto for
+# the fleet store and its tests), then llama.cpp's prebuilt CPU
 # libraries from npm (@node-llama-cpp/linux-x64 and node-llama-cpp, 3.22.1) into
 # third_party/llama, with the ggml/llama headers from the source bundle node-llama-cpp carries
 # (third_party/llama/src), and playwright-core from npm into third_party/playwright (the
@@ -12,7 +13,7 @@ cd "$(dirname "$0")/.."
 pkgs="build-essential cmake pkg-config libsqlite3-dev sqlite3 libcjson-dev libcriterion-dev
       libblas3 libopenblas0-pthread python3-numpy valgrind libunwind8 libdw-dev llvm-19-dev git
       clang-19 libclang-rt-19-dev libprotobuf-c-dev protobuf-c-compiler zlib1g-dev golang-go
-      chromium groff-base"
+      chromium groff-base postgresql libpq-dev libssl-dev"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' ||

@@ -194,7 +194,9 @@ typedef struct st_variant_rec_s {
   X(LOADED, "loaded")     /* a persisted object placed at start-up: no compile */            \
   X(INVALIDATED, "invalidated") /* a persisted object dropped; the detail starts with the    \
                                    reason: decayed, slower, guard, cpu, llvm, generator,     \
-                                   checksum, unloadable */
+                                   checksum, unloadable */                                   \
+  X(REFUSED, "refused") /* a fleet kernel not placed (store/fleet.h): the detail starts with  \
+                           the reason: tag (missing or wrong HMAC), or one of the above */
 
 /* An event of a signature's life (appended). */
 typedef struct st_event_rec_s {

@@ -82,6 +82,13 @@ Test(opt, every_option_parsed)
   setenv_fake("OPJIT_LOG", "DEBUG");
   setenv_fake("OPJIT_LOG_FILE", "/tmp/opjit.log");
   setenv_fake("OPJIT_SUMMARY", "yes");
+  setenv_fake("OPJIT_FLEET", "postgresql:///fleet");
+  setenv_fake("OPJIT_FLEET_KEY", "/tmp/fleet.key");
+  setenv_fake("OPJIT_FLEET_KERNELS", "off");
+  setenv_fake("OPJIT_FLEET_REDACT", "no");
+  setenv_fake("OPJIT_FLEET_WAIT_MS", "500");
+  setenv_fake("OPJIT_FLEET_PUSH_MS", "1K");
+  setenv_fake("OPJIT_FLEET_BACKLOG", "20");
   cr_assert_eq(env_n, AG_OPT__COUNT, "a new option needs a line in this test");
   ag_opts_t o;
   cr_assert_eq(ag_opts_parse(&o, fake_get, capture), 0, "%s", nlines ? lines[0] : "");
@@ -97,6 +104,13 @@ Test(opt, every_option_parsed)
   cr_assert_eq(o.num[AG_OPT_JIT_MAX_DIM], 64);
   cr_assert_eq(o.num[AG_OPT_VERIFY], 0);
   cr_assert_eq(o.num[AG_OPT_PERF_MAP], 1);
+  cr_assert_str_eq(o.str[AG_OPT_FLEET], "postgresql:///fleet");
+  cr_assert_str_eq(o.str[AG_OPT_FLEET_KEY], "/tmp/fleet.key");
+  cr_assert_eq(o.num[AG_OPT_FLEET_KERNELS], 0);
+  cr_assert_eq(o.num[AG_OPT_FLEET_REDACT], 0);
+  cr_assert_eq(o.num[AG_OPT_FLEET_WAIT_MS], 500);
+  cr_assert_eq(o.num[AG_OPT_FLEET_PUSH_MS], 1024);
+  cr_assert_eq(o.num[AG_OPT_FLEET_BACKLOG], 20);
   cr_assert_eq(o.num[AG_OPT_CODE_CACHE_MB], 8);
   cr_assert_eq(o.num[AG_OPT_WARM], 0);
   cr_assert_eq(o.num[AG_OPT_WARM_WAIT_US], 2048);
