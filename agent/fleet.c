@@ -9,6 +9,7 @@
 #include "machine.h"
 #include "opt.h"
 #include "tier.h"
+#include "jit/jit.h"
 #include "../store/fleet.h"
 
 #include <dlfcn.h>
@@ -173,7 +174,10 @@ void ag_fleet_warm(ag_warm_t *w)
       continue;
     ag_entry_t probe;
     memcpy(&probe.key, k->key, sizeof probe.key);
-    int hot = ag_tier_profile_hot(&probe, k->score, k->mean_ns);
+    /* A kernel of this generator measured slower than the original in the fleet's newest run
+     * that had one: not compiled here either (a placed kernel is still judged in this run). */
+    int hot =
+        ag_tier_profile_hot(&probe, k->score, k->mean_ns) && k->demoted_gen != JT_GENERATOR_VERSION;
     if (!k->code && !hot)
       continue;
     ag_entry_t *e = ag_table_get(ag_table, &probe.key);

@@ -476,8 +476,9 @@ static int push_objects(st_fleet_t *f, st_db_t *local, int64_t machine, st_fleet
                      " $9, $10) ON CONFLICT (sig_id, cpu, generator, llvm) DO UPDATE SET"
                      " symbol = EXCLUDED.symbol, checksum = EXCLUDED.checksum,"
                      " code = EXCLUDED.code, tag = EXCLUDED.tag, machine_id = EXCLUDED.machine_id,"
-                     " created_ns = EXCLUDED.created_ns WHERE opjit.objects.tag IS NULL"
-                     " OR opjit.objects.created_ns < EXCLUDED.created_ns",
+                     " created_ns = EXCLUDED.created_ns WHERE EXCLUDED.tag IS NOT NULL AND"
+                     " (opjit.objects.tag IS NULL OR opjit.objects.created_ns <"
+                     " EXCLUDED.created_ns)",
                      10, v, lens, bin);
     rc = w ? 0 : -1;
     p->objects += w && strcmp(PQcmdTuples(w), "1") == 0;
@@ -762,7 +763,11 @@ int st_fleet_kernels(st_fleet_t *f, const st_run_info_t *program, const char *cp
          "   sum(rs.timed_ns)::float8 / nullif(sum(rs.timed_calls), 0) AS mean_ns"
          "   FROM opjit.run_sigs rs JOIN r ON r.id = rs.run_id GROUP BY rs.sig_id)"
          " SELECT sg.key, s.score, coalesce(s.mean_ns, 0), o.cpu, o.llvm, o.generator,"
-         "  o.symbol, o.checksum, o.code, o.tag, (SELECT count(*) FROM r)"
+         "  o.symbol, o.checksum, o.code, o.tag, (SELECT count(*) FROM r),"
+         "  (SELECT CASE WHEN v.status = 'demoted' THEN v.generator ELSE 0 END"
+         "   FROM opjit.variants v JOIN opjit.runs ru ON ru.id = v.run_id"
+         "   WHERE v.sig_id = s.sig_id AND v.run_id IN (SELECT id FROM r)"
+         "   ORDER BY ru.start_ns DESC LIMIT 1)"
          " FROM s JOIN opjit.signatures sg ON sg.id = s.sig_id"
          " LEFT JOIN LATERAL (SELECT * FROM opjit.objects ob WHERE ob.sig_id = s.sig_id"
          "  AND ob.cpu = $6 ORDER BY ob.created_ns DESC LIMIT 1) o ON true"
@@ -785,6 +790,7 @@ int st_fleet_kernels(st_fleet_t *f, const st_run_info_t *program, const char *cp
     k->score = strtod(PQgetvalue(r, i, 1), NULL);
     k->mean_ns = strtod(PQgetvalue(r, i, 2), NULL);
     out->runs = strtoll(PQgetvalue(r, i, 10), NULL, 10);
+    k->demoted_gen = PQgetisnull(r, i, 11) ? 0 : atoi(PQgetvalue(r, i, 11));
     if (PQgetisnull(r, i, 8))
       continue;
     snprintf(k->cpu, sizeof k->cpu, "%s", PQgetvalue(r, i, 3));
@@ -923,6 +929,15 @@ int st_fleet_query(st_fleet_t *f, int query, int limit, st_fleet_row_fn fn, void
 }
 
 /* ---- the module -------------------------------------------------------------------------- */
+
+/* libcrypto (loaded with this module, after the agent registered its exit handler) would
+ * register its cleanup with atexit, which runs handlers newest first: before the agent's final
+ * push, whose tags then crash in a torn-down library. Initialised here first, it registers
+ * none. */
+__attribute__((constructor)) static void fleet_module_init(void)
+{
+  OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
+}
 
 __attribute__((visibility("default"))) const st_fleet_api_t opjit_fleet_api = {
     .abi = ST_FLEET_API_ABI,

@@ -65,9 +65,11 @@ int st_fleet_backlog(st_fleet_t *f, st_db_t *local, int max_runs, int64_t *backl
 typedef struct st_fleet_kernel_s {
   void *key; /* the raw signature key */
   size_t key_len;
-  double score;   /* the fleet's decayed calls (store.h, st_profile's rule over the
+  double score;    /* the fleet's decayed calls (store.h, st_profile's rule over the
                            program's runs on every machine) */
-  double mean_ns; /* the original's mean timed duration there (0: none) */
+  double mean_ns;  /* the original's mean timed duration there (0: none) */
+  int demoted_gen; /* the newest of those runs that had a variant for it demoted it: that
+                      variant's generator version; 0 otherwise (st_hot_t's rule) */
   char cpu[320], llvm[64], symbol[160];
   int generator;
   uint64_t checksum;
