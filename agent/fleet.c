@@ -207,8 +207,9 @@ static int push(st_fleet_t **f, st_db_t **local, const char *dbpath)
   int rc = 0;
   if (!*local)
     rc = api->local_open(dbpath, 0, (int)ag_opts.num[AG_OPT_BUSY_MS], local, err, sizeof err);
-  if (rc == ST_ENOENT)
-    return 0; /* the writer has not created it yet */
+  if (rc == ST_ENOENT || rc == ST_ENOTOURS || rc == ST_EBUSY)
+    return 0; /* the writer has not created it yet, or is creating it now (the writer warns
+                 about a file that is not a profile) */
   if (!rc && !*f)
     rc = api->open(fleet_conninfo(), wait_ms(), f, err, sizeof err);
   char host[256] = "";

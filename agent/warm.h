@@ -15,7 +15,9 @@
  *                                                     compiled: it measured slower here)
  * An object is usable when it was built for this CPU (model and flags), by this generator
  * version and LLVM version, and its checksum holds; otherwise it is invalidated with that
- * reason ("cpu", "generator", "llvm", "checksum", "unloadable") and recompiled. */
+ * reason ("cpu", "generator", "llvm", "checksum", "unloadable") and recompiled. With
+ * OPJIT_FLEET, a signature this profile would compile takes the fleet's kernel first when it has
+ * one that verifies (agent/fleet.h). */
 #ifndef OPJIT_AGENT_WARM_H
 #define OPJIT_AGENT_WARM_H
 

@@ -25,7 +25,14 @@ typedef struct ins_cmd_s {
 } ins_cmd_t;
 
 extern const ins_cmd_t ins_cmd_run, ins_cmd_runs, ins_cmd_top, ins_cmd_op, ins_cmd_variants,
-    ins_cmd_diff, ins_cmd_events, ins_cmd_flame, ins_cmd_report, ins_cmd_export, ins_cmd_gc, ins_cmd_doctor;
+    ins_cmd_diff, ins_cmd_events, ins_cmd_flame, ins_cmd_report, ins_cmd_export, ins_cmd_gc, ins_cmd_doctor,
+    ins_cmd_fleet;
+
+/* 1 when argv asks for the fleet's side of a reader (--fleet or --fleet=CONNINFO). */
+int ins_fleet_wanted(int argc, char **argv);
+/* `opjit top|runs|variants --fleet` (cmd is one of those): the command's view across every
+ * machine of the fleet (cmd_fleet.c). */
+int ins_fleet_read(const ins_cmd_t *cmd, int argc, char **argv);
 
 /* Prints "opjit NAME: message", the synopsis and a --help hint to stderr; returns
  * INS_EXIT_USAGE. */

@@ -11,6 +11,8 @@
 
 static int cmd_runs(int argc, char **argv)
 {
+  if (ins_fleet_wanted(argc, argv)) /* every machine's runs (cmd_fleet.c) */
+    return ins_fleet_read(&ins_cmd_runs, argc, argv);
   static const struct option longopts[] = {{"db", required_argument, NULL, 'd'},
                                            {"limit", required_argument, NULL, 'n'},
                                            {"json", no_argument, NULL, 'j'},

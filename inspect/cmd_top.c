@@ -101,6 +101,8 @@ static void print_sampling(const scope_t *sc, const ins_sampling_t *samp)
 
 static int cmd_top(int argc, char **argv)
 {
+  if (ins_fleet_wanted(argc, argv)) /* every machine's runs (cmd_fleet.c) */
+    return ins_fleet_read(&ins_cmd_top, argc, argv);
   static const struct option longopts[] = {{"db", required_argument, NULL, 'd'},
                                            {"limit", required_argument, NULL, 'n'},
                                            {"json", no_argument, NULL, 'j'},

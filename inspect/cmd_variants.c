@@ -16,6 +16,8 @@
 
 static int cmd_variants(int argc, char **argv)
 {
+  if (ins_fleet_wanted(argc, argv)) /* every machine's runs (cmd_fleet.c) */
+    return ins_fleet_read(&ins_cmd_variants, argc, argv);
   static const struct option longopts[] = {{"db", required_argument, NULL, 'd'},
                                            {"json", no_argument, NULL, 'j'},
                                            {"all", no_argument, NULL, 'a'},

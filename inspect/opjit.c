@@ -20,7 +20,7 @@
 static const ins_cmd_t *const commands[] = {
     &ins_cmd_run,    &ins_cmd_runs,   &ins_cmd_top, &ins_cmd_op,     &ins_cmd_variants,
     &ins_cmd_diff,   &ins_cmd_events, &ins_cmd_flame,  &ins_cmd_report, &ins_cmd_export, &ins_cmd_gc,
-    &ins_cmd_doctor,
+    &ins_cmd_doctor, &ins_cmd_fleet,
 };
 #define NCOMMANDS (sizeof commands / sizeof *commands)
 

@@ -658,13 +658,35 @@ static int missing_runs(st_fleet_t *f, st_db_t *local, const char *uuid, int max
   return rc;
 }
 
+/* Reads meta key into buf ("" when absent). */
+static void meta(st_db_t *local, const char *key, char *buf, size_t len)
+{
+  sqlite3_stmt *st;
+  buf[0] = 0;
+  if (sqlite3_prepare_v2(st_sqlite(local), "SELECT value FROM meta WHERE key = ?", -1, &st, NULL) !=
+      SQLITE_OK)
+    return;
+  sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+  if (sqlite3_step(st) == SQLITE_ROW)
+    snprintf(buf, len, "%s", (const char *)sqlite3_column_text(st, 0));
+  sqlite3_finalize(st);
+}
+
+void st_fleet_local(st_db_t *local, char id[33], int64_t *push_ns)
+{
+  char t[32];
+  meta(local, "fleet_machine", id, 33);
+  meta(local, "fleet_push_ns", t, sizeof t);
+  *push_ns = strtoll(t, NULL, 10);
+}
+
 int st_fleet_backlog(st_fleet_t *f, st_db_t *local, int max_runs, int64_t *backlog)
 {
   char uuid[33];
+  int64_t push_ns;
   ids_t miss = {0};
-  int rc = st_fleet_machine(local, uuid);
-  if (rc)
-    return rc;
+  int rc = ST_OK;
+  st_fleet_local(local, uuid, &push_ns);
   if (missing_runs(f, local, uuid, max_runs, &miss))
     rc = pg_fail(f, NULL, 0, "cannot read the fleet's runs");
   *backlog = (int64_t)miss.n;
@@ -873,6 +895,10 @@ int st_fleet_verify(const st_fleet_kernel_t *k, const void *key, size_t key_len)
 /* ---- readers ----------------------------------------------------------------------------- */
 
 static const char *const reader_sql[] = {
+    [ST_FLEET_Q_SUMMARY] =
+        "SELECT (SELECT count(*) FROM opjit.machines), (SELECT count(*) FROM opjit.runs),"
+        " (SELECT count(*) FROM opjit.programs), (SELECT count(*) FROM opjit.objects),"
+        " (SELECT max(push_ns) FROM opjit.machines), $1::int",
     [ST_FLEET_Q_RUNS] =
         "SELECT r.local_id, m.hostname, m.uuid, r.cpu_model, r.start_ns, r.end_ns - r.start_ns,"
         " r.status, coalesce(nullif(p.script, ''), p.exe),"

@@ -58,6 +58,10 @@ typedef struct st_fleet_push_s {
  * transactions committed; the rest is pushed next time. */
 int st_fleet_push(st_fleet_t *f, st_db_t *local, st_fleet_push_t *p, char *err, size_t errlen);
 
+/* What local knows of its pushes, without writing: its machine id ("" before the first push)
+ * and the last successful push (CLOCK_REALTIME ns, 0: none). */
+void st_fleet_local(st_db_t *local, char id[33], int64_t *push_ns);
+
 /* The backlog alone: finished runs among local's newest max_runs that the server lacks. */
 int st_fleet_backlog(st_fleet_t *f, st_db_t *local, int max_runs, int64_t *backlog);
 
@@ -103,6 +107,8 @@ int st_fleet_verify(const st_fleet_kernel_t *k, const void *key, size_t key_len)
  * to stop. */
 typedef int (*st_fleet_row_fn)(void *ctx, int ncols, const char *const *cols);
 enum st_fleet_query {
+  /* summary: machines, runs, programs, kernel objects, last push of any machine (ns) */
+  ST_FLEET_Q_SUMMARY,
   /* runs: id, machine (hostname), machine id, cpu, started (ns), duration (ns), status,
    * program, sigs, calls, samples; newest first */
   ST_FLEET_Q_RUNS,

@@ -100,6 +100,16 @@ static void fleet_exec(const char *sql)
   PQfinish(c);
 }
 
+/* Runs a shell command, its output into out. */
+static void read_cmd(const char *cmd, char *out, size_t len)
+{
+  FILE *p = popen(cmd, "r");
+  cr_assert_not_null(p);
+  size_t n = fread(out, 1, len - 1, p);
+  out[n] = 0;
+  cr_assert_eq(pclose(p), 0, "%s: %s", cmd, out);
+}
+
 static char dbs[8][200]; /* machine m's local database */
 
 static const char *db_of(char m)
@@ -197,6 +207,30 @@ Test(fleet, machine_b_places_the_kernels_machine_a_compiled)
                          " ON r.id = rs.run_id JOIN opjit.machines m ON m.id = r.machine_id"),
                0);
   cr_assert_gt(fleet_int("SELECT count(*) FROM opjit.machine_models"), 0);
+
+  /* The readers: this machine's standing, and the fleet's runs with their machines. */
+  char cmd[2048], out[8192];
+  snprintf(cmd, sizeof cmd, "OPJIT_FLEET='%s' %s/opjit fleet status --db %s 2>&1", conninfo,
+           OPJIT_BUILD_DIR, db_of('B'));
+  read_cmd(cmd, out, sizeof out);
+  char id[33] = "";
+  cr_assert(strstr(out, "backlog:   0 finished runs"), "%s", out);
+  cr_assert(strstr(out, "4 machines"), "%s", out);
+  cr_assert(strstr(out, "server:    PostgreSQL"), "%s", out);
+  snprintf(id, sizeof id, "%s", strstr(out, "machine:   ") ? strstr(out, "machine:   ") + 11 : "");
+  cr_assert_eq(strspn(id, "0123456789abcdef"), 32, "%s", out);
+  snprintf(cmd, sizeof cmd, "%s/opjit runs --fleet='%s' --limit 100 2>&1", OPJIT_BUILD_DIR,
+           conninfo);
+  read_cmd(cmd, out, sizeof out);
+  cr_assert(strstr(out, "MACHINE") && strstr(out, "CPU"), "%s", out);
+  char shortid[9];
+  snprintf(shortid, sizeof shortid, "%s", id);
+  cr_assert(strstr(out, shortid), "B's run is listed under its machine: %s", out);
+  cr_assert_eq(h_count_lines(out, "jit_prog"), a_runs + 3, "%s", out);
+  snprintf(cmd, sizeof cmd, "%s/opjit top --fleet='%s' --limit 3 2>&1", OPJIT_BUILD_DIR, conninfo);
+  read_cmd(cmd, out, sizeof out);
+  cr_assert(strstr(out, "MACHINES"), "%s", out);
+  cr_assert_eq(h_count_lines(out, "  4  "), 3, "each signature ran on the four machines: %s", out);
 }
 
 Test(fleet, a_fleet_stopped_mid_run_costs_one_warning_and_loses_nothing)
