@@ -127,8 +127,8 @@ static double med(const double *v, int n, double *spread)
 int main(int argc, char **argv)
 {
   int rounds = argc > 1 ? atoi(argv[1]) : 7, passes = argc > 2 ? atoi(argv[2]) : 6;
-  if (rounds < 2 || rounds > MAXR || passes < 1 || passes > MAXP) {
-    fprintf(stderr, "usage: bench_fleet [rounds (2-%d) [passes (1-%d)]]\n", MAXR, MAXP);
+  if (rounds < 2 || rounds > MAXR || passes < 2 || passes > MAXP) {
+    fprintf(stderr, "usage: bench_fleet [rounds (2-%d) [passes (2-%d)]]\n", MAXR, MAXP);
     return 2;
   }
   if (bn_scratch_new(scratch, sizeof scratch))
