@@ -932,11 +932,14 @@ static void warm_start(void)
   uint64_t t0 = ag_now_ns();
   char dbpath[PATH_MAX];
   warm_done = 1;
-  ag_fleet_fetch(run_info()); /* OPJIT_FLEET: the fleet's profile and kernels (fleet.h) */
+  int fleet = ag_fleet_fetch(run_info()); /* OPJIT_FLEET: the fleet's profile (fleet.h) */
   ag_warm_t w = {0};
   /* No profile yet: the writer creates the database, off this thread. */
-  if (!ag_opts_db_path(&ag_opts, env_get, dbpath, sizeof dbpath) && access(dbpath, F_OK) == 0 &&
-      db_trusted(dbpath)) {
+  int local = !ag_opts_db_path(&ag_opts, env_get, dbpath, sizeof dbpath) &&
+              access(dbpath, F_OK) == 0 && db_trusted(dbpath);
+  if (!local && !fleet)
+    return;
+  if (local) {
     pthread_mutex_lock(&db_mu);
     if (!store_dead && !db)
       open_store();

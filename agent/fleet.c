@@ -104,18 +104,18 @@ static int wait_ms(void)
 
 /* ---- the warm start ---------------------------------------------------------------------- */
 
-void ag_fleet_fetch(const ag_runinfo_t *ri)
+int ag_fleet_fetch(const ag_runinfo_t *ri)
 {
   if (!fleet_conninfo() || !load())
-    return;
+    return 0;
   char err[512];
   int rc = api->open(fleet_conninfo(), wait_ms(), &spare, err, sizeof err);
   if (rc) {
     ag_log(AG_LOG_WARN, "%s: the run starts from the local profile alone", err);
-    return;
+    return 0;
   }
   if (!ag_opts.num[AG_OPT_FLEET_KERNELS])
-    return;
+    return 0;
   st_run_info_t prog = {.exe = ri->exe, .build_id = ri->build_id, .script = ri->script};
   long decay = ag_opts.num[AG_OPT_DECAY];
   int window = decay * 8 < 256 ? (int)decay * 8 : 256; /* as warm.c reads the local profile */
@@ -128,6 +128,7 @@ void ag_fleet_fetch(const ag_runinfo_t *ri)
   else if (fetched.n)
     ag_log(AG_LOG_INFO, "the fleet's profile of this program: %zu signatures from %lld runs",
            fetched.n, (long long)fetched.runs);
+  return fetched.n > 0;
 }
 
 static const st_fleet_kernel_t *find(const ag_entry_t *e)

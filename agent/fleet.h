@@ -24,8 +24,9 @@
 
 /* Writer thread, in the warm start, before the local profile is read: fetches the program's
  * fleet profile and this CPU's kernels (nothing without OPJIT_FLEET; no kernel with
- * OPJIT_FLEET_KERNELS=0). Returns quietly when the fleet cannot be reached (one warning). */
-void ag_fleet_fetch(const ag_runinfo_t *ri);
+ * OPJIT_FLEET_KERNELS=0). Returns 1 when the fleet knows the program, 0 otherwise (a fleet
+ * that cannot be reached costs one warning). */
+int ag_fleet_fetch(const ag_runinfo_t *ri);
 
 /* Places the fleet's kernel for cold entry e, if the fetch brought one that verifies; a kernel
  * that does not is refused with an event. Returns 1 when placed. */

@@ -263,5 +263,9 @@ const ins_cmd_t ins_cmd_fleet = {
             "\n"
             "Across the fleet: opjit top --fleet, opjit runs --fleet, opjit variants --fleet\n"
             "(--fleet[=CONNINFO] [--limit N]) read every machine's runs, with machine and CPU\n"
-            "columns. See docs/fleet.md.\n",
+            "columns. See docs/fleet.md.\n\n"
+            "options:\n"
+            "  --db PATH          the profile database\n"
+            "  --fleet CONNINFO   the fleet (default OPJIT_FLEET)\n"
+            "  -h, --help         this help\n",
 };

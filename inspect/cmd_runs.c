@@ -172,5 +172,7 @@ const ins_cmd_t ins_cmd_runs = {
             "  --db PATH    the profile database\n"
             "  --limit N    at most N runs (default 20; 0: all)\n"
             "  --json       one JSON document\n"
+            "  --fleet[=CONNINFO]  every machine's runs from the fleet store (OPJIT_FLEET;\n"
+            "               with --limit only): opjit fleet --help\n"
             "  -h, --help   this help\n",
 };

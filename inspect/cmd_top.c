@@ -320,5 +320,7 @@ const ins_cmd_t ins_cmd_top = {
             "  --limit N    at most N signatures (default 20; 0: all)\n"
             "  --why        the reason of each signature's state, under its row\n"
             "  --json       one JSON document\n"
+            "  --fleet[=CONNINFO]  every machine's runs from the fleet store (OPJIT_FLEET;\n"
+            "               with --limit only): opjit fleet --help\n"
             "  -h, --help   this help\n",
 };

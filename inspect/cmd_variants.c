@@ -201,5 +201,7 @@ const ins_cmd_t ins_cmd_variants = {
             "  --db PATH    the profile database\n"
             "  --all        every run's variants (newest run first)\n"
             "  --json       one JSON document\n"
+            "  --fleet[=CONNINFO]  every machine's runs from the fleet store (OPJIT_FLEET;\n"
+            "               with --limit only): opjit fleet --help\n"
             "  -h, --help   this help\n",
 };
