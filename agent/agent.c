@@ -17,6 +17,7 @@
 #include "machine.h"
 #include "opt.h"
 #include "runinfo.h"
+#include "series.h"
 #include "summary.h"
 #include "tier.h"
 #include "warm.h"
@@ -88,6 +89,7 @@ static int warm_done;        /* once per process image: a fork child inherits th
 static sp_agg_t *agg;       /* what the sampler found in this run */
 static int sampling;        /* sp_start succeeded for this writer */
 static int agg_opmods;      /* resolved originals already declared to agg */
+static ag_series_t *series; /* the run over time, noted every tick (NULL: none yet) */
 /* The connections this process inherited from its forking ancestors, one per generation: never
  * closed (see atfork_child), but kept reachable, so that their memory is what it is, held on
  * purpose, and not a leak to a leak checker. */
@@ -703,6 +705,80 @@ out:
   free(calls), free(vcalls), free(v), free(obj), free(vidx);
 }
 
+/* ---- the run over time (on the writer thread) ------------------------------------------ */
+
+/* The running totals series_note hands the series, grown with the signature table. */
+typedef struct series_scratch_s {
+  uint64_t *calls, *vcalls, *samples, outside;
+  uint32_t n, cap;
+} series_scratch_t;
+static series_scratch_t scratch;
+
+static void series_op(void *ctx, uint32_t op, uint64_t n)
+{
+  series_scratch_t *x = ctx;
+  if (!op)
+    x->outside = n;
+  else if (op <= x->n)
+    x->samples[op - 1] = n;
+}
+
+/* Adds this tick's running totals (calls, variant calls, samples per operator) to the run's
+ * series; first makes the series, whose first interval lasts interval_ms. Called with db_mu
+ * held, so a fork never sees it half-changed. */
+static void series_note(long interval_ms)
+{
+  if (!series && !(series = ag_series_new((uint64_t)interval_ms * 1000000u)))
+    return;
+  uint32_t n = ag_table_count(ag_table);
+  if (n > scratch.cap) {
+    uint64_t *c = realloc(scratch.calls, n * sizeof *c);
+    if (c)
+      scratch.calls = c;
+    uint64_t *v = c ? realloc(scratch.vcalls, n * sizeof *v) : NULL;
+    if (v)
+      scratch.vcalls = v;
+    uint64_t *p = v ? realloc(scratch.samples, n * sizeof *p) : NULL;
+    if (!p)
+      return;
+    scratch.samples = p, scratch.cap = n;
+  }
+  scratch.n = n, scratch.outside = 0;
+  memset(scratch.samples, 0, n * sizeof *scratch.samples);
+  ag_tcount_sum(scratch.calls, scratch.vcalls, n);
+  if (agg)
+    sp_agg_visit(agg, &(sp_agg_visit_t){&scratch, series_op, NULL, NULL, NULL});
+  int64_t t = ag_realtime_ns() - run_start_ns;
+  ag_series_tick(series, t > 0 ? (uint64_t)t : 0, n, scratch.calls, scratch.vcalls,
+                 scratch.samples, scratch.outside);
+}
+
+/* Replaces the run's series in the database: the signatures it has rows for, and the samples
+ * outside operators when the run is sampled. */
+static void write_series(void)
+{
+  if (!series || !ag_series_count(series))
+    return;
+  uint32_t n = ag_series_rows(series) < flushed_n ? ag_series_rows(series) : flushed_n;
+  st_series_rec_t *rows = calloc(n + 1, sizeof *rows);
+  if (!rows)
+    return;
+  size_t m = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    const ag_series_row_t *r = ag_series_row(series, i);
+    if (r)
+      rows[m++] = (st_series_rec_t){&ag_table_entry(ag_table, i)->key, sizeof(ag_sig_t),
+                                    r->calls, r->vcalls, r->samples};
+  }
+  if (agg)
+    rows[m++] = (st_series_rec_t){.samples = ag_series_outside(series)->samples};
+  int rc = store->run_series(db, run_id, (int64_t)ag_series_interval(series), run_start_ns,
+                             ag_series_count(series), rows, m);
+  if (rc)
+    write_failed("cannot write the run's series", rc);
+  free(rows);
+}
+
 /* One writer step: open what is not open yet, then flush; the last step also ends the run.
  * Returns 1 when a transient error (locked, full) left work undone. */
 static int writer_step(int final)
@@ -719,6 +795,8 @@ static int writer_step(int final)
       write_samples();
     if (!store_dead && !store_retry)
       write_variants();
+    if (!store_dead && !store_retry)
+      write_series();
     ag_machine_save(store, db, final);
     if (final && !store_dead && !store_retry) {
       int rc = store->run_end(db, run_id, ag_realtime_ns(), end_status);
@@ -731,13 +809,17 @@ static int writer_step(int final)
 }
 
 /* The final step retries transient errors while the exit wait allows (another process of the
- * same program may be writing its own final step right now). */
-static void final_step(void)
+ * same program may be writing its own final step right now). The series notes the last
+ * totals in an interval of tick_ms when none was noted yet. */
+static void final_step(long tick_ms)
 {
   if (sampling) {
     sp_stop();
     drain_samples();
   }
+  pthread_mutex_lock(&db_mu);
+  series_note(tick_ms);
+  pthread_mutex_unlock(&db_mu);
   uint64_t deadline = ag_now_ns() + (uint64_t)ag_opts.num[AG_OPT_EXIT_WAIT_MS] * 1000000u * 3 / 4;
   while (writer_step(1) && ag_now_ns() < deadline)
     nanosleep(&(struct timespec){0, 20 * 1000000}, NULL);
@@ -773,7 +855,7 @@ static void *writer_main(void *arg)
     int final = stop;
     pthread_mutex_unlock(&mu);
     if (final) {
-      final_step();
+      final_step(tick_ms);
       return NULL;
     }
     if (sampling) {
@@ -782,12 +864,17 @@ static void *writer_main(void *arg)
       sampled_ops_t so = {0};
       if (ag_hot_calls)
         sp_agg_visit(agg, &(sp_agg_visit_t){&so, visit_op, NULL, NULL, NULL});
+      series_note(tick_ms);
       pthread_mutex_unlock(&db_mu);
       for (size_t i = 0; i < so.n; i++)
         ag_tier_sampled(ag_table_entry(ag_table, so.op[i] - 1),
                         (double)so.samples[i] * 1e9 / (double)hz);
       if (ticks % 5 == 0)
         sp_rescan();
+    } else {
+      pthread_mutex_lock(&db_mu);
+      series_note(tick_ms);
+      pthread_mutex_unlock(&db_mu);
     }
     if (ag_now_ns() >= next_flush) {
       writer_step(0);
@@ -1061,6 +1148,9 @@ static void atfork_child(void)
   flushed_n = 0;
   sp_agg_free(agg); /* the parent's samples */
   agg = NULL;
+  if (fork_db_held) /* else the parent's writer may have been changing it: left as it is */
+    ag_series_free(series);
+  series = NULL; /* the child's run has its own */
   agg_opmods = 0;
   sampling = 0;
   pthread_mutex_unlock(&activate_mu);

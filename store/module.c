@@ -16,4 +16,5 @@ __attribute__((visibility("default"))) const st_api_t opjit_store_api = {
     .profile_free = st_profile_free,
     .machine_save = st_machine_save,
     .machine_load = st_machine_load,
+    .run_series = st_run_series,
 };

@@ -123,6 +123,11 @@ static const char *const sql[ST_Q__N] = {
         " FROM events e JOIN runs r ON r.id = e.run_id JOIN signatures s ON s.id = e.sig_id"
         " WHERE (?1 = 0 OR e.run_id = ?1) AND (?2 = '' OR s.sig = ?2)"
         " AND (?3 IS NULL OR e.kind = ?3) ORDER BY e.run_id, e.time_ns, e.id",
+    [ST_Q_SERIES] =
+        "SELECT s.sig, s.name, x.interval_ns, x.start_ns - r.start_ns, x.calls, x.vcalls,"
+        " x.samples FROM run_series x JOIN runs r ON r.id = x.run_id"
+        " LEFT JOIN signatures s ON s.id = x.sig_id AND x.sig_id != 0"
+        " WHERE x.run_id = ?1 ORDER BY x.sig_id = 0, s.sig",
     [ST_Q_STACKS] = "SELECT k.sig_id, s.name, k.stack, sum(k.samples) AS n"
                     " FROM run_stacks k LEFT JOIN signatures s ON s.id = k.sig_id"
                     " WHERE (?1 = 0 OR k.run_id = ?1) AND (?2 IS NULL OR s.sig = ?2)"
@@ -209,6 +214,30 @@ const char *st_rows_text(const st_rows_t *r, int col)
 {
   const unsigned char *s = sqlite3_column_text(r->st, col);
   return s ? (const char *)s : "";
+}
+
+const void *st_rows_blob(const st_rows_t *r, int col, size_t *len)
+{
+  const void *p = sqlite3_column_blob(r->st, col);
+  *len = p ? (size_t)sqlite3_column_bytes(r->st, col) : 0;
+  return p;
+}
+
+size_t st_series_decode(const void *blob, size_t len, uint64_t *out, size_t max)
+{
+  const uint8_t *b = blob;
+  size_t n = 0;
+  for (size_t i = 0; i < len && n < max;) {
+    uint64_t x = 0;
+    for (int shift = 0; i < len && shift < 64; shift += 7) {
+      uint8_t c = b[i++];
+      x |= (uint64_t)(c & 0x7f) << shift;
+      if (!(c & 0x80))
+        break;
+    }
+    out[n++] = x;
+  }
+  return n;
 }
 
 enum st_col_type st_rows_type(const st_rows_t *r, int col)

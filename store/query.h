@@ -60,6 +60,9 @@ enum st_query {
   /* ?1 run (0: every run), ?2 sig ('': any), ?3 kind (NULL: any): events by run, then in
    * order (enum st_event_col). */
   ST_Q_EVENTS,
+  /* ?1 run: its series over time, the signatures' by sig, then the samples outside operators
+   * (enum st_series_col); no row for a run without one (an agent older than schema 8's). */
+  ST_Q_SERIES,
   /* ?1 run (0: every run), ?2 sig (NULL: any): folded stacks summed over the scope, the
    * operators' by name, then the program's own (sig_id 0): sig_id, name, stack, samples. */
   ST_Q_STACKS,
@@ -199,6 +202,18 @@ enum st_event_col {
   ST_EVENT_DETAIL,
 };
 
+/* The columns of ST_Q_SERIES: one row of the run's series; the three blobs hold the same
+ * number of intervals (st_series_decode reads them). */
+enum st_series_col {
+  ST_SERIES_SIG,         /* 16 hex digits; NULL: outside operators */
+  ST_SERIES_NAME,        /* NULL likewise */
+  ST_SERIES_INTERVAL_NS, /* each interval's length */
+  ST_SERIES_OFFSET_NS,   /* the first interval's start, since the run's start */
+  ST_SERIES_CALLS,       /* blob: calls per interval */
+  ST_SERIES_VCALLS,      /* blob: calls its JIT variant served */
+  ST_SERIES_SAMPLES,     /* blob: CPU samples attributed to it */
+};
+
 /* The columns of ST_Q_EXPORT_RUNS: a run, its program and its machine as recorded. */
 enum st_export_col {
   ST_EXPORT_ID,
@@ -244,6 +259,11 @@ int64_t st_rows_int(const st_rows_t *r, int col);
 double st_rows_double(const st_rows_t *r, int col);
 const char *st_rows_text(const st_rows_t *r, int col);
 enum st_col_type st_rows_type(const st_rows_t *r, int col);
+/* Column col's bytes as a blob (NULL, *len 0, when NULL or empty; valid until the next step). */
+const void *st_rows_blob(const st_rows_t *r, int col, size_t *len);
+/* The values of a series blob (ST_SERIES_CALLS ...), at most max of them, into out; returns
+ * how many. */
+size_t st_series_decode(const void *blob, size_t len, uint64_t *out, size_t max);
 /* Frees r (NULL is fine). */
 void st_rows_close(st_rows_t *r);
 

@@ -16,6 +16,8 @@
  *      keeps both: a CPU's model outlives its runs
  *   7  run_sigs.state + reason: each signature's JIT state (ST_JIT_STATES) and why, as the
  *      agent's last decision in the run put it (NULL: an older agent's run)
+ *   8  run_series: the run over time, per signature (sig_id 0 = outside operators) and per
+ *      interval, calls, variant calls and samples as blobs of varints (st_run_series)
  * A file whose user_version is newer than ST_SCHEMA_VERSION is refused, never downgraded; one
  * whose user_version is negative (no opjit writes one) is refused as damaged, never rewritten.
  * A read-only connection to an older file sees the newest schema through TEMP views. */
@@ -132,6 +134,11 @@ static const char *const migrations[] = {
     /* 7 */
     "ALTER TABLE run_sigs ADD COLUMN state TEXT;"
     "ALTER TABLE run_sigs ADD COLUMN reason TEXT;",
+    /* 8 */
+    "CREATE TABLE run_series(run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  sig_id INTEGER NOT NULL, interval_ns INTEGER NOT NULL, start_ns INTEGER NOT NULL,"
+    "  calls BLOB NOT NULL, vcalls BLOB NOT NULL, samples BLOB NOT NULL,"
+    "  PRIMARY KEY(run_id, sig_id)) WITHOUT ROWID;",
 };
 _Static_assert(sizeof migrations / sizeof *migrations == ST_SCHEMA_VERSION,
                "one migration per schema version");
@@ -261,7 +268,7 @@ int st_migrate_to(st_db_t *db, int version)
 /* A read-only connection to an older schema reads what the newest one has: the runs' and the
  * run_sigs' newer columns (NULL, or their defaults) through views, and empty tables for what
  * came later (the sampler's before 3, the JIT's before 4, objects before 5; with variants' newer
- * columns at 4). query.h reads no machine table and no programs.script, so version 6's tables
+ * columns at 4, the series before 8). query.h reads no machine table and no programs.script, so version 6's tables
  * and 5's programs need nothing. TEMP tables and views are looked up before the file's own, shadow nothing in it and
  * vanish with the connection: every query reads every schema alike, and the file is never
  * written. */
@@ -286,11 +293,17 @@ static int read_views(sqlite3 *db, int version)
       "CREATE TEMP TABLE objects(id INTEGER PRIMARY KEY, sig_id INTEGER, cpu TEXT, llvm TEXT,"
       " generator INTEGER, symbol TEXT, checksum INTEGER, code BLOB, run_id INTEGER,"
       " created_ns INTEGER);";
-  if (version >= 7)
+  if (version >= 8)
     return ST_OK;
+  /* before 8: no run has a series over time */
+  int rc = _st_exec(db, "CREATE TEMP TABLE run_series(run_id INTEGER, sig_id INTEGER,"
+                        " interval_ns INTEGER, start_ns INTEGER, calls BLOB, vcalls BLOB,"
+                        " samples BLOB);");
+  if (rc || version >= 7)
+    return rc;
   /* before 7: no signature has a JIT state or a reason */
-  int rc = _st_exec(db, "CREATE TEMP VIEW run_sigs AS SELECT *, NULL AS state, NULL AS reason"
-                        " FROM main.run_sigs;");
+  rc = _st_exec(db, "CREATE TEMP VIEW run_sigs AS SELECT *, NULL AS state, NULL AS reason"
+                    " FROM main.run_sigs;");
   if (rc || version >= 5)
     return rc;
   char runs[256];
@@ -736,6 +749,48 @@ int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size
     else if (rc == ST_ENOENT)
       rc = ST_OK; /* as above */
   _st_exec(db->db, rc ? "ROLLBACK" : "COMMIT");
+  return rc;
+}
+
+/* Appends v[0, count) (zeros when v is NULL) to out as unsigned LEB128 varints: 7 bits a byte,
+ * low first, the high bit set on every byte but a value's last (query.c's st_series_decode
+ * reads them). out has room for 10 bytes a value. Returns the bytes written. */
+static size_t varints(uint8_t *out, const uint64_t *v, uint32_t count)
+{
+  size_t n = 0;
+  for (uint32_t k = 0; k < count; k++) {
+    uint64_t x = v ? v[k] : 0;
+    for (; x >= 0x80; x >>= 7)
+      out[n++] = (uint8_t)(x | 0x80);
+    out[n++] = (uint8_t)x;
+  }
+  return n;
+}
+
+int st_run_series(st_db_t *db, int64_t run_id, int64_t interval_ns, int64_t start_ns,
+                  uint32_t count, const st_series_rec_t *rows, size_t n)
+{
+  uint8_t *buf = malloc(3 * 10 * (size_t)(count ? count : 1));
+  if (!buf)
+    return ST_ENOMEM;
+  int rc = _st_exec(db->db, "BEGIN IMMEDIATE");
+  if (!rc)
+    rc = run1(db, NULL, "DELETE FROM run_series WHERE run_id=?", "i", run_id);
+  int64_t sig;
+  for (size_t i = 0; i < n && !rc; i++) {
+    if ((rc = sig_id_of(db, rows[i].key, rows[i].key_len, &sig)) == ST_ENOENT) {
+      rc = ST_OK; /* not flushed yet, or collected by opjit gc */
+      continue;
+    }
+    size_t nc = varints(buf, rows[i].calls, count);
+    size_t nv = varints(buf + nc, rows[i].vcalls, count);
+    size_t ns = varints(buf + nc + nv, rows[i].samples, count);
+    if (!rc)
+      rc = run1(db, NULL, "INSERT INTO run_series VALUES(?,?,?,?,?,?,?)", "iiiibbb", run_id, sig,
+                interval_ns, start_ns, buf, nc, buf + nc, nv, buf + nc + nv, ns);
+  }
+  _st_exec(db->db, rc ? "ROLLBACK" : "COMMIT");
+  free(buf);
   return rc;
 }
 

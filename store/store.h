@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define ST_SCHEMA_VERSION 7 /* the newest schema this build writes and reads */
+#define ST_SCHEMA_VERSION 8 /* the newest schema this build writes and reads */
 
 #define ST_ERRORS(E)                                                                         \
   E(BUSY, "the database is locked by another process")                                       \
@@ -211,6 +211,20 @@ typedef struct st_event_rec_s {
 int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size_t nv,
                     const st_event_rec_t *ev, size_t nev);
 
+/* A run's series over time (the agent's writer bins it, agent/series.h): one row per signature
+ * that had calls, and one for the samples outside operators (NULL key); each array holds
+ * count intervals of interval_ns from the run's start. The whole series is replaced at each
+ * write (its interval doubles as the run grows). */
+typedef struct st_series_rec_s {
+  const void *key; /* NULL: outside operators (sig_id 0) */
+  size_t key_len;
+  const uint64_t *calls, *vcalls, *samples; /* per interval; NULL reads as zeros */
+} st_series_rec_t;
+/* Replaces run's series: n rows of count intervals of interval_ns from start_ns (the run's
+ * start, CLOCK_REALTIME). Rows of signatures the database does not have are skipped. */
+int st_run_series(st_db_t *db, int64_t run_id, int64_t interval_ns, int64_t start_ns,
+                  uint32_t count, const st_series_rec_t *rows, size_t n);
+
 /* A program's profile on one machine (program's exe, build_id, script, cpu_model and
  * cpu_flags), as its recent runs left it: each run's calls weigh 0.5^(age / decay_runs), age 0
  * being the newest run, over at most max_runs runs. */
@@ -334,8 +348,10 @@ typedef struct st_api_s {
   int (*machine_save)(st_db_t *db, const st_machine_t *m, const st_compile_note_t *notes,
                       size_t nnotes);
   int (*machine_load)(st_db_t *db, const char *cpu, st_machine_t *out);
+  int (*run_series)(st_db_t *db, int64_t run_id, int64_t interval_ns, int64_t start_ns,
+                    uint32_t count, const st_series_rec_t *rows, size_t n);
 } st_api_t;
-#define ST_API_ABI 6
+#define ST_API_ABI 7
 #define ST_API_SYMBOL "opjit_store_api"
 #define ST_MODULE_NAME "libopjit-store.so"
 

@@ -85,6 +85,7 @@ Test(query, every_query_reads_every_schema_version_read_only)
     for (int q = 0; q < ST_Q__N; q++)
       rows_of(db, (enum st_query)q, 0);
     cr_expect_eq(rows_of(db, ST_Q_RUN_LIST, -1), 1, "version %d", v);
+    cr_expect_eq(rows_of(db, ST_Q_SERIES, 7), 0, "version %d: no series", v);
     st_rows_t *r;
     cr_assert_eq(st_query(db, ST_Q_SIG_TOTALS, &r), ST_OK);
     st_rows_bind_int(r, 1, 7);
@@ -148,5 +149,55 @@ Test(query, compact_and_copy_keep_the_rows)
   cr_expect_eq(rows_of(mem, ST_Q_RUN_LIST, -1), 1);
   cr_expect_str_eq(st_path(mem), "");
   st_close(mem);
+  st_close(db);
+}
+
+/* The values of column col of r's current row, decoded into out (at most max). */
+static size_t series_of(st_rows_t *r, int col, uint64_t *out, size_t max)
+{
+  size_t len;
+  const void *b = st_rows_blob(r, col, &len);
+  return st_series_decode(b, len, out, max);
+}
+
+Test(query, a_series_reads_back_as_written_and_a_write_replaces_it)
+{
+  make_db(ST_SCHEMA_VERSION);
+  st_db_t *db;
+  char err[512] = "";
+  cr_assert_eq(st_open(path, 0, 1000, &db, err, sizeof err), ST_OK, "%s", err);
+  /* 300 intervals of values from 0 to beyond 2^35: every varint length up to 6 bytes. */
+  enum { N = 300 };
+  static uint64_t calls[N], vcalls[N], samples[N], outside[N], got[N + 1];
+  for (int k = 0; k < N; k++)
+    calls[k] = (uint64_t)k << (k % 36), vcalls[k] = k / 2, samples[k] = k % 5,
+    outside[k] = 1000u * k;
+  st_series_rec_t rows[3] = {{"\x01", 1, calls, vcalls, samples},
+                             {"\x09", 1, calls, calls, calls}, /* never flushed: skipped */
+                             {NULL, 0, NULL, NULL, outside}};
+  cr_assert_eq(st_run_series(db, 7, 5000, 1000, 4, rows, 3), ST_OK);
+  cr_assert_eq(st_run_series(db, 7, 250, 1100, N, rows, 3), ST_OK, "replaces the first");
+  st_rows_t *r;
+  cr_assert_eq(st_query(db, ST_Q_SERIES, &r), ST_OK);
+  st_rows_bind_int(r, 1, 7);
+  cr_assert_eq(st_rows_next(r), 1, "%s", st_errmsg(db));
+  cr_expect_str_eq(st_rows_text(r, ST_SERIES_SIG), "00000000000000ab");
+  cr_expect_str_eq(st_rows_text(r, ST_SERIES_NAME), "sgemm 4x4x4");
+  cr_expect_eq(st_rows_int(r, ST_SERIES_INTERVAL_NS), 250);
+  cr_expect_eq(st_rows_int(r, ST_SERIES_OFFSET_NS), 100, "since the run's start (1000)");
+  cr_assert_eq(series_of(r, ST_SERIES_CALLS, got, N + 1), N);
+  cr_expect_arr_eq(got, calls, sizeof calls);
+  cr_assert_eq(series_of(r, ST_SERIES_VCALLS, got, N + 1), N);
+  cr_expect_arr_eq(got, vcalls, sizeof vcalls);
+  cr_assert_eq(series_of(r, ST_SERIES_SAMPLES, got, N + 1), N);
+  cr_expect_arr_eq(got, samples, sizeof samples);
+  cr_assert_eq(st_rows_next(r), 1, "then the samples outside operators");
+  cr_expect_eq(st_rows_type(r, ST_SERIES_SIG), ST_COL_NULL);
+  cr_assert_eq(series_of(r, ST_SERIES_CALLS, got, N + 1), N, "NULL arrays are zeros");
+  cr_expect_eq(got[0] | got[N - 1], 0);
+  cr_assert_eq(series_of(r, ST_SERIES_SAMPLES, got, N + 1), N);
+  cr_expect_arr_eq(got, outside, sizeof outside);
+  cr_expect_eq(st_rows_next(r), 0, "the unknown signature has no row");
+  st_rows_close(r);
   st_close(db);
 }

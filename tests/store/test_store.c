@@ -686,3 +686,42 @@ Test(store, migrating_from_version_6_keeps_the_runs_and_adds_states)
                1, "a flush replaces the state");
   st_close(db);
 }
+
+Test(store, migrating_from_version_7_keeps_the_runs_and_gc_takes_the_series_with_its_run)
+{
+  st_db_t *db = open_ok(ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
+  cr_assert_eq(st_migrate_to(db, 7), ST_OK);
+  int64_t old = begin(db, 900001); /* a pid that does not exist: gc may take the run */
+  st_sig_rec_t r = rec("old", 5);
+  cr_assert_eq(st_run_flush(db, old, &r, 1, 0, 2000), ST_OK);
+  cr_assert_eq(st_run_end(db, old, 3000, "exited"), ST_OK);
+  cr_assert_eq(query(db, "SELECT count(*) FROM sqlite_master WHERE name='run_series'"), 0);
+  st_close(db);
+  /* A reader of the version-7 file sees an empty series, and leaves the file as it is. */
+  db = open_ok(ST_OPEN_READONLY);
+  cr_assert_eq(query(db, "SELECT count(*) FROM run_series"), 0);
+  int version;
+  cr_assert_eq(st_schema_version(db, &version), ST_OK);
+  cr_assert_eq(version, 7);
+  st_close(db);
+  db = open_ok(0);
+  cr_assert_eq(query(db, "SELECT count(*) FROM run_sigs WHERE calls=5"), 1, "the run kept");
+  int64_t run = begin(db, 900002);
+  r = rec("new", 9);
+  cr_assert_eq(st_run_flush(db, run, &r, 1, 0, 2000), ST_OK);
+  uint64_t calls[3] = {1, 2, 6}, samples[3] = {0, 4, 1};
+  st_series_rec_t rows[2] = {{r.key, r.key_len, calls, NULL, samples},
+                             {NULL, 0, NULL, NULL, samples}};
+  cr_assert_eq(st_run_series(db, old, 100, 1000, 3, rows, 1), ST_OK);
+  cr_assert_eq(st_run_series(db, run, 100, 1000, 3, rows, 2), ST_OK);
+  cr_assert_eq(query(db, "SELECT count(*) FROM run_series"), 3);
+  cr_assert_eq(query(db, "SELECT length(calls) FROM run_series WHERE sig_id != 0 AND run_id = 2"),
+               3, "one byte per small value");
+  st_gc_result_t res;
+  cr_assert_eq(st_gc(db, 1, 0, &res), ST_OK);
+  cr_assert_eq(res.runs, 1);
+  cr_assert_eq(query(db, "SELECT count(*) FROM run_series WHERE run_id = 1"), 0,
+               "deleted with its run");
+  cr_assert_eq(query(db, "SELECT count(*) FROM run_series WHERE run_id = 2"), 2);
+  st_close(db);
+}
