@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* `opjit report`: one self-contained HTML page for a run: header, bar charts of the hottest
- * signatures, the run's timeline, the `top` table, the JIT's variants and an icicle flame
- * graph of the sampled stacks (report_graph.c draws the last two). Inline CSS, SVG and one
- * inline script that only adds interaction (no network, no font files); every layout is
- * computed here and every text from the database is HTML-escaped. Entry point: cmd_report(). */
+ * signatures, the run's timeline (its series over time and the JIT's events), the `top`
+ * table, the JIT's variants and an icicle flame graph of the sampled stacks (report_graph.c
+ * draws the timeline and the flame graph). Inline CSS, SVG and one inline script that only
+ * adds interaction (no network, no font files); every layout is computed here and every text
+ * from the database is HTML-escaped. Entry point: cmd_report(). */
 #include "cmd.h"
 #include "report.h"
 #include "table.h"
@@ -165,6 +166,51 @@ static int read_events(st_db_t *db, ins_report_t *rep)
     e->kind = ins_xstrdup(st_rows_text(st, ST_EVENT_KIND));
     e->name = ins_xstrdup(st_rows_text(st, ST_EVENT_NAME));
     e->detail = ins_xstrdup(st_rows_text(st, ST_EVENT_DETAIL));
+  }
+  return ins_rows_finish(db, st, rc);
+}
+
+/* Decodes column col of the current row into a new array of rep->nint values (missing ones 0). */
+static uint64_t *series_values(st_rows_t *st, int col, const ins_report_t *rep)
+{
+  size_t len;
+  const void *blob = st_rows_blob(st, col, &len);
+  uint64_t *v = ins_xmalloc((rep->nint ? rep->nint : 1) * sizeof *v);
+  memset(v, 0, (rep->nint ? rep->nint : 1) * sizeof *v);
+  st_series_decode(blob, len, v, rep->nint);
+  return v;
+}
+
+/* Reads the run's series over time into rep (none for a run without one). Returns 0 or
+ * INS_EXIT_FAIL (printed). */
+static int read_series(st_db_t *db, ins_report_t *rep)
+{
+  st_rows_t *st = ins_query(db, ST_Q_SERIES);
+  if (!st)
+    return INS_EXIT_FAIL;
+  st_rows_bind_int(st, 1, rep->run);
+  size_t cap = 0;
+  int rc;
+  while ((rc = st_rows_next(st)) == 1) {
+    if (!rep->nseries) { /* every row has as many intervals: the calls blob's count */
+      size_t len;
+      const void *blob = st_rows_blob(st, ST_SERIES_CALLS, &len);
+      uint64_t *tmp = ins_xmalloc((len ? len : 1) * sizeof *tmp);
+      rep->nint = (uint32_t)st_series_decode(blob, len, tmp, len);
+      free(tmp);
+      rep->interval_ns = st_rows_int(st, ST_SERIES_INTERVAL_NS);
+      rep->series_offset_ns = st_rows_int(st, ST_SERIES_OFFSET_NS);
+    }
+    rep->series = ins_grow(rep->series, rep->nseries, &cap, sizeof *rep->series);
+    ins_report_series_t *r = &rep->series[rep->nseries++];
+    snprintf(r->sig, sizeof r->sig, "%s", st_rows_text(st, ST_SERIES_SIG));
+    r->name = ins_xstrdup(*r->sig ? st_rows_text(st, ST_SERIES_NAME) : INS_FOLD_PROGRAM);
+    r->calls = series_values(st, ST_SERIES_CALLS, rep);
+    r->vcalls = series_values(st, ST_SERIES_VCALLS, rep);
+    r->samples = series_values(st, ST_SERIES_SAMPLES, rep);
+    r->total = 0;
+    for (uint32_t k = 0; k < rep->nint; k++)
+      r->total += r->samples[k];
   }
   return ins_rows_finish(db, st, rc);
 }
@@ -409,6 +455,13 @@ static void report_free(ins_report_t *rep)
     free(rep->events[i].detail);
   }
   free(rep->events);
+  for (size_t i = 0; i < rep->nseries; i++) {
+    free(rep->series[i].name);
+    free(rep->series[i].calls);
+    free(rep->series[i].vcalls);
+    free(rep->series[i].samples);
+  }
+  free(rep->series);
   free(rep->exe);
   free(rep->argv);
   free(rep->status);
@@ -451,6 +504,7 @@ static int cmd_report(int argc, char **argv)
   rep.flame = ins_frame_tree(title);
   rep.database = ins_xstrdup(st_path(db));
   if (read_run(db, &rep) || read_sigs(db, &rep) || read_jit(db, &rep) || read_events(db, &rep) ||
+      read_series(db, &rep) ||
       ins_sampling_read(db, rep.run, &rep.samp) ||
       ins_fold_each(db, rep.run, NULL, add_stack, &rep, &rep.stacks))
     goto out;
@@ -483,14 +537,17 @@ const ins_cmd_t ins_cmd_report = {
     .summary = "write a run's profile as one self-contained HTML page",
     .help = "One HTML file with everything inline (no fonts or network resources): the run's\n"
             "program, argv, dates, wall time and sampling; bar charts of the hottest\n"
-            "signatures by estimated time and by CPU samples; a timeline of the JIT's events\n"
-            "(when each kernel was queued, compiled, verified, placed, demoted or invalidated,\n"
-            "and how many served at each moment); the table opjit top prints; the JIT's\n"
-            "variants; and, for a sampled run, a flame graph (icicle) of its stacks, each\n"
-            "operator the root of its own, coloured by program, opjit interposer, operator's\n"
-            "library and JIT code. In a browser with JavaScript the flame graph zooms on a\n"
-            "click, searches frames by name and shows each frame's samples, share and module;\n"
-            "without it every drawing still shows, with plain tooltips.\n"
+            "signatures by estimated time and by CPU samples; a timeline of the run: CPU\n"
+            "samples per interval stacked by operator with the share of calls JIT kernels\n"
+            "served, under it the JIT's events (when each kernel was queued, compiled,\n"
+            "verified, placed, demoted or invalidated, and how many served at each moment);\n"
+            "the table opjit top prints; the JIT's variants; and, for a sampled run, a flame\n"
+            "graph (icicle) of its stacks, each operator the root of its own, coloured by\n"
+            "program, opjit interposer, operator's library and JIT code. In a browser with\n"
+            "JavaScript the flame graph zooms on a click, searches frames by name and shows\n"
+            "each frame's samples, share and module, and the timeline shows each interval's\n"
+            "samples by operator on hover; without it every drawing still shows, with plain\n"
+            "tooltips.\n"
             "RUN defaults to the newest run that recorded an operator call.\n\n"
             "options:\n"
             "  --db PATH        the profile database\n"

@@ -40,6 +40,14 @@ typedef struct ins_report_event_s {
   char *kind, *name, *detail;
 } ins_report_event_t;
 
+/* One row of the run's series over time: a signature, or the samples outside operators. */
+typedef struct ins_report_series_s {
+  char sig[17]; /* "": outside operators */
+  char *name;
+  uint64_t *calls, *vcalls, *samples; /* per interval, ins_report_t.nint each */
+  uint64_t total;                     /* its samples over the run */
+} ins_report_series_t;
+
 /* Everything the page shows. */
 typedef struct ins_report_s {
   FILE *f;
@@ -57,6 +65,10 @@ typedef struct ins_report_s {
   size_t njit;
   ins_report_event_t *events;
   size_t nevents;
+  ins_report_series_t *series; /* the run over time (none: a run of an older agent) */
+  size_t nseries;
+  uint32_t nint;                        /* intervals in each row */
+  int64_t interval_ns, series_offset_ns; /* their length; the first's start in the run */
 } ins_report_t;
 
 /* Writes s (its first n bytes for esc_n) to f with &, <, >, " and ' escaped for HTML text and
@@ -69,8 +81,10 @@ void ins_html_esc_clip(FILE *f, const char *s, int max);
 /* The flame graph (an icicle: callers above callees) with its search box, or why there is
  * none. Every frame is drawn, however narrow, so the script can zoom into any of them. */
 void ins_report_flame(const ins_report_t *rep);
-/* The run's timeline: the JIT kernels in service over the run, and one lane per signature the
- * JIT acted on with its events marked at their time; or why there is none. */
+/* The run's timeline: CPU samples per interval stacked by operator with the share of calls
+ * JIT kernels served (when the run has a series), the JIT kernels in service over the run,
+ * and one lane per signature the JIT acted on with its events marked at their time, all on
+ * one time axis; or why there is none. */
 void ins_report_timeline(const ins_report_t *rep);
 
 /* inspect/report.css and inspect/report.js, NUL-terminated (report_assets.c). */

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* opjit report's script (inlined into every page by report_assets.c): the flame graph zooms
  * on a click (the frame becomes the root, its callers stay above it, faded), searches frame
- * names, and shows a tooltip per frame; the timeline's markers get the same tooltip. The page
- * reads completely without it: every drawing is static SVG with <title> tooltips, which this
- * script replaces by its own. */
+ * names, and shows a tooltip per frame; the timeline's markers and its chart of samples per
+ * interval get the same tooltip. The page reads completely without it: every drawing is
+ * static SVG with <title> tooltips, which this script replaces by its own. */
 (function () {
   'use strict';
   document.documentElement.classList.add('js');
@@ -51,7 +51,56 @@
     Array.prototype.forEach.call(timeline.querySelectorAll('g.lane, circle.ev'), function (el) {
       el._tip = takeTitle(el);
     });
+    /* The samples per interval: the interval under the pointer, each layer's samples in it
+     * and the share of calls JIT kernels served. */
+    var series = document.getElementById('tl-series');
+    var layers = [], share = null;
+    if (series) {
+      Array.prototype.forEach.call(series.querySelectorAll('polygon.sa'), function (p) {
+        takeTitle(p);
+        layers.push({name: p.getAttribute('data-name'),
+                     v: p.getAttribute('data-v').split(' ').map(Number)});
+      });
+      var line = series.querySelector('path.tl-share');
+      if (line) {
+        takeTitle(line);
+        share = line.getAttribute('data-share').split(' ');
+      }
+    }
+    function fmtNs(ns) {
+      return ns >= 1e9 ? (ns / 1e9).toFixed(2) + ' s' : (ns / 1e6).toFixed(ns >= 1e7 ? 0 : 1) + ' ms';
+    }
+    function seriesTip(ev) {
+      var pt = timeline.createSVGPoint();
+      pt.x = ev.clientX, pt.y = ev.clientY;
+      var p = pt.matrixTransform(timeline.getScreenCTM().inverse());
+      var x0 = +timeline.getAttribute('data-x0'), pw = +timeline.getAttribute('data-pw');
+      var span = +timeline.getAttribute('data-span'), iv = +series.getAttribute('data-iv');
+      var off = +series.getAttribute('data-off');
+      var k = Math.floor(((p.x - x0) / pw * span - off) / iv);
+      if (k < 0 || k >= +series.getAttribute('data-n')) {
+        hideTip();
+        return;
+      }
+      var from = off + k * iv, all = 0;
+      layers.forEach(function (l) { all += l.v[k]; });
+      var lines = [['', fmtNs(from) + ' to ' + fmtNs(Math.min(from + iv, span)) + ' into the run']];
+      if (layers.length)
+        lines.push(['samples', String(all)]);
+      layers.slice().reverse().forEach(function (l) {
+        if (l.v[k])
+          lines.push([l.name, l.v[k] + ' (' + pct(l.v[k], all) + ')']);
+      });
+      if (share)
+        lines.push(['JIT served', share[k] === '-' ? 'no call' :
+                    (100 * share[k]).toFixed(1) + '% of the calls']);
+      showTip(ev, lines);
+    }
     timeline.addEventListener('mousemove', function (ev) {
+      if (series && ev.target.closest && ev.target.closest('#tl-series')) {
+        seriesTip(ev);
+        return;
+      }
       var c = ev.target.closest ? ev.target.closest('circle.ev') : null;
       var lane = ev.target.closest ? ev.target.closest('g.lane') : null;
       if (!lane) {

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The two drawings of `opjit report` (report.h): the flame graph of the sampled stacks, every
- * frame a <g class="f"> that report.js zooms, searches and explains, and the run's timeline,
- * drawn from the JIT's events. Both are complete static SVG (layout computed here, a <title>
+ * frame a <g class="f"> that report.js zooms, searches and explains, and the run's timeline:
+ * its series over time (samples per interval stacked by operator, the JIT's share of calls)
+ * above the JIT's events, on one time axis. Both are complete static SVG (layout computed here, a <title>
  * per element) so the page reads without its script. */
 #include "report.h"
 #include "table.h"
@@ -22,6 +23,8 @@
 #define TL_LANE 22    /* px per signature lane */
 #define TL_AXIS 26    /* px under the lanes for the time axis */
 #define TL_LANES 16   /* signatures given a lane */
+#define TL_AREA 150   /* px, the chart of samples per interval */
+#define TL_LAYERS 8   /* operators given a layer of their own in it; the rest are "other" */
 
 /* ---- flame graph ----------------------------------------------------------------------- */
 
@@ -171,7 +174,7 @@ static void draw_event(FILE *f, const ins_report_event_t *e, double x, double cy
           ev_kinds[ev_kind(e->kind)].live ? 5.5 : 4.0);
   ins_html_esc(f, e->kind);
   ins_fmt_ns((double)e->offset_ns, t, sizeof t);
-  fprintf(f, "\" data-t=\"%s\"><title>%s: ", t, t);
+  fprintf(f, "\" data-ns=\"%" PRId64 "\" data-t=\"%s\"><title>%s: ", e->offset_ns, t, t);
   ins_html_esc(f, e->kind);
   fputs(" ", f);
   ins_html_esc(f, e->name);
@@ -293,18 +296,206 @@ static void draw_live(const timeline_t *tl)
   fprintf(f, " %.2f,%.1f\"/>\n", x0 + pw, base - unit * live);
 }
 
+/* ---- the run over time: samples per interval by operator ------------------------------- */
+
+/* One layer of the chart of samples: an operator, the rest of them, or the program's own. */
+typedef struct layer_s {
+  const char *name, *cls;
+  const uint64_t *v; /* samples per interval */
+  uint64_t total;
+} layer_t;
+
+/* The chart's layers, bottom up, into out (TL_LAYERS + 2 at most): the TL_LAYERS operators with
+ * the most samples, then the other operators summed into other (rep->nint values), then the
+ * samples outside operators. Returns how many. */
+static size_t series_layers(const ins_report_t *rep, layer_t *out, uint64_t *other)
+{
+  static const char *const cls[TL_LAYERS] = {"sa0", "sa1", "sa2", "sa3",
+                                              "sa4", "sa5", "sa6", "sa7"};
+  size_t n = 0;
+  uint64_t rest = 0;
+  const ins_report_series_t *outside = NULL;
+  int *used = ins_xmalloc((rep->nseries + 1) * sizeof *used);
+  memset(used, 0, (rep->nseries + 1) * sizeof *used);
+  for (size_t i = 0; i < rep->nseries; i++)
+    if (!*rep->series[i].sig)
+      outside = &rep->series[i], used[i] = 1;
+  while (n < TL_LAYERS) { /* the next most sampled operator (ties: by signature, as read) */
+    size_t best = rep->nseries;
+    for (size_t i = 0; i < rep->nseries; i++)
+      if (!used[i] && rep->series[i].total > 0 &&
+          (best == rep->nseries || rep->series[i].total > rep->series[best].total))
+        best = i;
+    if (best == rep->nseries)
+      break;
+    used[best] = 1;
+    out[n] = (layer_t){rep->series[best].name, cls[n], rep->series[best].samples,
+                       rep->series[best].total};
+    n++;
+  }
+  memset(other, 0, rep->nint * sizeof *other);
+  for (size_t i = 0; i < rep->nseries; i++)
+    for (uint32_t k = 0; !used[i] && k < rep->nint; k++)
+      other[k] += rep->series[i].samples[k], rest += rep->series[i].samples[k];
+  if (rest)
+    out[n++] = (layer_t){"other operators", "sa-other", other, rest};
+  if (outside && outside->total)
+    out[n++] = (layer_t){"the program itself (outside operators)", "sa-out", outside->samples,
+                         outside->total};
+  free(used);
+  return n;
+}
+
+/* Whether some interval has a call a JIT kernel served. */
+static int series_has_jit(const ins_report_t *rep)
+{
+  for (size_t i = 0; i < rep->nseries; i++)
+    for (uint32_t k = 0; k < rep->nint; k++)
+      if (rep->series[i].vcalls[k])
+        return 1;
+  return 0;
+}
+
+/* Interval k's extent on the axis, clipped to the span: 0 when it starts past it. */
+static int interval_px(const timeline_t *tl, uint32_t k, double *xa, double *xb)
+{
+  const ins_report_t *rep = tl->rep;
+  double a = (double)rep->series_offset_ns + (double)k * (double)rep->interval_ns;
+  double b = fmin(a + (double)rep->interval_ns, tl->span);
+  if (a >= tl->span)
+    return 0;
+  *xa = tl->x0 + tl->pw * fmax(a, 0) / tl->span;
+  *xb = tl->x0 + tl->pw * b / tl->span;
+  return 1;
+}
+
+/* The chart's legend: a swatch per layer and the line of the JIT's share. */
+static void series_legend(FILE *f, const layer_t *layers, size_t n, int jit)
+{
+  fputs("<p class=\"legend\" id=\"series-legend\">", f);
+  for (size_t i = 0; i < n; i++) {
+    fprintf(f, "<span class=\"key %s\"></span>", layers[i].cls);
+    ins_html_esc_clip(f, layers[i].name, 48);
+  }
+  if (jit)
+    fputs("<span class=\"key k-share\"></span>share of calls JIT kernels served", f);
+  fputs("</p>\n", f);
+}
+
+/* The chart of samples per interval, stacked by layer, from y top to top + TL_AREA, with the
+ * share of calls JIT kernels served as a line (0 at the bottom, 100 % at the top). The values
+ * are also in data-v attributes for report.js's tooltip. */
+static void draw_series(const timeline_t *tl, const layer_t *layers, size_t n, int jit, int top)
+{
+  const ins_report_t *rep = tl->rep;
+  FILE *f = rep->f;
+  uint32_t nint = rep->nint;
+  uint64_t *cum = ins_xmalloc((n + 1) * (nint + 1) * sizeof *cum), most = 0;
+  for (uint32_t k = 0; k < nint; k++) {
+    uint64_t c = 0;
+    cum[k] = 0;
+    for (size_t l = 0; l < n; l++)
+      cum[(l + 1) * nint + k] = c += layers[l].v[k];
+    most = c > most ? c : most;
+  }
+  double h = TL_AREA - 8, base = top + TL_AREA;
+  char iv[32];
+  ins_fmt_ns((double)rep->interval_ns, iv, sizeof iv);
+  fprintf(f, "<g id=\"tl-series\" data-iv=\"%" PRId64 "\" data-off=\"%" PRId64 "\" data-n=\"%u\""
+             " data-top=\"%d\" data-h=\"%d\">\n",
+          rep->interval_ns, rep->series_offset_ns, nint, top, TL_AREA);
+  fprintf(f, "<text x=\"0\" y=\"%d\">%s per %s</text>", top + 14,
+          n ? "CPU samples" : "JIT share of calls", iv);
+  if (n)
+    fprintf(f, "<text x=\"0\" y=\"%d\">max %" PRIu64 " samples</text>", top + 30, most);
+  if (jit)
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">100%% JIT</text>"
+               "<text x=\"%d\" y=\"%.0f\" text-anchor=\"end\">0%%</text>",
+            TL_LABEL - 8, top + 16, TL_LABEL - 8, base);
+  fprintf(f, "<line class=\"tl-axis\" x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\"/>\n", tl->x0,
+          base, tl->x0 + tl->pw, base);
+  for (size_t l = 0; l < n && most; l++) {
+    const uint64_t *lo = cum + l * nint, *hi = cum + (l + 1) * nint;
+    fprintf(f, "<polygon class=\"sa %s\" data-name=\"", layers[l].cls);
+    ins_html_esc(f, layers[l].name);
+    fputs("\" data-v=\"", f);
+    for (uint32_t k = 0; k < nint; k++)
+      fprintf(f, "%s%" PRIu64, k ? " " : "", layers[l].v[k]);
+    fputs("\" points=\"", f);
+    double xa, xb;
+    for (uint32_t k = 0; k < nint && interval_px(tl, k, &xa, &xb); k++) {
+      double y = base - h * (double)hi[k] / (double)most;
+      fprintf(f, "%.2f,%.1f %.2f,%.1f ", xa, y, xb, y);
+    }
+    for (uint32_t k = nint; k-- > 0;)
+      if (interval_px(tl, k, &xa, &xb)) {
+        double y = base - h * (double)lo[k] / (double)most;
+        fprintf(f, "%.2f,%.1f %.2f,%.1f ", xb, y, xa, y);
+      }
+    fputs("\"><title>", f);
+    ins_html_esc(f, layers[l].name);
+    uint64_t all = 0;
+    for (size_t j = 0; j < n; j++)
+      all += layers[j].total;
+    fprintf(f, ": %" PRIu64 " samples (%.1f%%)</title></polygon>\n", layers[l].total,
+            ins_pct((int64_t)layers[l].total, (int64_t)all));
+  }
+  if (jit) { /* per interval: the calls of every operator and those JIT kernels served */
+    fputs("<path class=\"tl-share\" data-share=\"", f);
+    for (uint32_t k = 0; k < nint; k++) {
+      uint64_t c = 0, v = 0;
+      for (size_t i = 0; i < rep->nseries; i++)
+        c += rep->series[i].calls[k], v += rep->series[i].vcalls[k];
+      if (c)
+        fprintf(f, "%s%.4f", k ? " " : "", (double)(v < c ? v : c) / (double)c);
+      else
+        fprintf(f, "%s-", k ? " " : "");
+    }
+    fputs("\" d=\"", f);
+    int drawing = 0;
+    for (uint32_t k = 0; k < nint; k++) {
+      uint64_t c = 0, v = 0;
+      double xa, xb;
+      for (size_t i = 0; i < rep->nseries; i++)
+        c += rep->series[i].calls[k], v += rep->series[i].vcalls[k];
+      if (!c || !interval_px(tl, k, &xa, &xb)) {
+        drawing = 0;
+        continue;
+      }
+      double y = base - h * (double)(v < c ? v : c) / (double)c;
+      fprintf(f, "%c%.2f,%.1f H%.2f ", drawing ? 'L' : 'M', xa, y, xb);
+      drawing = 1;
+    }
+    fputs("\"><title>share of calls JIT kernels served, per interval</title></path>\n", f);
+  }
+  fprintf(f, "<rect class=\"tl-hover\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\"/>\n",
+          tl->x0, top, tl->pw, TL_AREA);
+  fputs("</g>\n", f);
+  free(cum);
+}
+
 void ins_report_timeline(const ins_report_t *rep)
 {
   FILE *f = rep->f;
   fputs("<h2 id=\"timeline-title\">The run over time</h2>\n", f);
-  if (!rep->nevents) {
+  int series = rep->nseries && rep->nint && rep->interval_ns > 0;
+  layer_t layers[TL_LAYERS + 2];
+  uint64_t *other = ins_xmalloc((rep->nint ? rep->nint : 1) * sizeof *other);
+  size_t nlayers = series ? series_layers(rep, layers, other) : 0;
+  int jit = series && series_has_jit(rep), band = nlayers || jit;
+  if (!rep->nevents && !band) {
     fputs("<p class=\"note\">The JIT recorded no event in this run: nothing was queued, "
           "compiled or placed.</p>\n",
           f);
+    if (!series)
+      fputs("<p class=\"note\">No series over time either: the run was recorded by an opjit "
+            "older than schema 8, which kept only totals.</p>\n",
+            f);
+    free(other);
     return;
   }
-  lane_t *lanes = ins_xmalloc(rep->nevents * sizeof *lanes);
-  timeline_t tl = {.rep = rep, .delta = ins_xmalloc(rep->nevents * sizeof *tl.delta)};
+  lane_t *lanes = ins_xmalloc((rep->nevents + 1) * sizeof *lanes);
+  timeline_t tl = {.rep = rep, .delta = ins_xmalloc((rep->nevents + 1) * sizeof *tl.delta)};
   size_t nlanes = 0;
   int64_t last = 0;
   for (size_t i = 0; i < rep->nevents; i++) {
@@ -327,37 +518,59 @@ void ins_report_timeline(const ins_report_t *rep)
   qsort(lanes, nlanes, sizeof *lanes, by_rank);
   size_t shown = nlanes < TL_LANES ? nlanes : TL_LANES;
   double span = (double)(rep->wall_ns > last ? rep->wall_ns : last), x0 = TL_LABEL;
+  if (span <= 0 && series) /* no wall time recorded: as far as the series goes */
+    span = (double)rep->series_offset_ns + (double)rep->nint * (double)rep->interval_ns;
   double pw = TL_WIDTH - TL_LABEL - TL_RIGHT;
   span = span > 0 ? span : 1;
   tl.x0 = x0, tl.pw = pw, tl.span = span;
-  int lanes_y = TL_STEP + 6, axis_y = lanes_y + (int)shown * TL_LANE + 4;
+  int band_h = band ? TL_AREA + 12 : 0, events_h = rep->nevents ? TL_STEP + 6 : 0;
+  int axis_y = band_h + events_h + (int)shown * TL_LANE + 4;
 
-  fputs("<p>When the JIT acted during the run, on the time since the program started: the top "
-        "row counts the compiled kernels serving calls; each signature below is grey while its "
-        "calls go to the original library and green while its kernel serves them, with the "
-        "share of its calls the kernel served at the left. Hover a marker for the event.</p>\n"
-        "<p class=\"legend\"><span class=\"key k-orig\"></span>original library"
-        "<span class=\"key k-jit\"></span>JIT kernel serving",
-        f);
-  for (size_t k = 0; k < N_EV_KINDS; k++) {
-    if (!ev_kinds[k].legend)
-      continue;
-    size_t n = 0;
-    for (size_t i = 0; i < rep->nevents; i++)
-      n += ev_kind(rep->events[i].kind) == k;
-    if (n)
-      fprintf(f, "<span class=\"key ev ev-%s\"></span>%s (%zu)", ev_kinds[k].cls,
-              ev_kinds[k].legend, n);
-    size_t won = 0; /* told after "published" */
-    for (size_t i = 0; strcmp(ev_kinds[k].kind, "published") == 0 && i < rep->nevents; i++)
-      won += won_duel(&rep->events[i]) != 0;
-    if (won)
-      fprintf(f, "<span class=\"key ev ev-published won\"></span>of which won a duel (%zu)", won);
+  fputs("<p>The run on the time since the program started", f);
+  if (nlayers)
+    fputs(": at the top, the CPU samples of each interval by operator (the program's own time "
+          "on top), so the program speeding up shows as the stack shrinking",
+          f);
+  else if (jit)
+    fputs(": at the top, the share of the operators' calls JIT kernels served in each interval",
+          f);
+  if (nlayers && jit)
+    fputs(", and the share of the operators' calls JIT kernels served as a line", f);
+  if (rep->nevents)
+    fputs("; then the JIT's events: the top row counts the compiled kernels serving calls; each "
+          "signature below is grey while its calls go to the original library and green while "
+          "its kernel serves them, with the share of its calls the kernel served at the left",
+          f);
+  fputs(". Hover the chart or a marker for details.</p>\n", f);
+  if (band)
+    series_legend(f, layers, nlayers, jit);
+  if (rep->nevents) {
+    fputs("<p class=\"legend\"><span class=\"key k-orig\"></span>original library"
+          "<span class=\"key k-jit\"></span>JIT kernel serving",
+          f);
+    for (size_t k = 0; k < N_EV_KINDS; k++) {
+      if (!ev_kinds[k].legend)
+        continue;
+      size_t n = 0;
+      for (size_t i = 0; i < rep->nevents; i++)
+        n += ev_kind(rep->events[i].kind) == k;
+      if (n)
+        fprintf(f, "<span class=\"key ev ev-%s\"></span>%s (%zu)", ev_kinds[k].cls,
+                ev_kinds[k].legend, n);
+      size_t won = 0; /* told after "published" */
+      for (size_t i = 0; strcmp(ev_kinds[k].kind, "published") == 0 && i < rep->nevents; i++)
+        won += won_duel(&rep->events[i]) != 0;
+      if (won)
+        fprintf(f, "<span class=\"key ev ev-published won\"></span>of which won a duel (%zu)",
+                won);
+    }
+    fputs("</p>\n", f);
   }
   fprintf(f,
-          "</p>\n<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"timeline\" width=\"%d\" "
-          "height=\"%d\" role=\"img\" data-events=\"%zu\">\n",
-          TL_WIDTH, axis_y + TL_AXIS, rep->nevents);
+          "<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"timeline\" width=\"%d\" "
+          "height=\"%d\" role=\"img\" data-events=\"%zu\" data-x0=\"%.2f\" data-pw=\"%.2f\" "
+          "data-span=\"%.0f\">\n",
+          TL_WIDTH, axis_y + TL_AXIS, rep->nevents, x0, pw, span);
   double step = tick_step(span);
   char buf[32];
   for (double t = 0; t <= span * 1.0001; t += step) {
@@ -369,19 +582,36 @@ void ins_report_timeline(const ins_report_t *rep)
   }
   fprintf(f, "<line class=\"tl-axis\" x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\"/>\n", x0, axis_y,
           x0 + pw, axis_y);
-  draw_live(&tl);
-  for (size_t i = 0; i < shown; i++)
-    draw_lane(&tl, &lanes[i], lanes_y + (int)i * TL_LANE);
+  if (band)
+    draw_series(&tl, layers, nlayers, jit, 0);
+  if (rep->nevents) {
+    fprintf(f, "<g transform=\"translate(0 %d)\">\n", band_h);
+    draw_live(&tl);
+    for (size_t i = 0; i < shown; i++)
+      draw_lane(&tl, &lanes[i], TL_STEP + 6 + (int)i * TL_LANE);
+    fputs("</g>\n", f);
+  }
   fputs("</svg>\n", f);
   if (nlanes > shown)
     fprintf(f,
             "<p class=\"note\">The %zu hottest of the %zu signatures the JIT acted on have a "
             "lane (opjit events %" PRId64 " lists every event).</p>\n",
             shown, nlanes, rep->run);
-  fputs("<p class=\"note\">The database keeps each run's samples summed over the whole run, "
-        "not per interval, so the timeline shows when each kernel served rather than the "
-        "sample rate over time.</p>\n",
-        f);
+  if (!rep->nevents)
+    fputs("<p class=\"note\">The JIT recorded no event in this run: nothing was queued, "
+          "compiled or placed.</p>\n",
+          f);
+  if (!series)
+    fputs("<p class=\"note\">This run has no series over time: it was recorded by an opjit "
+          "older than schema 8, which kept each run's samples and calls summed over the whole "
+          "run, so the timeline shows when each kernel served rather than the samples over "
+          "time.</p>\n",
+          f);
+  else if (!nlayers)
+    fputs("<p class=\"note\">The run was not sampled (OPJIT_SAMPLE_HZ=0, or perf_event was "
+          "refused): no CPU samples per interval.</p>\n",
+          f);
   free(tl.delta);
   free(lanes);
+  free(other);
 }

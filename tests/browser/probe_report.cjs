@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Drives an `opjit report` page in headless Chromium (playwright-core) as a reader would and
 // prints what it saw as one JSON object for test_browser.c to judge: console errors, the
-// flame graph's zoom, search and tooltip, the timeline's markers (and the step that failed,
-// if one did), and the same page without JavaScript. Saves a screenshot of the page, and
+// flame graph's zoom, search and tooltip, the timeline's markers, its samples per interval
+// and their tooltip (and the step that failed, if one did), and the same page without
+// JavaScript. Saves a screenshot of the page, and
 // SHOT-zoomed.png of the flame graph zoomed and searched with a tooltip.
 // Usage: node probe_report.cjs PLAYWRIGHT_CORE_DIR CHROMIUM PAGE.html SHOT.png
 'use strict';
@@ -73,7 +74,38 @@ const { chromium } = require(playwrightDir);
       out.resetWidth = (await frames())[pick].width;
     }
     out.markers = await tab.$$eval('#timeline circle.ev', (cs) => cs.map((c) => ({
-      kind: c.getAttribute('data-kind'), x: +c.getAttribute('cx'), t: c.getAttribute('data-t') })));
+      kind: c.getAttribute('data-kind'), x: +c.getAttribute('cx'), t: c.getAttribute('data-t'),
+      ns: +c.getAttribute('data-ns') })));
+    out.axis = await tab.$eval('#timeline', (s) => ({ x0: +s.getAttribute('data-x0'),
+      pw: +s.getAttribute('data-pw'), span: +s.getAttribute('data-span') })).catch(() => null);
+    // The samples per interval: each layer's drawn extent, and the tooltip over the interval
+    // with the most samples.
+    out.layers = await tab.$$eval('#tl-series polygon.sa', (ps) => ps.map((p) => {
+      const b = p.getBBox();
+      return { name: p.getAttribute('data-name'), x: b.x, width: b.width, height: b.height,
+               samples: p.getAttribute('data-v').split(' ').reduce((a, v) => a + +v, 0) };
+    }));
+    out.share = await tab.$eval('#tl-series path.tl-share', (p) => p.getAttribute('d'))
+                         .catch(() => null);
+    const band = await tab.$('#tl-series rect.tl-hover');
+    if (band) {
+      const k = await tab.$$eval('#tl-series polygon.sa', (ps) => {
+        const sum = [];
+        ps.forEach((p) => p.getAttribute('data-v').split(' ').forEach((v, i) => {
+          sum[i] = (sum[i] || 0) + +v;
+        }));
+        return sum.indexOf(Math.max.apply(null, sum.length ? sum : [0]));
+      });
+      const geo = await tab.$eval('#tl-series', (g) => ({ iv: +g.getAttribute('data-iv'),
+                                                        off: +g.getAttribute('data-off') }));
+      await band.scrollIntoViewIfNeeded();
+      const box = await band.boundingBox();
+      const t = geo.off + (Math.max(k, 0) + 0.5) * geo.iv;
+      await tab.mouse.move(box.x + box.width * Math.min(t / out.axis.span, 0.999),
+                           box.y + box.height / 2);
+      out.seriesTip = await tab.$eval('#tip', (t) => ({
+        shown: getComputedStyle(t).display !== 'none', text: t.innerText }));
+    }
     const marker = await tab.$('#timeline circle.ev[data-kind="published"]') ||
                    await tab.$('#timeline circle.ev');
     if (marker) {
@@ -103,6 +135,7 @@ const { chromium } = require(playwrightDir);
       frames: document.querySelectorAll('#flame g.f rect').length,
       titled: document.querySelectorAll('#flame g.f > title').length,
       markers: document.querySelectorAll('#timeline circle.ev > title').length,
+      layers: document.querySelectorAll('#tl-series polygon.sa > title').length,
       tools: getComputedStyle(document.querySelector('.flame-tools')).display,
       height: document.body.scrollHeight }));
     await ctx.close();

@@ -149,6 +149,41 @@ Test(browser, report_of_a_real_run_zooms_searches_explains_and_marks_the_jit_eve
                 strstr(mtext, "signature: ") && strstr(mtext, "state: "),
             "marker tooltip: %s", mtext);
 
+  /* On the same axis: each marker at its time (x0 + pw * t / span), and the samples per
+   * interval as layers with an area, within the axis, the program's own time among them, with
+   * the share of calls the JIT served as a line (the demo's 16x16 sgemm gets a kernel); the
+   * tooltip over the busiest interval tells its samples. */
+  const cJSON *axis = item(seen, "axis");
+  double x0 = num(axis, "x0"), pw = num(axis, "pw"), span = num(axis, "span");
+  cr_expect_gt(pw, 0);
+  cJSON_ArrayForEach(e, markers)
+  {
+    double want = x0 + pw * num(e, "ns") / span;
+    cr_expect(fabs(num(e, "x") - want) < 0.01, "%s at %s: x %.2f, the axis puts it at %.2f",
+              str(e, "kind"), str(e, "t"), num(e, "x"), want);
+    cr_expect(num(e, "x") >= x0 - 0.01 && num(e, "x") <= x0 + pw + 0.01);
+  }
+  const cJSON *layers = item(seen, "layers");
+  int program = 0;
+  cr_expect_gt(cJSON_GetArraySize(layers), 0, "the demo is sampled: samples per interval");
+  cJSON_ArrayForEach(e, layers)
+  {
+    cr_expect_gt(num(e, "samples"), 0, "%s", str(e, "name"));
+    cr_expect(num(e, "width") > 0 && num(e, "height") > 0, "%s has no area", str(e, "name"));
+    cr_expect(num(e, "x") >= x0 - 0.01 && num(e, "x") + num(e, "width") <= x0 + pw + 0.01,
+              "%s spans %.2f+%.2f, outside the axis", str(e, "name"), num(e, "x"),
+              num(e, "width"));
+    program |= strstr(str(e, "name"), "outside operators") != NULL;
+  }
+  cr_expect(program, "the program's own time is a layer");
+  const cJSON *share = item(seen, "share");
+  cr_expect(cJSON_IsString(share) && share->valuestring[0] == 'M', "no line of the JIT's share");
+  const cJSON *stip = item(seen, "seriesTip");
+  cr_expect(cJSON_IsTrue(item(stip, "shown")), "no tooltip over the samples");
+  cr_expect(strstr(str(stip, "text"), " into the run") && strstr(str(stip, "text"), "samples: ") &&
+                strstr(str(stip, "text"), "JIT served: "),
+            "samples tooltip: %s", str(stip, "text"));
+
   /* Every legend swatch has a colour. */
   const cJSON *swatches = item(seen, "swatches");
   cr_expect_gt(cJSON_GetArraySize(swatches), 6);
@@ -160,6 +195,7 @@ Test(browser, report_of_a_real_run_zooms_searches_explains_and_marks_the_jit_eve
   cr_expect_eq(num(nojs, "frames"), num(seen, "frames"));
   cr_expect_eq(num(nojs, "titled"), num(seen, "frames"));
   cr_expect_eq(num(nojs, "markers"), nevents);
+  cr_expect_eq(num(nojs, "layers"), cJSON_GetArraySize(layers));
   cr_expect_str_eq(str(nojs, "tools"), "none");
 
   cr_expect_eq(access(SHOT, R_OK), 0, "no screenshot at " SHOT);

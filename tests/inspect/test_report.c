@@ -164,3 +164,63 @@ Test(report, timeline_marks_every_event_and_counts_only_kernels_that_served)
   expect_self_contained(html);
   proc_free(&p);
 }
+
+Test(report, timeline_stacks_each_intervals_samples_by_operator_with_the_jit_share)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  int64_t run = craft(db);
+  /* 4 intervals of 500 us over the run's 2 ms: A's samples fall as its kernel takes its calls
+   * (8 of 11 calls in the third interval, 10 of 11 in the last); every value is below 128, so
+   * one byte of each blob per interval. */
+  char *sql;
+  cr_assert(asprintf(&sql,
+                     "INSERT INTO run_series SELECT %1$lld, s.id, 500000, r.start_ns, x.c, x.v,"
+                     " x.s FROM runs r, signatures s JOIN (SELECT 'aaaa000000000064' AS sig,"
+                     " x'0a0a0a0a' AS c, x'0000080a' AS v, x'05050100' AS s UNION ALL SELECT"
+                     " 'bbbb000000000032', x'01010101', x'00000000', x'02020202') x"
+                     " ON x.sig = s.sig WHERE r.id = %1$lld;"
+                     "INSERT INTO run_series SELECT id, 0, 500000, start_ns, x'00000000',"
+                     " x'00000000', x'01010101' FROM runs WHERE id = %1$lld;",
+                     (long long)run) > 0);
+  sql_exec(db, sql);
+  free(sql);
+  proc_t p = opjit(NULL, (const char *[]){"report", "--db", db, "-o", "-", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  const char *html = p.out;
+  cr_expect(strstr(html, "<g id=\"tl-series\" data-iv=\"500000\" data-off=\"0\" data-n=\"4\""));
+  cr_expect_eq(count(html, "<polygon class=\"sa "), 3, "A, B and the program's own time");
+  const char *a = strstr(html, "<polygon class=\"sa sa0\" data-name=\"");
+  cr_assert(a);
+  const char *v = strstr(a, "data-v=\"5 5 1 0\"");
+  cr_expect(v && v < strchr(a, '>'), "the most sampled first: A");
+  cr_expect(strstr(html, "<polygon class=\"sa sa1\" data-name=\"op&lt;T&gt;&amp;&quot;q&quot;\""
+                         " data-v=\"2 2 2 2\""), "escaped");
+  cr_expect(strstr(html, "<polygon class=\"sa sa-out\""));
+  cr_expect(strstr(html, "data-share=\"0.0000 0.0000 0.7273 0.9091\""));
+  cr_expect(strstr(html, ">max 8 samples</text>"), "5 + 2 + 1 in the first two intervals");
+  cr_expect(strstr(html, "<span class=\"key k-share\"></span>share of calls JIT kernels served"));
+  /* The first layer's top edge: interval 0 spans x0 to x0 + pw / 4 at the height of its 5
+   * samples out of 8 (the axis spans the run's 2 ms). */
+  double x0 = 290, pw = 1200 - 290 - 16, h = 150 - 8, y = 150 - h * 5 / 8;
+  char edge[64];
+  snprintf(edge, sizeof edge, "points=\"%.2f,%.1f %.2f,%.1f ", x0, y, x0 + pw / 4, y);
+  cr_expect(strstr(html, edge), "%s", edge);
+  cr_expect(!strstr(html, "no series over time"));
+  expect_self_contained(html);
+  proc_free(&p);
+}
+
+Test(report, a_run_without_a_series_keeps_the_events_and_says_why)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  int64_t run = craft(db);
+  static const fake_event_t evs[] = {{64, 1000000, "queued", "hot"}};
+  craft_variants(db, run, NULL, 0, evs, 1);
+  proc_t p = opjit(NULL, (const char *[]){"report", "--db", db, "-o", "-", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cr_expect_eq(count(p.out, "<circle class=\"ev "), 1);
+  cr_expect(!strstr(p.out, "id=\"tl-series\""));
+  cr_expect(strstr(p.out, "This run has no series over time: it was recorded by an opjit older "
+                          "than schema 8"));
+  proc_free(&p);
+}
