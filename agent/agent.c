@@ -770,7 +770,7 @@ static void write_series(void)
       rows[m++] = (st_series_rec_t){&ag_table_entry(ag_table, i)->key, sizeof(ag_sig_t),
                                     r->calls, r->vcalls, r->samples};
   }
-  if (agg)
+  if (sampling)
     rows[m++] = (st_series_rec_t){.samples = ag_series_outside(series)->samples};
   int rc = store->run_series(db, run_id, (int64_t)ag_series_interval(series), run_start_ns,
                              ag_series_count(series), rows, m);
