@@ -432,7 +432,7 @@ static void compile_one(uint32_t i, int idle)
    * hot signatures gets them all compiled first, a short one gets its kernels soonest). */
   uint64_t calls, vcalls;
   ag_tcount_sum_one(i, &calls, &vcalls);
-  int tune = idle && calls >= TUNE_MIN_CALLS && !g.add_rms_mul;
+  int tune = idle && calls >= TUNE_MIN_CALLS && jt_kind(&g)->tunes;
   g.isa = ag_machine_isa() == AG_ISA_AVX512 ? JT_ISA_AVX512 : JT_ISA_AVX2;
   jt_gemm_t best = g;
   int rc = fault && strcmp(fault, "compile") == 0

@@ -46,6 +46,10 @@ typedef struct jt_gemm_s {
                          else f32), n activation columns of k floats; only m, n, k, w16 count */
   int w16;
   int mm_add;         /* with mm: the product then a residual ADD (jt_mm_add_fn) */
+  int syrk;           /* BLAS ?syrk instead, C = alpha op(A) op(A)^T + beta C on one triangle
+                         of the n x n C: 1 the upper (row <= column), 2 the lower; stated as the
+                         GEMM whose B is A (m = n, tb = !ta, ldb = lda: the caller passes A as
+                         B too), of which the other triangle is neither read nor written */
   /* How the kernel is generated. 0 everywhere means "decide for this host": the widest ISA it
    * has and the generator's default blocking for the shape. gemm() resolves the zeros (the
    * kernel's name, gemm_name(), spells the resolved values out); tune() returns them resolved
@@ -163,7 +167,7 @@ typedef struct jt_api_s {
   int (*host_isa)(void);
   const char *(*isa_name)(int isa);
 } jt_api_t;
-#define JT_API_ABI 6
+#define JT_API_ABI 7
 #define JT_API_SYMBOL "opjit_jit_api"
 #define JT_MODULE_NAME "libopjit-jit.so"
 
@@ -182,24 +186,82 @@ typedef struct jt_api_s {
  * columns: op(A) = A^T, n = 1 and x = op(B) contiguous. */
 static inline int jt_gemm_dots(const jt_gemm_t *g)
 {
-  return !g->mm && !g->dot && !g->add_rms_mul && g->ta && g->n == 1 && (!g->tb || g->ldb == 1);
+  return !g->mm && !g->dot && !g->add_rms_mul && !g->syrk && g->ta && g->n == 1 &&
+         (!g->tb || g->ldb == 1);
 }
 
-/* 1 when g is within what the generator compiles. */
-static inline int jt_gemm_supported(const jt_gemm_t *g)
+/* ---- Kernel kinds ----------------------------------------------------------------------------
+ *
+ * A jt_gemm_t describes one kernel of one kind; the kind's row in jt_kinds says everything that
+ * differs between kinds: what the generator compiles, how the kernel is called, how its result
+ * is checked, how it is named and emitted. A new kernel kind is its emitter (one file in jit/),
+ * its enum value, its flag in jt_gemm_t and one row in jit/kind.c. jt_kind_of is the only place
+ * that tells kinds apart by their flags.
+ *
+ * Why weak references: the rows are read both by the agent, which links no LLVM and must decide
+ * what is compilable before it loads libopjit-jit.so, and by that module, which emits. kind.c is
+ * linked into both; its emit, resolve and symbol columns refer to the generator's functions
+ * weakly, so they are the generator's in libopjit-jit.so and NULL in the agent, which never
+ * calls them. */
+enum jt_kind {
+  JT_KIND_GEMM = 0,    /* a GEMM, GEMV (n = 1) or AXPY (k = 1) */
+  JT_KIND_DOT,         /* dot */
+  JT_KIND_ADD_RMS_MUL, /* add_rms_mul */
+  JT_KIND_MM,          /* mm */
+  JT_KIND_MM_ADD,      /* mm with mm_add */
+  JT_KIND_SYRK,        /* syrk */
+  JT_KINDS
+};
+
+/* How a kernel of a kind is called. */
+enum jt_abi {
+  JT_ABI_GEMM = 0,    /* jt_gemm_fn */
+  JT_ABI_MM,          /* jt_mm_fn */
+  JT_ABI_MM_ADD,      /* jt_mm_add_fn */
+  JT_ABI_ADD_RMS_MUL, /* jt_add_rms_mul_fn */
+};
+
+struct LLVMOpaqueContext; /* LLVM's handles (llvm-c/Types.h), spelled as their opaque structs */
+struct LLVMOpaqueModule;
+struct LLVMOpaqueValue;
+
+typedef struct jt_kind_s {
+  const char *name; /* "gemm", "dot", "add_rms_mul", "mm", "syrk": the machine model keeps
+                       compile times by it (agent/machine.h) */
+  int abi;          /* enum jt_abi */
+  int tunes;        /* 1: tune() times candidate blockings; 0: one kernel per problem */
+  /* 1 when g is within what the generator compiles for this kind (pure: no LLVM, no host). */
+  int (*supported)(const jt_gemm_t *g);
+  /* Verification of a JT_ABI_GEMM kernel: 1 when it writes C's element (row i, column j) of
+   * the m x n C; NULL: every one. Every element it does not write must be left as it was. */
+  int (*writes)(const jt_gemm_t *g, long i, long j);
+  /* In libopjit-jit.so (NULL elsewhere): g's zero generation fields decided for a host whose
+   * widest ISA is host_isa (0, or -1 with a sentence in err: jt_gemm_resolve's contract); the
+   * kernel's symbol, unique per resolved g; the IR of the kernel (resolved g) added to mod,
+   * followed by its JT_END_SUFFIX marker (gemm.h), returning the kernel's function. */
+  int (*resolve)(const jt_gemm_t *g, int host_isa, jt_gemm_t *r, char *err, size_t len);
+  void (*symbol)(const jt_gemm_t *g, char *buf, size_t len);
+  struct LLVMOpaqueValue *(*emit)(struct LLVMOpaqueContext *cx, struct LLVMOpaqueModule *mod,
+                                  const jt_gemm_t *g);
+} jt_kind_t;
+
+/* The rows, indexed by enum jt_kind (jit/kind.c). */
+extern const jt_kind_t jt_kinds[JT_KINDS];
+
+/* The kind of g. */
+static inline int jt_kind_of(const jt_gemm_t *g)
 {
-  if (g->mm)
-    return g->m >= JT_MM_MR && g->m % JT_MM_MR == 0 && (g->n == 1 || g->n >= JT_MM_MIN_N) &&
-           g->k >= 1 &&
-           g->m <= (1 << 24) && g->n <= (1 << 16) && g->k <= (1 << 20);
-  if (g->add_rms_mul)
-    return g->k >= 1 && g->k <= (1 << 20);
-  if (g->dot)
-    return g->k >= 1 && g->k <= (1 << 20);
-  return g->m >= 1 && g->n >= 1 && g->k >= 1 && g->m <= JT_GEMM_MAX_DIM &&
-         g->n <= JT_GEMM_MAX_DIM &&
-         g->k <= (g->ta && !jt_gemm_dots(g) ? JT_GEMM_MAX_K_PACKED : JT_GEMM_MAX_K) &&
-         g->lda >= (g->ta ? g->k : g->m) && g->ldb >= (g->tb ? g->n : g->k) && g->ldc >= g->m;
+  return g->syrk          ? JT_KIND_SYRK
+         : g->mm          ? (g->mm_add ? JT_KIND_MM_ADD : JT_KIND_MM)
+         : g->add_rms_mul ? JT_KIND_ADD_RMS_MUL
+         : g->dot         ? JT_KIND_DOT
+                          : JT_KIND_GEMM;
 }
+
+/* g's kind's row. */
+static inline const jt_kind_t *jt_kind(const jt_gemm_t *g) { return &jt_kinds[jt_kind_of(g)]; }
+
+/* 1 when g is within what the generator compiles. */
+static inline int jt_gemm_supported(const jt_gemm_t *g) { return jt_kind(g)->supported(g); }
 
 #endif

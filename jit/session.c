@@ -186,14 +186,7 @@ static int compile(const jt_gemm_t *g, const char *name, compiled_t *entry, char
   LLVMModuleRef mod = LLVMModuleCreateWithNameInContext(name, cx);
   LLVMSetTarget(mod, triple);
   LLVMSetDataLayout(mod, LLVMOrcLLJITGetDataLayoutStr(jit));
-  if (g->add_rms_mul)
-    jt_add_rms_mul_emit(cx, mod, g);
-  else if (g->mm)
-    jt_mm_emit(cx, mod, g);
-  else if (g->dot)
-    jt_dot_emit(cx, mod, g);
-  else
-    jt_gemm_emit(cx, mod, g);
+  jt_kind(g)->emit(cx, mod, g);
   char *msg = NULL;
   if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg)) {
     snprintf(err, len, "generated IR does not verify: %.300s", msg ? msg : "?");
@@ -251,16 +244,17 @@ static int jit_gemm(const jt_gemm_t *gu, jt_gemm_fn *out, size_t *size, void **o
   *obj = NULL, *obj_len = 0;
   if (native_init(err, len))
     return -1;
-  if (!jt_gemm_supported(gu)) {
+  const jt_kind_t *kind = jt_kind(gu);
+  if (!kind->supported(gu)) {
     snprintf(err, len, "shape outside the generator's limits");
     return -1;
   }
   jt_gemm_t rg;
-  if (jt_gemm_resolve(gu, host_isa, &rg, err, len))
+  if (kind->resolve(gu, host_isa, &rg, err, len))
     return -1;
   const jt_gemm_t *g = &rg;
   char name[128];
-  jt_gemm_name(g, name, sizeof name);
+  kind->symbol(g, name, sizeof name);
   /* The list holds every kernel by name; an entry whose fn is NULL is being compiled by another
    * thread: wait for it rather than compile the same name twice. */
   pthread_mutex_lock(&mu);
@@ -387,7 +381,8 @@ static int operands(const jt_gemm_t *g, operands_t *o)
 {
   memset(o, 0, sizeof *o);
   size_t esz = g->f64 ? 8 : 4;
-  if (g->mm) {
+  int abi = jt_kind(g)->abi;
+  if (abi == JT_ABI_MM || abi == JT_ABI_MM_ADD) {
     /* a few MFlop per call, but a whole 32-row panel at least: fewer rows than a candidate's
      * panel would favour narrower panels (16 rows timed made 32-row panels run half empty:
      * tune() picked 16-row panels that measured 0.91x in bench_kernels) */
@@ -400,12 +395,12 @@ static int operands(const jt_gemm_t *g, operands_t *o)
     o->a = filled((size_t)o->rows * g->k * (g->w16 ? 2 : 4), g->w16 ? 2 : 4);
     o->b = filled((size_t)g->n * g->k * 4, 4);
     o->c = calloc(1, ybytes);
-    if (g->mm_add)
+    if (abi == JT_ABI_MM_ADD)
       o->r = calloc(1, ybytes), o->out = calloc(1, ybytes);
     o->scratch = filled(JT_MM_SCRATCH_FLOATS(g->k) * 4, 4);
-    return o->a && o->b && o->c && o->scratch && (!g->mm_add || (o->r && o->out)) ? 0 : -1;
+    return o->a && o->b && o->c && o->scratch && (abi != JT_ABI_MM_ADD || (o->r && o->out)) ? 0 : -1;
   }
-  if (g->dot) {
+  if (jt_kind_of(g) == JT_KIND_DOT) {
     o->a = filled((size_t)g->k * esz, (int)esz), o->b = filled((size_t)g->k * esz, (int)esz);
     o->c = filled(esz, (int)esz);
   } else {
@@ -418,12 +413,16 @@ static int operands(const jt_gemm_t *g, operands_t *o)
 
 static void call(const jt_gemm_t *g, jt_gemm_fn fn, const operands_t *o)
 {
-  if (g->mm && g->mm_add)
+  switch (jt_kind(g)->abi) {
+  case JT_ABI_MM_ADD:
     ((jt_mm_add_fn)(void (*)(void))fn)(o->a, o->b, o->c, o->r, o->out, 0, o->rows, o->scratch);
-  else if (g->mm)
+    break;
+  case JT_ABI_MM:
     ((jt_mm_fn)(void (*)(void))fn)(o->a, o->b, o->c, 0, o->rows, o->scratch);
-  else
+    break;
+  default: /* a kind that tunes has one of these ABIs or jt_gemm_fn's */
     fn(o->a, o->b, o->c, 0.5, 0.5); /* beta 0.5 keeps a C updated thousands of times bounded */
+  }
 }
 
 static int cmp_double(const void *x, const void *y)
@@ -444,9 +443,11 @@ static int jit_tune(const jt_gemm_t *g, int ncand, jt_gemm_t *best, jt_gemm_fn *
   *obj = NULL, *obj_len = 0;
   if (native_init(err, len))
     return -1;
-  int n = jt_gemm_candidates(g, host_isa, rep.cand, ncand < 1 ? 1 : ncand);
+  const jt_kind_t *kind = jt_kind(g);
+  int n = !kind->tunes ? !kind->resolve(g, host_isa, &rep.cand[0], err, len)
+                       : jt_gemm_candidates(g, host_isa, rep.cand, ncand < 1 ? 1 : ncand);
   if (!n) { /* resolving says why there is none; else it is a gap in the candidates */
-    if (!jt_gemm_resolve(g, host_isa, best, err, len))
+    if (kind->tunes && !kind->resolve(g, host_isa, best, err, len))
       snprintf(err, len, "no candidate");
     return -1;
   }
@@ -510,11 +511,12 @@ static int jit_host_isa(void) { return host_isa; }
 /* The name of g's kernel as jit_gemm compiles it (an unresolvable g: its fields as they are). */
 static void jit_gemm_name(const jt_gemm_t *g, char *buf, size_t len)
 {
+  const jt_kind_t *kind = jt_kind(g);
   jt_gemm_t r;
   char err[160];
-  if (jt_gemm_resolve(g, host_isa, &r, err, sizeof err))
+  if (kind->resolve(g, host_isa, &r, err, sizeof err))
     r = *g;
-  jt_gemm_name(&r, buf, len);
+  kind->symbol(&r, buf, len);
 }
 
 __attribute__((visibility("default"))) const jt_api_t opjit_jit_api = {
