@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* The hosts: one row per kind of program operator the agent interposes (agent/hosts/<name>*),
  * holding what the core asks of a host by the id every key carries (sig.h, ag_sig_t.host):
- * its name, its OPJIT_HOSTS bit, what it intercepts, how its keys are named for people, and
- * the traits the tiers' policy needs. A new host is its files in agent/hosts/ and one row. */
+ * its name, its OPJIT_HOSTS bit, what it intercepts, how its keys are named for people, which
+ * kernel each asks for, and the traits the tiers' policy needs. A new host is its files in
+ * agent/hosts/ and one row. */
 #ifndef OPJIT_AGENT_HOST_H
 #define OPJIT_AGENT_HOST_H
 
 #include "sig.h"
+#include "jit/jit.h"
 #include <stddef.h>
 
 /* Traits: how the never-slower checks reach a host's originals. */
@@ -27,6 +29,11 @@ typedef struct ag_host_s {
   const char *(*opname)(const ag_sig_t *s, char *buf, size_t len);
   void (*format)(const ag_sig_t *s, char *buf, size_t len);
   void (*params_json)(const ag_sig_t *s, char *buf, size_t len);
+  /* The kernel a key of this host asks for (the contract of problem.h's ag_problem_check: the
+   * key decoded into its family's typed problem, and that into the kernel, or why not); NULL:
+   * the host's keys are profiled only. */
+  int (*kernel)(const ag_sig_t *k, long max_dim, jt_gemm_t *g, int *swap, char *why,
+                size_t len);
 } ag_host_t;
 
 /* The row of the host with this id, or NULL for an id no host has. */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Problems: what kernel a signature's key asks for. A BLAS GEMM, GEMV, AXPY or DOT key, a ggml
- * MUL_MAT (alone or with its residual ADD) or an RMS-norm group becomes the column-major
- * jt_gemm_t the generator builds, with the order its operands are passed in and the bytes each
+/* Problems: what kernel a signature's key asks for. The key's host (host.h) decodes it into
+ * its operator family's typed problem (hosts/<host>_key.h: a GEMM, GEMV, AXPY, DOT or SYRK of
+ * BLAS; a ggml node or group) and that into the column-major jt_gemm_t the generator builds,
+ * with the order its operands are passed in; the kernel's kind (jit.h) says the bytes each
  * spans (for the overlap guard). Pure functions of the key: no globals (the size limit is the
  * caller's), so the same key always gives the same kernel. */
 #ifndef OPJIT_AGENT_PROBLEM_H
@@ -30,11 +31,18 @@ int ag_problem_of(const ag_sig_t *k, long max_dim, jt_gemm_t *g, int *swap);
 int ag_problem_check(const ag_sig_t *k, long max_dim, jt_gemm_t *g, int *swap, char *why,
                      size_t len);
 
-/* The kernel family of g, as the machine model keeps compile times (machine.h): "mm",
- * "add_rms_mul", "dot" or "gemm". */
+/* For the hosts' kernel functions (host.h): a refusal, its sentence into why (len bytes; NULL:
+ * none wanted), returning 0; and whether the generator builds g (jt_gemm_supported), when not
+ * which of its limits g passes, m, n, k naming the dimensions as the caller's key does (a
+ * row-major GEMM swaps g's m and n). */
+int ag_problem_no(char *why, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int ag_problem_takes(const jt_gemm_t *g, int m, int n, int k, char *why, size_t len);
+
+/* The kernel family of g, as the machine model keeps compile times (machine.h): its kind's
+ * name, "mm", "add_rms_mul", "dot", "syrk" or "gemm". */
 const char *ag_problem_family(const jt_gemm_t *g);
 
-/* The bytes g's operands span (0 for kernels whose hosts check overlaps themselves: dot
+/* The bytes g's operands span (0 for kinds whose hosts check overlaps themselves: dot
  * products, MUL_MATs, norms) and the operand order, into *r. */
 void ag_problem_extents(const jt_gemm_t *g, int swapped, ag_vrun_t *r);
 

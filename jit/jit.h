@@ -230,6 +230,8 @@ typedef struct jt_kind_s {
                        compile times by it (agent/machine.h) */
   int abi;          /* enum jt_abi */
   int tunes;        /* 1: tune() times candidate blockings; 0: one kernel per problem */
+  int guards;       /* 1: a JT_ABI_GEMM kernel whose C must overlap neither op(A) nor op(B): the
+                       caller guards each call (0: its host checks overlaps itself) */
   /* 1 when g is within what the generator compiles for this kind (pure: no LLVM, no host). */
   int (*supported)(const jt_gemm_t *g);
   /* Verification of a JT_ABI_GEMM kernel: 1 when it writes C's element (row i, column j) of

@@ -3,6 +3,7 @@
  * reduces each call to a signature and forwards it, arguments untouched, to the next
  * definition in the process. Integers are LP64 BLAS ints (int32), as Debian's libblas.so.3. */
 #include "blas.h"
+#include "blas_key.h"
 #include "../agent.h"
 #include "../opt.h"
 #include <stdlib.h>
@@ -17,13 +18,9 @@ static uint8_t cblas_trans(int t)
   return t == CBLAS_NO_TRANS ? AG_N : t == CBLAS_TRANS ? AG_T : t == CBLAS_CONJ_TRANS ? AG_C : AG_TRANS_BAD;
 }
 
-static uint8_t classes(double alpha, double beta)
-{
-  return (uint8_t)(ag_scalar_class(alpha) | ag_scalar_class(beta) << 4);
-}
-
 /* Each interposed symbol resolves its original once and accounts for the call around it; KEY
- * is an expression building the call's ag_sig_t (ag_sig_make) from the arguments. When the
+ * is an expression building the call's ag_sig_t from the arguments (its family's typed problem
+ * through its encoder, blas_key.h). When the
  * signature has a published JIT variant, the variant runs in front of the original.
  *
  * A GEMM, GEMV or AXPY (A, B, C, alpha, beta name the operands and scalars: for a GEMV B is x
@@ -82,8 +79,10 @@ static uint8_t classes(double alpha, double beta)
     return out;                                                                              \
   }
 
-#define BLAS_KEY(...) ag_sig_make(AG_HOST_ID_BLAS, __VA_ARGS__)
-#define NO_SCALARS (AG_S_NONE | AG_S_NONE << 4)
+#define GEMM_KEY(...) ag_blas_gemm_key(&(ag_blas_gemm_t){__VA_ARGS__})
+#define GEMV_KEY(...) ag_blas_gemv_key(&(ag_blas_gemv_t){__VA_ARGS__})
+#define VEC_KEY(...) ag_blas_vec_key(&(ag_blas_vec_t){__VA_ARGS__})
+#define CLASS(x) ag_scalar_class(x)
 
 /* ---- Fortran ----------------------------------------------------------------------------- */
 
@@ -93,9 +92,8 @@ static uint8_t classes(double alpha, double beta)
              const blasint *k_, const T *alpha, const T *a, const blasint *lda, const T *b,  \
              const blasint *ldb, const T *beta, T *c_, const blasint *ldc),                  \
             (ta, tb, m, n, k_, alpha, a, lda, b, ldb, beta, c_, ldc),                        \
-            BLAS_KEY(AG_OP_GEMM, DT, AG_API_F77, AG_COL, ag_trans_char(*ta),                 \
-                     ag_trans_char(*tb), classes(*alpha, *beta), *m, *n, *k_, *lda, *ldb,    \
-                     *ldc),                                                                  \
+            GEMM_KEY(DT, AG_API_F77, AG_COL, ag_trans_char(*ta), ag_trans_char(*tb),         \
+                     CLASS(*alpha), CLASS(*beta), *m, *n, *k_, *lda, *ldb, *ldc),            \
             a, b, c_, *alpha, *beta)
 
 #define F77_GEMV(name, T, DT)                                                                \
@@ -104,8 +102,8 @@ static uint8_t classes(double alpha, double beta)
              const blasint *lda, const T *x, const blasint *incx, const T *beta, T *y,       \
              const blasint *incy),                                                           \
             (tr, m, n, alpha, a, lda, x, incx, beta, y, incy),                               \
-            BLAS_KEY(AG_OP_GEMV, DT, AG_API_F77, AG_COL, ag_trans_char(*tr), 0,              \
-                     classes(*alpha, *beta), *m, *n, 0, *lda, *incx, *incy),                 \
+            GEMV_KEY(DT, AG_API_F77, AG_COL, ag_trans_char(*tr), CLASS(*alpha),              \
+                     CLASS(*beta), *m, *n, *lda, *incx, *incy),                              \
             a, x, y, *alpha, *beta)
 
 /* An AXPY runs as a one-column GEMM: y += alpha x [1] (B is that 1). */
@@ -114,8 +112,7 @@ static uint8_t classes(double alpha, double beta)
             (const blasint *n, const T *alpha, const T *x, const blasint *incx, T *y,        \
              const blasint *incy),                                                           \
             (n, alpha, x, incx, y, incy),                                                    \
-            BLAS_KEY(AG_OP_AXPY, DT, AG_API_F77, AG_COL, 0, 0, classes(*alpha, 1.0), *n, 0,  \
-                     0, *incx, *incy, 0),                                                    \
+            VEC_KEY(AG_OP_AXPY, DT, AG_API_F77, CLASS(*alpha), AG_S_ONE, *n, *incx, *incy),  \
             x, (const T[]){1}, y, *alpha, 1.0)
 
 #define F77_DOT(name, T, DT)                                                                 \
@@ -123,8 +120,7 @@ static uint8_t classes(double alpha, double beta)
             (const blasint *n, const T *x, const blasint *incx, const T *y,                  \
              const blasint *incy),                                                           \
             (n, x, incx, y, incy),                                                           \
-            BLAS_KEY(AG_OP_DOT, DT, AG_API_F77, AG_COL, 0, 0, NO_SCALARS, *n, 0, 0, *incx,   \
-                     *incy, 0),                                                              \
+            VEC_KEY(AG_OP_DOT, DT, AG_API_F77, AG_S_NONE, AG_S_NONE, *n, *incx, *incy),      \
             x, y)
 
 F77_GEMM(sgemm_, float, AG_F32)
@@ -147,8 +143,8 @@ F77_DOT(ddot_, double, AG_F64)
             (int order, int ta, int tb, blasint m, blasint n, blasint k_, T alpha,           \
              const T *a, blasint lda, const T *b, blasint ldb, T beta, T *c_, blasint ldc),  \
             (order, ta, tb, m, n, k_, alpha, a, lda, b, ldb, beta, c_, ldc),                 \
-            BLAS_KEY(AG_OP_GEMM, DT, AG_API_CBLAS, ORDER(order), cblas_trans(ta),            \
-                     cblas_trans(tb), classes(alpha, beta), m, n, k_, lda, ldb, ldc),        \
+            GEMM_KEY(DT, AG_API_CBLAS, ORDER(order), cblas_trans(ta), cblas_trans(tb),       \
+                     CLASS(alpha), CLASS(beta), m, n, k_, lda, ldb, ldc),                    \
             a, b, c_, alpha, beta)
 
 #define CBLAS_GEMV(name, T, DT)                                                              \
@@ -156,22 +152,20 @@ F77_DOT(ddot_, double, AG_F64)
             (int order, int tr, blasint m, blasint n, T alpha, const T *a, blasint lda,      \
              const T *x, blasint incx, T beta, T *y, blasint incy),                          \
             (order, tr, m, n, alpha, a, lda, x, incx, beta, y, incy),                        \
-            BLAS_KEY(AG_OP_GEMV, DT, AG_API_CBLAS, ORDER(order), cblas_trans(tr), 0,         \
-                     classes(alpha, beta), m, n, 0, lda, incx, incy),                        \
+            GEMV_KEY(DT, AG_API_CBLAS, ORDER(order), cblas_trans(tr), CLASS(alpha),          \
+                     CLASS(beta), m, n, lda, incx, incy),                                    \
             a, x, y, alpha, beta)
 
 #define CBLAS_AXPY(name, T, DT)                                                              \
   INTERPOSE_JIT(name, (blasint n, T alpha, const T *x, blasint incx, T *y, blasint incy),    \
             (n, alpha, x, incx, y, incy),                                                    \
-            BLAS_KEY(AG_OP_AXPY, DT, AG_API_CBLAS, AG_COL, 0, 0, classes(alpha, 1.0), n, 0,  \
-                     0, incx, incy, 0),                                                      \
+            VEC_KEY(AG_OP_AXPY, DT, AG_API_CBLAS, CLASS(alpha), AG_S_ONE, n, incx, incy),    \
             x, (const T[]){1}, y, alpha, 1.0)
 
 #define CBLAS_DOT(name, T, DT)                                                               \
   INTERPOSE_DOT(T, name, (blasint n, const T *x, blasint incx, const T *y, blasint incy),    \
             (n, x, incx, y, incy),                                                           \
-            BLAS_KEY(AG_OP_DOT, DT, AG_API_CBLAS, AG_COL, 0, 0, NO_SCALARS, n, 0, 0, incx,   \
-                     incy, 0),                                                               \
+            VEC_KEY(AG_OP_DOT, DT, AG_API_CBLAS, AG_S_NONE, AG_S_NONE, n, incx, incy),       \
             x, y)
 
 CBLAS_GEMM(cblas_sgemm, float, AG_F32)

@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* The BLAS host's row (host.h): its keys named for people, "sgemm NN 64x64x64 β=0". */
+/* The BLAS host's row (host.h): its keys named for people, "sgemm NN 64x64x64 β=0", and
+ * decoded into their families' typed problems (blas_key.h) and those into kernels. */
+#include "blas_key.h"
 #include "../host.h"
+#include "../problem.h"
 #include "../opt.h"
 
 #include <stdio.h>
@@ -103,6 +106,126 @@ static void params_json(const ag_sig_t *s, char *buf, size_t len)
   APPEND("}");
 }
 
+/* ---- Kernels (host.h, kernel) -------------------------------------------------------------- */
+
+
+/* The kernel's scaling of a product alpha op(A) op(B) + beta C by its scalars' classes. */
+static void scalars(jt_gemm_t *g, uint8_t alpha, uint8_t beta)
+{
+  g->alpha_one = alpha == AG_S_ONE;
+  g->beta_class = beta == AG_S_ZERO ? 0 : beta == AG_S_ONE ? 1 : 2;
+}
+
+/* What every matrix family refuses alike: the library's own error paths, alpha = 0. */
+static int matrix_args(uint8_t ta, uint8_t tb, uint8_t order, uint8_t alpha, char *why, size_t len)
+{
+  if (ta == AG_TRANS_BAD || tb == AG_TRANS_BAD)
+    return ag_problem_no(why, len, "an invalid transpose argument: the library's own error path");
+  if (order == AG_ORDER_BAD)
+    return ag_problem_no(why, len, "an invalid CBLAS order: the library's own error path");
+  if (alpha == AG_S_ZERO)
+    return ag_problem_no(why, len, "alpha = 0: C = beta C, no product to compute");
+  return 1;
+}
+
+/* The key's dimensions against OPJIT_JIT_MAX_DIM, then the generator's own limits. */
+static int within(const jt_gemm_t *g, long maxd, int m, int n, int k, char *why, size_t len)
+{
+  if (m > maxd || n > maxd || k > maxd)
+    return ag_problem_no(why, len, "%c=%d is above OPJIT_JIT_MAX_DIM=%ld", m > maxd ? 'M' : n > maxd ? 'N' : 'K',
+              m > maxd ? m : n > maxd ? n : k, maxd);
+  return ag_problem_takes(g, m, n, k, why, len);
+}
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the operands swapped. */
+static int gemm_kernel(const ag_blas_gemm_t *p, long maxd, jt_gemm_t *g, int *swap, char *why,
+                       size_t len)
+{
+  if (!matrix_args(p->ta, p->tb, p->order, p->alpha, why, len))
+    return 0;
+  int row = p->order == AG_ROW;
+  *g = (jt_gemm_t){.f64 = p->dtype == AG_F64};
+  scalars(g, p->alpha, p->beta);
+  *swap = row;
+  g->ta = row ? p->tb != AG_N : p->ta != AG_N, g->tb = row ? p->ta != AG_N : p->tb != AG_N;
+  g->m = row ? p->n : p->m, g->n = row ? p->m : p->n, g->k = p->k;
+  g->lda = row ? p->ldb : p->lda, g->ldb = row ? p->lda : p->ldb, g->ldc = p->ldc;
+  return within(g, maxd, p->m, p->n, p->k, why, len);
+}
+
+/* y = op(A) x is a GEMM with one column: B = x (k x 1), C = y (m x 1); unit strides only. A
+ * row-major A is the column-major A^T, so row-major flips the transpose. */
+static int gemv_kernel(const ag_blas_gemv_t *p, long maxd, jt_gemm_t *g, int *swap, char *why,
+                       size_t len)
+{
+  if (!matrix_args(p->trans, AG_N, p->order, p->alpha, why, len))
+    return 0;
+  if (p->incx != 1 || p->incy != 1)
+    return ag_problem_no(why, len, "strided vectors (incx=%d, incy=%d): kernels take unit strides only",
+              p->incx, p->incy);
+  int row = p->order == AG_ROW;
+  *g = (jt_gemm_t){.f64 = p->dtype == AG_F64};
+  scalars(g, p->alpha, p->beta);
+  *swap = 0;
+  int t = (p->trans != AG_N) != row; /* op(A) applied to the column-major storage */
+  int rows = row ? p->n : p->m, cols = row ? p->m : p->n; /* the stored matrix, col-major */
+  g->ta = t, g->tb = 0, g->n = 1;
+  g->m = t ? cols : rows, g->k = t ? rows : cols;
+  g->lda = p->lda, g->ldb = g->k, g->ldc = g->m;
+  return within(g, maxd, p->m, p->n, 1, why, len);
+}
+
+/* A dot product, or y = alpha x + y as a GEMM y (n x 1) += alpha x (n x 1) * [1]; unit strides
+ * only, vectors up to max_dim^2. */
+static int vec_kernel(const ag_blas_vec_t *p, long maxd, jt_gemm_t *g, int *swap, char *why,
+                      size_t len)
+{
+  if (p->incx != 1 || p->incy != 1)
+    return ag_problem_no(why, len, "strided vectors (incx=%d, incy=%d): kernels take unit strides only",
+              p->incx, p->incy);
+  if (p->n < 1)
+    return ag_problem_no(why, len, "an empty vector: nothing to compute");
+  if (p->op == AG_OP_AXPY && p->alpha == AG_S_ZERO)
+    return ag_problem_no(why, len, "alpha = 0: y stays as it is, nothing to compute");
+  *swap = 0;
+  int f64 = p->dtype == AG_F64;
+  if (p->op == AG_OP_DOT)
+    *g = (jt_gemm_t){.f64 = f64, .k = p->n, .dot = 1};
+  else
+    *g = (jt_gemm_t){.f64 = f64,
+                     .m = p->n,
+                     .n = 1,
+                     .k = 1,
+                     .lda = p->n,
+                     .ldb = 1,
+                     .ldc = p->n,
+                     .alpha_one = p->alpha == AG_S_ONE,
+                     .beta_class = 1};
+  if (p->n > maxd * maxd)
+    return ag_problem_no(why, len, "length %d is above OPJIT_JIT_MAX_DIM squared (%ld)", p->n, maxd * maxd);
+  return ag_problem_takes(g, p->n, 1, 1, why, len);
+}
+
+static int kernel(const ag_sig_t *k, long maxd, jt_gemm_t *g, int *swap, char *why, size_t len)
+{
+  switch (k->op) {
+  case AG_OP_GEMM: {
+    ag_blas_gemm_t p = ag_blas_gemm_of(k);
+    return gemm_kernel(&p, maxd, g, swap, why, len);
+  }
+  case AG_OP_GEMV: {
+    ag_blas_gemv_t p = ag_blas_gemv_of(k);
+    return gemv_kernel(&p, maxd, g, swap, why, len);
+  }
+  case AG_OP_AXPY:
+  case AG_OP_DOT: {
+    ag_blas_vec_t p = ag_blas_vec_of(k);
+    return vec_kernel(&p, maxd, g, swap, why, len);
+  }
+  }
+  return ag_problem_no(why, len, "no kernel family for this operator: profiled, not compiled");
+}
+
 const ag_host_t ag_host_blas = {
     .id = AG_HOST_ID_BLAS,
     .name = "blas",
@@ -112,4 +235,5 @@ const ag_host_t ag_host_blas = {
     .opname = opname,
     .format = format,
     .params_json = params_json,
+    .kernel = kernel,
 };

@@ -227,10 +227,15 @@ ag_sig_t gg_key_of(const struct ggml_tensor *dst)
 {
   const struct ggml_tensor *s0 = dst->src[0], *s1 = dst->src[1];
   int sub = dst->op == GGML_OP_UNARY || dst->op == GGML_OP_GLU ? dst->op_params[0] : 0;
-  return ag_sig_make(AG_HOST_ID_GGML, (uint8_t)dst->op, (uint8_t)(s0 ? s0->type : dst->type),
-                     (uint8_t)dst->type, (uint8_t)(s1 ? s1->type + 1 : 0), (uint8_t)sub, 0, 0,
-                     (int32_t)dst->ne[0], (int32_t)dst->ne[1], (int32_t)(s0 ? s0->ne[0] : 0),
-                     (int32_t)dst->ne[2], (int32_t)dst->ne[3], 0);
+  return ag_ggml_node_key(&(ag_ggml_node_t){
+      .op = (uint8_t)dst->op,
+      .src0_type = (uint8_t)(s0 ? s0->type : dst->type),
+      .type = (uint8_t)dst->type,
+      .has_src1 = s1 != NULL,
+      .src1_type = (uint8_t)(s1 ? s1->type : 0),
+      .subop = (uint8_t)sub,
+      .ne = {(int32_t)dst->ne[0], (int32_t)dst->ne[1], (int32_t)dst->ne[2], (int32_t)dst->ne[3]},
+      .src0_ne0 = (int32_t)(s0 ? s0->ne[0] : 0)});
 }
 
 /* Node dst's share of work on this thread: ggml's own forward function (real_of), counted and

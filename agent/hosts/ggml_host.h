@@ -12,6 +12,7 @@
 #ifndef OPJIT_HOSTS_GGML_HOST_H
 #define OPJIT_HOSTS_GGML_HOST_H
 
+#include "ggml_key.h"
 #include "../agent.h"
 #include "../table.h"
 

@@ -307,8 +307,8 @@ static void impl(gg_fusion_t *f, int l, ag_entry_t *const *k, int n, ag_entry_t 
 /* A norm group's signature (one per row length: the kernel takes the rows) and kernel. */
 static int sign_norm(gg_fusion_t *f, int pattern)
 {
-  ag_sig_t k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, GGML_TYPE_F32, GGML_TYPE_F32, 0,
-                           (uint8_t)pattern, 0, 0, (int32_t)f->n, 0, 0, 0, 0, 0);
+  ag_sig_t k = ag_ggml_group_key(
+      &(ag_ggml_group_t){.pattern = (uint8_t)pattern, .wtype = GGML_TYPE_F32, .m = (int32_t)f->n});
   if (!(f->e = ag_table_get(ag_table, &k)))
     return 0;
   impl(f, 0, &f->e, 1, f->e);
@@ -332,9 +332,9 @@ static int sign_mm(gg_fusion_t *f)
 static int sign_swiglu(gg_fusion_t *f)
 {
   ag_sig_t kk = gg_key_of(f->gate);
-  ag_sig_t k =
-      ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, (uint8_t)f->gate->src[0]->type, GGML_TYPE_F32,
-                  GGML_TYPE_F32 + 1, AG_FUSE_MM_SWIGLU, 0, 0, kk.m, kk.n, kk.k, 1, 1, 0);
+  ag_sig_t k = ag_ggml_group_key(&(ag_ggml_group_t){.pattern = AG_FUSE_MM_SWIGLU,
+                                                     .wtype = (uint8_t)f->gate->src[0]->type,
+                                                     .m = kk.m, .n = kk.n, .k = kk.k});
   ag_entry_t *ke;
   if (!(f->e = ag_table_get(ag_table, &k)) || !(ke = ag_table_get(ag_table, &kk)))
     return 0;
@@ -354,9 +354,10 @@ static int sign_shared(gg_fusion_t *f)
       return 0;
   }
   ag_sig_t kk = gg_key_of(f->mul);
-  ag_sig_t k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, (uint8_t)f->mul->src[0]->type,
-                           GGML_TYPE_F32, GGML_TYPE_F32 + 1, AG_FUSE_SHARED_INPUT,
-                           (uint8_t)f->nprod, 0, rows, kk.n, kk.k, 1, 1, 0);
+  ag_sig_t k = ag_ggml_group_key(&(ag_ggml_group_t){.pattern = AG_FUSE_SHARED_INPUT,
+                                                     .wtype = (uint8_t)f->mul->src[0]->type,
+                                                     .count = (uint8_t)f->nprod,
+                                                     .m = rows, .n = kk.n, .k = kk.k});
   if (!(f->e = ag_table_get(ag_table, &k)))
     return 0;
   impl(f, 0, pke, f->nprod, f->e);
@@ -368,9 +369,9 @@ static int sign_shared(gg_fusion_t *f)
 static int sign_mm_add(gg_fusion_t *f)
 {
   ag_sig_t kk = gg_key_of(f->prod[0]);
-  ag_sig_t k = ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, (uint8_t)f->prod[0]->src[0]->type,
-                           GGML_TYPE_F32, GGML_TYPE_F32 + 1, AG_FUSE_MM_ADD, 0, 0, kk.m, kk.n, kk.k,
-                           1, 1, 0);
+  ag_sig_t k = ag_ggml_group_key(&(ag_ggml_group_t){.pattern = AG_FUSE_MM_ADD,
+                                                     .wtype = (uint8_t)f->prod[0]->src[0]->type,
+                                                     .m = kk.m, .n = kk.n, .k = kk.k});
   kk = ag_sig_mm_add_product(&k); /* the product's signature: whether it is hot */
   ag_entry_t *pke;
   if (!(pke = ag_table_get(ag_table, &kk)) || !(f->e = ag_table_get(ag_table, &k)))

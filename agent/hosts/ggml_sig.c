@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* The ggml host's row (host.h): its keys named for people, "MUL_MAT f16 K=256 M=768 N=8", with
- * the running library's own names for ops, types and sub-ops once the host has checked it. */
+ * the running library's own names for ops, types and sub-ops once the host has checked it, and
+ * decoded into their typed problems (ggml_key.h) and those into kernels. */
+#include "ggml_key.h"
 #include "../host.h"
+#include "../problem.h"
 #include "../opt.h"
 
 #include <stdio.h>
@@ -87,6 +90,49 @@ static void params_json(const ag_sig_t *s, char *buf, size_t len)
   APPEND(",\"ne\":[%d,%d,%d,%d],\"src0_ne0\":%d}", s->m, s->n, s->lda, s->ldb, s->k);
 }
 
+/* ---- Kernels (host.h, kernel) -------------------------------------------------------------- */
+
+/* A 2-D MUL_MAT (alone, or with its residual ADD), f32 or f16 weights, f32 activations and
+ * output. */
+static int mm_kernel(uint8_t wtype, int f32_io, int flat, int32_t m, int32_t n, int32_t k, int add,
+                     jt_gemm_t *g, char *why, size_t len)
+{
+  *g = (jt_gemm_t){
+      .mm = 1, .w16 = wtype == AG_GGML_TYPE_F16, .m = m, .n = n, .k = k, .mm_add = add};
+  if (wtype != AG_GGML_TYPE_F32 && wtype != AG_GGML_TYPE_F16)
+    return ag_problem_no(why, len, "weights of ggml type %d: MUL_MAT kernels take f32 or f16",
+                         wtype);
+  if (!f32_io)
+    return ag_problem_no(why, len, "activations or output not f32: MUL_MAT kernels take f32");
+  if (!flat)
+    return ag_problem_no(why, len, "operands not contiguous or not 2-D: a layout MUL_MAT "
+                         "kernels do not take");
+  return ag_problem_takes(g, m, n, k, why, len);
+}
+
+static int kernel(const ag_sig_t *key, long maxd, jt_gemm_t *g, int *swap, char *why,
+                  size_t len)
+{
+  (void)maxd; /* ggml's shapes are the model's: MUL_MAT kernels have limits of their own */
+  *swap = 0;
+  if (key->op == AG_GGML_OP_FUSED) {
+    ag_ggml_group_t p = ag_ggml_group_of(key);
+    if (ag_ggml_group_is_norm(p.pattern)) {
+      *g = (jt_gemm_t){.add_rms_mul = p.pattern == AG_FUSE_RMS_MUL ? 2 : 1, .k = p.m};
+      return ag_problem_takes(g, 0, 0, p.m, why, len);
+    }
+    if (p.pattern == AG_FUSE_MM_ADD)
+      return mm_kernel(p.wtype, 1, 1, p.m, p.n, p.k, 1, g, why, len);
+  } else if (key->op == AG_GGML_OP_MUL_MAT) {
+    ag_ggml_node_t p = ag_ggml_node_of(key);
+    return mm_kernel(p.src0_type,
+                     p.type == AG_GGML_TYPE_F32 && p.has_src1 && p.src1_type == AG_GGML_TYPE_F32,
+                     p.ne[2] == 1 && p.ne[3] == 1, p.ne[0], p.ne[1], p.src0_ne0, 0, g, why, len);
+  }
+  return ag_problem_no(why, len, "this ggml operator is profiled, not compiled: no kernel family "
+                       "for it");
+}
+
 const ag_host_t ag_host_ggml = {
     .id = AG_HOST_ID_GGML,
     .name = "ggml",
@@ -97,4 +143,5 @@ const ag_host_t ag_host_ggml = {
     .opname = opname,
     .format = format,
     .params_json = params_json,
+    .kernel = kernel,
 };

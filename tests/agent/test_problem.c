@@ -3,6 +3,8 @@
  * into their column-major transposes with the operands swapped, the keys no kernel serves
  * refused, and the bytes each operand spans for the overlap guard. */
 #include "agent/problem.h"
+#include "agent/hosts/blas_key.h"
+#include "agent/hosts/ggml_key.h"
 
 #include <criterion/criterion.h>
 #include <string.h>
@@ -179,4 +181,87 @@ Test(problem, operand_extents_for_the_overlap_guard)
   jt_gemm_t d = {.dot = 1, .k = 100};
   ag_problem_extents(&d, 0, &r);
   cr_assert(r.ext_a == 0 && r.ext_b == 0 && r.ext_c == 0, "its host checks overlaps");
+}
+
+/* ---- Typed problems: each family's key is the bytes every database has stored ---- */
+
+/* The key's bytes and its hash (the persisted signature id), both as before the typed
+ * problems: the layout written out field by field, and the hash pinned. */
+static void same_key(ag_sig_t typed, ag_sig_t legacy, uint64_t hash)
+{
+  cr_assert_eq(memcmp(&typed, &legacy, sizeof typed), 0, "the typed encoder moved a field");
+  cr_assert_eq(ag_sig_hash(&typed), hash, "hash %016llx", (unsigned long long)ag_sig_hash(&typed));
+}
+
+Test(problem, typed_blas_keys_keep_their_bytes_and_hashes)
+{
+  ag_blas_gemm_t gm = {AG_F32, AG_API_CBLAS, AG_ROW, AG_N, AG_T, AG_S_ONE, AG_S_ZERO,
+                       40, 33, 24, 24, 24, 33};
+  same_key(ag_blas_gemm_key(&gm),
+           ag_sig_make(AG_HOST_ID_BLAS, AG_OP_GEMM, AG_F32, AG_API_CBLAS, AG_ROW, AG_N, AG_T,
+                       AG_S_ONE | AG_S_ZERO << 4, 40, 33, 24, 24, 24, 33),
+           0x2c66176627e1872full);
+  ag_blas_gemv_t gv = {AG_F64, AG_API_F77, AG_COL, AG_T, AG_S_OTHER, AG_S_ONE, 100, 50, 128, 1, 1};
+  same_key(ag_blas_gemv_key(&gv),
+           ag_sig_make(AG_HOST_ID_BLAS, AG_OP_GEMV, AG_F64, AG_API_F77, AG_COL, AG_T, 0,
+                       AG_S_OTHER | AG_S_ONE << 4, 100, 50, 0, 128, 1, 1),
+           0xf0616f1989e545b3ull);
+  ag_blas_vec_t ax = {AG_OP_AXPY, AG_F32, AG_API_F77, AG_S_MINUS_ONE, AG_S_ONE, 1000, 1, 2};
+  same_key(ag_blas_vec_key(&ax),
+           ag_sig_make(AG_HOST_ID_BLAS, AG_OP_AXPY, AG_F32, AG_API_F77, AG_COL, 0, 0,
+                       AG_S_MINUS_ONE | AG_S_ONE << 4, 1000, 0, 0, 1, 2, 0),
+           0x8b3d53062c9cb222ull);
+  ag_blas_vec_t dt = {AG_OP_DOT, AG_F64, AG_API_CBLAS, AG_S_NONE, AG_S_NONE, 1000, 1, 1};
+  same_key(ag_blas_vec_key(&dt),
+           ag_sig_make(AG_HOST_ID_BLAS, AG_OP_DOT, AG_F64, AG_API_CBLAS, AG_COL, 0, 0,
+                       AG_S_NONE | AG_S_NONE << 4, 1000, 0, 0, 1, 1, 0),
+           0x3a4f56237e95f4aaull);
+  /* and each decodes back to its problem: the same key again */
+  ag_sig_t k = ag_blas_gemm_key(&gm);
+  ag_blas_gemm_t gm2 = ag_blas_gemm_of(&k);
+  same_key(ag_blas_gemm_key(&gm2), k, ag_sig_hash(&k));
+  cr_assert(gm2.tb == AG_T && gm2.beta == AG_S_ZERO && gm2.ldc == 33);
+  k = ag_blas_gemv_key(&gv);
+  ag_blas_gemv_t gv2 = ag_blas_gemv_of(&k);
+  same_key(ag_blas_gemv_key(&gv2), k, ag_sig_hash(&k));
+  cr_assert(gv2.trans == AG_T && gv2.incx == 1 && gv2.lda == 128);
+  k = ag_blas_vec_key(&ax);
+  ag_blas_vec_t ax2 = ag_blas_vec_of(&k);
+  same_key(ag_blas_vec_key(&ax2), k, ag_sig_hash(&k));
+  cr_assert(ax2.op == AG_OP_AXPY && ax2.alpha == AG_S_MINUS_ONE && ax2.incy == 2);
+}
+
+Test(problem, typed_ggml_keys_keep_their_bytes_and_hashes)
+{
+  ag_ggml_node_t mm = {.op = AG_GGML_OP_MUL_MAT, .src0_type = AG_GGML_TYPE_F16,
+                       .type = AG_GGML_TYPE_F32, .has_src1 = 1, .src1_type = AG_GGML_TYPE_F32,
+                       .ne = {768, 8, 1, 1}, .src0_ne0 = 256};
+  same_key(ag_ggml_node_key(&mm),
+           ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_MUL_MAT, AG_GGML_TYPE_F16, AG_GGML_TYPE_F32,
+                       AG_GGML_TYPE_F32 + 1, 0, 0, 0, 768, 8, 256, 1, 1, 0),
+           0x083674d29dc02b22ull);
+  ag_ggml_node_t unary = {.op = 77, .src0_type = 0, .type = 0, .subop = 3, .ne = {64, 8, 2, 1},
+                          .src0_ne0 = 64};
+  same_key(ag_ggml_node_key(&unary),
+           ag_sig_make(AG_HOST_ID_GGML, 77, 0, 0, 0, 3, 0, 0, 64, 8, 64, 2, 1, 0),
+           0x66cdc5e2fa0cbae3ull);
+  ag_ggml_group_t norm = {.pattern = AG_FUSE_ADD_RMS_MUL, .wtype = AG_GGML_TYPE_F32, .m = 256};
+  same_key(ag_ggml_group_key(&norm),
+           ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, AG_GGML_TYPE_F32, AG_GGML_TYPE_F32, 0,
+                       AG_FUSE_ADD_RMS_MUL, 0, 0, 256, 0, 0, 0, 0, 0),
+           0x655512060edd4ae3ull);
+  ag_ggml_group_t shared = {.pattern = AG_FUSE_SHARED_INPUT, .wtype = AG_GGML_TYPE_F16,
+                            .count = 3, .m = 1024, .n = 8, .k = 256};
+  same_key(ag_ggml_group_key(&shared),
+           ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, AG_GGML_TYPE_F16, AG_GGML_TYPE_F32,
+                       AG_GGML_TYPE_F32 + 1, AG_FUSE_SHARED_INPUT, 3, 0, 1024, 8, 256, 1, 1, 0),
+           0xf564c72b5e7a5a11ull);
+  ag_sig_t k = ag_ggml_node_key(&mm);
+  ag_ggml_node_t mm2 = ag_ggml_node_of(&k);
+  same_key(ag_ggml_node_key(&mm2), k, ag_sig_hash(&k));
+  cr_assert(mm2.has_src1 && mm2.src1_type == AG_GGML_TYPE_F32 && mm2.src0_ne0 == 256);
+  k = ag_ggml_group_key(&shared);
+  ag_ggml_group_t shared2 = ag_ggml_group_of(&k);
+  same_key(ag_ggml_group_key(&shared2), k, ag_sig_hash(&k));
+  cr_assert(shared2.count == 3 && shared2.m == 1024);
 }

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/* The BLAS host's typed problems: each operator family with its own fields, and where each
+ * field lives in the persisted 32-byte key (sig.h). The encoders are the only code that lays a
+ * BLAS key out, and the decoders give a key's fields back by their names; the layouts below
+ * are those every database has stored since each family was added (tests/agent/test_problem.c
+ * pins their bytes and hashes), so they never change: a new family gets a new op and a layout
+ * of its own.
+ *
+ *   key field   op  order  ta      tb      ab   m  n  k  lda   ldb   ldc
+ *   GEMM        1   order  transa  transb  α|β  m  n  k  lda   ldb   ldc
+ *   GEMV        2   order  trans   0       α|β  m  n  0  lda   incx  incy
+ *   AXPY, DOT   3/4 col    0       0       α|β  n  0  0  incx  incy  0
+ * (every family: host AG_HOST_ID_BLAS, dtype its enum ag_dtype, api its enum ag_api)
+ *
+ * Everything here is inline: the interposed symbols build a key on every call. */
+#ifndef OPJIT_AGENT_HOSTS_BLAS_KEY_H
+#define OPJIT_AGENT_HOSTS_BLAS_KEY_H
+
+#include "../sig.h"
+
+/* C = alpha op(A) op(B) + beta C: ?gemm. */
+typedef struct ag_blas_gemm_s {
+  uint8_t dtype, api, order; /* enum ag_dtype, ag_api, ag_order */
+  uint8_t ta, tb;            /* enum ag_trans */
+  uint8_t alpha, beta;       /* enum ag_scalar: their classes */
+  int32_t m, n, k, lda, ldb, ldc;
+} ag_blas_gemm_t;
+
+/* y = alpha op(A) x + beta y: ?gemv. */
+typedef struct ag_blas_gemv_s {
+  uint8_t dtype, api, order, trans, alpha, beta;
+  int32_t m, n, lda, incx, incy;
+} ag_blas_gemv_t;
+
+/* y = alpha x + y (?axpy, op AG_OP_AXPY: beta is AG_S_ONE) or x . y (?dot, AG_OP_DOT: both
+ * scalars AG_S_NONE). */
+typedef struct ag_blas_vec_s {
+  uint8_t op, dtype, api, alpha, beta;
+  int32_t n, incx, incy;
+} ag_blas_vec_t;
+
+static inline uint8_t ag_blas_ab(uint8_t alpha, uint8_t beta)
+{
+  return (uint8_t)(alpha | beta << 4);
+}
+
+static inline ag_sig_t ag_blas_gemm_key(const ag_blas_gemm_t *p)
+{
+  return ag_sig_make(AG_HOST_ID_BLAS, AG_OP_GEMM, p->dtype, p->api, p->order, p->ta, p->tb,
+                     ag_blas_ab(p->alpha, p->beta), p->m, p->n, p->k, p->lda, p->ldb, p->ldc);
+}
+
+static inline ag_sig_t ag_blas_gemv_key(const ag_blas_gemv_t *p)
+{
+  return ag_sig_make(AG_HOST_ID_BLAS, AG_OP_GEMV, p->dtype, p->api, p->order, p->trans, 0,
+                     ag_blas_ab(p->alpha, p->beta), p->m, p->n, 0, p->lda, p->incx, p->incy);
+}
+
+static inline ag_sig_t ag_blas_vec_key(const ag_blas_vec_t *p)
+{
+  return ag_sig_make(AG_HOST_ID_BLAS, p->op, p->dtype, p->api, AG_COL, 0, 0,
+                     ag_blas_ab(p->alpha, p->beta), p->n, 0, 0, p->incx, p->incy, 0);
+}
+
+/* The decoders: k's fields by its family (k->op). */
+static inline ag_blas_gemm_t ag_blas_gemm_of(const ag_sig_t *k)
+{
+  return (ag_blas_gemm_t){k->dtype, k->api, k->order, k->ta,  k->tb,  k->ab & 15, k->ab >> 4,
+                          k->m,     k->n,   k->k,     k->lda, k->ldb, k->ldc};
+}
+
+static inline ag_blas_gemv_t ag_blas_gemv_of(const ag_sig_t *k)
+{
+  return (ag_blas_gemv_t){k->dtype, k->api, k->order, k->ta,  k->ab & 15, k->ab >> 4,
+                          k->m,     k->n,   k->lda,   k->ldb, k->ldc};
+}
+
+static inline ag_blas_vec_t ag_blas_vec_of(const ag_sig_t *k)
+{
+  return (ag_blas_vec_t){k->op, k->dtype, k->api, k->ab & 15, k->ab >> 4, k->m, k->lda, k->ldb};
+}
+
+#endif

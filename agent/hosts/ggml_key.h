@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/* The ggml host's typed problems: a graph node, and a group of nodes the agent runs as one,
+ * each with its own fields, and where each field lives in the persisted 32-byte key (sig.h).
+ * The encoders are the only code that lays a ggml key out, and the decoders give a key's
+ * fields back by their names; the layouts are those every database has stored
+ * (tests/agent/test_problem.c pins their bytes and hashes), so they never change.
+ *
+ *   key field  op       dtype        api  order       ta       tb     m    n    k     lda  ldb
+ *   node       ggml op  src0's type  own  src1's + 1  sub-op   0      ne0  ne1  src0  ne2  ne3
+ *                                                                               ne0
+ *   group      FUSED    weights'     F32  F32 + 1     pattern  count  m    n    k     1    1
+ * (host AG_HOST_ID_GGML; ab and ldc 0; a node without a second source has order 0; a norm
+ * group's weights' type is F32, its order, lda and ldb 0, and m its row length.) ggml's types
+ * and ops are ggml's own numbers (sig.h's AG_GGML_*). */
+#ifndef OPJIT_AGENT_HOSTS_GGML_KEY_H
+#define OPJIT_AGENT_HOSTS_GGML_KEY_H
+
+#include "../sig.h"
+
+/* One node's work. */
+typedef struct ag_ggml_node_s {
+  uint8_t op, src0_type, type; /* src0_type: its own type when it has no source */
+  uint8_t has_src1, src1_type;
+  uint8_t subop;    /* UNARY's and GLU's op_params[0]; 0 for the others */
+  int32_t ne[4];    /* its shape */
+  int32_t src0_ne0; /* its first source's ne[0] (MUL_MAT's K), 0 without one */
+} ag_ggml_node_t;
+
+/* A group of nodes run as one (sig.h, enum ag_fusion). */
+typedef struct ag_ggml_group_s {
+  uint8_t pattern; /* enum ag_fusion */
+  uint8_t wtype;   /* the products' weights' type (F32 for the norms) */
+  uint8_t count;   /* SHARED-INPUT: how many products; 0 for the others */
+  int32_t m, n, k; /* the products' shape (SHARED-INPUT: m their rows together); norms: m the
+                       row length, n = k = 0 */
+} ag_ggml_group_t;
+
+static inline int ag_ggml_group_is_norm(uint8_t pattern)
+{
+  return pattern == AG_FUSE_ADD_RMS_MUL || pattern == AG_FUSE_RMS_MUL;
+}
+
+static inline ag_sig_t ag_ggml_node_key(const ag_ggml_node_t *p)
+{
+  return ag_sig_make(AG_HOST_ID_GGML, p->op, p->src0_type, p->type,
+                     (uint8_t)(p->has_src1 ? p->src1_type + 1 : 0), p->subop, 0, 0, p->ne[0],
+                     p->ne[1], p->src0_ne0, p->ne[2], p->ne[3], 0);
+}
+
+static inline ag_sig_t ag_ggml_group_key(const ag_ggml_group_t *p)
+{
+  int norm = ag_ggml_group_is_norm(p->pattern);
+  return ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, p->wtype, AG_GGML_TYPE_F32,
+                     (uint8_t)(norm ? 0 : AG_GGML_TYPE_F32 + 1), p->pattern, p->count, 0, p->m,
+                     p->n, p->k, !norm, !norm, 0);
+}
+
+static inline ag_ggml_node_t ag_ggml_node_of(const ag_sig_t *k)
+{
+  return (ag_ggml_node_t){.op = k->op,
+                          .src0_type = k->dtype,
+                          .type = k->api,
+                          .has_src1 = k->order != 0,
+                          .src1_type = (uint8_t)(k->order ? k->order - 1 : 0),
+                          .subop = k->ta,
+                          .ne = {k->m, k->n, k->lda, k->ldb},
+                          .src0_ne0 = k->k};
+}
+
+static inline ag_ggml_group_t ag_ggml_group_of(const ag_sig_t *k)
+{
+  return (ag_ggml_group_t){
+      .pattern = k->ta, .wtype = k->dtype, .count = k->tb, .m = k->m, .n = k->n, .k = k->k};
+}
+
+#endif
