@@ -30,7 +30,9 @@ void *ag_verify_gemm_run(const jt_gemm_t *g, jt_gemm_fn fn, const void *a, const
 
 /* The largest difference between the variant's result in copy (ag_verify_gemm_run) and C as
  * the original left it, its element in *wi (row) and *wj (column): 0 when equal (infinities and
- * NaNs included), infinite when one is NaN and the other is not. */
+ * NaNs included), infinite when one is NaN and the other is not, or when an element g's kind
+ * does not write (jit.h, jt_kind_t.writes: a SYRK's other triangle) differs at all. The bound
+ * ag_verify_gemm_run gave weighs only the elements the kind writes. */
 double ag_verify_gemm_worst(const jt_gemm_t *g, const void *copy, const void *c, long *wi,
                             long *wj);
 

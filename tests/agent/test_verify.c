@@ -16,6 +16,7 @@ static const jt_gemm_t *shape;
 static int reversed;           /* sum k from the end */
 static int drop_last;          /* leave out the last k */
 static long bad_i = -1, bad_j; /* add bad to this element of the result */
+static int whole;              /* a SYRK written beyond its triangle */
 static double bad;
 
 static double rnd_state = 0.123;
@@ -39,6 +40,8 @@ static void naive(const void *a, const void *b, void *c, double alpha, double be
   long k = g->k - drop_last;
   for (long j = 0; j < g->n; j++)
     for (long i = 0; i < g->m; i++) {
+      if (g->syrk && !whole && (g->syrk == 1 ? i > j : i < j))
+        continue; /* a SYRK's other triangle */
       double sd = 0;
       float sf = 0;
       for (long t = 0; t < k; t++) {
@@ -112,11 +115,11 @@ static double verify_case(const gcase_t *gc, double *bound, long *wi, long *wj)
     cr_assert_eq(memcmp((char *)copy + (size_t)(j * g->m) * esz, c0 + (size_t)(j * g->ldc) * esz,
                         (size_t)g->m * esz),
                  0, "the copy starts with C as it was");
-  int r = reversed, d = drop_last;
+  int r = reversed, d = drop_last, w = whole;
   long bi = bad_i;
-  reversed = 0, drop_last = 0, bad_i = -1; /* the original */
+  reversed = 0, drop_last = 0, bad_i = -1, whole = 0; /* the original */
   naive(a, b, c, gc->alpha, gc->beta);
-  reversed = r, drop_last = d, bad_i = bi;
+  reversed = r, drop_last = d, bad_i = bi, whole = w;
   double worst = ag_verify_gemm_worst(g, copy, c, wi, wj);
   free(copy), free(a), free(b), free(c), free(c0);
   return worst;
@@ -309,4 +312,26 @@ Test(verify, mul_mat_tally_skips_elements_without_a_finite_bound)
   cr_assert_gt(c.worst, c.bound, "off by 1 on a magnitude of 8 in 4 terms");
   ag_mm_tally(&c, NAN, exact, mag, 4);
   cr_assert(isinf(c.worst), "NaN is the worst");
+}
+
+Test(verify, a_syrk_is_checked_on_its_triangle_and_the_other_must_stay_untouched)
+{
+  /* C = alpha A A^T + beta C on the upper (then lower) triangle: B is A^T's storage, A */
+  for (int uplo = 1; uplo <= 2; uplo++) {
+    gcase_t gc = {{.f64 = uplo == 2, .syrk = uplo, .tb = 1, .m = 12, .n = 12, .k = 30, .lda = 12,
+                   .ldb = 12, .ldc = 13, .beta_class = 2},
+                  0.5,
+                  -1};
+    double bound;
+    long wi, wj;
+    reversed = 1;
+    double worst = verify_case(&gc, &bound, &wi, &wj);
+    cr_assert(isfinite(bound) && bound > 0);
+    cr_assert_leq(worst, bound, "uplo %d: the triangle summed in another order", uplo);
+    whole = 1; /* and the other triangle written too, with values of its own */
+    worst = verify_case(&gc, &bound, &wi, &wj);
+    whole = 0, reversed = 0;
+    cr_assert(isinf(worst), "uplo %d: a write outside the triangle is a mismatch", uplo);
+    cr_assert(uplo == 1 ? wi > wj : wi < wj, "the element named is outside: C[%ld,%ld]", wi, wj);
+  }
 }
