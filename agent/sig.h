@@ -25,7 +25,7 @@ enum ag_fusion { AG_FUSE_ADD_RMS_MUL = 1, AG_FUSE_MM_SWIGLU, AG_FUSE_SHARED_INPU
  * against the running ggml's): known to the tiers before the ggml host has seen a graph. */
 enum { AG_GGML_TYPE_F32 = 0, AG_GGML_TYPE_F16 = 1 };
 enum { AG_GGML_OP_MUL_MAT = 29 };
-enum ag_op { AG_OP_GEMM = 1, AG_OP_GEMV, AG_OP_AXPY, AG_OP_DOT };
+enum ag_op { AG_OP_GEMM = 1, AG_OP_GEMV, AG_OP_AXPY, AG_OP_DOT, AG_OP_SYRK };
 enum ag_dtype { AG_F32 = 1, AG_F64 };
 enum ag_api { AG_API_F77 = 1, AG_API_CBLAS };
 enum ag_order { AG_COL = 0, AG_ROW = 1, AG_ORDER_BAD = 2 };

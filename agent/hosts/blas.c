@@ -12,10 +12,16 @@ typedef int blasint;
 
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_COL_MAJOR = 102 };
 enum { CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112, CBLAS_CONJ_TRANS = 113 };
+enum { CBLAS_UPPER = 121, CBLAS_LOWER = 122 };
 
 static uint8_t cblas_trans(int t)
 {
   return t == CBLAS_NO_TRANS ? AG_N : t == CBLAS_TRANS ? AG_T : t == CBLAS_CONJ_TRANS ? AG_C : AG_TRANS_BAD;
+}
+
+static uint8_t cblas_uplo(int u)
+{
+  return u == CBLAS_UPPER ? AG_UPPER : u == CBLAS_LOWER ? AG_LOWER : AG_UPLO_BAD;
 }
 
 /* Each interposed symbol resolves its original once and accounts for the call around it; KEY
@@ -23,8 +29,8 @@ static uint8_t cblas_trans(int t)
  * through its encoder, blas_key.h). When the
  * signature has a published JIT variant, the variant runs in front of the original.
  *
- * A GEMM, GEMV or AXPY (A, B, C, alpha, beta name the operands and scalars: for a GEMV B is x
- * and C is y; an AXPY is y += alpha x [1], B being that 1). */
+ * A GEMM, GEMV, AXPY or SYRK (A, B, C, alpha, beta name the operands and scalars: for a GEMV B
+ * is x and C is y; an AXPY is y += alpha x [1], B being that 1; a SYRK's B is its A). */
 #define INTERPOSE_JIT(name, params, args, KEY, A, B, C, ALPHA, BETA)                          \
   typedef void (*name##_fn) params;                                                          \
   AG_EXPORT void name params                                                                 \
@@ -82,6 +88,7 @@ static uint8_t cblas_trans(int t)
 #define GEMM_KEY(...) ag_blas_gemm_key(&(ag_blas_gemm_t){__VA_ARGS__})
 #define GEMV_KEY(...) ag_blas_gemv_key(&(ag_blas_gemv_t){__VA_ARGS__})
 #define VEC_KEY(...) ag_blas_vec_key(&(ag_blas_vec_t){__VA_ARGS__})
+#define SYRK_KEY(...) ag_blas_syrk_key(&(ag_blas_syrk_t){__VA_ARGS__})
 #define CLASS(x) ag_scalar_class(x)
 
 /* ---- Fortran ----------------------------------------------------------------------------- */
@@ -123,6 +130,16 @@ static uint8_t cblas_trans(int t)
             VEC_KEY(AG_OP_DOT, DT, AG_API_F77, AG_S_NONE, AG_S_NONE, *n, *incx, *incy),      \
             x, y)
 
+#define F77_SYRK(name, T, DT)                                                                \
+  INTERPOSE_JIT(name,                                                                        \
+            (const char *uplo, const char *tr, const blasint *n, const blasint *k_,          \
+             const T *alpha, const T *a, const blasint *lda, const T *beta, T *c_,           \
+             const blasint *ldc),                                                            \
+            (uplo, tr, n, k_, alpha, a, lda, beta, c_, ldc),                                 \
+            SYRK_KEY(DT, AG_API_F77, AG_COL, ag_uplo_char(*uplo), ag_trans_char(*tr),        \
+                     CLASS(*alpha), CLASS(*beta), *n, *k_, *lda, *ldc),                      \
+            a, a, c_, *alpha, *beta)
+
 F77_GEMM(sgemm_, float, AG_F32)
 F77_GEMM(dgemm_, double, AG_F64)
 F77_GEMV(sgemv_, float, AG_F32)
@@ -131,6 +148,8 @@ F77_AXPY(saxpy_, float, AG_F32)
 F77_AXPY(daxpy_, double, AG_F64)
 F77_DOT(sdot_, float, AG_F32)
 F77_DOT(ddot_, double, AG_F64)
+F77_SYRK(ssyrk_, float, AG_F32)
+F77_SYRK(dsyrk_, double, AG_F64)
 
 /* ---- CBLAS ------------------------------------------------------------------------------- */
 
@@ -168,6 +187,15 @@ F77_DOT(ddot_, double, AG_F64)
             VEC_KEY(AG_OP_DOT, DT, AG_API_CBLAS, AG_S_NONE, AG_S_NONE, n, incx, incy),       \
             x, y)
 
+#define CBLAS_SYRK(name, T, DT)                                                              \
+  INTERPOSE_JIT(name,                                                                        \
+            (int order, int uplo, int tr, blasint n, blasint k_, T alpha, const T *a,        \
+             blasint lda, T beta, T *c_, blasint ldc),                                       \
+            (order, uplo, tr, n, k_, alpha, a, lda, beta, c_, ldc),                          \
+            SYRK_KEY(DT, AG_API_CBLAS, ORDER(order), cblas_uplo(uplo), cblas_trans(tr),      \
+                     CLASS(alpha), CLASS(beta), n, k_, lda, ldc),                            \
+            a, a, c_, alpha, beta)
+
 CBLAS_GEMM(cblas_sgemm, float, AG_F32)
 CBLAS_GEMM(cblas_dgemm, double, AG_F64)
 CBLAS_GEMV(cblas_sgemv, float, AG_F32)
@@ -176,6 +204,8 @@ CBLAS_AXPY(cblas_saxpy, float, AG_F32)
 CBLAS_AXPY(cblas_daxpy, double, AG_F64)
 CBLAS_DOT(cblas_sdot, float, AG_F32)
 CBLAS_DOT(cblas_ddot, double, AG_F64)
+CBLAS_SYRK(cblas_ssyrk, float, AG_F32)
+CBLAS_SYRK(cblas_dsyrk, double, AG_F64)
 
 /* ---- The duel (blas.h) ------------------------------------------------------------------- */
 
@@ -254,6 +284,13 @@ static void original_once(const duel_ops_t *o)
         ((float (*)(const blasint *, const void *, const blasint *, const void *,
                     const blasint *))fn)(&m, a, &lda, b, &ldb);
       break;
+    case AG_OP_SYRK: {
+      char uplo = "UL"[k->tb];
+      ((void (*)(const char *, const char *, const blasint *, const blasint *, const void *,
+                 const void *, const blasint *, const void *, void *, const blasint *))fn)(
+          &uplo, &ta, &n, &kk, pa, a, &lda, pb, c, &ldc);
+      break;
+    }
     }
     return;
   }
@@ -292,6 +329,14 @@ static void original_once(const duel_ops_t *o)
     else
       ((float (*)(blasint, const void *, blasint, const void *, blasint))fn)(m, a, lda, b, ldb);
     break;
+  case AG_OP_SYRK:
+    if (f64)
+      ((void (*)(int, int, int, blasint, blasint, double, const void *, blasint, double, void *,
+                 blasint))fn)(order, CBLAS_UPPER + k->tb, ta, n, kk, al, a, lda, be, c, ldc);
+    else
+      ((void (*)(int, int, int, blasint, blasint, float, const void *, blasint, float, void *,
+                 blasint))fn)(order, CBLAS_UPPER + k->tb, ta, n, kk, alf, a, lda, bef, c, ldc);
+    break;
   }
 }
 
@@ -308,18 +353,25 @@ static void duel_variant(void *self)
 /* The operands for key into *o: 0, or -1 when the signature cannot be duelled. */
 static int duel_operands(const ag_sig_t *key, duel_ops_t *o)
 {
-  static void *_Atomic real[2][4][2]; /* [api][op][dtype]: resolved once, as the call sites do */
-  static const char *const names[2][4][2] = {
-      {{"sgemm_", "dgemm_"}, {"sgemv_", "dgemv_"}, {"saxpy_", "daxpy_"}, {"sdot_", "ddot_"}},
+  static void *_Atomic real[2][5][2]; /* [api][op][dtype]: resolved once, as the call sites do */
+  static const char *const names[2][5][2] = {
+      {{"sgemm_", "dgemm_"},
+       {"sgemv_", "dgemv_"},
+       {"saxpy_", "daxpy_"},
+       {"sdot_", "ddot_"},
+       {"ssyrk_", "dsyrk_"}},
       {{"cblas_sgemm", "cblas_dgemm"},
        {"cblas_sgemv", "cblas_dgemv"},
        {"cblas_saxpy", "cblas_daxpy"},
-       {"cblas_sdot", "cblas_ddot"}}};
+       {"cblas_sdot", "cblas_ddot"},
+       {"cblas_ssyrk", "cblas_dsyrk"}}};
   const ag_sig_t *k = key;
-  if (k->host != AG_HOST_ID_BLAS || k->op < AG_OP_GEMM || k->op > AG_OP_DOT || k->dtype < AG_F32 ||
-      k->dtype > AG_F64 || k->api < AG_API_F77 || k->api > AG_API_CBLAS || k->order > AG_ROW ||
-      k->ta > AG_C || k->tb > AG_C || k->m < 0 || k->n < 0 || k->k < 0 ||
-      (k->op <= AG_OP_GEMV && (k->lda < 0 || (k->op == AG_OP_GEMM && (k->ldb < 0 || k->ldc < 0)))))
+  if (k->host != AG_HOST_ID_BLAS || k->op < AG_OP_GEMM || k->op > AG_OP_SYRK ||
+      k->dtype < AG_F32 || k->dtype > AG_F64 || k->api < AG_API_F77 || k->api > AG_API_CBLAS ||
+      k->order > AG_ROW || k->ta > AG_C || k->tb > AG_C || k->m < 0 || k->n < 0 || k->k < 0 ||
+      (k->op <= AG_OP_GEMV &&
+       (k->lda < 0 || (k->op == AG_OP_GEMM && (k->ldb < 0 || k->ldc < 0)))) ||
+      (k->op == AG_OP_SYRK && (k->tb > AG_LOWER || k->lda < 0 || k->ldc < 0)))
     return -1;
   int row = k->order == AG_ROW;
   /* Elements each operand spans, as the call site hands them over: A, B (x), C (y). */
@@ -344,6 +396,10 @@ static int duel_operands(const ag_sig_t *key, duel_ops_t *o)
     break;
   case AG_OP_DOT:
     na = span(k->m, k->lda), nb = span(k->m, k->ldb);
+    break;
+  case AG_OP_SYRK: /* op(A) n x k (B is A), C n x n */
+    na = (size_t)((row != (k->ta != AG_N) ? k->m : k->k) * (int64_t)k->lda);
+    nc = (size_t)(k->m * (int64_t)k->ldc);
     break;
   }
   size_t esz = k->dtype == AG_F64 ? 8 : 4, lim = DUEL_SCRATCH_MAX / 8;
@@ -371,7 +427,9 @@ static int duel_operands(const ag_sig_t *key, duel_ops_t *o)
   static const float onef[1] = {1};
   *o = (duel_ops_t){.key = *k, .fn = fn, .mem = mem};
   o->a = mem;
-  o->b = k->op == AG_OP_AXPY ? (esz == 8 ? (const void *)one : (const void *)onef) : mem + na * esz;
+  o->b = k->op == AG_OP_AXPY   ? (esz == 8 ? (const void *)one : (const void *)onef)
+         : k->op == AG_OP_SYRK ? (const void *)mem
+                               : mem + na * esz;
   o->c = mem + (na + nb) * esz;
   o->alpha = scalar_of(k->ab & 15u);
   o->beta = k->op == AG_OP_AXPY ? 1.0 : scalar_of(k->ab >> 4);

@@ -10,6 +10,7 @@
  *   GEMM        1   order  transa  transb  α|β  m  n  k  lda   ldb   ldc
  *   GEMV        2   order  trans   0       α|β  m  n  0  lda   incx  incy
  *   AXPY, DOT   3/4 col    0       0       α|β  n  0  0  incx  incy  0
+ *   SYRK        5   order  trans   uplo    α|β  n  n  k  lda   0     ldc
  * (every family: host AG_HOST_ID_BLAS, dtype its enum ag_dtype, api its enum ag_api)
  *
  * Everything here is inline: the interposed symbols build a key on every call. */
@@ -17,6 +18,14 @@
 #define OPJIT_AGENT_HOSTS_BLAS_KEY_H
 
 #include "../sig.h"
+
+enum ag_uplo { AG_UPPER = 0, AG_LOWER = 1, AG_UPLO_BAD = 2 };
+
+/* Fortran uplo character to enum ag_uplo. */
+static inline uint8_t ag_uplo_char(char c)
+{
+  return c == 'U' || c == 'u' ? AG_UPPER : c == 'L' || c == 'l' ? AG_LOWER : AG_UPLO_BAD;
+}
 
 /* C = alpha op(A) op(B) + beta C: ?gemm. */
 typedef struct ag_blas_gemm_s {
@@ -38,6 +47,12 @@ typedef struct ag_blas_vec_s {
   uint8_t op, dtype, api, alpha, beta;
   int32_t n, incx, incy;
 } ag_blas_vec_t;
+
+/* C = alpha op(A) op(A)^T + beta C on C's uplo triangle, C n x n, op(A) n x k: ?syrk. */
+typedef struct ag_blas_syrk_s {
+  uint8_t dtype, api, order, uplo, trans, alpha, beta; /* uplo: enum ag_uplo */
+  int32_t n, k, lda, ldc;
+} ag_blas_syrk_t;
 
 static inline uint8_t ag_blas_ab(uint8_t alpha, uint8_t beta)
 {
@@ -62,6 +77,12 @@ static inline ag_sig_t ag_blas_vec_key(const ag_blas_vec_t *p)
                      ag_blas_ab(p->alpha, p->beta), p->n, 0, 0, p->incx, p->incy, 0);
 }
 
+static inline ag_sig_t ag_blas_syrk_key(const ag_blas_syrk_t *p)
+{
+  return ag_sig_make(AG_HOST_ID_BLAS, AG_OP_SYRK, p->dtype, p->api, p->order, p->trans, p->uplo,
+                     ag_blas_ab(p->alpha, p->beta), p->n, p->n, p->k, p->lda, 0, p->ldc);
+}
+
 /* The decoders: k's fields by its family (k->op). */
 static inline ag_blas_gemm_t ag_blas_gemm_of(const ag_sig_t *k)
 {
@@ -78,6 +99,12 @@ static inline ag_blas_gemv_t ag_blas_gemv_of(const ag_sig_t *k)
 static inline ag_blas_vec_t ag_blas_vec_of(const ag_sig_t *k)
 {
   return (ag_blas_vec_t){k->op, k->dtype, k->api, k->ab & 15, k->ab >> 4, k->m, k->lda, k->ldb};
+}
+
+static inline ag_blas_syrk_t ag_blas_syrk_of(const ag_sig_t *k)
+{
+  return (ag_blas_syrk_t){k->dtype,   k->api, k->order, k->tb,  k->ta, k->ab & 15,
+                          k->ab >> 4, k->m,   k->k,     k->lda, k->ldc};
 }
 
 #endif

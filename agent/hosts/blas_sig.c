@@ -10,7 +10,7 @@
 
 #define APPEND(...) ag_appendf(&at, end, __VA_ARGS__)
 
-static const char *const op_names[] = {"?", "gemm", "gemv", "axpy", "dot"};
+static const char *const op_names[] = {"?", "gemm", "gemv", "axpy", "dot", "syrk"};
 static const char trans_chars[] = "NTC?";
 static const char *const scalar_names[] = {"1", "0", "-1", "*", ""};
 
@@ -33,7 +33,7 @@ static void format(const ag_sig_t *s, char *buf, size_t len)
   char *at = buf, *end = buf + len, name[32];
   unsigned ac = s->ab & 15, bc = s->ab >> 4;
   APPEND("%s", opname(s, name, sizeof name));
-  if (s->api == AG_API_CBLAS && (s->op == AG_OP_GEMM || s->op == AG_OP_GEMV))
+  if (s->api == AG_API_CBLAS && (s->op == AG_OP_GEMM || s->op == AG_OP_GEMV || s->op == AG_OP_SYRK))
     APPEND(" %s", s->order == AG_ROW ? "row" : "col");
   switch (s->op) {
   case AG_OP_GEMM: {
@@ -66,6 +66,19 @@ static void format(const ag_sig_t *s, char *buf, size_t len)
     if (s->ldc != 1)
       APPEND(" incy=%d", s->ldc);
     break;
+  case AG_OP_SYRK: {
+    /* "ssyrk U T 64x32": n x k; the tight lda is op(A)'s stored rows in its order */
+    ag_blas_syrk_t p = ag_blas_syrk_of(s);
+    APPEND(" %c %c %dx%d", "UL?"[p.uplo < 2 ? p.uplo : 2], trans_chars[p.trans & 3], p.n, p.k);
+    if (p.alpha != AG_S_ONE)
+      APPEND(" α=%s", scalar(p.alpha));
+    APPEND(" β=%s", scalar(p.beta));
+    if (p.lda != ((p.trans == AG_N) != (p.order == AG_ROW) ? p.n : p.k))
+      APPEND(" lda=%d", p.lda);
+    if (p.ldc != p.n)
+      APPEND(" ldc=%d", p.ldc);
+    break;
+  }
   default:
     APPEND(" n=%d", s->m);
     if (s->op == AG_OP_AXPY && ac != AG_S_ONE)
@@ -97,6 +110,14 @@ static void params_json(const ag_sig_t *s, char *buf, size_t len)
            s->order == AG_ROW ? "row" : "col", trans_chars[s->ta & 3], s->m, s->n, s->lda, s->ldb,
            s->ldc, scalar(ac), scalar(bc));
     break;
+  case AG_OP_SYRK: {
+    ag_blas_syrk_t p = ag_blas_syrk_of(s);
+    APPEND(",\"order\":\"%s\",\"uplo\":\"%c\",\"trans\":\"%c\",\"n\":%d,\"k\":%d,\"lda\":%d,"
+           "\"ldc\":%d,\"alpha\":\"%s\",\"beta\":\"%s\"",
+           p.order == AG_ROW ? "row" : "col", "UL?"[p.uplo < 2 ? p.uplo : 2],
+           trans_chars[p.trans & 3], p.n, p.k, p.lda, p.ldc, scalar(p.alpha), scalar(p.beta));
+    break;
+  }
   default:
     APPEND(",\"n\":%d,\"incx\":%d,\"incy\":%d", s->m, s->lda, s->ldb);
     if (s->op == AG_OP_AXPY)
@@ -202,8 +223,35 @@ static int vec_kernel(const ag_blas_vec_t *p, long maxd, jt_gemm_t *g, int *swap
                      .alpha_one = p->alpha == AG_S_ONE,
                      .beta_class = 1};
   if (p->n > maxd * maxd)
-    return ag_problem_no(why, len, "length %d is above OPJIT_JIT_MAX_DIM squared (%ld)", p->n, maxd * maxd);
+    return ag_problem_no(why, len, "length %d is above OPJIT_JIT_MAX_DIM squared (%ld)", p->n,
+                         maxd * maxd);
   return ag_problem_takes(g, p->n, 1, 1, why, len);
+}
+
+/* C = alpha op(A) op(A)^T + beta C on a triangle: the GEMM whose B is A, of which one triangle
+ * is computed (jit.h, syrk). Row-major C is the column-major C^T, whose triangle is the other
+ * one, and A's row-major storage is op(A)^T column-major: the other transpose. */
+static int syrk_kernel(const ag_blas_syrk_t *p, long maxd, jt_gemm_t *g, int *swap, char *why,
+                       size_t len)
+{
+  if (p->uplo == AG_UPLO_BAD)
+    return ag_problem_no(why, len, "an invalid uplo argument: the library's own error path");
+  if (!matrix_args(p->trans, AG_N, p->order, p->alpha, why, len))
+    return 0;
+  int row = p->order == AG_ROW, t = (p->trans != AG_N) != row;
+  *swap = 0;
+  *g = (jt_gemm_t){.f64 = p->dtype == AG_F64,
+                   .syrk = (p->uplo == AG_UPPER) != row ? 1 : 2,
+                   .ta = t,
+                   .tb = !t,
+                   .m = p->n,
+                   .n = p->n,
+                   .k = p->k,
+                   .lda = p->lda,
+                   .ldb = p->lda,
+                   .ldc = p->ldc};
+  scalars(g, p->alpha, p->beta);
+  return within(g, maxd, p->n, p->n, p->k, why, len);
 }
 
 static int kernel(const ag_sig_t *k, long maxd, jt_gemm_t *g, int *swap, char *why, size_t len)
@@ -222,6 +270,10 @@ static int kernel(const ag_sig_t *k, long maxd, jt_gemm_t *g, int *swap, char *w
     ag_blas_vec_t p = ag_blas_vec_of(k);
     return vec_kernel(&p, maxd, g, swap, why, len);
   }
+  case AG_OP_SYRK: {
+    ag_blas_syrk_t p = ag_blas_syrk_of(k);
+    return syrk_kernel(&p, maxd, g, swap, why, len);
+  }
   }
   return ag_problem_no(why, len, "no kernel family for this operator: profiled, not compiled");
 }
@@ -230,7 +282,7 @@ const ag_host_t ag_host_blas = {
     .id = AG_HOST_ID_BLAS,
     .name = "blas",
     .opt_bit = AG_HOST_BLAS,
-    .interposes = "the Fortran and CBLAS symbols of ?gemm, ?gemv, ?axpy and ?dot",
+    .interposes = "the Fortran and CBLAS symbols of ?gemm, ?gemv, ?axpy, ?dot and ?syrk",
     .traits = AG_HOST_DUELS,
     .opname = opname,
     .format = format,

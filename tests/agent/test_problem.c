@@ -265,3 +265,48 @@ Test(problem, typed_ggml_keys_keep_their_bytes_and_hashes)
   same_key(ag_ggml_group_key(&shared2), k, ag_sig_hash(&k));
   cr_assert(shared2.count == 3 && shared2.m == 1024);
 }
+
+Test(problem, a_syrk_is_one_triangle_of_a_gemm_whose_b_is_a)
+{
+  /* numpy's a @ a.T: row-major, upper, A (40 x 24) not transposed. In column-major terms the
+   * same memory is the lower triangle of A^T's transpose product: the other triangle, the
+   * other transpose. */
+  ag_blas_syrk_t p = {AG_F32, AG_API_CBLAS, AG_ROW, AG_UPPER, AG_N, AG_S_ONE, AG_S_ZERO,
+                      40,     24,           24,     40};
+  ag_sig_t k = ag_blas_syrk_key(&p);
+  char name[128];
+  ag_sig_format(&k, name, sizeof name);
+  cr_assert_str_eq(name, "cblas_ssyrk row U N 40x24 β=0");
+  jt_gemm_t g;
+  int swap = -1;
+  cr_assert_eq(ag_problem_of(&k, MAXD, &g, &swap), 1);
+  cr_assert_eq(swap, 0);
+  cr_assert_eq(g.syrk, 2, "the lower triangle");
+  cr_assert(g.ta == 1 && g.tb == 0 && g.m == 40 && g.n == 40 && g.k == 24);
+  cr_assert(g.lda == 24 && g.ldb == 24 && g.ldc == 40 && g.alpha_one && g.beta_class == 0);
+  cr_assert_str_eq(ag_problem_family(&g), "syrk");
+  ag_vrun_t r;
+  ag_problem_extents(&g, swap, &r);
+  cr_assert_eq(r.ext_a, (size_t)(24 * 39 + 24) * 4, "A as the kernel reads it");
+  cr_assert_eq(r.ext_b, r.ext_a, "B is A");
+  cr_assert_eq(r.ext_c, (size_t)(40 * 39 + 40) * 4);
+  /* Fortran, column-major: itself */
+  p = (ag_blas_syrk_t){AG_F64, AG_API_F77, AG_COL, AG_UPPER, AG_T, AG_S_OTHER, AG_S_ONE,
+                       30,     50,         52,     31};
+  k = ag_blas_syrk_key(&p);
+  cr_assert_eq(ag_problem_of(&k, MAXD, &g, &swap), 1);
+  cr_assert(g.syrk == 1 && g.ta == 1 && g.tb == 0 && g.f64 && !g.alpha_one && g.beta_class == 1);
+  ag_sig_format(&k, name, sizeof name);
+  cr_assert_str_eq(name, "dsyrk U T 30x50 α=* β=1 lda=52 ldc=31");
+  /* refused: alpha = 0, a bad uplo, above OPJIT_JIT_MAX_DIM */
+  p.alpha = AG_S_ZERO, k = ag_blas_syrk_key(&p);
+  cr_assert_eq(ag_problem_of(&k, MAXD, &g, &swap), 0);
+  p.alpha = AG_S_ONE, p.uplo = AG_UPLO_BAD, k = ag_blas_syrk_key(&p);
+  cr_assert_eq(ag_problem_of(&k, MAXD, &g, &swap), 0);
+  p.uplo = AG_LOWER, k = ag_blas_syrk_key(&p);
+  cr_assert_eq(ag_problem_of(&k, 40, &g, &swap), 0, "k = 50 above 40");
+  /* its key's layout, pinned as the others' */
+  same_key(k, ag_sig_make(AG_HOST_ID_BLAS, AG_OP_SYRK, AG_F64, AG_API_F77, AG_COL, AG_T, AG_LOWER,
+                          AG_S_ONE | AG_S_ONE << 4, 30, 30, 50, 52, 0, 31),
+           0x1667f83965044c7bull);
+}

@@ -44,6 +44,7 @@ void h_setup_jit(void);
 
 #define H_AGENT OPJIT_BUILD_DIR "/libopjit.so"
 #define H_JIT_PROG OPJIT_BUILD_DIR "/jit_prog"
+#define H_SYRK_PROG OPJIT_BUILD_DIR "/syrk_prog"
 #define H_BLAS_PROG OPJIT_BUILD_DIR "/blas_prog"
 #define H_HOST_PROG OPJIT_BUILD_DIR "/host_prog"
 
