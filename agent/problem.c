@@ -26,25 +26,29 @@ int ag_problem_takes(const jt_gemm_t *g, int m, int n, int k, char *why, size_t 
     return 1;
   if (g->mm)
     return g->m < JT_MM_MR || g->m % JT_MM_MR
-               ? ag_problem_no(why, len, "%d rows: MUL_MAT kernels take multiples of %d", g->m, JT_MM_MR)
+               ? ag_problem_no(why, len, "%d rows: MUL_MAT kernels take multiples of %d", g->m,
+                               JT_MM_MR)
            : g->n != 1 && g->n < JT_MM_MIN_N
                ? ag_problem_no(why, len, "%d columns: MUL_MAT kernels take 1 or at least %d", g->n,
-                    JT_MM_MIN_N)
-               : ag_problem_no(why, len, "a dimension above the MUL_MAT generator's limits (%dx%dx%d)",
-                    g->m, g->n, g->k);
+                               JT_MM_MIN_N)
+               : ag_problem_no(why, len,
+                               "a dimension above the MUL_MAT generator's limits (%dx%dx%d)", g->m,
+                               g->n, g->k);
   if (g->add_rms_mul || g->dot)
     return ag_problem_no(why, len, "length %d: the generator takes 1 to %d", g->k, 1 << 20);
   int kmax = g->ta && !jt_gemm_dots(g) ? JT_GEMM_MAX_K_PACKED : JT_GEMM_MAX_K;
   if (m < 1 || n < 1 || k < 1)
     return ag_problem_no(why, len, "an empty product (M=%d N=%d K=%d)", m, n, k);
   if (g->m > JT_GEMM_MAX_DIM || g->n > JT_GEMM_MAX_DIM)
-    return ag_problem_no(why, len, "%c=%d is above the generator's limit of %d", m > JT_GEMM_MAX_DIM ? 'M' : 'N',
-              m > JT_GEMM_MAX_DIM ? m : n, JT_GEMM_MAX_DIM);
+    return ag_problem_no(why, len, "%c=%d is above the generator's limit of %d",
+                         m > JT_GEMM_MAX_DIM ? 'M' : 'N', m > JT_GEMM_MAX_DIM ? m : n,
+                         JT_GEMM_MAX_DIM);
   if (g->k > kmax)
     return ag_problem_no(why, len, "K=%d is above the generator's limit of %d%s", k, kmax,
-              kmax == JT_GEMM_MAX_K_PACKED ? " for a transposed A" : "");
-  return ag_problem_no(why, len, "a leading dimension smaller than its matrix's rows: a layout the "
-            "generator does not take");
+                         kmax == JT_GEMM_MAX_K_PACKED ? " for a transposed A" : "");
+  return ag_problem_no(why, len,
+                       "a leading dimension smaller than its matrix's rows: a layout the "
+                       "generator does not take");
 }
 
 int ag_problem_of(const ag_sig_t *k, long maxd, jt_gemm_t *g, int *swap)
@@ -52,12 +56,12 @@ int ag_problem_of(const ag_sig_t *k, long maxd, jt_gemm_t *g, int *swap)
   return ag_problem_check(k, maxd, g, swap, NULL, 0);
 }
 
-int ag_problem_check(const ag_sig_t *k, long maxd, jt_gemm_t *g, int *swap, char *why,
-                     size_t len)
+int ag_problem_check(const ag_sig_t *k, long maxd, jt_gemm_t *g, int *swap, char *why, size_t len)
 {
   const ag_host_t *h = ag_host_of(k->host);
   if (!h || !h->kernel)
-    return ag_problem_no(why, len, "no host compiles keys of host #%u: profiled, not compiled", k->host);
+    return ag_problem_no(why, len, "no host compiles keys of host #%u: profiled, not compiled",
+                         k->host);
   return h->kernel(k, maxd, g, swap, why, len);
 }
 

@@ -129,7 +129,6 @@ static void params_json(const ag_sig_t *s, char *buf, size_t len)
 
 /* ---- Kernels (host.h, kernel) -------------------------------------------------------------- */
 
-
 /* The kernel's scaling of a product alpha op(A) op(B) + beta C by its scalars' classes. */
 static void scalars(jt_gemm_t *g, uint8_t alpha, uint8_t beta)
 {
@@ -152,9 +151,11 @@ static int matrix_args(uint8_t ta, uint8_t tb, uint8_t order, uint8_t alpha, cha
 /* The key's dimensions against OPJIT_JIT_MAX_DIM, then the generator's own limits. */
 static int within(const jt_gemm_t *g, long maxd, int m, int n, int k, char *why, size_t len)
 {
-  if (m > maxd || n > maxd || k > maxd)
-    return ag_problem_no(why, len, "%c=%d is above OPJIT_JIT_MAX_DIM=%ld", m > maxd ? 'M' : n > maxd ? 'N' : 'K',
-              m > maxd ? m : n > maxd ? n : k, maxd);
+  if (m > maxd || n > maxd || k > maxd) {
+    char d = m > maxd ? 'M' : n > maxd ? 'N' : 'K';
+    return ag_problem_no(why, len, "%c=%d is above OPJIT_JIT_MAX_DIM=%ld", d,
+                         d == 'M' ? m : d == 'N' ? n : k, maxd);
+  }
   return ag_problem_takes(g, m, n, k, why, len);
 }
 
@@ -182,8 +183,9 @@ static int gemv_kernel(const ag_blas_gemv_t *p, long maxd, jt_gemm_t *g, int *sw
   if (!matrix_args(p->trans, AG_N, p->order, p->alpha, why, len))
     return 0;
   if (p->incx != 1 || p->incy != 1)
-    return ag_problem_no(why, len, "strided vectors (incx=%d, incy=%d): kernels take unit strides only",
-              p->incx, p->incy);
+    return ag_problem_no(why, len,
+                         "strided vectors (incx=%d, incy=%d): kernels take unit strides only",
+                         p->incx, p->incy);
   int row = p->order == AG_ROW;
   *g = (jt_gemm_t){.f64 = p->dtype == AG_F64};
   scalars(g, p->alpha, p->beta);
@@ -202,8 +204,9 @@ static int vec_kernel(const ag_blas_vec_t *p, long maxd, jt_gemm_t *g, int *swap
                       size_t len)
 {
   if (p->incx != 1 || p->incy != 1)
-    return ag_problem_no(why, len, "strided vectors (incx=%d, incy=%d): kernels take unit strides only",
-              p->incx, p->incy);
+    return ag_problem_no(why, len,
+                         "strided vectors (incx=%d, incy=%d): kernels take unit strides only",
+                         p->incx, p->incy);
   if (p->n < 1)
     return ag_problem_no(why, len, "an empty vector: nothing to compute");
   if (p->op == AG_OP_AXPY && p->alpha == AG_S_ZERO)
