@@ -8,6 +8,9 @@
  *   1  machines, programs, signatures, runs (UNIQUE machine + local id), run_sigs (with
  *      samples), variants, events, machine_models, objects (one per signature, CPU key,
  *      generator and LLVM, with the tag)
+ *   2  sig_days: run_sigs rolled up per signature, machine, CPU and day (UTC), added to in
+ *      the transaction that inserts the run, so top --fleet reads one row per machine and
+ *      signature a day instead of one per run
  *
  * Everything lives in the schema "opjit" of the database the connection names, so a fleet can
  * share a database with other applications. The server's ids are its own: a run is found by
@@ -86,6 +89,17 @@ static const char *const fleet_migrations[] = {
     "  machine_id bigint REFERENCES opjit.machines(id), created_ns bigint NOT NULL,"
     "  UNIQUE(sig_id, cpu, generator, llvm));"
     "CREATE INDEX objects_checksum ON opjit.objects(checksum);",
+    /* 2 */
+    "CREATE TABLE opjit.sig_days(sig_id bigint NOT NULL REFERENCES opjit.signatures(id),"
+    "  machine_id bigint NOT NULL REFERENCES opjit.machines(id), cpu_model text NOT NULL,"
+    "  day int NOT NULL, runs bigint NOT NULL, calls bigint NOT NULL,"
+    "  timed_calls bigint NOT NULL, timed_ns bigint NOT NULL, samples bigint NOT NULL,"
+    "  PRIMARY KEY(sig_id, machine_id, cpu_model, day));"
+    "CREATE INDEX sig_days_day ON opjit.sig_days(day);"
+    "INSERT INTO opjit.sig_days SELECT rs.sig_id, r.machine_id, r.cpu_model,"
+    "  (r.start_ns / 86400000000000)::int, count(*), sum(rs.calls), sum(rs.timed_calls),"
+    "  sum(rs.timed_ns), sum(rs.samples) FROM opjit.run_sigs rs"
+    "  JOIN opjit.runs r ON r.id = rs.run_id GROUP BY 1, 2, 3, 4;",
 };
 _Static_assert(sizeof fleet_migrations / sizeof *fleet_migrations == ST_FLEET_SCHEMA,
                "one migration per fleet schema version");
@@ -548,6 +562,26 @@ static int push_rows(st_fleet_t *f, st_db_t *local, int64_t local_run, const cha
   return rc;
 }
 
+/* Adds the server's run's run_sigs rows to sig_days; 0 or -1. */
+static int roll_up(st_fleet_t *f, const char *run)
+{
+  const char *vals[] = {run};
+  PGresult *r = pq(f,
+                   "INSERT INTO opjit.sig_days SELECT rs.sig_id, r.machine_id, r.cpu_model,"
+                   " (r.start_ns / 86400000000000)::int, 1, rs.calls, rs.timed_calls,"
+                   " rs.timed_ns, rs.samples FROM opjit.run_sigs rs JOIN opjit.runs r"
+                   " ON r.id = rs.run_id WHERE rs.run_id = $1"
+                   " ON CONFLICT (sig_id, machine_id, cpu_model, day) DO UPDATE SET"
+                   " runs = opjit.sig_days.runs + 1,"
+                   " calls = opjit.sig_days.calls + EXCLUDED.calls,"
+                   " timed_calls = opjit.sig_days.timed_calls + EXCLUDED.timed_calls,"
+                   " timed_ns = opjit.sig_days.timed_ns + EXCLUDED.timed_ns,"
+                   " samples = opjit.sig_days.samples + EXCLUDED.samples",
+                   1, vals, NULL, NULL);
+  PQclear(r);
+  return r ? 0 : -1;
+}
+
 /* One finished local run and what hangs off it, inside the caller's transaction: nothing when
  * the server has it already. Returns 1 when sent, 0 when it was there, -1 on failure. */
 static int push_run(st_fleet_t *f, st_db_t *local, int64_t machine, int64_t local_run,
@@ -611,6 +645,7 @@ static int push_run(st_fleet_t *f, st_db_t *local, int64_t machine, int64_t loca
                 " sum(samples) FROM run_pcs c WHERE c.run_id = rs.run_id AND"
                 " c.sig_id = rs.sig_id), 0) FROM run_sigs rs WHERE rs.run_id = ?",
                 "INSERT INTO opjit.run_sigs VALUES($1, $2, $3, $4, $5, $6)") ||
+      roll_up(f, run) ||
       push_rows(f, local, local_run, run,
                 "SELECT sig_id, status, generator, llvm, cpu, compile_ns, calls, timed_calls,"
                 " timed_ns, origin, pre_calls FROM variants WHERE run_id = ?",
@@ -909,12 +944,10 @@ static const char *const reader_sql[] = {
         " JOIN opjit.programs p ON p.id = r.program_id ORDER BY r.start_ns DESC LIMIT $1::int",
     [ST_FLEET_Q_TOP] =
         "SELECT s.sig, s.name, t.machines, t.cpus, t.runs, t.calls, t.mean_ns, t.samples"
-        " FROM (SELECT rs.sig_id, count(DISTINCT r.machine_id) AS machines,"
-        "  string_agg(DISTINCT r.cpu_model, '; ') AS cpus, count(*) AS runs,"
-        "  sum(rs.calls) AS calls,"
-        "  sum(rs.timed_ns)::float8 / nullif(sum(rs.timed_calls), 0) AS mean_ns,"
-        "  sum(rs.samples) AS samples FROM opjit.run_sigs rs"
-        "  JOIN opjit.runs r ON r.id = rs.run_id GROUP BY rs.sig_id) t"
+        " FROM (SELECT sig_id, count(DISTINCT machine_id) AS machines,"
+        "  string_agg(DISTINCT cpu_model, '; ') AS cpus, sum(runs) AS runs,"
+        "  sum(calls) AS calls, sum(timed_ns)::float8 / nullif(sum(timed_calls), 0) AS mean_ns,"
+        "  sum(samples) AS samples FROM opjit.sig_days GROUP BY sig_id) t"
         " JOIN opjit.signatures s ON s.id = t.sig_id"
         " ORDER BY t.calls * coalesce(t.mean_ns, 0) DESC, t.calls DESC LIMIT $1::int",
     [ST_FLEET_Q_VARIANTS] =

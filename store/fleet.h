@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ST_FLEET_SCHEMA 1   /* the fleet schema this build creates and reads */
+#define ST_FLEET_SCHEMA 2   /* the fleet schema this build creates and reads */
 #define ST_FLEET_TAG_LEN 32 /* an HMAC-SHA256 tag */
 
 typedef struct st_fleet_s st_fleet_t;
