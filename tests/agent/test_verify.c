@@ -6,6 +6,7 @@
 #include "agent/verify.h"
 
 #include <criterion/criterion.h>
+#include <fenv.h>
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -334,4 +335,25 @@ Test(verify, a_syrk_is_checked_on_its_triangle_and_the_other_must_stay_untouched
     cr_assert(isinf(worst), "uplo %d: a write outside the triangle is a mismatch", uplo);
     cr_assert(uplo == 1 ? wi > wj : wi < wj, "the element named is outside: C[%ld,%ld]", wi, wj);
   }
+}
+
+Test(verify, a_syrk_other_triangle_is_compared_as_bits_never_as_numbers)
+{
+  /* numpy's C comes from np.empty: its other triangle may hold a signalling NaN, which loaded
+   * as a number raises FE_INVALID in the host's thread (numpy then warns "invalid value") */
+  const jt_gemm_t g = {.syrk = 1, .tb = 1, .m = 4, .n = 4, .k = 2, .lda = 4, .ldb = 4, .ldc = 4};
+  float copy[32], c[16];
+  const uint32_t snan = 0x7fa00000u;
+  for (int j = 0; j < 4; j++)
+    for (int i = 0; i < 4; i++) {
+      float v = (float)(i + 4 * j);
+      if (i > j)
+        memcpy(&v, &snan, sizeof v);
+      copy[j * 4 + i] = copy[16 + j * 4 + i] = c[j * 4 + i] = v;
+    }
+  long wi, wj;
+  feclearexcept(FE_ALL_EXCEPT);
+  double worst = ag_verify_gemm_worst(&g, copy, c, &wi, &wj);
+  cr_assert_eq(fetestexcept(FE_INVALID), 0, "a signalling NaN was loaded as a number");
+  cr_assert_eq(worst, 0);
 }
