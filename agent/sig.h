@@ -12,11 +12,13 @@
 /* A ggml key (host AG_HOST_ID_GGML) is one graph node's work: op = the ggml op, dtype = its
  * first source's ggml type (its own when it has none), api = its own type, order = the second
  * source's type + 1 (0: none), ta = the op's sub-op for UNARY and GLU, m n = its ne[0] ne[1],
- * k = the first source's ne[0] (MUL_MAT's K), lda ldb = its ne[2] ne[3]. */
+ * k = the first source's ne[0] (MUL_MAT's K), lda ldb = its ne[2] ne[3]; ab = 1 for a
+ * MUL_MAT whose f16 weights lie in ggml's AMX buffer (it multiplies them with f32
+ * activations, not rounded to f16 as its own MUL_MAT does), 0 otherwise. */
 enum ag_host { AG_HOST_ID_BLAS = 1, AG_HOST_ID_GGML = 2 };
 /* A ggml key whose op is AG_GGML_OP_FUSED is a group of nodes the agent runs as one: ta names
  * the pattern; ADD+RMS_NORM+MUL and RMS_NORM+MUL: m the row length; MUL_MAT+MUL_MAT+SWIGLU and
- * MUL_MAT+ADD: the products' key (dtype their weights', m n k their shape); SHARED-INPUT
+ * MUL_MAT+ADD: the products' key (dtype their weights', m n k their shape, ab theirs); SHARED-INPUT
  * MUL_MATS: the same with m their rows together, tb how many. */
 enum { AG_GGML_OP_FUSED = 0xF0 };
 enum ag_fusion { AG_FUSE_ADD_RMS_MUL = 1, AG_FUSE_MM_SWIGLU, AG_FUSE_SHARED_INPUT, AG_FUSE_MM_ADD,
@@ -118,7 +120,7 @@ static inline int ag_sig_ggml_mul_mat(const ag_sig_t *s)
 /* The MUL_MAT key of a MUL_MAT+ADD group's product. */
 static inline ag_sig_t ag_sig_mm_add_product(const ag_sig_t *s)
 {
-  return ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_MUL_MAT, s->dtype, s->api, s->order, 0, 0, 0,
+  return ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_MUL_MAT, s->dtype, s->api, s->order, 0, 0, s->ab,
                      s->m, s->n, s->k, s->lda, s->ldb, 0);
 }
 

@@ -112,7 +112,7 @@ double ag_mm_exact(const void *w, int w16, const float *x, int64_t k, int64_t i,
   double exact = 0, sum = 0;
   for (int64_t kk = 0; kk < k; kk++) {
     double wv = w16 ? (double)((const _Float16 *)w)[i * k + kk] : ((const float *)w)[i * k + kk];
-    double p = wv * (w16 ? (double)(_Float16)x[j * k + kk] : x[j * k + kk]);
+    double p = wv * (w16 == 1 ? (double)(_Float16)x[j * k + kk] : x[j * k + kk]);
     exact += p, sum += fabs(p);
   }
   *mag = sum;

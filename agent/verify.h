@@ -48,7 +48,8 @@ double ag_verify_diff(double variant, double original);
 /* ---- ggml MUL_MAT kernels ---- */
 
 /* Checking a ggml MUL_MAT's results, y[j*m + i] = sum over kk < k of w[i*k + kk] x[j*k + kk]
- * (w f16 when w16; x then rounded to f16, as ggml does): the exact element (i, j), in double,
+ * (w f16 when w16, as jt_gemm_t's: 1 with x rounded to f16, as ggml's own MUL_MAT does; 2 with
+ * x as it is, as ggml's AMX buffer does): the exact element (i, j), in double,
  * with its products' magnitude in *mag; and a tally of elements against their exact values
  * within the bound of a float sum of k products (skipped when mag is not finite: no bound). */
 typedef struct ag_mm_check_s {

@@ -771,7 +771,7 @@ void jt_gemm_name(const jt_gemm_t *s, char *buf, size_t len)
   }
   if (s->mm) {
     snprintf(buf, len, "opjit_mul_mat%s_%s_%dx%dx%d%s", s->mm_add ? "_add" : "",
-             s->w16 ? "f16" : "f32", s->m, s->n, s->k, how);
+             s->w16 == 2 ? "f16x32" : s->w16 ? "f16" : "f32", s->m, s->n, s->k, how);
     return;
   }
   if (s->dot) {
@@ -1270,7 +1270,7 @@ static void mm_micro(gen_t *g, LLVMValueRef panel, LLVMValueRef i, LLVMValueRef 
  * one L1 set: more columns than the cache has ways evict each other; f32 prefill at
  * 1024x128x1024 ran ~10 % slower than f16 before its slices were copied). ggml multiplies f16
  * weights with activations rounded to f16 (its vec_dot type): against f16 weights the copy
- * rounds. */
+ * rounds (not those its AMX buffer holds, w16 = 2: it multiplies them with f32 activations). */
 static void mm_copy_x(gen_t *g, LLVMValueRef j0, LLVMValueRef kc, int kcl, int nr)
 {
   LLVMTypeRef h = LLVMHalfTypeInContext(g->cx), hv = LLVMVectorType(h, (unsigned)g->V);
@@ -1281,14 +1281,14 @@ static void mm_copy_x(gen_t *g, LLVMValueRef j0, LLVMValueRef kc, int kcl, int n
     if (kfull) {
       loop_t k = loop_begin(g, i64c(g, 0), kfull, g->V, "rx");
       LLVMValueRef v = vload(g, at(g, src, k.iv), g->V);
-      if (g->g->w16)
+      if (g->g->w16 == 1)
         v = LLVMBuildFPExt(g->b, LLVMBuildFPTrunc(g->b, v, hv, "xh"), g->vec, "xr");
       vstore(g, v, at(g, dst, k.iv), g->V);
       loop_end(g, &k);
     }
     for (int t = kfull; t < kcl; t++) {
       LLVMValueRef x = LLVMBuildLoad2(g->b, g->elem, at(g, src, i64c(g, t)), "x");
-      if (g->g->w16)
+      if (g->g->w16 == 1)
         x = LLVMBuildFPExt(g->b, LLVMBuildFPTrunc(g->b, x, h, "xh"), g->elem, "xr");
       LLVMBuildStore(g->b, x, at(g, dst, i64c(g, t)));
     }
@@ -1344,7 +1344,7 @@ static void mm_gemv(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef scr
 {
   long K = g->g->k, V = g->V, kstep = MV_ACC * V, kloop = K / kstep * kstep, kvec = K / V * V;
   LLVMValueRef x = g->bm;
-  if (g->g->w16) { /* x rounded into the scratch, which holds k floats (JT_MM_SCRATCH_FLOATS) */
+  if (g->g->w16 == 1) { /* x rounded into the scratch of k floats (JT_MM_SCRATCH_FLOATS) */
     g->xr = x = scratch;
     mm_copy_x(g, i64c(g, 0), i64c(g, 0), (int)K, 1);
   }

@@ -44,7 +44,8 @@ typedef struct jt_gemm_s {
                          alone, of x = a (b and x are neither read nor written) */
   int mm;             /* 1: ggml's MUL_MAT instead (jt_mm_fn): m weight rows of k (w16: f16,
                          else f32), n activation columns of k floats; only m, n, k, w16 count */
-  int w16;
+  int w16;           /* 1: f16 weights, activations rounded to f16 (ggml's own MUL_MAT); 2: f16
+                         weights, f32 activations (ggml's AMX buffer computes them so) */
   int mm_add;         /* with mm: the product then a residual ADD (jt_mm_add_fn) */
   int syrk;           /* BLAS ?syrk instead, C = alpha op(A) op(A)^T + beta C on one triangle
                          of the n x n C: 1 the upper (row <= column), 2 the lower; stated as the

@@ -143,6 +143,8 @@ static void check(void)
   SYM(contiguous, "ggml_is_contiguous");
   SYM(custom, "ggml_custom_4d");
   SYM(nbytes, "ggml_nbytes");
+  SYM(buffer_type, "ggml_backend_buffer_get_type");
+  SYM(buft_name, "ggml_backend_buft_name");
 #undef SYM
   if (base)
     dlclose(base); /* libggml-base stays: the backend needs it */
@@ -223,6 +225,17 @@ static gg_forward_fn real_of(void *_Atomic *cache, const char *name, const void 
   return (gg_forward_fn)fn;
 }
 
+int gg_w16(const struct ggml_tensor *w)
+{
+  if (!w->extra)
+    return w->type == GGML_TYPE_F16 ? 1 : w->type == GGML_TYPE_F32 ? 0 : -1;
+  if (w->type != GGML_TYPE_F16 || !w->buffer || !gg_api.buffer_type || !gg_api.buft_name)
+    return -1;
+  void *t = gg_api.buffer_type(w->buffer);
+  const char *name = t ? gg_api.buft_name(t) : NULL;
+  return name && strcmp(name, "AMX") == 0 ? 2 : -1; /* its F16 weights are copied as they are */
+}
+
 ag_sig_t gg_key_of(const struct ggml_tensor *dst)
 {
   const struct ggml_tensor *s0 = dst->src[0], *s1 = dst->src[1];
@@ -235,7 +248,8 @@ ag_sig_t gg_key_of(const struct ggml_tensor *dst)
       .src1_type = (uint8_t)(s1 ? s1->type : 0),
       .subop = (uint8_t)sub,
       .ne = {(int32_t)dst->ne[0], (int32_t)dst->ne[1], (int32_t)dst->ne[2], (int32_t)dst->ne[3]},
-      .src0_ne0 = (int32_t)(s0 ? s0->ne[0] : 0)});
+      .src0_ne0 = (int32_t)(s0 ? s0->ne[0] : 0),
+      .amx = dst->op == GGML_OP_MUL_MAT && s0 && s0->extra && gg_w16(s0) == 2});
 }
 
 /* Node dst's share of work on this thread: ggml's own forward function (real_of), counted and
@@ -327,6 +341,15 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gg_cache_
   for (int i = 0; i < c->nf; i++) {
     gg_fusion_t *f = &c->f[i];
     stale |= gg_stale(f);
+    /* products ggml computes unseen: their signatures (a counted kind's are its second
+     * implementation's) */
+    const gg_impl_t *pi = &f->impl[f->kind->counted];
+    if (f->amx && !f->node && f->kind->counted < f->nimpl)
+      for (int p = 0; p < pi->n; p++) {
+        ag_entry_t *pe = pi->k[p];
+        uint64_t calls = (uint64_t)nth * (f->gate ? 2u : 1u); /* gate and up: one signature */
+        ag_tier_hot(pe, atomic_fetch_add_explicit(&pe->calls, calls, memory_order_relaxed) + calls);
+      }
     if (!f->kind->counted || atomic_load_explicit(&f->impl[0].k[0]->variant, memory_order_acquire))
       continue; /* fused, or a kind whose kernels ggml's own nodes count */
     /* Without its own kernel, a record runs its products' (a MUL_MAT + ADD's product, as

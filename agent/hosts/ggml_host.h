@@ -46,6 +46,8 @@ typedef struct gg_api_s {
                                 int64_t, struct ggml_tensor **, int, ggml_custom_op_t, int, void *);
   gg_forward_fn add, rms_norm, mul;
   void (*swiglu)(int n, float *y, const float *x, const float *g); /* ggml_vec_swiglu_f32 */
+  void *(*buffer_type)(void *buffer);                              /* a tensor's buffer's type */
+  const char *(*buft_name)(void *buft);
 } gg_api_t;
 extern gg_api_t gg_api;
 
@@ -70,6 +72,12 @@ typedef struct gg_custom_params_s {
 
 /* The signature of one node's work (sig.h, ggml keys). */
 ag_sig_t gg_key_of(const struct ggml_tensor *dst);
+
+/* How ggml multiplies weights w with f32 activations, as jt_gemm_t.w16 says: 0 f32 weights;
+ * 1 f16 weights in plain memory, activations rounded to f16 (its own MUL_MAT); 2 f16 weights
+ * in its AMX buffer, which keeps their bytes as they are and multiplies them with the f32
+ * activations; -1 weights an extra buffer type holds otherwise (repacked, or another type). */
+int gg_w16(const struct ggml_tensor *w);
 
 /* ---- fusion records --------------------------------------------------------------------- */
 
@@ -107,6 +115,9 @@ typedef struct gg_fusion_s {
   int use;                  /* the one the cached graph runs (nimpl: ggml's nodes) */
   struct ggml_tensor *node; /* the custom node standing for the group, when fused */
   int verifying;            /* this execution checks the kernel against ggml */
+  int amx;                  /* its products' weights lie in ggml's AMX buffer: ggml computes
+                               them without a forward call the agent sees, so the record counts
+                               their calls */
   int asked;                /* its own kernel's compile was asked for */
   _Atomic int untimed;      /* its ggml nodes cannot be timed as one (rounds) */
   _Atomic uint64_t tns;     /* the timed execution's spans of it, on all threads */

@@ -148,7 +148,7 @@ static void mm_rows(const struct ggml_tensor *mm, int64_t r0, int64_t r1)
   for (int64_t j = 0; j < n; j++) /* exact, then one rounding: within ggml's own error of it */
     for (int64_t i = r0; i < r1; i++)
       y[j * m + i] =
-          (float)ag_mm_exact(w->data, w->type == GGML_TYPE_F16, mm->src[1]->data, k, i, j, &mag);
+          (float)ag_mm_exact(w->data, gg_w16(w), mm->src[1]->data, k, i, j, &mag);
 }
 
 /* out = y + res over rows [r0, r1) of every column, element by element (out may be the very
@@ -184,7 +184,7 @@ static void mm_verify(ag_entry_t *ke, const struct ggml_tensor *mm, int64_t r0, 
     int64_t i = t == 0 ? r0 : t == 1 ? r1 - 1 : r0 + (int64_t)((rnd >> 33) % (uint64_t)(r1 - r0));
     int64_t j = t < 2 ? 0 : t < 4 ? n - 1 : (int64_t)((rnd >> 17) % (uint64_t)n);
     double mag,
-        exact = ag_mm_exact(w->data, w->type == GGML_TYPE_F16, mm->src[1]->data, k, i, j, &mag);
+        exact = ag_mm_exact(w->data, gg_w16(w), mm->src[1]->data, k, i, j, &mag);
     double r = res ? res[j * (r1 - r0) + i - r0] : 0; /* one more rounding: eps |r| */
     ag_mm_tally(&c, y[j * m + i], exact + r, mag + fabs(r) / (4.0 * (double)(k + 2)), k);
   }

@@ -9,7 +9,8 @@
  *   node       ggml op  src0's type  own  src1's + 1  sub-op   0      ne0  ne1  src0  ne2  ne3
  *                                                                               ne0
  *   group      FUSED    weights'     F32  F32 + 1     pattern  count  m    n    k     1    1
- * (host AG_HOST_ID_GGML; ab and ldc 0; a node without a second source has order 0; a norm
+ * (host AG_HOST_ID_GGML; ldc 0, ab 0 but 1 for a MUL_MAT node, and a group of products, whose
+ * f16 weights lie in ggml's AMX buffer (amx); a node without a second source has order 0; a norm
  * group's weights' type is F32, its order, lda and ldb 0, and m its row length.) ggml's types
  * and ops are ggml's own numbers (sig.h's AG_GGML_*). */
 #ifndef OPJIT_AGENT_HOSTS_GGML_KEY_H
@@ -24,6 +25,8 @@ typedef struct ag_ggml_node_s {
   uint8_t subop;    /* UNARY's and GLU's op_params[0]; 0 for the others */
   int32_t ne[4];    /* its shape */
   int32_t src0_ne0; /* its first source's ne[0] (MUL_MAT's K), 0 without one */
+  uint8_t amx;      /* MUL_MAT: f16 weights in ggml's AMX buffer, which multiplies them with f32
+                       activations (its own MUL_MAT rounds them to f16); 0 for the others */
 } ag_ggml_node_t;
 
 /* A group of nodes run as one (sig.h, enum ag_fusion). */
@@ -33,6 +36,7 @@ typedef struct ag_ggml_group_s {
   uint8_t count;   /* SHARED-INPUT: how many products; 0 for the others */
   int32_t m, n, k; /* the products' shape (SHARED-INPUT: m their rows together); norms: m the
                        row length, n = k = 0 */
+  uint8_t amx;     /* the products' f16 weights lie in ggml's AMX buffer (as the node's) */
 } ag_ggml_group_t;
 
 static inline int ag_ggml_group_is_norm(uint8_t pattern)
@@ -43,7 +47,7 @@ static inline int ag_ggml_group_is_norm(uint8_t pattern)
 static inline ag_sig_t ag_ggml_node_key(const ag_ggml_node_t *p)
 {
   return ag_sig_make(AG_HOST_ID_GGML, p->op, p->src0_type, p->type,
-                     (uint8_t)(p->has_src1 ? p->src1_type + 1 : 0), p->subop, 0, 0, p->ne[0],
+                     (uint8_t)(p->has_src1 ? p->src1_type + 1 : 0), p->subop, 0, p->amx, p->ne[0],
                      p->ne[1], p->src0_ne0, p->ne[2], p->ne[3], 0);
 }
 
@@ -51,7 +55,7 @@ static inline ag_sig_t ag_ggml_group_key(const ag_ggml_group_t *p)
 {
   int norm = ag_ggml_group_is_norm(p->pattern);
   return ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_FUSED, p->wtype, AG_GGML_TYPE_F32,
-                     (uint8_t)(norm ? 0 : AG_GGML_TYPE_F32 + 1), p->pattern, p->count, 0, p->m,
+                     (uint8_t)(norm ? 0 : AG_GGML_TYPE_F32 + 1), p->pattern, p->count, p->amx, p->m,
                      p->n, p->k, !norm, !norm, 0);
 }
 
@@ -64,13 +68,15 @@ static inline ag_ggml_node_t ag_ggml_node_of(const ag_sig_t *k)
                           .src1_type = (uint8_t)(k->order ? k->order - 1 : 0),
                           .subop = k->ta,
                           .ne = {k->m, k->n, k->lda, k->ldb},
-                          .src0_ne0 = k->k};
+                          .src0_ne0 = k->k,
+                          .amx = k->ab};
 }
 
 static inline ag_ggml_group_t ag_ggml_group_of(const ag_sig_t *k)
 {
   return (ag_ggml_group_t){
-      .pattern = k->ta, .wtype = k->dtype, .count = k->tb, .m = k->m, .n = k->n, .k = k->k};
+      .pattern = k->ta, .wtype = k->dtype, .count = k->tb, .m = k->m, .n = k->n, .k = k->k,
+      .amx = k->ab};
 }
 
 #endif

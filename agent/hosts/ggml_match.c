@@ -101,10 +101,11 @@ static int find_group(struct ggml_cgraph *g, int n, int i, gg_fusion_t *f, int w
 
 /* The MUL_MAT at node i of g, when the generator's kernel can compute it: 2-D, f32 or f16
  * weights in plain memory (not repacked by an extra buffer type: extra unset), f32
- * activations and output, all contiguous, the output apart from both inputs. Weights of an
- * extra buffer type stay ggml's even when their bytes are plain: on a CPU with AMX ggml keeps
- * f16 weights in its AMX buffer and multiplies them with f32 activations, where the kernel
- * rounds them to f16 as ggml's own MUL_MAT does (the results would move beyond tolerance). */
+ * activations and output, all contiguous, the output apart from both inputs. Of the extra
+ * buffer types' weights only f16 ones in ggml's AMX buffer (a CPU with AMX), whose bytes are
+ * plain and which ggml multiplies with f32 activations: their kernel keeps the activations
+ * in f32 (gg_w16 2), and only for prefill's products (N >= JT_MM_MIN_N; decode's stay
+ * ggml's). */
 static int find_mm(struct ggml_cgraph *g, int i, gg_fusion_t *f)
 {
   struct ggml_tensor *t = gg_api.node(g, i);
@@ -112,7 +113,10 @@ static int find_mm(struct ggml_cgraph *g, int i, gg_fusion_t *f)
   if (t->op != GGML_OP_MUL_MAT || !w || !x || t->type != GGML_TYPE_F32 ||
       (w->type != GGML_TYPE_F32 && w->type != GGML_TYPE_F16) || x->type != GGML_TYPE_F32)
     return 0;
-  if (w->extra || t->view_src || !(t->flags & GGML_TENSOR_FLAG_COMPUTE) || !w->data || !x->data ||
+  int w16 = gg_w16(w);
+  if (w16 < 0 || (w16 == 2 && t->ne[1] < JT_MM_MIN_N))
+    return 0;
+  if (t->view_src || !(t->flags & GGML_TENSOR_FLAG_COMPUTE) || !w->data || !x->data ||
       !t->data || !gg_api.contiguous(w) || !gg_api.contiguous(x) || !gg_api.contiguous(t))
     return 0;
   for (int d = 2; d < GGML_MAX_DIMS; d++)
@@ -121,7 +125,7 @@ static int find_mm(struct ggml_cgraph *g, int i, gg_fusion_t *f)
   if (t->ne[0] != w->ne[1] || t->ne[1] != x->ne[1] || w->ne[0] != x->ne[0])
     return 0;
   jt_gemm_t s = {.mm = 1,
-                 .w16 = w->type == GGML_TYPE_F16,
+                 .w16 = w16,
                  .m = (int)t->ne[0],
                  .n = (int)t->ne[1],
                  .k = (int)w->ne[0]};
@@ -135,7 +139,8 @@ static int find_mm(struct ggml_cgraph *g, int i, gg_fusion_t *f)
     if (!(y1 <= a0 || a1 <= y0))
       return 0;
   }
-  *f = (gg_fusion_t){.first = t, .span = 1, .mul = t, .n = t->ne[0], .rows = t->ne[1]};
+  *f = (gg_fusion_t){
+      .first = t, .span = 1, .mul = t, .n = t->ne[0], .rows = t->ne[1], .amx = w16 == 2};
   return 1;
 }
 
@@ -178,7 +183,8 @@ static int find_swiglu(struct ggml_cgraph *g, int n, int i, gg_fusion_t *f)
                      .up = up,
                      .mul = glu,
                      .n = glu->ne[0],
-                     .rows = glu->ne[1]};
+                     .rows = glu->ne[1],
+                     .amx = a.amx};
   return 1;
 }
 
@@ -227,7 +233,8 @@ static int find_mm_add(struct ggml_cgraph *g, int n, int i, gg_fusion_t *f)
                      .mul = add,
                      .n = mm->ne[0],
                      .rows = mm->ne[1],
-                     .nprod = 1};
+                     .nprod = 1,
+                     .amx = p.amx};
   f->prod[0] = mm;
   return 1;
 }
@@ -243,8 +250,13 @@ static int find_shared(struct ggml_cgraph *g, int n, int i, gg_fusion_t *f)
   gg_fusion_t a, b;
   if (!find_mm(g, i, &a))
     return 0;
-  *f = (gg_fusion_t){
-      .first = a.mul, .span = 1, .mul = a.mul, .n = a.mul->ne[0], .rows = a.mul->ne[1], .nprod = 1};
+  *f = (gg_fusion_t){.first = a.mul,
+                     .span = 1,
+                     .mul = a.mul,
+                     .n = a.mul->ne[0],
+                     .rows = a.mul->ne[1],
+                     .nprod = 1,
+                     .amx = a.amx};
   f->prod[0] = a.mul;
   const struct ggml_tensor *x = a.mul->src[1];
   int at[GG_PARTS] = {i};
@@ -334,7 +346,8 @@ static int sign_swiglu(gg_fusion_t *f)
   ag_sig_t kk = gg_key_of(f->gate);
   ag_sig_t k = ag_ggml_group_key(&(ag_ggml_group_t){.pattern = AG_FUSE_MM_SWIGLU,
                                                      .wtype = (uint8_t)f->gate->src[0]->type,
-                                                     .m = kk.m, .n = kk.n, .k = kk.k});
+                                                     .m = kk.m, .n = kk.n, .k = kk.k,
+                                                     .amx = kk.ab});
   ag_entry_t *ke;
   if (!(f->e = ag_table_get(ag_table, &k)) || !(ke = ag_table_get(ag_table, &kk)))
     return 0;
@@ -357,7 +370,8 @@ static int sign_shared(gg_fusion_t *f)
   ag_sig_t k = ag_ggml_group_key(&(ag_ggml_group_t){.pattern = AG_FUSE_SHARED_INPUT,
                                                      .wtype = (uint8_t)f->mul->src[0]->type,
                                                      .count = (uint8_t)f->nprod,
-                                                     .m = rows, .n = kk.n, .k = kk.k});
+                                                     .m = rows, .n = kk.n, .k = kk.k,
+                                                     .amx = kk.ab});
   if (!(f->e = ag_table_get(ag_table, &k)))
     return 0;
   impl(f, 0, pke, f->nprod, f->e);
@@ -371,7 +385,8 @@ static int sign_mm_add(gg_fusion_t *f)
   ag_sig_t kk = gg_key_of(f->prod[0]);
   ag_sig_t k = ag_ggml_group_key(&(ag_ggml_group_t){.pattern = AG_FUSE_MM_ADD,
                                                      .wtype = (uint8_t)f->prod[0]->src[0]->type,
-                                                     .m = kk.m, .n = kk.n, .k = kk.k});
+                                                     .m = kk.m, .n = kk.n, .k = kk.k,
+                                                     .amx = kk.ab});
   kk = ag_sig_mm_add_product(&k); /* the product's signature: whether it is hot */
   ag_entry_t *pke;
   if (!(pke = ag_table_get(ag_table, &kk)) || !(f->e = ag_table_get(ag_table, &k)))

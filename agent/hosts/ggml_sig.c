@@ -48,7 +48,8 @@ static const char *gg_subop(const ag_sig_t *s, char *buf, size_t len)
   return NULL;
 }
 
-/* "MUL_MAT f16 K=256 M=768 N=8", "GLU SWIGLU f32 768x8", "RMS_NORM f32 256x8". */
+/* "MUL_MAT f16 K=256 M=768 N=8" ("MUL_MAT f16 AMX K=..." with ggml's AMX buffer's weights),
+ * "GLU SWIGLU f32 768x8", "RMS_NORM f32 256x8". */
 static void format(const ag_sig_t *s, char *buf, size_t len)
 {
   char *at = buf, *end = buf + len, name[32], sub[16], t[16];
@@ -60,6 +61,8 @@ static void format(const ag_sig_t *s, char *buf, size_t len)
   if ((gg.ops && s->op == gg.op_mul_mat) ||
       (s->op == AG_GGML_OP_FUSED &&
        (s->ta == AG_FUSE_MM_SWIGLU || s->ta == AG_FUSE_SHARED_INPUT || s->ta == AG_FUSE_MM_ADD))) {
+    if (s->ab == 1) /* f16 weights in ggml's AMX buffer */
+      APPEND(" AMX");
     APPEND(" K=%d M=%d N=%d", s->k, s->m, s->n);
     if (s->lda > 1 || s->ldb > 1)
       APPEND(" x%dx%d", s->lda, s->ldb);
@@ -94,14 +97,21 @@ static void params_json(const ag_sig_t *s, char *buf, size_t len)
 
 /* A 2-D MUL_MAT (alone, or with its residual ADD), f32 or f16 weights, f32 activations and
  * output. */
-static int mm_kernel(uint8_t wtype, int f32_io, int flat, int32_t m, int32_t n, int32_t k, int add,
-                     jt_gemm_t *g, char *why, size_t len)
+static int mm_kernel(uint8_t wtype, int amx, int f32_io, int flat, int32_t m, int32_t n, int32_t k,
+                     int add, jt_gemm_t *g, char *why, size_t len)
 {
-  *g = (jt_gemm_t){
-      .mm = 1, .w16 = wtype == AG_GGML_TYPE_F16, .m = m, .n = n, .k = k, .mm_add = add};
+  *g = (jt_gemm_t){.mm = 1,
+                   .w16 = wtype != AG_GGML_TYPE_F16 ? 0 : amx ? 2 : 1,
+                   .m = m,
+                   .n = n,
+                   .k = k,
+                   .mm_add = add};
   if (wtype != AG_GGML_TYPE_F32 && wtype != AG_GGML_TYPE_F16)
     return ag_problem_no(why, len, "weights of ggml type %d: MUL_MAT kernels take f32 or f16",
                          wtype);
+  if (amx > 1 || (amx && wtype != AG_GGML_TYPE_F16))
+    return ag_problem_no(why, len, "a MUL_MAT key marked %d: only f16 weights in ggml's AMX "
+                         "buffer are", amx);
   if (!f32_io)
     return ag_problem_no(why, len, "activations or output not f32: MUL_MAT kernels take f32");
   if (!flat)
@@ -122,10 +132,10 @@ static int kernel(const ag_sig_t *key, long maxd, jt_gemm_t *g, int *swap, char 
       return ag_problem_takes(g, 0, 0, p.m, why, len);
     }
     if (p.pattern == AG_FUSE_MM_ADD)
-      return mm_kernel(p.wtype, 1, 1, p.m, p.n, p.k, 1, g, why, len);
+      return mm_kernel(p.wtype, p.amx, 1, 1, p.m, p.n, p.k, 1, g, why, len);
   } else if (key->op == AG_GGML_OP_MUL_MAT) {
     ag_ggml_node_t p = ag_ggml_node_of(key);
-    return mm_kernel(p.src0_type,
+    return mm_kernel(p.src0_type, p.amx,
                      p.type == AG_GGML_TYPE_F32 && p.has_src1 && p.src1_type == AG_GGML_TYPE_F32,
                      p.ne[2] == 1 && p.ne[3] == 1, p.ne[0], p.ne[1], p.src0_ne0, 0, g, why, len);
   }

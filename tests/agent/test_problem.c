@@ -154,6 +154,16 @@ Test(problem, ggml_mul_mat_and_norm_keys)
                              AG_GGML_TYPE_F32 + 1, AG_FUSE_MM_ADD, 0, 0, 256, 32, 128, 1, 1, 0);
   cr_assert_eq(ag_problem_of(&add, MAXD, &g, &swap), 1);
   cr_assert(g.mm && g.mm_add && !g.w16);
+  /* f16 weights in ggml's AMX buffer (ab 1): the activations stay f32; f32 weights never so */
+  mm.ab = 1;
+  cr_assert_eq(ag_problem_of(&mm, MAXD, &g, &swap), 1);
+  cr_assert(g.mm && g.w16 == 2);
+  add.ab = 1, add.dtype = AG_GGML_TYPE_F16;
+  cr_assert_eq(ag_problem_of(&add, MAXD, &g, &swap), 1);
+  cr_assert(g.mm && g.mm_add && g.w16 == 2);
+  add.dtype = AG_GGML_TYPE_F32;
+  cr_assert_eq(ag_problem_of(&add, MAXD, &g, &swap), 0);
+  mm.ab = 0;
   mm.lda = 2; /* a 3-D product */
   cr_assert_eq(ag_problem_of(&mm, MAXD, &g, &swap), 0);
   mm.lda = 1, mm.m = 100; /* not a whole number of row panels */
@@ -264,6 +274,11 @@ Test(problem, typed_ggml_keys_keep_their_bytes_and_hashes)
   ag_ggml_group_t shared2 = ag_ggml_group_of(&k);
   same_key(ag_ggml_group_key(&shared2), k, ag_sig_hash(&k));
   cr_assert(shared2.count == 3 && shared2.m == 1024);
+  mm.amx = 1, shared.amx = 1; /* f16 weights in ggml's AMX buffer: ab 1, read back */
+  k = ag_ggml_node_key(&mm);
+  cr_assert(k.ab == 1 && ag_ggml_node_of(&k).amx == 1);
+  k = ag_ggml_group_key(&shared);
+  cr_assert(k.ab == 1 && ag_ggml_group_of(&k).amx == 1);
 }
 
 Test(problem, a_syrk_is_one_triangle_of_a_gemm_whose_b_is_a)

@@ -253,7 +253,7 @@ static void mm_naive(const void *w, const float *x, float *y, int64_t i0, int64_
     for (int64_t i = i0; i < i1; i++) {
       float s = 0;
       for (int64_t kk = 0; kk < g->k - mm_drop; kk++) {
-        float xv = g->w16 ? (float)(_Float16)x[j * g->k + kk] : x[j * g->k + kk];
+        float xv = g->w16 == 1 ? (float)(_Float16)x[j * g->k + kk] : x[j * g->k + kk];
         s += (float)w_at(w, g->w16, i * g->k + kk) * xv;
       }
       y[j * g->m + i] = s;
@@ -283,6 +283,7 @@ Test(verify, mul_mat_self_test_passes_a_correct_kernel_and_fails_one_short_of_a_
       {.mm = 1, .w16 = 1, .m = 128, .n = 40, .k = 96},
       {.mm = 1, .mm_add = 1, .m = 100, .n = 20, .k = 64},
       {.mm = 1, .w16 = 1, .m = 32, .n = 1, .k = 300},
+      {.mm = 1, .w16 = 2, .m = 64, .n = 24, .k = 200}, /* x not rounded: ggml's AMX buffer */
   };
   for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
     double worst, bound;

@@ -19,9 +19,10 @@
 #define RMS_MUL "s.name LIKE 'FUSED RMS_NORM+MUL %%'"     /* a norm whose ADD is not its own */
 
 static char model32[600], model16[600];
-/* ggml keeps f16 weights in its AMX buffer on this CPU (llama_prog bufts): its own MUL_MAT
- * computes them there, with f32 activations, where the agent's f16 kernels round them to f16
- * as ggml's generic MUL_MAT does, so those products stay ggml's (hosts/ggml.c, find_mm). */
+/* ggml keeps f16 weights in its AMX buffer on this CPU (llama_prog bufts) and multiplies them
+ * with f32 activations there, not rounded to f16 as its generic MUL_MAT does: the prompt's
+ * products get kernels that keep them in f32 ("MUL_MAT f16 AMX ..."), decode's stay ggml's
+ * (hosts/ggml_match.c, find_mm). */
 static int amx_f16;
 
 static void setup(void)
@@ -162,23 +163,21 @@ Test(ggml, fused_groups_keep_the_output_are_stored_and_start_warm)
      * the second layer's attention norm and the output norm after an FFN's residual ADD; the
      * first layer's attention norm has no ADD before it). The prefill has 2: its first layer's
      * residual ADDs belong to MUL_MAT + ADD groups (the second layer's attention output goes
-     * through GET_ROWS first, its FFN runs on one token) — or 4 where its products are ggml's
-     * (f16 weights in the AMX buffer). 64 decode steps, each on 2 threads.
+     * through GET_ROWS first, its FFN runs on one token). 64 decode steps, each on 2 threads.
      * The never-slower rounds run the host's own graph in 2 of every 16 executions of the
      * decode graph (its 14th and 15th, 30th and 31st, ...: 8 of 64, no verdict coming before
      * the 8th round), and those groups' calls are ggml's, not the kernel's. */
-    int mm_add = !(m == 1 && amx_f16); /* the prefill's MUL_MAT + ADD groups exist */
-    cr_assert_eq(calls, (64 * 4 + (mm_add ? 2 : 4)) * 2);
+    cr_assert_eq(calls, (64 * 4 + 2) * 2);
     cr_assert_eq(h_query(db, "SELECT v.calls FROM variants v JOIN signatures s ON s.id=v.sig_id"
                                " WHERE v.run_id=2 AND " FUSION1), calls - 8 * 4 * 2,
                  "all fused but the rounds' host executions");
     /* The norms left without their ADD: the first layer's attention norm in every graph, and
-     * in the prefill the norms after the two MUL_MAT + ADD groups (if any). */
+     * in the prefill the norms after the two MUL_MAT + ADD groups. */
     int64_t norms = h_query(db, "SELECT rs.calls FROM run_sigs rs JOIN signatures s ON"
                                   " s.id=rs.sig_id WHERE rs.run_id=2 AND " RMS_MUL);
     int64_t fused = h_query(db, "SELECT v.calls FROM variants v JOIN signatures s ON s.id=v.sig_id"
                                   " WHERE v.run_id=2 AND " RMS_MUL);
-    cr_assert_eq(norms, (65 + (mm_add ? 2 : 0)) * 2);
+    cr_assert_eq(norms, (65 + 2) * 2);
     /* all fused but in the rounds' 8 host executions of the decode graph (which executions
      * those are depends on the graph alone, not on other computations or the clock) */
     cr_assert_eq(fused, norms - 8 * 1 * 2, "%lld of %lld fused", (long long)fused,
@@ -244,12 +243,14 @@ static void mul_mat_kernels_serve_the_prefill(int m)
   cr_assert_eq(h_query(db, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
                              " WHERE s.op='MUL_MAT' AND s.name LIKE '%% N=32'"), 3);
   /* Decode's matrix-vector products (N=1) have kernels of their own, self-tested too: Q, K,
-   * V and O (256 x 256), gate and up (768 x 256), down (256 x 768). */
+   * V and O (256 x 256), gate and up (768 x 256), down (256 x 768); none where ggml's AMX
+   * buffer holds the weights. */
+  int decode = m == 1 && amx_f16 ? 0 : 3;
   cr_assert_eq(h_query(db, "SELECT count(DISTINCT e.sig_id) FROM events e JOIN signatures s"
                              " ON s.id=e.sig_id WHERE s.op='MUL_MAT' AND s.name LIKE '%% N=1'"
-                             " AND e.kind='verified' AND e.detail LIKE 'self-test%%'"), 3);
+                             " AND e.kind='verified' AND e.detail LIKE 'self-test%%'"), decode);
   cr_assert_eq(h_query(db, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
-                             " WHERE s.op='MUL_MAT' AND s.name LIKE '%% N=1'"), 3);
+                             " WHERE s.op='MUL_MAT' AND s.name LIKE '%% N=1'"), decode);
   same_output(run_long("mm2", 1, env, models[m]), plain, "run 2");
   snprintf(q, sizeof q, mm, 2, "loaded");
   cr_assert_eq(h_query(db, q), 3);
@@ -285,9 +286,6 @@ Test(ggml, mul_mat_kernels_serve_the_prefill_from_the_second_run)
 
 Test(ggml, f16_mul_mat_kernels_serve_the_prefill_from_the_second_run)
 {
-  if (amx_f16)
-    cr_skip_test("ggml keeps f16 weights in its AMX buffer on this CPU and computes their "
-                 "products with f32 activations; the agent's f16 kernels round them to f16");
   mul_mat_kernels_serve_the_prefill(1);
 }
 

@@ -336,8 +336,8 @@ ISA_TEST(fused_add_rms_norm_mul_matches_ggml_arithmetic)
  * k blocks, M across the JT_MM_MC-row blocks and half panels, N across the column blocks; N = 1, decode's
  * matrix-vector kernel, with K's across its loop and tails), f32 and f16 weights,
  * row ranges that are a thread's share; each element within the bound of a float sum of K
- * products of the exact dot product (x rounded to f16 against f16 weights, as ggml does), and
- * nothing outside the rows written. */
+ * products of the exact dot product (x rounded to f16 against f16 weights, as ggml does, but
+ * for w16 = 2: as ggml's AMX buffer, x as it is), and nothing outside the rows written. */
 ISA_TEST(mul_mat_kernels_match_exact_dot_products)
 {
   static const int ks[] = {1, 7, 8, 255, 256, 257, 600, 768, 1030};
@@ -346,9 +346,9 @@ ISA_TEST(mul_mat_kernels_match_exact_dot_products)
   static const int k1s[] = {1, 7, 8, 31, 32, 33, 56, 63, 64, 100, 768, 9216, 9217, 10007};
   enum { NK = sizeof ks / sizeof *ks, NK1 = sizeof k1s / sizeof *k1s };
   for (int t = 0; t < 24 + 2 * NK1; t++) {
-    int w16 = t & 1, k = ks[rnd(NK)];
+    int w16 = t & 1 ? 1 + (t >> 1 & 1) : 0, k = ks[rnd(NK)];
     int m = 16 * (1 + (int)rnd(t < 12 ? 6 : 40)), n = JT_MM_MIN_N + (int)rnd(t < 12 ? 20 : 120);
-    if (t >= 24) /* decode's matrix-vector products, every k1 with both weight types */
+    if (t >= 24) /* decode's matrix-vector products, every k1 with f32 and f16 weights */
       n = 1, k = k1s[(t - 24) / 2], m = k > 2000 ? 16 * (1 + (int)rnd(3)) : m;
     jt_gemm_t g = {.mm = 1, .w16 = w16, .m = m, .n = n, .k = k};
     cr_assert(jt_gemm_supported(&g));
@@ -379,12 +379,12 @@ ISA_TEST(mul_mat_kernels_match_exact_dot_products)
         }
         double exact = 0, mag = 0;
         for (int kk = 0; kk < k; kk++) {
-          double xv = w16 ? (double)(_Float16)x[(long)j * k + kk] : x[(long)j * k + kk];
+          double xv = w16 == 1 ? (double)(_Float16)x[(long)j * k + kk] : x[(long)j * k + kk];
           double p = (double)w[(long)i * k + kk] * xv;
           exact += p, mag += fabs(p);
         }
         cr_assert(fabs(got - exact) <= 4.0 * (k + 2) * FLT_EPSILON * mag + FLT_MIN,
-                  "%s %dx%dx%d rows [%lld, %lld): y[%d,%d] = %.9g, exact %.9g", w16 ? "f16" : "f32",
+                  "w16 %d %dx%dx%d rows [%lld, %lld): y[%d,%d] = %.9g, exact %.9g", w16,
                   m, n, k, (long long)i0, (long long)i1, i, j, got, exact);
       }
     free(w), free(wh), free(x), free(y);
