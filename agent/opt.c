@@ -165,6 +165,37 @@ void ag_opts_free(ag_opts_t *o)
   }
 }
 
+/* Copies conninfo (a libpq key=value string or URI) into buf with its passwords as "***": a
+ * password= value (quoted or not, in either form) and a URI's user:password@. */
+static void redact_conninfo(const char *c, char *buf, size_t len)
+{
+  size_t used = 0;
+  const char *uri = strstr(c, "://");
+  const char *at = uri ? strpbrk(uri + 3, "@/?") : NULL;
+  const char *colon = at && *at == '@' ? memchr(uri + 3, ':', (size_t)(at - uri - 3)) : NULL;
+  for (const char *p = c; *p && used + 4 < len;) {
+    int key = (p == c || p[-1] == ' ' || p[-1] == '?' || p[-1] == '&') &&
+              strncasecmp(p, "password=", 9) == 0;
+    if (p == colon || key) {
+      size_t n = key ? 9 : 1;
+      memcpy(buf + used, p, n);
+      used += n;
+      p += n;
+      if (key && *p == '\'')
+        for (p++; *p && *p != '\''; p += p[0] == '\\' && p[1] ? 2 : 1)
+          ;
+      else
+        p += key ? strcspn(p, " &") : (size_t)(at - p);
+      p += key && *p == '\'';
+      memcpy(buf + used, "***", 3);
+      used += 3;
+      continue;
+    }
+    buf[used++] = *p++;
+  }
+  buf[used] = 0;
+}
+
 void ag_opts_format(const ag_opts_t *o, int id, char *buf, size_t len)
 {
   const ag_opt_desc_t *d = ag_opt_desc(id);
@@ -172,7 +203,12 @@ void ag_opts_format(const ag_opts_t *o, int id, char *buf, size_t len)
     return;
   long v = o->num[id];
   switch (d->kind) {
-  case AG_OK_STR: snprintf(buf, len, "%s", o->str[id] ? o->str[id] : ""); return;
+  case AG_OK_STR:
+    if (id == AG_OPT_FLEET && o->str[id]) /* never a password in a run's record or doctor */
+      redact_conninfo(o->str[id], buf, len);
+    else
+      snprintf(buf, len, "%s", o->str[id] ? o->str[id] : "");
+    return;
   case AG_OK_BOOL:
   case AG_OK_INT: snprintf(buf, len, "%ld", v); return;
   default: break;

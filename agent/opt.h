@@ -127,7 +127,8 @@ void ag_opts_free(ag_opts_t *o);
 /* The description of option id, or NULL. */
 const ag_opt_desc_t *ag_opt_desc(int id);
 
-/* Writes the effective value of option id as text (enum and flag names spelt out). */
+/* Writes the effective value of option id as text (enum and flag names spelt out; OPJIT_FLEET's
+ * passwords as "***"). */
 void ag_opts_format(const ag_opts_t *o, int id, char *buf, size_t len);
 
 /* The database path: OPJIT_DB if set, else $XDG_CACHE_HOME/opjit/profile.db, else

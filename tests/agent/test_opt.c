@@ -174,6 +174,30 @@ Test(opt, int_suffix_overflow_and_bounds)
   ag_opts_free(&o);
 }
 
+Test(opt, fleet_passwords_never_formatted)
+{
+  static const char *const cases[][2] = {
+      {"host=/tmp/pg port=5432 user=postgres", "host=/tmp/pg port=5432 user=postgres"},
+      {"host=db password=s3cret user=me", "host=db password=*** user=me"},
+      {"host=db password='a b\\' c' dbname=x", "host=db password=*** dbname=x"},
+      {"postgresql://me:s3cret@db.example/opjit?sslmode=require",
+       "postgresql://me:***@db.example/opjit?sslmode=require"},
+      {"postgresql://me@db:5432/opjit?password=s3cret&sslmode=require",
+       "postgresql://me@db:5432/opjit?password=***&sslmode=require"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    setenv_fake("OPJIT_FLEET", cases[i][0]);
+    ag_opts_t o;
+    cr_assert_eq(ag_opts_parse(&o, fake_get, capture), 0);
+    char buf[256];
+    ag_opts_format(&o, AG_OPT_FLEET, buf, sizeof buf);
+    cr_expect_str_eq(buf, cases[i][1]);
+    cr_expect_str_eq(o.str[AG_OPT_FLEET], cases[i][0], "the agent itself keeps the password");
+    ag_opts_free(&o);
+    reset();
+  }
+}
+
 Test(opt, format_spells_out_enums_and_flags)
 {
   setenv_fake("OPJIT_HOSTS", "blas");
