@@ -54,8 +54,9 @@
     /* The samples per interval: the interval under the pointer, each layer's samples in it
      * and the share of calls JIT kernels served. */
     var series = document.getElementById('tl-series');
-    var layers = [], share = null;
+    var layers = [], share = null, calls = [];
     if (series) {
+      calls = series.getAttribute('data-calls').split(' ');
       Array.prototype.forEach.call(series.querySelectorAll('polygon.sa'), function (p) {
         takeTitle(p);
         layers.push({name: p.getAttribute('data-name'),
@@ -91,6 +92,7 @@
         if (l.v[k])
           lines.push([l.name, l.v[k] + ' (' + pct(l.v[k], all) + ')']);
       });
+      lines.push(['operator calls', calls[k] || '0']);
       if (share)
         lines.push(['JIT served', share[k] === '-' ? 'no call' :
                     (100 * share[k]).toFixed(1) + '% of the calls']);

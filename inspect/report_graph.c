@@ -383,8 +383,9 @@ static void series_legend(FILE *f, const layer_t *layers, size_t n, int jit)
 }
 
 /* The chart of samples per interval, stacked by layer, from y top to top + TL_AREA, with the
- * share of calls JIT kernels served as a line (0 at the bottom, 100 % at the top). The values
- * are also in data-v attributes for report.js's tooltip. */
+ * share of calls JIT kernels served as a line (0 at the bottom, 100 % at the top). The values,
+ * and the operators' calls per interval, are also in data-* attributes for report.js's
+ * tooltip. */
 static void draw_series(const timeline_t *tl, const layer_t *layers, size_t n, int jit, int top)
 {
   const ins_report_t *rep = tl->rep;
@@ -402,8 +403,15 @@ static void draw_series(const timeline_t *tl, const layer_t *layers, size_t n, i
   char iv[32];
   ins_fmt_ns((double)rep->interval_ns, iv, sizeof iv);
   fprintf(f, "<g id=\"tl-series\" data-iv=\"%" PRId64 "\" data-off=\"%" PRId64 "\" data-n=\"%u\""
-             " data-top=\"%d\" data-h=\"%d\">\n",
-          rep->interval_ns, rep->series_offset_ns, nint, top, TL_AREA);
+             " data-calls=\"",
+          rep->interval_ns, rep->series_offset_ns, nint);
+  for (uint32_t k = 0; k < nint; k++) { /* the operators' calls per interval: throughput */
+    uint64_t c = 0;
+    for (size_t i = 0; i < rep->nseries; i++)
+      c += rep->series[i].calls[k];
+    fprintf(f, "%s%" PRIu64, k ? " " : "", c);
+  }
+  fputs("\">\n", f);
   fprintf(f, "<text x=\"0\" y=\"%d\">%s per %s</text>", top + 14,
           n ? "CPU samples" : "JIT share of calls", iv);
   if (n)

@@ -181,6 +181,7 @@ Test(browser, report_of_a_real_run_zooms_searches_explains_and_marks_the_jit_eve
   const cJSON *stip = item(seen, "seriesTip");
   cr_expect(cJSON_IsTrue(item(stip, "shown")), "no tooltip over the samples");
   cr_expect(strstr(str(stip, "text"), " into the run") && strstr(str(stip, "text"), "samples: ") &&
+                strstr(str(stip, "text"), "operator calls: ") &&
                 strstr(str(stip, "text"), "JIT served: "),
             "samples tooltip: %s", str(stip, "text"));
 

@@ -187,7 +187,8 @@ Test(report, timeline_stacks_each_intervals_samples_by_operator_with_the_jit_sha
   proc_t p = opjit(NULL, (const char *[]){"report", "--db", db, "-o", "-", NULL});
   cr_assert_eq(p.status, 0, "%s", p.err);
   const char *html = p.out;
-  cr_expect(strstr(html, "<g id=\"tl-series\" data-iv=\"500000\" data-off=\"0\" data-n=\"4\""));
+  cr_expect(strstr(html, "<g id=\"tl-series\" data-iv=\"500000\" data-off=\"0\" data-n=\"4\""
+                         " data-calls=\"11 11 11 11\">"));
   cr_expect_eq(count(html, "<polygon class=\"sa "), 3, "A, B and the program's own time");
   const char *a = strstr(html, "<polygon class=\"sa sa0\" data-name=\"");
   cr_assert(a);
