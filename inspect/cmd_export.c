@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* `opjit export`: every run (or one) with its program, machine, options, argv, signatures,
- * what the sampler recorded (summary, PC histogram, folded stacks, counters) and what the JIT
- * did (variants, events), as one JSON document on stdout. */
+ * what the sampler recorded (summary, PC histogram, folded stacks, counters), what the JIT
+ * did (variants, events) and the run's series over time, as one JSON document on stdout. */
 #include "cmd.h"
 #include "db.h"
 #include "pprof.h"
@@ -10,6 +10,7 @@
 
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Appends run's signatures to array out; returns the last st_rows_next (0: all read). */
@@ -57,6 +58,52 @@ static int add_rows(st_rows_t *st, int64_t run, const char *const *keys, cJSON *
   return rc;
 }
 
+/* A series blob (column col of st's row) as an array of numbers. */
+static cJSON *series_array(st_rows_t *st, int col)
+{
+  size_t len;
+  const void *blob = st_rows_blob(st, col, &len);
+  uint64_t *v = ins_xmalloc((len ? len : 1) * sizeof *v);
+  size_t n = st_series_decode(blob, len, v, len);
+  cJSON *a = cJSON_CreateArray();
+  for (size_t k = 0; k < n; k++)
+    cJSON_AddItemToArray(a, cJSON_CreateNumber((double)v[k]));
+  free(v);
+  return a;
+}
+
+/* Adds run's series over time to r as "series": its interval, its first interval's start
+ * since the run's, and per signature (null: outside operators) the calls, variant calls and
+ * samples of each interval; null for a run without one. Returns the last st_rows_next. */
+static int add_series(st_rows_t *st, int64_t run, cJSON *r)
+{
+  st_rows_rewind(st);
+  st_rows_bind_int(st, 1, run);
+  cJSON *series = NULL, *rows = NULL;
+  int rc;
+  while ((rc = st_rows_next(st)) == 1) {
+    if (!series) {
+      series = cJSON_AddObjectToObject(r, "series");
+      cJSON_AddNumberToObject(series, "interval_ns",
+                              (double)st_rows_int(st, ST_SERIES_INTERVAL_NS));
+      cJSON_AddNumberToObject(series, "offset_ns", (double)st_rows_int(st, ST_SERIES_OFFSET_NS));
+      rows = cJSON_AddArrayToObject(series, "rows");
+    }
+    cJSON *o = cJSON_CreateObject();
+    if (st_rows_type(st, ST_SERIES_SIG) == ST_COL_NULL)
+      cJSON_AddNullToObject(o, "sig");
+    else
+      cJSON_AddStringToObject(o, "sig", st_rows_text(st, ST_SERIES_SIG));
+    cJSON_AddItemToObject(o, "calls", series_array(st, ST_SERIES_CALLS));
+    cJSON_AddItemToObject(o, "vcalls", series_array(st, ST_SERIES_VCALLS));
+    cJSON_AddItemToObject(o, "samples", series_array(st, ST_SERIES_SAMPLES));
+    cJSON_AddItemToArray(rows, o);
+  }
+  if (!series)
+    cJSON_AddNullToObject(r, "series");
+  return rc;
+}
+
 static int cmd_export(int argc, char **argv)
 {
   static const struct option longopts[] = {{"db", required_argument, NULL, 'd'},
@@ -92,7 +139,7 @@ static int cmd_export(int argc, char **argv)
     return INS_EXIT_FAIL;
   int version = 0;
   st_rows_t *runs_st = NULL, *sigs_st = NULL, *pcs_st = NULL, *stacks_st = NULL,
-            *counters_st = NULL, *variants_st = NULL, *events_st = NULL;
+            *counters_st = NULL, *variants_st = NULL, *events_st = NULL, *series_st = NULL;
   /* sig is null for what fell outside any operator (the program's own time). */
   static const char *const pc_keys[] = {"sig", "module", "symbol", "samples", NULL};
   static const char *const stack_keys[] = {"sig", "stack", "samples", NULL};
@@ -109,7 +156,8 @@ static int cmd_export(int argc, char **argv)
       !(stacks_st = ins_query(db, ST_Q_EXPORT_STACKS)) ||
       !(counters_st = ins_query(db, ST_Q_EXPORT_COUNTERS)) ||
       !(variants_st = ins_query(db, ST_Q_EXPORT_VARIANTS)) ||
-      !(events_st = ins_query(db, ST_Q_EXPORT_EVENTS)))
+      !(events_st = ins_query(db, ST_Q_EXPORT_EVENTS)) ||
+      !(series_st = ins_query(db, ST_Q_SERIES)))
     goto out;
   doc = cJSON_CreateObject();
   cJSON_AddStringToObject(doc, "opjit_version", OPJIT_VERSION);
@@ -163,6 +211,8 @@ static int cmd_export(int argc, char **argv)
       srk = add_rows(variants_st, id, variant_keys, cJSON_AddArrayToObject(r, "variants"));
     if (srk == 0)
       srk = add_rows(events_st, id, event_keys, cJSON_AddArrayToObject(r, "events"));
+    if (srk == 0)
+      srk = add_series(series_st, id, r);
     if (srk != 0) {
       step = srk;
       break;
@@ -176,6 +226,7 @@ static int cmd_export(int argc, char **argv)
   doc = NULL;
 out:
   cJSON_Delete(doc);
+  st_rows_close(series_st);
   st_rows_close(events_st);
   st_rows_close(variants_st);
   st_rows_close(counters_st);
@@ -198,7 +249,10 @@ const ins_cmd_t ins_cmd_export = {
             "summary, its PC histogram by symbol (pcs), folded stacks and hardware counter\n"
             "totals, each row naming its signature (null: outside any operator). The JIT's\n"
             "variants (status, compiler, compile time, calls served and timed) and events\n"
-            "(CLOCK_REALTIME time_ns, kind, detail) follow, by signature.\n\n"
+            "(CLOCK_REALTIME time_ns, kind, detail) follow, by signature; then the run's\n"
+            "series over time (null before schema 8): interval_ns, offset_ns (the first\n"
+            "interval's start since the run's) and per signature (null: outside operators)\n"
+            "its calls, vcalls (served by its JIT variant) and samples in each interval.\n\n"
             "--pprof writes RUN's sampled stacks (default: the newest run with some) to FILE in\n"
             "Go's pprof format (gzip'ed profile.proto): the samples opjit flame shows, as\n"
             "samples/count and cpu/nanoseconds, operator samples labelled with their signature\n"

@@ -209,6 +209,30 @@ Test(report, timeline_stacks_each_intervals_samples_by_operator_with_the_jit_sha
   cr_expect(!strstr(html, "no series over time"));
   expect_self_contained(html);
   proc_free(&p);
+
+  /* opjit export carries the same series. */
+  p = opjit(NULL, (const char *[]){"export", "--json", "--db", db, NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cJSON *j = proc_json(&p);
+  const cJSON *series = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "runs"), 0),
+                                            "series");
+  cr_assert(cJSON_IsObject(series), "%s", p.out);
+  cr_expect_eq(cJSON_GetNumberValue(cJSON_GetObjectItem(series, "interval_ns")), 500000);
+  cr_expect_eq(cJSON_GetNumberValue(cJSON_GetObjectItem(series, "offset_ns")), 0);
+  const cJSON *rows = cJSON_GetObjectItem(series, "rows");
+  cr_assert_eq(cJSON_GetArraySize(rows), 3);
+  const cJSON *ra = cJSON_GetArrayItem(rows, 0), *out = cJSON_GetArrayItem(rows, 2);
+  cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(ra, "sig")), "aaaa000000000064");
+  static const double want[3][4] = {{10, 10, 10, 10}, {0, 0, 8, 10}, {5, 5, 1, 0}};
+  static const char *const keys[] = {"calls", "vcalls", "samples"};
+  for (int i = 0; i < 3; i++)
+    for (int k = 0; k < 4; k++)
+      cr_expect_eq(cJSON_GetNumberValue(cJSON_GetArrayItem(cJSON_GetObjectItem(ra, keys[i]), k)),
+                   want[i][k], "%s[%d]", keys[i], k);
+  cr_expect(cJSON_IsNull(cJSON_GetObjectItem(out, "sig")), "outside operators");
+  cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(out, "samples")), 4);
+  cJSON_Delete(j);
+  proc_free(&p);
 }
 
 Test(report, a_run_without_a_series_keeps_the_events_and_says_why)
@@ -223,5 +247,12 @@ Test(report, a_run_without_a_series_keeps_the_events_and_says_why)
   cr_expect(!strstr(p.out, "id=\"tl-series\""));
   cr_expect(strstr(p.out, "This run has no series over time: it was recorded by an opjit older "
                           "than schema 8"));
+  proc_free(&p);
+  p = opjit(NULL, (const char *[]){"export", "--json", "--db", db, NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cJSON *j = proc_json(&p);
+  cr_expect(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "runs"), 0),
+                                             "series")));
+  cJSON_Delete(j);
   proc_free(&p);
 }
