@@ -11,8 +11,9 @@
  *                    must be the original library's, bit for bit
  *   inf              an 8x8x8 sgemm whose A holds an infinity on its first calls, then finite
  *   many N           that 8x8x8 sgemm N times, finite
- *   mixed N          "many N", then a 24x24x24 sgemm 3 times and a 40x40x40 dgemm N/1000 + 100
- *                    times: a hot signature, a cold one and a larger one
+ *   mixed N          "many N" (after its first 1000 calls, the JIT settles: the hot sgemm's
+ *                    compile and duel are over), then a 24x24x24 sgemm 3 times and a 40x40x40
+ *                    dgemm N/1000 + 100 times: a hot signature, a cold one and a larger one
  *   badorder         cblas_sgemm with an order that is neither row- nor column-major, 20 times:
  *                    C must stay untouched (the library rejects the call)
  *   forkhot          fork first (the parent never calls BLAS); the child's signatures get hot
@@ -561,7 +562,10 @@ int main(int argc, char **argv)
                        .ldc = 24, .alpha = 1, .beta = 0};
     gemm_sig_t big = {.f64 = 1, .ta = 'N', .tb = 'N', .m = 40, .n = 40, .k = 40, .lda = 40,
                       .ldb = 40, .ldc = 40, .alpha = 1, .beta = 1};
-    inf_calls(n, 0, 0);
+    int first = n < 1000 ? n : 1000;
+    inf_calls(first, 0, 0);
+    settle_or(100000);
+    inf_calls(n - first, 0, 0);
     for (int i = 0; i < 3; i++)
       call_and_check(&cold, &seed, 0);
     for (int i = 0; i < n / 1000 + 100; i++)

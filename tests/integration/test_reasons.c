@@ -155,7 +155,7 @@ Test(reasons, each_state_says_why_in_its_decision_s_own_words)
 
 Test(reasons, a_lost_duel_gives_both_medians_and_the_next_run_says_why_it_stays_original)
 {
-  host("slow1", "slow", "many", "300000");
+  host("slow1", "slow", "mixed", "300000");
   expect_state(HOT, "lost", "slower before publication: variant ", 1);
   cJSON *doc = cJSON_Parse(opjit("variants_json", "variants", "--json", NULL, NULL));
   cr_assert_not_null(doc);
@@ -166,7 +166,7 @@ Test(reasons, a_lost_duel_gives_both_medians_and_the_next_run_says_why_it_stays_
       2, "%s", r);
   cr_expect_gt(vns, ons, "the kernel, run 16 times per call, is the slower: %s", r);
   cJSON_Delete(doc);
-  host("slow2", "slow", "many", "300000");
+  host("slow2", "slow", "mixed", "300000");
   expect_state(HOT, "lost", "lost or tied against the original on this machine in an earlier run",
                0);
 }
