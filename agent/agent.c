@@ -674,7 +674,7 @@ static void write_variants(void)
                                   a stored object against, with no LLVM loaded */
                                JT_GENERATOR_VERSION, OPJIT_LLVM_VERSION,
                                loaded ? cpu_key : ag_tier_cpu(),
-                               e->compile_ns, vcalls[i], atomic_load(&e->vtimed),
+                               atomic_load(&e->compile_ns), vcalls[i], atomic_load(&e->vtimed),
                                atomic_load(&e->vtimed_ns), p->origin,
                                p->pre_calls, cpu_key, p->object, p->object_len, p->symbol,
                                p->checksum, p->drop};
@@ -1158,7 +1158,10 @@ static void atfork_child(void)
   pthread_mutex_init(&warm_mu, NULL); /* a parent thread may have held it */
   warm_pending = 0;
   init_cond();
-  pthread_mutex_init(&db_mu, NULL);
+  if (fork_db_held)
+    pthread_mutex_unlock(&db_mu); /* prepare's: this thread holds it */
+  else
+    pthread_mutex_init(&db_mu, NULL); /* the writer's, which does not exist here */
   parent_start_ns = run_start_ns;
   parent_pid = getppid();
   run_id = 0;

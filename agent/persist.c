@@ -16,8 +16,9 @@ enum {
 
 int ag_persist_init(ag_persist_book_t *b, uint32_t capacity)
 {
-  b->slots = calloc(capacity ? capacity : 1, sizeof *b->slots);
-  return b->slots ? 0 : -1;
+  ag_pslot_t *slots = calloc(capacity ? capacity : 1, sizeof *slots);
+  atomic_store(&b->slots, slots); /* after the zeroes */
+  return slots ? 0 : -1;
 }
 
 void ag_persist_set(ag_persist_book_t *b, uint32_t i, void *obj, size_t len, const char *symbol,

@@ -17,6 +17,7 @@
 #define OPJIT_AGENT_PERSIST_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,7 +47,7 @@ typedef struct ag_pslot_s {
 
 typedef struct ag_persist_book_s {
   pthread_mutex_t mu;
-  ag_pslot_t *slots; /* NULL until ag_persist_init */
+  ag_pslot_t *_Atomic slots; /* NULL until ag_persist_init (the writer tests it unlocked) */
 } ag_persist_book_t;
 #define AG_PERSIST_BOOK_INIT                                                                       \
   {                                                                                                \

@@ -27,7 +27,7 @@ typedef struct ag_entry_s {
   _Atomic uint64_t vcalls;   /* calls the variant served (threads with counters add at exit) */
   _Atomic uint64_t vtimed, vtimed_ns;  /* variant's timed calls */
   uint64_t base_timed, base_ns;        /* original's timing when the variant was published */
-  uint64_t compile_ns;                 /* the variant's compile time */
+  _Atomic uint64_t compile_ns;         /* the variant's compile time (the writer reads it) */
   uint32_t tier_flags;                 /* compile thread only: 1 = speed verdict taken, 2 = the
                                           judge found the published variant faster */
   _Atomic uint32_t fails;              /* compile failures so far (backoff, then blacklist) */

@@ -64,7 +64,8 @@ static ag_cqueue_t cq = AG_CQUEUE_INIT(&cq_ops);
 static pthread_mutex_t code_mu = PTHREAD_MUTEX_INITIALIZER; /* the code cache, the code list,
                                                                the estimates, speed verdicts */
 
-static const jt_api_t *jit;
+/* The JIT module, once a compile thread loaded it (release): the writer reads it too. */
+static const jt_api_t *_Atomic jit;
 static _Atomic int jit_dead;
 static _Atomic int hold_hot; /* the warm start is deciding: calls queue nothing meanwhile */
 static jt_gemm_t *shapes; /* per entry: the column-major problem its variant solves */
@@ -149,7 +150,11 @@ int ag_tier_code_at(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name)
   return ag_code_at(pc, lo, hi, name);
 }
 
-const char *ag_tier_cpu(void) { return jit ? jit->cpu() : ""; }
+const char *ag_tier_cpu(void)
+{
+  const jt_api_t *j = atomic_load_explicit(&jit, memory_order_acquire);
+  return j ? j->cpu() : "";
+}
 
 /* The kernel e's key asks for (problem.h). */
 static int gemm_of(const ag_sig_t *k, jt_gemm_t *g, int *swap)
@@ -172,8 +177,8 @@ static int load_jit_now(void)
                         "library", jit_error);
     return -1;
   }
-  jit = api;
-  ag_log(AG_LOG_INFO, "JIT ready: LLVM %s for %s", jit->llvm_version(), jit->cpu());
+  atomic_store_explicit(&jit, api, memory_order_release); /* after its init */
+  ag_log(AG_LOG_INFO, "JIT ready: LLVM %s for %s", api->llvm_version(), api->cpu());
   return 0;
 }
 
@@ -383,8 +388,8 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps
   retire((void *)fn, NULL, 0); /* a full list keeps it */
   pthread_mutex_unlock(&code_mu);
   uint32_t i = e->index;
+  demoted[i] = AG_DEMOTED_SLOWER; /* before the tier: the writer reads it once DEMOTED */
   atomic_store(&e->tier, AG_TIER_DEMOTED);
-  demoted[i] = AG_DEMOTED_SLOWER;
   decide(e, r.verdict == AG_CMP_TIE ? AG_STATE_TIED : AG_STATE_LOST, AG_EV_DEMOTED,
          "%s before publication: variant %.0f ns per call, original %.0f ns (duel on scratch "
          "operands; median ratio %.2f over %u rounds)",
@@ -541,8 +546,8 @@ static void watch_speed(void)
     uint64_t miss = atomic_load(&e->guard_miss), calls, hits;
     if (miss >= 256 && (ag_tcount_sum_one(i, &calls, &hits), miss > hits)) {
       atomic_store_explicit(&e->variant, NULL, memory_order_release);
-      atomic_store(&e->tier, AG_TIER_DEMOTED);
       demoted[i] = AG_DEMOTED_GUARD;
+      atomic_store(&e->tier, AG_TIER_DEMOTED);
       /* a stored object stays: the guards fail on this program's data */
       ag_persist_discard(&objects, i);
       decide(e, AG_STATE_DEMOTED, AG_EV_INVALIDATED, "guard: %llu of %llu calls failed the "
@@ -579,10 +584,10 @@ static void watch_speed(void)
       continue;
     }
     atomic_store_explicit(&e->variant, NULL, memory_order_release);
+    demoted[i] = v == AG_CMP_TIE ? AG_DEMOTED_TIE : AG_DEMOTED_SLOWER;
     atomic_store(&e->tier, AG_TIER_DEMOTED);
     live--;
     if (v == AG_CMP_TIE) { /* the original stays for this run; the stored kernel is kept */
-      demoted[i] = AG_DEMOTED_TIE;
       decide(e, AG_STATE_TIED, AG_EV_DEMOTED, "tie: variant %.0f ns per call, original %.0f ns "
              "(warm, interleaved; median ratio %.2f over %u rounds): the original stays for this "
              "run", vmean, omean, med, rounds);

@@ -44,8 +44,8 @@ typedef struct sp_ring_s {
 
 typedef struct sp_slot_s {
   _Atomic int state;
-  pid_t tid;
-  int fd;                       /* perf event (group leader), or -1 */
+  _Atomic pid_t tid;            /* (atomic: every thread's handler reads every slot's tid and */
+  _Atomic int fd;               /* fd, while sp_mu's holder changes them) perf event, or -1 */
   int member_fds[SP_MAX_COUNTERS];
   timer_t timer;
   int has_timer;
@@ -144,6 +144,20 @@ static int is_skipped(pid_t tid)
 /* libunwind 1.x's x86-64 local-unwinding ABI (libunwind.so.8; its headers are not needed):
  * unw_backtrace, and the step-by-step walk from a signal's context. */
 #define UNW_CURSOR_WORDS 127 /* UNW_TDEP_CURSOR_LEN */
+/* unw_backtrace keeps its cache in thread-local storage of libunwind's (dlopen'ed: dynamic TLS).
+ * A thread's first access to that allocates the thread's block with malloc, inside
+ * __tls_get_addr: not async-signal-safe. So the handler takes unw_backtrace only on a thread
+ * whose block sp_thread_begin allocated beforehand (tl_unw_tls; other threads take the
+ * step-by-step walk, which touches no TLS: libunwind's caching policy is global). Under TSan
+ * it never does: TSan finishes a thread before libunwind's thread-specific-data destructor of
+ * that cache runs, which then locks a mutex through TSan's interceptors and crashes. */
+#if defined(__SANITIZE_THREAD__)
+#define SP_UNW_BACKTRACE 0
+#else
+#define SP_UNW_BACKTRACE 1
+#endif
+static size_t unw_tls_mod; /* libunwind's TLS module id (0: none, or not loaded) */
+static __thread __attribute__((tls_model("initial-exec"))) int tl_unw_tls;
 #define UNW_INIT_SIGNAL_FRAME 1
 #define UNW_REG_IP 16 /* UNW_X86_64_RIP */
 static struct {
@@ -192,10 +206,13 @@ static sp_slot_t *slot_of(const siginfo_t *si)
   pid_t self = (pid_t)syscall(SYS_gettid);
   if (si->si_code == SI_TIMER) {
     int i = si->si_value.sival_int;
-    return i >= 0 && i < n && slots[i].tid == self ? &slots[i] : NULL;
+    return i >= 0 && i < n && atomic_load_explicit(&slots[i].tid, memory_order_relaxed) == self
+               ? &slots[i]
+               : NULL;
   }
   for (int i = 0; i < n; i++)
-    if (slots[i].fd == si->si_fd && slots[i].tid == self)
+    if (atomic_load_explicit(&slots[i].fd, memory_order_relaxed) == si->si_fd &&
+        atomic_load_explicit(&slots[i].tid, memory_order_relaxed) == self)
       return &slots[i];
   return NULL;
 }
@@ -269,7 +286,7 @@ static int record_stack(sp_sample_t *s, sp_slot_t *t, void *uc)
   if (!unw.backtrace)
     return 1;
   s->flags |= SP_F_UNWOUND;
-  if (t->taken <= SP_YOUNG_SAMPLES) {
+  if (t->taken <= SP_YOUNG_SAMPLES || !SP_UNW_BACKTRACE || !tl_unw_tls) {
     uint64_t cursor[UNW_CURSOR_WORDS]; /* unw_cursor_t */
     int k = 1;
     if (unw.init_local2(cursor, uc, UNW_INIT_SIGNAL_FRAME) == 0)
@@ -641,8 +658,15 @@ int sp_start(const sp_config_t *c)
     *(void **)&unw.get_reg = h ? dlsym(h, "_ULx86_64_get_reg") : NULL;
     void *bt = h && unw.init_local2 && unw.step && unw.get_reg ? dlsym(h, "unw_backtrace") : NULL;
     if (bt) {
-      void *warm[SP_MAX_FRAMES];
-      ((int (*)(void **, int))bt)(warm, SP_MAX_FRAMES); /* its caches fill here, not in the handler */
+      /* Its shared caches fill here, not in the handler: a step-by-step walk of this stack
+       * (unw_backtrace would give this thread a cache of its own it never uses). */
+      ucontext_t here;
+      uint64_t cursor[UNW_CURSOR_WORDS];
+      if (getcontext(&here) == 0 && unw.init_local2(cursor, &here, 0) == 0)
+        for (int k = 0; k < SP_MAX_FRAMES && unw.step(cursor) > 0; k++)
+          ;
+      if (dlinfo(h, RTLD_DI_TLS_MODID, &unw_tls_mod) != 0)
+        unw_tls_mod = 0;
       *(void **)&unw.backtrace = bt;
     } else {
       explain("stacks (libunwind.so.8)", ENOENT);
@@ -705,12 +729,25 @@ static uint64_t now_ns(void)
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Allocates this thread's block of libunwind's TLS (see SP_UNW_BACKTRACE), outside any
+ * handler: glibc's __tls_get_addr for the module's first variable. */
+extern void *__tls_get_addr(void *ti);
+static void unw_tls_touch(void)
+{
+  struct {
+    unsigned long module, offset;
+  } ti = {unw_tls_mod, 0};
+  if (SP_UNW_BACKTRACE && ti.module && !tl_unw_tls)
+    tl_unw_tls = __tls_get_addr(&ti) != NULL;
+}
+
 uint64_t sp_thread_begin(void)
 {
   pthread_attr_t a;
   void *base = NULL;
   size_t size = 0;
   pid_t self = gettid(), main_tid = getpid();
+  unw_tls_touch();
   /* ~0.4 us (for the main thread it reads /proc: that one's stack comes from find_stacks) */
   if (self != main_tid && pthread_getattr_np(pthread_self(), &a) == 0) {
     if (pthread_attr_getstack(&a, &base, &size) == 0 && base)

@@ -95,7 +95,8 @@ void sp_expect(void);
 int sp_expected(void);
 /* A thread the host just created, on its first instruction: notes its stack (for the stack
  * walker, whenever sampling starts) and arms it when sampling is on; while the host starts
- * short-lived threads (one per task), one in four, whose samples then weigh four (sampler.c).
+ * short-lived threads (one per task), one in four, whose samples then weigh four (sampler.c);
+ * allocates the thread's block of libunwind's TLS, which the handler must not (sampler.c).
  * Returns a token for sp_thread_end. */
 uint64_t sp_thread_begin(void);
 /* The calling thread, begun with token, is about to return: releases its event and notes how
