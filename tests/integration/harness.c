@@ -30,15 +30,32 @@ void h_teardown(void)
   cr_assert_eq(system(cmd), 0);
 }
 
+const char *h_artefact(const char *path)
+{
+  static char buf[4][512];
+  static int next;
+  const char *dir = getenv("OPJIT_TEST_ARTEFACTS");
+  size_t n = strlen(OPJIT_BUILD_DIR);
+  if (!dir || !*dir || strncmp(path, OPJIT_BUILD_DIR "/", n + 1))
+    return path;
+  char *b = buf[next++ % 4];
+  snprintf(b, sizeof buf[0], "%s%s", dir, path + n);
+  return b;
+}
+
 pid_t h_spawn(const char *tag, int agent, const char *const *env, const char *const *argv)
 {
   /* The child's environment: the test's entries first (getenv takes the first match), then
    * ours minus any OPJIT_ and LD_PRELOAD, then the defaults the test did not set. */
-  static char dbvar[160], preload[512];
+  static char dbvar[160], preload[1024];
   const char *envp[512];
   size_t n = 0;
   for (; env && *env && n < 100; env++)
     envp[n++] = *env;
+  /* Under ASan, a host that is not ours (python3, node) is not leak-checked: it frees little at
+   * exit, and what it keeps is no finding of the agent's (our hosts are checked). */
+  if (*OPJIT_TEST_PRELOAD && strncmp(argv[0], OPJIT_BUILD_DIR "/", strlen(OPJIT_BUILD_DIR) + 1))
+    envp[n++] = "ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0";
   for (char **e = environ; *e && n < 500; e++)
     if (strncmp(*e, "OPJIT_", 6) && strncmp(*e, "LD_PRELOAD=", 11))
       envp[n++] = *e;
@@ -47,7 +64,10 @@ pid_t h_spawn(const char *tag, int agent, const char *const *env, const char *co
   envp[n++] = "OPJIT_MODE=profile"; /* bit-identical outputs; the JIT tests ask for jit */
   envp[n++] = "OPENBLAS_NUM_THREADS=1";
   if (agent) {
-    snprintf(preload, sizeof preload, "LD_PRELOAD=%s", H_AGENT);
+    /* A sanitizer's runtime first (ASan must come first in the initial library list: an
+     * uninstrumented host would otherwise bind malloc to libc's). */
+    snprintf(preload, sizeof preload, "LD_PRELOAD=%s%s%s", OPJIT_TEST_PRELOAD,
+             *OPJIT_TEST_PRELOAD ? ":" : "", h_artefact(H_AGENT));
     envp[n++] = preload;
   }
   envp[n] = NULL;
@@ -61,10 +81,22 @@ pid_t h_spawn(const char *tag, int agent, const char *const *env, const char *co
     int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
       _exit(126);
-    execve(argv[0], (char *const *)argv, (char *const *)envp);
+    execve(h_artefact(argv[0]), (char *const *)argv, (char *const *)envp);
     _exit(127);
   }
   return pid;
+}
+
+void h_assert_no_sanitizer_report(const char *tag)
+{
+  static const char *const reports[] = {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                                        "WARNING: ThreadSanitizer", "ThreadSanitizer: ",
+                                        "runtime error: "};
+  const char *err = h_output(tag, "err");
+  for (size_t i = 0; i < sizeof reports / sizeof *reports; i++) {
+    const char *at = strstr(err, reports[i]);
+    cr_assert_null(at, "%s: a sanitizer report:\n%.6000s", tag, at ? at : "");
+  }
 }
 
 int h_run(const char *tag, int agent, const char *const *env, const char *const *argv)
@@ -72,6 +104,7 @@ int h_run(const char *tag, int agent, const char *const *env, const char *const 
   int status;
   pid_t pid = h_spawn(tag, agent, env, argv);
   cr_assert_eq(waitpid(pid, &status, 0), pid);
+  h_assert_no_sanitizer_report(tag);
   return status;
 }
 
@@ -160,10 +193,21 @@ void h_exec(const char *fmt, ...)
   sqlite3_close(db);
 }
 
+int h_sanitized(void)
+{
+  const char *artefacts = getenv("OPJIT_TEST_ARTEFACTS");
+#if defined(__SANITIZE_ADDRESS__)
+  (void)artefacts;
+  return 1;
+#else
+  return artefacts && *artefacts;
+#endif
+}
+
 void h_setup_jit(void)
 {
   struct stat st;
-  if (stat(OPJIT_BUILD_DIR "/libopjit-jit.so", &st) != 0)
+  if (stat(h_artefact(OPJIT_BUILD_DIR "/libopjit-jit.so"), &st) != 0)
     cr_skip_test("the JIT module was not built (LLVM 19 missing)");
   h_setup();
 }
@@ -176,6 +220,6 @@ int h_nobody_can_use_build(void)
   snprintf(cmd, sizeof cmd,
            "/usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups /bin/sh -c "
            "'test -r %s && test -x %s && test -x %s' 2>/dev/null",
-           H_AGENT, H_BLAS_PROG, H_HOST_PROG);
+           h_artefact(H_AGENT), h_artefact(H_BLAS_PROG), h_artefact(H_HOST_PROG));
   return system(cmd) == 0;
 }

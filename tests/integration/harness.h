@@ -16,10 +16,21 @@ void h_teardown(void);
 /* Runs argv (argv[0] a path) with the agent preloaded when agent is set, extra environment
  * entries "NAME=value" (NULL-terminated, may be NULL; they win over the defaults OPJIT_DB=h_db,
  * OPJIT_MODE=profile and OPENBLAS_NUM_THREADS=1), stdout and stderr to
- * h_dir/<tag>.out / .err. Returns the raw wait status. */
+ * h_dir/<tag>.out / .err. Returns the raw wait status; fails the test when the program's
+ * stderr holds a sanitizer's report (h_assert_no_sanitizer_report). In a sanitizer build the
+ * sanitizer's runtime is preloaded before the agent (OPJIT_TEST_PRELOAD). */
 int h_run(const char *tag, int agent, const char *const *env, const char *const *argv);
-/* The same, started in the background: returns the pid. */
+/* The same, started in the background: returns the pid (the caller waits for it). */
 pid_t h_spawn(const char *tag, int agent, const char *const *env, const char *const *argv);
+
+/* Fails the test when h_dir/<tag>.err holds a report of ASan, LSan, TSan or UBSan. */
+void h_assert_no_sanitizer_report(const char *tag);
+
+/* path itself, or, when $OPJIT_TEST_ARTEFACTS names another build folder and path lies in this
+ * build's, the same file there (static buffer, four in rotation): the TSan lane runs these
+ * tests' uninstrumented Criterion runners against an instrumented agent and hosts
+ * (scripts/sanitize.sh). h_spawn maps the agent and argv[0] through it. */
+const char *h_artefact(const char *path);
 
 /* 1 when user nobody (65534) can read and run the build's agent and host programs: tests
  * that run a host as nobody skip otherwise (a build folder inside a private home, say). */
@@ -38,6 +49,11 @@ int64_t h_query(const char *path, const char *fmt, ...) __attribute__((format(pr
 /* Runs one statement that changes h_db (a test tampering with what the agent stored); fails
  * the test when it errs or changes nothing. */
 void h_exec(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* 1 when the agent under test is built with a sanitizer (ASan's build, or the TSan lane's
+ * artefacts): its JIT compiles several times slower there, so how many kernels compile within
+ * a program's life, and what follows from that, is the plain suite's to check. */
+int h_sanitized(void);
 
 /* h_setup for the JIT's tests: skips the test when the JIT module was not built. */
 void h_setup_jit(void);

@@ -30,6 +30,15 @@ static void sweep(const char *tag, const char *const *e, const char *sigs, const
   cr_assert(strstr(h_output(tag, "out"), "mismatches 0"), "%s", h_output(tag, "out"));
 }
 
+/* The runs below start from a run 1 that compiled every signature: under a sanitizer, whose
+ * JIT compiles several times slower, it rarely does (h_sanitized). */
+static void skip_if_sanitized(void)
+{
+  if (h_sanitized())
+    cr_skip_test("run 1 compiles only part of its signatures under a sanitizer: the plain suite "
+                 "checks this");
+}
+
 static int64_t objects(void) { return h_query(NULL, "SELECT count(*) FROM objects"); }
 
 static int64_t events(int run, const char *kind)
@@ -39,6 +48,7 @@ static int64_t events(int run, const char *kind)
 
 Test(warm, run_two_places_every_kernel_and_compiles_nothing)
 {
+  skip_if_sanitized();
   sweep("run1", env, "40", "30", "99");
   int64_t compiled = events(1, "published");
   cr_assert_gt(compiled, 20, "run 1 compiled %lld kernels", (long long)compiled);
@@ -64,6 +74,7 @@ Test(warm, run_two_places_every_kernel_and_compiles_nothing)
 
 Test(warm, damaged_foreign_and_outdated_objects_are_invalidated_and_recompiled)
 {
+  skip_if_sanitized();
   sweep("run1", env, "40", "30", "5");
   int64_t n = h_query(NULL, "SELECT count(*) FROM objects");
   cr_assert_gt(n, 10);
@@ -140,12 +151,15 @@ Test(warm, shapes_that_stop_being_called_decay_and_new_ones_become_hot)
 
 Test(warm, two_processes_of_one_program_both_extend_its_profile)
 {
+  skip_if_sanitized();
   sweep("first", env, "20", "20", "3");
   const char *argv[] = {H_JIT_PROG, "sweep", "20", "20", "3", NULL};
   pid_t p1 = h_spawn("c1", 1, env, argv), p2 = h_spawn("c2", 1, env, argv);
   int s1, s2;
   cr_assert_eq(waitpid(p1, &s1, 0), p1);
   cr_assert_eq(waitpid(p2, &s2, 0), p2);
+  h_assert_no_sanitizer_report("c1");
+  h_assert_no_sanitizer_report("c2");
   cr_assert(WIFEXITED(s1) && WEXITSTATUS(s1) == 0 && WIFEXITED(s2) && WEXITSTATUS(s2) == 0,
             "%s\n%s", h_output("c1", "err"), h_output("c2", "err"));
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE status='exited'"), 3);
@@ -172,13 +186,14 @@ Test(warm, a_fork_child_of_a_warm_process_compiles_its_own_signatures)
   int child = (int)h_query(NULL, "SELECT id FROM runs WHERE parent_run = %d", parent);
   cr_assert(parent > 1 && child > 1, "runs: parent %d, child %d", parent, child);
   cr_assert_eq(events(parent, "loaded"), stored);
-  cr_assert_gt(events(child, "published"), 3, "the child compiled");
+  cr_assert_gt(events(child, "published"), h_sanitized() ? 0 : 3, "the child compiled");
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE run_id=%d AND status='failed'",
                        child), 0);
 }
 
 Test(warm, a_full_code_cache_evicts_placed_kernels_and_compiles_the_deferred_later)
 {
+  skip_if_sanitized();
   sweep("first", env, "30", "30", "31");
   int64_t stored = objects();
   cr_assert_gt(stored, 12);
