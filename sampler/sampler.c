@@ -144,6 +144,8 @@ static int is_skipped(pid_t tid)
 /* libunwind 1.x's x86-64 local-unwinding ABI (libunwind.so.8; its headers are not needed):
  * unw_backtrace, and the step-by-step walk from a signal's context. */
 #define UNW_CURSOR_WORDS 127 /* UNW_TDEP_CURSOR_LEN */
+#define UNW_INIT_SIGNAL_FRAME 1
+#define UNW_REG_IP 16 /* UNW_X86_64_RIP */
 /* unw_backtrace keeps its cache in thread-local storage of libunwind's (dlopen'ed: dynamic TLS).
  * A thread's first access to that allocates the thread's block with malloc, inside
  * __tls_get_addr: not async-signal-safe. So the handler takes unw_backtrace only on a thread
@@ -156,10 +158,8 @@ static int is_skipped(pid_t tid)
 #else
 #define SP_UNW_BACKTRACE 1
 #endif
-static size_t unw_tls_mod; /* libunwind's TLS module id (0: none, or not loaded) */
+static _Atomic size_t unw_tls_mod; /* libunwind's TLS module id (0: none, or not loaded) */
 static __thread __attribute__((tls_model("initial-exec"))) int tl_unw_tls;
-#define UNW_INIT_SIGNAL_FRAME 1
-#define UNW_REG_IP 16 /* UNW_X86_64_RIP */
 static struct {
   int (*backtrace)(void **buf, int size);
   int (*init_local2)(void *cursor, void *uc, int flags);
@@ -665,8 +665,8 @@ int sp_start(const sp_config_t *c)
       if (getcontext(&here) == 0 && unw.init_local2(cursor, &here, 0) == 0)
         for (int k = 0; k < SP_MAX_FRAMES && unw.step(cursor) > 0; k++)
           ;
-      if (dlinfo(h, RTLD_DI_TLS_MODID, &unw_tls_mod) != 0)
-        unw_tls_mod = 0;
+      size_t mod = 0;
+      atomic_store(&unw_tls_mod, dlinfo(h, RTLD_DI_TLS_MODID, &mod) == 0 ? mod : 0);
       *(void **)&unw.backtrace = bt;
     } else {
       explain("stacks (libunwind.so.8)", ENOENT);
@@ -736,7 +736,7 @@ static void unw_tls_touch(void)
 {
   struct {
     unsigned long module, offset;
-  } ti = {unw_tls_mod, 0};
+  } ti = {atomic_load_explicit(&unw_tls_mod, memory_order_relaxed), 0};
   if (SP_UNW_BACKTRACE && ti.module && !tl_unw_tls)
     tl_unw_tls = __tls_get_addr(&ti) != NULL;
 }
