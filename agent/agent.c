@@ -753,23 +753,27 @@ static void series_note(long interval_ms)
                  scratch.samples, scratch.outside);
 }
 
-/* Replaces the run's series in the database: the signatures it has rows for, and the samples
- * outside operators when the run is sampled. */
+/* Replaces the run's series in the database: the signatures it has rows for, the rest, and the
+ * samples outside operators when the run is sampled. */
 static void write_series(void)
 {
   if (!series || !ag_series_count(series))
     return;
   uint32_t n = ag_series_rows(series) < flushed_n ? ag_series_rows(series) : flushed_n;
-  st_series_rec_t *rows = calloc(n + 1, sizeof *rows);
+  st_series_rec_t *rows = calloc(n + 2, sizeof *rows);
   if (!rows)
     return;
   size_t m = 0;
   for (uint32_t i = 0; i < n; i++) {
     const ag_series_row_t *r = ag_series_row(series, i);
     if (r)
-      rows[m++] = (st_series_rec_t){&ag_table_entry(ag_table, i)->key, sizeof(ag_sig_t),
+      rows[m++] = (st_series_rec_t){&ag_table_entry(ag_table, i)->key, sizeof(ag_sig_t), 0,
                                     r->calls, r->vcalls, r->samples};
   }
+  const ag_series_row_t *rest = ag_series_rest(series);
+  if (rest)
+    rows[m++] = (st_series_rec_t){.rest = 1, .calls = rest->calls, .vcalls = rest->vcalls,
+                                  .samples = rest->samples};
   if (sampling)
     rows[m++] = (st_series_rec_t){.samples = ag_series_outside(series)->samples};
   int rc = store->run_series(db, run_id, (int64_t)ag_series_interval(series), run_start_ns,

@@ -14,8 +14,9 @@
 struct ag_series_s {
   uint64_t interval_ns;
   uint32_t count; /* intervals holding data */
-  uint32_t nrows, caprows;
-  ag_series_row_t **rows; /* per entry, NULL until it has a call */
+  uint32_t nrows, caprows, nsigs;
+  ag_series_row_t **rows; /* per entry, NULL until it has a call (or when it shares rest) */
+  ag_series_row_t *rest;  /* the signatures called after AG_SERIES_SIGS others had a row */
   uint64_t (*last)[3];    /* per entry: calls, vcalls, samples at the last tick */
   ag_series_row_t outside;
   uint64_t last_outside;
@@ -37,6 +38,7 @@ void ag_series_free(ag_series_t *s)
     free(s->rows[i]);
   free(s->rows);
   free(s->last);
+  free(s->rest);
   free(s);
 }
 
@@ -53,6 +55,8 @@ static void coalesce(ag_series_t *s)
   for (uint32_t i = 0; i < s->nrows; i++)
     if (s->rows[i])
       halve(s->rows[i]->calls), halve(s->rows[i]->vcalls), halve(s->rows[i]->samples);
+  if (s->rest)
+    halve(s->rest->calls), halve(s->rest->vcalls), halve(s->rest->samples);
   halve(s->outside.calls), halve(s->outside.vcalls), halve(s->outside.samples);
   s->interval_ns *= 2;
   s->count = (s->count + 1) / 2;
@@ -105,15 +109,18 @@ int ag_series_tick(ag_series_t *s, uint64_t t_ns, uint32_t n, const uint64_t *ca
     uint64_t dc = delta(&s->last[i][0], calls[i]);
     uint64_t dv = delta(&s->last[i][1], vcalls ? vcalls[i] : 0);
     uint64_t ds = delta(&s->last[i][2], samples ? samples[i] : 0);
-    if (!s->rows[i] && !dc)
+    if (!s->rows[i] && !dc && !ds)
       continue;
-    if (!s->rows[i] && !(s->rows[i] = calloc(1, sizeof *s->rows[i]))) {
+    ag_series_row_t *r = s->rows[i];
+    if (!r && s->nsigs < AG_SERIES_SIGS && (r = s->rows[i] = calloc(1, sizeof *r)))
+      s->nsigs++;
+    else if (!r && !(r = s->rest ? s->rest : (s->rest = calloc(1, sizeof *r)))) {
       rc = -ENOMEM;
       continue;
     }
-    s->rows[i]->calls[k] += dc;
-    s->rows[i]->vcalls[k] += dv;
-    s->rows[i]->samples[k] += ds;
+    r->calls[k] += dc;
+    r->vcalls[k] += dv;
+    r->samples[k] += ds;
   }
   s->outside.samples[k] += delta(&s->last_outside, outside);
   return rc;
@@ -127,6 +134,8 @@ const ag_series_row_t *ag_series_row(const ag_series_t *s, uint32_t index)
 {
   return index < s->nrows ? s->rows[index] : NULL;
 }
+
+const ag_series_row_t *ag_series_rest(const ag_series_t *s) { return s->rest; }
 
 const ag_series_row_t *ag_series_outside(const ag_series_t *s) { return &s->outside; }
 

@@ -4,14 +4,18 @@
  * writer thread feeds it the running totals it already reads at each tick; the series keeps the
  * differences. Bounded whatever the run's length: at most AG_SERIES_MAX intervals; when the
  * next tick falls past the last one, adjacent intervals merge in pairs and the interval
- * doubles. Only signatures that had a call get a row. One thread uses a series at a time. */
+ * doubles. Only signatures that had a call get a row, the first AG_SERIES_SIGS of them; the
+ * signatures called after those share one more row, the rest (so a series takes at most
+ * (AG_SERIES_SIGS + 2) rows of 6 KB, whatever the signature table's size). One thread uses a
+ * series at a time. */
 #ifndef OPJIT_AGENT_SERIES_H
 #define OPJIT_AGENT_SERIES_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define AG_SERIES_MAX 256 /* intervals kept; an even number (merged in pairs) */
+#define AG_SERIES_MAX 256  /* intervals kept; an even number (merged in pairs) */
+#define AG_SERIES_SIGS 256 /* signatures given a row of their own */
 
 typedef struct ag_series_s ag_series_t;
 
@@ -37,8 +41,10 @@ int ag_series_tick(ag_series_t *s, uint64_t t_ns, uint32_t n, const uint64_t *ca
 /* The interval's length now, and how many intervals hold data ([0, count) from time 0). */
 uint64_t ag_series_interval(const ag_series_t *s);
 uint32_t ag_series_count(const ag_series_t *s);
-/* Entry index's row, or NULL when it has had no call; the outside-operators row (never NULL). */
+/* Entry index's row, or NULL when it has had no call or shares the rest; the rest (NULL while
+ * every signature called has a row of its own); the outside-operators row (never NULL). */
 const ag_series_row_t *ag_series_row(const ag_series_t *s, uint32_t index);
+const ag_series_row_t *ag_series_rest(const ag_series_t *s);
 const ag_series_row_t *ag_series_outside(const ag_series_t *s);
 /* Entries [0, rows) may have a row. */
 uint32_t ag_series_rows(const ag_series_t *s);

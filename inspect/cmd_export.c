@@ -73,8 +73,9 @@ static cJSON *series_array(st_rows_t *st, int col)
 }
 
 /* Adds run's series over time to r as "series": its interval, its first interval's start
- * since the run's, and per signature (null: outside operators) the calls, variant calls and
- * samples of each interval; null for a run without one. Returns the last st_rows_next. */
+ * since the run's, and per row (a signature, the rest of them, or outside operators, as
+ * ST_SERIES_ROW says) the calls, variant calls and samples of each interval; null for a run
+ * without one. Returns the last st_rows_next. */
 static int add_series(st_rows_t *st, int64_t run, cJSON *r)
 {
   st_rows_rewind(st);
@@ -90,6 +91,7 @@ static int add_series(st_rows_t *st, int64_t run, cJSON *r)
       rows = cJSON_AddArrayToObject(series, "rows");
     }
     cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "row", st_rows_text(st, ST_SERIES_ROW));
     if (st_rows_type(st, ST_SERIES_SIG) == ST_COL_NULL)
       cJSON_AddNullToObject(o, "sig");
     else
@@ -251,8 +253,9 @@ const ins_cmd_t ins_cmd_export = {
             "variants (status, compiler, compile time, calls served and timed) and events\n"
             "(CLOCK_REALTIME time_ns, kind, detail) follow, by signature; then the run's\n"
             "series over time (null before schema 8): interval_ns, offset_ns (the first\n"
-            "interval's start since the run's) and per signature (null: outside operators)\n"
-            "its calls, vcalls (served by its JIT variant) and samples in each interval.\n\n"
+            "interval's start since the run's) and rows (row: sig, rest for the signatures\n"
+            "past the agent's first 256, outside for outside operators) with the calls,\n"
+            "vcalls (served by a JIT variant) and samples of each interval.\n\n"
             "--pprof writes RUN's sampled stacks (default: the newest run with some) to FILE in\n"
             "Go's pprof format (gzip'ed profile.proto): the samples opjit flame shows, as\n"
             "samples/count and cpu/nanoseconds, operator samples labelled with their signature\n"

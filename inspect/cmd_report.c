@@ -204,7 +204,11 @@ static int read_series(st_db_t *db, ins_report_t *rep)
     rep->series = ins_grow(rep->series, rep->nseries, &cap, sizeof *rep->series);
     ins_report_series_t *r = &rep->series[rep->nseries++];
     snprintf(r->sig, sizeof r->sig, "%s", st_rows_text(st, ST_SERIES_SIG));
-    r->name = ins_xstrdup(*r->sig ? st_rows_text(st, ST_SERIES_NAME) : INS_FOLD_PROGRAM);
+    r->rest = strcmp(st_rows_text(st, ST_SERIES_ROW), "rest") == 0;
+    r->outside = strcmp(st_rows_text(st, ST_SERIES_ROW), "outside") == 0;
+    r->name = ins_xstrdup(r->rest      ? "other operators"
+                          : r->outside ? INS_FOLD_PROGRAM
+                                       : st_rows_text(st, ST_SERIES_NAME));
     r->calls = series_values(st, ST_SERIES_CALLS, rep);
     r->vcalls = series_values(st, ST_SERIES_VCALLS, rep);
     r->samples = series_values(st, ST_SERIES_SAMPLES, rep);

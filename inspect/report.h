@@ -42,8 +42,9 @@ typedef struct ins_report_event_s {
 
 /* One row of the run's series over time: a signature, or the samples outside operators. */
 typedef struct ins_report_series_s {
-  char sig[17]; /* "": outside operators */
+  char sig[17]; /* "": a row of no one signature (rest or outside) */
   char *name;
+  int rest, outside; /* the signatures the agent gave no row of their own; outside operators */
   uint64_t *calls, *vcalls, *samples; /* per interval, ins_report_t.nint each */
   uint64_t total;                     /* its samples over the run */
 } ins_report_series_t;

@@ -306,8 +306,8 @@ typedef struct layer_s {
 } layer_t;
 
 /* The chart's layers, bottom up, into out (TL_LAYERS + 2 at most): the TL_LAYERS operators with
- * the most samples, then the other operators summed into other (rep->nint values), then the
- * samples outside operators. Returns how many. */
+ * the most samples, then the other operators (the agent's rest row among them) summed into
+ * other (rep->nint values), then the samples outside operators. Returns how many. */
 static size_t series_layers(const ins_report_t *rep, layer_t *out, uint64_t *other)
 {
   static const char *const cls[TL_LAYERS] = {"sa0", "sa1", "sa2", "sa3",
@@ -317,9 +317,12 @@ static size_t series_layers(const ins_report_t *rep, layer_t *out, uint64_t *oth
   const ins_report_series_t *outside = NULL;
   int *used = ins_xmalloc((rep->nseries + 1) * sizeof *used);
   memset(used, 0, (rep->nseries + 1) * sizeof *used);
-  for (size_t i = 0; i < rep->nseries; i++)
-    if (!*rep->series[i].sig)
+  for (size_t i = 0; i < rep->nseries; i++) {
+    if (rep->series[i].outside)
       outside = &rep->series[i], used[i] = 1;
+    else if (rep->series[i].rest) /* never a layer of its own: in "other operators" */
+      used[i] = 2;
+  }
   while (n < TL_LAYERS) { /* the next most sampled operator (ties: by signature, as read) */
     size_t best = rep->nseries;
     for (size_t i = 0; i < rep->nseries; i++)
@@ -335,7 +338,7 @@ static size_t series_layers(const ins_report_t *rep, layer_t *out, uint64_t *oth
   }
   memset(other, 0, rep->nint * sizeof *other);
   for (size_t i = 0; i < rep->nseries; i++)
-    for (uint32_t k = 0; !used[i] && k < rep->nint; k++)
+    for (uint32_t k = 0; used[i] != 1 && k < rep->nint; k++)
       other[k] += rep->series[i].samples[k], rest += rep->series[i].samples[k];
   if (rest)
     out[n++] = (layer_t){"other operators", "sa-other", other, rest};

@@ -125,9 +125,10 @@ static const char *const sql[ST_Q__N] = {
         " AND (?3 IS NULL OR e.kind = ?3) ORDER BY e.run_id, e.time_ns, e.id",
     [ST_Q_SERIES] =
         "SELECT s.sig, s.name, x.interval_ns, x.start_ns - r.start_ns, x.calls, x.vcalls,"
-        " x.samples FROM run_series x JOIN runs r ON r.id = x.run_id"
-        " LEFT JOIN signatures s ON s.id = x.sig_id AND x.sig_id != 0"
-        " WHERE x.run_id = ?1 ORDER BY x.sig_id = 0, s.sig",
+        " x.samples, CASE x.sig_id WHEN 0 THEN 'outside' WHEN -1 THEN 'rest' ELSE 'sig' END"
+        " FROM run_series x JOIN runs r ON r.id = x.run_id"
+        " LEFT JOIN signatures s ON s.id = x.sig_id AND x.sig_id > 0"
+        " WHERE x.run_id = ?1 ORDER BY x.sig_id <= 0, x.sig_id = 0, s.sig",
     [ST_Q_STACKS] = "SELECT k.sig_id, s.name, k.stack, sum(k.samples) AS n"
                     " FROM run_stacks k LEFT JOIN signatures s ON s.id = k.sig_id"
                     " WHERE (?1 = 0 OR k.run_id = ?1) AND (?2 IS NULL OR s.sig = ?2)"

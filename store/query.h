@@ -60,8 +60,9 @@ enum st_query {
   /* ?1 run (0: every run), ?2 sig ('': any), ?3 kind (NULL: any): events by run, then in
    * order (enum st_event_col). */
   ST_Q_EVENTS,
-  /* ?1 run: its series over time, the signatures' by sig, then the samples outside operators
-   * (enum st_series_col); no row for a run without one (an agent older than schema 8's). */
+  /* ?1 run: its series over time, the signatures' by sig, then the rest, then the samples
+   * outside operators (enum st_series_col); no row for a run without one (an agent older
+   * than schema 8's). */
   ST_Q_SERIES,
   /* ?1 run (0: every run), ?2 sig (NULL: any): folded stacks summed over the scope, the
    * operators' by name, then the program's own (sig_id 0): sig_id, name, stack, samples. */
@@ -205,13 +206,15 @@ enum st_event_col {
 /* The columns of ST_Q_SERIES: one row of the run's series; the three blobs hold the same
  * number of intervals (st_series_decode reads them). */
 enum st_series_col {
-  ST_SERIES_SIG,         /* 16 hex digits; NULL: outside operators */
+  ST_SERIES_SIG,         /* 16 hex digits; NULL: a row of no one signature (ST_SERIES_ROW) */
   ST_SERIES_NAME,        /* NULL likewise */
   ST_SERIES_INTERVAL_NS, /* each interval's length */
   ST_SERIES_OFFSET_NS,   /* the first interval's start, since the run's start */
   ST_SERIES_CALLS,       /* blob: calls per interval */
   ST_SERIES_VCALLS,      /* blob: calls its JIT variant served */
   ST_SERIES_SAMPLES,     /* blob: CPU samples attributed to it */
+  ST_SERIES_ROW,         /* "sig"; "rest": the signatures the agent gave no row of their own
+                            (beyond the first it kept), summed; "outside": outside operators */
 };
 
 /* The columns of ST_Q_EXPORT_RUNS: a run, its program and its machine as recorded. */

@@ -16,8 +16,9 @@
  *      keeps both: a CPU's model outlives its runs
  *   7  run_sigs.state + reason: each signature's JIT state (ST_JIT_STATES) and why, as the
  *      agent's last decision in the run put it (NULL: an older agent's run)
- *   8  run_series: the run over time, per signature (sig_id 0 = outside operators) and per
- *      interval, calls, variant calls and samples as blobs of varints (st_run_series)
+ *   8  run_series: the run over time, per signature (sig_id 0 = outside operators, -1 = the
+ *      signatures beyond the agent's rows) and per interval, calls, variant calls and samples
+ *      as blobs of varints (st_run_series)
  * A file whose user_version is newer than ST_SCHEMA_VERSION is refused, never downgraded; one
  * whose user_version is negative (no opjit writes one) is refused as damaged, never rewritten.
  * A read-only connection to an older file sees the newest schema through TEMP views. */
@@ -778,7 +779,9 @@ int st_run_series(st_db_t *db, int64_t run_id, int64_t interval_ns, int64_t star
     rc = run1(db, NULL, "DELETE FROM run_series WHERE run_id=?", "i", run_id);
   int64_t sig;
   for (size_t i = 0; i < n && !rc; i++) {
-    if ((rc = sig_id_of(db, rows[i].key, rows[i].key_len, &sig)) == ST_ENOENT) {
+    if (rows[i].rest)
+      sig = -1;
+    else if ((rc = sig_id_of(db, rows[i].key, rows[i].key_len, &sig)) == ST_ENOENT) {
       rc = ST_OK; /* not flushed yet, or collected by opjit gc */
       continue;
     }

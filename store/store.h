@@ -212,12 +212,14 @@ int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size
                     const st_event_rec_t *ev, size_t nev);
 
 /* A run's series over time (the agent's writer bins it, agent/series.h): one row per signature
- * that had calls, and one for the samples outside operators (NULL key); each array holds
- * count intervals of interval_ns from the run's start. The whole series is replaced at each
- * write (its interval doubles as the run grows). */
+ * that had calls, one for the signatures beyond those the agent gives a row (rest), and one
+ * for the samples outside operators (NULL key); each array holds count intervals of
+ * interval_ns from the run's start. The whole series is replaced at each write (its interval
+ * doubles as the run grows). */
 typedef struct st_series_rec_s {
-  const void *key; /* NULL: outside operators (sig_id 0) */
+  const void *key; /* NULL: outside operators (sig_id 0), or the rest */
   size_t key_len;
+  int rest;        /* the signatures without a row of their own, summed (sig_id -1) */
   const uint64_t *calls, *vcalls, *samples; /* per interval; NULL reads as zeros */
 } st_series_rec_t;
 /* Replaces run's series: n rows of count intervals of interval_ns from start_ns (the run's

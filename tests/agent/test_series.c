@@ -97,3 +97,28 @@ Test(series, totals_that_shrink_restart_from_them)
   cr_assert_eq(ag_series_row(s, 0)->calls[2], 4);
   ag_series_free(s);
 }
+
+Test(series, signatures_past_the_first_ones_share_the_rest)
+{
+  enum { N = AG_SERIES_SIGS + 3 };
+  ag_series_t *s = ag_series_new(1 * MS);
+  static uint64_t calls[N], samples[N];
+  for (int i = 0; i < N; i++)
+    calls[i] = i % 2 ? 0 : 1; /* the odd entries are called at the second tick */
+  cr_assert_eq(ag_series_tick(s, 0, N, calls, NULL, samples, 0), 0);
+  cr_assert_null(ag_series_rest(s), "(N + 1) / 2 signatures: a row each");
+  for (int i = 0; i < N; i++)
+    calls[i] = 3, samples[i] = 1;
+  cr_assert_eq(ag_series_tick(s, 1 * MS, N, calls, NULL, samples, 0), 0);
+  uint32_t own = 0;
+  for (int i = 0; i < N; i++)
+    own += ag_series_row(s, (uint32_t)i) != NULL;
+  cr_expect_eq(own, AG_SERIES_SIGS);
+  const ag_series_row_t *rest = ag_series_rest(s);
+  cr_assert_not_null(rest);
+  uint32_t shared = N - AG_SERIES_SIGS;
+  cr_expect_eq(rest->calls[1], 3 * shared, "their calls, summed");
+  cr_expect_eq(rest->samples[1], shared);
+  cr_expect_eq(ag_series_row(s, 0)->calls[1], 2, "a row of its own keeps its own");
+  ag_series_free(s);
+}

@@ -180,7 +180,9 @@ Test(report, timeline_stacks_each_intervals_samples_by_operator_with_the_jit_sha
                      " 'bbbb000000000032', x'01010101', x'00000000', x'02020202') x"
                      " ON x.sig = s.sig WHERE r.id = %1$lld;"
                      "INSERT INTO run_series SELECT id, 0, 500000, start_ns, x'00000000',"
-                     " x'00000000', x'01010101' FROM runs WHERE id = %1$lld;",
+                     " x'00000000', x'01010101' FROM runs WHERE id = %1$lld;"
+                     "INSERT INTO run_series SELECT id, -1, 500000, start_ns, x'00000000',"
+                     " x'00000000', x'01000000' FROM runs WHERE id = %1$lld;",
                      (long long)run) > 0);
   sql_exec(db, sql);
   free(sql);
@@ -189,7 +191,10 @@ Test(report, timeline_stacks_each_intervals_samples_by_operator_with_the_jit_sha
   const char *html = p.out;
   cr_expect(strstr(html, "<g id=\"tl-series\" data-iv=\"500000\" data-off=\"0\" data-n=\"4\""
                          " data-calls=\"11 11 11 11\">"));
-  cr_expect_eq(count(html, "<polygon class=\"sa "), 3, "A, B and the program's own time");
+  cr_expect_eq(count(html, "<polygon class=\"sa "), 4,
+               "A, B, the agent's rest as other operators, and the program's own time");
+  cr_expect(strstr(html, "<polygon class=\"sa sa-other\" data-name=\"other operators\""
+                         " data-v=\"1 0 0 0\""));
   const char *a = strstr(html, "<polygon class=\"sa sa0\" data-name=\"");
   cr_assert(a);
   const char *v = strstr(a, "data-v=\"5 5 1 0\"");
@@ -198,11 +203,11 @@ Test(report, timeline_stacks_each_intervals_samples_by_operator_with_the_jit_sha
                          " data-v=\"2 2 2 2\""), "escaped");
   cr_expect(strstr(html, "<polygon class=\"sa sa-out\""));
   cr_expect(strstr(html, "data-share=\"0.0000 0.0000 0.7273 0.9091\""));
-  cr_expect(strstr(html, ">max 8 samples</text>"), "5 + 2 + 1 in the first two intervals");
+  cr_expect(strstr(html, ">max 9 samples</text>"), "5 + 2 + 1 + 1 in the first interval");
   cr_expect(strstr(html, "<span class=\"key k-share\"></span>share of calls JIT kernels served"));
   /* The first layer's top edge: interval 0 spans x0 to x0 + pw / 4 at the height of its 5
-   * samples out of 8 (the axis spans the run's 2 ms). */
-  double x0 = 290, pw = 1200 - 290 - 16, h = 150 - 8, y = 150 - h * 5 / 8;
+   * samples out of 9 (the axis spans the run's 2 ms). */
+  double x0 = 290, pw = 1200 - 290 - 16, h = 150 - 8, y = 150 - h * 5 / 9;
   char edge[64];
   snprintf(edge, sizeof edge, "points=\"%.2f,%.1f %.2f,%.1f ", x0, y, x0 + pw / 4, y);
   cr_expect(strstr(html, edge), "%s", edge);
@@ -220,8 +225,10 @@ Test(report, timeline_stacks_each_intervals_samples_by_operator_with_the_jit_sha
   cr_expect_eq(cJSON_GetNumberValue(cJSON_GetObjectItem(series, "interval_ns")), 500000);
   cr_expect_eq(cJSON_GetNumberValue(cJSON_GetObjectItem(series, "offset_ns")), 0);
   const cJSON *rows = cJSON_GetObjectItem(series, "rows");
-  cr_assert_eq(cJSON_GetArraySize(rows), 3);
-  const cJSON *ra = cJSON_GetArrayItem(rows, 0), *out = cJSON_GetArrayItem(rows, 2);
+  cr_assert_eq(cJSON_GetArraySize(rows), 4);
+  const cJSON *ra = cJSON_GetArrayItem(rows, 0), *out = cJSON_GetArrayItem(rows, 3);
+  cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 2), "row")),
+                   "rest");
   cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(ra, "sig")), "aaaa000000000064");
   static const double want[3][4] = {{10, 10, 10, 10}, {0, 0, 8, 10}, {5, 5, 1, 0}};
   static const char *const keys[] = {"calls", "vcalls", "samples"};
@@ -230,6 +237,8 @@ Test(report, timeline_stacks_each_intervals_samples_by_operator_with_the_jit_sha
       cr_expect_eq(cJSON_GetNumberValue(cJSON_GetArrayItem(cJSON_GetObjectItem(ra, keys[i]), k)),
                    want[i][k], "%s[%d]", keys[i], k);
   cr_expect(cJSON_IsNull(cJSON_GetObjectItem(out, "sig")), "outside operators");
+  cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(out, "row")), "outside");
+  cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(ra, "row")), "sig");
   cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(out, "samples")), 4);
   cJSON_Delete(j);
   proc_free(&p);

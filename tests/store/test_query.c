@@ -172,11 +172,12 @@ Test(query, a_series_reads_back_as_written_and_a_write_replaces_it)
   for (int k = 0; k < N; k++)
     calls[k] = (uint64_t)k << (k % 36), vcalls[k] = k / 2, samples[k] = k % 5,
     outside[k] = 1000u * k;
-  st_series_rec_t rows[3] = {{"\x01", 1, calls, vcalls, samples},
-                             {"\x09", 1, calls, calls, calls}, /* never flushed: skipped */
-                             {NULL, 0, NULL, NULL, outside}};
+  st_series_rec_t rows[4] = {{"\x01", 1, 0, calls, vcalls, samples},
+                             {"\x09", 1, 0, calls, calls, calls}, /* never flushed: skipped */
+                             {NULL, 0, 0, NULL, NULL, outside},
+                             {NULL, 0, 1, vcalls, NULL, NULL}};
   cr_assert_eq(st_run_series(db, 7, 5000, 1000, 4, rows, 3), ST_OK);
-  cr_assert_eq(st_run_series(db, 7, 250, 1100, N, rows, 3), ST_OK, "replaces the first");
+  cr_assert_eq(st_run_series(db, 7, 250, 1100, N, rows, 4), ST_OK, "replaces the first");
   st_rows_t *r;
   cr_assert_eq(st_query(db, ST_Q_SERIES, &r), ST_OK);
   st_rows_bind_int(r, 1, 7);
@@ -191,7 +192,14 @@ Test(query, a_series_reads_back_as_written_and_a_write_replaces_it)
   cr_expect_arr_eq(got, vcalls, sizeof vcalls);
   cr_assert_eq(series_of(r, ST_SERIES_SAMPLES, got, N + 1), N);
   cr_expect_arr_eq(got, samples, sizeof samples);
+  cr_expect_str_eq(st_rows_text(r, ST_SERIES_ROW), "sig");
+  cr_assert_eq(st_rows_next(r), 1, "then the rest");
+  cr_expect_str_eq(st_rows_text(r, ST_SERIES_ROW), "rest");
+  cr_expect_eq(st_rows_type(r, ST_SERIES_SIG), ST_COL_NULL);
+  cr_assert_eq(series_of(r, ST_SERIES_CALLS, got, N + 1), N);
+  cr_expect_arr_eq(got, vcalls, sizeof vcalls);
   cr_assert_eq(st_rows_next(r), 1, "then the samples outside operators");
+  cr_expect_str_eq(st_rows_text(r, ST_SERIES_ROW), "outside");
   cr_expect_eq(st_rows_type(r, ST_SERIES_SIG), ST_COL_NULL);
   cr_assert_eq(series_of(r, ST_SERIES_CALLS, got, N + 1), N, "NULL arrays are zeros");
   cr_expect_eq(got[0] | got[N - 1], 0);

@@ -710,8 +710,8 @@ Test(store, migrating_from_version_7_keeps_the_runs_and_gc_takes_the_series_with
   r = rec("new", 9);
   cr_assert_eq(st_run_flush(db, run, &r, 1, 0, 2000), ST_OK);
   uint64_t calls[3] = {1, 2, 6}, samples[3] = {0, 4, 1};
-  st_series_rec_t rows[2] = {{r.key, r.key_len, calls, NULL, samples},
-                             {NULL, 0, NULL, NULL, samples}};
+  st_series_rec_t rows[2] = {{r.key, r.key_len, 0, calls, NULL, samples},
+                             {NULL, 0, 0, NULL, NULL, samples}};
   cr_assert_eq(st_run_series(db, old, 100, 1000, 3, rows, 1), ST_OK);
   cr_assert_eq(st_run_series(db, run, 100, 1000, 3, rows, 2), ST_OK);
   cr_assert_eq(query(db, "SELECT count(*) FROM run_series"), 3);
