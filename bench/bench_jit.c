@@ -42,7 +42,8 @@
  * Goals (issue 13; printed met / MISSED, never an exit status): NN beta=1 n in 4..64,
  * geometric mean speedup >= 1.25 vs OpenBLAS (best and default cores) and vs LIBXSMM, float
  * and double; no variant that serves calls slower than its original; fp32 n=64 >= 85 % of the
- * widest vectors' measured peak; n >= 256 never below 0.98 x OpenBLAS.
+ * widest vectors' measured peak (opjit's median round; its fastest round, like the peak the
+ * fastest of its rounds, is printed beside); n >= 256 never below 0.98 x OpenBLAS.
  * Cases: s and d; Fortran (sgemm_) and CBLAS row-major (cblas_sgemm); NN NT TN TT; beta 0, 1;
  * alpha 1; square n, tight leading dimensions.
  *   default  NN beta=1 for n in {4 8 16 32 64 96 128 256 512}; the other seven transpose/beta
@@ -569,6 +570,7 @@ static int compare_outputs(int *bad)
 
 typedef struct stat_s {
   double med[NCFG];                    /* median ns per configuration (0: not measured) */
+  double best[NCFG];                   /* its fastest round's ns (0: not measured) */
   double ratio[NRATIO], ratio_iqr[NRATIO]; /* medians of per-round ratios, +- half IQR */
   double add_ns;                       /* median of per-round J - K */
 } stat_t;
@@ -585,6 +587,9 @@ static stat_t stat_of(int i)
       if (ns[c][i * rounds + r] > 0)
         t[m++] = ns[c][i * rounds + r];
     s.med[c] = m ? bn_median(t, (size_t)m) : 0;
+    for (int r = 0; r < m; r++)
+      if (s.best[c] == 0 || t[r] < s.best[c])
+        s.best[c] = t[r];
   }
   for (int p = 0; p < NRATIO; p++) {
     const double *x = &ns[ratio_num[p]][i * rounds], *y = &ns[ratio_den[p]][i * rounds];
@@ -775,11 +780,15 @@ static void print_goals(void)
     if (i < 0)
       continue;
     stat_t st = stat_of(i);
+    /* The median round is held against the peak; the peak is the fastest of its rounds (a
+     * disturbance only slows a round), so opjit's fastest round is shown beside, like with like. */
     double gf = gflops(64, st.med[CFG_J]), kgf = gflops(64, st.med[CFG_K]);
+    double bgf = gflops(64, st.best[CFG_J]);
     printf("  s %-5s NN b1 n=64: opjit %.1f GF/s (kernel alone %.1f) = %.0f %% of the %d-bit "
-           "f32 peak %.1f GF/s  goal >= %.0f %%: %s\n", cblas ? "cblas" : "f77", gf, kgf,
-           top > 0 ? 100 * gf / top : 0, ag_isa_bits(w), top, 100 * GOAL_PEAK_FRAC,
-           gf >= GOAL_PEAK_FRAC * top ? "met" : "MISSED");
+           "f32 peak %.1f GF/s  goal >= %.0f %%: %s (fastest round %.1f GF/s = %.0f %%)\n",
+           cblas ? "cblas" : "f77", gf, kgf, top > 0 ? 100 * gf / top : 0, ag_isa_bits(w), top,
+           100 * GOAL_PEAK_FRAC, gf >= GOAL_PEAK_FRAC * top ? "met" : "MISSED", bgf,
+           top > 0 ? 100 * bgf / top : 0);
   }
   double worst = INFINITY;
   const char *worst_spec = "-";
