@@ -34,6 +34,15 @@ typedef struct ag_host_s {
    * the host's keys are profiled only. */
   int (*kernel)(const ag_sig_t *k, long max_dim, jt_gemm_t *g, int *swap, char *why,
                 size_t len);
+  /* A kernel's check before it is published, on operands of its own at g's exact shape (g: the
+   * problem kernel gave, fn: the kernel compiled for it), for kernels whose first calls may be
+   * their only ones: 1 passed, 0 failed (*worst and *bound say by how much), -1 not checked
+   * (no check for this kernel's kind, or no memory). NULL: the host's kernels have none. */
+  int (*selftest)(const jt_gemm_t *g, void (*fn)(void), double *worst, double *bound);
+  /* The key whose profile also speaks for k's, when k's calls run as that key's until k has a
+   * kernel (and are timed under it): into *as, returning 1; 0 when k has none. NULL: no key of
+   * this host has one. */
+  int (*stands_in)(const ag_sig_t *k, ag_sig_t *as);
 } ag_host_t;
 
 /* The row of the host with this id, or NULL for an id no host has. */

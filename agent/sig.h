@@ -117,13 +117,6 @@ static inline int ag_sig_ggml_mul_mat(const ag_sig_t *s)
   return s->host == AG_HOST_ID_GGML && s->op == AG_GGML_OP_MUL_MAT;
 }
 
-/* The MUL_MAT key of a MUL_MAT+ADD group's product. */
-static inline ag_sig_t ag_sig_mm_add_product(const ag_sig_t *s)
-{
-  return ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_MUL_MAT, s->dtype, s->api, s->order, 0, 0, s->ab,
-                     s->m, s->n, s->k, s->lda, s->ldb, 0);
-}
-
 /* Naming, by the key's host's row (host.h); a key of no known host is "host#N ...". */
 
 /* The operator's name as a BLAS user spells it: "sgemm", "cblas_ddot"; a ggml op's name:

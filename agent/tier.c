@@ -449,8 +449,10 @@ static void compile_one(uint32_t i, int idle)
   uint64_t dt = ag_now_ns() - t0;
   double worst = 0, bound = 0;
   /* against the signature's own problem (shapes[i]), not what was compiled (g) */
-  int self =
-      rc == 0 && g.mm ? ag_verify_mm_selftest(&shapes[i], (void (*)(void))fn, &worst, &bound) : -1;
+  const ag_host_t *host = ag_host_of(e->key.host);
+  int self = rc == 0 && host && host->selftest
+                 ? host->selftest(&shapes[i], (void (*)(void))fn, &worst, &bound)
+                 : -1;
   pthread_mutex_lock(&code_mu);
   ag_cc_refund(&cache, AG_CC_RESERVE);
   /* the session still had this kernel: evicted, not yet freed */

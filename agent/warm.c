@@ -3,6 +3,7 @@
 #include "warm.h"
 #include "agent.h"
 #include "fleet.h"
+#include "host.h"
 #include "log.h"
 #include "machine.h"
 #include "opt.h"
@@ -43,15 +44,14 @@ static const char *unusable(const st_hot_t *h, const char *key, char *why, size_
                           why, len);
 }
 
-/* A MUL_MAT + ADD group runs unfused as its product until its kernel is there, timed under the
- * product's signature (the group's own calls are timed only fused): it is hot when either
- * profile says so. */
-static int hot_through_product(const st_profile_t *p, const ag_sig_t *k)
+/* A key whose calls run as another's until its kernel is there (host.h, stands_in) is hot when
+ * either profile says so. */
+static int hot_through_stand_in(const st_profile_t *p, const ag_sig_t *k)
 {
-  if (k->host != AG_HOST_ID_GGML || k->op != AG_GGML_OP_FUSED || k->ta != AG_FUSE_MM_ADD)
-    return 0;
+  const ag_host_t *host = ag_host_of(k->host);
   ag_entry_t probe;
-  probe.key = ag_sig_mm_add_product(k);
+  if (!host || !host->stands_in || !host->stands_in(k, &probe.key))
+    return 0;
   for (size_t i = 0; i < p->n; i++)
     if (p->sigs[i].key_len == sizeof probe.key && !memcmp(p->sigs[i].key, &probe.key, sizeof probe.key))
       return ag_tier_profile_hot(&probe, p->sigs[i].score, p->sigs[i].mean_ns);
@@ -63,7 +63,7 @@ static int hot(const st_profile_t *p, const st_hot_t *h)
 {
   ag_entry_t probe;
   memcpy(&probe.key, h->key, sizeof probe.key);
-  return ag_tier_profile_hot(&probe, h->score, h->mean_ns) || hot_through_product(p, &probe.key);
+  return ag_tier_profile_hot(&probe, h->score, h->mean_ns) || hot_through_stand_in(p, &probe.key);
 }
 
 void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, ag_warm_t *w)

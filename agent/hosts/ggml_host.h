@@ -13,6 +13,7 @@
 #define OPJIT_HOSTS_GGML_HOST_H
 
 #include "ggml_key.h"
+#include "ggml_verify.h"
 #include "../agent.h"
 #include "../table.h"
 

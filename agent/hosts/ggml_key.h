@@ -59,6 +59,13 @@ static inline ag_sig_t ag_ggml_group_key(const ag_ggml_group_t *p)
                      p->n, p->k, !norm, !norm, 0);
 }
 
+/* The MUL_MAT node key of a MUL_MAT+ADD group's product. */
+static inline ag_sig_t ag_ggml_mm_add_product(const ag_sig_t *s)
+{
+  return ag_sig_make(AG_HOST_ID_GGML, AG_GGML_OP_MUL_MAT, s->dtype, s->api, s->order, 0, 0, s->ab,
+                     s->m, s->n, s->k, s->lda, s->ldb, 0);
+}
+
 static inline ag_ggml_node_t ag_ggml_node_of(const ag_sig_t *k)
 {
   return (ag_ggml_node_t){.op = k->op,

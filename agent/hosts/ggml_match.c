@@ -387,7 +387,7 @@ static int sign_mm_add(gg_fusion_t *f)
                                                      .wtype = (uint8_t)f->prod[0]->src[0]->type,
                                                      .m = kk.m, .n = kk.n, .k = kk.k,
                                                      .amx = kk.ab});
-  kk = ag_sig_mm_add_product(&k); /* the product's signature: whether it is hot */
+  kk = ag_ggml_mm_add_product(&k); /* the product's signature: whether it is hot */
   ag_entry_t *pke;
   if (!(pke = ag_table_get(ag_table, &kk)) || !(f->e = ag_table_get(ag_table, &k)))
     return 0;

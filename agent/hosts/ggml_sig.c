@@ -3,6 +3,7 @@
  * the running library's own names for ops, types and sub-ops once the host has checked it, and
  * decoded into their typed problems (ggml_key.h) and those into kernels. */
 #include "ggml_key.h"
+#include "ggml_verify.h"
 #include "../host.h"
 #include "../problem.h"
 #include "../opt.h"
@@ -143,6 +144,25 @@ static int kernel(const ag_sig_t *key, long maxd, jt_gemm_t *g, int *swap, char 
                        "for it");
 }
 
+/* ---- Before publication (host.h, selftest) and in the profile (stands_in) ----------------- */
+
+/* The MUL_MAT kernels (alone or with their ADD) are checked: a prefill computes its graph once
+ * per process. The norm groups' kernels are checked on their calls. */
+static int selftest(const jt_gemm_t *g, void (*fn)(void), double *worst, double *bound)
+{
+  return g->mm ? ag_ggml_mm_selftest(g, fn, worst, bound) : -1;
+}
+
+/* A MUL_MAT + ADD group runs unfused as its product until its kernel is there, timed under the
+ * product's signature (the group's own calls are timed only fused). */
+static int stands_in(const ag_sig_t *k, ag_sig_t *as)
+{
+  if (k->op != AG_GGML_OP_FUSED || k->ta != AG_FUSE_MM_ADD)
+    return 0;
+  *as = ag_ggml_mm_add_product(k);
+  return 1;
+}
+
 const ag_host_t ag_host_ggml = {
     .id = AG_HOST_ID_GGML,
     .name = "ggml",
@@ -154,4 +174,6 @@ const ag_host_t ag_host_ggml = {
     .format = format,
     .params_json = params_json,
     .kernel = kernel,
+    .selftest = selftest,
+    .stands_in = stands_in,
 };

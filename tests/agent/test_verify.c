@@ -4,6 +4,7 @@
  * that drops a term, or is off by a few bounds in one element, does not, and the element is
  * named. C is always handed back as it was. */
 #include "agent/verify.h"
+#include "agent/hosts/ggml_verify.h"
 
 #include <criterion/criterion.h>
 #include <fenv.h>
@@ -273,7 +274,7 @@ static int selftest(const jt_gemm_t *g, double *worst, double *bound)
 {
   mm_shape = g;
   void (*fn)(void) = g->mm_add ? (void (*)(void))mm_add_naive : (void (*)(void))mm_naive;
-  return ag_verify_mm_selftest(g, fn, worst, bound);
+  return ag_ggml_mm_selftest(g, fn, worst, bound);
 }
 
 Test(verify, mul_mat_self_test_passes_a_correct_kernel_and_fails_one_short_of_a_term)

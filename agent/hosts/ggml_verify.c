@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: MIT */
+/* The ggml host's MUL_MAT checks (ggml_verify.h). */
+#include "ggml_verify.h"
+
+#include <float.h>
+#include <math.h>
+#include <sys/mman.h>
+
+double ag_mm_exact(const void *w, int w16, const float *x, int64_t k, int64_t i, int64_t j,
+                   double *mag)
+{
+  double exact = 0, sum = 0;
+  for (int64_t kk = 0; kk < k; kk++) {
+    double wv = w16 ? (double)((const _Float16 *)w)[i * k + kk] : ((const float *)w)[i * k + kk];
+    double p = wv * (w16 == 1 ? (double)(_Float16)x[j * k + kk] : x[j * k + kk]);
+    exact += p, sum += fabs(p);
+  }
+  *mag = sum;
+  return exact;
+}
+
+void ag_mm_tally(ag_mm_check_t *c, double got, double exact, double mag, int64_t k)
+{
+  if (!isfinite(mag))
+    return;
+  c->checked++;
+  double d = isnan(got) ? INFINITY : fabs(got - exact);
+  double lim = 4.0 * (double)(k + 2) * FLT_EPSILON * mag + FLT_MIN;
+  if (d > lim && d - lim > c->worst - c->bound)
+    c->worst = d, c->bound = lim;
+  else if (c->worst <= c->bound && lim > c->bound)
+    c->bound = lim;
+}
+
+/* A prefill computes its graph once per process: checked only on its first executions, a
+ * kernel would be verified after the graph that needed it, and never stored. Hence a check on
+ * random inputs before the kernel is published. */
+int ag_ggml_mm_selftest(const jt_gemm_t *g, void (*fn)(void), double *worst, double *bound)
+{
+  /* rows [i0, i0 + rows): from row 16 when there are enough, as a thread's share starts */
+  int64_t m = g->m, n = g->n, k = g->k, i0 = m >= 96 ? 16 : 0, rows = m - i0 < 80 ? m - i0 : 80;
+  size_t wbytes = (size_t)((i0 + rows) * k) * (g->w16 ? 2 : 4), xbytes = (size_t)(n * k) * 4;
+  size_t ybytes = (size_t)((n - 1) * m + i0 + rows) * 4; /* only those rows of y are written */
+  if (g->mm_add) /* then a residual and the sum's own destination, of y's extent */
+    ybytes *= 3;
+  size_t sbytes = JT_MM_SCRATCH_FLOATS(k) * sizeof(float);
+  size_t all = wbytes + xbytes + ybytes + sbytes + 64;
+  char *mem =
+      mmap(NULL, all, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mem == MAP_FAILED)
+    return -1;
+  float *x = (float *)(void *)(mem + wbytes), *y = (float *)(void *)(mem + wbytes + xbytes);
+  uintptr_t at = (uintptr_t)(mem + wbytes + xbytes + ybytes);
+  float *scratch = (float *)(void *)((at + 63) & ~(uintptr_t)63);
+  uint64_t rnd = 0x2545f4914f6cdd1dull;
+#define RND()                                                                                      \
+  (rnd = rnd * 6364136223846793005ull + 1442695040888963407ull,                                    \
+   (float)((double)(rnd >> 40) / (double)(1 << 24) - 0.5))
+  for (int64_t i = 0; i < (i0 + rows) * k; i++) {
+    if (g->w16)
+      ((_Float16 *)(void *)mem)[i] = (_Float16)RND();
+    else
+      ((float *)(void *)mem)[i] = RND();
+  }
+  for (int64_t i = 0; i < n * k; i++)
+    x[i] = RND();
+  int64_t ylen = (n - 1) * m + i0 + rows;
+  float *r = g->mm_add ? y + ylen : NULL, *out = g->mm_add ? y + 2 * ylen : y;
+  for (int64_t i = 0; r && i < ylen; i++)
+    r[i] = 4 * RND();
+  if (g->mm_add)
+    ((jt_mm_add_fn)fn)(mem, x, y, r, out, i0, i0 + rows, scratch);
+  else
+    ((jt_mm_fn)fn)(mem, x, y, i0, i0 + rows, scratch);
+  ag_mm_check_t c = {0};
+  for (int t = 0; t < 32 && t < n; t++) {
+    if (t >= 12)
+      rnd = rnd * 6364136223846793005ull + 1;
+    int64_t j = t < 6 ? t : t < 12 ? n - 12 + t : (int64_t)(rnd >> 33) % n;
+    j = j < 0 ? 0 : j;
+    for (int64_t i = i0; i < i0 + rows; i++) {
+      double mag, exact = ag_mm_exact(mem, g->w16, x, k, i, j, &mag);
+      double res = r ? r[j * m + i] : 0; /* the residual: one more rounding, eps |res| */
+      ag_mm_tally(&c, out[j * m + i], exact + res, mag + fabs(res) / (4.0 * (double)(k + 2)), k);
+    }
+  }
+#undef RND
+  munmap(mem, all);
+  *worst = c.worst, *bound = c.bound;
+  return c.worst <= c.bound;
+}

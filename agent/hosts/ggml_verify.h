@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: MIT */
+/* The ggml host's MUL_MAT checks: the exact products its kernels are held to (ggml_kernels.c
+ * checks its calls' results with them) and the self-test a MUL_MAT kernel passes before it is
+ * published (the host row's selftest, host.h). Pure functions of their operands, with the
+ * bounds of verify.h; compiled without the ggml headers (the tests use them too). */
+#ifndef OPJIT_AGENT_HOSTS_GGML_VERIFY_H
+#define OPJIT_AGENT_HOSTS_GGML_VERIFY_H
+
+#include "jit/jit.h"
+
+#include <stdint.h>
+
+/* Checking a ggml MUL_MAT's results, y[j*m + i] = sum over kk < k of w[i*k + kk] x[j*k + kk]
+ * (w f16 when w16, as jt_gemm_t's: 1 with x rounded to f16, as ggml's own MUL_MAT does; 2 with
+ * x as it is, as ggml's AMX buffer does): the exact element (i, j), in double,
+ * with its products' magnitude in *mag; and a tally of elements against their exact values
+ * within the bound of a float sum of k products (skipped when mag is not finite: no bound). */
+typedef struct ag_mm_check_s {
+  double worst, bound; /* the worst excess over its bound; while none, the loosest bound met */
+  int checked;
+} ag_mm_check_t;
+double ag_mm_exact(const void *w, int w16, const float *x, int64_t k, int64_t i, int64_t j,
+                   double *mag);
+void ag_mm_tally(ag_mm_check_t *c, double got, double exact, double mag, int64_t k);
+
+/* A MUL_MAT kernel's check before it is published (g->mm; g->mm_add: fn is a jt_mm_add_fn, else
+ * a jt_mm_fn): 80 rows from row 16 (two row blocks, at an offset as a thread's share has) of a
+ * product of random inputs at its exact shape, 32 columns (the first and last NR-wide blocks,
+ * the rest at random), against exact dot products within the bound of a float sum of k
+ * products. Returns 1 (passed), 0 (failed: *worst and *bound say by how much), -1 (no memory). */
+int ag_ggml_mm_selftest(const jt_gemm_t *g, void (*fn)(void), double *worst, double *bound);
+
+#endif
