@@ -43,6 +43,10 @@ typedef struct ag_host_s {
    * kernel (and are timed under it): into *as, returning 1; 0 when k has none. NULL: no key of
    * this host has one. */
   int (*stands_in)(const ag_sig_t *k, ag_sig_t *as);
+  /* 1 when k's saving per call cannot be estimated from its original's timing (a timing that is
+   * mostly something else's: barriers), so OPJIT_HOT_PAYBACK leaves k to its calls. NULL: every
+   * key's can. */
+  int (*no_payback)(const ag_sig_t *k);
 } ag_host_t;
 
 /* The row of the host with this id, or NULL for an id no host has. */

@@ -648,13 +648,13 @@ static long compile_between(void *ctx)
   return atomic_load(&ag_tier_undecided) ? 20 : 200;
 }
 
-/* Whether OPJIT_HOT_PAYBACK judges e by time. Not ggml's fused groups: their original's
- * timing (a round's, hosts/ggml.c) is mostly barriers, which a per-call saving estimate does
- * not weigh; calls decide for them. */
+/* Whether OPJIT_HOT_PAYBACK judges e by time: not when its host says its original's timing
+ * does not give a saving per call (host.h, no_payback); calls decide for it then. */
 static int payback_applies(const ag_entry_t *e)
 {
+  const ag_host_t *host;
   return ag_opts.num[AG_OPT_HOT_PAYBACK] &&
-         !(e->key.host == AG_HOST_ID_GGML && e->key.op == AG_GGML_OP_FUSED);
+         !((host = ag_host_of(e->key.host)) && host->no_payback && host->no_payback(&e->key));
 }
 
 /* Queues e as enqueue does; pb 2 (a size class's trial, policy.h): the trial is taken once the
@@ -1073,9 +1073,8 @@ void ag_tier_verify_end(ag_verify_t *vf)
   verdict(vf->e, worst, vf->bound, wi, wj);
 }
 
-int ag_tier_dot(ag_entry_t *e, void *v, const void *x, const void *y, double *r)
+int ag_tier_dot(ag_entry_t *e, void *v, int f64, const void *x, const void *y, double *r)
 {
-  int f64 = e->key.dtype == AG_F64; /* on the entry's line, which the call has loaded */
   double rd = 0;
   float rf = 0;
   ((jt_gemm_fn)v)(x, y, f64 ? (void *)&rd : (void *)&rf, 0, 0);

@@ -165,10 +165,10 @@ static inline __attribute__((always_inline)) int ag_tier_gemm(ag_entry_t *e, voi
   ((void (*)(const void *, const void *, void *, double, double))v)(a, b, c, alpha, beta);
   return AG_RUN_DONE;
 }
-/* A dot product through e's variant v: *r is the variant's result. AG_RUN_DONE, or
- * AG_RUN_VERIFY: the caller also runs the original, returns its result, and passes both to
- * ag_tier_dot_verify_end. */
-int ag_tier_dot(ag_entry_t *e, void *v, const void *x, const void *y, double *r);
+/* A dot product through e's variant v (f64: on doubles, else floats): *r is the variant's
+ * result. AG_RUN_DONE, or AG_RUN_VERIFY: the caller also runs the original, returns its result,
+ * and passes both to ag_tier_dot_verify_end. */
+int ag_tier_dot(ag_entry_t *e, void *v, int f64, const void *x, const void *y, double *r);
 void ag_tier_dot_verify_end(ag_entry_t *e, double variant, double original, const void *x,
                             const void *y);
 

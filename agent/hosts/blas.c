@@ -70,7 +70,7 @@ static uint8_t cblas_uplo(int u)
       return fn ? fn args : (T)0;                                                            \
     void *v = ag_call_variant(&c);                                                           \
     double r = 0;                                                                            \
-    int how = v ? ag_tier_dot(c.e, v, X, Y, &r) : AG_RUN_ORIGINAL;                           \
+    int how = v ? ag_tier_dot(c.e, v, sizeof(T) == 8, X, Y, &r) : AG_RUN_ORIGINAL;           \
     T out = (T)r;                                                                            \
     if (how == AG_RUN_DONE) {                                                                \
       c.variant = 1;                                                                         \

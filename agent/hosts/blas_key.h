@@ -19,6 +19,42 @@
 
 #include "../sig.h"
 
+#include <string.h>
+
+/* The BLAS host's id: its keys' first byte (persisted; host.h). */
+enum { AG_HOST_ID_BLAS = 1 };
+enum ag_op { AG_OP_GEMM = 1, AG_OP_GEMV, AG_OP_AXPY, AG_OP_DOT, AG_OP_SYRK };
+enum ag_dtype { AG_F32 = 1, AG_F64 };
+enum ag_api { AG_API_F77 = 1, AG_API_CBLAS };
+enum ag_order { AG_COL = 0, AG_ROW = 1, AG_ORDER_BAD = 2 };
+enum ag_trans { AG_N = 0, AG_T = 1, AG_C = 2, AG_TRANS_BAD = 3 };
+enum ag_scalar { AG_S_ONE = 0, AG_S_ZERO, AG_S_MINUS_ONE, AG_S_OTHER, AG_S_NONE };
+
+/* The class of a scalar value, by its bits: four integer compares (1, +-0 and -1 are exact
+ * bit patterns; every NaN and every other value is OTHER, as the floating compares said). */
+static inline uint8_t ag_scalar_class(double v)
+{
+  uint64_t b;
+  memcpy(&b, &v, sizeof b);
+  return b == 0x3ff0000000000000ull   ? AG_S_ONE
+         : (b << 1) == 0              ? AG_S_ZERO
+         : b == 0xbff0000000000000ull ? AG_S_MINUS_ONE
+                                      : AG_S_OTHER;
+}
+
+/* Fortran transpose character to enum ag_trans, by table (a switch costs a dozen branches on
+ * every gemm call); entries hold the value XOR AG_TRANS_BAD, so the table's zeros read BAD. */
+static inline uint8_t ag_trans_char(char c)
+{
+#define AG_TR_(v) (uint8_t)((v) ^ AG_TRANS_BAD)
+  static const uint8_t tab[256] = {
+      ['N'] = AG_TR_(AG_N), ['n'] = AG_TR_(AG_N), ['T'] = AG_TR_(AG_T),
+      ['t'] = AG_TR_(AG_T), ['C'] = AG_TR_(AG_C), ['c'] = AG_TR_(AG_C),
+  };
+#undef AG_TR_
+  return (uint8_t)(tab[(unsigned char)c] ^ AG_TRANS_BAD);
+}
+
 enum ag_uplo { AG_UPPER = 0, AG_LOWER = 1, AG_UPLO_BAD = 2 };
 
 /* Fortran uplo character to enum ag_uplo. */

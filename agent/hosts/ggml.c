@@ -174,7 +174,7 @@ static void check(void)
     unary_names[i] = gg_api.unary_name(i);
   for (int i = 0; i < GGML_GLU_OP_COUNT; i++)
     glu_names[i] = gg_api.glu_name(i);
-  ag_sig_set_ggml_names(&(ag_ggml_names_t){
+  ag_ggml_set_names(&(ag_ggml_names_t){
       op_names, type_names, unary_names, glu_names, GGML_OP_COUNT, GGML_TYPE_COUNT,
       GGML_UNARY_OP_COUNT, GGML_GLU_OP_COUNT, GGML_OP_UNARY, GGML_OP_GLU, GGML_OP_MUL_MAT});
   ag_log(AG_LOG_INFO, "ggml %s: profiling its graphs by op", have);

@@ -12,11 +12,35 @@
  * (host AG_HOST_ID_GGML; ldc 0, ab 0 but 1 for a MUL_MAT node, and a group of products, whose
  * f16 weights lie in ggml's AMX buffer (amx); a node without a second source has order 0; a norm
  * group's weights' type is F32, its order, lda and ldb 0, and m its row length.) ggml's types
- * and ops are ggml's own numbers (sig.h's AG_GGML_*). */
+ * and ops are ggml's own numbers (AG_GGML_* below). */
 #ifndef OPJIT_AGENT_HOSTS_GGML_KEY_H
 #define OPJIT_AGENT_HOSTS_GGML_KEY_H
 
 #include "../sig.h"
+
+/* The ggml host's id: its keys' first byte (persisted; host.h). */
+enum { AG_HOST_ID_GGML = 2 };
+/* A group's op: ta names its pattern; ADD+RMS_NORM+MUL and RMS_NORM+MUL: m the row length;
+ * MUL_MAT+MUL_MAT+SWIGLU and MUL_MAT+ADD: the products' key (dtype their weights', m n k their
+ * shape, ab theirs); SHARED-INPUT MUL_MATS: the same with m their rows together, tb how many. */
+enum { AG_GGML_OP_FUSED = 0xF0 };
+enum ag_fusion { AG_FUSE_ADD_RMS_MUL = 1, AG_FUSE_MM_SWIGLU, AG_FUSE_SHARED_INPUT, AG_FUSE_MM_ADD,
+                 AG_FUSE_RMS_MUL };
+/* ggml's numbers, checked against its headers in hosts/ggml.c (whose op table is checked
+ * against the running ggml's): known to the host's naming and kernels before it has seen a
+ * graph. */
+enum { AG_GGML_TYPE_F32 = 0, AG_GGML_TYPE_F16 = 1 };
+enum { AG_GGML_OP_MUL_MAT = 29 };
+
+/* The names of ggml's ops, types and sub-ops, as the running library spells them (ggml.c sets
+ * them once it has checked the library; until then ggml keys are named by number). Kept by the
+ * host's naming (hosts/ggml_sig.c). */
+typedef struct ag_ggml_names_s {
+  const char *const *ops, *const *types, *const *unary, *const *glu;
+  int nops, ntypes, nunary, nglu;
+  int op_unary, op_glu, op_mul_mat; /* the ops whose keys carry a sub-op, and MUL_MAT */
+} ag_ggml_names_t;
+void ag_ggml_set_names(const ag_ggml_names_t *names);
 
 /* One node's work. */
 typedef struct ag_ggml_node_s {

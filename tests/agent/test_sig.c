@@ -2,6 +2,8 @@
 /* Signatures: stable hashes, human forms and JSON parameters of keys. */
 #include "agent/sig.h"
 #include "agent/host.h"
+#include "agent/hosts/blas_key.h"
+#include "agent/hosts/ggml_key.h"
 
 #include <criterion/criterion.h>
 #include <string.h>

@@ -2,6 +2,7 @@
 /* The signature table: one entry per distinct key, collisions resolved by the full key, and
  * no count lost when many threads hammer it. */
 #include "agent/table.h"
+#include "agent/hosts/blas_key.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>

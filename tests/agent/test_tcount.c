@@ -4,6 +4,7 @@
  * when it exits, the operator a thread is running seen from elsewhere, and a fork child that
  * keeps only its own thread, its counts at zero. */
 #include "agent/agent.h"
+#include "agent/hosts/blas_key.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>

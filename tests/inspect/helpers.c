@@ -4,6 +4,7 @@
 #include "helpers.h"
 
 #include "agent/sig.h"
+#include "agent/hosts/blas_key.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
