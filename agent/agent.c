@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include "agent.h"
 #include "fleet.h"
+#include "host.h"
 #include "opjit.h"
 #include "log.h"
 #include "machine.h"
@@ -50,7 +51,8 @@ _Atomic uint64_t ag_overflow_calls;
 _Atomic uint32_t ag_duels;
 _Atomic int ag_exiting;
 uint32_t ag_time_mask;
-static long ag_hosts; /* OPJIT_HOSTS: none means off, ggml alone AG_COUNT_GGML */
+static long hosts_on; /* OPJIT_HOSTS: none means off; no host of always interposed symbols
+                         AG_COUNT_HOOKED */
 AG_TLS ag_thread_t ag_tl;
 
 ag_opts_t ag_opts;
@@ -129,6 +131,16 @@ static void atfork_prepare(void);
 static void atfork_parent(void);
 static void atfork_child(void);
 
+/* Whether OPJIT_HOSTS (bits) has a host whose symbols are always interposed (host.h,
+ * AG_HOST_SYMBOLS): else only the hosts that hook themselves in count. */
+static int symbols_on(long bits)
+{
+  for (size_t i = 0; i < ag_nhosts; i++)
+    if ((ag_hosts[i]->traits & AG_HOST_SYMBOLS) && (bits & (long)ag_hosts[i]->opt_bit))
+      return 1;
+  return 0;
+}
+
 static void init_once_fn(void)
 {
   if (getauxval(AT_SECURE)) { /* setuid and friends: no agent at all */
@@ -139,7 +151,7 @@ static void init_once_fn(void)
   ag_opts_parse(&ag_opts, env_get, report_option);
   ag_log_setup((int)ag_opts.num[AG_OPT_LOG], ag_opts.str[AG_OPT_LOG_FILE]);
   ag_time_mask = (uint32_t)ag_opts.num[AG_OPT_TIME_EVERY] - 1;
-  ag_hosts = ag_opts.num[AG_OPT_HOSTS];
+  hosts_on = ag_opts.num[AG_OPT_HOSTS];
   ag_hot_calls = ag_opts.num[AG_OPT_MODE] == AG_MODE_JIT ? (uint64_t)ag_opts.num[AG_OPT_HOT_CALLS] : 0;
   Dl_info di;
   if (dladdr((void *)init_once_fn, &di) && di.dli_fname) {
@@ -152,7 +164,7 @@ static void init_once_fn(void)
     else
       snprintf(self_dir, sizeof self_dir, ".");
   }
-  int off = ag_opts.num[AG_OPT_DISABLE] || ag_opts.num[AG_OPT_MODE] == AG_MODE_OFF || !ag_hosts;
+  int off = ag_opts.num[AG_OPT_DISABLE] || ag_opts.num[AG_OPT_MODE] == AG_MODE_OFF || !hosts_on;
   if (!off && ag_opts.num[AG_OPT_SAMPLE_HZ] > 0)
     sp_expect();
   if (!off) {
@@ -161,7 +173,7 @@ static void init_once_fn(void)
      * operator calls made from those handlers are in the run too. */
     atexit(agent_atexit);
   }
-  atomic_store(&ag_state, off ? AG_PASS : ag_hosts & AG_HOST_BLAS ? AG_COUNT : AG_COUNT_GGML);
+  atomic_store(&ag_state, off ? AG_PASS : symbols_on(hosts_on) ? AG_COUNT : AG_COUNT_HOOKED);
 }
 
 void ag_init(void) { pthread_once(&init_once, init_once_fn); }
@@ -231,10 +243,10 @@ static int32_t draw_gap(void)
   return (int32_t)(1 + (x >> 8) % (2 * every - 1));
 }
 
-void ag_call_pick(ag_call_t *c, uint64_t n, int ggml)
+void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
 {
   ag_entry_t *e = c->e;
-  if (ggml) { /* a plain timed call; a BLAS burst in progress on this thread goes on */
+  if (hooked) { /* a plain timed call; a burst in progress on this thread goes on */
     ag_tl.tick = ag_tl.burst > 0 ? 0 : draw_gap();
     c->t0 = ag_now_ns();
     return;

@@ -24,8 +24,10 @@
 #define ag_likely(x) __builtin_expect(!!(x), 1)
 #define ag_unlikely(x) __builtin_expect(!!(x), 0)
 
-/* AG_COUNT_GGML: counting, but OPJIT_HOSTS leaves BLAS out (only the ggml host counts). */
-enum { AG_UNINIT = 0, AG_PASS, AG_COUNT, AG_COUNT_GGML };
+/* AG_COUNT_HOOKED: counting only at the call sites of the hosts that hook themselves in
+ * (ag_call_begin_host's hooked): OPJIT_HOSTS leaves out the hosts whose symbols are always
+ * interposed (host.h, AG_HOST_SYMBOLS). */
+enum { AG_UNINIT = 0, AG_PASS, AG_COUNT, AG_COUNT_HOOKED };
 
 extern _Atomic int ag_state;       /* enum above */
 extern _Atomic int ag_active;      /* the table and the writer exist in this process */
@@ -159,10 +161,10 @@ typedef struct ag_call_s {
  * clock. Inside an original burst (compare.h) every call comes here: a signature with a
  * published variant runs its original, timed when the signature already ran in this burst
  * (warm). Bursts start every few thousand calls while a variant is published, more often
- * while one still awaits its verdict. ggml's calls (ggml set) take no part in bursts: that
- * host judges its graphs in rounds of its own. Out of line: the common call pays one
- * decrement. */
-void ag_call_pick(ag_call_t *c, uint64_t n, int ggml);
+ * while one still awaits its verdict. The calls of a host that hooks itself in (hooked set)
+ * take no part in bursts: such a host judges its kernels in rounds of its own. Out of line: the
+ * common call pays one decrement. */
+void ag_call_pick(ag_call_t *c, uint64_t n, int hooked);
 
 /* A burst's warm original call of c->e took dt ns (out of line: bursts are rare). */
 void ag_call_burst_timed(const ag_call_t *c, uint64_t dt);
@@ -186,18 +188,21 @@ static inline __attribute__((always_inline)) ag_entry_t *ag_lookup(const ag_sig_
 /* Accounts for a call of key. Returns 1 when the call is counted
  * (then ag_call_end must follow the forwarded call), 0 for a pure pass-through: the agent (or
  * the call's host) is off, or this thread is already inside an intercepted call (a CBLAS
- * wrapper calling the Fortran symbol, say), which is the original's own business. ggml is 1 at
- * the ggml host's call sites (a constant: the BLAS sites compile as if it were not there). */
+ * wrapper calling the Fortran symbol, say), which is the original's own business. hooked is 1
+ * at the call sites of a host that hooks itself in, only when its OPJIT_HOSTS bit is set
+ * (host.h: no AG_HOST_SYMBOLS), and judges its kernels in rounds of its own; 0 at the always
+ * interposed symbols' (ag_call_begin). A constant: those sites compile as if it were not there. */
 static inline __attribute__((always_inline)) int ag_call_begin_host(ag_call_t *c,
-                                                                    const ag_sig_t *key, int ggml)
+                                                                    const ag_sig_t *key,
+                                                                    int hooked)
 {
   int st = atomic_load_explicit(&ag_state, memory_order_acquire);
-  if (ag_unlikely(st != AG_COUNT) && !(ggml && st == AG_COUNT_GGML)) {
-    if (st == AG_PASS || st == AG_COUNT_GGML)
+  if (ag_unlikely(st != AG_COUNT) && !(hooked && st == AG_COUNT_HOOKED)) {
+    if (st == AG_PASS || st == AG_COUNT_HOOKED)
       return 0;
     ag_init();
     st = atomic_load(&ag_state);
-    if (st != AG_COUNT && !(ggml && st == AG_COUNT_GGML))
+    if (st != AG_COUNT && !(hooked && st == AG_COUNT_HOOKED))
       return 0;
   }
   if (ag_tl.depth)
@@ -230,7 +235,7 @@ static inline __attribute__((always_inline)) int ag_call_begin_host(ag_call_t *c
   if (ag_unlikely(n == ag_hot_calls || (n & 4095) == 0)) /* hot; later: a queue that was full */
     ag_tier_hot(e, n);
   if (ag_unlikely(--ag_tl.tick <= 0 || n == 1))
-    ag_call_pick(c, n, ggml);
+    ag_call_pick(c, n, hooked);
   return 1;
 }
 

@@ -16,6 +16,10 @@ enum {
   AG_HOST_DUELS = 1 << 0, /* one original call can run alone on scratch operands: a new kernel
                              is duelled before publication (duel.h); a host without it judges
                              its kernels on its own calls only (ggml: in graph rounds) */
+  AG_HOST_SYMBOLS = 1 << 1, /* its entry points are the agent's exported symbols, interposed
+                               whenever the agent is loaded (ag_call_begin, agent.h): without its
+                               OPJIT_HOSTS bit they pass through by ag_state; a host without it
+                               hooks itself in when its bit is set, and its sites pass hooked */
 };
 
 typedef struct ag_host_s {
