@@ -299,16 +299,15 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
 void *ag_resolve_slow(void *_Atomic *cache, const char *name)
 {
   void *fn = dlsym(RTLD_NEXT, name);
-  if (!fn) { /* the host resolved the operator by name without linking a BLAS */
-    static const char *const libs[] = {"libblas.so.3", "libopenblas.so.0", "libcblas.so.3"};
-    for (size_t i = 0; !fn && i < sizeof libs / sizeof *libs; i++) {
-      void *h = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
+  /* the program resolved the operator by name without linking its library (host.h, libs) */
+  for (size_t i = 0; !fn && i < ag_nhosts; i++)
+    for (const char *const *lib = ag_hosts[i]->libs; !fn && lib && *lib; lib++) {
+      void *h = dlopen(*lib, RTLD_NOW | RTLD_LOCAL);
       fn = h ? dlsym(h, name) : NULL;
     }
-  }
   if (!fn) {
-    ag_log_once(AG_LOG_ERROR, "no definition of %s after the agent and no system BLAS: such "
-                              "calls are skipped", name);
+    ag_log_once(AG_LOG_ERROR, "no definition of %s after the agent and none in the system's "
+                              "libraries: such calls are skipped", name);
     return NULL;
   }
   if (!atomic_exchange(cache, fn)) {

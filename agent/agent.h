@@ -105,7 +105,8 @@ void ag_after_failed_exec(void);
 void ag_before_exit(void);
 
 /* An original operator, resolved once into *cache: the next definition after the agent
- * (RTLD_NEXT), else the system BLAS. NULL (with one error message) when none exists. */
+ * (RTLD_NEXT), else the first in the host rows' system libraries (host.h, libs). NULL (with
+ * one error message) when none exists. */
 void *ag_resolve_slow(void *_Atomic *cache, const char *name);
 
 static inline __attribute__((always_inline)) void *ag_resolve(void *_Atomic *cache,

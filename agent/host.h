@@ -7,6 +7,7 @@
 #ifndef OPJIT_AGENT_HOST_H
 #define OPJIT_AGENT_HOST_H
 
+#include "duel.h"
 #include "sig.h"
 #include "jit/jit.h"
 #include <stddef.h>
@@ -27,6 +28,9 @@ typedef struct ag_host_s {
   const char *name;       /* OPJIT_HOSTS's word for it; "host" in its keys' JSON */
   unsigned opt_bit;       /* its bit of OPJIT_HOSTS (opt.h) */
   const char *interposes; /* what it intercepts, for people */
+  /* The system libraries (sonames, NULL-terminated) its originals are looked up in when the
+   * program resolved them by name without linking one (ag_resolve, agent.h); NULL: none. */
+  const char *const *libs;
   unsigned traits;        /* AG_HOST_* above */
   /* Naming a key of this host (the contracts of sig.h's ag_sig_opname, ag_sig_format and
    * ag_sig_params_json). */
@@ -51,6 +55,15 @@ typedef struct ag_host_s {
    * mostly something else's: barriers), so OPJIT_HOT_PAYBACK leaves k to its calls. NULL: every
    * key's can. */
   int (*no_payback)(const ag_sig_t *k);
+  /* For a host with AG_HOST_DUELS: duels variant, a kernel compiled for key (taking B before A
+   * when swapped), against the host's original (duel.h), both on scratch operands of the key's
+   * shape, on the calling thread, within budget_ns. reps: runs of the variant per call (1; the
+   * tests' fault seam: more make it slower, -N runs the original N times per call). Returns 0
+   * with *out filled, -1 when key cannot be duelled, -2 when the process is exiting (no verdict:
+   * the kernel is not published). The interposers' own (the agent links them): NULL where the
+   * rows are linked alone (the command, the unit tests). */
+  int (*duel)(const ag_sig_t *key, void *variant, int swapped, int reps, uint64_t budget_ns,
+              ag_duel_result_t *out);
 } ag_host_t;
 
 /* The row of the host with this id, or NULL for an id no host has. */

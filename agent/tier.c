@@ -30,7 +30,6 @@
 #include "problem.h"
 #include "reason.h"
 #include "host.h"
-#include "hosts/blas.h"
 #include "verify.h"
 #include "machine.h"
 #include "log.h"
@@ -339,14 +338,14 @@ static void set_persisted(uint32_t i, void *obj, size_t len, const char *symbol,
   ag_persist_set(&objects, i, obj, len, symbol, loaded, pre);
 }
 
-/* The duel before publication (duel.h): BLAS kernels only (a ggml node's original cannot be
- * called alone; that host judges its kernels in graph rounds). A kernel that loses, or ties (no
- * gain: duel.h), is never published: demoted as the in-run judge demotes a loser, with its event,
- * and left on the original in later runs until the generator changes (LOST or TIED, both
- * medians in the reason). The first verdict teaches the promotion policy. reps: the test seam's
- * (ag_blas_duel: 16 makes the kernel slower, -16 the original). said gets what the publication's
- * event and reason should add: the duel's verdict, or why there was none. Returns 1 when the
- * kernel lost. Compile thread only. */
+/* The duel before publication (duel.h): the kernels of hosts whose originals can run alone
+ * (host.h, AG_HOST_DUELS; the others judge their kernels on their calls). A kernel that loses,
+ * or ties (no gain: duel.h), is never published: demoted as the in-run judge demotes a loser,
+ * with its event, and left on the original in later runs until the generator changes (LOST or
+ * TIED, both medians in the reason). The first verdict teaches the promotion policy. reps: the
+ * test seam's (host.h, duel: 16 makes the kernel slower, -16 the original). said gets what the
+ * publication's event and reason should add: the duel's verdict, or why there was none. Returns
+ * 1 when the kernel lost. Compile thread only. */
 static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps, char *said,
                      size_t len)
 {
@@ -354,13 +353,13 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps
                                                                                      : compile_ns;
   const ag_host_t *host = ag_host_of(e->key.host);
   ag_duel_result_t r;
-  if (!ag_opts.num[AG_OPT_DUEL] || !host || !(host->traits & AG_HOST_DUELS)) {
+  if (!ag_opts.num[AG_OPT_DUEL] || !host || !(host->traits & AG_HOST_DUELS) || !host->duel) {
     snprintf(said, len, "; no duel (%s): no verdict from the in-run judge yet",
              ag_opts.num[AG_OPT_DUEL] ? "its host's kernels are judged on the program's calls"
                                       : "OPJIT_DUEL=0");
     return 0;
   }
-  int rc = ag_blas_duel(&e->key, (void *)fn, ag_vrun[e->index].swapped, reps, budget, &r);
+  int rc = host->duel(&e->key, (void *)fn, ag_vrun[e->index].swapped, reps, budget, &r);
   if (rc == -2)
     return 1; /* the process is exiting: not published, no verdict kept */
   if (rc) {

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The BLAS host's row (host.h): its keys named for people, "sgemm NN 64x64x64 β=0", and
  * decoded into their families' typed problems (blas_key.h) and those into kernels. */
+#include "blas.h"
 #include "blas_key.h"
 #include "../host.h"
 #include "../problem.h"
@@ -281,14 +282,21 @@ static int kernel(const ag_sig_t *k, long maxd, jt_gemm_t *g, int *swap, char *w
   return ag_problem_no(why, len, "no kernel family for this operator: profiled, not compiled");
 }
 
+/* The duel is the interposers' (blas.c): absent, NULL, where the rows are linked without them. */
+#pragma weak ag_blas_duel
+
+static const char *const libs[] = {"libblas.so.3", "libopenblas.so.0", "libcblas.so.3", NULL};
+
 const ag_host_t ag_host_blas = {
     .id = AG_HOST_ID_BLAS,
     .name = "blas",
     .opt_bit = AG_HOST_BLAS,
     .interposes = "the Fortran and CBLAS symbols of ?gemm, ?gemv, ?axpy, ?dot and ?syrk",
+    .libs = libs,
     .traits = AG_HOST_DUELS | AG_HOST_SYMBOLS,
     .opname = opname,
     .format = format,
     .params_json = params_json,
     .kernel = kernel,
+    .duel = ag_blas_duel,
 };
