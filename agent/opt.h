@@ -98,7 +98,6 @@ enum ag_opt_id {
 enum ag_opt_kind { AG_OK_BOOL, AG_OK_INT, AG_OK_ENUM, AG_OK_FLAGS, AG_OK_STR };
 
 enum { AG_MODE_OFF = 0, AG_MODE_PROFILE = 1, AG_MODE_JIT = 2 }; /* values of OPJIT_MODE */
-enum { AG_HOST_BLAS = 1 << 0, AG_HOST_GGML = 1 << 1 }; /* bits of OPJIT_HOSTS */
 
 typedef struct ag_opt_desc_s {
   const char *name;    /* without the OPJIT_ prefix */

@@ -2,6 +2,7 @@
 /* Options: every option parsed from the environment, bad values rejected with the default
  * kept and one line naming variable, value and default. */
 #include "agent/opt.h"
+#include "agent/hosts/blas_key.h"
 
 #include <criterion/criterion.h>
 #include <limits.h>

@@ -2,6 +2,7 @@
 /* Signatures: stable hashes, human forms and JSON parameters of keys. */
 #include "agent/sig.h"
 #include "agent/host.h"
+#include "agent/opt.h"
 #include "agent/hosts/blas_key.h"
 #include "agent/hosts/ggml_key.h"
 
@@ -119,4 +120,57 @@ Test(sig, every_key_is_named_by_its_hosts_row)
   char small[8];
   ag_sig_format(&k, small, sizeof small);
   cr_assert_str_eq(small, "sgemm N");
+}
+
+static const char *hosts_word;
+
+static const char *hosts_only(const char *name)
+{
+  return strcmp(name, "OPJIT_HOSTS") == 0 ? hosts_word : NULL;
+}
+
+Test(sig, every_hosts_row_has_the_OPJIT_HOSTS_bit_of_its_name)
+{
+  for (size_t i = 0; i < ag_nhosts; i++) {
+    ag_opts_t o;
+    hosts_word = ag_hosts[i]->name;
+    cr_assert_eq(ag_opts_parse(&o, hosts_only, NULL), 0, "%s", hosts_word);
+    cr_assert_eq(o.num[AG_OPT_HOSTS], (long)ag_hosts[i]->opt_bit, "%s", hosts_word);
+    ag_opts_free(&o);
+  }
+}
+
+Test(sig, the_core_asks_the_hosts_rows)
+{
+  const ag_host_t *blas = ag_host_of(AG_HOST_ID_BLAS), *ggml = ag_host_of(AG_HOST_ID_GGML);
+  /* Only BLAS's symbols are interposed whenever the agent is loaded (agent.h's states). */
+  cr_assert(blas->traits & AG_HOST_SYMBOLS);
+  cr_assert_not(ggml->traits & AG_HOST_SYMBOLS);
+  /* A MUL_MAT + ADD group runs as its product until its kernel is there: the product's
+   * profile speaks for it (warm.c); no other key has a stand-in. */
+  ag_ggml_group_t g = {.pattern = AG_FUSE_MM_ADD, .wtype = AG_GGML_TYPE_F16, .m = 256, .n = 8,
+                       .k = 128, .amx = 1};
+  ag_sig_t group = ag_ggml_group_key(&g), as;
+  cr_assert_eq(ggml->stands_in(&group, &as), 1);
+  ag_ggml_node_t p = {.op = AG_GGML_OP_MUL_MAT, .src0_type = AG_GGML_TYPE_F16,
+                      .type = AG_GGML_TYPE_F32, .has_src1 = 1, .src1_type = AG_GGML_TYPE_F32,
+                      .ne = {256, 8, 1, 1}, .src0_ne0 = 128, .amx = 1};
+  ag_sig_t product = ag_ggml_node_key(&p);
+  cr_assert_eq(memcmp(&as, &product, sizeof as), 0);
+  cr_assert_eq(ggml->stands_in(&product, &as), 0);
+  g.pattern = AG_FUSE_MM_SWIGLU;
+  group = ag_ggml_group_key(&g);
+  cr_assert_eq(ggml->stands_in(&group, &as), 0);
+  cr_assert_null(blas->stands_in);
+  /* OPJIT_HOT_PAYBACK leaves the groups (timed over rounds) to their calls, not the nodes. */
+  cr_assert(ggml->no_payback(&group));
+  cr_assert_not(ggml->no_payback(&product));
+  cr_assert_null(blas->no_payback);
+  /* The MUL_MAT kernels are self-tested before publication, the norm groups' are not. */
+  cr_assert_eq(ggml->selftest(&(jt_gemm_t){.add_rms_mul = 1, .k = 64}, NULL, NULL, NULL), -1);
+  cr_assert_null(blas->selftest);
+  /* The BLAS originals' system libraries; ggml's originals never duel. */
+  cr_assert_str_eq(blas->libs[0], "libblas.so.3");
+  cr_assert_null(ggml->libs);
+  cr_assert_null(ggml->duel);
 }
