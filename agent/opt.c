@@ -165,21 +165,29 @@ void ag_opts_free(ag_opts_t *o)
   }
 }
 
-/* Copies conninfo (a libpq key=value string or URI) into buf with its passwords as "***": a
- * password= value (quoted or not, in either form) and a URI's user:password@. */
+/* Appends n bytes of s to buf (len bytes, room kept for the NUL), as many as fit. */
+static void put(char *buf, size_t len, size_t *used, const char *s, size_t n)
+{
+  while (n-- && *used + 1 < len)
+    buf[(*used)++] = *s++;
+}
+
+/* Copies conninfo (a libpq key=value string or URI) into buf (len > 0 bytes, cut to fit) with
+ * its passwords as "***": a password= value (quoted or not, in either form) and a URI's
+ * user:password@. A password is skipped before anything is written for it: a cut copy never
+ * holds part of one. */
 static void redact_conninfo(const char *c, char *buf, size_t len)
 {
   size_t used = 0;
   const char *uri = strstr(c, "://");
   const char *at = uri ? strpbrk(uri + 3, "@/?") : NULL;
   const char *colon = at && *at == '@' ? memchr(uri + 3, ':', (size_t)(at - uri - 3)) : NULL;
-  for (const char *p = c; *p && used + 4 < len;) {
+  for (const char *p = c; *p && used + 1 < len;) {
     int key = (p == c || p[-1] == ' ' || p[-1] == '?' || p[-1] == '&') &&
               strncasecmp(p, "password=", 9) == 0;
     if (p == colon || key) {
       size_t n = key ? 9 : 1;
-      memcpy(buf + used, p, n);
-      used += n;
+      put(buf, len, &used, p, n);
       p += n;
       if (key && *p == '\'')
         for (p++; *p && *p != '\''; p += p[0] == '\\' && p[1] ? 2 : 1)
@@ -187,11 +195,10 @@ static void redact_conninfo(const char *c, char *buf, size_t len)
       else
         p += key ? strcspn(p, " &") : (size_t)(at - p);
       p += key && *p == '\'';
-      memcpy(buf + used, "***", 3);
-      used += 3;
+      put(buf, len, &used, "***", 3);
       continue;
     }
-    buf[used++] = *p++;
+    put(buf, len, &used, p++, 1);
   }
   buf[used] = 0;
 }

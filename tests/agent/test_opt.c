@@ -199,6 +199,28 @@ Test(opt, fleet_passwords_never_formatted)
   }
 }
 
+/* A buffer too short for the whole string: the copy is cut inside it (the bytes after it keep
+ * their sentinel), and what it holds of a password is never more than "***". Found by fuzz_opt
+ * (fuzz/crashes/opt/fleet-password-at-the-buffer-end): a password= key near the end was written
+ * past the buffer. */
+Test(opt, fleet_redaction_cut_to_a_short_buffer)
+{
+  setenv_fake("OPJIT_FLEET", "host=db password=s3cret user=me password=again sslmode=require");
+  ag_opts_t o;
+  cr_assert_eq(ag_opts_parse(&o, fake_get, capture), 0);
+  for (size_t len = 1; len <= 64; len++) {
+    char mem[96];
+    memset(mem, '#', sizeof mem);
+    ag_opts_format(&o, AG_OPT_FLEET, mem, len);
+    cr_assert_eq(strlen(mem), len - 1 < 57 ? len - 1 : 57, "cut at %zu", len);
+    for (size_t i = len; i < sizeof mem; i++)
+      cr_assert_eq(mem[i], '#', "byte %zu written past a %zu-byte buffer", i, len);
+    cr_assert_null(strstr(mem, "s3c"), "%s", mem);
+    cr_assert_null(strstr(mem, "aga"), "%s", mem);
+  }
+  ag_opts_free(&o);
+}
+
 Test(opt, format_spells_out_enums_and_flags)
 {
   setenv_fake("OPJIT_HOSTS", "blas");
