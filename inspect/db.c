@@ -227,7 +227,7 @@ const char *ins_run_status(const char *status, int64_t pid, int64_t start_ns)
   /* The pid is taken: by the run's process only if that process started before the run did
    * (the run starts at its first call). Boot time has whole-second precision: allow 2 s. */
   int64_t started = proc_start_ns(pid);
-  return started > start_ns + 2000000000 ? "lost" : status;
+  return started > ins_sat_add(start_ns, 2000000000) ? "lost" : status;
 }
 
 int64_t ins_run_wall_ns(int64_t start_ns, int64_t flush_ns, int64_t end_ns)

@@ -133,3 +133,20 @@ Test(run, sigkilled_program_shows_as_lost)
   cr_expect(strstr(p.out, " lost "), "%s", p.out);
   proc_free(&p);
 }
+
+/* A run left "running" whose process is alive and started before it (this test's process) is
+ * running, not lost, whatever the recorded start: a start at the largest time used to overflow
+ * the 2 s allowance (UBSan in fuzz_inspect_edit) and wrap to a past time, so the run read as
+ * lost. */
+Test(run, a_live_running_run_at_the_end_of_time_is_not_lost)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  craft_run(db, 0, INT64_MAX, 0, (const fake_sig_t[]){{.m = 8, .calls = 3}}, 1);
+  proc_t p = opjit(NULL, (const char *[]){"runs", "--db", db, "--json", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cJSON *j = proc_json(&p);
+  const cJSON *r = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "runs"), 0);
+  cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(r, "status")), "running");
+  cJSON_Delete(j);
+  proc_free(&p);
+}
