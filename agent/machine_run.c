@@ -24,6 +24,10 @@ static _Atomic int unsaved;    /* model was measured here and is not stored yet 
 static int save_dead;          /* a save failed for good: no more tries (writer thread) */
 static char cpu[320];          /* the CPU key (writer thread, then read-only) */
 static pid_t started_pid;      /* the process whose machine thread loads or measures */
+/* The database the machine thread has open while it reads the stored model. A fork child whose
+ * parent's thread had it open keeps it in abandoned: not the child's to close (the thread died
+ * mid-call, its state is unknown), and reachable, so a leak checker does not count it. */
+static st_db_t *reading, *abandoned;
 
 /* Compile statistics per family: what was stored plus this process's compiles, and the notes
  * the writer has not stored yet. mu is never held across I/O. */
@@ -125,13 +129,13 @@ static int load_stored(st_machine_t *rec)
     return -1;
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL); /* kept: the writer loads it too */
   const st_api_t *store = h ? dlsym(h, ST_API_SYMBOL) : NULL;
-  st_db_t *db = NULL;
   int rc = -1;
   if (store && store->abi == ST_API_ABI &&
-      store->open(dbpath, ST_OPEN_READONLY, (int)ag_opts.num[AG_OPT_BUSY_MS], &db, err,
+      store->open(dbpath, ST_OPEN_READONLY, (int)ag_opts.num[AG_OPT_BUSY_MS], &reading, err,
                   sizeof err) == ST_OK) {
-    rc = store->machine_load(db, cpu, rec);
-    store->close(db);
+    rc = store->machine_load(reading, cpu, rec);
+    store->close(reading);
+    reading = NULL;
   }
   return rc == ST_OK ? 0 : -1;
 }
@@ -171,6 +175,8 @@ void ag_machine_start(const char *cpu_key)
   if (started_pid == pid)
     return;
   if (started_pid) { /* a fork child: its parent stores the notes it inherited */
+    if (reading)
+      abandoned = reading, reading = NULL;
     pthread_mutex_lock(&mu);
     nnotes = 0;
     pthread_mutex_unlock(&mu);
