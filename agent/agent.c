@@ -72,6 +72,12 @@ static const char *end_status = "exited"; /* what the final step records */
 static int64_t run_start_ns, parent_start_ns;
 static pid_t parent_pid; /* the forking parent, as seen at fork time */
 static int fork_db_held; /* prepare got db_mu */
+static pthread_mutex_t sqlite_mu = PTHREAD_MUTEX_INITIALIZER; /* ag_sqlite_lock */
+static int fork_sqlite_held;                                  /* prepare got sqlite_mu */
+
+void ag_sqlite_lock(void) { pthread_mutex_lock(&sqlite_mu); }
+
+void ag_sqlite_unlock(void) { pthread_mutex_unlock(&sqlite_mu); }
 
 /* Writer-thread-only state. */
 static const st_api_t *store;
@@ -1121,14 +1127,17 @@ out:
 
 /* ---- fork -------------------------------------------------------------------------------- */
 
-/* Before fork: wait (bounded) until the writer is outside SQLite, so the child never inherits
- * a lock mid-transaction; hold the table's insert lock for the same reason. */
+/* Before fork: wait (bounded) until the writer and the agent's other threads are outside
+ * SQLite, so the child never inherits a lock mid-transaction (or SQLite's own mutexes held by
+ * a thread it does not have: its writer would wait on them for ever); hold the table's insert
+ * lock for the same reason. */
 static void atfork_prepare(void)
 {
   /* activate_mu first: the warm start takes db_mu while holding it. */
   pthread_mutex_lock(&activate_mu);
   struct timespec dl = ag_deadline_after(CLOCK_REALTIME, 100); /* bounded: fork must stay fast */
   fork_db_held = pthread_mutex_timedlock(&db_mu, &dl) == 0;
+  fork_sqlite_held = pthread_mutex_timedlock(&sqlite_mu, &dl) == 0;
   if (ag_table) {
     ag_table_lock(ag_table);
     ag_tcount_lock();
@@ -1144,6 +1153,8 @@ static void atfork_parent(void)
   pthread_mutex_unlock(&activate_mu);
   if (fork_db_held)
     pthread_mutex_unlock(&db_mu);
+  if (fork_sqlite_held)
+    pthread_mutex_unlock(&sqlite_mu);
 }
 
 /* The child is a new run: same signatures, zero counts, no writer until its first call. The
@@ -1177,6 +1188,10 @@ static void atfork_child(void)
     pthread_mutex_unlock(&db_mu); /* prepare's: this thread holds it */
   else
     pthread_mutex_init(&db_mu, NULL); /* the writer's, which does not exist here */
+  if (fork_sqlite_held)
+    pthread_mutex_unlock(&sqlite_mu);
+  else
+    pthread_mutex_init(&sqlite_mu, NULL);
   parent_start_ns = run_start_ns;
   parent_pid = getppid();
   run_id = 0;

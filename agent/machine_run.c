@@ -130,6 +130,7 @@ static int load_stored(st_machine_t *rec)
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL); /* kept: the writer loads it too */
   const st_api_t *store = h ? dlsym(h, ST_API_SYMBOL) : NULL;
   int rc = -1;
+  ag_sqlite_lock(); /* a fork meanwhile waits: SQLite's locks are never the child's */
   if (store && store->abi == ST_API_ABI &&
       store->open(dbpath, ST_OPEN_READONLY, (int)ag_opts.num[AG_OPT_BUSY_MS], &reading, err,
                   sizeof err) == ST_OK) {
@@ -137,6 +138,7 @@ static int load_stored(st_machine_t *rec)
     store->close(reading);
     reading = NULL;
   }
+  ag_sqlite_unlock();
   return rc == ST_OK ? 0 : -1;
 }
 

@@ -8,6 +8,7 @@
 #include "agent/opt.h"
 
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -265,9 +266,13 @@ Test(machine, a_bad_opjit_isa_warns_once_and_the_program_runs, .init = make_dir,
 
 /* ---- the agent's model for a process (machine_run.c, compiled into this test) ------------- */
 
-/* What machine_run.c takes from the agent: its options and its folder (the store module). */
+/* What machine_run.c takes from the agent: its options, its folder (the store module) and its
+ * SQLite lock. */
 ag_opts_t ag_opts;
 const char *ag_self_dir(void) { return OPJIT_BUILD_DIR; }
+static pthread_mutex_t sqlite_mu = PTHREAD_MUTEX_INITIALIZER;
+void ag_sqlite_lock(void) { pthread_mutex_lock(&sqlite_mu); }
+void ag_sqlite_unlock(void) { pthread_mutex_unlock(&sqlite_mu); }
 
 static const st_api_t store_api = {.abi = ST_API_ABI, .errstr = st_errstr,
                                    .machine_save = st_machine_save,
