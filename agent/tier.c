@@ -82,6 +82,7 @@ static ag_cmp_t *cmps;
 static uint64_t *watched_calls;
 enum { AG_DEMOTED_SLOWER = 0, AG_DEMOTED_TIE, AG_DEMOTED_GUARD };
 static uint8_t *demoted;
+static uint8_t *prepared; /* per entry: shapes[] and ag_vrun[] hold its problem (cq locked) */
 static float *duel_won; /* per entry: the median ratio of the duel its variant won (0: none) */
 static pthread_mutex_t cmp_mu = PTHREAD_MUTEX_INITIALIZER;
 _Atomic int ag_tier_live, ag_tier_undecided;
@@ -770,10 +771,12 @@ static int arrays(void)
     ag_persist_init(&objects, ag_tcount_capacity);
     cmps = calloc(ag_tcount_capacity, sizeof *cmps);
     watched_calls = calloc(ag_tcount_capacity, sizeof *watched_calls);
+    prepared = calloc(ag_tcount_capacity, sizeof *prepared);
     demoted = calloc(ag_tcount_capacity, sizeof *demoted);
     duel_won = calloc(ag_tcount_capacity, sizeof *duel_won);
   }
-  return shapes && ag_vrun && objects.slots && cmps && watched_calls && demoted && duel_won;
+  return shapes && ag_vrun && objects.slots && cmps && watched_calls && demoted && duel_won &&
+         prepared;
 }
 
 /* Whether a kernel can replace key k on this machine with these options: 1 with its problem in
@@ -800,8 +803,12 @@ static int prepare(ag_entry_t *e, char *why, size_t len)
   }
   if (!compilable(&e->key, &g, &row, why, len))
     return 0;
+  if (prepared[e->index])
+    return 1; /* the same again (a key's problem never changes): a host thread still in an
+                 evicted variant's call may be reading them */
   shapes[e->index] = g;
   ag_problem_extents(&g, row, &ag_vrun[e->index]); /* for the overlap guard, computed once */
+  prepared[e->index] = 1;
   return 1;
 }
 
