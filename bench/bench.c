@@ -256,3 +256,19 @@ void bn_scratch_free(const char *dir)
   }
   rmdir(dir);
 }
+
+int bn_read_passes(const char *path, double *pass, int passes)
+{
+  FILE *f = fopen(path, "r");
+  int got = 0;
+  char line[128];
+  while (f && fgets(line, sizeof line, f)) {
+    int p;
+    double ms;
+    if (sscanf(line, "pass %d %lf", &p, &ms) == 2 && p >= 0 && p < passes)
+      pass[p] = ms, got++;
+  }
+  if (f)
+    fclose(f);
+  return got;
+}

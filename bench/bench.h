@@ -44,6 +44,9 @@ int bn_spawn_wait4_out(const char *path, char *const argv[], char *const env[],
 /* Removes errpath, a child's captured stderr, after copying it to ours under the heading
  * "<prog>: <what> wrote to stderr:" when it is not empty. Returns 1 when it was empty. */
 int bn_stderr_quiet(const char *errpath, const char *prog, const char *what);
+/* Reads the "pass P MS" lines a warm worker (bench_warm_worker) wrote to path into pass[P]
+ * (0 <= P < passes); returns how many it read (0 when the file cannot be read). */
+int bn_read_passes(const char *path, double *pass, int passes);
 
 /* OpenBLAS's cores. OPENBLAS_CORETYPE is read when the library loads, so a core is a process
  * of its own; OPENBLAS_VERBOSE=2 makes the library name its core on stderr ("Core: SkylakeX").

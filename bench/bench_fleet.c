@@ -83,17 +83,7 @@ static int run(int cfg, int round, int passes, double *pass)
   }
   if (!bn_stderr_quiet(err, "bench_fleet", names[cfg]))
     return -1;
-  FILE *f = fopen(out, "r");
-  int got = 0;
-  char line[128];
-  while (f && fgets(line, sizeof line, f)) {
-    int p;
-    double ms;
-    if (sscanf(line, "pass %d %lf", &p, &ms) == 2 && p >= 0 && p < passes)
-      pass[p] = ms, got++;
-  }
-  if (f)
-    fclose(f);
+  int got = bn_read_passes(out, pass, passes);
   if (got != passes) {
     fprintf(stderr, "bench_fleet: the %s worker reported %d of %d passes\n", names[cfg], got,
             passes);

@@ -59,17 +59,7 @@ static int run(int cfg, int round, int passes, double *pass, double *wall)
   }
   if (!bn_stderr_quiet(err, "bench_warm", names[cfg]))
     return -1;
-  FILE *f = fopen(out, "r");
-  int got = 0;
-  char line[128];
-  while (f && fgets(line, sizeof line, f)) {
-    int p;
-    double ms;
-    if (sscanf(line, "pass %d %lf", &p, &ms) == 2 && p >= 0 && p < passes)
-      pass[p] = ms, got++;
-  }
-  if (f)
-    fclose(f);
+  int got = bn_read_passes(out, pass, passes);
   if (got != passes) {
     fprintf(stderr, "bench_warm: the %s worker reported %d of %d passes\n", names[cfg], got, passes);
     return -1;
