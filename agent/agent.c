@@ -119,6 +119,7 @@ static int warm_pending;
 
 static void warm_start(void);
 static void warm_finish(void);
+static void warm_wait_us(long us);
 
 /* The writer's wake-up and the warm start's end: their deadlines are CLOCK_MONOTONIC, so the
  * conditions must be too. */
@@ -941,7 +942,11 @@ AG_EXPORT int opjit_settle(long timeout_ms)
 {
   if (!ours() || ag_opts.num[AG_OPT_MODE] != AG_MODE_JIT)
     return -1;
-  return ag_tier_settle(timeout_ms > 0 ? timeout_ms : 0);
+  long ms = timeout_ms > 0 ? timeout_ms : 0;
+  uint64_t t0 = ag_now_ns();
+  warm_wait_us(ms * 1000); /* the warm start queues what calls made hot meanwhile */
+  long left = ms - (long)((ag_now_ns() - t0) / 1000000u);
+  return ag_tier_settle(left > 0 ? left : 0);
 }
 
 static void agent_atexit(void)

@@ -865,14 +865,8 @@ int ag_tier_settle(long ms)
   if (atomic_load(&jit_dead))
     return 0; /* what is queued fails at once, or was never taken */
   struct timespec dl = ag_deadline_after(CLOCK_REALTIME, ms);
-  /* A warm start deciding holds back what calls make hot (ag_tier_hold): it queues them when it
-   * is done. */
-  uint64_t until = ag_now_ns() + (uint64_t)ms * 1000000u;
-  while (atomic_load(&hold_hot))
-    if (ag_now_ns() >= until)
-      return 1;
-    else
-      usleep(1000);
+  if (atomic_load(&hold_hot))
+    return 1; /* a warm start still deciding (the caller waits for it first) */
   ag_cq_lock(&cq);
   int rc = ag_cq_wait_idle(&cq, &dl);
   ag_cq_unlock(&cq);

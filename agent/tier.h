@@ -82,9 +82,10 @@ void ag_tier_keep_original(ag_entry_t *e);
 
 /* Queues cold entry e for compilation now (the profile says it is hot). */
 void ag_tier_queue(ag_entry_t *e, const char *why);
-/* Waits until the warm start has decided, no signature is queued and no compile (its
- * verification and duel included) runs, at most ms: 0 once idle, 1 at the deadline. Any thread
- * but a compile thread or the writer. */
+/* Waits until no signature is queued and no compile (its verification and duel included) runs,
+ * at most ms: 0 once idle, 1 at the deadline, or at once while a warm start still holds back
+ * what calls made hot (the caller waits for the warm start first). Any thread but a compile
+ * thread or the writer. */
 int ag_tier_settle(long ms);
 
 /* Places a persisted kernel (jit/objload.h) as e's variant: published at once, not verified
