@@ -4,11 +4,14 @@
  *   write PATH EMBD LAYERS FF VOCAB f32|f16 SEED
  *        writes a llama-architecture GGUF with random weights through the gguf API (head
  *        size 64, as many KV heads as heads, llama.cpp's "test" vocabulary: token i is i in hex)
- *   run PATH PROMPT GEN THREADS [ROUNDS]
+ *   run PATH PROMPT GEN THREADS [ROUNDS [SETTLE]]
  *        prefill PROMPT tokens (deterministic ids) in one batch, then GEN greedy decode steps;
  *        ROUNDS > 1 repeats both (the context emptied, after a pause of 3 s: a program serving
- *        its second prompt). Prints each round's generated tokens, then, of the last round, a
- *        checksum of every logit it computed and its tokens/s:
+ *        its second prompt). SETTLE > 0: after the first round's decode step SETTLE, waits
+ *        (opjit_settle, agent/opjit.h, when the agent is loaded) until the JIT has compiled
+ *        what it queued, so the steps after it run whatever it published. Prints each round's
+ *        generated tokens, then, of the last round, a checksum of every logit it computed and
+ *        its tokens/s:
  *          tokens 17 3 99 ...
  *          logits sum S abs A
  *          probabilities sum P    (over the steps, each token id times its softmax probability:
@@ -23,6 +26,8 @@
 #include "ggml-backend.h"
 #include "gguf.h"
 #include "llama.h"
+
+#include <dlfcn.h>
 
 #include <math.h>
 #include <stdint.h>
@@ -61,8 +66,10 @@ static int write_model(const char *path, int embd, int layers, int ff, int vocab
   enum ggml_type wt = strcmp(type, "f16") == 0 ? GGML_TYPE_F16 : GGML_TYPE_F32;
   rng = seed;
   size_t esz = wt == GGML_TYPE_F16 ? 2 : 4;
-  size_t weights = (size_t)2 * embd * vocab + (size_t)layers * (4 * (size_t)embd * embd + 3 * (size_t)embd * ff);
-  size_t bytes = weights * esz + (size_t)(2 * layers + 1) * embd * 4 + (size_t)(5 + 9 * layers + 4) * ggml_tensor_overhead();
+  size_t weights =
+      (size_t)2 * embd * vocab + (size_t)layers * (4 * (size_t)embd * embd + 3 * (size_t)embd * ff);
+  size_t bytes = weights * esz + (size_t)(2 * layers + 1) * embd * 4 +
+                 (size_t)(5 + 9 * layers + 4) * ggml_tensor_overhead();
   struct ggml_context *ctx = ggml_init((struct ggml_init_params){bytes + (1 << 20), NULL, false});
   struct gguf_context *g = gguf_init_empty();
   if (!ctx || !g) {
@@ -96,7 +103,8 @@ static int write_model(const char *path, int embd, int layers, int ff, int vocab
     const char *name;
     int64_t ne0, ne1;
     int norm;
-  } top[] = {{"token_embd.weight", embd, vocab, 0}, {"output_norm.weight", embd, 0, 1},
+  } top[] = {{"token_embd.weight", embd, vocab, 0},
+             {"output_norm.weight", embd, 0, 1},
              {"output.weight", embd, vocab, 0}};
   for (size_t i = 0; i < sizeof top / sizeof *top; i++) {
     struct ggml_tensor *t = top[i].norm ? ggml_new_tensor_1d(ctx, GGML_TYPE_F32, top[i].ne0)
@@ -109,9 +117,9 @@ static int write_model(const char *path, int embd, int layers, int ff, int vocab
     struct {
       const char *name;
       int64_t ne0, ne1;
-    } blk[] = {{"attn_norm", embd, 0},   {"attn_q", embd, embd},      {"attn_k", embd, embd},
-               {"attn_v", embd, embd},   {"attn_output", embd, embd}, {"ffn_norm", embd, 0},
-               {"ffn_gate", embd, ff},   {"ffn_up", embd, ff},        {"ffn_down", ff, embd}};
+    } blk[] = {{"attn_norm", embd, 0}, {"attn_q", embd, embd},      {"attn_k", embd, embd},
+               {"attn_v", embd, embd}, {"attn_output", embd, embd}, {"ffn_norm", embd, 0},
+               {"ffn_gate", embd, ff}, {"ffn_up", embd, ff},        {"ffn_down", ff, embd}};
     for (size_t i = 0; i < sizeof blk / sizeof *blk; i++) {
       int norm = blk[i].ne1 == 0;
       struct ggml_tensor *t = norm ? ggml_new_tensor_1d(ctx, GGML_TYPE_F32, blk[i].ne0)
@@ -156,7 +164,16 @@ static bool no_progress(float progress, void *ud)
   return true;
 }
 
-static int run_model(const char *path, int n_prompt, int n_gen, int threads, int rounds)
+/* Waits until the agent, if loaded, has compiled what it queued (at most 10 s). */
+static void settle(void)
+{
+  int (*fn)(long) = (int (*)(long))dlsym(RTLD_DEFAULT, "opjit_settle");
+  if (fn)
+    fn(10000);
+}
+
+static int run_model(const char *path, int n_prompt, int n_gen, int threads, int rounds,
+                     int settle_at)
 {
   llama_log_set(quiet_log, NULL);
   ggml_backend_load_all_from_path(OPJIT_LLAMA_BINS);
@@ -183,39 +200,41 @@ static int run_model(const char *path, int n_prompt, int n_gen, int threads, int
     toks[i] = (llama_token)((i * 7919 + 13) % vocab);
   double sum = 0, abs_sum = 0, prob_sum = 0, t0 = 0, t1 = 0;
   for (int r = 0; r < rounds; r++) {
-  if (r) {
-    nanosleep(&(struct timespec){3, 0}, NULL);
-    llama_memory_clear(llama_get_memory(lc), true);
-    sum = abs_sum = prob_sum = 0;
-    printf("\n");
-  }
-  t0 = now_s();
-  if (llama_decode(lc, llama_batch_get_one(toks, n_prompt))) {
-    fprintf(stderr, "llama_prog: prefill failed\n");
-    return 1;
-  }
-  t1 = now_s();
-  printf("tokens");
-  for (int g = 0; g < n_gen; g++) {
-    const float *logits = llama_get_logits_ith(lc, -1);
-    int best = 0;
-    for (int v = 0; v < vocab; v++) {
-      sum += logits[v], abs_sum += fabs(logits[v]);
-      if (logits[v] > logits[best])
-        best = v;
+    if (r) {
+      nanosleep(&(struct timespec){3, 0}, NULL);
+      llama_memory_clear(llama_get_memory(lc), true);
+      sum = abs_sum = prob_sum = 0;
+      printf("\n");
     }
-    double z = 0; /* softmax, as node-llama-cpp reports it: sum of id times probability */
-    for (int v = 0; v < vocab; v++)
-      z += exp((double)logits[v] - logits[best]);
-    for (int v = 0; v < vocab; v++)
-      prob_sum += v * exp((double)logits[v] - logits[best]) / z;
-    printf(" %d", best);
-    toks[n_prompt + g] = best;
-    if (llama_decode(lc, llama_batch_get_one(&toks[n_prompt + g], 1))) {
-      fprintf(stderr, "llama_prog: decode step %d failed\n", g);
+    t0 = now_s();
+    if (llama_decode(lc, llama_batch_get_one(toks, n_prompt))) {
+      fprintf(stderr, "llama_prog: prefill failed\n");
       return 1;
     }
-  }
+    t1 = now_s();
+    printf("tokens");
+    for (int g = 0; g < n_gen; g++) {
+      const float *logits = llama_get_logits_ith(lc, -1);
+      int best = 0;
+      for (int v = 0; v < vocab; v++) {
+        sum += logits[v], abs_sum += fabs(logits[v]);
+        if (logits[v] > logits[best])
+          best = v;
+      }
+      double z = 0; /* softmax, as node-llama-cpp reports it: sum of id times probability */
+      for (int v = 0; v < vocab; v++)
+        z += exp((double)logits[v] - logits[best]);
+      for (int v = 0; v < vocab; v++)
+        prob_sum += v * exp((double)logits[v] - logits[best]) / z;
+      printf(" %d", best);
+      toks[n_prompt + g] = best;
+      if (llama_decode(lc, llama_batch_get_one(&toks[n_prompt + g], 1))) {
+        fprintf(stderr, "llama_prog: decode step %d failed\n", g);
+        return 1;
+      }
+      if (r == 0 && g + 1 == settle_at)
+        settle();
+    }
   }
   double t2 = now_s();
   printf("\nlogits sum %.9g abs %.9g\nprobabilities sum %.12g\n", sum, abs_sum, prob_sum);
@@ -250,15 +269,16 @@ static int list_bufts(void)
 int main(int argc, char **argv)
 {
   if (argc == 9 && strcmp(argv[1], "write") == 0)
-    return write_model(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]),
-                       argv[7], strtoull(argv[8], NULL, 10));
-  if ((argc == 6 || argc == 7) && strcmp(argv[1], "run") == 0)
+    return write_model(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), argv[7],
+                       strtoull(argv[8], NULL, 10));
+  if (argc >= 6 && argc <= 8 && strcmp(argv[1], "run") == 0)
     return run_model(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
-                     argc == 7 && atoi(argv[6]) > 1 ? atoi(argv[6]) : 1);
+                     argc >= 7 && atoi(argv[6]) > 1 ? atoi(argv[6]) : 1,
+                     argc == 8 ? atoi(argv[7]) : 0);
   if (argc == 2 && strcmp(argv[1], "bufts") == 0)
     return list_bufts();
   fprintf(stderr, "usage: llama_prog write PATH EMBD LAYERS FF VOCAB f32|f16 SEED\n"
-                  "       llama_prog run PATH PROMPT GEN THREADS [ROUNDS]\n"
+                  "       llama_prog run PATH PROMPT GEN THREADS [ROUNDS [SETTLE]]\n"
                   "       llama_prog bufts\n");
   return 2;
 }
