@@ -11,6 +11,7 @@
  * the next writes the same rows again. */
 #define _GNU_SOURCE
 #include "agent.h"
+#include "codemap.h"
 #include "fleet.h"
 #include "host.h"
 #include "opjit.h"
@@ -496,7 +497,7 @@ static void start_sampling(void)
     return;
   if (!agg && !(agg = sp_agg_new()))
     return;
-  sp_agg_code_lookup(agg, ag_tier_code_at);
+  sp_agg_code_lookup(agg, ag_code_at, ag_code_generation);
   sp_config_t c = {.hz = (int)ag_opts.num[AG_OPT_SAMPLE_HZ],
                    .events = events[ag_opts.num[AG_OPT_EVENTS]],
                    .stack_depth = (int)ag_opts.num[AG_OPT_STACK_DEPTH],

@@ -20,6 +20,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t *freed;         /* free slot indices (a stack), under mu */
 static uint32_t nfreed, freed_cap;
 static size_t live;
+static _Atomic uint64_t generation; /* registrations and removals so far */
 
 /* Interned names: a chained hash set, never freed (bounded by the distinct names). */
 typedef struct name_s {
@@ -117,6 +118,7 @@ int ag_code_add(const void *fn, size_t size, const char *name, const jt_loaded_t
   if (i == atomic_load_explicit(&nslots, memory_order_relaxed))
     atomic_store_explicit(&nslots, i + 1, memory_order_release);
   live++;
+  atomic_fetch_add_explicit(&generation, 1, memory_order_release);
   rc = 0;
 out:
   pthread_mutex_unlock(&mu);
@@ -147,6 +149,7 @@ int ag_code_remove(const void *fn)
   s->loaded = (jt_loaded_t){0};
   freed[nfreed++] = (uint32_t)i;
   live--;
+  atomic_fetch_add_explicit(&generation, 1, memory_order_release);
   rc = 0;
 out:
   pthread_mutex_unlock(&mu);
@@ -175,6 +178,11 @@ int ag_code_at(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name)
     }
   }
   return 0;
+}
+
+uint64_t ag_code_generation(void)
+{
+  return atomic_load_explicit(&generation, memory_order_acquire);
 }
 
 size_t ag_code_live(void)

@@ -44,6 +44,10 @@ int ag_code_remove(const void *fn);
 /* The kernel holding pc: 1 with its extent and name, or 0. Any thread but a signal handler. */
 int ag_code_at(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name);
 
+/* A number that changes with every registration and removal: a reader that cached what
+ * ag_code_at said about a PC knows by it whether that may have changed. */
+uint64_t ag_code_generation(void);
+
 /* Kernels registered now. */
 size_t ag_code_live(void);
 

@@ -145,11 +145,6 @@ static void publish(ag_entry_t *e, void *fn, int32_t verify)
 
 size_t ag_tier_events(ag_event_rec_t *out, size_t max) { return ag_events_take(&events, out, max); }
 
-int ag_tier_code_at(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name)
-{
-  return ag_code_at(pc, lo, hi, name);
-}
-
 const char *ag_tier_cpu(void)
 {
   const jt_api_t *j = atomic_load_explicit(&jit, memory_order_acquire);

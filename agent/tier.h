@@ -184,10 +184,6 @@ void ag_tier_verify_end(ag_verify_t *vf);
 /* Moves up to max events recorded since the last call into out; returns how many. */
 size_t ag_tier_events(ag_event_rec_t *out, size_t max);
 
-/* The JIT kernel holding pc: 1 with its extent and name (valid for the process's life), or 0.
- * For the sampler's aggregation (any thread but a signal handler). */
-int ag_tier_code_at(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name);
-
 /* The CPU the variants were compiled for (LLVM's name), for the run's record ("" before the
  * first compile). */
 const char *ag_tier_cpu(void);

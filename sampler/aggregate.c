@@ -46,6 +46,8 @@ typedef struct pcsym_s {
   uint64_t pc;
   const char *module, *symbol, *frame; /* interned; frame = folded frame name */
   int opmod;                           /* the PC is in an operator module */
+  int anon;                            /* in no module (JIT code, or unknown): its name holds
+                                          until the code there changes */
 } pcsym_t;
 
 typedef struct range_s { /* [lo, hi) belongs to one symbol (or one 256-byte bucket) */
@@ -141,6 +143,8 @@ struct sp_agg_s {
   const void *opmods[16]; /* base addresses of declared operator modules */
   int nopmods;
   sp_code_lookup_fn code_lookup;
+  sp_code_gen_fn code_gen;
+  uint64_t seen_gen;      /* code_gen's value when the names of anonymous PCs were cached */
   const void *main_base;  /* the executable's load address: dladdr names it after argv[0], */
   char exe[512];          /* which a program may change; /proc/self/exe is its real path */
   Dwfl *dwfl;             /* the objects' .symtab and debug files, or NULL */
@@ -420,7 +424,7 @@ static const pcsym_t *symbolise(sp_agg_t *a, uint64_t pc)
   char sym[64], frame[512], unversioned[512];
   const char *module = "[unknown]", *name = NULL;
   uint64_t lo = 0, hi = 0;
-  int opmod = 0;
+  int opmod = 0, anon = 0;
   if (dl_iterate_phdr(object_of_cb, &o)) {
     module = o.base == (uint64_t)(uintptr_t)a->main_base && a->exe[0] ? a->exe
              : o.path[0]                                            ? o.path
@@ -452,10 +456,11 @@ static const pcsym_t *symbolise(sp_agg_t *a, uint64_t pc)
       opmod = a->opmods[k] == (const void *)(uintptr_t)o.base;
   } else if (a->code_lookup && a->code_lookup(pc, &lo, &hi, &name)) {
     module = "[jit]";
-    opmod = 1;
+    opmod = anon = 1;
   } else {
     snprintf(sym, sizeof sym, "0x%llx", (unsigned long long)pc);
     name = sym;
+    anon = 1;
   }
   sp_frame_name(module, name, frame, sizeof frame);
   pcsym_t *p = &a->pcs[i];
@@ -464,6 +469,7 @@ static const pcsym_t *symbolise(sp_agg_t *a, uint64_t pc)
     return p->module = NULL, NULL;
   p->pc = pc;
   p->opmod = opmod;
+  p->anon = anon;
   a->npcs++;
   if (hi > lo) {
     add_range(a, lo, hi, p);
@@ -526,7 +532,27 @@ void sp_agg_free(sp_agg_t *a)
   free(a);
 }
 
-void sp_agg_code_lookup(sp_agg_t *a, sp_code_lookup_fn lookup) { a->code_lookup = lookup; }
+void sp_agg_code_lookup(sp_agg_t *a, sp_code_lookup_fn lookup, sp_code_gen_fn generation)
+{
+  a->code_lookup = lookup;
+  a->code_gen = generation;
+  a->seen_gen = generation ? generation() : 0;
+}
+
+/* The code outside every module changed: forgets the names cached for it. Every cached PC is
+ * forgotten (the PC cache is open-addressed); those in a module are found again in their
+ * symbol's range, which stays. */
+static void forget_anonymous(sp_agg_t *a)
+{
+  size_t keep = 0;
+  for (size_t i = 0; i < a->nranges; i++)
+    if (!a->ranges[i].sym.anon)
+      a->ranges[keep++] = a->ranges[i];
+  a->nranges = keep;
+  if (a->pcs)
+    memset(a->pcs, 0, a->cappcs * sizeof *a->pcs);
+  a->npcs = 0;
+}
 
 void sp_agg_operator_module(sp_agg_t *a, const void *addr)
 {
@@ -538,6 +564,11 @@ void sp_agg_operator_module(sp_agg_t *a, const void *addr)
 void sp_agg_add(sp_agg_t *a, const sp_sample_t *s, size_t n, int ncounters)
 {
   char folded[8192];
+  uint64_t gen = a->code_gen ? a->code_gen() : 0;
+  if (gen != a->seen_gen) {
+    forget_anonymous(a);
+    a->seen_gen = gen;
+  }
   for (size_t i = 0; i < n; i++, s++) {
     const pcsym_t *found = symbolise(a, s->pc);
     if (!found)

@@ -24,9 +24,13 @@ void sp_agg_free(sp_agg_t *a);
 void sp_agg_operator_module(sp_agg_t *a, const void *addr);
 
 /* Names PCs in code no module holds (JIT kernels): lookup returns 1 with the code's extent and
- * name. Such PCs are attributed to module "[jit]" and count as operator code. */
+ * name. Such PCs are attributed to module "[jit]" and count as operator code. generation (or
+ * NULL) returns a number that changes whenever code is added to or removed from what lookup
+ * knows: sp_agg_add then forgets the names it cached for PCs outside every module, so a kernel
+ * placed where a freed one was is named as itself, not as the freed one. */
 typedef int (*sp_code_lookup_fn)(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name);
-void sp_agg_code_lookup(sp_agg_t *a, sp_code_lookup_fn lookup);
+typedef uint64_t (*sp_code_gen_fn)(void);
+void sp_agg_code_lookup(sp_agg_t *a, sp_code_lookup_fn lookup, sp_code_gen_fn generation);
 
 /* Merges n samples; ncounters counter values per sample are summed. */
 void sp_agg_add(sp_agg_t *a, const sp_sample_t *s, size_t n, int ncounters);

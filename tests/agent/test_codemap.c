@@ -24,9 +24,13 @@ static void add(uint64_t lo, size_t size)
 Test(codemap, finds_kernels_by_pc_and_registers_a_shared_kernel_once)
 {
   size_t before = ag_code_live();
+  uint64_t gen = ag_code_generation();
   add(BASE + 0x1000, 0x100);
+  cr_assert_neq(ag_code_generation(), gen, "a registration changes the generation");
   add(BASE + 0x2000, 0x80);
+  gen = ag_code_generation();
   cr_assert_eq(ag_code_add((void *)(uintptr_t)(BASE + 0x1000), 0x100, "other", NULL), 1);
+  cr_assert_eq(ag_code_generation(), gen, "a kernel registered already changes nothing");
   uint64_t lo, hi;
   const char *name;
   cr_assert_eq(ag_code_at(BASE + 0x10ff, &lo, &hi, &name), 1);
@@ -43,7 +47,10 @@ Test(codemap, finds_kernels_by_pc_and_registers_a_shared_kernel_once)
   cr_assert_eq(k.hi - k.lo, 0x80);
   cr_assert_null(k.loaded.map);
   cr_assert_eq(ag_code_remove((void *)(uintptr_t)(BASE + 0x1000)), 0);
+  cr_assert_neq(ag_code_generation(), gen, "a removal changes the generation");
+  gen = ag_code_generation();
   cr_assert_eq(ag_code_remove((void *)(uintptr_t)(BASE + 0x1000)), -1, "removed already");
+  cr_assert_eq(ag_code_generation(), gen);
   cr_assert_eq(ag_code_at(BASE + 0x1010, &lo, &hi, &name), 0, "no PC is in removed code");
   name_of(BASE + 0x2000, want, sizeof want);
   cr_assert_str_eq(name, want, "a name handed out stays valid");

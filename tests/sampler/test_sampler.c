@@ -689,3 +689,53 @@ Test(sampler, short_lived_threads_are_armed_one_in_four_with_weight_four)
   sp_status(&st);
   cr_assert_eq(st.thinned, before);
 }
+
+/* The JIT's code map as the aggregator sees it: one kernel at a fixed address outside every
+ * module, renamed (freed, and another placed there) between two batches of samples. */
+#define KERNEL_PC 0x10000ull /* below every mapping: no module holds it */
+static const char *kernel_name;
+static uint64_t kernel_gen;
+static int kernel_at(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name)
+{
+  if (!kernel_name || pc < KERNEL_PC || pc >= KERNEL_PC + 64)
+    return 0;
+  *lo = KERNEL_PC, *hi = KERNEL_PC + 64, *name = kernel_name;
+  return 1;
+}
+static uint64_t kernel_generation(void) { return kernel_gen; }
+
+static char kernel_seen[4][64];
+static uint64_t kernel_samples[4];
+static int nkernel_seen;
+static void kernel_named(void *ctx, uint32_t op, const char *module, const char *symbol,
+                         uint64_t samples_)
+{
+  (void)ctx, (void)op;
+  if (strcmp(module, "[jit]") == 0 && nkernel_seen < 4) {
+    snprintf(kernel_seen[nkernel_seen], sizeof kernel_seen[0], "%s", symbol);
+    kernel_samples[nkernel_seen++] = samples_;
+  }
+}
+
+Test(sampler, a_kernel_placed_where_a_freed_one_was_is_named_as_itself)
+{
+  sp_sample_t s = {.pc = KERNEL_PC + 8, .nframes = 1, .weight = 1, .frames = {KERNEL_PC + 8}};
+  sp_sample_t before = {.pc = KERNEL_PC + 16, .nframes = 1, .weight = 1, .frames = {KERNEL_PC + 16}};
+  sp_agg_t *a = sp_agg_new();
+  sp_agg_code_lookup(a, kernel_at, kernel_generation);
+  sp_agg_add(a, &before, 1, 0); /* sampled before any kernel was there: unknown */
+  kernel_name = "old_kernel", kernel_gen++;
+  sp_agg_add(a, &s, 1, 0);
+  sp_agg_add(a, &before, 1, 0);
+  kernel_name = "new_kernel", kernel_gen++; /* the old one freed, the new one placed there */
+  sp_agg_add(a, &s, 1, 0);
+  sp_agg_add(a, &s, 1, 0);
+  sp_agg_visit(a, &(sp_agg_visit_t){NULL, NULL, kernel_named, NULL, NULL});
+  sp_agg_free(a);
+  cr_assert_eq(nkernel_seen, 2, "%d kernel names", nkernel_seen);
+  for (int i = 0; i < 2; i++)
+    cr_assert(strcmp(kernel_seen[i], "old_kernel") == 0 ? kernel_samples[i] == 2
+                                                        : strcmp(kernel_seen[i], "new_kernel") == 0 &&
+                                                              kernel_samples[i] == 2,
+              "%s: %llu samples", kernel_seen[i], (unsigned long long)kernel_samples[i]);
+}
