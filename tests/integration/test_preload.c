@@ -201,3 +201,71 @@ Test(preload, a_full_signature_table_counts_overflow_and_changes_nothing)
   snprintf(b, sizeof b, "%s.counts", agent);
   cr_assert(h_same_file(a, b));
 }
+
+/* Sixteen processes of one program on one database at once (the writers contend for SQLite's
+ * lock): every run is recorded, each with every call it made. */
+Test(preload, sixteen_processes_on_one_database_lose_no_run_and_no_count)
+{
+  enum { P = 16, N = 3000 };
+  const char *env[] = {"OPJIT_FLUSH_MS=20", NULL};
+  pid_t pid[P];
+  char tags[P][8], n[16];
+  snprintf(n, sizeof n, "%d", N);
+  for (int p = 0; p < P; p++) {
+    snprintf(tags[p], sizeof tags[p], "p%d", p);
+    pid[p] = h_spawn(tags[p], 1, env, (const char *[]){H_HOST_PROG, "threads", "2", n, NULL});
+  }
+  for (int p = 0; p < P; p++) {
+    int status;
+    cr_assert_eq(waitpid(pid[p], &status, 0), pid[p]);
+    assert_exited_ok(status, tags[p]);
+    cr_assert_str_empty(h_output(tags[p], "err"), "%s", tags[p]);
+  }
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM pragma_quick_check WHERE quick_check='ok'"), 1);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE status='exited'"), P);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM (SELECT run_id FROM run_sigs GROUP BY run_id"
+                             " HAVING sum(calls)=%d)", 2 * N), P, "a run lost calls");
+}
+
+/* Programs that call no operator, as a user's shell starts them with the agent preloaded
+ * everywhere: the same output and exit status, nothing on stderr, no database. */
+Test(preload, ordinary_programs_run_unchanged_and_leave_no_database)
+{
+  static const char *const progs[][5] = {
+      {"/bin/ls", "/etc", NULL},
+      {"/bin/sh", "-c", "echo from sh; exit 3", NULL},
+      {"/usr/bin/sort", "-r", "/etc/passwd", NULL},
+      {"/usr/bin/python3", "-c", "import sys; print(sys.argv, 2**100); sys.exit(5)", NULL},
+      {"/usr/bin/node", "-e", "console.log([1, 2, 3].map(x => x * 2)); process.exitCode = 4", NULL},
+      {"/usr/bin/git", "--version", NULL},
+      {"/usr/bin/perl", "-e", "print join(',', map { $_ * $_ } 1 .. 10), \"\\n\"", NULL},
+      {"/usr/bin/md5sum", "/etc/services", NULL},
+  };
+  if (h_sanitized())
+    cr_skip_test("a sanitizer's runtime preloaded before the agent would be in these programs "
+                 "too, and theirs is not the agent's behaviour: the plain suite's check");
+  char db[200], dir[160];
+  snprintf(dir, sizeof dir, "%s/never", h_dir);
+  snprintf(db, sizeof db, "OPJIT_DB=%s/profile.db", dir);
+  const char *env[] = {db, NULL};
+  static char out[1 << 16];
+  int ran = 0;
+  for (size_t i = 0; i < sizeof progs / sizeof *progs; i++) {
+    if (access(progs[i][0], X_OK) != 0) {
+      cr_log_warn("%s is not installed: not run", progs[i][0]);
+      continue;
+    }
+    int plain = h_run("plain", 0, env, (const char *const *)progs[i]);
+    int agent = h_run("agent", 1, env, (const char *const *)progs[i]);
+    cr_assert(WIFEXITED(plain) && WIFEXITED(agent), "%s", progs[i][0]);
+    cr_assert_eq(WEXITSTATUS(agent), WEXITSTATUS(plain), "%s's exit status", progs[i][0]);
+    snprintf(out, sizeof out, "%s", h_output("plain", "out"));
+    const char *got = h_output("agent", "out");
+    cr_assert_str_eq(got, out, "%s's output", progs[i][0]);
+    cr_assert_str_empty(h_output("agent", "err"), "%s", progs[i][0]);
+    ran++;
+  }
+  cr_assert_geq(ran, 5, "only %d of the programs are installed", ran);
+  struct stat st;
+  cr_assert_neq(stat(dir, &st), 0, "the agent created %s", dir);
+}
