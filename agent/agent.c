@@ -304,6 +304,25 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
   c->t0 = ag_now_ns();
 }
 
+void *ag_call_pair(ag_call_t *c, void *v)
+{
+  ag_entry_t *e = c->e;
+  if (atomic_load_explicit(&e->verify, memory_order_relaxed) > 0)
+    return v; /* verifying: the call runs both sides */
+  /* One pair every `every` pairs of calls; o v, then v o, ...: neighbouring pairs in both
+   * orders, so that a drift over the run (the caches the program leaves, a neighbour's load)
+   * weighs on both sides alike. */
+  uint32_t every = atomic_load_explicit(&e->pair, memory_order_relaxed);
+  uint32_t k = atomic_fetch_add_explicit(&e->pair_n, 1, memory_order_relaxed);
+  uint32_t cycle = 2 * (every ? every : 1), at = k % cycle;
+  if (at >= 2)
+    return v; /* between pairs: the variant, untimed by the pair */
+  int variant = (int)((k / cycle + at) & 1);
+  c->orig = variant ? AG_VARIANT_PAIR : AG_ORIG_PAIR;
+  c->t0 = ag_now_ns();
+  return variant ? v : NULL;
+}
+
 void *ag_resolve_slow(void *_Atomic *cache, const char *name)
 {
   void *fn = dlsym(RTLD_NEXT, name);
@@ -668,10 +687,11 @@ static void write_variants(void)
   st_variant_rec_t *v = calloc(n ? n : 1, sizeof *v);
   ag_persist_t *obj = calloc(n ? n : 1, sizeof *obj);
   uint32_t *vidx = calloc(n ? n : 1, sizeof *vidx);
+  st_judge_rec_t *judges = calloc(n ? n : 1, sizeof *judges);
   st_event_rec_t ev[512];
   size_t nv = 0, nev = 0;
   int rc = 0;
-  if (!calls || !vcalls || !v || !obj || !vidx)
+  if (!calls || !vcalls || !v || !obj || !vidx || !judges)
     goto out;
   ag_tcount_sum(calls, vcalls, n);
   char cpu_key[336]; /* what this run's kernels are stored under (machine.h) */
@@ -688,6 +708,14 @@ static void write_variants(void)
     /* A row without a status stores or drops the object only (a signature this run has not
      * called, or whose variant has gone). */
     int loaded = strcmp(p->origin, "loaded") == 0;
+    ag_cmp_pool_t pool;
+    st_judge_rec_t *jr = &judges[nv];
+    int judged = ag_tier_judge_pool(i, &pool);
+    if (judged) { /* the same fields (store.h, compare.h) */
+      *jr = (st_judge_rec_t){pool.rounds, pool.judged, pool.runs, pool.kept, pool.o_n, pool.o_ns,
+                             pool.v_n, pool.v_ns, pool.n, {0}};
+      memcpy(jr->ratio, pool.ratio, sizeof jr->ratio);
+    }
     v[nv] = (st_variant_rec_t){&e->key, sizeof e->key, variant ? ag_tier_status(i) : NULL,
                                /* the LLVM the JIT was built with: what a warm start checks
                                   a stored object against, with no LLVM loaded */
@@ -696,7 +724,7 @@ static void write_variants(void)
                                atomic_load(&e->compile_ns), vcalls[i], atomic_load(&e->vtimed),
                                atomic_load(&e->vtimed_ns), p->origin,
                                p->pre_calls, cpu_key, p->object, p->object_len, p->symbol,
-                               p->checksum, p->drop};
+                               p->checksum, p->drop, judged ? jr : NULL};
     vidx[nv++] = i;
   }
   for (size_t i = 0; i < npending; i++) {
@@ -721,7 +749,7 @@ static void write_variants(void)
 out:
   for (size_t i = 0; i < nv; i++)
     ag_tier_persisted(vidx[i], &obj[i], rc == 0);
-  free(calls), free(vcalls), free(v), free(obj), free(vidx);
+  free(calls), free(vcalls), free(v), free(obj), free(vidx), free(judges);
 }
 
 /* ---- the run over time (on the writer thread) ------------------------------------------ */

@@ -159,9 +159,12 @@ typedef struct ag_call_s {
   ag_entry_t *e;  /* NULL when the table is full */
   uint64_t t0;    /* start time when this call is timed, else 0 */
   int variant;    /* 1 when the JIT variant served the call */
-  int orig;       /* 1: a burst runs the original though a variant exists (agent.c) */
+  int orig;       /* AG_ORIG_BURST: a burst runs the original though a variant exists (agent.c);
+                     AG_ORIG_PAIR, AG_VARIANT_PAIR: a cold pair's original or variant side */
   int slot;       /* ... and its signature's place in the thread's burst table (when timed) */
 } ag_call_t;
+
+enum { AG_ORIG_BURST = 1, AG_ORIG_PAIR, AG_VARIANT_PAIR };
 
 /* A timed call (the thread's tick ran out, or its first call of the signature, n == 1):
  * draws the gap to the next timed call, uniform in [1, 2 OPJIT_TIME_EVERY - 1], and starts the
@@ -175,6 +178,14 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked);
 
 /* A burst's warm original call of c->e took dt ns (out of line: bursts are rare). */
 void ag_call_burst_timed(const ag_call_t *c, uint64_t dt);
+
+/* A call of a signature whose variant v is judged in cold pairs (its entry's pair: one pair of
+ * calls in that many): picks the side this call runs, alternating o v, v o, ... over the
+ * signature's paired calls, so that each pair has the original and the variant as cold as the
+ * program's own calls leave them and in both orders, and starts the clock. Returns v, or NULL
+ * for the original. A variant still verifying, and a call inside a burst, are not paired. Out
+ * of line: such calls are rare. */
+void *ag_call_pair(ag_call_t *c, void *v);
 
 /* The entry of key: the thread's cache first, then the shared table (NULL when full). */
 static inline __attribute__((always_inline)) ag_entry_t *ag_lookup(const ag_sig_t *key)
@@ -251,10 +262,14 @@ static inline __attribute__((always_inline)) int ag_call_begin_host(ag_call_t *c
  * with a fresh, warm measurement of the original, and variant calls are timed too. */
 #define ag_call_begin(c, key) ag_call_begin_host((c), (key), 0)
 
-static inline __attribute__((always_inline)) void *ag_call_variant(const ag_call_t *c)
+static inline __attribute__((always_inline)) void *ag_call_variant(ag_call_t *c)
 {
   void *v = c->e ? atomic_load_explicit(&c->e->variant, memory_order_acquire) : NULL;
-  return v && !c->orig ? v : NULL;
+  if (!v || c->orig)
+    return NULL;
+  if (ag_unlikely(atomic_load_explicit(&c->e->pair, memory_order_relaxed)))
+    return ag_call_pair(c, v);
+  return v;
 }
 
 /* A timing dt against n earlier ones of ns in all: 8x their mean is a preemption or a page
@@ -286,7 +301,10 @@ static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
   } else if (c->t0) {
     uint64_t dt = ag_now_ns() - c->t0;
     if (ag_unlikely(c->orig)) {
-      ag_call_burst_timed(c, dt);
+      if (c->orig == AG_ORIG_BURST)
+        ag_call_burst_timed(c, dt);
+      else if (c->orig == AG_ORIG_PAIR || c->variant) /* (not a guard's fallback) */
+        ag_tier_pair(e, c->orig == AG_ORIG_PAIR ? AG_CMP_PAIR_ORIG : AG_CMP_PAIR_VARIANT, dt);
       ag_tl.depth--;
       return;
     }

@@ -3,6 +3,7 @@
 #include "compare.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,77 @@ int ag_cmp_burst(ag_cmp_t *c, uint64_t n, uint64_t ns, uint64_t v_total_n, uint6
   c->po_n = c->po_ns = 0;
   c->v_base_n = v_total_n, c->v_base_ns = v_total_ns;
   return 1;
+}
+
+/* Closes a round of one warm-or-cold pair of timings (o and v ns, one call each). */
+static void close_pair(ag_cmp_t *c, uint64_t o, uint64_t v)
+{
+  c->ratio[c->rounds % AG_CMP_ROUNDS] = (float)((double)v / (double)o);
+  c->rounds++;
+  c->o_n++, c->o_ns += o;
+  c->v_n++, c->v_ns += v;
+}
+
+int ag_cmp_pair(ag_cmp_t *c, int side, uint64_t ns)
+{
+  if (!ns) /* a timer too coarse to see the call */
+    return 0;
+  if (!c->pair_side || c->pair_side == side) { /* the first of a pair, or one replacing it */
+    c->pair_side = side, c->pair_ns = ns;
+    return 0;
+  }
+  uint64_t o = side == AG_CMP_PAIR_ORIG ? ns : c->pair_ns;
+  uint64_t v = side == AG_CMP_PAIR_ORIG ? c->pair_ns : ns;
+  c->pair_side = 0;
+  /* a side 8x its mean so far (from 8 rounds on) is a preemption or a page fault: the pair is
+   * dropped, as the bursts' and the variant's outliers are (agent.h, ag_timing_outlier) */
+  if (c->rounds >= 8 && (o * c->o_n > 8 * c->o_ns || v * c->v_n > 8 * c->v_ns))
+    return 0;
+  close_pair(c, o, v);
+  c->paired++;
+  return 1;
+}
+
+void ag_cmp_save(const ag_cmp_t *c, ag_cmp_pool_t *out)
+{
+  memset(out, 0, sizeof *out);
+  out->rounds = c->rounds, out->judged = c->judged, out->kept = c->kept;
+  out->runs = c->pooled_runs + (c->rounds > c->pooled_rounds);
+  out->o_n = c->o_n, out->o_ns = c->o_ns, out->v_n = c->v_n, out->v_ns = c->v_ns;
+  out->n = c->rounds < AG_CMP_ROUNDS ? c->rounds : AG_CMP_ROUNDS;
+  for (uint32_t k = 0; k < out->n; k++) /* oldest first */
+    out->ratio[k] = c->ratio[(c->rounds - out->n + k) % AG_CMP_ROUNDS];
+}
+
+void ag_cmp_resume(ag_cmp_t *c, const ag_cmp_pool_t *p, uint64_t v_total_n, uint64_t v_total_ns)
+{
+  ag_cmp_start(c, v_total_n, v_total_ns);
+  uint32_t n = p->n < AG_CMP_ROUNDS ? p->n : AG_CMP_ROUNDS;
+  if (n > p->rounds) /* damaged: more ratios than rounds */
+    n = p->rounds;
+  c->rounds = p->rounds;
+  /* the held ratios are the last n rounds, at their places in the ring */
+  for (uint32_t k = 0; k < n; k++)
+    c->ratio[(p->rounds - n + k) % AG_CMP_ROUNDS] = p->ratio[p->n - n + k];
+  c->kept = p->kept != 0;
+  c->judged = p->judged <= p->rounds ? p->judged : p->rounds;
+  c->o_n = p->o_n, c->o_ns = p->o_ns, c->v_n = p->v_n, c->v_ns = p->v_ns;
+  c->pooled_rounds = p->rounds, c->pooled_runs = p->runs;
+}
+
+const char *ag_cmp_describe(const ag_cmp_t *c, double median, const char *how, char *buf,
+                            size_t len)
+{
+  char pooled[64] = "";
+  uint32_t n = c->rounds < AG_CMP_ROUNDS ? c->rounds : AG_CMP_ROUNDS;
+  /* the window's rounds that came from earlier runs: the oldest of it */
+  uint32_t earlier = c->pooled_rounds + n > c->rounds ? c->pooled_rounds + n - c->rounds : 0;
+  if (earlier)
+    snprintf(pooled, sizeof pooled, ", %u of them from %u earlier run%s", earlier,
+             c->pooled_runs, c->pooled_runs == 1 ? "" : "s");
+  snprintf(buf, len, "variant %.0f ns per call, original %.0f ns (%s; median ratio %.2f over %u "
+           "rounds%s)", ag_cmp_variant_ns(c), ag_cmp_orig_ns(c), how, median, n, pooled);
+  return buf;
 }
 
 int ag_cmp_sign_threshold(int n)

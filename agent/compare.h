@@ -27,6 +27,7 @@
 #ifndef OPJIT_AGENT_COMPARE_H
 #define OPJIT_AGENT_COMPARE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define AG_CMP_ROUNDS 32     /* rounds the verdict looks at (the most recent) */
@@ -49,7 +50,25 @@ typedef struct ag_cmp_s {
   uint64_t v_base_n, v_base_ns;
   int kept;                   /* the variant won a verdict (FASTER, or a tie at or below 1) */
   uint32_t judged;            /* rounds when that verdict was taken or last confirmed */
+  /* Rounds from earlier runs (ag_cmp_resume): the window may hold them, pooled with this run's. */
+  uint32_t pooled_rounds, pooled_runs;
+  /* Open pair (ag_cmp_pair): one side's cold timing waiting for the other side's. */
+  int pair_side;              /* AG_CMP_PAIR_ORIG or AG_CMP_PAIR_VARIANT; 0: none open */
+  uint64_t pair_ns;
+  uint32_t paired;            /* rounds this run closed from cold pairs */
 } ag_cmp_t;
+
+/* A comparison's sufficient statistics for the rule, as the store keeps them between runs:
+ * the window's ratios and the counters the rule and the fair means read. */
+typedef struct ag_cmp_pool_s {
+  uint32_t rounds, judged, runs; /* rounds and runs that added to it over every run */
+  int kept;
+  uint64_t o_n, o_ns, v_n, v_ns;
+  uint32_t n;                    /* ratios held: the window's, at most AG_CMP_ROUNDS */
+  float ratio[AG_CMP_ROUNDS];    /* the most recent rounds, oldest first */
+} ag_cmp_pool_t;
+
+enum { AG_CMP_PAIR_ORIG = 1, AG_CMP_PAIR_VARIANT = 2 };
 
 /* Adds one burst's warm original timings (n calls, ns in all) and, given the variant's
  * cumulative timed calls and nanoseconds now, closes a round when the variant has
@@ -68,6 +87,27 @@ enum ag_verdict ag_cmp_judge(ag_cmp_t *c, double *median);
 /* The fair means in ns per call (0 when nothing was timed). */
 double ag_cmp_orig_ns(const ag_cmp_t *c);
 double ag_cmp_variant_ns(const ag_cmp_t *c);
+
+/* Cold pairs, for a signature called too rarely for bursts to time it warm (agent.c): its calls
+ * alternate between the original and the variant (o v v o o v v o ...), each timed as it comes,
+ * as cold as the program leaves it, and two neighbouring calls of opposite sides close a round
+ * (one call a side); a pair with a side 8x that side's mean so far (from 8 rounds on) is
+ * dropped. Adds one timing of side (AG_CMP_PAIR_*); returns 1 when it closed a round. */
+int ag_cmp_pair(ag_cmp_t *c, int side, uint64_t ns);
+
+/* Pooling across runs. ag_cmp_save copies c's statistics into *out for the store (runs counts
+ * this run in when it added a round); ag_cmp_resume starts a comparison as ag_cmp_start does,
+ * then takes *p's rounds and verdict over, so that this run's rounds join the earlier runs'
+ * under the same rule (windows, kept verdicts and all). A pool from a newer build that holds
+ * more ratios than AG_CMP_ROUNDS keeps the most recent. */
+void ag_cmp_save(const ag_cmp_t *c, ag_cmp_pool_t *out);
+void ag_cmp_resume(ag_cmp_t *c, const ag_cmp_pool_t *p, uint64_t v_total_n, uint64_t v_total_ns);
+
+/* The judge's figures in words, for an event or a reason: "variant N ns per call, original M ns
+ * (<how>; median ratio R over K rounds[, J of them from N earlier runs])". how says what the
+ * rounds were (warm, interleaved; cold pairs ...). Returns buf. */
+const char *ag_cmp_describe(const ag_cmp_t *c, double median, const char *how, char *buf,
+                            size_t len);
 
 /* The smallest k with P(X >= k) <= 0.01 for X ~ Binomial(n, 1/2) (n + 1 when none). */
 int ag_cmp_sign_threshold(int n);

@@ -161,7 +161,7 @@ int ag_fleet_place(ag_entry_t *e)
     ag_tier_refuse(e, "%s", why);
     return 0;
   }
-  int rc = ag_tier_load(e, k->code, k->code_len, k->symbol, err, sizeof err);
+  int rc = ag_tier_load(e, k->code, k->code_len, k->symbol, NULL, err, sizeof err);
   if (rc < 0 && atomic_load(&e->tier) == AG_TIER_COLD)
     ag_tier_refuse(e, "unloadable: %s", err);
   return rc == 0;

@@ -83,9 +83,9 @@ int ag_persist_take(ag_persist_book_t *b, uint32_t i, int ready, uint32_t needed
   int any = p->had_variant || p->drop;
   out->origin = p->loaded ? "loaded" : "compiled";
   out->pre_calls = p->pre_calls;
+  snprintf(out->symbol, sizeof out->symbol, "%s", p->symbol);
   if (p->state == P_PENDING && ready && p->passed >= needed) { /* the writer owns it now */
     out->object = p->obj, out->object_len = p->len, out->checksum = p->checksum;
-    snprintf(out->symbol, sizeof out->symbol, "%s", p->symbol);
     p->obj = NULL;
     p->state = P_STORING;
   }

@@ -29,7 +29,7 @@ typedef struct ag_persist_s {
                          ag_persist_done; NULL when there is none to store */
   size_t object_len;
   uint64_t checksum;
-  char symbol[128];
+  char symbol[128]; /* the variant's kernel, whether or not its object is handed over */
   int drop; /* the stored object is invalid: delete it */
 } ag_persist_t;
 

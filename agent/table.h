@@ -19,6 +19,10 @@ typedef struct ag_entry_s {
   uint32_t index;            /* position in the table (per-thread counter arrays use it) */
   void *_Atomic variant;     /* the published kernel, or NULL: the original runs (tier.h) */
   _Atomic uint32_t tier;     /* enum ag_tier (tier.h) */
+  _Atomic uint32_t pair;     /* n > 0: one pair of its variant's calls in n goes in a cold pair
+                                (agent.h, ag_call_pair; the judge's watch sets it for a
+                                rarely called signature); 0: none */
+  _Atomic uint32_t pair_n;   /* its paired calls so far: which side the next one runs */
   _Atomic int32_t verify;    /* calls still to verify against the original */
   _Atomic uint64_t calls;    /* calls seen (threads with their own counters add at exit) */
   _Atomic uint64_t timed;    /* original's calls whose duration was measured */

@@ -53,6 +53,10 @@
 /* The duel before publication may take as long as the compile did, within these bounds. */
 #define DUEL_MIN_NS 2000000ull
 #define DUEL_MAX_NS 20000000ull
+/* A variant awaiting its verdict whose signature is called less often than this per second is
+ * judged in cold pairs (agent.h, ag_call_pair). */
+#define PAIR_HZ 1000.0
+#define PAIR_KEPT 8 /* ... one pair of calls in so many once a verdict keeps the variant */
 
 /* The compile queue and its threads (cqueue.h). */
 static void compile_begin(void *ctx);
@@ -85,6 +89,7 @@ static uint8_t *demoted;
 static uint8_t *prepared; /* per entry: shapes[] and ag_vrun[] hold its problem (cq locked) */
 static float *duel_won; /* per entry: the median ratio of the duel its variant won (0: none) */
 static pthread_mutex_t cmp_mu = PTHREAD_MUTEX_INITIALIZER;
+static int fault_reps; /* OPJIT_TEST_FAULT=slow: 16 (the variant's pair timings x16), fast: -16 */
 _Atomic int ag_tier_live, ag_tier_undecided;
 
 /* What promotion expects: the mean relative saving of this process's measured variants and
@@ -121,25 +126,33 @@ static void decide(ag_entry_t *e, enum ag_state st, int kind, const char *fmt, .
     event(e, kind, "%s", text);
 }
 
-/* Starts the comparison of e's variant, about to be published. */
-static void judge(ag_entry_t *e)
+/* Starts the comparison of e's variant, about to be published: afresh, or resumed from the
+ * rounds earlier runs pooled on it (pool, NULL: none). Its calls are not paired until the
+ * watch finds them rare. */
+static void judge(ag_entry_t *e, const ag_cmp_pool_t *pool)
 {
+  atomic_store(&e->pair, 0);
+  atomic_store(&e->pair_n, 0);
   pthread_mutex_lock(&cmp_mu);
-  ag_cmp_start(&cmps[e->index], atomic_load(&e->vtimed), atomic_load(&e->vtimed_ns));
+  if (pool)
+    ag_cmp_resume(&cmps[e->index], pool, atomic_load(&e->vtimed), atomic_load(&e->vtimed_ns));
+  else
+    ag_cmp_start(&cmps[e->index], atomic_load(&e->vtimed), atomic_load(&e->vtimed_ns));
   pthread_mutex_unlock(&cmp_mu);
   atomic_fetch_add(&ag_tier_live, 1);
   atomic_fetch_add(&ag_tier_undecided, 1);
 }
 
-/* Publishes fn as e's variant: READY, its comparison with the original started, and then the
- * pointer host threads load (release: what came before is visible to a thread that calls it).
- * The first verify calls run against the original (0: none). Every variant, compiled or placed
- * from the store, becomes callable here and only here. */
-static void publish(ag_entry_t *e, void *fn, int32_t verify)
+/* Publishes fn as e's variant: READY, its comparison with the original started (from pool's
+ * rounds, NULL: none), and then the pointer host threads load (release: what came before is
+ * visible to a thread that calls it). The first verify calls run against the original (0:
+ * none). Every variant, compiled or placed from the store, becomes callable here and only
+ * here. */
+static void publish(ag_entry_t *e, void *fn, int32_t verify, const ag_cmp_pool_t *pool)
 {
   atomic_store(&e->verify, verify);
   atomic_store(&e->tier, AG_TIER_READY);
-  judge(e);
+  judge(e, pool);
   atomic_store_explicit(&e->variant, fn, memory_order_release);
 }
 
@@ -499,7 +512,7 @@ static void compile_one(uint32_t i, int idle)
     return;
   /* the reason before the pointer: a writer that sees the variant serve sees why */
   decide(e, AG_STATE_SERVING, AG_EV_PUBLISHED, "compiled in %.2f ms%s", (double)dt / 1e6, said);
-  publish(e, (void *)fn, (int32_t)ag_opts.num[AG_OPT_VERIFY]);
+  publish(e, (void *)fn, (int32_t)ag_opts.num[AG_OPT_VERIFY], NULL);
 }
 
 void ag_tier_burst(ag_entry_t *e, uint32_t n, uint64_t ns)
@@ -509,6 +522,36 @@ void ag_tier_burst(ag_entry_t *e, uint32_t n, uint64_t ns)
   pthread_mutex_lock(&cmp_mu);
   ag_cmp_burst(&cmps[e->index], n, ns, atomic_load(&e->vtimed), atomic_load(&e->vtimed_ns));
   pthread_mutex_unlock(&cmp_mu);
+}
+
+void ag_tier_pair(ag_entry_t *e, int side, uint64_t ns)
+{
+  if (!cmps || atomic_load(&e->tier) != AG_TIER_READY)
+    return;
+  /* the test seam (OPJIT_TEST_FAULT=slow, fast): the variant's timings, or the original's, as
+   * if the side ran 16 times (duel.h's reps in the duel) */
+  if (fault_reps > 0 && side == AG_CMP_PAIR_VARIANT)
+    ns *= (uint64_t)fault_reps;
+  else if (fault_reps < 0 && side == AG_CMP_PAIR_ORIG)
+    ns *= (uint64_t)-fault_reps;
+  pthread_mutex_lock(&cmp_mu);
+  ag_cmp_pair(&cmps[e->index], side, ns);
+  pthread_mutex_unlock(&cmp_mu);
+}
+
+int ag_tier_judge_pool(uint32_t i, ag_cmp_pool_t *out)
+{
+  if (!cmps)
+    return 0;
+  uint32_t t = atomic_load(&ag_table_entry(ag_table, i)->tier);
+  /* a variant serving, or one tied for this run (its tie is the next run's to read); a slower
+   * one's object and rounds are dropped */
+  if (t != AG_TIER_READY && !(t == AG_TIER_DEMOTED && demoted[i] == AG_DEMOTED_TIE))
+    return 0;
+  pthread_mutex_lock(&cmp_mu);
+  ag_cmp_save(&cmps[i], out);
+  pthread_mutex_unlock(&cmp_mu);
+  return out->rounds > 0;
 }
 
 /* The in-run judge found e's variant faster: that is now the basis of its serving, with the
@@ -532,6 +575,9 @@ static void judged_faster(ag_entry_t *e, double vmean, double omean, double med,
  * (compare.h), and counts the live and undecided ones for the bursts. Compile thread only. */
 static void watch_speed(void)
 {
+  static uint64_t last_ns; /* the last look's time */
+  uint64_t now = ag_now_ns(), since = now - last_ns;
+  last_ns = now;
   uint32_t n = ag_table_count(ag_table);
   int live = 0, undecided = 0;
   for (uint32_t i = 0; i < n; i++) {
@@ -556,8 +602,12 @@ static void watch_speed(void)
     double med;
     enum ag_verdict v = ag_cmp_judge(&cmps[i], &med);
     double omean = ag_cmp_orig_ns(&cmps[i]), vmean = ag_cmp_variant_ns(&cmps[i]);
-    uint32_t rounds = cmps[i].rounds;
+    uint32_t rounds = cmps[i].rounds, pooled = cmps[i].pooled_rounds;
     int kept = cmps[i].kept;
+    char fig[AG_REASON_LEN - 64];
+    uint32_t paired = cmps[i].paired, own = rounds - pooled;
+    ag_cmp_describe(&cmps[i], med, !paired ? "warm, interleaved" : paired == own ? "cold pairs, "
+                    "interleaved" : "warm bursts and cold pairs, interleaved", fig, sizeof fig);
     pthread_mutex_unlock(&cmp_mu);
     live++;
     /* Awaiting a verdict, and called since the last look: bursts come more often for it (a
@@ -565,10 +615,20 @@ static void watch_speed(void)
     uint64_t ncalls, nvcalls;
     ag_tcount_sum_one(i, &ncalls, &nvcalls);
     if (v == AG_CMP_UNDECIDED) {
+      /* Called less than PAIR_HZ times a second: bursts seldom see it twice, and its code and
+       * operands go cold between calls, so its calls go in cold pairs (agent.h, ag_call_pair):
+       * every call while it awaits its first verdict, one pair in PAIR_KEPT after (the
+       * windows that may overturn a verdict need new rounds too). */
+      int rare = (double)(ncalls - watched_calls[i]) * 1e9 < PAIR_HZ * (double)since;
+      uint32_t every = !rare ? 0 : kept ? PAIR_KEPT : 1;
+      if (atomic_load_explicit(&e->pair, memory_order_relaxed) != every)
+        atomic_store_explicit(&e->pair, every, memory_order_relaxed);
       undecided += !kept && ncalls != watched_calls[i];
       watched_calls[i] = ncalls;
       continue;
     }
+    if (v == AG_CMP_FASTER) /* its calls were rare: they stay so */
+      atomic_store_explicit(&e->pair, atomic_load(&e->pair) ? PAIR_KEPT : 0, memory_order_relaxed);
     if (!(e->tier_flags & 1)) { /* first verdict on this variant: teach the promotion estimate */
       e->tier_flags |= 1;
       ag_policy_learn(&policy, size_class(e), med);
@@ -580,18 +640,19 @@ static void watch_speed(void)
       }
       continue;
     }
+    /* A tie on this run's rounds alone: the original stays for this run; the stored kernel is
+     * kept, and its rounds (a later run reads the tie). Slower, or a tie on rounds pooled over
+     * runs: the original from now on (a tie must not keep a kernel placed run after run). */
+    int tie_run = v == AG_CMP_TIE && !pooled;
     atomic_store_explicit(&e->variant, NULL, memory_order_release);
-    demoted[i] = v == AG_CMP_TIE ? AG_DEMOTED_TIE : AG_DEMOTED_SLOWER;
+    demoted[i] = tie_run ? AG_DEMOTED_TIE : AG_DEMOTED_SLOWER;
     atomic_store(&e->tier, AG_TIER_DEMOTED);
     live--;
-    if (v == AG_CMP_TIE) { /* the original stays for this run; the stored kernel is kept */
-      decide(e, AG_STATE_TIED, AG_EV_DEMOTED, "tie: variant %.0f ns per call, original %.0f ns "
-             "(warm, interleaved; median ratio %.2f over %u rounds): the original stays for this "
-             "run", vmean, omean, med, rounds);
+    if (tie_run) {
+      decide(e, AG_STATE_TIED, AG_EV_DEMOTED, "tie: %s: the original stays for this run", fig);
       continue;
     }
-    decide(e, AG_STATE_DEMOTED, AG_EV_DEMOTED, "variant %.0f ns per call, original %.0f ns "
-           "(warm, interleaved; median ratio %.2f over %u rounds)", vmean, omean, med, rounds);
+    decide(e, AG_STATE_DEMOTED, AG_EV_DEMOTED, "%s%s", v == AG_CMP_TIE ? "tie: " : "", fig);
     if (ag_persist_drop(&objects, i))
       event(e, AG_EV_INVALIDATED, "slower: %.0f ns per call, original %.0f ns", vmean, omean);
   }
@@ -769,6 +830,8 @@ static int arrays(void)
     prepared = calloc(ag_tcount_capacity, sizeof *prepared);
     demoted = calloc(ag_tcount_capacity, sizeof *demoted);
     duel_won = calloc(ag_tcount_capacity, sizeof *duel_won);
+    const char *fault = getenv("OPJIT_TEST_FAULT"); /* fault injection for the tests only */
+    fault_reps = !fault ? 0 : !strcmp(fault, "slow") ? 16 : !strcmp(fault, "fast") ? -16 : 0;
   }
   return shapes && ag_vrun && objects.slots && cmps && watched_calls && demoted && duel_won &&
          prepared;
@@ -874,8 +937,31 @@ void ag_tier_queue(ag_entry_t *e, const char *why)
     enqueue(e, why);
 }
 
-int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol, char *err,
-                 size_t errlen)
+/* The judge's rule on the rounds earlier runs pooled on e's stored kernel (compare.h): when they
+ * already find it slower, or tied against it, e is demoted without placing it (its object
+ * dropped, the event and reason naming both sides' pooled figures): 1; else 0. */
+static int pool_lost(ag_entry_t *e, const ag_cmp_pool_t *pool)
+{
+  ag_cmp_t c;
+  ag_cmp_resume(&c, pool, 0, 0);
+  double med;
+  enum ag_verdict v = ag_cmp_judge(&c, &med);
+  if (v != AG_CMP_SLOWER && v != AG_CMP_TIE)
+    return 0;
+  char fig[AG_REASON_LEN - 64];
+  ag_cmp_describe(&c, med, "pooled over runs", fig, sizeof fig);
+  demoted[e->index] = AG_DEMOTED_SLOWER; /* before the tier: the writer reads it once DEMOTED */
+  atomic_store(&e->tier, AG_TIER_DEMOTED);
+  decide(e, v == AG_CMP_TIE ? AG_STATE_TIED : AG_STATE_LOST, AG_EV_DEMOTED, "%s, not placed: %s",
+         v == AG_CMP_TIE ? "tie" : "slower", fig);
+  ag_persist_drop(&objects, e->index);
+  event(e, AG_EV_INVALIDATED, "slower: %.0f ns per call, original %.0f ns (pooled over runs)",
+        ag_cmp_variant_ns(&c), ag_cmp_orig_ns(&c));
+  return 1;
+}
+
+int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
+                 const ag_cmp_pool_t *pool, char *err, size_t errlen)
 {
   uint64_t t0 = ag_now_ns();
   char no[AG_REASON_LEN];
@@ -889,6 +975,10 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
   if (!ok) {
     snprintf(err, errlen, "the signature is not compilable with these options");
     return -1;
+  }
+  if (pool && pool_lost(e, pool)) {
+    snprintf(err, errlen, "its pooled rounds find it slower than the original");
+    return 1;
   }
   jt_loaded_t l;
   if (jt_obj_load(obj, len, symbol, &l, err, errlen))
@@ -910,7 +1000,7 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
   decide(e, AG_STATE_PLACED, -1, "placed from the store (%zu bytes of code in %.0f us, no "
          "compile; verified in the run that stored it); no verdict from the in-run judge yet",
          l.size, us);
-  publish(e, l.fn, 0); /* verified in the run that stored it; the checksum holds */
+  publish(e, l.fn, 0, pool); /* verified in the run that stored it; the checksum holds */
   event(e, AG_EV_LOADED, "%zu bytes of code placed in %.0f us, no compile", l.size, us);
   ag_cq_lock(&cq);
   start_thread(); /* it watches the variant's speed and guards */

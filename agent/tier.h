@@ -20,6 +20,7 @@
 #ifndef OPJIT_AGENT_TIER_H
 #define OPJIT_AGENT_TIER_H
 
+#include "compare.h"
 #include "events.h"
 #include "persist.h"
 #include "problem.h"
@@ -90,11 +91,23 @@ int ag_tier_settle(long ms);
 
 /* Places a persisted kernel (jit/objload.h) as e's variant: published at once, not verified
  * again (it was verified in the run that stored it, and its checksum was checked), watched
- * for speed and guards like a compiled one. Returns 0; -1 with a sentence in err when the
- * object cannot be placed (or e cannot have a variant: then e's tier is NONE); 1 when it was
- * not placed for now (the code cache is full). */
-int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol, char *err,
-                 size_t errlen);
+ * for speed and guards like a compiled one. pool (NULL: none) holds the judge's rounds on this
+ * kernel from earlier runs (compare.h): its judge resumes from them, and a kernel they already
+ * find slower, or tied against it, is not placed: it is demoted (LOST, with the pooled figures
+ * in its event and reason, the object dropped) and later runs leave the signature on the
+ * original until the generator changes. Returns 0; -1 with a sentence in err when the object
+ * cannot be placed (or e cannot have a variant: then e's tier is NONE); 1 when it was not
+ * placed (the code cache is full for now; or demoted by its pool: then e's tier is DEMOTED). */
+int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
+                 const ag_cmp_pool_t *pool, char *err, size_t errlen);
+
+/* Entry i's judge rounds (its variant's, this run's pooled with the earlier runs' it resumed
+ * from) for the writer to store with the variant: 1 with *out, 0 when it has none to store. */
+int ag_tier_judge_pool(uint32_t i, ag_cmp_pool_t *out);
+
+/* One cold pair timing of e's call (agent.h, ag_call_variant): side is AG_CMP_PAIR_ORIG or
+ * AG_CMP_PAIR_VARIANT, ns its duration (compare.h, ag_cmp_pair). */
+void ag_tier_pair(ag_entry_t *e, int side, uint64_t ns);
 
 /* Records why e's stored object is invalid (the detail's first word is the reason) and has the
  * writer delete it. */

@@ -19,6 +19,9 @@
  *   8  run_series: the run over time, per signature (sig_id 0 = outside operators, -1 = the
  *      signatures beyond the agent's rows) and per interval, calls, variant calls and samples
  *      as blobs of varints (st_run_series)
+ *   9  judge_pools: the never-slower judge's rounds on a stored variant, per signature and
+ *      object key, pooled over the runs that placed it (st_judge_rec_t: counters, the window's
+ *      ratios as little-endian float32, oldest first)
  * A file whose user_version is newer than ST_SCHEMA_VERSION is refused, never downgraded; one
  * whose user_version is negative (no opjit writes one) is refused as damaged, never rewritten.
  * A read-only connection to an older file sees the newest schema through TEMP views. */
@@ -140,6 +143,14 @@ static const char *const migrations[] = {
     "  sig_id INTEGER NOT NULL, interval_ns INTEGER NOT NULL, start_ns INTEGER NOT NULL,"
     "  calls BLOB NOT NULL, vcalls BLOB NOT NULL, samples BLOB NOT NULL,"
     "  PRIMARY KEY(run_id, sig_id)) WITHOUT ROWID;",
+    /* 9 */
+    "CREATE TABLE judge_pools(sig_id INTEGER NOT NULL REFERENCES signatures(id),"
+    "  cpu TEXT NOT NULL, generator INTEGER NOT NULL, symbol TEXT NOT NULL,"
+    "  runs INTEGER NOT NULL, rounds INTEGER NOT NULL, slower INTEGER NOT NULL,"
+    "  faster INTEGER NOT NULL, kept INTEGER NOT NULL, judged INTEGER NOT NULL,"
+    "  orig_calls INTEGER NOT NULL, orig_ns INTEGER NOT NULL, var_calls INTEGER NOT NULL,"
+    "  var_ns INTEGER NOT NULL, ratios BLOB NOT NULL, updated_ns INTEGER NOT NULL,"
+    "  PRIMARY KEY(sig_id, cpu)) WITHOUT ROWID;",
 };
 _Static_assert(sizeof migrations / sizeof *migrations == ST_SCHEMA_VERSION,
                "one migration per schema version");
@@ -704,6 +715,62 @@ int st_run_samples(st_db_t *db, int64_t run_id, const st_samples_t *s)
   return rc;
 }
 
+/* Replaces signature sig's judge pool for r's machine_cpu with r->judge. */
+static int judge_write(st_db_t *db, int64_t sig, const st_variant_rec_t *r)
+{
+  const st_judge_rec_t *j = r->judge;
+  uint32_t n = j->n < ST_JUDGE_RATIOS ? j->n : ST_JUDGE_RATIOS;
+  uint8_t blob[4 * ST_JUDGE_RATIOS];
+  int64_t slower = 0, faster = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    uint32_t bits;
+    memcpy(&bits, &j->ratio[k], 4);
+    for (int b = 0; b < 4; b++)
+      blob[4 * k + b] = (uint8_t)(bits >> (8 * b));
+    slower += j->ratio[k] > 1.0f, faster += j->ratio[k] < 1.0f;
+  }
+  return run1(db, NULL,
+              "INSERT INTO judge_pools VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT"
+              " DO UPDATE SET generator=excluded.generator, symbol=excluded.symbol,"
+              " runs=excluded.runs, rounds=excluded.rounds, slower=excluded.slower,"
+              " faster=excluded.faster, kept=excluded.kept, judged=excluded.judged,"
+              " orig_calls=excluded.orig_calls, orig_ns=excluded.orig_ns,"
+              " var_calls=excluded.var_calls, var_ns=excluded.var_ns, ratios=excluded.ratios,"
+              " updated_ns=excluded.updated_ns",
+              "ititiiiiiiiiiibi", sig, r->machine_cpu, (int64_t)r->generator, r->symbol,
+              (int64_t)j->runs, (int64_t)j->rounds, slower, faster, (int64_t)(j->kept != 0),
+              (int64_t)j->judged, (int64_t)j->o_n, (int64_t)j->o_ns, (int64_t)j->v_n,
+              (int64_t)j->v_ns, blob, (size_t)(4 * n), now_ns());
+}
+
+/* Reads the judge pool of h's object (sig_id, cpu, generator, symbol bound to st) into h. */
+static int judge_read(sqlite3 *db, sqlite3_stmt *st, st_hot_t *h)
+{
+  int rc = sqlite3_step(st);
+  if (rc != SQLITE_ROW)
+    return rc == SQLITE_DONE ? ST_OK : db_code(db, rc, NULL);
+  st_judge_rec_t *j = &h->judge;
+  j->runs = (uint32_t)sqlite3_column_int64(st, 0);
+  j->rounds = (uint32_t)sqlite3_column_int64(st, 1);
+  j->kept = sqlite3_column_int(st, 2) != 0;
+  j->judged = (uint32_t)sqlite3_column_int64(st, 3);
+  j->o_n = (uint64_t)sqlite3_column_int64(st, 4);
+  j->o_ns = (uint64_t)sqlite3_column_int64(st, 5);
+  j->v_n = (uint64_t)sqlite3_column_int64(st, 6);
+  j->v_ns = (uint64_t)sqlite3_column_int64(st, 7);
+  const uint8_t *blob = sqlite3_column_blob(st, 8);
+  int bytes = sqlite3_column_bytes(st, 8);
+  j->n = (uint32_t)(bytes / 4) < ST_JUDGE_RATIOS ? (uint32_t)(bytes / 4) : ST_JUDGE_RATIOS;
+  for (uint32_t k = 0; k < j->n; k++) {
+    uint32_t bits = 0;
+    for (int b = 0; b < 4; b++)
+      bits |= (uint32_t)blob[4 * k + b] << (8 * b);
+    memcpy(&j->ratio[k], &bits, 4);
+  }
+  h->has_judge = 1;
+  return ST_OK;
+}
+
 int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size_t nv,
                     const st_event_rec_t *ev, size_t nev)
 {
@@ -741,6 +808,11 @@ int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size
     else if (!rc && r->drop_object)
       rc = run1(db, NULL, "DELETE FROM objects WHERE sig_id=? AND cpu=?", "it", sig,
                 r->machine_cpu);
+    if (!rc && r->drop_object)
+      rc = run1(db, NULL, "DELETE FROM judge_pools WHERE sig_id=? AND cpu=?", "it", sig,
+                r->machine_cpu);
+    else if (!rc && r->judge && r->symbol && *r->symbol)
+      rc = judge_write(db, sig, r);
   }
   for (size_t i = 0; i < nev && !rc; i++)
     if (!(rc = sig_id_of(db, ev[i].key, ev[i].key_len, &sig)))
@@ -812,10 +884,11 @@ static int by_score(const void *a, const void *b)
   return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* Fills h's key and object (the one for cpu first, else the newest) with the two prepared
- * statements key_st (signature id) and obj_st (signature id, cpu). */
-static int profile_sig(sqlite3 *db, sqlite3_stmt *key_st, sqlite3_stmt *obj_st, int64_t sig_id,
-                       st_hot_t *h)
+/* Fills h's key and object (the one for cpu first, else the newest), and that object's judge
+ * pool, with the prepared statements key_st (signature id), obj_st (signature id, cpu) and
+ * judge_st (signature id, cpu, generator, symbol). */
+static int profile_sig(sqlite3 *db, sqlite3_stmt *key_st, sqlite3_stmt *obj_st,
+                       sqlite3_stmt *judge_st, int64_t sig_id, st_hot_t *h)
 {
   sqlite3_reset(key_st);
   sqlite3_bind_int64(key_st, 1, sig_id);
@@ -847,7 +920,14 @@ static int profile_sig(sqlite3 *db, sqlite3_stmt *key_st, sqlite3_stmt *obj_st, 
     else if (h->code_len)
       memcpy(h->code, sqlite3_column_blob(obj_st, 6), h->code_len);
   }
-  return rc == SQLITE_ROW || rc == SQLITE_DONE ? ST_OK : db_code(db, rc, NULL);
+  if (rc != SQLITE_ROW)
+    return rc == SQLITE_DONE ? ST_OK : db_code(db, rc, NULL);
+  sqlite3_reset(judge_st);
+  sqlite3_bind_int64(judge_st, 1, sig_id);
+  sqlite3_bind_text(judge_st, 2, h->cpu, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(judge_st, 3, h->generator);
+  sqlite3_bind_text(judge_st, 4, h->symbol, -1, SQLITE_TRANSIENT);
+  return judge_read(db, judge_st, h);
 }
 
 int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double decay_runs,
@@ -912,7 +992,7 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
   rc = rc == SQLITE_DONE ? ST_OK : db_code(db->db, rc, NULL);
   if (!rc && n && !(out->sigs = calloc(n, sizeof *out->sigs)))
     rc = ST_ENOMEM;
-  sqlite3_stmt *key_st = NULL, *obj_st = NULL;
+  sqlite3_stmt *key_st = NULL, *obj_st = NULL, *judge_st = NULL;
   if (!rc && n &&
       ((rc = sqlite3_prepare_v2(db->db, "SELECT key FROM signatures WHERE id=?", -1, &key_st,
                                 NULL)) != SQLITE_OK ||
@@ -922,7 +1002,12 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
                                 " WHERE exe=?3 AND build_id=?4 AND script=?5) FROM objects o"
                                 " LEFT JOIN runs r ON r.id = o.run_id WHERE o.sig_id=?1"
                                 " ORDER BY o.cpu=?2 DESC, o.id DESC LIMIT 1",
-                                -1, &obj_st, NULL)) != SQLITE_OK))
+                                -1, &obj_st, NULL)) != SQLITE_OK ||
+       (rc = sqlite3_prepare_v2(db->db,
+                                "SELECT runs, rounds, kept, judged, orig_calls, orig_ns,"
+                                " var_calls, var_ns, ratios FROM judge_pools WHERE sig_id=?"
+                                " AND cpu=? AND generator=? AND symbol=?",
+                                -1, &judge_st, NULL)) != SQLITE_OK))
     rc = db_code(db->db, rc, NULL);
   if (obj_st) {
     sqlite3_bind_text(obj_st, 2, cpu, -1, SQLITE_STATIC);
@@ -935,7 +1020,7 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
     h->score = acc[i].calls;
     h->mean_ns = acc[i].timed ? (double)acc[i].timed_ns / (double)acc[i].timed : 0;
     h->demoted_gen = acc[i].demoted_gen;
-    rc = profile_sig(db->db, key_st, obj_st, acc[i].sig_id, h);
+    rc = profile_sig(db->db, key_st, obj_st, judge_st, acc[i].sig_id, h);
     if (!rc && h->key)
       out->n++;
     else if (rc)
@@ -943,6 +1028,7 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
   }
   sqlite3_finalize(key_st);
   sqlite3_finalize(obj_st);
+  sqlite3_finalize(judge_st);
   free(acc);
   if (!rc && out->n)
     qsort(out->sigs, out->n, sizeof *out->sigs, by_score);
@@ -985,6 +1071,9 @@ int st_gc(st_db_t *db, int64_t keep_runs, int64_t older_than_ns, st_gc_result_t 
   if (!rc) /* an object no remaining run called is one no decayed profile can want */
     rc = _st_exec(db->db, "DELETE FROM objects WHERE sig_id NOT IN (SELECT sig_id FROM run_sigs)");
   res->objects = sqlite3_changes(db->db);
+  if (!rc) /* the judge's rounds on an object that is gone */
+    rc = _st_exec(db->db, "DELETE FROM judge_pools WHERE NOT EXISTS (SELECT 1 FROM objects o"
+                          " WHERE o.sig_id = judge_pools.sig_id AND o.cpu = judge_pools.cpu)");
   if (!rc)
     rc = _st_exec(db->db, "DELETE FROM signatures WHERE id NOT IN (SELECT sig_id FROM run_sigs"
                           " UNION SELECT sig_id FROM run_pcs UNION SELECT sig_id FROM run_stacks"
