@@ -575,8 +575,8 @@ static void judged_faster(ag_entry_t *e, double vmean, double omean, double med,
  * (compare.h), and counts the live and undecided ones for the bursts. Compile thread only. */
 static void watch_speed(void)
 {
-  static uint64_t last_ns; /* the last look's time */
-  uint64_t now = ag_now_ns(), since = now - last_ns;
+  static uint64_t last_ns; /* the last look's time (0: none yet, no rate to measure) */
+  uint64_t now = ag_now_ns(), since = last_ns ? now - last_ns : 0;
   last_ns = now;
   uint32_t n = ag_table_count(ag_table);
   int live = 0, undecided = 0;

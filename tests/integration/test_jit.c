@@ -209,8 +209,9 @@ Test(jit, gemv_calls_match_the_reference)
   cr_assert_gt(h_query(NULL, "SELECT count(*) FROM variants v JOIN signatures s ON s.id=v.sig_id"
                              " WHERE v.status='ready' AND s.op LIKE '%%gemv'"),
                h_sanitized() ? 0 : 100);
-  cr_assert_gt(h_query(NULL, "SELECT sum(calls) FROM variants"),
-               h_sanitized() ? 0 : 700); /* 140 ready x 7 */
+  /* 140 ready x 7, half of them: the judge times a rare signature's calls in cold pairs
+   * (docs/never-slower.md), the original serving one of each pair */
+  cr_assert_gt(h_query(NULL, "SELECT sum(calls) FROM variants"), h_sanitized() ? 0 : 350);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants v JOIN signatures s ON s.id=v.sig_id"
                              " WHERE json_extract(s.params, '$.incx') != 1"), 0,
                "strided vectors stay on the library");
@@ -265,7 +266,8 @@ Test(jit, dot_and_axpy_calls_match_the_reference)
   cr_assert_gt(h_query(NULL, "SELECT count(*) FROM variants v JOIN signatures s ON s.id=v.sig_id"
                              " WHERE v.status='ready' AND s.op LIKE '%%axpy'"),
                h_sanitized() ? 0 : 20);
-  cr_assert_gt(h_query(NULL, "SELECT sum(calls) FROM variants"), h_sanitized() ? 0 : 500);
+  /* (half their calls after verification: cold pairs, as above) */
+  cr_assert_gt(h_query(NULL, "SELECT sum(calls) FROM variants"), h_sanitized() ? 0 : 250);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants v JOIN signatures s ON s.id=v.sig_id"
                              " WHERE json_extract(s.params, '$.incx') != 1"), 0,
                "strided vectors stay on the library");

@@ -16,9 +16,10 @@ TestSuite(warm, .init = h_setup_jit, .fini = h_teardown, .timeout = 600);
 
 /* Every signature is hot from its first call (and in the profile), and the first call waits
  * for the whole warm start, so the runs are deterministic; OPJIT_LOG=info tells whether LLVM
- * was loaded ("JIT ready"). */
+ * was loaded ("JIT ready"). The sweep's calls are rare: the judge times them in cold pairs,
+ * and the fault seam has every kernel win them (a loser would be dropped: test_pooled). */
 static const char *const env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1",
-                                  "OPJIT_SAMPLE_HZ=0", "OPJIT_LOG=info",
+                                  "OPJIT_SAMPLE_HZ=0", "OPJIT_LOG=info", "OPJIT_TEST_FAULT=fast",
                                   "OPJIT_WARM_WAIT_US=60000000", NULL};
 
 static void sweep(const char *tag, const char *const *e, const char *sigs, const char *passes,
@@ -114,7 +115,8 @@ Test(warm, shapes_that_stop_being_called_decay_and_new_ones_become_hot)
    * kernel is placed as long as its signature's decayed calls weigh one call or more. A kernel
    * compiled too late in a run to be verified is not stored: the next run compiles it again. */
   const char *e[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=16",
-                     "OPJIT_DECAY=1", "OPJIT_SAMPLE_HZ=0", "OPJIT_WARM_WAIT_US=60000000", NULL};
+                     "OPJIT_DECAY=1", "OPJIT_SAMPLE_HZ=0", "OPJIT_WARM_WAIT_US=60000000",
+                     "OPJIT_TEST_FAULT=fast", NULL};
   sweep("a1", e, "12", "20", "1"); /* run 1: shapes A, 20 calls each */
   int64_t stored1 = objects();
   sweep("a2", e, "12", "20", "1"); /* run 2: A, warm */
