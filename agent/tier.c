@@ -1191,10 +1191,16 @@ void ag_tier_after_fork_child(void)
   ag_reasons_after_fork_child(&reasons);      /* the decisions so far stay */
   /* The tiers' own state. A warm start in the parent's writer did not survive. */
   atomic_store(&hold_hot, 0);
-  /* The child's counters start from zero: its comparisons too. Whether a compile thread will
-   * watch its variants is not known yet: until one does, no bursts. */
-  for (uint32_t i = 0; cmps && i < n; i++)
-    ag_cmp_start(&cmps[i], 0, 0), watched_calls[i] = 0;
+  /* The child's counters start from zero: its comparisons' baselines too, their rounds so far
+   * (pooled from earlier runs, and the parent's) kept: the child's writer stores them with its
+   * own. Whether a compile thread will watch its variants is not known yet: until one does, no
+   * bursts. */
+  for (uint32_t i = 0; cmps && i < n; i++) {
+    ag_cmp_pool_t pool;
+    ag_cmp_save(&cmps[i], &pool);
+    ag_cmp_resume(&cmps[i], &pool, 0, 0);
+    watched_calls[i] = 0;
+  }
   atomic_store(&ag_tier_live, 0);
   atomic_store(&ag_tier_undecided, 0);
   /* If the parent had loaded LLVM, its state in the child is whatever a compile thread left
