@@ -23,6 +23,7 @@
 #include "summary.h"
 #include "tier.h"
 #include "warm.h"
+#include "crash.h"
 #include "jit/jit.h"
 #include "../sampler/aggregate.h"
 #include "../sampler/sampler.h"
@@ -83,6 +84,7 @@ void ag_sqlite_unlock(void) { pthread_mutex_unlock(&sqlite_mu); }
 /* Writer-thread-only state. */
 static const st_api_t *store;
 static st_db_t *db;
+static char db_path[PATH_MAX]; /* db's file */
 static int64_t run_id;
 static int store_dead;
 static int store_retry; /* the last step met a transient error (locked, full) */
@@ -120,6 +122,7 @@ static int warm_pending;
 
 static void warm_start(void);
 static void warm_finish(void);
+static void collect_crashes(void);
 static void warm_wait_us(long us);
 
 /* The writer's wake-up and the warm start's end: their deadlines are CLOCK_MONOTONIC, so the
@@ -386,6 +389,8 @@ static void open_store(void)
     return;
   }
   ag_log(AG_LOG_INFO, "recording into %s", dbpath);
+  snprintf(db_path, sizeof db_path, "%s", dbpath);
+  ag_crash_arm(db_path, 0); /* a crash before the run is recorded still names its kernel */
 }
 
 /* Handles a failed write: transient codes retry at the next flush, others stop recording. */
@@ -430,10 +435,12 @@ static void begin_run(void)
       .agent_version = OPJIT_VERSION, .warm_ns = warm_ns,
   };
   int rc = store->run_begin(db, &in, &run_id);
-  if (rc)
+  if (rc) {
     write_failed("cannot record the run", rc);
-  else
+  } else {
     ag_log(AG_LOG_INFO, "run %lld started", (long long)run_id);
+    ag_crash_arm(db_path, run_id);
+  }
 }
 
 /* Writes every signature whose count or JIT state moved since the last successful flush. */
@@ -888,6 +895,17 @@ static void *writer_main(void *arg)
   pthread_mutex_unlock(&warm_mu);
   if (warm)
     warm_finish();
+  if (ag_hot_calls) { /* JIT code may run: a crash from now on finds its run recorded */
+    pthread_mutex_lock(&db_mu);
+    if (!store_dead && !db)
+      open_store();
+    collect_crashes();
+    if (!store_dead && db && !run_id)
+      begin_run();
+    else if (!store_dead && db && warm_ns && store->run_warm(db, run_id, warm_ns))
+      ag_log(AG_LOG_DEBUG, "cannot record what the warm start cost");
+    pthread_mutex_unlock(&db_mu);
+  }
   start_sampling();
   ag_fleet_start();
   ag_machine_start(run_info()->cpu_key);
@@ -1067,6 +1085,56 @@ static int db_trusted(const char *dbpath)
   return 0;
 }
 
+/* Records the crashes earlier processes left beside the database (crash.h): each crashed run,
+ * and for a fault inside a JIT kernel, its signature's stored object dropped and the signature
+ * kept on the original from this run on (until the generator changes). Once per process image;
+ * db_mu held, db open. */
+static void collect_crashes(void)
+{
+  static int done;
+  if (done || !db)
+    return;
+  done = 1;
+  ag_crash_rec_t recs[16];
+  int n = ag_crash_collect(db_path, recs, 16);
+  char cpu_key[336]; /* what this machine's kernels are stored under (machine.h) */
+  ag_machine_object_key(run_info()->cpu_key, cpu_key, sizeof cpu_key);
+  for (int i = 0; i < n; i++) {
+    const ag_crash_rec_t *r = &recs[i];
+    char detail[AG_REASON_LEN];
+    if (r->in_jit == AG_CRASH_KERNEL)
+      snprintf(detail, sizeof detail, "crashed in %s (%s at +0x%llx of its %llu bytes, run %lld, "
+               "pid %d): its stored kernel is dropped and the original serves until the "
+               "generator changes", r->name, ag_crash_signame(r->signo),
+               (unsigned long long)(r->pc - r->lo), (unsigned long long)(r->hi - r->lo),
+               (long long)r->run_id, (int)r->pid);
+    else if (r->in_jit == AG_CRASH_TRIAL)
+      snprintf(detail, sizeof detail, "crashed while its kernel was compiled or tried (%s at pc "
+               "0x%llx, run %lld, pid %d): the original serves until the generator changes",
+               ag_crash_signame(r->signo), (unsigned long long)r->pc, (long long)r->run_id,
+               (int)r->pid);
+    else
+      snprintf(detail, sizeof detail, "%s outside JIT code (pc 0x%llx): the program's own fault",
+               ag_crash_signame(r->signo), (unsigned long long)r->pc);
+    st_crash_t c = {r->run_id, r->pid, r->time_ns, r->in_jit ? &r->key : NULL, sizeof r->key,
+                    r->generator, OPJIT_LLVM_VERSION, cpu_key, detail};
+    st_crash_result_t res;
+    int rc = store->crash(db, &c, &res);
+    if (rc) {
+      ag_log(AG_LOG_WARN, "cannot record a crash of run %lld: %s", (long long)r->run_id,
+             store->errstr(rc));
+      continue;
+    }
+    ag_log(AG_LOG_WARN, "an earlier process on this database %s%s", r->in_jit ? "" : "died of ",
+           detail);
+    ag_entry_t *e = r->in_jit && r->generator == JT_GENERATOR_VERSION && ag_table
+                        ? ag_table_get(ag_table, &r->key)
+                        : NULL;
+    if (e) /* the event is this run's when the crashed run could not hold it */
+      ag_tier_crashed(e, !res.recorded, "%s", detail);
+  }
+}
+
 /* Before the first counted call runs and before the writer starts (so this thread may use
  * the writer's store and database): opens the database and starts from the profile. */
 static void warm_start(void)
@@ -1085,6 +1153,9 @@ static void warm_start(void)
     pthread_mutex_lock(&db_mu);
     if (!store_dead && !db)
       open_store();
+    collect_crashes(); /* before the profile: a crashed kernel is not placed */
+    if (!store_dead && db && !run_id)
+      begin_run(); /* before any kernel is placed: a crash in one finds its run recorded */
     if (db)
       ag_warm_start(store, db, run_info(), &w);
     pthread_mutex_unlock(&db_mu);
@@ -1147,6 +1218,8 @@ int ag_activate(void)
   pthread_mutex_unlock(&warm_mu);
   if (warm)
     ag_tier_hold(1);
+  if (ag_hot_calls)
+    ag_crash_install(); /* before any JIT code can run */
   start_writer();
   if (warm && writer_running)
     warm_wait_us(ag_opts.num[AG_OPT_WARM_WAIT_US]);

@@ -11,6 +11,7 @@ typedef struct slot_s {
   _Atomic uint32_t seq;        /* odd while the slot is being written */
   _Atomic uint64_t lo, hi;     /* lo == hi: free */
   const char *_Atomic name;
+  const ag_sig_t *_Atomic key; /* the signature that registered it */
   jt_loaded_t loaded;          /* writers only (under mu) */
 } slot_t;
 
@@ -69,7 +70,8 @@ static long find(const void *fn)
 }
 
 /* Writes slot s (mu held): the count goes odd, the fields change, the count goes even. */
-static void write_slot(slot_t *s, uint64_t lo, uint64_t hi, const char *name)
+static void write_slot(slot_t *s, uint64_t lo, uint64_t hi, const char *name,
+                       const ag_sig_t *key)
 {
   uint32_t q = atomic_load_explicit(&s->seq, memory_order_relaxed);
   atomic_store_explicit(&s->seq, q + 1, memory_order_relaxed);
@@ -77,10 +79,12 @@ static void write_slot(slot_t *s, uint64_t lo, uint64_t hi, const char *name)
   atomic_store_explicit(&s->lo, lo, memory_order_relaxed);
   atomic_store_explicit(&s->hi, hi, memory_order_relaxed);
   atomic_store_explicit(&s->name, name, memory_order_relaxed);
+  atomic_store_explicit(&s->key, key, memory_order_relaxed);
   atomic_store_explicit(&s->seq, q + 2, memory_order_release);
 }
 
-int ag_code_add(const void *fn, size_t size, const char *name, const jt_loaded_t *loaded)
+int ag_code_add(const void *fn, size_t size, const char *name, const jt_loaded_t *loaded,
+                const ag_sig_t *key)
 {
   int rc = -1;
   pthread_mutex_lock(&mu);
@@ -114,7 +118,7 @@ int ag_code_add(const void *fn, size_t size, const char *name, const jt_loaded_t
   }
   slot_t *s = slot(i);
   s->loaded = loaded ? *loaded : (jt_loaded_t){0};
-  write_slot(s, (uint64_t)(uintptr_t)fn, (uint64_t)(uintptr_t)fn + size, iname);
+  write_slot(s, (uint64_t)(uintptr_t)fn, (uint64_t)(uintptr_t)fn + size, iname, key);
   if (i == atomic_load_explicit(&nslots, memory_order_relaxed))
     atomic_store_explicit(&nslots, i + 1, memory_order_release);
   live++;
@@ -131,7 +135,8 @@ int ag_code_find(const void *fn, ag_code_t *out)
   long i = find(fn);
   if (i >= 0) {
     slot_t *s = slot((uint32_t)i);
-    *out = (ag_code_t){atomic_load(&s->lo), atomic_load(&s->hi), atomic_load(&s->name), s->loaded};
+    *out = (ag_code_t){atomic_load(&s->lo), atomic_load(&s->hi), atomic_load(&s->name),
+                       atomic_load(&s->key), s->loaded};
   }
   pthread_mutex_unlock(&mu);
   return i >= 0 ? 0 : -1;
@@ -145,7 +150,7 @@ int ag_code_remove(const void *fn)
   if (i < 0)
     goto out;
   slot_t *s = slot((uint32_t)i);
-  write_slot(s, 0, 0, NULL);
+  write_slot(s, 0, 0, NULL, NULL);
   s->loaded = (jt_loaded_t){0};
   freed[nfreed++] = (uint32_t)i;
   live--;
@@ -183,6 +188,33 @@ int ag_code_at(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name)
 uint64_t ag_code_generation(void)
 {
   return atomic_load_explicit(&generation, memory_order_acquire);
+}
+
+int ag_code_at_signal(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name,
+                      const ag_sig_t **key)
+{
+  uint32_t n = atomic_load_explicit(&nslots, memory_order_acquire);
+  for (uint32_t i = 0; i < n; i++) {
+    slot_t *s = slot(i);
+    for (int tries = 0; tries < 64; tries++) { /* a slot odd for good: its writer is this thread */
+      uint32_t q = atomic_load_explicit(&s->seq, memory_order_acquire);
+      if (q & 1)
+        continue;
+      uint64_t l = atomic_load_explicit(&s->lo, memory_order_relaxed);
+      uint64_t h = atomic_load_explicit(&s->hi, memory_order_relaxed);
+      const char *nm = atomic_load_explicit(&s->name, memory_order_relaxed);
+      const ag_sig_t *k = atomic_load_explicit(&s->key, memory_order_relaxed);
+      atomic_thread_fence(memory_order_acquire);
+      if (atomic_load_explicit(&s->seq, memory_order_relaxed) != q)
+        continue;
+      if (pc >= l && pc < h) {
+        *lo = l, *hi = h, *name = nm, *key = k;
+        return 1;
+      }
+      break;
+    }
+  }
+  return 0;
 }
 
 size_t ag_code_live(void)

@@ -12,6 +12,7 @@
 #ifndef OPJIT_AGENT_CODEMAP_H
 #define OPJIT_AGENT_CODEMAP_H
 
+#include "sig.h"
 #include "jit/objload.h"
 
 #include <stddef.h>
@@ -25,14 +26,17 @@
 typedef struct ag_code_s {
   uint64_t lo, hi;      /* its code: [lo, hi) */
   const char *name;     /* interned: valid for the process's life */
+  const ag_sig_t *key;  /* the signature that registered it (its table entry's key) */
   jt_loaded_t loaded;   /* placed from the store by this process (map set): freed with
                            jt_obj_unload; else zero (LLJIT's code is freed through the JIT) */
 } ag_code_t;
 
-/* Registers fn's code [fn, fn + size). Returns 0; 1 when fn is registered already (one kernel
- * two signatures share: the first registration stands); -1 when out of memory or AG_CODE_MAX
+/* Registers fn's code [fn, fn + size) for the signature whose key is *key (a table entry's: it
+ * lives as long as the process). Returns 0; 1 when fn is registered already (one kernel two
+ * signatures share: the first registration stands); -1 when out of memory or AG_CODE_MAX
  * kernels are live (nothing is registered then). */
-int ag_code_add(const void *fn, size_t size, const char *name, const jt_loaded_t *loaded);
+int ag_code_add(const void *fn, size_t size, const char *name, const jt_loaded_t *loaded,
+                const ag_sig_t *key);
 
 /* Copies fn's registration into *out; 0, or -1 when fn is not registered. */
 int ag_code_find(const void *fn, ag_code_t *out);
@@ -47,6 +51,12 @@ int ag_code_at(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name);
 /* A number that changes with every registration and removal: a reader that cached what
  * ag_code_at said about a PC knows by it whether that may have changed. */
 uint64_t ag_code_generation(void);
+
+/* The same from a signal handler (agent/crash.c): async-signal-safe, no lock, no spinning on a
+ * slot being written (after a few tries it is passed over), and the key of the signature that
+ * registered it. 1 or 0. */
+int ag_code_at_signal(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name,
+                      const ag_sig_t **key);
 
 /* Kernels registered now. */
 size_t ag_code_live(void);

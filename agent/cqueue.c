@@ -59,7 +59,11 @@ int ag_cq_start(ag_cqueue_t *q, int max_threads)
   sigset_t all, old;
   pthread_t t;
   sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old); /* never a host signal on a compile thread */
+  /* Never a host signal on a compile thread, but its own faults reach the crash hook (crash.h):
+   * the kernel kills a thread that blocks a fault's signal without running any handler. */
+  sigdelset(&all, SIGSEGV), sigdelset(&all, SIGILL), sigdelset(&all, SIGBUS);
+  sigdelset(&all, SIGFPE);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
   int started = pthread_create(&t, NULL, cq_main, q) == 0;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (started)

@@ -23,6 +23,7 @@
 #include "codecache.h"
 #include "codemap.h"
 #include "compare.h"
+#include "crash.h"
 #include "cqueue.h"
 #include "events.h"
 #include "persist.h"
@@ -84,7 +85,7 @@ static ag_persist_book_t objects = AG_PERSIST_BOOK_INIT;
  * calls at the watch's last look; why a DEMOTED entry is (compile threads). */
 static ag_cmp_t *cmps;
 static uint64_t *watched_calls;
-enum { AG_DEMOTED_SLOWER = 0, AG_DEMOTED_TIE, AG_DEMOTED_GUARD };
+enum { AG_DEMOTED_SLOWER = 0, AG_DEMOTED_TIE, AG_DEMOTED_GUARD, AG_DEMOTED_CRASH };
 static uint8_t *demoted;
 static uint8_t *prepared; /* per entry: shapes[] and ag_vrun[] hold its problem (cq locked) */
 static float *duel_won; /* per entry: the median ratio of the duel its variant won (0: none) */
@@ -309,9 +310,9 @@ out:
 
 /* Registers a kernel's code (for the sampler, perf and freeing); code_mu held. */
 static void add_code(void *fn, size_t size, const char *name, const jt_loaded_t *loaded,
-                     const void *obj, size_t obj_len)
+                     const void *obj, size_t obj_len, const ag_sig_t *key)
 {
-  int rc = ag_code_add(fn, size, name, loaded);
+  int rc = ag_code_add(fn, size, name, loaded, key);
   if (rc == 1)
     return; /* one kernel two signatures share (LLJIT's by name): named and walked already */
   if (rc < 0)
@@ -483,7 +484,7 @@ static void compile_one(uint32_t i, int idle)
   if (!resurrected) {
     ag_cc_charge(&cache, size);
     if (size)
-      add_code((void *)fn, size, name, NULL, obj, obj_len);
+      add_code((void *)fn, size, name, NULL, obj, obj_len, &e->key);
   }
   set_persisted(i, obj, obj_len, name, 0);
   if (self == 0) { /* never published; its code stays, as a blacklisted variant's does */
@@ -676,7 +677,9 @@ static void compile_next(void *ctx, uint32_t i, int alone)
 {
   (void)ctx;
   if (load_jit() == 0) {
+    ag_crash_trial(&ag_table_entry(ag_table, i)->key); /* a fault meanwhile blames it */
     compile_one(i, alone);
+    ag_crash_trial(NULL);
   } else {
     atomic_store(&jit_dead, 1);
     ag_entry_t *e = ag_table_entry(ag_table, i);
@@ -918,6 +921,23 @@ void ag_tier_keep_original(ag_entry_t *e)
            JT_GENERATOR_VERSION);
 }
 
+void ag_tier_crashed(ag_entry_t *e, int with_event, const char *fmt, ...)
+{
+  char why[AG_REASON_LEN];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  ag_cq_lock(&cq);
+  int ok = arrays();
+  ag_cq_unlock(&cq);
+  uint32_t cold = AG_TIER_COLD;
+  if (!ok || !atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_DEMOTED))
+    return;
+  demoted[e->index] = AG_DEMOTED_CRASH; /* no reader before the tier: it was COLD */
+  decide(e, AG_STATE_CRASHED, with_event ? AG_EV_CRASHED : -1, "%s", why);
+}
+
 int ag_tier_settle(long ms)
 {
   if (atomic_load(&jit_dead))
@@ -993,7 +1013,7 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
     return 1;
   }
   ag_cc_charge(&cache, l.map_len);
-  add_code(l.fn, l.size, symbol, &l, obj, len);
+  add_code(l.fn, l.size, symbol, &l, obj, len, &e->key);
   pthread_mutex_unlock(&code_mu);
   set_persisted(e->index, NULL, 0, symbol, 1);
   double us = (double)(ag_now_ns() - t0) / 1e3;
@@ -1045,6 +1065,7 @@ const char *ag_tier_status(uint32_t i)
   case AG_TIER_DEMOTED:
     return !demoted || demoted[i] == AG_DEMOTED_SLOWER ? "demoted"
            : demoted[i] == AG_DEMOTED_TIE             ? "tied"
+           : demoted[i] == AG_DEMOTED_CRASH           ? "crashed"
                                                       : "guarded";
   default:
     return NULL;

@@ -81,6 +81,12 @@ int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns);
  * measured slower than the original on this machine in an earlier run): never compiled. */
 void ag_tier_keep_original(ag_entry_t *e);
 
+/* Cold entry e stays on the original for the run, as DEMOTED with status "crashed": its kernel by
+ * this generator crashed the program (agent/crash.h). The reason is formatted from fmt; with
+ * with_event it is also recorded as a "crashed" event of this run. Nothing when e is not cold. */
+void ag_tier_crashed(ag_entry_t *e, int with_event, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Queues cold entry e for compilation now (the profile says it is hot). */
 void ag_tier_queue(ag_entry_t *e, const char *why);
 /* Waits until no signature is queued and no compile (its verification and duel included) runs,
@@ -119,8 +125,9 @@ void ag_tier_refuse(ag_entry_t *e, const char *fmt, ...) __attribute__((format(p
 
 /* Entry i's variant status as the database records it: "queued", "ready", "failed", and for
  * a demoted variant "demoted" (measured slower: later runs on this machine leave it on the
- * original), "tied" (no faster within the judge's window: the original for this run only) or
- * "guarded" (most calls failed its guards); NULL for the other tiers. */
+ * original), "tied" (no faster within the judge's window: the original for this run only),
+ * "guarded" (most calls failed its guards) or "crashed" (its kernel crashed the program: later
+ * runs leave it on the original); NULL for the other tiers. */
 const char *ag_tier_status(uint32_t i);
 
 /* Entry i's JIT state and why (reason.h) into *out, for the writer: as the tiers' last decision

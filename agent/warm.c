@@ -122,9 +122,15 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
       continue;
     }
     /* This generator's kernel lost to the original on this machine in the last run that had
-     * one: neither placed nor compiled again (a new generator gets its own trial). */
+     * one, or crashed the program: neither placed nor compiled again (a new generator gets its
+     * own trial). */
     if (h->demoted_gen == JT_GENERATOR_VERSION) {
-      ag_tier_keep_original(e);
+      if (h->crashed)
+        ag_tier_crashed(e, 0, "its kernel by generator %d crashed the program in an earlier run "
+                        "on this machine: the original serves until the generator changes",
+                        JT_GENERATOR_VERSION);
+      else
+        ag_tier_keep_original(e);
       continue;
     }
     if (h->object_id) {

@@ -41,6 +41,8 @@ static int cmd_runs(int argc, char **argv)
   st_rows_t *st = NULL, *any = NULL;
   cJSON *doc = NULL;
   ins_table_t *t = NULL;
+  char crashes[8][512]; /* the crashed runs' kernels, printed under the table */
+  int ncrashes = 0;
   rc = INS_EXIT_FAIL;
   st = ins_query(db, ST_Q_RUN_LIST);
   if (!st)
@@ -106,6 +108,10 @@ static int cmd_runs(int argc, char **argv)
       cJSON_AddNumberToObject(r, "jit_compiled", (double)compiled);
       cJSON_AddNumberToObject(r, "jit_invalidated", (double)stale);
       ins_json_add_or_null(r, "warm_ns", warm_ns ? (double)warm_ns : -1);
+      if (st_rows_type(st, ST_LIST_CRASH) == ST_COL_NULL)
+        cJSON_AddNullToObject(r, "crash");
+      else
+        cJSON_AddStringToObject(r, "crash", st_rows_text(st, ST_LIST_CRASH));
       cJSON_AddItemToArray(runs, r);
       continue;
     }
@@ -133,6 +139,9 @@ static int cmd_runs(int argc, char **argv)
     const char *row[] = {sid,  started, dur,  status, prog, parent, sigs,
                          calls, samples, jit, warm,   comp, stl};
     ins_table_row(t, row);
+    if (st_rows_type(st, ST_LIST_CRASH) != ST_COL_NULL && ncrashes < 8)
+      snprintf(crashes[ncrashes++], sizeof *crashes, "run %lld: %s", (long long)id,
+               st_rows_text(st, ST_LIST_CRASH));
   }
   rc = ins_rows_finish(db, st, step);
   st = NULL;
@@ -144,6 +153,8 @@ static int cmd_runs(int argc, char **argv)
     goto out;
   }
   ins_table_print(t, stdout);
+  for (int i = 0; i < ncrashes; i++)
+    printf("%s%s\n", i ? "" : "\n", crashes[i]);
 out:
   ins_table_free(t);
   cJSON_Delete(doc);
@@ -158,9 +169,11 @@ const ins_cmd_t ins_cmd_runs = {
     .main = cmd_runs,
     .synopsis = "[--db PATH] [--limit N] [--json]",
     .summary = "list the recorded runs, newest first",
-    .help = "STATUS is exited, exec (the process image was replaced), running, or lost: marked\n"
+    .help = "STATUS is exited, exec (the process image was replaced), running, lost: marked\n"
             "running but its process is gone (killed before its final write; the run keeps its\n"
-            "last periodic flush). PARENT is the run of the process it was forked from. SAMPLES\n"
+            "last periodic flush), or crashed: it died of a fault (SIGSEGV, SIGILL, SIGBUS,\n"
+            "SIGFPE), as the next run on the database learnt; a crash inside a JIT kernel is\n"
+            "named under the table (opjit events --kind crashed). PARENT is the run of the process it was forked from. SAMPLES\n"
             "is what the sampling profiler took (blank when the run was not sampled). JIT\n"
             "counts the signatures whose JIT variant was serving calls at the run's last write\n"
             "(shown when a listed run has one; see opjit variants). WARM is how many kernels the\n"

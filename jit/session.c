@@ -174,6 +174,21 @@ static int jit_init(char *err, size_t len)
   return session(host_isa, err, len) ? 0 : -1;
 }
 
+/* The test seam OPJIT_TEST_FAULT=crash: kernel name traps (ud2, SIGILL) as its first
+ * instruction, as a damaged kernel would fault inside its code. */
+static void trap_on_entry(LLVMContextRef cx, LLVMModuleRef mod, const char *name)
+{
+  LLVMValueRef fn = LLVMGetNamedFunction(mod, name);
+  if (!fn || !LLVMCountBasicBlocks(fn))
+    return;
+  unsigned id = LLVMLookupIntrinsicID("llvm.trap", 9);
+  LLVMValueRef trap = LLVMGetIntrinsicDeclaration(mod, id, NULL, 0);
+  LLVMBuilderRef b = LLVMCreateBuilderInContext(cx);
+  LLVMPositionBuilderBefore(b, LLVMGetFirstInstruction(LLVMGetEntryBasicBlock(fn)));
+  LLVMBuildCall2(b, LLVMIntrinsicGetType(cx, id, NULL, 0), trap, NULL, 0, "");
+  LLVMDisposeBuilder(b);
+}
+
 /* Builds, adds and compiles the kernel for g (resolved) into this thread's session for its
  * ISA; fills entry (fn last, under the caller's lock). */
 static int compile(const jt_gemm_t *g, const char *name, compiled_t *entry, char *err, size_t len)
@@ -187,6 +202,9 @@ static int compile(const jt_gemm_t *g, const char *name, compiled_t *entry, char
   LLVMSetTarget(mod, triple);
   LLVMSetDataLayout(mod, LLVMOrcLLJITGetDataLayoutStr(jit));
   jt_kind(g)->emit(cx, mod, g);
+  const char *fault = getenv("OPJIT_TEST_FAULT"); /* fault injection for the tests only */
+  if (fault && strcmp(fault, "crash") == 0)
+    trap_on_entry(cx, mod, name);
   char *msg = NULL;
   if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg)) {
     snprintf(err, len, "generated IR does not verify: %.300s", msg ? msg : "?");

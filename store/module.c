@@ -17,4 +17,6 @@ __attribute__((visibility("default"))) const st_api_t opjit_store_api = {
     .machine_save = st_machine_save,
     .machine_load = st_machine_load,
     .run_series = st_run_series,
+    .crash = st_crash,
+    .run_warm = st_run_warm,
 };

@@ -78,7 +78,9 @@ static const char *const sql[ST_Q__N] = {
         "  (e.kind = 'published' OR"
         "   (e.kind = 'demoted' AND e.detail LIKE '% before publication:%'))),"
         " (SELECT count(*) FROM events e WHERE e.run_id = r.id AND e.kind = 'invalidated'),"
-        " coalesce(r.warm_ns, 0)"
+        " coalesce(r.warm_ns, 0),"
+        " (SELECT s.name || ': ' || e.detail FROM events e JOIN signatures s ON s.id = e.sig_id"
+        "  WHERE e.run_id = r.id AND e.kind = 'crashed' ORDER BY e.id LIMIT 1)"
         " FROM runs r LEFT JOIN programs p ON p.id = r.program_id"
         " LEFT JOIN run_sigs rs ON rs.run_id = r.id"
         " GROUP BY r.id ORDER BY r.id DESC LIMIT ?",

@@ -142,6 +142,7 @@ enum st_list_col {
   ST_LIST_PUBLISHED,   /* signatures compiled in the run: "published", or "demoted" before */
   ST_LIST_INVALIDATED, /* "invalidated" events: stored kernels dropped */
   ST_LIST_WARM_NS,     /* what the warm start cost; 0: none */
+  ST_LIST_CRASH,       /* its first "crashed" event: "NAME: DETAIL"; NULL: none */
 };
 
 /* The columns of ST_Q_RUN_TREE. */

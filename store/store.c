@@ -663,6 +663,11 @@ int st_run_flush(st_db_t *db, int64_t run_id, const st_sig_rec_t *recs, size_t n
   return rc;
 }
 
+int st_run_warm(st_db_t *db, int64_t run_id, int64_t warm_ns)
+{
+  return run1(db, NULL, "UPDATE runs SET warm_ns=? WHERE id=?", "ii", warm_ns, run_id);
+}
+
 int st_run_end(st_db_t *db, int64_t run_id, int64_t end_ns, const char *status)
 {
   return run1(db, NULL, "UPDATE runs SET end_ns=?, flush_ns=?1, status=? WHERE id=?", "iti",
@@ -677,6 +682,48 @@ static int sig_id_of(st_db_t *db, const void *key, size_t len, int64_t *id)
     return ST_OK;
   int rc = run1(db, id, "SELECT id FROM signatures WHERE key=?", "b", key, len);
   return rc ? rc : *id ? ST_OK : ST_ENOENT;
+}
+
+int st_crash(st_db_t *db, const st_crash_t *c, st_crash_result_t *res)
+{
+  memset(res, 0, sizeof *res);
+  int rc = _st_exec(db->db, "BEGIN IMMEDIATE");
+  if (rc)
+    return rc;
+  int64_t run = 0, sig = 0;
+  rc = run1(db, &run, "SELECT id FROM runs WHERE id=? AND pid=?", "ii", c->run_id,
+            (int64_t)c->pid);
+  if (!rc && run) {
+    rc = run1(db, NULL, "UPDATE runs SET status='crashed', end_ns=? WHERE id=? AND"
+                        " status='running'", "ii", c->time_ns, run);
+    res->run_marked = !rc && sqlite3_changes(db->db) > 0;
+  }
+  if (!rc && c->key && (rc = sig_id_of(db, c->key, c->key_len, &sig)) == ST_ENOENT)
+    rc = ST_OK, sig = 0; /* never flushed: the next run records it as its own */
+  if (!rc && sig) {
+    rc = run1(db, NULL, "DELETE FROM objects WHERE sig_id=? AND cpu=?", "it", sig, c->cpu);
+    res->objects = rc ? 0 : sqlite3_changes(db->db);
+  }
+  if (!rc && sig && run) {
+    rc = run1(db, NULL,
+              "INSERT INTO run_sigs(run_id, sig_id, calls, timed_calls, timed_ns, state, reason)"
+              " VALUES(?,?,0,0,0,'crashed',?) ON CONFLICT DO UPDATE SET state='crashed',"
+              " reason=excluded.reason", "iit", run, sig, c->detail);
+    if (!rc)
+      rc = run1(db, NULL,
+                "INSERT INTO variants(run_id, sig_id, status, generator, llvm, cpu, compile_ns,"
+                " calls, timed_calls, timed_ns) VALUES(?,?,'crashed',?,?,?,0,0,0,0) ON CONFLICT"
+                " DO UPDATE SET status='crashed', generator=excluded.generator", "iiitt", run, sig,
+                (int64_t)c->generator, c->llvm, c->cpu);
+    if (!rc)
+      rc = run1(db, NULL, "INSERT INTO events(run_id, sig_id, time_ns, kind, detail)"
+                          " VALUES(?,?,?,'crashed',?)", "iiit", run, sig, c->time_ns, c->detail);
+    res->recorded = !rc;
+  }
+  _st_exec(db->db, rc ? "ROLLBACK" : "COMMIT");
+  if (rc)
+    memset(res, 0, sizeof *res);
+  return rc;
 }
 
 int st_run_samples(st_db_t *db, int64_t run_id, const st_samples_t *s)
@@ -876,6 +923,7 @@ typedef struct prof_acc_s {
   uint64_t timed, timed_ns;
   int verdict_seen;  /* the newest run with a variant row for the signature was read */
   int demoted_gen;   /* ... its variant was demoted: the generator version it had, else 0 */
+  int crashed;       /* ... by a crash */
 } prof_acc_t;
 
 static int by_score(const void *a, const void *b)
@@ -975,12 +1023,14 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
         }
         acc = p;
       }
-      acc[n++] = (prof_acc_t){sig, 0, 0, 0, 0, 0};
+      acc[n++] = (prof_acc_t){sig, 0, 0, 0, 0, 0, 0};
     }
     prof_acc_t *a = &acc[n - 1];
     if (!a->verdict_seen && sqlite3_column_type(st, 6) != SQLITE_NULL) {
       a->verdict_seen = 1;
-      if (strcmp((const char *)sqlite3_column_text(st, 6), "demoted") == 0)
+      const char *status = (const char *)sqlite3_column_text(st, 6);
+      a->crashed = strcmp(status, "crashed") == 0;
+      if (a->crashed || strcmp(status, "demoted") == 0)
         a->demoted_gen = sqlite3_column_int(st, 7);
     }
     a->calls += (double)sqlite3_column_int64(st, 2) *
@@ -1020,6 +1070,7 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
     h->score = acc[i].calls;
     h->mean_ns = acc[i].timed ? (double)acc[i].timed_ns / (double)acc[i].timed : 0;
     h->demoted_gen = acc[i].demoted_gen;
+    h->crashed = acc[i].crashed;
     rc = profile_sig(db->db, key_st, obj_st, judge_st, acc[i].sig_id, h);
     if (!rc && h->key)
       out->n++;

@@ -115,11 +115,14 @@ typedef struct st_sig_rec_s {
   X(DEMOTED, "demoted", "its kernel served calls, then measured slower or failed its guards") \
   X(FAILED, "failed", "compile error, a result that did not match, or no JIT: the original")  \
   X(INVALIDATED, "invalidated", "its stored kernel was dropped: the reason names the rule")   \
-  X(REFUSED, "refused", "its stored kernel was not placed in this run: the reason says why")
+  X(REFUSED, "refused", "its stored kernel was not placed in this run: the reason says why")    \
+  X(CRASHED, "crashed", "its kernel crashed the program in this or an earlier run: the original")
 
 int st_run_begin(st_db_t *db, const st_run_info_t *info, int64_t *run_id);
 int st_run_flush(st_db_t *db, int64_t run_id, const st_sig_rec_t *recs, size_t n,
                  uint64_t overflow_calls, int64_t now_ns);
+/* Sets what the warm start cost the first call, for a run begun before it finished. */
+int st_run_warm(st_db_t *db, int64_t run_id, int64_t warm_ns);
 /* status: "exited" (normal exit) or "exec" (the process image was replaced). */
 int st_run_end(st_db_t *db, int64_t run_id, int64_t end_ns, const char *status);
 
@@ -212,7 +215,8 @@ typedef struct st_variant_rec_s {
                                    reason: decayed, slower, guard, cpu, llvm, generator,     \
                                    checksum, unloadable */                                   \
   X(REFUSED, "refused") /* a fleet kernel not placed (store/fleet.h): the detail starts with  \
-                           the reason: tag (missing or wrong HMAC), or one of the above */
+                           the reason: tag (missing or wrong HMAC), or one of the above */   \
+  X(CRASHED, "crashed") /* the program died of a fault inside the signature's kernel (st_crash) */
 
 /* An event of a signature's life (appended). */
 typedef struct st_event_rec_s {
@@ -252,8 +256,9 @@ typedef struct st_hot_s {
   double score;            /* decayed calls: the sum over the runs of calls times weight */
   double mean_ns;          /* the original's mean timed duration over those runs (0: none) */
   int demoted_gen;         /* the newest of those runs that had a variant for it demoted it
-                              (measured slower than the original): that variant's generator
-                              version; 0 otherwise */
+                              (measured slower than the original, or it crashed the program):
+                              that variant's generator version; 0 otherwise */
+  int crashed;             /* ... and that variant crashed the program (status "crashed") */
   /* The signature's object: the one for the requested cpu if there is one, else the newest
    * for any (object_id 0: none). */
   int64_t object_id;
@@ -349,6 +354,29 @@ int st_machine_save(st_db_t *db, const st_machine_t *m, const st_compile_note_t 
  * (out->measured_ns is 0 when only compile times do). */
 int st_machine_load(st_db_t *db, const char *cpu, st_machine_t *out);
 
+/* A process that died of a fatal signal, as the next run learns it (agent/crash.h). */
+typedef struct st_crash_s {
+  int64_t run_id;        /* its run (0: it crashed before its run was recorded) */
+  int pid;               /* its process: the run is marked only when its pid is this one */
+  int64_t time_ns;       /* when (CLOCK_REALTIME) */
+  const void *key;       /* the signature whose JIT kernel held the faulting PC; NULL: the fault */
+  size_t key_len;        /* was not in JIT code (the program's own) */
+  int generator;         /* the kernel's generator version */
+  const char *llvm, *cpu; /* what the agent compiles with, and this machine's object key */
+  const char *detail;    /* one sentence: the event's detail and the signature's reason */
+} st_crash_t;
+typedef struct st_crash_result_s {
+  int run_marked;        /* the run was marked "crashed" (it was still "running") */
+  int recorded;          /* the crashed run holds the signature's state, variant and event */
+  int64_t objects;       /* stored objects of the signature deleted */
+} st_crash_result_t;
+/* Records crash c in one transaction: its run, when still "running" and of c->pid, becomes
+ * "crashed" (ended at c->time_ns); with a key, the signature's stored object for c->cpu is
+ * deleted and, when the run and the signature are both in the database, the run's row for it
+ * says "crashed" (state, reason and variant status: later profiles leave it on the original
+ * until the generator changes, st_hot_t.crashed) with a "crashed" event. */
+int st_crash(st_db_t *db, const st_crash_t *c, st_crash_result_t *res);
+
 /* The agent loads the store as its own shared object (libopjit-store.so, which links SQLite)
  * from its writer thread, so a process that records nothing never loads SQLite. */
 typedef struct st_api_s {
@@ -371,6 +399,8 @@ typedef struct st_api_s {
   int (*machine_load)(st_db_t *db, const char *cpu, st_machine_t *out);
   int (*run_series)(st_db_t *db, int64_t run_id, int64_t interval_ns, int64_t start_ns,
                     uint32_t count, const st_series_rec_t *rows, size_t n);
+  int (*crash)(st_db_t *db, const st_crash_t *c, st_crash_result_t *res);
+  int (*run_warm)(st_db_t *db, int64_t run_id, int64_t warm_ns);
 } st_api_t;
 #define ST_API_ABI 8
 #define ST_API_SYMBOL "opjit_store_api"

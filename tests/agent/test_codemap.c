@@ -18,7 +18,7 @@ static void add(uint64_t lo, size_t size)
 {
   char name[32];
   name_of(lo, name, sizeof name);
-  cr_assert_eq(ag_code_add((void *)(uintptr_t)lo, size, name, NULL), 0, "%s", name);
+  cr_assert_eq(ag_code_add((void *)(uintptr_t)lo, size, name, NULL, NULL), 0, "%s", name);
 }
 
 Test(codemap, finds_kernels_by_pc_and_registers_a_shared_kernel_once)
@@ -29,7 +29,7 @@ Test(codemap, finds_kernels_by_pc_and_registers_a_shared_kernel_once)
   cr_assert_neq(ag_code_generation(), gen, "a registration changes the generation");
   add(BASE + 0x2000, 0x80);
   gen = ag_code_generation();
-  cr_assert_eq(ag_code_add((void *)(uintptr_t)(BASE + 0x1000), 0x100, "other", NULL), 1);
+  cr_assert_eq(ag_code_add((void *)(uintptr_t)(BASE + 0x1000), 0x100, "other", NULL, NULL), 1);
   cr_assert_eq(ag_code_generation(), gen, "a kernel registered already changes nothing");
   uint64_t lo, hi;
   const char *name;
@@ -92,7 +92,7 @@ static void *writer(void *arg)
     uint64_t lo = BASE + 0x40000000 + (i % 8) * 0x100;
     char name[32];
     name_of(lo, name, sizeof name);
-    ag_code_add((void *)(uintptr_t)lo, 0x100, name, NULL);
+    ag_code_add((void *)(uintptr_t)lo, 0x100, name, NULL, NULL);
     ag_code_remove((void *)(uintptr_t)(BASE + 0x40000000 + ((i + 4) % 8) * 0x100));
   }
   return NULL;

@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: MIT */
+/* The crash hook (crash.h): the chaining handler and its marker, and the next run's reader. */
+#define _GNU_SOURCE
+#include "crash.h"
+#include "codemap.h"
+#include "jit/jit.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+static const int hooked[] = {SIGSEGV, SIGILL, SIGBUS, SIGFPE};
+#define NHOOKED (sizeof hooked / sizeof *hooked)
+
+static struct sigaction prev[NHOOKED]; /* the program's actions, as found at install */
+static _Atomic int installed;
+static _Atomic int written; /* one marker per process: a fault that repeats is the same crash */
+
+/* Where the marker goes: two buffers, the writer fills the one the hook is not reading. */
+typedef struct arm_s {
+  char prefix[PATH_MAX + 16]; /* "<db>-crash-" */
+  int64_t run_id;
+} arm_t;
+static arm_t arms[2];
+static arm_t *_Atomic armed;
+static __thread __attribute__((tls_model("initial-exec"))) const ag_sig_t *trial;
+
+void ag_crash_trial(const ag_sig_t *key) { trial = key; }
+
+const char *ag_crash_signame(int signo)
+{
+  return signo == SIGSEGV  ? "SIGSEGV"
+         : signo == SIGILL ? "SIGILL"
+         : signo == SIGBUS ? "SIGBUS"
+         : signo == SIGFPE ? "SIGFPE"
+                           : "signal";
+}
+
+void ag_crash_arm(const char *dbpath, int64_t run_id)
+{
+  static int next;
+  if (!dbpath) {
+    atomic_store_explicit(&armed, NULL, memory_order_release);
+    return;
+  }
+  arm_t *a = &arms[next];
+  next ^= 1;
+  int n = snprintf(a->prefix, sizeof a->prefix, "%s-crash-", dbpath);
+  a->run_id = run_id;
+  atomic_store_explicit(&armed, n > 0 && (size_t)n < sizeof a->prefix - 12 ? a : NULL,
+                        memory_order_release);
+}
+
+/* Whether action a is a function (not SIG_DFL or SIG_IGN). */
+static int is_handler(const struct sigaction *a)
+{
+  return a->sa_flags & SA_SIGINFO ? a->sa_sigaction != NULL
+                                  : a->sa_handler != SIG_DFL && a->sa_handler != SIG_IGN;
+}
+
+/* Writes the marker for a fault at the PC in ctx: always when the PC is in a JIT kernel, and for
+ * any other fault when fatal (the process dies of it: the run is then marked crashed, with no
+ * kernel to blame). Async-signal-safe. */
+static void note(int sig, const siginfo_t *si, void *ctx, int fatal)
+{
+  const ucontext_t *uc = ctx;
+  uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP], lo = 0, hi = 0;
+  const char *name = NULL;
+  const ag_sig_t *key = NULL;
+  int in_jit = ag_code_at_signal(pc, &lo, &hi, &name, &key) ? AG_CRASH_KERNEL
+               : (key = trial) != NULL                      ? AG_CRASH_TRIAL
+                                                            : AG_CRASH_OUTSIDE;
+  arm_t *a = atomic_load_explicit(&armed, memory_order_acquire);
+  if ((!in_jit && !fatal) || !a || atomic_exchange(&written, 1))
+    return;
+  ag_crash_rec_t r;
+  memset(&r, 0, sizeof r);
+  memcpy(r.magic, AG_CRASH_MAGIC, sizeof r.magic);
+  r.size = sizeof r;
+  r.signo = sig, r.code = si->si_code, r.pid = (int32_t)getpid();
+  r.in_jit = in_jit, r.generator = JT_GENERATOR_VERSION, r.run_id = a->run_id;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  r.time_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+  r.pc = pc, r.addr = (uint64_t)(uintptr_t)si->si_addr, r.lo = lo, r.hi = hi;
+  if (key)
+    memcpy(&r.key, key, sizeof r.key);
+  for (size_t i = 0; name && name[i] && i < sizeof r.name - 1; i++)
+    r.name[i] = name[i];
+  char path[sizeof a->prefix + 12], digits[12];
+  size_t n = 0, d = 0;
+  while (a->prefix[n])
+    path[n] = a->prefix[n], n++;
+  for (uint32_t v = (uint32_t)r.pid; v || !d; v /= 10)
+    digits[d++] = (char)('0' + v % 10);
+  while (d)
+    path[n++] = digits[--d];
+  path[n] = 0;
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    ssize_t w = write(fd, &r, sizeof r);
+    (void)w; /* nothing to do about a short write in a dying process: the reader drops it */
+    close(fd);
+  }
+}
+
+/* The hook: notes a fault, then does what the program's own action would have done. The
+ * kernel ran it with the program's mask and flags (ag_crash_install). */
+static void handler(int sig, siginfo_t *si, void *ctx)
+{
+  size_t k = 0;
+  while (k < NHOOKED - 1 && hooked[k] != sig)
+    k++;
+  const struct sigaction *p = &prev[k];
+  int saved = errno, fault = si && si->si_code > 0; /* the kernel's, not kill()'s */
+  if (fault)
+    note(sig, si, ctx, !is_handler(p));
+  errno = saved;
+  if (is_handler(p)) {
+    if (p->sa_flags & SA_SIGINFO)
+      p->sa_sigaction(sig, si, ctx);
+    else
+      p->sa_handler(sig);
+    return;
+  }
+  if (p->sa_handler == SIG_IGN && !fault)
+    return; /* sent, and ignored as before */
+  /* The default action (or SIG_IGN for a fault, which the kernel turns into the default):
+   * the faulting instruction runs again and the process dies of it as it would have; a sent
+   * signal is raised again, pending until this handler returns. */
+  sigaction(sig, p, NULL);
+  if (!fault)
+    raise(sig);
+  errno = saved;
+}
+
+void ag_crash_install(void)
+{
+  if (atomic_exchange(&installed, 1))
+    return;
+  for (size_t k = 0; k < NHOOKED; k++) {
+    struct sigaction old, sa;
+    if (sigaction(hooked[k], NULL, &old) != 0)
+      continue;
+    prev[k] = old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = handler;
+    /* The program's handler runs inside ours with the mask and flags it asked for. */
+    if (is_handler(&old)) {
+      sa.sa_mask = old.sa_mask;
+      sa.sa_flags =
+          SA_SIGINFO | (old.sa_flags & (SA_ONSTACK | SA_NODEFER | SA_RESETHAND | SA_RESTART));
+    } else {
+      sigemptyset(&sa.sa_mask);
+      sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    }
+    sigaction(hooked[k], &sa, NULL);
+  }
+}
+
+int ag_crash_parse(const void *buf, size_t len, ag_crash_rec_t *out)
+{
+  if (len != sizeof *out)
+    return -1;
+  memcpy(out, buf, sizeof *out);
+  int known = 0;
+  for (size_t k = 0; k < NHOOKED; k++)
+    known |= out->signo == hooked[k];
+  if (memcmp(out->magic, AG_CRASH_MAGIC, sizeof out->magic) != 0 || out->size != sizeof *out ||
+      !known || out->pid <= 0 || out->run_id < 0 || out->in_jit < AG_CRASH_OUTSIDE ||
+      out->in_jit > AG_CRASH_TRIAL || !memchr(out->name, 0, sizeof out->name))
+    return -1;
+  return 0;
+}
+
+int ag_crash_collect(const char *dbpath, ag_crash_rec_t *out, int max)
+{
+  char dir[PATH_MAX], prefix[NAME_MAX + 1];
+  const char *slash = strrchr(dbpath, '/');
+  snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - dbpath) + (slash == dbpath) : 1,
+           slash ? dbpath : ".");
+  int plen = snprintf(prefix, sizeof prefix, "%s-crash-", slash ? slash + 1 : dbpath);
+  if (plen <= 0 || (size_t)plen >= sizeof prefix)
+    return 0;
+  DIR *d = opendir(dir);
+  if (!d)
+    return 0;
+  int n = 0, dfd = dirfd(d);
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    const char *pid = de->d_name + plen;
+    if (strncmp(de->d_name, prefix, (size_t)plen) != 0 || !*pid ||
+        strspn(pid, "0123456789") != strlen(pid))
+      continue; /* another file, or a marker another run has claimed */
+    struct stat st;
+    if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != geteuid())
+      continue;
+    char claimed[NAME_MAX + 16];
+    if (snprintf(claimed, sizeof claimed, "%s.%d", de->d_name, (int)getpid()) >=
+            (int)sizeof claimed ||
+        renameat(dfd, de->d_name, dfd, claimed) != 0)
+      continue; /* another run took it first */
+    int fd = openat(dfd, claimed, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      char buf[sizeof *out + 1];
+      ssize_t got = read(fd, buf, sizeof buf);
+      if (got > 0 && n < max && ag_crash_parse(buf, (size_t)got, &out[n]) == 0)
+        n++;
+      close(fd);
+    }
+    unlinkat(dfd, claimed, 0);
+  }
+  closedir(d);
+  return n;
+}
