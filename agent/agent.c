@@ -121,8 +121,10 @@ static pthread_cond_t warm_cond;
 static int warm_pending;
 
 static void warm_start(void);
-static void warm_finish(void);
+static void warm_finish(int writer_thread);
 static void collect_crashes(void);
+
+static void record_early(void);
 static void warm_wait_us(long us);
 
 /* The writer's wake-up and the warm start's end: their deadlines are CLOCK_MONOTONIC, so the
@@ -894,18 +896,9 @@ static void *writer_main(void *arg)
   int warm = warm_pending;
   pthread_mutex_unlock(&warm_mu);
   if (warm)
-    warm_finish();
-  if (ag_hot_calls) { /* JIT code may run: a crash from now on finds its run recorded */
-    pthread_mutex_lock(&db_mu);
-    if (!store_dead && !db)
-      open_store();
-    collect_crashes();
-    if (!store_dead && db && !run_id)
-      begin_run();
-    else if (!store_dead && db && warm_ns && store->run_warm(db, run_id, warm_ns))
-      ag_log(AG_LOG_DEBUG, "cannot record what the warm start cost");
-    pthread_mutex_unlock(&db_mu);
-  }
+    warm_finish(1);
+  else
+    record_early();
   start_sampling();
   ag_fleet_start();
   ag_machine_start(run_info()->cpu_key);
@@ -1085,6 +1078,23 @@ static int db_trusted(const char *dbpath)
   return 0;
 }
 
+/* In jit mode, on the writer before JIT code can run: the crashes earlier processes left are
+ * recorded, and this run is, so that a crash in its JIT code finds its run (crash.h). */
+static void record_early(void)
+{
+  if (!ag_hot_calls)
+    return;
+  pthread_mutex_lock(&db_mu);
+  if (!store_dead && !db)
+    open_store();
+  collect_crashes();
+  if (!store_dead && db && !run_id)
+    begin_run();
+  else if (!store_dead && db && warm_ns && store->run_warm(db, run_id, warm_ns))
+    ag_log(AG_LOG_DEBUG, "cannot record what the warm start cost");
+  pthread_mutex_unlock(&db_mu);
+}
+
 /* Records the crashes earlier processes left beside the database (crash.h): each crashed run,
  * and for a fault inside a JIT kernel, its signature's stored object dropped and the signature
  * kept on the original from this run on (until the generator changes). Once per process image;
@@ -1168,10 +1178,13 @@ static void warm_start(void)
            w.queued, w.invalidated);
 }
 
-/* Runs the warm start, lets hot signatures queue again, and wakes whoever waits for it. */
-static void warm_finish(void)
+/* Runs the warm start (on the writer thread: and records the run), lets hot signatures queue
+ * again, and wakes whoever waits for it. */
+static void warm_finish(int writer_thread)
 {
   warm_start();
+  if (writer_thread)
+    record_early(); /* before the first compile */
   ag_tier_hold(0);
   pthread_mutex_lock(&warm_mu);
   warm_pending = 0;
@@ -1224,7 +1237,7 @@ int ag_activate(void)
   if (warm && writer_running)
     warm_wait_us(ag_opts.num[AG_OPT_WARM_WAIT_US]);
   else if (warm) /* no writer: the warm start runs here */
-    warm_finish();
+    warm_finish(0);
   atomic_store_explicit(&ag_active, 1, memory_order_release);
   rc = 0;
 out:

@@ -47,9 +47,10 @@ extern _Atomic int ag_exiting;
 /* The folder libopjit.so was loaded from (its modules live beside it). */
 const char *ag_self_dir(void);
 /* Held by an agent thread other than the writer while it is inside SQLite (the machine model's
- * read), as the writer holds its own lock: fork takes both first (for a bounded time), so the
- * child never inherits a lock SQLite held in a thread that does not exist there. Never held
- * while waiting for the writer. */
+ * read, the fleet thread's local work but not its round trips to the server), as the writer
+ * holds its own lock: fork takes both first (for a bounded time), so the child never inherits
+ * a lock SQLite held in a thread that does not exist there. Never held while waiting for the
+ * writer. */
 void ag_sqlite_lock(void);
 void ag_sqlite_unlock(void);
 /* Per-thread cache of recently seen keys: most calls find their entry here with four word

@@ -199,6 +199,16 @@ void ag_fleet_warm(ag_warm_t *w)
 
 /* ---- pushes ------------------------------------------------------------------------------ */
 
+/* The fork lock (agent.h) as the push takes it: over its local SQLite work, never over a round
+ * trip to the server (st_fleet_push_t.local_lock). */
+static void sqlite_hold(int hold)
+{
+  if (hold)
+    ag_sqlite_lock();
+  else
+    ag_sqlite_unlock();
+}
+
 /* One push: connects (and opens the local file) when needed. Returns 0, or -1 after a failure
  * (warned about once per process). */
 static int push(st_fleet_t **f, st_db_t **local, const char *dbpath)
@@ -206,8 +216,11 @@ static int push(st_fleet_t **f, st_db_t **local, const char *dbpath)
   static int warned;
   char err[512] = "";
   int rc = 0;
-  if (!*local)
+  if (!*local) {
+    ag_sqlite_lock();
     rc = api->local_open(dbpath, 0, (int)ag_opts.num[AG_OPT_BUSY_MS], local, err, sizeof err);
+    ag_sqlite_unlock();
+  }
   if (rc == ST_ENOENT || rc == ST_ENOTOURS || rc == ST_EBUSY)
     return 0; /* the writer has not created it yet, or is creating it now (the writer warns
                  about a file that is not a profile) */
@@ -221,7 +234,8 @@ static int push(st_fleet_t **f, st_db_t **local, const char *dbpath)
                        .key_len = klen,
                        .redact = (int)ag_opts.num[AG_OPT_FLEET_REDACT],
                        .max_runs = (int)ag_opts.num[AG_OPT_FLEET_BACKLOG],
-                       .batch = 16};
+                       .batch = 16,
+                       .local_lock = sqlite_hold};
   if (!rc)
     rc = api->push(*f, *local, &p, err, sizeof err);
   if (!rc) {
@@ -272,8 +286,11 @@ static void *fleet_main(void *arg)
       ;
   }
   pthread_mutex_unlock(&mu);
-  if (local)
+  if (local) {
+    ag_sqlite_lock();
     api->local_close(local);
+    ag_sqlite_unlock();
+  }
   if (f)
     api->close(f);
   return NULL;

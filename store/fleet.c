@@ -123,10 +123,18 @@ static int pg_fail(st_fleet_t *f, char *err, size_t len, const char *what)
 
 /* Runs sql with n text parameters (a NULL value is SQL NULL; lens/binary, when given, mark
  * binary ones). Returns the result when it succeeded (the caller PQclear()s it), else NULL. */
+/* The push's st_fleet_push_t.local_lock on the thread pushing (NULL: none): released over each
+ * round trip below, held over the rest of the push. */
+static __thread void (*push_lock)(int hold);
+
 static PGresult *pq(st_fleet_t *f, const char *sql, int n, const char *const *vals, const int *lens,
                     const int *binary)
 {
+  if (push_lock)
+    push_lock(0);
   PGresult *r = PQexecParams(f->pg, sql, n, NULL, vals, lens, binary, 0);
+  if (push_lock)
+    push_lock(1);
   ExecStatusType s = PQresultStatus(r);
   if (s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK)
     return r;
@@ -137,7 +145,11 @@ static PGresult *pq(st_fleet_t *f, const char *sql, int n, const char *const *va
 /* Runs sql (one or more statements, no parameters); 0 or -1. */
 static int pexec(st_fleet_t *f, const char *sql)
 {
+  if (push_lock)
+    push_lock(0);
   PGresult *r = PQexec(f->pg, sql);
+  if (push_lock)
+    push_lock(1);
   ExecStatusType s = PQresultStatus(r);
   PQclear(r);
   return s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK ? 0 : -1;
@@ -729,7 +741,8 @@ int st_fleet_backlog(st_fleet_t *f, st_db_t *local, int max_runs, int64_t *backl
   return rc;
 }
 
-int st_fleet_push(st_fleet_t *f, st_db_t *local, st_fleet_push_t *p, char *err, size_t errlen)
+/* st_fleet_push with its lock held (push_lock). */
+static int push_held(st_fleet_t *f, st_db_t *local, st_fleet_push_t *p, char *err, size_t errlen)
 {
   char uuid[33];
   p->runs = p->objects = p->backlog = 0;
@@ -780,6 +793,18 @@ int st_fleet_push(st_fleet_t *f, st_db_t *local, st_fleet_push_t *p, char *err, 
              now_ns());
     _st_exec(st_sqlite(local), sql); /* a locked file keeps the older time: harmless */
   }
+  return rc;
+}
+
+int st_fleet_push(st_fleet_t *f, st_db_t *local, st_fleet_push_t *p, char *err, size_t errlen)
+{
+  push_lock = p->local_lock;
+  if (push_lock)
+    push_lock(1);
+  int rc = push_held(f, local, p, err, errlen);
+  if (push_lock)
+    push_lock(0);
+  push_lock = NULL;
   return rc;
 }
 

@@ -47,6 +47,9 @@ typedef struct st_fleet_push_s {
   int redact;   /* command lines leave as the program and a count of its arguments */
   int max_runs; /* the newest finished local runs considered (the bounded backlog) */
   int batch;    /* runs per server transaction */
+  void (*local_lock)(int hold); /* NULL, or the caller's lock (hold 1: take, 0: release): held
+                                   over the push's local SQLite work, released over every round
+                                   trip to the server (the agent's fork lock, ag_sqlite_lock) */
   /* out */
   int64_t runs;    /* runs pushed now */
   int64_t objects; /* kernel objects pushed now */
@@ -137,7 +140,7 @@ typedef struct st_fleet_api_s {
   int (*verify)(const st_fleet_kernel_t *k, const void *key, size_t key_len);
   const char *(*errmsg)(st_fleet_t *f); /* the connection's last error, one line */
 } st_fleet_api_t;
-#define ST_FLEET_API_ABI 1
+#define ST_FLEET_API_ABI 2
 #define ST_FLEET_API_SYMBOL "opjit_fleet_api"
 #define ST_FLEET_MODULE_NAME "libopjit-fleet.so"
 

@@ -992,6 +992,8 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
       "WITH w AS (SELECT r.id, row_number() OVER (ORDER BY r.id DESC) - 1 AS age FROM runs r"
       "  JOIN programs p ON p.id = r.program_id JOIN machines m ON m.id = r.machine_id"
       "  WHERE p.exe=? AND p.build_id=? AND p.script=? AND m.cpu_model=? AND m.cpu_flags=?"
+      "  AND EXISTS (SELECT 1 FROM run_sigs x WHERE x.run_id = r.id)" /* the run asking, begun
+                                                    before its warm start, has none: not aged */
       "  ORDER BY r.id DESC LIMIT ?)"
       " SELECT w.age, s.sig_id, s.calls, s.timed_calls, s.timed_ns, (SELECT count(*) FROM w),"
       "  v.status, v.generator"

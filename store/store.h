@@ -249,7 +249,7 @@ int st_run_series(st_db_t *db, int64_t run_id, int64_t interval_ns, int64_t star
 
 /* A program's profile on one machine (program's exe, build_id, script, cpu_model and
  * cpu_flags), as its recent runs left it: each run's calls weigh 0.5^(age / decay_runs), age 0
- * being the newest run, over at most max_runs runs. */
+ * being the newest run that recorded a signature, over at most max_runs such runs. */
 typedef struct st_hot_s {
   void *key;               /* the raw key bytes */
   size_t key_len;

@@ -248,7 +248,7 @@ Test(events, ordered_relative_and_filtered)
   p = opjit(NULL, (const char *[]){"events", "--db", db, "--kind", "exploded", NULL});
   cr_expect_eq(p.status, 2);
   cr_expect(strstr(p.err, "exploded"), "%s", p.err);
-  cr_expect(strstr(p.err, "evicted, deferred, loaded, invalidated, refused)"),
+  cr_expect(strstr(p.err, "evicted, deferred, loaded, invalidated, refused, crashed)"),
             "every kind the agent records: %s", p.err);
   proc_free(&p);
   /* Kinds the agent records that this run has none of: no match, not an error. */
