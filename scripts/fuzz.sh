@@ -5,14 +5,14 @@
 # corpus/<target>). A crash, leak or undefined behaviour leaves its input in the build folder's
 # crashes/<target>/ and makes the script exit 1. Where clang or its libFuzzer is missing
 # (scripts/deps.sh installs clang-19 and libclang-rt-19-dev), it says so and exits 0.
-# usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (targets: objload opt store inspect inspect_edit)
+# usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (targets: objload opt store crash inspect inspect_edit)
 # The CI run (scripts/test.sh) is 15 s a target; the long one, before a release or after a
 # change to a reader of stored bytes, is `scripts/fuzz.sh 600` (10 minutes a target).
 set -eu
 cd "$(dirname "$0")/.."
 secs=${1:-20}
 [ $# -gt 0 ] && shift
-targets=${*:-objload opt store inspect inspect_edit}
+targets=${*:-objload opt store crash inspect inspect_edit}
 build=${OPJIT_FUZZ_BUILD:-build-fuzz}
 
 cc=${OPJIT_FUZZ_CC:-}

@@ -17,6 +17,8 @@ int fuzz_opt_one(const uint8_t *data, size_t size);
 int fuzz_objload_one(const uint8_t *data, size_t size);
 int fuzz_store_one(const uint8_t *data, size_t size);
 int fuzz_store_init(int *argc, char ***argv);
+int fuzz_crash_one(const uint8_t *data, size_t size);
+int fuzz_crash_init(int *argc, char ***argv);
 
 /* Runs one(file) for every file in OPJIT_SOURCE_DIR/fuzz/<kind>/<target>; returns how many. */
 static int replay(const char *kind, const char *target, int (*one)(const uint8_t *, size_t))
@@ -63,4 +65,11 @@ Test(fuzz_inputs, store)
   fuzz_store_init(NULL, NULL);
   cr_assert_geq(replay("crashes", "store", fuzz_store_one), 2);
   cr_assert_geq(replay("corpus", "store", fuzz_store_one), 1);
+}
+
+Test(fuzz_inputs, crash_marker)
+{
+  fuzz_crash_init(NULL, NULL);
+  replay("crashes", "crash", fuzz_crash_one);
+  cr_assert_geq(replay("corpus", "crash", fuzz_crash_one), 3);
 }
