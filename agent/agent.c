@@ -120,12 +120,11 @@ static pthread_mutex_t warm_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t warm_cond;
 static int warm_pending;
 
-static void warm_start(void);
+static void warm_start(int writer_thread);
 static void warm_finish(int writer_thread);
-static void collect_crashes(void);
-
-static void record_early(void);
 static void warm_wait_us(long us);
+static void collect_crashes(void);
+static void record_early(void);
 
 /* The writer's wake-up and the warm start's end: their deadlines are CLOCK_MONOTONIC, so the
  * conditions must be too. */
@@ -1146,8 +1145,9 @@ static void collect_crashes(void)
 }
 
 /* Before the first counted call runs and before the writer starts (so this thread may use
- * the writer's store and database): opens the database and starts from the profile. */
-static void warm_start(void)
+ * the writer's store and database): opens the database and starts from the profile. On the
+ * writer thread it first records the crashes left beside the database and begins the run. */
+static void warm_start(int writer_thread)
 {
   uint64_t t0 = ag_now_ns();
   char dbpath[PATH_MAX];
@@ -1163,8 +1163,9 @@ static void warm_start(void)
     pthread_mutex_lock(&db_mu);
     if (!store_dead && !db)
       open_store();
-    collect_crashes(); /* before the profile: a crashed kernel is not placed */
-    if (!store_dead && db && !run_id)
+    if (writer_thread)
+      collect_crashes(); /* before the profile: a crashed kernel is not placed */
+    if (writer_thread && !store_dead && db && !run_id)
       begin_run(); /* before any kernel is placed: a crash in one finds its run recorded */
     if (db)
       ag_warm_start(store, db, run_info(), &w);
@@ -1182,7 +1183,7 @@ static void warm_start(void)
  * again, and wakes whoever waits for it. */
 static void warm_finish(int writer_thread)
 {
-  warm_start();
+  warm_start(writer_thread);
   if (writer_thread)
     record_early(); /* before the first compile */
   ag_tier_hold(0);

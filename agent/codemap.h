@@ -52,7 +52,7 @@ int ag_code_at(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name);
  * ag_code_at said about a PC knows by it whether that may have changed. */
 uint64_t ag_code_generation(void);
 
-/* The same from a signal handler (agent/crash.c): async-signal-safe, no lock, no spinning on a
+/* ag_code_at from a signal handler (agent/crash.c): async-signal-safe, no lock, no spinning on a
  * slot being written (after a few tries it is passed over), and the key of the signature that
  * registered it. 1 or 0. */
 int ag_code_at_signal(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name,

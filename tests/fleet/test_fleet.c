@@ -3,11 +3,14 @@
  * Unix socket) and real hosts (jit_prog: every result checked against the reference BLAS):
  * machines, each its own local database, share kernels through the fleet; a fleet stopped in
  * the middle of a run costs one warning and loses nothing; a tampered object, a missing or a
- * wrong tag is refused with an event and compiled locally. */
+ * wrong tag is refused with an event and compiled locally; a push holds the agent's fork lock
+ * over its local SQLite work and never over a round trip to the server. */
 #include "../integration/harness.h"
+#include "store/fleet.h"
 
 #include <criterion/criterion.h>
 #include <libpq-fe.h>
+#include <sqlite3.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -319,4 +322,50 @@ Test(fleet, tampered_untagged_and_foreign_kernels_are_refused_and_compiled_local
   sweep("c1", 'C', other, "2", "77");
   cr_assert_eq(local_int('C', "SELECT count(*) FROM events WHERE kind='refused'"), n);
   cr_assert_eq(local_int('C', "SELECT count(*) FROM events WHERE kind='loaded'"), 0);
+}
+
+/* The push's lock as a hook sees it, and the local statements SQLite ran meanwhile. */
+static int held, releases, statements, unheld;
+
+static void lock_hook(int hold)
+{
+  cr_assert_neq(hold, held, "taken twice or released twice");
+  releases += !hold;
+  held = hold;
+}
+
+static int on_statement(unsigned type, void *ctx, void *stmt, void *sql)
+{
+  (void)type, (void)ctx, (void)stmt, (void)sql;
+  statements++;
+  unheld += !held;
+  return 0;
+}
+
+Test(fleet, a_push_holds_its_lock_over_local_sqlite_work_and_not_over_round_trips)
+{
+  /* Two finished local runs with kernels (no OPJIT_FLEET: this test pushes them itself). */
+  char db[300];
+  snprintf(db, sizeof db, "OPJIT_DB=%.200s", db_of('A'));
+  const char *env[] = {db, "OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0",
+                       "OPJIT_HOT_CALLS=1", "OPJIT_SAMPLE_HZ=0", NULL};
+  for (int i = 0; i < 2; i++) {
+    int st = h_run("local", 1, env, (const char *[]){H_JIT_PROG, "sweep", "8", "20", "5", NULL});
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", h_output("local", "err"));
+  }
+  st_db_t *local;
+  st_fleet_t *f;
+  char err[512];
+  cr_assert_eq(st_open(db_of('A'), 0, 1000, &local, err, sizeof err), 0, "%s", err);
+  sqlite3_trace_v2(st_sqlite(local), SQLITE_TRACE_STMT, on_statement, NULL);
+  cr_assert_eq(st_fleet_open(conninfo, 5000, &f, err, sizeof err), 0, "%s", err);
+  st_fleet_push_t p = {.hostname = "a", .max_runs = 16, .batch = 1, .local_lock = lock_hook};
+  cr_assert_eq(st_fleet_push(f, local, &p, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(p.runs, 2);
+  cr_assert_gt(statements, 10);
+  cr_assert_eq(unheld, 0, "%d of %d local statements ran without the lock", unheld, statements);
+  cr_assert_gt(releases, 2 * p.runs, "released over each round trip (%d times)", releases);
+  cr_assert_eq(held, 0, "released when the push returns");
+  st_fleet_close(f);
+  st_close(local);
 }
