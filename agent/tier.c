@@ -84,7 +84,8 @@ static ag_persist_book_t objects = AG_PERSIST_BOOK_INIT;
 /* Per entry: the never-slower comparison of its published variant (cmp_mu); the signature's
  * calls at the watch's last look; why a DEMOTED entry is (compile threads). */
 static ag_cmp_t *cmps;
-static uint64_t *watched_calls;
+static uint64_t *watched_calls, *watched_ns; /* ... and the time of that look */
+static uint64_t *pub_calls; /* per entry: the signature's calls when its variant was published */
 enum { AG_DEMOTED_SLOWER = 0, AG_DEMOTED_TIE, AG_DEMOTED_GUARD, AG_DEMOTED_CRASH };
 static uint8_t *demoted;
 static uint8_t *prepared; /* per entry: shapes[] and ag_vrun[] hold its problem (cq locked) */
@@ -151,6 +152,10 @@ static void judge(ag_entry_t *e, const ag_cmp_pool_t *pool)
  * here. */
 static void publish(ag_entry_t *e, void *fn, int32_t verify, const ag_cmp_pool_t *pool)
 {
+  uint64_t calls, vcalls; /* the watch measures the call rate from here (before READY: the
+                             watch looks at READY entries only) */
+  ag_tcount_sum_one(e->index, &calls, &vcalls);
+  watched_calls[e->index] = pub_calls[e->index] = calls, watched_ns[e->index] = ag_now_ns();
   atomic_store(&e->verify, verify);
   atomic_store(&e->tier, AG_TIER_READY);
   judge(e, pool);
@@ -556,8 +561,9 @@ int ag_tier_judge_pool(uint32_t i, ag_cmp_pool_t *out)
 }
 
 /* The in-run judge found e's variant faster: that is now the basis of its serving, with the
- * duel it won before publication, if any (a placed kernel had none in this run). */
-static void judged_faster(ag_entry_t *e, double vmean, double omean, double med, uint32_t rounds)
+ * duel it won before publication, if any (a placed kernel had none in this run); fig: the
+ * judge's figures in words (compare.h, ag_cmp_describe). */
+static void judged_faster(ag_entry_t *e, double vmean, double omean, const char *fig)
 {
   ag_reason_t r;
   ag_reason_get(&reasons, e->index, &r);
@@ -566,21 +572,19 @@ static void judged_faster(ag_entry_t *e, double vmean, double omean, double med,
   if (duel_won[e->index] > 0)
     snprintf(duel, sizeof duel, "won its duel (median ratio %.2f), then ", duel_won[e->index]);
   decide(e, placed ? AG_STATE_PLACED : AG_STATE_SERVING, -1,
-         "%s%s%.1fx faster on the program's calls: variant %.0f ns per call, original %.0f ns "
-         "(in-run judge: warm, interleaved; median ratio %.2f over %u rounds)",
-         placed ? "placed from the store; " : "", duel, omean / (vmean > 0 ? vmean : 1), vmean,
-         omean, med, rounds);
+         "%s%s%.1fx faster on the program's calls: %s", placed ? "placed from the store; " : "",
+         duel, omean / (vmean > 0 ? vmean : 1), fig);
 }
+
+static _Atomic int awaiting_verdict; /* READY variants awaiting a first verdict (last look) */
 
 /* Demotes READY variants that measure slower than the original, by the judge's rule
  * (compare.h), and counts the live and undecided ones for the bursts. Compile thread only. */
 static void watch_speed(void)
 {
-  static uint64_t last_ns; /* the last look's time (0: none yet, no rate to measure) */
-  uint64_t now = ag_now_ns(), since = last_ns ? now - last_ns : 0;
-  last_ns = now;
+  uint64_t now = ag_now_ns();
   uint32_t n = ag_table_count(ag_table);
-  int live = 0, undecided = 0;
+  int live = 0, undecided = 0, awaiting = 0;
   for (uint32_t i = 0; i < n; i++) {
     ag_entry_t *e = ag_table_entry(ag_table, i);
     if (atomic_load(&e->tier) != AG_TIER_READY)
@@ -605,10 +609,13 @@ static void watch_speed(void)
     double omean = ag_cmp_orig_ns(&cmps[i]), vmean = ag_cmp_variant_ns(&cmps[i]);
     uint32_t rounds = cmps[i].rounds, pooled = cmps[i].pooled_rounds;
     int kept = cmps[i].kept;
-    char fig[AG_REASON_LEN - 64];
+    /* The figures in words: a demotion's event, or a win's reason ("in-run judge: ...") */
+    char fig[AG_REASON_LEN - 64], how[64];
     uint32_t paired = cmps[i].paired, own = rounds - pooled;
-    ag_cmp_describe(&cmps[i], med, !paired ? "warm, interleaved" : paired == own ? "cold pairs, "
-                    "interleaved" : "warm bursts and cold pairs, interleaved", fig, sizeof fig);
+    snprintf(how, sizeof how, "%s%s", v == AG_CMP_FASTER ? "in-run judge: " : "",
+             !paired ? "warm, interleaved" : paired == own ? "cold pairs, interleaved"
+                                                          : "warm bursts and cold pairs, interleaved");
+    ag_cmp_describe(&cmps[i], med, how, fig, sizeof fig);
     pthread_mutex_unlock(&cmp_mu);
     live++;
     /* Awaiting a verdict, and called since the last look: bursts come more often for it (a
@@ -616,16 +623,18 @@ static void watch_speed(void)
     uint64_t ncalls, nvcalls;
     ag_tcount_sum_one(i, &ncalls, &nvcalls);
     if (v == AG_CMP_UNDECIDED) {
-      /* Called less than PAIR_HZ times a second: bursts seldom see it twice, and its code and
-       * operands go cold between calls, so its calls go in cold pairs (agent.h, ag_call_pair):
-       * every call while it awaits its first verdict, one pair in PAIR_KEPT after (the
-       * windows that may overturn a verdict need new rounds too). */
-      int rare = (double)(ncalls - watched_calls[i]) * 1e9 < PAIR_HZ * (double)since;
+      /* Called since its publication, and less than PAIR_HZ times a second: bursts seldom see
+       * it twice, and its code and operands go cold between calls, so its calls go in cold
+       * pairs (agent.h, ag_call_pair): every call while it awaits its first verdict, one pair
+       * in PAIR_KEPT after (the windows that may overturn a verdict need new rounds too). */
+      double dt = (double)(now - watched_ns[i]); /* since the last look, or the publication */
+      int rare = ncalls > pub_calls[i] && (double)(ncalls - watched_calls[i]) * 1e9 < PAIR_HZ * dt;
       uint32_t every = !rare ? 0 : kept ? PAIR_KEPT : 1;
       if (atomic_load_explicit(&e->pair, memory_order_relaxed) != every)
         atomic_store_explicit(&e->pair, every, memory_order_relaxed);
       undecided += !kept && ncalls != watched_calls[i];
-      watched_calls[i] = ncalls;
+      awaiting += !kept;
+      watched_calls[i] = ncalls, watched_ns[i] = now;
       continue;
     }
     if (v == AG_CMP_FASTER) /* its calls were rare: they stay so */
@@ -637,7 +646,7 @@ static void watch_speed(void)
     if (v == AG_CMP_FASTER) {
       if (!(e->tier_flags & 2)) { /* the judge's first word on it: the basis of its serving */
         e->tier_flags |= 2;
-        judged_faster(e, vmean, omean, med, rounds);
+        judged_faster(e, vmean, omean, fig);
       }
       continue;
     }
@@ -659,6 +668,7 @@ static void watch_speed(void)
   }
   atomic_store(&ag_tier_live, live);
   atomic_store(&ag_tier_undecided, undecided);
+  awaiting_verdict = awaiting;
 }
 
 static void enqueue(ag_entry_t *e, const char *why);
@@ -702,9 +712,10 @@ static long compile_between(void *ctx)
   pthread_mutex_unlock(&code_mu);
   for (int k = 0; k < nagain; k++)
     enqueue(ag_table_entry(ag_table, again[k]), "room in the code cache again");
-  /* The judge looks every 20 ms while a variant awaits its verdict (a short program must get
-   * its verdicts, and the bursts' rate must come down, within its run), else every 200 ms. */
-  return atomic_load(&ag_tier_undecided) ? 20 : 200;
+  /* The judge looks every 20 ms while a variant awaits its verdict, called or not yet (a short
+   * program must get its verdicts, the bursts' rate must come down, and a rare signature's
+   * pairs must start, within its run), else every 200 ms. */
+  return awaiting_verdict ? 20 : 200;
 }
 
 /* Whether OPJIT_HOT_PAYBACK judges e by time: not when its host says its original's timing
@@ -830,14 +841,16 @@ static int arrays(void)
     ag_persist_init(&objects, ag_tcount_capacity);
     cmps = calloc(ag_tcount_capacity, sizeof *cmps);
     watched_calls = calloc(ag_tcount_capacity, sizeof *watched_calls);
+    watched_ns = calloc(ag_tcount_capacity, sizeof *watched_ns);
+    pub_calls = calloc(ag_tcount_capacity, sizeof *pub_calls);
     prepared = calloc(ag_tcount_capacity, sizeof *prepared);
     demoted = calloc(ag_tcount_capacity, sizeof *demoted);
     duel_won = calloc(ag_tcount_capacity, sizeof *duel_won);
     const char *fault = getenv("OPJIT_TEST_FAULT"); /* fault injection for the tests only */
     fault_reps = !fault ? 0 : !strcmp(fault, "slow") ? 16 : !strcmp(fault, "fast") ? -16 : 0;
   }
-  return shapes && ag_vrun && objects.slots && cmps && watched_calls && demoted && duel_won &&
-         prepared;
+  return shapes && ag_vrun && objects.slots && cmps && watched_calls && watched_ns && pub_calls &&
+         demoted && duel_won && prepared;
 }
 
 /* Whether a kernel can replace key k on this machine with these options: 1 with its problem in
@@ -1017,9 +1030,15 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
   pthread_mutex_unlock(&code_mu);
   set_persisted(e->index, NULL, 0, symbol, 1);
   double us = (double)(ag_now_ns() - t0) / 1e3;
+  char judged[96] = "no verdict from the in-run judge yet";
+  if (pool && pool->rounds && pool->kept)
+    snprintf(judged, sizeof judged, "found faster on %u rounds over %u earlier runs, judged "
+             "again on new ones", pool->rounds, pool->runs);
+  else if (pool && pool->rounds)
+    snprintf(judged, sizeof judged, "no verdict yet: the judge resumes from %u rounds over %u "
+             "earlier runs", pool->rounds, pool->runs);
   decide(e, AG_STATE_PLACED, -1, "placed from the store (%zu bytes of code in %.0f us, no "
-         "compile; verified in the run that stored it); no verdict from the in-run judge yet",
-         l.size, us);
+         "compile; verified in the run that stored it); %s", l.size, us, judged);
   publish(e, l.fn, 0, pool); /* verified in the run that stored it; the checksum holds */
   event(e, AG_EV_LOADED, "%zu bytes of code placed in %.0f us, no compile", l.size, us);
   ag_cq_lock(&cq);
