@@ -204,7 +204,8 @@ Test(warm, a_full_code_cache_evicts_placed_kernels_and_compiles_the_deferred_lat
    * the deferred ones are queued again and compiled. Every result stays right (sweep checks
    * them). */
   const char *small[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1",
-                         "OPJIT_SAMPLE_HZ=0", "OPJIT_TEST_CODE_CACHE_BYTES=36000", NULL};
+                         "OPJIT_SAMPLE_HZ=0", "OPJIT_TEST_CODE_CACHE_BYTES=36000",
+                         "OPJIT_TEST_FAULT=fast", NULL};
   sweep("small", small, "30", "30", "31");
   int64_t loaded = events(2, "loaded");
   cr_assert(loaded > 0 && loaded < stored, "%lld of %lld placed", (long long)loaded,
