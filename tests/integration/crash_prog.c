@@ -7,9 +7,11 @@
  *   late      the handler installed after the call (replacing the agent's hook)
  *   ignore    SIGSEGV ignored, then sent to itself: it stays ignored; exits 0
  *   default   no handler: the fault kills the process with SIGSEGV, once the database named by
- *             OPJIT_DB holds its run (it waits for the agent's writer, 20 s at most)
+ *             OPJIT_DB holds its run when the agent is loaded (it waits for the agent's writer,
+ *             20 s at most)
  * Prints what happened on stdout. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -67,10 +69,10 @@ static void blas_call(void)
   printf("sgemm c[0] %g\n", (double)c[0]);
 }
 
-/* Waits until the database holds this process's run. */
+/* Waits until the database holds this process's run, when the agent is loaded. */
 static void wait_recorded(void)
 {
-  const char *path = getenv("OPJIT_DB");
+  const char *path = dlsym(RTLD_DEFAULT, "opjit_settle") ? getenv("OPJIT_DB") : NULL;
   char sql[96];
   snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE pid=%d", (int)getpid());
   for (int i = 0; path && i < 2000; i++, usleep(10000)) {

@@ -4,8 +4,8 @@
  * damaged behind a recomputed checksum) kills the process with the signal it would have died of,
  * and the next run records the crashed run, its event and the signature's state, drops the
  * object and keeps the signature on the original for good. The hook chains: a program's own
- * handler (installed before or after the agent), SIG_IGN and SIG_DFL behave as without it, and
- * a fault in the program's own code blames no kernel. */
+ * handler (installed before or after the agent, Python's faulthandler among them), SIG_IGN and
+ * SIG_DFL behave as without it, and a fault in the program's own code blames no kernel. */
 #include "harness.h"
 #include "jit/objload.h"
 
@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #define CRASH_PROG OPJIT_BUILD_DIR "/crash_prog"
 
@@ -207,4 +208,36 @@ Test(chain, a_fault_in_the_program_kills_it_as_before_and_blames_no_kernel)
                "the run says crashed, not lost");
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events"), 0, "no kernel is blamed");
   cr_assert_eq(markers(), 0);
+}
+
+Test(chain, pythons_faulthandler_reports_the_fault_and_the_process_dies_as_without_the_agent)
+{
+  if (access("/usr/bin/python3", X_OK) != 0)
+    cr_skip_test("Debian's /usr/bin/python3 is not installed");
+  if (h_sanitized())
+    cr_skip_test("the sanitizer's runtime preloaded into python3 reports the fault after "
+                 "faulthandler and exits 1: the plain suite checks this");
+  const char *argv[] = {"/usr/bin/python3",
+                        "-X",
+                        "faulthandler",
+                        "-c",
+                        "import ctypes, numpy as np\n"
+                        "a = np.ones((16, 16), np.float32)\n"
+                        "print('sum', float((a @ a).sum()), flush=True)\n"
+                        "settle = getattr(ctypes.CDLL(None), 'opjit_settle', None)\n"
+                        "settle and settle(20000)\n" /* the agent's run is recorded */
+                        "ctypes.string_at(0)\n",
+                        NULL};
+  int plain = h_run("plain", 0, chain_env, argv), agent = h_run("agent", 1, chain_env, argv);
+  cr_assert(WIFSIGNALED(plain) && WTERMSIG(plain) == SIGSEGV, "without the agent: %d\n%s", plain,
+            h_output("plain", "err"));
+  cr_assert(WIFSIGNALED(agent) && WTERMSIG(agent) == SIGSEGV, "with the agent: %d\n%s", agent,
+            h_output("agent", "err"));
+  cr_assert_str_eq(h_output("agent", "out"), "sum 4096.0\n");
+  cr_assert(strstr(h_output("agent", "err"), "Fatal Python error: Segmentation fault"), "%s",
+            h_output("agent", "err"));
+  cr_assert(strstr(h_output("agent", "err"), "in string_at"), "its traceback: %s",
+            h_output("agent", "err"));
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs"), 1, "the agent was active");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events"), 0, "no kernel is blamed");
 }
