@@ -32,6 +32,7 @@ typedef struct arm_s {
 } arm_t;
 static arm_t arms[2];
 static arm_t *_Atomic armed;
+/* The key whose kernel this thread (a compile thread) compiles or tries now (ag_crash_trial). */
 static __thread __attribute__((tls_model("initial-exec"))) const ag_sig_t *trial;
 
 void ag_crash_trial(const ag_sig_t *key) { trial = key; }
@@ -48,10 +49,6 @@ const char *ag_crash_signame(int signo)
 void ag_crash_arm(const char *dbpath, int64_t run_id)
 {
   static int next;
-  if (!dbpath) {
-    atomic_store_explicit(&armed, NULL, memory_order_release);
-    return;
-  }
   arm_t *a = &arms[next];
   next ^= 1;
   int n = snprintf(a->prefix, sizeof a->prefix, "%s-crash-", dbpath);

@@ -57,7 +57,7 @@ void ag_crash_install(void);
 void ag_crash_trial(const ag_sig_t *key);
 
 /* Where a marker goes from now on: dbpath's marker for this process, naming run run_id (0: not
- * recorded yet). NULL dbpath: no marker is written. The writer calls it; the hook reads it
+ * recorded yet); before the first call, none is written. The writer calls it; the hook reads it
  * without a lock (two buffers, one published at a time). */
 void ag_crash_arm(const char *dbpath, int64_t run_id);
 
