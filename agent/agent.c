@@ -327,6 +327,22 @@ void *ag_call_pair(ag_call_t *c, void *v)
   return variant ? v : NULL;
 }
 
+void ag_call_pair_timed(const ag_call_t *c, uint64_t dt)
+{
+  ag_entry_t *e = c->e;
+  if (c->orig == AG_VARIANT_PAIR) {
+    if (c->variant)
+      ag_tier_pair(e, AG_CMP_PAIR_VARIANT, dt);
+    return;
+  }
+  if (!ag_timing_outlier(atomic_load_explicit(&e->timed, memory_order_relaxed),
+                         atomic_load_explicit(&e->timed_ns, memory_order_relaxed), dt)) {
+    atomic_fetch_add_explicit(&e->timed, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&e->timed_ns, dt, memory_order_relaxed);
+  }
+  ag_tier_pair(e, AG_CMP_PAIR_ORIG, dt);
+}
+
 void *ag_resolve_slow(void *_Atomic *cache, const char *name)
 {
   void *fn = dlsym(RTLD_NEXT, name);

@@ -187,6 +187,10 @@ void ag_call_burst_timed(const ag_call_t *c, uint64_t dt);
  * for the original. A variant still verifying, and a call inside a burst, are not paired. Out
  * of line: such calls are rare. */
 void *ag_call_pair(ag_call_t *c, void *v);
+/* A cold pair's call took dt ns: the judge's (tier.h, ag_tier_pair), and an original's is one of
+ * the signature's recorded original timings too (what the call costs in this program, as rare
+ * as it is). A variant side the guards sent to the original is no timing of either. */
+void ag_call_pair_timed(const ag_call_t *c, uint64_t dt);
 
 /* The entry of key: the thread's cache first, then the shared table (NULL when full). */
 static inline __attribute__((always_inline)) ag_entry_t *ag_lookup(const ag_sig_t *key)
@@ -304,8 +308,8 @@ static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
     if (ag_unlikely(c->orig)) {
       if (c->orig == AG_ORIG_BURST)
         ag_call_burst_timed(c, dt);
-      else if (c->orig == AG_ORIG_PAIR || c->variant) /* (not a guard's fallback) */
-        ag_tier_pair(e, c->orig == AG_ORIG_PAIR ? AG_CMP_PAIR_ORIG : AG_CMP_PAIR_VARIANT, dt);
+      else
+        ag_call_pair_timed(c, dt);
       ag_tl.depth--;
       return;
     }
