@@ -676,13 +676,14 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
     /* a matrix-vector product's chains are its vectors of rows: 4 where M has them. A GEMM's
      * rows in one block where M fits 3 vectors (AVX-512 and AVX2 alike, bench: 1.04-1.13x
      * over 2 vectors for sgemm n = 36-48, dgemm 18-24; 1.04-1.10x for AVX2 sgemm 20-24,
-     * dgemm 10-12), or exactly 4 under AVX-512's 32 registers (4 x 6: op(A)'s whole column
-     * per k, each of B's and C's columns touched once per call; interleaved against 2 x 13,
-     * sgemm 64^3 1.02-1.03x, dgemm 32^3 0.99-1.01x; sgemm 56^3, with a tail in the fourth
-     * vector, 0.96-0.98x); else 2 vectors (3 or 4 over a longer M measured 0.94-1.02x).
+     * dgemm 10-12), or, for floats, exactly 4 under AVX-512's 32 registers (4 x 6: op(A)'s
+     * whole column per k, each of B's and C's columns touched once per call; interleaved
+     * against 2 x 13, sgemm 64^3 1.02-1.03x; not dgemm 32^3, 0.99x against 2 x 11, nor sgemm
+     * 56^3, with a tail in the fourth vector, 0.96-0.98x); else 2 vectors (3 or 4 over a
+     * longer M measured 0.94-1.02x).
      * op(A) = A^T keeps 2: its panel's rows bound K, and its packing was not measured so */
     int vecs = (s->m + V - 1) / V;
-    int whole4 = vecs == 4 && s->m % V == 0 && regs == 32;
+    int whole4 = vecs == 4 && s->m % V == 0 && regs == 32 && !s->f64;
     int mv = s->n == 1 ? 4 : !s->ta && (vecs <= 3 || whole4) ? vecs : 2;
     r->mr_vecs = s->mr_vecs ? s->mr_vecs : s->m > (mv - 1) * V ? mv : vecs;
     r->nr = s->nr ? s->nr : fit_nr(regs, r->mr_vecs, s->n, JT_MAX_NR);
