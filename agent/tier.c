@@ -57,7 +57,7 @@
 /* A variant awaiting its verdict whose signature is called less often than this per second is
  * judged in cold pairs (agent.h, ag_call_pair). */
 #define PAIR_HZ 1000.0
-#define PAIR_KEPT 8 /* ... one pair of calls in so many once a verdict keeps the variant */
+#define PAIR_KEPT 32 /* ... one pair of calls in so many once a verdict keeps the variant */
 
 /* The compile queue and its threads (cqueue.h). */
 static void compile_begin(void *ctx);

@@ -60,7 +60,9 @@ Test(jit, eight_threads_while_variants_are_published)
   cr_assert(strstr(h_output("mt", "out"), "calls 3296 "), "%s", h_output("mt", "out"));
   cr_assert_eq(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), 3296, "counts consistent");
   int64_t served = h_query(NULL, "SELECT sum(calls) FROM variants");
-  cr_assert_gt(served, 1600, "variants served %lld of 3296 calls", (long long)served);
+  /* (the judge's bursts and pairs run the original on some calls: under TSan, whose slow
+   * calls are rare ones, pairs until each verdict and one pair in 32 after) */
+  cr_assert_gt(served, 1500, "variants served %lld of 3296 calls", (long long)served);
   cr_assert_gt(h_query(NULL, "SELECT count(*) FROM variants WHERE status='ready'"), 0);
 }
 
