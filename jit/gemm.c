@@ -613,8 +613,10 @@ const char *jt_isa_name(int isa)
   return isa == JT_ISA_AVX512 ? "avx512" : isa == JT_ISA_AVX2 ? "avx2" : isa == JT_ISA_AUTO ? "auto" : "?";
 }
 
-#define MM_NR 8 /* MUL_MAT columns per block by default: tune() picked 2 zmm x 8 over 2 x 11-13
-                   at 768x32x256, 256x32x768 and 1024x128x1024 (f32 and f16) on an AVX-512 Xeon */
+#define MM_NR 14 /* MUL_MAT columns per block by default, under AVX-512 (2 zmm x 14: 28 of the 32
+                    registers accumulate): on a Xeon model 167, 1.05-1.10x 2 x 8 at 768x512x768,
+                    2048x512x768 and 768x512x2048 (f32 and f16; 256 rows a call, 201
+                    interleaved calls: medians and fastest tenths alike) */
 
 static int isa_regs(int isa) { return isa == JT_ISA_AVX512 ? 32 : 16; }
 static int isa_bits(int isa) { return isa == JT_ISA_AVX512 ? 512 : 256; }
@@ -1222,6 +1224,24 @@ static void mm_pack(gen_t *g, LLVMValueRef row0, LLVMValueRef kc, int kcl, LLVMV
   set_lanes(g, wide);
 }
 
+/* Prefetches the lines of the MR x nr block of y at row i, column j0 into L1 (only the first
+ * JT_MM_MR rows of a half panel: full false): the block adds to y after its K loop, and y's
+ * lines, last touched a whole k block before, are in L2 by then; fetched during the loop, their
+ * loads no longer stall the stores at its end. */
+static void mm_prefetch_y(gen_t *g, LLVMValueRef i, LLVMValueRef j0, int nr, LLVMValueRef full)
+{
+  LLVMTypeRef pt = g->ptr, t;
+  LLVMValueRef f = intrinsic(g, "llvm.prefetch", &pt, 1, &t);
+  int lines = (full ? JT_MM_MR : g->MR) * 4 / 64;
+  for (int j = 0; j < nr; j++)
+    for (int l = 0; l < lines; l++) {
+      LLVMValueRef ix = add(g, mul(g, add(g, j0, i64c(g, j)), g->g->m), add(g, i, i64c(g, l * 16)));
+      LLVMValueRef args[4] = {at(g, g->c, ix), LLVMConstInt(g->i32, 1, 0),
+                              LLVMConstInt(g->i32, 3, 0), LLVMConstInt(g->i32, 1, 0)};
+      LLVMBuildCall2(g->b, t, f, args, 4, "");
+    }
+}
+
 /* One MR x nr block of y at row i, column j0: the kcl k's of the panel; y stored or added to;
  * in the last k block of a MUL_MAT + ADD, that sum plus the residual stored to out. */
 static void mm_micro(gen_t *g, LLVMValueRef panel, LLVMValueRef i, LLVMValueRef j0, int kcl,
@@ -1230,6 +1250,8 @@ static void mm_micro(gen_t *g, LLVMValueRef panel, LLVMValueRef i, LLVMValueRef 
   const jt_gemm_t *s = g->g;
   int nv = g->MV;
   accs_t acc, next;
+  if (accumulate)
+    mm_prefetch_y(g, i, j0, nr, full);
   kloop_t l = kloop_open(g, nv, nr, acc, i64c(g, 0));
   LLVMValueRef k = l.k;
   LLVMValueRef av[JT_MAX_MR_VECS];

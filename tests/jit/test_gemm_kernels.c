@@ -333,7 +333,8 @@ ISA_TEST(fused_add_rms_norm_mul_matches_ggml_arithmetic)
 }
 
 /* ggml's MUL_MAT kernels: random shapes around the blockings' edges (K across the JT_MM_KC-long
- * k blocks, M across the JT_MM_MC-row blocks and half panels, N across the column blocks; N = 1, decode's
+ * k blocks, M across the JT_MM_MC-row blocks and half panels, N across the column blocks, a
+ * third of them with panels and column counts asked for rather than the default's; N = 1, decode's
  * matrix-vector kernel, with K's across its loop and tails), f32 and f16 weights,
  * row ranges that are a thread's share; each element within the bound of a float sum of K
  * products of the exact dot product (x rounded to f16 against f16 weights, as ggml does, but
@@ -351,6 +352,11 @@ ISA_TEST(mul_mat_kernels_match_exact_dot_products)
     if (t >= 24) /* decode's matrix-vector products, every k1 with f32 and f16 weights */
       n = 1, k = k1s[(t - 24) / 2], m = k > 2000 ? 16 * (1 + (int)rnd(3)) : m;
     jt_gemm_t g = {.mm = 1, .w16 = w16, .m = m, .n = n, .k = k};
+    if (n > 1 && t % 3 == 2) { /* a blocking asked for: panels of 16 or 32 rows, any columns */
+      g.mr_vecs = isa == JT_ISA_AVX512 ? 1 + (int)rnd(2) : 0;
+      int most = isa == JT_ISA_AVX512 ? (g.mr_vecs == 1 ? JT_MM_MAX_NR : 14) : 6;
+      g.nr = 1 + (int)rnd((unsigned)most);
+    }
     cr_assert(jt_gemm_supported(&g));
     jt_mm_fn fn = (jt_mm_fn)(void (*)(void))compile(&g);
     float *w = malloc((size_t)m * k * 4), *x = malloc((size_t)n * k * 4), *y = malloc((size_t)m * n * 4);
@@ -384,8 +390,9 @@ ISA_TEST(mul_mat_kernels_match_exact_dot_products)
           exact += p, mag += fabs(p);
         }
         cr_assert(fabs(got - exact) <= 4.0 * (k + 2) * FLT_EPSILON * mag + FLT_MIN,
-                  "w16 %d %dx%dx%d rows [%lld, %lld): y[%d,%d] = %.9g, exact %.9g", w16,
-                  m, n, k, (long long)i0, (long long)i1, i, j, got, exact);
+                  "w16 %d %dx%dx%d (blocks %d x %d) rows [%lld, %lld): y[%d,%d] = %.9g, "
+                  "exact %.9g", w16, m, n, k, g.mr_vecs, g.nr, (long long)i0, (long long)i1, i,
+                  j, got, exact);
       }
     free(w), free(wh), free(x), free(y);
   }
