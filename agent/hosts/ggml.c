@@ -252,19 +252,28 @@ ag_sig_t gg_key_of(const struct ggml_tensor *dst)
       .amx = dst->op == GGML_OP_MUL_MAT && s0 && s0->extra && gg_w16(s0) == 2});
 }
 
-/* Node dst's share of work on this thread: ggml's own forward function (real_of), counted and
- * timed under the node's signature, or under its record's when dst is one of the agent's
- * custom nodes (whose function then runs the record's kernels). */
-static void forward(void *_Atomic *cache, const char *name, const void *ret, const void *params,
-                    struct ggml_tensor *dst)
+typedef bool (*gg_extra_fn)(const void *params, struct ggml_tensor *dst);
+
+/* Runs node dst's work: ggml's forward function fn, or (xfn set) the extra buffer types' own
+ * computation, whose answer (whether it computed dst) is returned. */
+static bool run_real(gg_forward_fn fn, gg_extra_fn xfn, const void *params, struct ggml_tensor *dst)
 {
-  gg_forward_fn fn = real_of(cache, name, ret);
+  if (xfn)
+    return xfn(params, dst);
+  fn(params, dst);
+  return true;
+}
+
+/* Node dst's share of work on this thread: ggml's own forward function fn (or extra buffer
+ * computation xfn), counted and timed under the node's signature, or under its record's when
+ * dst is one of the agent's custom nodes (whose function then runs the record's kernels). */
+static bool forward_with(gg_forward_fn fn, gg_extra_fn xfn, const void *params,
+                         struct ggml_tensor *dst)
+{
   if (ag_unlikely(atomic_load_explicit(&gg_state, memory_order_acquire) != GG_PROFILE)) {
     pthread_once(&gg_once, check);
-    if (atomic_load(&gg_state) != GG_PROFILE) {
-      fn(params, dst);
-      return;
-    }
+    if (atomic_load(&gg_state) != GG_PROFILE)
+      return run_real(fn, xfn, params, dst);
   }
   const gg_fusion_t *fu = gg_our_custom(dst);
   gg_cache_t *tc = atomic_load_explicit(&gg_timed, memory_order_acquire);
@@ -273,16 +282,40 @@ static void forward(void *_Atomic *cache, const char *name, const void *ret, con
   /* a custom node is booked under its implementation's signature */
   ag_sig_t k = fu ? gg_used(fu)->book->key : gg_key_of(dst);
   ag_call_t c;
-  if (!ag_call_begin_host(&c, &k, 1)) {
-    fn(params, dst);
-  } else {
-    /* The rounds alone time the custom nodes for the judge. */
-    if (fu)
-      c.t0 = 0;
-    c.variant = fu != NULL; /* the fused kernel serves this group */
-    fn(params, dst);
-    ag_call_end(&c);
-  }
+  if (!ag_call_begin_host(&c, &k, 1))
+    return run_real(fn, xfn, params, dst);
+  /* The rounds alone time the custom nodes for the judge. */
+  if (fu)
+    c.t0 = 0;
+  c.variant = fu != NULL; /* the fused kernel serves this group */
+  bool done = run_real(fn, xfn, params, dst);
+  ag_call_end(&c);
+  return done;
+}
+
+static void forward(void *_Atomic *cache, const char *name, const void *ret, const void *params,
+                    struct ggml_tensor *dst)
+{
+  forward_with(real_of(cache, name, ret), NULL, params, dst);
+}
+
+/* ggml's CPU backend offers every node to its extra buffer types first, here: the AMX buffer
+ * computes the MUL_MATs of the f16 weights it holds (gg_w16 2) and no forward function is
+ * called for them. Those nodes are counted, timed, sampled and spanned by the rounds as
+ * forward() does any node (their records' products get hot by their measured cost, and ggml's
+ * side of their records is timed for the judge); every other node passes straight through (a
+ * product the buffer declines, never seen here, would then be counted twice: once here, once
+ * in its forward function). */
+AG_EXPORT bool ggml_cpu_extra_compute_forward(const void *params, struct ggml_tensor *dst)
+{
+  static void *_Atomic real;
+  gg_extra_fn fn = (gg_extra_fn)(void *)real_of(&real, "ggml_cpu_extra_compute_forward",
+                                                __builtin_return_address(0));
+  const struct ggml_tensor *w = dst->src[0];
+  if (dst->op != GGML_OP_MUL_MAT || !w || !w->extra ||
+      atomic_load_explicit(&gg_state, memory_order_acquire) != GG_PROFILE || gg_w16(w) != 2)
+    return fn(params, dst);
+  return forward_with(NULL, fn, params, dst);
 }
 
 /* Decides the fusion mode and resolves the backend's own ops, once (after check() accepted
@@ -341,15 +374,6 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gg_cache_
   for (int i = 0; i < c->nf; i++) {
     gg_fusion_t *f = &c->f[i];
     stale |= gg_stale(f);
-    /* products ggml computes unseen: their signatures (a counted kind's are its second
-     * implementation's) */
-    const gg_impl_t *pi = &f->impl[f->kind->counted];
-    if (f->amx && !f->node && f->kind->counted < f->nimpl)
-      for (int p = 0; p < pi->n; p++) {
-        ag_entry_t *pe = pi->k[p];
-        uint64_t calls = (uint64_t)nth * (f->gate ? 2u : 1u); /* gate and up: one signature */
-        ag_tier_hot(pe, atomic_fetch_add_explicit(&pe->calls, calls, memory_order_relaxed) + calls);
-      }
     if (!f->kind->counted || atomic_load_explicit(&f->impl[0].k[0]->variant, memory_order_acquire))
       continue; /* fused, or a kind whose kernels ggml's own nodes count */
     /* Without its own kernel, a record runs its products' (a MUL_MAT + ADD's product, as

@@ -116,9 +116,6 @@ typedef struct gg_fusion_s {
   int use;                  /* the one the cached graph runs (nimpl: ggml's nodes) */
   struct ggml_tensor *node; /* the custom node standing for the group, when fused */
   int verifying;            /* this execution checks the kernel against ggml */
-  int amx;                  /* its products' weights lie in ggml's AMX buffer: ggml computes
-                               them without a forward call the agent sees, so the record counts
-                               their calls */
   int asked;                /* its own kernel's compile was asked for */
   _Atomic int untimed;      /* its ggml nodes cannot be timed as one (rounds) */
   _Atomic uint64_t tns;     /* the timed execution's spans of it, on all threads */

@@ -140,7 +140,7 @@ static int find_mm(struct ggml_cgraph *g, int i, gg_fusion_t *f)
       return 0;
   }
   *f = (gg_fusion_t){
-      .first = t, .span = 1, .mul = t, .n = t->ne[0], .rows = t->ne[1], .amx = w16 == 2};
+      .first = t, .span = 1, .mul = t, .n = t->ne[0], .rows = t->ne[1]};
   return 1;
 }
 
@@ -183,8 +183,7 @@ static int find_swiglu(struct ggml_cgraph *g, int n, int i, gg_fusion_t *f)
                      .up = up,
                      .mul = glu,
                      .n = glu->ne[0],
-                     .rows = glu->ne[1],
-                     .amx = a.amx};
+                     .rows = glu->ne[1]};
   return 1;
 }
 
@@ -233,8 +232,7 @@ static int find_mm_add(struct ggml_cgraph *g, int n, int i, gg_fusion_t *f)
                      .mul = add,
                      .n = mm->ne[0],
                      .rows = mm->ne[1],
-                     .nprod = 1,
-                     .amx = p.amx};
+                     .nprod = 1};
   f->prod[0] = mm;
   return 1;
 }
@@ -255,8 +253,7 @@ static int find_shared(struct ggml_cgraph *g, int n, int i, gg_fusion_t *f)
                      .mul = a.mul,
                      .n = a.mul->ne[0],
                      .rows = a.mul->ne[1],
-                     .nprod = 1,
-                     .amx = a.amx};
+                     .nprod = 1};
   f->prod[0] = a.mul;
   const struct ggml_tensor *x = a.mul->src[1];
   int at[GG_PARTS] = {i};

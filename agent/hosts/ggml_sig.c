@@ -113,6 +113,10 @@ static int mm_kernel(uint8_t wtype, int amx, int f32_io, int flat, int32_t m, in
   if (amx > 1 || (amx && wtype != AG_GGML_TYPE_F16))
     return ag_problem_no(why, len, "a MUL_MAT key marked %d: only f16 weights in ggml's AMX "
                          "buffer are", amx);
+  if (amx && n < JT_MM_MIN_N) /* hosts/ggml_match.c, find_mm */
+    return ag_problem_no(why, len, "%d columns against weights in ggml's AMX buffer: its own "
+                         "kernel computes them (only products of %d columns or more get ours)",
+                         n, JT_MM_MIN_N);
   if (!f32_io)
     return ag_problem_no(why, len, "activations or output not f32: MUL_MAT kernels take f32");
   if (!flat)

@@ -378,6 +378,26 @@ Test(ggml, the_database_holds_the_run_profile_by_op)
                h_query(NULL, "SELECT sum(samples) FROM run_stacks") * 9 / 10);
 }
 
+/* The products ggml computes in its AMX buffer (f16 weights on a CPU with AMX) call no forward
+ * function: the agent sees them through ggml_cpu_extra_compute_forward, and books each as
+ * any op, counted on each thread and timed (their calls once went uncounted in profile mode
+ * and untimed in jit mode, so a prompt's products never repaid a compile). */
+Test(ggml, the_amx_buffer_s_products_are_counted_and_timed_as_ops)
+{
+  if (!amx_f16)
+    cr_skip_test("ggml has no AMX buffer on this CPU");
+  const char *env[] = {"OPJIT_MODE=profile", NULL};
+  run("amx", 1, env, model16, "256");
+  /* as the_database_holds_the_run_profile_by_op counts them: 2 layers x 4 attention
+   * projections and the first layer's 3 FFN products, each on both threads */
+  cr_assert_eq(h_query(NULL, "SELECT sum(rs.calls) FROM run_sigs rs JOIN signatures s ON"
+                             " s.id=rs.sig_id WHERE s.name LIKE 'MUL_MAT f16 AMX %% N=256'"),
+               (2 * 4 + 3) * 2);
+  cr_assert_gt(h_query(NULL, "SELECT sum(rs.timed_ns) FROM run_sigs rs JOIN signatures s ON"
+                             " s.id=rs.sig_id WHERE s.name LIKE 'MUL_MAT f16 AMX %% N=256'"),
+               0);
+}
+
 Test(ggml, another_ggml_version_passes_through_with_one_warning)
 {
   const char *plain = run("plain", 0, NULL, model32, "32");
