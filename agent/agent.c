@@ -528,8 +528,8 @@ out:
 
 static uint32_t own_op(void) { return ag_tl.cur ? atomic_load_explicit(ag_tl.cur, memory_order_relaxed) : 0; }
 
-/* Threads that registered are host threads: their samples are theirs alone. The others (BLAS
- * pool threads) work for whichever operator is in flight. */
+/* Threads that registered are host threads: their samples are theirs alone. The others (a
+ * library's pool threads) work for whichever operator is in flight. */
 static uint32_t pool_op(void) { return ag_tl.cur ? 0 : ag_tcount_inflight(); }
 
 static void start_sampling(void)
@@ -1007,7 +1007,7 @@ AG_EXPORT int opjit_settle(long timeout_ms)
 static void agent_atexit(void)
 {
   /* Before the libraries' destructors (they run after every exit handler): no duel may still
-   * call the BLAS library then. A duel ends at its next round; 200 ms at most are waited. */
+   * call a host's library then. A duel ends at its next round; 200 ms at most are waited. */
   atomic_store(&ag_exiting, 1);
   for (int ms = 0; atomic_load(&ag_duels) && ms < 200; ms++)
     usleep(1000);

@@ -101,7 +101,7 @@ void ag_init(void);
 /* Creates the table and starts the writer; returns 0 when counting can go on. */
 int ag_activate(void);
 /* Waits until the warm start has placed the stored kernels, ms milliseconds at most (for a host
- * whose first operator is long: ggml's first graph). */
+ * whose first operator is long: a whole graph). */
 void ag_warm_wait(long ms);
 
 /* Around exec: the run of the image being replaced gets its final write (status "exec") before
@@ -210,8 +210,8 @@ static inline __attribute__((always_inline)) ag_entry_t *ag_lookup(const ag_sig_
 
 /* Accounts for a call of key. Returns 1 when the call is counted
  * (then ag_call_end must follow the forwarded call), 0 for a pure pass-through: the agent (or
- * the call's host) is off, or this thread is already inside an intercepted call (a CBLAS
- * wrapper calling the Fortran symbol, say), which is the original's own business. hooked is 1
+ * the call's host) is off, or this thread is already inside an intercepted call (one entry
+ * point of a library calling another, say), which is the original's own business. hooked is 1
  * at the call sites of a host that hooks itself in, only when its OPJIT_HOSTS bit is set
  * (host.h: no AG_HOST_SYMBOLS), and judges its kernels in rounds of its own; 0 at the always
  * interposed symbols' (ag_call_begin). A constant: those sites compile as if it were not there. */

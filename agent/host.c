@@ -1,13 +1,20 @@
 /* SPDX-License-Identifier: MIT */
-/* The host table (host.h) and the naming functions' shared append. */
+/* The host table (host.h), collected from the rows the build lists (host_rows.h), and the
+ * naming functions' shared append. */
 #include "host.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 
-extern const ag_host_t ag_host_blas, ag_host_ggml;
+#define AG_HOST_DECLARE_(name) extern const ag_host_t ag_host_##name;
+AG_HOST_ROWS(AG_HOST_DECLARE_)
+#undef AG_HOST_DECLARE_
 
-const ag_host_t *const ag_hosts[] = {&ag_host_blas, &ag_host_ggml};
+const ag_host_t *const ag_hosts[] = {
+#define AG_HOST_ROW_(name) &ag_host_##name,
+    AG_HOST_ROWS(AG_HOST_ROW_)
+#undef AG_HOST_ROW_
+};
 const size_t ag_nhosts = sizeof ag_hosts / sizeof *ag_hosts;
 
 const ag_host_t *ag_host_of(unsigned id)

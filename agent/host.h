@@ -3,20 +3,31 @@
  * holding what the core asks of a host by the id every key carries (sig.h, ag_sig_t.host):
  * its name, its OPJIT_HOSTS bit, what it intercepts, how its keys are named for people, which
  * kernel each asks for, and the traits the tiers' policy needs. A new host is its files in
- * agent/hosts/ and one row. */
+ * agent/hosts/, its row ag_host_<name> in agent/hosts/<name>_sig.c among them: the build lists
+ * the rows (host_rows.h, generated), and the core never names a host. */
 #ifndef OPJIT_AGENT_HOST_H
 #define OPJIT_AGENT_HOST_H
 
 #include "duel.h"
 #include "sig.h"
 #include "jit/jit.h"
+#include <host_rows.h> /* AG_HOST_ROWS: every host's name, in name order (generated) */
 #include <stddef.h>
+
+/* Each host's bit of OPJIT_HOSTS: the place of its name among the option's words (opt.h),
+ * which are the names in AG_HOST_ROWS's order. AG_HOST_BIT(name) is host name's bit. */
+enum ag_host_place {
+#define AG_HOST_PLACE_(name) AG_HOST_PLACE_##name,
+  AG_HOST_ROWS(AG_HOST_PLACE_)
+#undef AG_HOST_PLACE_
+};
+#define AG_HOST_BIT(name) (1u << AG_HOST_PLACE_##name)
 
 /* Traits: how the never-slower checks reach a host's originals. */
 enum {
   AG_HOST_DUELS = 1 << 0, /* one original call can run alone on scratch operands: a new kernel
                              is duelled before publication (duel.h); a host without it judges
-                             its kernels on its own calls only (ggml: in graph rounds) */
+                             its kernels on its own calls only (a graph host: in its rounds) */
   AG_HOST_SYMBOLS = 1 << 1, /* its entry points are the agent's exported symbols, interposed
                                whenever the agent is loaded (ag_call_begin, agent.h): without its
                                OPJIT_HOSTS bit they pass through by ag_state; a host without it
@@ -26,7 +37,7 @@ enum {
 typedef struct ag_host_s {
   unsigned id;            /* enum ag_host: the keys' first byte (persisted) */
   const char *name;       /* OPJIT_HOSTS's word for it; "host" in its keys' JSON */
-  unsigned opt_bit;       /* its bit of OPJIT_HOSTS (opt.h) */
+  unsigned opt_bit;       /* its bit of OPJIT_HOSTS: AG_HOST_BIT(its name) */
   const char *interposes; /* what it intercepts, for people */
   /* The system libraries (sonames, NULL-terminated) its originals are looked up in when the
    * program resolved them by name without linking one (ag_resolve, agent.h); NULL: none. */
@@ -72,7 +83,7 @@ const ag_host_t *ag_host_of(unsigned id);
 /* printf into [*at, end), advancing *at, never past end (for the naming functions). */
 void ag_appendf(char **at, char *end, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* The rows, in id order (hosts/blas_sig.c, hosts/ggml_sig.c), and how many. */
+/* The rows, in name order (hosts/<name>_sig.c, as AG_HOST_ROWS lists them), and how many. */
 extern const ag_host_t *const ag_hosts[];
 extern const size_t ag_nhosts;
 

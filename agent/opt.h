@@ -5,6 +5,7 @@
 #ifndef OPJIT_AGENT_OPT_H
 #define OPJIT_AGENT_OPT_H
 
+#include <host_rows.h> /* AG_HOST_WORDS: OPJIT_HOSTS's words, the hosts' names (host.h) */
 #include <stddef.h>
 
 /* OPT(NAME, kind, default, min, max, choices, help)
@@ -18,7 +19,7 @@
       "also run LLVM-compiled kernels for hot signatures")                                   \
   OPT(DB, STR, "", 0, 0, NULL,                                                               \
       "profile database (default $XDG_CACHE_HOME/opjit/profile.db, else ~/.cache/opjit/)")   \
-  OPT(HOSTS, FLAGS, "all", 0, 0, "blas|ggml", "hosts whose operators are intercepted")       \
+  OPT(HOSTS, FLAGS, "all", 0, 0, AG_HOST_WORDS, "hosts whose operators are intercepted")     \
   OPT(TIME_EVERY, INT, "16", 1, 128,                                                         \
       NULL, "time one call in N, at random (rounded up to a power of two)")                  \
   OPT(FLUSH_MS, INT, "1000", 10, 3600000, NULL, "period of the background database writes")   \
@@ -40,8 +41,9 @@
       "compile when the time a variant would have saved so far is this many times its "      \
       "compile cost (0: on OPJIT_HOT_CALLS alone)")                                          \
   OPT(DUEL, BOOL, "1", 0, 1, NULL,                                                           \
-      "time a new BLAS kernel against the original on scratch operands before it serves a "  \
-      "call, and keep the original when the kernel is slower (0: publish untimed)")          \
+      "time a new kernel against the original on scratch operands before it serves a call "  \
+      "(hosts whose original calls can run alone), and keep the original when the kernel is " \
+      "slower (0: publish untimed)")                                                         \
   OPT(JIT_THREADS, INT, "1", 1, 8, NULL,                                                     \
       "compile threads (each with its own LLVM session), started as the queue needs them")   \
   OPT(JIT_MAX_DIM, INT, "160", 1, 4096, NULL,                                                \

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Problems: what kernel a signature's key asks for. The key's host (host.h) decodes it into
- * its operator family's typed problem (hosts/<host>_key.h: a GEMM, GEMV, AXPY, DOT or SYRK of
- * BLAS; a ggml node or group) and that into the column-major jt_gemm_t the generator builds,
+ * its operator family's typed problem (hosts/<host>_key.h: a GEMM, GEMV, AXPY, DOT or SYRK; a
+ * graph's node or group) and that into the column-major jt_gemm_t the generator builds,
  * with the order its operands are passed in; the kernel's kind (jit.h) says the bytes each
  * spans (for the overlap guard). Pure functions of the key: no globals (the size limit is the
  * caller's), so the same key always gives the same kernel. */
@@ -17,7 +17,7 @@
 /* What a call through a variant needs, computed once when it is queued. */
 typedef struct ag_vrun_s {
   size_t ext_a, ext_b, ext_c; /* bytes each operand spans */
-  uint8_t swapped;            /* the kernel takes B before A (CBLAS row-major GEMM) */
+  uint8_t swapped;            /* the kernel takes B before A (a row-major GEMM) */
 } ag_vrun_t;
 
 /* The kernel key k asks for, in *g: 1, with *swap set when the kernel takes the call's operands

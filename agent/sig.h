@@ -53,11 +53,10 @@ static inline uint64_t ag_sig_hash(const ag_sig_t *s)
 
 /* Naming, by the key's host's row (host.h); a key of no known host is "host#N ...". */
 
-/* The operator's name as a BLAS user spells it: "sgemm", "cblas_ddot"; a ggml op's name:
- * "MUL_MAT". */
+/* The operator's name as its host's users spell it (the host row's opname). */
 const char *ag_sig_opname(const ag_sig_t *s, char *buf, size_t len);
 
-/* Human form, e.g. "sgemm NN 64x64x64 β=0", "cblas_dgemv row T 256x128 α=* β=0 incx=2". */
+/* Human form: the operator's name and its key's fields (the host row's format). */
 void ag_sig_format(const ag_sig_t *s, char *buf, size_t len);
 
 /* The key's parameters as one JSON object. */

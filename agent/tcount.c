@@ -36,7 +36,7 @@ static size_t reg_bytes;
 uint32_t ag_tcount_capacity;
 static AG_TLS tc_thread_t *tl_self;
 /* Arrays of exited threads, zeroed by their fold, for the next threads to register: a host that
- * starts a thread per task (ggml computes each graph on fresh threads) would otherwise map and
+ * starts a thread per task (a graph computed on fresh threads each time) would otherwise map and
  * unmap one per thread, each unmap a TLB shootdown across the process's CPUs. reg_mu. */
 #define SPARE_MAX 64
 static _Atomic uint64_t *spare[SPARE_MAX];

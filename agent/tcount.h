@@ -10,7 +10,7 @@
  *    A thread whose array cannot be made counts with atomic adds on the shared entries.
  *  - its "current operator" slot (entry index + 1, 0 = none), which the sampler's signal
  *    handler reads: the thread's own for its samples, every thread's for samples taken in
- *    threads that never call an operator themselves (BLAS pool threads). */
+ *    threads that never call an operator themselves (a library's pool threads). */
 #ifndef OPJIT_AGENT_TCOUNT_H
 #define OPJIT_AGENT_TCOUNT_H
 

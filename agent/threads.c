@@ -2,7 +2,7 @@
 /* The calls the sampler needs to see.
  *
  * pthread_create, so that a thread the host creates while sampling is on is armed from its
- * first instruction. It must work before the agent's constructor has run (OpenBLAS starts its
+ * first instruction. It must work before the agent's constructor has run (a library may start its
  * pool from its own constructor, earlier): it resolves the original lazily and, with sampling
  * off for good, is a plain pass-through. A thread created before sampling starts notes its
  * stack here all the same (the sampler's stack walker needs it) and is armed by the sampler's

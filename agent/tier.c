@@ -442,7 +442,7 @@ static void compile_one(uint32_t i, int idle)
   uint64_t t0 = ag_now_ns();
   if (fault && strcmp(fault, "wrong") == 0) {
     g.beta_class = g.beta_class ? 0 : 1; /* a real kernel that adds, or ignores, the old C */
-    g.k -= g.mm && g.k > 1; /* a MUL_MAT kernel that leaves out the last k */
+    g.k -= g.mm && g.k > 1; /* an mm kernel that leaves out the last k */
   }
   /* The ISA the machine model chose (OPJIT_ISA). Where the model leaves the blocking open, the
    * JIT times a few candidates on the real shape and keeps the fastest (its name says which),

@@ -164,7 +164,7 @@ int ag_tier_gemm_verify(ag_entry_t *e, void *v, const void *a, const void *b, vo
                         double alpha, double beta, ag_verify_t *vf);
 
 /* Dispatches a GEMM, GEMV or AXPY call to e's variant v: the call's own arguments (A and B —
- * x for a GEMV — as the host passed them, CBLAS row-major included), guarded against C (y)
+ * x for a GEMV — as the host passed them, row-major included), guarded against C (y)
  * overlapping A or B (x). Inline: it runs on every call a variant serves. */
 static inline __attribute__((always_inline)) int ag_tier_gemm(ag_entry_t *e, void *v,
                                                               const void *a, const void *b,
@@ -193,7 +193,7 @@ int ag_tier_dot(ag_entry_t *e, void *v, int f64, const void *x, const void *y, d
 void ag_tier_dot_verify_end(ag_entry_t *e, double variant, double original, const void *x,
                             const void *y);
 
-/* A host's own verification of e's variant (the ggml fusions): the largest difference from
+/* A host's own verification of e's variant (its fused groups): the largest difference from
  * the original and the bound it must stay within (a mismatch blacklists the variant). */
 void ag_tier_verify_result(ag_entry_t *e, double worst, double bound);
 

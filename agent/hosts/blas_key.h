@@ -23,8 +23,6 @@
 
 /* The BLAS host's id: its keys' first byte (persisted; host.h). */
 enum { AG_HOST_ID_BLAS = 1 };
-/* Its bit of OPJIT_HOSTS: the place of its word, "blas", in the option's list (opt.h). */
-enum { AG_HOST_BLAS = 1 << 0 };
 enum ag_op { AG_OP_GEMM = 1, AG_OP_GEMV, AG_OP_AXPY, AG_OP_DOT, AG_OP_SYRK };
 enum ag_dtype { AG_F32 = 1, AG_F64 };
 enum ag_api { AG_API_F77 = 1, AG_API_CBLAS };

@@ -57,6 +57,7 @@
 #define _GNU_SOURCE
 #include "ggml_host.h"
 
+#include "../host.h"
 #include "../log.h"
 #include "../opt.h"
 #include "../tier.h"
@@ -120,7 +121,7 @@ static int fusion_on; /* graphs are fused (jit mode, OPJIT_TEST_FUSION not "off"
 static void check(void)
 {
   ag_init();
-  int on = (ag_opts.num[AG_OPT_HOSTS] & AG_HOST_GGML) && atomic_load(&ag_state) != AG_PASS;
+  int on = (ag_opts.num[AG_OPT_HOSTS] & AG_HOST_BIT(ggml)) && atomic_load(&ag_state) != AG_PASS;
   if (!on) {
     atomic_store(&gg_state, GG_PASS);
     return;

@@ -20,8 +20,6 @@
 
 /* The ggml host's id: its keys' first byte (persisted; host.h). */
 enum { AG_HOST_ID_GGML = 2 };
-/* Its bit of OPJIT_HOSTS: the place of its word, "ggml", in the option's list (opt.h). */
-enum { AG_HOST_GGML = 1 << 1 };
 /* A group's op: ta names its pattern; ADD+RMS_NORM+MUL and RMS_NORM+MUL: m the row length;
  * MUL_MAT+MUL_MAT+SWIGLU and MUL_MAT+ADD: the products' key (dtype their weights', m n k their
  * shape, ab theirs); SHARED-INPUT MUL_MATS: the same with m their rows together, tb how many. */

@@ -174,7 +174,7 @@ static int no_payback(const ag_sig_t *k) { return k->op == AG_GGML_OP_FUSED; }
 const ag_host_t ag_host_ggml = {
     .id = AG_HOST_ID_GGML,
     .name = "ggml",
-    .opt_bit = AG_HOST_GGML,
+    .opt_bit = AG_HOST_BIT(ggml),
     .interposes = "ggml's CPU backend: ggml_graph_compute and the ggml_compute_forward_<op> "
                   "functions it calls per node",
     .traits = 0,

@@ -2,7 +2,7 @@
 /* Options: every option parsed from the environment, bad values rejected with the default
  * kept and one line naming variable, value and default. */
 #include "agent/opt.h"
-#include "agent/hosts/blas_key.h"
+#include "agent/host.h"
 
 #include <criterion/criterion.h>
 #include <limits.h>
@@ -48,7 +48,7 @@ Test(opt, defaults_parse_and_match_the_table)
   cr_assert_eq(o.num[AG_OPT_MODE], AG_MODE_JIT);
   cr_assert_eq(o.num[AG_OPT_TIME_EVERY], 16);
   cr_assert_eq(o.num[AG_OPT_FLUSH_MS], 1000);
-  cr_assert(o.num[AG_OPT_HOSTS] & AG_HOST_BLAS);
+  cr_assert(o.num[AG_OPT_HOSTS] & AG_HOST_BIT(blas));
   for (int id = 0; id < AG_OPT__COUNT; id++)
     cr_assert_eq(o.from_env[id], 0);
   ag_opts_free(&o);
