@@ -38,27 +38,42 @@ double ag_policy_charge(double compile_ns, long busy, long ncpu)
 int ag_policy_pays_back(const ag_policy_t *p, int cls, double spent_ns, double charge,
                         long payback, int idle)
 {
-  return ag_policy_decide(p, cls, spent_ns, charge, payback, idle, NULL, 0);
+  return ag_policy_test(p, cls, spent_ns, charge, payback, idle, NULL);
 }
 
-int ag_policy_decide(const ag_policy_t *p, int cls, double spent_ns, double charge, long payback,
-                     int idle, char *why, size_t len)
+int ag_policy_test(const ag_policy_t *p, int cls, double spent_ns, double charge, long payback,
+                   int idle, ag_payback_t *t)
 {
   double gain = ag_policy_gain(p, cls), saved = spent_ns * gain, cost = (double)payback * charge;
   int pb = saved >= cost ? 1
            : idle && p->gain_n[cls] == 0 && atomic_load(&p->trials[cls]) == 0 ? 2
                                                                                : 0;
-  if (!why || !len)
-    return pb;
-  if (!payback) {
+  if (t)
+    *t = (ag_payback_t){spent_ns, gain, charge, payback, idle, pb};
+  return pb;
+}
+
+void ag_policy_words(const ag_payback_t *t, char *why, size_t len)
+{
+  int pb = t->verdict;
+  if (!t->payback) {
     snprintf(why, len, "hot (OPJIT_HOT_PAYBACK=0: no payback test)");
-    return pb;
+    return;
   }
   snprintf(why, len, "%s%.3g ms spent x %.0f%% expected saving = %.3g ms %s OPJIT_HOT_PAYBACK=%ld "
            "x %.3g ms compile charge%s",
            pb == 1 ? "pays back: " : pb == 2 ? "its size's first trial: " : "not worth a compile yet: ",
-           spent_ns / 1e6, 100 * gain, saved / 1e6, pb == 1 ? ">=" : "<", payback, charge / 1e6,
-           idle ? " (idle core)" : "");
+           t->spent_ns / 1e6, 100 * t->gain, t->spent_ns * t->gain / 1e6, pb == 1 ? ">=" : "<",
+           t->payback, t->charge / 1e6, t->idle ? " (idle core)" : "");
+}
+
+int ag_policy_decide(const ag_policy_t *p, int cls, double spent_ns, double charge, long payback,
+                     int idle, char *why, size_t len)
+{
+  ag_payback_t t;
+  int pb = ag_policy_test(p, cls, spent_ns, charge, payback, idle, &t);
+  if (why && len)
+    ag_policy_words(&t, why, len);
   return pb;
 }
 

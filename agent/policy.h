@@ -53,12 +53,29 @@ double ag_policy_charge(double compile_ns, long busy, long ncpu);
  * compile) and its trial is still free; else 0. */
 int ag_policy_pays_back(const ag_policy_t *p, int cls, double spent_ns, double charge,
                         long payback, int idle);
-/* ag_policy_pays_back, with the decision in words into why (len bytes): the figures it weighed
- * (time spent, expected saving, OPJIT_HOT_PAYBACK, the compile's charge) and which way they
- * went, as a signature's state shows it (reason.h); "its size's first trial" for 2 (no kernel
- * of its size class measured yet, and a core idle for the compile). */
+/* ag_policy_pays_back, with the decision in words into why (len bytes): ag_policy_test and
+ * ag_policy_words. */
 int ag_policy_decide(const ag_policy_t *p, int cls, double spent_ns, double charge, long payback,
                      int idle, char *why, size_t len);
+
+/* The figures one payback test weighed, kept to be worded later (a test on a program's call
+ * formats nothing: reason.h words it when read). */
+typedef struct ag_payback_s {
+  double spent_ns, gain, charge; /* time spent, the class's expected saving, the charge */
+  long payback;                  /* OPJIT_HOT_PAYBACK */
+  int idle;                      /* a core is idle for the compile */
+  int verdict;                   /* what the test returned: 1, 2 or 0 */
+} ag_payback_t;
+
+/* ag_policy_pays_back, with the figures it weighed into *t (when t is not NULL). */
+int ag_policy_test(const ag_policy_t *p, int cls, double spent_ns, double charge, long payback,
+                   int idle, ag_payback_t *t);
+
+/* t in words into why (len bytes): the figures (time spent, expected saving, OPJIT_HOT_PAYBACK,
+ * the compile's charge) and which way they went, as a signature's state shows it (reason.h);
+ * "its size's first trial" for 2 (no kernel of its size class measured yet, and a core idle
+ * for the compile). */
+void ag_policy_words(const ag_payback_t *t, char *why, size_t len);
 
 /* Takes class cls's trial once its compile is queued: 1, or 0 when another took it first. */
 int ag_policy_take_trial(ag_policy_t *p, int cls);

@@ -128,6 +128,15 @@ static void decide(ag_entry_t *e, enum ag_state st, int kind, const char *fmt, .
     event(e, kind, "%s", text);
 }
 
+/* decide, for a decision on a program's call (the promotion test): the reason kept as figs
+ * (size bytes) and worded by words when read (reason.h); formats nothing, records no event. */
+static void decide_figs(ag_entry_t *e, enum ag_state st, ag_reason_words_fn words,
+                        const void *figs, size_t size)
+{
+  if (ag_reasons_init(&reasons, ag_tcount_capacity) == 0)
+    ag_reason_set_figs(&reasons, e->index, st, words, figs, size);
+}
+
 /* Starts the comparison of e's variant, about to be published: afresh, or resumed from the
  * rounds earlier runs pooled on it (pool, NULL: none). Its calls are not paired until the
  * watch finds them rare. */
@@ -740,7 +749,7 @@ static void enqueue_counted(ag_entry_t *e, const char *why, int pb)
  * model's compile time for its kernel family on this CPU (machine.h: measured over this and
  * earlier runs) and the threads that call operators now (registered operator threads against
  * the online CPUs: a library's own thread pool is not seen). */
-static int pays_back(const ag_entry_t *e, double spent_ns, char *why, size_t len)
+static int pays_back(const ag_entry_t *e, double spent_ns, ag_payback_t *t)
 {
   static _Atomic long ncpu;
   if (!atomic_load_explicit(&ncpu, memory_order_relaxed))
@@ -750,8 +759,8 @@ static int pays_back(const ag_entry_t *e, double spent_ns, char *why, size_t len
   jt_gemm_t g;
   int row;
   double ns = (double)ag_machine_compile_ns(gemm_of(&e->key, &g, &row) ? ag_problem_family(&g) : "gemm");
-  return ag_policy_decide(&policy, size_class(e), spent_ns, ag_policy_charge(ns, busy, ncpu),
-                          ag_opts.num[AG_OPT_HOT_PAYBACK], busy < ncpu, why, len);
+  return ag_policy_test(&policy, size_class(e), spent_ns, ag_policy_charge(ns, busy, ncpu),
+                        ag_opts.num[AG_OPT_HOT_PAYBACK], busy < ncpu, t);
 }
 
 void ag_tier_hold(int on)
@@ -772,16 +781,40 @@ void ag_tier_hold(int on)
 
 static int compilable(const ag_sig_t *k, jt_gemm_t *g, int *row, char *why, size_t len);
 
-/* Cold entry e failed the payback test (why): it waits, unless no kernel can replace it at all:
- * then it is NONE, as enqueue would make it, and never tested again. */
-static void not_yet(ag_entry_t *e, const char *why)
+/* A failed payback test, as the reason keeps it: the test's figures and what they were on. */
+typedef struct test_figs_s {
+  ag_payback_t t;
+  double on; /* the calls (calls_words) or the sampled CPU ns (sampled_words) */
+} test_figs_t;
+
+_Static_assert(sizeof(test_figs_t) <= AG_REASON_FIGS, "a test's figures fit a reason's slot");
+
+static void calls_words(const void *figs, char *buf, size_t len)
+{
+  const test_figs_t *f = figs;
+  char test[AG_REASON_LEN - 40];
+  ag_policy_words(&f->t, test, sizeof test);
+  snprintf(buf, len, "after %llu calls, %s", (unsigned long long)f->on, test);
+}
+
+static void sampled_words(const void *figs, char *buf, size_t len)
+{
+  const test_figs_t *f = figs;
+  char test[AG_REASON_LEN - 48];
+  ag_policy_words(&f->t, test, sizeof test);
+  snprintf(buf, len, "%.1f ms of sampled CPU time: %s", f->on / 1e6, test);
+}
+
+/* Cold entry e failed the payback test (f, worded by words): it waits, unless no kernel can
+ * replace it at all: then it is NONE, as enqueue would make it, and never tested again. */
+static void not_yet(ag_entry_t *e, ag_reason_words_fn words, const test_figs_t *f)
 {
   jt_gemm_t g;
   int row;
   char no[AG_REASON_LEN];
   uint32_t cold = AG_TIER_COLD;
   if (compilable(&e->key, &g, &row, no, sizeof no))
-    decide(e, AG_STATE_WAITING, -1, "%s", why);
+    decide_figs(e, AG_STATE_WAITING, words, f, sizeof *f);
   else if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE))
     decide(e, AG_STATE_UNSUPPORTED, -1, "%s", no);
 }
@@ -799,12 +832,13 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n)
   int pb = 1;
   char test[AG_REASON_LEN - 40] = "", why[AG_REASON_LEN];
   if (payback_applies(e) && timed) {
-    pb = pays_back(e, (double)n * (double)tns / (double)timed, test, sizeof test);
+    test_figs_t f = {.on = (double)n};
+    pb = pays_back(e, (double)n * (double)tns / (double)timed, &f.t);
     if (!pb) { /* not worth it yet: asked again every 4096 calls */
-      snprintf(why, sizeof why, "after %llu calls, %s", (unsigned long long)n, test);
-      not_yet(e, why);
+      not_yet(e, calls_words, &f);
       return;
     }
+    ag_policy_words(&f.t, test, sizeof test); /* once: it is queued */
   }
   snprintf(why, sizeof why, "hot after %llu calls%s%s", (unsigned long long)n, *test ? ": " : "",
            test);
@@ -817,16 +851,16 @@ void ag_tier_sampled(ag_entry_t *e, double cpu_ns)
       atomic_load(&e->tier) != AG_TIER_COLD || atomic_load(&e->fails))
     return;
   char test[AG_REASON_LEN - 48], why[AG_REASON_LEN];
-  int pb = pays_back(e, cpu_ns, test, sizeof test);
+  test_figs_t f = {.on = cpu_ns};
+  int pb = pays_back(e, cpu_ns, &f.t);
   if (!pb) {
     uint64_t calls, vcalls;
     ag_tcount_sum_one(e->index, &calls, &vcalls);
-    if (calls < ag_hot_calls) { /* else the calls' own test speaks for it (ag_tier_hot) */
-      snprintf(why, sizeof why, "%.1f ms of sampled CPU time: %s", cpu_ns / 1e6, test);
-      not_yet(e, why);
-    }
+    if (calls < ag_hot_calls) /* else the calls' own test speaks for it (ag_tier_hot) */
+      not_yet(e, sampled_words, &f);
     return;
   }
+  ag_policy_words(&f.t, test, sizeof test);
   snprintf(why, sizeof why, "hot: %.1f ms of sampled CPU time: %s", cpu_ns / 1e6, test);
   enqueue_counted(e, why, pb);
 }
@@ -921,7 +955,7 @@ int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns)
   if (ag_hot_calls == 0)
     return 0;
   /* Without a timing of the original calls decide. */
-  return payback_applies(e) && mean_ns > 0 ? pays_back(e, calls * mean_ns, NULL, 0) == 1
+  return payback_applies(e) && mean_ns > 0 ? pays_back(e, calls * mean_ns, NULL) == 1
                                            : calls >= (double)ag_hot_calls;
 }
 

@@ -94,3 +94,15 @@ Test(policy, a_decision_says_its_figures_and_which_way_they_went)
   cr_assert_eq(ag_policy_decide(&p, 0, 0, 1e6, 0, 0, why, sizeof why), 1);
   cr_expect(strstr(why, "OPJIT_HOT_PAYBACK=0"), "%s", why);
 }
+
+Test(policy, a_tests_figures_are_worded_later_as_its_decision_was)
+{
+  ag_policy_t p = {0};
+  char now[256], later[256];
+  ag_payback_t t;
+  cr_assert_eq(ag_policy_test(&p, 0, 4096 * 160.0, 1e6, 1, 0, &t), 0);
+  ag_policy_decide(&p, 0, 4096 * 160.0, 1e6, 1, 0, now, sizeof now);
+  ag_policy_learn(&p, 0, 0.5); /* what the class expects moves after the test */
+  ag_policy_words(&t, later, sizeof later);
+  cr_expect_str_eq(later, now);
+}

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Reasons: a signature's state and why, set and read back whole from several threads at once,
- * each change counted, a long reason cut, an index past the book ignored, and the names the
- * database stores. */
+ * each change counted, a long reason cut, an index past the book ignored, a reason kept as
+ * figures worded only when read, and the names the database stores. */
 #include "agent/reason.h"
 
 #include <criterion/criterion.h>
@@ -40,6 +40,44 @@ Test(reason, a_decision_is_read_back_with_its_generation)
   ag_reason_set(&b, 3, AG_STATE_WAITING, "%s", longer);
   ag_reason_get(&b, 3, &r);
   cr_assert_eq(strlen(r.text), AG_REASON_LEN - 1, "cut to fit");
+}
+
+typedef struct figs_s {
+  int calls;
+} figs_t;
+static int worded; /* calls of words */
+
+static void words(const void *figs, char *buf, size_t len)
+{
+  worded++;
+  snprintf(buf, len, "after %d calls", ((const figs_t *)figs)->calls);
+}
+
+Test(reason, figures_are_worded_when_read_never_when_set)
+{
+  static ag_reasons_t b = AG_REASONS_INIT;
+  ag_reason_t r;
+  cr_assert_eq(ag_reasons_init(&b, 2), 0);
+  figs_t f = {64};
+  ag_reason_set_figs(&b, 1, AG_STATE_WAITING, words, &f, sizeof f);
+  f.calls = 4160; /* the slot holds a copy */
+  ag_reason_set_figs(&b, 1, AG_STATE_WAITING, words, &f, sizeof f);
+  f.calls = 0;
+  cr_assert_eq(worded, 0, "setting formats nothing");
+  cr_assert_eq(ag_reason_get(&b, 1, &r), 2, "each set is a change");
+  cr_assert_eq(worded, 1);
+  cr_assert_eq(r.state, AG_STATE_WAITING);
+  cr_assert_str_eq(r.text, "after 4160 calls");
+  ag_reason_state(&b, 1, AG_STATE_QUEUED); /* a new state keeps the figures */
+  ag_reason_get(&b, 1, &r);
+  cr_assert_eq(r.state, AG_STATE_QUEUED);
+  cr_assert_str_eq(r.text, "after 4160 calls");
+  ag_reason_set(&b, 1, AG_STATE_QUEUED, "hot after %d calls", 8256); /* text replaces them */
+  cr_assert_eq(ag_reason_get(&b, 1, &r), 4);
+  cr_assert_str_eq(r.text, "hot after 8256 calls");
+  cr_assert_eq(worded, 2, "text is not worded again");
+  ag_reason_set_figs(&b, 2, AG_STATE_WAITING, words, &f, sizeof f);
+  cr_assert_eq(ag_reason_gen(&b, 2), 0, "an index past the book is ignored");
 }
 
 Test(reason, every_state_has_the_name_the_database_stores)
