@@ -166,7 +166,7 @@ static struct {
   int (*step)(void *cursor);
   int (*get_reg)(void *cursor, int reg, uint64_t *value);
 } unw;
-static int handler_installed;
+static _Atomic int handler_installed; /* the signal, once installed (read by unloads on other threads) */
 
 /* Hardware counter group: the sampling leader first, then the members. */
 static const struct {

@@ -219,7 +219,11 @@ Test(preload, sixteen_processes_on_one_database_lose_no_run_and_no_count)
     int status;
     cr_assert_eq(waitpid(pid[p], &status, 0), pid[p]);
     assert_exited_ok(status, tags[p]);
-    cr_assert_str_empty(h_output(tags[p], "err"), "%s", tags[p]);
+    /* A writer that waited longer than OPJIT_BUSY_MS says so once and retries; nothing else. */
+    const char *err = h_output(tags[p], "err");
+    int locked = h_count_lines(err, "is locked by another process");
+    cr_assert(locked <= 1 && h_count_lines(err, "") == locked,
+              "%s: %s", tags[p], err);
   }
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM pragma_quick_check WHERE quick_check='ok'"), 1);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE status='exited'"), P);
