@@ -241,6 +241,26 @@ static int query_int(sqlite3 *db, const char *sql, int64_t *out)
   return db_code(db, rc, NULL);
 }
 
+/* The schema's version and how many objects it has, read by one statement, so on one snapshot:
+ * a schema another process commits meanwhile is seen whole or not at all (read one after the
+ * other, a new version 0 and the other's new tables made a profile being created look like
+ * someone else's file). */
+static int schema_state(sqlite3 *db, int *version, int64_t *nobjects)
+{
+  sqlite3_stmt *st;
+  int rc = sqlite3_prepare_v2(db, "SELECT (SELECT user_version FROM pragma_user_version),"
+                                  " (SELECT count(*) FROM sqlite_master)", -1, &st, NULL);
+  if (rc != SQLITE_OK)
+    return db_code(db, rc, NULL);
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    *version = (int)sqlite3_column_int64(st, 0);
+    *nobjects = sqlite3_column_int64(st, 1);
+  }
+  sqlite3_finalize(st);
+  return db_code(db, rc, NULL);
+}
+
 int st_schema_version(st_db_t *db, int *version)
 {
   int64_t v = 0;
@@ -423,10 +443,9 @@ int st_open(const char *path, int flags, int busy_ms, st_db_t **out, char *err, 
     return code;
   }
   sqlite3_busy_timeout(db->db, busy_ms);
-  int version;
+  int version = 0;
   int64_t ntables = 0, ours = 0;
-  if ((rc = st_schema_version(db, &version)) ||
-      (rc = query_int(db->db, "SELECT count(*) FROM sqlite_master", &ntables)))
+  if ((rc = schema_state(db->db, &version, &ntables)))
     goto out_fail;
   if (version > ST_SCHEMA_VERSION) {
     fail(err, errlen, ST_ENEWER,

@@ -725,3 +725,39 @@ Test(store, migrating_from_version_7_keeps_the_runs_and_gc_takes_the_series_with
   cr_assert_eq(query(db, "SELECT count(*) FROM run_series WHERE run_id = 2"), 2);
   st_close(db);
 }
+
+/* Eight processes open a database none has created yet, all at once, 40 times: each either
+ * opens it or is told it is busy for now (the agent retries); none takes another's schema,
+ * half created, for a file that is not an opjit profile. */
+Test(store, processes_creating_one_database_at_once_never_find_it_foreign)
+{
+  enum { P = 8, ROUNDS = 40 };
+  for (int r = 0; r < ROUNDS; r++) {
+    char db[160];
+    snprintf(db, sizeof db, "%s/race%d.db", dir, r);
+    int go[2];
+    cr_assert_eq(pipe(go), 0);
+    pid_t kids[P];
+    for (int k = 0; k < P; k++) {
+      if ((kids[k] = fork()) == 0) {
+        char c;
+        close(go[1]);
+        if (read(go[0], &c, 1) != 0)
+          _exit(99);
+        st_db_t *h;
+        char err[512];
+        int rc = st_open(db, ST_OPEN_CREATE, 200, &h, err, sizeof err);
+        st_close(h);
+        _exit(rc == ST_OK || rc == ST_EBUSY ? 0 : 10 + (rc < 0 ? -rc : rc) % 80);
+      }
+    }
+    close(go[0]);
+    close(go[1]); /* every child's read returns at once */
+    for (int k = 0; k < P; k++) {
+      int status;
+      cr_assert_eq(waitpid(kids[k], &status, 0), kids[k]);
+      cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                "round %d: a process's open failed (exit %d)", r, WEXITSTATUS(status));
+    }
+  }
+}
