@@ -60,9 +60,11 @@ Test(jit, eight_threads_while_variants_are_published)
   cr_assert(strstr(h_output("mt", "out"), "calls 3296 "), "%s", h_output("mt", "out"));
   cr_assert_eq(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), 3296, "counts consistent");
   int64_t served = h_query(NULL, "SELECT sum(calls) FROM variants");
-  /* (the judge's bursts and pairs run the original on some calls: under TSan, whose slow
-   * calls are rare ones, pairs until each verdict and one pair in 32 after) */
-  cr_assert_gt(served, 1500, "variants served %lld of 3296 calls", (long long)served);
+  /* The judge's pairs run the original on half a signature's calls until its verdict (the
+   * threads' calls come while the program waited for the compiles, so at a rate measured as
+   * rare), one pair in 32 after. Idle, 1772-1777 of the calls go to the variants; beside
+   * other tests (ctest -j2) 1249 did: the verdicts came later in the program's 0.1 s. */
+  cr_assert_gt(served, 3296 / 4, "variants served %lld of 3296 calls", (long long)served);
   cr_assert_gt(h_query(NULL, "SELECT count(*) FROM variants WHERE status='ready'"), 0);
 }
 
