@@ -9,7 +9,7 @@
  * second: a VM's hiccup moved a round's ratio by several per cent). The table gives the medians of prefill and decode tokens/s and the
  * medians of the per-round ratios to the plain run (+- half their interquartile range); the
  * tokens must be the same in every run, the logits within floating-point tolerance. Goals
- * (issue #6): prefill >= 1.10x the plain run, decode never below 0.99x. Afterwards it lists
+ * (issue #13, sampling on): prefill >= 1.5x the plain run, decode >= 1.00x. Afterwards it lists
  * the fusions and MUL_MAT kernels of the last agent run: how often each ran, and how often
  * through the agent's kernel.
  *   bench_ggml [rounds]   (default 7) */
@@ -140,8 +140,8 @@ int main(int argc, char **argv)
       printf("%-6s %-20s %10.1f t/s %8.3f +- %.3f %10.1f t/s %8.3f +- %.3f\n", types[t],
              cfg_names[cfg], m[0], m[1], s[1], m[2], m[3], s[3]);
       if (cfg == AGENT)
-        printf("%-6s %-20s goals: prefill >= 1.10x: %s; decode >= 0.99x: %s\n", "", "",
-               m[1] >= 1.10 ? "met" : "NOT met", m[3] >= 0.99 ? "met" : "NOT met");
+        printf("%-6s %-20s goals (issue 13): prefill >= 1.5x: %s; decode >= 1.00x: %s\n", "",
+               "", m[1] >= 1.5 ? "met" : "MISSED", m[3] >= 1.0 ? "met" : "MISSED");
     }
   }
   /* Which fusions and kernels fired, how often: the last agent run's FUSED signatures and the
