@@ -522,7 +522,7 @@ static void compile_one(uint32_t i, int idle)
     ag_machine_note_compile(ag_problem_family(&shapes[i]), dt);
   pthread_mutex_unlock(&code_mu);
   char said[160];
-  int reps = !fault ? 1 : !strcmp(fault, "slow") ? 16 : !strcmp(fault, "fast") ? -16 : 1;
+  int reps = fault_reps ? fault_reps : 1; /* the duel's, as the pairs' (arrays) */
   if (duel_lost(e, fn, dt, reps, said, sizeof said))
     return;
   /* the reason before the pointer: a writer that sees the variant serve sees why */
@@ -887,6 +887,15 @@ static int arrays(void)
          demoted && duel_won && prepared;
 }
 
+/* Whether the per-entry arrays exist (made now if not), cq taken for it. */
+static int arrays_locked(void)
+{
+  ag_cq_lock(&cq);
+  int ok = arrays();
+  ag_cq_unlock(&cq);
+  return ok;
+}
+
 /* Whether a kernel can replace key k on this machine with these options: 1 with its problem in
  * *g; 0 with the limit that stops it in why (len bytes). */
 static int compilable(const ag_sig_t *k, jt_gemm_t *g, int *row, char *why, size_t len)
@@ -975,9 +984,7 @@ void ag_tier_crashed(ag_entry_t *e, int with_event, const char *fmt, ...)
   va_start(ap, fmt);
   vsnprintf(why, sizeof why, fmt, ap);
   va_end(ap);
-  ag_cq_lock(&cq);
-  int ok = arrays();
-  ag_cq_unlock(&cq);
+  int ok = arrays_locked();
   uint32_t cold = AG_TIER_COLD;
   if (!ok || !atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_DEMOTED))
     return;
@@ -1088,9 +1095,7 @@ void ag_tier_invalidate(ag_entry_t *e, const char *fmt, ...)
   va_start(ap, fmt);
   vsnprintf(detail, sizeof detail, fmt, ap);
   va_end(ap);
-  ag_cq_lock(&cq);
-  int ok = arrays();
-  ag_cq_unlock(&cq);
+  int ok = arrays_locked();
   if (ok)
     ag_persist_drop(&objects, e->index);
   decide(e, AG_STATE_INVALIDATED, AG_EV_INVALIDATED, "%s", detail);
