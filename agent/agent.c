@@ -711,7 +711,7 @@ static void write_variants(void)
   st_variant_rec_t *v = calloc(n ? n : 1, sizeof *v);
   ag_persist_t *obj = calloc(n ? n : 1, sizeof *obj);
   uint32_t *vidx = calloc(n ? n : 1, sizeof *vidx);
-  st_judge_rec_t *judges = calloc(n ? n : 1, sizeof *judges);
+  st_judge_pool_t *judges = calloc(n ? n : 1, sizeof *judges);
   st_event_rec_t ev[512];
   size_t nv = 0, nev = 0;
   int rc = 0;
@@ -732,14 +732,7 @@ static void write_variants(void)
     /* A row without a status stores or drops the object only (a signature this run has not
      * called, or whose variant has gone). */
     int loaded = strcmp(p->origin, "loaded") == 0;
-    ag_cmp_pool_t pool;
-    st_judge_rec_t *jr = &judges[nv];
-    int judged = ag_tier_judge_pool(i, &pool);
-    if (judged) { /* the same fields (store.h, compare.h) */
-      *jr = (st_judge_rec_t){pool.rounds, pool.judged, pool.runs, pool.kept, pool.o_n, pool.o_ns,
-                             pool.v_n, pool.v_ns, pool.n, {0}};
-      memcpy(jr->ratio, pool.ratio, sizeof jr->ratio);
-    }
+    int judged = ag_tier_judge_pool(i, &judges[nv]);
     v[nv] = (st_variant_rec_t){&e->key, sizeof e->key, variant ? ag_tier_status(i) : NULL,
                                /* the LLVM the JIT was built with: what a warm start checks
                                   a stored object against, with no LLVM loaded */
@@ -748,7 +741,7 @@ static void write_variants(void)
                                atomic_load(&e->compile_ns), vcalls[i], atomic_load(&e->vtimed),
                                atomic_load(&e->vtimed_ns), p->origin,
                                p->pre_calls, cpu_key, p->object, p->object_len, p->symbol,
-                               p->checksum, p->drop, judged ? jr : NULL};
+                               p->checksum, p->drop, judged ? &judges[nv] : NULL};
     vidx[nv++] = i;
   }
   for (size_t i = 0; i < npending; i++) {

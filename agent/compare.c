@@ -64,7 +64,7 @@ int ag_cmp_pair(ag_cmp_t *c, int side, uint64_t ns)
   return 1;
 }
 
-void ag_cmp_save(const ag_cmp_t *c, ag_cmp_pool_t *out)
+void ag_cmp_save(const ag_cmp_t *c, st_judge_pool_t *out)
 {
   memset(out, 0, sizeof *out);
   out->rounds = c->rounds, out->judged = c->judged, out->kept = c->kept;
@@ -75,7 +75,7 @@ void ag_cmp_save(const ag_cmp_t *c, ag_cmp_pool_t *out)
     out->ratio[k] = c->ratio[(c->rounds - out->n + k) % AG_CMP_ROUNDS];
 }
 
-void ag_cmp_resume(ag_cmp_t *c, const ag_cmp_pool_t *p, uint64_t v_total_n, uint64_t v_total_ns)
+void ag_cmp_resume(ag_cmp_t *c, const st_judge_pool_t *p, uint64_t v_total_n, uint64_t v_total_ns)
 {
   ag_cmp_start(c, v_total_n, v_total_ns);
   uint32_t n = p->n < AG_CMP_ROUNDS ? p->n : AG_CMP_ROUNDS;

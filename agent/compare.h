@@ -30,10 +30,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "store/judge.h"
+
 #define AG_CMP_ROUNDS 32     /* rounds the verdict looks at (the most recent) */
 #define AG_CMP_MIN_ROUNDS 8  /* fewer: UNDECIDED */
 #define AG_CMP_MARGIN 0.03   /* a median ratio within 3 % of 1 is a tie, never a verdict */
 #define AG_CMP_MIN_VCALLS 2  /* variant timings a round needs; fewer wait for the next burst */
+_Static_assert(ST_JUDGE_RATIOS == AG_CMP_ROUNDS, "the store keeps the judge's window");
 
 enum ag_verdict { AG_CMP_UNDECIDED = 0, AG_CMP_FASTER, AG_CMP_SLOWER,
                   AG_CMP_TIE };      /* a tie that goes to the original (see above) */
@@ -57,16 +60,6 @@ typedef struct ag_cmp_s {
   uint64_t pair_ns;
   uint32_t paired;            /* rounds this run closed from cold pairs */
 } ag_cmp_t;
-
-/* A comparison's sufficient statistics for the rule, as the store keeps them between runs:
- * the window's ratios and the counters the rule and the fair means read. */
-typedef struct ag_cmp_pool_s {
-  uint32_t rounds, judged, runs; /* rounds and runs that added to it over every run */
-  int kept;
-  uint64_t o_n, o_ns, v_n, v_ns;
-  uint32_t n;                    /* ratios held: the window's, at most AG_CMP_ROUNDS */
-  float ratio[AG_CMP_ROUNDS];    /* the most recent rounds, oldest first */
-} ag_cmp_pool_t;
 
 enum { AG_CMP_PAIR_ORIG = 1, AG_CMP_PAIR_VARIANT = 2 };
 
@@ -95,13 +88,13 @@ double ag_cmp_variant_ns(const ag_cmp_t *c);
  * dropped. Adds one timing of side (AG_CMP_PAIR_*); returns 1 when it closed a round. */
 int ag_cmp_pair(ag_cmp_t *c, int side, uint64_t ns);
 
-/* Pooling across runs. ag_cmp_save copies c's statistics into *out for the store (runs counts
- * this run in when it added a round); ag_cmp_resume starts a comparison as ag_cmp_start does,
- * then takes *p's rounds and verdict over, so that this run's rounds join the earlier runs'
- * under the same rule (windows, kept verdicts and all). A pool from a newer build that holds
- * more ratios than AG_CMP_ROUNDS keeps the most recent. */
-void ag_cmp_save(const ag_cmp_t *c, ag_cmp_pool_t *out);
-void ag_cmp_resume(ag_cmp_t *c, const ag_cmp_pool_t *p, uint64_t v_total_n, uint64_t v_total_ns);
+/* Pooling across runs, in the store's record (store/judge.h). ag_cmp_save copies c's statistics
+ * into *out for the store (runs counts this run in when it added a round); ag_cmp_resume starts
+ * a comparison as ag_cmp_start does, then takes *p's rounds and verdict over, so that this
+ * run's rounds join the earlier runs' under the same rule (windows, kept verdicts and all). A
+ * pool from a newer build that holds more ratios than AG_CMP_ROUNDS keeps the most recent. */
+void ag_cmp_save(const ag_cmp_t *c, st_judge_pool_t *out);
+void ag_cmp_resume(ag_cmp_t *c, const st_judge_pool_t *p, uint64_t v_total_n, uint64_t v_total_ns);
 
 /* The judge's figures in words, for an event or a reason: "variant N ns per call, original M ns
  * (<how>; median ratio R over K rounds[, J of them from N earlier runs])". how says what the

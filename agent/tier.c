@@ -140,7 +140,7 @@ static void decide_figs(ag_entry_t *e, enum ag_state st, ag_reason_words_fn word
 /* Starts the comparison of e's variant, about to be published: afresh, or resumed from the
  * rounds earlier runs pooled on it (pool, NULL: none). Its calls are not paired until the
  * watch finds them rare. */
-static void judge(ag_entry_t *e, const ag_cmp_pool_t *pool)
+static void judge(ag_entry_t *e, const st_judge_pool_t *pool)
 {
   atomic_store(&e->pair, 0);
   atomic_store(&e->pair_n, 0);
@@ -159,7 +159,7 @@ static void judge(ag_entry_t *e, const ag_cmp_pool_t *pool)
  * visible to a thread that calls it). The first verify calls run against the original (0:
  * none). Every variant, compiled or placed from the store, becomes callable here and only
  * here. */
-static void publish(ag_entry_t *e, void *fn, int32_t verify, const ag_cmp_pool_t *pool)
+static void publish(ag_entry_t *e, void *fn, int32_t verify, const st_judge_pool_t *pool)
 {
   uint64_t calls, vcalls; /* the watch measures the call rate from here (before READY: the
                              watch looks at READY entries only) */
@@ -554,7 +554,7 @@ void ag_tier_pair(ag_entry_t *e, int side, uint64_t ns)
   pthread_mutex_unlock(&cmp_mu);
 }
 
-int ag_tier_judge_pool(uint32_t i, ag_cmp_pool_t *out)
+int ag_tier_judge_pool(uint32_t i, st_judge_pool_t *out)
 {
   if (!cmps)
     return 0;
@@ -1014,7 +1014,7 @@ void ag_tier_queue(ag_entry_t *e, const char *why)
 /* The judge's rule on the rounds earlier runs pooled on e's stored kernel (compare.h): when they
  * already find it slower, or tied against it, e is demoted without placing it (its object
  * dropped, the event and reason naming both sides' pooled figures): 1; else 0. */
-static int pool_lost(ag_entry_t *e, const ag_cmp_pool_t *pool)
+static int pool_lost(ag_entry_t *e, const st_judge_pool_t *pool)
 {
   ag_cmp_t c;
   ag_cmp_resume(&c, pool, 0, 0);
@@ -1035,7 +1035,7 @@ static int pool_lost(ag_entry_t *e, const ag_cmp_pool_t *pool)
 }
 
 int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
-                 const ag_cmp_pool_t *pool, char *err, size_t errlen)
+                 const st_judge_pool_t *pool, char *err, size_t errlen)
 {
   uint64_t t0 = ag_now_ns();
   char no[AG_REASON_LEN];
@@ -1275,7 +1275,7 @@ void ag_tier_after_fork_child(void)
    * own. Whether a compile thread will watch its variants is not known yet: until one does, no
    * bursts. */
   for (uint32_t i = 0; cmps && i < n; i++) {
-    ag_cmp_pool_t pool;
+    st_judge_pool_t pool;
     ag_cmp_save(&cmps[i], &pool);
     ag_cmp_resume(&cmps[i], &pool, 0, 0);
     watched_calls[i] = 0;

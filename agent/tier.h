@@ -105,11 +105,11 @@ int ag_tier_settle(long ms);
  * cannot be placed (or e cannot have a variant: then e's tier is NONE); 1 when it was not
  * placed (the code cache is full for now; or demoted by its pool: then e's tier is DEMOTED). */
 int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
-                 const ag_cmp_pool_t *pool, char *err, size_t errlen);
+                 const st_judge_pool_t *pool, char *err, size_t errlen);
 
 /* Entry i's judge rounds (its variant's, this run's pooled with the earlier runs' it resumed
  * from) for the writer to store with the variant: 1 with *out, 0 when it has none to store. */
-int ag_tier_judge_pool(uint32_t i, ag_cmp_pool_t *out);
+int ag_tier_judge_pool(uint32_t i, st_judge_pool_t *out);
 
 /* One cold pair timing of e's call (agent.h, ag_call_variant): side is AG_CMP_PAIR_ORIG or
  * AG_CMP_PAIR_VARIANT, ns its duration (compare.h, ag_cmp_pair). */

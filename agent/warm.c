@@ -44,16 +44,6 @@ static const char *unusable(const st_hot_t *h, const char *key, char *why, size_
                           why, len);
 }
 
-_Static_assert(ST_JUDGE_RATIOS == AG_CMP_ROUNDS, "the store keeps the judge's window");
-
-/* The judge's rounds the store pooled on a stored kernel, as the judge keeps them. */
-static void pool_of(const st_judge_rec_t *j, ag_cmp_pool_t *p)
-{
-  *p = (ag_cmp_pool_t){j->rounds, j->judged, j->runs, j->kept, j->o_n, j->o_ns, j->v_n, j->v_ns,
-                       j->n < AG_CMP_ROUNDS ? j->n : AG_CMP_ROUNDS, {0}};
-  memcpy(p->ratio, j->ratio, p->n * sizeof *p->ratio);
-}
-
 /* A key whose calls run as another's until its kernel is there (host.h, stands_in) is hot when
  * either profile says so. */
 static int hot_through_stand_in(const st_profile_t *p, const ag_sig_t *k)
@@ -135,12 +125,9 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
     }
     if (h->object_id) {
       int bad = unusable(h, key, why, sizeof why) != NULL;
-      ag_cmp_pool_t pool;
-      if (h->has_judge) /* the same fields (store.h, compare.h) */
-        pool_of(&h->judge, &pool);
       int placed = bad ? -1
                        : ag_tier_load(e, h->code, h->code_len, h->symbol,
-                                      h->has_judge ? &pool : NULL, err, sizeof err);
+                                      h->has_judge ? &h->judge : NULL, err, sizeof err);
       if (placed == 0) {
         w->loaded++;
         continue;

@@ -20,7 +20,7 @@
  *      signatures beyond the agent's rows) and per interval, calls, variant calls and samples
  *      as blobs of varints (st_run_series)
  *   9  judge_pools: the never-slower judge's rounds on a stored variant, per signature and
- *      object key, pooled over the runs that placed it (st_judge_rec_t: counters, the window's
+ *      object key, pooled over the runs that placed it (st_judge_pool_t: counters, the window's
  *      ratios as little-endian float32, oldest first)
  * A file whose user_version is newer than ST_SCHEMA_VERSION is refused, never downgraded; one
  * whose user_version is negative (no opjit writes one) is refused as damaged, never rewritten.
@@ -784,7 +784,7 @@ int st_run_samples(st_db_t *db, int64_t run_id, const st_samples_t *s)
 /* Replaces signature sig's judge pool for r's machine_cpu with r->judge. */
 static int judge_write(st_db_t *db, int64_t sig, const st_variant_rec_t *r)
 {
-  const st_judge_rec_t *j = r->judge;
+  const st_judge_pool_t *j = r->judge;
   uint32_t n = j->n < ST_JUDGE_RATIOS ? j->n : ST_JUDGE_RATIOS;
   uint8_t blob[4 * ST_JUDGE_RATIOS];
   int64_t slower = 0, faster = 0;
@@ -815,7 +815,7 @@ static int judge_read(sqlite3 *db, sqlite3_stmt *st, st_hot_t *h)
   int rc = sqlite3_step(st);
   if (rc != SQLITE_ROW)
     return rc == SQLITE_DONE ? ST_OK : db_code(db, rc, NULL);
-  st_judge_rec_t *j = &h->judge;
+  st_judge_pool_t *j = &h->judge;
   j->runs = (uint32_t)sqlite3_column_int64(st, 0);
   j->rounds = (uint32_t)sqlite3_column_int64(st, 1);
   j->kept = sqlite3_column_int(st, 2) != 0;

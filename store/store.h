@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "judge.h"
+
 #define ST_SCHEMA_VERSION 9 /* the newest schema this build writes and reads */
 
 #define ST_ERRORS(E)                                                                         \
@@ -160,18 +162,6 @@ typedef struct st_samples_s {
 } st_samples_t;
 int st_run_samples(st_db_t *db, int64_t run_id, const st_samples_t *s);
 
-/* The never-slower judge's rounds on one stored variant, pooled over the runs that placed it
- * (agent/compare.h, ag_cmp_pool_t: the same fields): the window's ratios and the counters the
- * rule reads. Kept per signature and object key, for the variant its generator and symbol
- * name; a variant compiled anew starts its own. */
-#define ST_JUDGE_RATIOS 32 /* ratios kept: the judge's window (AG_CMP_ROUNDS) */
-typedef struct st_judge_rec_s {
-  uint32_t rounds, judged, runs; /* rounds and runs that added to them, over every run */
-  int kept;                      /* the variant won a verdict */
-  uint64_t o_n, o_ns, v_n, v_ns; /* the rounds' original and variant calls and nanoseconds */
-  uint32_t n;                    /* ratios held (at most ST_JUDGE_RATIOS) */
-  float ratio[ST_JUDGE_RATIOS];  /* variant / original per round, the most recent, oldest first */
-} st_judge_rec_t;
 
 /* A JIT variant of a signature in a run (cumulative: flushes overwrite). */
 typedef struct st_variant_rec_s {
@@ -195,9 +185,10 @@ typedef struct st_variant_rec_s {
   const char *symbol;
   uint64_t checksum;
   int drop_object;               /* also deletes the signature's judge pool for machine_cpu */
-  /* The judge's pooled rounds on this variant (symbol, generator), replacing what the store
-   * had for the signature and machine_cpu; NULL: left as they are. */
-  const st_judge_rec_t *judge;
+  /* The judge's pooled rounds on this variant (symbol, generator; a variant compiled anew
+   * starts its own), replacing what the store had for the signature and machine_cpu; NULL:
+   * left as they are. */
+  const st_judge_pool_t *judge;
 } st_variant_rec_t;
 /* The kinds of event in a signature's life, as events.kind holds them: X(ID, "name"). The
  * agent's tiers record them; opjit events filters on them. */
@@ -271,7 +262,7 @@ typedef struct st_hot_s {
   size_t code_len;
   int has_judge;           /* judge holds the pooled rounds on that object's variant (its cpu,
                               generator and symbol) */
-  st_judge_rec_t judge;
+  st_judge_pool_t judge;
 } st_hot_t;
 typedef struct st_profile_s {
   int64_t runs;            /* the runs the profile was read from */

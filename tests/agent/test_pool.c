@@ -82,11 +82,7 @@ static run_t one_run(int r, const double *ratio)
   int stored = h->object_id != 0 && h->demoted_gen != 1;
   cr_assert(r == 1 || stored || h->demoted_gen == 1, "run %d: the kernel is stored or lost", r);
   if (h->has_judge) {
-    ag_cmp_pool_t pool = {
-        h->judge.rounds, h->judge.judged, h->judge.runs, h->judge.kept, h->judge.o_n,
-        h->judge.o_ns,   h->judge.v_n,    h->judge.v_ns, h->judge.n,    {0}};
-    memcpy(pool.ratio, h->judge.ratio, sizeof pool.ratio);
-    ag_cmp_resume(&out.cmp, &pool, 0, 0);
+    ag_cmp_resume(&out.cmp, &h->judge, 0, 0);
     double med;
     enum ag_verdict v = ag_cmp_judge(&out.cmp, &med);
     out.placed = v != AG_CMP_SLOWER && v != AG_CMP_TIE;
@@ -118,11 +114,8 @@ static run_t one_run(int r, const double *ratio)
 
   /* The writer: the variant's row, run 1's object, and the pool; or the loser's drop. */
   int lost = out.verdict == AG_CMP_SLOWER || out.verdict == AG_CMP_TIE;
-  ag_cmp_pool_t pool;
-  ag_cmp_save(&out.cmp, &pool);
-  st_judge_rec_t j = {pool.rounds, pool.judged, pool.runs, pool.kept, pool.o_n,
-                      pool.o_ns,   pool.v_n,    pool.v_ns, pool.n,    {0}};
-  memcpy(j.ratio, pool.ratio, sizeof j.ratio);
+  st_judge_pool_t j;
+  ag_cmp_save(&out.cmp, &j);
   st_variant_rec_t vr = {.key = key,
                          .key_len = sizeof key,
                          .status = lost ? "demoted" : "ready",
@@ -264,7 +257,7 @@ Test(pool, the_store_keeps_the_window_oldest_first_and_a_new_kernel_starts_afres
     ag_cmp_pair(&c, AG_CMP_PAIR_ORIG, 1000);
     ag_cmp_pair(&c, AG_CMP_PAIR_VARIANT, (uint64_t)(1000 + k));
   }
-  ag_cmp_pool_t p;
+  st_judge_pool_t p;
   ag_cmp_save(&c, &p);
   cr_assert_eq(p.n, AG_CMP_ROUNDS);
   cr_assert_float_eq(p.ratio[0], 1.008f, 1e-6, "the oldest of the window: round 8");
