@@ -65,10 +65,19 @@ typedef struct loop_s {
 
 static LLVMValueRef i64c(gen_t *g, long v) { return LLVMConstInt(g->i64, (unsigned long long)v, 1); }
 
-/* Opens a counted loop iv = start; iv < end; iv += step, leaving the builder in its body. */
+/* Opens a counted loop iv = start; iv < end; iv += step, leaving the builder in its body. A
+ * loop whose constant bounds give it one iteration is its body alone, iv = start: no pass
+ * removes the branches around it (single-trip loops of row and column blocks cost sgemm and
+ * dgemm 4^3 17 % of their time, 8^3 3-13 %). */
 static loop_t loop_to(gen_t *g, LLVMValueRef start, LLVMValueRef end, long step, const char *name)
 {
   loop_t l = {.step = step};
+  if (LLVMIsAConstantInt(start) && LLVMIsAConstantInt(end) &&
+      LLVMConstIntGetSExtValue(start) < LLVMConstIntGetSExtValue(end) &&
+      LLVMConstIntGetSExtValue(end) - LLVMConstIntGetSExtValue(start) <= step) {
+    l.iv = start;
+    return l;
+  }
   LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
   l.head = LLVMAppendBasicBlockInContext(g->cx, g->fn, name);
   LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->cx, g->fn, "body");
@@ -88,9 +97,12 @@ static loop_t loop_begin(gen_t *g, LLVMValueRef start, long end, long step, cons
   return loop_to(g, start, i64c(g, end), step, name);
 }
 
-/* Closes a loop: the step, the back edge; the builder continues after the loop. */
+/* Closes a loop: the step, the back edge; the builder continues after the loop (a loop of one
+ * iteration: where it is). */
 static void loop_end(gen_t *g, loop_t *l)
 {
+  if (!l->head)
+    return;
   LLVMValueRef next = LLVMBuildNSWAdd(g->b, l->iv, i64c(g, l->step), "next");
   LLVMBasicBlockRef from = LLVMGetInsertBlock(g->b);
   LLVMAddIncoming(l->iv, &next, &from, 1);
