@@ -32,8 +32,12 @@
 #define GEMM_KC_BYTES 1024 /* a K block's share of each B column */
 #define UNROLL_K 8          /* K loops of at most this many k's are straight code: n = 4, 8
                               5-15 % faster (an AVX-512 Xeon); at 16 (dgemm NN 79 -> 73 ns)
-                              it took 2-4x the compile time (40-70 ms), and 4 k's per
-                              iteration of longer loops gained 1-3 % at n = 32, 64 for 1.3x */
+                              it took 2-4x the compile time (40-70 ms; on a Xeon model 167,
+                              3x: 10 -> 30-40 ms, for 5-8 %), and 4 k's per iteration of
+                              longer loops gained 1-3 % at n = 32, 64 for 1.3x. Longer loops
+                              over a whole even K take 2 k's per iteration (the Xeon model
+                              167, interleaved: dgemm 16^3 1.030x, 32^3 1.021x, 64^3 1.026x,
+                              96^3 1.009x; sgemm 1.003-1.015x; compiles 1.0-1.4x) */
 
 typedef struct gen_s {
   LLVMContextRef cx;
@@ -470,7 +474,8 @@ static void block_k(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int nr, 
 }
 
 /* One mr x nr block of C at (i0, j0): the K loop over accumulators (at most UNROLL_K k's in
- * one block: straight code, no loop), then the update of C. */
+ * one block: straight code, no loop; an even K in one block: two k's per iteration), then the
+ * update of C. */
 static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int nr)
 {
   const jt_gemm_t *s = g->g;
@@ -485,9 +490,15 @@ static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int n
       block_k(g, i0, j0, mr, nr, i64c(g, k), acc, next_acc);
     }
   } else {
+    int step = !g->kc && s->k % 2 == 0 ? 2 : 1;
     kloop_t l = kloop_open(g, nv, nr, acc, g->kc ? g->kc : i64c(g, 0));
-    block_k(g, i0, j0, mr, nr, l.k, acc, next_acc);
-    kloop_close(g, &l, nv, nr, acc, next_acc, g->kc ? g->kc_end : i64c(g, s->k), 1);
+    accs_t cur; /* the accumulators after each k of the iteration (acc: its phis) */
+    memcpy(cur, acc, sizeof cur);
+    for (int q = 0; q < step; q++) {
+      block_k(g, i0, j0, mr, nr, q ? add(g, l.k, i64c(g, q)) : l.k, cur, next_acc);
+      memcpy(cur, next_acc, sizeof cur);
+    }
+    kloop_close(g, &l, nv, nr, acc, next_acc, g->kc ? g->kc_end : i64c(g, s->k), step);
   }
   for (int j = 0; j < nr; j++) {
     LLVMValueRef col = LLVMBuildNSWMul(g->b, LLVMBuildNSWAdd(g->b, j0, i64c(g, j), ""),
