@@ -1034,10 +1034,10 @@ static int pool_lost(ag_entry_t *e, const st_judge_pool_t *pool)
   return 1;
 }
 
-int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
-                 const st_judge_pool_t *pool, char *err, size_t errlen)
+/* Whether a stored kernel may be placed for e (ag_tier_load's first checks): 0, or 1 / -1 with
+ * err as ag_tier_load returns them (e's tier and reason set). */
+static int load_allowed(ag_entry_t *e, const st_judge_pool_t *pool, char *err, size_t errlen)
 {
-  uint64_t t0 = ag_now_ns();
   char no[AG_REASON_LEN];
   ag_cq_lock(&cq);
   uint32_t cold = AG_TIER_COLD;
@@ -1054,23 +1054,29 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
     snprintf(err, errlen, "its pooled rounds find it slower than the original");
     return 1;
   }
-  jt_loaded_t l;
-  if (jt_obj_load(obj, len, symbol, &l, err, errlen))
-    return -1;
-  pthread_mutex_lock(&code_mu);
-  if (!ag_cc_fits(&cache, l.map_len)) {
-    pthread_mutex_unlock(&code_mu);
-    jt_obj_unload(&l);
+  return 0;
+}
+
+/* Charges size bytes of placed code for e to the code cache: 0, or 1 with err when it is full
+ * (e's reason says so). code_mu held. */
+static int load_charge(ag_entry_t *e, size_t size, char *err, size_t errlen)
+{
+  if (!ag_cc_fits(&cache, size)) {
     snprintf(err, errlen, "the code cache is full");
     decide(e, AG_STATE_REFUSED, -1, "its stored kernel is not placed: the code cache is full "
            "(OPJIT_CODE_CACHE_MB); compiled if it gets hot and room is made");
     return 1;
   }
-  ag_cc_charge(&cache, l.map_len);
-  add_code(l.fn, l.size, symbol, &l, obj, len, &e->key);
-  pthread_mutex_unlock(&code_mu);
+  ag_cc_charge(&cache, size);
+  return 0;
+}
+
+/* Publishes e's placed kernel l (executable, charged, registered), placed in ns. */
+static void load_publish(ag_entry_t *e, const jt_loaded_t *l, const char *symbol,
+                         const st_judge_pool_t *pool, uint64_t ns)
+{
   set_persisted(e->index, NULL, 0, symbol, 1);
-  double us = (double)(ag_now_ns() - t0) / 1e3;
+  double us = (double)ns / 1e3;
   char judged[96] = "no verdict from the in-run judge yet";
   if (pool && pool->rounds && pool->kept)
     snprintf(judged, sizeof judged, "found faster on %u rounds over %u earlier runs, judged "
@@ -1079,13 +1085,128 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
     snprintf(judged, sizeof judged, "no verdict yet: the judge resumes from %u rounds over %u "
              "earlier runs", pool->rounds, pool->runs);
   decide(e, AG_STATE_PLACED, -1, "placed from the store (%zu bytes of code in %.0f us, no "
-         "compile; verified in the run that stored it); %s", l.size, us, judged);
-  publish(e, l.fn, 0, pool); /* verified in the run that stored it; the checksum holds */
-  event(e, AG_EV_LOADED, "%zu bytes of code placed in %.0f us, no compile", l.size, us);
+         "compile; verified in the run that stored it); %s", l->size, us, judged);
+  publish(e, l->fn, 0, pool); /* verified in the run that stored it; the checksum holds */
+  event(e, AG_EV_LOADED, "%zu bytes of code placed in %.0f us, no compile", l->size, us);
+}
+
+int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
+                 const st_judge_pool_t *pool, char *err, size_t errlen)
+{
+  uint64_t t0 = ag_now_ns();
+  int rc = load_allowed(e, pool, err, errlen);
+  if (rc)
+    return rc;
+  jt_loaded_t l;
+  if (jt_obj_load(obj, len, symbol, &l, err, errlen))
+    return -1;
+  pthread_mutex_lock(&code_mu);
+  if (load_charge(e, l.map_len, err, errlen)) {
+    pthread_mutex_unlock(&code_mu);
+    jt_obj_unload(&l);
+    return 1;
+  }
+  add_code(l.fn, l.size, symbol, &l, obj, len, &e->key);
+  pthread_mutex_unlock(&code_mu);
+  load_publish(e, &l, symbol, pool, ag_now_ns() - t0);
   ag_cq_lock(&cq);
   start_thread(); /* it watches the variant's speed and guards */
   ag_cq_unlock(&cq);
   return 0;
+}
+
+/* One kernel of a batch, placed and waiting for the commit. */
+typedef struct batch_item_s {
+  ag_entry_t *e;
+  jt_loaded_t l;
+  const char *symbol;
+  st_judge_pool_t pool;
+  int has_pool;
+  uint64_t ns; /* its own placing time */
+} batch_item_t;
+
+struct ag_tier_batch_s {
+  jt_obj_batch_t obj;
+  size_t n, cap;
+  batch_item_t items[];
+};
+
+ag_tier_batch_t *ag_tier_batch_new(size_t n, size_t bytes)
+{
+  char err[128];
+  ag_tier_batch_t *b = calloc(1, sizeof *b + (n ? n : 1) * sizeof *b->items);
+  if (!b)
+    return NULL;
+  b->cap = n;
+  if (jt_obj_batch_begin(&b->obj, bytes, err, sizeof err)) {
+    ag_log(AG_LOG_DEBUG, "stored kernels are placed one by one: %s", err);
+    free(b);
+    return NULL;
+  }
+  return b;
+}
+
+int ag_tier_batch_add(ag_tier_batch_t *b, ag_entry_t *e, const void *obj, size_t len,
+                      const char *symbol, const st_judge_pool_t *pool, char *err, size_t errlen)
+{
+  uint64_t t0 = ag_now_ns();
+  if (b->n == b->cap) {
+    snprintf(err, errlen, "the batch is full");
+    return -1;
+  }
+  int rc = load_allowed(e, pool, err, errlen);
+  if (rc)
+    return rc;
+  long size = jt_obj_size(obj, len, err, errlen);
+  if (size < 0)
+    return -1;
+  batch_item_t *it = &b->items[b->n];
+  pthread_mutex_lock(&code_mu);
+  if (load_charge(e, (size_t)size, err, errlen)) {
+    pthread_mutex_unlock(&code_mu);
+    return 1;
+  }
+  if (jt_obj_place(&b->obj, obj, len, symbol, &it->l, err, errlen)) {
+    ag_cc_refund(&cache, (size_t)size);
+    pthread_mutex_unlock(&code_mu);
+    return -1;
+  }
+  add_code(it->l.fn, it->l.size, symbol, &it->l, obj, len, &e->key);
+  pthread_mutex_unlock(&code_mu);
+  it->e = e, it->symbol = symbol, it->has_pool = pool != NULL;
+  if (pool)
+    it->pool = *pool;
+  it->ns = ag_now_ns() - t0;
+  b->n++;
+  return 0;
+}
+
+int ag_tier_batch_commit(ag_tier_batch_t *b, char *err, size_t errlen)
+{
+  uint64_t t0 = ag_now_ns();
+  int rc = jt_obj_batch_commit(&b->obj, err, errlen);
+  uint64_t share = b->n ? (ag_now_ns() - t0) / b->n : 0;
+  int published = 0;
+  for (size_t i = 0; i < b->n; i++) {
+    batch_item_t *it = &b->items[i];
+    if (rc == 0) {
+      load_publish(it->e, &it->l, it->symbol, it->has_pool ? &it->pool : NULL, it->ns + share);
+      published++;
+      continue;
+    }
+    pthread_mutex_lock(&code_mu); /* unmapped with the batch: never ran */
+    uw_remove_code((uint64_t)(uintptr_t)it->l.fn);
+    ag_code_remove(it->l.fn);
+    ag_cc_refund(&cache, it->l.map_len);
+    pthread_mutex_unlock(&code_mu);
+  }
+  if (published) {
+    ag_cq_lock(&cq);
+    start_thread(); /* it watches the variants' speed and guards */
+    ag_cq_unlock(&cq);
+  }
+  free(b);
+  return rc ? -1 : published;
 }
 
 void ag_tier_invalidate(ag_entry_t *e, const char *fmt, ...)

@@ -107,6 +107,27 @@ int ag_tier_settle(long ms);
 int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
                  const st_judge_pool_t *pool, char *err, size_t errlen);
 
+/* A warm start's placement (jit/objload.h, the batch): stored kernels placed into one mapping
+ * that one W->X transition makes executable, then published in the order they were added, where
+ * ag_tier_load costs a mapping, an mprotect and a TLB shootdown per kernel. */
+typedef struct ag_tier_batch_s ag_tier_batch_t;
+
+/* A batch for at most n kernels taking bytes in all (jt_obj_size's sum), or NULL (no memory, or
+ * no mapping: the caller places with ag_tier_load). */
+ag_tier_batch_t *ag_tier_batch_new(size_t n, size_t bytes);
+
+/* ag_tier_load into batch b: the same checks and returns, but on 0 the kernel is placed,
+ * charged to the code cache and in the code map, neither executable nor published (e stays
+ * COLD) until ag_tier_batch_commit. symbol must stay valid until then. */
+int ag_tier_batch_add(ag_tier_batch_t *b, ag_entry_t *e, const void *obj, size_t len,
+                      const char *symbol, const st_judge_pool_t *pool, char *err, size_t errlen);
+
+/* Makes b's kernels executable (one mprotect), publishes each as ag_tier_load does (its event's
+ * time: its own placing plus its share of the commit) and frees b. Returns how many were
+ * published, or -1 with err when the code could not be made executable: then none was, their
+ * code map entries and cache charges are undone and each entry is still COLD. */
+int ag_tier_batch_commit(ag_tier_batch_t *b, char *err, size_t errlen);
+
 /* Entry i's judge rounds (its variant's, this run's pooled with the earlier runs' it resumed
  * from) for the writer to store with the variant: 1 with *out, 0 when it has none to store. */
 int ag_tier_judge_pool(uint32_t i, st_judge_pool_t *out);

@@ -12,6 +12,7 @@
 #include "jit/objload.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifndef OPJIT_LLVM_VERSION
@@ -66,6 +67,47 @@ static int hot(const st_profile_t *p, const st_hot_t *h)
   return ag_tier_profile_hot(&probe, h->score, h->mean_ns) || hot_through_stand_in(p, &probe.key);
 }
 
+/* h's signature (entry e) gets no stored kernel: a hot one takes the fleet's, or is queued. */
+static void compile(const st_hot_t *h, ag_entry_t *e, ag_warm_t *w)
+{
+  if (ag_fleet_place(e)) { /* another machine compiled it */
+    w->loaded++;
+    return;
+  }
+  char why[96];
+  snprintf(why, sizeof why, "warm: the profile weighs its calls at %.0f", h->score);
+  ag_tier_queue(e, why);
+  w->queued += atomic_load(&e->tier) == AG_TIER_QUEUED;
+}
+
+/* h's stored object could not be placed for entry e, for the reason in why: invalidated
+ * (still COLD: neither full nor demoted) and compiled again when hot. */
+static void unplaced(const st_profile_t *p, const st_hot_t *h, ag_entry_t *e, const char *why,
+                     ag_warm_t *w)
+{
+  if (atomic_load(&e->tier) != AG_TIER_COLD)
+    return; /* not compilable with these options */
+  ag_tier_invalidate(e, "%s", why);
+  w->invalidated++;
+  if (hot(p, h))
+    compile(h, e, w);
+}
+
+/* The stored objects the profile may place: a batch sized for all of them, or NULL (one by
+ * one then). */
+static ag_tier_batch_t *batch_for(const st_profile_t *p)
+{
+  size_t n = 0, bytes = 0;
+  char err[128];
+  for (size_t i = 0; i < p->n; i++) {
+    const st_hot_t *h = &p->sigs[i];
+    long size = h->object_id && h->code ? jt_obj_size(h->code, h->code_len, err, sizeof err) : -1;
+    if (size > 0)
+      n++, bytes += (size_t)size;
+  }
+  return n ? ag_tier_batch_new(n, bytes) : NULL;
+}
+
 void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, ag_warm_t *w)
 {
   memset(w, 0, sizeof *w);
@@ -84,6 +126,11 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
     return;
   }
   w->runs = p.runs;
+  /* The stored kernels go into one mapping made executable once, and are published together
+   * (hottest first: the profile's order) once all are placed. */
+  size_t *batched = calloc(p.n ? p.n : 1, sizeof *batched); /* the batch's, by profile index */
+  size_t nbatched = 0;
+  ag_tier_batch_t *batch = batched ? batch_for(&p) : NULL;
   for (size_t i = 0; i < p.n; i++) {
     const st_hot_t *h = &p.sigs[i];
     if (h->key_len != sizeof(ag_sig_t))
@@ -123,31 +170,40 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
         ag_tier_keep_original(e);
       continue;
     }
-    if (h->object_id) {
-      int bad = unusable(h, key, why, sizeof why) != NULL;
-      int placed = bad ? -1
-                       : ag_tier_load(e, h->code, h->code_len, h->symbol,
-                                      h->has_judge ? &h->judge : NULL, err, sizeof err);
-      if (placed == 0) {
-        w->loaded++;
-        continue;
-      }
-      if (placed > 0 || atomic_load(&e->tier) != AG_TIER_COLD)
-        continue; /* the code cache is full, or not compilable with these options */
-      if (!bad)
-        snprintf(why, sizeof why, "unloadable: %s", err);
-      ag_tier_invalidate(e, "%s", why);
-      w->invalidated++;
-      if (!hot(&p, h))
-        continue;
-    }
-    if (ag_fleet_place(e)) { /* another machine compiled it */
-      w->loaded++;
+    if (!h->object_id) {
+      compile(h, e, w);
       continue;
     }
-    snprintf(why, sizeof why, "warm: the profile weighs its calls at %.0f", h->score);
-    ag_tier_queue(e, why);
-    w->queued += atomic_load(&e->tier) == AG_TIER_QUEUED;
+    if (unusable(h, key, why, sizeof why)) {
+      unplaced(&p, h, e, why, w);
+      continue;
+    }
+    const st_judge_pool_t *pl = h->has_judge ? &h->judge : NULL;
+    int placed = batch ? ag_tier_batch_add(batch, e, h->code, h->code_len, h->symbol, pl, err,
+                                           sizeof err)
+                       : ag_tier_load(e, h->code, h->code_len, h->symbol, pl, err, sizeof err);
+    if (placed == 0 && batch)
+      batched[nbatched++] = i;
+    else if (placed == 0)
+      w->loaded++;
+    else if (placed < 0) { /* > 0: the code cache is full, or demoted by its pool */
+      snprintf(why, sizeof why, "unloadable: %s", err);
+      unplaced(&p, h, e, why, w);
+    }
   }
+  if (batch) {
+    char err[256], why[300];
+    int n = ag_tier_batch_commit(batch, err, sizeof err);
+    if (n >= 0)
+      w->loaded += n;
+    snprintf(why, sizeof why, "unloadable: %s", err);
+    for (size_t k = 0; n < 0 && k < nbatched; k++) {
+      const st_hot_t *h = &p.sigs[batched[k]];
+      ag_entry_t probe;
+      memcpy(&probe.key, h->key, sizeof probe.key);
+      unplaced(&p, h, ag_table_get(ag_table, &probe.key), why, w);
+    }
+  }
+  free(batched);
   store->profile_free(&p);
 }

@@ -91,27 +91,38 @@ static size_t function(const Elf64_Sym *syms, size_t nsyms, const char *names, s
   return 0;
 }
 
-int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, char *err,
-                size_t errlen)
+/* An object's placed sections laid out one after the other, as read from it and checked. */
+typedef struct layout_s {
+  const Elf64_Ehdr *eh;
+  const Elf64_Shdr *sh, *symtab;
+  const Elf64_Sym *syms;
+  size_t nsyms, symnames_len;
+  const char *symnames;
+  uint64_t base[MAX_SECTIONS]; /* each section's offset in the placement, UINT64_MAX: not placed */
+  size_t map_len;              /* the placement's bytes, whole pages */
+} layout_t;
+
+/* Reads obj's structure and lays its placed sections out at their alignments. 0, or -1 with a
+ * sentence in err. */
+static int layout(const void *obj, size_t len, layout_t *L, char *err, size_t errlen)
 {
   const unsigned char *f = obj;
-  memset(out, 0, sizeof *out);
-  const Elf64_Shdr *sh, *names;
-  const Elf64_Ehdr *eh = header(obj, len, &sh, &names, err, errlen);
+  const Elf64_Shdr *names;
+  const Elf64_Ehdr *eh = header(obj, len, &L->sh, &names, err, errlen);
   if (!eh)
     return -1;
+  L->eh = eh;
+  const Elf64_Shdr *sh = L->sh;
   const char *shnames = (const char *)f + names->sh_offset;
-
-  /* Layout: every placed section at its alignment, one after the other. */
-  uint64_t base[MAX_SECTIONS], total = 0;
-  const Elf64_Shdr *symtab = NULL;
+  uint64_t total = 0;
+  L->symtab = NULL;
   for (unsigned i = 0; i < eh->e_shnum; i++) {
     const Elf64_Shdr *s = &sh[i];
-    base[i] = UINT64_MAX;
+    L->base[i] = UINT64_MAX;
     if (s->sh_type == SHT_SYMTAB) {
-      if (symtab)
+      if (L->symtab)
         return fail(err, errlen, "two symbol tables");
-      symtab = s;
+      L->symtab = s;
     }
     if (!placed(s, shnames + s->sh_name))
       continue;
@@ -120,68 +131,70 @@ int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, 
         (s->sh_type != SHT_NOBITS && !inside(s->sh_offset, s->sh_size, len)))
       return fail(err, errlen, "bad section %s", shnames + s->sh_name);
     total = (total + align - 1) & ~(align - 1);
-    base[i] = total;
+    L->base[i] = total;
     total += s->sh_size;
   }
-  size_t nsyms, symnames_len;
-  const char *symnames;
-  const Elf64_Sym *syms = symbols(f, len, eh, sh, symtab, &nsyms, &symnames, &symnames_len, err, errlen);
-  if (!syms)
+  L->syms = symbols(f, len, eh, sh, L->symtab, &L->nsyms, &L->symnames, &L->symnames_len, err,
+                    errlen);
+  if (!L->syms)
     return -1;
   if (total == 0 || total > (64u << 20))
     return fail(err, errlen, "the object holds no code, or more than 64 MB");
+  L->map_len = (total + 4095) & ~(uint64_t)4095;
+  return 0;
+}
 
-  size_t map_len = (total + 4095) & ~(uint64_t)4095;
-  unsigned char *m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED)
-    return fail(err, errlen, "cannot map %zu bytes", map_len);
+/* Copies obj's placed sections to m (L->map_len writable bytes, zero), applies their
+ * relocations and finds function sym: 0 with its entry symbol in *entry, or -1 with a sentence
+ * in err. */
+static int place(const void *obj, size_t len, const layout_t *L, unsigned char *m,
+                 const char *sym, const Elf64_Sym **entry, char *err, size_t errlen)
+{
+  const unsigned char *f = obj;
+  const Elf64_Ehdr *eh = L->eh;
+  const Elf64_Shdr *sh = L->sh;
+  const Elf64_Sym *syms = L->syms;
+  size_t nsyms = L->nsyms, symnames_len = L->symnames_len;
+  const char *symnames = L->symnames;
   for (unsigned i = 0; i < eh->e_shnum; i++)
-    if (base[i] != UINT64_MAX && sh[i].sh_type != SHT_NOBITS)
-      memcpy(m + base[i], f + sh[i].sh_offset, sh[i].sh_size);
+    if (L->base[i] != UINT64_MAX && sh[i].sh_type != SHT_NOBITS)
+      memcpy(m + L->base[i], f + sh[i].sh_offset, sh[i].sh_size);
 
   /* Relocations of placed sections; those of .eh_frame (not placed) are skipped. */
   for (unsigned i = 0; i < eh->e_shnum; i++) {
     const Elf64_Shdr *r = &sh[i];
     if (r->sh_type == SHT_REL)
-      goto bad_rel_kind;
-    if (r->sh_type != SHT_RELA || r->sh_info >= eh->e_shnum || base[r->sh_info] == UINT64_MAX)
+      return fail(err, errlen, "REL relocations are not x86-64's");
+    if (r->sh_type != SHT_RELA || r->sh_info >= eh->e_shnum || L->base[r->sh_info] == UINT64_MAX)
       continue;
     if (r->sh_entsize != sizeof(Elf64_Rela) || !inside(r->sh_offset, r->sh_size, len) ||
-        r->sh_offset % 8 || &sh[r->sh_link] != symtab) {
-      fail(err, errlen, "bad relocation section");
-      goto fail;
-    }
+        r->sh_offset % 8 || &sh[r->sh_link] != L->symtab)
+      return fail(err, errlen, "bad relocation section");
     const Elf64_Shdr *target = &sh[r->sh_info];
     const Elf64_Rela *rel = (const Elf64_Rela *)(f + r->sh_offset);
     for (size_t j = 0; j < r->sh_size / sizeof *rel; j++) {
       uint32_t type = ELF64_R_TYPE(rel[j].r_info), si = ELF64_R_SYM(rel[j].r_info);
-      if (si == 0 || si >= nsyms) {
-        fail(err, errlen, "relocation against a bad symbol");
-        goto fail;
-      }
+      if (si == 0 || si >= nsyms)
+        return fail(err, errlen, "relocation against a bad symbol");
       const Elf64_Sym *s = &syms[si];
       unsigned width = type == R_X86_64_PC32 || type == R_X86_64_PLT32 ? 4 : 8;
-      if (rel[j].r_offset > target->sh_size || target->sh_size - rel[j].r_offset < width) {
-        fail(err, errlen, "relocation outside its section");
-        goto fail;
-      }
+      if (rel[j].r_offset > target->sh_size || target->sh_size - rel[j].r_offset < width)
+        return fail(err, errlen, "relocation outside its section");
       /* Addresses and addends are added modulo 2^64, as the processor adds them: an addend of
        * any size is arithmetic, never an overflow. */
-      unsigned char *at = m + base[r->sh_info] + rel[j].r_offset;
+      unsigned char *at = m + L->base[r->sh_info] + rel[j].r_offset;
       uint64_t P = (uintptr_t)at, GOT = (uintptr_t)m, A = (uint64_t)rel[j].r_addend, v;
       if (type == R_X86_64_GOTPC64 && s->st_shndx == SHN_UNDEF && s->st_name < symnames_len &&
           strcmp(symnames + s->st_name, "_GLOBAL_OFFSET_TABLE_") == 0) {
         v = GOT + A - P;   /* the large code model's base register; no entry of the table is */
-        memcpy(at, &v, 8); /* ever read, so it is the mapping's start */
+        memcpy(at, &v, 8); /* ever read, so it is the placement's start */
         continue;
       }
       if (s->st_shndx == SHN_UNDEF || s->st_shndx >= eh->e_shnum ||
-          base[s->st_shndx] == UINT64_MAX || s->st_value > sh[s->st_shndx].sh_size) {
-        fail(err, errlen, "the code refers to %s, outside the object",
-             s->st_name < symnames_len ? symnames + s->st_name : "a bad symbol");
-        goto fail;
-      }
-      uint64_t S = (uint64_t)(uintptr_t)m + base[s->st_shndx] + s->st_value;
+          L->base[s->st_shndx] == UINT64_MAX || s->st_value > sh[s->st_shndx].sh_size)
+        return fail(err, errlen, "the code refers to %s, outside the object",
+                    s->st_name < symnames_len ? symnames + s->st_name : "a bad symbol");
+      uint64_t S = (uint64_t)(uintptr_t)m + L->base[s->st_shndx] + s->st_value;
       v = S + A;
       switch (type) {
       case R_X86_64_64: memcpy(at, &v, 8); break;
@@ -191,40 +204,121 @@ int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, 
       case R_X86_64_PLT32: { /* to a symbol defined here: the PLT is the symbol itself */
         int64_t d = (int64_t)(v - P);
         int32_t v32 = (int32_t)d;
-        if (v32 != d) {
-          fail(err, errlen, "PC-relative relocation out of range");
-          goto fail;
-        }
+        if (v32 != d)
+          return fail(err, errlen, "PC-relative relocation out of range");
         memcpy(at, &v32, 4);
         break;
       }
       default:
-        fail(err, errlen, "unsupported relocation type %u", type);
-        goto fail;
+        return fail(err, errlen, "unsupported relocation type %u", type);
       }
     }
   }
 
   /* The entry symbol: a function defined in a placed section. */
   const Elf64_Sym *s = &syms[function(syms, nsyms, symnames, symnames_len, sym)];
-  if (s == syms || s->st_shndx >= eh->e_shnum || base[s->st_shndx] == UINT64_MAX ||
+  if (s == syms || s->st_shndx >= eh->e_shnum || L->base[s->st_shndx] == UINT64_MAX ||
       s->st_size == 0 || s->st_value > sh[s->st_shndx].sh_size ||
-      sh[s->st_shndx].sh_size - s->st_value < s->st_size) {
-    fail(err, errlen, "no function %s in the object", sym);
+      sh[s->st_shndx].sh_size - s->st_value < s->st_size)
+    return fail(err, errlen, "no function %s in the object", sym);
+  *entry = s;
+  return 0;
+}
+
+int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, char *err,
+                size_t errlen)
+{
+  memset(out, 0, sizeof *out);
+  layout_t L;
+  const Elf64_Sym *s;
+  if (layout(obj, len, &L, err, errlen))
+    return -1;
+  unsigned char *m = mmap(NULL, L.map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                          -1, 0);
+  if (m == MAP_FAILED)
+    return fail(err, errlen, "cannot map %zu bytes", L.map_len);
+  if (place(obj, len, &L, m, sym, &s, err, errlen))
     goto fail;
-  }
-  if (mprotect(m, map_len, PROT_READ | PROT_EXEC) != 0) {
+  if (mprotect(m, L.map_len, PROT_READ | PROT_EXEC) != 0) {
     fail(err, errlen, "cannot make the code executable");
     goto fail;
   }
-  __builtin___clear_cache((char *)m, (char *)m + map_len);
-  *out = (jt_loaded_t){m + base[s->st_shndx] + s->st_value, s->st_size, m, map_len};
+  __builtin___clear_cache((char *)m, (char *)m + L.map_len);
+  *out = (jt_loaded_t){m + L.base[s->st_shndx] + s->st_value, s->st_size, m, L.map_len};
   return 0;
-bad_rel_kind:
-  fail(err, errlen, "REL relocations are not x86-64's");
 fail:
-  munmap(m, map_len);
+  munmap(m, L.map_len);
   return -1;
+}
+
+long jt_obj_size(const void *obj, size_t len, char *err, size_t errlen)
+{
+  layout_t L;
+  return layout(obj, len, &L, err, errlen) ? -1 : (long)L.map_len;
+}
+
+int jt_obj_batch_begin(jt_obj_batch_t *b, size_t cap, char *err, size_t errlen)
+{
+  memset(b, 0, sizeof *b);
+  cap = (cap + 4095) & ~(size_t)4095;
+  if (cap == 0)
+    return fail(err, errlen, "an empty batch");
+  void *m = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED)
+    return fail(err, errlen, "cannot map %zu bytes", cap);
+  b->map = m, b->cap = cap;
+  return 0;
+}
+
+int jt_obj_place(jt_obj_batch_t *b, const void *obj, size_t len, const char *sym,
+                 jt_loaded_t *out, char *err, size_t errlen)
+{
+  memset(out, 0, sizeof *out);
+  layout_t L;
+  const Elf64_Sym *s;
+  if (!b->map || b->committed)
+    return fail(err, errlen, "the batch is not open");
+  if (layout(obj, len, &L, err, errlen))
+    return -1;
+  if (L.map_len > b->cap - b->used)
+    return fail(err, errlen, "the batch has %zu bytes left, the object takes %zu",
+                b->cap - b->used, L.map_len);
+  unsigned char *m = b->map + b->used;
+  if (place(obj, len, &L, m, sym, &s, err, errlen)) {
+    memset(m, 0, L.map_len); /* the next object's pages start as a fresh mapping's */
+    return -1;
+  }
+  b->used += L.map_len;
+  *out = (jt_loaded_t){m + L.base[s->st_shndx] + s->st_value, s->st_size, m, L.map_len};
+  return 0;
+}
+
+int jt_obj_batch_commit(jt_obj_batch_t *b, char *err, size_t errlen)
+{
+  if (!b->map || b->committed)
+    return fail(err, errlen, "the batch is not open");
+  if (b->used < b->cap)
+    munmap(b->map + b->used, b->cap - b->used);
+  if (!b->used) {
+    memset(b, 0, sizeof *b);
+    return 0;
+  }
+  b->cap = b->used;
+  if (mprotect(b->map, b->used, PROT_READ | PROT_EXEC) != 0) {
+    munmap(b->map, b->used);
+    memset(b, 0, sizeof *b);
+    return fail(err, errlen, "cannot make the code executable");
+  }
+  __builtin___clear_cache((char *)b->map, (char *)b->map + b->used);
+  b->committed = 1;
+  return 0;
+}
+
+void jt_obj_batch_abort(jt_obj_batch_t *b)
+{
+  if (b->map && !b->committed)
+    munmap(b->map, b->cap);
+  memset(b, 0, sizeof *b);
 }
 
 void jt_obj_unload(jt_loaded_t *l)

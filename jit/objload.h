@@ -41,8 +41,42 @@ int jt_obj_load(const void *obj, size_t len, const char *sym, jt_loaded_t *out, 
 long jt_obj_cfi(const void *obj, size_t len, const char *sym, uint64_t code, uint8_t *out,
                 size_t cap, char *err, size_t errlen);
 
-/* Unmaps what jt_obj_load placed. The caller guarantees no thread runs its code. */
+/* Unmaps what jt_obj_load or jt_obj_place placed (a batch's object: its own pages of the
+ * batch's mapping). The caller guarantees no thread runs its code. */
 void jt_obj_unload(jt_loaded_t *l);
+
+/* A batch: several objects placed into one mapping that turns read+execute once, in
+ * jt_obj_batch_commit. Each object gets whole pages of its own (jt_obj_unload frees them alone),
+ * so a batch of n objects costs one mprotect, and one TLB shootdown across the threads running,
+ * where n jt_obj_load calls cost n. Until the commit nothing in it is executable; after it
+ * nothing in it is writable. */
+typedef struct jt_obj_batch_s {
+  unsigned char *map;
+  size_t cap, used; /* bytes mapped and placed, whole pages */
+  int committed;
+} jt_obj_batch_t;
+
+/* The bytes (whole pages) obj takes in a batch, or -1 with a sentence in err (it would not
+ * place: jt_obj_load's structural checks). */
+long jt_obj_size(const void *obj, size_t len, char *err, size_t errlen);
+
+/* Opens batch b with room for cap bytes (jt_obj_size's sum), mapped read+write. 0, or -1 with a
+ * sentence in err (b is then empty). */
+int jt_obj_batch_begin(jt_obj_batch_t *b, size_t cap, char *err, size_t errlen);
+
+/* Places obj into open batch b as jt_obj_load would, but not executable until
+ * jt_obj_batch_commit: out->map and map_len are its own pages. Returns 0, or -1 with a
+ * sentence in err (the batch is as it was: no room, or the object is refused). */
+int jt_obj_place(jt_obj_batch_t *b, const void *obj, size_t len, const char *sym,
+                 jt_loaded_t *out, char *err, size_t errlen);
+
+/* Makes every object placed in b read+execute (one mprotect) and returns the unused rest of
+ * the mapping. 0, or -1 with a sentence in err: then nothing of b stays mapped and every
+ * jt_loaded_t it gave is void (never to be called or unloaded). */
+int jt_obj_batch_commit(jt_obj_batch_t *b, char *err, size_t errlen);
+
+/* Unmaps an open batch and everything placed in it (never called), or nothing once committed. */
+void jt_obj_batch_abort(jt_obj_batch_t *b);
 
 /* The 64-bit FNV-1a hash of an object's bytes, stored beside it and checked before loading:
  * it catches a damaged or altered blob (it is an integrity check, not an authentication). */

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static const jt_api_t *jit;
@@ -138,6 +139,109 @@ Test(objload, code_is_mapped_read_execute_only)
   cr_assert_str_eq(perms, "r-xp");
   jt_obj_unload(&l);
   cr_assert_null(l.map);
+  free(k.obj);
+}
+
+/* Whether [p, p + len) is mapped (mincore fails with ENOMEM on an unmapped page). */
+static int mapped(const void *p, size_t len)
+{
+  unsigned char v[16];
+  return mincore((void *)((uintptr_t)p & ~(uintptr_t)4095), len, v) == 0;
+}
+
+/* Runs l's kernel and k's LLJIT-linked one on the same random operands of g: the same bits. */
+static void same_results(const jt_gemm_t *g, const kern_t *k, const jt_loaded_t *l)
+{
+  size_t esz = g->f64 ? 8 : 4, na = (size_t)g->lda * g->k, nb = (size_t)g->ldb * g->n,
+         nc = (size_t)g->ldc * g->n;
+  char *a = malloc(na * esz), *b = malloc(nb * esz), *c = calloc(nc, esz);
+  for (size_t i = 0; i < na * esz; i++)
+    a[i] = (char)(rnd(64) + 32);
+  for (size_t i = 0; i < nb * esz; i++)
+    b[i] = (char)(rnd(64) + 32);
+  void *want = run(k->fn, a, b, c, nc * esz, 1, 0), *got = run((jt_gemm_fn)l->fn, a, b, c, nc * esz, 1, 0);
+  cr_assert(memcmp(want, got, nc * esz) == 0, "%s: the batch's kernel differs", k->name);
+  free(want), free(got), free(a), free(b), free(c);
+}
+
+Test(objload, a_batch_is_one_mapping_made_executable_once_and_freed_kernel_by_kernel)
+{
+  enum { N = 6 };
+  kern_t k[N];
+  jt_gemm_t g[N];
+  size_t bytes = 0;
+  char err[256] = "", perms[5];
+  for (int i = 0; i < N; i++) {
+    int n = 4 + 4 * i;
+    g[i] = (jt_gemm_t){.f64 = i % 2, .m = n, .n = n, .k = n, .lda = n, .ldb = n, .ldc = n};
+    k[i] = compile(&g[i]);
+    long size = jt_obj_size(k[i].obj, k[i].obj_len, err, sizeof err);
+    cr_assert_gt(size, 0, "%s", err);
+    cr_assert_eq(size % 4096, 0, "whole pages");
+    bytes += (size_t)size;
+  }
+  jt_obj_batch_t b;
+  jt_loaded_t l[N];
+  cr_assert_eq(jt_obj_batch_begin(&b, bytes + 8192, err, sizeof err), 0, "%s", err);
+  /* A refused object takes no room: the next one is placed where it would have been. */
+  cr_assert_eq(jt_obj_place(&b, k[0].obj, k[0].obj_len, "no_such_kernel", &l[0], err, sizeof err),
+               -1);
+  cr_assert_eq(b.used, 0);
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(jt_obj_place(&b, k[i].obj, k[i].obj_len, k[i].name, &l[i], err, sizeof err), 0,
+                 "%s: %s", k[i].name, err);
+    cr_assert_eq((long)l[i].map_len, jt_obj_size(k[i].obj, k[i].obj_len, err, sizeof err));
+    cr_assert_eq(l[i].map, i ? (unsigned char *)l[i - 1].map + l[i - 1].map_len : b.map,
+                 "the objects lie one after the other");
+    perms_of(l[i].fn, perms);
+    cr_assert_str_eq(perms, "rw-p", "not executable before the commit");
+  }
+  cr_assert_eq(jt_obj_batch_commit(&b, err, sizeof err), 0, "%s", err);
+  cr_assert(!mapped(b.map + bytes, 4096), "the unused rest is unmapped");
+  for (int i = 0; i < N; i++) {
+    perms_of(l[i].fn, perms);
+    cr_assert_str_eq(perms, "r-xp", "read+execute after the commit, never writable");
+    same_results(&g[i], &k[i], &l[i]);
+  }
+  /* Freeing one kernel unmaps its own pages; its neighbours keep running. */
+  void *freed = l[2].map;
+  size_t freed_len = l[2].map_len;
+  jt_obj_unload(&l[2]);
+  cr_assert(!mapped(freed, freed_len), "its pages are gone");
+  for (int i = 0; i < N; i++)
+    if (i != 2)
+      same_results(&g[i], &k[i], &l[i]);
+  for (int i = 0; i < N; i++) {
+    jt_obj_unload(&l[i]);
+    free(k[i].obj);
+  }
+  cr_assert_eq(jt_obj_place(&b, k[0].obj, 0, "x", &l[0], err, sizeof err), -1,
+               "a committed batch takes nothing more");
+}
+
+Test(objload, an_aborted_batch_leaves_nothing_mapped)
+{
+  jt_gemm_t g = {.m = 8, .n = 8, .k = 8, .lda = 8, .ldb = 8, .ldc = 8};
+  kern_t k = compile(&g);
+  char err[256] = "";
+  jt_obj_batch_t b;
+  jt_loaded_t l;
+  long size = jt_obj_size(k.obj, k.obj_len, err, sizeof err);
+  cr_assert_gt(size, 0, "%s", err);
+  cr_assert_eq(jt_obj_batch_begin(&b, (size_t)size, err, sizeof err), 0, "%s", err);
+  unsigned char *map = b.map;
+  cr_assert_eq(jt_obj_place(&b, k.obj, k.obj_len, k.name, &l, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(jt_obj_place(&b, k.obj, k.obj_len, k.name, &l, err, sizeof err), -1,
+               "no room past the bytes asked for");
+  cr_assert(strstr(err, "left"), "%s", err);
+  jt_obj_batch_abort(&b);
+  cr_assert(!mapped(map, (size_t)size));
+  cr_assert_null(b.map);
+  /* An empty batch's commit returns its mapping too. */
+  cr_assert_eq(jt_obj_batch_begin(&b, 4096, err, sizeof err), 0, "%s", err);
+  map = b.map;
+  cr_assert_eq(jt_obj_batch_commit(&b, err, sizeof err), 0, "%s", err);
+  cr_assert(!mapped(map, 4096));
   free(k.obj);
 }
 
