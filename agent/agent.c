@@ -1188,14 +1188,16 @@ static void warm_start(int writer_thread)
            w.queued, w.invalidated);
 }
 
-/* Runs the warm start (on the writer thread: and records the run), lets hot signatures queue
- * again, and wakes whoever waits for it. */
+/* Runs the warm start, lets hot signatures queue again (compile threads load LLVM meanwhile), on
+ * the writer thread records the run (creating the database takes tens of milliseconds of
+ * fsyncs), then lets JIT code run, and wakes whoever waits for the warm start. */
 static void warm_finish(int writer_thread)
 {
   warm_start(writer_thread);
+  ag_tier_hold(writer_thread ? AG_HOLD_RUN : AG_HOLD_NONE);
   if (writer_thread)
-    record_early(); /* before the first compile */
-  ag_tier_hold(0);
+    record_early(); /* before the first compile runs its kernel */
+  ag_tier_hold(AG_HOLD_NONE);
   pthread_mutex_lock(&warm_mu);
   warm_pending = 0;
   pthread_cond_broadcast(&warm_cond);
@@ -1240,7 +1242,7 @@ int ag_activate(void)
   warm_pending = warm;
   pthread_mutex_unlock(&warm_mu);
   if (warm)
-    ag_tier_hold(1);
+    ag_tier_hold(AG_HOLD_QUEUE);
   if (ag_hot_calls)
     ag_crash_install(); /* before any JIT code can run */
   start_writer();

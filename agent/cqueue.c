@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* The compile queue (cqueue.h): a LIFO array under a mutex, and its threads' loop. */
+/* The compile queue (cqueue.h): an array under a mutex, taken in the caller's order (else LIFO),
+ * and its threads' loop. */
 #include "cqueue.h"
 
 #include <errno.h>
 #include <signal.h>
+#include <string.h>
 #include <time.h>
 
 void ag_cq_lock(ag_cqueue_t *q) { pthread_mutex_lock(&q->mu); }
@@ -28,7 +30,12 @@ static void *cq_main(void *arg)
   pthread_mutex_lock(&q->mu);
   for (;;) {
     while (q->len) {
-      uint32_t i = q->items[--q->len];
+      unsigned at = ops->pick ? ops->pick(ops->ctx, q->items, q->len) : q->len - 1;
+      if (at >= q->len)
+        at = q->len - 1;
+      uint32_t i = q->items[at];
+      memmove(&q->items[at], &q->items[at + 1], (q->len - at - 1) * sizeof *q->items);
+      q->len--;
       int alone = q->len == 0;
       q->busy++;
       pthread_mutex_unlock(&q->mu);

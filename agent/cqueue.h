@@ -3,15 +3,16 @@
  * that take them. A queue the caller owns: what a compile is, and what a thread does while the
  * queue is empty, are the caller's ops; the queue knows only indices.
  *
- * Last in, first out: a signature just found hot is compiled before those queued before it (a
- * short program gets its newest kernels soonest; the queue only grows when a burst of signatures
- * gets hot at once). At most AG_CQ_MAX wait; a full queue refuses more (the caller asks again
+ * Which waiting signature goes next is the caller's pick (the tiers take the one with the most
+ * calls: a program whose signatures all get hot while the first compile loads LLVM has its
+ * hottest compiled first, not last); without one, last in, first out (a signature just found hot
+ * is compiled before those queued before it). At most AG_CQ_MAX wait; a full queue refuses more (the caller asks again
  * later). The first thread starts with the first signature; another, up to the caller's
  * maximum, whenever a signature is queued behind another. Threads block every signal (a host
  * signal is never delivered on one) and never exit: the process's exit ends them.
  *
- *   thread: [ops->begin] ─▶ take the newest ─▶ ops->compile(i, alone) ─▶ ... queue empty ─▶
- *           ms = ops->between() ─▶ wait for a push, or ms ─▶ take the newest ... */
+ *   thread: [ops->begin] ─▶ take ops->pick's (the newest) ─▶ ops->compile(i, alone) ─▶ ...
+ *           queue empty ─▶ ms = ops->between() ─▶ wait for a push, or ms ─▶ take ... */
 #ifndef OPJIT_AGENT_CQUEUE_H
 #define OPJIT_AGENT_CQUEUE_H
 
@@ -24,6 +25,9 @@ typedef struct ag_cq_ops_s {
   void (*begin)(void *ctx);                          /* first, on each new thread */
   void (*compile)(void *ctx, uint32_t i, int alone); /* alone: nothing else was queued */
   long (*between)(void *ctx); /* the queue is empty: returns how long to wait (ms) for more */
+  /* NULL, or which of the n waiting signatures (items, oldest first) to compile next: its
+   * position; called with the queue's mutex held */
+  unsigned (*pick)(void *ctx, const uint32_t *items, unsigned n);
   void *ctx;
 } ag_cq_ops_t;
 

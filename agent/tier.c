@@ -63,7 +63,9 @@
 static void compile_begin(void *ctx);
 static void compile_next(void *ctx, uint32_t i, int alone);
 static long compile_between(void *ctx);
-static const ag_cq_ops_t cq_ops = {compile_begin, compile_next, compile_between, NULL};
+static unsigned compile_pick(void *ctx, const uint32_t *items, unsigned n);
+static const ag_cq_ops_t cq_ops = {.begin = compile_begin, .compile = compile_next,
+                                   .between = compile_between, .pick = compile_pick};
 static ag_cqueue_t cq = AG_CQUEUE_INIT(&cq_ops);
 static pthread_mutex_t code_mu = PTHREAD_MUTEX_INITIALIZER; /* the code cache, the code list,
                                                                the estimates, speed verdicts */
@@ -71,7 +73,9 @@ static pthread_mutex_t code_mu = PTHREAD_MUTEX_INITIALIZER; /* the code cache, t
 /* The JIT module, once a compile thread loaded it (release): the writer reads it too. */
 static const jt_api_t *_Atomic jit;
 static _Atomic int jit_dead;
-static _Atomic int hold_hot; /* the warm start is deciding: calls queue nothing meanwhile */
+static _Atomic int hold_hot; /* tier.h, ag_tier_hold: AG_HOLD_QUEUE, AG_HOLD_RUN or none */
+static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER; /* hold_cond: hold_hot lifted */
+static pthread_cond_t hold_cond = PTHREAD_COND_INITIALIZER;
 static jt_gemm_t *shapes; /* per entry: the column-major problem its variant solves */
 ag_vrun_t *ag_vrun;        /* per entry: what a call through the variant needs (tier.h) */
 
@@ -690,12 +694,41 @@ static void compile_begin(void *ctx)
   ag_tl_keep_statics = 1; /* LLVM's static destructors are never registered (process.c) */
 }
 
+/* The waiting signature with the most calls (cqueue.h, pick): the most to gain from its kernel.
+ * A tie goes to the newest. cq locked. */
+static unsigned compile_pick(void *ctx, const uint32_t *items, unsigned n)
+{
+  (void)ctx;
+  unsigned best = n - 1;
+  uint64_t most = 0;
+  for (unsigned k = n; k-- > 0;) {
+    uint64_t calls, vcalls;
+    ag_tcount_sum_one(items[k], &calls, &vcalls);
+    if (calls > most)
+      most = calls, best = k;
+  }
+  return best;
+}
+
+/* Waits while JIT code may not run yet (ag_tier_hold: AG_HOLD_RUN, the run not recorded). */
+static void wait_run(void)
+{
+  if (atomic_load(&hold_hot) == AG_HOLD_NONE)
+    return;
+  pthread_mutex_lock(&hold_mu);
+  while (atomic_load(&hold_hot) != AG_HOLD_NONE)
+    pthread_cond_wait(&hold_cond, &hold_mu);
+  pthread_mutex_unlock(&hold_mu);
+}
+
 /* A compile thread took entry i. LLVM is loaded with the first compile, so a thread that only
- * watches loaded variants (a warm run whose kernels all came from the store) never loads it. */
+ * watches loaded variants (a warm run whose kernels all came from the store) never loads it;
+ * the compile (which runs its kernel: tuning, self-test, duel) waits until JIT code may run. */
 static void compile_next(void *ctx, uint32_t i, int alone)
 {
   (void)ctx;
   if (load_jit() == 0) {
+    wait_run();
     ag_crash_trial(&ag_table_entry(ag_table, i)->key); /* a fault meanwhile blames it */
     compile_one(i, alone);
     ag_crash_trial(NULL);
@@ -763,10 +796,14 @@ static int pays_back(const ag_entry_t *e, double spent_ns, ag_payback_t *t)
                         ag_opts.num[AG_OPT_HOT_PAYBACK], busy < ncpu, t);
 }
 
-void ag_tier_hold(int on)
+void ag_tier_hold(int level)
 {
-  atomic_store(&hold_hot, on);
-  if (on || !ag_table)
+  pthread_mutex_lock(&hold_mu);
+  int was = atomic_exchange(&hold_hot, level);
+  if (level == AG_HOLD_NONE)
+    pthread_cond_broadcast(&hold_cond);
+  pthread_mutex_unlock(&hold_mu);
+  if (level == AG_HOLD_QUEUE || was != AG_HOLD_QUEUE || !ag_table)
     return;
   uint32_t n = ag_table_count(ag_table);
   for (uint32_t i = 0; i < n; i++) {
@@ -822,7 +859,8 @@ static void not_yet(ag_entry_t *e, ag_reason_words_fn words, const test_figs_t *
 void ag_tier_hot(ag_entry_t *e, uint64_t n)
 {
   if (n < ag_hot_calls || ag_hot_calls == 0 || atomic_load(&jit_dead) ||
-      atomic_load(&e->tier) != AG_TIER_COLD || atomic_load_explicit(&hold_hot, memory_order_relaxed))
+      atomic_load(&e->tier) != AG_TIER_COLD ||
+      atomic_load_explicit(&hold_hot, memory_order_relaxed) == AG_HOLD_QUEUE)
     return;
   uint32_t fails = atomic_load(&e->fails);
   if (fails && n >> 12 < (1u << fails)) /* backing off after a failed compile */
@@ -997,7 +1035,7 @@ int ag_tier_settle(long ms)
   if (atomic_load(&jit_dead))
     return 0; /* what is queued fails at once, or was never taken */
   struct timespec dl = ag_deadline_after(CLOCK_REALTIME, ms);
-  if (atomic_load(&hold_hot))
+  if (atomic_load(&hold_hot) == AG_HOLD_QUEUE)
     return 1; /* a warm start still deciding (the caller waits for it first) */
   ag_cq_lock(&cq);
   int rc = ag_cq_wait_idle(&cq, &dl);
@@ -1390,7 +1428,9 @@ void ag_tier_after_fork_child(void)
   pthread_mutex_init(&cmp_mu, NULL);
   ag_reasons_after_fork_child(&reasons);      /* the decisions so far stay */
   /* The tiers' own state. A warm start in the parent's writer did not survive. */
-  atomic_store(&hold_hot, 0);
+  atomic_store(&hold_hot, AG_HOLD_NONE);
+  pthread_mutex_init(&hold_mu, NULL); /* a parent thread may have held it */
+  pthread_cond_init(&hold_cond, NULL);
   /* The child's counters start from zero: its comparisons' baselines too, their rounds so far
    * (pooled from earlier runs, and the parent's) kept: the child's writer stores them with its
    * own. Whether a compile thread will watch its variants is not known yet: until one does, no

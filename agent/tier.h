@@ -53,10 +53,17 @@ enum ag_event {
  * never waits. */
 void ag_tier_hot(ag_entry_t *e, uint64_t n);
 
-/* While on, hot signatures are not queued: the warm start (on the writer thread) is deciding
- * which to place from the store and which to compile. Turned off, every cold signature that
- * got hot meanwhile gets its ag_tier_hot. */
-void ag_tier_hold(int on);
+/* What the tiers hold back at the start of a run (ag_tier_hold):
+ *   AG_HOLD_QUEUE  hot signatures are not queued: the warm start (on the writer) is deciding
+ *                  which to place from the store and which to compile
+ *   AG_HOLD_RUN    they are queued and compile threads load LLVM, but no JIT code runs (no
+ *                  compile, whose tuning, self-test and duel run the kernel) until the run is
+ *                  recorded, so that a crash in JIT code finds its run (crash.h)
+ *   AG_HOLD_NONE   nothing is held */
+enum { AG_HOLD_NONE = 0, AG_HOLD_RUN, AG_HOLD_QUEUE };
+/* Sets what is held. Leaving AG_HOLD_QUEUE, every cold signature that got hot meanwhile gets
+ * its ag_tier_hot; reaching AG_HOLD_NONE wakes the compile threads waiting to run. */
+void ag_tier_hold(int level);
 
 /* The never-slower judge's inputs (compare.h). ag_tier_live: variants published now;
  * ag_tier_undecided: those still awaiting a verdict (bursts run more often meanwhile). */

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* The compile queue with real threads: the newest signature is taken first, a full queue
- * refuses more, threads start with the first signature and one more per signature queued behind
- * another up to the maximum, a push wakes a waiting thread at once, the idle step comes as
- * often as it asks, and a wait for idle ends once nothing is queued or compiling. Compiles here are callbacks that record what they were given. */
+/* The compile queue with real threads: the newest signature is taken first (or the caller's
+ * pick), a full queue refuses more, threads start with the first signature and one more per
+ * signature queued behind another up to the maximum, a push wakes a waiting thread at once, the
+ * idle step comes as often as it asks, and a wait for idle ends once nothing is queued or
+ * compiling. Compiles here are callbacks that record what they were given. */
 #include "agent/cqueue.h"
 
 #include <criterion/criterion.h>
@@ -40,7 +41,7 @@ static long between(void *ctx)
   return between_ms;
 }
 
-static const ag_cq_ops_t ops = {begin, compile, between, NULL};
+static const ag_cq_ops_t ops = {.begin = begin, .compile = compile, .between = between};
 
 static int done(void)
 {
@@ -87,6 +88,36 @@ Test(cqueue, the_newest_signature_is_compiled_first)
   cr_assert_eq(alone_of[1], 0);
   cr_assert_eq(alone_of[5], 1, "the last one");
   cr_assert_eq(atomic_load(&begun), 1, "one thread at most");
+}
+
+/* A pick that takes the largest index waiting (the tiers take the most called). */
+static unsigned largest(void *ctx, const uint32_t *items, unsigned n)
+{
+  (void)ctx;
+  unsigned best = 0;
+  for (unsigned k = 1; k < n; k++)
+    if (items[k] > items[best])
+      best = k;
+  return best;
+}
+
+Test(cqueue, the_callers_pick_chooses_which_waiting_signature_goes_next)
+{
+  static const ag_cq_ops_t picking = {.begin = begin, .compile = compile, .between = between,
+                                      .pick = largest};
+  static ag_cqueue_t q = AG_CQUEUE_INIT(&picking);
+  atomic_store(&hold_first, 1);
+  push(&q, 100, 1);
+  cr_assert_eq(wait_for(compiles_entered, 1), 1);
+  const uint32_t queued[] = {103, 101, 105, 102, 104};
+  for (int k = 0; k < 5; k++)
+    push(&q, queued[k], 1);
+  atomic_store(&hold_first, 0);
+  cr_assert_eq(wait_for(done, 6), 6);
+  uint32_t want[] = {100, 105, 104, 103, 102, 101};
+  for (int k = 0; k < 6; k++)
+    cr_assert_eq(order[k], want[k], "compile %d", k);
+  cr_assert_eq(alone_of[5], 1, "the last one");
 }
 
 Test(cqueue, a_full_queue_refuses_more)
