@@ -4,9 +4,11 @@
  * On a process's first counted call in jit mode (OPJIT_WARM), before that call runs, the
  * agent reads the program's profile on this machine (store.h, st_profile: its recent runs,
  * each weighing half as much every OPJIT_DECAY runs) and, for each signature:
- *   still called, with a valid object for this CPU -> placed without LLVM (ag_tier_load): its
- *                                                     first call runs the kernel (placing costs
- *                                                     microseconds: no payback test)
+ *   still called, with a valid object for this CPU -> placed without LLVM: all of them in one
+ *                                                     batch (tier.h, ag_tier_batch_add), made
+ *                                                     executable at once and published in the
+ *                                                     profile's order, hottest first (placing
+ *                                                     costs microseconds: no payback test)
  *   hot (the payback test), with no usable object  -> queued for compilation at once
  *   not called any more (its decayed calls weigh under AG_WARM_DECAYED_BELOW), with an object
  *                                                  -> invalidated: "decayed"
