@@ -42,8 +42,10 @@
  * Goals (issue 13; printed met / MISSED, never an exit status): NN beta=1 n in 4..64,
  * geometric mean speedup >= 1.25 vs OpenBLAS (best and default cores) and vs LIBXSMM, float
  * and double; no variant that serves calls slower than its original; fp32 n=64 >= 85 % of the
- * widest vectors' measured peak (opjit's median round; its fastest round, like the peak the
- * fastest of its rounds, is printed beside); n >= 256 never below 0.98 x OpenBLAS.
+ * widest vectors' measured peak, like with like: after each of J's n=64 batches its worker
+ * measures the peak again (the fastest of 5 rounds of ~0.2 ms), and the goal holds the median
+ * of those per-round shares (the median round against the fastest peak of the start, and
+ * opjit's fastest round, are printed beside); n >= 256 never below 0.98 x OpenBLAS.
  * Cases: s and d; Fortran (sgemm_) and CBLAS row-major (cblas_sgemm); NN NT TN TT; beta 0, 1;
  * alpha 1; square n, tight leading dimensions.
  *   default  NN beta=1 for n in {4 8 16 32 64 96 128 256 512}; the other seven transpose/beta
@@ -116,6 +118,8 @@ typedef struct jitdb_s {       /* what one agent configuration's databases say p
 static bcase_t cases[MAX_CASES];
 static int ncases, rounds;
 static double *ns[NCFG]; /* [case * rounds * sessions + session * rounds + round]; 0: none */
+static double *peak_now; /* the same index: J's worker's f32 peak measured right after its
+                            batch, for the fp32 n=64 cases (0: not measured) */
 static double err_ref[NCFG][MAX_CASES];
 static jitdb_t jdb[NAGENT][MAX_CASES];
 static double *compile_ms;                 /* every agent worker's compile latencies */
@@ -421,6 +425,9 @@ static int session(int s, int sessions)
         if (ask(c, "t", "ns", &v))
           return -1;
         ns[c][i * total + s * rounds + r] = v;
+        if (c == CFG_J && !cases[i].f64 && cases[i].n == 64 &&
+            ask(c, "f", "gf", &peak_now[i * total + s * rounds + r]))
+          return -1;
       }
     for (int j = 0; j < nord && s == 0; j++)
       if (iters[order[j]] > 0 && ask(order[j], "c", "err", &err_ref[order[j]][i]))
@@ -780,14 +787,28 @@ static void print_goals(void)
     if (i < 0)
       continue;
     stat_t st = stat_of(i);
-    /* The median round is held against the peak; the peak is the fastest of its rounds (a
-     * disturbance only slows a round), so opjit's fastest round is shown beside, like with like. */
+    /* Like with like: each round's batch against the peak its own worker measured right after
+     * it (same process, same moments: a neighbour's load slows both), the median of those
+     * shares; beside it, the median round against the fastest peak of the start. */
+    double *share = calloc((size_t)rounds, sizeof *share), *pk = calloc((size_t)rounds, sizeof *pk);
+    size_t m = 0;
+    for (int r = 0; share && pk && r < rounds; r++) {
+      double t = ns[CFG_J][i * rounds + r], p = peak_now[i * rounds + r];
+      if (t > 0 && p > 0)
+        share[m] = gflops(64, t) / p, pk[m++] = p;
+    }
+    double sh = m ? bn_median(share, m) : 0, pmed = m ? bn_median(pk, m) : 0;
+    free(share);
+    free(pk);
     double gf = gflops(64, st.med[CFG_J]), kgf = gflops(64, st.med[CFG_K]);
     double bgf = gflops(64, st.best[CFG_J]);
-    printf("  s %-5s NN b1 n=64: opjit %.1f GF/s (kernel alone %.1f) = %.0f %% of the %d-bit "
-           "f32 peak %.1f GF/s  goal >= %.0f %%: %s (fastest round %.1f GF/s = %.0f %%)\n",
-           cblas ? "cblas" : "f77", gf, kgf, top > 0 ? 100 * gf / top : 0, ag_isa_bits(w), top,
-           100 * GOAL_PEAK_FRAC, gf >= GOAL_PEAK_FRAC * top ? "met" : "MISSED", bgf,
+    printf("  s %-5s NN b1 n=64: opjit %.1f GF/s (kernel alone %.1f) = %.0f %% of the %d-bit f32 "
+           "peak its worker measured right after each batch (median of %zu per-round shares; "
+           "that peak's median %.1f GF/s)  goal >= %.0f %%: %s\n", cblas ? "cblas" : "f77", gf,
+           kgf, 100 * sh, ag_isa_bits(w), m, pmed, 100 * GOAL_PEAK_FRAC,
+           m && sh >= GOAL_PEAK_FRAC ? "met" : "MISSED");
+    printf("  %-13s against the fastest peak of the start, %.1f GF/s: median round %.0f %%, "
+           "fastest round %.1f GF/s = %.0f %%\n", "", top, top > 0 ? 100 * gf / top : 0, bgf,
            top > 0 ? 100 * bgf / top : 0);
   }
   double worst = INFINITY;
@@ -867,6 +888,8 @@ int main(int argc, char **argv)
   for (int c = 0; c < NCFG; c++)
     if (!(ns[c] = calloc((size_t)ncases * (size_t)rounds * (size_t)sessions, sizeof *ns[c])))
       return 1;
+  if (!(peak_now = calloc((size_t)ncases * (size_t)rounds * (size_t)sessions, sizeof *peak_now)))
+    return 1;
   if (!(kcompile_ms = calloc((size_t)MAX_CASES * 8, sizeof *kcompile_ms)))
     return 1;
   ag_machine_measure_best(&machine, 5);

@@ -22,6 +22,9 @@
  *   p I    prepare case I: operands, a batch size of ~BATCH_MS (default 3), WARM_MS
  *          (default 30) of calls              -> "ok ITERS" (0: no kernel for it, with -k)
  *   t      one untimed short batch, then one timed batch   -> "ns NS_PER_CALL"
+ *   f      the widest vectors' f32 FMA peak, measured now in this process (agent/machine.c:
+ *          the fastest of 5 rounds of ~0.2 ms), for a share of peak taken in the same moments
+ *          as the batch before it                          -> "gf GFLOPS"
  *   c      the case from C0 (8 times under the agent, which runs the original on 1 call in
  *          256), against a reference: the worst |C - ref| over the elementwise bound
  *          2 (K+2) eps (sum_k |a||b| + |beta c0|) (above 1: wrong); appends C to FILE
@@ -40,6 +43,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/machine.h"
 #include "jit/jit.h"
 
 typedef struct wcase_s {
@@ -387,6 +391,11 @@ int main(int argc, char **argv)
     } else if (line[0] == 't' && k && iters) {
       run(k, iters / 8 + 1); /* back in the caches after the other configurations' batches */
       fprintf(out, "ns %.3f\n", batch_ns(k, iters));
+    } else if (line[0] == 'f') {
+      ag_machine_t m;
+      ag_machine_detect(&m);
+      ag_machine_measure(&m);
+      fprintf(out, "gf %.3f\n", m.gflops[0][m.widest]);
     } else if (line[0] == 'c' && k && iters && cf) {
       double err = check(k, cf, db ? 8 : 1);
       fflush(cf);
