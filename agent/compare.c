@@ -170,3 +170,22 @@ double ag_cmp_orig_ns(const ag_cmp_t *c)
 }
 
 double ag_cmp_variant_ns(const ag_cmp_t *c) { return c->v_n ? (double)c->v_ns / (double)c->v_n : 0; }
+
+const char *ag_cmp_sanitizer(void)
+{
+#if defined(__SANITIZE_THREAD__)
+  return "ThreadSanitizer";
+#elif defined(__SANITIZE_ADDRESS__)
+  return "AddressSanitizer";
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  return "ThreadSanitizer";
+#elif __has_feature(address_sanitizer)
+  return "AddressSanitizer";
+#else
+  return NULL;
+#endif
+#else
+  return NULL;
+#endif
+}

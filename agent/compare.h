@@ -105,4 +105,10 @@ const char *ag_cmp_describe(const ag_cmp_t *c, double median, const char *how, c
 /* The smallest k with P(X >= k) <= 0.01 for X ~ Binomial(n, 1/2) (n + 1 when none). */
 int ag_cmp_sign_threshold(int n);
 
+/* The sanitizer this build is instrumented with ("ThreadSanitizer", "AddressSanitizer"), or NULL.
+ * The variant's side of every timing runs the instrumented agent, the original's side the host's
+ * library, which is not instrumented, so a sanitized build's SLOWER or TIE measures the
+ * sanitizer: the tiers record it and do not demote on it (tier.c). */
+const char *ag_cmp_sanitizer(void);
+
 #endif

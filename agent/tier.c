@@ -592,7 +592,8 @@ static void judged_faster(ag_entry_t *e, double vmean, double omean, const char 
 static _Atomic int awaiting_verdict; /* READY variants awaiting a first verdict (last look) */
 
 /* Demotes READY variants that measure slower than the original, by the judge's rule
- * (compare.h), and counts the live and undecided ones for the bursts. Compile thread only. */
+ * (compare.h; a sanitized build only says so), and counts the live and undecided ones for the
+ * bursts. Compile thread only. */
 static void watch_speed(void)
 {
   uint64_t now = ag_now_ns();
@@ -660,6 +661,22 @@ static void watch_speed(void)
       if (!(e->tier_flags & 2)) { /* the judge's first word on it: the basis of its serving */
         e->tier_flags |= 2;
         judged_faster(e, vmean, omean, fig);
+      }
+      continue;
+    }
+    /* Built with a sanitizer: the verdict measures its instrumentation (compare.h,
+     * ag_cmp_sanitizer). Said once; the variant serves on, its rounds still recorded (its
+     * rare calls stay in pairs as a kept variant's do). */
+    const char *sanitizer = ag_cmp_sanitizer();
+    if (sanitizer) {
+      atomic_store_explicit(&e->pair, atomic_load(&e->pair) ? PAIR_KEPT : 0, memory_order_relaxed);
+      if (!(e->tier_flags & 2)) {
+        e->tier_flags |= 2;
+        ag_reason_t r;
+        ag_reason_get(&reasons, e->index, &r);
+        decide(e, r.state == AG_STATE_PLACED ? AG_STATE_PLACED : AG_STATE_SERVING, -1,
+               "%s, not demoted: built with %s, whose cost the variant's side carries: %s",
+               v == AG_CMP_TIE ? "tie" : "slower", sanitizer, fig);
       }
       continue;
     }
@@ -1051,9 +1068,12 @@ void ag_tier_queue(ag_entry_t *e, const char *why)
 
 /* The judge's rule on the rounds earlier runs pooled on e's stored kernel (compare.h): when they
  * already find it slower, or tied against it, e is demoted without placing it (its object
- * dropped, the event and reason naming both sides' pooled figures): 1; else 0. */
+ * dropped, the event and reason naming both sides' pooled figures): 1; else 0 (always in a
+ * sanitized build: compare.h, ag_cmp_sanitizer). */
 static int pool_lost(ag_entry_t *e, const st_judge_pool_t *pool)
 {
+  if (ag_cmp_sanitizer()) /* its rounds measured the sanitizer: the watch says so once */
+    return 0;
   ag_cmp_t c;
   ag_cmp_resume(&c, pool, 0, 0);
   double med;

@@ -50,12 +50,12 @@ Test(jit, ten_thousand_random_calls_match_the_reference)
                "alpha = 0 is never compiled");
 }
 
-/* (The fault seam has the kernels win the judge's rounds: under TSan the calls are rare enough
- * for cold pairs, and the agent's instrumented code on the variant's side loses them.) */
+/* (Under TSan the calls are rare enough for cold pairs, and the agent's instrumented code on the
+ * variant's side loses them: a sanitized judge does not demote on them, compare.h.) */
 Test(jit, eight_threads_while_variants_are_published)
 {
   const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=4", "OPJIT_SAMPLE_HZ=0",
-                       "OPJIT_TEST_FAULT=fast", NULL};
+                       NULL};
   run_checked("mt", env, (const char *[]){H_JIT_PROG, "threads", "8", "400", NULL});
   cr_assert(strstr(h_output("mt", "out"), "calls 3296 "), "%s", h_output("mt", "out"));
   cr_assert_eq(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), 3296, "counts consistent");
@@ -70,10 +70,10 @@ Test(jit, eight_threads_while_variants_are_published)
 
 Test(jit, the_aliasing_guard_sends_the_call_to_the_original)
 {
-  /* Its 200 calls 2 ms apart are rare: the judge's cold pairs would time them, and a TSan
-   * build's variant can lose them; the fault seam makes the variant win, so it serves. */
+  /* Its 200 calls 2 ms apart are rare: the judge's cold pairs time them, and a TSan build's
+   * variant can lose them; a sanitized judge does not demote on them, so it serves. */
   const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=8",
-                       "OPJIT_SAMPLE_HZ=0", "OPJIT_TEST_FAULT=fast", NULL};
+                       "OPJIT_SAMPLE_HZ=0", NULL};
   run_checked("alias", env, (const char *[]){H_JIT_PROG, "alias", NULL});
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE status='ready'"), 1,
                "the signature had a variant when the aliased call came");
@@ -185,7 +185,7 @@ Test(jit, sampled_time_promotes_what_call_counts_never_would)
 Test(jit, infinities_in_the_inputs_do_not_blacklist_a_correct_variant)
 {
   const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1",
-                       "OPJIT_SAMPLE_HZ=0", "OPJIT_TEST_FAULT=fast", NULL}; /* (as above) */
+                       "OPJIT_SAMPLE_HZ=0", NULL}; /* (as above) */
   run_checked("inf", env, (const char *[]){H_JIT_PROG, "inf", NULL});
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 0);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE status='ready' AND calls > 0"), 1);
