@@ -712,10 +712,11 @@ static void write_variants(void)
   ag_persist_t *obj = calloc(n ? n : 1, sizeof *obj);
   uint32_t *vidx = calloc(n ? n : 1, sizeof *vidx);
   st_judge_pool_t *judges = calloc(n ? n : 1, sizeof *judges);
+  uint32_t *revs = calloc(n ? n : 1, sizeof *revs);
   st_event_rec_t ev[512];
   size_t nv = 0, nev = 0;
   int rc = 0;
-  if (!calls || !vcalls || !v || !obj || !vidx || !judges)
+  if (!calls || !vcalls || !v || !obj || !vidx || !judges || !revs)
     goto out;
   ag_tcount_sum(calls, vcalls, n);
   char cpu_key[336]; /* what this run's kernels are stored under (machine.h) */
@@ -732,7 +733,9 @@ static void write_variants(void)
     /* A row without a status stores or drops the object only (a signature this run has not
      * called, or whose variant has gone). */
     int loaded = strcmp(p->origin, "loaded") == 0;
-    int judged = ag_tier_judge_pool(i, &judges[nv]);
+    /* The judge's rounds, when they changed since the last write (not beside a drop, which
+     * deletes them, nor without the symbol the store keeps them under) */
+    int judged = !p->drop && p->symbol[0] && ag_tier_judge_pool(i, &judges[nv], &revs[nv]);
     v[nv] = (st_variant_rec_t){&e->key, sizeof e->key, variant ? ag_tier_status(i) : NULL,
                                /* the LLVM the JIT was built with: what a warm start checks
                                   a stored object against, with no LLVM loaded */
@@ -764,9 +767,12 @@ static void write_variants(void)
     npending = kept;
   }
 out:
-  for (size_t i = 0; i < nv; i++)
+  for (size_t i = 0; i < nv; i++) {
+    if (rc == 0 && v[i].judge)
+      ag_tier_judge_stored(vidx[i], revs[i]);
     ag_tier_persisted(vidx[i], &obj[i], rc == 0);
-  free(calls), free(vcalls), free(v), free(obj), free(vidx), free(judges);
+  }
+  free(calls), free(vcalls), free(v), free(obj), free(vidx), free(judges), free(revs);
 }
 
 /* ---- the run over time (on the writer thread) ------------------------------------------ */

@@ -88,6 +88,9 @@ static ag_persist_book_t objects = AG_PERSIST_BOOK_INIT;
 /* Per entry: the never-slower comparison of its published variant (cmp_mu); the signature's
  * calls at the watch's last look; why a DEMOTED entry is (compile threads). */
 static ag_cmp_t *cmps;
+/* ... what its saved pool (ag_cmp_save) last changed at: a closed round, a verdict, a new
+ * comparison (cmp_rev), and what the writer last stored (cmp_stored); cmp_mu */
+static uint32_t *cmp_rev, *cmp_stored;
 static uint64_t *watched_calls, *watched_ns; /* ... and the time of that look */
 static uint64_t *pub_calls; /* per entry: the signature's calls when its variant was published */
 enum { AG_DEMOTED_SLOWER = 0, AG_DEMOTED_TIE, AG_DEMOTED_GUARD, AG_DEMOTED_CRASH };
@@ -153,6 +156,7 @@ static void judge(ag_entry_t *e, const st_judge_pool_t *pool)
     ag_cmp_resume(&cmps[e->index], pool, atomic_load(&e->vtimed), atomic_load(&e->vtimed_ns));
   else
     ag_cmp_start(&cmps[e->index], atomic_load(&e->vtimed), atomic_load(&e->vtimed_ns));
+  cmp_rev[e->index]++;
   pthread_mutex_unlock(&cmp_mu);
   atomic_fetch_add(&ag_tier_live, 1);
   atomic_fetch_add(&ag_tier_undecided, 1);
@@ -539,7 +543,8 @@ void ag_tier_burst(ag_entry_t *e, uint32_t n, uint64_t ns)
   if (!cmps || atomic_load(&e->tier) != AG_TIER_READY)
     return;
   pthread_mutex_lock(&cmp_mu);
-  ag_cmp_burst(&cmps[e->index], n, ns, atomic_load(&e->vtimed), atomic_load(&e->vtimed_ns));
+  cmp_rev[e->index] +=
+      ag_cmp_burst(&cmps[e->index], n, ns, atomic_load(&e->vtimed), atomic_load(&e->vtimed_ns));
   pthread_mutex_unlock(&cmp_mu);
 }
 
@@ -554,11 +559,11 @@ void ag_tier_pair(ag_entry_t *e, int side, uint64_t ns)
   else if (fault_reps < 0 && side == AG_CMP_PAIR_ORIG)
     ns *= (uint64_t)-fault_reps;
   pthread_mutex_lock(&cmp_mu);
-  ag_cmp_pair(&cmps[e->index], side, ns);
+  cmp_rev[e->index] += ag_cmp_pair(&cmps[e->index], side, ns);
   pthread_mutex_unlock(&cmp_mu);
 }
 
-int ag_tier_judge_pool(uint32_t i, st_judge_pool_t *out)
+int ag_tier_judge_pool(uint32_t i, st_judge_pool_t *out, uint32_t *rev)
 {
   if (!cmps)
     return 0;
@@ -568,9 +573,18 @@ int ag_tier_judge_pool(uint32_t i, st_judge_pool_t *out)
   if (t != AG_TIER_READY && !(t == AG_TIER_DEMOTED && demoted[i] == AG_DEMOTED_TIE))
     return 0;
   pthread_mutex_lock(&cmp_mu);
-  ag_cmp_save(&cmps[i], out);
+  int changed = cmp_rev[i] != cmp_stored[i];
+  if (changed)
+    ag_cmp_save(&cmps[i], out), *rev = cmp_rev[i];
   pthread_mutex_unlock(&cmp_mu);
-  return out->rounds > 0;
+  return changed && out->rounds > 0;
+}
+
+void ag_tier_judge_stored(uint32_t i, uint32_t rev)
+{
+  pthread_mutex_lock(&cmp_mu);
+  cmp_stored[i] = rev;
+  pthread_mutex_unlock(&cmp_mu);
 }
 
 /* The in-run judge found e's variant faster: that is now the basis of its serving, with the
@@ -619,7 +633,10 @@ static void watch_speed(void)
     }
     pthread_mutex_lock(&cmp_mu);
     double med;
+    int was_kept = cmps[i].kept;
+    uint32_t was_judged = cmps[i].judged;
     enum ag_verdict v = ag_cmp_judge(&cmps[i], &med);
+    cmp_rev[i] += cmps[i].kept != was_kept || cmps[i].judged != was_judged; /* a verdict */
     double omean = ag_cmp_orig_ns(&cmps[i]), vmean = ag_cmp_variant_ns(&cmps[i]);
     uint32_t rounds = cmps[i].rounds, pooled = cmps[i].pooled_rounds;
     int kept = cmps[i].kept;
@@ -929,6 +946,8 @@ static int arrays(void)
     ag_vrun = calloc(ag_tcount_capacity, sizeof *ag_vrun);
     ag_persist_init(&objects, ag_tcount_capacity);
     cmps = calloc(ag_tcount_capacity, sizeof *cmps);
+    cmp_rev = calloc(ag_tcount_capacity, sizeof *cmp_rev);
+    cmp_stored = calloc(ag_tcount_capacity, sizeof *cmp_stored);
     watched_calls = calloc(ag_tcount_capacity, sizeof *watched_calls);
     watched_ns = calloc(ag_tcount_capacity, sizeof *watched_ns);
     pub_calls = calloc(ag_tcount_capacity, sizeof *pub_calls);
@@ -938,8 +957,8 @@ static int arrays(void)
     const char *fault = getenv("OPJIT_TEST_FAULT"); /* fault injection for the tests only */
     fault_reps = !fault ? 0 : !strcmp(fault, "slow") ? 16 : !strcmp(fault, "fast") ? -16 : 0;
   }
-  return shapes && ag_vrun && objects.slots && cmps && watched_calls && watched_ns && pub_calls &&
-         demoted && duel_won && prepared;
+  return shapes && ag_vrun && objects.slots && cmps && cmp_rev && cmp_stored && watched_calls &&
+         watched_ns && pub_calls && demoted && duel_won && prepared;
 }
 
 /* Whether the per-entry arrays exist (made now if not), cq taken for it. */

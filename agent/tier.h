@@ -136,8 +136,13 @@ int ag_tier_batch_add(ag_tier_batch_t *b, ag_entry_t *e, const void *obj, size_t
 int ag_tier_batch_commit(ag_tier_batch_t *b, char *err, size_t errlen);
 
 /* Entry i's judge rounds (its variant's, this run's pooled with the earlier runs' it resumed
- * from) for the writer to store with the variant: 1 with *out, 0 when it has none to store. */
-int ag_tier_judge_pool(uint32_t i, st_judge_pool_t *out);
+ * from) for the writer to store with the variant, when they changed since it stored them last
+ * (ag_tier_judge_stored): 1 with *out and their revision *rev, 0 when it has none to store. */
+int ag_tier_judge_pool(uint32_t i, st_judge_pool_t *out, uint32_t *rev);
+
+/* The writer committed entry i's rounds of revision rev (ag_tier_judge_pool): until they change
+ * again, they are not handed out. */
+void ag_tier_judge_stored(uint32_t i, uint32_t rev);
 
 /* One cold pair timing of e's call (agent.h, ag_call_variant): side is AG_CMP_PAIR_ORIG or
  * AG_CMP_PAIR_VARIANT, ns its duration (compare.h, ag_cmp_pair). */

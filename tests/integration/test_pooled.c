@@ -8,6 +8,7 @@
 #include "harness.h"
 
 #include <criterion/criterion.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -19,8 +20,9 @@ TestSuite(pooled, .init = h_setup_jit, .fini = h_teardown, .timeout = 600);
 #define MAX_RUNS 10
 
 /* Every signature hot from its first call, compiled after the first pass (jit_prog settles),
- * no duel before publication (the in-run judge alone). */
-static void sweep(int run, const char *fault)
+ * no duel before publication (the in-run judge alone); extra: one more environment entry (NULL:
+ * none). */
+static void sweep(int run, const char *fault, const char *extra)
 {
   char tag[16], f[64];
   snprintf(tag, sizeof tag, "run%d", run);
@@ -32,6 +34,7 @@ static void sweep(int run, const char *fault)
                        "OPJIT_SAMPLE_HZ=0",
                        "OPJIT_WARM_WAIT_US=60000000",
                        f,
+                       extra,
                        NULL};
   int st = h_run(tag, 1, env, (const char *[]){H_JIT_PROG, "sweep", SIGS, PASSES, "17", NULL});
   cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d\n%s\n%s", tag, st,
@@ -54,14 +57,14 @@ static void skip_if_sanitized(void)
 Test(pooled, a_kernel_slower_on_rare_calls_is_demoted_once_its_pooled_rounds_decide)
 {
   skip_if_sanitized();
-  sweep(1, "slow");
+  sweep(1, "slow", NULL);
   int64_t compiled = events(1, "published");
   cr_assert_gt(compiled, 0);
   cr_assert_eq(events(1, "demoted"), 0, "one run's pairs decide nothing");
   int64_t demoted = 0;
   int run = 1;
   while (demoted < compiled && run < MAX_RUNS) {
-    sweep(++run, "slow");
+    sweep(++run, "slow", NULL);
     demoted += events(run, "demoted");
   }
   cr_assert_eq(demoted, compiled, "every kernel demoted within %d runs", run);
@@ -78,7 +81,7 @@ Test(pooled, a_kernel_slower_on_rare_calls_is_demoted_once_its_pooled_rounds_dec
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects"), 0, "the losers' objects dropped");
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM judge_pools"), 0, "... and their rounds");
   /* The next run keeps the original: nothing placed, nothing compiled. */
-  sweep(++run, "slow");
+  sweep(++run, "slow", NULL);
   cr_assert_eq(events(run, "loaded"), 0);
   cr_assert_eq(events(run, "queued"), 0);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM run_sigs WHERE run_id=%d AND state='lost'", run),
@@ -88,13 +91,13 @@ Test(pooled, a_kernel_slower_on_rare_calls_is_demoted_once_its_pooled_rounds_dec
 Test(pooled, a_kernel_faster_on_rare_calls_is_kept_with_its_rounds_pooled)
 {
   skip_if_sanitized();
-  sweep(1, "fast");
+  sweep(1, "fast", NULL);
   int64_t compiled = events(1, "published");
   cr_assert_gt(compiled, 0);
   int run = 1;
   while (h_query(NULL, "SELECT count(*) FROM judge_pools WHERE kept=1") < compiled &&
          run < MAX_RUNS) {
-    sweep(++run, "fast");
+    sweep(++run, "fast", NULL);
     cr_assert_eq(events(run, "loaded"), compiled, "run %d places every kernel", run);
   }
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='demoted'"), 0);
@@ -102,6 +105,45 @@ Test(pooled, a_kernel_faster_on_rare_calls_is_kept_with_its_rounds_pooled)
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM judge_pools WHERE kept=1 AND runs >= 2 AND"
                              " rounds >= 8"),
                compiled, "after %d runs", run);
-  sweep(++run, "fast");
+  sweep(++run, "fast", NULL);
   cr_assert_eq(events(run, "loaded"), compiled, "placed again after its verdict");
+}
+
+/* The writer stores a pool when it changed since its last flush, and only then: a trigger logs
+ * every write of a pool row in run 2, whose writer flushes every 20 ms while its rare calls close
+ * a round a pair, 50 ms apart. */
+Test(pooled, the_writer_stores_a_pool_only_when_it_changed)
+{
+  skip_if_sanitized();
+  sweep(1, "fast", NULL);
+  int64_t rounds1 = h_query(NULL, "SELECT coalesce(sum(rounds), 0) FROM judge_pools");
+  cr_assert_gt(rounds1, 0, "run 1 stored its rounds");
+  sqlite3 *db;
+  cr_assert_eq(sqlite3_open(h_db, &db), SQLITE_OK);
+  cr_assert_eq(sqlite3_exec(db,
+                            "CREATE TABLE pool_writes(id INTEGER PRIMARY KEY, sig_id, cpu, runs,"
+                            " rounds, kept, judged, orig_calls, var_calls, ratios);"
+                            "CREATE TRIGGER pool_inserted AFTER INSERT ON judge_pools BEGIN"
+                            " INSERT INTO pool_writes VALUES(NULL, new.sig_id, new.cpu, new.runs,"
+                            " new.rounds, new.kept, new.judged, new.orig_calls, new.var_calls,"
+                            " new.ratios); END;"
+                            "CREATE TRIGGER pool_updated AFTER UPDATE ON judge_pools BEGIN"
+                            " INSERT INTO pool_writes VALUES(NULL, new.sig_id, new.cpu, new.runs,"
+                            " new.rounds, new.kept, new.judged, new.orig_calls, new.var_calls,"
+                            " new.ratios); END;",
+                            NULL, NULL, NULL),
+               SQLITE_OK, "%s", sqlite3_errmsg(db));
+  sqlite3_close(db);
+  sweep(2, "fast", "OPJIT_FLUSH_MS=20");
+  cr_assert_gt(h_query(NULL, "SELECT coalesce(sum(rounds), 0) FROM judge_pools"), rounds1,
+               "run 2 stored the rounds it added");
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM pool_writes"), 0);
+  /* no write repeats the one before it on the same row */
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM pool_writes a JOIN pool_writes b ON b.id ="
+                             " (SELECT min(id) FROM pool_writes c WHERE c.sig_id = a.sig_id AND"
+                             " c.cpu = a.cpu AND c.id > a.id) WHERE a.runs = b.runs AND"
+                             " a.rounds = b.rounds AND a.kept = b.kept AND a.judged = b.judged AND"
+                             " a.orig_calls = b.orig_calls AND a.var_calls = b.var_calls AND"
+                             " a.ratios = b.ratios"),
+               0, "of %lld writes", (long long)h_query(NULL, "SELECT count(*) FROM pool_writes"));
 }
