@@ -20,20 +20,20 @@ int ag_problem_no(char *why, size_t len, const char *fmt, ...)
   return 0;
 }
 
-int ag_problem_takes(const jt_gemm_t *g, int m, int n, int k, char *why, size_t len)
+int ag_problem_takes(const jt_gemm_t *g, const char *op, int m, int n, int k, char *why,
+                     size_t len)
 {
   if (jt_gemm_supported(g))
     return 1;
   if (g->mm)
     return g->m < JT_MM_MR || g->m % JT_MM_MR
-               ? ag_problem_no(why, len, "%d rows: MUL_MAT kernels take multiples of %d", g->m,
+               ? ag_problem_no(why, len, "%d rows: %s kernels take multiples of %d", g->m, op,
                                JT_MM_MR)
            : g->n != 1 && g->n < JT_MM_MIN_N
-               ? ag_problem_no(why, len, "%d columns: MUL_MAT kernels take 1 or at least %d", g->n,
+               ? ag_problem_no(why, len, "%d columns: %s kernels take 1 or at least %d", g->n, op,
                                JT_MM_MIN_N)
-               : ag_problem_no(why, len,
-                               "a dimension above the MUL_MAT generator's limits (%dx%dx%d)", g->m,
-                               g->n, g->k);
+               : ag_problem_no(why, len, "a dimension above the %s generator's limits (%dx%dx%d)",
+                               op, g->m, g->n, g->k);
   if (g->add_rms_mul || g->dot)
     return ag_problem_no(why, len, "length %d: the generator takes 1 to %d", g->k, 1 << 20);
   int kmax = g->ta && !jt_gemm_dots(g) ? JT_GEMM_MAX_K_PACKED : JT_GEMM_MAX_K;

@@ -34,10 +34,12 @@ int ag_problem_check(const ag_sig_t *k, long max_dim, jt_gemm_t *g, int *swap, c
 /* For the hosts' kernel functions (host.h): a refusal, its sentence into why (len bytes; NULL:
  * none wanted), returning 0; and whether the generator builds g (jt_gemm_supported), when not
  * which of its limits g passes, m, n, k naming the dimensions as the caller's key does (a
- * row-major GEMM swaps g's m and n). */
+ * row-major GEMM swaps g's m and n) and op the operator as the host's users know it (its
+ * sentences on a matrix-multiply kernel name it). */
 int ag_problem_no(char *why, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-int ag_problem_takes(const jt_gemm_t *g, int m, int n, int k, char *why, size_t len);
+int ag_problem_takes(const jt_gemm_t *g, const char *op, int m, int n, int k, char *why,
+                     size_t len);
 
 /* The kernel family of g, as the machine model keeps compile times (machine.h): its kind's
  * name, "mm", "add_rms_mul", "dot", "syrk" or "gemm". */

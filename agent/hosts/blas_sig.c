@@ -149,15 +149,17 @@ static int matrix_args(uint8_t ta, uint8_t tb, uint8_t order, uint8_t alpha, cha
   return 1;
 }
 
-/* The key's dimensions against OPJIT_JIT_MAX_DIM, then the generator's own limits. */
-static int within(const jt_gemm_t *g, long maxd, int m, int n, int k, char *why, size_t len)
+/* The key's dimensions against OPJIT_JIT_MAX_DIM, then the generator's own limits (op: the
+ * routine's family, as problem.h's ag_problem_takes names it). */
+static int within(const jt_gemm_t *g, const char *op, long maxd, int m, int n, int k, char *why,
+                  size_t len)
 {
   if (m > maxd || n > maxd || k > maxd) {
     char d = m > maxd ? 'M' : n > maxd ? 'N' : 'K';
     return ag_problem_no(why, len, "%c=%d is above OPJIT_JIT_MAX_DIM=%ld", d,
                          d == 'M' ? m : d == 'N' ? n : k, maxd);
   }
-  return ag_problem_takes(g, m, n, k, why, len);
+  return ag_problem_takes(g, op, m, n, k, why, len);
 }
 
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the operands swapped. */
@@ -173,7 +175,7 @@ static int gemm_kernel(const ag_blas_gemm_t *p, long maxd, jt_gemm_t *g, int *sw
   g->ta = row ? p->tb != AG_N : p->ta != AG_N, g->tb = row ? p->ta != AG_N : p->tb != AG_N;
   g->m = row ? p->n : p->m, g->n = row ? p->m : p->n, g->k = p->k;
   g->lda = row ? p->ldb : p->lda, g->ldb = row ? p->lda : p->ldb, g->ldc = p->ldc;
-  return within(g, maxd, p->m, p->n, p->k, why, len);
+  return within(g, "gemm", maxd, p->m, p->n, p->k, why, len);
 }
 
 /* y = op(A) x is a GEMM with one column: B = x (k x 1), C = y (m x 1); unit strides only. A
@@ -196,7 +198,7 @@ static int gemv_kernel(const ag_blas_gemv_t *p, long maxd, jt_gemm_t *g, int *sw
   g->ta = t, g->tb = 0, g->n = 1;
   g->m = t ? cols : rows, g->k = t ? rows : cols;
   g->lda = p->lda, g->ldb = g->k, g->ldc = g->m;
-  return within(g, maxd, p->m, p->n, 1, why, len);
+  return within(g, "gemv", maxd, p->m, p->n, 1, why, len);
 }
 
 /* A dot product, or y = alpha x + y as a GEMM y (n x 1) += alpha x (n x 1) * [1]; unit strides
@@ -229,7 +231,7 @@ static int vec_kernel(const ag_blas_vec_t *p, long maxd, jt_gemm_t *g, int *swap
   if (p->n > maxd * maxd)
     return ag_problem_no(why, len, "length %d is above OPJIT_JIT_MAX_DIM squared (%ld)", p->n,
                          maxd * maxd);
-  return ag_problem_takes(g, p->n, 1, 1, why, len);
+  return ag_problem_takes(g, p->op == AG_OP_DOT ? "dot" : "axpy", p->n, 1, 1, why, len);
 }
 
 /* C = alpha op(A) op(A)^T + beta C on a triangle: the GEMM whose B is A, of which one triangle
@@ -255,7 +257,7 @@ static int syrk_kernel(const ag_blas_syrk_t *p, long maxd, jt_gemm_t *g, int *sw
                    .ldb = p->lda,
                    .ldc = p->ldc};
   scalars(g, p->alpha, p->beta);
-  return within(g, maxd, p->n, p->n, p->k, why, len);
+  return within(g, "syrk", maxd, p->n, p->n, p->k, why, len);
 }
 
 static int kernel(const ag_sig_t *k, long maxd, jt_gemm_t *g, int *swap, char *why, size_t len)

@@ -122,7 +122,7 @@ static int mm_kernel(uint8_t wtype, int amx, int f32_io, int flat, int32_t m, in
   if (!flat)
     return ag_problem_no(why, len, "operands not contiguous or not 2-D: a layout MUL_MAT "
                          "kernels do not take");
-  return ag_problem_takes(g, m, n, k, why, len);
+  return ag_problem_takes(g, "MUL_MAT", m, n, k, why, len);
 }
 
 static int kernel(const ag_sig_t *key, long maxd, jt_gemm_t *g, int *swap, char *why,
@@ -134,7 +134,7 @@ static int kernel(const ag_sig_t *key, long maxd, jt_gemm_t *g, int *swap, char 
     ag_ggml_group_t p = ag_ggml_group_of(key);
     if (ag_ggml_group_is_norm(p.pattern)) {
       *g = (jt_gemm_t){.add_rms_mul = p.pattern == AG_FUSE_RMS_MUL ? 2 : 1, .k = p.m};
-      return ag_problem_takes(g, 0, 0, p.m, why, len);
+      return ag_problem_takes(g, "RMS_NORM", 0, 0, p.m, why, len);
     }
     if (p.pattern == AG_FUSE_MM_ADD)
       return mm_kernel(p.wtype, p.amx, 1, 1, p.m, p.n, p.k, 1, g, why, len);
