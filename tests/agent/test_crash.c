@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "agent/codemap.h"
 #include "agent/crash.h"
+#include "tests/common/fixture.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -18,27 +19,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char dir[64], db[128];
-
-static void setup(void)
-{
-  snprintf(dir, sizeof dir, "/tmp/opjit-crash-XXXXXX");
-  cr_assert_not_null(mkdtemp(dir));
-  snprintf(db, sizeof db, "%s/profile.db", dir);
-}
-
-static void teardown(void)
-{
-  char cmd[96];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  cr_assert_eq(system(cmd), 0);
-}
-
-TestSuite(crash, .init = setup, .fini = teardown);
+TestSuite(crash, .init = fx_setup, .fini = fx_teardown);
 
 static int files(void)
 {
-  DIR *d = opendir(dir);
+  DIR *d = opendir(fx_dir);
   int n = 0;
   for (struct dirent *de; d && (de = readdir(d));)
     n += de->d_name[0] != '.';
@@ -58,7 +43,7 @@ static int crash_child(const ag_sig_t *key)
       code[i] = 0x0f, code[i + 1] = 0x0b;
     mprotect(code, 4096, PROT_READ | PROT_EXEC);
     ag_code_add(code, 4096, "k_trap", NULL, key);
-    ag_crash_arm(db, 7);
+    ag_crash_arm(fx_db, 7);
     ag_crash_install();
     ((void (*)(void))(code + 64))();
     _exit(0);
@@ -75,7 +60,7 @@ Test(crash, a_fault_in_a_kernel_kills_with_its_signal_and_leaves_one_marker)
   cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGILL, "status %d", st);
   cr_assert_eq(files(), 1);
   ag_crash_rec_t r[4];
-  cr_assert_eq(ag_crash_collect(db, r, 4), 1);
+  cr_assert_eq(ag_crash_collect(fx_db, r, 4), 1);
   cr_assert_eq(r[0].signo, SIGILL);
   cr_assert_eq(r[0].in_jit, AG_CRASH_KERNEL);
   cr_assert_eq(r[0].run_id, 7);
@@ -84,26 +69,26 @@ Test(crash, a_fault_in_a_kernel_kills_with_its_signal_and_leaves_one_marker)
   cr_assert_str_eq(r[0].name, "k_trap");
   cr_assert_eq(memcmp(&r[0].key, &key, sizeof key), 0);
   cr_assert_eq(files(), 0, "the marker is deleted once read");
-  cr_assert_eq(ag_crash_collect(db, r, 4), 0, "and read once");
+  cr_assert_eq(ag_crash_collect(fx_db, r, 4), 0, "and read once");
 }
 
 Test(crash, the_reader_drops_what_is_not_a_record_and_leaves_what_is_not_its_own)
 {
   char path[192], target[192];
-  snprintf(path, sizeof path, "%s-crash-123", db);
+  snprintf(path, sizeof path, "%s-crash-123", fx_db);
   int fd = open(path, O_WRONLY | O_CREAT, 0600);
   cr_assert_eq(write(fd, "not a record", 12), 12);
   close(fd);
-  snprintf(target, sizeof target, "%s/elsewhere", dir);
+  snprintf(target, sizeof target, "%s/elsewhere", fx_dir);
   fd = open(target, O_WRONLY | O_CREAT, 0600);
   close(fd);
-  snprintf(path, sizeof path, "%s-crash-456", db);
+  snprintf(path, sizeof path, "%s-crash-456", fx_db);
   cr_assert_eq(symlink(target, path), 0);
-  snprintf(path, sizeof path, "%s-crash-789.42", db); /* claimed by process 42 */
+  snprintf(path, sizeof path, "%s-crash-789.42", fx_db); /* claimed by process 42 */
   fd = open(path, O_WRONLY | O_CREAT, 0600);
   close(fd);
   ag_crash_rec_t r[4];
-  cr_assert_eq(ag_crash_collect(db, r, 4), 0);
+  cr_assert_eq(ag_crash_collect(fx_db, r, 4), 0);
   cr_assert_eq(files(), 3, "the garbage is gone; the symlink and the claimed marker stay");
 }
 

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "agent/machine.h"
 #include "agent/opt.h"
+#include "tests/common/fixture.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -137,32 +138,14 @@ Test(machine, opjit_isa_parses_and_falls_back_with_one_clear_line)
   cr_expect(strstr(why, "OPJIT_ISA='avx2'") && strstr(why, "using 'sse2'"), "%s", why);
 }
 
-static char dir[64];
-
-static void make_dir(void)
+Test(machine, round_trips_through_the_store, .init = fx_setup, .fini = fx_teardown)
 {
-  snprintf(dir, sizeof dir, "/tmp/opjit-test-machine-XXXXXX");
-  cr_assert_not_null(mkdtemp(dir));
-}
-
-static void remove_dir(void)
-{
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  cr_assert_eq(system(cmd), 0);
-}
-
-Test(machine, round_trips_through_the_store, .init = make_dir, .fini = remove_dir)
-{
-  char path[128], err[256];
-  snprintf(path, sizeof path, "%s/p.db", dir);
   ag_machine_t m, back;
   ag_machine_detect(&m);
   ag_machine_measure(&m);
   st_machine_t rec, got;
   ag_machine_to_store(&m, "Test CPU [flags 1]", &rec);
-  st_db_t *db;
-  cr_assert_eq(st_open(path, ST_OPEN_CREATE, 1000, &db, err, sizeof err), ST_OK, "%s", err);
+  st_db_t *db = fx_open(fx_db, ST_OPEN_CREATE);
   cr_assert_eq(st_machine_save(db, &rec, NULL, 0), ST_OK);
   cr_assert_eq(st_machine_load(db, "Test CPU [flags 1]", &got), ST_OK);
   st_close(db);
@@ -182,8 +165,8 @@ Test(machine, round_trips_through_the_store, .init = make_dir, .fini = remove_di
 static int run_blas_prog(const char *db, const char *const *env, char *err, size_t errlen)
 {
   char errpath[128], out[128];
-  snprintf(errpath, sizeof errpath, "%s/stderr", dir);
-  snprintf(out, sizeof out, "%s/out", dir);
+  snprintf(errpath, sizeof errpath, "%s/stderr", fx_dir);
+  snprintf(out, sizeof out, "%s/out", fx_dir);
   pid_t pid = fork();
   cr_assert_geq(pid, 0);
   if (pid == 0) {
@@ -224,11 +207,11 @@ static int64_t query(const char *path, const char *sql, const char *arg)
   return v;
 }
 
-Test(machine, the_agent_measures_once_per_cpu_and_reuses_the_stored_model, .init = make_dir,
-     .fini = remove_dir)
+Test(machine, the_agent_measures_once_per_cpu_and_reuses_the_stored_model, .init = fx_setup,
+     .fini = fx_teardown)
 {
-  char db[128], err[8192], model[256], flags[4096], key[320];
-  snprintf(db, sizeof db, "%s/p.db", dir);
+  const char *db = fx_db;
+  char err[8192], model[256], flags[4096], key[320];
   cpuinfo_field("flags", flags, sizeof flags);
   ag_machine_cpu_key(cpuinfo_field("model name", model, sizeof model), flags, key, sizeof key);
   cr_assert_eq(run_blas_prog(db, NULL, err, sizeof err), 0, "%s", err);
@@ -252,11 +235,11 @@ Test(machine, the_agent_measures_once_per_cpu_and_reuses_the_stored_model, .init
   cr_expect_gt(query(db, "SELECT measured_ns FROM machine_models WHERE cpu=?", key), at);
 }
 
-Test(machine, a_bad_opjit_isa_warns_once_and_the_program_runs, .init = make_dir,
-     .fini = remove_dir)
+Test(machine, a_bad_opjit_isa_warns_once_and_the_program_runs, .init = fx_setup,
+     .fini = fx_teardown)
 {
-  char db[128], err[8192];
-  snprintf(db, sizeof db, "%s/p.db", dir);
+  const char *db = fx_db;
+  char err[8192];
   cr_assert_eq(run_blas_prog(db, (const char *[]){"OPJIT_ISA=avx9000", NULL}, err, sizeof err), 0,
                "%s", err);
   const char *line = strstr(err, "OPJIT_ISA='avx9000'");
@@ -278,14 +261,12 @@ static const st_api_t store_api = {.abi = ST_API_ABI, .errstr = st_errstr,
                                    .machine_save = st_machine_save,
                                    .machine_load = st_machine_load};
 
-/* Points OPJIT_DB at dir/p.db for machine_run.c. */
+/* Points OPJIT_DB at fx_db for machine_run.c. */
 static char *use_db(void)
 {
-  static char db[128];
-  snprintf(db, sizeof db, "%s/p.db", dir);
-  setenv("OPJIT_DB", db, 1);
+  setenv("OPJIT_DB", fx_db, 1);
   ag_opts_parse(&ag_opts, (ag_getenv_fn)getenv, NULL);
-  return db;
+  return fx_db;
 }
 
 /* Waits (bounded: the thread measures in ~20 ms) until the process's model is ready. */
@@ -314,16 +295,14 @@ Test(machine_run, compile_cost_is_the_familys_median_else_the_others_else_the_gu
 }
 
 Test(machine_run, loads_the_stored_model_merges_compile_times_and_saves_only_what_is_new,
-     .init = make_dir, .fini = remove_dir)
+     .init = fx_setup, .fini = fx_teardown)
 {
-  char *path = use_db(), err[256];
   ag_machine_t m;
   ag_machine_detect(&m);
   m.gflops[0][0] = 11, m.timer_ns = 3, m.measured_ns = 777;
   st_machine_t rec, got;
   ag_machine_to_store(&m, "Stored CPU", &rec);
-  st_db_t *db;
-  cr_assert_eq(st_open(path, ST_OPEN_CREATE, 1000, &db, err, sizeof err), ST_OK, "%s", err);
+  st_db_t *db = fx_open(use_db(), ST_OPEN_CREATE);
   cr_assert_eq(st_machine_save(db, &rec, (st_compile_note_t[]){{"gemm", 4000000},
                                                              {"gemm", 6000000}}, 2), ST_OK);
   ag_machine_note_compile("gemm", 20000000); /* before the stored times are read */
@@ -348,11 +327,9 @@ Test(machine_run, loads_the_stored_model_merges_compile_times_and_saves_only_wha
 }
 
 Test(machine_run, measures_a_cpu_with_nothing_stored_and_the_final_save_stores_it,
-     .init = make_dir, .fini = remove_dir)
+     .init = fx_setup, .fini = fx_teardown)
 {
-  char *path = use_db(), err[256];
-  st_db_t *db;
-  cr_assert_eq(st_open(path, ST_OPEN_CREATE, 1000, &db, err, sizeof err), ST_OK, "%s", err);
+  st_db_t *db = fx_open(use_db(), ST_OPEN_CREATE);
   ag_machine_start("New CPU");
   cr_assert_eq(ag_machine_save(&store_api, db, 1), ST_OK);
   st_machine_t got;

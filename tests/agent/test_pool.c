@@ -7,31 +7,12 @@
  * make the sign test significant, a winning one is kept, and a tie is not kept for ever. */
 #include "agent/compare.h"
 #include "store/store.h"
+#include "tests/common/fixture.h"
 
 #include <criterion/criterion.h>
-#include <sqlite3.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-static char dir[64], path[128];
-
-static void setup(void)
-{
-  snprintf(dir, sizeof dir, "/tmp/opjit-test-pool-XXXXXX");
-  cr_assert_not_null(mkdtemp(dir));
-  snprintf(path, sizeof path, "%s/p.db", dir);
-}
-
-static void teardown(void)
-{
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  cr_assert_eq(system(cmd), 0);
-}
-
-TestSuite(pool, .init = setup, .fini = teardown);
+TestSuite(pool, .init = fx_setup, .fini = fx_teardown);
 
 #define ROUNDS_A_RUN 4 /* pairs one short run of a rarely called signature closes */
 #define ORIG_NS 2000   /* the original's recorded cold timing */
@@ -57,9 +38,7 @@ typedef struct run_s {
 static run_t one_run(int r, const double *ratio)
 {
   run_t out = {0};
-  st_db_t *db;
-  char err[256] = "";
-  cr_assert_eq(st_open(path, ST_OPEN_CREATE, 1000, &db, err, sizeof err), ST_OK, "%s", err);
+  st_db_t *db = fx_open(fx_db, ST_OPEN_CREATE);
   st_run_info_t in = prog;
   in.cmdline = cmdline, in.cmdline_len = sizeof cmdline, in.options = "", in.options_len = 1;
   in.ncpu = 2, in.pid = 100 + r, in.ppid = 1, in.start_ns = r, in.agent_version = "test";
@@ -140,16 +119,8 @@ static run_t one_run(int r, const double *ratio)
 /* Rows of the judge pool in the database (0 once the loser's object is dropped). */
 static int pool_rows(void)
 {
-  st_db_t *db;
-  char err[256];
-  cr_assert_eq(st_open(path, 0, 1000, &db, err, sizeof err), ST_OK, "%s", err);
-  sqlite3_stmt *st;
-  int n = -1;
-  cr_assert_eq(sqlite3_prepare_v2(st_sqlite(db), "SELECT count(*) FROM judge_pools", -1, &st, NULL),
-               SQLITE_OK);
-  if (sqlite3_step(st) == SQLITE_ROW)
-    n = sqlite3_column_int(st, 0);
-  sqlite3_finalize(st);
+  st_db_t *db = fx_open(fx_db, 0);
+  int n = (int)fx_query(db, "SELECT count(*) FROM judge_pools");
   st_close(db);
   return n;
 }

@@ -4,6 +4,7 @@
  * folder. */
 #include "store/query.h"
 #include "store/store.h"
+#include "tests/common/fixture.h"
 
 #include <criterion/criterion.h>
 #include <sqlite3.h>
@@ -11,32 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char dir[64], path[128];
-
-static void setup(void)
-{
-  snprintf(dir, sizeof dir, "/tmp/opjit-test-query-XXXXXX");
-  cr_assert_not_null(mkdtemp(dir));
-  snprintf(path, sizeof path, "%s/p.db", dir);
-}
-
-static void teardown(void)
-{
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  cr_assert_eq(system(cmd), 0);
-}
-
-TestSuite(query, .init = setup, .fini = teardown);
+TestSuite(query, .init = fx_setup, .fini = fx_teardown);
 
 /* A database at schema version (1 to the newest) holding run 7 of /bin/old with one signature
  * (10 calls, 2 timed in 200 ns), written with the columns version 1 already had. */
 static void make_db(int version)
 {
-  st_db_t *db;
-  char err[512] = "";
-  cr_assert_eq(st_open(path, ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE, 1000, &db, err, sizeof err),
-               ST_OK, "%s", err);
+  st_db_t *db = fx_open(fx_db, ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
   cr_assert_eq(st_migrate_to(db, version), ST_OK);
   cr_assert_eq(sqlite3_exec(st_sqlite(db),
                             "INSERT INTO programs(id, exe, build_id) VALUES(1, '/bin/old', '');"
@@ -55,9 +37,7 @@ static void make_db(int version)
 
 static st_db_t *open_ro(void)
 {
-  st_db_t *db;
-  char err[512] = "";
-  cr_assert_eq(st_open(path, ST_OPEN_READONLY, 1000, &db, err, sizeof err), ST_OK, "%s", err);
+  st_db_t *db = fx_open(fx_db, ST_OPEN_READONLY);
   return db;
 }
 
@@ -101,7 +81,7 @@ Test(query, every_query_reads_every_schema_version_read_only)
     st_schema_version(db, &version);
     cr_expect_eq(version, v, "a reader never migrates");
     st_close(db);
-    cr_assert_eq(remove(path), 0);
+    cr_assert_eq(remove(fx_db), 0);
   }
 }
 
@@ -109,7 +89,7 @@ Test(query, a_run_whose_program_row_is_gone_still_reads)
 {
   make_db(ST_SCHEMA_VERSION);
   sqlite3 *raw;
-  cr_assert_eq(sqlite3_open(path, &raw), SQLITE_OK);
+  cr_assert_eq(sqlite3_open(fx_db, &raw), SQLITE_OK);
   cr_assert_eq(sqlite3_exec(raw, "DELETE FROM programs", NULL, NULL, NULL), SQLITE_OK);
   sqlite3_close(raw);
   st_db_t *db = open_ro();
@@ -139,9 +119,8 @@ Test(query, a_run_whose_program_row_is_gone_still_reads)
 Test(query, compact_and_copy_keep_the_rows)
 {
   make_db(ST_SCHEMA_VERSION);
-  st_db_t *db;
+  st_db_t *db = fx_open(fx_db, 0);
   char err[512] = "";
-  cr_assert_eq(st_open(path, 0, 1000, &db, err, sizeof err), ST_OK, "%s", err);
   cr_assert_eq(st_compact(db), ST_OK, "%s", st_errmsg(db));
   cr_expect(strstr(st_path(db), "/p.db"), "%s", st_path(db));
   st_db_t *mem;
@@ -163,9 +142,7 @@ static size_t series_of(st_rows_t *r, int col, uint64_t *out, size_t max)
 Test(query, a_series_reads_back_as_written_and_a_write_replaces_it)
 {
   make_db(ST_SCHEMA_VERSION);
-  st_db_t *db;
-  char err[512] = "";
-  cr_assert_eq(st_open(path, 0, 1000, &db, err, sizeof err), ST_OK, "%s", err);
+  st_db_t *db = fx_open(fx_db, 0);
   /* 300 intervals of values from 0 to beyond 2^35: every varint length up to 6 bytes. */
   enum { N = 300 };
   static uint64_t calls[N], vcalls[N], samples[N], outside[N], got[N + 1];

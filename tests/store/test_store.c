@@ -2,6 +2,7 @@
 /* The store: schema creation and migration, refusal of what is not ours, cumulative flushes,
  * crash safety under SIGKILL, and gc. Real SQLite files in a temporary folder. */
 #include "store/store.h"
+#include "tests/common/fixture.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -16,44 +17,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char dir[64], path[128];
+static char path[128]; /* a store file two folders below fx_dir (st_open makes them) */
 
 static void setup(void)
 {
-  snprintf(dir, sizeof dir, "/tmp/opjit-test-store-XXXXXX");
-  cr_assert_not_null(mkdtemp(dir));
-  snprintf(path, sizeof path, "%s/sub/deeper/p.db", dir);
+  fx_setup();
+  snprintf(path, sizeof path, "%s/sub/deeper/p.db", fx_dir);
 }
 
-static void teardown(void)
-{
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  cr_assert_eq(system(cmd), 0);
-}
+TestSuite(store, .init = setup, .fini = fx_teardown);
 
-TestSuite(store, .init = setup, .fini = teardown);
-
-static int64_t query(st_db_t *db, const char *sql)
-{
-  sqlite3_stmt *st;
-  cr_assert_eq(sqlite3_prepare_v2(st_sqlite(db), sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
-               sqlite3_errmsg(st_sqlite(db)));
-  int64_t v = -1;
-  if (sqlite3_step(st) == SQLITE_ROW)
-    v = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  return v;
-}
-
-static st_db_t *open_ok(int flags)
-{
-  st_db_t *db;
-  char err[512] = "";
-  int rc = st_open(path, flags, 1000, &db, err, sizeof err);
-  cr_assert_eq(rc, ST_OK, "st_open: %s", err);
-  return db;
-}
 
 static const char cmdline[] = "prog\0--flag\0x y";
 static const char options[] = "MODE=profile\0DB=/x";
@@ -85,24 +58,24 @@ static st_sig_rec_t rec(const char *sig, uint64_t calls)
 
 Test(store, creates_schema_private_file_and_folders)
 {
-  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE);
   int v;
   cr_assert_eq(st_schema_version(db, &v), ST_OK);
   cr_assert_eq(v, ST_SCHEMA_VERSION);
-  cr_assert_eq(query(db, "SELECT count(*) FROM meta WHERE value='opjit'"), 1);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM meta WHERE value='opjit'"), 1);
   st_close(db);
   struct stat st;
   cr_assert_eq(stat(path, &st), 0);
   cr_assert_eq(st.st_mode & 0777, 0600, "db mode %o", st.st_mode & 0777);
   char folder[128];
-  snprintf(folder, sizeof folder, "%s/sub/deeper", dir);
+  snprintf(folder, sizeof folder, "%s/sub/deeper", fx_dir);
   cr_assert_eq(stat(folder, &st), 0);
   cr_assert_eq(st.st_mode & 0777, 0700, "folder mode %o", st.st_mode & 0777);
 }
 
 Test(store, migrates_from_version_1_keeping_data)
 {
-  st_db_t *db = open_ok(ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
   cr_assert_eq(st_migrate_to(db, 1), ST_OK);
   int v;
   st_schema_version(db, &v);
@@ -118,13 +91,13 @@ Test(store, migrates_from_version_1_keeping_data)
   cr_assert_neq(sqlite3_exec(st_sqlite(db), "SELECT parent_run FROM runs", NULL, NULL, NULL),
                 SQLITE_OK);
   st_close(db);
-  db = open_ok(ST_OPEN_CREATE);
+  db = fx_open(path, ST_OPEN_CREATE);
   st_schema_version(db, &v);
   cr_assert_eq(v, ST_SCHEMA_VERSION);
-  cr_assert_eq(query(db, "SELECT pid FROM runs WHERE id=7"), 5);
-  cr_assert_eq(query(db, "SELECT count(*) FROM runs WHERE parent_run IS NULL AND overflow_calls=0"), 1);
+  cr_assert_eq(fx_query(db, "SELECT pid FROM runs WHERE id=7"), 5);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM runs WHERE parent_run IS NULL AND overflow_calls=0"), 1);
   /* Version 5 rebuilt programs with a script column: the run still finds its program. */
-  cr_assert_eq(query(db, "SELECT count(*) FROM runs r JOIN programs p ON p.id = r.program_id"
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM runs r JOIN programs p ON p.id = r.program_id"
                          " WHERE p.exe='/bin/old' AND p.script=''"), 1);
   st_close(db);
 }
@@ -159,10 +132,10 @@ static int64_t raw_query(const char *sql)
 Test(store, follows_no_dangling_link_and_opens_no_device)
 {
   char target[192], sub[160];
-  snprintf(target, sizeof target, "%s/elsewhere.db", dir);
-  snprintf(sub, sizeof sub, "%s/sub", dir);
+  snprintf(target, sizeof target, "%s/elsewhere.db", fx_dir);
+  snprintf(sub, sizeof sub, "%s/sub", fx_dir);
   cr_assert_eq(mkdir(sub, 0700), 0);
-  snprintf(sub, sizeof sub, "%s/sub/deeper", dir);
+  snprintf(sub, sizeof sub, "%s/sub/deeper", fx_dir);
   cr_assert_eq(mkdir(sub, 0700), 0);
   cr_assert_eq(symlink(target, path), 0);
   expect_refused(ST_EIO, "symbolic link to nothing");
@@ -176,22 +149,22 @@ Test(store, follows_no_dangling_link_and_opens_no_device)
   expect_refused(ST_EIO, "not a regular file");
   cr_assert_eq(rmdir(path), 0);
   /* A link to a real database is the user's choice: followed. */
-  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE);
   st_close(db);
   cr_assert_eq(rename(path, target), 0);
   cr_assert_eq(symlink(target, path), 0);
-  db = open_ok(ST_OPEN_CREATE);
+  db = fx_open(path, ST_OPEN_CREATE);
   st_close(db);
 }
 
 Test(store, a_profile_on_read_only_media_is_read_and_none_is_created_there)
 {
   char mnt[160], copy[200], fresh[200], cmd[512];
-  snprintf(mnt, sizeof mnt, "%s/ro", dir);
+  snprintf(mnt, sizeof mnt, "%s/ro", fx_dir);
   cr_assert_eq(mkdir(mnt, 0700), 0);
   if (geteuid() != 0 || mount("opjit-test", mnt, "tmpfs", 0, "size=1m") != 0)
     cr_skip_test("needs root to mount a read-only file system");
-  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE);
   st_close(db);
   snprintf(copy, sizeof copy, "%s/p.db", mnt);
   snprintf(cmd, sizeof cmd, "cp %s %s", path, copy);
@@ -217,7 +190,7 @@ Test(store, a_profile_on_read_only_media_is_read_and_none_is_created_there)
 
 Test(store, refuses_a_newer_schema)
 {
-  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE);
   cr_assert_eq(sqlite3_exec(st_sqlite(db), "PRAGMA user_version=99", NULL, NULL, NULL), SQLITE_OK);
   st_close(db);
   expect_refused(ST_ENEWER, "newer");
@@ -226,7 +199,7 @@ Test(store, refuses_a_newer_schema)
 
 Test(store, refuses_a_negative_schema_version_and_never_rewrites_it)
 {
-  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE);
   begin(db, 100);
   cr_assert_eq(sqlite3_exec(st_sqlite(db), "PRAGMA user_version=-1", NULL, NULL, NULL), SQLITE_OK);
   st_close(db);
@@ -239,20 +212,20 @@ Test(store, refuses_a_negative_schema_version_and_never_rewrites_it)
 
 Test(store, migrate_to_stops_at_a_negative_version)
 {
-  st_db_t *db = open_ok(ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
   cr_assert_eq(st_migrate_to(db, 2), ST_OK);
   cr_assert_eq(sqlite3_exec(st_sqlite(db), "PRAGMA user_version=-5", NULL, NULL, NULL), SQLITE_OK);
   cr_expect_eq(st_migrate_to(db, ST_SCHEMA_VERSION), ST_ECORRUPT);
   cr_expect_eq(st_migrate_to(db, -1), ST_ECORRUPT);
-  cr_expect_eq(query(db, "PRAGMA user_version"), -5);
-  cr_expect_eq(query(db, "SELECT count(*) FROM sqlite_master WHERE name = 'variants'"), 0,
+  cr_expect_eq(fx_query(db, "PRAGMA user_version"), -5);
+  cr_expect_eq(fx_query(db, "SELECT count(*) FROM sqlite_master WHERE name = 'variants'"), 0,
                "no migration ran");
   st_close(db);
 }
 
 Test(store, refuses_an_sqlite_file_that_is_not_ours)
 {
-  st_db_t *db = open_ok(ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
   cr_assert_eq(sqlite3_exec(st_sqlite(db), "CREATE TABLE users(name TEXT)", NULL, NULL, NULL),
                SQLITE_OK);
   st_close(db);
@@ -261,7 +234,7 @@ Test(store, refuses_an_sqlite_file_that_is_not_ours)
 
 Test(store, refuses_a_garbage_file)
 {
-  st_close(open_ok(ST_OPEN_CREATE));
+  st_close(fx_open(path, ST_OPEN_CREATE));
   FILE *f = fopen(path, "w");
   for (int i = 0; i < 8192; i++)
     fputc((i * 7919) & 0xff, f);
@@ -274,7 +247,7 @@ Test(store, refuses_a_garbage_file)
 
 Test(store, flushes_are_cumulative_not_additive)
 {
-  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE);
   int64_t run = begin(db, 42);
   st_sig_rec_t r[2] = {rec("aaaa", 10), rec("bbbb", 3)};
   cr_assert_eq(st_run_flush(db, run, r, 2, 0, 2000), ST_OK);
@@ -282,17 +255,17 @@ Test(store, flushes_are_cumulative_not_additive)
   cr_assert_eq(st_run_flush(db, run, r, 2, 4, 3000), ST_OK);
   cr_assert_eq(st_run_flush(db, run, r, 1, 4, 3500), ST_OK, "repeating a flush is harmless");
   cr_assert_eq(st_run_end(db, run, 4000, "exited"), ST_OK);
-  cr_assert_eq(query(db, "SELECT calls FROM run_sigs JOIN signatures ON id=sig_id WHERE sig='aaaa'"), 25);
-  cr_assert_eq(query(db, "SELECT calls FROM run_sigs JOIN signatures ON id=sig_id WHERE sig='bbbb'"), 3);
-  cr_assert_eq(query(db, "SELECT count(*) FROM signatures"), 2);
-  cr_assert_eq(query(db, "SELECT overflow_calls FROM runs"), 4);
-  cr_assert_eq(query(db, "SELECT end_ns FROM runs WHERE status='exited'"), 4000);
-  cr_assert_eq(query(db, "SELECT count(*) FROM runs WHERE argv='[\"prog\",\"--flag\",\"x y\"]'"), 1);
-  cr_assert_eq(query(db, "SELECT count(*) FROM runs WHERE options='{\"MODE\":\"profile\",\"DB\":\"/x\"}'"), 1);
+  cr_assert_eq(fx_query(db, "SELECT calls FROM run_sigs JOIN signatures ON id=sig_id WHERE sig='aaaa'"), 25);
+  cr_assert_eq(fx_query(db, "SELECT calls FROM run_sigs JOIN signatures ON id=sig_id WHERE sig='bbbb'"), 3);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM signatures"), 2);
+  cr_assert_eq(fx_query(db, "SELECT overflow_calls FROM runs"), 4);
+  cr_assert_eq(fx_query(db, "SELECT end_ns FROM runs WHERE status='exited'"), 4000);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM runs WHERE argv='[\"prog\",\"--flag\",\"x y\"]'"), 1);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM runs WHERE options='{\"MODE\":\"profile\",\"DB\":\"/x\"}'"), 1);
   /* A second run of the same program on the same machine shares program and machine rows. */
   begin(db, 43);
-  cr_assert_eq(query(db, "SELECT count(*) FROM programs"), 1);
-  cr_assert_eq(query(db, "SELECT count(*) FROM machines"), 1);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM programs"), 1);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM machines"), 1);
   st_close(db);
 }
 
@@ -300,7 +273,7 @@ Test(store, sigkill_mid_write_keeps_every_committed_run)
 {
   int fds[2];
   cr_assert_eq(pipe(fds), 0);
-  st_close(open_ok(ST_OPEN_CREATE));
+  st_close(fx_open(path, ST_OPEN_CREATE));
   pid_t pid = fork();
   if (pid == 0) { /* child: record runs as fast as it can, report each commit */
     close(fds[0]);
@@ -330,20 +303,20 @@ Test(store, sigkill_mid_write_keeps_every_committed_run)
   close(fds[0]);
   cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "child ended otherwise: %d", status);
   cr_assert_geq(last, 40);
-  st_db_t *db = open_ok(ST_OPEN_READONLY);
-  cr_assert_eq(query(db, "SELECT count(*) FROM pragma_integrity_check WHERE integrity_check='ok'"), 1);
-  cr_assert_geq(query(db, "SELECT count(*) FROM runs WHERE status='exited'"), last);
+  st_db_t *db = fx_open(path, ST_OPEN_READONLY);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM pragma_integrity_check WHERE integrity_check='ok'"), 1);
+  cr_assert_geq(fx_query(db, "SELECT count(*) FROM runs WHERE status='exited'"), last);
   char sql[256];
   snprintf(sql, sizeof sql,
            "SELECT count(*) FROM runs r JOIN run_sigs s ON s.run_id=r.id WHERE r.status='exited'"
            " AND r.pid<=%d AND ((s.calls=r.pid) OR (s.calls=2*r.pid) OR s.calls=7)", last);
-  cr_assert_eq(query(db, sql), 3 * last, "every committed run keeps its three signatures");
+  cr_assert_eq(fx_query(db, sql), 3 * last, "every committed run keeps its three signatures");
   st_close(db);
 }
 
 Test(store, gc_keeps_the_newest_runs_and_drops_orphans)
 {
-  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE);
   for (int i = 0; i < 5; i++) {
     int64_t run = begin(db, 900000 + i); /* pids that do not exist */
     st_sig_rec_t r = rec(i < 4 ? "old" : "new", 1);
@@ -354,28 +327,28 @@ Test(store, gc_keeps_the_newest_runs_and_drops_orphans)
   cr_assert_eq(st_gc(db, 1, 0, &res), ST_OK);
   cr_assert_eq(res.runs, 4);
   cr_assert_eq(res.signatures, 1, "the signature only old runs used is gone");
-  cr_assert_eq(query(db, "SELECT count(*) FROM runs"), 1);
-  cr_assert_eq(query(db, "SELECT sig FROM signatures") != -1, 1);
-  cr_assert_eq(query(db, "SELECT count(*) FROM signatures WHERE sig='new'"), 1);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM runs"), 1);
+  cr_assert_eq(fx_query(db, "SELECT sig FROM signatures") != -1, 1);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM signatures WHERE sig='new'"), 1);
   st_close(db);
 }
 
 Test(store, gc_never_collects_a_live_running_run)
 {
-  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE);
   begin(db, getpid()); /* this process: alive, still running */
   int64_t done = begin(db, 900001);
   st_run_end(db, done, 10, "exited");
   st_gc_result_t res;
   cr_assert_eq(st_gc(db, 0, 0, &res), ST_OK);
   cr_assert_eq(res.runs, 1);
-  cr_assert_eq(query(db, "SELECT count(*) FROM runs WHERE status='running'"), 1);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM runs WHERE status='running'"), 1);
   st_close(db);
 }
 
 Test(store, fork_lineage_links_whichever_run_is_recorded_first)
 {
-  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE);
   st_run_info_t child = {.exe = "/bin/p", .build_id = "", .cmdline = "p", .cmdline_len = 2,
                          .options = "", .options_len = 0, .cpu_model = "c", .cpu_flags = "f",
                          .ncpu = 1, .pid = 200, .ppid = 100, .parent_start_ns = 5000,
@@ -389,15 +362,15 @@ Test(store, fork_lineage_links_whichever_run_is_recorded_first)
   cr_assert_eq(st_run_begin(db, &child, &c2), ST_OK); /* a later child finds it directly */
   char sql[128];
   snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE parent_run=%lld", (long long)p);
-  cr_assert_eq(query(db, sql), 2);
+  cr_assert_eq(fx_query(db, sql), 2);
   snprintf(sql, sizeof sql, "SELECT parent_run IS NULL FROM runs WHERE id=%lld", (long long)p);
-  cr_assert_eq(query(db, sql), 1);
+  cr_assert_eq(fx_query(db, sql), 1);
   st_close(db);
 }
 
 Test(store, samples_are_cumulative_and_host_time_is_sig_zero)
 {
-  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE);
   int64_t run = begin(db, 77);
   st_sig_rec_t r = rec("gemm", 10);
   cr_assert_eq(st_run_flush(db, run, &r, 1, 0, 5), ST_OK);
@@ -409,13 +382,13 @@ Test(store, samples_are_cumulative_and_host_time_is_sig_zero)
   cr_assert_eq(st_run_samples(db, run, &s), ST_OK);
   pcs[0].samples = 45;
   cr_assert_eq(st_run_samples(db, run, &s), ST_OK);
-  cr_assert_eq(query(db, "SELECT samples FROM run_pcs JOIN symbols ON id=symbol_id"
+  cr_assert_eq(fx_query(db, "SELECT samples FROM run_pcs JOIN symbols ON id=symbol_id"
                          " WHERE name='sgemm_kernel'"), 45, "overwritten, not added");
-  cr_assert_eq(query(db, "SELECT samples FROM run_pcs WHERE sig_id=0"), 10);
-  cr_assert_eq(query(db, "SELECT count(*) FROM symbols"), 2);
-  cr_assert_eq(query(db, "SELECT samples FROM run_stacks"), 30);
-  cr_assert_eq(query(db, "SELECT value FROM run_counters WHERE event='instructions'"), 1000);
-  cr_assert_eq(query(db, "SELECT count(*) FROM runs WHERE sampling LIKE '%perf%'"), 1);
+  cr_assert_eq(fx_query(db, "SELECT samples FROM run_pcs WHERE sig_id=0"), 10);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM symbols"), 2);
+  cr_assert_eq(fx_query(db, "SELECT samples FROM run_stacks"), 30);
+  cr_assert_eq(fx_query(db, "SELECT value FROM run_counters WHERE event='instructions'"), 1000);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM runs WHERE sampling LIKE '%perf%'"), 1);
   st_pc_rec_t unknown = {"never-flushed-key-never-flushed!", 32, "m", "s", 1};
   st_samples_t bad = {NULL, &unknown, 1, NULL, 0, NULL, 0};
   cr_assert_eq(st_run_samples(db, run, &bad), ST_ENOENT);
@@ -445,7 +418,7 @@ static st_hot_t *find_hot(st_profile_t *p, const char *sig)
 
 Test(store, profile_weighs_runs_by_age_and_returns_objects)
 {
-  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE);
   /* Runs 1-2 call "old", runs 3-4 call "new"; another script's run calls "other". */
   for (int r = 1; r <= 4; r++) {
     int64_t run = begin_script(db, "/w/a.py", r);
@@ -455,7 +428,7 @@ Test(store, profile_weighs_runs_by_age_and_returns_objects)
   int64_t brun = begin_script(db, "/w/b.py", 9);
   st_sig_rec_t other = rec("other", 5000);
   cr_assert_eq(st_run_flush(db, brun, &other, 1, 0, 5), ST_OK);
-  cr_assert_eq(query(db, "SELECT warm_ns FROM runs WHERE id=1"), 1234);
+  cr_assert_eq(fx_query(db, "SELECT warm_ns FROM runs WHERE id=1"), 1234);
 
   /* An object for "new" on cpuA and one for "old" on cpuB. */
   st_sig_rec_t k_new = rec("new", 0), k_old = rec("old", 0);
@@ -505,18 +478,18 @@ Test(store, profile_weighs_runs_by_age_and_returns_objects)
   /* Replacing, then dropping, an object. */
   v[0].generator = 4;
   cr_assert_eq(st_run_variants(db, 4, v, 1, NULL, 0), ST_OK);
-  cr_assert_eq(query(db, "SELECT count(*) FROM objects"), 2);
-  cr_assert_eq(query(db, "SELECT generator FROM objects WHERE cpu='cpuA'"), 4);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM objects"), 2);
+  cr_assert_eq(fx_query(db, "SELECT generator FROM objects WHERE cpu='cpuA'"), 4);
   v[0].object = NULL, v[0].drop_object = 1;
   cr_assert_eq(st_run_variants(db, 4, v, 1, NULL, 0), ST_OK);
-  cr_assert_eq(query(db, "SELECT count(*) FROM objects WHERE cpu='cpuA'"), 0);
-  cr_assert_eq(query(db, "SELECT pre_calls FROM variants WHERE run_id=4 AND origin='compiled'"), 0);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM objects WHERE cpu='cpuA'"), 0);
+  cr_assert_eq(fx_query(db, "SELECT pre_calls FROM variants WHERE run_id=4 AND origin='compiled'"), 0);
   st_close(db);
 }
 
 Test(store, profile_says_when_the_newest_variant_of_a_signature_was_demoted)
 {
-  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE);
   /* Runs 1-3 call "a" and "b"; run 1's variant of "a" was demoted, run 2 had none, run 3's was
    * ready; "b"'s variant was ready in run 1 and demoted in run 2 (generator 7), none in run 3. */
   for (int r = 1; r <= 3; r++) {
@@ -545,7 +518,7 @@ Test(store, profile_says_when_the_newest_variant_of_a_signature_was_demoted)
 
 Test(store, gc_drops_objects_no_remaining_run_called)
 {
-  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE);
   int64_t r1 = begin_script(db, "", 1), r2 = begin_script(db, "", 2);
   st_sig_rec_t a = rec("a", 10), b = rec("b", 10);
   cr_assert_eq(st_run_flush(db, r1, &a, 1, 0, 5), ST_OK);
@@ -564,7 +537,7 @@ Test(store, gc_drops_objects_no_remaining_run_called)
   cr_assert_eq(st_gc(db, 1, 0, &res), ST_OK); /* keeps run 2, which called b only */
   cr_assert_eq(res.runs, 1);
   cr_assert_eq(res.objects, 1);
-  cr_assert_eq(query(db, "SELECT count(*) FROM objects o JOIN signatures s ON s.id = o.sig_id"
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM objects o JOIN signatures s ON s.id = o.sig_id"
                          " WHERE s.sig='b'"), 1);
   st_close(db);
 }
@@ -581,7 +554,7 @@ static st_machine_t model(const char *cpu, double f32_256)
 
 Test(store, machine_model_round_trips_per_cpu_and_is_replaced)
 {
-  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE);
   st_machine_t got, m = model("Test CPU [flags 1]", 80);
   cr_assert_eq(st_machine_load(db, m.cpu, &got), ST_ENOENT, "nothing stored yet");
   cr_assert_eq(st_machine_save(db, &m, NULL, 0), ST_OK);
@@ -594,7 +567,7 @@ Test(store, machine_model_round_trips_per_cpu_and_is_replaced)
   cr_expect_eq(got.gflops[0][1], 80);
   cr_expect_eq(got.gflops[1][1], 40);
   cr_expect_eq(got.gflops[1][0], 0, "an unmeasured width reads as 0");
-  cr_expect_eq(query(db, "SELECT count(*) FROM machine_models WHERE f64_128 IS NULL"), 1,
+  cr_expect_eq(fx_query(db, "SELECT count(*) FROM machine_models WHERE f64_128 IS NULL"), 1,
                "and is stored as NULL");
   cr_expect_eq(got.timer_ns, 18.5);
   cr_expect_eq(got.measured_ns, 12345);
@@ -603,13 +576,13 @@ Test(store, machine_model_round_trips_per_cpu_and_is_replaced)
   cr_assert_eq(st_machine_save(db, &again, NULL, 0), ST_OK);
   cr_assert_eq(st_machine_load(db, m.cpu, &got), ST_OK);
   cr_expect_eq(got.gflops[0][1], 90, "a new measurement replaces the old");
-  cr_expect_eq(query(db, "SELECT count(*) FROM machine_models"), 1);
+  cr_expect_eq(fx_query(db, "SELECT count(*) FROM machine_models"), 1);
   st_close(db);
 }
 
 Test(store, compile_times_add_up_over_saves_with_a_bounded_window)
 {
-  st_db_t *db = open_ok(ST_OPEN_CREATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE);
   const char *cpu = "Test CPU [flags 2]";
   st_machine_t notes_only = {0}, got;
   snprintf(notes_only.cpu, sizeof notes_only.cpu, "%s", cpu);
@@ -637,20 +610,20 @@ Test(store, compile_times_add_up_over_saves_with_a_bounded_window)
   cr_expect_eq(g->recent[ST_MACHINE_RECENT - 1], 1000000 + ST_MACHINE_RECENT + 3);
   cr_expect_eq(g->recent[0], 1000004, "the oldest went first");
   cr_expect_eq(g->median_ns, 1000000 + 4 + (ST_MACHINE_RECENT - 1) / 2);
-  cr_expect_eq(query(db, "SELECT median_ns FROM machine_compiles WHERE family='gemm'"),
+  cr_expect_eq(fx_query(db, "SELECT median_ns FROM machine_compiles WHERE family='gemm'"),
                (int64_t)g->median_ns, "readers can use the stored median");
   st_close(db);
 }
 
 Test(store, migrating_from_version_5_adds_the_machine_tables)
 {
-  st_db_t *db = open_ok(ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
   cr_assert_eq(st_migrate_to(db, 5), ST_OK);
   st_machine_t m = model("cpu", 80), got;
   cr_assert_neq(st_machine_save(db, &m, NULL, 0), ST_OK, "version 5 has no machine tables");
   cr_assert_neq(st_machine_load(db, "cpu", &got), ST_OK);
   st_close(db);
-  db = open_ok(ST_OPEN_CREATE);
+  db = fx_open(path, ST_OPEN_CREATE);
   cr_assert_eq(st_machine_save(db, &m, NULL, 0), ST_OK);
   cr_assert_eq(st_machine_load(db, "cpu", &got), ST_OK);
   st_close(db);
@@ -658,7 +631,7 @@ Test(store, migrating_from_version_5_adds_the_machine_tables)
 
 Test(store, migrating_from_version_6_keeps_the_runs_and_adds_states)
 {
-  st_db_t *db = open_ok(ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
   cr_assert_eq(st_migrate_to(db, 6), ST_OK);
   int64_t run = begin(db, 42);
   /* What a version-6 agent wrote: counts, no state. */
@@ -667,45 +640,45 @@ Test(store, migrating_from_version_6_keeps_the_runs_and_adds_states)
                             " VALUES(x'01', 'old', 'sgemm', 'sgemm', '{}');"
                             "INSERT INTO run_sigs SELECT 1, id, 7, 1, 10 FROM signatures",
                             NULL, NULL, NULL), SQLITE_OK);
-  cr_assert_lt(query(db, "SELECT count(*) FROM pragma_table_info('run_sigs')"
+  cr_assert_lt(fx_query(db, "SELECT count(*) FROM pragma_table_info('run_sigs')"
                          " WHERE name IN ('state', 'reason')"), 1);
   st_close(db);
-  db = open_ok(ST_OPEN_CREATE);
-  cr_assert_eq(query(db, "SELECT count(*) FROM run_sigs WHERE calls=7 AND state IS NULL"
+  db = fx_open(path, ST_OPEN_CREATE);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM run_sigs WHERE calls=7 AND state IS NULL"
                          " AND reason IS NULL"), 1, "the old row kept, with no state");
   st_sig_rec_t r[2] = {rec("new", 10), rec("none", 3)};
   r[0].state = "waiting", r[0].reason = "not hot yet: 10 of 64 calls";
   cr_assert_eq(st_run_flush(db, run, r, 2, 0, 2000), ST_OK);
-  cr_assert_eq(query(db, "SELECT count(*) FROM run_sigs JOIN signatures ON id=sig_id WHERE"
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM run_sigs JOIN signatures ON id=sig_id WHERE"
                          " sig='new' AND state='waiting' AND reason LIKE 'not hot yet:%'"), 1);
-  cr_assert_eq(query(db, "SELECT count(*) FROM run_sigs JOIN signatures ON id=sig_id WHERE"
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM run_sigs JOIN signatures ON id=sig_id WHERE"
                          " sig='none' AND state IS NULL"), 1, "no decision: NULL");
   r[0].state = "queued", r[0].reason = "hot";
   cr_assert_eq(st_run_flush(db, run, r, 1, 0, 3000), ST_OK);
-  cr_assert_eq(query(db, "SELECT count(*) FROM run_sigs WHERE state='queued' AND reason='hot'"),
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM run_sigs WHERE state='queued' AND reason='hot'"),
                1, "a flush replaces the state");
   st_close(db);
 }
 
 Test(store, migrating_from_version_7_keeps_the_runs_and_gc_takes_the_series_with_its_run)
 {
-  st_db_t *db = open_ok(ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
   cr_assert_eq(st_migrate_to(db, 7), ST_OK);
   int64_t old = begin(db, 900001); /* a pid that does not exist: gc may take the run */
   st_sig_rec_t r = rec("old", 5);
   cr_assert_eq(st_run_flush(db, old, &r, 1, 0, 2000), ST_OK);
   cr_assert_eq(st_run_end(db, old, 3000, "exited"), ST_OK);
-  cr_assert_eq(query(db, "SELECT count(*) FROM sqlite_master WHERE name='run_series'"), 0);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM sqlite_master WHERE name='run_series'"), 0);
   st_close(db);
   /* A reader of the version-7 file sees an empty series, and leaves the file as it is. */
-  db = open_ok(ST_OPEN_READONLY);
-  cr_assert_eq(query(db, "SELECT count(*) FROM run_series"), 0);
+  db = fx_open(path, ST_OPEN_READONLY);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM run_series"), 0);
   int version;
   cr_assert_eq(st_schema_version(db, &version), ST_OK);
   cr_assert_eq(version, 7);
   st_close(db);
-  db = open_ok(0);
-  cr_assert_eq(query(db, "SELECT count(*) FROM run_sigs WHERE calls=5"), 1, "the run kept");
+  db = fx_open(path, 0);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM run_sigs WHERE calls=5"), 1, "the run kept");
   int64_t run = begin(db, 900002);
   r = rec("new", 9);
   cr_assert_eq(st_run_flush(db, run, &r, 1, 0, 2000), ST_OK);
@@ -714,15 +687,15 @@ Test(store, migrating_from_version_7_keeps_the_runs_and_gc_takes_the_series_with
                              {NULL, 0, 0, NULL, NULL, samples}};
   cr_assert_eq(st_run_series(db, old, 100, 1000, 3, rows, 1), ST_OK);
   cr_assert_eq(st_run_series(db, run, 100, 1000, 3, rows, 2), ST_OK);
-  cr_assert_eq(query(db, "SELECT count(*) FROM run_series"), 3);
-  cr_assert_eq(query(db, "SELECT length(calls) FROM run_series WHERE sig_id != 0 AND run_id = 2"),
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM run_series"), 3);
+  cr_assert_eq(fx_query(db, "SELECT length(calls) FROM run_series WHERE sig_id != 0 AND run_id = 2"),
                3, "one byte per small value");
   st_gc_result_t res;
   cr_assert_eq(st_gc(db, 1, 0, &res), ST_OK);
   cr_assert_eq(res.runs, 1);
-  cr_assert_eq(query(db, "SELECT count(*) FROM run_series WHERE run_id = 1"), 0,
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM run_series WHERE run_id = 1"), 0,
                "deleted with its run");
-  cr_assert_eq(query(db, "SELECT count(*) FROM run_series WHERE run_id = 2"), 2);
+  cr_assert_eq(fx_query(db, "SELECT count(*) FROM run_series WHERE run_id = 2"), 2);
   st_close(db);
 }
 
@@ -734,7 +707,7 @@ Test(store, processes_creating_one_database_at_once_never_find_it_foreign)
   enum { P = 8, ROUNDS = 40 };
   for (int r = 0; r < ROUNDS; r++) {
     char db[160];
-    snprintf(db, sizeof db, "%s/race%d.db", dir, r);
+    snprintf(db, sizeof db, "%s/race%d.db", fx_dir, r);
     int go[2];
     cr_assert_eq(pipe(go), 0);
     pid_t kids[P];

@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+/* The unit tests' scratch folder and store file (fixture.h). */
+#include "fixture.h"
+
+#include <criterion/criterion.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+char fx_dir[64], fx_db[128];
+
+void fx_setup(void)
+{
+  snprintf(fx_dir, sizeof fx_dir, "/tmp/opjit-test-XXXXXX");
+  cr_assert_not_null(mkdtemp(fx_dir));
+  snprintf(fx_db, sizeof fx_db, "%s/p.db", fx_dir);
+}
+
+void fx_teardown(void)
+{
+  char cmd[96];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", fx_dir);
+  cr_assert_eq(system(cmd), 0);
+}
+
+st_db_t *fx_open(const char *path, int flags)
+{
+  st_db_t *db = NULL;
+  char err[512] = "";
+  cr_assert_eq(st_open(path, flags, 1000, &db, err, sizeof err), ST_OK, "%s: %s", path, err);
+  return db;
+}
+
+int64_t fx_query(st_db_t *db, const char *sql)
+{
+  sqlite3_stmt *st;
+  cr_assert_eq(sqlite3_prepare_v2(st_sqlite(db), sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+               sqlite3_errmsg(st_sqlite(db)));
+  int64_t v = -1;
+  if (sqlite3_step(st) == SQLITE_ROW)
+    v = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return v;
+}
