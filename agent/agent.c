@@ -544,6 +544,7 @@ static void start_sampling(void)
   sp_config_t c = {.hz = (int)ag_opts.num[AG_OPT_SAMPLE_HZ],
                    .events = events[ag_opts.num[AG_OPT_EVENTS]],
                    .stack_depth = (int)ag_opts.num[AG_OPT_STACK_DEPTH],
+                   .budget = (double)ag_opts.num[AG_OPT_SAMPLE_BUDGET] / 1000,
                    .attrib = {own_op, pool_op}};
   int rc = sp_start(&c);
   sp_status_t st;
@@ -571,8 +572,14 @@ static void drain_samples(void)
     sp_agg_operator_module(agg, atomic_load(&resolved[agg_opmods]));
   sp_status_t st;
   sp_status(&st);
-  for (size_t got; (got = sp_drain(buf, sizeof buf / sizeof *buf)) > 0;)
+  struct timespec a, b;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+  size_t total = 0;
+  for (size_t got; (got = sp_drain(buf, sizeof buf / sizeof *buf)) > 0; total += got)
     sp_agg_add(agg, buf, got, st.ncounters);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+  double ns = (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
+  sp_adapt(total ? ns / (double)total : 0); /* the samples' measured cost, OPJIT_SAMPLE_BUDGET */
 }
 
 /* The cold operators with enough samples to be worth a look by the tiers (1 ms of CPU time:
@@ -644,18 +651,26 @@ static void visit_counter(void *ctx, uint32_t op, int c, uint64_t v)
     PUSH(o, counters, ncounters, 2, ((st_counter_rec_t){k, k ? sizeof *k : 0, o->st.counter_names[c], v}));
 }
 
-/* The run's sampling summary as a JSON object. */
+/* The run's sampling summary as a JSON object (on the writer: its CPU time is the writer's). */
 static void sampling_json(const sp_status_t *st, char *buf, size_t len)
 {
   static const char *const modes[] = {"off", "perf", "perf", "timer"};
+  struct timespec cpu = {0, 0};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
   int n = snprintf(buf, len,
                    "{\"mode\":\"%s\",\"event\":\"%s\",\"hz\":%d,\"stack_depth\":%d,"
                    "\"samples\":%llu,\"lost\":%llu,\"thinned\":%llu,\"stacks\":{\"walked\":%llu,"
-                   "\"libunwind\":%llu},\"counters\":[",
+                   "\"libunwind\":%llu},\"cost\":{\"delivery_ns\":%.0f,\"handler_ns\":%.0f,"
+                   "\"writer_ns\":%.0f,\"stride\":%u,\"lockstep\":%d,\"budget\":%.4f,"
+                   "\"writer_cpu_ms\":%.1f},"
+                   "\"counters\":[",
                    modes[st->mode], st->event, st->hz, st->stack_depth,
                    (unsigned long long)st->samples, (unsigned long long)st->lost,
                    (unsigned long long)st->thinned, (unsigned long long)st->walked,
-                   (unsigned long long)st->unwound);
+                   (unsigned long long)st->unwound, st->delivery_ns, st->handler_ns,
+                   st->consumer_ns, st->stride,
+                   st->lockstep, (double)ag_opts.num[AG_OPT_SAMPLE_BUDGET] / 1000,
+                   (double)cpu.tv_sec * 1e3 + (double)cpu.tv_nsec / 1e6);
   for (int i = 0; i < st->ncounters && n > 0 && (size_t)n < len; i++)
     n += snprintf(buf + n, len - (size_t)n, "%s\"%s\"", i ? "," : "", st->counter_names[i]);
   if (n > 0 && (size_t)n < len)
@@ -923,6 +938,11 @@ static void *writer_main(void *arg)
   if (tick_ms > flush_ms)
     tick_ms = flush_ms;
   uint64_t next_flush = ag_now_ns() + (uint64_t)flush_ms * 1000000u;
+  /* SCHED_BATCH: a tick's wake-up no longer preempts a host thread (whose partners may be
+   * waiting for it at a barrier: a graph host's, after every node); the writer waits for a free
+   * core or the running thread's slice end, keeping its fair share (at nice 19 a fork child's
+   * final write missed its deadline, 1 test run in 3 on a loaded machine). */
+  pthread_setschedparam(pthread_self(), SCHED_BATCH, &(struct sched_param){0});
   pthread_mutex_lock(&mu);
   for (unsigned ticks = 1;; ticks++) {
     struct timespec dl = ag_deadline_after(CLOCK_MONOTONIC, tick_ms);

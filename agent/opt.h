@@ -34,6 +34,10 @@
       "sampling event: auto = hardware cycles and counters where the CPU exposes them, "     \
       "else task-clock")                                                                     \
   OPT(STACK_DEPTH, INT, "24", 0, 32, NULL, "frames recorded per sample (0: the PC only)")     \
+  OPT(SAMPLE_BUDGET, INT, "5", 0, 1000, NULL,                                               \
+      "what sampling may cost a thread, in thousandths of its CPU time (measured per sample, "\
+      "counted for each thread in lock-step with it; over it samples get rarer and weigh "   \
+      "more); 0: no limit")                                                                  \
   OPT(HOT_CALLS, INT, "64", 1, 1 << 30, NULL,                                                \
       "calls of one signature (on one thread) after which it is compiled (sampled CPU time " \
       "can promote it sooner)")                                                              \

@@ -31,6 +31,7 @@
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
+#include <x86intrin.h>
 
 #define SP_RING 256 /* samples per thread between drains (~1.3 s at 199 Hz) */
 
@@ -75,6 +76,20 @@ static _Atomic int expected;      /* sp_expect: threads record their stack's top
 /* This thread's stack, when the thread began through sp_thread_begin (pthread_getattr_np's:
  * mapped throughout). Initial-exec: the handler reads it. */
 static __thread __attribute__((tls_model("initial-exec"))) uint64_t tl_stack_lo, tl_stack_hi;
+/* This thread's id and the slot its last sample found (the handler's; a fork child's thread
+ * forgets them): no gettid system call and no scan of the slots per sample. */
+static __thread __attribute__((tls_model("initial-exec"))) pid_t tl_tid;
+static __thread __attribute__((tls_model("initial-exec"))) sp_slot_t *tl_slot;
+/* The cost of a sample and the budget (sp_adapt). The handler reads stride alone. */
+static _Atomic uint32_t stride = 1;          /* periods per sample */
+static _Atomic int lockstep = 1;             /* sp_lockstep */
+static _Atomic int calibrating;              /* sp_start times the delivery: the handler returns */
+static double delivery_ns, handler_ns, consumer; /* measured (sp_mu) */
+static uint64_t tsc0, ns0;                   /* a TSC reading and the time at sp_start */
+#define SP_COSTS 512
+static uint32_t costs[SP_COSTS];             /* handler cycles of the samples drained since the
+                                                last sp_adapt (sp_drain's: one consumer) */
+static size_t ncosts;
 __thread __attribute__((tls_model("initial-exec"))) uintptr_t sp_tl_entry_frame;
 
 /* The bounds of slot t's thread's stack (the calling thread's), into *lo and *hi: 1 when
@@ -203,7 +218,12 @@ int sp_parse_group(const void *buf, size_t len, uint64_t *values, int max)
 static sp_slot_t *slot_of(const siginfo_t *si)
 {
   int n = atomic_load_explicit(&hiwater, memory_order_acquire);
-  pid_t self = (pid_t)syscall(SYS_gettid);
+  pid_t self = tl_tid ? tl_tid : (tl_tid = (pid_t)syscall(SYS_gettid));
+  sp_slot_t *c = tl_slot;
+  if (c && si->si_code != SI_TIMER &&
+      atomic_load_explicit(&c->fd, memory_order_relaxed) == si->si_fd &&
+      atomic_load_explicit(&c->tid, memory_order_relaxed) == self)
+    return c;
   if (si->si_code == SI_TIMER) {
     int i = si->si_value.sival_int;
     return i >= 0 && i < n && atomic_load_explicit(&slots[i].tid, memory_order_relaxed) == self
@@ -213,7 +233,7 @@ static sp_slot_t *slot_of(const siginfo_t *si)
   for (int i = 0; i < n; i++)
     if (atomic_load_explicit(&slots[i].fd, memory_order_relaxed) == si->si_fd &&
         atomic_load_explicit(&slots[i].tid, memory_order_relaxed) == self)
-      return &slots[i];
+      return tl_slot = &slots[i];
   return NULL;
 }
 
@@ -310,6 +330,9 @@ static int record_stack(sp_sample_t *s, sp_slot_t *t, void *uc)
 static void handler(int signo, siginfo_t *si, void *ucv)
 {
   (void)signo;
+  uint64_t c0 = __rdtsc();
+  if (si->si_code == SI_TKILL && atomic_load_explicit(&calibrating, memory_order_relaxed))
+    return; /* sp_start timing the delivery */
   int saved = errno;
   sp_slot_t *t = atomic_load_explicit(&active, memory_order_relaxed) ? slot_of(si) : NULL;
   if (!t || atomic_load_explicit(&t->state, memory_order_acquire) != SLOT_ARMED)
@@ -322,7 +345,7 @@ static void handler(int signo, siginfo_t *si, void *ucv)
   }
   sp_sample_t *s = &r->buf[h % SP_RING];
   s->pc = (uint64_t)((ucontext_t *)ucv)->uc_mcontext.gregs[REG_RIP];
-  s->weight = t->weight *
+  s->weight = t->weight * atomic_load_explicit(&stride, memory_order_relaxed) *
               (1u + (si->si_code == SI_TIMER && si->si_overrun > 0 ? (uint32_t)si->si_overrun : 0u));
   s->op = cfg.attrib.own ? cfg.attrib.own() : 0;
   s->flags = 0;
@@ -340,6 +363,8 @@ static void handler(int signo, siginfo_t *si, void *ucv)
       t->last[i - 1] = v[i];
     }
   }
+  uint64_t dc = __rdtsc() - c0;
+  s->cycles = dc > UINT32_MAX ? UINT32_MAX : (uint32_t)dc;
   atomic_store_explicit(&r->head, h + 1, memory_order_release);
 out:
   errno = saved;
@@ -361,6 +386,18 @@ static void explain(const char *what, int err)
            what, why, strerrorname_np(err) ? strerrorname_np(err) : "?");
 }
 
+/* The sampling period in nanoseconds of CPU time (clocks, timers) and the frequency (hardware
+ * cycles) at the stride in effect. */
+static uint64_t period_ns(void)
+{
+  return 1000000000ull / (uint64_t)cfg.hz * atomic_load(&stride);
+}
+static uint64_t freq_hz(void)
+{
+  uint64_t f = (uint64_t)cfg.hz / atomic_load(&stride);
+  return f ? f : 1;
+}
+
 static int open_event(uint32_t type, uint64_t config, pid_t tid, int group, int sampling)
 {
   struct perf_event_attr a;
@@ -374,10 +411,10 @@ static int open_event(uint32_t type, uint64_t config, pid_t tid, int group, int 
                                                            clock counts from its opening */
   if (sampling) {
     if (type == PERF_TYPE_SOFTWARE) {
-      a.sample_period = 1000000000ull / (uint64_t)cfg.hz; /* the clocks count nanoseconds */
+      a.sample_period = period_ns(); /* the clocks count nanoseconds */
     } else {
       a.freq = 1;
-      a.sample_freq = (uint64_t)cfg.hz;
+      a.sample_freq = freq_hz();
     }
     a.wakeup_events = 1;
     a.read_format = status.mode == SP_PERF_HW ? PERF_FORMAT_GROUP : 0;
@@ -399,6 +436,14 @@ static int route_and_enable(int fd, pid_t tid)
 
 /* The thread CPU-time clock of another thread (glibc's encoding of a per-thread CPU clock). */
 static clockid_t thread_cpu_clock(pid_t tid) { return (clockid_t)((~(unsigned)tid << 3) | 6); }
+
+/* Sets slot t's timer to the period in effect. */
+static int set_timer(sp_slot_t *t)
+{
+  long ns = (long)period_ns();
+  struct itimerspec its = {{ns / 1000000000L, ns % 1000000000L}, {ns / 1000000000L, ns % 1000000000L}};
+  return sp_sys.timer_settime(t->timer, 0, &its, NULL);
+}
 
 /* Starts slot i's event for its thread. Called with sp_mu held. */
 static int arm_slot(int i)
@@ -431,9 +476,24 @@ static int arm_slot(int i)
   if (sp_sys.timer_create(thread_cpu_clock(t->tid), &ev, &t->timer))
     return -1;
   t->has_timer = 1;
-  long ns = 1000000000L / cfg.hz;
-  struct itimerspec its = {{ns / 1000000000L, ns % 1000000000L}, {ns / 1000000000L, ns % 1000000000L}};
-  return sp_sys.timer_settime(t->timer, 0, &its, NULL);
+  return set_timer(t);
+}
+
+/* Gives every armed thread's event the period in effect (the stride moved). sp_mu held. */
+static void set_periods(void)
+{
+  int n = atomic_load(&hiwater);
+  for (int i = 0; i < n; i++) {
+    sp_slot_t *t = &slots[i];
+    if (atomic_load(&t->state) != SLOT_ARMED)
+      continue;
+    if (t->has_timer) {
+      set_timer(t);
+    } else if (t->fd >= 0) {
+      uint64_t p = status.mode == SP_PERF_HW ? freq_hz() : period_ns();
+      sp_sys.ioctl(t->fd, PERF_EVENT_IOC_PERIOD, (unsigned long)&p);
+    }
+  }
 }
 
 /* Stops slot i's event. Called with sp_mu held. */
@@ -622,6 +682,50 @@ static void find_stacks(void)
     fclose(f);
 }
 
+static uint64_t now_ns(void);
+
+static int cmp_u32(const void *a, const void *b)
+{
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* TSC cycles per nanosecond, from sp_start's reading to now (0 while too early to tell). */
+static double tsc_per_ns(void)
+{
+  uint64_t dt = now_ns() - ns0;
+  return dt > 1000000 ? (double)(__rdtsc() - tsc0) / (double)dt : 0;
+}
+
+/* What a signal costs the thread it interrupts beyond the handler's own time: the kernel's
+ * delivery, the signal frame and sigreturn. Timed on the calling thread (signals to itself,
+ * unblocked meanwhile, which the handler returns from at once), median of 15. */
+static double measure_delivery(void)
+{
+  sigset_t one, was;
+  sigemptyset(&one);
+  sigaddset(&one, status.signo);
+  if (pthread_sigmask(SIG_UNBLOCK, &one, &was))
+    return 0;
+  uint32_t d[15];
+  pid_t self = gettid();
+  uint64_t t0 = __rdtsc(), n0 = now_ns();
+  atomic_store(&calibrating, 1);
+  for (int i = 0; i < 15; i++) {
+    uint64_t a = __rdtsc();
+    syscall(SYS_tgkill, pid, self, status.signo);
+    uint64_t b = __rdtsc() - a;
+    d[i] = b > UINT32_MAX ? UINT32_MAX : (uint32_t)b;
+  }
+  atomic_store(&calibrating, 0);
+  pthread_sigmask(SIG_SETMASK, &was, NULL);
+  while (now_ns() - n0 < 2000000) /* 2 ms to know the TSC's rate */
+    ;
+  double per_ns = (double)(__rdtsc() - t0) / (double)(now_ns() - n0);
+  qsort(d, 15, sizeof *d, cmp_u32);
+  return per_ns > 0 ? d[7] / per_ns : 0;
+}
+
 int sp_start(const sp_config_t *c)
 {
   pthread_mutex_lock(&sp_mu);
@@ -633,6 +737,9 @@ int sp_start(const sp_config_t *c)
   status.event = "off";
   status.hz = cfg.hz;
   status.stack_depth = cfg.stack_depth;
+  atomic_store(&stride, 1);
+  ncosts = 0;
+  handler_ns = consumer = 0;
   if (cfg.hz <= 0)
     goto out;
   if (!handler_installed) {
@@ -676,6 +783,8 @@ int sp_start(const sp_config_t *c)
   long fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (long)rl.rlim_cur : 4096;
   pid_t self = gettid();
   pid = getpid();
+  tsc0 = __rdtsc(), ns0 = now_ns();
+  delivery_ns = measure_delivery();
   uw_refresh();
   choose_mode(self);
   max_armed = (int)(fds / 4 / (status.mode == SP_PERF_HW ? 1 + status.ncounters : 1));
@@ -907,6 +1016,8 @@ size_t sp_drain(sp_sample_t *out, size_t max)
       out[got] = r->buf[tail % SP_RING];
       by_walk += (out[got].flags & SP_F_WALKED) != 0, by_unw += (out[got].flags & SP_F_UNWOUND) != 0;
       by_stitch += (out[got].flags & SP_F_STITCHED) != 0;
+      if (ncosts < SP_COSTS)
+        costs[ncosts++] = out[got].cycles;
       weight += out[got++].weight;
     }
     atomic_store_explicit(&r->tail, tail, memory_order_release);
@@ -916,6 +1027,59 @@ size_t sp_drain(sp_sample_t *out, size_t max)
   atomic_fetch_add(&unwound, by_unw);
   atomic_fetch_add(&stitched, by_stitch);
   return got;
+}
+
+void sp_lockstep(int n)
+{
+  n = n < 1 ? 1 : n;
+  if (atomic_load_explicit(&lockstep, memory_order_relaxed) != n)
+    atomic_store_explicit(&lockstep, n, memory_order_relaxed);
+}
+
+/* The least stride, 1..SP_MAX_STRIDE, at which share / stride <= budget. */
+static uint32_t stride_within(double share, double budget)
+{
+  for (uint32_t k = 1; k < SP_MAX_STRIDE; k++)
+    if (share <= budget * k)
+      return k;
+  return SP_MAX_STRIDE;
+}
+
+uint32_t sp_stride_for(double hz, double sample_ns, int lockstep_n, double budget, uint32_t current)
+{
+  if (budget <= 0 || hz <= 0 || sample_ns <= 0)
+    return 1;
+  double share = hz * sample_ns * 1e-9 * (lockstep_n > 1 ? lockstep_n : 1); /* at stride 1 */
+  uint32_t k = stride_within(share, budget);
+  if (k >= current)
+    return k;
+  uint32_t low = stride_within(share, 0.75 * budget);
+  return low < current ? low : current;
+}
+
+void sp_adapt(double consumer_ns)
+{
+  double per_ns = tsc_per_ns();
+  if (!ncosts || per_ns <= 0 || !atomic_load(&active))
+    return;
+  qsort(costs, ncosts, sizeof *costs, cmp_u32);
+  double h = costs[ncosts / 2] / per_ns; /* the median: a handler preempted midway is the
+                                             machine's load, not the sample's cost */
+  ncosts = 0;
+  pthread_mutex_lock(&sp_mu);
+  /* Averaged over ticks (a quarter each): a tick that named many new PCs, or whose samples
+   * landed in cold code, moves the stride less than a lasting change. */
+  double w = handler_ns > 0 ? 0.25 : 1;
+  handler_ns += w * (h - handler_ns);
+  consumer += w * ((consumer_ns > 0 ? consumer_ns : 0) - consumer);
+  uint32_t was = atomic_load(&stride);
+  uint32_t k = sp_stride_for(cfg.hz, delivery_ns + handler_ns + consumer, atomic_load(&lockstep),
+                             cfg.budget, was);
+  if (k != was) {
+    atomic_store(&stride, k);
+    set_periods();
+  }
+  pthread_mutex_unlock(&sp_mu);
 }
 
 void sp_stop(void)
@@ -941,6 +1105,11 @@ void sp_status(sp_status_t *out)
   out->thinned = atomic_load(&thinned);
   out->unwound = atomic_load(&unwound);
   out->stitched = atomic_load(&stitched);
+  out->delivery_ns = delivery_ns;
+  out->handler_ns = handler_ns;
+  out->consumer_ns = consumer;
+  out->stride = atomic_load(&stride);
+  out->lockstep = atomic_load(&lockstep);
   pthread_mutex_unlock(&sp_mu);
 }
 
@@ -949,6 +1118,9 @@ int sp_active(void) { return atomic_load(&active); }
 void sp_after_fork_child(void)
 {
   pthread_mutex_init(&sp_mu, NULL);
+  tl_tid = 0; /* the parent's thread's */
+  tl_slot = NULL;
+  ncosts = 0;
   atomic_store(&active, 0);
   int n = atomic_load(&hiwater);
   for (int i = 0; i < n; i++) {

@@ -11,6 +11,12 @@
  * starts (every thread in /proc/self/task), when they are created (sp_thread_begin from the
  * agent's pthread_create wrapper) and by sp_rescan(), which also releases the events of
  * threads that exited. The signal is a real-time one the process does not use.
+ * The sampler measures what a sample costs its thread (the handler's own cycles, and the
+ * signal's delivery, timed once at the start) and keeps that cost under a budget: a share of
+ * the sampled threads' CPU time, counted once per thread that waits for a sampled one
+ * (sp_lockstep). Over budget, each sample stands for several periods (the stride: the period
+ * is that many times longer, each sample weighs that many), so counts keep meaning samples at
+ * the asked rate.
  * Every function returns 0 or -1; none may be called from the signal handler. */
 #ifndef OPJIT_SAMPLER_H
 #define OPJIT_SAMPLER_H
@@ -51,6 +57,8 @@ typedef struct sp_config_s {
   int hz;              /* samples per second of CPU time per thread */
   const char *events;  /* "auto", "cycles", "task-clock", "cpu-clock" or "timer" */
   int stack_depth;     /* frames per sample, 0..SP_MAX_FRAMES */
+  double budget;       /* the share of a sampled thread's CPU time its samples may cost,
+                          counted for every thread in lock-step with it; 0: no limit */
   sp_attrib_t attrib;
 } sp_config_t;
 
@@ -60,7 +68,9 @@ typedef struct sp_sample_s {
   uint16_t flags;      /* enum sp_flags */
   uint16_t nframes;
   uint32_t weight;     /* sampling periods the sample stands for: 1, more for a timer that
-                          expired several times between two ticks */
+                          expired several times between two ticks, for a thinned thread's
+                          samples and under a stride (the budget) */
+  uint32_t cycles;     /* the handler's own time for this sample, in TSC cycles */
   uint64_t counters[SP_MAX_COUNTERS]; /* deltas since the thread's previous sample */
   uint64_t frames[SP_MAX_FRAMES];     /* return addresses, innermost first; frames[0] = pc */
 } sp_sample_t;
@@ -85,6 +95,11 @@ typedef struct sp_status_s {
                                libunwind where it could not (bounds unknown yet, frames it
                                does not interpret) */
   uint64_t stitched;        /* of the walked, those resumed from an operator's entry frame */
+  double delivery_ns;       /* a signal's delivery and return to this thread (0: not measured) */
+  double handler_ns;        /* the handler's time per sample: each sp_adapt's median, averaged */
+  double consumer_ns;       /* the drainer's time per sample, as sp_adapt was told, averaged */
+  uint32_t stride;          /* periods per sample now (1: the asked rate) */
+  int lockstep;             /* threads that wait for a sampled one (sp_lockstep) */
 } sp_status_t;
 
 /* Starts sampling every thread of the process. Returns 0 (sampling, or off by choice: hz 0)
@@ -113,6 +128,22 @@ int sp_unload_begin(void);
 void sp_unload_end(int began);
 /* Moves up to max recorded samples into out; returns how many. */
 size_t sp_drain(sp_sample_t *out, size_t max);
+/* The host runs n threads that wait for each other (ggml: a graph's threads meet at a barrier
+ * after every node), so a sample that stops one stops n: its cost counts n times against the
+ * budget. In effect until declared again; 1 at the start. Cheap: a store when n changes. */
+void sp_lockstep(int n);
+/* After draining: measures the cost of a sample — the median handler time of the samples
+ * drained since the last call and consumer_ns, what the caller spent on each drained sample
+ * (aggregating, naming), each averaged over calls, plus the delivery — and sets the stride the
+ * budget allows (sp_stride_for), changing every armed thread's period when it moves. */
+void sp_adapt(double consumer_ns);
+/* The budget rule: the stride (periods per sample, 1..SP_MAX_STRIDE) that keeps hz / stride
+ * samples a second, each costing sample_ns for each of lockstep threads, within budget (a share
+ * of CPU time; 0: no limit, stride 1). It rises as soon as the cost needs it and falls only
+ * when the lower stride stays within 3/4 of the budget, so that it does not swing between two
+ * strides. current is the stride in effect. */
+#define SP_MAX_STRIDE 64 /* samples never rarer than a 64th of the asked rate */
+uint32_t sp_stride_for(double hz, double sample_ns, int lockstep, double budget, uint32_t current);
 /* Stops every event (the signal handler stays, ignoring late signals). */
 void sp_stop(void);
 /* Current status (a copy). */

@@ -439,6 +439,8 @@ AG_EXPORT enum ggml_status ggml_graph_compute(struct ggml_cgraph *g, struct ggml
     if (atomic_load(&gg_state) != GG_PROFILE)
       return fn(g, cplan);
   }
+  /* The graph's threads wait for each other after every node: a sample stops them all. */
+  sp_lockstep(cplan->n_threads);
   static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
   pthread_once(&setup_once, fusion_setup);
   if (!fusion_on || cplan->use_ref) /* reference implementations asked for: the host's graph */

@@ -80,6 +80,7 @@ Test(opt, every_option_parsed)
   setenv_fake("OPJIT_SAMPLE_HZ", "997");
   setenv_fake("OPJIT_EVENTS", "timer");
   setenv_fake("OPJIT_STACK_DEPTH", "0");
+  setenv_fake("OPJIT_SAMPLE_BUDGET", "20");
   setenv_fake("OPJIT_LOG", "DEBUG");
   setenv_fake("OPJIT_LOG_FILE", "/tmp/opjit.log");
   setenv_fake("OPJIT_SUMMARY", "yes");
@@ -125,6 +126,7 @@ Test(opt, every_option_parsed)
   cr_assert_eq(o.num[AG_OPT_SAMPLE_HZ], 997);
   cr_assert_eq(o.num[AG_OPT_EVENTS], 4);
   cr_assert_eq(o.num[AG_OPT_STACK_DEPTH], 0);
+  cr_assert_eq(o.num[AG_OPT_SAMPLE_BUDGET], 20);
   cr_assert_eq(o.num[AG_OPT_LOG], 3);
   cr_assert_str_eq(o.str[AG_OPT_LOG_FILE], "/tmp/opjit.log");
   for (int id = 0; id < AG_OPT__COUNT; id++)

@@ -690,6 +690,60 @@ Test(sampler, short_lived_threads_are_armed_one_in_four_with_weight_four)
   cr_assert_eq(st.thinned, before);
 }
 
+/* The budget rule on recorded costs: the least stride within the budget, counted for every
+ * thread in lock-step; raised at once, lowered only once within 3/4 of the budget. */
+Test(sampler, the_budget_sets_the_stride_from_the_cost_of_a_sample)
+{
+  /* 199 Hz, 5 us a sample, 2 threads in lock-step: 0.2 % of CPU, within 0.5 % */
+  cr_assert_eq(sp_stride_for(199, 5000, 2, 0.005, 1), 1);
+  /* 20 us: 0.8 % at the asked rate, 0.4 % at half of it */
+  cr_assert_eq(sp_stride_for(199, 20000, 2, 0.005, 1), 2);
+  cr_assert_eq(sp_stride_for(199, 20000, 1, 0.005, 1), 1, "one thread: 0.4 %%");
+  cr_assert_eq(sp_stride_for(199, 20000, 8, 0.005, 1), 7, "8 threads: 3.2 %%");
+  /* 0.45 % at stride 1 would fit the budget but not 3/4 of it: stride 2 stays */
+  cr_assert_eq(sp_stride_for(199, 11300, 2, 0.005, 2), 2);
+  cr_assert_eq(sp_stride_for(199, 7000, 2, 0.005, 2), 1, "0.28 %%: back to the asked rate");
+  cr_assert_eq(sp_stride_for(199, 60000, 2, 0.005, 2), 5, "raised at once: 4.8 %%");
+  cr_assert_eq(sp_stride_for(1000, 1e6, 4, 0.005, 1), SP_MAX_STRIDE);
+  cr_assert_eq(sp_stride_for(199, 1e6, 4, 0, 9), 1, "no budget, no stride");
+  cr_assert_eq(sp_stride_for(199, 0, 4, 0.005, 3), 1, "nothing measured yet");
+}
+
+/* In this process: the handler's and the delivery's cost measured, a budget far under it, and
+ * the samples that follow arrive at the longest period, each standing for that many. */
+Test(sampler, over_budget_samples_get_rarer_and_weigh_what_they_stand_for)
+{
+  sp_config_t cfg = {.hz = 1000, .events = "task-clock", .stack_depth = 8, .budget = 1e-6,
+                     .attrib = {own, NULL}};
+  cr_assert_eq(sp_start(&cfg), 0);
+  sp_status_t st;
+  sp_status(&st);
+  cr_assert_gt(st.delivery_ns, 0, "a signal's delivery is timed at the start");
+  cr_assert_eq(st.stride, 1);
+  sampled_periods(3, 50);
+  sp_adapt(0);
+  sp_status(&st);
+  cr_assert_gt(st.handler_ns, 0);
+  /* any cost over 64 ns a sample at 1 kHz is over 64 millionths */
+  cr_assert_eq(st.stride, SP_MAX_STRIDE, "stride %u at %.0f ns a sample", st.stride,
+               st.delivery_ns + st.handler_ns);
+  sp_thread_begin();
+  my_op = 6;
+  burn_ms(1000);
+  my_op = 0;
+  size_t n, samples_, weighted = 0;
+  for (samples_ = 0; (n = sp_drain(samples, 8192)) > 0;)
+    for (size_t k = 0; k < n; k++)
+      if (samples[k].op == 6) {
+        cr_assert_eq(samples[k].weight, SP_MAX_STRIDE);
+        samples_++, weighted += samples[k].weight;
+      }
+  /* 1000 ms of CPU, one sample per 64 ms: ~15, standing for ~1000 periods of 1 ms (a loaded
+   * VM delivers fewer) */
+  cr_assert(samples_ >= 4 && samples_ <= 20, "%zu samples", samples_);
+  cr_assert(weighted > 1000 / 4 && weighted < 1000 * 2, "weighted periods %zu", weighted);
+}
+
 /* The JIT's code map as the aggregator sees it: one kernel at a fixed address outside every
  * module, renamed (freed, and another placed there) between two batches of samples. */
 #define KERNEL_PC 0x10000ull /* below every mapping: no module holds it */
