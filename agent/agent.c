@@ -532,6 +532,15 @@ static uint32_t own_op(void) { return ag_tl.cur ? atomic_load_explicit(ag_tl.cur
  * library's pool threads) work for whichever operator is in flight. */
 static uint32_t pool_op(void) { return ag_tl.cur ? 0 : ag_tcount_inflight(); }
 
+/* OPJIT_SAMPLE_BUDGET as a share of CPU time; a rate the user asked for (OPJIT_SAMPLE_HZ set
+ * without a budget) is kept: no limit. */
+static double sample_budget(void)
+{
+  if (ag_opts.from_env[AG_OPT_SAMPLE_HZ] && !ag_opts.from_env[AG_OPT_SAMPLE_BUDGET])
+    return 0;
+  return (double)ag_opts.num[AG_OPT_SAMPLE_BUDGET] / 1000;
+}
+
 static void start_sampling(void)
 {
   static const char *const events[] = {"auto", "cycles", "task-clock", "cpu-clock", "timer"};
@@ -544,7 +553,7 @@ static void start_sampling(void)
   sp_config_t c = {.hz = (int)ag_opts.num[AG_OPT_SAMPLE_HZ],
                    .events = events[ag_opts.num[AG_OPT_EVENTS]],
                    .stack_depth = (int)ag_opts.num[AG_OPT_STACK_DEPTH],
-                   .budget = (double)ag_opts.num[AG_OPT_SAMPLE_BUDGET] / 1000,
+                   .budget = sample_budget(),
                    .attrib = {own_op, pool_op}};
   int rc = sp_start(&c);
   sp_status_t st;
@@ -669,7 +678,7 @@ static void sampling_json(const sp_status_t *st, char *buf, size_t len)
                    (unsigned long long)st->thinned, (unsigned long long)st->walked,
                    (unsigned long long)st->unwound, st->delivery_ns, st->handler_ns,
                    st->consumer_ns, st->stride,
-                   st->lockstep, (double)ag_opts.num[AG_OPT_SAMPLE_BUDGET] / 1000,
+                   st->lockstep, sample_budget(),
                    (double)cpu.tv_sec * 1e3 + (double)cpu.tv_nsec / 1e6);
   for (int i = 0; i < st->ncounters && n > 0 && (size_t)n < len; i++)
     n += snprintf(buf + n, len - (size_t)n, "%s\"%s\"", i ? "," : "", st->counter_names[i]);

@@ -90,6 +90,10 @@ static uint64_t tsc0, ns0;                   /* a TSC reading and the time at sp
 static uint32_t costs[SP_COSTS];             /* handler cycles of the samples drained since the
                                                 last sp_adapt (sp_drain's: one consumer) */
 static size_t ncosts;
+static unsigned adapts; /* sp_adapt calls that had samples, since sp_start */
+#define SP_ADAPT_MIN 8     /* samples a cost needs to be measured from */
+#define SP_WARMUP_ADAPTS 2 /* the first ones measure the walker filling its caches, the rings'
+                              first pages: their cost is left out */
 __thread __attribute__((tls_model("initial-exec"))) uintptr_t sp_tl_entry_frame;
 
 /* The bounds of slot t's thread's stack (the calling thread's), into *lo and *hi: 1 when
@@ -738,7 +742,7 @@ int sp_start(const sp_config_t *c)
   status.hz = cfg.hz;
   status.stack_depth = cfg.stack_depth;
   atomic_store(&stride, 1);
-  ncosts = 0;
+  ncosts = adapts = 0;
   handler_ns = consumer = 0;
   if (cfg.hz <= 0)
     goto out;
@@ -1060,8 +1064,12 @@ uint32_t sp_stride_for(double hz, double sample_ns, int lockstep_n, double budge
 void sp_adapt(double consumer_ns)
 {
   double per_ns = tsc_per_ns();
-  if (!ncosts || per_ns <= 0 || !atomic_load(&active))
+  if (ncosts < SP_ADAPT_MIN || per_ns <= 0 || !atomic_load(&active))
     return;
+  if (++adapts <= SP_WARMUP_ADAPTS) { /* the walker's caches filling: not the steady cost */
+    ncosts = 0;
+    return;
+  }
   qsort(costs, ncosts, sizeof *costs, cmp_u32);
   double h = costs[ncosts / 2] / per_ns; /* the median: a handler preempted midway is the
                                              machine's load, not the sample's cost */
@@ -1073,8 +1081,8 @@ void sp_adapt(double consumer_ns)
   handler_ns += w * (h - handler_ns);
   consumer += w * ((consumer_ns > 0 ? consumer_ns : 0) - consumer);
   uint32_t was = atomic_load(&stride);
-  uint32_t k = sp_stride_for(cfg.hz, delivery_ns + handler_ns + consumer, atomic_load(&lockstep),
-                             cfg.budget, was);
+  uint32_t k = sp_stride_for(cfg.hz, delivery_ns + handler_ns, atomic_load(&lockstep), cfg.budget,
+                             was);
   if (k != was) {
     atomic_store(&stride, k);
     set_periods();
@@ -1120,7 +1128,7 @@ void sp_after_fork_child(void)
   pthread_mutex_init(&sp_mu, NULL);
   tl_tid = 0; /* the parent's thread's */
   tl_slot = NULL;
-  ncosts = 0;
+  ncosts = adapts = 0;
   atomic_store(&active, 0);
   int n = atomic_load(&hiwater);
   for (int i = 0; i < n; i++) {

@@ -14,7 +14,8 @@
  * The sampler measures what a sample costs its thread (the handler's own cycles, and the
  * signal's delivery, timed once at the start) and keeps that cost under a budget: a share of
  * the sampled threads' CPU time, counted once per thread that waits for a sampled one
- * (sp_lockstep). Over budget, each sample stands for several periods (the stride: the period
+ * (sp_lockstep). The drainer's cost per sample is recorded beside it, not budgeted: it runs on
+ * a thread of its own, and its first drains name every new PC (symbol tables loaded once). Over budget, each sample stands for several periods (the stride: the period
  * is that many times longer, each sample weighs that many), so counts keep meaning samples at
  * the asked rate.
  * Every function returns 0 or -1; none may be called from the signal handler. */
@@ -132,10 +133,12 @@ size_t sp_drain(sp_sample_t *out, size_t max);
  * after every node), so a sample that stops one stops n: its cost counts n times against the
  * budget. In effect until declared again; 1 at the start. Cheap: a store when n changes. */
 void sp_lockstep(int n);
-/* After draining: measures the cost of a sample — the median handler time of the samples
- * drained since the last call and consumer_ns, what the caller spent on each drained sample
- * (aggregating, naming), each averaged over calls, plus the delivery — and sets the stride the
- * budget allows (sp_stride_for), changing every armed thread's period when it moves. */
+/* After draining: measures the cost of a sample to its thread — the median handler time of the
+ * samples drained since the last call (8 at least; the first two such calls are left out: the
+ * walker's caches fill then), averaged over calls, plus the delivery — and sets the stride the
+ * budget allows (sp_stride_for), changing every armed thread's period when it moves.
+ * consumer_ns, what the caller spent on each drained sample (aggregating, naming), is averaged
+ * and reported in the status. */
 void sp_adapt(double consumer_ns);
 /* The budget rule: the stride (periods per sample, 1..SP_MAX_STRIDE) that keeps hz / stride
  * samples a second, each costing sample_ns for each of lockstep threads, within budget (a share
