@@ -84,7 +84,8 @@ static __thread __attribute__((tls_model("initial-exec"))) sp_slot_t *tl_slot;
 static _Atomic uint32_t stride = 1;          /* periods per sample */
 static _Atomic int lockstep = 1;             /* sp_lockstep */
 static _Atomic int calibrating;              /* sp_start times the delivery: the handler returns */
-static double delivery_ns, handler_ns, consumer; /* measured (sp_mu) */
+static uint32_t delivery_cycles;             /* measured at sp_start (sp_mu) */
+static double handler_ns, consumer;          /* measured by sp_adapt (sp_mu) */
 static uint64_t tsc0, ns0;                   /* a TSC reading and the time at sp_start */
 #define SP_COSTS 512
 static uint32_t costs[SP_COSTS];             /* handler cycles of the samples drained since the
@@ -701,10 +702,10 @@ static double tsc_per_ns(void)
   return dt > 1000000 ? (double)(__rdtsc() - tsc0) / (double)dt : 0;
 }
 
-/* What a signal costs the thread it interrupts beyond the handler's own time: the kernel's
- * delivery, the signal frame and sigreturn. Timed on the calling thread (signals to itself,
- * unblocked meanwhile, which the handler returns from at once), median of 15. */
-static double measure_delivery(void)
+/* What a signal costs the thread it interrupts beyond the handler's own time, in TSC cycles:
+ * the kernel's delivery, the signal frame and sigreturn. Timed on the calling thread (signals
+ * to itself, unblocked meanwhile, which the handler returns from at once), median of 15. */
+static uint32_t measure_delivery(void)
 {
   sigset_t one, was;
   sigemptyset(&one);
@@ -713,7 +714,6 @@ static double measure_delivery(void)
     return 0;
   uint32_t d[15];
   pid_t self = gettid();
-  uint64_t t0 = __rdtsc(), n0 = now_ns();
   atomic_store(&calibrating, 1);
   for (int i = 0; i < 15; i++) {
     uint64_t a = __rdtsc();
@@ -723,11 +723,8 @@ static double measure_delivery(void)
   }
   atomic_store(&calibrating, 0);
   pthread_sigmask(SIG_SETMASK, &was, NULL);
-  while (now_ns() - n0 < 2000000) /* 2 ms to know the TSC's rate */
-    ;
-  double per_ns = (double)(__rdtsc() - t0) / (double)(now_ns() - n0);
   qsort(d, 15, sizeof *d, cmp_u32);
-  return per_ns > 0 ? d[7] / per_ns : 0;
+  return d[7];
 }
 
 int sp_start(const sp_config_t *c)
@@ -788,7 +785,7 @@ int sp_start(const sp_config_t *c)
   pid_t self = gettid();
   pid = getpid();
   tsc0 = __rdtsc(), ns0 = now_ns();
-  delivery_ns = measure_delivery();
+  delivery_cycles = measure_delivery();
   uw_refresh();
   choose_mode(self);
   max_armed = (int)(fds / 4 / (status.mode == SP_PERF_HW ? 1 + status.ncounters : 1));
@@ -1081,8 +1078,8 @@ void sp_adapt(double consumer_ns)
   handler_ns += w * (h - handler_ns);
   consumer += w * ((consumer_ns > 0 ? consumer_ns : 0) - consumer);
   uint32_t was = atomic_load(&stride);
-  uint32_t k = sp_stride_for(cfg.hz, delivery_ns + handler_ns, atomic_load(&lockstep), cfg.budget,
-                             was);
+  uint32_t k = sp_stride_for(cfg.hz, delivery_cycles / per_ns + handler_ns, atomic_load(&lockstep),
+                             cfg.budget, was);
   if (k != was) {
     atomic_store(&stride, k);
     set_periods();
@@ -1113,7 +1110,8 @@ void sp_status(sp_status_t *out)
   out->thinned = atomic_load(&thinned);
   out->unwound = atomic_load(&unwound);
   out->stitched = atomic_load(&stitched);
-  out->delivery_ns = delivery_ns;
+  double per_ns = tsc_per_ns();
+  out->delivery_ns = per_ns > 0 ? delivery_cycles / per_ns : 0;
   out->handler_ns = handler_ns;
   out->consumer_ns = consumer;
   out->stride = atomic_load(&stride);
