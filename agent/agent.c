@@ -950,7 +950,8 @@ static void *writer_main(void *arg)
   /* SCHED_BATCH: a tick's wake-up no longer preempts a host thread (whose partners may be
    * waiting for it at a barrier: a graph host's, after every node); the writer waits for a free
    * core or the running thread's slice end, keeping its fair share (at nice 19 a fork child's
-   * final write missed its deadline, 1 test run in 3 on a loaded machine). */
+   * final write missed its deadline, 1 test run in 3 on a loaded machine). A compile thread it
+   * starts later (for what its samples made hot) inherits it and runs beside the host alike. */
   pthread_setschedparam(pthread_self(), SCHED_BATCH, &(struct sched_param){0});
   pthread_mutex_lock(&mu);
   for (unsigned ticks = 1;; ticks++) {
