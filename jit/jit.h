@@ -51,6 +51,9 @@ typedef struct jt_gemm_s {
                          of the n x n C: 1 the upper (row <= column), 2 the lower; stated as the
                          GEMM whose B is A (m = n, tb = !ta, ldb = lda: the caller passes A as
                          B too), of which the other triangle is neither read nor written */
+  int fa;             /* 1: ggml's FLASH_ATTN_EXT instead (jt_fa_fn): k the keys' and queries'
+                         length (DK), m the values' (DV), n the query rows of the signature
+                         (the kernel takes any rows and any number of keys) */
   /* How the kernel is generated. 0 everywhere means "decide for this host": the widest ISA it
    * has and the generator's default blocking for the shape. gemm() resolves the zeros (the
    * kernel's name, gemm_name(), spells the resolved values out); tune() returns them resolved
@@ -113,6 +116,31 @@ typedef void (*jt_mm_add_fn)(const void *w, const float *x, float *y, const floa
  * element is read before it is written), never a part of it. */
 typedef void (*jt_add_rms_mul_fn)(const float *a, const float *b, const float *w, float *x,
                                   float *s, float *y, int64_t rows, float eps);
+
+/* ggml's FLASH_ATTN_EXT (fa) over query rows [i0, i1) of one head: f32 queries, f16 keys,
+ * values and mask, softmax online over key tiles (ggml's tiled CPU path, f32 throughout):
+ *   s_j = (q_i . k_j) * scale + mask_ij;   out_i = sum_j e^(s_j - max) v_j / sum_j e^(s_j - max)
+ * with q_i at q + i * q_stride (DK floats), k_j at k + j * k_stride (DK halves), v_j alike (DV
+ * halves), mask_ij at mask[i * mask_stride + j] (f16; -inf leaves a key out), out_i at out +
+ * i * out_stride (DV floats); strides in elements. A row whose keys are all masked gets zeros.
+ * Key tiles masked for every row of a block are skipped (a causal mask's upper triangle).
+ * scratch: JT_FA_SCRATCH_FLOATS(DK, DV, n_kv) floats, 64-byte aligned, the caller's (the keys
+ * transposed and the values converted to f32 once per call, then the row blocks' scores). */
+typedef struct jt_fa_args_s {
+  const float *q;
+  const uint16_t *k, *v, *mask;
+  float *out;
+  int64_t q_stride, k_stride, v_stride, mask_stride, out_stride;
+  int64_t n_kv;   /* keys (and values), >= 1 */
+  int64_t i0, i1; /* the query rows computed */
+  float scale;
+} jt_fa_args_t;
+typedef void (*jt_fa_fn)(const jt_fa_args_t *args, float *scratch);
+#define JT_FA_TILE 64 /* keys per tile, at most (the scratch's padding) */
+#define JT_FA_MAX_D 256 /* DK and DV at most */
+#define JT_FA_SCRATCH_FLOATS(dk, dv, n_kv)                                                         \
+  ((size_t)((dk) + (dv)) * (size_t)(((n_kv) + JT_FA_TILE - 1) / JT_FA_TILE * JT_FA_TILE) +         \
+   8 * (size_t)(JT_FA_TILE + (dv) + 4))
 
 /* The compiled kernel. alpha and beta are passed as doubles whatever the type; the kernel
  * honours only what its class leaves variable. A and B must not overlap C. */
@@ -211,6 +239,7 @@ enum jt_kind {
   JT_KIND_MM,          /* mm */
   JT_KIND_MM_ADD,      /* mm with mm_add */
   JT_KIND_SYRK,        /* syrk */
+  JT_KIND_FA,          /* fa */
   JT_KINDS
 };
 
@@ -220,6 +249,7 @@ enum jt_abi {
   JT_ABI_MM,          /* jt_mm_fn */
   JT_ABI_MM_ADD,      /* jt_mm_add_fn */
   JT_ABI_ADD_RMS_MUL, /* jt_add_rms_mul_fn */
+  JT_ABI_FA,          /* jt_fa_fn */
 };
 
 struct LLVMOpaqueContext; /* LLVM's handles (llvm-c/Types.h), spelled as their opaque structs */
@@ -227,7 +257,7 @@ struct LLVMOpaqueModule;
 struct LLVMOpaqueValue;
 
 typedef struct jt_kind_s {
-  const char *name; /* "gemm", "dot", "add_rms_mul", "mm", "syrk": the machine model keeps
+  const char *name; /* "gemm", "dot", "add_rms_mul", "mm", "syrk", "fa": the machine model keeps
                        compile times by it (agent/machine.h) */
   int abi;          /* enum jt_abi */
   int tunes;        /* 1: tune() times candidate blockings; 0: one kernel per problem */
@@ -254,7 +284,8 @@ extern const jt_kind_t jt_kinds[JT_KINDS];
 /* The kind of g. */
 static inline int jt_kind_of(const jt_gemm_t *g)
 {
-  return g->syrk          ? JT_KIND_SYRK
+  return g->fa            ? JT_KIND_FA
+         : g->syrk        ? JT_KIND_SYRK
          : g->mm          ? (g->mm_add ? JT_KIND_MM_ADD : JT_KIND_MM)
          : g->add_rms_mul ? JT_KIND_ADD_RMS_MUL
          : g->dot         ? JT_KIND_DOT

@@ -6,17 +6,19 @@
 
 #include <stdio.h>
 
-/* The generator's functions (gemm.h, syrk.h), referred to weakly: NULL outside
+/* The generator's functions (gemm.h, syrk.h, fa.h), referred to weakly: NULL outside
  * libopjit-jit.so (jit.h says why); declared with LLVM's handles spelled as their opaque
  * structs, so that this file needs no LLVM header. */
 typedef struct LLVMOpaqueValue *emit_fn(struct LLVMOpaqueContext *, struct LLVMOpaqueModule *,
                                         const jt_gemm_t *);
 #define WEAK __attribute__((weak, visibility("hidden")))
-WEAK emit_fn jt_gemm_emit, jt_dot_emit, jt_add_rms_mul_emit, jt_mm_emit, jt_syrk_emit;
+WEAK emit_fn jt_gemm_emit, jt_dot_emit, jt_add_rms_mul_emit, jt_mm_emit, jt_syrk_emit, jt_fa_emit;
 WEAK int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, size_t len);
 WEAK int jt_syrk_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, size_t len);
 WEAK void jt_gemm_name(const jt_gemm_t *s, char *buf, size_t len);
 WEAK void jt_syrk_name(const jt_gemm_t *s, char *buf, size_t len);
+WEAK int jt_fa_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, size_t len);
+WEAK void jt_fa_name(const jt_gemm_t *s, char *buf, size_t len);
 
 static int gemm_supported(const jt_gemm_t *g)
 {
@@ -40,6 +42,14 @@ static int syrk_supported(const jt_gemm_t *g)
 {
   return (g->syrk == 1 || g->syrk == 2) && g->m == g->n && g->tb == !g->ta && g->ldb == g->lda &&
          g->n > 1 && gemm_supported(g);
+}
+
+/* A head's attention: an even DK and a DV of whole 512-bit vectors, both at most JT_FA_MAX_D
+ * (fa.c's blocking), any query rows. */
+static int fa_supported(const jt_gemm_t *g)
+{
+  return g->fa == 1 && g->k >= 2 && g->k % 2 == 0 && g->k <= JT_FA_MAX_D && g->m >= 16 &&
+         g->m % 16 == 0 && g->m <= JT_FA_MAX_D && g->n >= 1 && g->n <= (1 << 20);
 }
 
 static int syrk_writes(const jt_gemm_t *g, long i, long j)
@@ -91,4 +101,10 @@ const jt_kind_t jt_kinds[JT_KINDS] = {
                       .resolve = jt_syrk_resolve,
                       .symbol = jt_syrk_name,
                       .emit = jt_syrk_emit},
+    [JT_KIND_FA] = {.name = "fa",
+                    .abi = JT_ABI_FA,
+                    .supported = fa_supported,
+                    .resolve = jt_fa_resolve,
+                    .symbol = jt_fa_name,
+                    .emit = jt_fa_emit},
 };

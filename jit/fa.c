@@ -1,0 +1,574 @@
+/* SPDX-License-Identifier: MIT */
+/* The FLASH_ATTN_EXT generator: LLVM IR for ggml's flash attention over one head's query rows
+ * (jt_fa_fn), f32 queries, f16 keys, values and mask, DK and DV baked in.
+ *
+ * It computes what ggml's tiled CPU path computes, row by row in the same float steps: the
+ * scores of a row against a tile of TJ keys as sums over d in order (one FMA chain per score,
+ * started from zero), times scale, plus the mask; the tile's maximum, the old sums and outputs
+ * rescaled by e^(old max - new max) when it grows, e^(s - max) per score (ggml's own vector
+ * e^x, with its constants), the tile's sum added in double to the float sum, and the outputs
+ * accumulated over the tile's keys in order by FMAs; at the end each output times 1 / sum. A
+ * tile masked for every row of a block is skipped. Only e^(old max - new max), which ggml
+ * takes from libm, may differ by an ulp.
+ *
+ *   once per call: keys transposed into KT[tile][d][TJ] (f32, gathered two halves at a time),
+ *                  values converted into V32[key][DV] (f32), both zero past n_kv
+ *   for each block of R query rows (the last one's missing rows repeat its last row, never
+ *   stored):
+ *     for each key tile: mask (R x TJ, -inf past n_kv); skip the tile if all -inf
+ *       S[r][:] = sum over d of q[r][d] * KT[tile][d][:]     (R x NJ vector accumulators)
+ *       per row: the online softmax, P[r][:] = e^(S - max), alpha[r]
+ *       O[r][:] = O[r][:] * alpha[r] + sum over keys j of P[r][j] * V32[j][:]   (R x DVC)
+ *     out[r] = O[r] * (1 / sum[r])
+ *
+ * Blocking: AVX-512 tiles of 4 zmm (64 keys) by 6 rows (24 accumulators); AVX2 2 ymm (16 keys)
+ * by 4 rows. */
+#include "fa.h"
+#include "gemm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MAXV 16         /* lanes of a vector, at most */
+#define MAXR 8          /* rows of a block, at most */
+#define MAXNJ 4         /* vectors of a key tile, at most */
+#define MAXDVC 4        /* vectors of outputs accumulated at once, at most */
+#define EXP_MIN -120.0f /* e^x below this is 0 (ggml's is 0 below about -103.9 too) */
+
+typedef struct fgen_s {
+  LLVMContextRef cx;
+  LLVMModuleRef mod;
+  LLVMBuilderRef b;
+  LLVMValueRef fn;
+  const jt_gemm_t *s;
+  LLVMTypeRef f32, f64, vec, i64, i32, i16, half, hvec, ivec, ptr, args_t;
+  int V, NJ, TJ, R, DVC, DK, DV;
+  LLVMValueRef fma;
+  LLVMTypeRef fma_t;
+  char name[128];
+} fgen_t;
+
+static LLVMValueRef c64(fgen_t *g, long v)
+{
+  return LLVMConstInt(g->i64, (unsigned long long)v, 1);
+}
+static LLVMValueRef c32(fgen_t *g, long v)
+{
+  return LLVMConstInt(g->i32, (unsigned long long)v, 1);
+}
+static LLVMValueRef cf(fgen_t *g, double v) { return LLVMConstReal(g->f32, v); }
+
+static LLVMValueRef vconst(fgen_t *g, double v)
+{
+  LLVMValueRef e[MAXV];
+  for (int i = 0; i < g->V; i++)
+    e[i] = cf(g, v);
+  return LLVMConstVector(e, (unsigned)g->V);
+}
+
+static LLVMValueRef add(fgen_t *g, LLVMValueRef x, LLVMValueRef y)
+{
+  return LLVMBuildNSWAdd(g->b, x, y, "");
+}
+static LLVMValueRef mulc(fgen_t *g, LLVMValueRef x, long y)
+{
+  return LLVMBuildNSWMul(g->b, x, c64(g, y), "");
+}
+
+/* &base[index] for elements of type t. */
+static LLVMValueRef gep(fgen_t *g, LLVMTypeRef t, LLVMValueRef base, LLVMValueRef index)
+{
+  return LLVMBuildInBoundsGEP2(g->b, t, base, &index, 1, "p");
+}
+
+static LLVMValueRef ld(fgen_t *g, LLVMTypeRef t, LLVMValueRef p, unsigned align)
+{
+  LLVMValueRef v = LLVMBuildLoad2(g->b, t, p, "");
+  LLVMSetAlignment(v, align);
+  return v;
+}
+
+static void st(fgen_t *g, LLVMValueRef v, LLVMValueRef p, unsigned align)
+{
+  LLVMSetAlignment(LLVMBuildStore(g->b, v, p), align);
+}
+
+/* A float vector at f32 element index ix of base. */
+static LLVMValueRef vld(fgen_t *g, LLVMValueRef base, LLVMValueRef ix)
+{
+  return ld(g, g->vec, gep(g, g->f32, base, ix), 4);
+}
+
+static void vst(fgen_t *g, LLVMValueRef v, LLVMValueRef base, LLVMValueRef ix)
+{
+  st(g, v, gep(g, g->f32, base, ix), 4);
+}
+
+static LLVMValueRef splat(fgen_t *g, LLVMValueRef scalar)
+{
+  LLVMTypeRef vt = LLVMVectorType(LLVMTypeOf(scalar), (unsigned)g->V);
+  LLVMValueRef v = LLVMBuildInsertElement(g->b, LLVMGetUndef(vt), scalar, c32(g, 0), "");
+  return LLVMBuildShuffleVector(g->b, v, LLVMGetUndef(vt),
+                                LLVMConstNull(LLVMVectorType(g->i32, (unsigned)g->V)), "splat");
+}
+
+static LLVMValueRef fma3(fgen_t *g, LLVMValueRef a, LLVMValueRef x, LLVMValueRef y)
+{
+  LLVMValueRef args[3] = {a, x, y};
+  return LLVMBuildCall2(g->b, g->fma_t, g->fma, args, 3, "");
+}
+
+static LLVMValueRef intrinsic(fgen_t *g, const char *name, LLVMTypeRef *types, size_t n,
+                              LLVMTypeRef *fn_type)
+{
+  unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+  LLVMValueRef f = LLVMGetIntrinsicDeclaration(g->mod, id, types, n);
+  *fn_type = LLVMGlobalGetValueType(f);
+  return f;
+}
+
+/* 0, 1, ..., V-1 as i64 lanes. */
+static LLVMValueRef iota(fgen_t *g)
+{
+  LLVMValueRef e[MAXV];
+  for (int i = 0; i < g->V; i++)
+    e[i] = c64(g, i);
+  return LLVMConstVector(e, (unsigned)g->V);
+}
+
+/* Lanes of v combined pairwise down to lane 0 (halves first, as _mm512_reduce_add_ps): op 0
+ * adds, 1 takes the maximum. */
+static LLVMValueRef reduce(fgen_t *g, LLVMValueRef v, int max)
+{
+  for (int w = g->V / 2; w >= 1; w /= 2) {
+    LLVMValueRef m[MAXV];
+    for (int i = 0; i < g->V; i++)
+      m[i] = c32(g, i < w ? i + w : i);
+    LLVMValueRef hi = LLVMBuildShuffleVector(g->b, v, v, LLVMConstVector(m, (unsigned)g->V), "");
+    v = max ? LLVMBuildSelect(g->b, LLVMBuildFCmp(g->b, LLVMRealOGT, v, hi, ""), v, hi, "")
+            : LLVMBuildFAdd(g->b, v, hi, "");
+  }
+  return LLVMBuildExtractElement(g->b, v, c32(g, 0), "");
+}
+
+/* e^x for x <= 0 (or NaN), lane by lane: ggml's ggml_v_expf (x = n ln2 + b, a degree-5
+ * polynomial in b, times 2^n), 2^n applied in two exact halves (n >= -174 here); 0 below
+ * EXP_MIN. */
+static LLVMValueRef vexp(fgen_t *g, LLVMValueRef x)
+{
+  LLVMBuilderRef b = g->b;
+  LLVMValueRef low = LLVMBuildFCmp(b, LLVMRealOLT, x, vconst(g, EXP_MIN), "");
+  LLVMValueRef xc = LLVMBuildSelect(b, low, vconst(g, EXP_MIN), x, "");
+  LLVMValueRef r = vconst(g, 0x1.8p23);
+  LLVMValueRef z = fma3(g, xc, vconst(g, 0x1.715476p+0), r);
+  LLVMValueRef n = LLVMBuildFSub(b, z, r, "n");
+  LLVMValueRef nn = LLVMBuildFNeg(b, n, "");
+  LLVMValueRef bb = fma3(g, nn, vconst(g, 0x1.7f7d1cp-20), fma3(g, nn, vconst(g, 0x1.62e4p-1), xc));
+  LLVMValueRef u = LLVMBuildFMul(b, bb, bb, "u");
+  LLVMValueRef j = fma3(g,
+                        fma3(g, fma3(g, vconst(g, 0x1.0e4020p-7), bb, vconst(g, 0x1.573e2ep-5)), u,
+                             fma3(g, vconst(g, 0x1.555e66p-3), bb, vconst(g, 0x1.fffdb6p-2))),
+                        u, fma3(g, vconst(g, 0x1.ffffecp-1), bb, vconst(g, 1.0)));
+  LLVMValueRef ni = LLVMBuildFPToSI(b, n, g->ivec, "ni");
+  LLVMValueRef one = splat(g, c32(g, 1)), bias = splat(g, c32(g, 127)), sh = splat(g, c32(g, 23));
+  LLVMValueRef h1 = LLVMBuildAShr(b, ni, one, "");
+  LLVMValueRef h2 = LLVMBuildSub(b, ni, h1, "");
+  LLVMValueRef p1 =
+      LLVMBuildBitCast(b, LLVMBuildShl(b, LLVMBuildAdd(b, h1, bias, ""), sh, ""), g->vec, "");
+  LLVMValueRef p2 =
+      LLVMBuildBitCast(b, LLVMBuildShl(b, LLVMBuildAdd(b, h2, bias, ""), sh, ""), g->vec, "");
+  LLVMValueRef res = LLVMBuildFMul(b, LLVMBuildFMul(b, j, p1, ""), p2, "e");
+  return LLVMBuildSelect(b, low, vconst(g, 0), res, "");
+}
+
+/* ---- loops -------------------------------------------------------------------------------- */
+
+typedef struct loop_s {
+  LLVMBasicBlockRef head, exit;
+  LLVMValueRef iv;
+  long step;
+} loop_t;
+
+/* iv = start; iv < end; iv += step, the builder in its body. */
+static loop_t loop_to(fgen_t *g, LLVMValueRef start, LLVMValueRef end, long step, const char *name)
+{
+  loop_t l = {.step = step};
+  LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
+  l.head = LLVMAppendBasicBlockInContext(g->cx, g->fn, name);
+  LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->cx, g->fn, "body");
+  l.exit = LLVMAppendBasicBlockInContext(g->cx, g->fn, "exit");
+  LLVMBuildBr(g->b, l.head);
+  LLVMPositionBuilderAtEnd(g->b, l.head);
+  l.iv = LLVMBuildPhi(g->b, g->i64, name);
+  LLVMAddIncoming(l.iv, &start, &pre, 1);
+  LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, l.iv, end, ""), body, l.exit);
+  LLVMPositionBuilderAtEnd(g->b, body);
+  return l;
+}
+
+/* Closes a loop: the step, the back edge; the builder continues after the loop. */
+static void loop_end(fgen_t *g, loop_t *l)
+{
+  LLVMValueRef next = LLVMBuildNSWAdd(g->b, l->iv, c64(g, l->step), "next");
+  LLVMBasicBlockRef from = LLVMGetInsertBlock(g->b);
+  LLVMAddIncoming(l->iv, &next, &from, 1);
+  LLVMBuildBr(g->b, l->head);
+  LLVMPositionBuilderAtEnd(g->b, l->exit);
+}
+
+/* A straight loop of n (> 0, a multiple of unroll) iterations whose cnt vector values are phis
+ * (acc: their values on entry, and on exit): body(g, iv, acc, ctx) updates acc for iteration
+ * iv, unroll times per trip. */
+typedef void body_fn(fgen_t *g, LLVMValueRef iv, LLVMValueRef *acc, void *ctx);
+static void acc_loop(fgen_t *g, long n, int unroll, LLVMValueRef *acc, int cnt, body_fn *body,
+                     void *ctx, const char *name)
+{
+  LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
+  LLVMBasicBlockRef loop = LLVMAppendBasicBlockInContext(g->cx, g->fn, name);
+  LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->cx, g->fn, "exit");
+  LLVMBuildBr(g->b, loop);
+  LLVMPositionBuilderAtEnd(g->b, loop);
+  LLVMValueRef iv = LLVMBuildPhi(g->b, g->i64, "iv"), phi[MAXR * MAXNJ], zero = c64(g, 0);
+  LLVMAddIncoming(iv, &zero, &pre, 1);
+  for (int a = 0; a < cnt; a++) {
+    phi[a] = LLVMBuildPhi(g->b, g->vec, "acc");
+    LLVMAddIncoming(phi[a], &acc[a], &pre, 1);
+    acc[a] = phi[a];
+  }
+  for (int u = 0; u < unroll; u++)
+    body(g, u ? add(g, iv, c64(g, u)) : iv, acc, ctx);
+  LLVMValueRef next = add(g, iv, c64(g, unroll));
+  LLVMBasicBlockRef from = LLVMGetInsertBlock(g->b);
+  LLVMAddIncoming(iv, &next, &from, 1);
+  for (int a = 0; a < cnt; a++)
+    LLVMAddIncoming(phi[a], &acc[a], &from, 1);
+  LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, next, c64(g, n), ""), loop, exit);
+  LLVMPositionBuilderAtEnd(g->b, exit);
+}
+
+/* ---- the kernel ----------------------------------------------------------------------------- */
+
+/* What the loops of one call read. */
+typedef struct call_s {
+  LLVMValueRef q, k, v, mask, out, qs, ks, vs, ms, os, nkv, i0, i1, scale;
+  LLVMValueRef kt, v32, p, o, stat; /* scratch: KT, V32, P (R x TJ), O (R x DV), stats */
+  LLVMValueRef tile, j0;            /* the key tile (its index, its first key) */
+  LLVMValueRef row[MAXR];           /* the block's query rows (clamped to i1 - 1) */
+  int c0;                           /* GEMM2: the first output vector of the chunk */
+} call_t;
+
+/* stats: m[r] at r, l[r] at MAXR + r, alpha[r] at 2 MAXR + r */
+static LLVMValueRef stat_at(fgen_t *g, call_t *c, int which, int r)
+{
+  return gep(g, g->f32, c->stat, c64(g, which * MAXR + r));
+}
+
+/* Keys transposed into KT[tile][d][TJ] and values converted into V32[j][DV], zero past n_kv. */
+static void pack(fgen_t *g, call_t *c, LLVMValueRef ntiles)
+{
+  LLVMBuilderRef b = g->b;
+  LLVMTypeRef gv[2] = {g->ivec, LLVMVectorType(g->ptr, (unsigned)g->V)}, gt;
+  LLVMValueRef gather = intrinsic(g, "llvm.masked.gather", gv, 2, &gt);
+  LLVMTypeRef h16 = LLVMVectorType(g->i16, (unsigned)g->V);
+  loop_t t = loop_to(g, c64(g, 0), ntiles, 1, "kt_tile");
+  for (int vv = 0; vv < g->NJ; vv++) {
+    LLVMValueRef j =
+        add(g, splat(g, add(g, mulc(g, t.iv, g->TJ), c64(g, (long)vv * g->V))), iota(g));
+    LLVMValueRef valid = LLVMBuildICmp(b, LLVMIntSLT, j, splat(g, c->nkv), "valid");
+    LLVMValueRef rowoff = LLVMBuildMul(b, j, splat(g, c->ks), "");
+    loop_t d = loop_to(g, c64(g, 0), c64(g, g->DK), 2, "kt_d");
+    LLVMValueRef off = LLVMBuildAdd(b, rowoff, splat(g, d.iv), "");
+    LLVMValueRef ptrs = LLVMBuildInBoundsGEP2(b, g->i16, c->k, &off, 1, "ptrs");
+    LLVMValueRef args[4] = {ptrs, c32(g, 2), valid, LLVMConstNull(g->ivec)};
+    LLVMValueRef pair = LLVMBuildCall2(b, gt, gather, args, 4, "pair");
+    LLVMValueRef lo = LLVMBuildTrunc(b, pair, h16, "");
+    LLVMValueRef hi = LLVMBuildTrunc(b, LLVMBuildLShr(b, pair, splat(g, c32(g, 16)), ""), h16, "");
+    LLVMValueRef base =
+        add(g, mulc(g, add(g, mulc(g, t.iv, g->DK), d.iv), g->TJ), c64(g, (long)vv * g->V));
+    vst(g, LLVMBuildFPExt(b, LLVMBuildBitCast(b, lo, g->hvec, ""), g->vec, ""), c->kt, base);
+    vst(g, LLVMBuildFPExt(b, LLVMBuildBitCast(b, hi, g->hvec, ""), g->vec, ""), c->kt,
+        add(g, base, c64(g, g->TJ)));
+    loop_end(g, &d);
+  }
+  loop_end(g, &t);
+  loop_t j = loop_to(g, c64(g, 0), c->nkv, 1, "v32");
+  for (int cc = 0; cc < g->DV / g->V; cc++) {
+    LLVMValueRef src =
+        gep(g, g->half, c->v, add(g, LLVMBuildMul(b, j.iv, c->vs, ""), c64(g, (long)cc * g->V)));
+    vst(g, LLVMBuildFPExt(b, ld(g, g->hvec, src, 2), g->vec, ""), c->v32,
+        add(g, mulc(g, j.iv, g->DV), c64(g, (long)cc * g->V)));
+  }
+  loop_end(g, &j);
+  loop_t z = loop_to(g, c->nkv, mulc(g, ntiles, g->TJ), 1, "v32_pad");
+  for (int cc = 0; cc < g->DV / g->V; cc++)
+    vst(g, vconst(g, 0), c->v32, add(g, mulc(g, z.iv, g->DV), c64(g, (long)cc * g->V)));
+  loop_end(g, &z);
+}
+
+/* GEMM1's k step: acc[r][v] += q[row r][d] * KT[tile][d][v]. */
+static void scores_step(fgen_t *g, LLVMValueRef d, LLVMValueRef *acc, void *ctx)
+{
+  call_t *c = ctx;
+  LLVMValueRef kt[MAXNJ];
+  LLVMValueRef base = mulc(g, add(g, mulc(g, c->tile, g->DK), d), g->TJ);
+  for (int v = 0; v < g->NJ; v++)
+    kt[v] = vld(g, c->kt, add(g, base, c64(g, (long)v * g->V)));
+  for (int r = 0; r < g->R; r++) {
+    LLVMValueRef qp = gep(g, g->f32, c->q, add(g, LLVMBuildMul(g->b, c->row[r], c->qs, ""), d));
+    LLVMValueRef qb = splat(g, ld(g, g->f32, qp, 4));
+    for (int v = 0; v < g->NJ; v++)
+      acc[r * g->NJ + v] = fma3(g, kt[v], qb, acc[r * g->NJ + v]);
+  }
+}
+
+/* GEMM2's k step: acc[r][cc] += P[r][jj] * V32[j0 + jj][c0 + cc]. */
+static void values_step(fgen_t *g, LLVMValueRef jj, LLVMValueRef *acc, void *ctx)
+{
+  call_t *c = ctx;
+  LLVMValueRef vv[MAXDVC];
+  LLVMValueRef base = mulc(g, add(g, c->j0, jj), g->DV);
+  for (int cc = 0; cc < g->DVC; cc++)
+    vv[cc] = vld(g, c->v32, add(g, base, c64(g, (long)(c->c0 + cc) * g->V)));
+  for (int r = 0; r < g->R; r++) {
+    LLVMValueRef pb =
+        splat(g, ld(g, g->f32, gep(g, g->f32, c->p, add(g, c64(g, (long)r * g->TJ), jj)), 4));
+    for (int cc = 0; cc < g->DVC; cc++)
+      acc[r * g->DVC + cc] = fma3(g, vv[cc], pb, acc[r * g->DVC + cc]);
+  }
+}
+
+/* One key tile of one row block (the builder inside the tile loop). */
+static void tile(fgen_t *g, call_t *c)
+{
+  LLVMBuilderRef b = g->b;
+  int R = g->R, NJ = g->NJ;
+  /* the mask, -inf past n_kv (masked lanes are not read) */
+  LLVMTypeRef mt[2] = {g->hvec, g->ptr}, mft;
+  LLVMValueRef mload = intrinsic(g, "llvm.masked.load", mt, 2, &mft);
+  LLVMValueRef ninf_h = LLVMConstReal(g->half, -INFINITY), ninf_hv[MAXV];
+  for (int i = 0; i < g->V; i++)
+    ninf_hv[i] = ninf_h;
+  LLVMValueRef pass = LLVMConstVector(ninf_hv, (unsigned)g->V);
+  LLVMValueRef ninf = vconst(g, -INFINITY), mk[MAXR * MAXNJ], any = NULL;
+  for (int v = 0; v < NJ; v++) {
+    LLVMValueRef j = add(g, splat(g, add(g, c->j0, c64(g, (long)v * g->V))), iota(g));
+    LLVMValueRef valid = LLVMBuildICmp(b, LLVMIntSLT, j, splat(g, c->nkv), "valid");
+    for (int r = 0; r < R; r++) {
+      LLVMValueRef p =
+          gep(g, g->half, c->mask,
+              add(g, LLVMBuildMul(b, c->row[r], c->ms, ""), add(g, c->j0, c64(g, (long)v * g->V))));
+      LLVMValueRef args[4] = {p, c32(g, 2), valid, pass};
+      mk[r * NJ + v] = LLVMBuildFPExt(b, LLVMBuildCall2(b, mft, mload, args, 4, "m"), g->vec, "");
+      LLVMValueRef live = LLVMBuildFCmp(b, LLVMRealUNE, mk[r * NJ + v], ninf, "");
+      any = any ? LLVMBuildOr(b, any, live, "") : live;
+    }
+  }
+  LLVMTypeRef iv = LLVMIntTypeInContext(g->cx, (unsigned)g->V);
+  LLVMValueRef live =
+      LLVMBuildICmp(b, LLVMIntNE, LLVMBuildBitCast(b, any, iv, ""), LLVMConstInt(iv, 0, 0), "");
+  LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->cx, g->fn, "tile");
+  LLVMBasicBlockRef after = LLVMAppendBasicBlockInContext(g->cx, g->fn, "tile_done");
+  LLVMBuildCondBr(b, live, body, after);
+  LLVMPositionBuilderAtEnd(b, body);
+  /* scores */
+  LLVMValueRef acc[MAXR * MAXNJ];
+  for (int a = 0; a < R * NJ; a++)
+    acc[a] = vconst(g, 0);
+  acc_loop(g, g->DK, 2, acc, R * NJ, scores_step, c, "scores");
+  LLVMValueRef scale = splat(g, c->scale);
+  for (int r = 0; r < R; r++) {
+    LLVMValueRef s[MAXNJ], tmax = NULL;
+    for (int v = 0; v < NJ; v++) {
+      s[v] = LLVMBuildFAdd(b, LLVMBuildFMul(b, acc[r * NJ + v], scale, ""), mk[r * NJ + v], "s");
+      tmax = tmax
+                 ? LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, tmax, s[v], ""), tmax, s[v], "")
+                 : s[v];
+    }
+    LLVMValueRef mx = reduce(g, tmax, 1);
+    LLVMValueRef mold = ld(g, g->f32, stat_at(g, c, 0, r), 4),
+                 lold = ld(g, g->f32, stat_at(g, c, 1, r), 4);
+    LLVMValueRef skip = LLVMBuildFCmp(b, LLVMRealOEQ, mx, cf(g, -INFINITY), "skip");
+    LLVMValueRef grows = LLVMBuildFCmp(b, LLVMRealOGT, mx, mold, "");
+    LLVMValueRef mnew = LLVMBuildSelect(b, grows, mx, mold, "mnew");
+    LLVMValueRef ediff = LLVMBuildExtractElement(
+        b, vexp(g, splat(g, LLVMBuildFSub(b, mold, mnew, ""))), c32(g, 0), "");
+    LLVMValueRef alpha = LLVMBuildSelect(b, grows, ediff, cf(g, 1.0), "alpha");
+    LLVMValueRef sum = LLVMConstReal(g->f64, 0), msplat = splat(g, mnew), zero = vconst(g, 0);
+    for (int v = 0; v < NJ; v++) {
+      LLVMValueRef p = vexp(g, LLVMBuildFSub(b, s[v], msplat, ""));
+      p = LLVMBuildSelect(b, skip, zero, p, "p");
+      vst(g, p, c->p, c64(g, (long)r * g->TJ + (long)v * g->V));
+      sum = LLVMBuildFAdd(b, sum, LLVMBuildFPExt(b, reduce(g, p, 0), g->f64, ""), "");
+    }
+    LLVMValueRef l1 = LLVMBuildFMul(b, lold, alpha, "");
+    LLVMValueRef lnew = LLVMBuildFPTrunc(
+        b, LLVMBuildFAdd(b, LLVMBuildFPExt(b, l1, g->f64, ""), sum, ""), g->f32, "");
+    st(g, LLVMBuildSelect(b, skip, mold, mnew, ""), stat_at(g, c, 0, r), 4);
+    st(g, LLVMBuildSelect(b, skip, lold, lnew, ""), stat_at(g, c, 1, r), 4);
+    st(g, LLVMBuildSelect(b, skip, cf(g, 1.0), alpha, ""), stat_at(g, c, 2, r), 4);
+  }
+  /* outputs: rescaled, then the tile's values weighted */
+  for (c->c0 = 0; c->c0 < g->DV / g->V; c->c0 += g->DVC) {
+    LLVMValueRef oacc[MAXR * MAXDVC];
+    for (int r = 0; r < R; r++) {
+      LLVMValueRef al = splat(g, ld(g, g->f32, stat_at(g, c, 2, r), 4));
+      for (int cc = 0; cc < g->DVC; cc++)
+        oacc[r * g->DVC + cc] = LLVMBuildFMul(
+            b, vld(g, c->o, c64(g, (long)r * g->DV + (long)(c->c0 + cc) * g->V)), al, "");
+    }
+    acc_loop(g, g->TJ, 2, oacc, R * g->DVC, values_step, c, "values");
+    for (int r = 0; r < R; r++)
+      for (int cc = 0; cc < g->DVC; cc++)
+        vst(g, oacc[r * g->DVC + cc], c->o, c64(g, (long)r * g->DV + (long)(c->c0 + cc) * g->V));
+  }
+  LLVMBuildBr(b, after);
+  LLVMPositionBuilderAtEnd(b, after);
+}
+
+/* One block of R query rows from row i. */
+static void row_block(fgen_t *g, call_t *c, LLVMValueRef i, LLVMValueRef ntiles)
+{
+  LLVMBuilderRef b = g->b;
+  LLVMValueRef last = LLVMBuildNSWSub(b, c->i1, c64(g, 1), "last");
+  for (int r = 0; r < g->R; r++) {
+    LLVMValueRef ir = add(g, i, c64(g, r));
+    c->row[r] = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, ir, c->i1, ""), ir, last, "row");
+    st(g, cf(g, -INFINITY), stat_at(g, c, 0, r), 4);
+    st(g, cf(g, 0), stat_at(g, c, 1, r), 4);
+    for (int cc = 0; cc < g->DV / g->V; cc++)
+      vst(g, vconst(g, 0), c->o, c64(g, (long)r * g->DV + (long)cc * g->V));
+  }
+  loop_t t = loop_to(g, c64(g, 0), ntiles, 1, "tile");
+  c->tile = t.iv;
+  c->j0 = mulc(g, t.iv, g->TJ);
+  tile(g, c);
+  loop_end(g, &t);
+  for (int r = 0; r < g->R; r++) {
+    LLVMValueRef keep = LLVMBuildICmp(b, LLVMIntSLT, add(g, i, c64(g, r)), c->i1, "");
+    LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(g->cx, g->fn, "store");
+    LLVMBasicBlockRef after = LLVMAppendBasicBlockInContext(g->cx, g->fn, "stored");
+    LLVMBuildCondBr(b, keep, then, after);
+    LLVMPositionBuilderAtEnd(b, then);
+    LLVMValueRef l = ld(g, g->f32, stat_at(g, c, 1, r), 4);
+    LLVMValueRef inv = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, l, cf(g, 0), ""), cf(g, 0),
+                                       LLVMBuildFDiv(b, cf(g, 1.0), l, ""), "inv");
+    LLVMValueRef is = splat(g, inv);
+    LLVMValueRef dst = gep(g, g->f32, c->out, LLVMBuildMul(b, c->row[r], c->os, ""));
+    for (int cc = 0; cc < g->DV / g->V; cc++)
+      vst(g, LLVMBuildFMul(b, vld(g, c->o, c64(g, (long)r * g->DV + (long)cc * g->V)), is, ""), dst,
+          c64(g, (long)cc * g->V));
+    LLVMBuildBr(b, after);
+    LLVMPositionBuilderAtEnd(b, after);
+  }
+}
+
+static int isa_bits(int isa) { return isa == JT_ISA_AVX512 ? 512 : 256; }
+
+int jt_fa_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, size_t len)
+{
+  *r = *s;
+  r->isa = s->isa ? s->isa : host_isa;
+  if (r->isa < JT_ISA_AVX2 || r->isa >= JT_ISA_COUNT || r->isa > host_isa) {
+    snprintf(err, len, "this CPU cannot run %s code (it has %s)",
+             r->isa == JT_ISA_AVX512 ? "avx512"
+             : r->isa == JT_ISA_AVX2 ? "avx2"
+                                     : "?",
+             host_isa == JT_ISA_AVX512 ? "avx512"
+             : host_isa == JT_ISA_AVX2 ? "avx2"
+                                       : "?");
+    return -1;
+  }
+  r->vbits = isa_bits(r->isa);
+  int V = r->vbits / 32;
+  r->mr_vecs = V == 16 ? 4 : 2; /* keys per tile: 64 (4 zmm) or 16 (2 ymm) */
+  r->nr = V == 16 ? 6 : 4;      /* query rows per block */
+  r->tails = 0, r->kc = 0;
+  if (s->k % 2 || s->m % V || s->k > JT_FA_MAX_D || s->m > JT_FA_MAX_D) {
+    snprintf(err, len,
+             "FLASH_ATTN_EXT kernels take an even DK and a DV in whole vectors, both "
+             "at most %d (DK %d, DV %d)",
+             JT_FA_MAX_D, s->k, s->m);
+    return -1;
+  }
+  return 0;
+}
+
+void jt_fa_name(const jt_gemm_t *s, char *buf, size_t len)
+{
+  snprintf(buf, len, "opjit_flash_attn_dk%d_dv%d_n%d_%s_v%d", s->k, s->m, s->n,
+           s->isa == JT_ISA_AVX512 ? "avx512" : "avx2", s->vbits);
+}
+
+LLVMValueRef jt_fa_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
+{
+  fgen_t g = {.cx = cx, .mod = mod, .s = s};
+  g.f32 = LLVMFloatTypeInContext(cx), g.f64 = LLVMDoubleTypeInContext(cx);
+  g.i64 = LLVMInt64TypeInContext(cx), g.i32 = LLVMInt32TypeInContext(cx);
+  g.i16 = LLVMInt16TypeInContext(cx), g.half = LLVMHalfTypeInContext(cx);
+  g.ptr = LLVMPointerTypeInContext(cx, 0);
+  g.V = s->vbits / 32, g.NJ = s->mr_vecs, g.TJ = g.NJ * g.V, g.R = s->nr, g.DK = s->k, g.DV = s->m;
+  g.DVC = g.DV / g.V < MAXDVC ? g.DV / g.V : MAXDVC;
+  if (g.V == 8)
+    g.DVC = 2; /* 4 rows x 2 ymm with the 2 value vectors and a broadcast: 16 registers */
+  while ((g.DV / g.V) % g.DVC)
+    g.DVC--;
+  g.vec = LLVMVectorType(g.f32, (unsigned)g.V), g.hvec = LLVMVectorType(g.half, (unsigned)g.V);
+  g.ivec = LLVMVectorType(g.i32, (unsigned)g.V);
+  LLVMTypeRef fields[14] = {g.ptr, g.ptr, g.ptr, g.ptr, g.ptr, g.i64, g.i64,
+                            g.i64, g.i64, g.i64, g.i64, g.i64, g.i64, g.f32};
+  g.args_t = LLVMStructTypeInContext(cx, fields, 14, 0);
+  jt_fa_name(s, g.name, sizeof g.name);
+  LLVMTypeRef params[2] = {g.ptr, g.ptr};
+  g.fn = LLVMAddFunction(mod, g.name, LLVMFunctionType(LLVMVoidTypeInContext(cx), params, 2, 0));
+  unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
+  LLVMAddAttributeAtIndex(g.fn, 2, LLVMCreateEnumAttribute(cx, noalias, 0)); /* the scratch */
+  LLVMTypeRef vt = g.vec;
+  g.fma = intrinsic(&g, "llvm.fma", &vt, 1, &g.fma_t);
+  char w[8];
+  snprintf(w, sizeof w, "%d", s->vbits);
+  LLVMAddTargetDependentFunctionAttr(g.fn, "min-legal-vector-width", w);
+  LLVMAddTargetDependentFunctionAttr(g.fn, "prefer-vector-width", w);
+  g.b = LLVMCreateBuilderInContext(cx);
+  LLVMPositionBuilderAtEnd(g.b, LLVMAppendBasicBlockInContext(cx, g.fn, "entry"));
+  LLVMValueRef ap = LLVMGetParam(g.fn, 0), scratch = LLVMGetParam(g.fn, 1);
+  LLVMValueRef f[14];
+  for (unsigned i = 0; i < 14; i++)
+    f[i] = ld(&g, fields[i], LLVMBuildStructGEP2(g.b, g.args_t, ap, i, ""), 8);
+  call_t c = {.q = f[0],
+              .k = f[1],
+              .v = f[2],
+              .mask = f[3],
+              .out = f[4],
+              .qs = f[5],
+              .ks = f[6],
+              .vs = f[7],
+              .ms = f[8],
+              .os = f[9],
+              .nkv = f[10],
+              .i0 = f[11],
+              .i1 = f[12],
+              .scale = f[13]};
+  LLVMValueRef ntiles =
+      LLVMBuildSDiv(g.b, add(&g, c.nkv, c64(&g, g.TJ - 1)), c64(&g, g.TJ), "ntiles");
+  LLVMValueRef padded = mulc(&g, ntiles, g.TJ);
+  c.kt = scratch;
+  c.v32 = gep(&g, g.f32, scratch, mulc(&g, padded, g.DK));
+  c.p = gep(&g, g.f32, c.v32, mulc(&g, padded, g.DV));
+  c.o = gep(&g, g.f32, c.p, c64(&g, (long)MAXR * g.TJ));
+  c.stat = gep(&g, g.f32, c.o, c64(&g, (long)MAXR * g.DV));
+  pack(&g, &c, ntiles);
+  loop_t i = loop_to(&g, c.i0, c.i1, g.R, "rows");
+  row_block(&g, &c, i.iv, ntiles);
+  loop_end(&g, &i);
+  LLVMBuildRetVoid(g.b);
+  /* the end marker (gemm.h, JT_END_SUFFIX) */
+  char end[160];
+  snprintf(end, sizeof end, "%s" JT_END_SUFFIX, g.name);
+  LLVMValueRef marker =
+      LLVMAddFunction(mod, end, LLVMFunctionType(LLVMVoidTypeInContext(cx), NULL, 0, 0));
+  LLVMPositionBuilderAtEnd(g.b, LLVMAppendBasicBlockInContext(cx, marker, "entry"));
+  LLVMBuildRetVoid(g.b);
+  LLVMDisposeBuilder(g.b);
+  return g.fn;
+}

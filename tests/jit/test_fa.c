@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: MIT */
+/* The FLASH_ATTN_EXT kernel kind (jit/fa.c through its row in jit/kind.c): one head's attention
+ * over query rows [i0, i1), f32 queries, f16 keys, values and mask, against a double-precision
+ * softmax within the bound of its float steps; rows outside [i0, i1) and the padding of each
+ * output row left bit for bit as they were (NaN sentinels). */
+#include "helpers.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const jt_api_t *jit;
+static uint64_t rng = 4242;
+
+static void setup(void) { jit = jt_test_module(); }
+
+TestSuite(fa, .init = setup, .timeout = 600);
+
+static double rnd(void) { return (double)jt_test_rnd(&rng, 2001) / 1000.0 - 1.0; }
+
+static uint16_t to_half(double x)
+{
+  _Float16 h = (_Float16)x;
+  uint16_t u;
+  memcpy(&u, &h, sizeof u);
+  return u;
+}
+
+static double from_half(uint16_t u)
+{
+  _Float16 h;
+  memcpy(&h, &u, sizeof h);
+  return (double)h;
+}
+
+/* Compiles the kernel for dk, dv (on isa, 0: the host's), runs rows [i0, i1) of n query rows
+ * against n_kv keys under a causal mask (row i sees keys up to i + n_kv - n) with holes, a
+ * small bias and one row masked whole, and checks every output; returns the worst error over
+ * its bound (<= 1 passes). */
+static double run(int isa, int dk, int dv, int n, int n_kv, int i0, int i1)
+{
+  jt_gemm_t g = {.fa = 1, .k = dk, .m = dv, .n = n, .isa = isa};
+  cr_assert(jt_gemm_supported(&g), "dk %d dv %d", dk, dv);
+  char err[512] = "";
+  jt_gemm_fn fn;
+  size_t size, obj_len;
+  void *obj;
+  cr_assert_eq(jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err), 0, "%s", err);
+  cr_assert_gt(size, 0);
+  cr_assert_not_null(obj, "an object to store");
+  free(obj);
+  int qs = dk + 3, ks = dk + 6, vs = dv + 2, ms = n_kv + 5, os = dv + 4; /* strided, as ggml's */
+  float *q = malloc(sizeof *q * (size_t)n * qs), *out = malloc(sizeof *out * (size_t)n * os);
+  uint16_t *k = malloc(2 * (size_t)n_kv * ks), *v = malloc(2 * (size_t)n_kv * vs);
+  uint16_t *mask = malloc(2 * (size_t)n * ms);
+  float *scratch = aligned_alloc(64, (JT_FA_SCRATCH_FLOATS(dk, dv, n_kv) * 4 + 63) / 64 * 64);
+  for (size_t i = 0; i < (size_t)n * qs; i++)
+    q[i] = (float)(2 * rnd());
+  for (size_t i = 0; i < (size_t)n_kv * ks; i++)
+    k[i] = to_half(2 * rnd());
+  for (size_t i = 0; i < (size_t)n_kv * vs; i++)
+    v[i] = to_half(rnd());
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < ms; j++) {
+      int seen = j <= i + n_kv - n && j < n_kv && jt_test_rnd(&rng, 11) != 0 && i != n / 2;
+      mask[(size_t)i * ms + j] = to_half(seen ? 0.25 * rnd() : -INFINITY);
+    }
+  for (size_t i = 0; i < (size_t)n * os; i++)
+    out[i] = NAN;
+  float scale = 1.0f / sqrtf((float)dk);
+  jt_fa_args_t a = {q, k, v, mask, out, qs, ks, vs, ms, os, n_kv, i0, i1, scale};
+  ((jt_fa_fn)(void (*)(void))fn)(&a, scratch);
+  double worst = 0, eps = FLT_EPSILON;
+  double *s = malloc(sizeof *s * (size_t)n_kv);
+  for (int i = 0; i < n; i++) {
+    const float *o = out + (size_t)i * os;
+    if (i < i0 || i >= i1) {
+      for (int d = 0; d < os; d++)
+        cr_assert(isnan(o[d]), "row %d outside [%d, %d) written", i, i0, i1);
+      continue;
+    }
+    for (int d = dv; d < os; d++)
+      cr_assert(isnan(o[d]), "row %d's padding written", i);
+    double mx = -INFINITY, sum = 0, qk = 0, vmax = 0;
+    for (int j = 0; j < n_kv; j++) {
+      double m = from_half(mask[(size_t)i * ms + j]), dot = 0, mag = 0;
+      for (int d = 0; d < dk; d++) {
+        double t = q[(size_t)i * qs + d] * from_half(k[(size_t)j * ks + d]);
+        dot += t, mag += fabs(t);
+      }
+      s[j] = m == -INFINITY ? -INFINITY : dot * scale + m;
+      if (s[j] != -INFINITY) {
+        qk = mag > qk ? mag : qk;
+        for (int d = 0; d < dv; d++)
+          vmax = fmax(vmax, fabs(from_half(v[(size_t)j * vs + d])));
+      }
+      mx = s[j] > mx ? s[j] : mx;
+    }
+    for (int j = 0; j < n_kv; j++)
+      sum += s[j] == -INFINITY ? 0 : exp(s[j] - mx);
+    /* each score's float sum of dk products and the rounding of e^x shift its weight by a
+     * relative (dk scale qk + 8) eps; the sums over n_kv keys add (n_kv + 4) eps */
+    double bound = (2 * (dk * scale * qk + 8) + n_kv + 4) * eps * vmax + FLT_MIN;
+    for (int d = 0; d < dv; d++) {
+      double exact = 0;
+      for (int j = 0; j < n_kv && sum > 0; j++)
+        if (s[j] != -INFINITY)
+          exact += exp(s[j] - mx) * from_half(v[(size_t)j * vs + d]);
+      exact = sum > 0 ? exact / sum : 0;
+      double e = fabs(o[d] - exact) / bound;
+      cr_assert(isfinite(e), "row %d, %d: %g, exact %g", i, d, o[d], exact);
+      worst = e > worst ? e : worst;
+    }
+  }
+  free(s), free(q), free(out), free(k), free(v), free(mask), free(scratch);
+  cr_assert_eq(jit->release(fn, err, sizeof err), 0, "%s", err);
+  return worst;
+}
+
+Test(fa, causal_prefill_rows_against_the_reference)
+{
+  static const int shapes[][6] = {/* dk dv n n_kv i0 i1 */
+                                  {64, 64, 100, 100, 0, 100}, {64, 64, 130, 130, 7, 121},
+                                  {64, 64, 40, 77, 3, 40},    {128, 128, 70, 70, 0, 70},
+                                  {80, 48, 33, 200, 1, 32},   {64, 64, 16, 16, 0, 16}};
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+    const int *p = shapes[i];
+    double w = run(0, p[0], p[1], p[2], p[3], p[4], p[5]);
+    cr_assert_leq(w, 1.0, "dk %d dv %d n %d n_kv %d rows [%d, %d): off by %.3g bounds", p[0], p[1],
+                  p[2], p[3], p[4], p[5], w);
+  }
+}
+
+Test(fa, narrower_isa_kernels_are_correct_too)
+{
+  JT_TEST_NEEDS(JT_ISA_AVX2);
+  cr_assert_leq(run(JT_ISA_AVX2, 64, 64, 90, 90, 2, 90), 1.0);
+  cr_assert_leq(run(JT_ISA_AVX2, 80, 48, 20, 37, 0, 20), 1.0);
+}
+
+Test(fa, the_kind_row_names_and_limits_it)
+{
+  jt_gemm_t g = {.fa = 1, .k = 64, .m = 64, .n = 512};
+  cr_assert_eq(jt_kind_of(&g), JT_KIND_FA);
+  cr_assert_str_eq(jt_kind(&g)->name, "fa");
+  cr_assert_eq(jt_kind(&g)->abi, JT_ABI_FA);
+  char name[128];
+  jit->gemm_name(&g, name, sizeof name);
+  static const char want[] = "opjit_flash_attn_dk64_dv64_n512_";
+  cr_assert(strncmp(name, want, sizeof want - 1) == 0, "%s", name);
+  jt_gemm_t bad = g;
+  bad.k = 63; /* the keys are gathered two halves at a time */
+  cr_assert_not(jt_gemm_supported(&bad));
+  bad = g, bad.m = 40; /* not whole 512-bit vectors */
+  cr_assert_not(jt_gemm_supported(&bad));
+  bad = g, bad.k = JT_FA_MAX_D + 2;
+  cr_assert_not(jt_gemm_supported(&bad));
+}
