@@ -34,6 +34,9 @@ int ag_problem_takes(const jt_gemm_t *g, const char *op, int m, int n, int k, ch
                                JT_MM_MIN_N)
                : ag_problem_no(why, len, "a dimension above the %s generator's limits (%dx%dx%d)",
                                op, g->m, g->n, g->k);
+  if (g->fa)
+    return ag_problem_no(why, len, "DK %d, DV %d: %s kernels take an even DK and a DV in "
+                         "multiples of 16, both at most %d", g->k, g->m, op, JT_FA_MAX_D);
   if (g->add_rms_mul || g->dot)
     return ag_problem_no(why, len, "length %d: the generator takes 1 to %d", g->k, 1 << 20);
   int kmax = g->ta && !jt_gemm_dots(g) ? JT_GEMM_MAX_K_PACKED : JT_GEMM_MAX_K;

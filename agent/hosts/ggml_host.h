@@ -106,7 +106,7 @@ typedef struct gg_fusion_s {
   /* The host's nodes (never modified); mul is the one whose output the custom node writes:
    * ADD + RMS_NORM + MUL: add, rms, mul (RMS_NORM + MUL: add NULL); MUL_MAT: mul; SWIGLU: gate,
    * up (MUL_MATs), mul (GLU); MUL_MAT + ADD: prod[0] (the MUL_MAT), add and mul (the ADD);
-   * products of one input: prod (mul the first). */
+   * products of one input: prod (mul the first); FLASH_ATTN_EXT: mul. */
   struct ggml_tensor *add, *rms, *mul, *gate, *up;
   struct ggml_tensor *prod[GG_PARTS];
   int nprod;
@@ -168,6 +168,7 @@ void gg_node_mul_mat(struct ggml_tensor *dst, int ith, int nth, void *ud);
 void gg_node_mm_add(struct ggml_tensor *dst, int ith, int nth, void *ud);
 void gg_node_swiglu(struct ggml_tensor *dst, int ith, int nth, void *ud);
 void gg_node_shared(struct ggml_tensor *dst, int ith, int nth, void *ud);
+void gg_node_fa(struct ggml_tensor *dst, int ith, int nth, void *ud);
 
 /* ---- the record cache and rebuilt graphs (ggml_rewrite.c) ------------------------------- */
 

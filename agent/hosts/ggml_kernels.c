@@ -205,7 +205,7 @@ static int mm_share(int64_t m, int ith, int nth, int64_t *r0, int64_t *r1)
   return *r0 < *r1;
 }
 
-/* The calling thread's kernel scratch of JT_MM_SCRATCH_FLOATS(k) floats (64-byte aligned):
+/* The calling thread's kernel scratch of need floats (64-byte aligned):
  * kept for the thread's life (freed when it ends), grown on demand; NULL without memory. A
  * node's call used to allocate and free its own. */
 static pthread_key_t scratch_key;
@@ -216,9 +216,8 @@ static AG_TLS size_t tl_scratch_n;
 
 static void scratch_key_make(void) { scratch_keyed = pthread_key_create(&scratch_key, free) == 0; }
 
-static float *scratch_get(int64_t k)
+static float *scratch_get(size_t need)
 {
-  size_t need = JT_MM_SCRATCH_FLOATS(k);
   if (tl_scratch_n >= need)
     return tl_scratch;
   pthread_once(&scratch_once, scratch_key_make);
@@ -239,7 +238,7 @@ static int mm_compute(const gg_fusion_t *f, ag_entry_t *ke, const struct ggml_te
                       int64_t r0, int64_t r1, int ith)
 {
   jt_mm_fn k = (jt_mm_fn)atomic_load_explicit(&ke->variant, memory_order_acquire);
-  float *scratch = k ? scratch_get(mm->src[0]->ne[0]) : NULL;
+  float *scratch = k ? scratch_get(JT_MM_SCRATCH_FLOATS(mm->src[0]->ne[0])) : NULL;
   if (!scratch) {
     mm_rows(mm, r0, r1);
     return 0;
@@ -266,7 +265,7 @@ static int mm_add_compute(const gg_fusion_t *f, int64_t r0, int64_t r1, int ith)
   ag_entry_t *own = f->impl[0].k[0];
   jt_mm_add_fn k =
       f->use == 0 ? (jt_mm_add_fn)atomic_load_explicit(&own->variant, memory_order_acquire) : NULL;
-  float *scratch = k ? scratch_get(mm->src[0]->ne[0]) : NULL;
+  float *scratch = k ? scratch_get(JT_MM_SCRATCH_FLOATS(mm->src[0]->ne[0])) : NULL;
   float *keep = scratch && f->verifying ? malloc((size_t)(n * cnt) * sizeof *keep) : NULL;
   if (!scratch) {
     mm_compute(f, f->impl[1].k[0], mm, r0, r1, ith);
@@ -341,5 +340,100 @@ void gg_node_shared(struct ggml_tensor *dst, int ith, int nth, void *ud)
     int served = mm_compute(f, ke, f->prod[p], r0, r1, ith);
     atomic_fetch_add_explicit(&ke->calls, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&ke->vcalls, (uint64_t)served, memory_order_relaxed);
+  }
+}
+
+/* ---- FLASH_ATTN_EXT ---------------------------------------------------------------------- */
+
+/* The kernel's arguments for query rows [i0, i1) of head h of attention node fa (find_fa's
+ * guards: a head's K and V are those of its group, the mask's head is h modulo its heads). */
+static jt_fa_args_t fa_args(const struct ggml_tensor *fa, int64_t h, int64_t i0, int64_t i1)
+{
+  const struct ggml_tensor *q = fa->src[0], *k = fa->src[1], *v = fa->src[2], *mask = fa->src[3];
+  float scale;
+  memcpy(&scale, fa->op_params, sizeof scale);
+  return (jt_fa_args_t){
+      .q = (const float *)(const void *)((const char *)q->data + h * (int64_t)q->nb[2]),
+      .k = (const uint16_t *)(const void *)((const char *)k->data +
+                                            h / (q->ne[2] / k->ne[2]) * (int64_t)k->nb[2]),
+      .v = (const uint16_t *)(const void *)((const char *)v->data +
+                                            h / (q->ne[2] / v->ne[2]) * (int64_t)v->nb[2]),
+      .mask = (const uint16_t *)(const void *)((const char *)mask->data +
+                                               h % mask->ne[2] * (int64_t)mask->nb[2]),
+      .out = (float *)fa->data + h * fa->ne[0], /* row (i, h) of ggml's permuted output */
+      .q_stride = (int64_t)q->nb[1] / 4,
+      .k_stride = (int64_t)k->nb[1] / 2,
+      .v_stride = (int64_t)v->nb[1] / 2,
+      .mask_stride = (int64_t)mask->nb[1] / 2,
+      .out_stride = fa->ne[0] * fa->ne[1],
+      .n_kv = k->ne[1],
+      .i0 = i0,
+      .i1 = i1,
+      .scale = scale};
+}
+
+/* Rows [a->i0, a->i1) in plain C from their exact softmax: the original for a record whose
+ * kernel the tiers dropped (ggml's own FLASH_ATTN_EXT cannot stand in: it synchronises every
+ * thread of the graph), and for rows a kernel got wrong. */
+static void fa_rows(const jt_fa_args_t *a, int dk, int dv)
+{
+  double exact[JT_FA_MAX_D], bound;
+  for (int64_t i = a->i0; i < a->i1; i++) {
+    ag_fa_exact(a, dk, dv, i, exact, &bound);
+    for (int d = 0; d < dv; d++)
+      a->out[i * a->out_stride + d] = (float)exact[d];
+  }
+}
+
+/* Verification of rows [a->i0, a->i1) by the thread that computed them with ke's kernel: the
+ * first, the last and two at random against their exact softmax (ag_fa_exact's bound); a
+ * mismatch blacklists the kernel and the rows are computed again by fa_rows. Each thread's
+ * check is a verdict of its own. */
+static void fa_verify(ag_entry_t *ke, const jt_fa_args_t *a, int dk, int dv, int ith)
+{
+  double exact[JT_FA_MAX_D], bound;
+  uint64_t rnd = (uint64_t)(uintptr_t)a->out ^ ((uint64_t)ith << 32) ^ 0x9e3779b97f4a7c15ull;
+  int64_t cnt = a->i1 - a->i0;
+  ag_mm_check_t c = {0};
+  for (int t = 0; t < 4; t++) {
+    rnd = rnd * 6364136223846793005ull + 1442695040888963407ull;
+    int64_t i = t == 0   ? a->i0
+                : t == 1 ? a->i1 - 1
+                         : a->i0 + (int64_t)((rnd >> 33) % (uint64_t)cnt);
+    ag_fa_exact(a, dk, dv, i, exact, &bound);
+    ag_fa_tally(&c, a->out + i * a->out_stride, exact, dv, bound);
+  }
+  if (c.worst > c.bound)
+    fa_rows(a, dk, dv);
+  ag_tier_verify_result(ke, c.worst, c.bound);
+}
+
+/* The custom node of a FLASH_ATTN_EXT on thread ith of nth: its share of the heads (each head's
+ * rows split in parts when there are fewer heads than threads), each by the record's kernel,
+ * read here as mm_compute reads its kernel: without it, or without memory for its scratch (a
+ * head's keys and values in f32), in plain C. */
+void gg_node_fa(struct ggml_tensor *dst, int ith, int nth, void *ud)
+{
+  (void)dst;
+  gg_fusion_t *f = ud;
+  const struct ggml_tensor *fa = f->mul;
+  ag_entry_t *ke = f->impl[0].k[0];
+  int dk = (int)fa->src[0]->ne[0], dv = (int)fa->ne[0];
+  int64_t heads = fa->ne[1], rows = fa->ne[2], parts = (nth + heads - 1) / heads;
+  jt_fa_fn k = (jt_fa_fn)atomic_load_explicit(&ke->variant, memory_order_acquire);
+  float *scratch = k ? scratch_get(JT_FA_SCRATCH_FLOATS(dk, dv, fa->src[1]->ne[1])) : NULL;
+  for (int64_t u = ith; u < heads * parts; u += nth) {
+    int64_t h = u / parts, part = u % parts;
+    jt_fa_args_t a = fa_args(fa, h, rows * part / parts, rows * (part + 1) / parts);
+    if (a.i0 >= a.i1)
+      continue;
+    if (!scratch) {
+      fa_rows(&a, dk, dv);
+      continue;
+    }
+    k(&a, scratch);
+    gg_wrote(f, a.out + a.i0 * a.out_stride, a.out_stride, a.i1 - a.i0, 0, dv);
+    if (f->verifying)
+      fa_verify(ke, &a, dk, dv, ith);
   }
 }

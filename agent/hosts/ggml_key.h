@@ -30,7 +30,7 @@ enum ag_fusion { AG_FUSE_ADD_RMS_MUL = 1, AG_FUSE_MM_SWIGLU, AG_FUSE_SHARED_INPU
  * against the running ggml's): known to the host's naming and kernels before it has seen a
  * graph. */
 enum { AG_GGML_TYPE_F32 = 0, AG_GGML_TYPE_F16 = 1 };
-enum { AG_GGML_OP_MUL_MAT = 29 };
+enum { AG_GGML_OP_MUL_MAT = 29, AG_GGML_OP_FLASH_ATTN_EXT = 74 };
 
 /* The names of ggml's ops, types and sub-ops, as the running library spells them (ggml.c sets
  * them once it has checked the library; until then ggml keys are named by number). Kept by the

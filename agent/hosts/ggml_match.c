@@ -287,6 +287,48 @@ static int find_shared(struct ggml_cgraph *g, int n, int i, gg_fusion_t *f)
   return 1;
 }
 
+_Static_assert((int)GGML_OP_FLASH_ATTN_EXT == (int)AG_GGML_OP_FLASH_ATTN_EXT,
+               "ggml_key.h's FLASH_ATTN_EXT");
+
+/* The FLASH_ATTN_EXT at node i of g, when the generator's kernel can compute it: a prompt's
+ * (at least JT_MM_MIN_N query rows; decode's stays ggml's), f32 queries and output, f16 keys,
+ * values and mask, no sinks, no ALiBi bias and no logit softcap, rows of each operand
+ * contiguous (heads and rows at any stride, K and V heads shared by whole groups of query heads),
+ * the output contiguous and apart from every input. */
+static int find_fa(struct ggml_cgraph *g, int n, int i, gg_fusion_t *f)
+{
+  (void)n;
+  struct ggml_tensor *t = gg_api.node(g, i);
+  const struct ggml_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2], *mask = t->src[3];
+  if (t->op != GGML_OP_FLASH_ATTN_EXT || !q || !k || !v || !mask || t->src[4] ||
+      t->type != GGML_TYPE_F32 || q->type != GGML_TYPE_F32 || k->type != GGML_TYPE_F16 ||
+      v->type != GGML_TYPE_F16 || mask->type != GGML_TYPE_F16)
+    return 0;
+  float p[3]; /* scale, max_bias, logit_softcap */
+  memcpy(p, t->op_params, sizeof p);
+  if (p[1] != 0 || p[2] != 0)
+    return 0;
+  if (t->view_src || !(t->flags & GGML_TENSOR_FLAG_COMPUTE) || !t->data || !q->data ||
+      !k->data || !v->data || !mask->data || !gg_api.contiguous(t))
+    return 0;
+  int64_t dk = q->ne[0], dv = v->ne[0], nq = q->ne[1], nh = q->ne[2], nkv = k->ne[1];
+  if (k->ne[0] != dk || v->ne[1] != nkv || nkv < 1 || q->ne[3] != 1 || k->ne[3] != 1 ||
+      v->ne[3] != 1 || mask->ne[3] != 1 || k->ne[2] < 1 || v->ne[2] < 1 || mask->ne[2] < 1 ||
+      nh % k->ne[2] || nh % v->ne[2] || t->ne[0] != dv || t->ne[1] != nh || t->ne[2] != nq ||
+      t->ne[3] != 1 || mask->ne[0] < nkv || mask->ne[1] < nq || nq < JT_MM_MIN_N ||
+      nq > INT32_MAX || nkv > INT32_MAX)
+    return 0;
+  if (q->nb[0] != 4 || k->nb[0] != 2 || v->nb[0] != 2 || mask->nb[0] != 2 || q->nb[1] % 4 ||
+      q->nb[2] % 4 || k->nb[1] % 2 || k->nb[2] % 2 || v->nb[1] % 2 || v->nb[2] % 2 ||
+      mask->nb[1] % 2 || mask->nb[2] % 2)
+    return 0;
+  jt_gemm_t s = {.fa = 1, .k = (int)dk, .m = (int)dv, .n = (int)nq};
+  if (!jt_gemm_supported(&s) || !apart(t, q) || !apart(t, k) || !apart(t, v) || !apart(t, mask))
+    return 0;
+  *f = (gg_fusion_t){.first = t, .span = 1, .mul = t, .n = dv, .rows = nq};
+  return 1;
+}
+
 static int find_norm_add(struct ggml_cgraph *g, int n, int i, gg_fusion_t *f)
 {
   return find_group(g, n, i, f, 1);
@@ -327,7 +369,7 @@ static int sign_norm(gg_fusion_t *f, int pattern)
 static int sign_norm_add(gg_fusion_t *f) { return sign_norm(f, AG_FUSE_ADD_RMS_MUL); }
 static int sign_norm_only(gg_fusion_t *f) { return sign_norm(f, AG_FUSE_RMS_MUL); }
 
-/* A MUL_MAT's own signature: its profile is the original's. */
+/* A MUL_MAT's (or FLASH_ATTN_EXT's) own signature: its profile is the original's. */
 static int sign_mm(gg_fusion_t *f)
 {
   ag_sig_t k = gg_key_of(f->mul);
@@ -445,6 +487,13 @@ static int sources_mm(const gg_fusion_t *f, struct ggml_tensor *a[1 + GG_PARTS])
   return 2;
 }
 
+static int sources_fa(const gg_fusion_t *f, struct ggml_tensor *a[1 + GG_PARTS])
+{
+  for (int k = 0; k < 4; k++) /* Q, K, V, the mask */
+    a[k] = f->mul->src[k];
+  return 4;
+}
+
 static int sources_mm_add(const gg_fusion_t *f, struct ggml_tensor *a[1 + GG_PARTS])
 {
   a[0] = f->prod[0]->src[0], a[1] = f->prod[0]->src[1];
@@ -468,8 +517,8 @@ static int sources_shared(const gg_fusion_t *f, struct ggml_tensor *a[1 + GG_PAR
 
 /* The kinds, in the order they are tried at a node: a norm group takes its ADD before a
  * MUL_MAT + ADD could (but find_mm_add leaves decode's residual ADD to the norm), products
- * joined by a SWIGLU or by their input before a product alone, and a norm whose ADD a
- * MUL_MAT + ADD took last. */
+ * joined by a SWIGLU or by their input before a product alone, a norm whose ADD a
+ * MUL_MAT + ADD took, and a prompt's attention. */
 const gg_kind_t gg_kinds[] = {
     /* find            sign            members         sources         compute  counted products moves */
     {find_norm_add, sign_norm_add, members_norm, sources_norm, gg_node_norm, 1, 0, 0},
@@ -478,5 +527,6 @@ const gg_kind_t gg_kinds[] = {
     {find_mm_add, sign_mm_add, members_mm_add, sources_mm_add, gg_node_mm_add, 1, 0, 0},
     {find_one_mm, sign_mm, members_mm, sources_mm, gg_node_mul_mat, 0, 0, 0},
     {find_norm, sign_norm_only, members_norm, sources_norm, gg_node_norm, 1, 0, 0},
+    {find_fa, sign_mm, members_mm, sources_fa, gg_node_fa, 0, 0, 0},
 };
 const int gg_nkinds = sizeof gg_kinds / sizeof *gg_kinds;

@@ -125,6 +125,23 @@ static int mm_kernel(uint8_t wtype, int amx, int f32_io, int flat, int32_t m, in
   return ag_problem_takes(g, "MUL_MAT", m, n, k, why, len);
 }
 
+/* ggml's FLASH_ATTN_EXT over a prompt's rows: f32 queries and output, f16 keys (and, as the
+ * matcher checks, f16 values and mask); node shape DV x heads x query rows, K its DK. */
+static int fa_kernel(const ag_ggml_node_t *p, jt_gemm_t *g, char *why, size_t len)
+{
+  *g = (jt_gemm_t){.fa = 1, .k = p->src0_ne0, .m = p->ne[0], .n = p->ne[2]};
+  if (p->src0_type != AG_GGML_TYPE_F32 || p->type != AG_GGML_TYPE_F32 || !p->has_src1 ||
+      p->src1_type != AG_GGML_TYPE_F16)
+    return ag_problem_no(why, len, "FLASH_ATTN_EXT kernels take f32 queries and output, f16 keys "
+                         "and values");
+  if (p->ne[3] != 1)
+    return ag_problem_no(why, len, "a 4-D attention output: FLASH_ATTN_EXT kernels take 3-D");
+  if (p->ne[2] < JT_MM_MIN_N) /* hosts/ggml_match.c, find_fa */
+    return ag_problem_no(why, len, "%d query rows: decode's attention stays ggml's (only a "
+                         "prompt's, %d rows or more, gets a kernel)", p->ne[2], JT_MM_MIN_N);
+  return ag_problem_takes(g, "FLASH_ATTN_EXT", g->m, g->n, g->k, why, len);
+}
+
 static int kernel(const ag_sig_t *key, long maxd, jt_gemm_t *g, int *swap, char *why,
                   size_t len)
 {
@@ -138,6 +155,9 @@ static int kernel(const ag_sig_t *key, long maxd, jt_gemm_t *g, int *swap, char 
     }
     if (p.pattern == AG_FUSE_MM_ADD)
       return mm_kernel(p.wtype, p.amx, 1, 1, p.m, p.n, p.k, 1, g, why, len);
+  } else if (key->op == AG_GGML_OP_FLASH_ATTN_EXT) {
+    ag_ggml_node_t p = ag_ggml_node_of(key);
+    return fa_kernel(&p, g, why, len);
   } else if (key->op == AG_GGML_OP_MUL_MAT) {
     ag_ggml_node_t p = ag_ggml_node_of(key);
     return mm_kernel(p.src0_type, p.amx,
@@ -150,11 +170,13 @@ static int kernel(const ag_sig_t *key, long maxd, jt_gemm_t *g, int *swap, char 
 
 /* ---- Before publication (host.h, selftest), in the profile (stands_in), by payback ---------- */
 
-/* The MUL_MAT kernels (alone or with their ADD) are checked: a prefill computes its graph once
- * per process. The norm groups' kernels are checked on their calls. */
+/* The MUL_MAT kernels (alone or with their ADD) and the attention's are checked: a prefill
+ * computes its graph once per process. The norm groups' kernels are checked on their calls. */
 static int selftest(const jt_gemm_t *g, void (*fn)(void), double *worst, double *bound)
 {
-  return g->mm ? ag_ggml_mm_selftest(g, fn, worst, bound) : -1;
+  return g->mm ? ag_ggml_mm_selftest(g, fn, worst, bound)
+         : g->fa ? ag_ggml_fa_selftest(g, fn, worst, bound)
+                 : -1;
 }
 
 /* A MUL_MAT + ADD group runs unfused as its product until its kernel is there, timed under the

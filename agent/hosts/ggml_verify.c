@@ -4,6 +4,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 
 double ag_mm_exact(const void *w, int w16, const float *x, int64_t k, int64_t i, int64_t j,
@@ -86,6 +87,120 @@ int ag_ggml_mm_selftest(const jt_gemm_t *g, void (*fn)(void), double *worst, dou
   }
 #undef RND
   munmap(mem, all);
+  *worst = c.worst, *bound = c.bound;
+  return c.worst <= c.bound;
+}
+
+/* Row i's score against key j (-inf when masked), in double, and in *mag its products'
+ * magnitude: recomputed per pass, nothing allocated. */
+static double fa_score(const jt_fa_args_t *a, int dk, int64_t i, int64_t j, double *mag)
+{
+  const _Float16 *mk = (const _Float16 *)(const void *)a->mask;
+  double m = (double)mk[i * a->mask_stride + j], dot = 0, sum = 0;
+  if (m == -INFINITY) {
+    *mag = 0;
+    return -INFINITY;
+  }
+  const _Float16 *k = (const _Float16 *)(const void *)a->k + j * a->k_stride;
+  const float *q = a->q + i * a->q_stride;
+  for (int d = 0; d < dk; d++) {
+    double t = (double)q[d] * (double)k[d];
+    dot += t, sum += fabs(t);
+  }
+  *mag = sum;
+  return dot * a->scale + m;
+}
+
+void ag_fa_exact(const jt_fa_args_t *a, int dk, int dv, int64_t i, double *exact, double *bound)
+{
+  const _Float16 *v = (const _Float16 *)(const void *)a->v;
+  double mx = -INFINITY, big = 0, vmax = 0, sum = 0, mag;
+  for (int64_t j = 0; j < a->n_kv; j++) {
+    double s = fa_score(a, dk, i, j, &mag);
+    mx = s > mx ? s : mx;
+    big = mag > big ? mag : big;
+    for (int d = 0; s != -INFINITY && d < dv; d++)
+      vmax = fmax(vmax, fabs((double)v[j * a->v_stride + d]));
+  }
+  for (int d = 0; d < dv; d++)
+    exact[d] = 0;
+  for (int64_t j = 0; mx != -INFINITY && j < a->n_kv; j++) {
+    double s = fa_score(a, dk, i, j, &mag);
+    if (s == -INFINITY)
+      continue;
+    double p = exp(s - mx);
+    sum += p;
+    for (int d = 0; d < dv; d++)
+      exact[d] += p * (double)v[j * a->v_stride + d];
+  }
+  for (int d = 0; sum > 0 && d < dv; d++)
+    exact[d] /= sum;
+  *bound = (2 * (dk * (double)a->scale * big + 8) + (double)a->n_kv + 4) * FLT_EPSILON * vmax +
+           FLT_MIN;
+}
+
+void ag_fa_tally(ag_mm_check_t *c, const float *got, const double *exact, int dv, double bound)
+{
+  for (int d = 0; d < dv; d++) {
+    c->checked++;
+    double e = isnan(got[d]) ? INFINITY : fabs(got[d] - exact[d]);
+    if (e > bound && e - bound > c->worst - c->bound)
+      c->worst = e, c->bound = bound;
+    else if (c->worst <= c->bound && bound > c->bound)
+      c->bound = bound;
+  }
+}
+
+/* As for MUL_MATs: a prefill's attention runs once per process, so its kernel is checked on
+ * random inputs before it is published. */
+int ag_ggml_fa_selftest(const jt_gemm_t *g, void (*fn)(void), double *worst, double *bound)
+{
+  int64_t dk = g->k, dv = g->m, n = g->n;
+  size_t qbytes = (size_t)(n * dk) * 4, kbytes = (size_t)(n * dk) * 2, vbytes = (size_t)(n * dv) * 2;
+  size_t mbytes = (size_t)(n * n) * 2, obytes = (size_t)(n * dv) * 4;
+  size_t sbytes = JT_FA_SCRATCH_FLOATS(dk, dv, n) * sizeof(float);
+  size_t all = qbytes + kbytes + vbytes + mbytes + obytes + sbytes + 64;
+  char *mem =
+      mmap(NULL, all, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  double *exact = malloc((size_t)dv * sizeof *exact);
+  if (mem == MAP_FAILED || !exact) {
+    if (mem != MAP_FAILED)
+      munmap(mem, all);
+    free(exact);
+    return -1;
+  }
+  float *q = (float *)(void *)mem, *out = (float *)(void *)(mem + qbytes + kbytes + vbytes + mbytes);
+  _Float16 *k = (_Float16 *)(void *)(mem + qbytes), *v = (_Float16 *)(void *)(mem + qbytes + kbytes);
+  _Float16 *mask = (_Float16 *)(void *)(mem + qbytes + kbytes + vbytes);
+  uintptr_t at = (uintptr_t)(mem + qbytes + kbytes + vbytes + mbytes + obytes);
+  float *scratch = (float *)(void *)((at + 63) & ~(uintptr_t)63);
+  uint64_t rnd = 0x9e3779b97f4a7c15ull;
+#define RND()                                                                                      \
+  (rnd = rnd * 6364136223846793005ull + 1442695040888963407ull,                                    \
+   (float)((double)(rnd >> 40) / (double)(1 << 24) - 0.5))
+  for (int64_t i = 0; i < n * dk; i++)
+    q[i] = 4 * RND(), k[i] = (_Float16)(4 * RND());
+  for (int64_t i = 0; i < n * dv; i++)
+    v[i] = (_Float16)(2 * RND());
+  for (int64_t i = 0; i < n; i++) /* causal, a key in 16 left out */
+    for (int64_t j = 0; j < n; j++)
+      mask[i * n + j] = j <= i && (RND() > -0.4375f || j == i) ? (_Float16)0 : (_Float16)-INFINITY;
+#undef RND
+  jt_fa_args_t a = {q, (const uint16_t *)k, (const uint16_t *)v, (const uint16_t *)mask, out, dk,
+                    dk, dv, n, dv, n, 0, n < 24 ? n : 24, 1.0f / sqrtf((float)dk)};
+  ((jt_fa_fn)fn)(&a, scratch);
+  a.i0 = n > 40 ? n - 40 : 0, a.i1 = n;
+  ((jt_fa_fn)fn)(&a, scratch);
+  ag_mm_check_t c = {0};
+  for (int64_t i = 0; i < n; i++) {
+    if (i >= (n < 24 ? n : 24) && i < a.i0)
+      continue;
+    double b;
+    ag_fa_exact(&a, (int)dk, (int)dv, i, exact, &b);
+    ag_fa_tally(&c, out + i * dv, exact, (int)dv, b);
+  }
+  munmap(mem, all);
+  free(exact);
   *worst = c.worst, *bound = c.bound;
   return c.worst <= c.bound;
 }

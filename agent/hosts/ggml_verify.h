@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The ggml host's MUL_MAT checks: the exact products its kernels are held to (ggml_kernels.c
- * checks its calls' results with them) and the self-test a MUL_MAT kernel passes before it is
- * published (the host row's selftest, host.h). Pure functions of their operands, with the
+/* The ggml host's MUL_MAT and FLASH_ATTN_EXT checks: the exact products and softmaxes its
+ * kernels are held to (ggml_kernels.c checks its calls' results with them) and the self-tests
+ * a kernel passes before it is published (the host row's selftest, host.h). Pure functions of their operands, with the
  * bounds of verify.h; compiled without the ggml headers (the tests use them too). */
 #ifndef OPJIT_AGENT_HOSTS_GGML_VERIFY_H
 #define OPJIT_AGENT_HOSTS_GGML_VERIFY_H
@@ -29,5 +29,20 @@ void ag_mm_tally(ag_mm_check_t *c, double got, double exact, double mag, int64_t
  * the rest at random), against exact dot products within the bound of a float sum of k
  * products. Returns 1 (passed), 0 (failed: *worst and *bound say by how much), -1 (no memory). */
 int ag_ggml_mm_selftest(const jt_gemm_t *g, void (*fn)(void), double *worst, double *bound);
+
+/* Checking a FLASH_ATTN_EXT row (jt_fa_fn's arguments a, of a head of dk x dv): row i's exact
+ * outputs (dv of them, in double: the softmax over its unmasked keys; zeros when it has none)
+ * into exact, and in *bound the bound of the kernel's float steps on each: (2 (dk scale A + 8)
+ * + n_kv + 4) eps max |v_j| with A the largest sum over d of |q_d k_jd| among its keys (each
+ * score's float sum of dk products and e^x's rounding shift its weight by a relative
+ * (dk scale A + 8) eps; the sums over the keys add (n_kv + 4) eps). */
+void ag_fa_exact(const jt_fa_args_t *a, int dk, int dv, int64_t i, double *exact, double *bound);
+/* Tallies dv outputs got against exact within bound (ag_mm_check_t's worst and bound). */
+void ag_fa_tally(ag_mm_check_t *c, const float *got, const double *exact, int dv, double bound);
+
+/* A FLASH_ATTN_EXT kernel's check before it is published (g->fa; fn a jt_fa_fn): one head of
+ * g->n query rows against as many keys under a causal mask with holes, its first 24 rows and its
+ * last 40 computed (two calls) and each output checked. Returns ag_ggml_mm_selftest's. */
+int ag_ggml_fa_selftest(const jt_gemm_t *g, void (*fn)(void), double *worst, double *bound);
 
 #endif
