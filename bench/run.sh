@@ -7,7 +7,8 @@
 # with OpenBLAS and LIBXSMM (bench_jit: ns per call, GF/s, speedups, compile latency, goals),
 # a program's second run against its first and its steady state (bench_warm: ~50 signatures,
 # no agent / cold / warm, the warm start's cost), llama.cpp with and without the agent
-# (bench_ggml: ~110M-parameter random models, prefill and decode tokens/s) and, when valgrind is installed, the instructions the agent adds to /bin/true (callgrind's
+# (bench_ggml: ~110M-parameter random models, prefill and decode tokens/s), ggml's prompt
+# attention node against the JIT's kernel in one process (bench_fa) and, when valgrind is installed, the instructions the agent adds to /bin/true (callgrind's
 # "Collected" total with vs without LD_PRELOAD): start-up cost without the machine's noise.
 #   bench/run.sh [passthrough rounds [startup rounds [sampling rounds [jit rounds [jit set
 #                [warm rounds [ggml rounds [smallgemm rounds]]]]]]]]
@@ -29,6 +30,7 @@ cmake --build "$build" -j"$(nproc)" --target bench_passthrough bench_startup \
   bench_sampling bench_jit bench_warm bench_smallgemm >/dev/null || exit 1
 # bench_ggml exists when llama.cpp's libraries are installed (scripts/deps.sh).
 cmake --build "$build" -j"$(nproc)" --target bench_ggml >/dev/null 2>&1 || true
+cmake --build "$build" -j"$(nproc)" --target bench_fa >/dev/null 2>&1 || true
 agent=$(cd "$build" && pwd)/libopjit.so
 status=0
 
@@ -55,6 +57,13 @@ if [ -x "$build/bench_ggml" ]; then
   "$build/bench_ggml" ${7:-7} || status=1
 else
   echo "skipped: llama.cpp's libraries are not installed (scripts/deps.sh)"
+fi
+echo
+echo "== bench_fa"
+if [ -x "$build/bench_fa" ]; then
+  "$build/bench_fa" || status=1
+else
+  echo "skipped: llama.cpp's libraries or the JIT are not installed (scripts/deps.sh)"
 fi
 echo
 
