@@ -2,9 +2,10 @@
 /* The ggml host's custom nodes: each fusion record's work on one of ggml's threads (its share
  * of the rows) with the kernels of the implementation its graph was built with, read from
  * their signatures inside the call; the verification of a kernel's first executions against
- * ggml's own ops (norm groups) or exact dot products (products); the stand-ins that compute a
- * record whose kernel is gone: ggml's own ADD, RMS_NORM and MUL, or plain C for a product
- * (ggml's own MUL_MAT synchronises every thread and cannot stand in). */
+ * ggml's own ops (norm groups), exact dot products (products) or exact softmaxes (attention);
+ * the stand-ins that compute a record whose kernel is gone: ggml's own ADD, RMS_NORM and MUL, or
+ * plain C for a product or an attention (ggml's own MUL_MAT and FLASH_ATTN_EXT synchronise every
+ * thread and cannot stand in). */
 #include "ggml_host.h"
 
 #include "../tier.h"
@@ -205,9 +206,9 @@ static int mm_share(int64_t m, int ith, int nth, int64_t *r0, int64_t *r1)
   return *r0 < *r1;
 }
 
-/* The calling thread's kernel scratch of need floats (64-byte aligned):
- * kept for the thread's life (freed when it ends), grown on demand; NULL without memory. A
- * node's call used to allocate and free its own. */
+/* The calling thread's kernel scratch of need floats (64-byte aligned): kept for the thread's
+ * life (freed when it ends), grown on demand; NULL without memory. A node's call used to
+ * allocate and free its own. */
 static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 static int scratch_keyed;
