@@ -136,9 +136,9 @@ static int fa_kernel(const ag_ggml_node_t *p, jt_gemm_t *g, char *why, size_t le
                          "and values");
   if (p->ne[3] != 1)
     return ag_problem_no(why, len, "a 4-D attention output: FLASH_ATTN_EXT kernels take 3-D");
-  if (p->ne[2] < JT_MM_MIN_N) /* hosts/ggml_match.c, find_fa */
-    return ag_problem_no(why, len, "%d query rows: decode's attention stays ggml's (only a "
-                         "prompt's, %d rows or more, gets a kernel)", p->ne[2], JT_MM_MIN_N);
+  if (p->ne[2] < AG_GGML_FA_MIN_ROWS) /* hosts/ggml_match.c, find_fa */
+    return ag_problem_no(why, len, "%d query rows: ggml rounds fewer than %d to f16 (decode's "
+                         "among them), and keeps them", p->ne[2], AG_GGML_FA_MIN_ROWS);
   return ag_problem_takes(g, "FLASH_ATTN_EXT", g->m, g->n, g->k, why, len);
 }
 

@@ -289,24 +289,29 @@ Test(ggml, f16_mul_mat_kernels_serve_the_prefill_from_the_second_run)
   mul_mat_kernels_serve_the_prefill(1);
 }
 
-/* The prompt's attention (FLASH_ATTN_EXT, 32 query rows of 4 heads over f16 keys and values)
- * as the agent's kernel: run 1 compiles it, self-tested before it is published, and stores it;
- * run 2 places it before its first graph, its first execution checks it on each thread, and
- * both layers' attention runs it on both threads. Decode's (one query row) stays ggml's. */
+/* The prompt's attention (FLASH_ATTN_EXT, 64 query rows of 4 heads over f16 keys and values:
+ * from 64 rows ggml computes it in f32 by tiles, as the agent's kernel does) as the agent's
+ * kernel: run 1 compiles it, self-tested before it is published, and stores it; run 2 places it
+ * before its first graph, its first execution checks it on each thread, and both layers'
+ * attention runs it on both threads. Decode's (one query row) stays ggml's. A kernel whose
+ * results are 1.5 times too large is caught by its first execution's check (the second
+ * prompt's), its rows computed again, and never stored. */
 Test(ggml, the_prompt_s_attention_runs_its_kernel_from_the_second_run)
 {
   char db[700], dbenv[720];
   own_db("fa", 0, db, dbenv);
   const char *env[] = {fuse_env[0], fuse_env[1], fuse_env[2], fuse_env[3], dbenv, NULL};
-  const char *plain = run_long("plain", 0, NULL, model32);
-  same_output(run_rounds("fa1", 1, env, model32, "2"), plain, "run 1");
-#define FA "s.name = 'FLASH_ATTN_EXT f32 64x4x32'"
+  const char *argv1[] = {H_LLAMA_PROG, "run", model32, "64", "16", "2", "2", NULL};
+  const char *argv[] = {H_LLAMA_PROG, "run", model32, "64", "16", "2", NULL};
+  const char *plain = run_argv("plain", 0, NULL, argv);
+  same_output(run_argv("fa1", 1, env, argv1), plain, "run 1");
+#define FA "s.name = 'FLASH_ATTN_EXT f32 64x4x64'"
   cr_assert_eq(h_query(db, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
                            " WHERE e.run_id=1 AND " FA " AND e.kind='verified' AND"
                            " e.detail LIKE 'self-test%%'"), 1);
   cr_assert_eq(h_query(db, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
                            " WHERE " FA), 1);
-  same_output(run_long("fa2", 1, env, model32), plain, "run 2");
+  same_output(run_argv("fa2", 1, env, argv), plain, "run 2");
   cr_assert_eq(h_query(db, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
                            " WHERE e.run_id=2 AND " FA " AND e.kind='loaded'"), 1);
   cr_assert_eq(h_query(db, "SELECT v.calls FROM variants v JOIN signatures s ON s.id=v.sig_id"
@@ -314,6 +319,12 @@ Test(ggml, the_prompt_s_attention_runs_its_kernel_from_the_second_run)
   cr_assert_eq(h_query(db, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 0);
   cr_assert_eq(h_query(db, "SELECT count(*) FROM variants v JOIN signatures s ON s.id=v.sig_id"
                            " WHERE s.name = 'FLASH_ATTN_EXT f32 64x4'"), 0, "decode's stays ggml's");
+  const char *got = run_argv("fa_wrong", 1, wrong_env, argv1);
+  same_output(strchr(got, '\n') + 1, plain, "a wrong kernel's second prompt");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                             " WHERE " FA " AND e.kind='verify-failed'"), 1);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
+                             " WHERE " FA), 0);
 #undef FA
 }
 
@@ -585,10 +596,5 @@ Test(ggml, wrong_mul_mat_results_are_caught_and_the_output_stays_ggml_s)
                              " e.kind='verify-failed'"), 3);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
                              " WHERE s.op='MUL_MAT' AND s.name LIKE '%% N=1'"), 0);
-  /* The prompt's attention kernel, caught by the second prompt's first execution too. */
-  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
-                             " WHERE s.op='FLASH_ATTN_EXT' AND e.kind='verify-failed'"), 0);
-  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
-                             " WHERE s.op='FLASH_ATTN_EXT'"), 0);
 #undef N32
 }
