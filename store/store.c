@@ -809,23 +809,23 @@ static int judge_write(st_db_t *db, int64_t sig, const st_variant_rec_t *r)
               (int64_t)j->v_ns, blob, (size_t)(4 * n), now_ns());
 }
 
-/* Reads the judge pool of h's object (sig_id, cpu, generator, symbol bound to st) into h. */
-static int judge_read(sqlite3 *db, sqlite3_stmt *st, st_hot_t *h)
+/* Reads the judge pool in st's columns from col on (runs, rounds, kept, judged, orig_calls,
+ * orig_ns, var_calls, var_ns, ratios) into h; a NULL runs column means none. */
+static void judge_read(sqlite3_stmt *st, int col, st_hot_t *h)
 {
-  int rc = sqlite3_step(st);
-  if (rc != SQLITE_ROW)
-    return rc == SQLITE_DONE ? ST_OK : db_code(db, rc, NULL);
+  if (sqlite3_column_type(st, col) == SQLITE_NULL)
+    return;
   st_judge_pool_t *j = &h->judge;
-  j->runs = (uint32_t)sqlite3_column_int64(st, 0);
-  j->rounds = (uint32_t)sqlite3_column_int64(st, 1);
-  j->kept = sqlite3_column_int(st, 2) != 0;
-  j->judged = (uint32_t)sqlite3_column_int64(st, 3);
-  j->o_n = (uint64_t)sqlite3_column_int64(st, 4);
-  j->o_ns = (uint64_t)sqlite3_column_int64(st, 5);
-  j->v_n = (uint64_t)sqlite3_column_int64(st, 6);
-  j->v_ns = (uint64_t)sqlite3_column_int64(st, 7);
-  const uint8_t *blob = sqlite3_column_blob(st, 8);
-  int bytes = sqlite3_column_bytes(st, 8);
+  j->runs = (uint32_t)sqlite3_column_int64(st, col);
+  j->rounds = (uint32_t)sqlite3_column_int64(st, col + 1);
+  j->kept = sqlite3_column_int(st, col + 2) != 0;
+  j->judged = (uint32_t)sqlite3_column_int64(st, col + 3);
+  j->o_n = (uint64_t)sqlite3_column_int64(st, col + 4);
+  j->o_ns = (uint64_t)sqlite3_column_int64(st, col + 5);
+  j->v_n = (uint64_t)sqlite3_column_int64(st, col + 6);
+  j->v_ns = (uint64_t)sqlite3_column_int64(st, col + 7);
+  const uint8_t *blob = sqlite3_column_blob(st, col + 8);
+  int bytes = sqlite3_column_bytes(st, col + 8);
   j->n = (uint32_t)(bytes / 4) < ST_JUDGE_RATIOS ? (uint32_t)(bytes / 4) : ST_JUDGE_RATIOS;
   for (uint32_t k = 0; k < j->n; k++) {
     uint32_t bits = 0;
@@ -834,7 +834,6 @@ static int judge_read(sqlite3 *db, sqlite3_stmt *st, st_hot_t *h)
     memcpy(&j->ratio[k], &bits, 4);
   }
   h->has_judge = 1;
-  return ST_OK;
 }
 
 int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size_t nv,
@@ -951,52 +950,56 @@ static int by_score(const void *a, const void *b)
   return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* Fills h's key and object (the one for cpu first, else the newest), and that object's judge
- * pool, with the prepared statements key_st (signature id), obj_st (signature id, cpu) and
- * judge_st (signature id, cpu, generator, symbol). */
-static int profile_sig(sqlite3 *db, sqlite3_stmt *key_st, sqlite3_stmt *obj_st,
-                       sqlite3_stmt *judge_st, int64_t sig_id, st_hot_t *h)
+/* The runs a profile reads (?1-?5: the program's exe, build_id, script, cpu_model, cpu_flags;
+ * ?6: at most that many), age 0 the newest; the run asking, begun before its warm start, has
+ * no run_sigs rows yet and is not aged. */
+#define PROFILE_RUNS                                                                           \
+  "WITH w AS (SELECT r.id, row_number() OVER (ORDER BY r.id DESC) - 1 AS age FROM runs r"     \
+  "  JOIN programs p ON p.id = r.program_id JOIN machines m ON m.id = r.machine_id"           \
+  "  WHERE p.exe=?1 AND p.build_id=?2 AND p.script=?3 AND m.cpu_model=?4 AND m.cpu_flags=?5"  \
+  "  AND EXISTS (SELECT 1 FROM run_sigs x WHERE x.run_id = r.id)"                             \
+  "  ORDER BY r.id DESC LIMIT ?6)"
+
+/* Fills h's key, object (the one for the cpu first, else the newest) and that object's judge
+ * pool from a row of st_profile's second statement. Returns ST_OK or ST_ENOMEM. */
+static int profile_sig(sqlite3_stmt *st, st_hot_t *h)
 {
-  sqlite3_reset(key_st);
-  sqlite3_bind_int64(key_st, 1, sig_id);
-  int rc = sqlite3_step(key_st);
-  if (rc == SQLITE_ROW) {
-    h->key_len = (size_t)sqlite3_column_bytes(key_st, 0);
-    if (!(h->key = malloc(h->key_len ? h->key_len : 1)))
-      return ST_ENOMEM;
-    if (h->key_len) /* an empty blob reads as NULL */
-      memcpy(h->key, sqlite3_column_blob(key_st, 0), h->key_len);
-  } else if (rc != SQLITE_DONE) {
-    return db_code(db, rc, NULL);
-  } else {
-    return ST_OK; /* no such signature (collected meanwhile) */
-  }
-  sqlite3_reset(obj_st);
-  sqlite3_bind_int64(obj_st, 1, sig_id);
-  if ((rc = sqlite3_step(obj_st)) == SQLITE_ROW) {
-    h->object_id = sqlite3_column_int64(obj_st, 0);
-    snprintf(h->cpu, sizeof h->cpu, "%s", (const char *)sqlite3_column_text(obj_st, 1));
-    snprintf(h->llvm, sizeof h->llvm, "%s", (const char *)sqlite3_column_text(obj_st, 2));
-    h->generator = sqlite3_column_int(obj_st, 3);
-    snprintf(h->symbol, sizeof h->symbol, "%s", (const char *)sqlite3_column_text(obj_st, 4));
-    h->checksum = (uint64_t)sqlite3_column_int64(obj_st, 5);
-    h->mine = sqlite3_column_int(obj_st, 7);
-    h->code_len = (size_t)sqlite3_column_bytes(obj_st, 6);
-    if (!(h->code = malloc(h->code_len ? h->code_len : 1)))
-      h->object_id = 0;
-    else if (h->code_len)
-      memcpy(h->code, sqlite3_column_blob(obj_st, 6), h->code_len);
-  }
-  if (rc != SQLITE_ROW)
-    return rc == SQLITE_DONE ? ST_OK : db_code(db, rc, NULL);
-  sqlite3_reset(judge_st);
-  sqlite3_bind_int64(judge_st, 1, sig_id);
-  sqlite3_bind_text(judge_st, 2, h->cpu, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int(judge_st, 3, h->generator);
-  sqlite3_bind_text(judge_st, 4, h->symbol, -1, SQLITE_TRANSIENT);
-  return judge_read(db, judge_st, h);
+  h->key_len = (size_t)sqlite3_column_bytes(st, 1);
+  if (!(h->key = malloc(h->key_len ? h->key_len : 1)))
+    return ST_ENOMEM;
+  if (h->key_len) /* an empty blob reads as NULL */
+    memcpy(h->key, sqlite3_column_blob(st, 1), h->key_len);
+  if (sqlite3_column_type(st, 2) == SQLITE_NULL)
+    return ST_OK; /* no object */
+  h->object_id = sqlite3_column_int64(st, 2);
+  snprintf(h->cpu, sizeof h->cpu, "%s", (const char *)sqlite3_column_text(st, 3));
+  snprintf(h->llvm, sizeof h->llvm, "%s", (const char *)sqlite3_column_text(st, 4));
+  h->generator = sqlite3_column_int(st, 5);
+  snprintf(h->symbol, sizeof h->symbol, "%s", (const char *)sqlite3_column_text(st, 6));
+  h->checksum = (uint64_t)sqlite3_column_int64(st, 7);
+  h->mine = sqlite3_column_int(st, 9);
+  h->code_len = (size_t)sqlite3_column_bytes(st, 8);
+  if (!(h->code = malloc(h->code_len ? h->code_len : 1)))
+    h->object_id = 0;
+  else if (h->code_len)
+    memcpy(h->code, sqlite3_column_blob(st, 8), h->code_len);
+  judge_read(st, 10, h);
+  return ST_OK;
 }
 
+/* Binds the program (?1-?5) and max_runs (?6) of PROFILE_RUNS to st. */
+static void bind_program(sqlite3_stmt *st, const st_run_info_t *in, int max_runs)
+{
+  sqlite3_bind_text(st, 1, in->exe, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, in->build_id, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 3, in->script ? in->script : "", -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 4, in->cpu_model, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 5, in->cpu_flags, -1, SQLITE_STATIC);
+  sqlite3_bind_int(st, 6, max_runs);
+}
+
+/* Two statements whatever the number of signatures: the runs' calls, timings and verdicts
+ * per signature and run, then each signature's key, object and judge pool. */
 int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double decay_runs,
                int max_runs, st_profile_t *out)
 {
@@ -1006,35 +1009,26 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
   if (rc)
     return rc;
   sqlite3_stmt *st;
-  rc = sqlite3_prepare_v2(
-      db->db,
-      "WITH w AS (SELECT r.id, row_number() OVER (ORDER BY r.id DESC) - 1 AS age FROM runs r"
-      "  JOIN programs p ON p.id = r.program_id JOIN machines m ON m.id = r.machine_id"
-      "  WHERE p.exe=? AND p.build_id=? AND p.script=? AND m.cpu_model=? AND m.cpu_flags=?"
-      "  AND EXISTS (SELECT 1 FROM run_sigs x WHERE x.run_id = r.id)" /* the run asking, begun
-                                                    before its warm start, has none: not aged */
-      "  ORDER BY r.id DESC LIMIT ?)"
-      " SELECT w.age, s.sig_id, s.calls, s.timed_calls, s.timed_ns, (SELECT count(*) FROM w),"
-      "  v.status, v.generator"
-      " FROM w JOIN run_sigs s ON s.run_id = w.id"
-      " LEFT JOIN variants v ON v.run_id = w.id AND v.sig_id = s.sig_id"
-      " ORDER BY s.sig_id, w.age",
-      -1, &st, NULL);
+  rc = sqlite3_prepare_v2(db->db,
+                          PROFILE_RUNS
+                          " SELECT w.age, s.sig_id, s.calls, s.timed_calls, s.timed_ns,"
+                          "  v.status, v.generator"
+                          " FROM w JOIN run_sigs s ON s.run_id = w.id"
+                          " LEFT JOIN variants v ON v.run_id = w.id AND v.sig_id = s.sig_id"
+                          " ORDER BY s.sig_id, w.age",
+                          -1, &st, NULL);
   if (rc != SQLITE_OK) {
     rc = db_code(db->db, rc, NULL);
     goto out;
   }
-  sqlite3_bind_text(st, 1, in->exe, -1, SQLITE_STATIC);
-  sqlite3_bind_text(st, 2, in->build_id, -1, SQLITE_STATIC);
-  sqlite3_bind_text(st, 3, in->script ? in->script : "", -1, SQLITE_STATIC);
-  sqlite3_bind_text(st, 4, in->cpu_model, -1, SQLITE_STATIC);
-  sqlite3_bind_text(st, 5, in->cpu_flags, -1, SQLITE_STATIC);
-  sqlite3_bind_int(st, 6, max_runs);
+  bind_program(st, in, max_runs);
   prof_acc_t *acc = NULL;
   size_t n = 0, cap = 0;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     int64_t sig = sqlite3_column_int64(st, 1);
-    out->runs = sqlite3_column_int64(st, 5);
+    /* Every run read has a row (PROFILE_RUNS): the oldest's age + 1 is their number. */
+    if (sqlite3_column_int64(st, 0) + 1 > out->runs)
+      out->runs = sqlite3_column_int64(st, 0) + 1;
     if (!n || acc[n - 1].sig_id != sig) {
       if (n == cap) {
         void *p = realloc(acc, (cap = cap ? 2 * cap : 64) * sizeof *acc);
@@ -1047,12 +1041,12 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
       acc[n++] = (prof_acc_t){sig, 0, 0, 0, 0, 0, 0};
     }
     prof_acc_t *a = &acc[n - 1];
-    if (!a->verdict_seen && sqlite3_column_type(st, 6) != SQLITE_NULL) {
+    if (!a->verdict_seen && sqlite3_column_type(st, 5) != SQLITE_NULL) {
       a->verdict_seen = 1;
-      const char *status = (const char *)sqlite3_column_text(st, 6);
+      const char *status = (const char *)sqlite3_column_text(st, 5);
       a->crashed = strcmp(status, "crashed") == 0;
       if (a->crashed || strcmp(status, "demoted") == 0)
-        a->demoted_gen = sqlite3_column_int(st, 7);
+        a->demoted_gen = sqlite3_column_int(st, 6);
     }
     a->calls += (double)sqlite3_column_int64(st, 2) *
                 exp2(-(double)sqlite3_column_int64(st, 0) / decay_runs);
@@ -1063,44 +1057,56 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
   rc = rc == SQLITE_DONE ? ST_OK : db_code(db->db, rc, NULL);
   if (!rc && n && !(out->sigs = calloc(n, sizeof *out->sigs)))
     rc = ST_ENOMEM;
-  sqlite3_stmt *key_st = NULL, *obj_st = NULL, *judge_st = NULL;
+  st = NULL;
   if (!rc && n &&
-      ((rc = sqlite3_prepare_v2(db->db, "SELECT key FROM signatures WHERE id=?", -1, &key_st,
-                                NULL)) != SQLITE_OK ||
-       (rc = sqlite3_prepare_v2(db->db,
-                                "SELECT o.id, o.cpu, o.llvm, o.generator, o.symbol, o.checksum,"
-                                " o.code, r.id IS NULL OR r.program_id = (SELECT id FROM programs"
-                                " WHERE exe=?3 AND build_id=?4 AND script=?5) FROM objects o"
-                                " LEFT JOIN runs r ON r.id = o.run_id WHERE o.sig_id=?1"
-                                " ORDER BY o.cpu=?2 DESC, o.id DESC LIMIT 1",
-                                -1, &obj_st, NULL)) != SQLITE_OK ||
-       (rc = sqlite3_prepare_v2(db->db,
-                                "SELECT runs, rounds, kept, judged, orig_calls, orig_ns,"
-                                " var_calls, var_ns, ratios FROM judge_pools WHERE sig_id=?"
-                                " AND cpu=? AND generator=? AND symbol=?",
-                                -1, &judge_st, NULL)) != SQLITE_OK))
+      (rc = sqlite3_prepare_v2(
+           db->db,
+           PROFILE_RUNS ", s AS (SELECT DISTINCT s.sig_id AS id FROM w JOIN run_sigs s"
+                        " ON s.run_id = w.id)"
+                        " SELECT s.id, g.key, o.id, o.cpu, o.llvm, o.generator, o.symbol,"
+                        "  o.checksum, o.code, r.id IS NULL OR r.program_id = (SELECT id"
+                        "  FROM programs WHERE exe=?1 AND build_id=?2 AND script=?3),"
+                        "  j.runs, j.rounds, j.kept, j.judged, j.orig_calls, j.orig_ns,"
+                        "  j.var_calls, j.var_ns, j.ratios"
+                        " FROM s JOIN signatures g ON g.id = s.id"
+                        " LEFT JOIN objects o ON o.id = (SELECT x.id FROM objects x"
+                        "  WHERE x.sig_id = s.id ORDER BY x.cpu=?7 DESC, x.id DESC LIMIT 1)"
+                        " LEFT JOIN runs r ON r.id = o.run_id"
+                        " LEFT JOIN judge_pools j ON j.sig_id = s.id AND j.cpu = o.cpu"
+                        "  AND j.generator = o.generator AND j.symbol = o.symbol"
+                        " ORDER BY s.id",
+           -1, &st, NULL)) != SQLITE_OK)
     rc = db_code(db->db, rc, NULL);
-  if (obj_st) {
-    sqlite3_bind_text(obj_st, 2, cpu, -1, SQLITE_STATIC);
-    sqlite3_bind_text(obj_st, 3, in->exe, -1, SQLITE_STATIC);
-    sqlite3_bind_text(obj_st, 4, in->build_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(obj_st, 5, in->script ? in->script : "", -1, SQLITE_STATIC);
+  if (st) {
+    bind_program(st, in, max_runs);
+    sqlite3_bind_text(st, 7, cpu, -1, SQLITE_STATIC);
   }
-  for (size_t i = 0; !rc && i < n; i++) {
+  /* Both statements list the signatures by id in one snapshot: a signature without a row
+   * here was collected meanwhile and is left out. */
+  size_t i = 0;
+  while (st && !rc && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t sig = sqlite3_column_int64(st, 0);
+    while (i < n && acc[i].sig_id < sig)
+      i++;
+    if (i == n || acc[i].sig_id != sig) {
+      rc = ST_OK;
+      continue;
+    }
     st_hot_t *h = &out->sigs[out->n];
     h->score = acc[i].calls;
     h->mean_ns = acc[i].timed ? (double)acc[i].timed_ns / (double)acc[i].timed : 0;
     h->demoted_gen = acc[i].demoted_gen;
     h->crashed = acc[i].crashed;
-    rc = profile_sig(db->db, key_st, obj_st, judge_st, acc[i].sig_id, h);
-    if (!rc && h->key)
+    if (!(rc = profile_sig(st, h)))
       out->n++;
-    else if (rc)
+    else
       free(h->key), free(h->code), h->key = h->code = NULL;
   }
-  sqlite3_finalize(key_st);
-  sqlite3_finalize(obj_st);
-  sqlite3_finalize(judge_st);
+  if (rc == SQLITE_DONE)
+    rc = ST_OK;
+  else if (rc > 0)
+    rc = db_code(db->db, rc, NULL);
+  sqlite3_finalize(st);
   free(acc);
   if (!rc && out->n)
     qsort(out->sigs, out->n, sizeof *out->sigs, by_score);
