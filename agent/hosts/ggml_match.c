@@ -24,11 +24,13 @@ static int clean_alias(const struct ggml_tensor *x, const struct ggml_tensor *y,
   return a == b || a + bytes <= b || b + bytes <= a;
 }
 
-/* 1 when node t's output is a source of no node of g but user's. */
-static int feeds_only(struct ggml_cgraph *g, int n, const struct ggml_tensor *t,
+/* 1 when node t (node at of g) feeds no node of g but user. ggml computes a graph's nodes in
+ * order, so only the nodes after t can read it: the scan starts there (a decode graph is
+ * matched afresh every token, on one thread, before the others start). */
+static int feeds_only(struct ggml_cgraph *g, int at, int n, const struct ggml_tensor *t,
                       const struct ggml_tensor *user)
 {
-  for (int j = 0; j < n; j++) {
+  for (int j = at + 1; j < n; j++) {
     const struct ggml_tensor *u = gg_api.node(g, j);
     for (int k = 0; k < GGML_MAX_SRC; k++)
       if (u->src[k] == t && u != user)
@@ -86,7 +88,7 @@ static int find_group(struct ggml_cgraph *g, int n, int i, gg_fusion_t *f, int w
     if (!(od + bytes <= wd || wd + wbytes <= od)) /* the weight is read by every row */
       return 0;
   }
-  if (!feeds_only(g, n, rms, mul)) /* the norm's output feeds the MUL alone */
+  if (!feeds_only(g, at, n, rms, mul)) /* the norm's output feeds the MUL alone */
     return 0;
   *f = (gg_fusion_t){.first = add ? add : rms,
                      .span = 2 + with_add,
@@ -219,7 +221,7 @@ static int find_mm_add(struct ggml_cgraph *g, int n, int i, gg_fusion_t *f)
                                   : add->src[1] == mm ? add->src[0]
                                                       : NULL;
   if (!res || res == mm || res->type != GGML_TYPE_F32 || !res->data || !gg_api.contiguous(res) ||
-      !same_shape(res, add) || !feeds_only(g, n, mm, add))
+      !same_shape(res, add) || !feeds_only(g, i, n, mm, add))
     return 0;
   size_t bytes = (size_t)(add->ne[0] * add->ne[1]) * sizeof(float);
   const struct ggml_tensor *w = mm->src[0], *x = mm->src[1];
