@@ -25,6 +25,7 @@
  * by 4 rows. */
 #include "fa.h"
 #include "gemm.h"
+#include "irloop.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -184,39 +185,6 @@ static LLVMValueRef vexp(fgen_t *g, LLVMValueRef x)
 
 /* ---- loops -------------------------------------------------------------------------------- */
 
-typedef struct loop_s {
-  LLVMBasicBlockRef head, exit;
-  LLVMValueRef iv;
-  long step;
-} loop_t;
-
-/* iv = start; iv < end; iv += step, the builder in its body. */
-static loop_t loop_to(fgen_t *g, LLVMValueRef start, LLVMValueRef end, long step, const char *name)
-{
-  loop_t l = {.step = step};
-  LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
-  l.head = LLVMAppendBasicBlockInContext(g->cx, g->fn, name);
-  LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->cx, g->fn, "body");
-  l.exit = LLVMAppendBasicBlockInContext(g->cx, g->fn, "exit");
-  LLVMBuildBr(g->b, l.head);
-  LLVMPositionBuilderAtEnd(g->b, l.head);
-  l.iv = LLVMBuildPhi(g->b, g->i64, name);
-  LLVMAddIncoming(l.iv, &start, &pre, 1);
-  LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, l.iv, end, ""), body, l.exit);
-  LLVMPositionBuilderAtEnd(g->b, body);
-  return l;
-}
-
-/* Closes a loop: the step, the back edge; the builder continues after the loop. */
-static void loop_end(fgen_t *g, loop_t *l)
-{
-  LLVMValueRef next = LLVMBuildNSWAdd(g->b, l->iv, c64(g, l->step), "next");
-  LLVMBasicBlockRef from = LLVMGetInsertBlock(g->b);
-  LLVMAddIncoming(l->iv, &next, &from, 1);
-  LLVMBuildBr(g->b, l->head);
-  LLVMPositionBuilderAtEnd(g->b, l->exit);
-}
-
 /* A straight loop of n (> 0, a multiple of unroll) iterations whose cnt vector values are phis
  * (acc: their values on entry, and on exit): body(g, iv, acc, ctx) updates acc for iteration
  * iv, unroll times per trip. */
@@ -271,13 +239,13 @@ static void pack(fgen_t *g, call_t *c, LLVMValueRef ntiles)
   LLVMTypeRef gv[2] = {g->ivec, LLVMVectorType(g->ptr, (unsigned)g->V)}, gt;
   LLVMValueRef gather = intrinsic(g, "llvm.masked.gather", gv, 2, &gt);
   LLVMTypeRef h16 = LLVMVectorType(g->i16, (unsigned)g->V);
-  loop_t t = loop_to(g, c64(g, 0), ntiles, 1, "kt_tile");
+  jt_loop_t t = jt_loop_open(g->b, g->fn, c64(g, 0), ntiles, 1, "kt_tile");
   for (int vv = 0; vv < g->NJ; vv++) {
     LLVMValueRef j =
         add(g, splat(g, add(g, mulc(g, t.iv, g->TJ), c64(g, (long)vv * g->V))), iota(g));
     LLVMValueRef valid = LLVMBuildICmp(b, LLVMIntSLT, j, splat(g, c->nkv), "valid");
     LLVMValueRef rowoff = LLVMBuildMul(b, j, splat(g, c->ks), "");
-    loop_t d = loop_to(g, c64(g, 0), c64(g, g->DK), 2, "kt_d");
+    jt_loop_t d = jt_loop_open(g->b, g->fn, c64(g, 0), c64(g, g->DK), 2, "kt_d");
     LLVMValueRef off = LLVMBuildAdd(b, rowoff, splat(g, d.iv), "");
     LLVMValueRef ptrs = LLVMBuildInBoundsGEP2(b, g->i16, c->k, &off, 1, "ptrs");
     LLVMValueRef args[4] = {ptrs, c32(g, 2), valid, LLVMConstNull(g->ivec)};
@@ -289,21 +257,21 @@ static void pack(fgen_t *g, call_t *c, LLVMValueRef ntiles)
     vst(g, LLVMBuildFPExt(b, LLVMBuildBitCast(b, lo, g->hvec, ""), g->vec, ""), c->kt, base);
     vst(g, LLVMBuildFPExt(b, LLVMBuildBitCast(b, hi, g->hvec, ""), g->vec, ""), c->kt,
         add(g, base, c64(g, g->TJ)));
-    loop_end(g, &d);
+    jt_loop_close(g->b, &d);
   }
-  loop_end(g, &t);
-  loop_t j = loop_to(g, c64(g, 0), c->nkv, 1, "v32");
+  jt_loop_close(g->b, &t);
+  jt_loop_t j = jt_loop_open(g->b, g->fn, c64(g, 0), c->nkv, 1, "v32");
   for (int cc = 0; cc < g->DV / g->V; cc++) {
     LLVMValueRef src =
         gep(g, g->half, c->v, add(g, LLVMBuildMul(b, j.iv, c->vs, ""), c64(g, (long)cc * g->V)));
     vst(g, LLVMBuildFPExt(b, ld(g, g->hvec, src, 2), g->vec, ""), c->v32,
         add(g, mulc(g, j.iv, g->DV), c64(g, (long)cc * g->V)));
   }
-  loop_end(g, &j);
-  loop_t z = loop_to(g, c->nkv, mulc(g, ntiles, g->TJ), 1, "v32_pad");
+  jt_loop_close(g->b, &j);
+  jt_loop_t z = jt_loop_open(g->b, g->fn, c->nkv, mulc(g, ntiles, g->TJ), 1, "v32_pad");
   for (int cc = 0; cc < g->DV / g->V; cc++)
     vst(g, vconst(g, 0), c->v32, add(g, mulc(g, z.iv, g->DV), c64(g, (long)cc * g->V)));
-  loop_end(g, &z);
+  jt_loop_close(g->b, &z);
 }
 
 /* GEMM1's k step: acc[r][v] += q[row r][d] * KT[tile][d][v]. */
@@ -439,11 +407,11 @@ static void row_block(fgen_t *g, call_t *c, LLVMValueRef i, LLVMValueRef ntiles)
     for (int cc = 0; cc < g->DV / g->V; cc++)
       vst(g, vconst(g, 0), c->o, c64(g, (long)r * g->DV + (long)cc * g->V));
   }
-  loop_t t = loop_to(g, c64(g, 0), ntiles, 1, "tile");
+  jt_loop_t t = jt_loop_open(g->b, g->fn, c64(g, 0), ntiles, 1, "tile");
   c->tile = t.iv;
   c->j0 = mulc(g, t.iv, g->TJ);
   tile(g, c);
-  loop_end(g, &t);
+  jt_loop_close(g->b, &t);
   for (int r = 0; r < g->R; r++) {
     LLVMValueRef keep = LLVMBuildICmp(b, LLVMIntSLT, add(g, i, c64(g, r)), c->i1, "");
     LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(g->cx, g->fn, "store");
@@ -558,9 +526,9 @@ LLVMValueRef jt_fa_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
   c.o = gep(&g, g.f32, c.p, c64(&g, (long)MAXR * g.TJ));
   c.stat = gep(&g, g.f32, c.o, c64(&g, (long)MAXR * g.DV));
   pack(&g, &c, ntiles);
-  loop_t i = loop_to(&g, c.i0, c.i1, g.R, "rows");
+  jt_loop_t i = jt_loop_open(g.b, g.fn, c.i0, c.i1, g.R, "rows");
   row_block(&g, &c, i.iv, ntiles);
-  loop_end(&g, &i);
+  jt_loop_close(g.b, &i);
   LLVMBuildRetVoid(g.b);
   /* the end marker (gemm.h, JT_END_SUFFIX) */
   char end[160];

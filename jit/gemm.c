@@ -24,6 +24,7 @@
  * jt_gemm_t.tails), so the kernel touches exactly the memory BLAS would. A matrix-vector
  * product with op(A) = A^T is a set of dot products instead (emit_dots). */
 #include "gemm.h"
+#include "irloop.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -61,57 +62,32 @@ typedef struct gen_s {
   char name[128];            /* the kernel's symbol (jt_gemm_name) */
 } gen_t;
 
-typedef struct loop_s {
-  LLVMBasicBlockRef head, exit;
-  LLVMValueRef iv;
-  long step;
-} loop_t;
-
 static LLVMValueRef i64c(gen_t *g, long v) { return LLVMConstInt(g->i64, (unsigned long long)v, 1); }
 
 /* Opens a counted loop iv = start; iv < end; iv += step, leaving the builder in its body. A
  * loop whose constant bounds give it one iteration is its body alone, iv = start: no pass
  * removes the branches around it (single-trip loops of row and column blocks cost sgemm and
  * dgemm 4^3 17 % of their time, 8^3 3-13 %). */
-static loop_t loop_to(gen_t *g, LLVMValueRef start, LLVMValueRef end, long step, const char *name)
+static jt_loop_t loop_to(gen_t *g, LLVMValueRef start, LLVMValueRef end, long step, const char *name)
 {
-  loop_t l = {.step = step};
   if (LLVMIsAConstantInt(start) && LLVMIsAConstantInt(end) &&
       LLVMConstIntGetSExtValue(start) < LLVMConstIntGetSExtValue(end) &&
-      LLVMConstIntGetSExtValue(end) - LLVMConstIntGetSExtValue(start) <= step) {
-    l.iv = start;
-    return l;
-  }
-  LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
-  l.head = LLVMAppendBasicBlockInContext(g->cx, g->fn, name);
-  LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->cx, g->fn, "body");
-  l.exit = LLVMAppendBasicBlockInContext(g->cx, g->fn, "exit");
-  LLVMBuildBr(g->b, l.head);
-  LLVMPositionBuilderAtEnd(g->b, l.head);
-  l.iv = LLVMBuildPhi(g->b, g->i64, name);
-  LLVMAddIncoming(l.iv, &start, &pre, 1);
-  LLVMValueRef more = LLVMBuildICmp(g->b, LLVMIntSLT, l.iv, end, "more");
-  LLVMBuildCondBr(g->b, more, body, l.exit);
-  LLVMPositionBuilderAtEnd(g->b, body);
-  return l;
+      LLVMConstIntGetSExtValue(end) - LLVMConstIntGetSExtValue(start) <= step)
+    return (jt_loop_t){.iv = start, .step = step};
+  return jt_loop_open(g->b, g->fn, start, end, step, name);
 }
 
-static loop_t loop_begin(gen_t *g, LLVMValueRef start, long end, long step, const char *name)
+static jt_loop_t loop_begin(gen_t *g, LLVMValueRef start, long end, long step, const char *name)
 {
   return loop_to(g, start, i64c(g, end), step, name);
 }
 
 /* Closes a loop: the step, the back edge; the builder continues after the loop (a loop of one
  * iteration: where it is). */
-static void loop_end(gen_t *g, loop_t *l)
+static void loop_end(gen_t *g, jt_loop_t *l)
 {
-  if (!l->head)
-    return;
-  LLVMValueRef next = LLVMBuildNSWAdd(g->b, l->iv, i64c(g, l->step), "next");
-  LLVMBasicBlockRef from = LLVMGetInsertBlock(g->b);
-  LLVMAddIncoming(l->iv, &next, &from, 1);
-  LLVMBuildBr(g->b, l->head);
-  LLVMPositionBuilderAtEnd(g->b, l->exit);
+  if (l->head)
+    jt_loop_close(g->b, l);
 }
 
 /* Opens "if (cond)", leaving the builder in its body; returns the block after it. */
@@ -374,7 +350,7 @@ static void emit_pack(gen_t *g, LLVMValueRef i0, int mr)
   int kv = g->V, wide = set_lanes(g, pack_lanes(g));
   long K = g->g->k, kfull = K / g->V * g->V;
   if (kfull) {
-    loop_t k = loop_begin(g, i64c(g, 0), kfull, g->V, "pk");
+    jt_loop_t k = loop_begin(g, i64c(g, 0), kfull, g->V, "pk");
     pack_rows(g, i0, k.iv, mr, g->V, kv);
     loop_end(g, &k);
   }
@@ -535,10 +511,10 @@ static void emit_bcopy(gen_t *g, LLVMValueRef j0, int nr)
   for (int j = 0; j < nr; j++) {
     LLVMValueRef src = at(g, g->bm, add(g, mul(g, add(g, j0, i64c(g, j)), g->g->ldb), g->kc));
     LLVMValueRef dst = at(g, g->bpack, i64c(g, (long)j * g->g->kc));
-    loop_t v = loop_to(g, i64c(g, 0), vlen, g->V, "bv");
+    jt_loop_t v = loop_to(g, i64c(g, 0), vlen, g->V, "bv");
     vstore(g, vload(g, at(g, src, v.iv), g->V), at(g, dst, v.iv), g->V);
     loop_end(g, &v);
-    loop_t e = loop_to(g, vlen, len, 1, "be");
+    jt_loop_t e = loop_to(g, vlen, len, 1, "be");
     LLVMBuildStore(g->b, LLVMBuildLoad2(g->b, g->elem, at(g, src, e.iv), "b"), at(g, dst, e.iv));
     loop_end(g, &e);
   }
@@ -549,7 +525,7 @@ static void emit_bcopy(gen_t *g, LLVMValueRef j0, int nr)
  * column block, is contiguous in L1. Lanes past mr are zero. */
 static void emit_copy(gen_t *g, LLVMValueRef i0, int mr)
 {
-  loop_t k = loop_to(g, g->kc, g->kc_end, 1, "ck");
+  jt_loop_t k = loop_to(g, g->kc, g->kc_end, 1, "ck");
   LLVMValueRef src = at(g, g->a, add(g, i0, mul(g, k.iv, g->g->lda)));
   LLVMValueRef dst = at(g, g->pack, mul(g, LLVMBuildNSWSub(g->b, k.iv, g->kc, ""), g->MR));
   for (int v = 0; v * g->V < mr; v++) {
@@ -581,7 +557,7 @@ static void emit_col_block(gen_t *g, LLVMValueRef j0, int nr)
   emit_bcopy(g, j0, nr);
   int mfull = s->m / g->MR * g->MR, mtail = s->m % g->MR;
   if (mfull) {
-    loop_t i = loop_begin(g, i64c(g, 0), mfull, g->MR, "i");
+    jt_loop_t i = loop_begin(g, i64c(g, 0), mfull, g->MR, "i");
     emit_block(g, i.iv, j0, g->MR, nr);
     loop_end(g, &i);
   }
@@ -599,7 +575,7 @@ static void emit_row_block(gen_t *g, LLVMValueRef i0, int mr)
     emit_pack(g, i0, mr);
   int nfull = s->n / g->NR * g->NR, ntail = s->n % g->NR;
   if (nfull) {
-    loop_t j = loop_begin(g, i64c(g, 0), nfull, g->NR, "j");
+    jt_loop_t j = loop_begin(g, i64c(g, 0), nfull, g->NR, "j");
     emit_block(g, i0, j.iv, mr, g->NR);
     loop_end(g, &j);
   }
@@ -930,7 +906,7 @@ static void emit_dots(gen_t *g, LLVMValueRef alpha, LLVMValueRef beta)
 {
   int m = g->g->m, mfull = m / DOT_ROWS * DOT_ROWS;
   if (mfull) {
-    loop_t i = loop_begin(g, i64c(g, 0), mfull, DOT_ROWS, "i");
+    jt_loop_t i = loop_begin(g, i64c(g, 0), mfull, DOT_ROWS, "i");
     dots_block(g, i.iv, DOT_ROWS, alpha, beta);
     loop_end(g, &i);
   }
@@ -945,7 +921,7 @@ static void emit_blocks(gen_t *g, int total, int step, const char *name,
 {
   int full = total / step * step;
   if (full) {
-    loop_t l = loop_begin(g, i64c(g, 0), full, step, name);
+    jt_loop_t l = loop_begin(g, i64c(g, 0), full, step, name);
     emit(g, l.iv, step);
     loop_end(g, &l);
   }
@@ -985,7 +961,7 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
    * pile up in L1 each column block's sliver of B (emit_bcopy). The A^T panel bounds K
    * already: no blocking there. */
   long kc = s->kc;
-  loop_t kb = {0};
+  jt_loop_t kb = {0};
   if (!s->ta && kc < s->k) {
     if (b_piles_up(s))
       g.bpack = stack_panel(&g, (long)g.NR * kc, "sliver");
@@ -1136,7 +1112,7 @@ LLVMValueRef jt_add_rms_mul_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_
 
   /* Pass 2: s = x * scale (the norm's output), y = s * w. */
   if (full) {
-    loop_t j = loop_begin(&g, zero64, full, g.V, "j");
+    jt_loop_t j = loop_begin(&g, zero64, full, g.V, "j");
     LLVMValueRef vs = LLVMBuildFMul(g.b, vload(&g, at(&g, rx, j.iv), g.V), vscale, "s");
     vstore(&g, vs, at(&g, rs, j.iv), g.V);
     vstore(&g, LLVMBuildFMul(g.b, vs, vload(&g, at(&g, pw, j.iv), g.V), "y"), at(&g, ry, j.iv), g.V);
@@ -1219,7 +1195,7 @@ static void mm_pack(gen_t *g, LLVMValueRef row0, LLVMValueRef kc, int kcl, LLVMV
   int kfull = kcl / g->V * g->V;
   LLVMValueRef vzero = LLVMConstNull(g->vec), zero = LLVMConstNull(g->elem);
   if (kfull) {
-    loop_t k = loop_begin(g, i64c(g, 0), kfull, g->V, "pk");
+    jt_loop_t k = loop_begin(g, i64c(g, 0), kfull, g->V, "pk");
     LLVMValueRef kk = add(g, kc, k.iv);
     for (int grp = 0; grp < g->MR / g->V; grp++) {
       LLVMValueRef v[MAXV];
@@ -1328,7 +1304,7 @@ static void mm_copy_x(gen_t *g, LLVMValueRef j0, LLVMValueRef kc, int kcl, int n
     LLVMValueRef src = at(g, g->bm, add(g, mul(g, add(g, j0, i64c(g, j)), g->g->k), kc));
     LLVMValueRef dst = at(g, g->xr, i64c(g, (long)j * kcl));
     if (kfull) {
-      loop_t k = loop_begin(g, i64c(g, 0), kfull, g->V, "rx");
+      jt_loop_t k = loop_begin(g, i64c(g, 0), kfull, g->V, "rx");
       LLVMValueRef v = vload(g, at(g, src, k.iv), g->V);
       if (g->g->w16 == 1)
         v = LLVMBuildFPExt(g->b, LLVMBuildFPTrunc(g->b, v, hv, "xh"), g->vec, "xr");
@@ -1360,7 +1336,7 @@ static void mm_kblock(gen_t *g, LLVMValueRef ic, LLVMValueRef cnt, LLVMValueRef 
   const jt_gemm_t *s = g->g;
   /* panels of MR rows; with MR = 2 JT_MM_MR the last may hold JT_MM_MR rows only (rows come
    * in multiples of JT_MM_MR): a half panel, which the same code runs */
-  loop_t pr = loop_to(g, i64c(g, 0), cnt, g->MR, "pr");
+  jt_loop_t pr = loop_to(g, i64c(g, 0), cnt, g->MR, "pr");
   mm_pack(g, add(g, ic, pr.iv), kc, kcl, at(g, g->pack, mul(g, pr.iv, kcl)), mm_full(g, cnt, pr.iv));
   loop_end(g, &pr);
   int nfull = s->n / g->NR * g->NR, ntail = s->n % g->NR;
@@ -1368,10 +1344,10 @@ static void mm_kblock(gen_t *g, LLVMValueRef ic, LLVMValueRef cnt, LLVMValueRef 
     int nr = part ? ntail : g->NR;
     if (!(part ? ntail : nfull))
       continue;
-    loop_t jr = part ? (loop_t){0} : loop_begin(g, i64c(g, 0), nfull, g->NR, "jr");
+    jt_loop_t jr = part ? (jt_loop_t){0} : loop_begin(g, i64c(g, 0), nfull, g->NR, "jr");
     LLVMValueRef j0 = part ? i64c(g, nfull) : jr.iv;
     mm_copy_x(g, j0, kc, kcl, nr);
-    loop_t ir = loop_to(g, i64c(g, 0), cnt, g->MR, "ir");
+    jt_loop_t ir = loop_to(g, i64c(g, 0), cnt, g->MR, "ir");
     mm_micro(g, at(g, g->pack, mul(g, ir.iv, kcl)), add(g, ic, ir.iv), j0, kcl, nr,
              accumulate, last, mm_full(g, cnt, ir.iv));
     loop_end(g, &ir);
@@ -1397,7 +1373,7 @@ static void mm_gemv(gen_t *g, LLVMValueRef i0, LLVMValueRef i1, LLVMValueRef scr
     g->xr = x = scratch;
     mm_copy_x(g, i64c(g, 0), i64c(g, 0), (int)K, 1);
   }
-  loop_t ir = loop_to(g, i0, i1, 1, "mr");
+  jt_loop_t ir = loop_to(g, i0, i1, 1, "mr");
   LLVMValueRef row = mul(g, ir.iv, K);
   accs_t acc, next;
   for (int a = 0; a < MV_ACC; a++)
@@ -1465,7 +1441,7 @@ LLVMValueRef jt_mm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
   g.pack = LLVMGetParam(g.fn, 5 + (unsigned)na); /* JT_MM_MC x JT_MM_KC floats, the x sliver */
   g.xr = at(&g, g.pack, i64c(&g, (long)JT_MM_MC * JT_MM_KC));
   int single = s->k <= JT_MM_KC;
-  loop_t ic = loop_to(&g, i0, i1, JT_MM_MC, "ic");
+  jt_loop_t ic = loop_to(&g, i0, i1, JT_MM_MC, "ic");
   LLVMValueRef left = LLVMBuildNSWSub(g.b, i1, ic.iv, "left");
   LLVMValueRef cnt = LLVMBuildSelect(g.b, LLVMBuildICmp(g.b, LLVMIntSLT, left, i64c(&g, JT_MM_MC), ""),
                                      left, i64c(&g, JT_MM_MC), "cnt");
@@ -1475,7 +1451,7 @@ LLVMValueRef jt_mm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
     int kfull = s->k / JT_MM_KC * JT_MM_KC, ktail = s->k - kfull;
     int loop_to_ = s->mm_add && !ktail ? kfull - JT_MM_KC : kfull;
     if (loop_to_ > JT_MM_KC) {
-      loop_t kc = loop_begin(&g, i64c(&g, JT_MM_KC), loop_to_, JT_MM_KC, "kc");
+      jt_loop_t kc = loop_begin(&g, i64c(&g, JT_MM_KC), loop_to_, JT_MM_KC, "kc");
       mm_kblock(&g, ic.iv, cnt, kc.iv, JT_MM_KC, 1, 0);
       loop_end(&g, &kc);
     }

@@ -11,6 +11,7 @@
  * between the SYRK kernel and its end marker, so the kernel's extent covers them. */
 #include "syrk.h"
 #include "gemm.h"
+#include "irloop.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -104,47 +105,16 @@ static LLVMValueRef tile_kernel(gen_t *g, int m, int n, int ldc, int alpha_one, 
   return f;
 }
 
-/* A counted loop [start, end) of step 1; the builder is left in its body. */
-typedef struct loop_s {
-  LLVMBasicBlockRef head, exit;
-  LLVMValueRef iv;
-} loop_t;
-
-static loop_t loop_open(gen_t *g, LLVMValueRef start, LLVMValueRef end, const char *name)
-{
-  loop_t l;
-  LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
-  l.head = LLVMAppendBasicBlockInContext(g->cx, g->fn, name);
-  LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->cx, g->fn, name);
-  l.exit = LLVMAppendBasicBlockInContext(g->cx, g->fn, name);
-  LLVMBuildBr(g->b, l.head);
-  LLVMPositionBuilderAtEnd(g->b, l.head);
-  l.iv = LLVMBuildPhi(g->b, g->i64, name);
-  LLVMAddIncoming(l.iv, &start, &pre, 1);
-  LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, l.iv, end, ""), body, l.exit);
-  LLVMPositionBuilderAtEnd(g->b, body);
-  return l;
-}
-
-static void loop_close(gen_t *g, loop_t *l)
-{
-  LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
-  LLVMValueRef next = LLVMBuildNSWAdd(g->b, l->iv, i64c(g, 1), "");
-  LLVMAddIncoming(l->iv, &next, &latch, 1);
-  LLVMBuildBr(g->b, l->head);
-  LLVMPositionBuilderAtEnd(g->b, l->exit);
-}
-
 /* The triangle's half of the d x d product in tile (compact, alpha 1) into C's diagonal block
  * at cd: alpha times it, plus beta times C's element unless beta is 0 (then C is not read). */
 static void merge_diagonal(gen_t *g, LLVMValueRef tile, LLVMValueRef cd, int d, LLVMValueRef alpha,
                            LLVMValueRef beta)
 {
   const jt_gemm_t *s = g->s;
-  loop_t lj = loop_open(g, i64c(g, 0), i64c(g, d), "dj");
+  jt_loop_t lj = jt_loop_open(g->b, g->fn, i64c(g, 0), i64c(g, d), 1, "dj");
   LLVMValueRef lo = s->syrk == 1 ? i64c(g, 0) : lj.iv;
   LLVMValueRef hi = s->syrk == 1 ? LLVMBuildNSWAdd(g->b, lj.iv, i64c(g, 1), "") : i64c(g, d);
-  loop_t li = loop_open(g, lo, hi, "di");
+  jt_loop_t li = jt_loop_open(g->b, g->fn, lo, hi, 1, "di");
   LLVMValueRef t =
       at(g, tile, LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, lj.iv, i64c(g, d), ""), li.iv, ""));
   LLVMValueRef c = at(
@@ -157,8 +127,8 @@ static void merge_diagonal(gen_t *g, LLVMValueRef tile, LLVMValueRef cd, int d, 
     v = LLVMBuildFAdd(g->b, v, s->beta_class == 1 ? old : LLVMBuildFMul(g->b, old, beta, ""), "");
   }
   LLVMBuildStore(g->b, v, c);
-  loop_close(g, &li);
-  loop_close(g, &lj);
+  jt_loop_close(g->b, &li);
+  jt_loop_close(g->b, &lj);
 }
 
 /* op(A)'s rows from i0 (equally op(A)^T's columns from i0): where they start in A. */
