@@ -183,21 +183,48 @@ static volatile double sink; /* what the loops compute: kept, so it is computed 
 #define ROUNDS 5
 #define ROUND_NS 200000 /* a round's length: long enough for a clock read's error to vanish */
 
-/* The best of ROUNDS rounds of fn, in GFLOP/s (= FLOP/ns), for chains x lanes FMAs per
- * iteration. The first, short call sizes the rounds. */
-static double best_gflops(fma_fn fn, int chains, int lanes)
+/* The loop of one width (enum ag_isa) and dtype: its function, chains and lanes. */
+typedef struct fma_loop_s {
+  fma_fn fn;
+  int chains, lanes;
+} fma_loop_t;
+
+static fma_loop_t fma_loop(int isa, int f64, int fma)
+{
+  static const fma_loop_t loops[2][AG_ISA__COUNT] = {
+      {{fma128_f32, 12, 4}, {fma256_f32, 12, 8}, {fma512_f32, 24, 16}},
+      {{fma128_f64, 12, 2}, {fma256_f64, 12, 4}, {fma512_f64, 24, 8}}};
+  if (isa == AG_ISA_SSE2 && !fma)
+    return (fma_loop_t){f64 ? sse_f64 : sse_f32, 12, f64 ? 2 : 4};
+  return loops[f64][isa];
+}
+
+/* Iterations of l for about ns, from one short call. */
+static uint64_t fma_iters(fma_loop_t l, uint64_t ns)
 {
   uint64_t iters = 1000, t0 = now_ns();
-  sink = fn(iters);
+  sink = l.fn(iters);
   uint64_t dt = now_ns() - t0;
-  iters = dt ? iters * ROUND_NS / dt : iters * 100;
-  iters = iters < 1000 ? 1000 : iters;
+  iters = dt ? iters * ns / dt : iters * 100;
+  return iters < 1000 ? 1000 : iters;
+}
+
+/* One run of l for iters iterations, in GFLOP/s (= FLOP/ns). */
+static double fma_run(fma_loop_t l, uint64_t iters)
+{
+  uint64_t t0 = now_ns();
+  sink = l.fn(iters);
+  uint64_t dt = now_ns() - t0;
+  return dt ? 2.0 * (double)iters * l.chains * l.lanes / (double)dt : 0;
+}
+
+/* The best of ROUNDS rounds of l. The first, short call sizes the rounds. */
+static double best_gflops(fma_loop_t l)
+{
+  uint64_t iters = fma_iters(l, ROUND_NS);
   double best = 0;
   for (int r = 0; r < ROUNDS; r++) {
-    t0 = now_ns();
-    sink = fn(iters);
-    dt = now_ns() - t0;
-    double g = dt ? 2.0 * (double)iters * chains * lanes / (double)dt : 0;
+    double g = fma_run(l, iters);
     best = g > best ? g : best;
   }
   return best;
@@ -220,22 +247,22 @@ static double timer_cost_ns(void)
 
 void ag_machine_measure(ag_machine_t *m)
 {
-  unsigned x = m->exts;
-  int fma = (x & AG_X(FMA)) != 0;
-  m->gflops[0][0] = best_gflops(fma ? fma128_f32 : sse_f32, 12, 4);
-  m->gflops[1][0] = best_gflops(fma ? fma128_f64 : sse_f64, 12, 2);
-  if (m->widest >= AG_ISA_AVX2) {
-    m->gflops[0][1] = best_gflops(fma256_f32, 12, 8);
-    m->gflops[1][1] = best_gflops(fma256_f64, 12, 4);
-  }
-  if (m->widest >= AG_ISA_AVX512) {
-    m->gflops[0][2] = best_gflops(fma512_f32, 24, 16);
-    m->gflops[1][2] = best_gflops(fma512_f64, 24, 8);
-  }
+  int fma = (m->exts & AG_X(FMA)) != 0;
+  for (int isa = 0; isa <= m->widest && isa < AG_ISA__COUNT; isa++)
+    for (int f64 = 0; f64 < 2; f64++)
+      m->gflops[f64][isa] = best_gflops(fma_loop(isa, f64, fma));
   m->timer_ns = timer_cost_ns();
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   m->measured_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+double ag_machine_fma_gflops(const ag_machine_t *m, int isa, int f64, uint64_t ns)
+{
+  if (isa < 0 || isa > m->widest || isa >= AG_ISA__COUNT)
+    return 0;
+  fma_loop_t l = fma_loop(isa, f64, (m->exts & AG_X(FMA)) != 0);
+  return fma_run(l, fma_iters(l, ns));
 }
 
 void ag_machine_measure_best(ag_machine_t *m, int times)

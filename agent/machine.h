@@ -81,6 +81,10 @@ void ag_machine_measure(ag_machine_t *m);
 /* For the benchmarks: m detected, then measured times times, the fastest per width and dtype
  * kept (a benchmark can spend the time to get the peak out of a noisy machine). */
 void ag_machine_measure_best(ag_machine_t *m, int times);
+/* For the benchmarks: one run of the FMA loop of a width (enum ag_isa) and dtype that m
+ * detected, lasting about ns, on the calling thread, in GFLOP/s (0 when m lacks the width):
+ * the peak's loop timed as a benchmark times a kernel, in one batch as long as the kernel's. */
+double ag_machine_fma_gflops(const ag_machine_t *m, int isa, int f64, uint64_t ns);
 /* The level for OPJIT_ISA's value want (0 auto, then 1 + enum ag_isa) on a CPU with exts. When
  * the CPU lacks the level asked for, writes one line naming the variable, the value and the
  * level used instead into why (else why[0] = 0) and returns the widest level it has. */

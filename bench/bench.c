@@ -222,6 +222,19 @@ void bn_cpu_name(char *buf, size_t len)
     fclose(f);
 }
 
+static volatile uint64_t clock_seed = 3, clock_sink;
+
+double bn_clock_ghz(void)
+{
+  uint64_t x = clock_seed, n = 4000, t0 = bn_now_ns();
+  for (uint64_t i = 0; i < n; i++) /* 16 dependent multiplies an iteration */
+    for (int j = 0; j < 16; j++)
+      x *= x;
+  uint64_t dt = bn_now_ns() - t0;
+  clock_sink = x;
+  return dt ? 3.0 * 16 * (double)n / (double)dt : 0;
+}
+
 int bn_scratch_new(char *dir, size_t len)
 {
   const char *tmp = getenv("TMPDIR");

@@ -25,6 +25,10 @@
  *   f      the widest vectors' f32 FMA peak, measured now in this process (agent/machine.c:
  *          the fastest of 5 rounds of ~0.2 ms), for a share of peak taken in the same moments
  *          as the batch before it                          -> "gf GFLOPS"
+ *   F      the same loop timed as a batch is: one run as long as a batch (BATCH_MS)
+ *                                                          -> "gf GFLOPS"
+ *   g      the core's clock read right after the last t or F (bn_clock_ghz): what that
+ *          batch or run left it at                         -> "ghz GHZ"
  *   c      the case from C0 (8 times under the agent, which runs the original on 1 call in
  *          256), against a reference: the worst |C - ref| over the elementwise bound
  *          2 (K+2) eps (sum_k |a||b| + |beta c0|) (above 1: wrong); appends C to FILE
@@ -311,7 +315,7 @@ static void print_symbol(const char *name)
 int main(int argc, char **argv)
 {
   const char *db = NULL, *jit_path = NULL, *check_path = NULL;
-  double warm_ms = 30, batch_ms = 3;
+  double warm_ms = 30, batch_ms = 3, ghz = 0; /* ghz: the clock after the last t or F */
   int expect = 0, info = 0, opt;
   while ((opt = getopt(argc, argv, "id:e:k:c:w:b:")) != -1)
     switch (opt) {
@@ -390,12 +394,22 @@ int main(int argc, char **argv)
       fprintf(out, "ok %ld\n", iters);
     } else if (line[0] == 't' && k && iters) {
       run(k, iters / 8 + 1); /* back in the caches after the other configurations' batches */
-      fprintf(out, "ns %.3f\n", batch_ns(k, iters));
+      double t = batch_ns(k, iters);
+      ghz = bn_clock_ghz();
+      fprintf(out, "ns %.3f\n", t);
     } else if (line[0] == 'f') {
       ag_machine_t m;
       ag_machine_detect(&m);
       ag_machine_measure(&m);
       fprintf(out, "gf %.3f\n", m.gflops[0][m.widest]);
+    } else if (line[0] == 'F') {
+      ag_machine_t m;
+      ag_machine_detect(&m);
+      double gf = ag_machine_fma_gflops(&m, m.widest, 0, (uint64_t)(batch_ms * 1e6));
+      ghz = bn_clock_ghz();
+      fprintf(out, "gf %.3f\n", gf);
+    } else if (line[0] == 'g') {
+      fprintf(out, "ghz %.4f\n", ghz);
     } else if (line[0] == 'c' && k && iters && cf) {
       double err = check(k, cf, db ? 8 : 1);
       fflush(cf);
