@@ -798,7 +798,8 @@ static void print_goals(void)
      * it (same process, same moments: a neighbour's load slows both), the median of those
      * shares; beside it, the median round against the fastest peak of the start. */
     double *share = calloc((size_t)rounds, sizeof *share), *pk = calloc((size_t)rounds, sizeof *pk);
-    double *lshare = calloc((size_t)rounds, sizeof *lshare), *lpk = calloc((size_t)rounds, sizeof *lpk);
+    double *lshare = calloc((size_t)rounds, sizeof *lshare);
+    double *lpk = calloc((size_t)rounds, sizeof *lpk);
     double *gj = calloc((size_t)rounds, sizeof *gj), *gl = calloc((size_t)rounds, sizeof *gl);
     size_t m = 0, ml = 0;
     for (int r = 0; share && pk && lshare && lpk && gj && gl && r < rounds; r++) {
@@ -912,7 +913,8 @@ int main(int argc, char **argv)
   size_t per_round = (size_t)ncases * (size_t)rounds * (size_t)sessions;
   if (!(peak_now = calloc(per_round, sizeof *peak_now)) ||
       !(loop_now = calloc(per_round, sizeof *loop_now)) ||
-      !(ghz_j = calloc(per_round, sizeof *ghz_j)) || !(ghz_loop = calloc(per_round, sizeof *ghz_loop)))
+      !(ghz_j = calloc(per_round, sizeof *ghz_j)) ||
+      !(ghz_loop = calloc(per_round, sizeof *ghz_loop)))
     return 1;
   if (!(kcompile_ms = calloc((size_t)MAX_CASES * 8, sizeof *kcompile_ms)))
     return 1;
