@@ -95,7 +95,9 @@ static uint64_t flushed_overflow;
 static uint32_t flushed_n; /* entries [0, flushed_n) have their signature rows in the database */
 static ag_runinfo_t runinfo; /* large: read once per process image (warm start or first write) */
 static int runinfo_read;
-static int64_t warm_ns;      /* what the warm start cost the first call (0: none) */
+static uint64_t first_call_ns; /* when the first counted call activated the agent (ag_now_ns) */
+static int64_t warm_ns;      /* how long after the first call the warm start was done: its
+                                stored kernels serving (0: none) */
 static int warm_done;        /* once per process image: a fork child inherits the variants */
 static sp_agg_t *agg;       /* what the sampler found in this run */
 static int sampling;        /* sp_start succeeded for this writer */
@@ -1194,7 +1196,6 @@ static void collect_crashes(void)
  * writer thread it first records the crashes left beside the database and begins the run. */
 static void warm_start(int writer_thread)
 {
-  uint64_t t0 = ag_now_ns();
   char dbpath[PATH_MAX];
   warm_done = 1;
   int fleet = ag_fleet_fetch(run_info()); /* OPJIT_FLEET: the fleet's profile (fleet.h) */
@@ -1217,7 +1218,7 @@ static void warm_start(int writer_thread)
     pthread_mutex_unlock(&db_mu);
   }
   ag_fleet_warm(&w);
-  warm_ns = (int64_t)(ag_now_ns() - t0);
+  warm_ns = (int64_t)(ag_now_ns() - first_call_ns);
   if (w.runs)
     ag_log(AG_LOG_INFO, "warm start from %lld runs in %.2f ms: %d kernels loaded, %d queued, "
                         "%d invalidated", (long long)w.runs, (double)warm_ns / 1e6, w.loaded,
@@ -1270,9 +1271,12 @@ int ag_activate(void)
     }
   }
   run_start_ns = ag_realtime_ns();
+  first_call_ns = ag_now_ns();
   active_pid = getpid();
   /* The warm start runs on the writer thread; the first call waits for it OPJIT_WARM_WAIT_US
-   * at most (reading the profile and placing a few kernels takes about 1 ms). */
+   * at most, counted from the call. By default it does not wait: loading the store, opening
+   * the database, recording the run, reading the profile and placing its kernels take 3-5 ms,
+   * so any shorter wait is the host's time lost; its calls run the original meanwhile. */
   int warm = ag_hot_calls && ag_opts.num[AG_OPT_WARM] && !warm_done;
   pthread_mutex_lock(&warm_mu);
   warm_pending = warm;
@@ -1282,10 +1286,11 @@ int ag_activate(void)
   if (ag_hot_calls)
     ag_crash_install(); /* before any JIT code can run */
   start_writer();
-  if (warm && writer_running)
-    warm_wait_us(ag_opts.num[AG_OPT_WARM_WAIT_US]);
-  else if (warm) /* no writer: the warm start runs here */
+  long wait_us = ag_opts.num[AG_OPT_WARM_WAIT_US] - (long)((ag_now_ns() - first_call_ns) / 1000u);
+  if (warm && !writer_running) /* no writer: the warm start runs here */
     warm_finish(0);
+  else if (warm && wait_us > 0)
+    warm_wait_us(wait_us);
   atomic_store_explicit(&ag_active, 1, memory_order_release);
   rc = 0;
 out:

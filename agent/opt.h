@@ -58,9 +58,9 @@
   OPT(WARM, BOOL, "1", 0, 1, NULL,                                                           \
       "start from the program's profile: load the kernels earlier runs stored and compile "  \
       "what the profile says is hot, on the writer thread")                                  \
-  OPT(WARM_WAIT_US, INT, "500", 0, 60000000, NULL,                                           \
-      "how long the first call waits for the warm start (microseconds); kernels not placed " \
-      "by then are placed while the program runs")                                           \
+  OPT(WARM_WAIT_US, INT, "0", 0, 60000000, NULL,                                             \
+      "how long the first call waits for the warm start (microseconds, from the call); "     \
+      "kernels not placed by then are placed while the program runs")                        \
   OPT(DECAY, INT, "4", 1, 1000, NULL,                                                        \
       "a run's weight in the profile halves every this many later runs of the program")      \
   OPT(CODE_CACHE_MB, INT, "64", 1, 65536, NULL,                                              \

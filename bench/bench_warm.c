@@ -11,7 +11,8 @@
  * whole run (the passes' sum) and of the process (spawn to exit), and per round the ratios of
  * the first pass and of the whole run to that round's steady state (P steady passes for the
  * run; medians over rounds, +- half the interquartile range). The goal is on the whole run. From each warm run's database it
- * reads what the warm start cost the first call (runs.warm_ns) and how many kernels it placed
+ * reads how long after the first call its stored kernels served (runs.warm_ns; the call itself
+ * does not wait for them by default: OPJIT_WARM_WAIT_US) and how many kernels it placed
  * and compiled. Options: OPJIT_HOT_PAYBACK=0 (every signature hot at OPJIT_HOT_CALLS=64
  * calls, so the cold run compiles all of them), defaults otherwise (sampling on).
  *   bench_warm [rounds [passes]]   (default 7 8: 8 passes give the cold run the time to
@@ -182,8 +183,8 @@ int main(int argc, char **argv)
   stat_of(speed, rounds, &pm, &ps);
   printf("\nsteady state (warm run, passes 2..%d): %.1f ms per pass; OpenBLAS alone / steady: "
          "%.2fx +- %.2f\n", passes, sm, pm, ps);
-  printf("warm run: %.0f kernels placed from the store, %.0f compiled; the warm start cost the "
-         "first call %.2f ms +- %.2f\n", lm, cm, wm, ws);
+  printf("warm run: %.0f kernels placed from the store, %.0f compiled; they served %.2f ms +- "
+         "%.2f after the first call\n", lm, cm, wm, ws);
   printf("cold run: %.0f kernels compiled; its passes took %.1f ms +- %.1f more than %d steady "
          "passes\n", km, em, es, passes);
   printf("goal: the warm run within %.0f%% of steady state: %+.1f%% -> %s\n", GOAL_PCT,

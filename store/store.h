@@ -85,7 +85,8 @@ typedef struct st_run_info_s {
                                 ppid it links the two runs whichever is recorded first */
   int64_t start_ns;          /* CLOCK_REALTIME */
   const char *agent_version;
-  int64_t warm_ns;           /* what the warm start cost the host's first call, 0 if none */
+  int64_t warm_ns;           /* how long after the host's first call the warm start was done
+                                (its stored kernels serving), 0 if none */
 } st_run_info_t;
 
 /* One signature's cumulative totals in a run: flushes overwrite, so repeating one is harmless. */
@@ -123,7 +124,7 @@ typedef struct st_sig_rec_s {
 int st_run_begin(st_db_t *db, const st_run_info_t *info, int64_t *run_id);
 int st_run_flush(st_db_t *db, int64_t run_id, const st_sig_rec_t *recs, size_t n,
                  uint64_t overflow_calls, int64_t now_ns);
-/* Sets what the warm start cost the first call, for a run begun before it finished. */
+/* Sets how long after the first call the warm start was done, for a run begun before. */
 int st_run_warm(st_db_t *db, int64_t run_id, int64_t warm_ns);
 /* status: "exited" (normal exit) or "exec" (the process image was replaced). */
 int st_run_end(st_db_t *db, int64_t run_id, int64_t end_ns, const char *status);
