@@ -358,8 +358,8 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gg_cache_
     return g;
   if (!ag_table)
     return g;
-  /* ... and waits for the warm start to place them (a first call waits 500 us at most; it
-   * took 2-10 ms here): the first graph is usually a prompt's prefill, tens to hundreds of
+  /* ... and waits for the warm start to place them (a first call does not wait for it by
+   * default; it took 2-10 ms here): the first graph is usually a prompt's prefill, tens to hundreds of
    * milliseconds that would otherwise run without the stored kernels. */
   static _Atomic int warm_waited;
   if (!atomic_load_explicit(&warm_waited, memory_order_relaxed) &&

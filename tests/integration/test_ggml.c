@@ -91,7 +91,7 @@ Test(ggml, same_tokens_and_logits_with_and_without_the_agent)
 /* Fusions from the first call: every ADD + RMS_NORM + MUL hot at once, 64 decode steps. */
 /* Calls alone decide what is hot: this model's groups are too small to repay a compile by
  * time. The first graph waits for the whole warm start (the writer thread places the stored
- * kernels; by default the first call waits 500 us for it, and a group the first graph finds
+ * kernels; by default the first call does not wait for it, and a group the first graph finds
  * unfused is hot and queued for a compile before its stored kernel is placed). */
 #define WARM_WAIT "OPJIT_WARM_WAIT_US=60000000"
 static const char *const fuse_env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_HOT_PAYBACK=0",
