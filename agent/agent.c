@@ -1253,6 +1253,16 @@ static void warm_wait_us(long us)
 
 void ag_warm_wait(long ms) { warm_wait_us(ms * 1000); }
 
+/* Whether the warm start may find a profile: the database is there, or a fleet is named (one
+ * access(2) on the host thread). */
+static int profile_may_exist(void)
+{
+  char dbpath[PATH_MAX];
+  const char *fleet = ag_opts.str[AG_OPT_FLEET];
+  return (fleet && *fleet) ||
+         (!ag_opts_db_path(&ag_opts, env_get, dbpath, sizeof dbpath) && access(dbpath, F_OK) == 0);
+}
+
 int ag_activate(void)
 {
   pthread_mutex_lock(&activate_mu);
@@ -1281,8 +1291,10 @@ int ag_activate(void)
   pthread_mutex_lock(&warm_mu);
   warm_pending = warm;
   pthread_mutex_unlock(&warm_mu);
+  /* Without a profile there is nothing to decide: hot signatures are queued at once (their
+   * compiles load LLVM meanwhile), only JIT code waits for the run to be recorded. */
   if (warm)
-    ag_tier_hold(AG_HOLD_QUEUE);
+    ag_tier_hold(profile_may_exist() ? AG_HOLD_QUEUE : AG_HOLD_RUN);
   if (ag_hot_calls)
     ag_crash_install(); /* before any JIT code can run */
   start_writer();
