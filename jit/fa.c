@@ -22,7 +22,12 @@
  *     out[r] = O[r] * (1 / sum[r])
  *
  * Blocking: AVX-512 tiles of 4 zmm (64 keys) by 6 rows (24 accumulators); AVX2 2 ymm (16 keys)
- * by 4 rows. */
+ * by 4 rows.
+ *
+ * fa == 2 (fa16, below) is ggml's path for fewer rows, step by step (jit.h says which): one key
+ * at a time, the DV accumulators in registers as f32 values that are f16 values, rounded after
+ * each step, e^x through the caller's expf (ggml's libm call), the rescale a branch taken only
+ * when the maximum grows. */
 #include "fa.h"
 #include "gemm.h"
 #include "irloop.h"
@@ -431,6 +436,138 @@ static void row_block(fgen_t *g, call_t *c, LLVMValueRef i, LLVMValueRef ntiles)
   }
 }
 
+/* ---- ggml's few-row path (fa == 2) ------------------------------------------------------- */
+
+/* x rounded to f16 (to nearest even, as vcvtps2ph $0) and back. */
+static LLVMValueRef r16(fgen_t *g, LLVMValueRef x)
+{
+  return LLVMBuildFPExt(g->b, LLVMBuildFPTrunc(g->b, x, g->hvec, ""), g->vec, "r16");
+}
+
+/* The lanes of v summed as ggml's GGML_F32Cx16_REDUCE (halves first, down to one) or, for 8
+ * lanes, GGML_F32Cx8_REDUCE (halves, then two horizontal adds: (0 + 1) + (2 + 3)). */
+static LLVMValueRef hsum(fgen_t *g, LLVMValueRef v)
+{
+  if (g->V != 8)
+    return reduce(g, v, 0);
+  LLVMValueRef l[8];
+  for (int i = 0; i < 4; i++)
+    l[i] = LLVMBuildFAdd(g->b, LLVMBuildExtractElement(g->b, v, c32(g, i), ""),
+                         LLVMBuildExtractElement(g->b, v, c32(g, i + 4), ""), "");
+  return LLVMBuildFAdd(g->b, LLVMBuildFAdd(g->b, l[0], l[1], ""),
+                       LLVMBuildFAdd(g->b, l[2], l[3], ""), "");
+}
+
+/* One row of fa16 over keys [c0, c1) (the builder in the rows loop's body). */
+static void fa16_row(fgen_t *g, call_t *c, LLVMValueRef c0, LLVMValueRef c1, LLVMValueRef expf,
+                     LLVMTypeRef expf_t, LLVMValueRef msout, LLVMValueRef heads, LLVMValueRef h,
+                     LLVMValueRef i)
+{
+  LLVMBuilderRef b = g->b;
+  int NQ = g->DK / g->V, NO = g->DV / g->V;
+  LLVMValueRef qh[JT_FA_MAX_D / 8], acc[JT_FA_MAX_D / 8], qrow = LLVMBuildMul(b, i, c->qs, "");
+  for (int d = 0; d < NQ; d++)
+    qh[d] = r16(g, vld(g, c->q, add(g, qrow, c64(g, (long)d * g->V))));
+  LLVMValueRef mrow = LLVMBuildMul(b, i, c->ms, "");
+  LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
+  LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(g->cx, g->fn, "key");
+  LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->cx, g->fn, "key_body");
+  LLVMBasicBlockRef live = LLVMAppendBasicBlockInContext(g->cx, g->fn, "key_live");
+  LLVMBasicBlockRef grow = LLVMAppendBasicBlockInContext(g->cx, g->fn, "key_grows");
+  LLVMBasicBlockRef mad = LLVMAppendBasicBlockInContext(g->cx, g->fn, "key_mad");
+  LLVMBasicBlockRef latch = LLVMAppendBasicBlockInContext(g->cx, g->fn, "key_next");
+  LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->cx, g->fn, "keys_done");
+  LLVMBuildBr(b, head);
+  /* head: the key, M, S and the accumulators */
+  LLVMPositionBuilderAtEnd(b, head);
+  LLVMValueRef j = LLVMBuildPhi(b, g->i64, "j"), m = LLVMBuildPhi(b, g->f32, "M"),
+               sum = LLVMBuildPhi(b, g->f32, "S"), zero = vconst(g, 0), minf = cf(g, -INFINITY),
+               fzero = cf(g, 0);
+  LLVMAddIncoming(j, &c0, &pre, 1);
+  LLVMAddIncoming(m, &minf, &pre, 1);
+  LLVMAddIncoming(sum, &fzero, &pre, 1);
+  for (int o = 0; o < NO; o++) {
+    acc[o] = LLVMBuildPhi(b, g->vec, "vkq");
+    LLVMAddIncoming(acc[o], &zero, &pre, 1);
+  }
+  LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, j, c1, ""), body, exit);
+  /* body: the mask leaves the key out, or not */
+  LLVMPositionBuilderAtEnd(b, body);
+  LLVMValueRef mv =
+      LLVMBuildFPExt(b, ld(g, g->half, gep(g, g->half, c->mask, add(g, mrow, j)), 2), g->f32, "mv");
+  LLVMBuildCondBr(b, LLVMBuildFCmp(b, LLVMRealOEQ, mv, minf, ""), latch, live);
+  /* live: the score, the new maximum, e^x */
+  LLVMPositionBuilderAtEnd(b, live);
+  LLVMValueRef kp = gep(g, g->half, c->k, LLVMBuildMul(b, j, c->ks, ""));
+  LLVMValueRef part[4];
+  for (int u = 0; u < 4; u++)
+    part[u] = vconst(g, 0);
+  for (int d = 0; d < NQ; d++) {
+    LLVMValueRef kv = LLVMBuildFPExt(b, ld(g, g->hvec, gep(g, g->half, kp, c64(g, (long)d * g->V)), 2),
+                                     g->vec, "");
+    part[d % 4] = fma3(g, kv, qh[d], part[d % 4]);
+  }
+  LLVMValueRef t = LLVMBuildFAdd(b, LLVMBuildFAdd(b, part[0], part[2], ""),
+                                 LLVMBuildFAdd(b, part[1], part[3], ""), "");
+  LLVMValueRef s = LLVMBuildFAdd(b, LLVMBuildFMul(b, hsum(g, t), c->scale, ""), mv, "s");
+  LLVMValueRef grows = LLVMBuildFCmp(b, LLVMRealOGT, s, m, "grows");
+  LLVMValueRef arg =
+      LLVMBuildSelect(b, grows, LLVMBuildFSub(b, m, s, ""), LLVMBuildFSub(b, s, m, ""), "");
+  LLVMValueRef e = LLVMBuildCall2(b, expf_t, expf, &arg, 1, "e");
+  LLVMBuildCondBr(b, grows, grow, mad);
+  /* grows: the accumulators rescaled */
+  LLVMPositionBuilderAtEnd(b, grow);
+  LLVMValueRef scaled[JT_FA_MAX_D / 8], es = splat(g, e);
+  for (int o = 0; o < NO; o++)
+    scaled[o] = r16(g, LLVMBuildFMul(b, acc[o], es, ""));
+  LLVMBuildBr(b, mad);
+  /* mad: the value added at its weight */
+  LLVMPositionBuilderAtEnd(b, mad);
+  LLVMValueRef cur[JT_FA_MAX_D / 8], nacc[JT_FA_MAX_D / 8];
+  for (int o = 0; o < NO; o++) {
+    cur[o] = LLVMBuildPhi(b, g->vec, "");
+    LLVMAddIncoming(cur[o], &acc[o], &live, 1);
+    LLVMAddIncoming(cur[o], &scaled[o], &grow, 1);
+  }
+  LLVMValueRef one = cf(g, 1.0);
+  LLVMValueRef ms = LLVMBuildSelect(b, grows, e, one, "ms"), vs = LLVMBuildSelect(b, grows, one, e, "vs");
+  LLVMValueRef vsv = splat(g, vs), vp = gep(g, g->half, c->v, LLVMBuildMul(b, j, c->vs, ""));
+  for (int o = 0; o < NO; o++) {
+    LLVMValueRef vv = LLVMBuildFPExt(b, ld(g, g->hvec, gep(g, g->half, vp, c64(g, (long)o * g->V)), 2),
+                                     g->vec, "");
+    nacc[o] = r16(g, fma3(g, vv, vsv, cur[o]));
+  }
+  LLVMValueRef nsum = LLVMBuildFAdd(b, LLVMBuildFMul(b, sum, ms, ""), vs, "");
+  LLVMValueRef nm = LLVMBuildSelect(b, grows, s, m, "");
+  LLVMBuildBr(b, latch);
+  /* latch: the next key */
+  LLVMPositionBuilderAtEnd(b, latch);
+  LLVMValueRef lm = LLVMBuildPhi(b, g->f32, ""), ls = LLVMBuildPhi(b, g->f32, "");
+  LLVMBasicBlockRef from[2] = {body, mad};
+  LLVMValueRef mi[2] = {m, nm}, si[2] = {sum, nsum};
+  LLVMAddIncoming(lm, mi, from, 2);
+  LLVMAddIncoming(ls, si, from, 2);
+  for (int o = 0; o < NO; o++) {
+    LLVMValueRef la = LLVMBuildPhi(b, g->vec, ""), ai[2] = {acc[o], nacc[o]};
+    LLVMAddIncoming(la, ai, from, 2);
+    LLVMAddIncoming(acc[o], &la, &latch, 1);
+  }
+  LLVMValueRef next = add(g, j, c64(g, 1));
+  LLVMAddIncoming(j, &next, &latch, 1);
+  LLVMAddIncoming(m, &lm, &latch, 1);
+  LLVMAddIncoming(sum, &ls, &latch, 1);
+  LLVMBuildBr(b, head);
+  /* the row's accumulators, maximum and sum */
+  LLVMPositionBuilderAtEnd(b, exit);
+  LLVMValueRef dst = gep(g, g->f32, c->out, LLVMBuildMul(b, i, c->os, ""));
+  for (int o = 0; o < NO; o++)
+    vst(g, acc[o], dst, c64(g, (long)o * g->V));
+  LLVMValueRef at =
+      mulc(g, add(g, LLVMBuildMul(b, LLVMBuildNSWSub(b, i, c->i0, ""), heads, ""), h), 2);
+  st(g, m, gep(g, g->f32, msout, at), 4);
+  st(g, sum, gep(g, g->f32, msout, add(g, at, c64(g, 1))), 4);
+}
+
 static int isa_bits(int isa) { return isa == JT_ISA_AVX512 ? 512 : 256; }
 
 int jt_fa_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, size_t len)
@@ -452,6 +589,17 @@ int jt_fa_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, siz
   r->mr_vecs = V == 16 ? 4 : 2; /* keys per tile: 64 (4 zmm) or 16 (2 ymm) */
   r->nr = V == 16 ? 6 : 4;      /* query rows per block */
   r->tails = 0, r->kc = 0;
+  if (s->fa == 2) {
+    r->mr_vecs = 1, r->nr = 1;
+    if (s->k % (4 * V) || s->m % V || s->k > JT_FA_MAX_D || s->m > JT_FA_MAX_D) {
+      snprintf(err, len,
+               "f16 FLASH_ATTN_EXT kernels take a DK in steps of 4 vectors (ggml's dot) and a DV "
+               "in whole vectors, both at most %d (DK %d, DV %d, %d-lane vectors)",
+               JT_FA_MAX_D, s->k, s->m, V);
+      return -1;
+    }
+    return 0;
+  }
   if (s->k % 2 || s->m % V || s->k > JT_FA_MAX_D || s->m > JT_FA_MAX_D) {
     snprintf(err, len,
              "FLASH_ATTN_EXT kernels take an even DK and a DV in whole vectors, both "
@@ -464,7 +612,8 @@ int jt_fa_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, siz
 
 void jt_fa_name(const jt_gemm_t *s, char *buf, size_t len)
 {
-  snprintf(buf, len, "opjit_flash_attn_dk%d_dv%d_n%d_%s_v%d", s->k, s->m, s->n,
+  snprintf(buf, len, "opjit_flash_attn%s_dk%d_dv%d_n%d_%s_v%d", s->fa == 2 ? "16" : "", s->k, s->m,
+           s->n,
            s->isa == JT_ISA_AVX512 ? "avx512" : "avx2", s->vbits);
 }
 
@@ -483,9 +632,10 @@ LLVMValueRef jt_fa_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
     g.DVC--;
   g.vec = LLVMVectorType(g.f32, (unsigned)g.V), g.hvec = LLVMVectorType(g.half, (unsigned)g.V);
   g.ivec = LLVMVectorType(g.i32, (unsigned)g.V);
-  LLVMTypeRef fields[14] = {g.ptr, g.ptr, g.ptr, g.ptr, g.ptr, g.i64, g.i64,
-                            g.i64, g.i64, g.i64, g.i64, g.i64, g.i64, g.f32};
-  g.args_t = LLVMStructTypeInContext(cx, fields, 14, 0);
+  LLVMTypeRef fields[23] = {g.ptr, g.ptr, g.ptr, g.ptr, g.ptr, g.i64, g.i64, g.i64,
+                            g.i64, g.i64, g.i64, g.i64, g.i64, g.f32, g.i64, g.i64,
+                            g.i64, g.i64, g.i64, g.i64, g.i64, g.ptr, g.ptr};
+  g.args_t = LLVMStructTypeInContext(cx, fields, 23, 0);
   jt_fa_name(s, g.name, sizeof g.name);
   LLVMTypeRef params[2] = {g.ptr, g.ptr};
   g.fn = LLVMAddFunction(mod, g.name, LLVMFunctionType(LLVMVoidTypeInContext(cx), params, 2, 0));
@@ -500,8 +650,8 @@ LLVMValueRef jt_fa_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
   g.b = LLVMCreateBuilderInContext(cx);
   LLVMPositionBuilderAtEnd(g.b, LLVMAppendBasicBlockInContext(cx, g.fn, "entry"));
   LLVMValueRef ap = LLVMGetParam(g.fn, 0), scratch = LLVMGetParam(g.fn, 1);
-  LLVMValueRef f[14];
-  for (unsigned i = 0; i < 14; i++)
+  LLVMValueRef f[23];
+  for (unsigned i = 0; i < (s->fa == 2 ? 23u : 14u); i++)
     f[i] = ld(&g, fields[i], LLVMBuildStructGEP2(g.b, g.args_t, ap, i, ""), 8);
   call_t c = {.q = f[0],
               .k = f[1],
@@ -517,18 +667,32 @@ LLVMValueRef jt_fa_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
               .i0 = f[11],
               .i1 = f[12],
               .scale = f[13]};
-  LLVMValueRef ntiles =
-      LLVMBuildSDiv(g.b, add(&g, c.nkv, c64(&g, g.TJ - 1)), c64(&g, g.TJ), "ntiles");
-  LLVMValueRef padded = mulc(&g, ntiles, g.TJ);
-  c.kt = scratch;
-  c.v32 = gep(&g, g.f32, scratch, mulc(&g, padded, g.DK));
-  c.p = gep(&g, g.f32, c.v32, mulc(&g, padded, g.DV));
-  c.o = gep(&g, g.f32, c.p, c64(&g, (long)MAXR * g.TJ));
-  c.stat = gep(&g, g.f32, c.o, c64(&g, (long)MAXR * g.DV));
-  pack(&g, &c, ntiles);
-  jt_loop_t i = jt_loop_open(g.b, g.fn, c.i0, c.i1, g.R, "rows");
-  row_block(&g, &c, i.iv, ntiles);
-  jt_loop_close(g.b, &i);
+  if (s->fa == 2) {
+    LLVMTypeRef et = LLVMFunctionType(g.f32, &g.f32, 1, 0);
+    jt_loop_t h = jt_loop_open(g.b, g.fn, c64(&g, 0), f[16], 1, "heads");
+    call_t ch = c;
+    ch.q = gep(&g, g.f32, c.q, LLVMBuildMul(g.b, h.iv, f[17], ""));
+    ch.k = gep(&g, g.half, c.k, LLVMBuildMul(g.b, h.iv, f[18], ""));
+    ch.v = gep(&g, g.half, c.v, LLVMBuildMul(g.b, h.iv, f[19], ""));
+    ch.out = gep(&g, g.f32, c.out, LLVMBuildMul(g.b, h.iv, f[20], ""));
+    jt_loop_t i = jt_loop_open(g.b, g.fn, c.i0, c.i1, 1, "rows");
+    fa16_row(&g, &ch, f[14], f[15], f[22], et, f[21], f[16], h.iv, i.iv);
+    jt_loop_close(g.b, &i);
+    jt_loop_close(g.b, &h);
+  } else {
+    LLVMValueRef ntiles =
+        LLVMBuildSDiv(g.b, add(&g, c.nkv, c64(&g, g.TJ - 1)), c64(&g, g.TJ), "ntiles");
+    LLVMValueRef padded = mulc(&g, ntiles, g.TJ);
+    c.kt = scratch;
+    c.v32 = gep(&g, g.f32, scratch, mulc(&g, padded, g.DK));
+    c.p = gep(&g, g.f32, c.v32, mulc(&g, padded, g.DV));
+    c.o = gep(&g, g.f32, c.p, c64(&g, (long)MAXR * g.TJ));
+    c.stat = gep(&g, g.f32, c.o, c64(&g, (long)MAXR * g.DV));
+    pack(&g, &c, ntiles);
+    jt_loop_t i = jt_loop_open(g.b, g.fn, c.i0, c.i1, g.R, "rows");
+    row_block(&g, &c, i.iv, ntiles);
+    jt_loop_close(g.b, &i);
+  }
   LLVMBuildRetVoid(g.b);
   /* the end marker (gemm.h, JT_END_SUFFIX) */
   char end[160];

@@ -45,11 +45,13 @@ static int syrk_supported(const jt_gemm_t *g)
 }
 
 /* A head's attention: an even DK and a DV of whole 512-bit vectors, both at most JT_FA_MAX_D
- * (fa.c's blocking), any query rows. */
+ * (fa.c's blocking), any query rows; in f16 steps (fa 2), a DK of whole steps of ggml's
+ * AVX-512 dot (64). */
 static int fa_supported(const jt_gemm_t *g)
 {
-  return g->fa == 1 && g->k >= 2 && g->k % 2 == 0 && g->k <= JT_FA_MAX_D && g->m >= 16 &&
-         g->m % 16 == 0 && g->m <= JT_FA_MAX_D && g->n >= 1 && g->n <= (1 << 20);
+  return (g->fa == 1 || (g->fa == 2 && g->k % 64 == 0)) && g->k >= 2 && g->k % 2 == 0 &&
+         g->k <= JT_FA_MAX_D && g->m >= 16 && g->m % 16 == 0 && g->m <= JT_FA_MAX_D && g->n >= 1 &&
+         g->n <= (1 << 20);
 }
 
 static int syrk_writes(const jt_gemm_t *g, long i, long j)
