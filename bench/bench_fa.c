@@ -81,7 +81,8 @@ static int compile(const jt_api_t *jit, jt_gemm_t *g, jt_fa_fn *kern, jt_gemm_fn
   }
   free(obj);
   jit->gemm_name(g, name, len);
-  *kern = (jt_fa_fn)(void (*)(void))*fn;
+  jt_gemm_fn f = *fn;
+  *kern = (jt_fa_fn)(void (*)(void))f;
   return 0;
 }
 

@@ -503,8 +503,8 @@ static void fa16_row(fgen_t *g, call_t *c, LLVMValueRef c0, LLVMValueRef c1, LLV
   for (int u = 0; u < 4; u++)
     part[u] = vconst(g, 0);
   for (int d = 0; d < NQ; d++) {
-    LLVMValueRef kv = LLVMBuildFPExt(b, ld(g, g->hvec, gep(g, g->half, kp, c64(g, (long)d * g->V)), 2),
-                                     g->vec, "");
+    LLVMValueRef kv = LLVMBuildFPExt(
+        b, ld(g, g->hvec, gep(g, g->half, kp, c64(g, (long)d * g->V)), 2), g->vec, "");
     part[d % 4] = fma3(g, kv, qh[d], part[d % 4]);
   }
   LLVMValueRef t = LLVMBuildFAdd(b, LLVMBuildFAdd(b, part[0], part[2], ""),
@@ -530,11 +530,12 @@ static void fa16_row(fgen_t *g, call_t *c, LLVMValueRef c0, LLVMValueRef c1, LLV
     LLVMAddIncoming(cur[o], &scaled[o], &grow, 1);
   }
   LLVMValueRef one = cf(g, 1.0);
-  LLVMValueRef ms = LLVMBuildSelect(b, grows, e, one, "ms"), vs = LLVMBuildSelect(b, grows, one, e, "vs");
+  LLVMValueRef ms = LLVMBuildSelect(b, grows, e, one, "ms"),
+               vs = LLVMBuildSelect(b, grows, one, e, "vs");
   LLVMValueRef vsv = splat(g, vs), vp = gep(g, g->half, c->v, LLVMBuildMul(b, j, c->vs, ""));
   for (int o = 0; o < NO; o++) {
-    LLVMValueRef vv = LLVMBuildFPExt(b, ld(g, g->hvec, gep(g, g->half, vp, c64(g, (long)o * g->V)), 2),
-                                     g->vec, "");
+    LLVMValueRef vv = LLVMBuildFPExt(
+        b, ld(g, g->hvec, gep(g, g->half, vp, c64(g, (long)o * g->V)), 2), g->vec, "");
     nacc[o] = r16(g, fma3(g, vv, vsv, cur[o]));
   }
   LLVMValueRef nsum = LLVMBuildFAdd(b, LLVMBuildFMul(b, sum, ms, ""), vs, "");
@@ -613,8 +614,7 @@ int jt_fa_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, siz
 void jt_fa_name(const jt_gemm_t *s, char *buf, size_t len)
 {
   snprintf(buf, len, "opjit_flash_attn%s_dk%d_dv%d_n%d_%s_v%d", s->fa == 2 ? "16" : "", s->k, s->m,
-           s->n,
-           s->isa == JT_ISA_AVX512 ? "avx512" : "avx2", s->vbits);
+           s->n, s->isa == JT_ISA_AVX512 ? "avx512" : "avx2", s->vbits);
 }
 
 LLVMValueRef jt_fa_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
