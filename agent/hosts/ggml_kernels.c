@@ -411,17 +411,137 @@ static void fa_verify(ag_mm_check_t *c, const jt_fa_args_t *a, int dk, int dv, i
   c->checked += mine.checked;
 }
 
+/* ---- FLASH_ATTN_EXT in ggml's f16 steps (fewer than AG_GGML_FA_MIN_ROWS query rows) -------- */
+
+/* ggml (ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16) splits one query row against
+ * at least this many keys in chunks of keys, one per thread, each over every head, and combines
+ * each head's chunks (ggml_flash_attn_ext_reduce_partials); anything else is one chunk. */
+#define FA16_SPLIT_KV 512
+
+/* The lanes of ggml's dot products on this CPU (its AVX-512 variants' vectors, or AVX2's). */
+static int fa16_lanes(void) { return __builtin_cpu_supports("avx512f") ? 16 : 8; }
+
+/* Keys [c0, c1) of heads [h0, h1) of f's attention, query rows [i0, i1), by kernel k
+ * (ag_fa16_ref without one): accumulators into out (row i of head h at out + (i - i0) (h1 - h0) dv +
+ * (h - h0) dv), maxima and sums into out + (i1 - i0) (h1 - h0) dv (2 floats a row and head, in
+ * the same order). With chk (room for as many floats again) they are checked against
+ * ag_fa16_ref, tallied in c, and replaced by its results when they do not match. */
+static void fa16_part(const gg_fusion_t *f, jt_fa_fn k, int64_t h0, int64_t h1, int64_t i0,
+                      int64_t i1, int64_t c0, int64_t c1, float *out, float *chk, ag_mm_check_t *c)
+{
+  const struct ggml_tensor *fa = f->mul, *q = fa->src[0];
+  int dk = (int)q->ne[0], dv = (int)fa->ne[0];
+  int64_t n = (i1 - i0) * (h1 - h0);
+  jt_fa_args_t a = fa_args(fa, h0, 0, i1 - i0); /* from row i0 on */
+  a.q += i0 * a.q_stride, a.mask += i0 * a.mask_stride;
+  a.out = out, a.out_stride = (h1 - h0) * dv, a.out_head = dv;
+  a.ms = out + n * dv, a.exp = expf, a.c0 = c0, a.c1 = c1, a.heads = h1 - h0;
+  a.q_head = (int64_t)q->nb[2] / 4, a.k_head = (int64_t)fa->src[1]->nb[2] / 2;
+  a.v_head = (int64_t)fa->src[2]->nb[2] / 2;
+  if (!k) {
+    ag_fa16_ref(&a, dk, dv, fa16_lanes());
+    return;
+  }
+  k(&a, NULL);
+  gg_wrote(f, out, dv, n, 0, dv);
+  if (!chk)
+    return;
+  jt_fa_args_t r = a;
+  r.out = chk, r.ms = chk + n * dv;
+  ag_fa16_ref(&r, dk, dv, fa16_lanes());
+  ag_mm_check_t mine = {0};
+  double exact[JT_FA_MAX_D];
+  for (int64_t u = 0; u < n; u++) {
+    for (int d = 0; d < dv; d++)
+      exact[d] = chk[u * dv + d];
+    ag_fa_tally(&mine, out + u * dv, exact, dv, ag_fa16_bound(chk + u * dv, dv));
+    exact[0] = r.ms[2 * u + 1]; /* the sum, to a few ulps */
+    ag_fa_tally(&mine, a.ms + 2 * u + 1, exact, 1, 8 * FLT_EPSILON * exact[0]);
+  }
+  if (mine.worst > mine.bound)
+    memcpy(out, chk, (size_t)(n * (dv + 2)) * sizeof(float));
+  if (mine.worst > mine.bound ? mine.worst - mine.bound > c->worst - c->bound
+                              : c->worst <= c->bound && mine.bound > c->bound)
+    c->worst = mine.worst, c->bound = mine.bound;
+  c->checked += mine.checked;
+}
+
+/* Heads [h0, h1) and rows [i0, i1) of fa into its output, over the chunks of keys ggml takes
+ * with nth threads, each folded into the output as ggml combines them, then normalised:
+ * buf holds (i1 - i0) (h1 - h0) (dv + 4) floats, twice that with chk (fa16_part's). */
+static void fa16_heads(const gg_fusion_t *f, jt_fa_fn k, int nth, int64_t h0, int64_t h1,
+                       int64_t i0, int64_t i1, float *buf, int chk, ag_mm_check_t *c)
+{
+  const struct ggml_tensor *fa = f->mul;
+  int64_t dv = fa->ne[0], heads = fa->ne[1], nkv = fa->src[1]->ne[1], nh = h1 - h0;
+  int64_t n = (i1 - i0) * nh, chunks = fa->ne[2] == 1 && nkv >= FA16_SPLIT_KV ? nth : 1;
+  int64_t cs = (nkv + chunks - 1) / chunks;
+  float *part = buf, *pms = buf + n * dv, *run = buf + n * (dv + 2); /* the folds' M and S */
+  for (int64_t u = 0; u < n; u++)
+    run[2 * u] = -INFINITY, run[2 * u + 1] = 0;
+  for (int64_t ch = 0; ch < chunks && ch * cs < nkv; ch++) {
+    fa16_part(f, k, h0, h1, i0, i1, ch * cs, ch * cs + cs < nkv ? ch * cs + cs : nkv, part,
+              chk ? buf + n * (dv + 4) : NULL, c);
+    for (int64_t u = 0; u < n; u++) {
+      float *o = (float *)fa->data + ((i0 + u / nh) * heads + h0 + u % nh) * dv;
+      float m = run[2 * u], cm = pms[2 * u], cs_ = pms[2 * u + 1];
+      if (cs_ == 0.0f)
+        continue;
+      float mn = fmaxf(m, cm), so = expf(m - mn), sn = expf(cm - mn);
+      for (int64_t d = 0; d < dv; d++) /* as GCC fused ggml's: o so + (acc sn) */
+        o[d] = fmaf(ch ? o[d] : 0.0f, so, part[u * dv + d] * sn);
+      run[2 * u] = mn, run[2 * u + 1] = fmaf(run[2 * u + 1], so, cs_ * sn);
+    }
+  }
+  for (int64_t u = 0; u < n; u++) {
+    float *o = (float *)fa->data + ((i0 + u / nh) * heads + h0 + u % nh) * dv, s = run[2 * u + 1];
+    for (int64_t d = 0; d < dv; d++)
+      o[d] = s == 0.0f ? 0.0f : o[d] * (1.0f / s);
+  }
+}
+
+/* The f16 path of gg_node_fa: thread ith of nth takes its share of the heads, every query row
+ * and every chunk of keys ggml takes (as many as ggml's threads, which are these); without
+ * memory for them all at once, a head and a row at a time. */
+static void fa16_node(gg_fusion_t *f, jt_fa_fn k, int ith, int nth, ag_mm_check_t *c)
+{
+  const struct ggml_tensor *fa = f->mul;
+  int64_t dv = fa->ne[0], heads = fa->ne[1], rows = fa->ne[2];
+  int64_t h0 = heads * ith / nth, h1 = heads * (ith + 1) / nth;
+  if (h0 >= h1)
+    return;
+  int chk = f->verifying;
+  float *buf = scratch_get((size_t)(rows * (h1 - h0) * (dv + 4) * (chk ? 2 : 1)));
+  if (buf) {
+    fa16_heads(f, k, nth, h0, h1, 0, rows, buf, chk, c);
+  } else {
+    float one[JT_FA_MAX_D + 4];
+    for (int64_t h = h0; h < h1; h++)
+      for (int64_t i = 0; i < rows; i++)
+        fa16_heads(f, k, nth, h, h + 1, i, i + 1, one, 0, c);
+  }
+}
+
 /* The custom node of a FLASH_ATTN_EXT on thread ith of nth: its share of the heads (each head's
  * rows split in parts when there are fewer heads than threads), each by the record's kernel,
  * read here as mm_compute reads its kernel: without it, or without memory for its scratch (a
  * head's keys and values in f32), in plain C. When the record verifies, each head's rows are
- * checked, and the thread's worst goes to the tiers: a mismatch blacklists the kernel. */
+ * checked, and the thread's worst goes to the tiers: a mismatch blacklists the kernel. Fewer
+ * rows than AG_GGML_FA_MIN_ROWS take ggml's f16 steps (fa16_node). */
 void gg_node_fa(struct ggml_tensor *dst, int ith, int nth, void *ud)
 {
   (void)dst;
   gg_fusion_t *f = ud;
   const struct ggml_tensor *fa = f->mul;
   ag_entry_t *ke = f->impl[0].k[0];
+  if (fa->ne[2] < AG_GGML_FA_MIN_ROWS) {
+    ag_mm_check_t c = {0};
+    jt_fa_fn k = (jt_fa_fn)atomic_load_explicit(&ke->variant, memory_order_acquire);
+    fa16_node(f, k, ith, nth, &c);
+    if (c.checked)
+      ag_tier_verify_result(ke, c.worst, c.bound);
+    return;
+  }
   int dk = (int)fa->src[0]->ne[0], dv = (int)fa->ne[0];
   int64_t heads = fa->ne[1], rows = fa->ne[2], parts = (nth + heads - 1) / heads;
   jt_fa_fn k = (jt_fa_fn)atomic_load_explicit(&ke->variant, memory_order_acquire);

@@ -31,9 +31,10 @@ enum ag_fusion { AG_FUSE_ADD_RMS_MUL = 1, AG_FUSE_MM_SWIGLU, AG_FUSE_SHARED_INPU
  * graph. */
 enum { AG_GGML_TYPE_F32 = 0, AG_GGML_TYPE_F16 = 1 };
 enum { AG_GGML_OP_MUL_MAT = 29, AG_GGML_OP_FLASH_ATTN_EXT = 74 };
-/* A FLASH_ATTN_EXT gets the agent's kernel from this many query rows (ggml's GGML_FA_TILE_Q):
- * there ggml's CPU backend computes it in f32 by tiles, whose float steps the kernel's are;
- * with fewer it rounds the queries to f16 and sums the values in f16. */
+/* A FLASH_ATTN_EXT gets the agent's f32 kernel from this many query rows (ggml's
+ * GGML_FA_TILE_Q): there ggml's CPU backend computes it in f32 by tiles, whose float steps the
+ * kernel's are; with fewer it rounds the queries to f16 and sums the values in f16, and so does
+ * the f16 kernel (jit.h, fa 2). */
 enum { AG_GGML_FA_MIN_ROWS = 64 };
 
 /* The names of ggml's ops, types and sub-ops, as the running library spells them (ggml.c sets

@@ -125,20 +125,22 @@ static int mm_kernel(uint8_t wtype, int amx, int f32_io, int flat, int32_t m, in
   return ag_problem_takes(g, "MUL_MAT", m, n, k, why, len);
 }
 
-/* ggml's FLASH_ATTN_EXT over a prompt's rows: f32 queries and output, f16 keys (and, as the
- * matcher checks, f16 values and mask); node shape DV x heads x query rows, K its DK. */
+/* ggml's FLASH_ATTN_EXT: f32 queries and output, f16 keys (and, as the matcher checks, f16
+ * values and mask); node shape DV x heads x query rows, K its DK. A prompt's rows in f32, fewer
+ * (decode's) in ggml's f16 steps. */
 static int fa_kernel(const ag_ggml_node_t *p, jt_gemm_t *g, char *why, size_t len)
 {
-  *g = (jt_gemm_t){.fa = 1, .k = p->src0_ne0, .m = p->ne[0], .n = p->ne[2]};
+  int f16 = p->ne[2] < AG_GGML_FA_MIN_ROWS; /* hosts/ggml_match.c, find_fa */
+  *g = (jt_gemm_t){.fa = f16 ? 2 : 1, .k = p->src0_ne0, .m = p->ne[0], .n = p->ne[2]};
   if (p->src0_type != AG_GGML_TYPE_F32 || p->type != AG_GGML_TYPE_F32 || !p->has_src1 ||
       p->src1_type != AG_GGML_TYPE_F16)
     return ag_problem_no(why, len, "FLASH_ATTN_EXT kernels take f32 queries and output, f16 keys "
                          "and values");
   if (p->ne[3] != 1)
     return ag_problem_no(why, len, "a 4-D attention output: FLASH_ATTN_EXT kernels take 3-D");
-  if (p->ne[2] < AG_GGML_FA_MIN_ROWS) /* hosts/ggml_match.c, find_fa */
-    return ag_problem_no(why, len, "%d query rows: ggml rounds fewer than %d to f16 (decode's "
-                         "among them), and keeps them", p->ne[2], AG_GGML_FA_MIN_ROWS);
+  if (f16 && g->k % 64)
+    return ag_problem_no(why, len, "DK %d: the f16 kernel (fewer than %d query rows) takes DK in "
+                         "whole steps of ggml's dot product, 64", g->k, AG_GGML_FA_MIN_ROWS);
   return ag_problem_takes(g, "FLASH_ATTN_EXT", g->m, g->n, g->k, why, len);
 }
 

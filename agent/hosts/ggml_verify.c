@@ -151,10 +151,143 @@ void ag_fa_tally(ag_mm_check_t *c, const float *got, const double *exact, int dv
   }
 }
 
+/* x rounded to f16 and back (to nearest even, as ggml's conversions). */
+static float r16(float x) { return (float)(_Float16)x; }
+
+void ag_fa16_ref(const jt_fa_args_t *a, int dk, int dv, int lanes)
+{
+  const _Float16 *mk = (const _Float16 *)(const void *)a->mask;
+  for (int64_t h = 0; h < a->heads; h++)
+    for (int64_t i = a->i0; i < a->i1; i++) {
+      const float *q = a->q + h * a->q_head + i * a->q_stride;
+      float qh[JT_FA_MAX_D], acc[JT_FA_MAX_D], m = -INFINITY, sum = 0;
+      for (int d = 0; d < dk; d++)
+        qh[d] = r16(q[d]);
+      for (int d = 0; d < dv; d++)
+        acc[d] = 0;
+      for (int64_t j = a->c0; j < a->c1; j++) {
+        float mv = (float)mk[i * a->mask_stride + j];
+        if (mv == -INFINITY)
+          continue;
+        const _Float16 *k = (const _Float16 *)(const void *)a->k + h * a->k_head + j * a->k_stride;
+        const _Float16 *v = (const _Float16 *)(const void *)a->v + h * a->v_head + j * a->v_stride;
+        float part[4][16] = {{0}}, t[16];
+        for (int d = 0; d < dk; d++) /* a product of halves is exact: fma's first step */
+          part[d / lanes % 4][d % lanes] =
+              d < 4 * lanes ? (float)k[d] * qh[d]
+                            : __builtin_fmaf((float)k[d], qh[d], part[d / lanes % 4][d % lanes]);
+        for (int l = 0; l < lanes; l++)
+          t[l] = (part[0][l] + part[2][l]) + (part[1][l] + part[3][l]);
+        for (int w = lanes / 2; w >= (lanes == 8 ? 4 : 1); w /= 2)
+          for (int l = 0; l < w; l++)
+            t[l] += t[l + w];
+        float s = lanes == 8 ? (t[0] + t[1]) + (t[2] + t[3]) : t[0];
+        s = s * a->scale;
+        s = s + mv;
+        int grows = s > m;
+        float e = a->exp(grows ? m - s : s - m), ms = grows ? e : 1, vs = grows ? 1 : e;
+        for (int d = 0; grows && d < dv; d++)
+          acc[d] = r16(acc[d] * e);
+        for (int d = 0; d < dv; d++) /* fma's: the product exact in double, the sum of a half
+                                          and it rounded once but where no float could tell */
+          acc[d] = r16((float)((double)v[d] * vs + acc[d]));
+        float sm = sum * ms;
+        sum = sm + vs;
+        m = grows ? s : m;
+      }
+      float *out = a->out + h * a->out_head + i * a->out_stride;
+      for (int d = 0; d < dv; d++)
+        out[d] = acc[d];
+      a->ms[2 * ((i - a->i0) * a->heads + h)] = m;
+      a->ms[2 * ((i - a->i0) * a->heads + h) + 1] = sum;
+    }
+}
+
+double ag_fa16_bound(const float *ref, int dv)
+{
+  double big = 0;
+  for (int d = 0; d < dv; d++)
+    big = fmax(big, fabs((double)ref[d]));
+  return 4 * 0x1p-10 * big + FLT_MIN;
+}
+
+/* The f16 kernel's check: 3 heads of g->n rows, side by side in memory as llama's cache keeps
+ * them, over keys [7, 290) of 300 with holes in the mask, against ag_fa16_ref: exactly, in the
+ * order of 16 lanes or of 8 (g is the problem, whose ISA the machine model picks). */
+static int fa16_selftest(const jt_gemm_t *g, void (*fn)(void), double *worst, double *bound)
+{
+  enum { H = 3, NKV = 300, C0 = 7, C1 = 290 };
+  int64_t dk = g->k, dv = g->m, n = g->n;
+  float *q = malloc((size_t)(n * H * dk) * sizeof *q), *out = malloc((size_t)(n * H * dv) * 12);
+  float *ms = malloc((size_t)(n * H) * 6 * sizeof *ms);
+  _Float16 *k = malloc((size_t)(NKV * H * dk) * 2), *v = malloc((size_t)(NKV * H * dv) * 2);
+  _Float16 *mask = malloc((size_t)(n * NKV) * 2);
+  int rc = -1;
+  if (!q || !out || !ms || !k || !v || !mask)
+    goto out_free;
+  uint64_t rnd = 0x2545f4914f6cdd1dull;
+#define RND()                                                                                      \
+  (rnd = rnd * 6364136223846793005ull + 1442695040888963407ull,                                    \
+   (float)((double)(rnd >> 40) / (double)(1 << 24) - 0.5))
+  for (int64_t i = 0; i < n * H * dk; i++)
+    q[i] = 4 * RND();
+  for (int64_t i = 0; i < NKV * H * dk; i++)
+    k[i] = (_Float16)(4 * RND());
+  for (int64_t i = 0; i < NKV * H * dv; i++)
+    v[i] = (_Float16)(2 * RND());
+  for (int64_t i = 0; i < n * NKV; i++) /* a key in 8 left out */
+    mask[i] = RND() > 0.375f ? (_Float16)-INFINITY : (_Float16)0;
+#undef RND
+  jt_fa_args_t a = {.q = q,
+                    .k = (const uint16_t *)k,
+                    .v = (const uint16_t *)v,
+                    .mask = (const uint16_t *)mask,
+                    .out = out,
+                    .q_stride = H * dk,
+                    .k_stride = H * dk,
+                    .v_stride = H * dv,
+                    .mask_stride = NKV,
+                    .out_stride = H * dv,
+                    .n_kv = NKV,
+                    .i1 = n,
+                    .scale = 1.0f / sqrtf((float)dk),
+                    .c0 = C0,
+                    .c1 = C1,
+                    .heads = H,
+                    .q_head = dk,
+                    .k_head = dk,
+                    .v_head = dv,
+                    .out_head = dv,
+                    .ms = ms,
+                    .exp = expf};
+  ((jt_fa_fn)fn)(&a, NULL);
+  ag_mm_check_t c[2] = {{0}, {0}};
+  double exact[JT_FA_MAX_D];
+  for (int o = 0; o < 2; o++) {
+    a.out = out + (o + 1) * n * H * dv, a.ms = ms + (o + 1) * 2 * n * H;
+    ag_fa16_ref(&a, (int)dk, (int)dv, o ? 8 : 16);
+    for (int64_t r = 0; r < n * H; r++) {
+      for (int d = 0; d < dv; d++)
+        exact[d] = a.out[r * dv + d];
+      ag_fa_tally(&c[o], out + r * dv, exact, (int)dv, 0);
+      exact[0] = a.ms[2 * r], exact[1] = a.ms[2 * r + 1];
+      ag_fa_tally(&c[o], ms + 2 * r, exact, 2, 0);
+    }
+  }
+  int o = c[1].worst < c[0].worst;
+  *worst = c[o].worst, *bound = c[o].bound;
+  rc = c[o].worst <= c[o].bound;
+out_free:
+  free(q), free(out), free(ms), free(k), free(v), free(mask);
+  return rc;
+}
+
 /* As for MUL_MATs: a prefill's attention runs once per process, so its kernel is checked on
  * random inputs before it is published. */
 int ag_ggml_fa_selftest(const jt_gemm_t *g, void (*fn)(void), double *worst, double *bound)
 {
+  if (g->fa == 2)
+    return fa16_selftest(g, fn, worst, bound);
   int64_t dk = g->k, dv = g->m, n = g->n;
   size_t qbytes = (size_t)(n * dk) * 4, kbytes = (size_t)(n * dk) * 2, vbytes = (size_t)(n * dv) * 2;
   size_t mbytes = (size_t)(n * n) * 2, obytes = (size_t)(n * dv) * 4;

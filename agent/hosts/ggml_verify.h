@@ -42,7 +42,19 @@ void ag_fa_tally(ag_mm_check_t *c, const float *got, const double *exact, int dv
 
 /* A FLASH_ATTN_EXT kernel's check before it is published (g->fa; fn a jt_fa_fn): one head of
  * g->n query rows against as many keys under a causal mask with holes, its first 24 rows and its
- * last 40 computed (two calls) and each output checked. Returns ag_ggml_mm_selftest's. */
+ * last 40 computed (two calls) and each output checked; an f16 kernel (g->fa 2) against
+ * ag_fa16_ref instead (fa16_selftest). Returns ag_ggml_mm_selftest's. */
 int ag_ggml_fa_selftest(const jt_gemm_t *g, void (*fn)(void), double *worst, double *bound);
+
+/* ggml's few-row FLASH_ATTN_EXT steps (jit.h, fa == 2) in C, what the f16 kernel computes for
+ * a's heads, rows and keys, into a->out and a->ms: its dot products summed over lanes-wide
+ * vectors (16 or 8: the order of ggml's AVX-512 or AVX2 code; an ulp of a score apart
+ * otherwise), e^x by a->exp. The stand-in for the f16 kernel and what it is checked against. */
+void ag_fa16_ref(const jt_fa_args_t *a, int dk, int dv, int lanes);
+/* The bound on an f16 kernel's outputs of a row (normalised or not) against ref, the
+ * reference's dv of them: 4 f16 ulps of the row's largest |ref| (a kernel that sums over
+ * other lanes than ggml, forced to AVX2 on an AVX-512 CPU, has a score an ulp apart now and
+ * then, which may round an accumulator the other way). */
+double ag_fa16_bound(const float *ref, int dv);
 
 #endif

@@ -2,8 +2,11 @@
 /* The FLASH_ATTN_EXT kernel kind (jit/fa.c through its row in jit/kind.c): one head's attention
  * over query rows [i0, i1), f32 queries, f16 keys, values and mask, against a double-precision
  * softmax within the bound of its float steps; rows outside [i0, i1) and the padding of each
- * output row left bit for bit as they were (NaN sentinels). */
+ * output row left bit for bit as they were (NaN sentinels). The f16 kernel (fa 2, ggml's
+ * few-row steps) bit for bit against the agent's C reference of those steps. */
 #include "helpers.h"
+
+#include "agent/hosts/ggml_verify.h"
 
 #include <float.h>
 #include <math.h>
@@ -155,5 +158,115 @@ Test(fa, the_kind_row_names_and_limits_it)
   bad = g, bad.m = 40; /* not whole 512-bit vectors */
   cr_assert_not(jt_gemm_supported(&bad));
   bad = g, bad.k = JT_FA_MAX_D + 2;
+  cr_assert_not(jt_gemm_supported(&bad));
+}
+
+/* The f16 kernel for dk, dv on isa (0: the host's) over rows [i0, i1) of n query rows of 3
+ * heads side by side (llama's cache layout, rows padded) and keys [c0, c1) of n_kv, under a
+ * mask with holes and one row masked whole, queries up to qmag: every accumulator, maximum and
+ * sum bit for bit as ag_fa16_ref's in the kernel's lanes; the other rows and the paddings left
+ * as they were (NaN). */
+static void run16(int isa, int dk, int dv, int n, int n_kv, int i0, int i1, int c0, int c1,
+                  double qmag)
+{
+  enum { H = 3 };
+  jt_gemm_t g = {.fa = 2, .k = dk, .m = dv, .n = n, .isa = isa};
+  cr_assert(jt_gemm_supported(&g), "dk %d dv %d", dk, dv);
+  char err[512] = "";
+  jt_gemm_fn fn;
+  size_t size, obj_len;
+  void *obj;
+  cr_assert_eq(jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err), 0, "%s", err);
+  free(obj);
+  int lanes = isa == JT_ISA_AVX2 || !jt_test_cpu_has(JT_ISA_AVX512) ? 8 : 16;
+  int qs = H * dk + 5, ks = H * dk + 8, vs = H * dv + 16, ms = n_kv + 3, os = H * dv + 4;
+  float *q = malloc(sizeof *q * (size_t)n * qs), *out = malloc(sizeof *out * (size_t)n * os * 2);
+  float *st = malloc(sizeof *st * (size_t)n * H * 4);
+  uint16_t *k = malloc(2 * (size_t)n_kv * ks), *v = malloc(2 * (size_t)n_kv * vs);
+  uint16_t *mask = malloc(2 * (size_t)n * ms);
+  for (size_t i = 0; i < (size_t)n * qs; i++)
+    q[i] = (float)(qmag * rnd());
+  for (size_t i = 0; i < (size_t)n_kv * ks; i++)
+    k[i] = to_half(2 * rnd());
+  for (size_t i = 0; i < (size_t)n_kv * vs; i++)
+    v[i] = to_half(rnd());
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < ms; j++) {
+      int seen = jt_test_rnd(&rng, 9) != 0 && i != (i0 + i1) / 2;
+      mask[(size_t)i * ms + j] = to_half(seen ? 0.25 * rnd() : -INFINITY);
+    }
+  for (size_t i = 0; i < (size_t)n * os * 2; i++)
+    out[i] = NAN;
+  jt_fa_args_t a = {.q = q,
+                    .k = k,
+                    .v = v,
+                    .mask = mask,
+                    .out = out,
+                    .q_stride = qs,
+                    .k_stride = ks,
+                    .v_stride = vs,
+                    .mask_stride = ms,
+                    .out_stride = os,
+                    .n_kv = n_kv,
+                    .i0 = i0,
+                    .i1 = i1,
+                    .scale = 1.0f / sqrtf((float)dk),
+                    .c0 = c0,
+                    .c1 = c1,
+                    .heads = H,
+                    .q_head = dk,
+                    .k_head = dk,
+                    .v_head = dv,
+                    .out_head = dv,
+                    .ms = st,
+                    .exp = expf};
+  ((jt_fa_fn)(void (*)(void))fn)(&a, NULL);
+  jt_fa_args_t r = a;
+  r.out = out + (size_t)n * os, r.ms = st + (size_t)n * H * 2;
+  ag_fa16_ref(&r, dk, dv, lanes);
+  for (int i = 0; i < n; i++)
+    for (int d = 0; d < os; d++) {
+      float got = out[(size_t)i * os + d], want = r.out[(size_t)i * os + d];
+      if (i < i0 || i >= i1 || d >= H * dv)
+        cr_assert(isnan(got), "row %d, %d outside the rows and heads written", i, d);
+      else
+        cr_assert(memcmp(&got, &want, sizeof got) == 0, "row %d head %d, %d: %a, reference %a",
+                  i, d / dv, d % dv, got, want);
+    }
+  for (int u = 0; u < (i1 - i0) * H * 2; u++)
+    cr_assert(memcmp(st + u, r.ms + u, sizeof *st) == 0, "%s of row %d head %d: %a, reference %a",
+              u % 2 ? "sum" : "maximum", i0 + u / (2 * H), u / 2 % H, st[u], r.ms[u]);
+  free(q), free(out), free(st), free(k), free(v), free(mask);
+  cr_assert_eq(jit->release(fn, err, sizeof err), 0, "%s", err);
+}
+
+Test(fa, f16_kernels_take_ggml_s_few_row_steps)
+{
+  run16(0, 64, 64, 1, 700, 0, 1, 0, 700, 2);   /* decode, one chunk of keys */
+  run16(0, 64, 64, 1, 700, 0, 1, 350, 700, 2); /* its second chunk of two */
+  run16(0, 64, 64, 12, 300, 2, 11, 5, 290, 2); /* a few rows */
+  run16(0, 128, 64, 3, 200, 0, 3, 0, 200, 2);  /* a DK of two of ggml's steps */
+  run16(0, 64, 128, 2, 150, 0, 2, 0, 150, 40); /* scores far apart: weights underflow to 0 */
+}
+
+Test(fa, narrower_isa_f16_kernels_take_ggml_s_steps_too)
+{
+  JT_TEST_NEEDS(JT_ISA_AVX2);
+  run16(JT_ISA_AVX2, 64, 64, 1, 600, 0, 1, 0, 600, 2);
+  run16(JT_ISA_AVX2, 128, 64, 5, 100, 1, 4, 3, 97, 2);
+}
+
+Test(fa, the_f16_kernel_has_a_name_and_limits_of_its_own)
+{
+  jt_gemm_t g = {.fa = 2, .k = 64, .m = 64, .n = 1};
+  cr_assert_eq(jt_kind_of(&g), JT_KIND_FA);
+  char name[128];
+  jit->gemm_name(&g, name, sizeof name);
+  static const char want[] = "opjit_flash_attn16_dk64_dv64_n1_";
+  cr_assert(strncmp(name, want, sizeof want - 1) == 0, "%s", name);
+  jt_gemm_t bad = g;
+  bad.k = 80; /* not whole steps of ggml's dot product (4 vectors of 16) */
+  cr_assert_not(jt_gemm_supported(&bad));
+  bad = g, bad.m = 40;
   cr_assert_not(jt_gemm_supported(&bad));
 }
