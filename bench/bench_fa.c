@@ -162,8 +162,7 @@ static int decode(const jt_api_t *jit, ggml_backend_t be, int n, int rounds)
                           .k_head = DK,
                           .v_head = DK,
                           .out_head = DK,
-                          .ms = ms,
-                          .exp = expf};
+                          .ms = ms};
         kern(&a, NULL);
         for (int h = 0; h < HEADS; h++) {
           float inv = ms[2 * h + 1] == 0 ? 0 : 1 / ms[2 * h + 1];

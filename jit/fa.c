@@ -24,10 +24,10 @@
  * Blocking: AVX-512 tiles of 4 zmm (64 keys) by 6 rows (24 accumulators); AVX2 2 ymm (16 keys)
  * by 4 rows.
  *
- * fa == 2 (fa16, below) is ggml's path for fewer rows, step by step (jit.h says which): one key
- * at a time, the DV accumulators in registers as f32 values that are f16 values, rounded after
- * each step, e^x through the caller's expf (ggml's libm call), the rescale a branch taken only
- * when the maximum grows. */
+ * fa == 2 (fa16_block, below) is ggml's path for fewer rows, step by step (jit.h says which):
+ * one key at a time for a block of heads side by side (6 under AVX-512, 4 under AVX2), the
+ * accumulators in registers as f32 values that are f16 values, rounded after each step, e^x
+ * glibc's expf in vector form, the rescale a branch taken only when a maximum grows. */
 #include "fa.h"
 #include "gemm.h"
 #include "irloop.h"
@@ -444,30 +444,137 @@ static LLVMValueRef r16(fgen_t *g, LLVMValueRef x)
   return LLVMBuildFPExt(g->b, LLVMBuildFPTrunc(g->b, x, g->hvec, ""), g->vec, "r16");
 }
 
-/* The lanes of v summed as ggml's GGML_F32Cx16_REDUCE (halves first, down to one) or, for 8
- * lanes, GGML_F32Cx8_REDUCE (halves, then two horizontal adds: (0 + 1) + (2 + 3)). */
-static LLVMValueRef hsum(fgen_t *g, LLVMValueRef v)
+/* Lane r of the result: t[r]'s lanes summed in the order of ggml's GGML_F32Cx16_REDUCE (halves
+ * first, down to one) or, for 8 lanes, GGML_F32Cx8_REDUCE (halves, then two horizontal adds:
+ * (0 + 1) + (2 + 3)), for r < n <= V. The n sums are taken level by level side by side: each
+ * level pairs the vectors, whose heads hold L lanes each, into vectors of twice the heads of
+ * L / 2 lanes, adding the lanes ggml's level adds (a missing partner repeats the last vector). */
+static LLVMValueRef tsum(fgen_t *g, const LLVMValueRef *t, int n)
 {
-  if (g->V != 8)
-    return reduce(g, v, 0);
-  LLVMValueRef l[8];
-  for (int i = 0; i < 4; i++)
-    l[i] = LLVMBuildFAdd(g->b, LLVMBuildExtractElement(g->b, v, c32(g, i), ""),
-                         LLVMBuildExtractElement(g->b, v, c32(g, i + 4), ""), "");
-  return LLVMBuildFAdd(g->b, LLVMBuildFAdd(g->b, l[0], l[1], ""),
-                       LLVMBuildFAdd(g->b, l[2], l[3], ""), "");
+  LLVMValueRef cur[MAXV], next[MAXV];
+  memcpy(cur, t, (size_t)n * sizeof *t);
+  for (int L = g->V; L > 1; L /= 2) {
+    int G = g->V / L, half = L / 2, adjacent = g->V == 8 && L == 4, nn = 0;
+    for (int p = 0; p < n; p += 2) {
+      LLVMValueRef m1[MAXV], m2[MAXV];
+      for (int h = 0; h < 2 * G; h++)
+        for (int i = 0; i < half; i++) {
+          int at = (h < G ? 0 : g->V) + h % G * L;
+          m1[h * half + i] = c32(g, at + (adjacent ? 2 * i : i));
+          m2[h * half + i] = c32(g, at + (adjacent ? 2 * i + 1 : i + half));
+        }
+      LLVMValueRef x = cur[p], y = cur[p + 1 < n ? p + 1 : p];
+      next[nn++] = LLVMBuildFAdd(
+          g->b, LLVMBuildShuffleVector(g->b, x, y, LLVMConstVector(m1, (unsigned)g->V), ""),
+          LLVMBuildShuffleVector(g->b, x, y, LLVMConstVector(m2, (unsigned)g->V), ""), "");
+    }
+    memcpy(cur, next, (size_t)nn * sizeof *next);
+    n = nn;
+  }
+  return cur[0];
 }
 
-/* One row of fa16 over keys [c0, c1) (the builder in the rows loop's body). */
-static void fa16_row(fgen_t *g, call_t *c, LLVMValueRef c0, LLVMValueRef c1, LLVMValueRef expf,
-                     LLVMTypeRef expf_t, LLVMValueRef msout, LLVMValueRef heads, LLVMValueRef h,
-                     LLVMValueRef i)
+/* n copies of constant c. */
+static LLVMValueRef cvec(LLVMValueRef c, unsigned n)
+{
+  LLVMValueRef e[MAXV];
+  for (unsigned i = 0; i < n; i++)
+    e[i] = c;
+  return LLVMConstVector(e, n);
+}
+
+/* glibc's expf (sysdeps/ieee754/flt-32/e_expf.c as its FMA build computes it: every float in
+ * [-104, 0] was checked bit for bit against libm's) on the first V / 2 lanes of x <= 0, the
+ * others undefined: x N / ln 2 = k + r rounded by a shift, 2^(k / N) from a table of N = 32
+ * entries, a cubic in r, in double; 0 below ln 2^-150 (-inf among them). */
+static LLVMValueRef vexpf(fgen_t *g, LLVMValueRef x)
+{
+  static const unsigned long long tab[32] = {
+      0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
+      0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
+      0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
+      0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
+      0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+      0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
+      0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
+      0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
+  LLVMBuilderRef b = g->b;
+  unsigned H = (unsigned)g->V / 2;
+  LLVMTypeRef dv = LLVMVectorType(g->f64, H), lv = LLVMVectorType(g->i64, H), ft;
+  LLVMValueRef lo[MAXV], wide[MAXV], te[32];
+  for (unsigned i = 0; i < (unsigned)g->V; i++)
+    lo[i] = c32(g, i % H), wide[i] = c32(g, i < H ? (long)i : 0);
+  LLVMValueRef xs = LLVMBuildShuffleVector(b, x, LLVMGetUndef(g->vec), LLVMConstVector(lo, H), "");
+  LLVMValueRef xd = LLVMBuildFPExt(b, xs, dv, "");
+  LLVMValueRef fma = intrinsic(g, "llvm.fma", &dv, 1, &ft);
+  LLVMValueRef inv = cvec(LLVMConstReal(g->f64, 0x1.71547652b82fep+0 * 32), H);
+  LLVMValueRef shift = cvec(LLVMConstReal(g->f64, 0x1.8p+52), H);
+  LLVMValueRef args[3] = {inv, xd, shift};
+  LLVMValueRef kd = LLVMBuildCall2(b, ft, fma, args, 3, "");
+  LLVMValueRef ki = LLVMBuildBitCast(b, kd, lv, "ki");
+  kd = LLVMBuildFSub(b, kd, shift, "kd");
+  args[2] = LLVMBuildFNeg(b, kd, "");
+  LLVMValueRef r = LLVMBuildCall2(b, ft, fma, args, 3, "r");
+  for (int i = 0; i < 32; i++)
+    te[i] = LLVMConstInt(g->i64, tab[i], 0);
+  LLVMValueRef table = LLVMAddGlobal(g->mod, LLVMArrayType(g->i64, 32), "opjit_expf_tab");
+  LLVMSetInitializer(table, LLVMConstArray(g->i64, te, 32));
+  LLVMSetGlobalConstant(table, 1);
+  LLVMSetLinkage(table, LLVMPrivateLinkage);
+  LLVMValueRef idx = LLVMBuildAnd(b, ki, cvec(LLVMConstInt(g->i64, 31, 0), H), "");
+  LLVMValueRef ptrs = LLVMBuildInBoundsGEP2(b, g->i64, table, &idx, 1, "");
+  LLVMTypeRef gv[2] = {lv, LLVMVectorType(g->ptr, H)}, gt;
+  LLVMValueRef gather = intrinsic(g, "llvm.masked.gather", gv, 2, &gt);
+  LLVMValueRef gargs[4] = {
+      ptrs, c32(g, 8), cvec(LLVMConstInt(LLVMInt1TypeInContext(g->cx), 1, 0), H), LLVMGetUndef(lv)};
+  LLVMValueRef t = LLVMBuildCall2(b, gt, gather, gargs, 4, "t");
+  t = LLVMBuildAdd(b, t, LLVMBuildShl(b, ki, cvec(LLVMConstInt(g->i64, 47, 0), H), ""), "");
+  LLVMValueRef sc = LLVMBuildBitCast(b, t, dv, "s");
+  LLVMValueRef c0 = cvec(LLVMConstReal(g->f64, 0x1.c6af84b912394p-5 / 32 / 32 / 32), H);
+  LLVMValueRef c1 = cvec(LLVMConstReal(g->f64, 0x1.ebfce50fac4f3p-3 / 32 / 32), H);
+  LLVMValueRef c2 = cvec(LLVMConstReal(g->f64, 0x1.62e42ff0c52d6p-1 / 32), H);
+  LLVMValueRef a1[3] = {c0, r, c1}, a2[3] = {c2, r, cvec(LLVMConstReal(g->f64, 1.0), H)};
+  LLVMValueRef z = LLVMBuildCall2(b, ft, fma, a1, 3, "");
+  LLVMValueRef y = LLVMBuildCall2(b, ft, fma, a2, 3, "");
+  LLVMValueRef a3[3] = {z, LLVMBuildFMul(b, r, r, "r2"), y};
+  y = LLVMBuildFMul(b, LLVMBuildCall2(b, ft, fma, a3, 3, ""), sc, "");
+  LLVMValueRef low =
+      LLVMBuildFCmp(b, LLVMRealOLT, xs, cvec(LLVMConstReal(g->f32, -0x1.9fe368p6f), H), "");
+  LLVMValueRef e = LLVMBuildSelect(b, low, LLVMConstNull(LLVMVectorType(g->f32, H)),
+                                   LLVMBuildFPTrunc(b, y, LLVMVectorType(g->f32, H), ""), "");
+  return LLVMBuildShuffleVector(b, e, LLVMGetUndef(LLVMTypeOf(e)),
+                                LLVMConstVector(wide, (unsigned)g->V), "expf");
+}
+
+/* Lane r of v in every lane. */
+static LLVMValueRef bcast(fgen_t *g, LLVMValueRef v, int r)
+{
+  return LLVMBuildShuffleVector(g->b, v, LLVMGetUndef(LLVMTypeOf(v)),
+                                cvec(c32(g, r), (unsigned)g->V), "");
+}
+
+/* Query row i of the R = s->nr heads from head h (those past the last repeat it, never stored)
+ * over keys [c0, c1) (the builder in the rows loop's body); qbuf: R DK floats of the caller's,
+ * for the rounded queries. The heads go through each key side by side: their scores summed
+ * across lanes together (tsum), the softmax's steps on a vector of the heads, e^x by vexpf,
+ * the accumulators rescaled when any head's maximum grows (by 1, exactly, for the others). */
+static void fa16_block(fgen_t *g, call_t *c, LLVMValueRef c0, LLVMValueRef c1, LLVMValueRef msout,
+                       LLVMValueRef heads, const LLVMValueRef *hs, LLVMValueRef h, LLVMValueRef i,
+                       LLVMValueRef qbuf)
 {
   LLVMBuilderRef b = g->b;
-  int NQ = g->DK / g->V, NO = g->DV / g->V;
-  LLVMValueRef qh[JT_FA_MAX_D / 8], acc[JT_FA_MAX_D / 8], qrow = LLVMBuildMul(b, i, c->qs, "");
-  for (int d = 0; d < NQ; d++)
-    qh[d] = r16(g, vld(g, c->q, add(g, qrow, c64(g, (long)d * g->V))));
+  int NQ = g->DK / g->V, NO = g->DV / g->V, R = g->R;
+  LLVMValueRef kp[MAXR], vp[MAXR], hr[MAXR], last = LLVMBuildNSWSub(b, heads, c64(g, 1), "");
+  for (int r = 0; r < R; r++) {
+    LLVMValueRef x = add(g, h, c64(g, r));
+    hr[r] = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, x, heads, ""), x, last, "head");
+    LLVMValueRef qp = gep(g, g->f32, c->q,
+                          add(g, LLVMBuildMul(b, hr[r], hs[0], ""), LLVMBuildMul(b, i, c->qs, "")));
+    for (int d = 0; d < NQ; d++)
+      vst(g, r16(g, vld(g, qp, c64(g, (long)d * g->V))), qbuf, c64(g, (long)(r * NQ + d) * g->V));
+    kp[r] = gep(g, g->half, c->k, LLVMBuildMul(b, hr[r], hs[1], ""));
+    vp[r] = gep(g, g->half, c->v, LLVMBuildMul(b, hr[r], hs[2], ""));
+  }
   LLVMValueRef mrow = LLVMBuildMul(b, i, c->ms, "");
   LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
   LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(g->cx, g->fn, "key");
@@ -478,95 +585,114 @@ static void fa16_row(fgen_t *g, call_t *c, LLVMValueRef c0, LLVMValueRef c1, LLV
   LLVMBasicBlockRef latch = LLVMAppendBasicBlockInContext(g->cx, g->fn, "key_next");
   LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->cx, g->fn, "keys_done");
   LLVMBuildBr(b, head);
-  /* head: the key, M, S and the accumulators */
+  /* head: the key, the heads' maxima M and sums S, their accumulators */
   LLVMPositionBuilderAtEnd(b, head);
-  LLVMValueRef j = LLVMBuildPhi(b, g->i64, "j"), m = LLVMBuildPhi(b, g->f32, "M"),
-               sum = LLVMBuildPhi(b, g->f32, "S"), zero = vconst(g, 0), minf = cf(g, -INFINITY),
-               fzero = cf(g, 0);
+  LLVMValueRef zero = vconst(g, 0), minf = vconst(g, -INFINITY), acc[MAXR * JT_FA_MAX_D / 8];
+  LLVMValueRef j = LLVMBuildPhi(b, g->i64, "j"), m = LLVMBuildPhi(b, g->vec, "M"),
+               sum = LLVMBuildPhi(b, g->vec, "S");
   LLVMAddIncoming(j, &c0, &pre, 1);
   LLVMAddIncoming(m, &minf, &pre, 1);
-  LLVMAddIncoming(sum, &fzero, &pre, 1);
-  for (int o = 0; o < NO; o++) {
-    acc[o] = LLVMBuildPhi(b, g->vec, "vkq");
-    LLVMAddIncoming(acc[o], &zero, &pre, 1);
+  LLVMAddIncoming(sum, &zero, &pre, 1);
+  for (int a = 0; a < R * NO; a++) {
+    acc[a] = LLVMBuildPhi(b, g->vec, "vkq");
+    LLVMAddIncoming(acc[a], &zero, &pre, 1);
   }
   LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, j, c1, ""), body, exit);
-  /* body: the mask leaves the key out, or not */
+  /* body: the mask (every head's) leaves the key out, or not */
   LLVMPositionBuilderAtEnd(b, body);
   LLVMValueRef mv =
       LLVMBuildFPExt(b, ld(g, g->half, gep(g, g->half, c->mask, add(g, mrow, j)), 2), g->f32, "mv");
-  LLVMBuildCondBr(b, LLVMBuildFCmp(b, LLVMRealOEQ, mv, minf, ""), latch, live);
-  /* live: the score, the new maximum, e^x */
+  LLVMBuildCondBr(b, LLVMBuildFCmp(b, LLVMRealOEQ, mv, cf(g, -INFINITY), ""), latch, live);
+  /* live: the scores, the new maxima, e^x */
   LLVMPositionBuilderAtEnd(b, live);
-  LLVMValueRef kp = gep(g, g->half, c->k, LLVMBuildMul(b, j, c->ks, ""));
-  LLVMValueRef part[4];
-  for (int u = 0; u < 4; u++)
-    part[u] = vconst(g, 0);
-  for (int d = 0; d < NQ; d++) {
-    LLVMValueRef kv = LLVMBuildFPExt(
-        b, ld(g, g->hvec, gep(g, g->half, kp, c64(g, (long)d * g->V)), 2), g->vec, "");
-    part[d % 4] = fma3(g, kv, qh[d], part[d % 4]);
+  LLVMValueRef t[MAXR], koff = LLVMBuildMul(b, j, c->ks, "");
+  for (int r = 0; r < R; r++) {
+    LLVMValueRef part[4] = {NULL, NULL, NULL, NULL}, kr = gep(g, g->half, kp[r], koff);
+    for (int d = 0; d < NQ; d++) {
+      LLVMValueRef kv = LLVMBuildFPExt(
+          b, ld(g, g->hvec, gep(g, g->half, kr, c64(g, (long)d * g->V)), 2), g->vec, "");
+      LLVMValueRef qv = vld(g, qbuf, c64(g, (long)(r * NQ + d) * g->V));
+      part[d % 4] = part[d % 4] ? fma3(g, kv, qv, part[d % 4]) : LLVMBuildFMul(b, kv, qv, "");
+    }
+    t[r] = LLVMBuildFAdd(b, LLVMBuildFAdd(b, part[0], part[2], ""),
+                         LLVMBuildFAdd(b, part[1], part[3], ""), "");
   }
-  LLVMValueRef t = LLVMBuildFAdd(b, LLVMBuildFAdd(b, part[0], part[2], ""),
-                                 LLVMBuildFAdd(b, part[1], part[3], ""), "");
-  LLVMValueRef s = LLVMBuildFAdd(b, LLVMBuildFMul(b, hsum(g, t), c->scale, ""), mv, "s");
+  LLVMValueRef s =
+      LLVMBuildFAdd(b, LLVMBuildFMul(b, tsum(g, t, R), splat(g, c->scale), ""), splat(g, mv), "s");
   LLVMValueRef grows = LLVMBuildFCmp(b, LLVMRealOGT, s, m, "grows");
-  LLVMValueRef arg =
-      LLVMBuildSelect(b, grows, LLVMBuildFSub(b, m, s, ""), LLVMBuildFSub(b, s, m, ""), "");
-  LLVMValueRef e = LLVMBuildCall2(b, expf_t, expf, &arg, 1, "e");
-  LLVMBuildCondBr(b, grows, grow, mad);
-  /* grows: the accumulators rescaled */
+  LLVMValueRef e = vexpf(
+      g, LLVMBuildSelect(b, grows, LLVMBuildFSub(b, m, s, ""), LLVMBuildFSub(b, s, m, ""), ""));
+  LLVMValueRef one = vconst(g, 1.0), ms = LLVMBuildSelect(b, grows, e, one, "ms");
+  LLVMTypeRef bits = LLVMIntTypeInContext(g->cx, (unsigned)g->V);
+  LLVMValueRef any = LLVMBuildAnd(b, LLVMBuildBitCast(b, grows, bits, ""),
+                                  LLVMConstInt(bits, (1ull << R) - 1, 0), "");
+  LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntNE, any, LLVMConstInt(bits, 0, 0), ""), grow, mad);
+  /* grows: the accumulators rescaled (by 1 where the maximum stays) */
   LLVMPositionBuilderAtEnd(b, grow);
-  LLVMValueRef scaled[JT_FA_MAX_D / 8], es = splat(g, e);
-  for (int o = 0; o < NO; o++)
-    scaled[o] = r16(g, LLVMBuildFMul(b, acc[o], es, ""));
-  LLVMBuildBr(b, mad);
-  /* mad: the value added at its weight */
-  LLVMPositionBuilderAtEnd(b, mad);
-  LLVMValueRef cur[JT_FA_MAX_D / 8], nacc[JT_FA_MAX_D / 8];
-  for (int o = 0; o < NO; o++) {
-    cur[o] = LLVMBuildPhi(b, g->vec, "");
-    LLVMAddIncoming(cur[o], &acc[o], &live, 1);
-    LLVMAddIncoming(cur[o], &scaled[o], &grow, 1);
+  LLVMValueRef scaled[MAXR * JT_FA_MAX_D / 8];
+  for (int r = 0; r < R; r++) {
+    LLVMValueRef f = bcast(g, ms, r);
+    for (int o = 0; o < NO; o++)
+      scaled[r * NO + o] = r16(g, LLVMBuildFMul(b, acc[r * NO + o], f, ""));
   }
-  LLVMValueRef one = cf(g, 1.0);
-  LLVMValueRef ms = LLVMBuildSelect(b, grows, e, one, "ms"),
-               vs = LLVMBuildSelect(b, grows, one, e, "vs");
-  LLVMValueRef vsv = splat(g, vs), vp = gep(g, g->half, c->v, LLVMBuildMul(b, j, c->vs, ""));
-  for (int o = 0; o < NO; o++) {
-    LLVMValueRef vv = LLVMBuildFPExt(
-        b, ld(g, g->hvec, gep(g, g->half, vp, c64(g, (long)o * g->V)), 2), g->vec, "");
-    nacc[o] = r16(g, fma3(g, vv, vsv, cur[o]));
+  LLVMBuildBr(b, mad);
+  /* mad: the values added at their weights */
+  LLVMPositionBuilderAtEnd(b, mad);
+  LLVMValueRef cur[MAXR * JT_FA_MAX_D / 8], nacc[MAXR * JT_FA_MAX_D / 8];
+  for (int a = 0; a < R * NO; a++) {
+    cur[a] = LLVMBuildPhi(b, g->vec, "");
+    LLVMAddIncoming(cur[a], &acc[a], &live, 1);
+    LLVMAddIncoming(cur[a], &scaled[a], &grow, 1);
+  }
+  LLVMValueRef vs = LLVMBuildSelect(b, grows, one, e, "vs"), voff = LLVMBuildMul(b, j, c->vs, "");
+  for (int r = 0; r < R; r++) {
+    LLVMValueRef w = bcast(g, vs, r), vr = gep(g, g->half, vp[r], voff);
+    for (int o = 0; o < NO; o++) {
+      LLVMValueRef vv = LLVMBuildFPExt(
+          b, ld(g, g->hvec, gep(g, g->half, vr, c64(g, (long)o * g->V)), 2), g->vec, "");
+      nacc[r * NO + o] = r16(g, fma3(g, vv, w, cur[r * NO + o]));
+    }
   }
   LLVMValueRef nsum = LLVMBuildFAdd(b, LLVMBuildFMul(b, sum, ms, ""), vs, "");
   LLVMValueRef nm = LLVMBuildSelect(b, grows, s, m, "");
   LLVMBuildBr(b, latch);
   /* latch: the next key */
   LLVMPositionBuilderAtEnd(b, latch);
-  LLVMValueRef lm = LLVMBuildPhi(b, g->f32, ""), ls = LLVMBuildPhi(b, g->f32, "");
   LLVMBasicBlockRef from[2] = {body, mad};
+  LLVMValueRef lm = LLVMBuildPhi(b, g->vec, ""), ls = LLVMBuildPhi(b, g->vec, "");
   LLVMValueRef mi[2] = {m, nm}, si[2] = {sum, nsum};
   LLVMAddIncoming(lm, mi, from, 2);
   LLVMAddIncoming(ls, si, from, 2);
-  for (int o = 0; o < NO; o++) {
-    LLVMValueRef la = LLVMBuildPhi(b, g->vec, ""), ai[2] = {acc[o], nacc[o]};
+  for (int a = 0; a < R * NO; a++) {
+    LLVMValueRef la = LLVMBuildPhi(b, g->vec, ""), ai[2] = {acc[a], nacc[a]};
     LLVMAddIncoming(la, ai, from, 2);
-    LLVMAddIncoming(acc[o], &la, &latch, 1);
+    LLVMAddIncoming(acc[a], &la, &latch, 1);
   }
   LLVMValueRef next = add(g, j, c64(g, 1));
   LLVMAddIncoming(j, &next, &latch, 1);
   LLVMAddIncoming(m, &lm, &latch, 1);
   LLVMAddIncoming(sum, &ls, &latch, 1);
   LLVMBuildBr(b, head);
-  /* the row's accumulators, maximum and sum */
+  /* the heads' accumulators, maxima and sums (those of heads that exist) */
   LLVMPositionBuilderAtEnd(b, exit);
-  LLVMValueRef dst = gep(g, g->f32, c->out, LLVMBuildMul(b, i, c->os, ""));
-  for (int o = 0; o < NO; o++)
-    vst(g, acc[o], dst, c64(g, (long)o * g->V));
-  LLVMValueRef at =
-      mulc(g, add(g, LLVMBuildMul(b, LLVMBuildNSWSub(b, i, c->i0, ""), heads, ""), h), 2);
-  st(g, m, gep(g, g->f32, msout, at), 4);
-  st(g, sum, gep(g, g->f32, msout, add(g, at, c64(g, 1))), 4);
+  LLVMValueRef at0 = LLVMBuildMul(b, LLVMBuildNSWSub(b, i, c->i0, ""), heads, "");
+  for (int r = 0; r < R; r++) {
+    LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(g->cx, g->fn, "store");
+    LLVMBasicBlockRef after = LLVMAppendBasicBlockInContext(g->cx, g->fn, "stored");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, add(g, h, c64(g, r)), heads, ""), then, after);
+    LLVMPositionBuilderAtEnd(b, then);
+    LLVMValueRef dst =
+        gep(g, g->f32, c->out,
+            add(g, LLVMBuildMul(b, hr[r], hs[3], ""), LLVMBuildMul(b, i, c->os, "")));
+    for (int o = 0; o < NO; o++)
+      vst(g, acc[r * NO + o], dst, c64(g, (long)o * g->V));
+    LLVMValueRef at = mulc(g, add(g, at0, hr[r]), 2);
+    st(g, LLVMBuildExtractElement(b, m, c32(g, r), ""), gep(g, g->f32, msout, at), 4);
+    st(g, LLVMBuildExtractElement(b, sum, c32(g, r), ""),
+       gep(g, g->f32, msout, add(g, at, c64(g, 1))), 4);
+    LLVMBuildBr(b, after);
+    LLVMPositionBuilderAtEnd(b, after);
+  }
 }
 
 static int isa_bits(int isa) { return isa == JT_ISA_AVX512 ? 512 : 256; }
@@ -591,7 +717,8 @@ int jt_fa_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, siz
   r->nr = V == 16 ? 6 : 4;      /* query rows per block */
   r->tails = 0, r->kc = 0;
   if (s->fa == 2) {
-    r->mr_vecs = 1, r->nr = 1;
+    r->mr_vecs = 1, r->nr = V == 16 ? 6 : 4; /* heads side by side: ggml's 12 on 2 threads; e^x
+                                                takes V / 2 lanes (doubles) */
     if (s->k % (4 * V) || s->m % V || s->k > JT_FA_MAX_D || s->m > JT_FA_MAX_D) {
       snprintf(err, len,
                "f16 FLASH_ATTN_EXT kernels take a DK in steps of 4 vectors (ggml's dot) and a DV "
@@ -632,10 +759,10 @@ LLVMValueRef jt_fa_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
     g.DVC--;
   g.vec = LLVMVectorType(g.f32, (unsigned)g.V), g.hvec = LLVMVectorType(g.half, (unsigned)g.V);
   g.ivec = LLVMVectorType(g.i32, (unsigned)g.V);
-  LLVMTypeRef fields[23] = {g.ptr, g.ptr, g.ptr, g.ptr, g.ptr, g.i64, g.i64, g.i64,
+  LLVMTypeRef fields[22] = {g.ptr, g.ptr, g.ptr, g.ptr, g.ptr, g.i64, g.i64, g.i64,
                             g.i64, g.i64, g.i64, g.i64, g.i64, g.f32, g.i64, g.i64,
-                            g.i64, g.i64, g.i64, g.i64, g.i64, g.ptr, g.ptr};
-  g.args_t = LLVMStructTypeInContext(cx, fields, 23, 0);
+                            g.i64, g.i64, g.i64, g.i64, g.i64, g.ptr};
+  g.args_t = LLVMStructTypeInContext(cx, fields, 22, 0);
   jt_fa_name(s, g.name, sizeof g.name);
   LLVMTypeRef params[2] = {g.ptr, g.ptr};
   g.fn = LLVMAddFunction(mod, g.name, LLVMFunctionType(LLVMVoidTypeInContext(cx), params, 2, 0));
@@ -650,8 +777,8 @@ LLVMValueRef jt_fa_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
   g.b = LLVMCreateBuilderInContext(cx);
   LLVMPositionBuilderAtEnd(g.b, LLVMAppendBasicBlockInContext(cx, g.fn, "entry"));
   LLVMValueRef ap = LLVMGetParam(g.fn, 0), scratch = LLVMGetParam(g.fn, 1);
-  LLVMValueRef f[23];
-  for (unsigned i = 0; i < (s->fa == 2 ? 23u : 14u); i++)
+  LLVMValueRef f[22];
+  for (unsigned i = 0; i < (s->fa == 2 ? 22u : 14u); i++)
     f[i] = ld(&g, fields[i], LLVMBuildStructGEP2(g.b, g.args_t, ap, i, ""), 8);
   call_t c = {.q = f[0],
               .k = f[1],
@@ -668,15 +795,11 @@ LLVMValueRef jt_fa_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
               .i1 = f[12],
               .scale = f[13]};
   if (s->fa == 2) {
-    LLVMTypeRef et = LLVMFunctionType(g.f32, &g.f32, 1, 0);
-    jt_loop_t h = jt_loop_open(g.b, g.fn, c64(&g, 0), f[16], 1, "heads");
-    call_t ch = c;
-    ch.q = gep(&g, g.f32, c.q, LLVMBuildMul(g.b, h.iv, f[17], ""));
-    ch.k = gep(&g, g.half, c.k, LLVMBuildMul(g.b, h.iv, f[18], ""));
-    ch.v = gep(&g, g.half, c.v, LLVMBuildMul(g.b, h.iv, f[19], ""));
-    ch.out = gep(&g, g.f32, c.out, LLVMBuildMul(g.b, h.iv, f[20], ""));
+    LLVMValueRef qbuf = LLVMBuildArrayAlloca(g.b, g.f32, c64(&g, (long)g.R * g.DK), "q16");
+    LLVMSetAlignment(qbuf, 64);
+    jt_loop_t h = jt_loop_open(g.b, g.fn, c64(&g, 0), f[16], g.R, "heads");
     jt_loop_t i = jt_loop_open(g.b, g.fn, c.i0, c.i1, 1, "rows");
-    fa16_row(&g, &ch, f[14], f[15], f[22], et, f[21], f[16], h.iv, i.iv);
+    fa16_block(&g, &c, f[14], f[15], f[21], f[16], f + 17, h.iv, i.iv, qbuf);
     jt_loop_close(g.b, &i);
     jt_loop_close(g.b, &h);
   } else {

@@ -136,12 +136,12 @@ typedef struct jt_fa_args_s {
   int64_t i0, i1; /* the query rows computed */
   float scale;
   /* fa == 2 only (the f16 kernel reads these, the f32 one does not): */
-  int64_t c0, c1;    /* the keys taken, [c0, c1) of n_kv */
-  int64_t heads;     /* heads [0, heads), head h's q, k, v and out h times these strides on */
-  int64_t q_head, k_head, v_head, out_head; /* (in elements; the mask is every head's) */
-  float *ms;           /* row i of head h: its maximum score at ms[2 ((i - i0) heads + h)], its
-                          sum at the next float */
-  float (*exp)(float); /* e^x as ggml takes it: libm's expf */
+  int64_t c0, c1; /* the keys taken, [c0, c1) of n_kv */
+  int64_t heads;  /* heads [0, heads): head h's q, k, v and out h times these strides on (in
+                     elements; the mask is every head's) */
+  int64_t q_head, k_head, v_head, out_head;
+  float *ms; /* row i of head h: its maximum score at ms[2 ((i - i0) heads + h)], its sum at the
+                next float */
 } jt_fa_args_t;
 /* With fa == 2 the kernel takes ggml's one_chunk steps (ggml-cpu/ops.cpp, F16 K and V) for
  * each row over keys [c0, c1), and leaves the softmax unnormalised for the caller to combine
@@ -149,9 +149,10 @@ typedef struct jt_fa_args_s {
  * the rounded query (products summed as ggml_vec_dot_f16 sums them: 4 vector accumulators over
  * DK in steps of 4 vectors, added 0+2, 1+3, then across lanes) times scale plus the mask; when
  * it exceeds the maximum M, the accumulator times e^(M - s) rounded to f16 and the weight 1,
- * else the weight e^(s - M); the accumulator plus weight times v_j, rounded to f16; the sum S
- * times the rescale plus the weight. out_i gets the accumulator (DV floats of f16 values), ms
- * M and S (-inf and 0 when every key is masked). DK a multiple of 4 vectors, DV of one. */
+ * else the weight e^(s - M) (e^x glibc's expf, which ggml calls, bit for bit); the accumulator
+ * plus weight times v_j, rounded to f16; the sum S times the rescale plus the weight. out_i
+ * gets the accumulator (DV floats of f16 values), ms M and S (-inf and 0 when every key is
+ * masked). DK a multiple of 4 vectors, DV of one. */
 typedef void (*jt_fa_fn)(const jt_fa_args_t *args, float *scratch);
 #define JT_FA_TILE 64 /* keys per tile, at most (the scratch's padding) */
 #define JT_FA_MAX_D 256 /* DK and DV at most */

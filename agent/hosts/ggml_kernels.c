@@ -435,7 +435,7 @@ static void fa16_part(const gg_fusion_t *f, jt_fa_fn k, int64_t h0, int64_t h1, 
   jt_fa_args_t a = fa_args(fa, h0, 0, i1 - i0); /* from row i0 on */
   a.q += i0 * a.q_stride, a.mask += i0 * a.mask_stride;
   a.out = out, a.out_stride = (h1 - h0) * dv, a.out_head = dv;
-  a.ms = out + n * dv, a.exp = expf, a.c0 = c0, a.c1 = c1, a.heads = h1 - h0;
+  a.ms = out + n * dv, a.c0 = c0, a.c1 = c1, a.heads = h1 - h0;
   a.q_head = (int64_t)q->nb[2] / 4, a.k_head = (int64_t)fa->src[1]->nb[2] / 2;
   a.v_head = (int64_t)fa->src[2]->nb[2] / 2;
   if (!k) {

@@ -49,7 +49,8 @@ int ag_ggml_fa_selftest(const jt_gemm_t *g, void (*fn)(void), double *worst, dou
 /* ggml's few-row FLASH_ATTN_EXT steps (jit.h, fa == 2) in C, what the f16 kernel computes for
  * a's heads, rows and keys, into a->out and a->ms: its dot products summed over lanes-wide
  * vectors (16 or 8: the order of ggml's AVX-512 or AVX2 code; an ulp of a score apart
- * otherwise), e^x by a->exp. The stand-in for the f16 kernel and what it is checked against. */
+ * otherwise), e^x by libm's expf (ggml's). The stand-in for the f16 kernel and what it is
+ * checked against. */
 void ag_fa16_ref(const jt_fa_args_t *a, int dk, int dv, int lanes);
 /* The bound on an f16 kernel's outputs of a row (normalised or not) against ref, the
  * reference's dv of them: 4 f16 ulps of the row's largest |ref| (a kernel that sums over

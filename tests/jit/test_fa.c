@@ -161,15 +161,14 @@ Test(fa, the_kind_row_names_and_limits_it)
   cr_assert_not(jt_gemm_supported(&bad));
 }
 
-/* The f16 kernel for dk, dv on isa (0: the host's) over rows [i0, i1) of n query rows of 3
+/* The f16 kernel for dk, dv on isa (0: the host's) over rows [i0, i1) of n query rows of H
  * heads side by side (llama's cache layout, rows padded) and keys [c0, c1) of n_kv, under a
  * mask with holes and one row masked whole, queries up to qmag: every accumulator, maximum and
  * sum bit for bit as ag_fa16_ref's in the kernel's lanes; the other rows and the paddings left
  * as they were (NaN). */
-static void run16(int isa, int dk, int dv, int n, int n_kv, int i0, int i1, int c0, int c1,
+static void run16(int isa, int H, int dk, int dv, int n, int n_kv, int i0, int i1, int c0, int c1,
                   double qmag)
 {
-  enum { H = 3 };
   jt_gemm_t g = {.fa = 2, .k = dk, .m = dv, .n = n, .isa = isa};
   cr_assert(jt_gemm_supported(&g), "dk %d dv %d", dk, dv);
   char err[512] = "";
@@ -218,8 +217,7 @@ static void run16(int isa, int dk, int dv, int n, int n_kv, int i0, int i1, int 
                     .k_head = dk,
                     .v_head = dv,
                     .out_head = dv,
-                    .ms = st,
-                    .exp = expf};
+                    .ms = st};
   ((jt_fa_fn)(void (*)(void))fn)(&a, NULL);
   jt_fa_args_t r = a;
   r.out = out + (size_t)n * os, r.ms = st + (size_t)n * H * 2;
@@ -230,8 +228,8 @@ static void run16(int isa, int dk, int dv, int n, int n_kv, int i0, int i1, int 
       if (i < i0 || i >= i1 || d >= H * dv)
         cr_assert(isnan(got), "row %d, %d outside the rows and heads written", i, d);
       else
-        cr_assert(memcmp(&got, &want, sizeof got) == 0, "row %d head %d, %d: %a, reference %a",
-                  i, d / dv, d % dv, got, want);
+        cr_assert(memcmp(&got, &want, sizeof got) == 0, "row %d head %d, %d: %a, reference %a", i,
+                  d / dv, d % dv, got, want);
     }
   for (int u = 0; u < (i1 - i0) * H * 2; u++)
     cr_assert(memcmp(st + u, r.ms + u, sizeof *st) == 0, "%s of row %d head %d: %a, reference %a",
@@ -242,18 +240,19 @@ static void run16(int isa, int dk, int dv, int n, int n_kv, int i0, int i1, int 
 
 Test(fa, f16_kernels_take_ggml_s_few_row_steps)
 {
-  run16(0, 64, 64, 1, 700, 0, 1, 0, 700, 2);   /* decode, one chunk of keys */
-  run16(0, 64, 64, 1, 700, 0, 1, 350, 700, 2); /* its second chunk of two */
-  run16(0, 64, 64, 12, 300, 2, 11, 5, 290, 2); /* a few rows */
-  run16(0, 128, 64, 3, 200, 0, 3, 0, 200, 2);  /* a DK of two of ggml's steps */
-  run16(0, 64, 128, 2, 150, 0, 2, 0, 150, 40); /* scores far apart: weights underflow to 0 */
+  run16(0, 6, 64, 64, 1, 700, 0, 1, 0, 700, 2);   /* decode, a thread's heads, one chunk */
+  run16(0, 6, 64, 64, 1, 700, 0, 1, 350, 700, 2); /* its second chunk of two */
+  run16(0, 13, 64, 64, 1, 300, 0, 1, 0, 300, 2);  /* heads past a block (6 or 4) */
+  run16(0, 3, 64, 64, 12, 300, 2, 11, 5, 290, 2); /* a few rows */
+  run16(0, 2, 128, 64, 3, 200, 0, 3, 0, 200, 2);  /* a DK of two of ggml's steps */
+  run16(0, 1, 64, 128, 2, 150, 0, 2, 0, 150, 40); /* scores far apart: weights underflow to 0 */
 }
 
 Test(fa, narrower_isa_f16_kernels_take_ggml_s_steps_too)
 {
   JT_TEST_NEEDS(JT_ISA_AVX2);
-  run16(JT_ISA_AVX2, 64, 64, 1, 600, 0, 1, 0, 600, 2);
-  run16(JT_ISA_AVX2, 128, 64, 5, 100, 1, 4, 3, 97, 2);
+  run16(JT_ISA_AVX2, 6, 64, 64, 1, 600, 0, 1, 0, 600, 2);
+  run16(JT_ISA_AVX2, 3, 128, 64, 5, 100, 1, 4, 3, 97, 2);
 }
 
 Test(fa, the_f16_kernel_has_a_name_and_limits_of_its_own)
