@@ -330,18 +330,19 @@ Test(ggml, the_prompt_s_attention_runs_its_kernel_from_the_second_run)
  * the values in f16, in the steps of the f16 kernel) as the agent's f16 kernel, over 500-516
  * keys (from 512 ggml splits them between its two threads: the kernel's node takes the same
  * chunks and combines them as ggml does; the other tests' decode, over fewer keys, runs it in
- * one chunk): run 1 compiles it, self-tested, and stores it; run 2 places it and runs it on
- * every decode step; the tokens and logits are the plain run's. A kernel 1.5 times too large
- * is caught by its first execution's check, its heads computed again, and never stored: the
- * second prompt's output is the plain run's. */
+ * one chunk): run 1 (two prompts 3 s apart) compiles it, self-tested, and stores it; run 2
+ * places it and runs it on every decode step; the tokens and logits are the plain run's. A
+ * kernel 1.5 times too large is caught by its first execution's check, its heads computed
+ * again, and never stored: the second prompt's output is the plain run's. */
 Test(ggml, decode_s_attention_runs_the_f16_kernel)
 {
   char db[700], dbenv[720];
   own_db("fa16_", 0, db, dbenv);
   const char *env[] = {fuse_env[0], fuse_env[1], fuse_env[2], fuse_env[3], dbenv, NULL};
+  const char *argv1[] = {H_LLAMA_PROG, "run", model32, "500", "16", "2", "2", NULL};
   const char *argv[] = {H_LLAMA_PROG, "run", model32, "500", "16", "2", NULL};
   const char *plain = run_argv("plain", 0, NULL, argv);
-  same_output(run_argv("fa16_1", 1, env, argv), plain, "run 1");
+  same_output(run_argv("fa16_1", 1, env, argv1), plain, "run 1");
 #define FA "s.name = 'FLASH_ATTN_EXT f32 64x4'"
   cr_assert_eq(h_query(db, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
                            " WHERE e.run_id=1 AND " FA " AND e.kind='verified' AND"
@@ -354,8 +355,7 @@ Test(ggml, decode_s_attention_runs_the_f16_kernel)
   cr_assert_eq(h_query(db, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 0);
   own_db("fa16_wrong", 0, db, dbenv);
   const char *w[] = {wrong_env[0], wrong_env[1], wrong_env[2], wrong_env[3], dbenv, NULL};
-  const char *argv2[] = {H_LLAMA_PROG, "run", model32, "500", "16", "2", "2", NULL};
-  const char *got = run_argv("fa16_wrong", 1, w, argv2);
+  const char *got = run_argv("fa16_wrong", 1, w, argv1);
   same_output(strchr(got, '\n') + 1, plain, "a wrong kernel's second prompt");
   cr_assert_geq(h_query(db, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
                             " WHERE " FA " AND e.kind='verify-failed'"), 1);
