@@ -32,7 +32,7 @@
       "CPU-time samples per second per thread; 0 turns sampling off")                        \
   OPT(EVENTS, ENUM, "auto", 0, 0, "auto|cycles|task-clock|cpu-clock|timer",                 \
       "sampling event: auto = hardware cycles and counters where the CPU exposes them, "     \
-      "else task-clock")                                                                     \
+      "else a CPU-time timer when the rate fits the scheduler's tick, else task-clock")      \
   OPT(STACK_DEPTH, INT, "24", 0, 32, NULL, "frames recorded per sample (0: the PC only)")     \
   OPT(SAMPLE_BUDGET, INT, "5", 0, 1000, NULL,                                               \
       "what sampling may cost a thread, in thousandths of its CPU time (measured per sample, "\

@@ -3,7 +3,8 @@
 # Builds opjit and runs its benchmarks: the agent's pass-through cost per BLAS call
 # (bench_passthrough), its start-up cost per process (bench_startup), the sampler's cost to a
 # BLAS-bound process (bench_sampling: no agent, SAMPLE_HZ=0, the default rate and 1000 Hz,
-# plus a check from the databases that sampling happened), the JIT's small GEMMs side by side
+# plus a check from the databases that sampling happened), what a sample costs threads in
+# lock-step by mechanism (bench_lockstep), the JIT's small GEMMs side by side
 # with OpenBLAS and LIBXSMM (bench_jit: ns per call, GF/s, speedups, compile latency, goals),
 # a program's second run against its first and its steady state (bench_warm: ~50 signatures,
 # no agent / cold / warm, the warm start's cost), llama.cpp with and without the agent
@@ -27,7 +28,7 @@ build=${BUILD_DIR:-build}
   exit 1
 # Only what the benchmarks need (they depend on the agent and the store module).
 cmake --build "$build" -j"$(nproc)" --target bench_passthrough bench_startup \
-  bench_sampling bench_jit bench_warm bench_smallgemm >/dev/null || exit 1
+  bench_sampling bench_lockstep bench_jit bench_warm bench_smallgemm >/dev/null || exit 1
 # bench_ggml exists when llama.cpp's libraries are installed (scripts/deps.sh).
 cmake --build "$build" -j"$(nproc)" --target bench_ggml >/dev/null 2>&1 || true
 cmake --build "$build" -j"$(nproc)" --target bench_fa >/dev/null 2>&1 || true
@@ -42,6 +43,9 @@ echo "== bench_startup"
 echo
 echo "== bench_sampling"
 "$build/bench_sampling" ${3:-} || status=1
+echo
+echo "== bench_lockstep"
+"$build/bench_lockstep" || status=1
 echo
 echo "== bench_jit"
 "$build/bench_jit" ${4:-11} ${5:-default} || status=1

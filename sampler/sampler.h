@@ -3,9 +3,12 @@
  * thread; the handler only records (PC, the thread's operator, a short stack, counter values)
  * into that thread's preallocated ring; sp_drain() empties the rings on another thread.
  *
- *   event choice:  hardware cycles + counter group ──(refused)──▶ perf task-clock (user only)
- *                  ──(refused)──▶ per-thread CPU-time timers ──(refused)──▶ off
- * Each step down is one warning and one note in the status. A timer fires at most once per
+ *   event choice:  hardware cycles + counter group ──(refused)──▶ per-thread CPU-time timers
+ *                  ──(refused)──▶ perf task-clock (user only) ──(refused)──▶ off
+ * when the rate fits the scheduler's tick (a timer expires on the tick that interrupts the
+ * thread anyway; a task-clock sample is an interrupt of its own, which a virtual machine makes
+ * costly: bench_lockstep), with task-clock before the timers above it. Each step down is one
+ * note in the status, and one warning unless it is auto's from a PMU the machine lacks. A timer fires at most once per
  * scheduler tick (CONFIG_HZ): its samples carry the periods they stand for (weight), so that
  * counts keep meaning samples at the asked rate. Threads are armed when sampling
  * starts (every thread in /proc/self/task), when they are created (sp_thread_begin from the
