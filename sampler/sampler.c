@@ -623,8 +623,8 @@ static int tick_hz(void)
  * timer comes before a perf clock when the rate fits the scheduler's tick: the timer expires
  * on the tick that interrupts the thread anyway, while each task-clock sample is an interrupt
  * of its own (an hrtimer), which costs far more than its signal in a virtual machine
- * (docs/stacks.md: -6.7 % of a 2-thread memory-bound loop at 1000 Hz without any signal, on
- * the Firecracker VM this project measures on). Above the tick rate a timer could not keep
+ * (bench_lockstep, docs/stacks.md: 51-75 us of two lock-step threads' wall time a task-clock
+ * sample, about the handler's own ~6 us a timer's). Above the tick rate a timer could not keep
  * the rate (its samples would weigh the periods they miss), so the perf clock comes first. */
 static void mode_ladder(const char *want, int out[4])
 {
