@@ -564,6 +564,13 @@ static cJSON *check_machine(const char *dbopt)
     cJSON_AddNullToObject(o, "perf_event_paranoid");
   check_perf(o, "perf_cycles", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES, paranoid);
   check_perf(o, "perf_task_clock", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK, paranoid);
+  /* The scheduler's tick (a coarse clock's resolution): without a PMU, OPJIT_EVENTS=auto
+   * samples with CPU-time timers up to that rate (sampler.h). */
+  struct timespec res;
+  if (clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0 && !res.tv_sec && res.tv_nsec > 0)
+    cJSON_AddNumberToObject(o, "tick_hz", (double)(1000000000L / res.tv_nsec));
+  else
+    cJSON_AddNullToObject(o, "tick_hz");
   check_blas(o, &m, vendor);
   return o;
 }
@@ -716,6 +723,11 @@ static void print_report(const cJSON *doc)
   printf("  %-20s %s\n", "perf_event_paranoid", str(m, "perf_event_paranoid"));
   print_perf(m, "perf_cycles", "hw cycles");
   print_perf(m, "perf_task_clock", "sw task-clock");
+  const cJSON *tick = cJSON_GetObjectItem(m, "tick_hz");
+  if (!cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "perf_cycles"), "ok")) &&
+      cJSON_IsNumber(tick))
+    printf("  %-20s CPU-time timers up to %s Hz (the scheduler's tick: no interrupt of their "
+           "own), task-clock above\n", "sampling (auto)", str(m, "tick_hz"));
   print_blas(m);
   printf("\n%s\n", cJSON_IsTrue(cJSON_GetObjectItem(doc, "healthy")) ? "healthy"
                                                                      : "unhealthy: the database is unusable");

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const fake_sig_t one[] = {{.m = 16, .calls = 5, .timed_calls = 1, .timed_ns = 100}};
 
@@ -56,6 +57,10 @@ Test(doctor, json_has_options_bad_values_and_the_database)
   const cJSON *m = cJSON_GetObjectItem(j, "machine");
   cr_expect(cJSON_IsBool(cJSON_GetObjectItem(m, "avx2")));
   cr_expect(cJSON_IsBool(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "perf_task_clock"), "ok")));
+  struct timespec res; /* the scheduler's tick, as the sampler reads it (Linux: 100-1000 Hz) */
+  cr_assert_eq(clock_getres(CLOCK_MONOTONIC_COARSE, &res), 0);
+  cr_expect_eq(cJSON_GetNumberValue(cJSON_GetObjectItem(m, "tick_hz")),
+               (double)(1000000000L / res.tv_nsec));
   cJSON_Delete(j);
   proc_free(&p);
 }
