@@ -386,8 +386,9 @@ const char *ins_sampling_describe(const ins_sampling_t *s, char *buf, size_t len
   }
   if (s->hz > 0)
     snprintf(rate, sizeof rate, " at %lld Hz", (long long)s->hz);
-  snprintf(buf, len, "%s %s%s, %lld samples (%lld lost)", s->mode, s->event, rate,
-           (long long)s->samples, (long long)s->lost);
+  int same = strcmp(s->mode, s->event) == 0; /* "timer": mode and event alike */
+  snprintf(buf, len, "%s%s%s%s, %lld samples (%lld lost)", s->mode, same ? "" : " ",
+           same ? "" : s->event, rate, (long long)s->samples, (long long)s->lost);
   return buf;
 }
 

@@ -92,7 +92,8 @@ int ins_sampling_read(st_db_t *db, int64_t run, ins_sampling_t *s);
  * notes only when s->notes is an array. */
 void ins_sampling_add(ins_sampling_t *s, const char *text);
 void ins_sampling_free(ins_sampling_t *s);
-/* "perf task-clock at 499 Hz, 1234 samples (12 lost)", or "off" when nothing was sampled. */
+/* "perf task-clock at 499 Hz, 1234 samples (12 lost)" ("timer at 199 Hz, ..." for timers, whose
+ * mode is their event), or "off" when nothing was sampled. */
 const char *ins_sampling_describe(const ins_sampling_t *s, char *buf, size_t len);
 /* The summary as JSON: runs, mode, event, hz, samples, lost, notes, attributed, outside, and
  * inside_pct / program_pct (the shares of attributed samples in and outside operators). */

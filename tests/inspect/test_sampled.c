@@ -260,3 +260,20 @@ Test(gc, reports_the_symbols_only_old_runs_used)
   cJSON_Delete(j);
   proc_free(&p);
 }
+
+/* Timers (auto's choice on a machine without a PMU): mode and event are one word, said once. */
+Test(top, timer_sampling_is_named_once)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  int64_t plain;
+  craft(db, &plain);
+  craft_samples(db, plain,
+                &(fake_samples_t){.sampling = "{\"mode\":\"timer\",\"event\":\"timer\","
+                                              "\"hz\":199,\"samples\":20,\"lost\":0}",
+                                  .pcs = (fake_pc_t[]){{64, "/lib/libopenblas.so", "k", 20}},
+                                  .npcs = 1});
+  proc_t p = opjit(NULL, (const char *[]){"top", "--db", db, NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cr_expect(strstr(p.out, "sampled: timer at 199 Hz, 20 samples (0 lost)"), "%s", p.out);
+  proc_free(&p);
+}
