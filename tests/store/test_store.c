@@ -73,6 +73,19 @@ Test(store, creates_schema_private_file_and_folders)
   cr_assert_eq(st.st_mode & 0777, 0700, "folder mode %o", st.st_mode & 0777);
 }
 
+/* A new file is created without syncs (nothing in it to lose); its connection, and every later
+ * one, then syncs as NORMAL says (1). */
+Test(store, a_new_database_is_left_synchronous_normal_in_wal_mode)
+{
+  for (int open = 0; open < 2; open++) { /* created, then opened again */
+    st_db_t *db = fx_open(path, ST_OPEN_CREATE);
+    cr_assert_eq(fx_query(db, "PRAGMA synchronous"), 1, "open %d", open);
+    cr_assert_eq(fx_query(db, "SELECT count(*) FROM pragma_journal_mode WHERE journal_mode='wal'"),
+                 1, "open %d", open);
+    st_close(db);
+  }
+}
+
 Test(store, migrates_from_version_1_keeping_data)
 {
   st_db_t *db = fx_open(path, ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
