@@ -418,8 +418,16 @@ static void fa_verify(ag_mm_check_t *c, const jt_fa_args_t *a, int dk, int dv, i
  * each head's chunks (ggml_flash_attn_ext_reduce_partials); anything else is one chunk. */
 #define FA16_SPLIT_KV 512
 
-/* The lanes of ggml's dot products on this CPU (its AVX-512 variants' vectors, or AVX2's). */
-static int fa16_lanes(void) { return __builtin_cpu_supports("avx512f") ? 16 : 8; }
+/* The lanes of ggml's dot products on this CPU: its AVX-512 variants' vectors where it loads
+ * one (they need F, CD, VL, DQ and BW: ggml-cpu/arch/x86/cpu-feats.cpp), else AVX2's. */
+static int fa16_lanes(void)
+{
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                 __builtin_cpu_supports("avx512bw")
+             ? 16
+             : 8;
+}
 
 /* Keys [c0, c1) of heads [h0, h1) of f's attention, query rows [i0, i1), by kernel k
  * (ag_fa16_ref without one): accumulators into out (row i of head h at out + (i - i0) (h1 - h0) dv +
