@@ -1003,6 +1003,11 @@ static int stop_writer(const char *status, int try)
   int running = writer_running;
   stop = 1;
   end_status = status;
+  /* This thread now waits for the writer's final step: wake it as a normal thread (a
+   * SCHED_BATCH wake-up waits for a free core or a slice end: 2-18 ms at exit on a loaded
+   * machine). Not from _exit's path: it may run in a signal handler. */
+  if (running && !try)
+    pthread_setschedparam(writer, SCHED_OTHER, &(struct sched_param){0});
   pthread_cond_signal(&cond);
   pthread_mutex_unlock(&mu);
   if (!running)
