@@ -496,8 +496,10 @@ static void fa16_heads(const gg_fusion_t *f, jt_fa_fn k, int nth, int64_t h0, in
       if (cs_ == 0.0f)
         continue;
       float mn = fmaxf(m, cm), so = expf(m - mn), sn = expf(cm - mn);
-      for (int64_t d = 0; d < dv; d++) /* as GCC fused ggml's: o so + (acc sn) */
-        o[d] = fmaf(ch ? o[d] : 0.0f, so, part[u * dv + d] * sn);
+      /* as GCC fused ggml's: o so + (acc sn); o is ggml's zeros until a chunk is folded (the
+       * first chunks may have no live key: o is then the graph's old data, maybe NaN) */
+      for (int64_t d = 0; d < dv; d++)
+        o[d] = fmaf(m == -INFINITY ? 0.0f : o[d], so, part[u * dv + d] * sn);
       run[2 * u] = mn, run[2 * u + 1] = fmaf(run[2 * u + 1], so, cs_ * sn);
     }
   }
