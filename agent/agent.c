@@ -1225,9 +1225,9 @@ static void warm_start(int writer_thread)
   ag_fleet_warm(&w);
   warm_ns = (int64_t)(ag_now_ns() - first_call_ns);
   if (w.runs)
-    ag_log(AG_LOG_INFO, "warm start from %lld runs in %.2f ms: %d kernels loaded, %d queued, "
-                        "%d invalidated", (long long)w.runs, (double)warm_ns / 1e6, w.loaded,
-           w.queued, w.invalidated);
+    ag_log(AG_LOG_INFO, "warm start from %lld runs, done %.2f ms after the first call: %d "
+                        "kernels loaded, %d queued, %d invalidated", (long long)w.runs,
+           (double)warm_ns / 1e6, w.loaded, w.queued, w.invalidated);
 }
 
 /* Runs the warm start, lets hot signatures queue again (compile threads load LLVM meanwhile), on
