@@ -68,9 +68,9 @@ int bn_openblas_best(const char *scratch, char *const argv[], char *type, size_t
                      char *core, size_t clen, char *note, size_t nlen);
 /* The CPU's model name (/proc/cpuinfo) into buf, "?" when unknown. */
 void bn_cpu_name(char *buf, size_t len);
-/* The core's clock right now, in GHz, estimated from ~20 us of dependent 64-bit multiplies (3
- * cycles each on the x86-64 cores since Sandy Bridge and Zen): what a kernel left the clock
- * at, read right after it. */
+/* The core's clock right now, in GHz, estimated from 64000 dependent 64-bit multiplies (3
+ * cycles each on the x86-64 cores since Sandy Bridge and Zen: ~65 us at 3 GHz): what a kernel
+ * left the clock at, read right after it. */
 double bn_clock_ghz(void);
 
 /* Creates a private scratch folder under $TMPDIR (else /tmp) into dir. Returns 0 or -1. */
