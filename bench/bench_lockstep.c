@@ -45,7 +45,7 @@ enum { NCFG = sizeof cfgs / sizeof *cfgs };
 
 static float *buf;
 static size_t nfloats;
-static _Atomic int arrived, generation, quit;
+static _Atomic int arrived, generation, quit, stop;
 static _Atomic long nodes;
 static volatile float sink[NT];
 
@@ -68,28 +68,32 @@ static double tsc_ghz(void)
   return (double)(__rdtsc() - c0) / ((now_s() - t0) * 1e9);
 }
 
-static void barrier(void)
+/* Waits for every thread; returns whether the run ends here. The last to arrive reads quit
+ * for all: each reads it back before the next barrier can change it. */
+static int barrier(void)
 {
   int g = atomic_load(&generation);
   if (atomic_fetch_add(&arrived, 1) == NT - 1) {
     atomic_store(&arrived, 0);
+    atomic_store(&stop, atomic_load(&quit));
     atomic_fetch_add(&generation, 1);
   } else {
     while (atomic_load(&generation) == g)
       _mm_pause();
   }
+  return atomic_load(&stop);
 }
 
 static uint32_t own(void) { return 1; }
 
 /* A node: this thread's half of the node's slice, summed (a memory-bound pass, as decode's
- * matrix-vector products are). Thread 0 counts the node and ends the run at a node boundary,
- * so no thread is left waiting at the barrier. */
+ * matrix-vector products are). Thread 0 counts the node; every thread ends the run after the
+ * same barrier, so none is left waiting at the next. */
 static void *worker(void *arg)
 {
   int id = (int)(long)arg;
   size_t slice = nfloats / NODES, part = slice / NT;
-  for (long n = 0; !atomic_load(&quit); n++) {
+  for (long n = 0;; n++) {
     const float *p = buf + (size_t)(n % NODES) * slice + (size_t)id * part;
     __m128 s0 = _mm_setzero_ps(), s1 = _mm_setzero_ps(), s2 = s0, s3 = s0;
     for (size_t i = 0; i + 16 <= part; i += 16) {
@@ -103,7 +107,8 @@ static void *worker(void *arg)
     sink[id] += v[0] + v[3];
     if (id == 0)
       atomic_fetch_add(&nodes, 1);
-    barrier();
+    if (barrier())
+      break;
   }
   return NULL;
 }
