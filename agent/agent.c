@@ -953,9 +953,11 @@ static void *writer_main(void *arg)
    * waiting for it at a barrier: a graph host's, after every node); the writer waits for a free
    * core or the running thread's slice end, keeping its fair share (at nice 19 a fork child's
    * final write missed its deadline, 1 test run in 3 on a loaded machine). A compile thread it
-   * starts later (for what its samples made hot) inherits it and runs beside the host alike. */
-  pthread_setschedparam(pthread_self(), SCHED_BATCH, &(struct sched_param){0});
+   * starts later (for what its samples made hot) inherits it and runs beside the host alike.
+   * Not once stop_writer has asked for the final step (it made the writer a normal thread). */
   pthread_mutex_lock(&mu);
+  if (!stop)
+    pthread_setschedparam(pthread_self(), SCHED_BATCH, &(struct sched_param){0});
   for (unsigned ticks = 1;; ticks++) {
     struct timespec dl = ag_deadline_after(CLOCK_MONOTONIC, tick_ms);
     while (!stop && pthread_cond_timedwait(&cond, &mu, &dl) != ETIMEDOUT)
