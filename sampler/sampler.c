@@ -623,8 +623,8 @@ static int tick_hz(void)
  * timer comes before a perf clock when the rate fits the scheduler's tick: the timer expires
  * on the tick that interrupts the thread anyway, while each task-clock sample is an interrupt
  * of its own (an hrtimer), which costs far more than its signal in a virtual machine
- * (bench_lockstep, docs/stacks.md: 51-75 us of two lock-step threads' wall time a task-clock
- * sample, about the handler's own ~6 us a timer's). Above the tick rate a timer could not keep
+ * (bench_lockstep, docs/stacks.md: 35-124 us of two lock-step threads' wall time a task-clock
+ * sample, 0-49 us a timer's, whose handler alone takes 6-11 us). Above the tick rate a timer could not keep
  * the rate (its samples would weigh the periods they miss), so the perf clock comes first. */
 static void mode_ladder(const char *want, int out[4])
 {
