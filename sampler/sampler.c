@@ -624,8 +624,9 @@ static int tick_hz(void)
  * on the tick that interrupts the thread anyway, while each task-clock sample is an interrupt
  * of its own (an hrtimer), which costs far more than its signal in a virtual machine
  * (bench_lockstep, docs/stacks.md: 35-124 us of two lock-step threads' wall time a task-clock
- * sample, 0-49 us a timer's, whose handler alone takes 6-11 us). Above the tick rate a timer could not keep
- * the rate (its samples would weigh the periods they miss), so the perf clock comes first. */
+ * sample, 0-49 us a timer's, whose handler alone takes 6-11 us). Above the tick rate a timer
+ * could not keep the rate (its samples would weigh the periods they miss), so the perf clock
+ * comes first. */
 static void mode_ladder(const char *want, int out[4])
 {
   int n = 0, auto_ = strcmp(want, "auto") == 0, cycles = auto_ || strcmp(want, "cycles") == 0;
@@ -676,9 +677,8 @@ static void choose_mode(pid_t self, const int ladder[4], int *at)
         return;
       }
     } else if (status.mode == SP_PERF_SW) {
-      int fd = open_event(PERF_TYPE_SOFTWARE,
-                          status.event[0] == 'c' ? PERF_COUNT_SW_CPU_CLOCK : PERF_COUNT_SW_TASK_CLOCK,
-                          self, -1, 1);
+      uint64_t sw = status.event[0] == 'c' ? PERF_COUNT_SW_CPU_CLOCK : PERF_COUNT_SW_TASK_CLOCK;
+      int fd = open_event(PERF_TYPE_SOFTWARE, sw, self, -1, 1);
       if (fd >= 0) {
         sp_sys.close(fd);
         return;
@@ -686,8 +686,11 @@ static void choose_mode(pid_t self, const int ladder[4], int *at)
     } else {
       return; /* a timer (tried on every thread when arming), or off */
     }
-    explain(status.event, errno);
-    if (strcmp(want, "auto") != 0 || status.mode != SP_PERF_HW)
+    int err = errno;
+    explain(status.event, err);
+    /* Under auto, cycles refused for want of a PMU (ENOENT, EOPNOTSUPP, ...) is the machine's;
+     * refused by permission (perf_event_paranoid, seccomp) it is a step down to warn of. */
+    if (strcmp(want, "auto") != 0 || status.mode != SP_PERF_HW || err == EACCES || err == EPERM)
       status.fallback = 1;
   }
 }

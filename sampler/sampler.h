@@ -8,8 +8,8 @@
  * when the rate fits the scheduler's tick (a timer expires on the tick that interrupts the
  * thread anyway; a task-clock sample is an interrupt of its own, which a virtual machine makes
  * costly: bench_lockstep), with task-clock before the timers above it. Each step down is one
- * note in the status, and a fallback (one warning) unless it is auto's from hardware cycles,
- * refused for any reason (a PMU the machine may lack). A timer fires at most once per
+ * note in the status, and a fallback (one warning) unless it is auto's from hardware cycles
+ * the machine lacks (refused other than by permission: EACCES, EPERM). A timer fires at most once per
  * scheduler tick (CONFIG_HZ): its samples carry the periods they stand for (weight), so that
  * counts keep meaning samples at the asked rate. Threads are armed when sampling
  * starts (every thread in /proc/self/task), when they are created (sp_thread_begin from the

@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
+#include <linux/perf_event.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -505,21 +507,39 @@ Test(sampler, above_the_tick_rate_the_perf_clock_comes_first)
   cr_assert(c && t && c < t, "%s", st.notes);
 }
 
+static int no_pmu(struct perf_event_attr *a, pid_t t, int c, int g, unsigned long f)
+{
+  (void)t, (void)c, (void)g, (void)f;
+  if (a->type == PERF_TYPE_HARDWARE) {
+    errno = ENOENT;
+    return -1;
+  }
+  return (int)syscall(SYS_perf_event_open, a, t, c, g, f);
+}
+
 /* Auto on a machine without a PMU, at the default rate: timers, and no fallback to warn of
- * (a missing PMU is the machine's, not a refusal). */
+ * (a missing PMU is the machine's, not a refusal); refused by permission, the same timers
+ * with a fallback (the warning says hardware counters were denied). */
 Test(sampler, auto_without_a_pmu_samples_with_timers)
 {
   struct timespec res;
   cr_assert_eq(clock_getres(CLOCK_MONOTONIC_COARSE, &res), 0);
   if (res.tv_nsec > 1000000000L / 199)
     cr_skip_test("this kernel ticks at %ld Hz, under 199", 1000000000L / res.tv_nsec);
-  sp_sys.perf_event_open = refuse_perf;
+  sp_sys.perf_event_open = no_pmu;
   sp_config_t cfg = {.hz = 199, .events = "auto", .stack_depth = 4, .attrib = {own, NULL}};
   cr_assert_eq(sp_start(&cfg), 0);
   sp_status_t st;
   sp_status(&st);
   cr_assert_eq(st.mode, SP_TIMER);
   cr_assert_eq(st.fallback, 0, "%s", st.notes);
+  sp_stop();
+  sp_sys.perf_event_open = refuse_perf;
+  cr_assert_eq(sp_start(&cfg), 0);
+  sp_status(&st);
+  cr_assert_eq(st.mode, SP_TIMER);
+  cr_assert_eq(st.fallback, 1, "%s", st.notes);
+  cr_assert(strstr(st.notes, "cycles: not permitted"), "%s", st.notes);
 }
 
 /* Timers, asked for: no step down, and samples whose weights add up to the asked rate's count
