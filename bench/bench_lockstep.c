@@ -218,9 +218,8 @@ int main(int argc, char **argv)
     char cost[32] = "-";
     if (per_s > 0 && med < 1)
       snprintf(cost, sizeof cost, "%.1f us", (1 - med) / (per_s * NT) * 1e6);
-    printf("%-22s %12.0f %9.3f +-%.3f %14.0f %18s %13.1f us\n", label,
-           bn_median(a, (size_t)rounds), med, spread, per_s, cost,
-           bn_median(o, (size_t)rounds) / 1000);
+    printf("%-22s %12.0f %9.3f +-%.3f %14.0f %18s %13.1f us\n", label, bn_median(a, (size_t)rounds),
+           med, spread, per_s, cost, bn_median(o, (size_t)rounds) / 1000);
   }
   free(buf);
   return 0;
