@@ -68,6 +68,20 @@ static void report(int n, const double *tg, const double *tk, const double *rati
          mag, name);
 }
 
+/* The operands from one fixed random sequence: q[0..nq) in [-2, 2), k[0..nkv) in [-2, 2) and
+ * v[0..nkv) in [-0.5, 0.5) (nq <= nkv), the same for every run and both timed sides. */
+static void fill(float *q, size_t nq, ggml_fp16_t *k, ggml_fp16_t *v, size_t nkv)
+{
+  uint64_t rng = 99;
+  for (size_t i = 0; i < nkv; i++) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    if (i < nq)
+      q[i] = (float)((double)(rng >> 40) / (1 << 24) - 0.5) * 4;
+    k[i] = ggml_fp32_to_fp16((float)((double)((rng >> 20) & 0xfffff) / (1 << 20) - 0.5) * 4);
+    v[i] = ggml_fp32_to_fp16((float)((double)(rng & 0xfffff) / (1 << 20) - 0.5));
+  }
+}
+
 /* The kernel of g compiled into *kern; 0 or -1. */
 static int compile(const jt_api_t *jit, jt_gemm_t *g, jt_fa_fn *kern, jt_gemm_fn *fn, char *name,
                    size_t len)
@@ -109,18 +123,11 @@ static int decode(const jt_api_t *jit, ggml_backend_t be, int n, int rounds)
     fprintf(stderr, "bench_fa: cannot allocate the tensors\n");
     return -1;
   }
-  uint64_t rng = 99;
   size_t nkv = (size_t)DK * HEADS * n;
   float *qf = malloc((size_t)DK * HEADS * sizeof *qf);
   ggml_fp16_t *kh = malloc(nkv * sizeof *kh), *vh = malloc(nkv * sizeof *vh);
   ggml_fp16_t *mh = malloc((size_t)n * sizeof *mh);
-  for (size_t i = 0; i < nkv; i++) {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    if (i < (size_t)DK * HEADS)
-      qf[i] = (float)((double)(rng >> 40) / (1 << 24) - 0.5) * 4;
-    kh[i] = ggml_fp32_to_fp16((float)((double)((rng >> 20) & 0xfffff) / (1 << 20) - 0.5) * 4);
-    vh[i] = ggml_fp32_to_fp16((float)((double)(rng & 0xfffff) / (1 << 20) - 0.5));
-  }
+  fill(qf, (size_t)DK * HEADS, kh, vh, nkv);
   for (int j = 0; j < n; j++) /* the cache's last 32 cells empty, as llama's padding leaves them */
     mh[j] = ggml_fp32_to_fp16(j < n - 32 ? 0.0f : -INFINITY);
   ggml_backend_tensor_set(q, qf, 0, (size_t)DK * HEADS * sizeof *qf);
@@ -205,17 +212,11 @@ static int prompt(const jt_api_t *jit, ggml_backend_t be, int n, int rounds)
     fprintf(stderr, "bench_fa: cannot allocate the tensors\n");
     return -1;
   }
-  uint64_t rng = 99;
   size_t nq = (size_t)DK * n * HEADS;
   float *qf = malloc(nq * sizeof *qf);
   ggml_fp16_t *kh = malloc(nq * sizeof *kh), *vh = malloc(nq * sizeof *vh);
   ggml_fp16_t *mh = malloc((size_t)n * n * sizeof *mh);
-  for (size_t i = 0; i < nq; i++) {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    qf[i] = (float)((double)(rng >> 40) / (1 << 24) - 0.5) * 4;
-    kh[i] = ggml_fp32_to_fp16((float)((double)((rng >> 20) & 0xfffff) / (1 << 20) - 0.5) * 4);
-    vh[i] = ggml_fp32_to_fp16((float)((double)(rng & 0xfffff) / (1 << 20) - 0.5));
-  }
+  fill(qf, nq, kh, vh, nq);
   for (int i = 0; i < n; i++)
     for (int j = 0; j < n; j++)
       mh[(size_t)i * n + j] = ggml_fp32_to_fp16(j <= i ? 0.0f : -INFINITY);
