@@ -14,12 +14,14 @@
 #include "agent/machine.h"
 #include "agent/opt.h"
 #include "jit/jit.h"
+#include "sampler/ladder.h"
 
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <signal.h>
 #include <limits.h>
 #include <link.h>
 #include <linux/perf_event.h>
@@ -373,6 +375,45 @@ static void check_perf(cJSON *o, const char *key, unsigned type, unsigned long l
   cJSON_AddStringToObject(j, "error", why);
 }
 
+/* Whether this thread can have a CPU-time timer (the sampler's timer mechanism). */
+static int timer_works(void)
+{
+  timer_t t;
+  struct sigevent ev = {.sigev_notify = SIGEV_NONE};
+  if (timer_create(CLOCK_THREAD_CPUTIME_ID, &ev, &t))
+    return 0;
+  timer_delete(t);
+  return 1;
+}
+
+/* What the agent would sample with here: OPJIT_EVENTS's ladder at OPJIT_SAMPLE_HZ
+ * (sampler/ladder.h) walked with the perf events probed above (o's perf_cycles and
+ * perf_task_clock; cpu-clock is taken to behave as task-clock) and a timer probed now. Adds
+ * sampling {events, hz, ladder, picks}; picks is "off" when the rate is 0 or nothing works. */
+static void check_sampling(cJSON *o, const ag_opts_t *opts, int tick)
+{
+  char want[32];
+  ag_opts_format(opts, AG_OPT_EVENTS, want, sizeof want);
+  int hz = (int)opts->num[AG_OPT_SAMPLE_HZ], ladder[4];
+  cJSON *s = cJSON_AddObjectToObject(o, "sampling");
+  cJSON_AddStringToObject(s, "events", want);
+  cJSON_AddNumberToObject(s, "hz", hz);
+  sp_ladder(want, hz, tick, ladder);
+  cJSON *steps = cJSON_AddArrayToObject(s, "ladder");
+  const char *picks = "off";
+  for (int i = 0; hz > 0 && ladder[i] != SP_OFF; i++) {
+    const char *ev = sp_mode_event(ladder[i], want);
+    cJSON_AddItemToArray(steps, cJSON_CreateString(ev));
+    const char *probe = ladder[i] == SP_PERF_HW ? "perf_cycles"
+                        : ladder[i] == SP_PERF_SW ? "perf_task_clock" : NULL;
+    int ok = probe ? cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(o, probe), "ok"))
+                   : timer_works();
+    if (ok && strcmp(picks, "off") == 0)
+      picks = ev;
+  }
+  cJSON_AddStringToObject(s, "picks", picks);
+}
+
 /* The vector ISA ranks the BLAS check compares: a core's kernels against the CPU. */
 enum { RANK_SSE, RANK_AVX, RANK_AVX2, RANK_AVX512 };
 static const char *const rank_names[] = {"SSE", "AVX", "AVX2", "AVX-512"};
@@ -552,7 +593,6 @@ static cJSON *check_machine(const char *dbopt)
   ag_opts_parse(&opts, ins_getenv, NULL);
   cJSON_AddStringToObject(o, "jit_isa", ag_isa_name(ag_machine_isa_choose(
                                             opts.num[AG_OPT_ISA], m.exts, why, sizeof why)));
-  ag_opts_free(&opts);
   if (why[0])
     cJSON_AddStringToObject(o, "jit_isa_warning", why);
   ag_machine_cpu_key(model, flags, key, sizeof key);
@@ -564,13 +604,13 @@ static cJSON *check_machine(const char *dbopt)
     cJSON_AddNullToObject(o, "perf_event_paranoid");
   check_perf(o, "perf_cycles", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES, paranoid);
   check_perf(o, "perf_task_clock", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK, paranoid);
-  /* The scheduler's tick (a coarse clock's resolution): without a PMU, OPJIT_EVENTS=auto
-   * samples with CPU-time timers up to that rate (sampler.h). */
-  struct timespec res;
-  if (clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0 && !res.tv_sec && res.tv_nsec > 0)
-    cJSON_AddNumberToObject(o, "tick_hz", (double)(1000000000L / res.tv_nsec));
+  int tick = sp_tick_hz(); /* the scheduler's tick: the timers' ceiling (sampler/ladder.h) */
+  if (tick > 0)
+    cJSON_AddNumberToObject(o, "tick_hz", tick);
   else
     cJSON_AddNullToObject(o, "tick_hz");
+  check_sampling(o, &opts, tick);
+  ag_opts_free(&opts);
   check_blas(o, &m, vendor);
   return o;
 }
@@ -595,6 +635,34 @@ static void print_perf(const cJSON *m, const char *key, const char *label)
   const cJSON *p = cJSON_GetObjectItem(m, key);
   printf("  %-20s %s%s\n", label, cJSON_IsTrue(cJSON_GetObjectItem(p, "ok")) ? "works" : "fails: ",
          cJSON_IsTrue(cJSON_GetObjectItem(p, "ok")) ? "" : str(p, "error"));
+}
+
+/* The sampling line: what OPJIT_EVENTS picks here at OPJIT_SAMPLE_HZ, the ladder it walks, and
+ * the tick that decides whether timers come before task-clock. */
+static void print_sampling(const cJSON *m)
+{
+  const cJSON *s = cJSON_GetObjectItem(m, "sampling"), *step;
+  char ladder[128] = "";
+  size_t at = 0;
+  cJSON_ArrayForEach(step, cJSON_GetObjectItem(s, "ladder"))
+  {
+    int w = snprintf(ladder + at, sizeof ladder - at, "%s%s", at ? " > " : "",
+                     cJSON_GetStringValue(step));
+    if (w < 0 || (size_t)w >= sizeof ladder - at)
+      break;
+    at += (size_t)w;
+  }
+  int hz = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(s, "hz"));
+  if (strcmp(str(s, "picks"), "off") == 0)
+    printf("  %-20s off (OPJIT_SAMPLE_HZ=%d, OPJIT_EVENTS=%s)\n", "sampling", hz,
+           str(s, "events"));
+  else if (strcmp(str(s, "events"), "auto") == 0 || strcmp(str(s, "events"), "cycles") == 0)
+    printf("  %-20s %s at %d Hz (OPJIT_EVENTS=%s tries %s; without a PMU CPU-time timers come "
+           "before task-clock up to the scheduler's tick, %s Hz)\n",
+           "sampling", str(s, "picks"), hz, str(s, "events"), ladder, str(m, "tick_hz"));
+  else
+    printf("  %-20s %s at %d Hz (OPJIT_EVENTS=%s tries %s)\n", "sampling", str(s, "picks"), hz,
+           str(s, "events"), ladder);
 }
 
 /* Three widths' figures of one dtype ("-" where not measured). */
@@ -723,11 +791,7 @@ static void print_report(const cJSON *doc)
   printf("  %-20s %s\n", "perf_event_paranoid", str(m, "perf_event_paranoid"));
   print_perf(m, "perf_cycles", "hw cycles");
   print_perf(m, "perf_task_clock", "sw task-clock");
-  const cJSON *tick = cJSON_GetObjectItem(m, "tick_hz");
-  if (!cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "perf_cycles"), "ok")) &&
-      cJSON_IsNumber(tick))
-    printf("  %-20s CPU-time timers up to %s Hz (the scheduler's tick: no interrupt of their "
-           "own), task-clock above\n", "sampling (auto)", str(m, "tick_hz"));
+  print_sampling(m);
   print_blas(m);
   printf("\n%s\n", cJSON_IsTrue(cJSON_GetObjectItem(doc, "healthy")) ? "healthy"
                                                                      : "unhealthy: the database is unusable");

@@ -10,6 +10,7 @@
  * a late signal can never write into freed memory. The handler stays installed for the life of
  * the process: a real-time signal's default action would kill it. */
 #define _GNU_SOURCE
+#include "ladder.h"
 #include "sampler.h"
 #include "sys.h"
 #include "unwind.h"
@@ -609,47 +610,6 @@ static int pick_signal(void)
   return -1;
 }
 
-/* The scheduler's tick rate (CONFIG_HZ): a coarse clock advances once per tick, so its
- * resolution is the tick's period. 0 when the kernel does not say. */
-static int tick_hz(void)
-{
-  struct timespec res;
-  if (clock_getres(CLOCK_MONOTONIC_COARSE, &res) || res.tv_sec || res.tv_nsec <= 0)
-    return 0;
-  return (int)(1000000000L / res.tv_nsec);
-}
-
-/* The mechanisms to try, best first, ending with SP_OFF. Without a PMU a thread's CPU-time
- * timer comes before a perf clock when the rate fits the scheduler's tick: the timer expires
- * on the tick that interrupts the thread anyway, while each task-clock sample is an interrupt
- * of its own (an hrtimer), which costs far more than its signal in a virtual machine
- * (bench_lockstep, docs/stacks.md: 35-124 us of two lock-step threads' wall time a task-clock
- * sample, 0-49 us a timer's, whose handler alone takes 6-11 us). Above the tick rate a timer
- * could not keep the rate (its samples would weigh the periods they miss), so the perf clock
- * comes first. */
-static void mode_ladder(const char *want, int out[4])
-{
-  int n = 0, auto_ = strcmp(want, "auto") == 0, cycles = auto_ || strcmp(want, "cycles") == 0;
-  int clock = cycles || strcmp(want, "task-clock") == 0 || strcmp(want, "cpu-clock") == 0;
-  int tick = tick_hz(), timer_first = cycles && tick > 0 && cfg.hz <= tick;
-  if (cycles)
-    out[n++] = SP_PERF_HW;
-  if (timer_first)
-    out[n++] = SP_TIMER;
-  if (clock)
-    out[n++] = SP_PERF_SW;
-  if (!timer_first)
-    out[n++] = SP_TIMER;
-  out[n] = SP_OFF;
-}
-
-static const char *mode_event(int mode, const char *want)
-{
-  if (mode == SP_PERF_SW)
-    return strcmp(want, "cpu-clock") == 0 ? "cpu-clock" : "task-clock";
-  return mode == SP_TIMER ? "timer" : mode == SP_PERF_HW ? "cycles" : "off";
-}
-
 /* Probes the perf mechanisms of the ladder from step *at down on the calling thread (a timer
  * is tried when threads are armed); sets status.mode/event and leaves *at on the mode chosen.
  * Every refused step is noted; one the user asked for (or, under auto, anything but the PMU a
@@ -659,7 +619,7 @@ static void choose_mode(pid_t self, const int ladder[4], int *at)
   const char *want = cfg.events ? cfg.events : "auto";
   for (;; ++*at) {
     status.mode = ladder[*at];
-    status.event = mode_event(status.mode, want);
+    status.event = sp_mode_event(status.mode, want);
     status.ncounters = 0;
     if (status.mode == SP_PERF_HW) {
       int fd = open_event(hw_events[0].type, hw_events[0].config, self, -1, 1);
@@ -832,7 +792,7 @@ int sp_start(const sp_config_t *c)
   delivery_cycles = measure_delivery();
   uw_refresh();
   int ladder[4], at = 0;
-  mode_ladder(cfg.events ? cfg.events : "auto", ladder);
+  sp_ladder(cfg.events ? cfg.events : "auto", cfg.hz, sp_tick_hz(), ladder);
   choose_mode(self, ladder, &at);
   max_armed = (int)(fds / 4 / (status.mode == SP_PERF_HW ? 1 + status.ncounters : 1));
   atomic_store(&active, 1);

@@ -65,6 +65,63 @@ Test(doctor, json_has_options_bad_values_and_the_database)
   proc_free(&p);
 }
 
+/* doctor --json's machine object under the environment env. */
+static cJSON *doctor_machine(const char **env, cJSON **doc, proc_t *p)
+{
+  *p = opjit(env, (const char *[]){"doctor", "--db", "/nonexistent/p.db", "--json", NULL});
+  cr_assert_eq(p->status, 0, "%s", p->err);
+  *doc = proc_json(p);
+  return cJSON_GetObjectItem(*doc, "machine");
+}
+
+static const char *picks(const cJSON *m)
+{
+  return cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "sampling"), "picks"));
+}
+
+static int probe_ok(const cJSON *m, const char *key)
+{
+  return cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(m, key), "ok"));
+}
+
+/* The sampling line follows OPJIT_EVENTS and OPJIT_SAMPLE_HZ through the sampler's ladder, with
+ * what this machine's perf events did when probed. */
+Test(doctor, sampling_follows_the_events_the_rate_and_the_probes)
+{
+  cJSON *doc;
+  proc_t p;
+  const cJSON *m = doctor_machine((const char *[]){"OPJIT_SAMPLE_HZ=0", NULL}, &doc, &p);
+  cr_expect_str_eq(picks(m), "off");
+  cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "sampling"),
+                                                      "ladder")), 0);
+  cJSON_Delete(doc), proc_free(&p);
+
+  m = doctor_machine((const char *[]){"OPJIT_EVENTS=timer", NULL}, &doc, &p);
+  cr_expect_str_eq(picks(m), "timer");
+  cJSON_Delete(doc), proc_free(&p);
+
+  m = doctor_machine((const char *[]){"OPJIT_EVENTS=task-clock", "OPJIT_SAMPLE_HZ=1000", NULL},
+                     &doc, &p);
+  const cJSON *l = cJSON_GetObjectItem(cJSON_GetObjectItem(m, "sampling"), "ladder");
+  cr_expect_eq(cJSON_GetArraySize(l), 2);
+  cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetArrayItem(l, 0)), "task-clock");
+  cr_expect_str_eq(picks(m), probe_ok(m, "perf_task_clock") ? "task-clock" : "timer");
+  cJSON_Delete(doc), proc_free(&p);
+
+  /* auto at a rate the tick keeps: a timer before task-clock unless the PMU answers */
+  m = doctor_machine((const char *[]){"OPJIT_EVENTS=auto", "OPJIT_SAMPLE_HZ=50", NULL}, &doc,
+                     &p);
+  l = cJSON_GetObjectItem(cJSON_GetObjectItem(m, "sampling"), "ladder");
+  cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetArrayItem(l, 0)), "cycles");
+  if (cJSON_GetNumberValue(cJSON_GetObjectItem(m, "tick_hz")) >= 50)
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetArrayItem(l, 1)), "timer");
+  if (probe_ok(m, "perf_cycles"))
+    cr_expect_str_eq(picks(m), "cycles");
+  else
+    cr_expect_str_eq(picks(m), "timer");
+  cJSON_Delete(doc), proc_free(&p);
+}
+
 Test(doctor, unusable_database_is_unhealthy_missing_one_is_not)
 {
   char *dir = scratch_dir(), *db = path_in(dir, "p.db");
