@@ -50,9 +50,9 @@
       "slower (0: publish untimed)")                                                         \
   OPT(JIT_THREADS, INT, "1", 1, 8, NULL,                                                     \
       "compile threads (each with its own LLVM session), started as the queue needs them")   \
-  OPT(JIT_MAX_DIM, INT, "160", 1, 4096, NULL,                                                \
-      "largest M, N or K compiled: bigger GEMMs stay on the library, whose cache blocking "  \
-      "wins there")                                                                          \
+  OPT(JIT_MAX_DIM, INT, "512", 1, 4096, NULL,                                                \
+      "largest M, N or K compiled (the generator's own limit is 512); a large GEMM's kernel "\
+      "serves only where its duel measures it faster than the library")                     \
   OPT(VERIFY, INT, "2", 0, 1000, NULL,                                                       \
       "calls of a new variant also run on the original and compared")                        \
   OPT(WARM, BOOL, "1", 0, 1, NULL,                                                           \

@@ -65,6 +65,7 @@
 #include "bench.h"
 
 #include "agent/machine.h"
+#include "agent/opt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -132,7 +133,7 @@ static size_t ncompile, compile_cap, ncompile_zero;
 static double *kcompile_ms;                /* K: compiled in the child, no agent */
 static size_t nkcompile;
 static char scratch[PATH_MAX], xsmm[PATH_MAX + 32], xsmm_why[160];
-static int jit_max_dim = 160;
+static int jit_max_dim; /* OPJIT_JIT_MAX_DIM: the workers' environment, else the agent's default */
 /* OpenBLAS's cores: as OPENBLAS_CORETYPE names them ("" = its own choice) and as it reports
  * them at load ("Core: SkylakeX"). */
 static char coretype[NCFG][32], core[NCFG][32], best_note[256];
@@ -891,8 +892,7 @@ int main(int argc, char **argv)
     return 2;
   }
   const char *md = getenv("OPJIT_JIT_MAX_DIM");
-  if (md && atoi(md) > 0)
-    jit_max_dim = atoi(md);
+  jit_max_dim = atoi(md && atoi(md) > 0 ? md : ag_opt_desc(AG_OPT_JIT_MAX_DIM)->def);
   unsetenv("OPENBLAS_CORETYPE"); /* each configuration sets its own */
   make_cases(set);
   if (bn_scratch_new(scratch, sizeof scratch))

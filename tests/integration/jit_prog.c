@@ -6,6 +6,7 @@
  *                    alpha/beta in {0, 1, -1, general}, padded leading dimensions, float and
  *                    double, M, N, K in 1..160), each called P times in passes separated by
  *                    short pauses (so compiled variants serve the later passes)
+ *   large S P SEED   the same with M, N and K in 161..400
  *   threads T N      T threads calling a shared set of signatures N times each
  *   alias            after a signature has a variant, calls it with C overlapping B: the result
  *                    must be the original library's, bit for bit
@@ -96,6 +97,8 @@ static uint64_t next(uint64_t *s)
   return *s >> 33;
 }
 
+static int large; /* "large": random_sig's M, N and K in 161..400 */
+
 static void random_sig(gemm_sig_t *g, uint64_t *s)
 {
   static const double sc[] = {0, 1, -1, 0.5, -2.25};
@@ -105,9 +108,10 @@ static void random_sig(gemm_sig_t *g, uint64_t *s)
   g->ta = "NTC"[next(s) % 3];
   g->tb = "NTC"[next(s) % 3];
   int big = next(s) % 8 == 0;
-  g->m = 1 + (int)(next(s) % (big ? 160 : 48));
-  g->n = 1 + (int)(next(s) % (big ? 160 : 48));
-  g->k = 1 + (int)(next(s) % (big ? 160 : 48));
+  int lo = large ? 161 : 1, span = large ? 240 : big ? 160 : 48;
+  g->m = lo + (int)(next(s) % (unsigned)span);
+  g->n = lo + (int)(next(s) % (unsigned)span);
+  g->k = lo + (int)(next(s) % (unsigned)span);
   g->alpha = sc[next(s) % 5];
   g->beta = sc[next(s) % 5];
   /* Leading dimensions: rows of each operand as stored (row-major stores rows as columns). */
@@ -539,7 +543,7 @@ int main(int argc, char **argv)
     return 77;
   }
   const char *mode = argc > 1 ? argv[1] : "";
-  if (!strcmp(mode, "sweep") && argc > 4)
+  if ((!strcmp(mode, "sweep") || (large = !strcmp(mode, "large"))) && argc > 4)
     sweep(atoi(argv[2]), atoi(argv[3]), strtoull(argv[4], NULL, 10));
   else if (!strcmp(mode, "threads") && argc > 3)
     threads(atoi(argv[2]), atoi(argv[3]), 0);
