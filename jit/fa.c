@@ -25,9 +25,16 @@
  * by 4 rows.
  *
  * fa == 2 (fa16_block, below) is ggml's path for fewer rows, step by step (jit.h says which):
- * one key at a time for a block of heads side by side (6 under AVX-512, 4 under AVX2), the
- * accumulators in registers as f32 values that are f16 values, rounded after each step, e^x
- * glibc's expf in vector form, the rescale a branch taken only when a maximum grows. */
+ * one key at a time for a block of heads side by side, the accumulators in registers as f32
+ * values that are f16 values, rounded after each step, e^x glibc's expf in vector form, the
+ * rescale a branch taken only when a maximum grows. The heads of a block are as many as the
+ * registers hold (fa16_heads: under AVX-512 4 of DV 64, 2 of DV 128; under AVX2 1). Query
+ * heads grouped on a K/V head (GQA) by at least a shared block's heads are taken a group at
+ * a time, in blocks of its heads that convert each key and value vector once for all of them;
+ * other groupings (and none) in unshared blocks, each head's K/V head its own:
+ *
+ *   group >= shared heads: for each K/V head: for its heads in blocks: rows: fa16_block(shared)
+ *   otherwise:             for the heads in blocks of nr:          rows: fa16_block */
 #include "fa.h"
 #include "gemm.h"
 #include "irloop.h"
@@ -553,27 +560,33 @@ static LLVMValueRef bcast(fgen_t *g, LLVMValueRef v, int r)
                                 cvec(c32(g, r), (unsigned)g->V), "");
 }
 
-/* Query row i of the R = s->nr heads from head h (those past the last repeat it, never stored)
- * over keys [c0, c1) (the builder in the rows loop's body); qbuf: R DK floats of the caller's,
- * for the rounded queries. The heads go through each key side by side: their scores summed
- * across lanes together (tsum), the softmax's steps on a vector of the heads, e^x by vexpf,
- * the accumulators rescaled when any head's maximum grows (by 1, exactly, for the others). */
-static void fa16_block(fgen_t *g, call_t *c, LLVMValueRef c0, LLVMValueRef c1, LLVMValueRef msout,
-                       LLVMValueRef heads, const LLVMValueRef *hs, LLVMValueRef h, LLVMValueRef i,
-                       LLVMValueRef qbuf)
+/* A block of fa16_block's heads: R side by side, head r at index hr[r] of the call's (a block
+ * that the heads do not fill repeats its last), its keys at kp[r] and values at vp[r], stored
+ * when keep[r]. shared: the R heads are one K/V group's (kp[r] and vp[r] are the first's), and
+ * each key's vectors are converted once for them all. */
+typedef struct fa16_blk_s {
+  int R, shared;
+  LLVMValueRef hr[MAXR], kp[MAXR], vp[MAXR], keep[MAXR];
+} fa16_blk_t;
+
+/* Query row i of block k's heads over keys [c0, c1) (the builder in the rows loop's body); qbuf:
+ * k->R DK floats of the caller's, for the rounded queries; hs: the call's q, k, v and out head
+ * strides. The heads go through each key side by side: their scores summed across lanes
+ * together (tsum), the softmax's steps on a vector of the heads, e^x by vexpf, the accumulators
+ * rescaled when any head's maximum grows (by 1, exactly, for the others). Each head's dot
+ * product keeps ggml's 4 partial sums: a shared block takes the key's vectors one at a time into
+ * every head's sums (4 R registers), an unshared one a head at a time (4). */
+static void fa16_block(fgen_t *g, call_t *c, const fa16_blk_t *k, LLVMValueRef c0, LLVMValueRef c1,
+                       LLVMValueRef msout, LLVMValueRef heads, const LLVMValueRef *hs,
+                       LLVMValueRef i, LLVMValueRef qbuf)
 {
   LLVMBuilderRef b = g->b;
-  int NQ = g->DK / g->V, NO = g->DV / g->V, R = g->R;
-  LLVMValueRef kp[MAXR], vp[MAXR], hr[MAXR], last = LLVMBuildNSWSub(b, heads, c64(g, 1), "");
+  int NQ = g->DK / g->V, NO = g->DV / g->V, R = k->R;
   for (int r = 0; r < R; r++) {
-    LLVMValueRef x = add(g, h, c64(g, r));
-    hr[r] = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, x, heads, ""), x, last, "head");
-    LLVMValueRef qp = gep(g, g->f32, c->q,
-                          add(g, LLVMBuildMul(b, hr[r], hs[0], ""), LLVMBuildMul(b, i, c->qs, "")));
+    LLVMValueRef qoff = add(g, LLVMBuildMul(b, k->hr[r], hs[0], ""), LLVMBuildMul(b, i, c->qs, ""));
+    LLVMValueRef qp = gep(g, g->f32, c->q, qoff);
     for (int d = 0; d < NQ; d++)
       vst(g, r16(g, vld(g, qp, c64(g, (long)d * g->V))), qbuf, c64(g, (long)(r * NQ + d) * g->V));
-    kp[r] = gep(g, g->half, c->k, LLVMBuildMul(b, hr[r], hs[1], ""));
-    vp[r] = gep(g, g->half, c->v, LLVMBuildMul(b, hr[r], hs[2], ""));
   }
   LLVMValueRef mrow = LLVMBuildMul(b, i, c->ms, "");
   LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
@@ -605,17 +618,23 @@ static void fa16_block(fgen_t *g, call_t *c, LLVMValueRef c0, LLVMValueRef c1, L
   LLVMBuildCondBr(b, LLVMBuildFCmp(b, LLVMRealOEQ, mv, cf(g, -INFINITY), ""), latch, live);
   /* live: the scores, the new maxima, e^x */
   LLVMPositionBuilderAtEnd(b, live);
-  LLVMValueRef t[MAXR], koff = LLVMBuildMul(b, j, c->ks, "");
-  for (int r = 0; r < R; r++) {
-    LLVMValueRef part[4] = {NULL, NULL, NULL, NULL}, kr = gep(g, g->half, kp[r], koff);
+  LLVMValueRef t[MAXR], part[MAXR][4], koff = LLVMBuildMul(b, j, c->ks, "");
+  for (int r = 0; r < R; r++)
+    for (int p = 0; p < 4; p++)
+      part[r][p] = NULL;
+  for (int r = 0; r < (k->shared ? 1 : R); r++) {
+    LLVMValueRef kr = gep(g, g->half, k->kp[r], koff);
     for (int d = 0; d < NQ; d++) {
       LLVMValueRef kv = LLVMBuildFPExt(
           b, ld(g, g->hvec, gep(g, g->half, kr, c64(g, (long)d * g->V)), 2), g->vec, "");
-      LLVMValueRef qv = vld(g, qbuf, c64(g, (long)(r * NQ + d) * g->V));
-      part[d % 4] = part[d % 4] ? fma3(g, kv, qv, part[d % 4]) : LLVMBuildFMul(b, kv, qv, "");
+      for (int u = k->shared ? 0 : r; u < (k->shared ? R : r + 1); u++) {
+        LLVMValueRef qv = vld(g, qbuf, c64(g, (long)(u * NQ + d) * g->V)), *pp = &part[u][d % 4];
+        *pp = *pp ? fma3(g, kv, qv, *pp) : LLVMBuildFMul(b, kv, qv, "");
+      }
     }
-    t[r] = LLVMBuildFAdd(b, LLVMBuildFAdd(b, part[0], part[2], ""),
-                         LLVMBuildFAdd(b, part[1], part[3], ""), "");
+    for (int u = k->shared ? 0 : r; u < (k->shared ? R : r + 1); u++)
+      t[u] = LLVMBuildFAdd(b, LLVMBuildFAdd(b, part[u][0], part[u][2], ""),
+                           LLVMBuildFAdd(b, part[u][1], part[u][3], ""), "");
   }
   LLVMValueRef s =
       LLVMBuildFAdd(b, LLVMBuildFMul(b, tsum(g, t, R), splat(g, c->scale), ""), splat(g, mv), "s");
@@ -636,7 +655,7 @@ static void fa16_block(fgen_t *g, call_t *c, LLVMValueRef c0, LLVMValueRef c1, L
       scaled[r * NO + o] = r16(g, LLVMBuildFMul(b, acc[r * NO + o], f, ""));
   }
   LLVMBuildBr(b, mad);
-  /* mad: the values added at their weights */
+  /* mad: the values added at their weights (a shared value vector into every head's) */
   LLVMPositionBuilderAtEnd(b, mad);
   LLVMValueRef cur[MAXR * JT_FA_MAX_D / 8], nacc[MAXR * JT_FA_MAX_D / 8];
   for (int a = 0; a < R * NO; a++) {
@@ -645,12 +664,17 @@ static void fa16_block(fgen_t *g, call_t *c, LLVMValueRef c0, LLVMValueRef c1, L
     LLVMAddIncoming(cur[a], &scaled[a], &grow, 1);
   }
   LLVMValueRef vs = LLVMBuildSelect(b, grows, one, e, "vs"), voff = LLVMBuildMul(b, j, c->vs, "");
-  for (int r = 0; r < R; r++) {
-    LLVMValueRef w = bcast(g, vs, r), vr = gep(g, g->half, vp[r], voff);
+  LLVMValueRef w[MAXR];
+  for (int r = 0; r < (k->shared ? 1 : R); r++) {
+    LLVMValueRef vr = gep(g, g->half, k->vp[r], voff);
     for (int o = 0; o < NO; o++) {
       LLVMValueRef vv = LLVMBuildFPExt(
           b, ld(g, g->hvec, gep(g, g->half, vr, c64(g, (long)o * g->V)), 2), g->vec, "");
-      nacc[r * NO + o] = r16(g, fma3(g, vv, w, cur[r * NO + o]));
+      for (int u = k->shared ? 0 : r; u < (k->shared ? R : r + 1); u++) {
+        if (!o)
+          w[u] = bcast(g, vs, u);
+        nacc[u * NO + o] = r16(g, fma3(g, vv, w[u], cur[u * NO + o]));
+      }
     }
   }
   LLVMValueRef nsum = LLVMBuildFAdd(b, LLVMBuildFMul(b, sum, ms, ""), vs, "");
@@ -673,26 +697,71 @@ static void fa16_block(fgen_t *g, call_t *c, LLVMValueRef c0, LLVMValueRef c1, L
   LLVMAddIncoming(m, &lm, &latch, 1);
   LLVMAddIncoming(sum, &ls, &latch, 1);
   LLVMBuildBr(b, head);
-  /* the heads' accumulators, maxima and sums (those of heads that exist) */
+  /* the heads' accumulators, maxima and sums (those kept) */
   LLVMPositionBuilderAtEnd(b, exit);
   LLVMValueRef at0 = LLVMBuildMul(b, LLVMBuildNSWSub(b, i, c->i0, ""), heads, "");
   for (int r = 0; r < R; r++) {
     LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(g->cx, g->fn, "store");
     LLVMBasicBlockRef after = LLVMAppendBasicBlockInContext(g->cx, g->fn, "stored");
-    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, add(g, h, c64(g, r)), heads, ""), then, after);
+    LLVMBuildCondBr(b, k->keep[r], then, after);
     LLVMPositionBuilderAtEnd(b, then);
     LLVMValueRef dst =
         gep(g, g->f32, c->out,
-            add(g, LLVMBuildMul(b, hr[r], hs[3], ""), LLVMBuildMul(b, i, c->os, "")));
+            add(g, LLVMBuildMul(b, k->hr[r], hs[3], ""), LLVMBuildMul(b, i, c->os, "")));
     for (int o = 0; o < NO; o++)
       vst(g, acc[r * NO + o], dst, c64(g, (long)o * g->V));
-    LLVMValueRef at = mulc(g, add(g, at0, hr[r]), 2);
+    LLVMValueRef at = mulc(g, add(g, at0, k->hr[r]), 2);
     st(g, LLVMBuildExtractElement(b, m, c32(g, r), ""), gep(g, g->f32, msout, at), 4);
     st(g, LLVMBuildExtractElement(b, sum, c32(g, r), ""),
        gep(g, g->f32, msout, add(g, at, c64(g, 1))), 4);
     LLVMBuildBr(b, after);
     LLVMPositionBuilderAtEnd(b, after);
   }
+}
+
+/* The rows of blocks [h, ...) of heads up to hend of a call (f its arguments), rows loop inside
+ * (fa16_block). Unshared (shared 0): blocks of R heads from h in steps of R, each head's K/V
+ * head its own ((head0 + head) / group - head0 / group: any grouping); shared: one block of the
+ * K/V head kvh's, from h to hend. */
+static void fa16_rows(fgen_t *g, call_t *c, int R, int shared, LLVMValueRef h, LLVMValueRef hend,
+                      LLVMValueRef kvh, LLVMValueRef group, LLVMValueRef head0, LLVMValueRef *f,
+                      LLVMValueRef qbuf)
+{
+  LLVMBuilderRef b = g->b;
+  fa16_blk_t k = {.R = R, .shared = shared};
+  LLVMValueRef last = LLVMBuildNSWSub(b, hend, c64(g, 1), "");
+  LLVMValueRef first = shared ? NULL : LLVMBuildSDiv(b, head0, group, "");
+  for (int r = 0; r < R; r++) {
+    LLVMValueRef x = add(g, h, c64(g, r));
+    k.keep[r] = LLVMBuildICmp(b, LLVMIntSLT, x, hend, "");
+    k.hr[r] = LLVMBuildSelect(b, k.keep[r], x, last, "head");
+    LLVMValueRef u =
+        shared ? kvh
+               : LLVMBuildNSWSub(b, LLVMBuildSDiv(b, add(g, head0, k.hr[r]), group, ""), first, "");
+    k.kp[r] = gep(g, g->half, c->k, LLVMBuildMul(b, u, f[18], ""));
+    k.vp[r] = gep(g, g->half, c->v, LLVMBuildMul(b, u, f[19], ""));
+  }
+  jt_loop_t i = jt_loop_open(b, g->fn, c->i0, c->i1, 1, "rows");
+  fa16_block(g, c, &k, f[14], f[15], f[21], f[16], f + 17, i.iv, qbuf);
+  jt_loop_close(b, &i);
+}
+
+/* The heads a block takes side by side within the register budget (32 vectors under AVX-512,
+ * 16 under AVX2): the accumulators of R heads (DV / V vectors each) stay in registers with
+ * the scores' registers beside them (ggml's 4 partial sums, one more per head for the sums
+ * across lanes, a key vector; shared: 4 per head instead) and the softmax's M and S; at least
+ * one (DV too wide for the budget: its accumulators spill), a shared block a power of two (a
+ * K/V group of 4, 6 or 8 heads in whole blocks). DK only sizes the queries' buffer. */
+static int fa16_heads(int V, int dv, int shared)
+{
+  int nreg = V == 16 ? 32 : 16, no = dv / V, R = 1;
+  if (shared)
+    while (2 * R <= MAXR && 2 * R * (no + 4) + 3 <= nreg)
+      R *= 2;
+  else
+    while (R < MAXR && (R + 1) * (no + 1) + 8 <= nreg)
+      R++;
+  return R;
 }
 
 static int isa_bits(int isa) { return isa == JT_ISA_AVX512 ? 512 : 256; }
@@ -717,8 +786,7 @@ int jt_fa_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, siz
   r->nr = V == 16 ? 6 : 4;      /* query rows per block */
   r->tails = 0, r->kc = 0;
   if (s->fa == 2) {
-    r->mr_vecs = 1, r->nr = V == 16 ? 6 : 4; /* heads side by side: ggml's 12 on 2 threads; e^x
-                                                takes V / 2 lanes (doubles) */
+    r->mr_vecs = 1, r->nr = fa16_heads(V, s->m, 0); /* heads side by side (unshared blocks) */
     if (s->k % (4 * V) || s->m % V || s->k > JT_FA_MAX_D || s->m > JT_FA_MAX_D) {
       snprintf(err, len,
                "f16 FLASH_ATTN_EXT kernels take a DK in steps of 4 vectors (ggml's dot) and a DV "
@@ -740,8 +808,11 @@ int jt_fa_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, siz
 
 void jt_fa_name(const jt_gemm_t *s, char *buf, size_t len)
 {
-  snprintf(buf, len, "opjit_flash_attn%s_dk%d_dv%d_n%d_%s_v%d", s->fa == 2 ? "16" : "", s->k, s->m,
-           s->n, s->isa == JT_ISA_AVX512 ? "avx512" : "avx2", s->vbits);
+  const char *isa = s->isa == JT_ISA_AVX512 ? "avx512" : "avx2";
+  if (s->fa == 2)
+    snprintf(buf, len, "opjit_flash_attn16_dk%d_dv%d_%s_v%d", s->k, s->m, isa, s->vbits);
+  else
+    snprintf(buf, len, "opjit_flash_attn_dk%d_dv%d_n%d_%s_v%d", s->k, s->m, s->n, isa, s->vbits);
 }
 
 LLVMValueRef jt_fa_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
@@ -759,10 +830,10 @@ LLVMValueRef jt_fa_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
     g.DVC--;
   g.vec = LLVMVectorType(g.f32, (unsigned)g.V), g.hvec = LLVMVectorType(g.half, (unsigned)g.V);
   g.ivec = LLVMVectorType(g.i32, (unsigned)g.V);
-  LLVMTypeRef fields[22] = {g.ptr, g.ptr, g.ptr, g.ptr, g.ptr, g.i64, g.i64, g.i64,
+  LLVMTypeRef fields[24] = {g.ptr, g.ptr, g.ptr, g.ptr, g.ptr, g.i64, g.i64, g.i64,
                             g.i64, g.i64, g.i64, g.i64, g.i64, g.f32, g.i64, g.i64,
-                            g.i64, g.i64, g.i64, g.i64, g.i64, g.ptr};
-  g.args_t = LLVMStructTypeInContext(cx, fields, 22, 0);
+                            g.i64, g.i64, g.i64, g.i64, g.i64, g.ptr, g.i64, g.i64};
+  g.args_t = LLVMStructTypeInContext(cx, fields, 24, 0);
   jt_fa_name(s, g.name, sizeof g.name);
   LLVMTypeRef params[2] = {g.ptr, g.ptr};
   g.fn = LLVMAddFunction(mod, g.name, LLVMFunctionType(LLVMVoidTypeInContext(cx), params, 2, 0));
@@ -777,8 +848,8 @@ LLVMValueRef jt_fa_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
   g.b = LLVMCreateBuilderInContext(cx);
   LLVMPositionBuilderAtEnd(g.b, LLVMAppendBasicBlockInContext(cx, g.fn, "entry"));
   LLVMValueRef ap = LLVMGetParam(g.fn, 0), scratch = LLVMGetParam(g.fn, 1);
-  LLVMValueRef f[22];
-  for (unsigned i = 0; i < (s->fa == 2 ? 22u : 14u); i++)
+  LLVMValueRef f[24];
+  for (unsigned i = 0; i < (s->fa == 2 ? 24u : 14u); i++)
     f[i] = ld(&g, fields[i], LLVMBuildStructGEP2(g.b, g.args_t, ap, i, ""), 8);
   call_t c = {.q = f[0],
               .k = f[1],
@@ -795,13 +866,48 @@ LLVMValueRef jt_fa_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
               .i1 = f[12],
               .scale = f[13]};
   if (s->fa == 2) {
-    LLVMValueRef qbuf = LLVMBuildArrayAlloca(g.b, g.f32, c64(&g, (long)g.R * g.DK), "q16");
+    int rs = fa16_heads(g.V, g.DV, 1);
+    LLVMValueRef qbuf =
+        LLVMBuildArrayAlloca(g.b, g.f32, c64(&g, (long)(g.R > rs ? g.R : rs) * g.DK), "q16");
     LLVMSetAlignment(qbuf, 64);
+    LLVMValueRef group = LLVMBuildSelect(g.b, LLVMBuildICmp(g.b, LLVMIntSGT, f[22], c64(&g, 1), ""),
+                                         f[22], c64(&g, 1), "group");
+    LLVMBasicBlockRef unshared = LLVMAppendBasicBlockInContext(cx, g.fn, "unshared");
+    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(cx, g.fn, "done");
+    if (rs > 1) { /* K/V groups of rs heads or more: blocks of a group's heads */
+      LLVMBasicBlockRef pre = LLVMAppendBasicBlockInContext(cx, g.fn, "groups_pre");
+      LLVMBuildCondBr(g.b, LLVMBuildICmp(g.b, LLVMIntSGE, group, c64(&g, rs), ""), pre, unshared);
+      LLVMPositionBuilderAtEnd(g.b, pre);
+      LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(cx, g.fn, "groups");
+      LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(cx, g.fn, "group");
+      LLVMBuildBr(g.b, head);
+      LLVMPositionBuilderAtEnd(g.b, head);
+      LLVMValueRef h = LLVMBuildPhi(g.b, g.i64, "h"), zero = c64(&g, 0);
+      LLVMAddIncoming(h, &zero, &pre, 1);
+      LLVMBuildCondBr(g.b, LLVMBuildICmp(g.b, LLVMIntSLT, h, f[16], ""), body, done);
+      LLVMPositionBuilderAtEnd(g.b, body);
+      LLVMValueRef at = add(&g, f[23], h);
+      LLVMValueRef gend = LLVMBuildNSWSub(g.b, add(&g, h, group), LLVMBuildSRem(g.b, at, group, ""),
+                                          "");
+      LLVMValueRef end = LLVMBuildSelect(g.b, LLVMBuildICmp(g.b, LLVMIntSLT, gend, f[16], ""), gend,
+                                         f[16], "end");
+      LLVMValueRef kvh = LLVMBuildNSWSub(g.b, LLVMBuildSDiv(g.b, at, group, ""),
+                                         LLVMBuildSDiv(g.b, f[23], group, ""), "kvh");
+      jt_loop_t blk = jt_loop_open(g.b, g.fn, h, end, rs, "group_heads");
+      fa16_rows(&g, &c, rs, 1, blk.iv, end, kvh, group, f[23], f, qbuf);
+      jt_loop_close(g.b, &blk);
+      LLVMBasicBlockRef from = LLVMGetInsertBlock(g.b);
+      LLVMAddIncoming(h, &end, &from, 1);
+      LLVMBuildBr(g.b, head);
+    } else {
+      LLVMBuildBr(g.b, unshared);
+    }
+    LLVMPositionBuilderAtEnd(g.b, unshared);
     jt_loop_t h = jt_loop_open(g.b, g.fn, c64(&g, 0), f[16], g.R, "heads");
-    jt_loop_t i = jt_loop_open(g.b, g.fn, c.i0, c.i1, 1, "rows");
-    fa16_block(&g, &c, f[14], f[15], f[21], f[16], f + 17, h.iv, i.iv, qbuf);
-    jt_loop_close(g.b, &i);
+    fa16_rows(&g, &c, g.R, 0, h.iv, f[16], NULL, group, f[23], f, qbuf);
     jt_loop_close(g.b, &h);
+    LLVMBuildBr(g.b, done);
+    LLVMPositionBuilderAtEnd(g.b, done);
   } else {
     LLVMValueRef ntiles =
         LLVMBuildSDiv(g.b, add(&g, c.nkv, c64(&g, g.TJ - 1)), c64(&g, g.TJ), "ntiles");

@@ -54,7 +54,8 @@ typedef struct jt_gemm_s {
   int fa;             /* 1: ggml's FLASH_ATTN_EXT instead (jt_fa_fn): k the keys' and queries'
                          length (DK), m the values' (DV), n the query rows of the signature
                          (the kernel takes any rows and any number of keys); 2: the same in
-                         the f16 steps ggml takes for fewer rows (decode's one) */
+                         the f16 steps ggml takes for fewer rows (decode's), n 1 (fa.h,
+                         jt_fa_spec) */
   /* How the kernel is generated. 0 everywhere means "decide for this host": the widest ISA it
    * has and the generator's default blocking for the shape. gemm() resolves the zeros (the
    * kernel's name, gemm_name(), spells the resolved values out); tune() returns them resolved
@@ -137,11 +138,14 @@ typedef struct jt_fa_args_s {
   float scale;
   /* fa == 2 only (the f16 kernel reads these, the f32 one does not): */
   int64_t c0, c1; /* the keys taken, [c0, c1) of n_kv */
-  int64_t heads;  /* heads [0, heads): head h's q, k, v and out h times these strides on (in
-                     elements; the mask is every head's) */
+  int64_t heads;  /* heads [0, heads): head h's q and out h times these strides on, its k and
+                     v its K/V head's times theirs (in elements; the mask is every head's) */
   int64_t q_head, k_head, v_head, out_head;
   float *ms; /* row i of head h: its maximum score at ms[2 ((i - i0) heads + h)], its sum at the
                 next float */
+  int64_t group; /* query heads per K/V head (GQA; 0 or 1: a K/V head each) */
+  int64_t head0; /* head 0's place in its group, < group: head h's K/V head is
+                    (head0 + h) / group - head0 / group (k and v point at head 0's) */
 } jt_fa_args_t;
 /* With fa == 2 the kernel takes ggml's one_chunk steps (ggml-cpu/ops.cpp, F16 K and V) for
  * each row over keys [c0, c1), and leaves the softmax unnormalised for the caller to combine

@@ -446,6 +446,7 @@ static void fa16_part(const gg_fusion_t *f, jt_fa_fn k, int64_t h0, int64_t h1, 
   a.ms = out + n * dv, a.c0 = c0, a.c1 = c1, a.heads = h1 - h0;
   a.q_head = (int64_t)q->nb[2] / 4, a.k_head = (int64_t)fa->src[1]->nb[2] / 2;
   a.v_head = (int64_t)fa->src[2]->nb[2] / 2;
+  a.group = q->ne[2] / fa->src[1]->ne[2], a.head0 = h0 % a.group; /* fa_args: h0's K/V head */
   if (!k) {
     ag_fa16_ref(&a, dk, dv, fa16_lanes());
     return;

@@ -6,6 +6,7 @@
  * kind is one row. ggml_rewrite.c's gg_cache_of walks a graph with it. */
 #include "ggml_host.h"
 
+#include "../problem.h"
 #include "../tier.h"
 #include "jit/jit.h"
 
@@ -292,13 +293,14 @@ static int find_shared(struct ggml_cgraph *g, int n, int i, gg_fusion_t *f)
 _Static_assert((int)GGML_OP_FLASH_ATTN_EXT == (int)AG_GGML_OP_FLASH_ATTN_EXT,
                "ggml_key.h's FLASH_ATTN_EXT");
 
-/* The FLASH_ATTN_EXT at node i of g, when the generator's kernel can compute it: a prompt's
- * (at least AG_GGML_FA_MIN_ROWS query rows, where ggml computes it in f32 as the kernel does)
- * or fewer, decode's among them (ggml's f16 steps, the f16 kernel's: a K and V head per query
- * head and one mask for all), f32 queries and output, f16 keys,
- * values and mask, no sinks, no ALiBi bias and no logit softcap, rows of each operand
- * contiguous (heads and rows at any stride, K and V heads shared by whole groups of query heads),
- * the output contiguous and apart from every input. */
+/* The FLASH_ATTN_EXT at node i of g, when the generator's kernel can compute it: what its
+ * signature says the kernel takes (hosts/ggml_sig.c, fa_kernel: one predicate for both), a
+ * prompt's (at least AG_GGML_FA_MIN_ROWS query rows, where ggml computes it in f32 as the kernel
+ * does) or fewer, decode's among them (ggml's f16 steps, the f16 kernel's: K and V heads grouped
+ * alike and one mask for all), f32 queries and output, f16 keys, values and mask, no sinks, no
+ * ALiBi bias and no logit softcap, rows of each operand contiguous (heads and rows at any
+ * stride, K and V heads shared by whole groups of query heads), the output contiguous and apart
+ * from every input. */
 static int find_fa(struct ggml_cgraph *g, int n, int i, gg_fusion_t *f)
 {
   (void)n;
@@ -322,15 +324,17 @@ static int find_fa(struct ggml_cgraph *g, int n, int i, gg_fusion_t *f)
       t->ne[3] != 1 || mask->ne[0] < nkv || mask->ne[1] < nq || nq > INT32_MAX ||
       nkv > INT32_MAX)
     return 0;
-  int f16 = nq < AG_GGML_FA_MIN_ROWS;
-  if (f16 && (k->ne[2] != nh || v->ne[2] != nh || mask->ne[2] != 1))
+  if (nq < AG_GGML_FA_MIN_ROWS && (k->ne[2] != v->ne[2] || mask->ne[2] != 1))
     return 0;
   if (q->nb[0] != 4 || k->nb[0] != 2 || v->nb[0] != 2 || mask->nb[0] != 2 || q->nb[1] % 4 ||
       q->nb[2] % 4 || k->nb[1] % 2 || k->nb[2] % 2 || v->nb[1] % 2 || v->nb[2] % 2 ||
       mask->nb[1] % 2 || mask->nb[2] % 2)
     return 0;
-  jt_gemm_t s = {.fa = f16 ? 2 : 1, .k = (int)dk, .m = (int)dv, .n = (int)nq};
-  if (!jt_gemm_supported(&s) || !apart(t, q) || !apart(t, k) || !apart(t, v) || !apart(t, mask))
+  ag_sig_t key = gg_key_of(t);
+  jt_gemm_t s;
+  int swap;
+  if (!ag_problem_of(&key, 0, &s, &swap) || !apart(t, q) || !apart(t, k) || !apart(t, v) ||
+      !apart(t, mask))
     return 0;
   *f = (gg_fusion_t){.first = t, .span = 1, .mul = t, .n = dv, .rows = nq};
   return 1;

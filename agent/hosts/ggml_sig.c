@@ -7,6 +7,7 @@
 #include "../host.h"
 #include "../problem.h"
 #include "../opt.h"
+#include "jit/fa.h"
 
 #include <stdio.h>
 
@@ -126,12 +127,14 @@ static int mm_kernel(uint8_t wtype, int amx, int f32_io, int flat, int32_t m, in
 }
 
 /* ggml's FLASH_ATTN_EXT: f32 queries and output, f16 keys (and, as the matcher checks, f16
- * values and mask); node shape DV x heads x query rows, K its DK. A prompt's rows in f32, fewer
- * (decode's) in ggml's f16 steps. */
+ * values and mask); node shape DV x heads x query rows, K its DK, K/V heads grouped any way. A
+ * prompt's rows in f32, fewer (decode's) in ggml's f16 steps by one kernel for every row count
+ * (n 1: it takes the rows as an argument). The matcher (hosts/ggml_match.c, find_fa) asks this
+ * too. */
 static int fa_kernel(const ag_ggml_node_t *p, jt_gemm_t *g, char *why, size_t len)
 {
-  int f16 = p->ne[2] < AG_GGML_FA_MIN_ROWS; /* hosts/ggml_match.c, find_fa */
-  *g = (jt_gemm_t){.fa = f16 ? 2 : 1, .k = p->src0_ne0, .m = p->ne[0], .n = p->ne[2]};
+  int f16 = p->ne[2] < AG_GGML_FA_MIN_ROWS;
+  *g = jt_fa_spec(f16 ? 2 : 1, p->src0_ne0, p->ne[0], p->ne[2], 0);
   if (p->src0_type != AG_GGML_TYPE_F32 || p->type != AG_GGML_TYPE_F32 || !p->has_src1 ||
       p->src1_type != AG_GGML_TYPE_F16)
     return ag_problem_no(why, len, "FLASH_ATTN_EXT kernels take f32 queries and output, f16 keys "

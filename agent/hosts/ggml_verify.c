@@ -157,9 +157,11 @@ static float r16(float x) { return (float)(_Float16)x; }
 void ag_fa16_ref(const jt_fa_args_t *a, int dk, int dv, int lanes)
 {
   const _Float16 *mk = (const _Float16 *)(const void *)a->mask;
+  int64_t group = a->group > 1 ? a->group : 1;
   for (int64_t h = 0; h < a->heads; h++)
     for (int64_t i = a->i0; i < a->i1; i++) {
       const float *q = a->q + h * a->q_head + i * a->q_stride;
+      int64_t kvh = (a->head0 + h) / group - a->head0 / group;
       float qh[JT_FA_MAX_D], acc[JT_FA_MAX_D], m = -INFINITY, sum = 0;
       for (int d = 0; d < dk; d++)
         qh[d] = r16(q[d]);
@@ -169,8 +171,10 @@ void ag_fa16_ref(const jt_fa_args_t *a, int dk, int dv, int lanes)
         float mv = (float)mk[i * a->mask_stride + j];
         if (mv == -INFINITY)
           continue;
-        const _Float16 *k = (const _Float16 *)(const void *)a->k + h * a->k_head + j * a->k_stride;
-        const _Float16 *v = (const _Float16 *)(const void *)a->v + h * a->v_head + j * a->v_stride;
+        const _Float16 *k =
+            (const _Float16 *)(const void *)a->k + kvh * a->k_head + j * a->k_stride;
+        const _Float16 *v =
+            (const _Float16 *)(const void *)a->v + kvh * a->v_head + j * a->v_stride;
         float part[4][16] = {{0}}, t[16];
         for (int d = 0; d < dk; d++) /* a product of halves is exact: fma's first step */
           part[d / lanes % 4][d % lanes] =
@@ -211,17 +215,19 @@ double ag_fa16_bound(const float *ref, int dv)
   return 4 * 0x1p-10 * big + FLT_MIN;
 }
 
-/* The f16 kernel's check: 3 heads of g->n rows, side by side in memory as llama's cache keeps
- * them, over keys [7, 290) of 300 with holes in the mask, against ag_fa16_ref: exactly, in the
- * order of 16 lanes or of 8 (g is the problem, whose ISA the machine model picks). */
+/* The f16 kernel's check: 3 rows of 3 heads with a K/V head each, then of 6 heads grouped by 4
+ * from the third of a group (a thread's share of a GQA model's: heads of two K/V heads), side by
+ * side in memory as llama's cache keeps them, over keys [7, 290) of 300 with holes in the mask,
+ * against ag_fa16_ref: exactly, in the order of 16 lanes or of 8 (g is the problem, whose ISA
+ * the machine model picks). */
 static int fa16_selftest(const jt_gemm_t *g, void (*fn)(void), double *worst, double *bound)
 {
-  enum { H = 3, NKV = 300, C0 = 7, C1 = 290 };
-  int64_t dk = g->k, dv = g->m, n = g->n;
-  float *q = malloc((size_t)(n * H * dk) * sizeof *q), *out = malloc((size_t)(n * H * dv) * 12);
-  float *ms = malloc((size_t)(n * H) * 6 * sizeof *ms);
+  enum { N = 3, H = 6, NKV = 300, C0 = 7, C1 = 290 };
+  int64_t dk = g->k, dv = g->m;
+  float *q = malloc((size_t)(N * H * dk) * sizeof *q), *out = malloc((size_t)(N * H * dv) * 12);
+  float *ms = malloc((size_t)(N * H) * 6 * sizeof *ms);
   _Float16 *k = malloc((size_t)(NKV * H * dk) * 2), *v = malloc((size_t)(NKV * H * dv) * 2);
-  _Float16 *mask = malloc((size_t)(n * NKV) * 2);
+  _Float16 *mask = malloc((size_t)(N * NKV) * 2);
   int rc = -1;
   if (!q || !out || !ms || !k || !v || !mask)
     goto out_free;
@@ -229,48 +235,55 @@ static int fa16_selftest(const jt_gemm_t *g, void (*fn)(void), double *worst, do
 #define RND()                                                                                      \
   (rnd = rnd * 6364136223846793005ull + 1442695040888963407ull,                                    \
    (float)((double)(rnd >> 40) / (double)(1 << 24) - 0.5))
-  for (int64_t i = 0; i < n * H * dk; i++)
+  for (int64_t i = 0; i < N * H * dk; i++)
     q[i] = 4 * RND();
   for (int64_t i = 0; i < NKV * H * dk; i++)
     k[i] = (_Float16)(4 * RND());
   for (int64_t i = 0; i < NKV * H * dv; i++)
     v[i] = (_Float16)(2 * RND());
-  for (int64_t i = 0; i < n * NKV; i++) /* a key in 8 left out */
+  for (int64_t i = 0; i < N * NKV; i++) /* a key in 8 left out */
     mask[i] = RND() > 0.375f ? (_Float16)-INFINITY : (_Float16)0;
 #undef RND
-  jt_fa_args_t a = {.q = q,
-                    .k = (const uint16_t *)k,
-                    .v = (const uint16_t *)v,
-                    .mask = (const uint16_t *)mask,
-                    .out = out,
-                    .q_stride = H * dk,
-                    .k_stride = H * dk,
-                    .v_stride = H * dv,
-                    .mask_stride = NKV,
-                    .out_stride = H * dv,
-                    .n_kv = NKV,
-                    .i1 = n,
-                    .scale = 1.0f / sqrtf((float)dk),
-                    .c0 = C0,
-                    .c1 = C1,
-                    .heads = H,
-                    .q_head = dk,
-                    .k_head = dk,
-                    .v_head = dv,
-                    .out_head = dv,
-                    .ms = ms};
-  ((jt_fa_fn)fn)(&a, NULL);
   ag_mm_check_t c[2] = {{0}, {0}};
-  double exact[JT_FA_MAX_D];
-  for (int o = 0; o < 2; o++) {
-    a.out = out + (o + 1) * n * H * dv, a.ms = ms + (o + 1) * 2 * n * H;
-    ag_fa16_ref(&a, (int)dk, (int)dv, o ? 8 : 16);
-    for (int64_t r = 0; r < n * H; r++) {
-      for (int d = 0; d < dv; d++)
-        exact[d] = a.out[r * dv + d];
-      ag_fa_tally(&c[o], out + r * dv, exact, (int)dv, 0);
-      exact[0] = a.ms[2 * r], exact[1] = a.ms[2 * r + 1];
-      ag_fa_tally(&c[o], ms + 2 * r, exact, 2, 0);
+  for (int grouped = 0; grouped < 2; grouped++) {
+    int64_t heads = grouped ? H : 3;
+    jt_fa_args_t a = {.q = q,
+                      .k = (const uint16_t *)k,
+                      .v = (const uint16_t *)v,
+                      .mask = (const uint16_t *)mask,
+                      .out = out,
+                      .q_stride = H * dk,
+                      .k_stride = H * dk,
+                      .v_stride = H * dv,
+                      .mask_stride = NKV,
+                      .out_stride = H * dv,
+                      .n_kv = NKV,
+                      .i1 = N,
+                      .scale = 1.0f / sqrtf((float)dk),
+                      .c0 = C0,
+                      .c1 = C1,
+                      .heads = heads,
+                      .q_head = dk,
+                      .k_head = dk,
+                      .v_head = dv,
+                      .out_head = dv,
+                      .ms = ms,
+                      .group = grouped ? 4 : 1,
+                      .head0 = grouped ? 2 : 0};
+    ((jt_fa_fn)fn)(&a, NULL);
+    double exact[JT_FA_MAX_D];
+    for (int o = 0; o < 2; o++) {
+      a.out = out + (o + 1) * N * H * dv, a.ms = ms + (o + 1) * 2 * N * H;
+      ag_fa16_ref(&a, (int)dk, (int)dv, o ? 8 : 16);
+      for (int64_t r = 0; r < N; r++)
+        for (int64_t h = 0; h < heads; h++) {
+          int64_t u = r * heads + h, at = r * H * dv + h * dv;
+          for (int d = 0; d < dv; d++)
+            exact[d] = a.out[at + d];
+          ag_fa_tally(&c[o], out + at, exact, (int)dv, 0);
+          exact[0] = a.ms[2 * u], exact[1] = a.ms[2 * u + 1];
+          ag_fa_tally(&c[o], ms + 2 * u, exact, 2, 0);
+        }
     }
   }
   int o = c[1].worst < c[0].worst;

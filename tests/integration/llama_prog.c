@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* A llama.cpp host for the ggml tests and benchmarks, on the shipped libraries
  * (@node-llama-cpp/linux-x64: libllama, libggml, the CPU backends loaded from their folder).
- *   write PATH EMBD LAYERS FF VOCAB f32|f16 SEED
+ *   write PATH EMBD LAYERS FF VOCAB f32|f16 SEED [HEAD KV_HEADS]
  *        writes a llama-architecture GGUF with random weights through the gguf API (head
- *        size 64, as many KV heads as heads, llama.cpp's "test" vocabulary: token i is i in hex)
+ *        size HEAD, 64 by default, EMBD / HEAD heads on KV_HEADS K/V heads, by default as many:
+ *        fewer group the heads as Llama 3's GQA does; llama.cpp's "test" vocabulary: token i is
+ *        i in hex)
  *   run PATH PROMPT GEN THREADS [ROUNDS [SETTLE]]
  *        prefill PROMPT tokens (deterministic ids) in one batch, then GEN greedy decode steps;
  *        ROUNDS > 1 repeats both (the context emptied, after a pause of 3 s: a program serving
@@ -61,8 +63,14 @@ static void fill(struct ggml_tensor *t, float scale, int ones)
 }
 
 static int write_model(const char *path, int embd, int layers, int ff, int vocab, const char *type,
-                       uint64_t seed)
+                       uint64_t seed, int head, int kv_heads)
 {
+  int heads = embd / head, kv = kv_heads * head; /* the K and V projections' rows */
+  if (head < 1 || embd % head || kv_heads < 1 || heads % kv_heads) {
+    fprintf(stderr, "llama_prog: %d heads of %d do not group on %d K/V heads\n", heads, head,
+            kv_heads);
+    return 1;
+  }
   enum ggml_type wt = strcmp(type, "f16") == 0 ? GGML_TYPE_F16 : GGML_TYPE_F32;
   rng = seed;
   size_t esz = wt == GGML_TYPE_F16 ? 2 : 4;
@@ -82,9 +90,9 @@ static int write_model(const char *path, int embd, int layers, int ff, int vocab
   gguf_set_val_u32(g, "llama.embedding_length", (uint32_t)embd);
   gguf_set_val_u32(g, "llama.block_count", (uint32_t)layers);
   gguf_set_val_u32(g, "llama.feed_forward_length", (uint32_t)ff);
-  gguf_set_val_u32(g, "llama.attention.head_count", (uint32_t)(embd / 64));
-  gguf_set_val_u32(g, "llama.attention.head_count_kv", (uint32_t)(embd / 64));
-  gguf_set_val_u32(g, "llama.rope.dimension_count", 64);
+  gguf_set_val_u32(g, "llama.attention.head_count", (uint32_t)heads);
+  gguf_set_val_u32(g, "llama.attention.head_count_kv", (uint32_t)kv_heads);
+  gguf_set_val_u32(g, "llama.rope.dimension_count", (uint32_t)head);
   gguf_set_val_f32(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
   /* llama.cpp's "test" vocabulary: token i is the text of i in hex; no merges, no specials. */
   gguf_set_val_str(g, "tokenizer.ggml.model", "test");
@@ -117,8 +125,8 @@ static int write_model(const char *path, int embd, int layers, int ff, int vocab
     struct {
       const char *name;
       int64_t ne0, ne1;
-    } blk[] = {{"attn_norm", embd, 0}, {"attn_q", embd, embd},      {"attn_k", embd, embd},
-               {"attn_v", embd, embd}, {"attn_output", embd, embd}, {"ffn_norm", embd, 0},
+    } blk[] = {{"attn_norm", embd, 0}, {"attn_q", embd, embd},      {"attn_k", embd, kv},
+               {"attn_v", embd, kv},   {"attn_output", embd, embd}, {"ffn_norm", embd, 0},
                {"ffn_gate", embd, ff}, {"ffn_up", embd, ff},        {"ffn_down", ff, embd}};
     for (size_t i = 0; i < sizeof blk / sizeof *blk; i++) {
       int norm = blk[i].ne1 == 0;
@@ -268,16 +276,20 @@ static int list_bufts(void)
 
 int main(int argc, char **argv)
 {
-  if (argc == 9 && strcmp(argv[1], "write") == 0)
+  if ((argc == 9 || argc == 11) && strcmp(argv[1], "write") == 0) {
+    int head = argc == 11 ? atoi(argv[9]) : 64;
     return write_model(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), argv[7],
-                       strtoull(argv[8], NULL, 10));
+                       strtoull(argv[8], NULL, 10), head,
+                       argc == 11 ? atoi(argv[10]) : atoi(argv[3]) / (head > 0 ? head : 1));
+  }
   if (argc >= 6 && argc <= 8 && strcmp(argv[1], "run") == 0)
     return run_model(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
                      argc >= 7 && atoi(argv[6]) > 1 ? atoi(argv[6]) : 1,
                      argc == 8 ? atoi(argv[7]) : 0);
   if (argc == 2 && strcmp(argv[1], "bufts") == 0)
     return list_bufts();
-  fprintf(stderr, "usage: llama_prog write PATH EMBD LAYERS FF VOCAB f32|f16 SEED\n"
+  fprintf(stderr, "usage: llama_prog write PATH EMBD LAYERS FF VOCAB f32|f16 SEED "
+                  "[HEAD KV_HEADS]\n"
                   "       llama_prog run PATH PROMPT GEN THREADS [ROUNDS [SETTLE]]\n"
                   "       llama_prog bufts\n");
   return 2;

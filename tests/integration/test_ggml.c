@@ -364,6 +364,37 @@ Test(ggml, decode_s_attention_runs_the_f16_kernel)
 #undef FA
 }
 
+/* Decode's attention in a model with grouped K/V heads (GQA, as Llama 3's) and heads of 128:
+ * 4 query heads on one K/V head, over 300-316 keys. The matcher takes the node (its signature
+ * says the kernel does: one predicate), the f16 kernel runs it from run 2 on every decode step,
+ * each thread's heads from the first of theirs in the group (the second thread's from the
+ * third), checked on its first executions: the tokens and logits are the plain run's. */
+Test(ggml, decode_s_attention_with_grouped_heads_runs_the_f16_kernel)
+{
+  char model[620], db[700], dbenv[720];
+  snprintf(model, sizeof model, "%s/gqa.gguf", h_dir);
+  const char *w[] = {H_LLAMA_PROG, "write", model, "512", "2",   "768",
+                     "1000",       "f32",   "7",   "128", "1", NULL};
+  cr_assert_eq(h_run("wgqa", 0, NULL, w), 0, "%s", h_output("wgqa", "err"));
+  own_db("gqa", 0, db, dbenv);
+  const char *env[] = {fuse_env[0], fuse_env[1], fuse_env[2], fuse_env[3], dbenv, NULL};
+  const char *argv1[] = {H_LLAMA_PROG, "run", model, "300", "16", "2", "2", NULL};
+  const char *argv[] = {H_LLAMA_PROG, "run", model, "300", "16", "2", NULL};
+  const char *plain = run_argv("plain", 0, NULL, argv);
+  same_output(run_argv("gqa1", 1, env, argv1), plain, "run 1");
+#define FA "s.name = 'FLASH_ATTN_EXT f32 128x4'"
+  cr_assert_eq(h_query(db, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                           " WHERE e.run_id=1 AND " FA " AND e.kind='verified' AND"
+                           " e.detail LIKE 'self-test%%'"), 1);
+  same_output(run_argv("gqa2", 1, env, argv), plain, "run 2");
+  cr_assert_eq(h_query(db, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                           " WHERE e.run_id=2 AND " FA " AND e.kind='loaded'"), 1);
+  cr_assert_geq(h_query(db, "SELECT v.calls FROM variants v JOIN signatures s ON s.id=v.sig_id"
+                            " WHERE v.run_id=2 AND " FA), 2 * 2 * 12);
+  cr_assert_eq(h_query(db, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 0);
+#undef FA
+}
+
 Test(ggml, a_mul_mat_kernel_failing_its_self_test_is_never_published)
 {
   /* A test fault compiles each product for one k fewer: a real kernel, wrong. */

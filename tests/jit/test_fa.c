@@ -7,6 +7,7 @@
 #include "helpers.h"
 
 #include "agent/hosts/ggml_verify.h"
+#include "jit/fa.h"
 
 #include <float.h>
 #include <math.h>
@@ -43,7 +44,7 @@ static double from_half(uint16_t u)
  * its bound (<= 1 passes). */
 static double run(int isa, int dk, int dv, int n, int n_kv, int i0, int i1)
 {
-  jt_gemm_t g = {.fa = 1, .k = dk, .m = dv, .n = n, .isa = isa};
+  jt_gemm_t g = jt_fa_spec(1, dk, dv, n, isa);
   cr_assert(jt_gemm_supported(&g), "dk %d dv %d", dk, dv);
   char err[512] = "";
   jt_gemm_fn fn;
@@ -144,7 +145,7 @@ Test(fa, narrower_isa_kernels_are_correct_too)
 
 Test(fa, the_kind_row_names_and_limits_it)
 {
-  jt_gemm_t g = {.fa = 1, .k = 64, .m = 64, .n = 512};
+  jt_gemm_t g = jt_fa_spec(1, 64, 64, 512, 0);
   cr_assert_eq(jt_kind_of(&g), JT_KIND_FA);
   cr_assert_str_eq(jt_kind(&g)->name, "fa");
   cr_assert_eq(jt_kind(&g)->abi, JT_ABI_FA);
@@ -161,15 +162,23 @@ Test(fa, the_kind_row_names_and_limits_it)
   cr_assert_not(jt_gemm_supported(&bad));
 }
 
-/* The f16 kernel for dk, dv on isa (0: the host's) over rows [i0, i1) of n query rows of H
- * heads side by side (llama's cache layout, rows padded) and keys [c0, c1) of n_kv, under a
- * mask with holes and one row masked whole, queries up to qmag: every accumulator, maximum and
- * sum bit for bit as ag_fa16_ref's in the kernel's lanes; the other rows and the paddings left
- * as they were (NaN). */
-static void run16(int isa, int H, int dk, int dv, int n, int n_kv, int i0, int i1, int c0, int c1,
-                  double qmag)
+/* A few-row attention's layout: H query heads grouped by group on their K/V heads, head 0 the
+ * head0-th of its group (a thread's share), n query rows of which [i0, i1) are computed, keys
+ * [c0, c1) of n_kv, queries up to qmag. */
+typedef struct fa16_case_s {
+  int H, group, head0, n, n_kv, i0, i1, c0, c1;
+  double qmag;
+} fa16_case_t;
+
+/* The f16 kernel for dk, dv on isa (0: the host's) over case t (the heads side by side in
+ * llama's cache layout, rows padded), under a mask with holes and one row masked whole: every
+ * accumulator, maximum and sum bit for bit as ag_fa16_ref's in the kernel's lanes; the other
+ * rows and the paddings left as they were (NaN). */
+static void run16(int isa, int dk, int dv, fa16_case_t t)
 {
-  jt_gemm_t g = {.fa = 2, .k = dk, .m = dv, .n = n, .isa = isa};
+  int H = t.H, n = t.n, n_kv = t.n_kv, i0 = t.i0, i1 = t.i1;
+  int kvh = (t.head0 + H - 1) / t.group - t.head0 / t.group + 1; /* the K/V heads read */
+  jt_gemm_t g = jt_fa_spec(2, dk, dv, n, isa);
   cr_assert(jt_gemm_supported(&g), "dk %d dv %d", dk, dv);
   char err[512] = "";
   jt_gemm_fn fn;
@@ -178,13 +187,13 @@ static void run16(int isa, int H, int dk, int dv, int n, int n_kv, int i0, int i
   cr_assert_eq(jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err), 0, "%s", err);
   free(obj);
   int lanes = isa == JT_ISA_AVX2 || !jt_test_cpu_has(JT_ISA_AVX512) ? 8 : 16;
-  int qs = H * dk + 5, ks = H * dk + 8, vs = H * dv + 16, ms = n_kv + 3, os = H * dv + 4;
+  int qs = H * dk + 5, ks = kvh * dk + 8, vs = kvh * dv + 16, ms = n_kv + 3, os = H * dv + 4;
   float *q = malloc(sizeof *q * (size_t)n * qs), *out = malloc(sizeof *out * (size_t)n * os * 2);
   float *st = malloc(sizeof *st * (size_t)n * H * 4);
   uint16_t *k = malloc(2 * (size_t)n_kv * ks), *v = malloc(2 * (size_t)n_kv * vs);
   uint16_t *mask = malloc(2 * (size_t)n * ms);
   for (size_t i = 0; i < (size_t)n * qs; i++)
-    q[i] = (float)(qmag * rnd());
+    q[i] = (float)(t.qmag * rnd());
   for (size_t i = 0; i < (size_t)n_kv * ks; i++)
     k[i] = to_half(2 * rnd());
   for (size_t i = 0; i < (size_t)n_kv * vs; i++)
@@ -210,14 +219,16 @@ static void run16(int isa, int H, int dk, int dv, int n, int n_kv, int i0, int i
                     .i0 = i0,
                     .i1 = i1,
                     .scale = 1.0f / sqrtf((float)dk),
-                    .c0 = c0,
-                    .c1 = c1,
+                    .c0 = t.c0,
+                    .c1 = t.c1,
                     .heads = H,
                     .q_head = dk,
                     .k_head = dk,
                     .v_head = dv,
                     .out_head = dv,
-                    .ms = st};
+                    .ms = st,
+                    .group = t.group,
+                    .head0 = t.head0};
   ((jt_fa_fn)(void (*)(void))fn)(&a, NULL);
   jt_fa_args_t r = a;
   r.out = out + (size_t)n * os, r.ms = st + (size_t)n * H * 2;
@@ -238,31 +249,49 @@ static void run16(int isa, int H, int dk, int dv, int n, int n_kv, int i0, int i
   cr_assert_eq(jit->release(fn, err, sizeof err), 0, "%s", err);
 }
 
+/* The cases every f16 kernel runs: decode's and a few rows', K/V heads of one query head and
+ * grouped (whole groups, a share from inside one, groups narrower than a block). */
+static void run16_cases(int isa, int dk, int dv)
+{
+  static const fa16_case_t cases[] = {
+      {6, 1, 0, 1, 700, 0, 1, 0, 700, 2},   /* decode, a thread's heads, one chunk */
+      {6, 1, 0, 1, 700, 0, 1, 350, 700, 2}, /* its second chunk of two */
+      {13, 1, 0, 1, 300, 0, 1, 0, 300, 2},  /* heads past a block */
+      {3, 1, 0, 12, 300, 2, 11, 5, 290, 2}, /* a few rows */
+      {8, 4, 0, 1, 300, 0, 1, 0, 300, 2},   /* GQA: 2 K/V heads of 4 (Llama 3, Mistral) */
+      {7, 4, 2, 5, 200, 0, 5, 3, 190, 2},   /* from the third of a group, 5 rows */
+      {14, 7, 0, 2, 150, 0, 2, 0, 150, 2},  /* groups of 7 (Qwen2.5 7B): a block left half */
+      {6, 2, 1, 3, 120, 1, 3, 0, 120, 2},   /* groups of 2 (Gemma 2) from a group's second */
+      {5, 5, 0, 1, 100, 0, 1, 0, 100, 40},  /* scores far apart: weights underflow to 0 */
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+    run16(isa, dk, dv, cases[c]);
+}
+
 Test(fa, f16_kernels_take_ggml_s_few_row_steps)
 {
-  run16(0, 6, 64, 64, 1, 700, 0, 1, 0, 700, 2);   /* decode, a thread's heads, one chunk */
-  run16(0, 6, 64, 64, 1, 700, 0, 1, 350, 700, 2); /* its second chunk of two */
-  run16(0, 13, 64, 64, 1, 300, 0, 1, 0, 300, 2);  /* heads past a block (6 or 4) */
-  run16(0, 3, 64, 64, 12, 300, 2, 11, 5, 290, 2); /* a few rows */
-  run16(0, 2, 128, 64, 3, 200, 0, 3, 0, 200, 2);  /* a DK of two of ggml's steps */
-  run16(0, 1, 64, 128, 2, 150, 0, 2, 0, 150, 40); /* scores far apart: weights underflow to 0 */
+  run16_cases(0, 64, 64);
+  run16_cases(0, 128, 128); /* Llama 3, Qwen, Mistral's heads */
+  run16_cases(0, 128, 64);  /* a DK of two of ggml's steps */
+  run16_cases(0, 64, 256);  /* a DV whose accumulators fill the registers */
 }
 
 Test(fa, narrower_isa_f16_kernels_take_ggml_s_steps_too)
 {
   JT_TEST_NEEDS(JT_ISA_AVX2);
-  run16(JT_ISA_AVX2, 6, 64, 64, 1, 600, 0, 1, 0, 600, 2);
-  run16(JT_ISA_AVX2, 3, 128, 64, 5, 100, 1, 4, 3, 97, 2);
+  run16_cases(JT_ISA_AVX2, 64, 64);
+  run16_cases(JT_ISA_AVX2, 128, 128);
 }
 
 Test(fa, the_f16_kernel_has_a_name_and_limits_of_its_own)
 {
-  jt_gemm_t g = {.fa = 2, .k = 64, .m = 64, .n = 1};
+  jt_gemm_t g = jt_fa_spec(2, 64, 64, 12, 0);
   cr_assert_eq(jt_kind_of(&g), JT_KIND_FA);
   char name[128];
   jit->gemm_name(&g, name, sizeof name);
-  static const char want[] = "opjit_flash_attn16_dk64_dv64_n1_";
+  static const char want[] = "opjit_flash_attn16_dk64_dv64_"; /* one kernel for any rows */
   cr_assert(strncmp(name, want, sizeof want - 1) == 0, "%s", name);
+  cr_assert(strstr(name, "_n") == NULL, "%s", name);
   jt_gemm_t bad = g;
   bad.k = 80; /* not whole steps of ggml's dot product (4 vectors of 16) */
   cr_assert_not(jt_gemm_supported(&bad));
