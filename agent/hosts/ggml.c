@@ -241,6 +241,9 @@ ag_sig_t gg_key_of(const struct ggml_tensor *dst)
 {
   const struct ggml_tensor *s0 = dst->src[0], *s1 = dst->src[1];
   int sub = dst->op == GGML_OP_UNARY || dst->op == GGML_OP_GLU ? dst->op_params[0] : 0;
+  int64_t rows = dst->ne[2]; /* decode's attention: one signature for any rows (ggml_key.h) */
+  if (dst->op == GGML_OP_FLASH_ATTN_EXT && rows < AG_GGML_FA_MIN_ROWS)
+    rows = 1;
   return ag_ggml_node_key(&(ag_ggml_node_t){
       .op = (uint8_t)dst->op,
       .src0_type = (uint8_t)(s0 ? s0->type : dst->type),
@@ -248,7 +251,7 @@ ag_sig_t gg_key_of(const struct ggml_tensor *dst)
       .has_src1 = s1 != NULL,
       .src1_type = (uint8_t)(s1 ? s1->type : 0),
       .subop = (uint8_t)sub,
-      .ne = {(int32_t)dst->ne[0], (int32_t)dst->ne[1], (int32_t)dst->ne[2], (int32_t)dst->ne[3]},
+      .ne = {(int32_t)dst->ne[0], (int32_t)dst->ne[1], (int32_t)rows, (int32_t)dst->ne[3]},
       .src0_ne0 = (int32_t)(s0 ? s0->ne[0] : 0),
       .amx = dst->op == GGML_OP_MUL_MAT && s0 && s0->extra && gg_w16(s0) == 2});
 }

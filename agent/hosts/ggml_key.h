@@ -34,7 +34,8 @@ enum { AG_GGML_OP_MUL_MAT = 29, AG_GGML_OP_FLASH_ATTN_EXT = 74 };
 /* A FLASH_ATTN_EXT gets the agent's f32 kernel from this many query rows (ggml's
  * GGML_FA_TILE_Q): there ggml's CPU backend computes it in f32 by tiles, whose float steps the
  * kernel's are; with fewer it rounds the queries to f16 and sums the values in f16, and so does
- * the f16 kernel (jit.h, fa 2). */
+ * the f16 kernel (jit.h, fa 2), which takes the rows as an argument: such a node's key has 1 for
+ * its rows (ne2) whatever they are, one signature for decode and batched decode. */
 enum { AG_GGML_FA_MIN_ROWS = 64 };
 
 /* The names of ggml's ops, types and sub-ops, as the running library spells them (ggml.c sets
