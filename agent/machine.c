@@ -265,6 +265,25 @@ double ag_machine_fma_gflops(const ag_machine_t *m, int isa, int f64, uint64_t n
   return fma_run(l, fma_iters(l, ns));
 }
 
+double ag_machine_fma_pieces(const ag_machine_t *m, int isa, int f64, uint64_t piece_ns,
+                             long pieces, long every, void (*after)(void *arg), void *arg)
+{
+  if (isa < 0 || isa > m->widest || isa >= AG_ISA__COUNT || pieces < 1 || every < 1)
+    return 0;
+  fma_loop_t l = fma_loop(isa, f64, (m->exts & AG_X(FMA)) != 0);
+  uint64_t iters = fma_iters(l, piece_ns), aside = 0, t0 = now_ns();
+  for (long p = 1; p <= pieces; p++) {
+    sink = l.fn(iters);
+    if (p % every == 0) {
+      uint64_t a = now_ns();
+      after(arg);
+      aside += now_ns() - a;
+    }
+  }
+  uint64_t dt = now_ns() - t0 - aside;
+  return dt ? 2.0 * (double)iters * (double)pieces * l.chains * l.lanes / (double)dt : 0;
+}
+
 void ag_machine_measure_best(ag_machine_t *m, int times)
 {
   ag_machine_detect(m);

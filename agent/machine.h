@@ -85,6 +85,12 @@ void ag_machine_measure_best(ag_machine_t *m, int times);
  * detected, lasting about ns, on the calling thread, in GFLOP/s (0 when m lacks the width):
  * the peak's loop timed as a benchmark times a kernel, in one batch as long as the kernel's. */
 double ag_machine_fma_gflops(const ag_machine_t *m, int isa, int f64, uint64_t ns);
+/* For the benchmarks: the same loop run as a batch runs a kernel's calls, pieces runs of about
+ * piece_ns each (a call's length), after(arg) called after every every-th (a probe read
+ * between calls; its time is not the loop's). Returns the loop's GFLOP/s over the pieces alone
+ * (0 when m lacks the width). */
+double ag_machine_fma_pieces(const ag_machine_t *m, int isa, int f64, uint64_t piece_ns,
+                             long pieces, long every, void (*after)(void *arg), void *arg);
 /* The level for OPJIT_ISA's value want (0 auto, then 1 + enum ag_isa) on a CPU with exts. When
  * the CPU lacks the level asked for, writes one line naming the variable, the value and the
  * level used instead into why (else why[0] = 0) and returns the widest level it has. */

@@ -29,6 +29,10 @@
  *                                                          -> "gf GFLOPS"
  *   g      the core's clock read right after the last t or F (bn_clock_ghz): what that
  *          batch or run left it at                         -> "ghz GHZ"
+ *   L      the clock while the peak's loop runs as a batch runs the case: pieces as long as
+ *          one of its calls, as many as a batch has calls, a probe (bn_clock_probe_ghz)
+ *          after every 32nd; the median probe of the last two thirds   -> "ghz GHZ"
+ *   T      the same inside one untimed batch of the case            -> "ghz GHZ"
  *   c      the case from C0 (8 times under the agent, which runs the original on 1 call in
  *          256), against a reference: the worst |C - ref| over the elementwise bound
  *          2 (K+2) eps (sum_k |a||b| + |beta c0|) (above 1: wrong); appends C to FILE
@@ -58,6 +62,28 @@ typedef struct wcase_s {
 } wcase_t;
 
 static FILE *out;
+
+/* The clock read inside a batch (L, T): a probe after every PROBE_EVERY calls. */
+#define PROBE_EVERY 32
+#define PROBES_MAX 4096
+typedef struct probes_s {
+  double ghz[PROBES_MAX];
+  long n;
+} probes_t;
+
+static void probe(void *arg)
+{
+  probes_t *p = arg;
+  if (p->n < PROBES_MAX)
+    p->ghz[p->n++] = bn_clock_probe_ghz();
+}
+
+/* The median probe of the batch's last two thirds: the clock it settled at (0: none). */
+static double settled(probes_t *p)
+{
+  long from = p->n / 3;
+  return p->n > from ? bn_median(p->ghz + from, (size_t)(p->n - from)) : 0;
+}
 static const jt_api_t *jit; /* -k */
 
 /* Parses SPEC into k. Returns 0 or -1. */
@@ -408,6 +434,22 @@ int main(int argc, char **argv)
       double gf = ag_machine_fma_gflops(&m, m.widest, 0, (uint64_t)(batch_ms * 1e6));
       ghz = bn_clock_ghz();
       fprintf(out, "gf %.3f\n", gf);
+    } else if ((line[0] == 'L' || line[0] == 'T') && k && iters) {
+      static probes_t p;
+      p.n = 0;
+      if (line[0] == 'L') {
+        ag_machine_t m;
+        ag_machine_detect(&m);
+        ag_machine_fma_pieces(&m, m.widest, 0, (uint64_t)(batch_ms * 1e6 / (double)iters), iters,
+                              PROBE_EVERY, probe, &p);
+      } else {
+        run(k, iters / 8 + 1);
+        for (long i = PROBE_EVERY; i <= iters; i += PROBE_EVERY) {
+          run(k, PROBE_EVERY);
+          probe(&p);
+        }
+      }
+      fprintf(out, "ghz %.4f\n", settled(&p));
     } else if (line[0] == 'g') {
       fprintf(out, "ghz %.4f\n", ghz);
     } else if (line[0] == 'c' && k && iters && cf) {

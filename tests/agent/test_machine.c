@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* The machine model: detection agrees with what the kernel reports, the measurement fills the
- * widths this CPU has and only those, OPJIT_ISA's parsing and fallback, the store round trip
- * (a real SQLite file), and the agent storing the model once per CPU and reusing it. No timing
- * is asserted: only structure (a width measured or not, a figure positive and finite). */
+ * widths this CPU has and only those (and runs the benchmarks' loop in pieces), OPJIT_ISA's
+ * parsing and fallback, the store round trip (a real SQLite file), and the agent storing the
+ * model once per CPU and reusing it. No timing is asserted: only structure (a width measured or
+ * not, a figure positive and finite). */
 #define _GNU_SOURCE
 #include "agent/machine.h"
 #include "agent/opt.h"
@@ -88,6 +89,24 @@ Test(machine, measures_the_supported_widths_and_only_those)
   cr_expect(m.timer_ns > 0 && isfinite(m.timer_ns), "clock read %g ns", m.timer_ns);
   cr_expect_gt(m.measured_ns, 0);
   cr_expect_eq(m.stored, 0);
+}
+
+static int pieces_seen;
+static void count_piece(void *arg) { pieces_seen += *(int *)arg; }
+
+Test(machine, the_loop_in_pieces_calls_back_after_every_every_th_and_only_on_its_widths)
+{
+  ag_machine_t m;
+  ag_machine_detect(&m);
+  int one = 1;
+  pieces_seen = 0;
+  double g = ag_machine_fma_pieces(&m, m.widest, 0, 3000, 100, 32, count_piece, &one);
+  cr_expect(g > 0 && isfinite(g), "%g GF/s", g);
+  cr_expect_eq(pieces_seen, 3, "called back %d times for 100 pieces, every 32nd", pieces_seen);
+  pieces_seen = 0;
+  cr_expect_eq(ag_machine_fma_pieces(&m, m.widest + 1, 0, 3000, 100, 32, count_piece, &one), 0);
+  cr_expect_eq(ag_machine_fma_pieces(&m, m.widest, 1, 3000, 0, 32, count_piece, &one), 0);
+  cr_expect_eq(pieces_seen, 0, "a width this CPU lacks, or no pieces, runs nothing");
 }
 
 static const char *fake_env;
