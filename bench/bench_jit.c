@@ -48,7 +48,8 @@
  * opjit's fastest round, are printed beside; so is, not a goal, what the short rounds and a
  * batch measure differently: the same loop run once for as long as a batch right after them,
  * opjit against it, and the core's clock right after J's batch and after that run, from
- * dependent multiplies); n >= 256 never below 0.98 x OpenBLAS.
+ * dependent multiplies; then the clock inside each, from short probes between calls, and
+ * opjit's share at the loop's clock); n >= 256 never below 0.98 x OpenBLAS.
  * Cases: s and d; Fortran (sgemm_) and CBLAS row-major (cblas_sgemm); NN NT TN TT; beta 0, 1;
  * alpha 1; square n, tight leading dimensions.
  *   default  NN beta=1 for n in {4 8 16 32 64 96 128 256 512}; the other seven transpose/beta
