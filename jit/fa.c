@@ -27,14 +27,22 @@
  * fa == 2 (fa16_block, below) is ggml's path for fewer rows, step by step (jit.h says which):
  * one key at a time for a block of heads side by side, the accumulators in registers as f32
  * values that are f16 values, rounded after each step, e^x glibc's expf in vector form, the
- * rescale a branch taken only when a maximum grows. The heads of a block are as many as the
- * registers hold (fa16_heads: under AVX-512 4 of DV 64, 2 of DV 128; under AVX2 1). Query
- * heads grouped on a K/V head (GQA) by at least a shared block's heads are taken a group at
- * a time, in blocks of its heads that convert each key and value vector once for all of them;
- * other groupings (and none) in unshared blocks, each head's K/V head its own:
+ * rescale a branch taken only when a maximum grows. Query heads grouped on K/V heads (GQA)
+ * are taken a group at a time, in blocks of its heads that convert each key and value vector
+ * once for all of them:
  *
- *   group >= shared heads: for each K/V head: for its heads in blocks: rows: fa16_block(shared)
- *   otherwise:             for the heads in blocks of nr:          rows: fa16_block */
+ *   group > 1: for each K/V head: its heads in blocks of nr, nr / 2, ..., 1: rows: fa16_block
+ *   group 1:   the heads in blocks of nr, nr / 2, ..., 1:                   rows: fa16_block
+ *
+ * Blocks of nr = V / 2 heads (8 under AVX-512, 4 under AVX2: the lanes e^x takes, in double),
+ * whatever DV: their accumulators (DV / V vectors a head) do not fit the registers from DV 64
+ * under AVX-512 (and any DV under AVX2), and LLVM spills some of them in the key loop, but
+ * fewer heads cost more. bench_fa, Xeon model 167 (one thread, 15 rounds, ggml/opjit): heads
+ * of 128 under AVX-512 ran 2.1-2.3x ggml with blocks of 8, 1.7-2.0x with 6, 1.7-1.8x with 2 (no
+ * vector spill in the key loop); AVX2 heads of 64 2.0x with 4 against 1.1x with 1 (none
+ * spilled). e^x (a gather, in double), the sums across lanes and the branches are taken once
+ * per key for the block: a spill's store and load, forwarded from L1, cost less than their
+ * share. Smaller blocks after the big ones take what is left (a thread's 6 heads: 4 and 2). */
 #include "fa.h"
 #include "gemm.h"
 #include "irloop.h"
@@ -560,13 +568,12 @@ static LLVMValueRef bcast(fgen_t *g, LLVMValueRef v, int r)
                                 cvec(c32(g, r), (unsigned)g->V), "");
 }
 
-/* A block of fa16_block's heads: R side by side, head r at index hr[r] of the call's (a block
- * that the heads do not fill repeats its last), its keys at kp[r] and values at vp[r], stored
- * when keep[r]. shared: the R heads are one K/V group's (kp[r] and vp[r] are the first's), and
- * each key's vectors are converted once for them all. */
+/* A block of fa16_block's heads: R side by side, head r at index hr[r] of the call's, its keys
+ * at kp[r] and values at vp[r]. shared: the R heads are one K/V group's (kp[r] and vp[r] are the
+ * first's), and each key's vectors are converted once for them all. */
 typedef struct fa16_blk_s {
   int R, shared;
-  LLVMValueRef hr[MAXR], kp[MAXR], vp[MAXR], keep[MAXR];
+  LLVMValueRef hr[MAXR], kp[MAXR], vp[MAXR];
 } fa16_blk_t;
 
 /* Query row i of block k's heads over keys [c0, c1) (the builder in the rows loop's body); qbuf:
@@ -697,14 +704,10 @@ static void fa16_block(fgen_t *g, call_t *c, const fa16_blk_t *k, LLVMValueRef c
   LLVMAddIncoming(m, &lm, &latch, 1);
   LLVMAddIncoming(sum, &ls, &latch, 1);
   LLVMBuildBr(b, head);
-  /* the heads' accumulators, maxima and sums (those kept) */
+  /* the heads' accumulators, maxima and sums */
   LLVMPositionBuilderAtEnd(b, exit);
   LLVMValueRef at0 = LLVMBuildMul(b, LLVMBuildNSWSub(b, i, c->i0, ""), heads, "");
   for (int r = 0; r < R; r++) {
-    LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(g->cx, g->fn, "store");
-    LLVMBasicBlockRef after = LLVMAppendBasicBlockInContext(g->cx, g->fn, "stored");
-    LLVMBuildCondBr(b, k->keep[r], then, after);
-    LLVMPositionBuilderAtEnd(b, then);
     LLVMValueRef dst =
         gep(g, g->f32, c->out,
             add(g, LLVMBuildMul(b, k->hr[r], hs[3], ""), LLVMBuildMul(b, i, c->os, "")));
@@ -714,27 +717,20 @@ static void fa16_block(fgen_t *g, call_t *c, const fa16_blk_t *k, LLVMValueRef c
     st(g, LLVMBuildExtractElement(b, m, c32(g, r), ""), gep(g, g->f32, msout, at), 4);
     st(g, LLVMBuildExtractElement(b, sum, c32(g, r), ""),
        gep(g, g->f32, msout, add(g, at, c64(g, 1))), 4);
-    LLVMBuildBr(b, after);
-    LLVMPositionBuilderAtEnd(b, after);
   }
 }
 
-/* The rows of blocks [h, ...) of heads up to hend of a call (f its arguments), rows loop inside
- * (fa16_block). Unshared (shared 0): blocks of R heads from h in steps of R, each head's K/V
- * head its own ((head0 + head) / group - head0 / group: any grouping); shared: one block of the
- * K/V head kvh's, from h to hend. */
-static void fa16_rows(fgen_t *g, call_t *c, int R, int shared, LLVMValueRef h, LLVMValueRef hend,
-                      LLVMValueRef kvh, LLVMValueRef group, LLVMValueRef head0, LLVMValueRef *f,
-                      LLVMValueRef qbuf)
+/* The rows of the R heads from h of a call (f its arguments), rows loop inside (fa16_block).
+ * Unshared (shared 0): each head's K/V head its own ((head0 + head) / group - head0 / group: any
+ * grouping); shared: all K/V head kvh. */
+static void fa16_rows(fgen_t *g, call_t *c, int R, int shared, LLVMValueRef h, LLVMValueRef kvh,
+                      LLVMValueRef group, LLVMValueRef head0, LLVMValueRef *f, LLVMValueRef qbuf)
 {
   LLVMBuilderRef b = g->b;
   fa16_blk_t k = {.R = R, .shared = shared};
-  LLVMValueRef last = LLVMBuildNSWSub(b, hend, c64(g, 1), "");
   LLVMValueRef first = shared ? NULL : LLVMBuildSDiv(b, head0, group, "");
   for (int r = 0; r < R; r++) {
-    LLVMValueRef x = add(g, h, c64(g, r));
-    k.keep[r] = LLVMBuildICmp(b, LLVMIntSLT, x, hend, "");
-    k.hr[r] = LLVMBuildSelect(b, k.keep[r], x, last, "head");
+    k.hr[r] = add(g, h, c64(g, r));
     LLVMValueRef u =
         shared ? kvh
                : LLVMBuildNSWSub(b, LLVMBuildSDiv(b, add(g, head0, k.hr[r]), group, ""), first, "");
@@ -746,22 +742,18 @@ static void fa16_rows(fgen_t *g, call_t *c, int R, int shared, LLVMValueRef h, L
   jt_loop_close(b, &i);
 }
 
-/* The heads a block takes side by side within the register budget (32 vectors under AVX-512,
- * 16 under AVX2): the accumulators of R heads (DV / V vectors each) stay in registers with
- * the scores' registers beside them (ggml's 4 partial sums, one more per head for the sums
- * across lanes, a key vector; shared: 4 per head instead) and the softmax's M and S; at least
- * one (DV too wide for the budget: its accumulators spill), a shared block a power of two (a
- * K/V group of 4, 6 or 8 heads in whole blocks). DK only sizes the queries' buffer. */
-static int fa16_heads(int V, int dv, int shared)
+/* Heads [h, end) in blocks of g->R heads, then of half as many, down to one: whole blocks, no
+ * head computed twice (12 heads of one call under AVX-512: 8 and 4; a thread's 6: 4 and 2). */
+static void fa16_blocks(fgen_t *g, call_t *c, int shared, LLVMValueRef h, LLVMValueRef end,
+                        LLVMValueRef kvh, LLVMValueRef group, LLVMValueRef *f, LLVMValueRef qbuf)
 {
-  int nreg = V == 16 ? 32 : 16, no = dv / V, R = 1;
-  if (shared)
-    while (2 * R <= MAXR && 2 * R * (no + 4) + 3 <= nreg)
-      R *= 2;
-  else
-    while (R < MAXR && (R + 1) * (no + 1) + 8 <= nreg)
-      R++;
-  return R;
+  for (int R = g->R; R >= 1; R /= 2) {
+    jt_loop_t l = jt_loop_open(g->b, g->fn, h, LLVMBuildNSWSub(g->b, end, c64(g, R - 1), ""), R,
+                               shared ? "group_heads" : "heads");
+    fa16_rows(g, c, R, shared, l.iv, kvh, group, f[23], f, qbuf);
+    jt_loop_close(g->b, &l);
+    h = l.iv;
+  }
 }
 
 static int isa_bits(int isa) { return isa == JT_ISA_AVX512 ? 512 : 256; }
@@ -786,7 +778,7 @@ int jt_fa_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, siz
   r->nr = V == 16 ? 6 : 4;      /* query rows per block */
   r->tails = 0, r->kc = 0;
   if (s->fa == 2) {
-    r->mr_vecs = 1, r->nr = fa16_heads(V, s->m, 0); /* heads side by side (unshared blocks) */
+    r->mr_vecs = 1, r->nr = V / 2; /* heads side by side: e^x's lanes (doubles) */
     if (s->k % (4 * V) || s->m % V || s->k > JT_FA_MAX_D || s->m > JT_FA_MAX_D) {
       snprintf(err, len,
                "f16 FLASH_ATTN_EXT kernels take a DK in steps of 4 vectors (ggml's dot) and a DV "
@@ -866,46 +858,38 @@ LLVMValueRef jt_fa_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s
               .i1 = f[12],
               .scale = f[13]};
   if (s->fa == 2) {
-    int rs = fa16_heads(g.V, g.DV, 1);
-    LLVMValueRef qbuf =
-        LLVMBuildArrayAlloca(g.b, g.f32, c64(&g, (long)(g.R > rs ? g.R : rs) * g.DK), "q16");
+    LLVMValueRef qbuf = LLVMBuildArrayAlloca(g.b, g.f32, c64(&g, (long)g.R * g.DK), "q16");
     LLVMSetAlignment(qbuf, 64);
     LLVMValueRef group = LLVMBuildSelect(g.b, LLVMBuildICmp(g.b, LLVMIntSGT, f[22], c64(&g, 1), ""),
                                          f[22], c64(&g, 1), "group");
+    LLVMBasicBlockRef pre = LLVMAppendBasicBlockInContext(cx, g.fn, "groups_pre");
     LLVMBasicBlockRef unshared = LLVMAppendBasicBlockInContext(cx, g.fn, "unshared");
     LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(cx, g.fn, "done");
-    if (rs > 1) { /* K/V groups of rs heads or more: blocks of a group's heads */
-      LLVMBasicBlockRef pre = LLVMAppendBasicBlockInContext(cx, g.fn, "groups_pre");
-      LLVMBuildCondBr(g.b, LLVMBuildICmp(g.b, LLVMIntSGE, group, c64(&g, rs), ""), pre, unshared);
-      LLVMPositionBuilderAtEnd(g.b, pre);
-      LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(cx, g.fn, "groups");
-      LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(cx, g.fn, "group");
-      LLVMBuildBr(g.b, head);
-      LLVMPositionBuilderAtEnd(g.b, head);
-      LLVMValueRef h = LLVMBuildPhi(g.b, g.i64, "h"), zero = c64(&g, 0);
-      LLVMAddIncoming(h, &zero, &pre, 1);
-      LLVMBuildCondBr(g.b, LLVMBuildICmp(g.b, LLVMIntSLT, h, f[16], ""), body, done);
-      LLVMPositionBuilderAtEnd(g.b, body);
-      LLVMValueRef at = add(&g, f[23], h);
-      LLVMValueRef gend = LLVMBuildNSWSub(g.b, add(&g, h, group), LLVMBuildSRem(g.b, at, group, ""),
-                                          "");
-      LLVMValueRef end = LLVMBuildSelect(g.b, LLVMBuildICmp(g.b, LLVMIntSLT, gend, f[16], ""), gend,
-                                         f[16], "end");
-      LLVMValueRef kvh = LLVMBuildNSWSub(g.b, LLVMBuildSDiv(g.b, at, group, ""),
-                                         LLVMBuildSDiv(g.b, f[23], group, ""), "kvh");
-      jt_loop_t blk = jt_loop_open(g.b, g.fn, h, end, rs, "group_heads");
-      fa16_rows(&g, &c, rs, 1, blk.iv, end, kvh, group, f[23], f, qbuf);
-      jt_loop_close(g.b, &blk);
-      LLVMBasicBlockRef from = LLVMGetInsertBlock(g.b);
-      LLVMAddIncoming(h, &end, &from, 1);
-      LLVMBuildBr(g.b, head);
-    } else {
-      LLVMBuildBr(g.b, unshared);
-    }
+    LLVMBuildCondBr(g.b, LLVMBuildICmp(g.b, LLVMIntSGT, group, c64(&g, 1), ""), pre, unshared);
+    /* K/V groups: a group's heads at a time, from head 0's place in its group */
+    LLVMPositionBuilderAtEnd(g.b, pre);
+    LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(cx, g.fn, "groups");
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(cx, g.fn, "group");
+    LLVMBuildBr(g.b, head);
+    LLVMPositionBuilderAtEnd(g.b, head);
+    LLVMValueRef h = LLVMBuildPhi(g.b, g.i64, "h"), zero = c64(&g, 0);
+    LLVMAddIncoming(h, &zero, &pre, 1);
+    LLVMBuildCondBr(g.b, LLVMBuildICmp(g.b, LLVMIntSLT, h, f[16], ""), body, done);
+    LLVMPositionBuilderAtEnd(g.b, body);
+    LLVMValueRef at = add(&g, f[23], h);
+    LLVMValueRef gend =
+        LLVMBuildNSWSub(g.b, add(&g, h, group), LLVMBuildSRem(g.b, at, group, ""), "");
+    LLVMValueRef end = LLVMBuildSelect(g.b, LLVMBuildICmp(g.b, LLVMIntSLT, gend, f[16], ""), gend,
+                                       f[16], "end");
+    LLVMValueRef kvh = LLVMBuildNSWSub(g.b, LLVMBuildSDiv(g.b, at, group, ""),
+                                       LLVMBuildSDiv(g.b, f[23], group, ""), "kvh");
+    fa16_blocks(&g, &c, 1, h, end, kvh, group, f, qbuf);
+    LLVMBasicBlockRef from = LLVMGetInsertBlock(g.b);
+    LLVMAddIncoming(h, &end, &from, 1);
+    LLVMBuildBr(g.b, head);
+    /* a K/V head per query head */
     LLVMPositionBuilderAtEnd(g.b, unshared);
-    jt_loop_t h = jt_loop_open(g.b, g.fn, c64(&g, 0), f[16], g.R, "heads");
-    fa16_rows(&g, &c, g.R, 0, h.iv, f[16], NULL, group, f[23], f, qbuf);
-    jt_loop_close(g.b, &h);
+    fa16_blocks(&g, &c, 0, zero, f[16], NULL, group, f, qbuf);
     LLVMBuildBr(g.b, done);
     LLVMPositionBuilderAtEnd(g.b, done);
   } else {
