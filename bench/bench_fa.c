@@ -8,9 +8,10 @@
  * round; the table gives the medians of each side's ms and of the per-round ratios ggml/opjit
  * (+- half their interquartile range), and the largest difference between their outputs.
  * Then decode's: one query row against 256 and 768 keys, ggml's node against the f16 kernel
- * (fa 2) over every head in one call, for heads of 64 (12) and of 128 (32, on 32 or on 8 K/V
- * heads: Llama 3's GQA), under AVX-512 and AVX2 (ggml's haswell variant against the kernel
- * forced to AVX2, as OPJIT_ISA=avx2 has it), with ggml's overhead of a graph compute beside.
+ * (fa 2) over every head in one call, for heads of 64 (12), of 128 (32, on 32 or on 8 K/V
+ * heads: Llama 3's GQA) and of 256 (16 on 8: Gemma 2's), under AVX-512 and AVX2 (ggml's
+ * haswell variant against the kernel forced to AVX2, as OPJIT_ISA=avx2 has it), with ggml's
+ * overhead of a graph compute beside.
  *   bench_fa [rounds [prompt ...]]   (default 15 rounds; prompts 128 512 1024) */
 #define _GNU_SOURCE
 #include "bench.h"
@@ -348,9 +349,10 @@ int main(int argc, char **argv)
          "kernel;\nempty: ggml's graph compute of a one-float node, in ggml's time (the other "
          "sides interleaved)\n%-6s %-4s %-6s %9s %6s %13s %13s %19s   %s\n",
          "heads", "DK", "ISA", "empty", "n_kv", "ggml", "opjit", "ggml/opjit", "max |diff|");
-  static const dcfg_t cfg[] = {{64, 12, 12, JT_ISA_AVX512},  {128, 32, 32, JT_ISA_AVX512},
-                               {128, 32, 8, JT_ISA_AVX512},  {64, 12, 12, JT_ISA_AVX2},
-                               {128, 32, 32, JT_ISA_AVX2},   {128, 32, 8, JT_ISA_AVX2}};
+  static const dcfg_t cfg[] = {{64, 12, 12, JT_ISA_AVX512}, {128, 32, 32, JT_ISA_AVX512},
+                               {128, 32, 8, JT_ISA_AVX512}, {256, 16, 8, JT_ISA_AVX512},
+                               {64, 12, 12, JT_ISA_AVX2},   {128, 32, 32, JT_ISA_AVX2},
+                               {128, 32, 8, JT_ISA_AVX2}};
   static const int kv[] = {256, 768};
   for (size_t c = 0; c < sizeof cfg / sizeof *cfg && !rc; c++) {
     ggml_backend_t b = cfg[c].isa == JT_ISA_AVX2 ? avx2 : be;
