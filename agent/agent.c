@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include "agent.h"
 #include "codemap.h"
+#include "compare.h"
 #include "fleet.h"
 #include "host.h"
 #include "opjit.h"
@@ -198,11 +199,6 @@ __attribute__((constructor)) static void agent_constructor(void) { ag_init(); }
 
 #define BURST_LEN 64        /* calls a burst lasts at first */
 #define BURST_LEN_MAX 1024   /* ... at most, when signatures recur less often than it lasts */
-#define BURST_EVERY_NEW 8    /* bursts start every so many burst lengths while a variant awaits
-                                its verdict (12 % of calls run the original: a verdict needs 8
-                                rounds, a round a burst; a signature called a few thousand
-                                times gets one within its calls) */
-#define BURST_EVERY 256      /* ... once every variant has one (0.4 %) */
 
 /* Hands a finished burst's timings to the judge (tier.c), and lengthens the next burst when
  * this one ran variants' originals but timed none (no signature came twice in it). */
@@ -290,17 +286,17 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
     burst_flush();
   if (!ag_tl.burst_len) { /* the thread's first pick: its first burst comes a period later */
     ag_tl.burst_len = BURST_LEN;
-    ag_tl.to_burst = BURST_LEN * BURST_EVERY_NEW / 2 +
-                     (int32_t)(ag_tl.rng % (BURST_LEN * BURST_EVERY_NEW / 2));
+    ag_tl.to_burst = BURST_LEN * AG_CMP_BURST_EVERY / 2 +
+                     (int32_t)(ag_tl.rng % (BURST_LEN * AG_CMP_BURST_EVERY / 2));
   }
   int32_t gap = draw_gap();
   ag_tl.tick = gap;
-  ag_tl.to_burst -= gap;
-  if (ag_tl.to_burst <= 0 && n != 1) {
-    int live = atomic_load_explicit(&ag_tier_live, memory_order_relaxed);
-    int undecided = atomic_load_explicit(&ag_tier_undecided, memory_order_relaxed);
-    ag_tl.to_burst = ag_tl.burst_len * (undecided ? BURST_EVERY_NEW : BURST_EVERY);
-    if (live) { /* the burst starts with the next call */
+  /* The gap's calls count toward the next burst at this call's rate (compare.h, the bursts'
+   * budget): a timed call is one drawn at random, so over many gaps each signature's calls
+   * count at its own rate. */
+  int awaiting = atomic_load_explicit(&e->awaiting, memory_order_relaxed) != 0;
+  if (n != 1 && ag_cmp_burst_due(&ag_tl.to_burst, ag_tl.burst_len, gap, awaiting)) {
+    if (atomic_load_explicit(&ag_tier_live, memory_order_relaxed)) { /* from the next call on */
       ag_tl.burst = ag_tl.burst_len;
       ag_tl.nbt = 0;
       ag_tl.burst_saw_variant = 0;

@@ -171,10 +171,11 @@ enum { AG_ORIG_BURST = 1, AG_ORIG_PAIR, AG_VARIANT_PAIR };
  * draws the gap to the next timed call, uniform in [1, 2 OPJIT_TIME_EVERY - 1], and starts the
  * clock. Inside an original burst (compare.h) every call comes here: a signature with a
  * published variant runs its original, timed when the signature already ran in this burst
- * (warm). Bursts start every few thousand calls while a variant is published, more often
- * while one still awaits its verdict. The calls of a host that hooks itself in (hooked set)
- * take no part in bursts: such a host judges its kernels in rounds of its own. Out of line: the
- * common call pays one decrement. */
+ * (warm). Bursts start every few thousand calls while a variant is published, more often on
+ * the calls of signatures whose variant still awaits its verdict (compare.h, the bursts'
+ * budget). The calls of a host that hooks itself in (hooked set) take no part in bursts: such
+ * a host judges its kernels in rounds of its own. Out of line: the common call pays one
+ * decrement. */
 void ag_call_pick(ag_call_t *c, uint64_t n, int hooked);
 
 /* A burst's warm original call of c->e took dt ns (out of line: bursts are rare). */

@@ -14,6 +14,15 @@ void ag_cmp_start(ag_cmp_t *c, uint64_t v_total_n, uint64_t v_total_ns)
   c->v_base_ns = v_total_ns;
 }
 
+int ag_cmp_burst_due(int32_t *to_burst, int32_t len, int32_t gap, int awaiting)
+{
+  *to_burst -= awaiting ? gap * (AG_CMP_BURST_EVERY / AG_CMP_BURST_EVERY_NEW) : gap;
+  if (*to_burst > 0)
+    return 0;
+  *to_burst = len * AG_CMP_BURST_EVERY;
+  return 1;
+}
+
 int ag_cmp_burst(ag_cmp_t *c, uint64_t n, uint64_t ns, uint64_t v_total_n, uint64_t v_total_ns)
 {
   if (v_total_n < c->v_base_n || v_total_ns < c->v_base_ns) /* the counters were reset */

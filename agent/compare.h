@@ -36,6 +36,8 @@
 #define AG_CMP_MIN_ROUNDS 8  /* fewer: UNDECIDED */
 #define AG_CMP_MARGIN 0.03   /* a median ratio within 3 % of 1 is a tie, never a verdict */
 #define AG_CMP_MIN_VCALLS 2  /* variant timings a round needs; fewer wait for the next burst */
+#define AG_CMP_BURST_EVERY 256  /* a thread's bursts start every so many burst lengths of calls */
+#define AG_CMP_BURST_EVERY_NEW 8 /* ... of calls to signatures whose variant awaits its verdict */
 _Static_assert(ST_JUDGE_RATIOS == AG_CMP_ROUNDS, "the store keeps the judge's window");
 
 enum ag_verdict { AG_CMP_UNDECIDED = 0, AG_CMP_FASTER, AG_CMP_SLOWER,
@@ -67,6 +69,17 @@ enum { AG_CMP_PAIR_ORIG = 1, AG_CMP_PAIR_VARIANT = 2 };
  * cumulative timed calls and nanoseconds now, closes a round when the variant has
  * AG_CMP_MIN_VCALLS timings since the last one. Returns 1 when a round was closed. */
 int ag_cmp_burst(ag_cmp_t *c, uint64_t n, uint64_t ns, uint64_t v_total_n, uint64_t v_total_ns);
+
+/* The bursts' budget. A thread counts its calls toward its next burst in *to_burst; gap calls of
+ * one signature (awaiting: its variant awaits its first verdict) count
+ * AG_CMP_BURST_EVERY / AG_CMP_BURST_EVERY_NEW times each when awaiting, once otherwise. Returns 1
+ * when a burst of len calls is due, and rearms *to_burst to len * AG_CMP_BURST_EVERY. So bursts
+ * run at most 1/AG_CMP_BURST_EVERY_NEW of the calls to signatures awaiting a verdict (a verdict
+ * needs 8 rounds, a round a burst: a signature called a few thousand times gets one within its
+ * calls) and 1/AG_CMP_BURST_EVERY of the others, whatever the other signatures await: a
+ * program whose kernels were judged in earlier runs does not pay the first run's rate for a few
+ * rarely called ones. */
+int ag_cmp_burst_due(int32_t *to_burst, int32_t len, int32_t gap, int awaiting);
 
 /* Sets the variant's baseline (its cumulative timed calls when it was published): timings
  * before it are not the variant's. */

@@ -23,6 +23,9 @@ typedef struct ag_entry_s {
                                 (agent.h, ag_call_pair; the judge's watch sets it for a
                                 rarely called signature); 0: none */
   _Atomic uint32_t pair_n;   /* its paired calls so far: which side the next one runs */
+  _Atomic uint32_t awaiting; /* 1 while its published variant awaits the judge's first verdict:
+                                bursts come more often on its calls (compare.h, the bursts'
+                                budget; the tiers set it) */
   _Atomic int32_t verify;    /* calls still to verify against the original */
   _Atomic uint64_t calls;    /* calls seen (threads with their own counters add at exit) */
   _Atomic uint64_t timed;    /* original's calls whose duration was measured */

@@ -99,7 +99,7 @@ static uint8_t *prepared; /* per entry: shapes[] and ag_vrun[] hold its problem 
 static float *duel_won; /* per entry: the median ratio of the duel its variant won (0: none) */
 static pthread_mutex_t cmp_mu = PTHREAD_MUTEX_INITIALIZER;
 static int fault_reps; /* OPJIT_TEST_FAULT=slow: 16 (the variant's pair timings x16), fast: -16 */
-_Atomic int ag_tier_live, ag_tier_undecided;
+_Atomic int ag_tier_live;
 
 /* What promotion expects: the mean relative saving of this process's measured variants and
  * the mean compile time (both updated by compile threads under code_mu; read racily, as
@@ -157,9 +157,9 @@ static void judge(ag_entry_t *e, const st_judge_pool_t *pool)
   else
     ag_cmp_start(&cmps[e->index], atomic_load(&e->vtimed), atomic_load(&e->vtimed_ns));
   cmp_rev[e->index]++;
+  atomic_store(&e->awaiting, !cmps[e->index].kept);
   pthread_mutex_unlock(&cmp_mu);
   atomic_fetch_add(&ag_tier_live, 1);
-  atomic_fetch_add(&ag_tier_undecided, 1);
 }
 
 /* Publishes fn as e's variant: READY, its comparison with the original started (from pool's
@@ -606,17 +606,20 @@ static void judged_faster(ag_entry_t *e, double vmean, double omean, const char 
 static _Atomic int awaiting_verdict; /* READY variants awaiting a first verdict (last look) */
 
 /* Demotes READY variants that measure slower than the original, by the judge's rule
- * (compare.h; a sanitized build only says so), and counts the live and undecided ones for the
- * bursts. Compile thread only. */
+ * (compare.h; a sanitized build only says so), counts the live ones and marks those awaiting a
+ * verdict for the bursts. Compile thread only. */
 static void watch_speed(void)
 {
   uint64_t now = ag_now_ns();
   uint32_t n = ag_table_count(ag_table);
-  int live = 0, undecided = 0, awaiting = 0;
+  int live = 0, awaiting = 0;
   for (uint32_t i = 0; i < n; i++) {
     ag_entry_t *e = ag_table_entry(ag_table, i);
-    if (atomic_load(&e->tier) != AG_TIER_READY)
+    if (atomic_load(&e->tier) != AG_TIER_READY) {
+      if (atomic_load_explicit(&e->awaiting, memory_order_relaxed)) /* demoted meanwhile */
+        atomic_store_explicit(&e->awaiting, 0, memory_order_relaxed);
       continue;
+    }
     /* The guard: calls sent to the variant that failed its speculative guards (C overlapping
      * A or B) ran the original. A variant most calls cannot use is not worth keeping. */
     uint64_t miss = atomic_load(&e->guard_miss), calls, hits;
@@ -640,6 +643,9 @@ static void watch_speed(void)
     double omean = ag_cmp_orig_ns(&cmps[i]), vmean = ag_cmp_variant_ns(&cmps[i]);
     uint32_t rounds = cmps[i].rounds, pooled = cmps[i].pooled_rounds;
     int kept = cmps[i].kept;
+    uint32_t await = v == AG_CMP_UNDECIDED && !kept;
+    if (atomic_load_explicit(&e->awaiting, memory_order_relaxed) != await)
+      atomic_store_explicit(&e->awaiting, await, memory_order_relaxed);
     /* The figures in words: a demotion's event, or a win's reason ("in-run judge: ...") */
     char fig[AG_REASON_LEN - 64], how[64];
     uint32_t paired = cmps[i].paired, own = rounds - pooled;
@@ -649,8 +655,6 @@ static void watch_speed(void)
     ag_cmp_describe(&cmps[i], med, how, fig, sizeof fig);
     pthread_mutex_unlock(&cmp_mu);
     live++;
-    /* Awaiting a verdict, and called since the last look: bursts come more often for it (a
-     * placed kernel this run never calls must not keep them coming). */
     uint64_t ncalls, nvcalls;
     ag_tcount_sum_one(i, &ncalls, &nvcalls);
     if (v == AG_CMP_UNDECIDED) {
@@ -663,7 +667,6 @@ static void watch_speed(void)
       uint32_t every = !rare ? 0 : kept ? PAIR_KEPT : 1;
       if (atomic_load_explicit(&e->pair, memory_order_relaxed) != every)
         atomic_store_explicit(&e->pair, every, memory_order_relaxed);
-      undecided += !kept && ncalls != watched_calls[i];
       awaiting += !kept;
       watched_calls[i] = ncalls, watched_ns[i] = now;
       continue;
@@ -714,7 +717,6 @@ static void watch_speed(void)
       event(e, AG_EV_INVALIDATED, "slower: %.0f ns per call, original %.0f ns", vmean, omean);
   }
   atomic_store(&ag_tier_live, live);
-  atomic_store(&ag_tier_undecided, undecided);
   awaiting_verdict = awaiting;
 }
 
@@ -1152,6 +1154,17 @@ static int load_charge(ag_entry_t *e, size_t size, char *err, size_t errlen)
 static void load_publish(ag_entry_t *e, const jt_loaded_t *l, const char *symbol,
                          const st_judge_pool_t *pool, uint64_t ns)
 {
+  /* The verdict on the pooled rounds carries over: the judge's rule on them now, as the watch's
+   * first look would take it, so that a kernel earlier runs found faster starts kept (judged
+   * again on later windows, its calls at the bursts' steady rate: compare.h) */
+  st_judge_pool_t now;
+  if (pool && pool->rounds) {
+    ag_cmp_t c;
+    ag_cmp_resume(&c, pool, 0, 0);
+    ag_cmp_judge(&c, NULL);
+    ag_cmp_save(&c, &now);
+    pool = &now;
+  }
   set_persisted(e->index, NULL, 0, symbol, 1);
   double us = (double)ns / 1e3;
   char judged[96] = "no verdict from the in-run judge yet";
@@ -1481,7 +1494,6 @@ void ag_tier_after_fork_child(void)
     watched_calls[i] = 0;
   }
   atomic_store(&ag_tier_live, 0);
-  atomic_store(&ag_tier_undecided, 0);
   /* If the parent had loaded LLVM, its state in the child is whatever a compile thread left
    * mid-compile: the child keeps the variants it inherited and compiles nothing new. (A parent
    * whose compile thread only watched loaded kernels never touched LLVM.) */

@@ -65,9 +65,9 @@ enum { AG_HOLD_NONE = 0, AG_HOLD_RUN, AG_HOLD_QUEUE };
  * its ag_tier_hot; reaching AG_HOLD_NONE wakes the compile threads waiting to run. */
 void ag_tier_hold(int level);
 
-/* The never-slower judge's inputs (compare.h). ag_tier_live: variants published now;
- * ag_tier_undecided: those still awaiting a verdict (bursts run more often meanwhile). */
-extern _Atomic int ag_tier_live, ag_tier_undecided;
+/* The never-slower judge's input (compare.h): variants published now (no bursts without one).
+ * Which of them await a verdict is each entry's awaiting (table.h). */
+extern _Atomic int ag_tier_live;
 /* One original burst timed n warm calls of e, ns in all: a round of e's comparison when its
  * variant has timings since the last one. Any host thread; takes a short lock. */
 void ag_tier_burst(ag_entry_t *e, uint32_t n, uint64_t ns);
@@ -105,10 +105,11 @@ int ag_tier_settle(long ms);
 /* Places a persisted kernel (jit/objload.h) as e's variant: published at once, not verified
  * again (it was verified in the run that stored it, and its checksum was checked), watched
  * for speed and guards like a compiled one. pool (NULL: none) holds the judge's rounds on this
- * kernel from earlier runs (compare.h): its judge resumes from them, and a kernel they already
- * find slower, or tied against it, is not placed: it is demoted (LOST, with the pooled figures
- * in its event and reason, the object dropped) and later runs leave the signature on the
- * original until the generator changes. Returns 0; -1 with a sentence in err when the object
+ * kernel from earlier runs (compare.h): its judge resumes from them, judged at once (a kernel
+ * they already find faster starts kept, its calls at the bursts' steady rate), and a kernel they
+ * already find slower, or tied against it, is not placed: it is demoted (LOST, with the pooled
+ * figures in its event and reason, the object dropped) and later runs leave the signature on
+ * the original until the generator changes. Returns 0; -1 with a sentence in err when the object
  * cannot be placed (or e cannot have a variant: then e's tier is NONE); 1 when it was not
  * placed (the code cache is full for now; or demoted by its pool: then e's tier is DEMOTED). */
 int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,

@@ -5,6 +5,7 @@
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <string.h>
 
 /* Feeds rounds whose variant/original ratio is ratio[i % n]: each round, the variant is timed
  * vcalls times at vns each, then a burst times the original 2 calls at ons each. */
@@ -133,4 +134,52 @@ Test(compare, a_round_rebases_when_the_counters_were_reset)
   cr_assert_eq(ag_cmp_burst(&c, 2, 2000, 1, 500), 0);
   cr_assert_eq(ag_cmp_burst(&c, 2, 2000, 3, 1500), 1);
   cr_assert_float_eq(c.ratio[0], 500.0 / 1000.0, 1e-6);
+}
+
+/* One thread's calls through the bursts' budget as agent.c's pick takes them: blocks of block
+ * calls of one signature, every every_awaiting-th block (0: none) of a signature awaiting its
+ * verdict, a timed call every 1-31 calls at random (OPJIT_TIME_EVERY 16), a burst of 64 calls
+ * whenever one is due. Adds the calls to *n and the burst calls among them to *b, [0] for the
+ * awaiting signature's, [1] for the others'. */
+static void stream(int blocks, int block, int every_awaiting, uint64_t n[2], uint64_t b[2])
+{
+  int32_t to_burst = 64 * AG_CMP_BURST_EVERY / 2, burst = 0, tick = 1;
+  uint32_t x = 2463534242u;
+  for (int k = 0; k < blocks; k++) {
+    int aw = every_awaiting && k % every_awaiting == 0;
+    for (int i = 0; i < block; i++) {
+      n[!aw]++;
+      if (burst > 0) {
+        burst--, b[!aw]++;
+        continue;
+      }
+      if (--tick > 0)
+        continue;
+      x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+      tick = 1 + (int32_t)(x % 31);
+      if (ag_cmp_burst_due(&to_burst, 64, tick, aw))
+        burst = 64;
+    }
+  }
+}
+
+Test(compare, bursts_spend_their_budget_on_the_calls_that_await_a_verdict)
+{
+  uint64_t n[2] = {0}, b[2] = {0};
+  stream(1000, 1000, 1, n, b); /* every call awaits: about one call in 8 (+1 for the burst) */
+  double share = (double)b[0] / (double)n[0];
+  cr_assert(share > 0.10 && share < 0.125, "awaiting alone: %.4f of the calls in bursts", share);
+
+  memset(n, 0, sizeof n), memset(b, 0, sizeof b);
+  stream(1000, 1000, 0, n, b); /* nothing awaits: one call in 256 */
+  share = (double)b[1] / (double)n[1];
+  cr_assert(share > 0.003 && share < 0.0045, "none awaiting: %.4f of the calls", share);
+
+  /* One signature in 50 awaits (the first warm run of a program whose other kernels earlier
+   * runs judged): its calls keep their bursts, the others pay the steady rate, not 1 in 8. */
+  memset(n, 0, sizeof n), memset(b, 0, sizeof b);
+  stream(5000, 1000, 50, n, b);
+  double mine = (double)b[0] / (double)n[0], others = (double)b[1] / (double)n[1];
+  cr_assert(mine > 0.08, "the awaiting signature's calls: %.4f in bursts", mine);
+  cr_assert(others < 0.006, "the judged signatures' calls: %.4f in bursts", others);
 }

@@ -109,6 +109,32 @@ Test(pooled, a_kernel_faster_on_rare_calls_is_kept_with_its_rounds_pooled)
   cr_assert_eq(events(run, "loaded"), compiled, "placed again after its verdict");
 }
 
+/* A run can end before its watch looks at rounds that already decide (a first run's compile
+ * thread is busy compiling and dueling): the next run's warm start takes the verdict on them at
+ * placement, as the watch's first look would, and the placed kernel starts kept (its calls at
+ * the bursts' steady rate, compare.h), with the verdict in its reason and its pool. */
+Test(pooled, a_verdict_the_pooled_rounds_reach_carries_over_at_placement)
+{
+  skip_if_sanitized();
+  sweep(1, "fast", NULL);
+  int64_t compiled = events(1, "published");
+  cr_assert_gt(compiled, 0);
+  int run = 1;
+  while (h_query(NULL, "SELECT count(*) FROM judge_pools WHERE kept=1") < compiled &&
+         run < MAX_RUNS)
+    sweep(++run, "fast", NULL);
+  /* as if no watch had looked: the rounds stored, no verdict on them */
+  h_exec("UPDATE judge_pools SET kept=0, judged=0");
+  sweep(++run, "fast", NULL);
+  cr_assert_eq(events(run, "loaded"), compiled);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM run_sigs WHERE run_id=%d AND state='placed' AND"
+                             " reason LIKE '%%; found faster on %% rounds over %% earlier runs,"
+                             " judged again on new ones'", run),
+               compiled, "run %d placed every kernel kept", run);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM judge_pools WHERE kept=1"), compiled,
+               "the verdicts stored again");
+}
+
 /* The writer stores a pool when it changed since its last flush, and only then: a trigger logs
  * every write of a pool row in run 2, whose writer flushes every 20 ms while its rare calls close
  * a round a pair, 50 ms apart. */
