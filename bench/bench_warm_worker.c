@@ -2,13 +2,18 @@
 /* bench_warm_worker: the workload bench_warm runs cold, warm and without the agent. About 50
  * distinct small GEMM signatures (sgemm_ and dgemm_, n from 4 to 64, NN/NT/TN, beta 0 and 1),
  * each called about a millisecond's worth per pass, for P passes; writes each pass's wall time
- * (ms) and a checksum of the results to OUT.
- *   bench_warm_worker PASSES OUT */
+ * (ms) and a checksum of the results to OUT. With "settle", it then waits (10 s at most) until
+ * the agent, when loaded, has compiled what its passes queued (opjit_settle, agent/opjit.h), and
+ * writes "settle MS RC" (what the wait took, and opjit_settle's result) to OUT.
+ *   bench_warm_worker PASSES OUT [settle] */
+#define _GNU_SOURCE
 #include "bench.h"
 #include "blas.h"
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define NSIGS 50
 
@@ -21,8 +26,8 @@ typedef struct sig_s {
 
 int main(int argc, char **argv)
 {
-  if (argc != 3) {
-    fprintf(stderr, "usage: bench_warm_worker PASSES OUT\n");
+  if (argc != 3 && !(argc == 4 && strcmp(argv[3], "settle") == 0)) {
+    fprintf(stderr, "usage: bench_warm_worker PASSES OUT [settle]\n");
     return 2;
   }
   int passes = atoi(argv[1]);
@@ -71,6 +76,12 @@ int main(int argc, char **argv)
   for (int i = 0; i < NSIGS; i++)
     sum += sigs[i].f64 ? ((double *)sigs[i].c)[0] : ((float *)sigs[i].c)[0];
   fprintf(out, "checksum %.6g\n", sum);
+  int (*settle)(long) = argc == 4 ? (int (*)(long))dlsym(RTLD_DEFAULT, "opjit_settle") : NULL;
+  if (settle) {
+    uint64_t t0 = bn_now_ns();
+    int rc = settle(10000);
+    fprintf(out, "settle %.3f %d\n", (double)(bn_now_ns() - t0) / 1e6, rc);
+  }
   fclose(out);
   return 0;
 }
