@@ -17,7 +17,7 @@ static inline jt_gemm_t jt_fa_spec(int fa, int dk, int dv, int n, int isa)
 
 /* s->fa set (jt_gemm_t): s with its ISA and vector width decided for a host whose widest is
  * host_isa, its blocking fixed (mr_vecs the vectors of a key tile, nr the query rows of a
- * block; fa 2: the heads of a block without a shared K/V head, from the register budget); 0,
+ * block; fa 2: the heads of the biggest blocks of heads, V / 2: fa.c says why); 0,
  * or -1 with a sentence in err when the ISA is not the host's. */
 int jt_fa_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, size_t len);
 
