@@ -368,7 +368,9 @@ Test(ggml, decode_s_attention_runs_the_f16_kernel)
  * 4 query heads on one K/V head, over 300-316 keys. The matcher takes the node (its signature
  * says the kernel does: one predicate), the f16 kernel runs it from run 2 on every decode step,
  * each thread's heads from the first of theirs in the group (the second thread's from the
- * third), checked on its first executions: the tokens and logits are the plain run's. */
+ * third), checked on its first executions: the tokens and logits are the plain run's. A prompt
+ * of 20 tokens (20 query rows: ggml's f16 steps too) runs under decode's signature and kernel,
+ * its output the plain run's: one signature for every row count below 64. */
 Test(ggml, decode_s_attention_with_grouped_heads_runs_the_f16_kernel)
 {
   char model[620], db[700], dbenv[720];
@@ -391,6 +393,12 @@ Test(ggml, decode_s_attention_with_grouped_heads_runs_the_f16_kernel)
                            " WHERE e.run_id=2 AND " FA " AND e.kind='loaded'"), 1);
   cr_assert_geq(h_query(db, "SELECT v.calls FROM variants v JOIN signatures s ON s.id=v.sig_id"
                             " WHERE v.run_id=2 AND " FA), 2 * 2 * 12);
+  cr_assert_eq(h_query(db, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 0);
+  const char *short_argv[] = {H_LLAMA_PROG, "run", model, "20", "16", "2", NULL};
+  same_output(run_argv("gqa3", 1, env, short_argv), run_argv("plain20", 0, NULL, short_argv),
+              "a prompt of 20 rows");
+  cr_assert_eq(h_query(db, "SELECT count(*) FROM signatures s WHERE s.name LIKE "
+                           "'FLASH_ATTN_EXT f32 128x4%%'"), 2, "decode's and the 300-row prompt's");
   cr_assert_eq(h_query(db, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 0);
 #undef FA
 }
