@@ -604,6 +604,7 @@ static void judged_faster(ag_entry_t *e, double vmean, double omean, const char 
 }
 
 static _Atomic int awaiting_verdict; /* READY variants awaiting a first verdict (last look) */
+static uint64_t watched_at;           /* the last look's time (code_mu) */
 
 /* Demotes READY variants that measure slower than the original, by the judge's rule
  * (compare.h; a sanitized build only says so), counts the live ones and marks those awaiting a
@@ -611,6 +612,7 @@ static _Atomic int awaiting_verdict; /* READY variants awaiting a first verdict 
 static void watch_speed(void)
 {
   uint64_t now = ag_now_ns();
+  watched_at = now;
   uint32_t n = ag_table_count(ag_table);
   int live = 0, awaiting = 0;
   for (uint32_t i = 0; i < n; i++) {
@@ -768,6 +770,13 @@ static void compile_next(void *ctx, uint32_t i, int alone)
     ag_crash_trial(&ag_table_entry(ag_table, i)->key); /* a fault meanwhile blames it */
     compile_one(i, alone);
     ag_crash_trial(NULL);
+    /* A queue that keeps the thread compiling does not keep the judge from looking when its
+     * look is due (compile_between): the variants published meanwhile would await their
+     * verdicts, their calls at the bursts' first rate (compare.h), to the end of a short run. */
+    pthread_mutex_lock(&code_mu);
+    if (ag_now_ns() - watched_at >= (awaiting_verdict ? 20 : 200) * 1000000ull)
+      watch_speed();
+    pthread_mutex_unlock(&code_mu);
   } else {
     atomic_store(&jit_dead, 1);
     ag_entry_t *e = ag_table_entry(ag_table, i);
