@@ -4,8 +4,9 @@
  * runs, every round, in three configurations:
  *   plain  no agent (OpenBLAS)
  *   cold   the agent on an empty database: it compiles what turns hot while the passes run,
- *          and after them waits for what is still queued (opjit_settle: a program's JIT may
- *          outlive its run by a few compiles; the wait is not in the table's times)
+ *          and after them finishes what they started, untimed (the worker's settle: its
+ *          compile queue, and one more pass for the first calls that verify the kernels
+ *          published last: a program's JIT may outlive its run by a few compiles)
  *   warm   the agent on the database the cold run left: its kernels are placed before the
  *          first call, without compiling and without loading LLVM
  * "Steady state" is the warm run's median pass from the second on: every signature on its
@@ -45,7 +46,7 @@ static char scratch[PATH_MAX];
 /* What one worker reported besides its passes. */
 typedef struct report_s {
   double sum;      /* its checksum */
-  double settle;   /* ms its wait for the compile queue took (cold), else 0 */
+  double settle;   /* ms its settle took (cold: the waits and the untimed pass), else 0 */
   int settled;     /* the queue was empty before the wait's end (or no wait) */
 } report_t;
 
@@ -232,7 +233,7 @@ int main(int argc, char **argv)
   printf("warm run: %.0f kernels placed from the store, %.0f compiled; they served %.2f ms +- "
          "%.2f after the first call\n", lm, cm, wm, ws);
   printf("cold run: %.0f kernels compiled; its passes took %.1f ms +- %.1f more than %d steady "
-         "passes; after them it waited %.1f ms +- %.1f for its compile queue (%d of %d rounds "
+         "passes; it settled in %.1f ms +- %.1f after them (%d of %d rounds "
          "in time)\n", km, em, es, passes, tm, ts, rounds - unsettled, rounds);
   printf("goal: the warm run within %.0f%% of steady state: %+.1f%% -> %s\n", GOAL_PCT,
          (fm - 1) * 100, (fm - 1) * 100 <= GOAL_PCT ? "met" : "NOT met");
