@@ -28,6 +28,19 @@ static uint64_t batch_ns(void (*fn)(void *), void *ctx, uint32_t n, uint64_t (*n
   return now() - t0;
 }
 
+/* The batch a duel times calls of call_ns in (at least 2 calls, as the judge's rounds need). */
+static uint64_t batch_of(uint64_t call_ns)
+{
+  call_ns += !call_ns;
+  uint64_t batch = (AG_DUEL_BATCH_NS + call_ns - 1) / call_ns;
+  return batch < 2 ? 2 : batch > AG_DUEL_BATCH_MAX ? AG_DUEL_BATCH_MAX : batch;
+}
+
+uint64_t ag_duel_need_ns(uint64_t call_ns)
+{
+  return 2 * (batch_of(call_ns) + 1) * (call_ns + !call_ns) * AG_CMP_MIN_ROUNDS;
+}
+
 void ag_duel_run(const ag_duel_t *d, ag_duel_result_t *out)
 {
   memset(out, 0, sizeof *out);
@@ -37,12 +50,10 @@ void ag_duel_run(const ag_duel_t *d, ag_duel_result_t *out)
   uint64_t one_o = batch_ns(d->original, d->ctx, 1, d->now);
   uint64_t one_v = batch_ns(d->variant, d->ctx, 1, d->now);
   uint64_t one = one_o > one_v ? one_o : one_v;
-  one += !one;
-  uint64_t batch = (AG_DUEL_BATCH_NS + one - 1) / one;
-  batch = batch < 2 ? 2 : batch > AG_DUEL_BATCH_MAX ? AG_DUEL_BATCH_MAX : batch;
+  uint64_t batch = batch_of(one);
   out->batch = (uint32_t)batch;
   /* Calls too long for the judge's fewest rounds within the budget: no duel at all. */
-  if (2 * (batch + 1) * one * AG_CMP_MIN_ROUNDS > d->budget_ns)
+  if (ag_duel_need_ns(one) > d->budget_ns)
     return;
   ag_cmp_t c;
   ag_cmp_start(&c, 0, 0);

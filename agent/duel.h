@@ -47,6 +47,11 @@ typedef struct ag_duel_result_s {
 #define AG_DUEL_BATCH_NS 20000u
 #define AG_DUEL_BATCH_MAX 64u
 
+/* What a duel of calls costing call_ns each needs to reach the judge's fewest rounds
+ * (AG_CMP_MIN_ROUNDS): both sides' batches and their untimed first calls, in ns. A budget below
+ * it gets no duel at all (ag_duel_run). */
+uint64_t ag_duel_need_ns(uint64_t call_ns);
+
 /* Runs the duel; *out gets its outcome. */
 void ag_duel_run(const ag_duel_t *d, ag_duel_result_t *out);
 

@@ -82,3 +82,9 @@ int ag_policy_take_trial(ag_policy_t *p, int cls)
   int none = 0;
   return atomic_compare_exchange_strong(&p->trials[cls], &none, 1);
 }
+
+int ag_policy_library_wins(double flops, double call_ns, double peak_gflops)
+{
+  return flops > 0 && call_ns > 0 && peak_gflops > 0 &&
+         flops / call_ns >= AG_POLICY_LIB_SHARE * peak_gflops;
+}

@@ -25,6 +25,7 @@
 #include "compare.h"
 #include "crash.h"
 #include "cqueue.h"
+#include "duel.h"
 #include "events.h"
 #include "persist.h"
 #include "policy.h"
@@ -1023,9 +1024,52 @@ static void start_thread(void)
 
 /* Queues cold entry e for compilation (NONE if it cannot be compiled); starts a compile thread
  * if the queue needs one. */
+/* Whether key's library already runs its calls, of call_ns each (0: not timed), as fast as a
+ * kernel could (policy.h, ag_policy_library_wins) and they are too long for the duel before
+ * publication (DUEL_MAX_NS): for the kernels of hosts that duel, against the measured peak of
+ * the JIT's vector width; no (len bytes) gets the figures. */
+static int library_wins(const ag_sig_t *key, double call_ns, char *no, size_t len)
+{
+  const ag_host_t *host = ag_host_of(key->host);
+  jt_gemm_t g;
+  int row;
+  if (call_ns <= 0 || !host || !(host->traits & AG_HOST_DUELS) || !gemm_of(key, &g, &row))
+    return 0;
+  double flops = 2.0 * g.m * g.n * (g.k > 0 ? g.k : 1);
+  double peak = ag_machine_peak_gflops(ag_isa_bits(ag_machine_isa()), g.f64);
+  if (ag_duel_need_ns((uint64_t)call_ns) <= DUEL_MAX_NS ||
+      !ag_policy_library_wins(flops, call_ns, peak))
+    return 0;
+  if (no)
+    snprintf(no, len, "the library runs it at %.0f GF/s, %.0f%% of one core's measured peak "
+             "(%.0f GF/s): a single-threaded kernel would not repay its compile", flops / call_ns,
+             100 * flops / call_ns / peak, peak);
+  return 1;
+}
+
+#define LONG_WARM_TIMED 2 /* warm timings a call too long for a duel needs before its queue */
+
+/* For a call too long for the duel before publication: 1 when its library wins (library_wins,
+ * on this run's warm timings: a library's first call pays its warm-up, a thread pool's start),
+ * 2 while fewer than LONG_WARM_TIMED of them are in, else 0; no gets why. */
+static int long_call_test(ag_entry_t *e, char *no, size_t len)
+{
+  uint64_t t = atomic_load(&e->timed), tns = atomic_load(&e->timed_ns);
+  uint64_t first = atomic_load(&e->first_ns);
+  if (!t || ag_duel_need_ns(t > 1 && first < tns ? (tns - first) / (t - 1) : tns / t) <= DUEL_MAX_NS)
+    return 0;
+  if (t - 1 < LONG_WARM_TIMED) {
+    snprintf(no, len, "timing its library first: %llu of the %d warm calls a call too long for a "
+             "duel needs before its compile", (unsigned long long)(t - 1), LONG_WARM_TIMED);
+    return 2;
+  }
+  return library_wins(&e->key, (double)(tns - first) / (double)(t - 1), no, len);
+}
+
 static void enqueue(ag_entry_t *e, const char *why)
 {
   char no[AG_REASON_LEN];
+  int lc = 0;
   ag_cq_lock(&cq);
   uint32_t cold = AG_TIER_COLD;
   if (atomic_load(&e->tier) != AG_TIER_COLD) {
@@ -1033,9 +1077,11 @@ static void enqueue(ag_entry_t *e, const char *why)
   } else if (ag_cq_full(&cq)) {
     decide(e, AG_STATE_WAITING, -1, "the compile queue is full: asked again at its next "
            "promotion test (%s)", why);
-  } else if (!prepare(e, no, sizeof no)) {
+  } else if (!prepare(e, no, sizeof no) || (lc = long_call_test(e, no, sizeof no)) == 1) {
     if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE))
       decide(e, AG_STATE_UNSUPPORTED, -1, "%s", no);
+  } else if (lc == 2) {
+    decide(e, AG_STATE_WAITING, -1, "%s", no);
   } else if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_QUEUED)) {
     ag_cq_push(&cq, e->index);
     decide(e, AG_STATE_QUEUED, AG_EV_QUEUED, "%s", why);
@@ -1047,6 +1093,8 @@ static void enqueue(ag_entry_t *e, const char *why)
 int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns)
 {
   if (ag_hot_calls == 0)
+    return 0;
+  if (library_wins(&e->key, mean_ns, NULL, 0))
     return 0;
   /* Without a timing of the original calls decide. */
   return payback_applies(e) && mean_ns > 0 ? pays_back(e, calls * mean_ns, NULL) == 1
