@@ -116,12 +116,13 @@ void ag_summary_collect(ag_summary_t *s, int64_t run_id, int64_t start_ns)
     double omean = ot ? (double)ons / (double)ot : 0, vmean = vt ? (double)vns / (double)vt : 0;
     /* Each side's calls at its own mean, else at the other's (as opjit top estimates). */
     double est = (double)oc * (ot ? omean : vmean) + (double)vc * (vt ? vmean : omean);
-    double x = ot && vt && vmean > 0 ? omean / vmean : 0;
+    int compared = ot >= ST_COMPARE_MIN_TIMED && vt >= ST_COMPARE_MIN_TIMED; /* store.h */
+    double x = compared && vmean > 0 ? omean / vmean : 0;
     s->sigs++;
     s->calls += calls[i];
     s->vcalls += vc;
     s->est_ns += est;
-    if (ot && vt)
+    if (compared)
       s->saving_ns += (double)vc * (omean - vmean);
     count_variant(s, i, e, tier);
     ag_reason_t r;

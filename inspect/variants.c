@@ -47,7 +47,8 @@ double ins_split_vmean(const ins_split_t *s)
 double ins_split_speedup(const ins_split_t *s)
 {
   double o = ins_split_omean(s), v = ins_split_vmean(s);
-  return o >= 0 && v > 0 ? o / v : -1;
+  return s->otimed >= ST_COMPARE_MIN_TIMED && s->vtimed >= ST_COMPARE_MIN_TIMED && v > 0 ? o / v
+                                                                                         : -1;
 }
 
 const char *ins_fmt_speedup(double speedup, char *buf, size_t len)

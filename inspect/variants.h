@@ -28,7 +28,7 @@ ins_split_t ins_split_var_row(st_rows_t *st);
 double ins_call_mean(double est, int64_t calls, int64_t timed);
 double ins_split_omean(const ins_split_t *s);
 double ins_split_vmean(const ins_split_t *s);
-/* Original mean / variant mean, -1 unless both were timed. */
+/* Original mean / variant mean, -1 unless each side has ST_COMPARE_MIN_TIMED timed calls. */
 double ins_split_speedup(const ins_split_t *s);
 
 /* The JIT column of `top`: "jit 2.4×" (ready; "jit" before it was timed), "jit (demoted)",

@@ -102,7 +102,8 @@ enum st_sig_col {
   ST_SIG_VCALLS,    /* calls its JIT variant served */
   ST_SIG_VTIMED,    /* the variant's timed calls */
   ST_SIG_VTIMED_NS, /* and their time */
-  ST_SIG_SAVING,    /* variant calls × (original mean − variant mean) where both are timed */
+  ST_SIG_SAVING,    /* variant calls × (original mean − variant mean) where each side has
+                       ST_COMPARE_MIN_TIMED timed calls */
   ST_SIG_STATUS,    /* the newest variant's status; NULL: none */
   ST_SIG_NVARIANTS, /* runs with a variant */
   ST_SIG_STATE,     /* the JIT state in the newest run (ST_JIT_STATES); NULL: not recorded

@@ -89,6 +89,13 @@ typedef struct st_run_info_s {
                                 (its stored kernels serving), 0 if none */
 } st_run_info_t;
 
+/* Timed calls each side needs in a run before its mean is compared with the other's (a speedup,
+ * a saving): one call, often the library's first (its warm-up, a thread pool's start), is no
+ * mean. The store's saving, the readers' speedups and the agent's exit summary all apply it. */
+#define ST_COMPARE_MIN_TIMED 2
+#define ST_STR_(x) #x
+#define ST_STR(x) ST_STR_(x)
+
 /* One signature's cumulative totals in a run: flushes overwrite, so repeating one is harmless. */
 typedef struct st_sig_rec_s {
   const void *key;      /* the raw key bytes (agent/sig.h) */
