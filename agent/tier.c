@@ -1024,6 +1024,15 @@ static void start_thread(void)
 
 /* Queues cold entry e for compilation (NONE if it cannot be compiled); starts a compile thread
  * if the queue needs one. */
+/* e's mean timed original call in this run (its first alone until others are timed: a
+ * library's warm-up makes it slower, never faster), in ns; 0 when none was timed. */
+static double orig_mean_ns(ag_entry_t *e)
+{
+  uint64_t timed, tns;
+  ag_entry_orig_timed(e, &timed, &tns);
+  return timed ? (double)tns / (double)timed : 0;
+}
+
 /* Whether key's library already runs its calls, of call_ns each (0: not timed), as fast as a
  * kernel could (policy.h, ag_policy_library_wins) and they are too long for the duel before
  * publication (DUEL_MAX_NS): for the kernels of hosts that duel, against the measured peak of
@@ -1047,29 +1056,9 @@ static int library_wins(const ag_sig_t *key, double call_ns, char *no, size_t le
   return 1;
 }
 
-#define LONG_WARM_TIMED 2 /* warm timings a call too long for a duel needs before its queue */
-
-/* For a call too long for the duel before publication: 1 when its library wins (library_wins,
- * on this run's warm timings: a library's first call pays its warm-up, a thread pool's start),
- * 2 while fewer than LONG_WARM_TIMED of them are in, else 0; no gets why. */
-static int long_call_test(ag_entry_t *e, char *no, size_t len)
-{
-  uint64_t t = atomic_load(&e->timed), tns = atomic_load(&e->timed_ns);
-  uint64_t first = atomic_load(&e->first_ns);
-  if (!t || ag_duel_need_ns(t > 1 && first < tns ? (tns - first) / (t - 1) : tns / t) <= DUEL_MAX_NS)
-    return 0;
-  if (t - 1 < LONG_WARM_TIMED) {
-    snprintf(no, len, "timing its library first: %llu of the %d warm calls a call too long for a "
-             "duel needs before its compile", (unsigned long long)(t - 1), LONG_WARM_TIMED);
-    return 2;
-  }
-  return library_wins(&e->key, (double)(tns - first) / (double)(t - 1), no, len);
-}
-
 static void enqueue(ag_entry_t *e, const char *why)
 {
   char no[AG_REASON_LEN];
-  int lc = 0;
   ag_cq_lock(&cq);
   uint32_t cold = AG_TIER_COLD;
   if (atomic_load(&e->tier) != AG_TIER_COLD) {
@@ -1077,11 +1066,9 @@ static void enqueue(ag_entry_t *e, const char *why)
   } else if (ag_cq_full(&cq)) {
     decide(e, AG_STATE_WAITING, -1, "the compile queue is full: asked again at its next "
            "promotion test (%s)", why);
-  } else if (!prepare(e, no, sizeof no) || (lc = long_call_test(e, no, sizeof no)) == 1) {
+  } else if (!prepare(e, no, sizeof no) || library_wins(&e->key, orig_mean_ns(e), no, sizeof no)) {
     if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE))
       decide(e, AG_STATE_UNSUPPORTED, -1, "%s", no);
-  } else if (lc == 2) {
-    decide(e, AG_STATE_WAITING, -1, "%s", no);
   } else if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_QUEUED)) {
     ag_cq_push(&cq, e->index);
     decide(e, AG_STATE_QUEUED, AG_EV_QUEUED, "%s", why);
