@@ -30,7 +30,8 @@
  * interquartile range. The "jit" columns say, from every session's database (variants joined
  * to signatures), whether J's and E's variant reached 'ready' and served calls ("ready 99%":
  * its share of the calls), stayed on the original library ("orig": never compiled, e.g. n >
- * OPJIT_JIT_MAX_DIM), or was demoted / failed (in how many sessions); a variant that served
+ * OPJIT_JIT_MAX_DIM, or a long call its library runs fast: agent/policy.h), or was demoted /
+ * failed (in how many sessions); a variant that served
  * calls while measuring slower than its original here is marked SLOWER.
  * Correctness, once per case (session 0): each configuration's C is checked against a
  * reference product within 2 (K+2) eps (sum |a||b| + |beta c0|) elementwise, and the
@@ -1003,9 +1004,10 @@ int main(int argc, char **argv)
   printf("J-K: median per-round difference between opjit through the agent and its kernel "
          "called directly\n");
   printf("jit (J), jit (E): the variant's state in every session's database, with the share of "
-         "the calls it served; orig = stayed on the original library (n > "
-         "OPJIT_JIT_MAX_DIM=%d); SLOWER: it served calls and measured slower than its original "
-         "here\n", jit_max_dim);
+         "the calls it served; orig = stayed on the original library, never compiled (n > "
+         "OPJIT_JIT_MAX_DIM=%d, or a call too long for a duel whose library runs at half of one "
+         "core's peak or more: opjit top --why); SLOWER: it served calls and measured slower "
+         "than its original here\n", jit_max_dim);
 
   if (ncompile) {
     double med = percentile(compile_ms, ncompile, 0.5), p95 = percentile(compile_ms, ncompile, 0.95);
