@@ -1112,6 +1112,16 @@ void ag_tier_crashed(ag_entry_t *e, int with_event, const char *fmt, ...)
   decide(e, AG_STATE_CRASHED, with_event ? AG_EV_CRASHED : -1, "%s", why);
 }
 
+void ag_tier_event(ag_entry_t *e, int kind, const char *fmt, ...)
+{
+  char detail[AG_REASON_LEN];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(detail, sizeof detail, fmt, ap);
+  va_end(ap);
+  event(e, kind, "%s", detail);
+}
+
 int ag_tier_settle(long ms)
 {
   if (atomic_load(&jit_dead))

@@ -96,6 +96,12 @@ void ag_tier_keep_original(ag_entry_t *e);
 void ag_tier_crashed(ag_entry_t *e, int with_event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Records an event of kind (enum ag_event) about entry e in this run's log, its detail
+ * formatted from fmt, without changing e's tier or reason: what a host decided about some of
+ * the calls e's variant serves (some of them sent back to the original, its variant kept). */
+void ag_tier_event(ag_entry_t *e, int kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Queues cold entry e for compilation now (the profile says it is hot). */
 void ag_tier_queue(ag_entry_t *e, const char *why);
 /* Waits until no signature is queued and no compile (its verification and duel included) runs,

@@ -288,11 +288,16 @@ static bool forward_with(gg_forward_fn fn, gg_extra_fn xfn, const void *params,
   ag_call_t c;
   if (!ag_call_begin_host(&c, &k, 1))
     return run_real(fn, xfn, params, dst);
-  /* The rounds alone time the custom nodes for the judge. */
-  if (fu)
+  /* The rounds alone time the custom nodes for the judge, and the host's nodes of their
+   * records in a round (spans, barriers included, as the custom nodes' are). */
+  gg_cache_t *hc = atomic_load_explicit(&gg_hosted, memory_order_acquire);
+  const gg_member_t *hm = ag_unlikely(hc != NULL) ? gg_member_at(hc, dst) : NULL;
+  if (fu || hm)
     c.t0 = 0;
   c.variant = fu != NULL; /* the fused kernel serves this group */
   bool done = run_real(fn, xfn, params, dst);
+  if (ag_unlikely(gg_test != NULL) && hm)
+    gg_test->hosted(hm->f);
   ag_call_end(&c);
   return done;
 }
@@ -374,7 +379,7 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gg_cache_
     pthread_mutex_unlock(&gg_cache_mu);
     return g;
   }
-  int stale = 0;
+  int stale = c->lost;
   for (int i = 0; i < c->nf; i++) {
     gg_fusion_t *f = &c->f[i];
     stale |= gg_stale(f);
@@ -421,6 +426,10 @@ static void fused_done(gg_cache_t *slot)
     return;
   pthread_mutex_lock(&gg_cache_mu);
   slot->busy--;
+  if (slot->hosting) {
+    atomic_store_explicit(&gg_hosted, NULL, memory_order_release);
+    slot->hosting = 0;
+  }
   if (slot->timing) {
     atomic_store_explicit(&gg_timed, NULL, memory_order_release);
     slot->timing = 0;

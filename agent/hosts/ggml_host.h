@@ -15,6 +15,7 @@
 #include "ggml_key.h"
 #include "ggml_verify.h"
 #include "../agent.h"
+#include "../compare.h"
 #include "../table.h"
 
 #include "ggml-cpu.h"
@@ -124,6 +125,7 @@ typedef struct gg_fusion_s {
   uint64_t bns;
   double tsum[2]; /* per-call means booked so far, each side's, summed */
   uint32_t tk[2]; /* ... and their count */
+  int judge;      /* its judge in its cache entry's, plus one (0: none yet; ggml_rounds.c) */
   int64_t n, rows;
   float eps;
 } gg_fusion_t;
@@ -180,6 +182,18 @@ typedef struct gg_member_s {
                                      other members aside (NULL: none; the record is untimed) */
 } gg_member_t;
 
+/* The rounds of a graph's records of one kind whose kernel is one signature's, judged apart
+ * from the signature's other records, or of all of them (ggml_rounds.c). */
+typedef struct gg_judge_s {
+  const struct gg_kind_s *kind; /* NULL: every kind's records of the signature, pooled */
+  ag_entry_t *e;   /* the signature whose kernel they run */
+  ag_entry_t *rec; /* their own signature (the first one's): its events */
+  ag_cmp_t cmp;    /* their rounds, under the tiers' rule (compare.h) */
+  uint64_t vn, vns; /* their variant side's timed calls and nanoseconds so far */
+  int closed;       /* the last round booked closed one of cmp's */
+  int lost;         /* judged slower (or tied): they run ggml's nodes */
+} gg_judge_t;
+
 /* A graph the CPU backend computed: its records and, when any is fused, the graph that runs in
  * its place. */
 typedef struct gg_cache_s {
@@ -197,6 +211,10 @@ typedef struct gg_cache_s {
   unsigned map_mask; /* its slots - 1 */
   int side;          /* the running execution: 0 the host's graph, 1 the rebuilt */
   int timing;        /* the running execution is timed */
+  int hosting;       /* the running execution is the host's side of a round (gg_hosted) */
+  gg_judge_t *judge; /* the judges of its records' kinds */
+  int nj;
+  int lost; /* a judge lost since the graph was built: it is built again */
 } gg_cache_t;
 
 extern pthread_mutex_t gg_cache_mu;
@@ -222,12 +240,18 @@ gg_member_t *gg_member_at(const gg_cache_t *c, const struct ggml_tensor *t);
 /* ---- the rounds (ggml_rounds.c) --------------------------------------------------------- */
 
 extern gg_cache_t *_Atomic gg_timed; /* the cache entry whose execution is timed, or NULL */
+/* The cache entry computing the host's graph in a round (timed or not), or NULL: its records'
+ * nodes are timed by the rounds alone, as spans (forward() leaves them untimed), so that the
+ * original's figures of a judged signature are the rounds' spans, as the variant's are. */
+extern gg_cache_t *_Atomic gg_hosted;
 
 /* Starts this execution of c (which has a rebuilt graph) as its place in the rounds asks:
  * returns 1 when it computes the host's graph. gg_cache_mu held. */
 int gg_round_start(gg_cache_t *c, int nth);
 /* After a timed execution of c: hands its records' times to the judge. gg_cache_mu held. */
 void gg_round_book(gg_cache_t *c);
+/* 1 when f's kind lost its judge in c: f runs ggml's nodes. */
+int gg_judged_out(const gg_cache_t *c, const gg_fusion_t *f);
 /* At the start of node dst (our custom node fu, or NULL) on this thread, while an execution
  * (tc, or NULL) is timed or this thread's span is open: ends and starts spans. */
 void gg_span(gg_cache_t *tc, const struct ggml_tensor *dst, const gg_fusion_t *fu);
@@ -253,6 +277,9 @@ typedef struct gg_test_s {
   uint64_t round_every; /* executions from a round to the next (0: the host's periods) */
   /* After a kernel of f wrote y[j * ld + i], j < cols, i0 <= i < i1. */
   void (*wrote)(const gg_fusion_t *f, float *y, int64_t ld, int64_t cols, int64_t i0, int64_t i1);
+  /* After ggml's node of fused record f computed on this thread, on the host's side of a
+   * round. */
+  void (*hosted)(const gg_fusion_t *f);
 } gg_test_t;
 extern const gg_test_t *gg_test;
 

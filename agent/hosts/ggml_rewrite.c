@@ -50,6 +50,7 @@ static void gcache_clear(gg_cache_t *c)
     gg_api.free(c->ctx);
   free(c->f);
   free(c->map);
+  free(c->judge);
   memset(c, 0, sizeof *c);
 }
 
@@ -125,9 +126,10 @@ static int moving(const gg_cache_t *c, const struct ggml_tensor *t, int fused)
   return 0;
 }
 
-/* Notes the kernels of each of f's implementations and chooses the first that has them all;
- * returns 1 when there is one (f->use), 0 when ggml's nodes compute the record. */
-static int choose(gg_fusion_t *f)
+/* Notes the kernels of each of f's implementations and chooses the first that has them all,
+ * unless f's kind lost its judge in c; returns 1 when there is one (f->use), 0 when ggml's nodes
+ * compute the record. */
+static int choose(const gg_cache_t *c, gg_fusion_t *f)
 {
   f->use = f->nimpl;
   for (int l = f->nimpl - 1; l >= 0; l--) {
@@ -138,6 +140,8 @@ static int choose(gg_fusion_t *f)
     if (all)
       f->use = l;
   }
+  if (gg_judged_out(c, f))
+    f->use = f->nimpl;
   return f->use < f->nimpl;
 }
 
@@ -194,9 +198,10 @@ int gg_rebuild(gg_cache_t *c, struct ggml_cgraph *g)
   if (c->ctx)
     gg_api.free(c->ctx), c->ctx = NULL, c->graph = NULL;
   int fused = 0;
+  c->lost = 0;
   for (int i = 0; i < c->nf; i++) {
     c->f[i].node = NULL;
-    fused += choose(&c->f[i]);
+    fused += choose(c, &c->f[i]);
   }
   free(c->map);
   c->map = NULL;

@@ -7,6 +7,8 @@
 #include "../compare.h"
 #include "../tier.h"
 
+#include <stdlib.h>
+
 /* Never slower: rounds of warm, interleaved executions (compare.h judges them).
  *
  * A cached graph that runs fused groups is executed in rounds, one in every ROUND_EVERY
@@ -33,6 +35,7 @@
 #define ROUND_EVERY_DECIDED 128 /* ... after it */
 
 gg_cache_t *_Atomic gg_timed;
+gg_cache_t *_Atomic gg_hosted;
 static _Atomic uint32_t timed_gen; /* timed executions started (a thread's span is of one) */
 
 AG_TLS gg_span_t gg_tl_span;
@@ -75,6 +78,16 @@ static ag_entry_t *judged(const gg_fusion_t *f)
   return im->k[0];
 }
 
+/* The calls of its judged signature a record of f's kind makes in one execution on one thread:
+ * the products it computes with that signature's kernel (a SWIGLU group's gate and up, products
+ * of one input), else 1. A round books each record's time as that many calls, on both sides,
+ * so that the judge's means, and the signature's figures, are per product (ggml's node's),
+ * whichever records of the signature were timed. */
+static uint32_t products(const gg_fusion_t *f)
+{
+  return f->gate ? 2 : f->nprod > 1 ? (uint32_t)f->nprod : 1;
+}
+
 /* gg_round_start: on the rebuilt side a kernel with verifications left verifies (takes one).
  * The timed one of each side is timed unless another execution is (one at a time) or a kernel
  * verifies in it (c->timing). The host's execution counts each fused record of a counted kind
@@ -99,6 +112,9 @@ int gg_round_start(gg_cache_t *c, int nth)
       atomic_fetch_add_explicit(&f->e->calls, (uint64_t)nth, memory_order_relaxed);
   }
   gg_cache_t *none = NULL;
+  if (!c->side && c->map && atomic_compare_exchange_strong(&gg_hosted, &none, c))
+    c->hosting = 1;
+  none = NULL;
   if (c->timing && c->map && atomic_compare_exchange_strong(&gg_timed, &none, c)) {
     for (int i = 0; i < c->nf; i++)
       atomic_store_explicit(&c->f[i].tn, 0, memory_order_relaxed),
@@ -108,6 +124,81 @@ int gg_round_start(gg_cache_t *c, int nth)
     c->timing = 0;
   }
   return !c->side;
+}
+
+/* Judges of like records.
+ *
+ * The tiers judge a kernel on every record that runs it, pooled: in llama's decode the 768 x 768
+ * kernel serves the attention's Q and output products (single MUL_MATs) and its K and V
+ * (products of one input, one custom node, one barrier less than ggml's two nodes). A kernel
+ * slower than ggml's node on a single product (bench_mv: the f32 one-column kernel, 3-5 %) then
+ * keeps winning on the pool. So each graph also judges, under the same rule (compare.h) and on
+ * the same rounds, each kind of its records apart, for a signature that records of another
+ * kind run too (alone, a kind's rounds are the tiers' own), and the pool of them all as the
+ * tiers do: a kind found slower, or tied (the rule gives a tie to the original), while the pool
+ * is not found slower (then the tiers demote the kernel itself), runs ggml's nodes from the
+ * graph's next build on, with an event under its records' signature; the kernel keeps serving
+ * the other kinds. */
+
+/* The index of c's judge of kind's records of signature je (kind NULL: the pool), made with
+ * rec as the records' signature when there is none; -1 without memory. */
+static int judge_at(gg_cache_t *c, const gg_kind_t *kind, ag_entry_t *je, ag_entry_t *rec)
+{
+  int k = 0;
+  while (k < c->nj && !(c->judge[k].kind == kind && c->judge[k].e == je))
+    k++;
+  if (k < c->nj)
+    return k;
+  gg_judge_t *grown = realloc(c->judge, (size_t)(c->nj + 1) * sizeof *grown);
+  if (!grown)
+    return -1;
+  c->judge = grown;
+  c->judge[c->nj] = (gg_judge_t){.kind = kind, .e = je, .rec = rec};
+  return c->nj++;
+}
+
+int gg_judged_out(const gg_cache_t *c, const gg_fusion_t *f)
+{
+  return f->judge && c->judge[f->judge - 1].lost;
+}
+
+/* Books record f's timing of this side to its kind's judge and its signature's pool in c. */
+static void judge_book(gg_cache_t *c, gg_fusion_t *f, int side)
+{
+  ag_entry_t *je = judged(f);
+  int at[2] = {judge_at(c, f->kind, je, f->e), judge_at(c, NULL, je, f->e)};
+  f->judge = f->judge ? f->judge : at[0] + 1;
+  for (int k = 0; k < 2; k++) {
+    gg_judge_t *j = at[k] >= 0 ? &c->judge[at[k]] : NULL;
+    if (j && side)
+      j->vn += f->bn, j->vns += f->bns;
+    else if (j)
+      ag_cmp_burst(&j->cmp, f->bn, f->bns, j->vn, j->vns);
+  }
+}
+
+/* After the rebuilt side of a round that closed a round of kind judge j: when j's kind loses
+ * and its signature serves another kind in c, and their pool does not lose, demotes the kind
+ * in c (with an event). */
+static void judge_round(gg_cache_t *c, gg_judge_t *j)
+{
+  gg_judge_t *pool = NULL;
+  int mixed = 0;
+  for (int k = 0; k < c->nj; k++)
+    if (c->judge[k].e == j->e && !c->judge[k].kind)
+      pool = &c->judge[k];
+    else if (c->judge[k].e == j->e)
+      mixed |= c->judge[k].kind != j->kind;
+  double median;
+  enum ag_verdict v = ag_cmp_judge(&j->cmp, &median);
+  if (!mixed || !pool || (v != AG_CMP_SLOWER && v != AG_CMP_TIE) ||
+      atomic_load(&j->e->tier) != AG_TIER_READY || ag_cmp_judge(&pool->cmp, NULL) == AG_CMP_SLOWER)
+    return;
+  j->lost = 1, c->lost = 1;
+  char fig[160];
+  ag_tier_event(j->rec, AG_EV_DEMOTED,
+                "back on ggml's nodes in this graph, its kernel kept for the others: %s",
+                ag_cmp_describe(&j->cmp, median, "its rounds here", fig, sizeof fig));
 }
 
 /* gg_round_book: hands c's records' times to the judge, under the signature
@@ -126,6 +217,7 @@ void gg_round_book(gg_cache_t *c)
     f->bns = atomic_exchange_explicit(&f->tns, 0, memory_order_relaxed);
     if (!f->node || !judged(f) || atomic_load_explicit(&f->untimed, memory_order_relaxed))
       f->bn = 0;
+    f->bn *= products(f);
     disturbed |=
         f->bn && f->tk[side] >= 2 && (double)f->bns > 8.0 * f->bn * (f->tsum[side] / f->tk[side]);
   }
@@ -143,4 +235,14 @@ void gg_round_book(gg_cache_t *c)
   for (int i = 0; i < c->nf && !disturbed && side; i++) /* every variant timing is in */
     if (c->f[i].bn)
       ag_tier_burst(judged(&c->f[i]), 0, 0);
+  for (int i = 0; i < c->nf && !disturbed; i++) /* and c's judges */
+    if (c->f[i].bn)
+      judge_book(c, &c->f[i], side);
+  for (int k = 0; k < c->nj && !disturbed && side; k++) {
+    gg_judge_t *j = &c->judge[k];
+    j->closed = ag_cmp_burst(&j->cmp, 0, 0, j->vn, j->vns);
+  }
+  for (int k = 0; k < c->nj && !disturbed && side; k++)
+    if (c->judge[k].kind && c->judge[k].closed && !c->judge[k].lost)
+      judge_round(c, &c->judge[k]);
 }

@@ -614,6 +614,31 @@ Test(ggml, fused_groups_slower_than_ggml_s_nodes_are_demoted)
   }
 }
 
+Test(ggml, a_kind_of_records_slower_than_ggml_s_nodes_goes_back_to_them_alone)
+{
+  /* A test hook makes the single MUL_MATs' custom nodes spend 3 ms more per call, and ggml's
+   * nodes of K and V (products of one input) as much on the host's side of the rounds: the
+   * 256 x 256 kernel ties on the pool of its records (Q, K and V, the output), so the tiers
+   * keep it, but the graph's judge of its single products (Q and the output) finds them
+   * slower and sends them back to ggml's nodes, with an event; K and V keep the kernel. */
+  const char *argv[] = {H_LLAMA_PROG, "run", model32, "32", "100", "1", "2", NULL};
+  const char *plain = run_argv("plain", 0, NULL, argv);
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_HOT_PAYBACK=0",
+                       "OPJIT_TEST_FUSION=slow-single", NULL};
+  same_output(run_argv("slow-single", 1, env, argv), plain, "slower single products");
+#define QO "s.name = 'MUL_MAT f32 K=256 M=256 N=1'"
+  cr_assert_geq(h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                              " WHERE " QO " AND e.kind='demoted' AND e.detail LIKE 'back on%%'"),
+                1, "the single products' judge");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                             " WHERE " QO " AND e.kind='demoted' AND"
+                             " e.detail NOT LIKE 'back on%%'"),
+               0, "the kernel itself is not demoted");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
+                             " WHERE " QO), 1, "the kernel is kept for K and V");
+#undef QO
+}
+
 Test(ggml, a_wrong_fused_kernel_is_caught_and_the_output_stays_ggml_s)
 {
   /* A test hook makes the kernel's y 1.5 times too large: its first verification fails, the
