@@ -122,9 +122,15 @@ static const char *env_get(const char *name) { return getenv(name); }
 static pthread_mutex_t warm_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t warm_cond;
 static int warm_pending;
+static int warm_taken; /* a thread runs it: the writer, or a host thread it left waiting */
+/* Set while the warm start is pending and the writer may not have taken it: host threads look
+ * at it in ag_call_pick (warm_take_over). */
+static _Atomic int warm_untaken;
+#define WARM_TAKE_OVER_MS 50 /* a writer that has not begun the warm start by then has no CPU */
 
 static void warm_start(int writer_thread);
 static void warm_finish(int writer_thread);
+static void warm_take_over(void);
 static void warm_wait_us(long us);
 static void collect_crashes(void);
 static void record_early(void);
@@ -256,6 +262,8 @@ static int32_t draw_gap(void)
 void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
 {
   ag_entry_t *e = c->e;
+  if (ag_unlikely(atomic_load_explicit(&warm_untaken, memory_order_relaxed)))
+    warm_take_over();
   if (hooked) { /* a plain timed call; a burst in progress on this thread goes on */
     ag_tl.tick = ag_tl.burst > 0 ? 0 : draw_gap();
     c->t0 = ag_now_ns();
@@ -928,13 +936,17 @@ static void *writer_main(void *arg)
 {
   (void)arg;
   pthread_setname_np(pthread_self(), "opjit-writer");
+  const char *fault = getenv("OPJIT_TEST_FAULT"); /* the tests' seam: a writer without a CPU */
+  if (fault && !strcmp(fault, "writer_stall"))
+    nanosleep(&(struct timespec){0, 4 * WARM_TAKE_OVER_MS * 1000000}, NULL);
   pthread_mutex_lock(&warm_mu);
-  int warm = warm_pending;
+  int warm = warm_pending && !warm_taken;
+  warm_taken |= warm;
   pthread_mutex_unlock(&warm_mu);
   if (warm)
     warm_finish(1);
   else
-    record_early();
+    record_early(); /* a host thread runs the warm start (warm_take_over), or none is due */
   start_sampling();
   ag_fleet_start();
   ag_machine_start(run_info()->cpu_key);
@@ -1240,18 +1252,50 @@ static void warm_finish(int writer_thread)
   ag_tier_hold(AG_HOLD_NONE);
   pthread_mutex_lock(&warm_mu);
   warm_pending = 0;
+  atomic_store(&warm_untaken, 0);
   pthread_cond_broadcast(&warm_cond);
   pthread_mutex_unlock(&warm_mu);
 }
 
-/* Waits until the warm start is done, us microseconds at most. */
+/* A host thread's look (ag_call_pick) while the warm start is pending: when the writer has not
+ * begun it WARM_TAKE_OVER_MS after the first call (3-5 ms is usual), it has no CPU (say the host
+ * thread runs SCHED_FIFO and every other CPU is taken: it would wait for the run's end, every
+ * call on the original), and this thread runs the whole warm start itself, as the writer would
+ * have, once. */
+static void warm_take_over(void)
+{
+  if (ag_now_ns() - first_call_ns < WARM_TAKE_OVER_MS * 1000000ull)
+    return;
+  pthread_mutex_lock(&warm_mu);
+  int take = warm_pending && !warm_taken;
+  warm_taken |= take;
+  atomic_store(&warm_untaken, 0);
+  pthread_mutex_unlock(&warm_mu);
+  if (take) {
+    ag_log(AG_LOG_INFO, "the writer has not begun the warm start %d ms after the first call: "
+           "a host thread runs it", WARM_TAKE_OVER_MS);
+    warm_finish(1);
+  }
+}
+
+/* Waits until the warm start is done, us microseconds at most; past WARM_TAKE_OVER_MS after
+ * the first call, this thread runs a warm start the writer has not begun (warm_take_over). */
 static void warm_wait_us(long us)
 {
-  struct timespec dl = ag_deadline_after_us(CLOCK_MONOTONIC, us);
-  pthread_mutex_lock(&warm_mu);
-  while (warm_pending && pthread_cond_timedwait(&warm_cond, &warm_mu, &dl) == 0)
-    ;
-  pthread_mutex_unlock(&warm_mu);
+  uint64_t now = ag_now_ns(), over = first_call_ns + WARM_TAKE_OVER_MS * 1000000ull;
+  long until_over = now < over ? (long)((over - now) / 1000u) + 1 : 0;
+  struct timespec dl = ag_deadline_after_us(CLOCK_MONOTONIC, until_over < us ? until_over : us);
+  for (int round = 0; round < 2; round++) {
+    pthread_mutex_lock(&warm_mu);
+    while (warm_pending && pthread_cond_timedwait(&warm_cond, &warm_mu, &dl) == 0)
+      ;
+    int pending = warm_pending;
+    pthread_mutex_unlock(&warm_mu);
+    if (!pending || until_over >= us)
+      return;
+    warm_take_over(); /* the writer's time is up: unless it began, this thread runs it */
+    dl = ag_deadline_after_us(CLOCK_MONOTONIC, us - until_over);
+  }
 }
 
 void ag_warm_wait(long ms) { warm_wait_us(ms * 1000); }
@@ -1293,6 +1337,7 @@ int ag_activate(void)
   int warm = ag_hot_calls && ag_opts.num[AG_OPT_WARM] && !warm_done;
   pthread_mutex_lock(&warm_mu);
   warm_pending = warm;
+  warm_taken = 0;
   pthread_mutex_unlock(&warm_mu);
   /* Without a profile there is nothing to decide: hot signatures are queued at once (their
    * compiles load LLVM meanwhile), only JIT code waits for the run to be recorded. */
@@ -1300,6 +1345,7 @@ int ag_activate(void)
     ag_tier_hold(profile_may_exist() ? AG_HOLD_QUEUE : AG_HOLD_RUN);
   if (ag_hot_calls)
     ag_crash_install(); /* before any JIT code can run */
+  atomic_store(&warm_untaken, warm); /* before a writer can take the warm start and clear it */
   start_writer();
   long wait_us = ag_opts.num[AG_OPT_WARM_WAIT_US] - (long)((ag_now_ns() - first_call_ns) / 1000u);
   if (warm && !writer_running) /* no writer: the warm start runs here */
@@ -1370,7 +1416,8 @@ static void atfork_child(void)
   pthread_mutex_unlock(&activate_mu);
   pthread_mutex_init(&mu, NULL);
   pthread_mutex_init(&warm_mu, NULL); /* a parent thread may have held it */
-  warm_pending = 0;
+  warm_pending = warm_taken = 0;
+  atomic_store(&warm_untaken, 0);
   init_cond();
   if (fork_db_held)
     pthread_mutex_unlock(&db_mu); /* prepare's: this thread holds it */

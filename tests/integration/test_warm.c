@@ -73,6 +73,27 @@ Test(warm, run_two_places_every_kernel_and_compiles_nothing)
   cr_assert_gt(h_query(NULL, "SELECT warm_ns FROM runs WHERE id=2"), 0);
 }
 
+/* A writer that gets no CPU (a SCHED_FIFO host thread with every other CPU taken; the seam
+ * OPJIT_TEST_FAULT=writer_stall holds it 200 ms) does not leave the run on the original to its
+ * end: 50 ms after the first call a host thread runs the warm start itself, once. */
+Test(warm, a_host_thread_runs_the_warm_start_the_writer_has_not_begun)
+{
+  skip_if_sanitized();
+  sweep("run1", env, "12", "30", "99");
+  int64_t compiled = events(1, "published");
+  cr_assert_gt(compiled, 5, "run 1 compiled %lld kernels", (long long)compiled);
+  const char *late[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0",
+                        "OPJIT_HOT_CALLS=1", "OPJIT_SAMPLE_HZ=0", "OPJIT_LOG=info",
+                        "OPJIT_TEST_FAULT=writer_stall", "OPJIT_WARM_WAIT_US=0", NULL};
+  sweep("run2", late, "12", "4", "99");
+  cr_assert(strstr(h_output("run2", "err"), "a host thread runs it"), "%s",
+            h_output("run2", "err"));
+  cr_assert_eq(events(2, "loaded"), compiled, "every object placed, once");
+  cr_assert_eq(events(2, "published"), 0, "nothing compiled");
+  cr_assert_null(strstr(h_output("run2", "err"), "JIT ready"), "LLVM was loaded: %s",
+                 h_output("run2", "err"));
+}
+
 Test(warm, damaged_foreign_and_outdated_objects_are_invalidated_and_recompiled)
 {
   skip_if_sanitized();
