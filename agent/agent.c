@@ -126,7 +126,7 @@ static int warm_taken; /* a thread runs it: the writer, or a host thread it left
 /* Set while the warm start is pending and the writer may not have taken it: host threads look
  * at it in ag_call_pick (warm_take_over). */
 static _Atomic int warm_untaken;
-#define WARM_TAKE_OVER_MS 50 /* a writer that has not begun the warm start by then has no CPU */
+#define WARM_TAKE_OVER_MS 20 /* a writer that has not begun the warm start by then has no CPU */
 
 static void warm_start(int writer_thread);
 static void warm_finish(int writer_thread);
@@ -938,7 +938,7 @@ static void *writer_main(void *arg)
   pthread_setname_np(pthread_self(), "opjit-writer");
   const char *fault = getenv("OPJIT_TEST_FAULT"); /* the tests' seam: a writer without a CPU */
   if (fault && !strcmp(fault, "writer_stall"))
-    nanosleep(&(struct timespec){0, 4 * WARM_TAKE_OVER_MS * 1000000}, NULL);
+    nanosleep(&(struct timespec){0, 200 * 1000000}, NULL); /* 10x WARM_TAKE_OVER_MS */
   pthread_mutex_lock(&warm_mu);
   int warm = warm_pending && !warm_taken;
   warm_taken |= warm;

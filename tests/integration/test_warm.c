@@ -75,7 +75,7 @@ Test(warm, run_two_places_every_kernel_and_compiles_nothing)
 
 /* A writer that gets no CPU (a SCHED_FIFO host thread with every other CPU taken; the seam
  * OPJIT_TEST_FAULT=writer_stall holds it 200 ms) does not leave the run on the original to its
- * end: 50 ms after the first call a host thread runs the warm start itself, once. */
+ * end: 20 ms after the first call a host thread runs the warm start itself, once. */
 Test(warm, a_host_thread_runs_the_warm_start_the_writer_has_not_begun)
 {
   skip_if_sanitized();
