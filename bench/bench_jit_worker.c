@@ -281,8 +281,10 @@ static double check(wcase_t *k, FILE *f, int tries)
   return worst;
 }
 
-/* -d: makes every case hot, then waits until the agent's database shows expect variants past
- * 'queued' (the writer flushes every OPJIT_FLUSH_MS). Returns 0, or -1 after a timeout. */
+/* -d: makes every case hot, then waits until the agent's database shows expect signatures
+ * settled: a variant past 'queued', or none to come ('unsupported': a long call its library
+ * runs fast, agent/policy.h) (the writer flushes every OPJIT_FLUSH_MS). Returns 0, or -1 after a
+ * timeout. */
 static int wait_for_jit(wcase_t *cs, int nc, const char *db, int expect)
 {
   const char *hot_env = getenv("OPJIT_HOT_CALLS");
@@ -300,8 +302,9 @@ static int wait_for_jit(wcase_t *cs, int nc, const char *db, int expect)
     sqlite3_stmt *q = NULL;
     if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
       sqlite3_busy_timeout(h, 1000);
-      if (sqlite3_prepare_v2(h, "SELECT count(*) FROM variants WHERE status <> 'queued'", -1,
-                             &q, NULL) == SQLITE_OK &&
+      if (sqlite3_prepare_v2(h, "SELECT (SELECT count(*) FROM variants WHERE status <> 'queued')"
+                             " + (SELECT count(*) FROM run_sigs WHERE state = 'unsupported')",
+                             -1, &q, NULL) == SQLITE_OK &&
           sqlite3_step(q) == SQLITE_ROW)
         done = sqlite3_column_int(q, 0);
     }
@@ -313,7 +316,7 @@ static int wait_for_jit(wcase_t *cs, int nc, const char *db, int expect)
     }
     usleep(50000);
   }
-  fprintf(stderr, "bench_jit_worker: only %d of %d variants compiled after 60 s\n", done, expect);
+  fprintf(stderr, "bench_jit_worker: only %d of %d signatures settled after 60 s\n", done, expect);
   return -1;
 }
 
