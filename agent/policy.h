@@ -81,14 +81,16 @@ void ag_policy_words(const ag_payback_t *t, char *why, size_t len);
 int ag_policy_take_trial(ag_policy_t *p, int cls);
 
 /* A long call against one core. The generator's single-threaded kernels block K but not M and
- * N: on products long enough to matter here (a call too long for the duel before publication,
- * duel.h, ~0.4 ms) they reach 0.56-0.67 of one core's measured FMA peak (bench_jit, 512^3 on
- * the Xeon model 167), so a library that already runs a call at AG_POLICY_LIB_SHARE of that
- * peak or more (on several threads, or with kernels as good) leaves a kernel little or nothing
- * to gain, and such a kernel would serve unmeasured until the in-run judge's verdict. 1 when a
- * call of flops took call_ns on the library and that reaches AG_POLICY_LIB_SHARE of
- * peak_gflops; 0 when it does not or either figure is unknown (0). */
-#define AG_POLICY_LIB_SHARE 0.5
+ * N: on products long enough for the rule (a call too long for the duel before publication,
+ * duel.h, ~0.4 ms) they reach 0.56-0.77 of one core's measured FMA peak (bench_jit on the Xeon
+ * model 167: dgemm 256^3 0.77, sgemm and dgemm 512^3 0.56-0.67). A library that already runs a
+ * call at AG_POLICY_LIB_SHARE of that peak or more (on several threads, or with kernels as
+ * good) leaves a kernel nothing to gain, and such a kernel would serve unmeasured until the
+ * in-run judge's verdict; below it the kernel may win (OpenBLAS's dgemm 256^3 on one thread,
+ * 0.58, lost 1.3x) or tie, and the judge decides. 1 when a call of flops took call_ns on the
+ * library and that reaches AG_POLICY_LIB_SHARE of peak_gflops; 0 when it does not or either
+ * figure is unknown (0). */
+#define AG_POLICY_LIB_SHARE 0.75
 int ag_policy_library_wins(double flops, double call_ns, double peak_gflops);
 
 #endif

@@ -82,8 +82,8 @@ void ag_tier_sampled(ag_entry_t *e, double cpu_ns);
 
 /* Whether a signature whose calls the profile weighs at calls (decayed: store.h, st_profile),
  * of mean_ns each, is hot: the test ag_tier_hot and ag_tier_sampled apply within a run; never
- * one too long for a duel whose library already runs it at half of one core's peak
- * or more (policy.h, ag_policy_library_wins), which a run's own timings keep from its queue. */
+ * one too long for a duel whose library already runs it at three quarters of one core's
+ * peak or more (policy.h, ag_policy_library_wins), which a run's own timings keep from its queue. */
 int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns);
 
 /* Cold entry e stays on the original for the run, as DEMOTED (its kernel by this generator

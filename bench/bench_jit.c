@@ -1005,7 +1005,7 @@ int main(int argc, char **argv)
          "called directly\n");
   printf("jit (J), jit (E): the variant's state in every session's database, with the share of "
          "the calls it served; orig = stayed on the original library, never compiled (n > "
-         "OPJIT_JIT_MAX_DIM=%d, or a call too long for a duel whose library runs at half of one "
+         "OPJIT_JIT_MAX_DIM=%d, or a call too long for a duel whose library runs at 3/4 of one "
          "core's peak or more: opjit top --why); SLOWER: it served calls and measured slower "
          "than its original here\n", jit_max_dim);
 
