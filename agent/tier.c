@@ -98,6 +98,7 @@ enum { AG_DEMOTED_SLOWER = 0, AG_DEMOTED_TIE, AG_DEMOTED_GUARD, AG_DEMOTED_CRASH
 static uint8_t *demoted;
 static uint8_t *prepared; /* per entry: shapes[] and ag_vrun[] hold its problem (cq locked) */
 static float *duel_won; /* per entry: the median ratio of the duel its variant won (0: none) */
+static float *prof_ns;  /* per entry: its original's mean call in earlier runs (0: unknown) */
 static pthread_mutex_t cmp_mu = PTHREAD_MUTEX_INITIALIZER;
 static int fault_reps; /* OPJIT_TEST_FAULT=slow: 16 (the variant's pair timings x16), fast: -16 */
 _Atomic int ag_tier_live;
@@ -966,11 +967,12 @@ static int arrays(void)
     prepared = calloc(ag_tcount_capacity, sizeof *prepared);
     demoted = calloc(ag_tcount_capacity, sizeof *demoted);
     duel_won = calloc(ag_tcount_capacity, sizeof *duel_won);
+    prof_ns = calloc(ag_tcount_capacity, sizeof *prof_ns);
     const char *fault = getenv("OPJIT_TEST_FAULT"); /* fault injection for the tests only */
     fault_reps = !fault ? 0 : !strcmp(fault, "slow") ? 16 : !strcmp(fault, "fast") ? -16 : 0;
   }
   return shapes && ag_vrun && objects.slots && cmps && cmp_rev && cmp_stored && watched_calls &&
-         watched_ns && pub_calls && demoted && duel_won && prepared;
+         watched_ns && pub_calls && demoted && duel_won && prof_ns && prepared;
 }
 
 /* Whether the per-entry arrays exist (made now if not), cq taken for it. */
@@ -1024,11 +1026,14 @@ static void start_thread(void)
 
 /* Queues cold entry e for compilation (NONE if it cannot be compiled); starts a compile thread
  * if the queue needs one. */
-/* e's mean timed original call in this run (its first alone until others are timed: a
- * library's warm-up makes it slower, never faster), in ns; 0 when none was timed. */
+/* e's mean original call, in ns: over earlier runs when the warm start noted it
+ * (ag_tier_profile_mean), else over this run's timed calls (its first alone until others are
+ * timed: a library's warm-up makes it slower, never faster); 0 when none was timed. arrays. */
 static double orig_mean_ns(ag_entry_t *e)
 {
   uint64_t timed, tns;
+  if (prof_ns[e->index] > 0)
+    return prof_ns[e->index];
   ag_entry_orig_timed(e, &timed, &tns);
   return timed ? (double)tns / (double)timed : 0;
 }
@@ -1081,11 +1086,15 @@ int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns)
 {
   if (ag_hot_calls == 0)
     return 0;
-  if (library_wins(&e->key, mean_ns, NULL, 0))
-    return 0;
   /* Without a timing of the original calls decide. */
   return payback_applies(e) && mean_ns > 0 ? pays_back(e, calls * mean_ns, NULL) == 1
                                            : calls >= (double)ag_hot_calls;
+}
+
+void ag_tier_profile_mean(ag_entry_t *e, double mean_ns)
+{
+  if (mean_ns > 0 && arrays_locked())
+    prof_ns[e->index] = (float)mean_ns;
 }
 
 void ag_tier_keep_original(ag_entry_t *e)

@@ -81,10 +81,13 @@ void ag_tier_sampled(ag_entry_t *e, double cpu_ns);
 /* ---- across runs (agent/warm.c and the writer) ---- */
 
 /* Whether a signature whose calls the profile weighs at calls (decayed: store.h, st_profile),
- * of mean_ns each, is hot: the test ag_tier_hot and ag_tier_sampled apply within a run; never
- * one too long for a duel whose library already runs it at three quarters of one core's
- * peak or more (policy.h, ag_policy_library_wins), which a run's own timings keep from its queue. */
+ * of mean_ns each, is hot: the test ag_tier_hot and ag_tier_sampled apply within a run. */
 int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns);
+
+/* The warm start notes that earlier runs timed e's original calls at mean_ns each: what decides
+ * whether its library already runs them as fast as a kernel could (tier.c, library_wins) when
+ * it gets hot, rather than this run's first call, which pays the library's warm-up. */
+void ag_tier_profile_mean(ag_entry_t *e, double mean_ns);
 
 /* Cold entry e stays on the original for the run, as DEMOTED (its kernel by this generator
  * measured slower than the original on this machine in an earlier run): never compiled. */
