@@ -1038,32 +1038,38 @@ static double orig_mean_ns(ag_entry_t *e)
   return timed ? (double)tns / (double)timed : 0;
 }
 
-/* Whether key's library already runs its calls, of call_ns each (0: not timed), as fast as a
- * kernel could (policy.h, ag_policy_library_wins) and they are too long for the duel before
- * publication (DUEL_MAX_NS): for the kernels of hosts that duel, against the measured peak of
- * the JIT's vector width; no (len bytes) gets the figures. */
+/* For key's calls of call_ns each (0: not timed) when they are too long for the duel before
+ * publication (DUEL_MAX_NS), in the kernels of hosts that duel: 1 when the library already runs
+ * them as fast as a kernel could (policy.h, ag_policy_library_wins, against the measured peak of
+ * the JIT's vector width), 2 while that peak is not known yet (the machine model loads on a
+ * thread of its own), else 0; no (len bytes) gets why. */
 static int library_wins(const ag_sig_t *key, double call_ns, char *no, size_t len)
 {
   const ag_host_t *host = ag_host_of(key->host);
   jt_gemm_t g;
   int row;
-  if (call_ns <= 0 || !host || !(host->traits & AG_HOST_DUELS) || !gemm_of(key, &g, &row))
+  if (call_ns <= 0 || !host || !(host->traits & AG_HOST_DUELS) || !gemm_of(key, &g, &row) ||
+      ag_duel_need_ns((uint64_t)call_ns) <= DUEL_MAX_NS)
     return 0;
   double flops = 2.0 * g.m * g.n * (g.k > 0 ? g.k : 1);
   double peak = ag_machine_peak_gflops(ag_isa_bits(ag_machine_isa()), g.f64);
-  if (ag_duel_need_ns((uint64_t)call_ns) <= DUEL_MAX_NS ||
-      !ag_policy_library_wins(flops, call_ns, peak))
+  if (peak <= 0) {
+    snprintf(no, len, "a call this long (%.2f ms) waits for the machine model's FMA peak, "
+             "against which its library is weighed", call_ns / 1e6);
+    return 2;
+  }
+  if (!ag_policy_library_wins(flops, call_ns, peak))
     return 0;
-  if (no)
-    snprintf(no, len, "the library runs it at %.0f GF/s, %.0f%% of one core's measured peak "
-             "(%.0f GF/s): a single-threaded kernel would not repay its compile", flops / call_ns,
-             100 * flops / call_ns / peak, peak);
+  snprintf(no, len, "the library runs it at %.0f GF/s, %.0f%% of one core's measured peak "
+           "(%.0f GF/s): a single-threaded kernel would not repay its compile", flops / call_ns,
+           100 * flops / call_ns / peak, peak);
   return 1;
 }
 
 static void enqueue(ag_entry_t *e, const char *why)
 {
   char no[AG_REASON_LEN];
+  int lib = 0;
   ag_cq_lock(&cq);
   uint32_t cold = AG_TIER_COLD;
   if (atomic_load(&e->tier) != AG_TIER_COLD) {
@@ -1071,9 +1077,12 @@ static void enqueue(ag_entry_t *e, const char *why)
   } else if (ag_cq_full(&cq)) {
     decide(e, AG_STATE_WAITING, -1, "the compile queue is full: asked again at its next "
            "promotion test (%s)", why);
-  } else if (!prepare(e, no, sizeof no) || library_wins(&e->key, orig_mean_ns(e), no, sizeof no)) {
+  } else if (!prepare(e, no, sizeof no) ||
+             (lib = library_wins(&e->key, orig_mean_ns(e), no, sizeof no)) == 1) {
     if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE))
       decide(e, AG_STATE_UNSUPPORTED, -1, "%s", no);
+  } else if (lib == 2) { /* asked again at its next promotion test */
+    decide(e, AG_STATE_WAITING, -1, "%s", no);
   } else if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_QUEUED)) {
     ag_cq_push(&cq, e->index);
     decide(e, AG_STATE_QUEUED, AG_EV_QUEUED, "%s", why);
