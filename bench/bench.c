@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,20 @@ double bn_half_iqr(double *v, size_t n)
 {
   qsort(v, n, sizeof *v, cmp_double);
   return (v[(3 * (n - 1) + 2) / 4] - v[(n - 1 + 2) / 4]) / 2;
+}
+
+void bn_stat(const double *v, size_t n, double *med, double *spread)
+{
+  double *a = malloc(2 * n * sizeof *a);
+  if (!a) { /* a few rounds' figures: never in practice; printed as nan, not made up */
+    *med = *spread = NAN;
+    return;
+  }
+  memcpy(a, v, n * sizeof *a);
+  memcpy(a + n, v, n * sizeof *a);
+  *med = bn_median(a, n);
+  *spread = bn_half_iqr(a + n, n);
+  free(a);
 }
 
 /* Whether the "NAME=value" string e is one the benchmarks control themselves. */

@@ -18,6 +18,8 @@ double bn_median(double *v, size_t n);
 /* Half the interquartile range of v[0..n), n > 0 (nearest rank): the spread printed beside a
  * median. Sorts v in place. */
 double bn_half_iqr(double *v, size_t n);
+/* The median of v[0..n), n > 0, and half its interquartile range, v left as it was. */
+void bn_stat(const double *v, size_t n, double *med, double *spread);
 
 /* A copy of the environment without LD_PRELOAD, OPJIT_* and OPENBLAS_NUM_THREADS, plus the
  * "NAME=value" strings of add (NULL-terminated; may be NULL). Free with bn_env_free. */

@@ -44,14 +44,6 @@ static const jt_api_t *load_jit(void)
   return jit;
 }
 
-static void stat_of(const double *v, int n, double *med, double *spread)
-{
-  double a[MAXR], b[MAXR];
-  memcpy(a, v, (size_t)n * sizeof *v);
-  memcpy(b, v, (size_t)n * sizeof *v);
-  *med = bn_median(a, (size_t)n);
-  *spread = bn_half_iqr(b, (size_t)n);
-}
 
 /* Medians of ggml's ms, the kernel's and their ratios, printed with the outputs' largest
  * difference. */
@@ -66,9 +58,9 @@ static void report(int n, const double *tg, const double *tk, const double *rati
     mag = fmax(mag, fabs((double)theirs[i]));
   }
   double mg, sg, mk, sk, mr, sr;
-  stat_of(tg, rounds, &mg, &sg);
-  stat_of(tk, rounds, &mk, &sk);
-  stat_of(ratio, rounds, &mr, &sr);
+  bn_stat(tg, (size_t)rounds, &mg, &sg);
+  bn_stat(tk, (size_t)rounds, &mk, &sk);
+  bn_stat(ratio, (size_t)rounds, &mr, &sr);
   printf("%s%6d %10.3f ms %10.3f ms %8.2f +- %.2f   %.3g (of %.3g)   %s\n", label, n, mg, mk, mr,
          sr, diff, mag, name);
 }
@@ -208,7 +200,7 @@ static int decode(const jt_api_t *jit, ggml_backend_t be, dcfg_t c, int n, int r
   ggml_backend_tensor_get(out, theirs, 0, nq * sizeof *theirs);
   char label[64];
   double me, se;
-  stat_of(te, rounds, &me, &se);
+  bn_stat(te, (size_t)rounds, &me, &se);
   snprintf(label, sizeof label, "%3d/%-2d %4d %s  %.4f ms", nh, nkvh, dk,
            c.isa == JT_ISA_AVX2 ? "avx2  " : "avx512", me);
   report(n, tg, tk, ratio, rounds, mine, theirs, nq, label, name);

@@ -77,14 +77,6 @@ static int same_output(const char *got, const char *want)
   return fabs(gs - ws) <= 1e-5 * wa && fabs(ga - wa) <= 1e-5 * wa;
 }
 
-static void stat_of(double *v, int n, double *med, double *spread)
-{
-  double a[MAXR], b[MAXR];
-  memcpy(a, v, (size_t)n * sizeof *v);
-  memcpy(b, v, (size_t)n * sizeof *v);
-  *med = bn_median(a, (size_t)n);
-  *spread = bn_half_iqr(b, (size_t)n);
-}
 
 int main(int argc, char **argv)
 {
@@ -133,10 +125,10 @@ int main(int argc, char **argv)
     }
     for (int cfg = 0; cfg < NCFG; cfg++) {
       double m[4], s[4];
-      stat_of(pp[cfg], rounds, &m[0], &s[0]);
-      stat_of(pr[cfg], rounds, &m[1], &s[1]);
-      stat_of(dd[cfg], rounds, &m[2], &s[2]);
-      stat_of(dr[cfg], rounds, &m[3], &s[3]);
+      bn_stat(pp[cfg], (size_t)rounds, &m[0], &s[0]);
+      bn_stat(pr[cfg], (size_t)rounds, &m[1], &s[1]);
+      bn_stat(dd[cfg], (size_t)rounds, &m[2], &s[2]);
+      bn_stat(dr[cfg], (size_t)rounds, &m[3], &s[3]);
       printf("%-6s %-20s %10.1f t/s %8.3f +- %.3f %10.1f t/s %8.3f +- %.3f\n", types[t],
              cfg_names[cfg], m[0], m[1], s[1], m[2], m[3], s[3]);
       if (cfg == AGENT)

@@ -39,14 +39,6 @@ static const jt_api_t *load_jit(void)
   return jit;
 }
 
-static void stat_of(const double *v, int n, double *med, double *spread)
-{
-  double a[MAXR], b[MAXR];
-  memcpy(a, v, (size_t)n * sizeof *v);
-  memcpy(b, v, (size_t)n * sizeof *v);
-  *med = bn_median(a, (size_t)n);
-  *spread = bn_half_iqr(b, (size_t)n);
-}
 
 typedef struct {
   jt_mm_fn k;
@@ -160,9 +152,9 @@ static int shape(const jt_api_t *jit, ggml_backend_t be, ggml_backend_set_n_thre
     }
     free(a), free(b);
     double mg, sg, mk, sk, mr, sr;
-    stat_of(tg, rounds, &mg, &sg);
-    stat_of(tk, rounds, &mk, &sk);
-    stat_of(ratio, rounds, &mr, &sr);
+    bn_stat(tg, (size_t)rounds, &mg, &sg);
+    bn_stat(tk, (size_t)rounds, &mk, &sk);
+    bn_stat(ratio, (size_t)rounds, &mr, &sr);
     printf("%s K=%-5d M=%-5d %7d %10.1f us %10.1f us %8.3f +- %.3f   %.3g (of %.3g)   %s\n",
            w16 ? "f16" : "f32", k, m, nths[t], mg, mk, mr, sr, diff, mag, name);
   }

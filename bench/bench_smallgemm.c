@@ -179,15 +179,6 @@ static int run_once(int c, const char *db, long n, meas_t *m)
   return db ? read_run(db, m) : 0;
 }
 
-/* The median of v[0..n) and half its interquartile range. */
-static void stat_of(const double *v, int n, double *med, double *spread)
-{
-  double a[MAXR], b[MAXR];
-  memcpy(a, v, (size_t)n * sizeof *v);
-  memcpy(b, v, (size_t)n * sizeof *v);
-  *med = bn_median(a, (size_t)n);
-  *spread = bn_half_iqr(b, (size_t)n);
-}
 
 /* The loop's wall time of m, or its thread's CPU time when cpu. */
 static double loop_of(const meas_t *m, int cpu) { return cpu ? m->cpu_ms : m->loop_ms; }
@@ -319,7 +310,7 @@ int main(int argc, char **argv)
         continue;
       }
       speedups(c, k, rounds, 0, v);
-      stat_of(v, rounds, &med, &spr);
+      bn_stat(v, (size_t)rounds, &med, &spr);
       printf(" %6.3f±%.3f", med, spr);
       speedups(c, k, rounds, 1, v);
       printf(" %7.3f", bn_median(v, (size_t)rounds));
@@ -330,7 +321,7 @@ int main(int argc, char **argv)
         v[r] = meas[c][k][r].saving_ms;
       printf(" %9.1f", bn_median(v, (size_t)rounds));
       gaps(c, k, rounds, 0, v);
-      stat_of(v, rounds, &med, &spr);
+      bn_stat(v, (size_t)rounds, &med, &spr);
       printf(" %+6.1f%%±%.1f", med, spr);
       gaps(c, k, rounds, 1, v);
       printf(" %+6.1f%%\n", bn_median(v, (size_t)rounds));

@@ -121,14 +121,6 @@ static int64_t query(int round, const char *sql)
   return v;
 }
 
-static void stat_of(double *v, int n, double *med, double *spread)
-{
-  double a[MAXR], b[MAXR];
-  memcpy(a, v, (size_t)n * sizeof *v);
-  memcpy(b, v, (size_t)n * sizeof *v);
-  *med = bn_median(a, (size_t)n);
-  *spread = bn_half_iqr(b, (size_t)n);
-}
 
 int main(int argc, char **argv)
 {
@@ -198,25 +190,25 @@ int main(int argc, char **argv)
     printf("%-24s", names[cfg]);
     double m, s;
     for (int i = 0; i < passes; i++) {
-      stat_of(pass[cfg][i], rounds, &m, &s);
+      bn_stat(pass[cfg][i], (size_t)rounds, &m, &s);
       printf("  %9.1f", m);
     }
-    stat_of(total[cfg], rounds, &m, &s);
+    bn_stat(total[cfg], (size_t)rounds, &m, &s);
     printf("  %7.1f", m);
-    stat_of(wall[cfg], rounds, &m, &s);
+    bn_stat(wall[cfg], (size_t)rounds, &m, &s);
     printf("  %10.1f", m);
-    stat_of(first_ratio[cfg], rounds, &m, &s);
+    bn_stat(first_ratio[cfg], (size_t)rounds, &m, &s);
     printf("  %6.3f +- %.3f", m, s);
-    stat_of(run_ratio[cfg], rounds, &m, &s);
+    bn_stat(run_ratio[cfg], (size_t)rounds, &m, &s);
     printf("  %6.3f +- %.3f\n", m, s);
   }
   double sm, ss, wm, ws, fm, fs, lm, ls, cm, cs, km, ks;
-  stat_of(steady, rounds, &sm, &ss);
-  stat_of(warm_ms, rounds, &wm, &ws);
-  stat_of(run_ratio[WARM], rounds, &fm, &fs);
-  stat_of(loaded, rounds, &lm, &ls);
-  stat_of(compiled, rounds, &cm, &cs);
-  stat_of(cold_compiled, rounds, &km, &ks);
+  bn_stat(steady, (size_t)rounds, &sm, &ss);
+  bn_stat(warm_ms, (size_t)rounds, &wm, &ws);
+  bn_stat(run_ratio[WARM], (size_t)rounds, &fm, &fs);
+  bn_stat(loaded, (size_t)rounds, &lm, &ls);
+  bn_stat(compiled, (size_t)rounds, &cm, &cs);
+  bn_stat(cold_compiled, (size_t)rounds, &km, &ks);
   double cold_extra[MAXR], speed[MAXR];
   for (int r = 0; r < rounds; r++) {
     cold_extra[r] = 0;
@@ -225,9 +217,9 @@ int main(int argc, char **argv)
     speed[r] = pass[PLAIN][passes - 1][r] / steady[r];
   }
   double em, es, pm, ps, tm, ts;
-  stat_of(cold_extra, rounds, &em, &es);
-  stat_of(settle, rounds, &tm, &ts);
-  stat_of(speed, rounds, &pm, &ps);
+  bn_stat(cold_extra, (size_t)rounds, &em, &es);
+  bn_stat(settle, (size_t)rounds, &tm, &ts);
+  bn_stat(speed, (size_t)rounds, &pm, &ps);
   printf("\nsteady state (warm run, passes 2..%d): %.1f ms per pass; OpenBLAS alone / steady: "
          "%.2fx +- %.2f\n", passes, sm, pm, ps);
   printf("warm run: %.0f kernels placed from the store, %.0f compiled; they served %.2f ms +- "
