@@ -1024,8 +1024,6 @@ static void start_thread(void)
     atomic_store(&jit_dead, 1);
 }
 
-/* Queues cold entry e for compilation (NONE if it cannot be compiled); starts a compile thread
- * if the queue needs one. */
 /* e's mean original call, in ns: over earlier runs when the warm start noted it
  * (ag_tier_profile_mean), else over this run's timed calls (its first alone until others are
  * timed: a library's warm-up makes it slower, never faster); 0 when none was timed. arrays. */
@@ -1066,6 +1064,8 @@ static int library_wins(const ag_sig_t *key, double call_ns, char *no, size_t le
   return 1;
 }
 
+/* Queues cold entry e for compilation (NONE if it cannot be compiled); starts a compile thread
+ * if the queue needs one. */
 static void enqueue(ag_entry_t *e, const char *why)
 {
   char no[AG_REASON_LEN];
