@@ -1049,7 +1049,8 @@ static int library_wins(const ag_sig_t *key, double call_ns, char *no, size_t le
   if (call_ns <= 0 || !host || !(host->traits & AG_HOST_DUELS) || !gemm_of(key, &g, &row) ||
       ag_duel_need_ns((uint64_t)call_ns) <= DUEL_MAX_NS)
     return 0;
-  double flops = 2.0 * g.m * g.n * (g.k > 0 ? g.k : 1);
+  /* a SYRK computes one triangle of its n x n result, n (n + 1) / 2 dot products of K */
+  double flops = g.syrk ? (double)g.m * (g.m + 1) * g.k : 2.0 * g.m * g.n * (g.k > 0 ? g.k : 1);
   double peak = ag_machine_peak_gflops(ag_isa_bits(ag_machine_isa()), g.f64);
   if (peak <= 0) {
     snprintf(no, len, "a call this long (%.2f ms) waits for the machine model's FMA peak, "
