@@ -83,10 +83,10 @@ int ag_policy_take_trial(ag_policy_t *p, int cls);
 /* A long call against one core. The generator's single-threaded kernels block K but not M and
  * N: on products long enough for the rule (a call too long for the duel before publication,
  * duel.h, ~0.4 ms) they reach 0.56-0.77 of one core's measured FMA peak (bench_jit on the Xeon
- * model 167: dgemm 256^3 0.77, sgemm and dgemm 512^3 0.56-0.67). A library that already runs a
+ * model 167: f64 at 256^3 0.77, f32 and f64 at 512^3 0.56-0.67). A library that already runs a
  * call at AG_POLICY_LIB_SHARE of that peak or more (on several threads, or with kernels as
  * good) leaves a kernel nothing to gain, and such a kernel would serve unmeasured until the
- * in-run judge's verdict; below it the kernel may win (OpenBLAS's dgemm 256^3 on one thread,
+ * in-run judge's verdict; below it the kernel may win (the library's f64 256^3 on one thread,
  * 0.58, lost 1.3x) or tie, and the judge decides. 1 when a call of flops took call_ns on the
  * library and that reaches AG_POLICY_LIB_SHARE of peak_gflops; 0 when it does not or either
  * figure is unknown (0). */
