@@ -31,15 +31,22 @@ Test(jit, ten_thousand_random_calls_match_the_reference)
                        "OPJIT_SAMPLE_HZ=0", "OPJIT_JIT_THREADS=2", NULL};
   run_checked("sweep", env, (const char *[]){H_JIT_PROG, "sweep", "400", "25", "4242", NULL});
   cr_assert(strstr(h_output("sweep", "out"), "calls 10000 "), "%s", h_output("sweep", "out"));
-  /* Every signature went through the JIT: compiled (ready) or, alpha = 0, never queued. */
+  /* Every signature went through the JIT: compiled (ready, or demoted by the in-run judge) or,
+   * alpha = 0, never queued. */
   int64_t sigs = h_query(NULL, "SELECT count(*) FROM run_sigs");
   int64_t ready = h_query(NULL, "SELECT count(*) FROM variants WHERE status='ready'");
+  int64_t compiled = h_query(NULL, "SELECT count(*) FROM variants WHERE status IN ('ready',"
+                                   " 'demoted')");
   int64_t served = h_query(NULL, "SELECT sum(calls) FROM variants");
   /* How many compile within the program's life depends on the compile threads' speed (a
-   * loaded CI machine, a generator that spends longer on small shapes): at least 40 %. */
-  cr_assert_gt(ready, h_sanitized() ? 0 : sigs * 4 / 10, "%lld of %lld signatures have a ready"
-               " variant", (long long)ready, (long long)sigs);
-  cr_assert_gt(served, h_sanitized() ? 0 : 3000, "variants served %lld of 10000 calls",
+   * loaded CI machine, a generator that spends longer on small shapes): at least 40 %. Each
+   * signature is called 25 times, so its kernel runs cold and is judged in cold pairs, which
+   * find about a third of them slower than the library's warm code (178-212 ready, 107-141
+   * demoted, 2970-3022 calls served in 5 runs on the Xeon model 167): the calls they served
+   * before that count, a fifth of the 10000 at least. */
+  cr_assert_gt(compiled, h_sanitized() ? 0 : sigs * 4 / 10, "%lld of %lld signatures have a "
+               "compiled variant", (long long)compiled, (long long)sigs);
+  cr_assert_gt(served, h_sanitized() ? 0 : 2000, "variants served %lld of 10000 calls",
                (long long)served);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind IN ('failed',"
                              " 'verify-failed')"), 0);
