@@ -84,9 +84,10 @@ void ag_tier_sampled(ag_entry_t *e, double cpu_ns);
  * of mean_ns each, is hot: the test ag_tier_hot and ag_tier_sampled apply within a run. */
 int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns);
 
-/* The warm start notes that earlier runs timed e's original calls at mean_ns each: what decides
- * whether its library already runs them as fast as a kernel could (tier.c, library_wins) when
- * it gets hot, rather than this run's first call, which pays the library's warm-up. */
+/* The warm start notes that earlier runs timed e's original calls at mean_ns each (for the
+ * signatures it places or queues): what decides whether its library already runs them as fast
+ * as a kernel could (tier.c, library_wins), rather than this run's first call, which pays the
+ * library's warm-up. */
 void ag_tier_profile_mean(ag_entry_t *e, double mean_ns);
 
 /* Cold entry e stays on the original for the run, as DEMOTED (its kernel by this generator

@@ -146,14 +146,13 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
     int ours = h->object_id && h->mine && strcmp(h->cpu, key) == 0;
     if (!called && !ours)
       continue;
-    int cold = called && !h->object_id && h->demoted_gen != JT_GENERATOR_VERSION && !hot(&p, h);
+    if (called && !h->object_id && h->demoted_gen != JT_GENERATOR_VERSION && !hot(&p, h))
+      continue;
     ag_entry_t *e = ag_table_get(ag_table, &probe.key);
     if (!e)
       break; /* the table is full */
-    if (called) /* what its library's calls cost, for when it gets hot (tier.h) */
+    if (called) /* what its library's calls cost, for its queue (tier.h) */
       ag_tier_profile_mean(e, h->mean_ns);
-    if (cold)
-      continue;
     char why[700], err[256];
     if (!called) {
       ag_tier_invalidate(e, "decayed: not called in this program's recent runs (its calls "
