@@ -1039,8 +1039,9 @@ static double orig_mean_ns(ag_entry_t *e)
 /* For key's calls of call_ns each (0: not timed) when they are too long for the duel before
  * publication (DUEL_MAX_NS), in the kernels of hosts that duel: 1 when the library already runs
  * them as fast as a kernel could (policy.h, ag_policy_library_wins, against the measured peak of
- * the JIT's vector width), 2 while that peak is not known yet (the machine model loads on a
- * thread of its own), else 0; no (len bytes) gets why. */
+ * the JIT's vector width), 2 while the machine model is not loaded yet (on a thread of its
+ * own), else 0 (a model without that peak leaves it to the duel and the judge); no (len bytes)
+ * gets why. */
 static int library_wins(const ag_sig_t *key, double call_ns, char *no, size_t len)
 {
   const ag_host_t *host = ag_host_of(key->host);
@@ -1052,7 +1053,7 @@ static int library_wins(const ag_sig_t *key, double call_ns, char *no, size_t le
   /* a SYRK computes one triangle of its n x n result, n (n + 1) / 2 dot products of K */
   double flops = g.syrk ? (double)g.m * (g.m + 1) * g.k : 2.0 * g.m * g.n * (g.k > 0 ? g.k : 1);
   double peak = ag_machine_peak_gflops(ag_isa_bits(ag_machine_isa()), g.f64);
-  if (peak <= 0) {
+  if (peak <= 0 && !ag_machine()) {
     snprintf(no, len, "a call this long (%.2f ms) waits for the machine model's FMA peak, "
              "against which its library is weighed", call_ns / 1e6);
     return 2;
