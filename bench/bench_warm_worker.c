@@ -81,8 +81,9 @@ int main(int argc, char **argv)
     one_pass(sigs);
     fprintf(out, "pass %d %.3f\n", p, (double)(bn_now_ns() - t0) / 1e6);
   }
-  for (int i = 0; i < NSIGS; i++)
-    sum += sigs[i].f64 ? ((double *)sigs[i].c)[0] : ((float *)sigs[i].c)[0];
+  for (int i = 0; i < NSIGS; i++) /* every element of every C, so a wrong one shows */
+    for (size_t k = 0; k < (size_t)sigs[i].n * (size_t)sigs[i].n; k++)
+      sum += sigs[i].f64 ? ((double *)sigs[i].c)[k] : ((float *)sigs[i].c)[k];
   fprintf(out, "checksum %.6g\n", sum);
   int (*settle)(long) = argc == 4 ? (int (*)(long))dlsym(RTLD_DEFAULT, "opjit_settle") : NULL;
   if (settle) {
