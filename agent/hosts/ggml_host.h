@@ -125,7 +125,6 @@ typedef struct gg_fusion_s {
   uint64_t bns;
   double tsum[2]; /* per-call means booked so far, each side's, summed */
   uint32_t tk[2]; /* ... and their count */
-  int judge;      /* its judge in its cache entry's, plus one (0: none yet; ggml_rounds.c) */
   int64_t n, rows;
   float eps;
 } gg_fusion_t;
@@ -250,7 +249,8 @@ extern gg_cache_t *_Atomic gg_hosted;
 int gg_round_start(gg_cache_t *c, int nth);
 /* After a timed execution of c: hands its records' times to the judge. gg_cache_mu held. */
 void gg_round_book(gg_cache_t *c);
-/* 1 when f's kind lost its judge in c: f runs ggml's nodes. */
+/* 1 when f's kind lost its judge in c under the signature f's chosen implementation runs (f->use;
+ * a rebuild that chooses another is judged under that one's): f runs ggml's nodes. */
 int gg_judged_out(const gg_cache_t *c, const gg_fusion_t *f);
 /* At the start of node dst (our custom node fu, or NULL) on this thread, while an execution
  * (tc, or NULL) is timed or this thread's span is open: ends and starts spans. */

@@ -140,14 +140,22 @@ int gg_round_start(gg_cache_t *c, int nth)
  * graph's next build on, with an event under its records' signature; the kernel keeps serving
  * the other kinds. */
 
-/* The index of c's judge of kind's records of signature je (kind NULL: the pool), made with
- * rec as the records' signature when there is none; -1 without memory. */
+/* The index of c's judge of kind's records of signature je (kind NULL: the pool), -1 when c has
+ * none. */
+static int judge_find(const gg_cache_t *c, const gg_kind_t *kind, const ag_entry_t *je)
+{
+  for (int k = 0; k < c->nj; k++)
+    if (c->judge[k].kind == kind && c->judge[k].e == je)
+      return k;
+  return -1;
+}
+
+/* judge_find's judge, made with rec as the records' signature when there is none; -1 without
+ * memory. */
 static int judge_at(gg_cache_t *c, const gg_kind_t *kind, ag_entry_t *je, ag_entry_t *rec)
 {
-  int k = 0;
-  while (k < c->nj && !(c->judge[k].kind == kind && c->judge[k].e == je))
-    k++;
-  if (k < c->nj)
+  int k = judge_find(c, kind, je);
+  if (k >= 0)
     return k;
   gg_judge_t *grown = realloc(c->judge, (size_t)(c->nj + 1) * sizeof *grown);
   if (!grown)
@@ -159,7 +167,9 @@ static int judge_at(gg_cache_t *c, const gg_kind_t *kind, ag_entry_t *je, ag_ent
 
 int gg_judged_out(const gg_cache_t *c, const gg_fusion_t *f)
 {
-  return f->judge && c->judge[f->judge - 1].lost;
+  const ag_entry_t *je = f->use < f->nimpl ? judged(f) : NULL;
+  int k = je ? judge_find(c, f->kind, je) : -1;
+  return k >= 0 && c->judge[k].lost;
 }
 
 /* Books record f's timing of this side to its kind's judge and its signature's pool in c. */
@@ -167,7 +177,6 @@ static void judge_book(gg_cache_t *c, gg_fusion_t *f, int side)
 {
   ag_entry_t *je = judged(f);
   int at[2] = {judge_at(c, f->kind, je, f->e), judge_at(c, NULL, je, f->e)};
-  f->judge = f->judge ? f->judge : at[0] + 1;
   for (int k = 0; k < 2; k++) {
     gg_judge_t *j = at[k] >= 0 ? &c->judge[at[k]] : NULL;
     if (j && side)
