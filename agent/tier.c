@@ -103,9 +103,6 @@ static pthread_mutex_t cmp_mu = PTHREAD_MUTEX_INITIALIZER;
 static int fault_reps; /* OPJIT_TEST_FAULT=slow: 16 (the variant's pair timings x16), fast: -16 */
 _Atomic int ag_tier_live;
 
-/* What promotion expects: the mean relative saving of this process's measured variants and
- * the mean compile time (both updated by compile threads under code_mu; read racily, as
- * estimates). */
 /* What promotion has learnt: the judge's verdicts per size class (policy.h). Compile threads
  * write, host threads read racily (an estimate). */
 static ag_policy_t policy;
@@ -1036,23 +1033,24 @@ static double orig_mean_ns(ag_entry_t *e)
   return timed ? (double)tns / (double)timed : 0;
 }
 
-/* For key's calls of call_ns each (0: not timed) when they are too long for the duel before
+/* For prepared entry e's calls (orig_mean_ns) when they are too long for the duel before
  * publication (DUEL_MAX_NS), in the kernels of hosts that duel: 1 when the library already runs
  * them as fast as a kernel could (policy.h, ag_policy_library_wins, against the measured peak of
  * the JIT's vector width), 2 while the machine model is not loaded yet (on a thread of its
  * own), else 0 (a model without that peak leaves it to the duel and the judge); no (len bytes)
- * gets why. */
-static int library_wins(const ag_sig_t *key, double call_ns, char *no, size_t len)
+ * gets why. cq locked. */
+static int library_wins(ag_entry_t *e, char *no, size_t len)
 {
-  const ag_host_t *host = ag_host_of(key->host);
-  jt_gemm_t g;
-  int row;
-  if (call_ns <= 0 || !host || !(host->traits & AG_HOST_DUELS) || !gemm_of(key, &g, &row) ||
+  const ag_host_t *host = ag_host_of(e->key.host);
+  const jt_gemm_t *g = &shapes[e->index];
+  double call_ns = orig_mean_ns(e);
+  if (call_ns <= 0 || !host || !(host->traits & AG_HOST_DUELS) ||
       ag_duel_need_ns((uint64_t)call_ns) <= DUEL_MAX_NS)
     return 0;
   /* a SYRK computes one triangle of its n x n result, n (n + 1) / 2 dot products of K */
-  double flops = g.syrk ? (double)g.m * (g.m + 1) * g.k : 2.0 * g.m * g.n * (g.k > 0 ? g.k : 1);
-  double peak = ag_machine_peak_gflops(ag_isa_bits(ag_machine_isa()), g.f64);
+  double flops = g->syrk ? (double)g->m * (g->m + 1) * g->k
+                         : 2.0 * g->m * g->n * (g->k > 0 ? g->k : 1);
+  double peak = ag_machine_peak_gflops(ag_isa_bits(ag_machine_isa()), g->f64);
   if (peak <= 0 && !ag_machine()) {
     snprintf(no, len, "a call this long (%.2f ms) waits for the machine model's FMA peak, "
              "against which its library is weighed", call_ns / 1e6);
@@ -1080,7 +1078,7 @@ static void enqueue(ag_entry_t *e, const char *why)
     decide(e, AG_STATE_WAITING, -1, "the compile queue is full: asked again at its next "
            "promotion test (%s)", why);
   } else if (!prepare(e, no, sizeof no) ||
-             (lib = library_wins(&e->key, orig_mean_ns(e), no, sizeof no)) == 1) {
+             (lib = library_wins(e, no, sizeof no)) == 1) {
     if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE))
       decide(e, AG_STATE_UNSUPPORTED, -1, "%s", no);
   } else if (lib == 2) { /* asked again at its next promotion test */
