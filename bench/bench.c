@@ -2,8 +2,10 @@
 /* Helpers shared by the benchmarks (see bench.h). */
 #define _GNU_SOURCE
 #include "bench.h"
+#include "jit/jit.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -42,6 +44,19 @@ double bn_half_iqr(double *v, size_t n)
 {
   qsort(v, n, sizeof *v, cmp_double);
   return (v[(3 * (n - 1) + 2) / 4] - v[(n - 1 + 2) / 4]) / 2;
+}
+
+const jt_api_t *bn_load_jit(const char *path, const char *who)
+{
+  char err[512] = "";
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  const jt_api_t *jit = h ? dlsym(h, JT_API_SYMBOL) : NULL;
+  if (!jit || jit->abi != JT_API_ABI || jit->init(err, sizeof err)) {
+    fprintf(stderr, "%s: cannot use %s: %s\n", who, path,
+            jit ? (err[0] ? err : "wrong ABI") : dlerror());
+    return NULL;
+  }
+  return jit;
 }
 
 void bn_stat(const double *v, size_t n, double *med, double *spread)

@@ -21,6 +21,11 @@ double bn_half_iqr(double *v, size_t n);
 /* The median of v[0..n), n > 0, and half its interquartile range, v left as it was. */
 void bn_stat(const double *v, size_t n, double *med, double *spread);
 
+struct jt_api_s;
+/* The JIT module at path (libopjit-jit.so), loaded and initialised: its API, or NULL after one
+ * line on stderr, who naming the benchmark. */
+const struct jt_api_s *bn_load_jit(const char *path, const char *who);
+
 /* A copy of the environment without LD_PRELOAD, OPJIT_* and OPENBLAS_NUM_THREADS, plus the
  * "NAME=value" strings of add (NULL-terminated; may be NULL). Free with bn_env_free. */
 char **bn_env(const char *const *add);

@@ -22,7 +22,6 @@
 #include "jit/fa.h"
 #include "jit/jit.h"
 
-#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,18 +30,6 @@
 #define MAXR 64
 #define DK 64
 #define HEADS 12
-
-static const jt_api_t *load_jit(void)
-{
-  void *h = dlopen(OPJIT_JIT_MODULE_PATH, RTLD_NOW | RTLD_LOCAL);
-  const jt_api_t *jit = h ? dlsym(h, JT_API_SYMBOL) : NULL;
-  char err[512] = "";
-  if (!jit || jit->abi != JT_API_ABI || jit->init(err, sizeof err)) {
-    fprintf(stderr, "bench_fa: cannot load %s: %s\n", OPJIT_JIT_MODULE_PATH, h ? err : dlerror());
-    return NULL;
-  }
-  return jit;
-}
 
 
 /* Medians of ggml's ms, the kernel's and their ratios, printed with the outputs' largest
@@ -311,7 +298,7 @@ int main(int argc, char **argv)
     fprintf(stderr, "usage: bench_fa [rounds (1-%d) [prompt ...]]\n", MAXR);
     return 2;
   }
-  const jt_api_t *jit = load_jit();
+  const jt_api_t *jit = bn_load_jit(OPJIT_JIT_MODULE_PATH, "bench_fa");
   if (!jit)
     return 1;
   ggml_backend_load_all_from_path(OPJIT_LLAMA_BINS);

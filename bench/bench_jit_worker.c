@@ -320,20 +320,6 @@ static int wait_for_jit(wcase_t *cs, int nc, const char *db, int expect)
   return -1;
 }
 
-/* -k: loads the JIT module. */
-static int load_jit(const char *path)
-{
-  char err[512] = "";
-  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  jit = h ? dlsym(h, JT_API_SYMBOL) : NULL;
-  if (!jit || jit->abi != JT_API_ABI || jit->init(err, sizeof err)) {
-    fprintf(stderr, "bench_jit_worker: cannot use %s: %s\n", path,
-                    jit ? (err[0] ? err : "wrong ABI") : dlerror());
-    return -1;
-  }
-  return 0;
-}
-
 static void print_symbol(const char *name)
 {
   Dl_info di;
@@ -374,7 +360,7 @@ int main(int argc, char **argv)
   if (info)
     return 0;
   if (jit_path) {
-    if (load_jit(jit_path))
+    if (!(jit = bn_load_jit(jit_path, "bench_jit_worker")))
       return 1;
     for (int i = 0; i < nc; i++) {
       jt_gemm_t g = problem(&cs[i]);

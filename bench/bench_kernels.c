@@ -15,7 +15,6 @@
 
 #include "jit/jit.h"
 
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,13 +216,8 @@ int main(int argc, char **argv)
 {
   int rounds = argc > 1 ? atoi(argv[1]) : 21;
   rounds = rounds < 3 ? 3 : rounds > 64 ? 64 : rounds;
-  void *h = dlopen(OPJIT_JIT_MODULE_PATH, RTLD_NOW | RTLD_LOCAL);
-  jit = h ? dlsym(h, JT_API_SYMBOL) : NULL;
-  char err[512] = "";
-  if (!jit || jit->abi != JT_API_ABI || jit->init(err, sizeof err)) {
-    fprintf(stderr, "bench_kernels: the JIT is unavailable: %s\n", jit ? err : dlerror());
+  if (!(jit = bn_load_jit(OPJIT_JIT_MODULE_PATH, "bench_kernels")))
     return 1;
-  }
   int wide = jit->host_isa() == JT_ISA_AVX512;
   char cpu[256];
   bn_cpu_name(cpu, sizeof cpu);

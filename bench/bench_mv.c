@@ -18,7 +18,6 @@
 #include "ggml.h"
 #include "jit/jit.h"
 
-#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,18 +25,6 @@
 
 #define MAXR 64
 #define STREAM_BYTES (512u << 20) /* the weights of one graph: more than the caches hold */
-
-static const jt_api_t *load_jit(void)
-{
-  void *h = dlopen(OPJIT_JIT_MODULE_PATH, RTLD_NOW | RTLD_LOCAL);
-  const jt_api_t *jit = h ? dlsym(h, JT_API_SYMBOL) : NULL;
-  char err[512] = "";
-  if (!jit || jit->abi != JT_API_ABI || jit->init(err, sizeof err)) {
-    fprintf(stderr, "bench_mv: cannot load %s: %s\n", OPJIT_JIT_MODULE_PATH, h ? err : dlerror());
-    return NULL;
-  }
-  return jit;
-}
 
 
 typedef struct {
@@ -177,7 +164,7 @@ int main(int argc, char **argv)
   if (argc > 2)
     for (nn = 0; nn < 8 && nn < argc - 2; nn++)
       nths[nn] = atoi(argv[2 + nn]) > 0 && atoi(argv[2 + nn]) <= 64 ? atoi(argv[2 + nn]) : 1;
-  const jt_api_t *jit = load_jit();
+  const jt_api_t *jit = bn_load_jit(OPJIT_JIT_MODULE_PATH, "bench_mv");
   if (!jit)
     return 1;
   ggml_backend_load_all_from_path(OPJIT_LLAMA_BINS);
