@@ -6,25 +6,42 @@
 //   probabilities sum S
 // (S: the sum over the decode steps of every token's probability times its id, a checksum of
 // the logits after softmax).
-//   node llama_node.mjs MODEL PROMPT GEN THREADS VOCAB
+//   node llama_node.mjs MODEL PROMPT GEN THREADS VOCAB [ROUNDS PAUSE_MS]
+// ROUNDS > 1 generates again from a cleared sequence, PAUSE_MS apart (time for the agent's
+// compiles to end), and fails unless every round gives the first one's tokens; the lines are
+// the last round's.
 const root = new URL("../../third_party/llama/node_modules/node-llama-cpp/dist/index.js", import.meta.url);
 const {getLlama} = await import(root.href);
-const [modelPath, nPrompt, nGen, threads, vocab] = process.argv.slice(2).map((a, i) => (i ? +a : a));
+const [modelPath, nPrompt, nGen, threads, vocab, rounds = 1, pauseMs = 0] =
+  process.argv.slice(2).map((a, i) => (i ? +a : a));
 const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
 const model = await llama.loadModel({modelPath});
 const context = await model.createContext({contextSize: nPrompt + nGen + 16, batchSize: nPrompt, threads});
 const seq = context.getSequence();
 const prompt = Array.from({length: nPrompt}, (_, i) => (i * 7919 + 13) % vocab);
-const tokens = [];
-let sum = 0;
-for await (const step of seq.evaluateWithMetadata(prompt, {probabilities: true}, {temperature: 0})) {
-  tokens.push(step.token);
-  for (const [id, p] of step.probabilities)
-    sum += id * p;
-  if (tokens.length >= nGen)
-    break;
+let first = null, line = "", sum = 0;
+for (let round = 0; round < rounds; round++) {
+  if (round) {
+    await new Promise((done) => setTimeout(done, pauseMs));
+    await seq.clearHistory();
+  }
+  const tokens = [];
+  sum = 0;
+  for await (const step of seq.evaluateWithMetadata(prompt, {probabilities: true}, {temperature: 0})) {
+    tokens.push(step.token);
+    for (const [id, p] of step.probabilities)
+      sum += id * p;
+    if (tokens.length >= nGen)
+      break;
+  }
+  line = "tokens " + tokens.join(" ");
+  first ??= line;
+  if (line !== first) {
+    console.error(`round ${round + 1}: ${line}\nround 1: ${first}`);
+    process.exit(2);
+  }
 }
-console.log("tokens " + tokens.join(" "));
+console.log(line);
 console.log("probabilities sum " + sum.toPrecision(12));
 await context.dispose();
 await model.dispose();

@@ -537,12 +537,13 @@ Test(ggml, hosts_without_ggml_leave_the_graphs_alone)
 }
 
 #ifdef OPJIT_NODE
-/* The node host's output ("tokens ..." and "probabilities sum S"). */
-static const char *run_node(const char *tag, int agent, const char *const *env, char *tokens,
-                            size_t len, double *sum)
+/* The node host's output ("tokens ..." and "probabilities sum S"); rounds 2 generates twice,
+ * 3 s apart, so that every compile the first round asked for ends before the process does. */
+static const char *run_node(const char *tag, int agent, const char *const *env, const char *rounds,
+                            char *tokens, size_t len, double *sum)
 {
   const char *argv[] = {OPJIT_NODE, OPJIT_SOURCE_DIR "/tests/integration/llama_node.mjs",
-                        model32, "32", "8", "2", "1000", NULL};
+                        model32, "32", "8", "2", "1000", rounds, "3000", NULL};
   int st = h_run(tag, agent, env, argv);
   cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d\n%s", tag, st,
             h_output(tag, "err"));
@@ -557,7 +558,7 @@ Test(ggml, the_node_host_agrees_with_the_c_host_with_and_without_the_agent)
 {
   char plain[512], with[512], c_tokens[512];
   double s_plain, s_with, s_c;
-  run_node("nplain", 0, NULL, plain, sizeof plain, &s_plain);
+  run_node("nplain", 0, NULL, "1", plain, sizeof plain, &s_plain);
   /* The C host: the same greedy tokens, the same probabilities within 1e-5. */
   const char *c = run("c", 0, NULL, model32, "32");
   snprintf(c_tokens, sizeof c_tokens, "%.*s", (int)strcspn(c, "\n"), c);
@@ -565,10 +566,12 @@ Test(ggml, the_node_host_agrees_with_the_c_host_with_and_without_the_agent)
   cr_assert(sscanf(strstr(h_output("c", "out"), "probabilities sum"), "probabilities sum %lf", &s_c) == 1);
   cr_assert(fabs(s_c - s_plain) <= 1e-5 * fabs(s_plain), "C %.12g, node %.12g", s_c, s_plain);
   /* node under the agent, fusing from its first graph on in the second run (the first compiles
-   * and stores the kernels; calls alone decide): the same tokens and probabilities, with
-   * node's threads computing the MUL_MAT kernels and the fusions. */
+   * and stores the kernels, calls alone deciding, and generates twice: under load one round
+   * ended before the fusion's compile did): the same tokens and probabilities, with node's
+   * threads computing the MUL_MAT kernels and the fusions. */
   for (int r = 1; r <= 2; r++) {
-    run_node(r == 1 ? "nagent1" : "nagent2", 1, fuse_env, with, sizeof with, &s_with);
+    run_node(r == 1 ? "nagent1" : "nagent2", 1, fuse_env, r == 1 ? "2" : "1", with, sizeof with,
+             &s_with);
     cr_assert_str_eq(with, plain, "run %d", r);
     cr_assert(fabs(s_with - s_plain) <= 1e-5 * fabs(s_plain), "run %d: probabilities %.12g vs %.12g",
               r, s_with, s_plain);

@@ -257,16 +257,18 @@ Test(jit, gemv_calls_match_the_reference)
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind IN ('failed', 'verify-failed')"), 0);
 }
 
-/* 8 threads of 600 calls over 12 signatures (jit_prog's mode) with room for about two
+/* 8 threads of n calls over 12 signatures (jit_prog's mode) with room for about two
  * kernels: they keep evicting, freeing (after their grace period) and compiling again while
  * every result is checked. */
-static void evict_under_threads(const char *mode, const char *hz)
+static void evict_under_threads(const char *mode, const char *hz, int n)
 {
   const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=4",
                        hz, "OPJIT_TEST_CODE_CACHE_BYTES=8192", "OPJIT_JIT_THREADS=2", NULL};
-  run_checked(mode, env, (const char *[]){H_JIT_PROG, mode, "8", "600", NULL});
+  char calls[16];
+  snprintf(calls, sizeof calls, "%d", n);
+  run_checked(mode, env, (const char *[]){H_JIT_PROG, mode, "8", calls, NULL});
   cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events WHERE kind='evicted'"), 0);
-  cr_assert_eq(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), 8 * 600 + 96);
+  cr_assert_eq(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), 8 * n + 96);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verify-failed'"), 0);
   /* every reference given back was one the JIT held (a double release says so) */
   cr_assert_null(strstr(h_output(mode, "err"), "could not be freed"), "%s", h_output(mode, "err"));
@@ -274,14 +276,16 @@ static void evict_under_threads(const char *mode, const char *hz)
 
 Test(jit, a_full_code_cache_evicts_while_threads_run)
 {
-  evict_under_threads("threads", "OPJIT_SAMPLE_HZ=0");
+  evict_under_threads("threads", "OPJIT_SAMPLE_HZ=0", 600);
 }
 
 /* The same with every thread sampled at 1000 Hz: stacks are walked through kernels while
- * their rules come and go with the code (nothing may crash, every result stays right). */
+ * their rules come and go with the code (nothing may crash, every result stays right). Ten
+ * times the calls: 600 a thread took 60-100 ms of CPU and 11-31 samples, and one CI run
+ * stored none. */
 Test(jit, a_full_code_cache_evicts_while_threads_are_sampled)
 {
-  evict_under_threads("threads", "OPJIT_SAMPLE_HZ=1000");
+  evict_under_threads("threads", "OPJIT_SAMPLE_HZ=1000", 6000);
   cr_assert_gt(h_query(NULL, "SELECT count(*) FROM run_stacks"), 0);
 }
 
@@ -290,7 +294,7 @@ Test(jit, a_full_code_cache_evicts_while_threads_are_sampled)
  * (the JIT counts references; test_gemm_kernels checks the count itself). */
 Test(jit, a_kernel_two_signatures_share_outlives_one_s_eviction)
 {
-  evict_under_threads("shared", "OPJIT_SAMPLE_HZ=0");
+  evict_under_threads("shared", "OPJIT_SAMPLE_HZ=0", 600);
 }
 
 Test(jit, dot_and_axpy_calls_match_the_reference)
