@@ -77,6 +77,15 @@ static pid_t parent_pid; /* the forking parent, as seen at fork time */
 static int fork_db_held; /* prepare got db_mu */
 static pthread_mutex_t sqlite_mu = PTHREAD_MUTEX_INITIALIZER; /* ag_sqlite_lock */
 static int fork_sqlite_held;                                  /* prepare got sqlite_mu */
+/* Held by the writer while it loads libraries and walks the loader's list (its start: the
+ * sampler, the fleet, the machine model; its rescans). glibc's fork resets the loader's main
+ * lock in the child, but not the one dl_iterate_phdr takes, and finishes no half-made link
+ * map: a child forked meanwhile had a writer that waited for ever on that lock or jumped into
+ * a library half loaded (its run lost; test_preload's fork test, 3 runs in 600 under load).
+ * fork's prepare handler waits for it. */
+static pthread_mutex_t loader_mu = PTHREAD_MUTEX_INITIALIZER;
+static int fork_loader_held; /* prepare got loader_mu */
+static int loader_unsafe;    /* a fork child of a parent whose writer held it: no loader work */
 
 void ag_sqlite_lock(void) { pthread_mutex_lock(&sqlite_mu); }
 
@@ -947,9 +956,13 @@ static void *writer_main(void *arg)
     warm_finish(1);
   else
     record_early(); /* a host thread runs the warm start (warm_take_over), or none is due */
-  start_sampling();
-  ag_fleet_start();
-  ag_machine_start(run_info()->cpu_key);
+  if (!loader_unsafe) {
+    pthread_mutex_lock(&loader_mu);
+    start_sampling();
+    ag_fleet_start();
+    ag_machine_start(run_info()->cpu_key);
+    pthread_mutex_unlock(&loader_mu);
+  }
   /* A ring holds 256 samples: drain it twice per fill at the sampling rate, at most 4x/s. */
   long flush_ms = ag_opts.num[AG_OPT_FLUSH_MS], hz = ag_opts.num[AG_OPT_SAMPLE_HZ];
   long tick_ms = sampling ? 128000 / (hz > 0 ? hz : 1) : flush_ms;
@@ -987,8 +1000,11 @@ static void *writer_main(void *arg)
       for (size_t i = 0; i < so.n; i++)
         ag_tier_sampled(ag_table_entry(ag_table, so.op[i] - 1),
                         (double)so.samples[i] * 1e9 / (double)hz);
-      if (ticks % 5 == 0)
+      if (ticks % 5 == 0) {
+        pthread_mutex_lock(&loader_mu);
         sp_rescan();
+        pthread_mutex_unlock(&loader_mu);
+      }
     } else {
       pthread_mutex_lock(&db_mu);
       series_note(tick_ms);
@@ -1004,11 +1020,15 @@ static void *writer_main(void *arg)
 
 /* Asks the writer for its final step (recording status) and waits for it, at most
  * OPJIT_EXIT_WAIT_MS. With try set (_exit, possibly from a signal handler that interrupted a
- * thread holding the writer's mutex) it gives up rather than wait for the mutex. Returns 1 when
- * the writer has finished. */
+ * thread holding the writer's mutex) the wait for the mutex counts in that bound too: the
+ * writer holds it between its ticks, and a writer without a CPU on a loaded machine held it
+ * long enough that a fork child's _exit, which gave up at once then, lost the child's run.
+ * Returns 1 when the writer has finished. */
 static int stop_writer(const char *status, int try)
 {
-  if (try ? pthread_mutex_trylock(&mu) != 0 : pthread_mutex_lock(&mu) != 0)
+  long ms = ag_opts.num[AG_OPT_EXIT_WAIT_MS];
+  struct timespec dl = ag_deadline_after(CLOCK_REALTIME, ms);
+  if (try ? pthread_mutex_timedlock(&mu, &dl) != 0 : pthread_mutex_lock(&mu) != 0)
     return 0;
   int running = writer_running;
   stop = 1;
@@ -1022,8 +1042,6 @@ static int stop_writer(const char *status, int try)
   pthread_mutex_unlock(&mu);
   if (!running)
     return 1;
-  long ms = ag_opts.num[AG_OPT_EXIT_WAIT_MS];
-  struct timespec dl = ag_deadline_after(CLOCK_REALTIME, ms);
   if (pthread_timedjoin_np(writer, NULL, &dl) == 0) {
     writer_running = 0;
     return 1;
@@ -1367,7 +1385,12 @@ out:
  * lock for the same reason. */
 static void atfork_prepare(void)
 {
-  /* activate_mu first: the warm start takes db_mu while holding it. */
+  /* loader_mu before all: the writer takes none of these while it holds it. Bounded (a host
+   * forking from a library's constructor holds the loader's lock the writer may wait for), but
+   * longer than the others: the writer's start takes a few milliseconds, more under load. */
+  struct timespec ldl = ag_deadline_after(CLOCK_REALTIME, 1000);
+  fork_loader_held = pthread_mutex_timedlock(&loader_mu, &ldl) == 0;
+  /* activate_mu next: the warm start takes db_mu while holding it. */
   pthread_mutex_lock(&activate_mu);
   struct timespec dl = ag_deadline_after(CLOCK_REALTIME, 100); /* bounded: fork must stay fast */
   fork_db_held = pthread_mutex_timedlock(&db_mu, &dl) == 0;
@@ -1389,6 +1412,8 @@ static void atfork_parent(void)
     pthread_mutex_unlock(&db_mu);
   if (fork_sqlite_held)
     pthread_mutex_unlock(&sqlite_mu);
+  if (fork_loader_held)
+    pthread_mutex_unlock(&loader_mu);
 }
 
 /* The child is a new run: same signatures, zero counts, no writer until its first call. The
@@ -1440,6 +1465,16 @@ static void atfork_child(void)
     store_dead = 1;
     ag_log(AG_LOG_WARN, "forked while the profile was being written: this child's run is "
                         "not recorded");
+  }
+  if (fork_loader_held) {
+    pthread_mutex_unlock(&loader_mu);
+  } else { /* the loader's state is the parent's writer's, half changed: touch none of it */
+    loader_unsafe = 1;
+    if (!store_dead) {
+      store_dead = 1;
+      ag_log(AG_LOG_WARN, "forked while the agent was loading a library: this child's run is "
+                          "not recorded");
+    }
   }
   free(flushed_calls);
   free(flushed_gen);
