@@ -8,16 +8,18 @@
  *                    short pauses (so compiled variants serve the later passes)
  *   large S P SEED   the same with M, N and K in 161..400
  *   threads T N      T threads calling a shared set of signatures N times each
- *   alias            after a signature has a variant, calls it with C overlapping B: the result
- *                    must be the original library's, bit for bit
- *   inf              an 8x8x8 sgemm whose A holds an infinity on its first calls, then finite
- *   many N           that 8x8x8 sgemm N times, finite
+ *   alias            after a signature has a variant (200 calls, then the JIT settles), calls it
+ *                    with C overlapping B: the result must be the original library's, bit for bit
+ *   inf              an 8x8x8 sgemm whose A holds an infinity on its first 3 calls (then the JIT
+ *                    settles), then finite
+ *   many N           that 8x8x8 sgemm N times, finite, the JIT settled every 4096 calls
  *   mixed N          "many N" (after its first 1000 calls, the JIT settles: the hot sgemm's
  *                    compile and duel are over), then a 24x24x24 sgemm 3 times and a 40x40x40
  *                    dgemm N/1000 + 100 times: a hot signature, a cold one and a larger one
  *   badorder         cblas_sgemm with an order that is neither row- nor column-major, 20 times:
  *                    C must stay untouched (the library rejects the call)
  *   forkhot          fork first (the parent never calls BLAS); the child's signatures get hot
+ *                    (the child settles after its first call)
  *   warmfork S A B   sweep S signatures of seed A once, then fork: the child sweeps S of seed B
  *                    20 times (new signatures, which it must compile itself)
  *   vec S P SEED     like sweep, for ?dot_/?axpy_/cblas_?dot/cblas_?axpy (unit and strided)
@@ -310,6 +312,7 @@ static void alias(void)
     sgemm_("N", "N", &d, &d, &d, &one, a, &d, buf1, &d, &zero, buf1 + D * D, &d);
     usleep(2000);
   }
+  settle_or(0); /* its variant is there however long the compile took */
   for (int i = 0; i < 2 * D * D; i++)
     buf1[i] = buf2[i] = (float)(i % 7) / 7;
   /* C = buf + 8 overlaps B = buf: same signature, aliased operands. */
@@ -515,6 +518,17 @@ static void inf_calls(int n, int inf_calls_n, int pause_us)
   }
 }
 
+/* n calls of that 8x8x8 sgemm, the JIT settled after every 4096: a compile and its duel, or a
+ * failed compile and the back-off after it, end within the run however little CPU the compile
+ * thread gets beside the calls (no count of calls bounds that on a loaded machine). */
+static void many(int n)
+{
+  for (int done = 0; done < n; done += 4096) {
+    inf_calls(n - done < 4096 ? n - done : 4096, 0, 0);
+    settle_or(0);
+  }
+}
+
 /* A fork child's end: its own line, its status from its own checks. */
 static void child_exit(void)
 {
@@ -555,10 +569,12 @@ int main(int argc, char **argv)
     vec_sweep(atoi(argv[2]), atoi(argv[3]), strtoull(argv[4], NULL, 10));
   else if (!strcmp(mode, "gemv") && argc > 4)
     gemv_sweep(atoi(argv[2]), atoi(argv[3]), strtoull(argv[4], NULL, 10));
-  else if (!strcmp(mode, "inf"))
-    inf_calls(300, 3, 1000);
-  else if (!strcmp(mode, "many") && argc > 2)
-    inf_calls(atoi(argv[2]), 0, 0);
+  else if (!strcmp(mode, "inf")) {
+    inf_calls(3, 3, 1000);
+    settle_or(0); /* the variant compiled on the infinite calls serves the finite ones */
+    inf_calls(297, 0, 1000);
+  } else if (!strcmp(mode, "many") && argc > 2)
+    many(atoi(argv[2]));
   else if (!strcmp(mode, "mixed") && argc > 2) {
     int n = atoi(argv[2]);
     uint64_t seed = 17;
@@ -590,7 +606,9 @@ int main(int argc, char **argv)
   } else if (!strcmp(mode, "forkhot")) {
     pid_t child = fork();
     if (child == 0) {
-      inf_calls(300, 0, 1000);
+      inf_calls(1, 0, 1000);
+      settle_or(0); /* the child's own compile, however long it took */
+      inf_calls(299, 0, 1000);
       child_exit();
     }
     reap(child);
