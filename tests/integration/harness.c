@@ -63,6 +63,9 @@ pid_t h_spawn(const char *tag, int agent, const char *const *env, const char *co
   envp[n++] = dbvar;
   envp[n++] = "OPJIT_MODE=profile"; /* bit-identical outputs; the JIT tests ask for jit */
   envp[n++] = "OPENBLAS_NUM_THREADS=1";
+  /* The final write's wait ends with the write: at the default 2 s, a writer without a CPU that
+   * long on a loaded machine (a sanitizer lane) loses the run's end, which the tests read. */
+  envp[n++] = "OPJIT_EXIT_WAIT_MS=60000";
   if (agent) {
     /* A sanitizer's runtime first (ASan must come first in the initial library list: an
      * uninstrumented host would otherwise bind malloc to libc's). */

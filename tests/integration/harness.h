@@ -15,7 +15,7 @@ void h_teardown(void);
 
 /* Runs argv (argv[0] a path) with the agent preloaded when agent is set, extra environment
  * entries "NAME=value" (NULL-terminated, may be NULL; they win over the defaults OPJIT_DB=h_db,
- * OPJIT_MODE=profile and OPENBLAS_NUM_THREADS=1), stdout and stderr to
+ * OPJIT_MODE=profile, OPENBLAS_NUM_THREADS=1 and OPJIT_EXIT_WAIT_MS=60000), stdout and stderr to
  * h_dir/<tag>.out / .err. Returns the raw wait status; fails the test when the program's
  * stderr holds a sanitizer's report (h_assert_no_sanitizer_report). In a sanitizer build the
  * sanitizer's runtime is preloaded before the agent (OPJIT_TEST_PRELOAD). */

@@ -149,7 +149,10 @@ Test(robust, full_disk)
   int filled = system(cmd);
   char dbvar[200];
   snprintf(dbvar, sizeof dbvar, "OPJIT_DB=%s/profile.db", mnt);
-  const char *env[] = {dbvar, "OPJIT_EXIT_WAIT_MS=300", NULL};
+  /* The final write retries a full disk for 3/4 of the exit wait; the last quarter is the
+   * writer's to end in (at 300 ms, 75 ms: a writer without a CPU that long on a loaded machine
+   * adds the exit wait's own warning). 4 s: one second for a few milliseconds of work. */
+  const char *env[] = {dbvar, "OPJIT_EXIT_WAIT_MS=4000", NULL};
   const char *err = host_unchanged(env, NULL);
   umount2(mnt, MNT_DETACH);
   cr_assert_eq(filled, 0);
