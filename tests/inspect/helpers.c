@@ -58,9 +58,12 @@ int64_t now_ns(void)
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* In the child: adds env, execs opjit with args. */
+/* In the child: adds env, execs opjit with args. A program `opjit run` starts waits for its
+ * final write until it ends (at the default 2 s, a writer without a CPU that long on a loaded
+ * machine loses the run's end, which the tests read); env may set another wait. */
 static void exec_opjit(const char *const *env, const char *const *args)
 {
+  putenv((char *)"OPJIT_EXIT_WAIT_MS=60000");
   for (; env && *env; env++)
     putenv((char *)*env);
   size_t n = 0;

@@ -26,7 +26,8 @@ char *scratch_dir(void);
 char *path_in(const char *dir, const char *name);
 
 /* Runs opjit with args (NULL-terminated) and the extra environment entries env ("NAME=value",
- * NULL-terminated, may be NULL) added to this process's; waits and captures. */
+ * NULL-terminated, may be NULL) added to this process's and to OPJIT_EXIT_WAIT_MS=60000;
+ * waits and captures. */
 proc_t opjit(const char *const *env, const char *const *args);
 /* Same, started without waiting: returns the pid; stdout/stderr go to /dev/null. */
 int opjit_spawn(const char *const *env, const char *const *args);
