@@ -110,8 +110,9 @@ static const char *run_argv(const char *tag, int agent, const char *const *env,
   return out;
 }
 
-/* Runs the model (32-token prompt, 64 decode steps; rounds prompts 3 s apart: a run whose
- * kernels must all be compiled and stored before it ends takes 2) and returns its output. */
+/* Runs the model (32-token prompt, 64 decode steps; rounds prompts, the JIT settled between
+ * them: a run whose kernels must all be compiled and stored before it ends takes 2) and returns
+ * its output. */
 static const char *run_rounds(const char *tag, int agent, const char *const *env,
                               const char *model, const char *rounds)
 {
@@ -439,7 +440,7 @@ Test(ggml, threads_with_little_stack_run_the_mul_mat_kernels)
    * harness's defaults follow the test's entries. */
   char cmd[1600];
   const char *fmt = "ulimit -s %d && %s exec %s run %s 32 16 2 %d"; /* the store run: 2 prompts,
-                                                     3 s apart, so that every compile ends */
+                                                     the JIT settled between them */
   const char *opts = "OPJIT_MODE=jit OPJIT_HOT_CALLS=1 OPJIT_HOT_PAYBACK=0 " WARM_WAIT;
   const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
   snprintf(cmd, sizeof cmd, fmt, 240, "", H_LLAMA_PROG, model32, 1);
