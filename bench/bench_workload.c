@@ -6,12 +6,15 @@
  *   pool N     N cblas_sgemm 384^3: OpenBLAS splits each call over its thread pool (run it
  *              with OPENBLAS_NUM_THREADS=2)
  * A third argument "threads" prints, before exiting, each thread's name and CPU time so far
- * (/proc/self/task/TID/schedstat, ns), e.g. to tell the agent's writer from the workload.
+ * (/proc/self/task/TID/schedstat, ns), e.g. to tell the agent's writer from the workload;
+ * "clock" prints "clock MAIN FIRST LAST": CLOCK_MONOTONIC in ns on entering main, when the first
+ * call returned and on leaving main (bench_startup: what the agent adds before and after).
  * Otherwise it prints nothing; it exits 1 when the product is wrong (every element is k/2). */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
                  int lda, const float *b, int ldb, float beta, float *c, int ldc);
@@ -47,22 +50,34 @@ static void print_threads(void)
     closedir(d);
 }
 
+static unsigned long long now_ns(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (unsigned long long)t.tv_sec * 1000000000ull + (unsigned long long)t.tv_nsec;
+}
+
 int main(int argc, char **argv)
 {
+  unsigned long long t_main = now_ns(), t_first = 0;
   int threads = argc == 4 && strcmp(argv[3], "threads") == 0;
-  int d = argc == 3 + threads && strcmp(argv[1], "single") == 0 ? 96
-          : argc == 3 + threads && strcmp(argv[1], "pool") == 0 ? 384
-                                                                : 0;
+  int clocked = argc == 4 && strcmp(argv[3], "clock") == 0;
+  int d = argc == 3 + (threads || clocked) && strcmp(argv[1], "single") == 0 ? 96
+          : argc == 3 + (threads || clocked) && strcmp(argv[1], "pool") == 0 ? 384
+                                                                             : 0;
   long n = d ? atol(argv[2]) : 0;
   if (n < 1) {
-    fprintf(stderr, "usage: %s single|pool N [threads]\n", argv[0]);
+    fprintf(stderr, "usage: %s single|pool N [threads|clock]\n", argv[0]);
     return 2;
   }
   for (int i = 0; i < d * d; i++)
     a[i] = 1.0f, b[i] = 0.5f;
-  for (long i = 0; i < n; i++)
+  for (long i = 0; i < n; i++) {
     cblas_sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, d, d, d, 1.0f, a, d, b, d,
                 0.0f, c, d);
+    if (!i)
+      t_first = now_ns();
+  }
   for (int i = 0; i < d * d; i++)
     if (c[i] != 0.5f * (float)d) {
       fprintf(stderr, "bench_workload: c[%d] = %g, expected %g\n", i, c[i], 0.5 * d);
@@ -70,5 +85,7 @@ int main(int argc, char **argv)
     }
   if (threads)
     print_threads();
+  if (clocked)
+    printf("clock %llu %llu %llu\n", t_main, t_first, now_ns());
   return 0;
 }

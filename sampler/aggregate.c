@@ -2,17 +2,30 @@
 /* The aggregator: interned strings, a PC -> symbol cache, and one counting map keyed by
  * (operator, kind, interned string or number). Open addressing, doubled when half full.
  * Symbols: the object holding a PC from dl_iterate_phdr, then that object's symbol table
- * (.symtab, else .dynsym, or its separate debug file) read once through libdw's dwfl, which is
- * loaded on first need (the agent links libc only), and searched by address; dladdr's dynamic
- * symbols only where no table can be read (the vDSO, no libdw). Both dladdr and
+ * (.symtab, else .dynsym, or its separate debug file), searched by address; dladdr's dynamic
+ * symbols only where no table can be read (the vDSO, no libelf). Both dladdr and
  * dwfl_module_addrinfo scan every symbol of the object for each PC: ~2 ms a PC in
  * libtorch_cpu's 35,000, which kept the writer thread busy for 20-30 % of a CPU in a sampled
- * PyTorch program. */
+ * PyTorch program.
+ *
+ * Why an object's first lookups scan its table, and only later ones sort it: a short program's
+ * samples are all drained by the final write, at exit, so whatever naming its PCs costs is
+ * added to the program's exit. Reading and sorting a whole table (through libdw's dwfl, each
+ * symbol copied out) took 2.6-5 ms for libopenblas's 15,000 symbols and 1.2 ms for libc's
+ * 3,000 on a loaded 2-vCPU VM, mostly first touches of fresh memory, for the handful of
+ * functions a short run hits. So libelf maps the file and the table is searched in place, one
+ * pass per function (the range cache names every other PC in it): ~15-60 us for libopenblas.
+ * After SP_AGG_SCANS passes an object's table is sorted once (a long run, many functions), as
+ * it always was. Both searches apply one rule (object_symbol's), and a test compares them PC by
+ * PC. Tables libelf's loop cannot read as dwfl would (a separate debug file, MiniDebugInfo,
+ * extended section indices, no section headers) are read through dwfl, sorted at once. libelf
+ * and libdw are loaded on first need (the agent links libc only). */
 #define _GNU_SOURCE
 #include "aggregate.h"
 
 #include <dlfcn.h>
 #include <elfutils/libdwfl.h>
+#include <gelf.h>
 #include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
@@ -67,11 +80,58 @@ static struct {
   const char *(*getsym_info)(Dwfl_Module *, int, GElf_Sym *, GElf_Addr *, GElf_Word *, Elf **,
                              Dwarf_Addr *);
   int (*build_id)(Dwfl_Module *, const unsigned char **, GElf_Addr *);
-  Elf_Scn *(*getscn)(Elf *, size_t); /* libelf's, which libdw links */
-  GElf_Shdr *(*getshdr)(Elf_Scn *, GElf_Shdr *);
   Dwfl_Callbacks cb;
 } dw;
 static pthread_once_t dw_once = PTHREAD_ONCE_INIT;
+
+/* libelf, from libelf.so.1 (NULL functions: not installed). libdw links the same library. */
+static struct {
+  unsigned (*version)(unsigned);
+  Elf *(*begin)(int, Elf_Cmd, Elf *);
+  int (*cntl)(Elf *, Elf_Cmd);
+  int (*end)(Elf *);
+  char *(*getident)(Elf *, size_t *);
+  int (*getshdrstrndx)(Elf *, size_t *);
+  Elf_Scn *(*nextscn)(Elf *, Elf_Scn *);
+  Elf_Scn *(*getscn)(Elf *, size_t);
+  GElf_Shdr *(*getshdr)(Elf_Scn *, GElf_Shdr *);
+  Elf_Data *(*getdata)(Elf_Scn *, Elf_Data *);
+  char *(*strptr)(Elf *, size_t, size_t);
+  size_t (*getnote)(Elf_Data *, size_t, GElf_Nhdr *, size_t *, size_t *);
+} el;
+static pthread_once_t el_once = PTHREAD_ONCE_INIT;
+
+static void el_load(void)
+{
+  static const char *const names[] = {"elf_version", "elf_begin",   "elf_cntl",
+                                      "elf_end",     "elf_getident", "elf_getshdrstrndx",
+                                      "elf_nextscn", "elf_getscn",  "gelf_getshdr",
+                                      "elf_getdata", "elf_strptr",  "gelf_getnote"};
+  enum { N = sizeof names / sizeof *names };
+  void *h = dlopen("libelf.so.1", RTLD_NOW | RTLD_LOCAL), *f[N];
+  for (int i = 0; i < N; i++)
+    if (!h || !(f[i] = dlsym(h, names[i])))
+      return;
+  *(void **)&el.version = f[0], *(void **)&el.begin = f[1], *(void **)&el.cntl = f[2];
+  *(void **)&el.end = f[3], *(void **)&el.getident = f[4], *(void **)&el.getshdrstrndx = f[5];
+  *(void **)&el.nextscn = f[6], *(void **)&el.getscn = f[7], *(void **)&el.getshdr = f[8];
+  *(void **)&el.getdata = f[9], *(void **)&el.strptr = f[10], *(void **)&el.getnote = f[11];
+  if (el.version(EV_CURRENT) == EV_NONE)
+    el.begin = NULL;
+}
+
+/* The separate debug file of the object whose build-id is id[0..n), where Debian's -dbgsym
+ * packages put it, into path; -1 when the id cannot be one. */
+static int debug_path(const unsigned char *id, size_t n, char *path, size_t len)
+{
+  if (n < 2 || n > 64)
+    return -1;
+  int k = snprintf(path, len, "/usr/lib/debug/.build-id/%02x/", id[0]);
+  for (size_t i = 1; i < n; i++)
+    k += snprintf(path + k, len - (size_t)k, "%02x", id[i]);
+  snprintf(path + k, len - (size_t)k, ".debug");
+  return 0;
+}
 
 /* An object's separate debug file, where Debian's -dbgsym packages put it (by build-id): the
  * fd and its malloc'd path in *out, or -1. Not libdw's standard search, which would ask
@@ -84,13 +144,9 @@ static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname
   const unsigned char *id;
   GElf_Addr at;
   int n = dw.build_id(mod, &id, &at);
-  if (n < 2 || n > 64)
-    return -1;
   char path[192];
-  int k = snprintf(path, sizeof path, "/usr/lib/debug/.build-id/%02x/", id[0]);
-  for (int i = 1; i < n; i++)
-    k += snprintf(path + k, sizeof path - (size_t)k, "%02x", id[i]);
-  snprintf(path + k, sizeof path - (size_t)k, ".debug");
+  if (n < 0 || debug_path(id, (size_t)n, path, sizeof path))
+    return -1;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd >= 0 && !(*out = strdup(path))) {
     close(fd);
@@ -104,32 +160,45 @@ static void dw_load(void)
   static const char *const names[] = {"dwfl_begin",         "dwfl_end",
                                       "dwfl_report_begin_add", "dwfl_report_elf",
                                       "dwfl_report_end",    "dwfl_module_getsymtab",
-                                      "dwfl_module_getsym_info", "dwfl_module_build_id",
-                                      "elf_getscn",         "gelf_getshdr"};
-  void *h = dlopen("libdw.so.1", RTLD_NOW | RTLD_LOCAL), *f[10];
-  for (int i = 0; i < 10; i++)
+                                      "dwfl_module_getsym_info", "dwfl_module_build_id"};
+  pthread_once(&el_once, el_load); /* its section headers */
+  void *h = el.begin ? dlopen("libdw.so.1", RTLD_NOW | RTLD_LOCAL) : NULL, *f[8];
+  for (int i = 0; i < 8; i++)
     if (!h || !(f[i] = dlsym(h, names[i])))
       return;
   *(void **)&dw.begin = f[0], *(void **)&dw.end = f[1], *(void **)&dw.report_begin_add = f[2];
   *(void **)&dw.report_elf = f[3], *(void **)&dw.report_end = f[4];
   *(void **)&dw.getsymtab = f[5], *(void **)&dw.getsym_info = f[6], *(void **)&dw.build_id = f[7];
-  *(void **)&dw.getscn = f[8], *(void **)&dw.getshdr = f[9];
   dw.cb.find_debuginfo = find_debuginfo; /* report_elf opens the objects: no find_elf */
 }
 
 #define SP_AGG_MODS 256 /* objects whose symbol tables an aggregation opens */
+#define SP_AGG_SCANS 16 /* an object's table is searched in place this many times, then sorted */
 
-/* One symbol of an object's table, as dwfl reads it (.symtab, else .dynsym; or the separate
- * debug file's), at its address in this process. */
+/* One symbol of an object's table (.symtab, else .dynsym; or the separate debug file's), at its
+ * address in this process. A sorted table holds them by address, then by place in the table. */
 typedef struct modsym_s {
   uint64_t lo, size;
   uint64_t maxend;  /* the furthest end of this and every earlier symbol of the table */
   uint64_t scn_end; /* a symbol without a size: the end of its section */
-  const char *name; /* dwfl's: valid while the aggregation's dwfl lives */
-  uint32_t ndx;     /* its place in the table */
+  const char *name; /* dwfl's or libelf's: valid while the aggregation lives */
   int rank;         /* of aliases, the higher names the address: GLOBAL, WEAK, LOCAL, then
                        default visibility (the names dladdr gives come first) */
 } modsym_t;
+
+/* An object whose symbols an aggregation looked up. */
+typedef struct mod_s {
+  const void *base;     /* load address (dladdr's dli_fbase) */
+  modsym_t *syms;       /* its symbol table sorted by address; NULL: not (yet) sorted */
+  size_t nsyms;
+  Elf *elf;             /* its file, mapped, whose table raw is; or NULL */
+  const Elf64_Sym *raw; /* that file's table (.symtab, else .dynsym), nraw entries */
+  size_t nraw;
+  const char *str;      /* the table's names, nstr bytes */
+  size_t nstr;
+  uint64_t bias;        /* load bias: a symbol's address is its value + bias */
+  unsigned scans;       /* in-place searches done */
+} mod_t;
 
 struct sp_agg_s {
   range_t *ranges; /* sorted by lo: most PCs are found here, without a symbol search */
@@ -147,12 +216,9 @@ struct sp_agg_s {
   uint64_t seen_gen;      /* code_gen's value when the names of anonymous PCs were cached */
   const void *main_base;  /* the executable's load address: dladdr names it after argv[0], */
   char exe[512];          /* which a program may change; /proc/self/exe is its real path */
-  Dwfl *dwfl;             /* the objects' .symtab and debug files, or NULL */
-  struct {
-    const void *base;     /* load address (dladdr's dli_fbase) */
-    modsym_t *syms;       /* its symbol table sorted by address; NULL: not readable */
-    size_t nsyms;
-  } mods[SP_AGG_MODS];
+  Dwfl *dwfl;             /* the objects' tables libelf's loop does not read, or NULL */
+  int tables;             /* enum sp_agg_tables */
+  mod_t mods[SP_AGG_MODS];
   int nmods;
 };
 
@@ -305,38 +371,78 @@ static int object_of_cb(struct dl_phdr_info *info, size_t size, void *arg)
   return 1;
 }
 
-static int by_address(const void *x, const void *y)
+/* Of aliases, the rank of the one that names an address: GLOBAL, WEAK, LOCAL, then default
+ * visibility (modsym_t.rank). */
+static int sym_rank(unsigned char info, unsigned char other)
 {
-  const modsym_t *p = x, *q = y;
-  return p->lo != q->lo ? (p->lo < q->lo ? -1 : 1) : (p->ndx < q->ndx ? -1 : p->ndx > q->ndx);
+  int bind = GELF_ST_BIND(info);
+  int rank = bind == STB_GLOBAL ? 3 : bind == STB_WEAK ? 2 : bind == STB_LOCAL;
+  return rank << 1 | (GELF_ST_VISIBILITY(other) == STV_DEFAULT);
 }
 
-/* Reads the symbol table of the object o (its file: path) once, through dwfl, sorted by
- * address. Symbols that hold no code (undefined, absolute such as version names, sections,
- * files, TLS) are left out. Returns its slot, or -1 (no libdw, too many objects). */
-static int object_index(sp_agg_t *a, const object_t *o, const char *path)
+/* Whether a symbol can hold code: not undefined, absolute (such as version names) or in a
+ * reserved section, not a section, file or TLS symbol. Its name is checked apart. */
+static int holds_code(unsigned char info, unsigned shndx)
 {
-  int k = 0;
-  while (k < a->nmods && a->mods[k].base != (const void *)(uintptr_t)o->base)
-    k++;
-  if (k < a->nmods)
-    return k;
-  pthread_once(&dw_once, dw_load);
-  if (k == SP_AGG_MODS || !dw.begin || (!a->dwfl && !(a->dwfl = dw.begin(&dw.cb))))
+  int type = GELF_ST_TYPE(info);
+  return shndx != SHN_UNDEF && shndx < SHN_LORESERVE && type != STT_SECTION &&
+         type != STT_FILE && type != STT_TLS;
+}
+
+/* Sorts *syms[0..m), in table order, by address (then place in the table: the radix sort is
+ * stable) and notes each one's maxend. The sorted copy replaces *syms; returns -1 (nothing
+ * changed) when out of memory. qsort took 1.5 ms for libopenblas's 15,000 symbols (glibc's
+ * merge sort of 56-byte entries, ~200,000 calls of a comparison); this sorts 16-byte keys a
+ * byte at a time, in one linear pass for each byte the addresses do not all share (3-4). */
+static int sort_syms(modsym_t **syms, size_t m)
+{
+  typedef struct {
+    uint64_t lo, i;
+  } addr_key_t;
+  addr_key_t *k = malloc((m ? m : 1) * sizeof *k), *tmp = malloc((m ? m : 1) * sizeof *tmp);
+  modsym_t *out = malloc((m ? m : 1) * sizeof *out);
+  if (!k || !tmp || !out) {
+    free(k), free(tmp), free(out);
     return -1;
-  a->mods[k].base = (const void *)(uintptr_t)o->base;
-  a->mods[k].syms = NULL;
-  a->mods[k].nsyms = 0;
-  a->nmods++;
-  if (path[0] != '/') /* the vDSO, an object loaded from memory: no file to read */
-    return k;
+  }
+  for (size_t i = 0; i < m; i++)
+    k[i] = (addr_key_t){(*syms)[i].lo, i};
+  for (int shift = 0; shift < 64; shift += 8) {
+    size_t at[257] = {0};
+    for (size_t i = 0; i < m; i++)
+      at[(k[i].lo >> shift & 0xff) + 1]++;
+    if (!m || at[(k[0].lo >> shift & 0xff) + 1] == m)
+      continue;
+    for (int b = 0; b < 256; b++)
+      at[b + 1] += at[b];
+    for (size_t i = 0; i < m; i++)
+      tmp[at[k[i].lo >> shift & 0xff]++] = k[i];
+    addr_key_t *t = k;
+    k = tmp, tmp = t;
+  }
+  for (size_t i = 0; i < m; i++) {
+    out[i] = (*syms)[k[i].i];
+    uint64_t end = out[i].lo + out[i].size;
+    out[i].maxend = i && out[i - 1].maxend > end ? out[i - 1].maxend : end;
+  }
+  free(k), free(tmp), free(*syms);
+  *syms = out;
+  return 0;
+}
+
+/* Reads the symbol table of path (loaded at bias) through dwfl into *syms, sorted by address:
+ * how many it holds, or -1 when there is no table (or no memory). */
+static long dwfl_table(sp_agg_t *a, const char *path, uint64_t bias, modsym_t **syms)
+{
+  pthread_once(&dw_once, dw_load);
+  if (!dw.begin || (!a->dwfl && !(a->dwfl = dw.begin(&dw.cb))))
+    return -1;
   dw.report_begin_add(a->dwfl);
-  Dwfl_Module *mod = dw.report_elf(a->dwfl, path, path, -1, o->bias, false);
+  Dwfl_Module *mod = dw.report_elf(a->dwfl, path, path, -1, bias, false);
   dw.report_end(a->dwfl, NULL, NULL);
   int n = mod ? dw.getsymtab(mod) : -1;
-  modsym_t *syms = n > 0 ? malloc((size_t)n * sizeof *syms) : NULL;
-  if (!syms)
-    return k;
+  if (n <= 0 || !(*syms = malloc((size_t)n * sizeof **syms)))
+    return -1;
   size_t m = 0;
   for (int i = 1; i < n; i++) {
     GElf_Sym sym;
@@ -344,42 +450,222 @@ static int object_index(sp_agg_t *a, const object_t *o, const char *path)
     GElf_Word shndx;
     Elf *elf;
     const char *name = dw.getsym_info(mod, i, &sym, &addr, &shndx, &elf, NULL);
-    int type = GELF_ST_TYPE(sym.st_info), bind = GELF_ST_BIND(sym.st_info);
-    if (!name || !name[0] || shndx == SHN_UNDEF || shndx >= SHN_LORESERVE ||
-        type == STT_SECTION || type == STT_FILE || type == STT_TLS)
+    if (!name || !name[0] || !holds_code(sym.st_info, shndx))
       continue;
     GElf_Shdr sh;
-    Elf_Scn *scn = sym.st_size ? NULL : dw.getscn(elf, shndx);
-    uint64_t scn_end = scn && dw.getshdr(scn, &sh) ? sh.sh_addr + sh.sh_size + (addr - sym.st_value)
+    Elf_Scn *scn = sym.st_size ? NULL : el.getscn(elf, shndx);
+    uint64_t scn_end = scn && el.getshdr(scn, &sh) ? sh.sh_addr + sh.sh_size + (addr - sym.st_value)
                                                    : addr;
-    int rank = bind == STB_GLOBAL ? 3 : bind == STB_WEAK ? 2 : bind == STB_LOCAL;
-    syms[m++] = (modsym_t){addr, sym.st_size, 0, scn_end, name, (uint32_t)i,
-                           rank << 1 | (GELF_ST_VISIBILITY(sym.st_other) == STV_DEFAULT)};
+    (*syms)[m++] = (modsym_t){addr, sym.st_size, 0, scn_end, name,
+                              sym_rank(sym.st_info, sym.st_other)};
   }
-  qsort(syms, m, sizeof *syms, by_address);
-  for (size_t i = 0; i < m; i++) {
-    uint64_t end = syms[i].lo + syms[i].size;
-    syms[i].maxend = i && syms[i - 1].maxend > end ? syms[i - 1].maxend : end;
+  if (sort_syms(syms, m)) {
+    free(*syms);
+    return -1;
   }
-  a->mods[k].syms = syms;
-  a->mods[k].nsyms = m;
+  return (long)m;
+}
+
+/* Whether the raw table's symbol s has a name (dwfl leaves the nameless out). */
+static int raw_named(const mod_t *m, const Elf64_Sym *s)
+{
+  return s->st_name && s->st_name < m->nstr && m->str[s->st_name];
+}
+
+/* Where a symbol without a size may reach at most: the end of its section (at its address
+ * when the section cannot be read), as dwfl_table notes it. */
+static uint64_t raw_scn_end(const mod_t *m, const Elf64_Sym *s)
+{
+  GElf_Shdr sh;
+  Elf_Scn *scn = el.getscn(m->elf, s->st_shndx);
+  return scn && el.getshdr(scn, &sh) ? sh.sh_addr + sh.sh_size + m->bias : s->st_value + m->bias;
+}
+
+/* Maps path (loaded at bias) and finds the table dwfl would read where libelf's loop reads it
+ * alike: its .symtab, else its .dynsym when it has neither a separate debug file nor
+ * MiniDebugInfo (.gnu_debugdata). Returns 0 with m->raw set, or -1 (dwfl must read it). */
+static int raw_open(mod_t *m, const char *path, uint64_t bias)
+{
+  pthread_once(&el_once, el_load);
+  int fd = el.begin ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+  if (fd < 0)
+    return -1;
+  Elf *e = el.begin(fd, ELF_C_READ_MMAP, NULL);
+  if (e && el.cntl(e, ELF_C_FDDONE)) /* the file is mapped whole: the descriptor goes */
+    el.end(e), e = NULL;
+  close(fd);
+  size_t nid, shstr;
+  const char *id = e ? el.getident(e, &nid) : NULL;
+  if (!id || nid < EI_NIDENT || id[EI_CLASS] != ELFCLASS64 || id[EI_DATA] != ELFDATA2LSB ||
+      el.getshdrstrndx(e, &shstr))
+    goto out_fail;
+  Elf_Scn *symtab = NULL, *dynsym = NULL;
+  GElf_Shdr sh, tab;
+  int other = 0; /* a table this loop would read unlike dwfl */
+  unsigned char build_id[64];
+  size_t nbuild = 0;
+  for (Elf_Scn *scn = NULL; (scn = el.nextscn(e, scn)) && el.getshdr(scn, &sh);) {
+    const char *name = el.strptr(e, shstr, sh.sh_name);
+    if (sh.sh_type == SHT_SYMTAB && !symtab)
+      symtab = scn;
+    else if (sh.sh_type == SHT_DYNSYM && !dynsym)
+      dynsym = scn;
+    else if (sh.sh_type == SHT_SYMTAB_SHNDX || (name && !strcmp(name, ".gnu_debugdata")))
+      other = 1;
+    Elf_Data *d = sh.sh_type == SHT_NOTE && !nbuild ? el.getdata(scn, NULL) : NULL;
+    GElf_Nhdr nh;
+    size_t at = 0, name_at, desc_at;
+    while (d && (at = el.getnote(d, at, &nh, &name_at, &desc_at)) > 0)
+      if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 &&
+          !memcmp((const char *)d->d_buf + name_at, "GNU", 4) && nh.n_descsz <= sizeof build_id) {
+        memcpy(build_id, (const char *)d->d_buf + desc_at, nh.n_descsz);
+        nbuild = nh.n_descsz;
+        break;
+      }
+  }
+  char debug[192];
+  if (other || (!symtab && (!dynsym || (nbuild && !debug_path(build_id, nbuild, debug,
+                                                               sizeof debug) &&
+                                        access(debug, F_OK) == 0))))
+    goto out_fail;
+  Elf_Scn *use = symtab ? symtab : dynsym;
+  Elf_Data *syms = el.getshdr(use, &tab) ? el.getdata(use, NULL) : NULL;
+  Elf_Scn *strscn = syms ? el.getscn(e, tab.sh_link) : NULL;
+  Elf_Data *str = strscn ? el.getdata(strscn, NULL) : NULL;
+  if (!syms || !str || !syms->d_buf || !str->d_buf || tab.sh_entsize != sizeof(Elf64_Sym) ||
+      !str->d_size || ((const char *)str->d_buf)[str->d_size - 1]) /* names end in the table */
+    goto out_fail;
+  m->elf = e;
+  m->raw = syms->d_buf, m->nraw = syms->d_size / sizeof(Elf64_Sym);
+  m->str = str->d_buf, m->nstr = str->d_size;
+  m->bias = bias;
+  return 0;
+out_fail:
+  if (e)
+    el.end(e);
+  return -1;
+}
+
+/* The raw table's symbols that can hold code, sorted by address into m->syms (kept unsorted
+ * when out of memory). */
+static void raw_sort(mod_t *m)
+{
+  modsym_t *syms = malloc((m->nraw ? m->nraw : 1) * sizeof *syms);
+  if (!syms)
+    return;
+  size_t n = 0;
+  for (size_t i = 1; i < m->nraw; i++) {
+    const Elf64_Sym *s = &m->raw[i];
+    if (!holds_code(s->st_info, s->st_shndx) || !raw_named(m, s))
+      continue;
+    uint64_t lo = s->st_value + m->bias;
+    syms[n++] = (modsym_t){lo, s->st_size, 0, s->st_size ? lo : raw_scn_end(m, s),
+                           m->str + s->st_name, sym_rank(s->st_info, s->st_other)};
+  }
+  if (sort_syms(&syms, n)) {
+    free(syms);
+    return;
+  }
+  m->syms = syms, m->nsyms = n;
+}
+
+/* The symbol table of the object o (its file: path), found once: searched in place (raw_open)
+ * or read through dwfl and sorted. Returns its slot, or -1 (no libelf, too many objects). */
+static int object_index(sp_agg_t *a, const object_t *o, const char *path)
+{
+  int k = 0;
+  while (k < a->nmods && a->mods[k].base != (const void *)(uintptr_t)o->base)
+    k++;
+  if (k < a->nmods)
+    return k;
+  pthread_once(&el_once, el_load);
+  if (k == SP_AGG_MODS || !el.begin)
+    return -1;
+  mod_t *m = &a->mods[k];
+  memset(m, 0, sizeof *m);
+  m->base = (const void *)(uintptr_t)o->base;
+  a->nmods++;
+  if (path[0] != '/') /* the vDSO, an object loaded from memory: no file to read */
+    return k;
+  modsym_t *syms;
+  long n;
+  if ((a->tables == SP_TABLES_DWFL || raw_open(m, path, o->bias)) &&
+      (n = dwfl_table(a, path, o->bias, &syms)) >= 0)
+    m->syms = syms, m->nsyms = (size_t)n;
   return k;
 }
 
-/* The symbol holding pc in o, from its sorted table: 1 with *name and its extent [*lo, *hi),
- * 0 when none holds it, -1 when the object's table could not be read. The closest symbol
- * whose size covers pc wins (of aliases, the better rank, the smaller size, the first in the
- * table); without one, an assembly label without a size names what follows it in its
- * section up to the next symbol, when no sized symbol reaches past it (dwfl_module_addrinfo's
- * rule). */
+/* The symbol holding pc, by one pass over an object's raw table: what the sorted search in
+ * object_symbol finds, as object_symbol returns it. Each candidate's name is checked only when
+ * it would change the answer, so the pass reads the table and not its names. */
+static int raw_symbol(const mod_t *m, uint64_t pc, const char **name, uint64_t *lo,
+                      uint64_t *hi)
+{
+  const Elf64_Sym *best = NULL, *label = NULL;
+  uint64_t best_lo = 0, label_lo = 0, next = UINT64_MAX, maxend = 0;
+  for (size_t i = 1; i < m->nraw; i++) {
+    const Elf64_Sym *s = &m->raw[i];
+    uint64_t at = s->st_value + m->bias, end = at + s->st_size;
+    /* Whether it may change the answer, computed without a branch: a .dynsym lists addresses
+     * in hash order, so a branch on which side of pc each lies would be mispredicted half the
+     * time (3x the pass's time); this one is rarely taken. */
+    int above = at > pc;
+    if (!((above & (at < next)) |
+          ((above ^ 1) & ((end > maxend) | (at >= label_lo) | (pc - at < s->st_size)))) ||
+        !holds_code(s->st_info, s->st_shndx))
+      continue;
+    if (above) { /* the first symbol above pc ends a label's extent */
+      if (at < next && raw_named(m, s))
+        next = at;
+      continue;
+    }
+    if (end > maxend && raw_named(m, s))
+      maxend = end;
+    if ((!label || at >= label_lo) && raw_named(m, s)) /* the last in address order */
+      label = s, label_lo = at;
+    if (s->st_size && pc - at < s->st_size &&
+        (!best || at > best_lo ||
+         (at == best_lo && (sym_rank(s->st_info, s->st_other) >
+                                sym_rank(best->st_info, best->st_other) ||
+                            (sym_rank(s->st_info, s->st_other) ==
+                                 sym_rank(best->st_info, best->st_other) &&
+                             s->st_size < best->st_size)))) &&
+        raw_named(m, s))
+      best = s, best_lo = at;
+  }
+  if (best) {
+    *name = m->str + best->st_name, *lo = best_lo, *hi = best_lo + best->st_size;
+    return 1;
+  }
+  if (!label)
+    return 0;
+  uint64_t scn_end = raw_scn_end(m, label), end = next < scn_end ? next : scn_end;
+  if (label->st_size || maxend > label_lo || pc >= end)
+    return 0;
+  *name = m->str + label->st_name, *lo = label_lo, *hi = end;
+  return 1;
+}
+
+/* The symbol holding pc in o: 1 with *name and its extent [*lo, *hi), 0 when none holds it,
+ * -1 when the object's table could not be read. The closest symbol whose size covers pc wins
+ * (of aliases, the better rank, the smaller size, the first in the table); without one, an
+ * assembly label without a size names what follows it in its section up to the next symbol,
+ * when no sized symbol reaches past it (dwfl_module_addrinfo's rule). An object's first
+ * SP_AGG_SCANS lookups search its table in place (raw_symbol), later ones its sorted table. */
 static int object_symbol(sp_agg_t *a, const object_t *o, const char *path, uint64_t pc,
                          const char **name, uint64_t *lo, uint64_t *hi)
 {
   int k = object_index(a, o, path);
-  if (k < 0 || !a->mods[k].syms)
+  if (k < 0)
     return -1;
-  const modsym_t *s = a->mods[k].syms, *best = NULL;
-  size_t l = 0, r = a->mods[k].nsyms; /* the first symbol above pc: r */
+  mod_t *m = &a->mods[k];
+  if (!m->syms && m->raw && a->tables != SP_TABLES_IN_PLACE &&
+      (a->tables == SP_TABLES_SORTED || m->scans++ >= SP_AGG_SCANS))
+    raw_sort(m);
+  if (!m->syms)
+    return m->raw ? raw_symbol(m, pc, name, lo, hi) : -1;
+  const modsym_t *s = m->syms, *best = NULL;
+  size_t l = 0, r = m->nsyms; /* the first symbol above pc: r */
   while (l < r) {
     size_t mid = (l + r) / 2;
     if (s[mid].lo <= pc)
@@ -398,7 +684,7 @@ static int object_symbol(sp_agg_t *a, const object_t *o, const char *path, uint6
     return 1;
   }
   const modsym_t *label = &s[r - 1];
-  uint64_t end = r < a->mods[k].nsyms && s[r].lo < label->scn_end ? s[r].lo : label->scn_end;
+  uint64_t end = r < m->nsyms && s[r].lo < label->scn_end ? s[r].lo : label->scn_end;
   if (label->size || label->maxend > label->lo || pc >= end)
     return 0;
   *name = label->name, *lo = label->lo, *hi = end;
@@ -525,12 +811,17 @@ void sp_agg_free(sp_agg_t *a)
   free(a->ranges);
   free(a->pcs);
   free(a->counts);
-  for (int k = 0; k < a->nmods; k++)
+  for (int k = 0; k < a->nmods; k++) {
     free(a->mods[k].syms);
+    if (a->mods[k].elf)
+      el.end(a->mods[k].elf);
+  }
   if (a->dwfl)
     dw.end(a->dwfl);
   free(a);
 }
+
+void sp_agg_tables(sp_agg_t *a, enum sp_agg_tables how) { a->tables = how; }
 
 void sp_agg_code_lookup(sp_agg_t *a, sp_code_lookup_fn lookup, sp_code_gen_fn generation)
 {

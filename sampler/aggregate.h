@@ -2,8 +2,9 @@
 /* The aggregator: turns drained samples into what the store keeps per operator: samples, a
  * histogram of the symbols the PCs fell in, folded stacks and counter totals. Symbols (module
  * path + the symbol holding the PC) come from the object's .symtab, .dynsym or separate debug
- * file (libdw, when installed: else dladdr's dynamic symbols), each table read once and
- * searched by address; names are cached per PC and per symbol extent. Runs on the writer thread
+ * file (libelf and libdw, when installed: else dladdr's dynamic symbols), each table searched
+ * in place for an object's first functions, then sorted once and searched by address; names
+ * are cached per PC and per symbol extent. Runs on the writer thread
  * only (an aggregation is used by one thread at a time).
  * Operators are opaque numbers here (the agent's entry index + 1; 0 = outside any operator). */
 #ifndef OPJIT_SAMPLER_AGGREGATE_H
@@ -31,6 +32,16 @@ void sp_agg_operator_module(sp_agg_t *a, const void *addr);
 typedef int (*sp_code_lookup_fn)(uint64_t pc, uint64_t *lo, uint64_t *hi, const char **name);
 typedef uint64_t (*sp_code_gen_fn)(void);
 void sp_agg_code_lookup(sp_agg_t *a, sp_code_lookup_fn lookup, sp_code_gen_fn generation);
+
+/* How the symbol tables are searched. Every way names a PC alike (tests compare them); they
+ * differ in what the first lookups cost. */
+enum sp_agg_tables {
+  SP_TABLES_AUTO,     /* in place (libelf) for an object's first lookups, then sorted (default) */
+  SP_TABLES_SORTED,   /* sorted at an object's first lookup */
+  SP_TABLES_IN_PLACE, /* in place, never sorted (where libelf reads the table as dwfl would) */
+  SP_TABLES_DWFL,     /* every table read through libdw's dwfl and sorted at once */
+};
+void sp_agg_tables(sp_agg_t *a, enum sp_agg_tables how);
 
 /* Merges n samples; ncounters counter values per sample are summed. */
 void sp_agg_add(sp_agg_t *a, const sp_sample_t *s, size_t n, int ncounters);

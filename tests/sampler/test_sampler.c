@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The sampler in this very process: real signals from real perf events (or timers), threads
  * armed before and after the start, stacks stitched at an operator's entry frame through code
- * without CFI, static functions named from .symtab, PCs named from each object's sorted symbol
- * table (no dladdr, which scans all of an object's symbols), a host's own SIGPROF left alone, the
+ * without CFI, static functions named from .symtab, PCs named from each object's symbol table
+ * (no dladdr, which scans all of an object's symbols), searched in place or sorted alike, a host's own SIGPROF left alone, the
  * fallbacks when perf_event_open is refused (through the syscall seam), and the counter-group
  * parser. */
 #define _GNU_SOURCE
@@ -428,6 +428,133 @@ Test(sampler, pcs_are_named_from_sorted_symbol_tables_not_dladdr)
   cr_assert_gt(held, LIBC_PCS / 8, "dynamic symbols held %d of %d PCs", held, LIBC_PCS);
   cr_assert_eq(same, held, "%d of the %d PCs a dynamic symbol holds got its name or an alias's",
                same, held);
+}
+
+/* dlopen, counted by library: the aggregator, linked into this program, calls this one. */
+static atomic_int libdw_loads;
+void *dlopen(const char *file, int mode)
+{
+  static void *(*real)(const char *, int);
+  if (!real)
+    *(void **)&real = dlsym(RTLD_NEXT, "dlopen");
+  if (file && strstr(file, "libdw.so"))
+    atomic_fetch_add(&libdw_loads, 1);
+  return real(file, mode);
+}
+
+#define SPREAD_PCS 8192
+
+/* Code whose symbols take every branch of the naming rule: a sized function, a label without a
+ * size inside it that runs past its end (named by nothing past that end: the function reached
+ * past the label), two labels after it (the later in the table names up to the next symbol), a
+ * sized alias pair (the weak one names it). */
+__asm__(".text\n"
+        ".type rule_sized, @function\n"
+        "rule_sized: .fill 16, 1, 0x90\n"
+        "rule_label_inside: .fill 32, 1, 0x90\n"
+        ".size rule_sized, 32\n"
+        "rule_label_after:\n"
+        "rule_label_twin: .fill 16, 1, 0x90\n"
+        ".weak rule_weak\n"
+        ".type rule_weak, @function\n"
+        ".type rule_local, @function\n"
+        "rule_weak:\n"
+        "rule_local: .fill 16, 1, 0x90\n"
+        ".size rule_weak, 16\n"
+        ".size rule_local, 8\n"
+        "rule_end: ret\n");
+extern const char rule_sized[], rule_end[];
+static struct {
+  uint64_t lo, hi;
+} code_segs[64];
+static int ncode_segs;
+static int find_code(struct dl_phdr_info *info, size_t size, void *arg)
+{
+  (void)size, (void)arg;
+  for (int i = 0; i < info->dlpi_phnum && ncode_segs < 64; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+      code_segs[ncode_segs].lo = info->dlpi_addr + ph->p_vaddr;
+      code_segs[ncode_segs++].hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+    }
+  }
+  return 0;
+}
+
+static char spread_names[SPREAD_PCS][192];
+static void spread_named(void *ctx, uint32_t op, const char *module, const char *symbol,
+                         uint64_t samples_)
+{
+  (void)ctx, (void)samples_;
+  if (op >= 1 && op <= SPREAD_PCS)
+    snprintf(spread_names[op - 1], sizeof spread_names[0], "%s`%s", module, symbol);
+}
+
+/* Names n samples' PCs (op i + 1 for the i-th) searching symbol tables the way how says. */
+static void name_spread(const sp_sample_t *s, size_t n, enum sp_agg_tables how)
+{
+  memset(spread_names, 0, sizeof spread_names);
+  sp_agg_t *a = sp_agg_new();
+  cr_assert(a);
+  sp_agg_tables(a, how);
+  sp_agg_add(a, s, n, 0);
+  sp_agg_visit(a, &(sp_agg_visit_t){NULL, NULL, spread_named, NULL, NULL});
+  sp_agg_free(a);
+}
+
+/* A short program's samples are named at its exit: an object's first lookups search its table
+ * where libelf mapped it, without reading it through dwfl (whose copy and sort of libopenblas's
+ * 15,000 symbols took 2.6-5 ms) and without loading libdw. Every way of searching gives every
+ * PC the name dwfl's sorted table gives it: PCs spread over the code of every object loaded
+ * here (this program's .symtab, libc's .dynsym, Criterion's) and of OpenBLAS (whose assembly
+ * kernels are labels without a size), at odd offsets. */
+Test(sampler, symbol_tables_searched_in_place_or_sorted_name_pcs_alike)
+{
+  static sp_sample_t s[SPREAD_PCS];
+  static char want[SPREAD_PCS][192];
+  cr_assert_eq(symtab_only(2), 7);
+  uint64_t own = (uint64_t)(uintptr_t)&symtab_only + 1;
+  s[0] = (sp_sample_t){.pc = own, .op = 1, .nframes = 1, .weight = 1, .frames = {own}};
+  atomic_store(&libdw_loads, 0);
+  name_spread(s, 1, SP_TABLES_AUTO);
+  cr_assert_eq(atomic_load(&libdw_loads), 0, "this program's .symtab needed libdw");
+  cr_assert(strstr(spread_names[0], "`symtab_only"), "named %s", spread_names[0]);
+
+  setenv("OPENBLAS_NUM_THREADS", "1", 1); /* no pool: only its code is read */
+  void *blas = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+  cr_assert(blas, "OpenBLAS (scripts/deps.sh installs it): %s", dlerror());
+  dl_iterate_phdr(find_code, NULL);
+  cr_assert_gt(ncode_segs, 3);
+  size_t n = 0;
+  for (const char *p = rule_sized; p <= rule_end; p++, n++)
+    s[n] = (sp_sample_t){.pc = (uint64_t)(uintptr_t)p, .op = (uint32_t)n + 1, .nframes = 1,
+                         .weight = 1, .frames = {(uint64_t)(uintptr_t)p}};
+  size_t per = (SPREAD_PCS - n) / (size_t)ncode_segs;
+  for (int k = 0; k < ncode_segs; k++)
+    for (size_t i = 0; i < per; i++, n++) {
+      uint64_t pc = code_segs[k].lo + (code_segs[k].hi - code_segs[k].lo) / per * i + i % 13;
+      s[n] = (sp_sample_t){.pc = pc, .op = (uint32_t)n + 1, .nframes = 1, .weight = 1,
+                           .frames = {pc}};
+    }
+  name_spread(s, n, SP_TABLES_DWFL);
+  memcpy(want, spread_names, sizeof want);
+  int named = 0;
+  for (size_t i = 0; i < n; i++)
+    named += want[i][0] && !strstr(want[i], "`+0x") && !strstr(want[i], "`0x");
+  cr_assert_gt(named, (int)n / 2, "dwfl named %d of %zu PCs", named, n);
+  static const enum sp_agg_tables ways[] = {SP_TABLES_IN_PLACE, SP_TABLES_SORTED, SP_TABLES_AUTO};
+  static const char *const way_names[] = {"in place", "sorted", "auto"};
+  for (int w = 0; w < 3; w++) {
+    name_spread(s, n, ways[w]);
+    int differ = 0, first = -1;
+    for (size_t i = 0; i < n; i++)
+      if (strcmp(want[i], spread_names[i]) && differ++ == 0)
+        first = (int)i;
+    cr_expect_eq(differ, 0, "%s: %d of %zu PCs named otherwise, first 0x%llx: %s, not %s",
+                 way_names[w], differ, n, first < 0 ? 0ull : (unsigned long long)s[first].pc,
+                 first < 0 ? "" : spread_names[first], first < 0 ? "" : want[first]);
+  }
+  dlclose(blas);
 }
 
 static atomic_int prof_hits;
