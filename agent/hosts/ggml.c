@@ -280,9 +280,15 @@ static bool forward_with(gg_forward_fn fn, gg_extra_fn xfn, const void *params,
       return run_real(fn, xfn, params, dst);
   }
   const gg_fusion_t *fu = gg_our_custom(dst);
-  gg_cache_t *tc = atomic_load_explicit(&gg_timed, memory_order_acquire);
-  if (ag_unlikely(tc != NULL || gg_span_open()) && !ag_tl.depth) /* not a tail call's */
+  /* The timed and the hosted entries may be another computation's, which can end and be
+   * rebuilt meanwhile: they are read pinned (ggml_host.h). */
+  if (ag_unlikely(atomic_load_explicit(&gg_timed, memory_order_relaxed) != NULL ||
+                  gg_span_open()) &&
+      !ag_tl.depth) { /* not a tail call's */
+    gg_cache_t *tc = gg_pin(&gg_timed);
     gg_span(tc, dst, fu);
+    gg_unpin(tc);
+  }
   /* a custom node is booked under its implementation's signature */
   ag_sig_t k = fu ? gg_used(fu)->book->key : gg_key_of(dst);
   ag_call_t c;
@@ -290,14 +296,20 @@ static bool forward_with(gg_forward_fn fn, gg_extra_fn xfn, const void *params,
     return run_real(fn, xfn, params, dst);
   /* The rounds alone time the custom nodes for the judge, and the host's nodes of their
    * records in a round (spans, barriers included, as the custom nodes' are). */
-  gg_cache_t *hc = atomic_load_explicit(&gg_hosted, memory_order_acquire);
-  const gg_member_t *hm = ag_unlikely(hc != NULL) ? gg_member_at(hc, dst) : NULL;
-  if (fu || hm)
+  gg_cache_t *hc = gg_pin(&gg_hosted);
+  int hosted = hc && gg_member_at(hc, dst);
+  gg_unpin(hc);
+  if (fu || hosted)
     c.t0 = 0;
   c.variant = fu != NULL; /* the fused kernel serves this group */
   bool done = run_real(fn, xfn, params, dst);
-  if (ag_unlikely(gg_test != NULL) && hm)
-    gg_test->hosted(hm->f);
+  if (ag_unlikely(gg_test != NULL) && hosted) { /* pinned again for the test's hook */
+    hc = gg_pin(&gg_hosted);
+    const gg_member_t *hm = hc ? gg_member_at(hc, dst) : NULL;
+    if (hm)
+      gg_test->hosted(hm->f);
+    gg_unpin(hc);
+  }
   ag_call_end(&c);
   return done;
 }
@@ -356,10 +368,13 @@ static void fusion_setup(void)
 /* The graph to compute in place of g: its cached rebuild with the published fusions, or g.
  * An unfused record of a counted kind counts as nth calls of its signature (one per thread, as a fused one is
  * counted), so the profile of later runs knows it. *slot is the cache entry the computation
- * uses (busy until fused_done), or NULL. */
-static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gg_cache_t **slot)
+ * uses (busy until fused_done), or NULL; *round is 1 when the computation has its place in the
+ * entry's rounds (gg_round_start): the first of the computations running it at once, whose
+ * rounds' state (side, timing, spans) the others would overwrite. */
+static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gg_cache_t **slot,
+                                       int *round)
 {
-  *slot = NULL;
+  *slot = NULL, *round = 0;
   /* The first graph activates the agent (and its warm start) before it runs, so that stored
    * fusions apply from the first graph on. */
   if (!atomic_load_explicit(&ag_active, memory_order_acquire) && ag_activate())
@@ -414,24 +429,27 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gg_cache_
   for (int i = 0; use != g && i < c->nf; i++) /* outputs move when ggml reallocates */
     if (c->f[i].node)
       c->f[i].node->data = c->f[i].mul->data;
-  if (c->graph && gg_round_start(c, nth))
+  *round = c->graph && c->busy == 1;
+  if (*round && gg_round_start(c, nth))
     use = g;
   pthread_mutex_unlock(&gg_cache_mu);
   return use;
 }
 
-static void fused_done(gg_cache_t *slot)
+/* The computation that used slot ended (round: it had its place in the rounds). The clears
+ * are sequentially consistent: a reader pinning slot after them sees them (gg_pin_slow). */
+static void fused_done(gg_cache_t *slot, int round)
 {
   if (!slot)
     return;
   pthread_mutex_lock(&gg_cache_mu);
   slot->busy--;
-  if (slot->hosting) {
-    atomic_store_explicit(&gg_hosted, NULL, memory_order_release);
+  if (round && slot->hosting) {
+    atomic_store(&gg_hosted, NULL);
     slot->hosting = 0;
   }
-  if (slot->timing) {
-    atomic_store_explicit(&gg_timed, NULL, memory_order_release);
+  if (round && slot->timing) {
+    atomic_store(&gg_timed, NULL);
     slot->timing = 0;
     gg_round_book(slot);
   }
@@ -458,9 +476,10 @@ AG_EXPORT enum ggml_status ggml_graph_compute(struct ggml_cgraph *g, struct ggml
   if (!fusion_on || cplan->use_ref) /* reference implementations asked for: the host's graph */
     return fn(g, cplan);
   gg_cache_t *slot;
+  int round;
   enum ggml_status rc =
-      fn(fused_graph(g, cplan->n_threads > 0 ? cplan->n_threads : 1, &slot), cplan);
-  fused_done(slot);
+      fn(fused_graph(g, cplan->n_threads > 0 ? cplan->n_threads : 1, &slot, &round), cplan);
+  fused_done(slot, round);
   return rc;
 }
 

@@ -211,6 +211,7 @@ typedef struct gg_cache_s {
   int side;          /* the running execution: 0 the host's graph, 1 the rebuilt */
   int timing;        /* the running execution is timed */
   int hosting;       /* the running execution is the host's side of a round (gg_hosted) */
+  uint32_t tgen;     /* the timed execution's number, while it is gg_timed (its threads' spans) */
   gg_judge_t *judge; /* the judges of its records' kinds */
   int nj;
   int lost; /* a judge lost since the graph was built: it is built again */
@@ -236,6 +237,30 @@ static inline const gg_fusion_t *gg_our_custom(const struct ggml_tensor *dst)
 /* Node t's member of c's records, or NULL. */
 gg_member_t *gg_member_at(const gg_cache_t *c, const struct ggml_tensor *t);
 
+/* Pins: the entries gg_timed and gg_hosted publish are read, without the lock, by the threads
+ * of every graph computation, the owner's and any other's (two llama contexts computing at
+ * once): a thread reads an entry only pinned, and the lock's holders change or free what such a
+ * reader uses (the member map, the records, side and tgen) only once no pin is held:
+ *
+ *   reader (any thread)                      owner (gg_cache_mu held)
+ *   c = *pub; pins[c]++;                      publish c ... clear *pub (fused_done)
+ *   *pub == c ? read c : (pins[c]--, NULL)    ... gg_unpinned(c): waits for pins[c] == 0
+ *   pins[c]--                                 then rebuilds, reuses or restarts c
+ *
+ * A reader that pinned after the clear sees *pub != c and reads nothing; one that pinned before
+ * holds the owner off until its unpin (a pin lasts a member lookup, or a span's booking). The
+ * pins live beside the cache, not in its entries, which are wiped whole. */
+gg_cache_t *gg_pin_slow(gg_cache_t *_Atomic *pub, gg_cache_t *c);
+void gg_unpin(gg_cache_t *c);
+/* Waits until no thread holds a pin on c (it is published no more). gg_cache_mu held. */
+void gg_unpinned(const gg_cache_t *c);
+/* The entry *pub publishes, pinned (gg_unpin it), or NULL: inline, as every node asks. */
+static inline gg_cache_t *gg_pin(gg_cache_t *_Atomic *pub)
+{
+  gg_cache_t *c = atomic_load_explicit(pub, memory_order_relaxed);
+  return ag_unlikely(c != NULL) ? gg_pin_slow(pub, c) : NULL;
+}
+
 /* ---- the rounds (ggml_rounds.c) --------------------------------------------------------- */
 
 extern gg_cache_t *_Atomic gg_timed; /* the cache entry whose execution is timed, or NULL */
@@ -258,6 +283,7 @@ void gg_span(gg_cache_t *tc, const struct ggml_tensor *dst, const gg_fusion_t *f
 /* This thread's record in progress in a timed execution: its member (host side) or custom
  * node (rebuilt side), start, execution (ggml_rounds.c). */
 typedef struct gg_span_s {
+  const gg_cache_t *c; /* the timed entry (compared, never read: pins are for the current one) */
   gg_fusion_t *f;
   const gg_member_t *m; /* NULL on the rebuilt side */
   uint64_t t0;
@@ -280,6 +306,8 @@ typedef struct gg_test_s {
   /* After ggml's node of fused record f computed on this thread, on the host's side of a
    * round. */
   void (*hosted)(const gg_fusion_t *f);
+  int slots;            /* the record cache's entries (0: all of them) */
+  void (*pinned)(void); /* after a thread pinned a published entry (NULL: nothing) */
 } gg_test_t;
 extern const gg_test_t *gg_test;
 

@@ -8,13 +8,42 @@
  * published or dropped after it makes the record stale, and the next execution rebuilds. */
 #include "ggml_host.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define GCACHE_MAX 32
 static gg_cache_t gcache[GCACHE_MAX];
+static _Atomic int gcache_pins[GCACHE_MAX]; /* each entry's readers (ggml_host.h, pins) */
 static int gcache_next; /* the slot a new graph takes (round robin) */
 pthread_mutex_t gg_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Sequentially consistent, as the owner's clear of *pub and its read of the pins: a reader
+ * either sees the clear or is seen by gg_unpinned. */
+gg_cache_t *gg_pin_slow(gg_cache_t *_Atomic *pub, gg_cache_t *c)
+{
+  _Atomic int *pins = &gcache_pins[c - gcache];
+  atomic_fetch_add(pins, 1);
+  if (atomic_load(pub) == c) {
+    if (ag_unlikely(gg_test != NULL) && gg_test->pinned)
+      gg_test->pinned();
+    return c;
+  }
+  atomic_fetch_sub(pins, 1);
+  return NULL;
+}
+
+void gg_unpin(gg_cache_t *c)
+{
+  if (c)
+    atomic_fetch_sub_explicit(&gcache_pins[c - gcache], 1, memory_order_release);
+}
+
+void gg_unpinned(const gg_cache_t *c)
+{
+  while (atomic_load(&gcache_pins[c - gcache]) != 0)
+    sched_yield(); /* a reader between its pin and its unpin: a lookup, unless preempted */
+}
 
 const gg_fusion_t *gg_custom_record(const struct ggml_tensor *dst)
 {
@@ -46,6 +75,7 @@ static uint64_t graph_hash(struct ggml_cgraph *g, int n)
 
 static void gcache_clear(gg_cache_t *c)
 {
+  gg_unpinned(c);
   if (c->ctx)
     gg_api.free(c->ctx);
   free(c->f);
@@ -161,14 +191,15 @@ gg_cache_t *gg_cache_of(struct ggml_cgraph *g)
   for (int i = 0; i < GCACHE_MAX; i++)
     if (gcache[i].orig == g && gcache[i].n_nodes == n && gcache[i].hash == h)
       return &gcache[i];
+  int slots = gg_test && gg_test->slots ? gg_test->slots : GCACHE_MAX;
   gg_cache_t *c = NULL; /* the next slot no computation is using */
-  for (int k = 0; k < GCACHE_MAX && !c; k++) {
-    gg_cache_t *s = &gcache[(gcache_next + k) % GCACHE_MAX];
+  for (int k = 0; k < slots && !c; k++) {
+    gg_cache_t *s = &gcache[(gcache_next + k) % slots];
     c = s->busy ? NULL : s;
   }
   if (!c)
     return NULL;
-  gcache_next = (int)(c - gcache + 1) % GCACHE_MAX;
+  gcache_next = (int)(c - gcache + 1) % slots;
   gcache_clear(c);
   *c = (gg_cache_t){.orig = g, .n_nodes = n, .hash = h};
   for (int i = 0; i < n; i++) {
@@ -195,6 +226,7 @@ gg_cache_t *gg_cache_of(struct ggml_cgraph *g)
 
 int gg_rebuild(gg_cache_t *c, struct ggml_cgraph *g)
 {
+  gg_unpinned(c);
   if (c->ctx)
     gg_api.free(c->ctx), c->ctx = NULL, c->graph = NULL;
   int fused = 0;

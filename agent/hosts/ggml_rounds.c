@@ -36,19 +36,20 @@
 
 gg_cache_t *_Atomic gg_timed;
 gg_cache_t *_Atomic gg_hosted;
-static _Atomic uint32_t timed_gen; /* timed executions started (a thread's span is of one) */
+static uint32_t timed_gen; /* timed executions started (gg_cache_mu): a span is of one */
 
 AG_TLS gg_span_t gg_tl_span;
 
 /* gg_span: ends the thread's span, booking it to its record when it ended where it should
- * (else the record is never timed again), and starts dst's. */
+ * (else the record is never timed again), and starts dst's. tc is pinned: a span of its
+ * running timed execution (same entry, same tgen) is booked, and its record is tc's, alive; a
+ * span of an execution that ended is dropped unread. */
 void gg_span(gg_cache_t *tc, const struct ggml_tensor *dst, const gg_fusion_t *fu)
 {
   uint64_t now = ag_now_ns();
-  uint32_t gen = atomic_load_explicit(&timed_gen, memory_order_relaxed);
   const gg_member_t *m = tc && !tc->side ? gg_member_at(tc, dst) : NULL;
   gg_fusion_t *f = gg_tl_span.f;
-  if (f && tc && gg_tl_span.gen == gen) {
+  if (f && tc && gg_tl_span.c == tc && gg_tl_span.gen == tc->tgen) {
     if (gg_tl_span.m && dst != gg_tl_span.m->next && !(m && m->f == f)) {
       atomic_store_explicit(&f->untimed, 1, memory_order_relaxed); /* ggml ran other nodes */
     } else {
@@ -63,8 +64,8 @@ void gg_span(gg_cache_t *tc, const struct ggml_tensor *dst, const gg_fusion_t *f
                       : tc->side && fu >= tc->f && fu < tc->f + tc->nf ? (gg_fusion_t *)fu
                                                                        : NULL;
   if (next && !atomic_load_explicit(&next->untimed, memory_order_relaxed))
-    gg_tl_span.f = next, gg_tl_span.m = m, gg_tl_span.t0 = now, gg_tl_span.gen = gen,
-    gg_tl_span.first = tc->side || dst == next->first;
+    gg_tl_span.c = tc, gg_tl_span.f = next, gg_tl_span.m = m, gg_tl_span.t0 = now,
+    gg_tl_span.gen = tc->tgen, gg_tl_span.first = tc->side || dst == next->first;
 }
 
 /* The signature whose kernel a fused record runs: the one the rounds judge it under; NULL
@@ -91,9 +92,11 @@ static uint32_t products(const gg_fusion_t *f)
 /* gg_round_start: on the rebuilt side a kernel with verifications left verifies (takes one).
  * The timed one of each side is timed unless another execution is (one at a time) or a kernel
  * verifies in it (c->timing). The host's execution counts each fused record of a counted kind
- * as nth calls of its signature, ggml's. */
+ * as nth calls of its signature, ggml's. c's side and tgen change once no reader of its last
+ * publication holds a pin, and are set before c is published again. */
 int gg_round_start(gg_cache_t *c, int nth)
 {
+  gg_unpinned(c);
   uint64_t every = gg_test && gg_test->round_every ? gg_test->round_every
                    : c->rounds < AG_CMP_ROUNDS     ? ROUND_EVERY
                                                    : ROUND_EVERY_DECIDED;
@@ -115,14 +118,12 @@ int gg_round_start(gg_cache_t *c, int nth)
   if (!c->side && c->map && atomic_compare_exchange_strong(&gg_hosted, &none, c))
     c->hosting = 1;
   none = NULL;
-  if (c->timing && c->map && atomic_compare_exchange_strong(&gg_timed, &none, c)) {
-    for (int i = 0; i < c->nf; i++)
-      atomic_store_explicit(&c->f[i].tn, 0, memory_order_relaxed),
-          atomic_store_explicit(&c->f[i].tns, 0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&timed_gen, 1, memory_order_release);
-  } else {
+  c->tgen = ++timed_gen; /* before the publication: a pinned reader sees it */
+  for (int i = 0; c->timing && i < c->nf; i++)
+    atomic_store_explicit(&c->f[i].tn, 0, memory_order_relaxed),
+        atomic_store_explicit(&c->f[i].tns, 0, memory_order_relaxed);
+  if (!c->timing || !c->map || !atomic_compare_exchange_strong(&gg_timed, &none, c))
     c->timing = 0;
-  }
   return !c->side;
 }
 

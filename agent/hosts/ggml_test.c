@@ -9,9 +9,14 @@
  *   slow-single  single MUL_MATs' kernels spend 3 ms more per call and ggml's nodes of
  *           products of one input as much on the host's side of the rounds (the rounds back to
  *           back): a kernel that serves both kinds ties on their pool, and the graph's judge of
- *           the single products must send them back to ggml's nodes alone. */
+ *           the single products must send them back to ggml's nodes alone;
+ *   churn   the kernels as they are, the rounds back to back, the record cache held to 3
+ *           entries (the graphs of two models computing at once evict each other's), and a
+ *           thread that pinned a published entry yields before it reads it: a reader of another
+ *           computation's entry is most likely preempted where a race would bite. */
 #include "ggml_host.h"
 
+#include <sched.h>
 #include <string.h>
 
 const gg_test_t *gg_test;
@@ -61,15 +66,25 @@ static void slow_shared_host(const gg_fusion_t *f)
 
 static void nothing(const gg_fusion_t *f) { (void)f; }
 
+static void as_written(const gg_fusion_t *f, float *y, int64_t ld, int64_t cols, int64_t i0,
+                       int64_t i1)
+{
+  (void)f, (void)y, (void)ld, (void)cols, (void)i0, (void)i1;
+}
+
+static void yield(void) { sched_yield(); }
+
 static const gg_test_t poison_seam = {1, 0, poison, nothing}, wrong_seam = {0, 0, wrong, nothing},
                        slow_seam = {0, 4, slow, nothing},
-                       slow_single_seam = {0, 4, slow_single, slow_shared_host};
+                       slow_single_seam = {0, 4, slow_single, slow_shared_host},
+                       churn_seam = {0, 4, as_written, nothing, 3, yield};
 
 const gg_test_t *gg_test_of(const char *t)
 {
-  return strcmp(t, "poison") == 0  ? &poison_seam
-         : strcmp(t, "wrong") == 0 ? &wrong_seam
-         : strcmp(t, "slow") == 0  ? &slow_seam
+  return strcmp(t, "poison") == 0        ? &poison_seam
+         : strcmp(t, "wrong") == 0       ? &wrong_seam
+         : strcmp(t, "slow") == 0        ? &slow_seam
          : strcmp(t, "slow-single") == 0 ? &slow_single_seam
-                                   : NULL;
+         : strcmp(t, "churn") == 0       ? &churn_seam
+                                         : NULL;
 }

@@ -20,6 +20,11 @@
  *          probabilities sum P    (over the steps, each token id times its softmax probability:
  *                                  what tests/integration/llama_node.mjs prints)
  *          prefill T tok/s decode T tok/s
+ *   pair PATH0 PATH1 PROMPT GEN THREADS REPEATS
+ *        both models at once, each by its own context on a thread of its own (two llama
+ *        contexts in one process, as node-llama-cpp's), each REPEATS times a PROMPT-token
+ *        prefill and GEN greedy decode steps, the JIT settled after the first (as SETTLE);
+ *        prints, of each model's last repeat, "model I", its tokens line and logits line
  *   bufts
  *        names the extra buffer types of the CPU backend ggml loads on this CPU, one a line:
  *        llama.cpp places there the weights they take ("AMX", on a CPU with AMX, takes f16
@@ -33,6 +38,7 @@
 #include <dlfcn.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,6 +264,99 @@ static int run_model(const char *path, int n_prompt, int n_gen, int threads, int
   return 0;
 }
 
+/* One model of `pair`, on a thread of its own: its output lines, printed after both ended. */
+typedef struct pair_s {
+  const char *path;
+  int n_prompt, n_gen, threads, repeats;
+  char out[4096];
+  int rc;
+} pair_t;
+
+static void *pair_run(void *arg)
+{
+  pair_t *p = arg;
+  p->rc = 1;
+  struct llama_model_params mp = llama_model_default_params();
+  mp.progress_callback = no_progress;
+  struct llama_model *model = llama_model_load_from_file(p->path, mp);
+  struct llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = (uint32_t)(p->n_prompt + p->n_gen + 16);
+  cp.n_batch = cp.n_ubatch = (uint32_t)p->n_prompt;
+  cp.n_threads = cp.n_threads_batch = p->threads;
+  struct llama_context *lc = model ? llama_init_from_model(model, cp) : NULL;
+  if (!lc) {
+    snprintf(p->out, sizeof p->out, "cannot load %s or make its context", p->path);
+    return NULL;
+  }
+  int vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+  llama_token toks[4096];
+  for (int i = 0; i < p->n_prompt; i++)
+    toks[i] = (llama_token)((i * 7919 + 13) % vocab);
+  for (int r = 0; r < p->repeats; r++) {
+    llama_memory_clear(llama_get_memory(lc), true);
+    double sum = 0, abs_sum = 0;
+    int len = snprintf(p->out, sizeof p->out, "tokens");
+    if (llama_decode(lc, llama_batch_get_one(toks, p->n_prompt))) {
+      snprintf(p->out, sizeof p->out, "prefill failed");
+      return NULL;
+    }
+    for (int g = 0; g < p->n_gen; g++) {
+      const float *logits = llama_get_logits_ith(lc, -1);
+      int best = 0;
+      for (int v = 0; v < vocab; v++) {
+        sum += logits[v], abs_sum += fabs(logits[v]);
+        if (logits[v] > logits[best])
+          best = v;
+      }
+      len += snprintf(p->out + len, sizeof p->out - (size_t)len, " %d", best);
+      toks[p->n_prompt + g] = best;
+      if (llama_decode(lc, llama_batch_get_one(&toks[p->n_prompt + g], 1))) {
+        snprintf(p->out, sizeof p->out, "decode step %d failed", g);
+        return NULL;
+      }
+    }
+    snprintf(p->out + len, sizeof p->out - (size_t)len, "\nlogits sum %.9g abs %.9g\n", sum,
+             abs_sum);
+    if (r == 0) /* the later repeats run what the JIT compiled, however loaded the machine */
+      settle();
+  }
+  llama_free(lc);
+  llama_model_free(model);
+  p->rc = 0;
+  return NULL;
+}
+
+/* `pair`: two models, each computed by its own context on its own thread, at once. */
+static int run_pair(const char *path0, const char *path1, int n_prompt, int n_gen, int threads,
+                    int repeats)
+{
+  if (n_prompt < 1 || n_gen < 1 || n_prompt + n_gen > 4096 || repeats < 1) {
+    fprintf(stderr, "llama_prog: pair: PROMPT + GEN within 2..4096, REPEATS >= 1\n");
+    return 1;
+  }
+  llama_log_set(quiet_log, NULL);
+  ggml_backend_load_all_from_path(OPJIT_LLAMA_BINS);
+  llama_backend_init();
+  pair_t p[2] = {{path0, n_prompt, n_gen, threads, repeats, "", 1},
+                 {path1, n_prompt, n_gen, threads, repeats, "", 1}};
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++)
+    if (pthread_create(&t[i], NULL, pair_run, &p[i])) {
+      fprintf(stderr, "llama_prog: pair: cannot start a thread\n");
+      return 1;
+    }
+  for (int i = 0; i < 2; i++)
+    pthread_join(t[i], NULL);
+  int rc = 0;
+  for (int i = 0; i < 2; i++) {
+    printf("model %d\n%s", i, p[i].out);
+    if (p[i].rc)
+      fprintf(stderr, "llama_prog: pair: model %d: %s\n", i, p[i].out), rc = 1;
+  }
+  llama_backend_free();
+  return rc;
+}
+
 static int list_bufts(void)
 {
   llama_log_set(quiet_log, NULL);
@@ -289,11 +388,14 @@ int main(int argc, char **argv)
     return run_model(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
                      argc >= 7 && atoi(argv[6]) > 1 ? atoi(argv[6]) : 1,
                      argc == 8 ? atoi(argv[7]) : 0);
+  if (argc == 8 && strcmp(argv[1], "pair") == 0)
+    return run_pair(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), atoi(argv[7]));
   if (argc == 2 && strcmp(argv[1], "bufts") == 0)
     return list_bufts();
   fprintf(stderr, "usage: llama_prog write PATH EMBD LAYERS FF VOCAB f32|f16 SEED "
                   "[HEAD KV_HEADS]\n"
                   "       llama_prog run PATH PROMPT GEN THREADS [ROUNDS [SETTLE]]\n"
+                  "       llama_prog pair PATH0 PATH1 PROMPT GEN THREADS REPEATS\n"
                   "       llama_prog bufts\n");
   return 2;
 }

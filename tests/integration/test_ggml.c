@@ -643,6 +643,34 @@ Test(ggml, a_kind_of_records_slower_than_ggml_s_nodes_goes_back_to_them_alone)
 #undef QO
 }
 
+Test(ggml, two_contexts_computing_at_once_keep_their_output)
+{
+  /* Two llama contexts on two threads at once (node-llama-cpp's contexts, a server's slots):
+   * each computation's threads read the cache entry the other's rounds publish (its timed or
+   * hosted graph) while the other ends it and a third graph takes its slot. The churn seam runs
+   * the rounds back to back, holds the cache to 3 entries (the 4 graphs evict each other at
+   * every prefill) and has a reader yield once it pinned an entry. The second to eighth
+   * repeats run on the compiled kernels (llama_prog waits for the JIT after the first), so the
+   * rounds run; the ASan lane catches a read of a freed entry. Each model's tokens and logits
+   * stay the plain run's. */
+  const char *argv[] = {H_LLAMA_PROG, "pair", model32, model16, "16", "32", "1", "8", NULL};
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_HOT_PAYBACK=0",
+                       "OPJIT_TEST_FUSION=churn", NULL};
+  const char *plain = run_argv("pair-plain", 0, NULL, argv);
+  const char *got = run_argv("pair", 1, env, argv);
+  for (int m = 0; m < 2; m++) {
+    char head[16];
+    snprintf(head, sizeof head, "model %d\n", m);
+    cr_assert(strstr(got, head) && strstr(plain, head), "%s\n%s", got, plain);
+    same_output(strstr(got, head) + strlen(head), strstr(plain, head) + strlen(head), head);
+  }
+  /* Both sides of the rounds were timed: fused graphs ran, rounds with them. */
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM variants v JOIN run_sigs r ON"
+                             " r.sig_id=v.sig_id AND r.run_id=v.run_id WHERE v.timed_calls > 0"
+                             " AND r.timed_calls > 0"),
+               0, "no signature was timed on both sides of the rounds");
+}
+
 Test(ggml, a_wrong_fused_kernel_is_caught_and_the_output_stays_ggml_s)
 {
   /* A test hook makes the kernel's y 1.5 times too large: its first verification fails, the
