@@ -135,10 +135,14 @@ static int warm_taken; /* a thread runs it: the writer, or a host thread it left
 /* Set while the warm start is pending and the writer may not have taken it: host threads look
  * at it in ag_call_pick (warm_take_over). */
 static _Atomic int warm_untaken;
+/* A host thread took the warm start over, OPJIT_FLEET named: the fleet's part is the writer's
+ * (warm_fleet), as a host thread never waits on the network. warm_mu guards it. */
+static int fleet_left;
 #define WARM_TAKE_OVER_MS 20 /* a writer that has not begun the warm start by then has no CPU */
 
-static void warm_start(int writer_thread);
-static void warm_finish(int writer_thread);
+static void warm_start(int writer_thread, int network);
+static void warm_finish(int writer_thread, int network);
+static void warm_fleet(void);
 static void warm_take_over(void);
 static void warm_wait_us(long us);
 static void collect_crashes(void);
@@ -952,10 +956,12 @@ static void *writer_main(void *arg)
   int warm = warm_pending && !warm_taken;
   warm_taken |= warm;
   pthread_mutex_unlock(&warm_mu);
-  if (warm)
-    warm_finish(1);
-  else
+  if (warm) {
+    warm_finish(1, 1);
+  } else {
     record_early(); /* a host thread runs the warm start (warm_take_over), or none is due */
+    warm_fleet();
+  }
   if (!loader_unsafe) {
     pthread_mutex_lock(&loader_mu);
     start_sampling();
@@ -1226,12 +1232,14 @@ static void collect_crashes(void)
 
 /* Before the first counted call runs and before the writer starts (so this thread may use
  * the writer's store and database): opens the database and starts from the profile. On the
- * writer thread it first records the crashes left beside the database and begins the run. */
-static void warm_start(int writer_thread)
+ * writer thread it first records the crashes left beside the database and begins the run.
+ * With network set (the writer itself) the fleet's profile is fetched and placed too; a host
+ * thread leaves that to the writer (warm_fleet), or, without one, to no one. */
+static void warm_start(int writer_thread, int network)
 {
   char dbpath[PATH_MAX];
   warm_done = 1;
-  int fleet = ag_fleet_fetch(run_info()); /* OPJIT_FLEET: the fleet's profile (fleet.h) */
+  int fleet = network && ag_fleet_fetch(run_info()); /* OPJIT_FLEET: the fleet's profile */
   ag_warm_t w = {0};
   /* No profile yet: the writer creates the database, off this thread. */
   int local = !ag_opts_db_path(&ag_opts, env_get, dbpath, sizeof dbpath) &&
@@ -1250,7 +1258,8 @@ static void warm_start(int writer_thread)
       ag_warm_start(store, db, run_info(), &w);
     pthread_mutex_unlock(&db_mu);
   }
-  ag_fleet_warm(&w);
+  if (network)
+    ag_fleet_warm(&w);
   warm_ns = (int64_t)(ag_now_ns() - first_call_ns);
   if (w.runs)
     ag_log(AG_LOG_INFO, "warm start from %lld runs, done %.2f ms after the first call: %d "
@@ -1261,9 +1270,9 @@ static void warm_start(int writer_thread)
 /* Runs the warm start, lets hot signatures queue again (compile threads load LLVM meanwhile), on
  * the writer thread records the run (creating the database takes tens of milliseconds of
  * fsyncs), then lets JIT code run, and wakes whoever waits for the warm start. */
-static void warm_finish(int writer_thread)
+static void warm_finish(int writer_thread, int network)
 {
-  warm_start(writer_thread);
+  warm_start(writer_thread, network);
   ag_tier_hold(writer_thread ? AG_HOLD_RUN : AG_HOLD_NONE);
   if (writer_thread)
     record_early(); /* before the first compile runs its kernel */
@@ -1278,22 +1287,47 @@ static void warm_finish(int writer_thread)
 /* A host thread's look (ag_call_pick) while the warm start is pending: when the writer has not
  * begun it WARM_TAKE_OVER_MS after the first call (3-5 ms is usual), it has no CPU (say the host
  * thread runs SCHED_FIFO and every other CPU is taken: it would wait for the run's end, every
- * call on the original), and this thread runs the whole warm start itself, as the writer would
- * have, once. */
+ * call on the original), and this thread runs the warm start itself, as the writer would have,
+ * once: all of it but the fleet's fetch (up to OPJIT_FLEET_WAIT_MS on the network, inside the
+ * host's call), which the writer does when it runs (warm_fleet). */
 static void warm_take_over(void)
 {
   if (ag_now_ns() - first_call_ns < WARM_TAKE_OVER_MS * 1000000ull)
     return;
+  const char *named = ag_opts.str[AG_OPT_FLEET];
   pthread_mutex_lock(&warm_mu);
   int take = warm_pending && !warm_taken;
   warm_taken |= take;
+  fleet_left |= take && named && *named;
   atomic_store(&warm_untaken, 0);
   pthread_mutex_unlock(&warm_mu);
   if (take) {
     ag_log(AG_LOG_INFO, "the writer has not begun the warm start %d ms after the first call: "
            "a host thread runs it", WARM_TAKE_OVER_MS);
-    warm_finish(1);
+    if (named && *named)
+      ag_log(AG_LOG_INFO, "the fleet's part of the warm start is left to the writer: a host "
+                          "thread does not wait on the network");
+    warm_finish(1, 0);
   }
+}
+
+/* The writer, after a host thread took the warm start over: once that warm start is done, the
+ * fleet's part it left (fleet_left): the fleet's kernels placed for what the local profile did
+ * not serve, and what the fleet's profile makes hot queued. */
+static void warm_fleet(void)
+{
+  pthread_mutex_lock(&warm_mu);
+  int left = fleet_left;
+  fleet_left = 0;
+  while (left && warm_pending)
+    pthread_cond_wait(&warm_cond, &warm_mu);
+  pthread_mutex_unlock(&warm_mu);
+  if (!left || !ag_fleet_fetch(run_info()))
+    return;
+  ag_warm_t w = {0};
+  ag_fleet_warm(&w);
+  ag_log(AG_LOG_INFO, "the fleet's part of the warm start, on the writer: %d kernels loaded, %d "
+                      "queued", w.loaded, w.queued);
 }
 
 /* Waits until the warm start is done, us microseconds at most; past WARM_TAKE_OVER_MS after
@@ -1366,8 +1400,8 @@ int ag_activate(void)
   atomic_store(&warm_untaken, warm); /* before a writer can take the warm start and clear it */
   start_writer();
   long wait_us = ag_opts.num[AG_OPT_WARM_WAIT_US] - (long)((ag_now_ns() - first_call_ns) / 1000u);
-  if (warm && !writer_running) /* no writer: the warm start runs here */
-    warm_finish(0);
+  if (warm && !writer_running) /* no writer: the warm start runs here, the fleet's part none */
+    warm_finish(0, 0);
   else if (warm && wait_us > 0)
     warm_wait_us(wait_us);
   atomic_store_explicit(&ag_active, 1, memory_order_release);
@@ -1441,7 +1475,7 @@ static void atfork_child(void)
   pthread_mutex_unlock(&activate_mu);
   pthread_mutex_init(&mu, NULL);
   pthread_mutex_init(&warm_mu, NULL); /* a parent thread may have held it */
-  warm_pending = warm_taken = 0;
+  warm_pending = warm_taken = fleet_left = 0; /* the fleet is the parent's (fleet.h) */
   atomic_store(&warm_untaken, 0);
   init_cond();
   if (fork_db_held)

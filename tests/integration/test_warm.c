@@ -9,8 +9,11 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 TestSuite(warm, .init = h_setup_jit, .fini = h_teardown, .timeout = 600);
 
@@ -73,9 +76,25 @@ Test(warm, run_two_places_every_kernel_and_compiles_nothing)
   cr_assert_gt(h_query(NULL, "SELECT warm_ns FROM runs WHERE id=2"), 0);
 }
 
+/* A fleet server that takes connections and never answers: libpq waits its connect_timeout
+ * (2 s at least) for it. Returns the listening socket; fleet gets OPJIT_FLEET naming it. */
+static int silent_fleet(char *fleet, size_t len)
+{
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  snprintf(a.sun_path, sizeof a.sun_path, "%s/.s.PGSQL.5432", h_dir);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0, "%s", a.sun_path);
+  cr_assert_eq(listen(fd, 64), 0);
+  snprintf(fleet, len, "OPJIT_FLEET=host=%s port=5432 dbname=opjit", h_dir);
+  return fd;
+}
+
 /* A writer that gets no CPU (a SCHED_FIFO host thread with every other CPU taken; the seam
  * OPJIT_TEST_FAULT=writer_stall holds it 200 ms) does not leave the run on the original to its
- * end: 20 ms after the first call a host thread runs the warm start itself, once. */
+ * end: 20 ms after the first call a host thread runs the warm start itself, once. With a fleet
+ * named, that host thread places what the local database has and leaves the fleet's fetch (a
+ * server that never answers: 2 s) to the writer, which tries it when it runs. */
 Test(warm, a_host_thread_runs_the_warm_start_the_writer_has_not_begun)
 {
   skip_if_sanitized();
@@ -92,6 +111,24 @@ Test(warm, a_host_thread_runs_the_warm_start_the_writer_has_not_begun)
   cr_assert_eq(events(2, "published"), 0, "nothing compiled");
   cr_assert_null(strstr(h_output("run2", "err"), "JIT ready"), "LLVM was loaded: %s",
                  h_output("run2", "err"));
+
+  /* The exit waits for the writer (its fetch, then its final write): its warning is in. */
+  char fleet[200];
+  int fd = silent_fleet(fleet, sizeof fleet);
+  const char *net[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0",
+                       "OPJIT_HOT_CALLS=1", "OPJIT_SAMPLE_HZ=0", "OPJIT_LOG=info",
+                       "OPJIT_TEST_FAULT=writer_stall", "OPJIT_WARM_WAIT_US=0",
+                       "OPJIT_EXIT_WAIT_MS=60000", fleet, NULL};
+  sweep("run3", net, "12", "4", "99");
+  close(fd);
+  const char *err = h_output("run3", "err");
+  cr_assert(strstr(err, "a host thread runs it"), "%s", err);
+  cr_assert(strstr(err, "the fleet's part of the warm start is left to the writer"), "%s", err);
+  cr_assert_eq(events(3, "loaded"), compiled, "every object placed, once, by the host thread");
+  struct stat st;
+  if (stat(OPJIT_BUILD_DIR "/libopjit-fleet.so", &st) == 0) /* built with the fleet store */
+    cr_assert_eq(h_count_lines(err, "the run starts from the local profile alone"), 1,
+                 "the writer's fetch, once: %s", err);
 }
 
 Test(warm, damaged_foreign_and_outdated_objects_are_invalidated_and_recompiled)
