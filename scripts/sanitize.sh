@@ -29,16 +29,17 @@ asan() {
   # intercept_tls_get_addr=0: gcc 12's LeakSanitizer misreads glibc 2.36's dynamic TLS blocks
   # (LLVM's, in a compile thread) and its tracer dies on the bogus range ("Tracer caught signal
   # 11", google/sanitizers#1322); static TLS, stacks, globals and the heap are still scanned.
-  # test_ggml: two of its tests only (the agent's ggml host matching, rewriting, fusing and
-  # verifying a real model's graphs): its llama.cpp hosts run an order of magnitude slower
-  # under ASan (minutes a test); the plain suite runs them all, the node host among them.
+  # test_ggml: three of its tests only (the agent's ggml host matching, rewriting, fusing and
+  # verifying a real model's graphs; two contexts computing at once): its llama.cpp hosts run
+  # an order of magnitude slower under ASan (minutes a test); the plain suite runs them all,
+  # the node host among them.
   ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=1:intercept_tls_get_addr=0
   export ASAN_OPTIONS
   (cd build-asan && ctest --output-on-failure -j2 --timeout 900 -E '^test_ggml$')
   if [ -x build-asan/test_ggml ]; then
-    echo "opjit sanitize: test_ggml under ASan: 2 of its tests (the rest in the plain suite)" >&2
+    echo "opjit sanitize: test_ggml under ASan: 3 of its tests (the rest in the plain suite)" >&2
     (cd build-asan/tests/integration && ../../test_ggml --jobs=1 \
-      --filter='ggml/@(same_tokens_and_logits_with_and_without_the_agent|a_wrong_fused_kernel_is_caught_and_the_output_stays_ggml_s)')
+      --filter='ggml/@(same_tokens_and_logits_with_and_without_the_agent|a_wrong_fused_kernel_is_caught_and_the_output_stays_ggml_s|two_contexts_computing_at_once_keep_their_output)')
   fi
 }
 
@@ -60,8 +61,12 @@ tsan() {
   scripts/build.sh >/dev/null
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOPJIT_SANITIZE=thread \
     -DOPJIT_BUILD_BENCH=OFF >/dev/null
+  # test_ggml's two llama contexts at once, when llama.cpp's libraries are there (scripts/deps.sh):
+  # one thread each, as ggml's worker threads synchronise in its uninstrumented code.
+  ggml=
+  [ -x build/llama_prog ] && ggml=llama_prog
   # shellcheck disable=SC2086
-  cmake --build build-tsan -j"$jobs" --target $tsan_targets >/dev/null
+  cmake --build build-tsan -j"$jobs" --target $tsan_targets $ggml >/dev/null
   OPJIT_TEST_ARTEFACTS="$top/build-tsan"
   TSAN_OPTIONS=second_deadlock_stack=1
   export OPJIT_TEST_ARTEFACTS TSAN_OPTIONS
@@ -69,6 +74,11 @@ tsan() {
     echo "opjit sanitize: tsan: $t" >&2
     (cd build/tests/integration && "../../$t" --jobs=1 --filter="!($tsan_skip)")
   done
+  if [ -n "$ggml" ]; then
+    echo "opjit sanitize: tsan: test_ggml (two contexts at once)" >&2
+    (cd build/tests/integration &&
+      ../../test_ggml --jobs=1 --filter='ggml/two_contexts_computing_at_once_keep_their_output')
+  fi
 }
 
 for lane in $lanes; do
