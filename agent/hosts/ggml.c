@@ -281,24 +281,29 @@ static bool forward_with(gg_forward_fn fn, gg_extra_fn xfn, const void *params,
   }
   const gg_fusion_t *fu = gg_our_custom(dst);
   /* The timed and the hosted entries may be another computation's, which can end and be
-   * rebuilt meanwhile: they are read pinned (ggml_host.h). */
+   * rebuilt meanwhile: they are read pinned (ggml_host.h), with one pin when they are one
+   * entry (the host's timed execution): each side of a round pins once a node. */
+  gg_cache_t *tc = NULL;
   if (ag_unlikely(atomic_load_explicit(&gg_timed, memory_order_relaxed) != NULL ||
                   gg_span_open()) &&
       !ag_tl.depth) { /* not a tail call's */
-    gg_cache_t *tc = gg_pin(&gg_timed);
+    tc = gg_pin(&gg_timed);
     gg_span(tc, dst, fu);
-    gg_unpin(tc);
   }
   /* a custom node is booked under its implementation's signature */
   ag_sig_t k = fu ? gg_used(fu)->book->key : gg_key_of(dst);
   ag_call_t c;
-  if (!ag_call_begin_host(&c, &k, 1))
+  if (!ag_call_begin_host(&c, &k, 1)) {
+    gg_unpin(tc);
     return run_real(fn, xfn, params, dst);
+  }
   /* The rounds alone time the custom nodes for the judge, and the host's nodes of their
    * records in a round (spans, barriers included, as the custom nodes' are). */
-  gg_cache_t *hc = gg_pin(&gg_hosted);
+  gg_cache_t *hc = tc && atomic_load(&gg_hosted) == tc ? tc : gg_pin(&gg_hosted);
   int hosted = hc && gg_member_at(hc, dst);
-  gg_unpin(hc);
+  if (hc != tc)
+    gg_unpin(hc);
+  gg_unpin(tc);
   if (fu || hosted)
     c.t0 = 0;
   c.variant = fu != NULL; /* the fused kernel serves this group */
