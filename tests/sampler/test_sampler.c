@@ -783,36 +783,42 @@ Test(sampler, threads_that_exit_release_their_event)
   cr_assert_eq(st.threads, base, "%d events still held after the threads exited", st.threads - base);
 }
 
+/* Burns CPU with every signal blocked until told to stop (state: 1 once running, 2: stop). */
 static void *blocker(void *p)
 {
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, NULL);
   atomic_store((atomic_int *)p, 1);
-  burn_ms(300);
+  while (atomic_load((atomic_int *)p) == 1)
+    burn_ms(10);
   return NULL;
 }
 
 Test(sampler, a_thread_that_keeps_the_signal_blocked_is_disarmed)
 {
-  atomic_int started = 0;
+  atomic_int state = 0;
   pthread_t t;
-  pthread_create(&t, NULL, blocker, &started);
-  while (!atomic_load(&started))
+  pthread_create(&t, NULL, blocker, &state);
+  while (!atomic_load(&state))
     usleep(1000);
   sp_config_t cfg = {.hz = 1000, .events = "auto", .stack_depth = 2, .attrib = {own, NULL}};
   cr_assert_eq(sp_start(&cfg), 0);
   sp_status_t st;
   sp_status(&st);
   int armed = st.threads;
-  for (int i = 0; i < 3; i++) { /* samples queue up, blocked; two rescans in a row see it */
+  /* Samples queue up, blocked, once the thread has run a period; two rescans in a row see it.
+   * Rescans go on until they do (10 s at most): on a loaded machine the thread may not run for
+   * the first 30 ms, and three rescans 30 ms apart were all the test allowed. */
+  for (int i = 0; i < 3 || (st.unsampled == 0 && i < 330); i++) {
     usleep(30000);
     sp_rescan();
+    sp_status(&st);
   }
-  sp_status(&st);
+  atomic_store(&state, 2);
+  pthread_join(t, NULL);
   cr_assert_eq(st.unsampled, 1, "the blocking thread is still armed");
   cr_assert_eq(st.threads, armed - 1);
-  pthread_join(t, NULL);
 }
 
 static void *short_task(void *p)
