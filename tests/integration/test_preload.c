@@ -144,7 +144,7 @@ Test(preload, sigkill_keeps_what_was_flushed)
   pid_t pid = h_spawn("loop", 1, env, (const char *[]){H_HOST_PROG, "loop", NULL});
   int64_t calls = -1;
   struct stat st;
-  for (int i = 0; i < 400 && calls <= 0; i++) {
+  for (int i = 0; i < 2400 && calls <= 0; i++) { /* 60 s: a sanitized writer on a loaded machine */
     usleep(25000);
     if (stat(h_db, &st) == 0 && h_query(NULL, "SELECT count(*) FROM sqlite_master WHERE name='run_sigs'") == 1)
       calls = h_query(NULL, "SELECT coalesce(sum(calls), 0) FROM run_sigs");
@@ -153,7 +153,7 @@ Test(preload, sigkill_keeps_what_was_flushed)
   int status;
   waitpid(pid, &status, 0);
   cr_assert(WIFSIGNALED(status));
-  cr_assert_gt(calls, 0, "nothing was flushed in 10 s");
+  cr_assert_gt(calls, 0, "nothing was flushed in 60 s");
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM pragma_quick_check WHERE quick_check='ok'"), 1);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE status='running' AND end_ns IS NULL"), 1);
   cr_assert_geq(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), calls);
