@@ -144,7 +144,8 @@ Test(ggml, fused_groups_keep_the_output_are_stored_and_start_warm)
     own_db("fuse", m, db, dbenv);
     const char *env[] = {fuse_env[0], fuse_env[1], fuse_env[2], fuse_env[3], dbenv, NULL};
     const char *plain = run_long("plain", 0, NULL, models[m]);
-    same_output(run_long("fuse1", 1, env, models[m]), plain, "run 1 (compiles)");
+    /* (two prompts, the JIT settled between them: the compile ends within run 1) */
+    same_output(run_rounds("fuse1", 1, env, models[m], "2"), plain, "run 1 (compiles)");
     /* Run 1 compiled the group's kernel, verified it against ggml's ops and stored it. */
     cr_assert_eq(h_query(db, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
                                " WHERE e.run_id=1 AND " FUSION1 " AND e.kind='published'"), 1);
@@ -206,8 +207,9 @@ Test(ggml, every_verification_of_a_fused_kernel_runs_it)
 Test(ggml, a_poisoned_fused_kernel_changes_the_output)
 {
   const char *plain = run_long("plain", 0, NULL, model32);
-  /* compiles and stores the kernels: the fusion's and the products' (calls alone decide) */
-  run_long("store", 1, fuse_env, model32);
+  /* compiles and stores the kernels: the fusion's and the products' (calls alone decide; two
+   * prompts, the JIT settled between them, so that the compiles end within the run) */
+  run_rounds("store", 1, fuse_env, model32, "2");
   const char *poison[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_HOT_PAYBACK=0", WARM_WAIT,
                           "OPJIT_TEST_FUSION=poison", NULL};
   const char *out = run_long("poison", 1, poison, model32);
