@@ -17,9 +17,10 @@
  * pass per function (the range cache names every other PC in it): ~15-60 us for libopenblas.
  * After SP_AGG_SCANS passes an object's table is sorted once (a long run, many functions), as
  * it always was. Both searches apply one rule (object_symbol's), and a test compares them PC by
- * PC. Tables libelf's loop cannot read as dwfl would (a separate debug file, MiniDebugInfo,
- * extended section indices, no section headers) are read through dwfl, sorted at once. libelf
- * and libdw are loaded on first need (the agent links libc only). */
+ * PC. Tables libelf's loop cannot read as dwfl would (a debug file without a .symtab or linked
+ * elsewhere, MiniDebugInfo, extended section indices, no section headers) are read through
+ * dwfl, sorted at once. libelf and libdw are loaded on first need (the agent links libc
+ * only). */
 #define _GNU_SOURCE
 #include "aggregate.h"
 
@@ -98,6 +99,8 @@ static struct {
   Elf_Data *(*getdata)(Elf_Scn *, Elf_Data *);
   char *(*strptr)(Elf *, size_t, size_t);
   size_t (*getnote)(Elf_Data *, size_t, GElf_Nhdr *, size_t *, size_t *);
+  int (*getphdrnum)(Elf *, size_t *);
+  GElf_Phdr *(*getphdr)(Elf *, int, GElf_Phdr *);
 } el;
 static pthread_once_t el_once = PTHREAD_ONCE_INIT;
 
@@ -106,7 +109,8 @@ static void el_load(void)
   static const char *const names[] = {"elf_version", "elf_begin",   "elf_cntl",
                                       "elf_end",     "elf_getident", "elf_getshdrstrndx",
                                       "elf_nextscn", "elf_getscn",  "gelf_getshdr",
-                                      "elf_getdata", "elf_strptr",  "gelf_getnote"};
+                                      "elf_getdata", "elf_strptr",  "gelf_getnote",
+                                      "elf_getphdrnum", "gelf_getphdr"};
   enum { N = sizeof names / sizeof *names };
   void *h = dlopen("libelf.so.1", RTLD_NOW | RTLD_LOCAL), *f[N];
   for (int i = 0; i < N; i++)
@@ -116,6 +120,7 @@ static void el_load(void)
   *(void **)&el.end = f[3], *(void **)&el.getident = f[4], *(void **)&el.getshdrstrndx = f[5];
   *(void **)&el.nextscn = f[6], *(void **)&el.getscn = f[7], *(void **)&el.getshdr = f[8];
   *(void **)&el.getdata = f[9], *(void **)&el.strptr = f[10], *(void **)&el.getnote = f[11];
+  *(void **)&el.getphdrnum = f[12], *(void **)&el.getphdr = f[13];
   if (el.version(EV_CURRENT) == EV_NONE)
     el.begin = NULL;
 }
@@ -481,66 +486,119 @@ static uint64_t raw_scn_end(const mod_t *m, const Elf64_Sym *s)
   return scn && el.getshdr(scn, &sh) ? sh.sh_addr + sh.sh_size + m->bias : s->st_value + m->bias;
 }
 
-/* Maps path (loaded at bias) and finds the table dwfl would read where libelf's loop reads it
- * alike: its .symtab, else its .dynsym when it has neither a separate debug file nor
- * MiniDebugInfo (.gnu_debugdata). Returns 0 with m->raw set, or -1 (dwfl must read it). */
-static int raw_open(mod_t *m, const char *path, uint64_t bias)
+/* path mapped whole by libelf (its descriptor closed), when it is a 64-bit little-endian ELF
+ * file; else NULL. */
+static Elf *map_elf(const char *path)
 {
-  pthread_once(&el_once, el_load);
-  int fd = el.begin ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return -1;
+    return NULL;
   Elf *e = el.begin(fd, ELF_C_READ_MMAP, NULL);
-  if (e && el.cntl(e, ELF_C_FDDONE)) /* the file is mapped whole: the descriptor goes */
+  if (e && el.cntl(e, ELF_C_FDDONE)) /* mapped whole, it needs the descriptor no more */
     el.end(e), e = NULL;
   close(fd);
-  size_t nid, shstr;
+  size_t nid;
   const char *id = e ? el.getident(e, &nid) : NULL;
-  if (!id || nid < EI_NIDENT || id[EI_CLASS] != ELFCLASS64 || id[EI_DATA] != ELFDATA2LSB ||
-      el.getshdrstrndx(e, &shstr))
-    goto out_fail;
-  Elf_Scn *symtab = NULL, *dynsym = NULL;
-  GElf_Shdr sh, tab;
-  int other = 0; /* a table this loop would read unlike dwfl */
-  unsigned char build_id[64];
-  size_t nbuild = 0;
+  if (e && (!id || nid < EI_NIDENT || id[EI_CLASS] != ELFCLASS64 || id[EI_DATA] != ELFDATA2LSB))
+    el.end(e), e = NULL;
+  return e;
+}
+
+/* e's sections: its first .symtab and .dynsym (NULL when none) and its build-id (*nid bytes,
+ * 0 when none). Returns -1 when it holds symbols dwfl reads unlike libelf's loop (extended
+ * section indices, MiniDebugInfo in .gnu_debugdata) or its section names cannot be read. */
+static int find_tables(Elf *e, Elf_Scn **symtab, Elf_Scn **dynsym, unsigned char id[64],
+                       size_t *nid)
+{
+  size_t shstr;
+  GElf_Shdr sh;
+  *symtab = *dynsym = NULL, *nid = 0;
+  if (el.getshdrstrndx(e, &shstr))
+    return -1;
   for (Elf_Scn *scn = NULL; (scn = el.nextscn(e, scn)) && el.getshdr(scn, &sh);) {
     const char *name = el.strptr(e, shstr, sh.sh_name);
-    if (sh.sh_type == SHT_SYMTAB && !symtab)
-      symtab = scn;
-    else if (sh.sh_type == SHT_DYNSYM && !dynsym)
-      dynsym = scn;
+    if (sh.sh_type == SHT_SYMTAB && !*symtab)
+      *symtab = scn;
+    else if (sh.sh_type == SHT_DYNSYM && !*dynsym)
+      *dynsym = scn;
     else if (sh.sh_type == SHT_SYMTAB_SHNDX || (name && !strcmp(name, ".gnu_debugdata")))
-      other = 1;
-    Elf_Data *d = sh.sh_type == SHT_NOTE && !nbuild ? el.getdata(scn, NULL) : NULL;
+      return -1;
+    Elf_Data *d = sh.sh_type == SHT_NOTE && !*nid ? el.getdata(scn, NULL) : NULL;
     GElf_Nhdr nh;
     size_t at = 0, name_at, desc_at;
     while (d && (at = el.getnote(d, at, &nh, &name_at, &desc_at)) > 0)
       if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 &&
-          !memcmp((const char *)d->d_buf + name_at, "GNU", 4) && nh.n_descsz <= sizeof build_id) {
-        memcpy(build_id, (const char *)d->d_buf + desc_at, nh.n_descsz);
-        nbuild = nh.n_descsz;
+          !memcmp((const char *)d->d_buf + name_at, "GNU", 4) && nh.n_descsz <= 64) {
+        memcpy(id, (const char *)d->d_buf + desc_at, nh.n_descsz);
+        *nid = nh.n_descsz;
         break;
       }
   }
-  char debug[192];
-  if (other || (!symtab && (!dynsym || (nbuild && !debug_path(build_id, nbuild, debug,
-                                                               sizeof debug) &&
-                                        access(debug, F_OK) == 0))))
-    goto out_fail;
-  Elf_Scn *use = symtab ? symtab : dynsym;
-  Elf_Data *syms = el.getshdr(use, &tab) ? el.getdata(use, NULL) : NULL;
+  return 0;
+}
+
+/* The address e's first loadable segment is linked at (UINT64_MAX when none): a debug file
+ * whose symbols dwfl would move by another bias than its object's differs there. */
+static uint64_t first_load(Elf *e)
+{
+  size_t n;
+  GElf_Phdr ph;
+  for (size_t i = 0; !el.getphdrnum(e, &n) && i < n; i++)
+    if (el.getphdr(e, (int)i, &ph) && ph.p_type == PT_LOAD)
+      return ph.p_vaddr;
+  return UINT64_MAX;
+}
+
+/* Makes e's table scn m's raw table (m owns e from then on). Returns 0, or -1 when it cannot
+ * be read in place. */
+static int use_table(mod_t *m, Elf *e, Elf_Scn *scn, uint64_t bias)
+{
+  GElf_Shdr tab;
+  Elf_Data *syms = el.getshdr(scn, &tab) && tab.sh_type != SHT_NOBITS ? el.getdata(scn, NULL)
+                                                                      : NULL;
   Elf_Scn *strscn = syms ? el.getscn(e, tab.sh_link) : NULL;
   Elf_Data *str = strscn ? el.getdata(strscn, NULL) : NULL;
   if (!syms || !str || !syms->d_buf || !str->d_buf || tab.sh_entsize != sizeof(Elf64_Sym) ||
       !str->d_size || ((const char *)str->d_buf)[str->d_size - 1]) /* names end in the table */
-    goto out_fail;
+    return -1;
   m->elf = e;
   m->raw = syms->d_buf, m->nraw = syms->d_size / sizeof(Elf64_Sym);
   m->str = str->d_buf, m->nstr = str->d_size;
   m->bias = bias;
   return 0;
+}
+
+/* Maps path (loaded at bias) and finds the table dwfl would read where libelf's loop reads it
+ * alike: its .symtab, else its separate debug file's (Debian's -dbgsym and libc6-dbg, linked
+ * at the same addresses), else its .dynsym. Returns 0 with m->raw set, or -1 (dwfl must read
+ * it: a debug file without a .symtab or linked elsewhere, MiniDebugInfo, no section headers). */
+static int raw_open(mod_t *m, const char *path, uint64_t bias)
+{
+  pthread_once(&el_once, el_load);
+  Elf *e = el.begin ? map_elf(path) : NULL, *d = NULL;
+  Elf_Scn *symtab, *dynsym, *dsymtab, *ddynsym;
+  unsigned char id[64], did[64];
+  size_t nid, ndid;
+  char debug[192];
+  if (!e || find_tables(e, &symtab, &dynsym, id, &nid))
+    goto out_fail;
+  if (symtab) {
+    if (use_table(m, e, symtab, bias))
+      goto out_fail;
+    return 0;
+  }
+  if (nid && !debug_path(id, nid, debug, sizeof debug) && access(debug, F_OK) == 0) {
+    if (!(d = map_elf(debug)) || find_tables(d, &dsymtab, &ddynsym, did, &ndid) || !dsymtab ||
+        first_load(d) != first_load(e) || use_table(m, d, dsymtab, bias))
+      goto out_fail;
+    el.end(e);
+    return 0;
+  }
+  if (dynsym && !use_table(m, e, dynsym, bias))
+    return 0;
 out_fail:
+  if (d)
+    el.end(d);
   if (e)
     el.end(e);
   return -1;
