@@ -962,9 +962,15 @@ static void *writer_main(void *arg)
     record_early(); /* a host thread runs the warm start (warm_take_over), or none is due */
     warm_fleet();
   }
+  /* A program that ended before the writer got here left nothing to sample: its exit does not
+   * wait for the sampler to start (libunwind loaded, every thread armed) and stop again. */
+  pthread_mutex_lock(&mu);
+  int ended = stop;
+  pthread_mutex_unlock(&mu);
   if (!loader_unsafe) {
     pthread_mutex_lock(&loader_mu);
-    start_sampling();
+    if (!ended)
+      start_sampling();
     ag_fleet_start();
     ag_machine_start(run_info()->cpu_key);
     pthread_mutex_unlock(&loader_mu);

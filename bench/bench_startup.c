@@ -5,7 +5,7 @@
  * waitpid; the table holds the medians over rounds. Afterwards it checks that the agent left
  * no trace: its OPJIT_DB (in a scratch folder) must not exist.
  * Then what a short program that calls operators pays (bench_workload: SHORT_CALLS sgemm
- * 96x96x96 on one thread, ~30 ms): plain, and under the agent in profile and jit modes, on an
+ * 96x96x96 on one thread, ~50 ms): plain, and under the agent in profile and jit modes, on an
  * empty database (cold: deleted before each run) and on its own earlier runs' (warm); each
  * round runs every configuration once, in an order that alternates. Per configuration the
  * medians of the per-round differences to the plain run: the whole process, up to main (the
@@ -29,7 +29,7 @@
 
 #define GOAL_US 1000.0         /* what the agent may add to a process's start-up */
 enum { WARMUP_ROUNDS = 2 };    /* untimed rounds: they warm the page cache */
-enum { SHORT_CALLS = 300 };    /* the short program's calls */
+enum { SHORT_CALLS = 500 };    /* the short program's calls */
 enum { WARM_RUNS = 3 };        /* runs that fill a warm configuration's database, untimed */
 
 typedef struct cmd_s {
