@@ -1,7 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # Builds opjit and runs its benchmarks: the agent's pass-through cost per BLAS call
-# (bench_passthrough), its start-up cost per process (bench_startup), the sampler's cost to a
+# (bench_passthrough), its start-up cost per process and a short program's start and exit
+# (bench_startup), what naming a short program's samples costs its exit (bench_symbols), the sampler's cost to a
 # BLAS-bound process (bench_sampling: no agent, SAMPLE_HZ=0, the default rate and 1000 Hz,
 # plus a check from the databases that sampling happened), what a sample costs threads in
 # lock-step by mechanism (bench_lockstep), the JIT's small GEMMs side by side
@@ -27,7 +28,7 @@ build=${BUILD_DIR:-build}
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOPJIT_BUILD_TESTS=OFF >/dev/null ||
   exit 1
 # Only what the benchmarks need (they depend on the agent and the store module).
-cmake --build "$build" -j"$(nproc)" --target bench_passthrough bench_startup \
+cmake --build "$build" -j"$(nproc)" --target bench_passthrough bench_startup bench_symbols \
   bench_sampling bench_lockstep bench_jit bench_warm bench_smallgemm >/dev/null || exit 1
 # bench_ggml exists when llama.cpp's libraries are installed (scripts/deps.sh).
 cmake --build "$build" -j"$(nproc)" --target bench_ggml >/dev/null 2>&1 || true
@@ -40,6 +41,9 @@ echo "== bench_passthrough"
 echo
 echo "== bench_startup"
 "$build/bench_startup" ${2:-} || status=1
+echo
+echo "== bench_symbols"
+"$build/bench_symbols" || status=1
 echo
 echo "== bench_sampling"
 "$build/bench_sampling" ${3:-} || status=1
