@@ -207,6 +207,14 @@ int h_sanitized(void)
 #endif
 }
 
+void h_skip_threaded_fork_under_asan(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+  cr_skip_test("ASan's runtime is not fork-safe in a threaded host (its quarantine lock, its "
+               "stack poison): the plain suite runs this test");
+#endif
+}
+
 void h_setup_jit(void)
 {
   struct stat st;

@@ -55,6 +55,13 @@ void h_exec(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * a program's life, and what follows from that, is the plain suite's to check. */
 int h_sanitized(void);
 
+/* Skips the test in an ASan build: there a fork child of a threaded host (the agent's threads
+ * running) can inherit gcc 12's ASan allocator quarantine lock as a parent thread held it (the
+ * child's first free() spun on it for ever), or start a thread on a parent thread's reclaimed
+ * stack with its scope poison kept (a false stack-use-after-scope report). The plain suite runs
+ * these tests. */
+void h_skip_threaded_fork_under_asan(void);
+
 /* h_setup for the JIT's tests: skips the test when the JIT module was not built. */
 void h_setup_jit(void);
 

@@ -143,6 +143,7 @@ Test(sampling, sample_hz_zero_turns_it_off)
 
 Test(sampling, a_fork_child_samples_its_own_run)
 {
+  h_skip_threaded_fork_under_asan();
   const char *env[] = {"OPJIT_SAMPLE_HZ=1000", NULL};
   run_ok("fork", 1, env, (const char *[]){H_HOST_PROG, "forkratio", "1500", NULL});
   cr_assert(strstr(h_output("fork", "out"), "child 0"), "%s", h_output("fork", "out"));

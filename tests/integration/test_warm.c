@@ -234,6 +234,7 @@ Test(warm, two_processes_of_one_program_both_extend_its_profile)
 
 Test(warm, a_fork_child_of_a_warm_process_compiles_its_own_signatures)
 {
+  h_skip_threaded_fork_under_asan();
   sweep("first", env, "10", "30", "21");
   int64_t stored = objects();
   cr_assert_gt(stored, 3);
