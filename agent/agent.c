@@ -1509,6 +1509,7 @@ static void atfork_child(void)
   if (fork_loader_held) {
     pthread_mutex_unlock(&loader_mu);
   } else { /* the loader's state is the parent's writer's, half changed: touch none of it */
+    pthread_mutex_init(&loader_mu, NULL); /* else each fork of this child waits 1 s for it */
     loader_unsafe = 1;
     if (!store_dead) {
       store_dead = 1;
