@@ -184,8 +184,10 @@ static bool no_progress(float progress, void *ud)
 static void settle(void)
 {
   int (*fn)(long) = (int (*)(long))dlsym(RTLD_DEFAULT, "opjit_settle");
-  if (fn)
-    fn(300000);
+  if (fn && fn(300000) == 1) {
+    fprintf(stderr, "llama_prog: the JIT did not settle within 5 minutes\n");
+    exit(1);
+  }
 }
 
 static int run_model(const char *path, int n_prompt, int n_gen, int threads, int rounds,
