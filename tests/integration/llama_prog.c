@@ -190,6 +190,19 @@ static void settle(void)
   }
 }
 
+/* The greedy token of a step's vocab logits (the first of the largest); adds the logits to
+ * *sum and their magnitudes to *abs_sum. */
+static int greedy(const float *logits, int vocab, double *sum, double *abs_sum)
+{
+  int best = 0;
+  for (int v = 0; v < vocab; v++) {
+    *sum += logits[v], *abs_sum += fabs(logits[v]);
+    if (logits[v] > logits[best])
+      best = v;
+  }
+  return best;
+}
+
 static int run_model(const char *path, int n_prompt, int n_gen, int threads, int rounds,
                      int settle_at)
 {
@@ -234,12 +247,7 @@ static int run_model(const char *path, int n_prompt, int n_gen, int threads, int
     printf("tokens");
     for (int g = 0; g < n_gen; g++) {
       const float *logits = llama_get_logits_ith(lc, -1);
-      int best = 0;
-      for (int v = 0; v < vocab; v++) {
-        sum += logits[v], abs_sum += fabs(logits[v]);
-        if (logits[v] > logits[best])
-          best = v;
-      }
+      int best = greedy(logits, vocab, &sum, &abs_sum);
       double z = 0; /* softmax, as node-llama-cpp reports it: sum of id times probability */
       for (int v = 0; v < vocab; v++)
         z += exp((double)logits[v] - logits[best]);
@@ -303,13 +311,7 @@ static void *pair_run(void *arg)
       return NULL;
     }
     for (int g = 0; g < p->n_gen; g++) {
-      const float *logits = llama_get_logits_ith(lc, -1);
-      int best = 0;
-      for (int v = 0; v < vocab; v++) {
-        sum += logits[v], abs_sum += fabs(logits[v]);
-        if (logits[v] > logits[best])
-          best = v;
-      }
+      int best = greedy(llama_get_logits_ith(lc, -1), vocab, &sum, &abs_sum);
       len += snprintf(p->out + len, sizeof p->out - (size_t)len, " %d", best);
       toks[p->n_prompt + g] = best;
       if (llama_decode(lc, llama_batch_get_one(&toks[p->n_prompt + g], 1))) {
