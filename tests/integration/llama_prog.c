@@ -334,8 +334,9 @@ static void *pair_run(void *arg)
 static int run_pair(const char *path0, const char *path1, int n_prompt, int n_gen, int threads,
                     int repeats)
 {
-  if (n_prompt < 1 || n_gen < 1 || n_prompt + n_gen > 4096 || repeats < 1) {
-    fprintf(stderr, "llama_prog: pair: PROMPT + GEN within 2..4096, REPEATS >= 1\n");
+  /* GEN <= 512: a tokens line of ids below a million fits pair_t.out */
+  if (n_prompt < 1 || n_gen < 1 || n_gen > 512 || n_prompt + n_gen > 4096 || repeats < 1) {
+    fprintf(stderr, "llama_prog: pair: PROMPT + GEN within 2..4096, GEN <= 512, REPEATS >= 1\n");
     return 1;
   }
   llama_log_set(quiet_log, NULL);
