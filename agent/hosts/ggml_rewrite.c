@@ -14,15 +14,33 @@
 
 #define GCACHE_MAX 32
 static gg_cache_t gcache[GCACHE_MAX];
-static _Atomic int gcache_pins[GCACHE_MAX]; /* each entry's readers (ggml_host.h, pins) */
+/* Each entry's readers (ggml_host.h, pins), counted on PIN_STRIPES lines: a thread counts on
+ * its own stripe, so the threads of a computation, which pin at each node at about the same
+ * moment, do not pass one cache line between them (a host's 8 or 16 threads would); the owner
+ * reads them all. */
+#define PIN_STRIPES 8
+static struct {
+  _Alignas(64) _Atomic int n;
+} gcache_pins[GCACHE_MAX][PIN_STRIPES];
+static _Atomic unsigned pin_stripes_given;
+static AG_TLS int tl_stripe = -1;
 static int gcache_next; /* the slot a new graph takes (round robin) */
 pthread_mutex_t gg_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* This thread's pin count of c (the thread's stripe, given round robin on its first pin). */
+static _Atomic int *pins_of(const gg_cache_t *c)
+{
+  if (ag_unlikely(tl_stripe < 0))
+    tl_stripe =
+        (int)(atomic_fetch_add_explicit(&pin_stripes_given, 1, memory_order_relaxed) % PIN_STRIPES);
+  return &gcache_pins[c - gcache][tl_stripe].n;
+}
 
 /* Sequentially consistent, as the owner's clear of *pub and its read of the pins: a reader
  * either sees the clear or is seen by gg_unpinned. */
 gg_cache_t *gg_pin_slow(gg_cache_t *_Atomic *pub, gg_cache_t *c)
 {
-  _Atomic int *pins = &gcache_pins[c - gcache];
+  _Atomic int *pins = pins_of(c);
   atomic_fetch_add(pins, 1);
   if (atomic_load(pub) == c) {
     if (ag_unlikely(gg_test != NULL) && gg_test->pinned)
@@ -36,13 +54,14 @@ gg_cache_t *gg_pin_slow(gg_cache_t *_Atomic *pub, gg_cache_t *c)
 void gg_unpin(gg_cache_t *c)
 {
   if (c)
-    atomic_fetch_sub_explicit(&gcache_pins[c - gcache], 1, memory_order_release);
+    atomic_fetch_sub_explicit(pins_of(c), 1, memory_order_release);
 }
 
 void gg_unpinned(const gg_cache_t *c)
 {
-  while (atomic_load(&gcache_pins[c - gcache]) != 0)
-    sched_yield(); /* a reader between its pin and its unpin: a lookup, unless preempted */
+  for (int k = 0; k < PIN_STRIPES; k++)
+    while (atomic_load(&gcache_pins[c - gcache][k].n) != 0)
+      sched_yield(); /* a reader between its pin and its unpin: a lookup, unless preempted */
 }
 
 const gg_fusion_t *gg_custom_record(const struct ggml_tensor *dst)
