@@ -278,6 +278,7 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
   if (ag_unlikely(atomic_load_explicit(&warm_untaken, memory_order_relaxed)))
     warm_take_over();
   if (hooked) { /* a plain timed call; a burst in progress on this thread goes on */
+    ag_tl.resume = 0;
     ag_tl.tick = ag_tl.burst > 0 ? 0 : draw_gap();
     c->t0 = ag_now_ns();
     return;
@@ -296,7 +297,8 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
         c->t0 = ag_now_ns(); /* warm: the signature already ran in this burst */
         return;
       }
-    } else if (n == 1) {
+    } else if (n == 1 || atomic_load_explicit(&e->best_ns, memory_order_relaxed) >=
+                             AG_LONG_CALL_NS) { /* a long call is timed every time (agent.h) */
       c->t0 = ag_now_ns();
     }
     if (last)
@@ -305,6 +307,12 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
   }
   if (ag_tl.nbt)
     burst_flush();
+  if (ag_tl.resume > 0) { /* after a long call: its gap, counted already, goes on */
+    ag_tl.tick = ag_tl.resume;
+    ag_tl.resume = 0;
+    c->t0 = ag_now_ns();
+    return;
+  }
   if (!ag_tl.burst_len) { /* the thread's first pick: its first burst comes a period later */
     ag_tl.burst_len = BURST_LEN;
     ag_tl.to_burst = BURST_LEN * AG_CMP_BURST_EVERY / 2 +
@@ -325,6 +333,18 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
     }
   }
   c->t0 = ag_now_ns();
+}
+
+void ag_call_long(const ag_call_t *c)
+{
+  const ag_host_t *host = ag_host_of(c->e->key.host);
+  if (!host || !(host->traits & AG_HOST_DUELS))
+    return;
+  if (ag_tl.burst <= 0 && ag_tl.tick > 1) {
+    ag_tl.resume = ag_tl.tick - 1;
+    ag_tl.tick = 1;
+  }
+  ag_tier_long_timed(c->e);
 }
 
 void *ag_call_pair(ag_call_t *c, void *v)
@@ -359,6 +379,7 @@ void ag_call_pair_timed(const ag_call_t *c, uint64_t dt)
     atomic_fetch_add_explicit(&e->timed, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&e->timed_ns, dt, memory_order_relaxed);
   }
+  ag_entry_orig_best(e, dt);
   ag_tier_pair(e, AG_CMP_PAIR_ORIG, dt);
 }
 

@@ -72,6 +72,8 @@ typedef struct ag_thread_s {
                                 run the original (random, so a periodic call pattern cannot
                                 alias with it) */
   int32_t tick;              /* counted calls until the next timed one (ag_call_pick) */
+  int32_t resume;            /* > 0: the rest of a gap a long call cut short (ag_call_long),
+                                taken up by the next pick without counting toward a burst */
   int32_t burst;             /* calls left in this thread's original burst (compare.h): while
                                 > 0, every call runs its original and comes to ag_call_pick */
   int32_t to_burst;          /* counted calls until the next burst */
@@ -177,6 +179,18 @@ enum { AG_ORIG_BURST = 1, AG_ORIG_PAIR, AG_VARIANT_PAIR };
  * a host judges its kernels in rounds of its own. Out of line: the common call pays one
  * decrement. */
 void ag_call_pick(ag_call_t *c, uint64_t n, int hooked);
+
+/* A call this long (ns) is timed every time on a host that duels its kernels (ag_call_long):
+ * two clock reads cost well under 0.1 % of it, and the tiers weigh a long call's library on its
+ * fastest call (tier.c, policy.h), which a few timings a run would leave to chance. */
+#define AG_LONG_CALL_NS 100000u
+
+/* A timed call of c->e (not a burst's or a pair's) took AG_LONG_CALL_NS or more: on a host that
+ * duels, the thread's next call is timed too, and the rest of its gap is taken up by the pick
+ * after that (ag_tl.resume), so the calls counted toward the next burst stay as they were; a
+ * signature waiting for such timings is asked again (tier.h, ag_tier_long_timed). Out of line:
+ * such calls are long. */
+void ag_call_long(const ag_call_t *c);
 
 /* A burst's warm original call of c->e took dt ns (out of line: bursts are rare). */
 void ag_call_burst_timed(const ag_call_t *c, uint64_t dt);
@@ -319,10 +333,14 @@ static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
     uint64_t n = atomic_load_explicit(tc, memory_order_relaxed);
     if (!n && !c->variant)
       atomic_store_explicit(&e->first_ns, dt, memory_order_relaxed);
+    if (!c->variant)
+      ag_entry_orig_best(e, dt);
     if (!ag_timing_outlier(n, atomic_load_explicit(tn, memory_order_relaxed), dt)) {
       atomic_fetch_add_explicit(tc, 1, memory_order_relaxed);
       atomic_fetch_add_explicit(tn, dt, memory_order_relaxed);
     }
+    if (ag_unlikely(dt >= AG_LONG_CALL_NS))
+      ag_call_long(c);
   }
   ag_tl.depth--;
 }

@@ -88,3 +88,11 @@ int ag_policy_library_wins(double flops, double call_ns, double peak_gflops)
   return flops > 0 && call_ns > 0 && peak_gflops > 0 &&
          flops / call_ns >= AG_POLICY_LIB_SHARE * peak_gflops;
 }
+
+enum ag_long ag_policy_long_call(double flops, double best_ns, uint64_t timed,
+                                 double peak_gflops)
+{
+  if (ag_policy_library_wins(flops, best_ns, peak_gflops))
+    return AG_LONG_LIBRARY;
+  return timed < AG_POLICY_LONG_TIMINGS ? AG_LONG_WAIT : AG_LONG_KERNEL;
+}

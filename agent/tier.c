@@ -99,6 +99,8 @@ static uint8_t *demoted;
 static uint8_t *prepared; /* per entry: shapes[] and ag_vrun[] hold its problem (cq locked) */
 static float *duel_won; /* per entry: the median ratio of the duel its variant won (0: none) */
 static float *prof_ns;  /* per entry: its original's mean call in earlier runs (0: unknown) */
+static _Atomic uint8_t *long_wait; /* per entry: 1 while hot but waiting for its calls' timings
+                                      (library_wins, ag_tier_long_timed) */
 static pthread_mutex_t cmp_mu = PTHREAD_MUTEX_INITIALIZER;
 static int fault_reps; /* OPJIT_TEST_FAULT=slow: 16 (the variant's pair timings x16), fast: -16 */
 _Atomic int ag_tier_live;
@@ -721,7 +723,7 @@ static void watch_speed(void)
   awaiting_verdict = awaiting;
 }
 
-static void enqueue(ag_entry_t *e, const char *why);
+static void enqueue(ag_entry_t *e, const char *why, int at_call);
 
 /* A compile thread (cqueue.h) starts. */
 static void compile_begin(void *ctx)
@@ -797,7 +799,7 @@ static long compile_between(void *ctx)
   int nagain = ag_cc_undefer(&cache, again, 64);
   pthread_mutex_unlock(&code_mu);
   for (int k = 0; k < nagain; k++)
-    enqueue(ag_table_entry(ag_table, again[k]), "room in the code cache again");
+    enqueue(ag_table_entry(ag_table, again[k]), "room in the code cache again", 0);
   /* The judge looks every 20 ms while a variant awaits its verdict, called or not yet (a short
    * program must get its verdicts, the bursts' rate must come down, and a rare signature's
    * pairs must start, within its run), else every 200 ms. */
@@ -815,11 +817,11 @@ static int payback_applies(const ag_entry_t *e)
 
 /* Queues e as enqueue does; pb 2 (a size class's trial, policy.h): the trial is taken once the
  * compile is queued, and another thread that took it first keeps e cold. */
-static void enqueue_counted(ag_entry_t *e, const char *why, int pb)
+static void enqueue_counted(ag_entry_t *e, const char *why, int pb, int at_call)
 {
   if (pb == 2 && !ag_policy_take_trial(&policy, size_class(e)))
     return;
-  enqueue(e, why);
+  enqueue(e, why, at_call);
 }
 
 /* Whether spent_ns of e's time repays compiling its kernel (policy.h), charged the machine
@@ -924,7 +926,7 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n)
   }
   snprintf(why, sizeof why, "hot after %llu calls%s%s", (unsigned long long)n, *test ? ": " : "",
            test);
-  enqueue_counted(e, why, pb);
+  enqueue_counted(e, why, pb, 1);
 }
 
 void ag_tier_sampled(ag_entry_t *e, double cpu_ns)
@@ -944,7 +946,7 @@ void ag_tier_sampled(ag_entry_t *e, double cpu_ns)
   }
   ag_policy_words(&f.t, test, sizeof test);
   snprintf(why, sizeof why, "hot: %.1f ms of sampled CPU time: %s", cpu_ns / 1e6, test);
-  enqueue_counted(e, why, pb);
+  enqueue_counted(e, why, pb, 0);
 }
 
 /* The per-entry arrays, made when the tiers take their first signature; cq locked. */
@@ -965,11 +967,12 @@ static int arrays(void)
     demoted = calloc(ag_tcount_capacity, sizeof *demoted);
     duel_won = calloc(ag_tcount_capacity, sizeof *duel_won);
     prof_ns = calloc(ag_tcount_capacity, sizeof *prof_ns);
+    long_wait = calloc(ag_tcount_capacity, sizeof *long_wait);
     const char *fault = getenv("OPJIT_TEST_FAULT"); /* fault injection for the tests only */
     fault_reps = !fault ? 0 : !strcmp(fault, "slow") ? 16 : !strcmp(fault, "fast") ? -16 : 0;
   }
   return shapes && ag_vrun && objects.slots && cmps && cmp_rev && cmp_stored && watched_calls &&
-         watched_ns && pub_calls && demoted && duel_won && prof_ns && prepared;
+         watched_ns && pub_calls && demoted && duel_won && prof_ns && long_wait && prepared;
 }
 
 /* Whether the per-entry arrays exist (made now if not), cq taken for it. */
@@ -1035,17 +1038,28 @@ static double orig_mean_ns(ag_entry_t *e)
 
 /* For prepared entry e's calls (orig_mean_ns) when they are too long for the duel before
  * publication (DUEL_MAX_NS), in the kernels of hosts that duel: 1 when the library already runs
- * them as fast as a kernel could (policy.h, ag_policy_library_wins, against the measured peak of
- * the JIT's vector width), 2 while the machine model is not loaded yet (on a thread of its
- * own), else 0 (a model without that peak leaves it to the duel and the judge); no (len bytes)
- * gets why. cq locked. */
-static int library_wins(ag_entry_t *e, char *no, size_t len)
+ * them as fast as a kernel could (policy.h, ag_policy_long_call: its fastest call, timed this run
+ * or earlier runs' mean, against the measured peak of the JIT's vector width), 2 while that
+ * cannot be said yet (no call timed, so their length is unknown; the machine model is not
+ * loaded, on a thread of its own; too few calls timed) or, asked off a call of e (at_call 0: the
+ * writer's sampled time, the warm start), until its next call (ag_tier_long_timed): a few long
+ * calls often end before the writer finds them hot, and a kernel compiled then serves none, is
+ * never verified nor stored, and is compiled again every run; else 0 (a model without that peak leaves it to the duel and the judge); no (len
+ * bytes) gets why. cq locked. */
+static int library_wins(ag_entry_t *e, int at_call, char *no, size_t len)
 {
   const ag_host_t *host = ag_host_of(e->key.host);
   const jt_gemm_t *g = &shapes[e->index];
   double call_ns = orig_mean_ns(e);
-  if (call_ns <= 0 || !host || !(host->traits & AG_HOST_DUELS) ||
-      ag_duel_need_ns((uint64_t)call_ns) <= DUEL_MAX_NS)
+  if (!host || !(host->traits & AG_HOST_DUELS))
+    return 0;
+  if (call_ns <= 0) { /* its calls so far came while a duel ran (agent.h, ag_call_end) */
+    snprintf(no, len, "no call of it timed yet, so its length is unknown (a call too long "
+             "for the duel is weighed against its library first)");
+    atomic_store(&long_wait[e->index], 1);
+    return 2;
+  }
+  if (ag_duel_need_ns((uint64_t)call_ns) <= DUEL_MAX_NS)
     return 0;
   /* a SYRK computes one triangle of its n x n result, n (n + 1) / 2 dot products of K */
   double flops = g->syrk ? (double)g->m * (g->m + 1) * g->k
@@ -1056,17 +1070,40 @@ static int library_wins(ag_entry_t *e, char *no, size_t len)
              "against which its library is weighed", call_ns / 1e6);
     return 2;
   }
-  if (!ag_policy_library_wins(flops, call_ns, peak))
+  if (peak <= 0)
     return 0;
-  snprintf(no, len, "the library runs it at %.0f GF/s, %.0f%% of one core's measured peak "
-           "(%.0f GF/s): a single-threaded kernel would not repay its compile", flops / call_ns,
-           100 * flops / call_ns / peak, peak);
+  /* every call this long is timed (agent.h, AG_LONG_CALL_NS) */
+  double best = (double)atomic_load_explicit(&e->best_ns, memory_order_relaxed);
+  if (prof_ns[e->index] > 0 && (best <= 0 || prof_ns[e->index] < best))
+    best = prof_ns[e->index];
+  uint64_t timed = atomic_load_explicit(&e->timed, memory_order_relaxed);
+  switch (ag_policy_long_call(flops, best, timed, peak)) {
+  case AG_LONG_KERNEL:
+    if (at_call)
+      return 0;
+    snprintf(no, len, "a call this long (%.2f ms, its library at %.0f GF/s at its fastest) is "
+             "queued at its next call: compiled while it is called", call_ns / 1e6,
+             flops / best);
+    atomic_store(&long_wait[e->index], 1);
+    return 2;
+  case AG_LONG_WAIT:
+    snprintf(no, len, "a call this long (%.2f ms) waits for %d timed calls, its library weighed "
+             "on the fastest (%llu so far)", call_ns / 1e6, AG_POLICY_LONG_TIMINGS,
+             (unsigned long long)timed);
+    atomic_store(&long_wait[e->index], 1);
+    return 2;
+  case AG_LONG_LIBRARY:
+    break;
+  }
+  snprintf(no, len, "the library runs it at %.0f GF/s at its fastest (%.2f ms), %.0f%% of one "
+           "core's measured peak (%.0f GF/s): a single-threaded kernel would not repay its "
+           "compile", flops / best, best / 1e6, 100 * flops / best / peak, peak);
   return 1;
 }
 
 /* Queues cold entry e for compilation (NONE if it cannot be compiled); starts a compile thread
  * if the queue needs one. */
-static void enqueue(ag_entry_t *e, const char *why)
+static void enqueue(ag_entry_t *e, const char *why, int at_call)
 {
   char no[AG_REASON_LEN];
   int lib = 0;
@@ -1078,7 +1115,7 @@ static void enqueue(ag_entry_t *e, const char *why)
     decide(e, AG_STATE_WAITING, -1, "the compile queue is full: asked again at its next "
            "promotion test (%s)", why);
   } else if (!prepare(e, no, sizeof no) ||
-             (lib = library_wins(e, no, sizeof no)) == 1) {
+             (lib = library_wins(e, at_call, no, sizeof no)) == 1) {
     if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE))
       decide(e, AG_STATE_UNSUPPORTED, -1, "%s", no);
   } else if (lib == 2) { /* asked again at its next promotion test */
@@ -1089,6 +1126,19 @@ static void enqueue(ag_entry_t *e, const char *why)
     start_thread();
   }
   ag_cq_unlock(&cq);
+}
+
+void ag_tier_long_timed(ag_entry_t *e)
+{
+  if (atomic_load(&e->tier) != AG_TIER_COLD || atomic_load(&jit_dead) ||
+      atomic_load_explicit(&e->timed, memory_order_relaxed) < AG_POLICY_LONG_TIMINGS ||
+      atomic_load_explicit(&hold_hot, memory_order_relaxed) == AG_HOLD_QUEUE)
+    return;
+  ag_cq_lock(&cq);
+  int asked = shapes && atomic_exchange(&long_wait[e->index], 0);
+  ag_cq_unlock(&cq);
+  if (asked)
+    enqueue(e, "hot, asked again at a call once its library's calls were timed", 1);
 }
 
 int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns)
@@ -1156,7 +1206,7 @@ int ag_tier_settle(long ms)
 void ag_tier_queue(ag_entry_t *e, const char *why)
 {
   if (ag_hot_calls && !atomic_load(&jit_dead))
-    enqueue(e, why);
+    enqueue(e, why, 0);
 }
 
 /* The judge's rule on the rounds earlier runs pooled on e's stored kernel (compare.h): when they

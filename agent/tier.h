@@ -78,6 +78,13 @@ void ag_tier_burst(ag_entry_t *e, uint32_t n, uint64_t ns);
  * under OPJIT_HOT_CALLS. Off with OPJIT_HOT_PAYBACK=0. */
 void ag_tier_sampled(ag_entry_t *e, double cpu_ns);
 
+/* Called on a host thread after a timed call of e that took AG_LONG_CALL_NS or more (agent.h):
+ * a cold signature that was hot but waited for its calls' timings (a call too long for the duel
+ * is weighed against its library's fastest first: policy.h, ag_policy_long_call) is queued
+ * again once AG_POLICY_LONG_TIMINGS of them are timed, without waiting for its next promotion
+ * test (a few long calls may never reach one). Cheap until then. */
+void ag_tier_long_timed(ag_entry_t *e);
+
 /* ---- across runs (agent/warm.c and the writer) ---- */
 
 /* Whether a signature whose calls the profile weighs at calls (decayed: store.h, st_profile),

@@ -122,3 +122,45 @@ Test(policy, a_library_at_three_quarters_of_one_core_s_peak_leaves_a_kernel_noth
   cr_expect_eq(ag_policy_library_wins(flops, 1.05e6, 0), 0);
   cr_expect_eq(ag_policy_library_wins(flops, 0, 223), 0);
 }
+
+/* The decisions taken on a long signature's timed calls one after another, the fastest so far
+ * weighed (as tier.c does), into out[0..n). */
+static void long_calls(const double *ns, int n, double flops, double peak, enum ag_long *out)
+{
+  double best = 0;
+  for (int i = 0; i < n; i++) {
+    best = best <= 0 || ns[i] < best ? ns[i] : best;
+    out[i] = ag_policy_long_call(flops, best, (uint64_t)i + 1, peak);
+  }
+}
+
+Test(policy, a_long_call_s_library_is_weighed_on_its_fastest_call)
+{
+  double flops = 2.0 * 512 * 512 * 512, peak = 223;
+  enum ag_long d[6];
+  /* OpenBLAS's two-thread 512^3 sgemm while the other core is busy, then once not: a mean of
+   * 1.78 ms (151 GF/s, 68 % of the peak) took it for a kernel's; its 1.05 ms call keeps it */
+  const double busy[] = {2.4e6, 1.9e6, 2.2e6, 1.05e6, 2.3e6, 1.8e6};
+  long_calls(busy, 6, flops, peak, d);
+  for (int i = 0; i < 3; i++)
+    cr_expect_eq(d[i], AG_LONG_WAIT, "timing %d", i);
+  for (int i = 3; i < 6; i++)
+    cr_expect_eq(d[i], AG_LONG_LIBRARY, "timing %d", i);
+  /* its fast call first: kept at once, whatever comes after */
+  const double fast[] = {1.05e6, 2.4e6};
+  long_calls(fast, 2, flops, peak, d);
+  cr_expect_eq(d[0], AG_LONG_LIBRARY);
+  cr_expect_eq(d[1], AG_LONG_LIBRARY);
+  /* OpenBLAS on its SSE3 Prescott kernels (39 GF/s): the kernel's from the fourth timing on */
+  const double prescott[] = {7.9e6, 6.9e6, 6.8e6, 6.8e6, 7.0e6};
+  long_calls(prescott, 5, flops, peak, d);
+  cr_expect_eq(d[2], AG_LONG_WAIT);
+  cr_expect_eq(d[3], AG_LONG_KERNEL);
+  cr_expect_eq(d[4], AG_LONG_KERNEL);
+  /* OpenBLAS SkylakeX on one thread, 1.8 ms (67 %): the judge decides between it and a kernel */
+  cr_expect_eq(ag_policy_long_call(flops, 1.8e6, AG_POLICY_LONG_TIMINGS, peak), AG_LONG_KERNEL);
+  /* an unknown peak or timing never keeps the library */
+  cr_expect_eq(ag_policy_long_call(flops, 1.05e6, AG_POLICY_LONG_TIMINGS, 0), AG_LONG_KERNEL);
+  cr_expect_eq(ag_policy_long_call(flops, 0, AG_POLICY_LONG_TIMINGS, peak), AG_LONG_KERNEL);
+  cr_expect_eq(ag_policy_long_call(flops, 0, 1, peak), AG_LONG_WAIT);
+}
