@@ -278,7 +278,7 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
   if (ag_unlikely(atomic_load_explicit(&warm_untaken, memory_order_relaxed)))
     warm_take_over();
   if (hooked) { /* a plain timed call; a burst in progress on this thread goes on */
-    ag_tl.resume = 0;
+    ag_tl.chain = 0;
     ag_tl.tick = ag_tl.burst > 0 ? 0 : draw_gap();
     c->t0 = ag_now_ns();
     return;
@@ -307,11 +307,14 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
   }
   if (ag_tl.nbt)
     burst_flush();
-  if (ag_tl.resume > 0) { /* after a long call: its gap, counted already, goes on */
-    ag_tl.tick = ag_tl.resume;
-    ag_tl.resume = 0;
-    c->t0 = ag_now_ns();
-    return;
+  if (ag_tl.chain > 0) { /* after a long call (ag_call_long) */
+    ag_tl.chain--;
+    if (--ag_tl.resume > 0) { /* not the gap's timed call */
+      if (n == 1 || atomic_load_explicit(&e->best_ns, memory_order_relaxed) >= AG_LONG_CALL_NS)
+        c->t0 = ag_now_ns();
+      ag_tl.tick = ag_tl.chain > 0 ? 1 : ag_tl.resume; /* over: the gap runs on */
+      return;
+    } /* else the gap's timed call: a new gap, as below */
   }
   if (!ag_tl.burst_len) { /* the thread's first pick: its first burst comes a period later */
     ag_tl.burst_len = BURST_LEN;
@@ -330,7 +333,12 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
       ag_tl.nbt = 0;
       ag_tl.burst_saw_variant = 0;
       ag_tl.tick = 0;
+      ag_tl.chain = 0; /* a burst's calls all come here */
     }
+  }
+  if (ag_tl.chain > 0) { /* the chain goes on over the new gap */
+    ag_tl.resume = ag_tl.tick;
+    ag_tl.tick = 1;
   }
   c->t0 = ag_now_ns();
 }
@@ -340,8 +348,10 @@ void ag_call_long(const ag_call_t *c)
   const ag_host_t *host = ag_host_of(c->e->key.host);
   if (!host || !(host->traits & AG_HOST_DUELS))
     return;
-  if (ag_tl.burst <= 0 && ag_tl.tick > 1) {
-    ag_tl.resume = ag_tl.tick - 1;
+  if (ag_tl.burst <= 0) {
+    if (!ag_tl.chain)
+      ag_tl.resume = ag_tl.tick; /* the calls to the next timed one, that one included */
+    ag_tl.chain = AG_LONG_CHAIN;
     ag_tl.tick = 1;
   }
   ag_tier_long_timed(c->e);

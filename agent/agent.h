@@ -72,8 +72,10 @@ typedef struct ag_thread_s {
                                 run the original (random, so a periodic call pattern cannot
                                 alias with it) */
   int32_t tick;              /* counted calls until the next timed one (ag_call_pick) */
-  int32_t resume;            /* > 0: the rest of a gap a long call cut short (ag_call_long),
-                                taken up by the next pick without counting toward a burst */
+  int32_t chain;             /* > 0: calls left in which every call comes to ag_call_pick and
+                                a long signature's is timed (ag_call_long) */
+  int32_t resume;            /* ... meanwhile, the calls left of the gap to the next timed call
+                                (counted toward the next burst already) */
   int32_t burst;             /* calls left in this thread's original burst (compare.h): while
                                 > 0, every call runs its original and comes to ag_call_pick */
   int32_t to_burst;          /* counted calls until the next burst */
@@ -182,14 +184,19 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked);
 
 /* A call this long (ns) is timed every time on a host that duels its kernels (ag_call_long):
  * two clock reads cost well under 0.1 % of it, and the tiers weigh a long call's library on its
- * fastest call (tier.c, policy.h), which a few timings a run would leave to chance. */
+ * fastest call (tier.c, policy.h), which a few timings a run would leave to chance. A signature
+ * is long once its fastest timed call is (table.h, best_ns). */
 #define AG_LONG_CALL_NS 100000u
+#define AG_LONG_CHAIN 32 /* calls after a long one that come to ag_call_pick (ag_tl.chain) */
 
-/* A timed call of c->e (not a burst's or a pair's) took AG_LONG_CALL_NS or more: on a host that
- * duels, the thread's next call is timed too, and the rest of its gap is taken up by the pick
- * after that (ag_tl.resume), so the calls counted toward the next burst stay as they were; a
- * signature waiting for such timings is asked again (tier.h, ag_tier_long_timed). Out of line:
- * such calls are long. */
+/* A timed call of c->e took AG_LONG_CALL_NS or more, on a host that duels: the thread's next
+ * AG_LONG_CHAIN calls come to ag_call_pick (outside a burst, whose calls come anyway), which
+ * times those of long signatures and renews the chain at each; the gap to the thread's next
+ * random timing runs on meanwhile (ag_tl.resume), so the calls counted toward the next burst and
+ * the random timings stay as they were. So every call of a long signature is timed while such
+ * calls come at most AG_LONG_CHAIN calls apart, and a thread without long calls pays nothing.
+ * A signature waiting for such timings is asked again (tier.h, ag_tier_long_timed). Out of
+ * line: such calls are long. */
 void ag_call_long(const ag_call_t *c);
 
 /* A burst's warm original call of c->e took dt ns (out of line: bursts are rare). */
@@ -315,29 +322,30 @@ static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
       atomic_fetch_add_explicit(&e->vcalls, 1, memory_order_relaxed);
     }
   }
-  if (c->t0 && ag_unlikely(atomic_load_explicit(&ag_duels, memory_order_relaxed))) {
-    if (c->orig) /* not booked while a duel runs (ag_duels), nor is its burst lengthened */
-      ag_tl.burst_saw_variant = 0;
-  } else if (c->t0) {
+  if (c->t0) {
     uint64_t dt = ag_now_ns() - c->t0;
-    if (ag_unlikely(c->orig)) {
+    if (ag_unlikely(atomic_load_explicit(&ag_duels, memory_order_relaxed))) {
+      if (c->orig) /* not booked while a duel runs (ag_duels), nor is its burst lengthened */
+        ag_tl.burst_saw_variant = 0;
+      else if (!c->variant) /* nor is its mean, but a long call's fastest is (only slower) */
+        ag_entry_orig_best(e, dt);
+    } else if (ag_unlikely(c->orig)) {
       if (c->orig == AG_ORIG_BURST)
         ag_call_burst_timed(c, dt);
       else
         ag_call_pair_timed(c, dt);
-      ag_tl.depth--;
-      return;
-    }
-    _Atomic uint64_t *tc = c->variant ? &e->vtimed : &e->timed;
-    _Atomic uint64_t *tn = c->variant ? &e->vtimed_ns : &e->timed_ns;
-    uint64_t n = atomic_load_explicit(tc, memory_order_relaxed);
-    if (!n && !c->variant)
-      atomic_store_explicit(&e->first_ns, dt, memory_order_relaxed);
-    if (!c->variant)
-      ag_entry_orig_best(e, dt);
-    if (!ag_timing_outlier(n, atomic_load_explicit(tn, memory_order_relaxed), dt)) {
-      atomic_fetch_add_explicit(tc, 1, memory_order_relaxed);
-      atomic_fetch_add_explicit(tn, dt, memory_order_relaxed);
+    } else {
+      _Atomic uint64_t *tc = c->variant ? &e->vtimed : &e->timed;
+      _Atomic uint64_t *tn = c->variant ? &e->vtimed_ns : &e->timed_ns;
+      uint64_t n = atomic_load_explicit(tc, memory_order_relaxed);
+      if (!n && !c->variant)
+        atomic_store_explicit(&e->first_ns, dt, memory_order_relaxed);
+      if (!c->variant)
+        ag_entry_orig_best(e, dt);
+      if (!ag_timing_outlier(n, atomic_load_explicit(tn, memory_order_relaxed), dt)) {
+        atomic_fetch_add_explicit(tc, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(tn, dt, memory_order_relaxed);
+      }
     }
     if (ag_unlikely(dt >= AG_LONG_CALL_NS))
       ag_call_long(c);

@@ -31,7 +31,9 @@ typedef struct ag_entry_s {
   _Atomic uint64_t timed;    /* original's calls whose duration was measured */
   _Atomic uint64_t timed_ns; /* sum of the measured durations */
   _Atomic uint64_t first_ns; /* the first call's duration (a library's warm-up, often) */
-  _Atomic uint64_t best_ns;  /* the fastest timed original call, outliers included (0: none) */
+  _Atomic uint64_t best_ns;  /* the fastest timed original call, outliers and calls while a
+                                duel ran included (0: none) */
+  _Atomic uint64_t best_n;   /* ... of so many timed calls */
   _Atomic uint64_t vcalls;   /* calls the variant served (threads with counters add at exit) */
   _Atomic uint64_t vtimed, vtimed_ns;  /* variant's timed calls */
   uint64_t base_timed, base_ns;        /* original's timing when the variant was published */
@@ -61,6 +63,7 @@ static inline void ag_entry_orig_best(ag_entry_t *e, uint64_t dt)
   uint64_t best = atomic_load_explicit(&e->best_ns, memory_order_relaxed);
   if (dt && (!best || dt < best))
     atomic_store_explicit(&e->best_ns, dt, memory_order_relaxed);
+  atomic_fetch_add_explicit(&e->best_n, 1, memory_order_relaxed);
 }
 
 typedef struct ag_table_s ag_table_t;

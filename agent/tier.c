@@ -1051,9 +1051,12 @@ static int library_wins(ag_entry_t *e, int at_call, char *no, size_t len)
   const ag_host_t *host = ag_host_of(e->key.host);
   const jt_gemm_t *g = &shapes[e->index];
   double call_ns = orig_mean_ns(e);
+  double best = (double)atomic_load_explicit(&e->best_ns, memory_order_relaxed);
   if (!host || !(host->traits & AG_HOST_DUELS))
     return 0;
-  if (call_ns <= 0) { /* its calls so far came while a duel ran (agent.h, ag_call_end) */
+  if (call_ns <= 0) /* its timed calls so far came while a duel ran: their fastest */
+    call_ns = best;
+  if (call_ns <= 0) { /* none timed yet (a warm start's queue, before its first call) */
     snprintf(no, len, "no call of it timed yet, so its length is unknown (a call too long "
              "for the duel is weighed against its library first)");
     atomic_store(&long_wait[e->index], 1);
@@ -1073,10 +1076,9 @@ static int library_wins(ag_entry_t *e, int at_call, char *no, size_t len)
   if (peak <= 0)
     return 0;
   /* every call this long is timed (agent.h, AG_LONG_CALL_NS) */
-  double best = (double)atomic_load_explicit(&e->best_ns, memory_order_relaxed);
   if (prof_ns[e->index] > 0 && (best <= 0 || prof_ns[e->index] < best))
     best = prof_ns[e->index];
-  uint64_t timed = atomic_load_explicit(&e->timed, memory_order_relaxed);
+  uint64_t timed = atomic_load_explicit(&e->best_n, memory_order_relaxed);
   switch (ag_policy_long_call(flops, best, timed, peak)) {
   case AG_LONG_KERNEL:
     if (at_call)
@@ -1131,7 +1133,7 @@ static void enqueue(ag_entry_t *e, const char *why, int at_call)
 void ag_tier_long_timed(ag_entry_t *e)
 {
   if (atomic_load(&e->tier) != AG_TIER_COLD || atomic_load(&jit_dead) ||
-      atomic_load_explicit(&e->timed, memory_order_relaxed) < AG_POLICY_LONG_TIMINGS ||
+      atomic_load_explicit(&e->best_n, memory_order_relaxed) < AG_POLICY_LONG_TIMINGS ||
       atomic_load_explicit(&hold_hot, memory_order_relaxed) == AG_HOLD_QUEUE)
     return;
   ag_cq_lock(&cq);

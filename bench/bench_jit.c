@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* bench_jit: the JIT's small GEMMs side by side with OpenBLAS and LIBXSMM, in one run.
  * Six configurations of the same program (bench_jit_worker, linked against libblas.so.3;
- * OPENBLAS_NUM_THREADS=1 in every one):
+ * OPENBLAS_NUM_THREADS=1 in every one, or BENCH_BLAS_THREADS: the agent's long-call rule against
+ * a library on several threads, agent/policy.h):
  *   D  OpenBLAS on the core it picks itself (no OPENBLAS_CORETYPE): Debian's default
  *   O  OpenBLAS on its best core for this CPU, chosen from the CPU's features (AVX-512:
  *      COOPERLAKE with BF16, else SKYLAKEX; AVX2: HASWELL on Intel, ZEN on AMD), the first
@@ -138,6 +139,7 @@ static double *kcompile_ms;                /* K: compiled in the child, no agent
 static size_t nkcompile;
 static char scratch[PATH_MAX], xsmm[PATH_MAX + 32], xsmm_why[160];
 static int jit_max_dim; /* OPJIT_JIT_MAX_DIM: the workers' environment, else the agent's default */
+static char blas_threads[40] = "OPENBLAS_NUM_THREADS=1"; /* ... BENCH_BLAS_THREADS */
 /* OpenBLAS's cores: as OPENBLAS_CORETYPE names them ("" = its own choice) and as it reports
  * them at load ("Core: SkylakeX"). */
 static char coretype[NCFG][32], core[NCFG][32], best_note[256];
@@ -330,7 +332,7 @@ static int worker_start(int cfg, int s)
   const char *add[16];
   char *argv[16 + MAX_CASES];
   int na = 0, nv = 0;
-  add[na++] = "OPENBLAS_NUM_THREADS=1";
+  add[na++] = blas_threads;
   add[na++] = "OPENBLAS_VERBOSE=2";
   if (coretype[cfg][0])
     add[na++] = ct;
@@ -914,6 +916,9 @@ int main(int argc, char **argv)
   }
   const char *md = getenv("OPJIT_JIT_MAX_DIM");
   jit_max_dim = atoi(md && atoi(md) > 0 ? md : ag_opt_desc(AG_OPT_JIT_MAX_DIM)->def);
+  const char *bt = getenv("BENCH_BLAS_THREADS");
+  if (bt && atoi(bt) > 0)
+    snprintf(blas_threads, sizeof blas_threads, "OPENBLAS_NUM_THREADS=%d", atoi(bt));
   unsetenv("OPENBLAS_CORETYPE"); /* each configuration sets its own */
   make_cases(set);
   if (bn_scratch_new(scratch, sizeof scratch))
@@ -945,8 +950,8 @@ int main(int argc, char **argv)
 
   char cpu[256];
   bn_cpu_name(cpu, sizeof cpu);
-  printf("small GEMMs: ns per call and GF/s (2 n^3 / ns), one thread (OPENBLAS_NUM_THREADS=1) "
-         "on %s (widest vectors: %s)\n", cpu, ag_isa_name(machine.widest));
+  printf("small GEMMs: ns per call and GF/s (2 n^3 / ns), %s on %s (widest vectors: %s)\n",
+         blas_threads, cpu, ag_isa_name(machine.widest));
   print_peaks();
   printf("D = OpenBLAS on the core it picks itself: %s%s%s%s\n", core[CFG_D][0] ? core[CFG_D] : "?",
          coretype[CFG_D][0] ? " (forced: BENCH_DEFAULT_CORETYPE=" : "", coretype[CFG_D],
