@@ -1039,13 +1039,13 @@ static double orig_mean_ns(ag_entry_t *e)
 /* For prepared entry e's calls (orig_mean_ns) when they are too long for the duel before
  * publication (DUEL_MAX_NS), in the kernels of hosts that duel: 1 when the library already runs
  * them as fast as a kernel could (policy.h, ag_policy_long_call: its fastest call, timed this run
- * or earlier runs' mean, against the measured peak of the JIT's vector width), 2 while that
- * cannot be said yet (no call timed, so their length is unknown; the machine model is not
- * loaded, on a thread of its own; too few calls timed) or, asked off a call of e (at_call 0: the
- * writer's sampled time, the warm start), until its next call (ag_tier_long_timed): a few long
- * calls often end before the writer finds them hot, and a kernel compiled then serves none, is
- * never verified nor stored, and is compiled again every run; else 0 (a model without that peak leaves it to the duel and the judge); no (len
- * bytes) gets why. cq locked. */
+ * or earlier runs' mean, against the measured peak of the JIT's vector width); 2 while that
+ * cannot be said yet (the machine model is not loaded, on a thread of its own; too few calls
+ * timed) and, asked off a call of e (at_call 0: the writer's sampled time, the warm start),
+ * until its next call (ag_tier_long_timed): a few long calls often end before the writer finds
+ * them hot, and a kernel compiled then serves none, is never verified nor stored, and is
+ * compiled again every run; else 0 (a model without that peak leaves it to the duel and the
+ * judge); no (len bytes) gets why. cq locked. */
 static int library_wins(ag_entry_t *e, int at_call, char *no, size_t len)
 {
   const ag_host_t *host = ag_host_of(e->key.host);
@@ -1056,13 +1056,8 @@ static int library_wins(ag_entry_t *e, int at_call, char *no, size_t len)
     return 0;
   if (call_ns <= 0) /* its timed calls so far came while a duel ran: their fastest */
     call_ns = best;
-  if (call_ns <= 0) { /* none timed yet (a warm start's queue, before its first call) */
-    snprintf(no, len, "no call of it timed yet, so its length is unknown (a call too long "
-             "for the duel is weighed against its library first)");
-    atomic_store(&long_wait[e->index], 1);
-    return 2;
-  }
-  if (ag_duel_need_ns((uint64_t)call_ns) <= DUEL_MAX_NS)
+  /* none timed yet (hot at its first call's start): the duel and the judge decide */
+  if (call_ns <= 0 || ag_duel_need_ns((uint64_t)call_ns) <= DUEL_MAX_NS)
     return 0;
   /* a SYRK computes one triangle of its n x n result, n (n + 1) / 2 dot products of K */
   double flops = g->syrk ? (double)g->m * (g->m + 1) * g->k
