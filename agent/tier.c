@@ -1054,8 +1054,9 @@ static int library_wins(ag_entry_t *e, int at_call, char *no, size_t len)
   double best = (double)atomic_load_explicit(&e->best_ns, memory_order_relaxed);
   if (!host || !(host->traits & AG_HOST_DUELS))
     return 0;
-  if (call_ns <= 0) /* its timed calls so far came while a duel ran: their fastest */
-    call_ns = best;
+  if (best > 0 && (call_ns <= 0 || best < call_ns))
+    call_ns = best; /* a call whose fastest fits the duel gets one (a threaded library's call
+                       can stall for a millisecond) */
   /* none timed yet (hot at its first call's start): the duel and the judge decide */
   if (call_ns <= 0 || ag_duel_need_ns((uint64_t)call_ns) <= DUEL_MAX_NS)
     return 0;
