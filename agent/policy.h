@@ -102,10 +102,10 @@ enum ag_long { AG_LONG_KERNEL, AG_LONG_LIBRARY, AG_LONG_WAIT };
  * on several threads takes 1.0-2.4 ms for the same 512^3 float product (two threads on the Xeon
  * model 167) depending on what the other cores run, the agent's own compile thread among them,
  * while its fastest call is what it can do: so a mean below the share with a fastest call above
- * it keeps the library (the mean flipped the rule from run to run). A slow timing
- * can only hide the library's speed, never invent it, so AG_LONG_LIBRARY is taken on any
- * number of timings, AG_LONG_KERNEL only on AG_POLICY_LONG_TIMINGS or more: AG_LONG_WAIT
- * until then. Unknown figures (0) never keep the library: AG_LONG_KERNEL with enough timings. */
+ * it keeps the library (the mean flipped the rule from run to run). A slow timing can only hide
+ * the library's speed, never invent it, so AG_LONG_LIBRARY is taken on any number of timings,
+ * AG_LONG_KERNEL only on AG_POLICY_LONG_TIMINGS or more: AG_LONG_WAIT until then. Unknown
+ * figures (0) never keep the library: AG_LONG_KERNEL with enough timings. */
 enum ag_long ag_policy_long_call(double flops, double best_ns, uint64_t timed,
                                  double peak_gflops);
 
