@@ -1067,6 +1067,7 @@ static int library_wins(ag_entry_t *e, int at_call, char *no, size_t len)
   if (peak <= 0 && !ag_machine()) {
     snprintf(no, len, "a call this long (%.2f ms) waits for the machine model's FMA peak, "
              "against which its library is weighed", call_ns / 1e6);
+    atomic_store(&long_wait[e->index], 1); /* its next call asks again */
     return 2;
   }
   if (peak <= 0)

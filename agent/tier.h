@@ -79,10 +79,11 @@ void ag_tier_burst(ag_entry_t *e, uint32_t n, uint64_t ns);
 void ag_tier_sampled(ag_entry_t *e, double cpu_ns);
 
 /* Called on a host thread after a timed call of e that took AG_LONG_CALL_NS or more (agent.h):
- * a cold signature that was hot but waited for its calls' timings (a call too long for the duel
- * is weighed against its library's fastest first: policy.h, ag_policy_long_call) is queued
- * again once AG_POLICY_LONG_TIMINGS of them are timed, without waiting for its next promotion
- * test (a few long calls may never reach one). Cheap until then. */
+ * a cold signature that was hot but waited (a call too long for the duel is weighed against its
+ * library's fastest first, policy.h, ag_policy_long_call: for AG_POLICY_LONG_TIMINGS timed
+ * calls, the machine model's peak, or one of its own calls) is asked again once that many of
+ * its calls are timed, without waiting for its next promotion test (a few long calls may never
+ * reach one). Cheap until then. */
 void ag_tier_long_timed(ag_entry_t *e);
 
 /* ---- across runs (agent/warm.c and the writer) ---- */

@@ -58,9 +58,10 @@
  *            combinations for n in {8 32 64}
  *   all      every combination for every n
  *   nn       NN beta=1 only
+ *   large    NN beta=1 for n in {128 256 512}: the long-call rule's rows (agent/policy.h)
  *   nt tn tt that transposed layout only, beta 1 and 0, n in {4 8 16 32 64}
  *
- *   bench_jit [rounds [default|all|nn|nt|tn|tt [sessions]]]     (default 11 default 3)
+ *   bench_jit [rounds [default|all|nn|large|nt|tn|tt [sessions]]]     (default 11 default 3)
  * LIBXSMM_PRELOAD names a prebuilt LIBXSMM preload library; unset, bench_jit builds one with
  * LIBXSMM_TOOL (default /work/shared/tools/libxsmm-preload.sh) in its scratch folder, and
  * without one it runs without configuration X, saying why. */
@@ -166,7 +167,7 @@ static void make_cases(const char *set)
       for (int t = 0; t < 4; t++)
         for (int beta = 1; beta >= 0; beta--) {
           int nn1 = t == 0 && beta == 1;
-          if (!nn1 && strcmp(set, "nn") == 0)
+          if (!nn1 && (strcmp(set, "nn") == 0 || strcmp(set, "large") == 0))
             continue;
           if (set_t(set) >= 0) { /* one transposed layout, beta 1 and 0, n <= 64 */
             for (int i = 0; t == set_t(set) && i < NN_ALL && all_n[i] <= 64; i++)
@@ -177,7 +178,8 @@ static void make_cases(const char *set)
           const int *ns_ = full ? all_n : sub_n;
           int cnt = full ? NN_ALL : (int)(sizeof sub_n / sizeof *sub_n);
           for (int i = 0; i < cnt; i++)
-            add_case(f64, cblas, t >> 1, t & 1, beta, ns_[i]);
+            if (strcmp(set, "large") || ns_[i] >= 128)
+              add_case(f64, cblas, t >> 1, t & 1, beta, ns_[i]);
         }
 }
 
@@ -908,9 +910,11 @@ int main(int argc, char **argv)
   const char *set = argc > 2 ? argv[2] : "default";
   int sessions = argc > 3 ? atoi(argv[3]) : 3;
   if (rounds < 1 || sessions < 1 ||
-      (strcmp(set, "default") && strcmp(set, "all") && strcmp(set, "nn") && set_t(set) < 0)) {
+      (strcmp(set, "default") && strcmp(set, "all") && strcmp(set, "nn") &&
+       strcmp(set, "large") && set_t(set) < 0)) {
     fprintf(stderr,
-            "usage: %s [rounds [default|all|nn|nt|tn|tt [sessions]]]   (default 11 default 3)\n",
+            "usage: %s [rounds [default|all|nn|large|nt|tn|tt [sessions]]]   (default 11 default "
+            "3)\n",
             argv[0]);
     return 2;
   }
