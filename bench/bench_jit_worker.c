@@ -283,8 +283,8 @@ static double check(wcase_t *k, FILE *f, int tries)
 
 /* -d: makes every case hot, then waits until the agent's database shows expect signatures
  * settled: a variant past 'queued', or none to come ('unsupported': a long call its library
- * runs fast, agent/policy.h) (the writer flushes every OPJIT_FLUSH_MS). Returns 0, or -1 after a
- * timeout. */
+ * runs fast, agent/policy.h) (the writer flushes every OPJIT_FLUSH_MS), calling every case once
+ * a poll meanwhile. Returns 0, or -1 after a timeout. */
 static int wait_for_jit(wcase_t *cs, int nc, const char *db, int expect)
 {
   const char *hot_env = getenv("OPJIT_HOT_CALLS");
@@ -313,6 +313,14 @@ static int wait_for_jit(wcase_t *cs, int nc, const char *db, int expect)
     if (done >= expect) {
       fprintf(out, "jit-wait %d variants in %.0f ms\n", done, (double)(bn_now_ns() - t0) / 1e6);
       return 0;
+    }
+    /* A program goes on calling: a long call that waited for the machine model or for its
+     * timings is asked again at its next call (agent/tier.h, ag_tier_long_timed). */
+    for (int i = 0; i < nc; i++) {
+      if (alloc_case(&cs[i]))
+        return -1;
+      run(&cs[i], 1);
+      free_case(&cs[i]);
     }
     usleep(50000);
   }
