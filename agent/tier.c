@@ -827,7 +827,11 @@ static void enqueue_counted(ag_entry_t *e, const char *why, int pb, int at_call)
 /* Whether spent_ns of e's time repays compiling its kernel (policy.h), charged the machine
  * model's compile time for its kernel family on this CPU (machine.h: measured over this and
  * earlier runs) and the threads that call operators now (registered operator threads against
- * the online CPUs: a library's own thread pool is not seen). */
+ * the online CPUs: a library's own thread pool is not seen). A call too long for the duel
+ * whose fastest timed call is that long is charged as on a busy machine: such a call is what a
+ * library spreads over its own threads, which take the core the count thinks idle (the README
+ * demo's 512^3 products on a library's two threads had their kernel compiled as a first trial,
+ * published after their last call). */
 static int pays_back(const ag_entry_t *e, double spent_ns, ag_payback_t *t)
 {
   static _Atomic long ncpu;
@@ -835,6 +839,9 @@ static int pays_back(const ag_entry_t *e, double spent_ns, ag_payback_t *t)
     atomic_store_explicit(&ncpu, sysconf(_SC_NPROCESSORS_ONLN), memory_order_relaxed);
   ag_epoch_t snap[64];
   long busy = (long)ag_tcount_snapshot(snap, 64);
+  uint64_t best = atomic_load_explicit(&e->best_ns, memory_order_relaxed);
+  if (best && ag_duel_need_ns(best) > DUEL_MAX_NS)
+    busy = ncpu;
   jt_gemm_t g;
   int row;
   double ns = (double)ag_machine_compile_ns(gemm_of(&e->key, &g, &row) ? ag_problem_family(&g) : "gemm");
