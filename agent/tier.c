@@ -1141,7 +1141,7 @@ void ag_tier_long_timed(ag_entry_t *e)
       atomic_load_explicit(&hold_hot, memory_order_relaxed) == AG_HOLD_QUEUE)
     return;
   ag_cq_lock(&cq);
-  int asked = shapes && atomic_exchange(&long_wait[e->index], 0);
+  int asked = long_wait && atomic_exchange(&long_wait[e->index], 0);
   ag_cq_unlock(&cq);
   if (asked)
     enqueue(e, "hot, asked again at a call once its library's calls were timed", 1);
