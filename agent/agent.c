@@ -1502,10 +1502,11 @@ static void atfork_child(void)
   sp_after_fork_child();
   npending = 0; /* the parent's events */
   flushed_n = 0;
-  sp_agg_free(agg); /* the parent's samples */
-  agg = NULL;
-  if (fork_db_held) /* else the parent's writer may have been changing it: left as it is */
+  if (fork_db_held) { /* else the parent's writer may have been changing them: left as they are */
+    sp_agg_free(agg); /* the parent's samples */
     ag_series_free(series);
+  }
+  agg = NULL;
   series = NULL; /* the child's run has its own */
   agg_opmods = 0;
   sampling = 0;
