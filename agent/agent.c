@@ -961,11 +961,11 @@ static int writer_step(int final)
  * totals in an interval of tick_ms when none was noted yet. */
 static void final_step(long tick_ms)
 {
-  if (sampling) {
+  if (sampling)
     sp_stop();
+  pthread_mutex_lock(&db_mu); /* fork waits for the aggregation to be consistent */
+  if (sampling)
     drain_samples();
-  }
-  pthread_mutex_lock(&db_mu);
   series_note(tick_ms);
   pthread_mutex_unlock(&db_mu);
   uint64_t deadline = ag_now_ns() + (uint64_t)ag_opts.num[AG_OPT_EXIT_WAIT_MS] * 1000000u * 3 / 4;
