@@ -50,10 +50,10 @@
       "slower (0: publish untimed)")                                                         \
   OPT(JIT_THREADS, INT, "1", 1, 8, NULL,                                                     \
       "compile threads (each with its own LLVM session), started as the queue needs them")   \
-  OPT(JIT_MAX_DIM, INT, "160", 1, 4096, NULL,                                                \
-      "largest M, N or K compiled (up to the generator's 512: raise it where a library "     \
-      "runs large GEMMs below its best; a call too long for the duel is then compiled "      \
-      "only where the library's fastest call runs below 3/4 of one core's peak)")            \
+  OPT(JIT_MAX_DIM, INT, "512", 1, 4096, NULL,                                                \
+      "largest M, N or K compiled (the generator's own limit is 512; a call too long "       \
+      "for the duel is compiled only where the library's fastest call runs below 3/4 "       \
+      "of one core's peak)")                                                                 \
   OPT(VERIFY, INT, "2", 0, 1000, NULL,                                                       \
       "calls of a new variant also run on the original and compared")                        \
   OPT(WARM, BOOL, "1", 0, 1, NULL,                                                           \
