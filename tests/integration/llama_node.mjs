@@ -6,14 +6,15 @@
 //   probabilities sum S
 // (S: the sum over the decode steps of every token's probability times its id, a checksum of
 // the logits after softmax).
-//   node llama_node.mjs MODEL PROMPT GEN THREADS VOCAB [ROUNDS PAUSE_MS]
-// ROUNDS > 1 generates again from a cleared sequence, PAUSE_MS apart (time for the agent's
-// compiles to end), and fails unless every round gives the first one's tokens; the lines are
-// the last round's.
+//   node llama_node.mjs MODEL PROMPT GEN THREADS VOCAB [ROUNDS GO_FILE]
+// ROUNDS > 1 generates again from a cleared sequence once GO_FILE exists (the test creates it
+// when the agent has stored what the first round compiled: node cannot call opjit_settle), and
+// fails unless every round gives the first one's tokens; the lines are the last round's.
+import {existsSync} from "node:fs";
 const root = new URL("../../third_party/llama/node_modules/node-llama-cpp/dist/index.js", import.meta.url);
 const {getLlama} = await import(root.href);
-const [modelPath, nPrompt, nGen, threads, vocab, rounds = 1, pauseMs = 0] =
-  process.argv.slice(2).map((a, i) => (i ? +a : a));
+const [modelPath, nPrompt, nGen, threads, vocab, rounds = 1, goFile] =
+  process.argv.slice(2).map((a, i) => (i && i < 6 ? +a : a));
 const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
 const model = await llama.loadModel({modelPath});
 const context = await model.createContext({contextSize: nPrompt + nGen + 16, batchSize: nPrompt, threads});
@@ -22,7 +23,8 @@ const prompt = Array.from({length: nPrompt}, (_, i) => (i * 7919 + 13) % vocab);
 let first = null, line = "", sum = 0;
 for (let round = 0; round < rounds; round++) {
   if (round) {
-    await new Promise((done) => setTimeout(done, pauseMs));
+    while (!existsSync(goFile))
+      await new Promise((done) => setTimeout(done, 20));
     await seq.clearHistory();
   }
   const tokens = [];
