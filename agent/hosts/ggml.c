@@ -290,20 +290,20 @@ static bool forward_with(gg_forward_fn fn, gg_extra_fn xfn, const void *params,
     tc = gg_pin(&gg_timed);
     gg_span(tc, dst, fu);
   }
-  /* a custom node is booked under its implementation's signature */
-  ag_sig_t k = fu ? gg_used(fu)->book->key : gg_key_of(dst);
-  ag_call_t c;
-  if (!ag_call_begin_host(&c, &k, 1)) {
-    gg_unpin(tc);
-    return run_real(fn, xfn, params, dst);
-  }
   /* The rounds alone time the custom nodes for the judge, and the host's nodes of their
-   * records in a round (spans, barriers included, as the custom nodes' are). */
+   * records in a round (spans, barriers included, as the custom nodes' are). The pins end
+   * here, before the call's booking (a pin lasts a lookup or a span's booking: owners spin on
+   * it holding gg_cache_mu). */
   gg_cache_t *hc = tc && atomic_load(&gg_hosted) == tc ? tc : gg_pin(&gg_hosted);
   int hosted = hc && gg_member_at(hc, dst);
   if (hc != tc)
     gg_unpin(hc);
   gg_unpin(tc);
+  /* a custom node is booked under its implementation's signature */
+  ag_sig_t k = fu ? gg_used(fu)->book->key : gg_key_of(dst);
+  ag_call_t c;
+  if (!ag_call_begin_host(&c, &k, 1))
+    return run_real(fn, xfn, params, dst);
   if (fu || hosted)
     c.t0 = 0;
   c.variant = fu != NULL; /* the fused kernel serves this group */
