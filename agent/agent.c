@@ -981,8 +981,13 @@ static void *writer_main(void *arg)
   (void)arg;
   pthread_setname_np(pthread_self(), "opjit-writer");
   const char *fault = getenv("OPJIT_TEST_FAULT"); /* the tests' seam: a writer without a CPU */
-  if (fault && !strcmp(fault, "writer_stall"))
-    nanosleep(&(struct timespec){0, 200 * 1000000}, NULL); /* 10x WARM_TAKE_OVER_MS */
+  if (fault && !strcmp(fault, "writer_stall")) { /* until a host thread ran the warm start */
+    struct timespec dl = ag_deadline_after_us(CLOCK_MONOTONIC, 60 * 1000000L);
+    pthread_mutex_lock(&warm_mu);
+    while (warm_pending && pthread_cond_timedwait(&warm_cond, &warm_mu, &dl) == 0)
+      ;
+    pthread_mutex_unlock(&warm_mu);
+  }
   pthread_mutex_lock(&warm_mu);
   int warm = warm_pending && !warm_taken;
   warm_taken |= warm;

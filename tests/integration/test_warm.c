@@ -91,10 +91,11 @@ static int silent_fleet(char *fleet, size_t len)
 }
 
 /* A writer that gets no CPU (a SCHED_FIFO host thread with every other CPU taken; the seam
- * OPJIT_TEST_FAULT=writer_stall holds it 200 ms) does not leave the run on the original to its
- * end: 20 ms after the first call a host thread runs the warm start itself, once. With a fleet
- * named, that host thread places what the local database has and leaves the fleet's fetch (a
- * server that never answers: 2 s) to the writer, which tries it when it runs. */
+ * OPJIT_TEST_FAULT=writer_stall holds it until the warm start is done, 60 s at most) does not
+ * leave the run on the original to its end: 20 ms after the first call a host thread runs the
+ * warm start itself, once. With a fleet named, that host thread places what the local database
+ * has and leaves the fleet's fetch (a server that never answers: 2 s) to the writer, which tries
+ * it when it runs. */
 Test(warm, a_host_thread_runs_the_warm_start_the_writer_has_not_begun)
 {
   skip_if_sanitized();
