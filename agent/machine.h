@@ -113,6 +113,10 @@ void ag_machine_from_store(const st_machine_t *in, ag_machine_t *out);
 void ag_machine_start(const char *cpu_key);
 /* The model, or NULL until it is loaded or measured. */
 const ag_machine_t *ag_machine(void);
+/* Waits until the model is loaded or measured, ms milliseconds at most (it never is where its
+ * thread was not started: a fork child forked in the writer's loader work, see agent.c);
+ * returns 1 once it is, else 0. */
+int ag_machine_wait(long ms);
 /* The ISA level the JIT should use: the widest the CPU supports unless OPJIT_ISA asks for
  * less (or for more than it has: one warning, then the widest). Resolved at the first call. */
 int ag_machine_isa(void);

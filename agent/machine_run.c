@@ -204,6 +204,13 @@ const ag_machine_t *ag_machine(void)
   return atomic_load_explicit(&ready, memory_order_acquire) ? &model : NULL;
 }
 
+int ag_machine_wait(long ms)
+{
+  for (long i = 0; !ag_machine() && i < ms; i++)
+    usleep(1000);
+  return ag_machine() != NULL;
+}
+
 static int isa_level, isa_widest;
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 

@@ -71,8 +71,9 @@ Test(jit, large_shapes_get_kernels_that_match_the_reference)
   /* every signature was queued but those no kernel can take (alpha = 0, the generator's own
    * limits): none was refused for OPJIT_JIT_MAX_DIM. A call too long for the duel is queued
    * only once 4 of its calls are timed (agent/policy.h, ag_policy_long_call): every call of
-   * such a signature is timed, a duel running or not (agent/agent.h, ag_call_long), so each is
-   * asked again by its 4th call of 6 whatever the load */
+   * such a signature is timed, a duel running or not (agent/agent.h, ag_call_long), and
+   * jit_prog's settle after the first pass waits for the machine model the rule weighs the
+   * library on, so each is asked again by its 4th call of 6 whatever the load */
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM run_sigs WHERE reason LIKE '%%JIT_MAX_DIM%%'"),
                0);
   cr_assert_eq(h_query(NULL, "SELECT count(DISTINCT sig_id) FROM events WHERE kind='queued'"),
