@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-void ag_events_add(ag_events_t *log, uint32_t index, int kind, const char *fmt, ...)
+void ag_events_vadd(ag_events_t *log, uint32_t index, int kind, const char *fmt, va_list ap)
 {
   pthread_mutex_lock(&log->mu);
   if (log->len == AG_EVENTS_MAX) {
@@ -21,12 +21,17 @@ void ag_events_add(ag_events_t *log, uint32_t index, int kind, const char *fmt, 
     r->time_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
     r->index = index;
     r->kind = kind;
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(r->detail, sizeof r->detail, fmt, ap);
-    va_end(ap);
   }
   pthread_mutex_unlock(&log->mu);
+}
+
+void ag_events_add(ag_events_t *log, uint32_t index, int kind, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  ag_events_vadd(log, index, kind, fmt, ap);
+  va_end(ap);
 }
 
 size_t ag_events_take(ag_events_t *log, ag_event_rec_t *out, size_t max)

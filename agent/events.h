@@ -8,6 +8,7 @@
 #define OPJIT_AGENT_EVENTS_H
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,6 +37,9 @@ typedef struct ag_events_s {
  * the log is full the event is dropped and counted (the first drop warns). Any thread. */
 void ag_events_add(ag_events_t *log, uint32_t index, int kind, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The same with the format's arguments in ap (a caller's own variadic form hands them on). */
+void ag_events_vadd(ag_events_t *log, uint32_t index, int kind, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
 
 /* Moves up to max of the oldest events into out, in the order they were added; returns how
  * many. The rest stay, oldest first. */

@@ -1188,12 +1188,10 @@ void ag_tier_crashed(ag_entry_t *e, int with_event, const char *fmt, ...)
 
 void ag_tier_event(ag_entry_t *e, int kind, const char *fmt, ...)
 {
-  char detail[AG_REASON_LEN];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(detail, sizeof detail, fmt, ap);
+  ag_events_vadd(&events, e->index, kind, fmt, ap);
   va_end(ap);
-  event(e, kind, "%s", detail);
 }
 
 int ag_tier_settle(long ms)
