@@ -183,6 +183,13 @@ int64_t h_query(const char *path, const char *fmt, ...)
   return v;
 }
 
+int h_db_has(const char *table)
+{
+  struct stat st;
+  return stat(h_db, &st) == 0 &&
+         h_query(NULL, "SELECT count(*) FROM sqlite_master WHERE name='%s'", table) == 1;
+}
+
 void h_exec(const char *fmt, ...)
 {
   char sql[2048];

@@ -43,6 +43,9 @@ int h_count_lines(const char *text, const char *needle);
 /* 1 when two files have identical bytes. */
 int h_same_file(const char *a, const char *b);
 
+/* 1 when h_db exists and has table (a test watching a running host's writer), else 0. */
+int h_db_has(const char *table);
+
 /* Runs one integer query on a database (h_db when path is NULL); -1 when there is no row. */
 int64_t h_query(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -334,7 +334,7 @@ Test(ggml, the_prompt_s_attention_runs_its_kernel_from_the_second_run)
  * the values in f16, in the steps of the f16 kernel) as the agent's f16 kernel, over 500-516
  * keys (from 512 ggml splits them between its two threads: the kernel's node takes the same
  * chunks and combines them as ggml does; the other tests' decode, over fewer keys, runs it in
- * one chunk): run 1 (two prompts 3 s apart) compiles it, self-tested, and stores it; run 2
+ * one chunk): run 1 (two prompts, the JIT settled between them) compiles it, self-tested, and stores it; run 2
  * places it and runs it on every decode step; the tokens and logits are the plain run's. A
  * kernel 1.5 times too large is caught by its first execution's check, its heads computed
  * again, and never stored: the second prompt's output is the plain run's. */
@@ -555,13 +555,11 @@ static const char *run_node(const char *tag, int agent, const char *const *env, 
   const char *argv[] = {OPJIT_NODE, OPJIT_SOURCE_DIR "/tests/integration/llama_node.mjs",
                         model32, "32", "8", "2", "1000", twice ? "2" : "1", go, NULL};
   pid_t pid = h_spawn(tag, agent, env, argv);
-  struct stat st;
   int published = 0, status, ended = 0;
   for (int i = 0; twice && i < 6000 && !published && !ended; i++) { /* 10 minutes at most */
     usleep(100000);
     ended = waitpid(pid, &status, WNOHANG) == pid; /* it failed: no point waiting */
-    if (stat(h_db, &st) == 0 &&
-        h_query(NULL, "SELECT count(*) FROM sqlite_master WHERE name='events'") == 1)
+    if (h_db_has("events"))
       published = h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON"
                                 " s.id=e.sig_id WHERE e.kind='published' AND " FUSION1) > 0;
   }
@@ -624,7 +622,8 @@ Test(ggml, fused_groups_slower_than_ggml_s_nodes_are_demoted)
    * executions of the host's own graph, 2 of the rebuilt one): the judge sees each kernel
    * slower than ggml's nodes round after round and demotes it, and its stored object goes.
    * The output stays the plain run's, whichever computed it. One thread: quicker rounds. Two
-   * prompts 3 s apart: the second runs on the compiled kernels, whatever the load. */
+   * prompts, the JIT settled between them: the second runs on the compiled kernels, whatever the
+   * load. */
   const char *argv[] = {H_LLAMA_PROG, "run", model32, "32", "100", "1", "2", NULL};
   const char *plain = run_argv("plain", 0, NULL, argv);
   const char *slow[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=1", "OPJIT_HOT_PAYBACK=0",

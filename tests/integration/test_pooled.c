@@ -88,18 +88,28 @@ Test(pooled, a_kernel_slower_on_rare_calls_is_demoted_once_its_pooled_rounds_dec
                compiled, "lost until the generator changes");
 }
 
+/* Run 1 compiles the kernels of "fast" (faster than the original); the next runs place every
+ * one of them and pool their rounds until each is kept (MAX_RUNS at most). Returns the last
+ * run; *compiled: the kernels run 1 published. */
+static int pool_fast_until_kept(int64_t *compiled)
+{
+  sweep(1, "fast", NULL);
+  *compiled = events(1, "published");
+  cr_assert_gt(*compiled, 0);
+  int run = 1;
+  while (h_query(NULL, "SELECT count(*) FROM judge_pools WHERE kept=1") < *compiled &&
+         run < MAX_RUNS) {
+    sweep(++run, "fast", NULL);
+    cr_assert_eq(events(run, "loaded"), *compiled, "run %d places every kernel", run);
+  }
+  return run;
+}
+
 Test(pooled, a_kernel_faster_on_rare_calls_is_kept_with_its_rounds_pooled)
 {
   skip_if_sanitized();
-  sweep(1, "fast", NULL);
-  int64_t compiled = events(1, "published");
-  cr_assert_gt(compiled, 0);
-  int run = 1;
-  while (h_query(NULL, "SELECT count(*) FROM judge_pools WHERE kept=1") < compiled &&
-         run < MAX_RUNS) {
-    sweep(++run, "fast", NULL);
-    cr_assert_eq(events(run, "loaded"), compiled, "run %d places every kernel", run);
-  }
+  int64_t compiled;
+  int run = pool_fast_until_kept(&compiled);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='demoted'"), 0);
   /* Every verdict came from more than one run's rounds, and stands. */
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM judge_pools WHERE kept=1 AND runs >= 2 AND"
@@ -116,13 +126,8 @@ Test(pooled, a_kernel_faster_on_rare_calls_is_kept_with_its_rounds_pooled)
 Test(pooled, a_verdict_the_pooled_rounds_reach_carries_over_at_placement)
 {
   skip_if_sanitized();
-  sweep(1, "fast", NULL);
-  int64_t compiled = events(1, "published");
-  cr_assert_gt(compiled, 0);
-  int run = 1;
-  while (h_query(NULL, "SELECT count(*) FROM judge_pools WHERE kept=1") < compiled &&
-         run < MAX_RUNS)
-    sweep(++run, "fast", NULL);
+  int64_t compiled;
+  int run = pool_fast_until_kept(&compiled);
   /* as if no watch had looked: the rounds stored, no verdict on them */
   h_exec("UPDATE judge_pools SET kept=0, judged=0");
   sweep(++run, "fast", NULL);

@@ -144,10 +144,9 @@ Test(preload, sigkill_keeps_what_was_flushed)
   const char *env[] = {"OPJIT_FLUSH_MS=50", NULL};
   pid_t pid = h_spawn("loop", 1, env, (const char *[]){H_HOST_PROG, "loop", NULL});
   int64_t calls = -1;
-  struct stat st;
   for (int i = 0; i < 2400 && calls <= 0; i++) { /* 60 s: a sanitized writer on a loaded machine */
     usleep(25000);
-    if (stat(h_db, &st) == 0 && h_query(NULL, "SELECT count(*) FROM sqlite_master WHERE name='run_sigs'") == 1)
+    if (h_db_has("run_sigs"))
       calls = h_query(NULL, "SELECT coalesce(sum(calls), 0) FROM run_sigs");
   }
   kill(pid, SIGKILL);
