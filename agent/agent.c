@@ -417,6 +417,17 @@ void *ag_resolve_slow(void *_Atomic *cache, const char *name)
 
 /* ---- writer thread ---------------------------------------------------------------------- */
 
+/* A locked or full database: the next flush retries. The first such failure of the process
+ * is said, whichever write met it (opening the database, recording the run, a flush); the
+ * retries that follow are not. */
+static void retry_later(const char *msg)
+{
+  static atomic_int said;
+  store_retry = 1;
+  if (!atomic_exchange(&said, 1))
+    ag_log(AG_LOG_WARN, "%s; will retry", msg);
+}
+
 /* Loads the store module and opens the database; sets store_dead on permanent failure. */
 static void open_store(void)
 {
@@ -446,8 +457,7 @@ static void open_store(void)
   }
   int rc = store->open(dbpath, ST_OPEN_CREATE, (int)ag_opts.num[AG_OPT_BUSY_MS], &db, err, sizeof err);
   if (rc == ST_EBUSY || rc == ST_EFULL) {
-    ag_log_once(AG_LOG_WARN, "%s; will retry", err);
-    store_retry = 1;
+    retry_later(err);
     return;
   }
   if (rc) {
@@ -464,8 +474,9 @@ static void open_store(void)
 static void write_failed(const char *what, int rc)
 {
   if (rc == ST_EBUSY || rc == ST_EFULL) {
-    ag_log_once(AG_LOG_WARN, "%s: %s; will retry", what, store->errstr(rc));
-    store_retry = 1;
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s: %s", what, store->errstr(rc));
+    retry_later(msg);
     return;
   }
   ag_log(AG_LOG_ERROR, "%s: %s: profiles are no longer recorded, the program runs unchanged",
