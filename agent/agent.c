@@ -805,7 +805,7 @@ static void write_variants(void)
     goto out;
   ag_tcount_sum(calls, vcalls, n);
   char cpu_key[336]; /* what this run's kernels are stored under (machine.h) */
-  ag_machine_object_key(run_info()->cpu_key, cpu_key, sizeof cpu_key);
+  ag_machine_object_key(run_info()->cpu_key, run_info()->cpu_flags, cpu_key, sizeof cpu_key);
   for (uint32_t i = 0; i < n; i++) {
     ag_entry_t *e = ag_table_entry(ag_table, i);
     uint32_t t = atomic_load(&e->tier);
@@ -1250,7 +1250,7 @@ static void collect_crashes(void)
   ag_crash_rec_t recs[16];
   int n = ag_crash_collect(db_path, recs, 16);
   char cpu_key[336]; /* what this machine's kernels are stored under (machine.h) */
-  ag_machine_object_key(run_info()->cpu_key, cpu_key, sizeof cpu_key);
+  ag_machine_object_key(run_info()->cpu_key, run_info()->cpu_flags, cpu_key, sizeof cpu_key);
   for (int i = 0; i < n; i++) {
     const ag_crash_rec_t *r = &recs[i];
     char detail[AG_REASON_LEN];

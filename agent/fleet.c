@@ -119,7 +119,7 @@ int ag_fleet_fetch(const ag_runinfo_t *ri)
   st_run_info_t prog = {.exe = ri->exe, .build_id = ri->build_id, .script = ri->script};
   long decay = ag_opts.num[AG_OPT_DECAY];
   int window = decay * 8 < 256 ? (int)decay * 8 : 256; /* as warm.c reads the local profile */
-  ag_machine_object_key(ri->cpu_key, fetched_cpu, sizeof fetched_cpu);
+  ag_machine_object_key(ri->cpu_key, ri->cpu_flags, fetched_cpu, sizeof fetched_cpu);
   if (api->kernels(spare, &prog, fetched_cpu, (double)decay, window, &fetched))
     ag_log(AG_LOG_WARN,
            "cannot read the fleet's profile (%s): the run starts from the local "

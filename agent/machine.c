@@ -94,6 +94,23 @@ void ag_machine_exts_format(unsigned exts, char *buf, size_t len)
     }
 }
 
+/* Whether flags (space-separated) lists name. */
+static int has_flag(const char *flags, const char *name)
+{
+  size_t n = strlen(name);
+  for (const char *p = flags; (p = strstr(p, name)) != NULL; p += n)
+    if ((p == flags || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\n' || p[n] == 0))
+      return 1;
+  return 0;
+}
+
+int ag_machine_flags_widest(const char *flags)
+{
+  if (has_flag(flags, "avx2") && has_flag(flags, "fma"))
+    return has_flag(flags, "avx512f") ? AG_ISA_AVX512 : AG_ISA_AVX2;
+  return AG_ISA_SSE2;
+}
+
 void ag_machine_cpu_key(const char *model, const char *flags, char *buf, size_t len)
 {
   snprintf(buf, len, "%s [flags %016llx]", model,

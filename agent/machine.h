@@ -120,10 +120,15 @@ int ag_machine_wait(long ms);
 /* The ISA level the JIT should use: the widest the CPU supports unless OPJIT_ISA asks for
  * less (or for more than it has: one warning, then the widest). Resolved at the first call. */
 int ag_machine_isa(void);
-/* What stored kernels are keyed by on this machine: cpu_key itself when the JIT uses the
- * widest ISA it has (OPJIT_ISA=auto), else cpu_key with " isa=<name>", so that runs with a
- * narrower OPJIT_ISA keep kernels of their own beside the default ones. */
-void ag_machine_object_key(const char *cpu_key, char *buf, size_t len);
+/* The widest ISA level a /proc/cpuinfo "flags" line claims (avx512f; avx2 and fma; else sse2). */
+int ag_machine_flags_widest(const char *flags);
+/* What stored kernels are keyed by on this machine: cpu_key (its model and /proc/cpuinfo
+ * flags) itself when the JIT uses the widest ISA those flags claim, else cpu_key with
+ * " isa=<name>": runs with a narrower OPJIT_ISA keep kernels of their own beside the default
+ * ones, and so does a process whose CPUID offers less than the kernel's flags say (valgrind
+ * hides AVX-512 from the programs it runs; /proc/cpuinfo still lists it), which must never
+ * place the wider kernels the CPU's other processes stored. */
+void ag_machine_object_key(const char *cpu_key, const char *flags, char *buf, size_t len);
 /* The measured FMA peak for a vector width (128, 256, 512) and dtype, in GFLOP/s; 0 when the
  * width is not supported or the model is not ready. */
 double ag_machine_peak_gflops(int width_bits, int f64);

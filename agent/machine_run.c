@@ -211,7 +211,7 @@ int ag_machine_wait(long ms)
   return ag_machine() != NULL;
 }
 
-static int isa_level, isa_widest;
+static int isa_level;
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 
 static void isa_resolve(void)
@@ -219,7 +219,6 @@ static void isa_resolve(void)
   ag_machine_t m;
   char why[256];
   ag_machine_detect(&m);
-  isa_widest = m.widest;
   isa_level = ag_machine_isa_choose(ag_opts.num[AG_OPT_ISA], m.exts, why, sizeof why);
   if (why[0])
     ag_log(AG_LOG_WARN, "%s", why);
@@ -231,10 +230,10 @@ int ag_machine_isa(void)
   return isa_level;
 }
 
-void ag_machine_object_key(const char *cpu_key, char *buf, size_t len)
+void ag_machine_object_key(const char *cpu_key, const char *flags, char *buf, size_t len)
 {
   pthread_once(&isa_once, isa_resolve);
-  if (isa_level == isa_widest)
+  if (isa_level == ag_machine_flags_widest(flags))
     snprintf(buf, len, "%s", cpu_key);
   else
     snprintf(buf, len, "%s isa=%s", cpu_key, ag_isa_name(isa_level));

@@ -118,7 +118,7 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
   int window = decay * 8 < 256 ? (int)decay * 8 : 256;
   st_profile_t p;
   char key[336]; /* what this run's kernels are stored under (machine.h) */
-  ag_machine_object_key(ri->cpu_key, key, sizeof key);
+  ag_machine_object_key(ri->cpu_key, ri->cpu_flags, key, sizeof key);
   int rc = store->profile(db, &prog, key, (double)decay, window, &p);
   if (rc) {
     ag_log(AG_LOG_WARN, "cannot read this program's profile (%s): the run starts cold",

@@ -157,6 +157,37 @@ Test(machine, opjit_isa_parses_and_falls_back_with_one_clear_line)
   cr_expect(strstr(why, "OPJIT_ISA='avx2'") && strstr(why, "using 'sse2'"), "%s", why);
 }
 
+/* Stored kernels are keyed by the CPU's model and /proc/cpuinfo flags, and by the ISA level
+ * too where the process uses another than the flags claim: OPJIT_ISA, or a CPUID that offers
+ * less (valgrind hides AVX-512 from its programs), so that no process places a kernel wider
+ * than it can run. */
+Test(machine, kernels_are_keyed_by_the_isa_a_process_runs_where_the_flags_claim_another)
+{
+  cr_expect_eq(ag_machine_flags_widest("fpu sse2 avx"), AG_ISA_SSE2);
+  cr_expect_eq(ag_machine_flags_widest("sse2 avx avx2"), AG_ISA_SSE2, "AVX2 without FMA");
+  cr_expect_eq(ag_machine_flags_widest("sse2 fma avx avx2 bmi2"), AG_ISA_AVX2);
+  cr_expect_eq(ag_machine_flags_widest("sse2 fma avx2 avx512_fp16 avx512bw"), AG_ISA_AVX2,
+               "no avx512f: other AVX-512 words do not count");
+  cr_expect_eq(ag_machine_flags_widest("avx512f fma avx2"), AG_ISA_AVX512);
+  cr_expect_eq(ag_machine_flags_widest("sse2 xavx2 fma"), AG_ISA_SSE2, "whole words only");
+
+  static const char *const claims[] = {"sse2", "sse2 avx fma avx2", "sse2 avx fma avx2 avx512f"};
+  int isa = ag_machine_isa(), bare = 0;
+  char want[64];
+  snprintf(want, sizeof want, "cpu [flags 1] isa=%s", ag_isa_name(isa));
+  for (int i = 0; i < 3; i++) {
+    char key[128];
+    ag_machine_object_key("cpu [flags 1]", claims[i], key, sizeof key);
+    if (ag_machine_flags_widest(claims[i]) == isa) {
+      bare++;
+      cr_expect_str_eq(key, "cpu [flags 1]", "%s", claims[i]);
+    } else {
+      cr_expect_str_eq(key, want, "%s", claims[i]);
+    }
+  }
+  cr_expect_eq(bare, 1, "exactly one claim is this process's level, %s", ag_isa_name(isa));
+}
+
 Test(machine, round_trips_through_the_store, .init = fx_setup, .fini = fx_teardown)
 {
   ag_machine_t m, back;

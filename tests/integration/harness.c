@@ -50,8 +50,8 @@ pid_t h_spawn(const char *tag, int agent, const char *const *env, const char *co
   static char dbvar[160], preload[1024];
   const char *envp[512];
   size_t n = 0;
-  for (; env && *env && n < 100; env++)
-    envp[n++] = *env;
+  for (const char *const *t = env; t && *t && n < 100; t++)
+    envp[n++] = *t;
   /* Under ASan, a host that is not ours (python3, node) is not leak-checked: it frees little at
    * exit, and what it keeps is no finding of the agent's (our hosts are checked). */
   if (*OPJIT_TEST_PRELOAD && strncmp(argv[0], OPJIT_BUILD_DIR "/", strlen(OPJIT_BUILD_DIR) + 1))
@@ -60,12 +60,23 @@ pid_t h_spawn(const char *tag, int agent, const char *const *env, const char *co
     if (strncmp(*e, "OPJIT_", 6) && strncmp(*e, "LD_PRELOAD=", 11))
       envp[n++] = *e;
   snprintf(dbvar, sizeof dbvar, "OPJIT_DB=%s", h_db);
-  envp[n++] = dbvar;
-  envp[n++] = "OPJIT_MODE=profile"; /* bit-identical outputs; the JIT tests ask for jit */
-  envp[n++] = "OPENBLAS_NUM_THREADS=1";
-  /* The final write's wait ends with the write: at the default 2 s, a writer without a CPU that
-   * long on a loaded machine (a sanitizer lane) loses the run's end, which the tests read. */
-  envp[n++] = "OPJIT_EXIT_WAIT_MS=60000";
+  /* Each default only where the test's entries leave it unset: a program that rebuilds its
+   * child's environment (valgrind) may keep the last of two entries of one name. */
+  const char *defaults[] = {
+      dbvar, "OPJIT_MODE=profile", /* bit-identical outputs; the JIT tests ask for jit */
+      "OPENBLAS_NUM_THREADS=1",
+      /* The final write's wait ends with the write: at the default 2 s, a writer without a CPU
+       * that long on a loaded machine (a sanitizer lane) loses the run's end, which the tests
+       * read. */
+      "OPJIT_EXIT_WAIT_MS=60000"};
+  for (size_t d = 0; d < sizeof defaults / sizeof *defaults; d++) {
+    size_t len = strcspn(defaults[d], "=") + 1;
+    int set = 0;
+    for (const char *const *t = env; t && *t && !set; t++)
+      set = strncmp(*t, defaults[d], len) == 0;
+    if (!set)
+      envp[n++] = defaults[d];
+  }
   if (agent) {
     /* A sanitizer's runtime first (ASan must come first in the initial library list: an
      * uninstrumented host would otherwise bind malloc to libc's). */

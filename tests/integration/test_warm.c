@@ -76,6 +76,55 @@ Test(warm, run_two_places_every_kernel_and_compiles_nothing)
   cr_assert_gt(h_query(NULL, "SELECT warm_ns FROM runs WHERE id=2"), 0);
 }
 
+/* Whether /proc/cpuinfo's flags line lists word. */
+static int cpuinfo_has(const char *word)
+{
+  char line[8192];
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  int has = 0;
+  size_t n = strlen(word);
+  while (f && !has && fgets(line, sizeof line, f))
+    if (strncmp(line, "flags", 5) == 0)
+      for (const char *p = line; !has && (p = strstr(p, word)) != NULL; p += n)
+        has = p[-1] == ' ' && (p[n] == ' ' || p[n] == '\n');
+  if (f)
+    fclose(f);
+  return has;
+}
+
+/* valgrind runs its programs on a CPU of its own, without AVX-512 (its CPUID says so), while
+ * /proc/cpuinfo still lists it: a program run under it must not place the AVX-512 kernels the
+ * machine's other runs stored (they would end it with SIGILL), but compile its own, which
+ * native runs never place either. */
+Test(warm, a_run_under_valgrind_places_no_kernel_wider_than_its_cpu_runs)
+{
+  skip_if_sanitized();
+  if (!cpuinfo_has("avx512f"))
+    cr_skip_test("needs a CPU with AVX-512, which valgrind hides from its programs");
+  if (access("/usr/bin/valgrind", X_OK) != 0)
+    cr_skip_test("needs /usr/bin/valgrind (scripts/deps.sh installs it)");
+  sweep("run1", env, "4", "30", "99");
+  int64_t compiled = events(1, "published");
+  cr_assert_gt(compiled, 0);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects WHERE symbol LIKE '%%avx512%%'"),
+               compiled, "run 1 stored AVX-512 kernels");
+
+  /* Its tool "none" runs the program on valgrind's CPU and checks nothing else. */
+  int st = h_run("vg", 1, env, (const char *[]){"/usr/bin/valgrind", "-q", "--tool=none",
+                                                H_JIT_PROG, "sweep", "4", "3", "99", NULL});
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d\n%s", st, h_output("vg", "err"));
+  cr_assert(strstr(h_output("vg", "out"), "mismatches 0"), "%s", h_output("vg", "out"));
+  cr_assert_eq(events(2, "loaded"), 0, "placed a kernel it cannot run");
+  cr_assert_eq(events(2, "crashed"), 0);
+  cr_assert_eq(events(2, "published"), compiled, "compiled its own");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects WHERE cpu LIKE '%% isa=avx2'"
+                             " AND symbol LIKE '%%avx2%%'"), compiled, "and stored them apart");
+
+  sweep("run3", env, "4", "1", "99");
+  cr_assert_eq(events(3, "loaded"), compiled, "native runs keep placing their own");
+  cr_assert_eq(events(3, "published"), 0);
+}
+
 /* A fleet server that takes connections and never answers: libpq waits its connect_timeout
  * (2 s at least) for it. Returns the listening socket; fleet gets OPJIT_FLEET naming it. */
 static int silent_fleet(char *fleet, size_t len)
