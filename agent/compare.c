@@ -128,25 +128,11 @@ int ag_cmp_sign_threshold(int n)
   return n + 1;
 }
 
-static int cmp_float(const void *a, const void *b)
-{
-  float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
-}
-
-/* The median of the last n rounds (sorted copy). */
-static double median_of(const ag_cmp_t *c, int n, float *sorted)
-{
-  memcpy(sorted, c->ratio, (size_t)n * sizeof *sorted);
-  qsort(sorted, (size_t)n, sizeof *sorted, cmp_float);
-  return n % 2 ? sorted[n / 2] : 0.5 * ((double)sorted[n / 2 - 1] + sorted[n / 2]);
-}
-
 enum ag_verdict ag_cmp_judge(ag_cmp_t *c, double *median)
 {
   int n = c->rounds < AG_CMP_ROUNDS ? (int)c->rounds : AG_CMP_ROUNDS;
-  float r[AG_CMP_ROUNDS];
-  double med = n ? median_of(c, n, r) : 0;
+  const float *r = c->ratio; /* the window: the ring holds the last n rounds */
+  double med = st_judge_median(r, (uint32_t)n);
   if (median)
     *median = med;
   if (n < AG_CMP_MIN_ROUNDS)

@@ -39,6 +39,7 @@
 #define AG_CMP_BURST_EVERY 256  /* a thread's bursts start every so many burst lengths of calls */
 #define AG_CMP_BURST_EVERY_NEW 8 /* ... of calls to signatures whose variant awaits its verdict */
 _Static_assert(ST_JUDGE_RATIOS == AG_CMP_ROUNDS, "the store keeps the judge's window");
+_Static_assert(ST_JUDGE_MIN_RATIOS == AG_CMP_MIN_ROUNDS, "the readers' figures need a verdict's");
 
 enum ag_verdict { AG_CMP_UNDECIDED = 0, AG_CMP_FASTER, AG_CMP_SLOWER,
                   AG_CMP_TIE };      /* a tie that goes to the original (see above) */

@@ -118,11 +118,19 @@ void ag_summary_collect(ag_summary_t *s, int64_t run_id, int64_t start_ns)
     double est = (double)oc * (ot ? omean : vmean) + (double)vc * (vt ? vmean : omean);
     int compared = ot >= ST_COMPARE_MIN_TIMED && vt >= ST_COMPARE_MIN_TIMED; /* store.h */
     double x = compared && vmean > 0 ? omean / vmean : 0;
+    /* Where the judge has a ratio, speedup and saving come from it, as the readers' do
+     * (store/query.h, ST_SIG_RATIO) */
+    double ratio = variant ? ag_tier_judge_ratio(i) : 0;
+    int by_ratio = ratio > 0 && vt >= ST_COMPARE_MIN_TIMED;
+    if (by_ratio)
+      x = 1 / ratio;
     s->sigs++;
     s->calls += calls[i];
     s->vcalls += vc;
     s->est_ns += est;
-    if (compared)
+    if (by_ratio)
+      s->saving_ns += (double)vc * vmean * (1 / ratio - 1);
+    else if (compared)
       s->saving_ns += (double)vc * (omean - vmean);
     count_variant(s, i, e, tier);
     ag_reason_t r;

@@ -588,6 +588,22 @@ void ag_tier_judge_stored(uint32_t i, uint32_t rev)
   pthread_mutex_unlock(&cmp_mu);
 }
 
+double ag_tier_judge_ratio(uint32_t i)
+{
+  if (!cmps)
+    return 0;
+  uint32_t t = atomic_load(&ag_table_entry(ag_table, i)->tier);
+  if (t != AG_TIER_READY && !(t == AG_TIER_DEMOTED && demoted[i] == AG_DEMOTED_TIE))
+    return 0;
+  st_judge_pool_t pool;
+  pthread_mutex_lock(&cmp_mu);
+  int stored = cmp_rev[i] == cmp_stored[i];
+  if (stored)
+    ag_cmp_save(&cmps[i], &pool);
+  pthread_mutex_unlock(&cmp_mu);
+  return stored && pool.n >= ST_JUDGE_MIN_RATIOS ? st_judge_median(pool.ratio, pool.n) : 0;
+}
+
 /* The in-run judge found e's variant faster: that is now the basis of its serving, with the
  * duel it won before publication, if any (a placed kernel had none in this run); fig: the
  * judge's figures in words (compare.h, ag_cmp_describe). */

@@ -165,6 +165,12 @@ int ag_tier_judge_pool(uint32_t i, st_judge_pool_t *out, uint32_t *rev);
  * again, they are not handed out. */
 void ag_tier_judge_stored(uint32_t i, uint32_t rev);
 
+/* Entry i's judge median ratio variant / original (store/judge.h, st_judge_median) as the
+ * database holds it — its variant serving or tied, its rounds as last stored, with a verdict's
+ * worth of them — so that the exit summary's saving is the one the readers compute
+ * (store/query.h, ST_SIG_RATIO); 0 else. */
+double ag_tier_judge_ratio(uint32_t i);
+
 /* One cold pair timing of e's call (agent.h, ag_call_variant): side is AG_CMP_PAIR_ORIG or
  * AG_CMP_PAIR_VARIANT, ns its duration (compare.h, ag_cmp_pair). */
 void ag_tier_pair(ag_entry_t *e, int side, uint64_t ns);

@@ -16,7 +16,8 @@ ins_split_t ins_split_sig_row(st_rows_t *st)
                        .otimed = st_rows_int(st, ST_SIG_TIMED),
                        .otimed_ns = st_rows_int(st, ST_SIG_TIMED_NS),
                        .vtimed = st_rows_int(st, ST_SIG_VTIMED),
-                       .vtimed_ns = st_rows_int(st, ST_SIG_VTIMED_NS)};
+                       .vtimed_ns = st_rows_int(st, ST_SIG_VTIMED_NS),
+                       .ratio = st_rows_double(st, ST_SIG_RATIO)};
 }
 
 ins_split_t ins_split_var_row(st_rows_t *st)
@@ -26,7 +27,8 @@ ins_split_t ins_split_var_row(st_rows_t *st)
                        .otimed = st_rows_int(st, ST_VAR_SIG_TIMED),
                        .otimed_ns = st_rows_int(st, ST_VAR_SIG_TIMED_NS),
                        .vtimed = st_rows_int(st, ST_VAR_TIMED),
-                       .vtimed_ns = st_rows_int(st, ST_VAR_TIMED_NS)};
+                       .vtimed_ns = st_rows_int(st, ST_VAR_TIMED_NS),
+                       .ratio = st_rows_double(st, ST_VAR_RATIO)};
 }
 
 double ins_call_mean(double est, int64_t calls, int64_t timed)
@@ -34,8 +36,16 @@ double ins_call_mean(double est, int64_t calls, int64_t timed)
   return timed > 0 && calls > 0 ? est / (double)calls : -1;
 }
 
+/* Whether the judge's ratio gives s's figures. */
+static int by_ratio(const ins_split_t *s)
+{
+  return s->ratio > 0 && s->vtimed >= ST_COMPARE_MIN_TIMED;
+}
+
 double ins_split_omean(const ins_split_t *s)
 {
+  if (by_ratio(s))
+    return (double)s->vtimed_ns / (double)s->vtimed / s->ratio;
   return s->otimed > 0 ? (double)s->otimed_ns / (double)s->otimed : -1;
 }
 
@@ -46,6 +56,8 @@ double ins_split_vmean(const ins_split_t *s)
 
 double ins_split_speedup(const ins_split_t *s)
 {
+  if (by_ratio(s))
+    return 1 / s->ratio;
   double o = ins_split_omean(s), v = ins_split_vmean(s);
   return s->otimed >= ST_COMPARE_MIN_TIMED && s->vtimed >= ST_COMPARE_MIN_TIMED && v > 0 ? o / v
                                                                                          : -1;

@@ -16,6 +16,8 @@ typedef struct ins_split_s {
   int64_t vcalls;            /* served by the variant */
   int64_t otimed, otimed_ns; /* the original library's timed calls */
   int64_t vtimed, vtimed_ns; /* the variant's timed calls */
+  double ratio;              /* the judge's median ratio variant / original (ST_SIG_RATIO),
+                                0 when it has none */
 } ins_split_t;
 
 /* The split in the current row of a query with the signature columns (ST_SIG_*, as
@@ -26,9 +28,14 @@ ins_split_t ins_split_var_row(st_rows_t *st);
 /* A signature's mean per call, its estimated time est over its calls: -1 when none of its calls
  * (timed: original and variant timings) was timed. */
 double ins_call_mean(double est, int64_t calls, int64_t timed);
+/* The original's mean: where the judge has a ratio and the variant was timed, the variant's
+ * mean / that ratio (what the original costs called warm, as in a plain run: query.h,
+ * ST_SIG_RATIO), else the mean of its timed calls. */
 double ins_split_omean(const ins_split_t *s);
 double ins_split_vmean(const ins_split_t *s);
-/* Original mean / variant mean, -1 unless each side has ST_COMPARE_MIN_TIMED timed calls. */
+/* 1 / the judge's ratio where it has one (and the variant was timed ST_COMPARE_MIN_TIMED
+ * times), else original mean / variant mean; -1 unless each side has ST_COMPARE_MIN_TIMED
+ * timed calls. */
 double ins_split_speedup(const ins_split_t *s);
 
 /* The JIT column of `top`: "jit 2.4×" (ready; "jit" before it was timed), "jit (demoted)",

@@ -15,6 +15,18 @@ struct st_rows_s {
   int last; /* the last step's SQLite code */
 };
 
+/* The judge's median ratio variant / original for the signature whose id is the SQL
+ * expression sig (NULL: none with a verdict's worth of rounds): its newest pool that has one
+ * (store/judge.h; a pool is per machine, and the newest is this machine's in a profile that
+ * one machine writes). Its rounds time both sides warm and interleaved, as a plain run would
+ * call the original, so the readers' speedups and savings come from it where it exists: the
+ * timings of the original's rare calls in a run that a variant serves are colder than a plain
+ * run's, and one late warm-up of the library (its first call in the run, say) moves their mean
+ * but not a median. */
+#define JUDGE_RATIO(sig)                                                                       \
+  "(SELECT judge_median(j.ratios) FROM judge_pools j WHERE j.sig_id = " sig                   \
+  " AND judge_median(j.ratios) IS NOT NULL ORDER BY j.updated_ns DESC LIMIT 1)"
+
 /* One text per query; the comments of query.h say what each returns. A run whose programs (or
  * machines) row is gone still shows, with NULL there: readers must not lose runs to damage. */
 static const char *const sql[ST_Q__N] = {
@@ -29,7 +41,8 @@ static const char *const sql[ST_Q__N] = {
         "WITH split AS (SELECT rs.run_id, rs.sig_id, rs.calls, rs.timed_calls AS otimed,"
         "  rs.timed_ns AS otimed_ns, min(coalesce(v.calls, 0), rs.calls) AS vcalls,"
         "  coalesce(v.timed_calls, 0) AS vtimed, coalesce(v.timed_ns, 0) AS vtimed_ns,"
-        "  v.status AS status"
+        "  v.status AS status, CASE WHEN v.status IS NOT NULL THEN " JUDGE_RATIO("rs.sig_id")
+        "  END AS ratio"
         "  FROM run_sigs rs LEFT JOIN variants v ON v.run_id = rs.run_id AND v.sig_id = rs.sig_id"
         "  WHERE ?1 = 0 OR rs.run_id = ?1),"
         " means AS (SELECT *, calls - vcalls AS ocalls,"
@@ -43,7 +56,9 @@ static const char *const sql[ST_Q__N] = {
         " (SELECT coalesce(sum(p.samples), 0) FROM run_pcs p"
         "  WHERE p.sig_id = s.id AND (?1 = 0 OR p.run_id = ?1)),"
         " sum(m.vcalls), sum(m.vtimed), sum(m.vtimed_ns),"
-        " sum(CASE WHEN m.otimed >= " ST_STR(ST_COMPARE_MIN_TIMED) " AND m.vtimed >= "
+        " sum(CASE WHEN m.ratio > 0 AND m.vtimed >= " ST_STR(ST_COMPARE_MIN_TIMED)
+        "  THEN m.vcalls * m.vmean * (1 / m.ratio - 1)"
+        "  WHEN m.otimed >= " ST_STR(ST_COMPARE_MIN_TIMED) " AND m.vtimed >= "
         ST_STR(ST_COMPARE_MIN_TIMED) " THEN m.vcalls * (m.omean - m.vmean) ELSE 0 END),"
         " (SELECT v.status FROM variants v WHERE v.sig_id = s.id AND (?1 = 0 OR v.run_id = ?1)"
         "  ORDER BY v.run_id DESC LIMIT 1),"
@@ -51,7 +66,8 @@ static const char *const sql[ST_Q__N] = {
         " (SELECT r.state FROM run_sigs r WHERE r.sig_id = s.id AND (?1 = 0 OR r.run_id = ?1)"
         "  ORDER BY r.run_id DESC LIMIT 1),"
         " (SELECT r.reason FROM run_sigs r WHERE r.sig_id = s.id AND (?1 = 0 OR r.run_id = ?1)"
-        "  ORDER BY r.run_id DESC LIMIT 1)"
+        "  ORDER BY r.run_id DESC LIMIT 1),"
+        " max(m.ratio)"
         " FROM means m JOIN signatures s ON s.id = m.sig_id"
         " GROUP BY s.id ORDER BY est DESC, sum(m.calls) DESC, s.sig",
     [ST_Q_RUN_EXISTS] = "SELECT count(*) FROM runs WHERE id = ?",
@@ -116,7 +132,7 @@ static const char *const sql[ST_Q__N] = {
         " v.calls, v.timed_calls, v.timed_ns, coalesce(rs.calls, 0),"
         " coalesce(rs.timed_calls, 0), coalesce(rs.timed_ns, 0),"
         " (SELECT count(DISTINCT w.llvm || '/' || w.cpu || '/' || w.generator) FROM variants w"
-        "  WHERE ?1 = 0 OR w.run_id = ?1), v.origin, rs.state, rs.reason"
+        "  WHERE ?1 = 0 OR w.run_id = ?1), v.origin, rs.state, rs.reason, " JUDGE_RATIO("v.sig_id")
         " FROM variants v JOIN signatures s ON s.id = v.sig_id"
         " LEFT JOIN run_sigs rs ON rs.run_id = v.run_id AND rs.sig_id = v.sig_id"
         " WHERE ?1 = 0 OR v.run_id = ?1 ORDER BY v.run_id DESC, v.calls DESC, s.sig",

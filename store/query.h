@@ -103,12 +103,19 @@ enum st_sig_col {
   ST_SIG_VTIMED,    /* the variant's timed calls */
   ST_SIG_VTIMED_NS, /* and their time */
   ST_SIG_SAVING,    /* variant calls × (original mean − variant mean) where each side has
-                       ST_COMPARE_MIN_TIMED timed calls */
+                       ST_COMPARE_MIN_TIMED timed calls; by the judge's ratio where it has one
+                       (ST_SIG_RATIO) */
   ST_SIG_STATUS,    /* the newest variant's status; NULL: none */
   ST_SIG_NVARIANTS, /* runs with a variant */
   ST_SIG_STATE,     /* the JIT state in the newest run (ST_JIT_STATES); NULL: not recorded
                        (a run of an agent older than schema 7) */
   ST_SIG_REASON,    /* why, in the words of the decision that set it; NULL likewise */
+  ST_SIG_RATIO,     /* the never-slower judge's median ratio variant / original over its
+                       pooled rounds (store/judge.h), where a variant ran and the judge has a
+                       verdict's worth of them; NULL else. Where it exists, ST_SIG_SAVING is
+                       variant calls x variant mean x (1 / ratio - 1): the original's cost as
+                       the judge's warm, interleaved rounds measure it against the variant's,
+                       not the mean of its rare (colder) calls in a run the variant serves */
 };
 
 /* The columns of ST_Q_RUN. */
@@ -192,6 +199,7 @@ enum st_var_col {
   ST_VAR_ORIGIN,    /* compiled, loaded */
   ST_VAR_STATE,     /* the signature's JIT state in the run, as ST_SIG_STATE; NULL likewise */
   ST_VAR_REASON,    /* and why */
+  ST_VAR_RATIO,     /* the judge's median ratio, as ST_SIG_RATIO */
 };
 
 /* The columns of ST_Q_EVENTS. */

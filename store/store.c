@@ -300,7 +300,7 @@ int st_migrate_to(st_db_t *db, int version)
 /* A read-only connection to an older schema reads what the newest one has: the runs' and the
  * run_sigs' newer columns (NULL, or their defaults) through views, and empty tables for what
  * came later (the sampler's before 3, the JIT's before 4, objects before 5; with variants' newer
- * columns at 4, the series before 8). query.h reads no machine table and no programs.script, so version 6's tables
+ * columns at 4, the series before 8, the judge's pools before 9). query.h reads no machine table and no programs.script, so version 6's tables
  * and 5's programs need nothing. TEMP tables and views are looked up before the file's own, shadow nothing in it and
  * vanish with the connection: every query reads every schema alike, and the file is never
  * written. */
@@ -325,12 +325,20 @@ static int read_views(sqlite3 *db, int version)
       "CREATE TEMP TABLE objects(id INTEGER PRIMARY KEY, sig_id INTEGER, cpu TEXT, llvm TEXT,"
       " generator INTEGER, symbol TEXT, checksum INTEGER, code BLOB, run_id INTEGER,"
       " created_ns INTEGER);";
-  if (version >= 8)
+  if (version >= 9)
     return ST_OK;
+  /* before 9: no judge's rounds were kept */
+  int rc = _st_exec(db, "CREATE TEMP TABLE judge_pools(sig_id INTEGER, cpu TEXT, generator INTEGER,"
+                        " symbol TEXT, runs INTEGER, rounds INTEGER, slower INTEGER,"
+                        " faster INTEGER, kept INTEGER, judged INTEGER, orig_calls INTEGER,"
+                        " orig_ns INTEGER, var_calls INTEGER, var_ns INTEGER, ratios BLOB,"
+                        " updated_ns INTEGER);");
+  if (rc || version >= 8)
+    return rc;
   /* before 8: no run has a series over time */
-  int rc = _st_exec(db, "CREATE TEMP TABLE run_series(run_id INTEGER, sig_id INTEGER,"
-                        " interval_ns INTEGER, start_ns INTEGER, calls BLOB, vcalls BLOB,"
-                        " samples BLOB);");
+  rc = _st_exec(db, "CREATE TEMP TABLE run_series(run_id INTEGER, sig_id INTEGER,"
+                    " interval_ns INTEGER, start_ns INTEGER, calls BLOB, vcalls BLOB,"
+                    " samples BLOB);");
   if (rc || version >= 7)
     return rc;
   /* before 7: no signature has a JIT state or a reason */
@@ -373,6 +381,41 @@ static int make_parent(const char *path)
     if (!(*p = c))
       return 0;
   }
+}
+
+/* Decodes a judge pool's ratios (little-endian float32, ST_JUDGE_RATIOS at most) into out;
+ * returns how many. */
+static uint32_t judge_ratios(const uint8_t *blob, int bytes, float *out)
+{
+  uint32_t n = blob && bytes > 0 ? (uint32_t)bytes / 4 : 0;
+  n = n < ST_JUDGE_RATIOS ? n : ST_JUDGE_RATIOS;
+  for (uint32_t k = 0; k < n; k++) {
+    uint32_t bits = 0;
+    for (int b = 0; b < 4; b++)
+      bits |= (uint32_t)blob[4 * k + b] << (8 * b);
+    memcpy(&out[k], &bits, 4);
+  }
+  return n;
+}
+
+/* SQL judge_median(ratios): the median of a judge pool's ratios (st_judge_median), NULL when it
+ * holds fewer than ST_JUDGE_MIN_RATIOS (no verdict's worth), or any is not a positive finite
+ * number (a damaged file: no figure rather than a wrong one). The readers' fair speedups and
+ * savings (query.h). */
+static void sql_judge_median(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+  (void)argc;
+  float r[ST_JUDGE_RATIOS];
+  uint32_t n = sqlite3_value_type(argv[0]) == SQLITE_BLOB
+                   ? judge_ratios(sqlite3_value_blob(argv[0]), sqlite3_value_bytes(argv[0]), r)
+                   : 0;
+  for (uint32_t k = 0; k < n; k++)
+    if (!(r[k] > 0 && r[k] < INFINITY))
+      n = 0;
+  if (n < ST_JUDGE_MIN_RATIOS)
+    sqlite3_result_null(ctx);
+  else
+    sqlite3_result_double(ctx, st_judge_median(r, n));
 }
 
 /* "file:PATH?immutable=1" with PATH percent-encoded where a URI needs it; 0 when it does not
@@ -443,6 +486,8 @@ int st_open(const char *path, int flags, int busy_ms, st_db_t **out, char *err, 
     return code;
   }
   sqlite3_busy_timeout(db->db, busy_ms);
+  sqlite3_create_function(db->db, "judge_median", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
+                          sql_judge_median, NULL, NULL);
   int version = 0;
   int64_t ntables = 0, ours = 0;
   if ((rc = schema_state(db->db, &version, &ntables)))
@@ -833,15 +878,7 @@ static void judge_read(sqlite3_stmt *st, int col, st_hot_t *h)
   j->o_ns = (uint64_t)sqlite3_column_int64(st, col + 5);
   j->v_n = (uint64_t)sqlite3_column_int64(st, col + 6);
   j->v_ns = (uint64_t)sqlite3_column_int64(st, col + 7);
-  const uint8_t *blob = sqlite3_column_blob(st, col + 8);
-  int bytes = sqlite3_column_bytes(st, col + 8);
-  j->n = (uint32_t)(bytes / 4) < ST_JUDGE_RATIOS ? (uint32_t)(bytes / 4) : ST_JUDGE_RATIOS;
-  for (uint32_t k = 0; k < j->n; k++) {
-    uint32_t bits = 0;
-    for (int b = 0; b < 4; b++)
-      bits |= (uint32_t)blob[4 * k + b] << (8 * b);
-    memcpy(&j->ratio[k], &bits, 4);
-  }
+  j->n = judge_ratios(sqlite3_column_blob(st, col + 8), sqlite3_column_bytes(st, col + 8), j->ratio);
   h->has_judge = 1;
 }
 

@@ -315,6 +315,76 @@ Test(top, jit_column_split_estimate_and_saving)
   proc_free(&p);
 }
 
+/* A pool of the judge's rounds on A's variant (the run's crafted means say 3×): ratios as the
+ * agent stores them (little-endian float32, oldest first), the first n of these. */
+static void craft_judge(const char *db, int n, const char *extra)
+{
+  static const float r[] = {0.5f, 0.4f, 0.6f, 0.45f, 0.55f, 0.5f, 0.52f, 0.48f, 0.7f};
+  char hex[2 * 4 * 9 + 1] = "", sql[1024];
+  for (int k = 0; k < n; k++) {
+    uint32_t bits;
+    memcpy(&bits, &r[k], 4);
+    for (int b = 0; b < 4; b++)
+      snprintf(hex + 8 * k + 2 * b, 3, "%02x", (bits >> (8 * b)) & 0xff);
+  }
+  snprintf(sql, sizeof sql,
+           "INSERT INTO judge_pools SELECT id, 'cpu', 1, 'sym', 2, %d, 0, %d, 1, %d, 0, 0, 0, 0,"
+           " X'%s%s', 1 FROM signatures WHERE name LIKE '%% 64x64x64 %%'", n, n, n, hex,
+           extra);
+  sql_exec(db, sql);
+}
+
+/* Where the judge pooled a verdict's worth of rounds on a variant, its median ratio gives the
+ * speedup, the original's mean (the variant's / the ratio) and the saving: the means of the
+ * original's rare calls in a run the variant serves are colder than a plain run's calls. */
+Test(top, the_judges_median_ratio_gives_speedup_original_and_saving)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  int64_t run = craft(db);
+  char *id = id_text(run);
+  /* 8 ratios: sorted 0.4 0.45 0.48 0.5 0.5 0.52 0.55 0.6, median 0.5 */
+  craft_judge(db, 8, "");
+  proc_t p = opjit(NULL, (const char *[]){"top", "--db", db, id, "--json", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cJSON *j = proc_json(&p);
+  const cJSON *ja = cJSON_GetObjectItem(by_m(cJSON_GetObjectItem(j, "signatures"), 64), "jit");
+  cr_expect(fabs(num(ja, "speedup") - 2.0) < 1e-6, "%g", num(ja, "speedup"));
+  cr_expect(fabs(num(ja, "original_mean_ns") - 200) < 1e-3, "%g", num(ja, "original_mean_ns"));
+  cr_expect(fabs(num(ja, "saving_ns") - 900 * 100 * (2.0 - 1)) < 1e-3, "%g",
+            num(ja, "saving_ns"));
+  cr_expect(fabs(num(cJSON_GetObjectItem(j, "jit"), "saving_ns") - (90000 - 25000)) < 1e-3,
+            "B, without a pool, keeps its means");
+  cJSON_Delete(j);
+  proc_free(&p);
+
+  p = opjit(NULL, (const char *[]){"variants", "--db", db, id, "--json", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  j = proc_json(&p);
+  const cJSON *v, *a = NULL;
+  cJSON_ArrayForEach(v, cJSON_GetObjectItem(j, "variants"))
+    if (strstr(text(v, "name"), " 64x64x64 "))
+      a = v;
+  cr_assert(a, "%s", p.out);
+  cr_expect(fabs(num(a, "speedup") - 2.0) < 1e-6, "%g", num(a, "speedup"));
+  cJSON_Delete(j);
+  proc_free(&p);
+
+  /* Fewer than a verdict's rounds, or a damaged ratio (NaN): the means, as before. */
+  for (int damaged = 0; damaged < 2; damaged++) {
+    sql_exec(db, "DELETE FROM judge_pools");
+    craft_judge(db, damaged ? 8 : 7, damaged ? "0000c07f" : "");
+    p = opjit(NULL, (const char *[]){"top", "--db", db, id, "--json", NULL});
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    j = proc_json(&p);
+    ja = cJSON_GetObjectItem(by_m(cJSON_GetObjectItem(j, "signatures"), 64), "jit");
+    cr_expect(fabs(num(ja, "speedup") - 3.0) < 1e-12, "damaged %d: %g", damaged,
+              num(ja, "speedup"));
+    cr_expect_eq(num(ja, "saving_ns"), 900 * 200);
+    cJSON_Delete(j);
+    proc_free(&p);
+  }
+}
+
 Test(top, unjitted_run_is_unchanged)
 {
   char *dir = scratch_dir(), *db = path_in(dir, "p.db");
