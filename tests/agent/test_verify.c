@@ -8,6 +8,7 @@
 
 #include <criterion/criterion.h>
 #include <fenv.h>
+#include <limits.h>
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -358,4 +359,154 @@ Test(verify, a_syrk_other_triangle_is_compared_as_bits_never_as_numbers)
   double worst = ag_verify_gemm_worst(&g, copy, c, &wi, &wj);
   cr_assert_eq(fetestexcept(FE_INVALID), 0, "a signalling NaN was loaded as a number");
   cr_assert_eq(worst, 0);
+}
+
+/* ---- Checks on scratch operands ---- */
+
+static long pad_write = LONG_MIN; /* the test kernel also writes C's buffer here, from C[0, 0] */
+static int pad_read;        /* ... and adds 0 x A's first padding element to C[0, 0] */
+
+/* The test kernel as a variant: naive's result, then the faults above. */
+static void faulty(const void *a, const void *b, void *c, double alpha, double beta)
+{
+  const jt_gemm_t *g = shape;
+  if (g->dot) {
+    double r = dot(g->f64, g->k, a, b, reversed, drop_last);
+    g->f64 ? (*(double *)c = r) : (*(float *)c = (float)r);
+  } else {
+    naive(a, b, c, alpha, beta);
+  }
+  size_t esz = g->f64 ? 8 : 4;
+  if (pad_write != LONG_MIN)
+    memset((char *)c + pad_write * (long)esz, 0, esz);
+  if (pad_read) { /* A's element just past its first column's rows */
+    long rows = g->ta ? g->k : g->m;
+    double p = g->f64 ? ((const double *)a)[rows] : ((const float *)a)[rows];
+    g->f64 ? (*(double *)c += 0 * p) : (*(float *)c += (float)(0 * p));
+  }
+}
+
+static int orig_writes_pad; /* the original writes C's element just before C[0, 0] */
+
+/* The original: naive forward, without the faults. */
+static void original(void *ctx, const void *a, const void *b, void *c, double alpha, double beta)
+{
+  const jt_gemm_t *g = ctx;
+  int r = reversed, d = drop_last, w = whole;
+  reversed = 0, drop_last = 0, whole = 0;
+  if (g->dot) {
+    double v = dot(g->f64, g->k, a, b, 0, 0);
+    g->f64 ? (*(double *)c = v) : (*(float *)c = (float)v);
+  } else {
+    naive(a, b, c, alpha, beta);
+  }
+  if (orig_writes_pad)
+    memset((char *)c - (g->f64 ? 8 : 4), 0, g->f64 ? 8 : 4);
+  reversed = r, drop_last = d, whole = w;
+}
+
+static const float one_f[1] = {1};
+
+/* ag_verify_scratch of the test kernel for case gc (b_fixed: an AXPY's [1]). */
+static int scratch(const gcase_t *gc, const void *b_fixed, ag_scratch_t *out)
+{
+  shape = &gc->g;
+  return ag_verify_scratch(&gc->g, faulty, original, (void *)&gc->g, gc->alpha, gc->beta, b_fixed,
+                           42, 64u << 20, out);
+}
+
+static const gcase_t scratch_cases[] = {
+    {{.f64 = 0, .m = 13, .n = 7, .k = 29, .lda = 15, .ldb = 29, .ldc = 16}, 1, 0},
+    {{.f64 = 1, .ta = 1, .tb = 1, .m = 9, .n = 11, .k = 64, .lda = 70, .ldb = 12, .ldc = 10,
+      .beta_class = 2},
+     0.5,
+     -0.25},
+    {{.f64 = 0, .syrk = 2, .tb = 1, .m = 12, .n = 12, .k = 30, .lda = 13, .ldb = 13, .ldc = 14,
+      .beta_class = 1},
+     -1,
+     1},
+    {{.f64 = 1, .dot = 1, .k = 300}, 0, 0},
+};
+
+Test(verify, scratch_a_correct_kernel_passes_with_its_bound)
+{
+  for (size_t t = 0; t < sizeof scratch_cases / sizeof *scratch_cases; t++) {
+    ag_scratch_t r;
+    reversed = 1;
+    int rc = scratch(&scratch_cases[t], NULL, &r);
+    reversed = 0;
+    cr_assert_eq(rc, 1, "case %zu: off by %g at C[%ld,%ld], bound %g, outside %d", t, r.worst,
+                 r.wi, r.wj, r.bound, r.outside);
+    cr_assert(isfinite(r.bound) && r.bound > 0, "case %zu", t);
+    cr_assert_eq(r.outside, 0);
+  }
+  /* an AXPY: y += alpha x [1], B the 1 every call passes */
+  gcase_t axpy = {{.m = 500, .n = 1, .k = 1, .lda = 500, .ldb = 1, .ldc = 500, .beta_class = 1},
+                  (float)0.7, 1};
+  ag_scratch_t r;
+  cr_assert_eq(scratch(&axpy, one_f, &r), 1, "off by %g, bound %g", r.worst, r.bound);
+}
+
+Test(verify, scratch_a_kernel_that_drops_a_term_fails)
+{
+  for (size_t t = 0; t < sizeof scratch_cases / sizeof *scratch_cases; t++) {
+    ag_scratch_t r;
+    drop_last = 1;
+    int rc = scratch(&scratch_cases[t], NULL, &r);
+    drop_last = 0;
+    cr_assert_eq(rc, 0, "case %zu: off by %g, bound %g", t, r.worst, r.bound);
+    cr_assert_gt(r.worst, r.bound);
+    cr_assert_eq(r.outside, 0);
+  }
+}
+
+Test(verify, scratch_a_kernel_that_writes_outside_its_result_fails_and_says_where)
+{
+  for (size_t t = 0; t < sizeof scratch_cases / sizeof *scratch_cases; t++) {
+    const jt_gemm_t *g = &scratch_cases[t].g;
+    long ldc = g->dot ? 1 : g->ldc, m = g->dot ? 1 : g->m, n = g->dot ? 1 : g->n;
+    /* C's padding below its first column (where ldc > m), just past its end, just before it */
+    long places[] = {ldc > m ? m : -1, ldc * (n - 1) + m, -1};
+    for (size_t p = 0; p < 3; p++) {
+      ag_scratch_t r;
+      pad_write = places[p];
+      int rc = scratch(&scratch_cases[t], NULL, &r);
+      pad_write = LONG_MIN;
+      cr_assert_eq(rc, 0, "case %zu: a write at %ld", t, places[p]);
+      cr_assert_eq(r.outside, 1);
+      cr_assert_eq(r.at, places[p]);
+      cr_assert(isinf(r.worst));
+    }
+  }
+  /* a SYRK that writes its other triangle */
+  ag_scratch_t r;
+  whole = 1;
+  int rc = scratch(&scratch_cases[2], NULL, &r);
+  whole = 0;
+  cr_assert_eq(rc, 0);
+  cr_assert(isinf(r.worst));
+  cr_assert_lt(r.wi, r.wj, "C[%ld,%ld] is in the upper triangle", r.wi, r.wj);
+}
+
+Test(verify, scratch_a_kernel_that_reads_the_padding_of_a_fails)
+{
+  ag_scratch_t r;
+  pad_read = 1; /* case 0: A 13 x 29 of lda 15 */
+  int rc = scratch(&scratch_cases[0], NULL, &r);
+  pad_read = 0;
+  cr_assert_eq(rc, 0);
+  cr_assert(isinf(r.worst), "NaN from the padding: off by %g", r.worst);
+  cr_assert_eq(r.outside, 0);
+}
+
+Test(verify, scratch_no_verdict_when_the_original_writes_outside_or_operands_are_too_big)
+{
+  ag_scratch_t r;
+  orig_writes_pad = 1;
+  int rc = scratch(&scratch_cases[0], NULL, &r);
+  orig_writes_pad = 0;
+  cr_assert_eq(rc, -1, "the original's fault is no verdict on the kernel");
+  shape = &scratch_cases[0].g;
+  cr_assert_eq(ag_verify_scratch(shape, faulty, original, (void *)shape, 1, 0, NULL, 42, 1024, &r),
+               -1, "over max_bytes");
 }
