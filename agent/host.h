@@ -10,6 +10,7 @@
 
 #include "duel.h"
 #include "sig.h"
+#include "verify.h"
 #include "jit/jit.h"
 #include <host_rows.h> /* AG_HOST_ROWS: every host's name, in name order (generated) */
 #include <stddef.h>
@@ -75,6 +76,14 @@ typedef struct ag_host_s {
    * rows are linked alone (the command, the unit tests). */
   int (*duel)(const ag_sig_t *key, void *variant, int swapped, int reps, uint64_t budget_ns,
               ag_duel_result_t *out);
+  /* For a host with AG_HOST_DUELS: checks variant, a kernel compiled for key whose problem is g
+   * (taking B before A when swapped), against the host's original on the same scratch operands
+   * of g's shape (verify.h, ag_verify_scratch), on the calling thread, before it is published.
+   * Returns 1 when it matched within the bound and wrote only its result, 0 when not (*out says
+   * how), -1 when it was not checked, -2 when the process is exiting (no verdict: the kernel is
+   * not published). The interposers' own: NULL where the rows are linked alone. */
+  int (*check)(const ag_sig_t *key, const jt_gemm_t *g, void *variant, int swapped,
+               ag_scratch_t *out);
 } ag_host_t;
 
 /* The row of the host with this id, or NULL for an id no host has. */

@@ -431,6 +431,24 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps
   return 1;
 }
 
+/* The check of e's new kernel fn before publication, on scratch operands against its host's
+ * original (host.h, check: the hosts that duel), unless OPJIT_VERIFY=0 or the tests' fault seam
+ * leaves a wrong kernel to the in-call verification (OPJIT_TEST_FAULT=wrong-in-call): what the
+ * host's check returns (1 passed, 0 failed: *out says how, -2 the process is exiting), -1 when
+ * there was none; *ns its time. Compile thread only, code_mu not held (it calls the library). */
+static int scratch_check(ag_entry_t *e, jt_gemm_fn fn, const char *fault, ag_scratch_t *out,
+                         uint64_t *ns)
+{
+  const ag_host_t *host = ag_host_of(e->key.host);
+  if (!ag_opts.num[AG_OPT_VERIFY] || !host || !(host->traits & AG_HOST_DUELS) || !host->check ||
+      (fault && strcmp(fault, "wrong-in-call") == 0))
+    return -1;
+  uint64_t t0 = ag_now_ns();
+  int rc = host->check(&e->key, &shapes[e->index], (void *)fn, ag_vrun[e->index].swapped, out);
+  *ns = ag_now_ns() - t0;
+  return rc;
+}
+
 /* Compiles and publishes entry i; idle: nothing else waits in the queue. Compile thread only. */
 static void compile_one(uint32_t i, int idle)
 {
@@ -458,7 +476,7 @@ static void compile_one(uint32_t i, int idle)
   ag_cc_charge(&cache, AG_CC_RESERVE); /* while compiling (other threads may compile meanwhile) */
   pthread_mutex_unlock(&code_mu);
   uint64_t t0 = ag_now_ns();
-  if (fault && strcmp(fault, "wrong") == 0) {
+  if (fault && strncmp(fault, "wrong", 5) == 0) { /* wrong, or wrong-in-call (scratch_check) */
     g.beta_class = g.beta_class ? 0 : 1; /* a real kernel that adds, or ignores, the old C */
     g.k -= g.mm && g.k > 1; /* an mm kernel that leaves out the last k */
   }
@@ -485,6 +503,9 @@ static void compile_one(uint32_t i, int idle)
   int self = rc == 0 && host && host->selftest
                  ? host->selftest(&shapes[i], (void (*)(void))fn, &worst, &bound)
                  : -1;
+  ag_scratch_t sc;
+  uint64_t check_ns = 0;
+  int checked = rc == 0 && self < 0 ? scratch_check(e, fn, fault, &sc, &check_ns) : -1;
   pthread_mutex_lock(&code_mu);
   ag_cc_refund(&cache, AG_CC_RESERVE);
   /* the session still had this kernel: evicted, not yet freed */
@@ -510,19 +531,41 @@ static void compile_one(uint32_t i, int idle)
       add_code((void *)fn, size, name, NULL, obj, obj_len, &e->key);
   }
   set_persisted(i, obj, obj_len, name, 0);
-  if (self == 0) { /* never published; its code stays, as a blacklisted variant's does */
+  if (checked == -2) { /* the process is exiting: not published, no verdict kept */
+    pthread_mutex_unlock(&code_mu);
+    return;
+  }
+  if (self == 0 || checked == 0) { /* never published; its code stays, as a blacklisted
+                                      variant's does */
     atomic_store(&e->tier, AG_TIER_FAILED);
     pthread_mutex_unlock(&code_mu);
     ag_persist_drop(&objects, i);
-    decide(e, AG_STATE_FAILED, AG_EV_VERIFY_FAILED, "self-test off by %.3g, bound %.3g: "
-           "blacklisted", worst, bound);
-    ag_log(AG_LOG_WARN, "a JIT kernel failed its self-test (off by %.3g): it is blacklisted, "
-                        "results stay the original's", worst);
+    char how[112];
+    if (self == 0)
+      snprintf(how, sizeof how, "self-test off by %.3g, bound %.3g", worst, bound);
+    else if (sc.outside)
+      snprintf(how, sizeof how, "on scratch operands: wrote outside its result (element %ld "
+               "from C[0,0], ldc %d)", sc.at, shapes[i].ldc);
+    else if (shapes[i].dot)
+      snprintf(how, sizeof how, "on scratch operands: its result off by %.3g, bound %.3g",
+               sc.worst, sc.bound);
+    else
+      snprintf(how, sizeof how, "on scratch operands: C[%ld,%ld] off by %.3g, bound %.3g", sc.wi,
+               sc.wj, sc.worst, sc.bound);
+    decide(e, AG_STATE_FAILED, AG_EV_VERIFY_FAILED, "%s: blacklisted before its first call",
+           how);
+    ag_log(AG_LOG_WARN, "a JIT kernel failed its check before publication (%s): it is "
+                        "blacklisted, results stay the original's", how);
     return;
   }
   if (self == 1) {
     ag_persist_pass(&objects, i, (uint32_t)ag_opts.num[AG_OPT_VERIFY]);
     event(e, AG_EV_VERIFIED, "self-test within %.3g", bound);
+  }
+  if (checked == 1) { /* storable once published, called again or not */
+    ag_persist_pass(&objects, i, (uint32_t)ag_opts.num[AG_OPT_VERIFY]);
+    event(e, AG_EV_VERIFIED, "on scratch operands: matches the original within %.3g, wrote "
+          "only its result (checked in %.0f us)", sc.bound, (double)check_ns / 1e3);
   }
   e->base_timed = atomic_load(&e->timed);
   e->base_ns = atomic_load(&e->timed_ns);

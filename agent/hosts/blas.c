@@ -224,7 +224,8 @@ typedef struct duel_ops_s {
   void *mem;     /* the scratch */
 } duel_ops_t;
 
-#define DUEL_SCRATCH_MAX (64u << 20) /* a signature needing more scratch gets no duel */
+#define DUEL_SCRATCH_MAX (64u << 20) /* a signature needing more scratch gets no duel, nor a
+                                        check */
 
 static double scalar_of(unsigned cls)
 {
@@ -237,7 +238,7 @@ static size_t span(int64_t n, int64_t inc)
   return n > 0 ? (size_t)((n - 1) * llabs(inc) + 1) : 0;
 }
 
-static void original_once(const duel_ops_t *o);
+static double original_once(const duel_ops_t *o);
 
 /* The original's side of a duel: once per call, or -reps times under the tests' fault seam that
  * makes the original look slower (ag_blas_duel). */
@@ -248,7 +249,8 @@ static void duel_original(void *self)
     original_once(o);
 }
 
-static void original_once(const duel_ops_t *o)
+/* One call of the original on o's operands; returns a dot product's result (else 0). */
+static double original_once(const duel_ops_t *o)
 {
   const ag_sig_t *k = &o->key;
   void *a = (void *)o->a, *b = (void *)o->b, *c = o->c, *fn = o->fn;
@@ -277,13 +279,10 @@ static void original_once(const duel_ops_t *o)
                  const blasint *))fn)(&m, pa, a, &lda, c, &ldb);
       break;
     case AG_OP_DOT:
-      if (f64)
-        ((double (*)(const blasint *, const void *, const blasint *, const void *,
-                     const blasint *))fn)(&m, a, &lda, b, &ldb);
-      else
-        ((float (*)(const blasint *, const void *, const blasint *, const void *,
-                    const blasint *))fn)(&m, a, &lda, b, &ldb);
-      break;
+      return f64 ? ((double (*)(const blasint *, const void *, const blasint *, const void *,
+                                const blasint *))fn)(&m, a, &lda, b, &ldb)
+                 : ((float (*)(const blasint *, const void *, const blasint *, const void *,
+                               const blasint *))fn)(&m, a, &lda, b, &ldb);
     case AG_OP_SYRK: {
       char uplo = "UL"[k->tb];
       ((void (*)(const char *, const char *, const blasint *, const blasint *, const void *,
@@ -292,7 +291,7 @@ static void original_once(const duel_ops_t *o)
       break;
     }
     }
-    return;
+    return 0;
   }
   int order = k->order == AG_ROW ? CBLAS_ROW_MAJOR : CBLAS_COL_MAJOR;
   int ta = CBLAS_NO_TRANS + k->ta, tb = CBLAS_NO_TRANS + k->tb;
@@ -324,11 +323,10 @@ static void original_once(const duel_ops_t *o)
                                                                              ldb);
     break;
   case AG_OP_DOT:
-    if (f64)
-      ((double (*)(blasint, const void *, blasint, const void *, blasint))fn)(m, a, lda, b, ldb);
-    else
-      ((float (*)(blasint, const void *, blasint, const void *, blasint))fn)(m, a, lda, b, ldb);
-    break;
+    return f64 ? ((double (*)(blasint, const void *, blasint, const void *, blasint))fn)(m, a, lda,
+                                                                                        b, ldb)
+               : ((float (*)(blasint, const void *, blasint, const void *, blasint))fn)(m, a, lda,
+                                                                                       b, ldb);
   case AG_OP_SYRK:
     if (f64)
       ((void (*)(int, int, int, blasint, blasint, double, const void *, blasint, double, void *,
@@ -338,6 +336,7 @@ static void original_once(const duel_ops_t *o)
                  blasint))fn)(order, CBLAS_UPPER + k->tb, ta, n, kk, alf, a, lda, bef, c, ldc);
     break;
   }
+  return 0;
 }
 
 static void duel_variant(void *self)
@@ -350,8 +349,9 @@ static void duel_variant(void *self)
         a, b, o->key.op == AG_OP_DOT ? (void *)r : o->c, o->alpha, o->beta);
 }
 
-/* The operands for key into *o: 0, or -1 when the signature cannot be duelled. */
-static int duel_operands(const ag_sig_t *key, duel_ops_t *o)
+/* The original operator of a BLAS key, resolved once as the call sites do; NULL for a key no
+ * call site makes (or no original). */
+static void *original_of(const ag_sig_t *k)
 {
   static void *_Atomic real[2][5][2]; /* [api][op][dtype]: resolved once, as the call sites do */
   static const char *const names[2][5][2] = {
@@ -365,13 +365,30 @@ static int duel_operands(const ag_sig_t *key, duel_ops_t *o)
        {"cblas_saxpy", "cblas_daxpy"},
        {"cblas_sdot", "cblas_ddot"},
        {"cblas_ssyrk", "cblas_dsyrk"}}};
-  const ag_sig_t *k = key;
   if (k->host != AG_HOST_ID_BLAS || k->op < AG_OP_GEMM || k->op > AG_OP_SYRK ||
       k->dtype < AG_F32 || k->dtype > AG_F64 || k->api < AG_API_F77 || k->api > AG_API_CBLAS ||
       k->order > AG_ROW || k->ta > AG_C || k->tb > AG_C || k->m < 0 || k->n < 0 || k->k < 0 ||
       (k->op <= AG_OP_GEMV &&
        (k->lda < 0 || (k->op == AG_OP_GEMM && (k->ldb < 0 || k->ldc < 0)))) ||
       (k->op == AG_OP_SYRK && (k->tb > AG_LOWER || k->lda < 0 || k->ldc < 0)))
+    return NULL;
+  return ag_resolve(&real[k->api - 1][k->op - 1][k->dtype - 1],
+                    names[k->api - 1][k->op - 1][k->dtype - 1]);
+}
+
+/* A key's seed for its scratch operands' values: the same shape, the same operands. */
+static uint32_t seed_of(const ag_sig_t *k)
+{
+  return 2463534242u ^
+         ((uint32_t)k->m * 73856093u ^ (uint32_t)k->n * 19349663u ^ (uint32_t)k->k * 83492791u);
+}
+
+/* The operands for key into *o: 0, or -1 when the signature cannot be duelled. */
+static int duel_operands(const ag_sig_t *key, duel_ops_t *o)
+{
+  const ag_sig_t *k = key;
+  void *fn = original_of(k);
+  if (!fn)
     return -1;
   int row = k->order == AG_ROW;
   /* Elements each operand spans, as the call site hands them over: A, B (x), C (y). */
@@ -408,13 +425,10 @@ static int duel_operands(const ag_sig_t *key, duel_ops_t *o)
   size_t total = (na + nb + nc + 8) * esz;
   if (total > DUEL_SCRATCH_MAX)
     return -1;
-  void *fn = ag_resolve(&real[k->api - 1][k->op - 1][k->dtype - 1],
-                        names[k->api - 1][k->op - 1][k->dtype - 1]);
-  char *mem = fn ? malloc(total) : NULL;
+  char *mem = malloc(total);
   if (!mem)
     return -1;
-  uint32_t r = 2463534242u ^ ((uint32_t)k->m * 73856093u ^ (uint32_t)k->n * 19349663u ^
-                               (uint32_t)k->k * 83492791u);
+  uint32_t r = seed_of(k);
   for (size_t i = 0; i < total / esz; i++) {
     r ^= r << 13, r ^= r >> 17, r ^= r << 5;
     double v = (double)r / 2147483648.0 - 1.0;
@@ -446,6 +460,28 @@ static uint64_t thread_cpu_ns(void)
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* A compile thread is about to call an original (a duel, a check): counted in ag_duels, so that
+ * the host's timings meanwhile are not booked and the exit waits for it. Returns 0, or -1 when
+ * the process is exiting (nothing counted). */
+static int original_begin(void)
+{
+  atomic_fetch_add(&ag_duels, 1); /* before the check: the exit sees it, or it sees exiting */
+  if (atomic_load(&ag_exiting)) {
+    atomic_fetch_sub(&ag_duels, 1);
+    return -1;
+  }
+  ag_tl.depth++; /* the original's own inner calls (a CBLAS wrapper's) are not counted */
+  return 0;
+}
+
+/* ... and is done with it: 0, or -2 when the process began exiting meanwhile. */
+static int original_end(void)
+{
+  ag_tl.depth--;
+  atomic_fetch_sub(&ag_duels, 1);
+  return atomic_load(&ag_exiting) ? -2 : 0;
+}
+
 int ag_blas_duel(const ag_sig_t *key, void *variant, int swapped, int reps, uint64_t budget_ns,
                  ag_duel_result_t *out)
 {
@@ -456,16 +492,56 @@ int ag_blas_duel(const ag_sig_t *key, void *variant, int swapped, int reps, uint
   o.swapped = swapped;
   o.reps = reps;
   ag_duel_t d = {duel_original, duel_variant, &o, ag_now_ns, budget_ns, exiting, thread_cpu_ns};
-  atomic_fetch_add(&ag_duels, 1); /* before the check: the exit sees it, or it sees exiting */
-  if (atomic_load(&ag_exiting)) {
-    atomic_fetch_sub(&ag_duels, 1);
-    free(o.mem);
-    return -2;
+  int rc = original_begin();
+  if (rc == 0) {
+    ag_duel_run(&d, out);
+    rc = original_end();
   }
-  ag_tl.depth++; /* the original's own inner calls (a CBLAS wrapper's) are not counted */
-  ag_duel_run(&d, out);
-  ag_tl.depth--;
-  atomic_fetch_sub(&ag_duels, 1);
   free(o.mem);
-  return atomic_load(&ag_exiting) ? -2 : 0;
+  return rc ? -2 : 0;
+}
+
+/* ---- The check on scratch operands (blas.h) ---------------------------------------------- */
+
+/* The original's side of a check (verify.h, ag_verify_orig_fn): a and b as the kernel takes
+ * them, handed to the library in the key's own order; a dot product's result stored at c. */
+static void check_original(void *self, const void *a, const void *b, void *c, double alpha,
+                           double beta)
+{
+  duel_ops_t *o = self;
+  o->a = o->swapped ? b : a, o->b = o->swapped ? a : b, o->c = c;
+  o->alpha = alpha, o->beta = beta;
+  double r = original_once(o);
+  if (o->key.op == AG_OP_DOT && o->key.dtype == AG_F64)
+    *(double *)c = r;
+  else if (o->key.op == AG_OP_DOT)
+    *(float *)c = (float)r;
+}
+
+/* A scalar of class cls for a check, as a call of the key's type passes it: "other" is neither
+ * a power of two nor the duel's 0.5, so that a kernel scaling by the wrong one rounds apart. */
+static double check_scalar(unsigned cls, double other, int f64)
+{
+  double v = cls == AG_S_ONE ? 1.0 : cls == AG_S_ZERO ? 0.0 : cls == AG_S_MINUS_ONE ? -1.0 : other;
+  return f64 ? v : (double)(float)v;
+}
+
+int ag_blas_check(const ag_sig_t *key, const jt_gemm_t *g, void *variant, int swapped,
+                  ag_scratch_t *out)
+{
+  static const double one[1] = {1};
+  static const float onef[1] = {1};
+  void *fn = original_of(key);
+  if (!fn)
+    return -1;
+  int f64 = key->dtype == AG_F64;
+  duel_ops_t o = {.key = *key, .fn = fn, .swapped = swapped};
+  double alpha = check_scalar(key->ab & 15u, 0.7, f64);
+  double beta = key->op == AG_OP_AXPY ? 1.0 : check_scalar(key->ab >> 4, 0.3, f64);
+  const void *b_fixed = key->op != AG_OP_AXPY ? NULL : f64 ? (const void *)one : (const void *)onef;
+  if (original_begin())
+    return -2;
+  int rc = ag_verify_scratch(g, (jt_gemm_fn)variant, check_original, &o, alpha, beta, b_fixed,
+                             seed_of(key), DUEL_SCRATCH_MAX, out);
+  return original_end() ? -2 : rc;
 }

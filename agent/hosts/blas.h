@@ -5,6 +5,7 @@
 
 #include "../duel.h"
 #include "../sig.h"
+#include "../verify.h"
 #include <stdint.h>
 
 /* Duels variant, a kernel compiled for the BLAS signature key (taking B before A when swapped),
@@ -17,5 +18,18 @@
  * the kernel should not be published). The caller must not be inside an intercepted call. */
 int ag_blas_duel(const ag_sig_t *key, void *variant, int swapped, int reps, uint64_t budget_ns,
                  ag_duel_result_t *out);
+
+/* Checks variant, a kernel compiled for the BLAS signature key whose problem is g (taking B
+ * before A when swapped), against the library's original on the same scratch operands of g's
+ * shape (verify.h, ag_verify_scratch), on the calling thread (the compile thread): the
+ * signature's alpha and beta classes (1, 0, -1; any other 0.7 for alpha, 0.3 for beta, rounded
+ * to the type), values from the key's seed. Returns 1 when the kernel matched the original
+ * within the bound and wrote nothing outside its result, 0 when it did not (*out says how),
+ * -1 when it was not checked (not a BLAS operator, no original, operands over 64 MB, no memory,
+ * the original wrote outside its result), -2 when the process is exiting (ag_exiting: no
+ * verdict, and the kernel should not be published). The caller must not be inside an
+ * intercepted call. */
+int ag_blas_check(const ag_sig_t *key, const jt_gemm_t *g, void *variant, int swapped,
+                  ag_scratch_t *out);
 
 #endif

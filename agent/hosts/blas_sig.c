@@ -284,8 +284,10 @@ static int kernel(const ag_sig_t *k, long maxd, jt_gemm_t *g, int *swap, char *w
   return ag_problem_no(why, len, "no kernel family for this operator: profiled, not compiled");
 }
 
-/* The duel is the interposers' (blas.c): absent, NULL, where the rows are linked without them. */
+/* The duel and the check are the interposers' (blas.c): absent, NULL, where the rows are linked
+ * without them. */
 #pragma weak ag_blas_duel
+#pragma weak ag_blas_check
 
 static const char *const libs[] = {"libblas.so.3", "libopenblas.so.0", "libcblas.so.3", NULL};
 
@@ -301,4 +303,5 @@ const ag_host_t ag_host_blas = {
     .params_json = params_json,
     .kernel = kernel,
     .duel = ag_blas_duel,
+    .check = ag_blas_check,
 };
