@@ -11,8 +11,10 @@
  *   any state ──dropped (verification failed, slower, decayed, unusable)──▶ NONE, and the
  *               stored object is deleted by the writer (drop), unless an object stored later
  *               replaces it
- * A compile's object is stored only once every verification of its variant passed: an object
- * in the database was verified in the run that stored it, and is never verified again. */
+ * A compile's object is stored only once its variant passed the verifications needed
+ * (OPJIT_VERIFY): its check before publication (on scratch operands against the original, or a
+ * host's self-test) counts for all of them, else its first calls' do. An object in the database
+ * was verified in the run that stored it, and is never verified again. */
 #ifndef OPJIT_AGENT_PERSIST_H
 #define OPJIT_AGENT_PERSIST_H
 

@@ -134,17 +134,66 @@ Test(jit, an_llvm_failure_falls_back_backs_off_and_blacklists)
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE status='failed'"), 1);
 }
 
-Test(jit, a_wrong_variant_is_caught_by_verification)
+/* OPJIT_TEST_FAULT=wrong compiles each kernel for the other beta class (it adds the old C, or
+ * ignores it): its check on scratch operands against the library catches every one before it
+ * is published, for the GEMM, GEMV and AXPY families (a dot product has no beta: its kernel
+ * stays right and passes). */
+Test(jit, a_wrong_kernel_is_caught_on_scratch_operands_before_its_first_call)
 {
-  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1", "OPJIT_SAMPLE_HZ=0",
-                       "OPJIT_TEST_FAULT=wrong", NULL};
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1",
+                       "OPJIT_SAMPLE_HZ=0", "OPJIT_TEST_FAULT=wrong", NULL};
+  run_checked("wrong", env, (const char *[]){H_JIT_PROG, "sweep", "40", "4", "11", NULL});
+  /* jit_prog settles after the first pass: every kernel queued then has been checked */
+  int64_t queued = h_query(NULL, "SELECT count(*) FROM events WHERE kind='queued'");
+  cr_assert_gt(queued, 20);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verify-failed' AND detail"
+                             " LIKE 'on scratch operands: C[%%] off by %%, bound %%: blacklisted"
+                             " before its first call'"),
+               queued, "%s", h_output("wrong", "err"));
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='published'"), 0,
+               "a wrong kernel was published");
+  cr_assert_eq(h_query(NULL, "SELECT coalesce(sum(calls), 0) FROM variants"), 0,
+               "a wrong kernel served a call");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE status<>'failed'"), 0);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects"), 0, "a wrong kernel was stored");
+  cr_assert(strstr(h_output("wrong", "err"), "blacklisted"), "%s", h_output("wrong", "err"));
+
+  h_teardown();
+  h_setup();
+  run_checked("wrongvec", env, (const char *[]){H_JIT_PROG, "vec", "40", "3", "5", NULL});
+  run_checked("wronggemv", env, (const char *[]){H_JIT_PROG, "gemv", "40", "3", "7", NULL});
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                             " WHERE e.kind='verify-failed' AND s.op LIKE '%%axpy' AND e.detail"
+                             " LIKE 'on scratch operands:%%'"), 5);
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                             " WHERE e.kind='verify-failed' AND s.op LIKE '%%gemv' AND e.detail"
+                             " LIKE 'on scratch operands:%%'"), 5);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                             " WHERE e.kind='published' AND s.op NOT LIKE '%%dot'"), 0,
+               "a wrong GEMV or AXPY kernel was published");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                             " WHERE e.kind='verify-failed' AND s.op LIKE '%%dot'"), 0,
+               "a right dot kernel failed");
+}
+
+/* The same kernels with the scratch check left out (OPJIT_TEST_FAULT=wrong-in-call, as for a
+ * kernel no scratch check could run): the verification of a variant's first calls against the
+ * library on the program's operands catches each on its first call (the host keeps the
+ * library's result on it) and blacklists it. */
+Test(jit, a_wrong_kernel_left_to_its_first_calls_is_caught_there)
+{
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1",
+                       "OPJIT_SAMPLE_HZ=0", "OPJIT_TEST_FAULT=wrong-in-call", NULL};
   run_checked("wrong", env, (const char *[]){H_JIT_PROG, "sweep", "40", "4", "11", NULL});
   /* every kernel published within the program's life is caught (how many: compile speed) */
-  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verify-failed'"),
+  cr_assert_gt(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verify-failed' AND detail"
+                             " NOT LIKE 'on scratch operands%%'"),
                h_sanitized() ? 0 : 8);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verified'"), 0);
   cr_assert_eq(h_query(NULL, "SELECT coalesce(sum(calls), 0) FROM variants"), 0,
                "a wrong variant never served a call");
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE status='ready' AND calls > 0"), 0);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects"), 0, "a wrong kernel was stored");
   cr_assert(strstr(h_output("wrong", "err"), "blacklisted"), "%s", h_output("wrong", "err"));
 }
 

@@ -217,6 +217,43 @@ Test(warm, damaged_foreign_and_outdated_objects_are_invalidated_and_recompiled)
   cr_assert_eq(events(3, "invalidated"), 0, "this CPU's objects come first");
 }
 
+/* Each signature called once, then the JIT settles: every kernel is compiled and published
+ * after its signature's only call, so no call verifies it; its check on scratch operands
+ * against the library before publication does (docs/jit.md), and the writer stores it. Run 2
+ * places every one at its signature's first call, compiling nothing. For the GEMM, GEMV, AXPY
+ * and DOT families (jit_prog's sweep, gemv and vec; strided vectors get no kernel). */
+Test(warm, kernels_published_after_their_only_call_are_stored_and_placed_by_run_two)
+{
+  skip_if_sanitized();
+  static const char *const modes[][3] = {{"sweep", "40", "99"}, {"gemv", "30", "7"},
+                                         {"vec", "30", "5"}};
+  for (size_t t = 0; t < sizeof modes / sizeof *modes; t++) {
+    const char *const *m = modes[t];
+    int st = h_run("once1", 1, env, (const char *[]){H_JIT_PROG, m[0], m[1], "1", m[2], NULL});
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s", m[0], h_output("once1", "err"));
+    int64_t compiled = events(1, "published");
+    cr_assert_gt(compiled, 5, "%s: run 1 compiled %lld kernels", m[0], (long long)compiled);
+    cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE run_id=1 AND kind='verified'"
+                               " AND detail LIKE 'on scratch operands: matches%%'"),
+                 compiled, "%s: each checked on scratch operands before publication", m[0]);
+    cr_assert_eq(objects(), compiled, "%s: every kernel stored", m[0]);
+
+    st = h_run("once2", 1, env, (const char *[]){H_JIT_PROG, m[0], m[1], "1", m[2], NULL});
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s", m[0], h_output("once2", "err"));
+    cr_assert(strstr(h_output("once2", "out"), "mismatches 0"), "%s", h_output("once2", "out"));
+    cr_assert_eq(events(2, "queued"), 0, "%s", m[0]);
+    cr_assert_eq(events(2, "published"), 0, "%s: nothing compiled", m[0]);
+    cr_assert_eq(events(2, "loaded"), compiled, "%s: every object placed", m[0]);
+    cr_assert_null(strstr(h_output("once2", "err"), "JIT ready"), "%s: LLVM was loaded: %s", m[0],
+                   h_output("once2", "err"));
+    cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE run_id=2 AND origin='loaded'"
+                               " AND calls=1 AND pre_calls=0"),
+                 compiled, "%s: each placed kernel served its signature's one call", m[0]);
+    h_teardown();
+    h_setup();
+  }
+}
+
 Test(warm, shapes_that_stop_being_called_decay_and_new_ones_become_hot)
 {
   /* Each run's weight halves every run; a signature is hot at 16 decayed calls, and a stored
