@@ -435,7 +435,8 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps
  * original (host.h, check: the hosts that duel), unless OPJIT_VERIFY=0 or the tests' fault seam
  * leaves a wrong kernel to the in-call verification (OPJIT_TEST_FAULT=wrong-in-call): what the
  * host's check returns (1 passed, 0 failed: *out says how, -2 the process is exiting), -1 when
- * there was none; *ns its time. Compile thread only, code_mu not held (it calls the library). */
+ * there was none; *ns the CPU time it took (the compile thread's: a preempted check is not
+ * charged the wait). Compile thread only, code_mu not held (it calls the library). */
 static int scratch_check(ag_entry_t *e, jt_gemm_fn fn, const char *fault, ag_scratch_t *out,
                          uint64_t *ns)
 {
@@ -443,9 +444,11 @@ static int scratch_check(ag_entry_t *e, jt_gemm_fn fn, const char *fault, ag_scr
   if (!ag_opts.num[AG_OPT_VERIFY] || !host || !(host->traits & AG_HOST_DUELS) || !host->check ||
       (fault && strcmp(fault, "wrong-in-call") == 0))
     return -1;
-  uint64_t t0 = ag_now_ns();
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
   int rc = host->check(&e->key, &shapes[e->index], (void *)fn, ag_vrun[e->index].swapped, out);
-  *ns = ag_now_ns() - t0;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+  *ns = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec));
   return rc;
 }
 
@@ -565,7 +568,7 @@ static void compile_one(uint32_t i, int idle)
   if (checked == 1) { /* storable once published, called again or not */
     ag_persist_pass(&objects, i, (uint32_t)ag_opts.num[AG_OPT_VERIFY]);
     event(e, AG_EV_VERIFIED, "on scratch operands: matches the original within %.3g, wrote "
-          "only its result (checked in %.0f us)", sc.bound, (double)check_ns / 1e3);
+          "only its result (checked in %.0f us of CPU)", sc.bound, (double)check_ns / 1e3);
   }
   e->base_timed = atomic_load(&e->timed);
   e->base_ns = atomic_load(&e->timed_ns);
