@@ -13,9 +13,11 @@
  *
  * Never slower: once a variant is published, short original bursts (agent.c, ag_call_pick)
  * time the original warm, paired round by round with the variant's warm timings; the judge
- * (compare.h) demotes a variant that loses by its stated rule. Verification: the first
- * OPJIT_VERIFY calls run the variant on a copy of C and the original on the host's C, and
- * compare within a bound derived from K and the type's epsilon; the host always keeps the
+ * (compare.h) demotes a variant that loses by its stated rule. Verification: before it is
+ * published, a kernel of a host that duels is checked against its original on scratch operands
+ * (scratch_check: a failure blacklists it, a pass makes it storable), then the first
+ * OPJIT_VERIFY calls run the variant on a copy of C and the original on the host's C; both
+ * compare within a bound derived from K and the type's epsilon, and the host always keeps the
  * original's result on those calls. */
 #define _GNU_SOURCE
 #include "tier.h"

@@ -8,6 +8,8 @@
  *   COLD ──hot (calls or sampled time)──▶ QUEUED ──compiled──▶ READY (variant published)
  *     ▲                                      └──LLVM error──▶ COLD: hot again after 8192, then
  *     └────────────────────────────────────────────────────── 16384 calls; the third: FAILED
+ *   QUEUED ──compiled, its check before publication failed (on scratch operands against the
+ *            original, or a host's self-test)──▶ FAILED (never published)
  *   READY ──verification mismatch──▶ FAILED      READY ──measured slower──▶ DEMOTED
  *   READY ──code cache (OPJIT_CODE_CACHE_MB) full──▶ COLD (evicted; compiled again if hot again)
  *   QUEUED ──no room, nothing left to evict──▶ COLD (deferred: queued again once evicted code
