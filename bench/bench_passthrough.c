@@ -1,49 +1,81 @@
 /* SPDX-License-Identifier: MIT */
-/* bench_passthrough: what the agent adds to one BLAS call, side by side with the bare library,
- * in one process. A is the symbol as the program resolves it (sgemm_ → the agent's wrapper →
- * OpenBLAS), B is libblas.so.3's own definition (dlsym on the loaded library). Each round
- * times a batch of A and a batch of B (order alternating), ~3 ms each; the table holds the
- * medians over rounds. Run without the agent preloaded, it re-runs itself under
- * LD_PRELOAD=libopjit.so with OPENBLAS_NUM_THREADS=1, OPJIT_MODE=profile and a scratch OPJIT_DB.
+/* bench_passthrough: what the agent adds to one BLAS call, side by side with what it calls, in
+ * one process. Two sets of rows, each measured in a process of its own:
+ *   pass    A is the symbol as the program resolves it (sgemm_ → the agent's wrapper →
+ *           OpenBLAS) in OPJIT_MODE=profile, B libblas.so.3's own definition (dlsym on the
+ *           loaded library): the agent's cost on a call it only counts.
+ *   served  A is the symbol again, now in OPJIT_MODE=jit with a published variant serving the
+ *           call (OPJIT_DUEL=0: published whether or not it beats the library, whose speed is
+ *           not what is measured; OPJIT_HOT_CALLS=8), B the agent's own kernel for the
+ *           signature called directly (found by name in /tmp/perf-PID.map, OPJIT_PERF_MAP=1):
+ *           the agent's cost on a call its kernel serves (bench_jit's J - K, in one process).
+ *           After the process exits, its database says which share of each row's calls the
+ *           variant served (a variant the in-run judge demoted serves none: its row measures
+ *           the original).
+ * Each round times a batch of A and a batch of B (order alternating), ~3 ms each; the table
+ * holds the medians over rounds. Run without the agent preloaded, it re-runs itself under
+ * LD_PRELOAD=libopjit.so with OPENBLAS_NUM_THREADS=1 and a scratch OPJIT_DB, once per set.
  *
- *   bench_passthrough [rounds]      (default 31) */
+ *   bench_passthrough [rounds [all|pass|served]]     (default 31 all)
+ *   bench_passthrough count CASE CALLS
+ * count: the served row whose label starts with CASE, CALLS calls of A (in loop_agent_*) then of
+ * B (in loop_kernel_*) untimed, for an instruction count per call (docs/benchmarks.md: run under
+ * callgrind with --trace-children=yes and OPJIT_ISA=avx2, valgrind hiding AVX-512). */
 #define _GNU_SOURCE
 #include "bench.h"
 
 #include <dlfcn.h>
 #include <limits.h>
 #include <math.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 /* The BLAS interfaces under test, as Debian's libblas.so.3 defines them (LP64). */
 void sgemm_(const char *ta, const char *tb, const int *m, const int *n, const int *k,
             const float *alpha, const float *a, const int *lda, const float *b, const int *ldb,
             const float *beta, float *c, const int *ldc);
+void dgemm_(const char *ta, const char *tb, const int *m, const int *n, const int *k,
+            const double *alpha, const double *a, const int *lda, const double *b,
+            const int *ldb, const double *beta, double *c, const int *ldc);
 float sdot_(const int *n, const float *x, const int *incx, const float *y, const int *incy);
 void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
                  int lda, const float *b, int ldb, float beta, float *c, int ldc);
+void cblas_dgemm(int order, int ta, int tb, int m, int n, int k, double alpha, const double *a,
+                 int lda, const double *b, int ldb, double beta, double *c, int ldc);
 float cblas_sdot(int n, const float *x, int incx, const float *y, int incy);
 
 typedef void sgemm_fn(const char *, const char *, const int *, const int *, const int *,
                       const float *, const float *, const int *, const float *, const int *,
                       const float *, float *, const int *);
+typedef void dgemm_fn(const char *, const char *, const int *, const int *, const int *,
+                      const double *, const double *, const int *, const double *,
+                      const int *, const double *, double *, const int *);
 typedef float sdot_fn(const int *, const float *, const int *, const float *, const int *);
 typedef void cblas_sgemm_fn(int, int, int, int, int, int, float, const float *, int,
                             const float *, int, float, float *, int);
+typedef void cblas_dgemm_fn(int, int, int, int, int, int, double, const double *, int,
+                            const double *, int, double, double *, int);
 typedef float cblas_sdot_fn(int, const float *, int, const float *, int);
+/* A JIT kernel as the agent calls it (agent/tier.h): A, B, C, alpha, beta. */
+typedef void kernel_fn(const void *, const void *, void *, double, double);
 
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111 };
 enum { MAX_N = 64 };                /* largest operand dimension of any case */
 enum { WARMUP_ROUNDS = 3 };         /* untimed rounds before the measured ones */
+enum { HOT_CALLS = 64 };            /* calls that make a served row's signature hot (8 needed) */
 #define BATCH_TARGET_NS 3000000.0   /* a batch of calls lasts about this long */
 #define GOAL_NS 20.0                /* what the agent may add per call */
+#define SETTLE_MS 120000            /* longest wait for a served row's kernel */
 
-/* Operands, shared by all cases: a and b are inputs, c the gemm output, dot_out the last dot. */
+/* Operands, shared by all cases: a and b are inputs, c the gemm output, dot_out the last dot;
+ * the d* arrays the same in double. */
 static float a[MAX_N * MAX_N], b[MAX_N * MAX_N], c[MAX_N * MAX_N];
+static double da[MAX_N * MAX_N], db_[MAX_N * MAX_N], dc[MAX_N * MAX_N];
 static volatile float dot_out;
 
 /* Calls fn iters times on the case's operands. */
@@ -55,6 +87,14 @@ static void loop_sgemm(void *fn, int n, long iters)
   sgemm_fn *f = (sgemm_fn *)fn;
   for (long i = 0; i < iters; i++)
     f("N", "N", &n, &n, &n, &one, a, &n, b, &n, &zero, c, &n);
+}
+
+static void loop_dgemm(void *fn, int n, long iters)
+{
+  static const double one = 1, zero = 0;
+  dgemm_fn *f = (dgemm_fn *)fn;
+  for (long i = 0; i < iters; i++)
+    f("N", "N", &n, &n, &n, &one, da, &n, db_, &n, &zero, dc, &n);
 }
 
 static void loop_sdot(void *fn, int n, long iters)
@@ -74,6 +114,13 @@ static void loop_cblas_sgemm(void *fn, int n, long iters)
     f(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, n, n, n, 1, a, n, b, n, 0, c, n);
 }
 
+static void loop_cblas_dgemm(void *fn, int n, long iters)
+{
+  cblas_dgemm_fn *f = (cblas_dgemm_fn *)fn;
+  for (long i = 0; i < iters; i++)
+    f(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, n, n, n, 1, da, n, db_, n, 0, dc, n);
+}
+
 static void loop_cblas_sdot(void *fn, int n, long iters)
 {
   cblas_sdot_fn *f = (cblas_sdot_fn *)fn;
@@ -83,76 +130,159 @@ static void loop_cblas_sdot(void *fn, int n, long iters)
   dot_out = s;
 }
 
-typedef struct case_s {
-  const char *label;  /* row of the table */
-  const char *symbol; /* name looked up in libblas.so.3 for B */
-  void *interposed;   /* the symbol as this program resolves it: A */
-  loop_fn *loop;
-  int n;              /* operand dimension */
-  int is_dot;         /* output is dot_out, else c[n*n] */
-} case_t;
-
-static const case_t cases[] = {
-    {"sgemm NN n=4", "sgemm_", (void *)sgemm_, loop_sgemm, 4, 0},
-    {"sgemm NN n=64", "sgemm_", (void *)sgemm_, loop_sgemm, 64, 0},
-    {"sdot n=16", "sdot_", (void *)sdot_, loop_sdot, 16, 1},
-    {"cblas_sgemm row n=4", "cblas_sgemm", (void *)cblas_sgemm, loop_cblas_sgemm, 4, 0},
-    {"cblas_sdot n=16", "cblas_sdot", (void *)cblas_sdot, loop_cblas_sdot, 16, 1},
-};
-enum { NCASES = sizeof cases / sizeof *cases };
-
-/* Runs one call of fn and copies its output (after poisoning it with NaN) into out;
- * returns the number of floats written. */
-static size_t one_output(const case_t *k, void *fn, float *out)
+/* The agent's kernels called as the agent calls them: a row-major GEMM's kernel takes B before
+ * A (C^T = B^T A^T), a dot product's writes its result through C. */
+static void loop_kernel_s(void *fn, int n, long iters)
 {
-  size_t len = (size_t)k->n * (size_t)k->n;
-  if (k->is_dot) {
-    dot_out = NAN;
-    k->loop(fn, k->n, 1);
-    out[0] = dot_out;
-    return 1;
-  }
-  for (size_t i = 0; i < len; i++)
-    c[i] = NAN;
-  k->loop(fn, k->n, 1);
-  memcpy(out, c, len * sizeof *out);
-  return len;
+  kernel_fn *f = (kernel_fn *)fn;
+  (void)n;
+  for (long i = 0; i < iters; i++)
+    f(a, b, c, 1.0, 0.0);
 }
 
-/* Checks that A and B write the same bits and no NaN. Returns 0, or -1 with a message. */
-static int check_same(const case_t *k, void *fa, void *fb)
+static void loop_kernel_d(void *fn, int n, long iters)
 {
-  static float outa[MAX_N * MAX_N], outb[MAX_N * MAX_N];
-  size_t len = one_output(k, fa, outa);
-  one_output(k, fb, outb);
+  kernel_fn *f = (kernel_fn *)fn;
+  (void)n;
+  for (long i = 0; i < iters; i++)
+    f(da, db_, dc, 1.0, 0.0);
+}
+
+static void loop_kernel_s_swapped(void *fn, int n, long iters)
+{
+  kernel_fn *f = (kernel_fn *)fn;
+  (void)n;
+  for (long i = 0; i < iters; i++)
+    f(b, a, c, 1.0, 0.0);
+}
+
+static void loop_kernel_d_swapped(void *fn, int n, long iters)
+{
+  kernel_fn *f = (kernel_fn *)fn;
+  (void)n;
+  for (long i = 0; i < iters; i++)
+    f(db_, da, dc, 1.0, 0.0);
+}
+
+static void loop_kernel_sdot(void *fn, int n, long iters)
+{
+  kernel_fn *f = (kernel_fn *)fn;
+  float s = 0;
+  (void)n;
+  for (long i = 0; i < iters; i++)
+    f(a, b, &s, 0.0, 0.0);
+  dot_out = s;
+}
+
+enum out_kind { OUT_S, OUT_D, OUT_DOT }; /* the output: c, dc (n x n), dot_out */
+
+typedef struct case_s {
+  const char *label;  /* row of the table */
+  const char *symbol; /* pass: name looked up in libblas.so.3 for B */
+  void *interposed;   /* the symbol as this program resolves it: A */
+  loop_fn *loop;      /* calls A (pass: and B) */
+  loop_fn *kloop;     /* served: calls B, the agent's kernel */
+  int n;              /* operand dimension */
+  int out;            /* enum out_kind */
+  /* served: the signature's params as the database spells them (op, api) */
+  const char *op, *api;
+} case_t;
+
+static const case_t pass_cases[] = {
+    {"sgemm NN n=4", "sgemm_", (void *)sgemm_, loop_sgemm, NULL, 4, OUT_S},
+    {"sgemm NN n=64", "sgemm_", (void *)sgemm_, loop_sgemm, NULL, 64, OUT_S},
+    {"sdot n=16", "sdot_", (void *)sdot_, loop_sdot, NULL, 16, OUT_DOT},
+    {"cblas_sgemm row n=4", "cblas_sgemm", (void *)cblas_sgemm, loop_cblas_sgemm, NULL, 4, OUT_S},
+    {"cblas_sdot n=16", "cblas_sdot", (void *)cblas_sdot, loop_cblas_sdot, NULL, 16, OUT_DOT},
+};
+
+#define SERVED(label, fn, loop, kloop, n, out, op, api) \
+  {label, NULL, (void *)fn, loop, kloop, n, out, op, api}
+static const case_t served_cases[] = {
+    SERVED("sgemm NN n=4", sgemm_, loop_sgemm, loop_kernel_s, 4, OUT_S, "gemm", "fortran"),
+    SERVED("sgemm NN n=16", sgemm_, loop_sgemm, loop_kernel_s, 16, OUT_S, "gemm", "fortran"),
+    SERVED("dgemm NN n=4", dgemm_, loop_dgemm, loop_kernel_d, 4, OUT_D, "gemm", "fortran"),
+    SERVED("dgemm NN n=16", dgemm_, loop_dgemm, loop_kernel_d, 16, OUT_D, "gemm", "fortran"),
+    SERVED("cblas_sgemm row n=4", cblas_sgemm, loop_cblas_sgemm, loop_kernel_s_swapped, 4, OUT_S,
+           "gemm", "cblas"),
+    SERVED("cblas_sgemm row n=16", cblas_sgemm, loop_cblas_sgemm, loop_kernel_s_swapped, 16, OUT_S,
+           "gemm", "cblas"),
+    SERVED("cblas_dgemm row n=4", cblas_dgemm, loop_cblas_dgemm, loop_kernel_d_swapped, 4, OUT_D,
+           "gemm", "cblas"),
+    SERVED("cblas_dgemm row n=16", cblas_dgemm, loop_cblas_dgemm, loop_kernel_d_swapped, 16,
+           OUT_D, "gemm", "cblas"),
+    SERVED("sdot n=16", sdot_, loop_sdot, loop_kernel_sdot, 16, OUT_DOT, "dot", "fortran"),
+    SERVED("cblas_sdot n=16", cblas_sdot, loop_cblas_sdot, loop_kernel_sdot, 16, OUT_DOT, "dot",
+           "cblas"),
+};
+#define COUNT_OF(x) (int)(sizeof(x) / sizeof *(x))
+
+static int is_f64(const case_t *k) { return k->out == OUT_D; }
+
+/* Runs one call of loop(fn) and copies its output (after poisoning it with NaN) into out, as
+ * doubles; returns the number of values written. */
+static size_t one_output(const case_t *k, loop_fn *loop, void *fn, double *out)
+{
+  size_t len = (size_t)k->n * (size_t)k->n;
+  switch (k->out) {
+  case OUT_DOT:
+    dot_out = NAN;
+    loop(fn, k->n, 1);
+    out[0] = dot_out;
+    return 1;
+  case OUT_S:
+    for (size_t i = 0; i < len; i++)
+      c[i] = NAN;
+    loop(fn, k->n, 1);
+    for (size_t i = 0; i < len; i++)
+      out[i] = c[i];
+    return len;
+  default:
+    for (size_t i = 0; i < len; i++)
+      dc[i] = NAN;
+    loop(fn, k->n, 1);
+    memcpy(out, dc, len * sizeof *out);
+    return len;
+  }
+}
+
+/* Checks that A and B write the same values and no NaN: the same bits when tol is 0, else
+ * within tol relative to 1 + |B|. Returns 0, or -1 with a message. */
+static int check_same(const case_t *k, void *fa, loop_fn *la, void *fb, loop_fn *lb, double tol)
+{
+  static double outa[MAX_N * MAX_N], outb[MAX_N * MAX_N];
+  size_t len = one_output(k, la, fa, outa);
+  one_output(k, lb, fb, outb);
   for (size_t i = 0; i < len; i++)
-    if (isnan(outa[i]) || memcmp(&outa[i], &outb[i], sizeof outa[i]) != 0) {
-      fprintf(stderr, "bench_passthrough: %s: agent and library disagree at output %zu "
-                      "(%g vs %g)\n", k->label, i, outa[i], outb[i]);
+    if (isnan(outa[i]) ||
+        (tol == 0 ? memcmp(&outa[i], &outb[i], sizeof outa[i]) != 0
+                  : !(fabs(outa[i] - outb[i]) <= tol * (1 + fabs(outb[i]))))) {
+      fprintf(stderr, "bench_passthrough: %s: A and B disagree at output %zu (%g vs %g)\n",
+              k->label, i, outa[i], outb[i]);
       return -1;
     }
   return 0;
 }
 
 /* ns per call of a batch of iters calls. */
-static double batch_ns(const case_t *k, void *fn, long iters)
+static double batch_ns(loop_fn *loop, void *fn, int n, long iters)
 {
   uint64_t t0 = bn_now_ns();
-  k->loop(fn, k->n, iters);
+  loop(fn, n, iters);
   return (double)(bn_now_ns() - t0) / (double)iters;
 }
 
 /* Batch size for which one batch of fn lasts about BATCH_TARGET_NS (this also warms up).
  * Each size is timed three times and the fastest counts, so one preemption cannot stop the
  * doubling early. */
-static long calibrate(const case_t *k, void *fn)
+static long calibrate(loop_fn *loop, void *fn, int n)
 {
   long iters = 1;
   double ns;
   for (;;) {
-    ns = batch_ns(k, fn, iters);
+    ns = batch_ns(loop, fn, n, iters);
     for (int i = 0; i < 2; i++)
-      ns = fmin(ns, batch_ns(k, fn, iters));
+      ns = fmin(ns, batch_ns(loop, fn, n, iters));
     if (ns * (double)iters >= BATCH_TARGET_NS / 4)
       break;
     iters *= 2;
@@ -161,9 +291,42 @@ static long calibrate(const case_t *k, void *fn)
   return sized > 0 ? sized : 1;
 }
 
-/* Measures one case and prints its row. Returns 0, or -1 when the agent is not in front or
- * the outputs differ. */
-static int run_case(const case_t *k, void *lib, int rounds)
+/* Times A against B, interleaved, and prints the row. Returns 0, or -1 when out of memory. */
+static int time_pair(const case_t *k, void *fa, loop_fn *la, void *fb, loop_fn *lb, int rounds)
+{
+  long iters = calibrate(lb, fb, k->n);
+  double *ta = calloc((size_t)rounds, sizeof *ta), *tb = calloc((size_t)rounds, sizeof *tb);
+  double *diff = calloc((size_t)rounds, sizeof *diff), *ratio = calloc((size_t)rounds, sizeof *ratio);
+  if (!ta || !tb || !diff || !ratio) {
+    fprintf(stderr, "bench_passthrough: out of memory\n");
+    free(ta), free(tb), free(diff), free(ratio);
+    return -1;
+  }
+  for (int r = -WARMUP_ROUNDS; r < rounds; r++) {
+    double x, y;
+    if (r & 1) {
+      y = batch_ns(lb, fb, k->n, iters);
+      x = batch_ns(la, fa, k->n, iters);
+    } else {
+      x = batch_ns(la, fa, k->n, iters);
+      y = batch_ns(lb, fb, k->n, iters);
+    }
+    if (r < 0)
+      continue;
+    ta[r] = x, tb[r] = y, diff[r] = x - y, ratio[r] = x / y;
+  }
+  size_t n = (size_t)rounds;
+  double d = bn_median(diff, n);
+  printf("%-22s %10.1f %10.1f %10.1f %7.1f %8.3f %8ld  %s\n", k->label, bn_median(ta, n),
+         bn_median(tb, n), d, bn_half_iqr(diff, n), bn_median(ratio, n), iters,
+         d <= GOAL_NS ? "ok" : "over");
+  fflush(stdout);
+  free(ta), free(tb), free(diff), free(ratio);
+  return 0;
+}
+
+/* A pass-through row. Returns 0, or -1 when the agent is not in front or the outputs differ. */
+static int run_pass(const case_t *k, void *lib, int rounds)
 {
   void *fa = k->interposed, *fb = dlsym(lib, k->symbol);
   if (!fb) {
@@ -175,40 +338,93 @@ static int run_case(const case_t *k, void *lib, int rounds)
                     "in front (is %s loadable?)\n", k->symbol, OPJIT_AGENT_PATH);
     return -1;
   }
-  if (check_same(k, fa, fb))
+  if (check_same(k, fa, k->loop, fb, k->loop, 0))
     return -1;
-  long iters = calibrate(k, fb);
-  double *ta = calloc((size_t)rounds, sizeof *ta), *tb = calloc((size_t)rounds, sizeof *tb);
-  double *diff = calloc((size_t)rounds, sizeof *diff), *ratio = calloc((size_t)rounds, sizeof *ratio);
-  if (!ta || !tb || !diff || !ratio) {
-    fprintf(stderr, "bench_passthrough: out of memory\n");
-    free(ta), free(tb), free(diff), free(ratio);
-    return -1;
-  }
-  for (int r = -WARMUP_ROUNDS; r < rounds; r++) {
-    double x, y;
-    if (r & 1) {
-      y = batch_ns(k, fb, iters);
-      x = batch_ns(k, fa, iters);
-    } else {
-      x = batch_ns(k, fa, iters);
-      y = batch_ns(k, fb, iters);
-    }
-    if (r < 0)
-      continue;
-    ta[r] = x, tb[r] = y, diff[r] = x - y, ratio[r] = x / y;
-  }
-  size_t n = (size_t)rounds;
-  double d = bn_median(diff, n);
-  printf("%-22s %10.1f %10.1f %10.1f %7.1f %8.3f %8ld  %s\n", k->label, bn_median(ta, n),
-         bn_median(tb, n), d, bn_half_iqr(diff, n), bn_median(ratio, n), iters,
-         d <= GOAL_NS ? "ok" : "over");
-  free(ta), free(tb), free(diff), free(ratio);
-  return 0;
+  return time_pair(k, fa, k->loop, fb, k->loop, rounds);
 }
 
-/* The measuring process: the agent is preloaded. */
-static int measure(int rounds)
+/* The start of the name the JIT gives k's kernel (jit/gemm.c, jt_gemm_name): its problem, before
+ * the generation choices. */
+static void kernel_prefix(const case_t *k, char *buf, size_t len)
+{
+  char t = is_f64(k) ? 'd' : 's';
+  if (k->out == OUT_DOT)
+    snprintf(buf, len, "opjit_%cdot_n%d_", t, k->n);
+  else
+    snprintf(buf, len, "opjit_%cgemm_NN_%dx%dx%d_l%d_%d_%d_a1_b0_", t, k->n, k->n, k->n, k->n,
+             k->n, k->n);
+}
+
+/* The last kernel the agent registered in this process's perf map whose name starts with
+ * prefix, or NULL. */
+static void *perf_map_find(const char *prefix)
+{
+  char path[64], line[512];
+  snprintf(path, sizeof path, "/tmp/perf-%d.map", (int)getpid());
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return NULL;
+  void *found = NULL;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long long lo;
+    char name[256];
+    if (sscanf(line, "%llx %*x %255s", &lo, name) == 2 &&
+        strncmp(name, prefix, strlen(prefix)) == 0)
+      found = (void *)(uintptr_t)lo;
+  }
+  fclose(f);
+  return found;
+}
+
+/* Makes k's signature hot, waits until the JIT is idle and finds its kernel. Returns it, or NULL
+ * with a message (the JIT compiled nothing for it: no LLVM, a CPU without AVX2). */
+static void *served_kernel(const case_t *k)
+{
+  static int (*settle)(long);
+  if (!settle)
+    settle = (int (*)(long))dlsym(RTLD_DEFAULT, "opjit_settle");
+  k->loop(k->interposed, k->n, HOT_CALLS);
+  int rc = settle ? settle(SETTLE_MS) : -1;
+  k->loop(k->interposed, k->n, HOT_CALLS); /* past the variant's verified calls */
+  char prefix[128];
+  kernel_prefix(k, prefix, sizeof prefix);
+  void *fn = perf_map_find(prefix);
+  if (!fn)
+    fprintf(stderr, "bench_passthrough: %s: no kernel %s* in the perf map (opjit_settle: %d)\n",
+            k->label, prefix, rc);
+  return fn;
+}
+
+static const case_t *served_case(const char *label)
+{
+  for (int i = 0; i < COUNT_OF(served_cases); i++)
+    if (strncmp(served_cases[i].label, label, strlen(label)) == 0)
+      return &served_cases[i];
+  return NULL;
+}
+
+/* The row's two sides as separate functions, so an instruction count tells them apart. */
+static __attribute__((noinline)) void loop_agent_calls(const case_t *k, long calls)
+{
+  k->loop(k->interposed, k->n, calls);
+}
+static __attribute__((noinline)) void loop_kernel_calls(const case_t *k, void *fn, long calls)
+{
+  k->kloop(fn, k->n, calls);
+}
+
+static void fill_operands(void)
+{
+  srand(1);
+  for (int i = 0; i < MAX_N * MAX_N; i++) {
+    a[i] = (float)rand() / RAND_MAX * 2 - 1;
+    b[i] = (float)rand() / RAND_MAX * 2 - 1;
+    da[i] = a[i], db_[i] = b[i];
+  }
+}
+
+/* The measuring process of the pass rows: the agent is preloaded. */
+static int measure_pass(int rounds)
 {
   void *lib = dlopen("libblas.so.3", RTLD_NOLOAD | RTLD_NOW);
   if (!lib) {
@@ -220,18 +436,14 @@ static int measure(int rounds)
   if (dladdr(dlsym(lib, "sgemm_"), &di) && di.dli_fname && !realpath(di.dli_fname, real))
     snprintf(real, sizeof real, "%s", di.dli_fname);
   const char *threads = getenv("OPENBLAS_NUM_THREADS");
-  printf("pass-through per call: A = through the agent, B = %s directly\n", real);
+  printf("pass-through per call (OPJIT_MODE=profile): A = through the agent, B = %s directly\n",
+         real);
   printf("OPENBLAS_NUM_THREADS=%s, %d rounds of one ~%.0f ms batch each, medians over rounds\n\n",
          threads ? threads : "(unset)", rounds, BATCH_TARGET_NS / 1e6);
   printf("%-22s %10s %10s %10s %7s %8s %8s\n", "case", "A ns", "B ns", "A-B ns", "+-", "A/B",
          "batch");
-  srand(1);
-  for (int i = 0; i < MAX_N * MAX_N; i++) {
-    a[i] = (float)rand() / RAND_MAX * 2 - 1;
-    b[i] = (float)rand() / RAND_MAX * 2 - 1;
-  }
-  for (int i = 0; i < NCASES; i++)
-    if (run_case(&cases[i], lib, rounds))
+  for (int i = 0; i < COUNT_OF(pass_cases); i++)
+    if (run_pass(&pass_cases[i], lib, rounds))
       return 1;
   printf("A-B: median of per-round differences, +- half their interquartile range\n");
   printf("goal: <= %.0f ns added per call\n", GOAL_NS);
@@ -239,25 +451,128 @@ static int measure(int rounds)
   return 0;
 }
 
-/* The launching process: re-runs this program under the agent with a scratch database,
- * then reports whether the agent recorded the run and removes the scratch folder. */
-static int relaunch(char **argv)
+/* The measuring process of the served rows (count: CALLS calls of one row, untimed). */
+static int measure_served(int rounds, const char *count_case, long count_calls)
+{
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/perf-%d.map", (int)getpid());
+  int rc = 0;
+  if (count_case) {
+    const case_t *k = served_case(count_case);
+    void *fn = k ? served_kernel(k) : NULL;
+    if (!k)
+      fprintf(stderr, "bench_passthrough: no served row starts with '%s'\n", count_case);
+    if (fn) {
+      loop_agent_calls(k, count_calls);
+      loop_kernel_calls(k, fn, count_calls);
+      printf("%s: %ld calls through the agent (loop_agent_calls), %ld of its kernel "
+             "(loop_kernel_calls)\n", k->label, count_calls, count_calls);
+    }
+    rc = !fn;
+  } else {
+    printf("\nserved per call (OPJIT_MODE=jit, OPJIT_DUEL=0): A = through the agent, its "
+           "variant serving, B = the agent's kernel called directly\n");
+    printf("%d rounds of one ~%.0f ms batch each, medians over rounds\n\n", rounds,
+           BATCH_TARGET_NS / 1e6);
+    printf("%-22s %10s %10s %10s %7s %8s %8s\n", "case", "A ns", "B ns", "A-B ns", "+-", "A/B",
+           "batch");
+    for (int i = 0; i < COUNT_OF(served_cases) && !rc; i++) {
+      const case_t *k = &served_cases[i];
+      void *fn = served_kernel(k);
+      if (!fn) {
+        printf("%-22s  no kernel (see above)\n", k->label);
+        continue;
+      }
+      /* Within floating-point tolerance: a burst's call runs the original (agent/compare.h). */
+      rc = check_same(k, k->interposed, k->loop, fn, k->kloop, is_f64(k) ? 1e-12 : 1e-5) ||
+           time_pair(k, k->interposed, k->loop, fn, k->kloop, rounds);
+    }
+    printf("A-B: median of per-round differences, +- half their interquartile range\n");
+  }
+  fflush(stdout);
+  unlink(path);
+  return rc;
+}
+
+/* Prints, from the served run's database, each served row's variant status and the share of its
+ * signature's calls the variant served. Returns 0, or -1 when the database cannot be read. */
+static int served_shares(const char *db)
+{
+  sqlite3 *h = NULL;
+  sqlite3_stmt *q = NULL;
+  int rc = sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL);
+  if (rc == SQLITE_OK)
+    rc = sqlite3_prepare_v2(
+        h,
+        "SELECT v.status, v.calls, (SELECT sum(calls) FROM run_sigs WHERE sig_id = s.id)"
+        " FROM signatures s LEFT JOIN variants v ON v.sig_id = s.id"
+        " WHERE json_extract(s.params, '$.op') = ?1 AND json_extract(s.params, '$.dtype') = ?2"
+        " AND json_extract(s.params, '$.api') = ?3 AND json_extract(s.params, '$.n') = ?4",
+        -1, &q, NULL);
+  if (rc != SQLITE_OK) {
+    fprintf(stderr, "bench_passthrough: cannot read the agent's database %s: %s\n", db,
+            h ? sqlite3_errmsg(h) : "out of memory");
+    sqlite3_close(h);
+    return -1;
+  }
+  printf("variant calls served, from the run's database:");
+  for (int i = 0; i < COUNT_OF(served_cases); i++) {
+    const case_t *k = &served_cases[i];
+    sqlite3_reset(q);
+    sqlite3_bind_text(q, 1, k->op, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, is_f64(k) ? "f64" : "f32", -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 3, k->api, -1, SQLITE_STATIC);
+    sqlite3_bind_int(q, 4, k->n);
+    if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL) {
+      double v = sqlite3_column_double(q, 1), all = sqlite3_column_double(q, 2);
+      printf("%s %s: %s %.1f%%", i % 2 ? "," : "\n ", k->label,
+             (const char *)sqlite3_column_text(q, 0), all > 0 ? 100 * v / all : 0);
+    } else {
+      printf("%s %s: no variant", i % 2 ? "," : "\n ", k->label);
+    }
+  }
+  printf("\n");
+  sqlite3_finalize(q);
+  sqlite3_close(h);
+  return 0;
+}
+
+/* The launching process: re-runs this program under the agent with a scratch database for one
+ * set of rows (served: in jit mode), then checks that the agent recorded the run (served: and
+ * prints what its variants served) and removes the scratch folder. */
+static int relaunch(char **argv, int served)
 {
   char dir[PATH_MAX], db[PATH_MAX + 32], preload[PATH_MAX + 32];
   if (bn_scratch_new(dir, sizeof dir))
     return 1;
   snprintf(db, sizeof db, "OPJIT_DB=%s/passthrough.db", dir);
   snprintf(preload, sizeof preload, "LD_PRELOAD=%s", OPJIT_AGENT_PATH);
-  /* Profile mode: the cost of interception alone (bench_jit measures the JIT's kernels). */
-  const char *add[] = {preload, db, "OPENBLAS_NUM_THREADS=1", "OPJIT_MODE=profile", NULL};
-  char **env = bn_env(add);
-  int status = env ? bn_spawn_wait("/proc/self/exe", argv, env, NULL) : -1;
+  /* Profile mode: the cost of interception alone. Served: a variant serves each row's calls. */
+  const char *pass[] = {preload, db, "OPENBLAS_NUM_THREADS=1", "OPJIT_MODE=profile",
+                        "BENCH_PASSTHROUGH_SET=pass", NULL};
+  /* bn_env drops OPJIT_*: an OPJIT_ISA given (callgrind's avx2) is handed on */
+  char isa[64] = "";
+  if (getenv("OPJIT_ISA"))
+    snprintf(isa, sizeof isa, "OPJIT_ISA=%s", getenv("OPJIT_ISA"));
+  const char *jit[] = {preload, db, "OPENBLAS_NUM_THREADS=1", "OPJIT_MODE=jit",
+                       "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=8", "OPJIT_HOT_PAYBACK=0",
+                       "OPJIT_SAMPLE_HZ=0", "OPJIT_PERF_MAP=1", "BENCH_PASSTHROUGH_SET=served",
+                       isa[0] ? isa : NULL, NULL};
+  char **env = bn_env(served ? jit : pass);
+  /* this program by its path, not /proc/self/exe: valgrind follows it (count) */
+  char self[PATH_MAX];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[len > 0 ? len : 0] = 0;
+  int status = env && len > 0 ? bn_spawn_wait(self, argv, env, NULL) : -1;
   bn_env_free(env);
   int rc = 1;
   if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
     struct stat st;
     int recorded = stat(db + strlen("OPJIT_DB="), &st) == 0;
+    if (recorded && served)
+      recorded = served_shares(db + strlen("OPJIT_DB=")) == 0;
     printf("the agent recorded the run in its database: %s\n", recorded ? "yes" : "NO");
+    fflush(stdout);
     rc = !recorded;
   } else if (status != -1 && WIFSIGNALED(status)) {
     fprintf(stderr, "bench_passthrough: the measuring process died of signal %d\n",
@@ -269,13 +584,26 @@ static int relaunch(char **argv)
 
 int main(int argc, char **argv)
 {
-  int rounds = argc > 1 ? atoi(argv[1]) : 31;
-  if (rounds < 1) {
-    fprintf(stderr, "usage: %s [rounds]   (rounds >= 1, default 31)\n", argv[0]);
+  int count = argc > 1 && strcmp(argv[1], "count") == 0;
+  int rounds = count ? 1 : argc > 1 ? atoi(argv[1]) : 31;
+  const char *set = count ? "served" : argc > 2 ? argv[2] : "all";
+  long calls = count && argc > 3 ? atol(argv[3]) : 0;
+  if (rounds < 1 || (strcmp(set, "all") && strcmp(set, "pass") && strcmp(set, "served")) ||
+      (count && (argc != 4 || calls < 1))) {
+    fprintf(stderr, "usage: %s [rounds [all|pass|served]]   (rounds >= 1, default 31 all)\n"
+                    "       %s count CASE CALLS\n", argv[0], argv[0]);
     return 2;
   }
-  const char *pre = getenv("LD_PRELOAD");
-  if (pre && strstr(pre, "libopjit.so"))
-    return measure(rounds);
-  return relaunch(argv);
+  const char *pre = getenv("LD_PRELOAD"), *which = getenv("BENCH_PASSTHROUGH_SET");
+  if (pre && strstr(pre, "libopjit.so") && which) {
+    fill_operands();
+    return strcmp(which, "served") == 0 ? measure_served(rounds, count ? argv[2] : NULL, calls)
+                                        : measure_pass(rounds);
+  }
+  int rc = 0;
+  if (strcmp(set, "served"))
+    rc |= relaunch(argv, 0);
+  if (strcmp(set, "pass") && !rc)
+    rc |= relaunch(argv, 1);
+  return rc;
 }

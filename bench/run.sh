@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Builds opjit and runs its benchmarks: the agent's pass-through cost per BLAS call
-# (bench_passthrough), its start-up cost per process and a short program's start and exit
+# Builds opjit and runs its benchmarks: the agent's cost per BLAS call, passed through and
+# served by a variant (bench_passthrough), its start-up cost per process and a short program's start and exit
 # (bench_startup), what naming a short program's samples costs its exit (bench_symbols), the sampler's cost to a
 # BLAS-bound process (bench_sampling: no agent, SAMPLE_HZ=0, the default rate and 1000 Hz,
 # plus a check from the databases that sampling happened), what a sample costs threads in
