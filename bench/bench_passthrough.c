@@ -14,7 +14,8 @@
  *           the original).
  * Each round times a batch of A and a batch of B (order alternating), ~3 ms each; the table
  * holds the medians over rounds. Run without the agent preloaded, it re-runs itself under
- * LD_PRELOAD=libopjit.so with OPENBLAS_NUM_THREADS=1 and a scratch OPJIT_DB, once per set.
+ * LD_PRELOAD=libopjit.so with OPENBLAS_NUM_THREADS=1 and a scratch OPJIT_DB, once per set
+ * (BENCH_AGENT names another build's libopjit.so, its modules beside it: a change's before).
  *
  *   bench_passthrough [rounds [all|pass|served]]     (default 31 all)
  *   bench_passthrough count CASE CALLS
@@ -546,7 +547,8 @@ static int relaunch(char **argv, int served)
   if (bn_scratch_new(dir, sizeof dir))
     return 1;
   snprintf(db, sizeof db, "OPJIT_DB=%s/passthrough.db", dir);
-  snprintf(preload, sizeof preload, "LD_PRELOAD=%s", OPJIT_AGENT_PATH);
+  const char *agent = getenv("BENCH_AGENT");
+  snprintf(preload, sizeof preload, "LD_PRELOAD=%s", agent && *agent ? agent : OPJIT_AGENT_PATH);
   /* Profile mode: the cost of interception alone. Served: a variant serves each row's calls. */
   const char *pass[] = {preload, db, "OPENBLAS_NUM_THREADS=1", "OPJIT_MODE=profile",
                         "BENCH_PASSTHROUGH_SET=pass", NULL};
