@@ -89,7 +89,9 @@ static uint8_t cblas_uplo(int u)
 #define GEMV_KEY(...) ag_blas_gemv_key(&(ag_blas_gemv_t){__VA_ARGS__})
 #define VEC_KEY(...) ag_blas_vec_key(&(ag_blas_vec_t){__VA_ARGS__})
 #define SYRK_KEY(...) ag_blas_syrk_key(&(ag_blas_syrk_t){__VA_ARGS__})
-#define CLASS(x) ag_scalar_class(x)
+/* A scalar's class (blas_key.h): a float by its own bits, a Fortran argument where it lies. */
+#define CLASS(x) _Generic((x), float: ag_scalar_class_f, default: ag_scalar_class)(x)
+#define CLASS_AT(p) _Generic((p), const float *: ag_scalar_class_at_f, default: ag_scalar_class_at_d)(p)
 
 /* ---- Fortran ----------------------------------------------------------------------------- */
 
@@ -100,7 +102,7 @@ static uint8_t cblas_uplo(int u)
              const blasint *ldb, const T *beta, T *c_, const blasint *ldc),                  \
             (ta, tb, m, n, k_, alpha, a, lda, b, ldb, beta, c_, ldc),                        \
             GEMM_KEY(DT, AG_API_F77, AG_COL, ag_trans_char(*ta), ag_trans_char(*tb),         \
-                     CLASS(*alpha), CLASS(*beta), *m, *n, *k_, *lda, *ldb, *ldc),            \
+                     CLASS_AT(alpha), CLASS_AT(beta), *m, *n, *k_, *lda, *ldb, *ldc),            \
             a, b, c_, *alpha, *beta)
 
 #define F77_GEMV(name, T, DT)                                                                \
@@ -109,8 +111,8 @@ static uint8_t cblas_uplo(int u)
              const blasint *lda, const T *x, const blasint *incx, const T *beta, T *y,       \
              const blasint *incy),                                                           \
             (tr, m, n, alpha, a, lda, x, incx, beta, y, incy),                               \
-            GEMV_KEY(DT, AG_API_F77, AG_COL, ag_trans_char(*tr), CLASS(*alpha),              \
-                     CLASS(*beta), *m, *n, *lda, *incx, *incy),                              \
+            GEMV_KEY(DT, AG_API_F77, AG_COL, ag_trans_char(*tr), CLASS_AT(alpha),           \
+                     CLASS_AT(beta), *m, *n, *lda, *incx, *incy),                              \
             a, x, y, *alpha, *beta)
 
 /* An AXPY runs as a one-column GEMM: y += alpha x [1] (B is that 1). */
@@ -119,7 +121,7 @@ static uint8_t cblas_uplo(int u)
             (const blasint *n, const T *alpha, const T *x, const blasint *incx, T *y,        \
              const blasint *incy),                                                           \
             (n, alpha, x, incx, y, incy),                                                    \
-            VEC_KEY(AG_OP_AXPY, DT, AG_API_F77, CLASS(*alpha), AG_S_ONE, *n, *incx, *incy),  \
+            VEC_KEY(AG_OP_AXPY, DT, AG_API_F77, CLASS_AT(alpha), AG_S_ONE, *n, *incx, *incy),  \
             x, (const T[]){1}, y, *alpha, 1.0)
 
 #define F77_DOT(name, T, DT)                                                                 \
@@ -137,7 +139,7 @@ static uint8_t cblas_uplo(int u)
              const blasint *ldc),                                                            \
             (uplo, tr, n, k_, alpha, a, lda, beta, c_, ldc),                                 \
             SYRK_KEY(DT, AG_API_F77, AG_COL, ag_uplo_char(*uplo), ag_trans_char(*tr),        \
-                     CLASS(*alpha), CLASS(*beta), *n, *k_, *lda, *ldc),                      \
+                     CLASS_AT(alpha), CLASS_AT(beta), *n, *k_, *lda, *ldc),                      \
             a, a, c_, *alpha, *beta)
 
 F77_GEMM(sgemm_, float, AG_F32)

@@ -32,14 +32,51 @@ enum ag_scalar { AG_S_ONE = 0, AG_S_ZERO, AG_S_MINUS_ONE, AG_S_OTHER, AG_S_NONE 
 
 /* The class of a scalar value, by its bits: four integer compares (1, +-0 and -1 are exact
  * bit patterns; every NaN and every other value is OTHER, as the floating compares said). */
-static inline uint8_t ag_scalar_class(double v)
+static inline uint8_t ag_scalar_class_b64(uint64_t b)
 {
-  uint64_t b;
-  memcpy(&b, &v, sizeof b);
   return b == 0x3ff0000000000000ull   ? AG_S_ONE
          : (b << 1) == 0              ? AG_S_ZERO
          : b == 0xbff0000000000000ull ? AG_S_MINUS_ONE
                                       : AG_S_OTHER;
+}
+static inline uint8_t ag_scalar_class(double v)
+{
+  uint64_t b;
+  memcpy(&b, &v, sizeof b);
+  return ag_scalar_class_b64(b);
+}
+
+/* The same classes of a float, by its own bits: converting it to double first costs the key two
+ * conversions on the path to the lookup, and gives the same class (a float is 1, +-0 or -1
+ * exactly when its double is; a denormal is OTHER either way, unless the thread flushes
+ * denormal inputs to zero, DAZ, when the conversion said ZERO: OTHER is a class every kernel
+ * computes exactly). */
+static inline uint8_t ag_scalar_class_b32(uint32_t b)
+{
+  return b == 0x3f800000u   ? AG_S_ONE
+         : (b << 1) == 0    ? AG_S_ZERO
+         : b == 0xbf800000u ? AG_S_MINUS_ONE
+                            : AG_S_OTHER;
+}
+static inline uint8_t ag_scalar_class_f(float v)
+{
+  uint32_t b;
+  memcpy(&b, &v, sizeof b);
+  return ag_scalar_class_b32(b);
+}
+
+/* The class of the scalar a Fortran argument points to, read as an integer (no vector load). */
+static inline uint8_t ag_scalar_class_at_f(const float *p)
+{
+  uint32_t b;
+  memcpy(&b, p, sizeof b);
+  return ag_scalar_class_b32(b);
+}
+static inline uint8_t ag_scalar_class_at_d(const double *p)
+{
+  uint64_t b;
+  memcpy(&b, p, sizeof b);
+  return ag_scalar_class_b64(b);
 }
 
 /* Fortran transpose character to enum ag_trans, by table (a switch costs a dozen branches on

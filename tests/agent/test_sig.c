@@ -85,6 +85,32 @@ Test(sig, scalar_classes)
   cr_assert_eq(ag_trans_char('x'), AG_TRANS_BAD);
 }
 
+/* The key's bytes depend on the classes: a float's, from its own bits, must be its double's
+ * (DAZ off, as a thread starts). */
+Test(sig, float_classes_are_their_doubles)
+{
+  static const uint32_t special[] = {0x3f800000u, 0xbf800000u, 0x00000000u, 0x80000000u,
+                                     0x3f800001u, 0x3f7fffffu, 0xbf800001u, 0x00000001u,
+                                     0x80000001u, 0x7fc00000u, 0xffc00000u, 0x7f800000u,
+                                     0xff800000u, 0x7f800001u, 0x40000000u, 0x3f000000u};
+  uint32_t r = 2463534242u;
+  for (int i = 0; i < 1000000; i++) {
+    uint32_t bits = i < (int)(sizeof special / sizeof *special) ? special[i] : r;
+    r ^= r << 13, r ^= r >> 17, r ^= r << 5;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    double d = f;
+    uint8_t want = ag_scalar_class(d);
+    cr_assert_eq(ag_scalar_class_f(f), want, "float bits %08x", bits);
+    cr_assert_eq(ag_scalar_class_at_f(&f), want, "float bits %08x", bits);
+    cr_assert_eq(ag_scalar_class_at_d(&d), want, "float bits %08x as double", bits);
+  }
+  for (int i = 0; i < 4; i++) {
+    double d = (double[]){1.0, -1.0, -0.0, 1.0 + 1e-16 * 3}[i];
+    cr_assert_eq(ag_scalar_class_at_d(&d), ag_scalar_class(d));
+  }
+}
+
 Test(sig, make_writes_the_same_bytes_as_the_fields)
 {
   ag_sig_t f;
