@@ -32,9 +32,15 @@ static inline ag_sig_t ag_sig_make(uint8_t host, uint8_t op, uint8_t dtype, uint
   } u;
   u.w[0] = (uint64_t)host | (uint64_t)op << 8 | (uint64_t)dtype << 16 | (uint64_t)api << 24 |
            (uint64_t)order << 32 | (uint64_t)ta << 40 | (uint64_t)tb << 48 | (uint64_t)ab << 56;
-  u.w[1] = (uint32_t)m | (uint64_t)(uint32_t)n << 32;
-  u.w[2] = (uint32_t)k | (uint64_t)(uint32_t)lda << 32;
-  u.w[3] = (uint32_t)ldb | (uint64_t)(uint32_t)ldc << 32;
+  /* The ints zero-extended in registers first: left to itself, GCC composed a word from an int
+   * it had spilled in 32 bits and reloaded in 64 (the shift discards the upper half), a
+   * store-forwarding stall on every call of a wrapper whose ints come by value. */
+  uint64_t x[6] = {(uint32_t)m, (uint32_t)n, (uint32_t)k, (uint32_t)lda, (uint32_t)ldb,
+                   (uint32_t)ldc};
+  __asm__("" : "+r"(x[0]), "+r"(x[1]), "+r"(x[2]), "+r"(x[3]), "+r"(x[4]), "+r"(x[5]));
+  u.w[1] = x[0] | x[1] << 32;
+  u.w[2] = x[2] | x[3] << 32;
+  u.w[3] = x[4] | x[5] << 32;
   return u.s;
 }
 
