@@ -393,6 +393,36 @@ void ag_call_pair_timed(const ag_call_t *c, uint64_t dt)
   ag_tier_pair(e, AG_CMP_PAIR_ORIG, dt);
 }
 
+void ag_call_timed(const ag_call_t *c, uint64_t dt)
+{
+  ag_entry_t *e = c->e;
+  if (ag_unlikely(atomic_load_explicit(&ag_duels, memory_order_relaxed))) {
+    if (c->orig) /* not booked while a duel runs (ag_duels), nor is its burst lengthened */
+      ag_tl.burst_saw_variant = 0;
+    else if (!c->variant) /* nor is its mean, but a long call's fastest is (only slower) */
+      ag_entry_orig_best(e, dt);
+  } else if (ag_unlikely(c->orig)) {
+    if (c->orig == AG_ORIG_BURST)
+      ag_call_burst_timed(c, dt);
+    else
+      ag_call_pair_timed(c, dt);
+  } else {
+    _Atomic uint64_t *tc = c->variant ? &e->vtimed : &e->timed;
+    _Atomic uint64_t *tn = c->variant ? &e->vtimed_ns : &e->timed_ns;
+    uint64_t n = atomic_load_explicit(tc, memory_order_relaxed);
+    if (!n && !c->variant)
+      atomic_store_explicit(&e->first_ns, dt, memory_order_relaxed);
+    if (!c->variant)
+      ag_entry_orig_best(e, dt);
+    if (!ag_timing_outlier(n, atomic_load_explicit(tn, memory_order_relaxed), dt)) {
+      atomic_fetch_add_explicit(tc, 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(tn, dt, memory_order_relaxed);
+    }
+  }
+  if (ag_unlikely(dt >= AG_LONG_CALL_NS))
+    ag_call_long(c);
+}
+
 void *ag_resolve_slow(void *_Atomic *cache, const char *name)
 {
   void *fn = dlsym(RTLD_NEXT, name);

@@ -299,6 +299,11 @@ static inline __attribute__((always_inline)) void *ag_call_variant(ag_call_t *c)
   return v;
 }
 
+/* A timed call of c (c->t0 set) took dt ns: books it as the original's or the variant's timing,
+ * a burst's or a cold pair's, or none while a duel runs (ag_duels), and starts a long call's
+ * chain (ag_call_long). Out of line: one call in OPJIT_TIME_EVERY comes here. */
+void ag_call_timed(const ag_call_t *c, uint64_t dt);
+
 /* A timing dt against n earlier ones of ns in all: 8x their mean is a preemption or a page
  * fault, not the operator, and is left out (from 8 timings on), so that one stall cannot tip
  * the variant-versus-original comparison. */
@@ -322,34 +327,8 @@ static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
       atomic_fetch_add_explicit(&e->vcalls, 1, memory_order_relaxed);
     }
   }
-  if (c->t0) {
-    uint64_t dt = ag_now_ns() - c->t0;
-    if (ag_unlikely(atomic_load_explicit(&ag_duels, memory_order_relaxed))) {
-      if (c->orig) /* not booked while a duel runs (ag_duels), nor is its burst lengthened */
-        ag_tl.burst_saw_variant = 0;
-      else if (!c->variant) /* nor is its mean, but a long call's fastest is (only slower) */
-        ag_entry_orig_best(e, dt);
-    } else if (ag_unlikely(c->orig)) {
-      if (c->orig == AG_ORIG_BURST)
-        ag_call_burst_timed(c, dt);
-      else
-        ag_call_pair_timed(c, dt);
-    } else {
-      _Atomic uint64_t *tc = c->variant ? &e->vtimed : &e->timed;
-      _Atomic uint64_t *tn = c->variant ? &e->vtimed_ns : &e->timed_ns;
-      uint64_t n = atomic_load_explicit(tc, memory_order_relaxed);
-      if (!n && !c->variant)
-        atomic_store_explicit(&e->first_ns, dt, memory_order_relaxed);
-      if (!c->variant)
-        ag_entry_orig_best(e, dt);
-      if (!ag_timing_outlier(n, atomic_load_explicit(tn, memory_order_relaxed), dt)) {
-        atomic_fetch_add_explicit(tc, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(tn, dt, memory_order_relaxed);
-      }
-    }
-    if (ag_unlikely(dt >= AG_LONG_CALL_NS))
-      ag_call_long(c);
-  }
+  if (ag_unlikely(c->t0)) /* its end time read here, its booking out of line */
+    ag_call_timed(c, ag_now_ns() - c->t0);
   ag_tl.depth--;
 }
 
