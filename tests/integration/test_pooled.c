@@ -17,9 +17,9 @@ TestSuite(pooled, .init = h_setup_jit, .fini = h_teardown, .timeout = 600);
 
 #define SIGS "8"   /* signatures the sweep calls */
 #define PASSES "8" /* calls of each in a run, 50 ms apart: a handful of pairs a run */
-/* Runs a test pools over at most: 3 or so rounds a run, so that even a window of rounds some
- * of which a loaded machine disturbed (a preempted call on the original's side of a pair) is
- * full, and decided by the rule's tie if not before (AG_CMP_ROUNDS, 32), within them. */
+/* Runs a test pools over at most: about 3 rounds a run; the rule's sign test needs every one of
+ * 8 rounds, 10 of 11, ... 22 of 29 on the seam's side, and a loaded machine can disturb a few
+ * (a preempted call on the original's side of a pair), each costing more rounds. */
 #define MAX_RUNS 16
 
 /* Every signature hot from its first call, compiled after the first pass (jit_prog settles),
