@@ -1114,8 +1114,8 @@ static double orig_mean_ns(ag_entry_t *e)
  * cannot be said yet (the machine model is not loaded, on a thread of its own; too few calls
  * timed) and, asked off a call of e (at_call 0: the writer's sampled time, the warm start),
  * until its next call (ag_tier_long_timed): a few long calls often end before the writer finds
- * them hot, and a kernel compiled then serves none of them in its run; else 0 (a model without that peak leaves it to the duel and the
- * judge); no (len bytes) gets why. cq locked. */
+ * them hot, and a kernel compiled then serves none of them in its run; else 0 (a model without
+ * that peak leaves it to the duel and the judge); no (len bytes) gets why. cq locked. */
 static int library_wins(ag_entry_t *e, int at_call, char *no, size_t len)
 {
   const ag_host_t *host = ag_host_of(e->key.host);
