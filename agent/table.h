@@ -9,6 +9,7 @@
 #include "sig.h"
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* One signature: its counters and its JIT variant. 64-byte aligned so two signatures never
@@ -23,10 +24,10 @@ typedef struct ag_entry_s {
                                 (agent.h, ag_call_pair; the judge's watch sets it for a
                                 rarely called signature); 0: none */
   _Atomic uint32_t pair_n;   /* its paired calls so far: which side the next one runs */
+  _Atomic int32_t verify;    /* calls still to verify against the original */
   _Atomic uint32_t awaiting; /* 1 while its published variant awaits the judge's first verdict:
                                 bursts come more often on its calls (compare.h, the bursts'
                                 budget; the tiers set it) */
-  _Atomic int32_t verify;    /* calls still to verify against the original */
   _Atomic uint64_t calls;    /* calls seen (threads with their own counters add at exit) */
   _Atomic uint64_t timed;    /* original's calls whose duration was measured */
   _Atomic uint64_t timed_ns; /* sum of the measured durations */
@@ -43,6 +44,11 @@ typedef struct ag_entry_s {
   _Atomic uint32_t fails;              /* compile failures so far (backoff, then blacklist) */
   _Atomic uint64_t guard_miss;         /* calls a variant could not take: a guard failed */
 } __attribute__((aligned(64))) ag_entry_t;
+/* What a call its variant serves reads of its entry lies in one cache line (the key is read only
+ * when the thread's cache misses). */
+_Static_assert(offsetof(ag_entry_t, index) < 64 && offsetof(ag_entry_t, variant) < 64 &&
+                   offsetof(ag_entry_t, pair) < 64 && offsetof(ag_entry_t, verify) + 4 <= 64,
+               "the per-call fields share the entry's first cache line");
 
 /* e's original timings, less the first call's once there are others (a library's warm-up:
  * buffers, a thread pool), which a plain run's mean over many calls does not feel. */
