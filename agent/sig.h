@@ -34,13 +34,25 @@ static inline ag_sig_t ag_sig_make(uint8_t host, uint8_t op, uint8_t dtype, uint
            (uint64_t)order << 32 | (uint64_t)ta << 40 | (uint64_t)tb << 48 | (uint64_t)ab << 56;
   /* The ints zero-extended in registers first: left to itself, GCC composed a word from an int
    * it had spilled in 32 bits and reloaded in 64 (the shift discards the upper half), a
-   * store-forwarding stall on every call of a wrapper whose ints come by value. */
-  uint64_t x[6] = {(uint32_t)m, (uint32_t)n, (uint32_t)k, (uint32_t)lda, (uint32_t)ldb,
-                   (uint32_t)ldc};
-  __asm__("" : "+r"(x[0]), "+r"(x[1]), "+r"(x[2]), "+r"(x[3]), "+r"(x[4]), "+r"(x[5]));
-  u.w[1] = x[0] | x[1] << 32;
-  u.w[2] = x[2] | x[3] << 32;
-  u.w[3] = x[4] | x[5] << 32;
+   * store-forwarding stall on every call of a wrapper whose ints come by value. A constant (a
+   * family's unused 0) stays a constant. */
+#define AG_SIG_REG_(v)                                                                         \
+  do {                                                                                         \
+    if (!__builtin_constant_p(v))                                                              \
+      __asm__("" : "+r"(v));                                                                   \
+  } while (0)
+  uint64_t x0 = (uint32_t)m, x1 = (uint32_t)n, x2 = (uint32_t)k, x3 = (uint32_t)lda,
+           x4 = (uint32_t)ldb, x5 = (uint32_t)ldc;
+  AG_SIG_REG_(x0);
+  AG_SIG_REG_(x1);
+  AG_SIG_REG_(x2);
+  AG_SIG_REG_(x3);
+  AG_SIG_REG_(x4);
+  AG_SIG_REG_(x5);
+#undef AG_SIG_REG_
+  u.w[1] = x0 | x1 << 32;
+  u.w[2] = x2 | x3 << 32;
+  u.w[3] = x4 | x5 << 32;
   return u.s;
 }
 
