@@ -199,7 +199,7 @@ Test(jit, a_wrong_kernel_left_to_its_first_calls_is_caught_there)
 
 Test(jit, a_kernel_slower_than_the_original_never_serves_a_call)
 {
-  /* The fault seam runs each kernel 16 times per call in the duel before publication: it loses
+  /* The fault seam runs each kernel 64 times per call in the duel before publication: it loses
    * to the library there, is demoted with its figures, serves no call, and the next run leaves
    * the signature on the original without compiling it again. jit_prog's "many" settles every
    * 4096 calls: the compile and the duel end within the run however loaded the machine. */

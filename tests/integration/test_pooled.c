@@ -3,7 +3,7 @@
  * against the reference BLAS) and a real database: a sweep whose signatures are each called a
  * few times, 50 ms apart, gives each run too few cold pairs for a verdict of its own; the
  * rounds pile up in judge_pools run after run until the judge's rule decides. The test seam
- * (OPJIT_TEST_FAULT=slow: the variant's pair timings count 16 times; fast: the original's)
+ * (OPJIT_TEST_FAULT=slow: the variant's pair timings count 64 times; fast: the original's 16)
  * makes the outcome deterministic, whatever the machine's load. */
 #include "harness.h"
 
