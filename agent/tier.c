@@ -106,9 +106,9 @@ static _Atomic uint8_t *long_wait; /* per entry: 1 while hot but waiting for its
 static pthread_mutex_t cmp_mu = PTHREAD_MUTEX_INITIALIZER;
 /* OPJIT_TEST_FAULT=slow: 64 (the variant's side runs 64 times in the duel, its pair timings
  * count 64 times), fast: -16 (the original's, 16 times). The loser's factor is the larger: the
- * original's side can cost many times a small kernel's for reasons of its own (a library's core
- * taking its locks for a tiny product, intercepted by ThreadSanitizer: OpenBLAS's Haswell core
- * on an 8^3 sgemm, 1.5 us against the kernel's 55 ns on a Zen 5). */
+ * original's side can cost many times a small kernel's for reasons of its own (a library taking
+ * its locks for a tiny product, which ThreadSanitizer intercepts: 1.5 us against the kernel's
+ * 55 ns for an 8^3 product on a Zen 5). */
 static int fault_reps;
 _Atomic int ag_tier_live;
 
