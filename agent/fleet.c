@@ -102,6 +102,11 @@ static int wait_ms(void)
   return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
+/* 1 while the fleet is out of reach and that was said: one warning an outage, whichever of
+ * the warm start's fetch and the pushes met it first (the fleet thread's pushes, the writer's
+ * or a host thread's fetch). */
+static atomic_int unreachable;
+
 /* ---- the warm start ---------------------------------------------------------------------- */
 
 int ag_fleet_fetch(const ag_runinfo_t *ri)
@@ -111,7 +116,9 @@ int ag_fleet_fetch(const ag_runinfo_t *ri)
   char err[512];
   int rc = api->open(fleet_conninfo(), wait_ms(), &spare, err, sizeof err);
   if (rc) {
-    ag_log(AG_LOG_WARN, "%s: the run starts from the local profile alone", err);
+    if (!atomic_exchange(&unreachable, 1)) /* the pushes' warning too: one for the outage */
+      ag_log(AG_LOG_WARN, "%s: the run starts from the local profile alone; its runs stay in "
+                          "the local database and are pushed when the fleet is back", err);
     return 0;
   }
   if (!ag_opts.num[AG_OPT_FLEET_KERNELS])
@@ -210,10 +217,9 @@ static void sqlite_hold(int hold)
 }
 
 /* One push: connects (and opens the local file) when needed. Returns 0, or -1 after a failure
- * (warned about once per process). */
+ * (warned about once per outage, unreachable). */
 static int push(st_fleet_t **f, st_db_t **local, const char *dbpath)
 {
-  static int warned;
   char err[512] = "";
   int rc = 0;
   if (!*local) {
@@ -242,17 +248,15 @@ static int push(st_fleet_t **f, st_db_t **local, const char *dbpath)
     if (p.runs || p.objects)
       ag_log(AG_LOG_INFO, "pushed %lld runs and %lld kernels to the fleet", (long long)p.runs,
              (long long)p.objects);
-    if (warned)
+    if (atomic_exchange(&unreachable, 0))
       ag_log(AG_LOG_INFO, "the fleet is back: the backlog was pushed");
-    warned = 0;
     return 0;
   }
-  if (!warned)
+  if (!atomic_exchange(&unreachable, 1))
     ag_log(AG_LOG_WARN,
            "%s: runs stay in the local database and are pushed when the fleet is "
            "back",
            err);
-  warned = 1;
   if (*f)
     api->close(*f); /* a broken connection is made again at the next push */
   *f = NULL;
