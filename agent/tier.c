@@ -617,14 +617,19 @@ void ag_tier_pair(ag_entry_t *e, int side, uint64_t ns)
   pthread_mutex_unlock(&cmp_mu);
 }
 
-int ag_tier_judge_pool(uint32_t i, st_judge_pool_t *out, uint32_t *rev)
+/* Entry i's judge rounds are worth keeping: a variant serving, or one tied for this run (its tie
+ * is the next run's to read); a slower one's object and rounds are dropped. */
+static int judge_kept(uint32_t i)
 {
   if (!cmps)
     return 0;
   uint32_t t = atomic_load(&ag_table_entry(ag_table, i)->tier);
-  /* a variant serving, or one tied for this run (its tie is the next run's to read); a slower
-   * one's object and rounds are dropped */
-  if (t != AG_TIER_READY && !(t == AG_TIER_DEMOTED && demoted[i] == AG_DEMOTED_TIE))
+  return t == AG_TIER_READY || (t == AG_TIER_DEMOTED && demoted[i] == AG_DEMOTED_TIE);
+}
+
+int ag_tier_judge_pool(uint32_t i, st_judge_pool_t *out, uint32_t *rev)
+{
+  if (!judge_kept(i))
     return 0;
   pthread_mutex_lock(&cmp_mu);
   int changed = cmp_rev[i] != cmp_stored[i];
@@ -643,10 +648,7 @@ void ag_tier_judge_stored(uint32_t i, uint32_t rev)
 
 double ag_tier_judge_ratio(uint32_t i)
 {
-  if (!cmps)
-    return 0;
-  uint32_t t = atomic_load(&ag_table_entry(ag_table, i)->tier);
-  if (t != AG_TIER_READY && !(t == AG_TIER_DEMOTED && demoted[i] == AG_DEMOTED_TIE))
+  if (!judge_kept(i))
     return 0;
   st_judge_pool_t pool;
   pthread_mutex_lock(&cmp_mu);
