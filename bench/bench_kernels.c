@@ -6,7 +6,11 @@
  * (the default) and the one tune() picks; for GEMMs with tails, masked against pieced tails.
  * It times them interleaved in this process (rounds of ~1 ms batches, each after one untimed
  * call, the columns' order rotating each round) and prints median GF/s, the median of the per-round ratios, and the FMA
- * peak of each width on this core (independent FMA chains, the best of 9 runs).
+ * peak of each width on this core (independent FMA chains, the best of 9 runs). Each round
+ * also runs that peak's loop at the widest width for as long as a batch, per type: a row's
+ * "of loop" is the median of its best column's per-round share of it, the kernel against the
+ * FMA rate the core sustained in the same round (a short run's best catches a clock that a
+ * batch does not keep: on a Zen 5 VM at load 7 the loop run as a batch measured 0.92 of it).
  *
  *   bench_kernels [ROUNDS]     (default 21) */
 #define _GNU_SOURCE
@@ -59,10 +63,11 @@ static void call(const row_t *r, jt_gemm_fn fn)
 
 static double flops(const jt_gemm_t *g) { return 2.0 * g->m * g->n * g->k; }
 
-#define MAXROWS 40
+#define MAXROWS 48
 static row_t rows[MAXROWS];
 static int nrows;
 static const jt_api_t *jit;
+static double loop_gf[2][64]; /* per type (f64) and round: the widest FMA loop run as a batch */
 
 /* Adds a row: the problem and its columns' generation fields (isa -1: the column is empty,
  * isa -2: tune() with the problem's own fields). */
@@ -130,6 +135,14 @@ static int prepare(row_t *r)
   return 0;
 }
 
+/* The median of n <= 64 values, left in their rounds' order (bn_median sorts in place). */
+static double median_of(const double *v, int n)
+{
+  double tmp[64];
+  memcpy(tmp, v, (size_t)n * sizeof *v);
+  return bn_median(tmp, (size_t)n);
+}
+
 static const char *how(const char *name)
 {
   const char *p = strstr(name, "_avx");
@@ -144,7 +157,7 @@ static void print_table(const char *table, const char *const head[NCONF], int nu
   printf("\n%s\n%-10s %-16s", table, "", "m x n x k");
   for (int c = 0; c < NCONF; c++)
     printf(" %12s", head[c]);
-  printf(" %8s %8s  %s\n", "ratio", "of peak", "tuned pick (tune ms)");
+  printf(" %8s %8s %8s  %s\n", "ratio", "of peak", "of loop", "tuned pick (tune ms)");
   for (int i = 0; i < nrows; i++) {
     row_t *r = &rows[i];
     if (strcmp(r->table, table) != 0)
@@ -154,17 +167,22 @@ static void print_table(const char *table, const char *const head[NCONF], int nu
     snprintf(kind, sizeof kind, "%s%s", r->g.mm ? (r->g.w16 ? "mm f16" : "mm f32") : r->g.f64 ? "dgemm" : "sgemm",
              r->g.ta ? " TN" : "");
     printf("%-10s %-16s", kind, shape);
-    double best = 0, ratio[64];
+    double best = 0, ratio[64], share[64];
+    int bc = 0, f64 = r->g.f64 && !r->g.mm;
     for (int c = 0; c < NCONF; c++) {
-      double gf = r->fn[c] ? flops(&r->g) / bn_median(r->ns[c], (size_t)rounds) : 0;
+      double gf = r->fn[c] ? flops(&r->g) / median_of(r->ns[c], rounds) : 0;
+      bc = gf > best ? c : bc;
       best = gf > best ? gf : best;
       printf(" %12.1f", gf);
     }
-    for (int k = 0; k < rounds; k++)
+    for (int k = 0; k < rounds; k++) {
       ratio[k] = r->fn[num] && r->fn[den] ? r->ns[den][k] / r->ns[num][k] : 0;
-    double peak = r->g.f64 && !r->g.mm ? peak_d : peak_s;
-    printf(" %7.2fx %7.0f%%  %s (%.0f)\n", bn_median(ratio, (size_t)rounds),
-           peak > 0 ? 100 * best / peak : 0, r->fn[3] ? how(r->name[3]) : "-", r->tune_ms);
+      share[k] = loop_gf[f64][k] > 0 ? flops(&r->g) / r->ns[bc][k] / loop_gf[f64][k] : 0;
+    }
+    double peak = f64 ? peak_d : peak_s;
+    printf(" %7.2fx %7.0f%% %7.0f%%  %s (%.0f)\n", bn_median(ratio, (size_t)rounds),
+           peak > 0 ? 100 * best / peak : 0, 100 * bn_median(share, (size_t)rounds),
+           r->fn[3] ? how(r->name[3]) : "-", r->tune_ms);
   }
 }
 
@@ -245,10 +263,10 @@ int main(int argc, char **argv)
   const char *T4 = "GEMV (n = 1; TN: y = A^T x) and AXPY (k = 1) as the agent maps them: by width "
                    "(ratio: avx512 zmm / avx2)";
   const char *T3 = "ggml MUL_MAT (prefill n > 1, decode n = 1): by width (ratio: avx512 zmm / avx2)";
-  static const int ns[] = {16, 32, 64, 128, 256, 512};
+  static const int ns[] = {4, 8, 16, 32, 64, 128, 256, 512};
   const jt_gemm_t none = {.isa = -1}, tuned = {.isa = -2};
   for (int f64 = 0; f64 < 2; f64++)
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 8; i++) {
       int n = ns[i];
       jt_gemm_t g = {.f64 = f64, .m = n, .n = n, .k = n, .lda = n, .ldb = n, .ldc = n,
                      .alpha_one = 1, .beta_class = 1};
@@ -290,7 +308,10 @@ int main(int argc, char **argv)
   for (int i = 0; i < nrows; i++)
     if (prepare(&rows[i]))
       return 1;
-  for (int r = 0; r < rounds; r++)
+  int widest = wide ? AG_ISA_AVX512 : AG_ISA_AVX2;
+  for (int r = 0; r < rounds; r++) {
+    for (int f64 = 0; f64 < 2; f64++)
+      loop_gf[f64][r] = ag_machine_fma_gflops(&machine, widest, f64, 1000000);
     for (int i = 0; i < nrows; i++)
       for (int t = 0; t < NCONF; t++) {
         int c = (t + r) % NCONF;
@@ -305,8 +326,11 @@ int main(int argc, char **argv)
           call(row, row->fn[c]);
         row->ns[c][r] = (double)(bn_now_ns() - t0) / (double)row->calls;
       }
-  printf("\nkernels alone, GF/s: medians of %d rounds that interleave the columns (~1 ms each)\n",
-         rounds);
+  }
+  printf("\nkernels alone, GF/s: medians of %d rounds that interleave the columns (~1 ms each)\n"
+         "of peak: the best column against the peak above; of loop: against the FMA loop run as "
+         "a batch in the same round (median share; the loop's median %.1f GF/s fp32, %.1f fp64)\n",
+         rounds, median_of(loop_gf[0], rounds), median_of(loop_gf[1], rounds));
   double ps = wide ? p512s : p256s, pd = wide ? p512d : p256d;
   print_table(T1, (const char *const[]){"avx2 ymm", "avx512 ymm", "avx512 zmm", "tuned"}, 2, 0,
               rounds, ps, pd);

@@ -34,11 +34,13 @@
 #define UNROLL_K 8          /* K loops of at most this many k's are straight code: n = 4, 8
                               5-15 % faster (an AVX-512 Xeon); at 16 (dgemm NN 79 -> 73 ns)
                               it took 2-4x the compile time (40-70 ms; on a Xeon model 167,
-                              3x: 10 -> 30-40 ms, for 5-8 %), and 4 k's per iteration of
-                              longer loops gained 1-3 % at n = 32, 64 for 1.3x. Longer loops
-                              over a whole even K take 2 k's per iteration (the Xeon model
-                              167, interleaved: dgemm 16^3 1.030x, 32^3 1.021x, 64^3 1.026x,
-                              96^3 1.009x; sgemm 1.003-1.015x; compiles 1.0-1.4x) */
+                              3x: 10 -> 30-40 ms, for 5-8 %; on a Zen 5, 1.5-2x for nothing:
+                              dgemm 10-16 1.00-1.01x, sgemm 16 1.00x, 12 0.94x), and 4 k's
+                              per iteration of longer loops gained 1-3 % at n = 32, 64 for
+                              1.3x. Longer loops over a whole even K take 2 k's per
+                              iteration (the Xeon model 167, interleaved: dgemm 16^3 1.030x,
+                              32^3 1.021x, 64^3 1.026x, 96^3 1.009x; sgemm 1.003-1.015x;
+                              compiles 1.0-1.4x) */
 
 typedef struct gen_s {
   LLVMContextRef cx;
