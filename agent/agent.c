@@ -48,7 +48,6 @@
 #include <unistd.h>
 
 _Atomic int ag_state;
-_Atomic int ag_active;
 ag_table_t *ag_table;
 _Atomic uint64_t ag_overflow_calls;
 _Atomic uint32_t ag_duels;
@@ -207,10 +206,24 @@ static void init_once_fn(void)
      * operator calls made from those handlers are in the run too. */
     atexit(agent_atexit);
   }
-  atomic_store(&ag_state, off ? AG_PASS : symbols_on(hosts_on) ? AG_COUNT : AG_COUNT_HOOKED);
+  /* or-ed in: an activation that came first (a host's own) keeps its AG_LIVE */
+  atomic_fetch_or(&ag_state, off ? AG_PASS : symbols_on(hosts_on) ? AG_COUNT : AG_COUNT_HOOKED);
 }
 
 void ag_init(void) { pthread_once(&init_once, init_once_fn); }
+
+int ag_call_admit(int hooked)
+{
+  int st = atomic_load_explicit(&ag_state, memory_order_acquire);
+  if (!(st & ~AG_LIVE)) {
+    ag_init();
+    st = atomic_load_explicit(&ag_state, memory_order_acquire);
+  }
+  int mode = st & ~AG_LIVE;
+  if ((mode != AG_COUNT && !(hooked && mode == AG_COUNT_HOOKED)) || ag_tl.depth)
+    return 0;
+  return (st & AG_LIVE) || !ag_activate();
+}
 
 const char *ag_self_dir(void) { return self_dir; }
 
@@ -1144,7 +1157,7 @@ static int stop_writer(const char *status, int try)
  * not stop the parent's writer from its exec or _exit. */
 static pid_t active_pid;
 
-static int ours(void) { return atomic_load(&ag_active) && getpid() == active_pid; }
+static int ours(void) { return ag_is_active() && getpid() == active_pid; }
 
 AG_EXPORT int opjit_settle(long timeout_ms)
 {
@@ -1452,7 +1465,7 @@ static int profile_may_exist(void)
 int ag_activate(void)
 {
   pthread_mutex_lock(&activate_mu);
-  if (atomic_load(&ag_active)) {
+  if (ag_is_active()) {
     pthread_mutex_unlock(&activate_mu);
     return 0;
   }
@@ -1491,7 +1504,7 @@ int ag_activate(void)
     warm_finish(0, 0);
   else if (warm && wait_us > 0)
     warm_wait_us(wait_us);
-  atomic_store_explicit(&ag_active, 1, memory_order_release);
+  atomic_fetch_or_explicit(&ag_state, AG_LIVE, memory_order_release);
   rc = 0;
 out:
   pthread_mutex_unlock(&activate_mu);
@@ -1608,5 +1621,5 @@ static void atfork_child(void)
   atomic_store(&ag_overflow_calls, 0);
   writer_running = 0;
   stop = 0;
-  atomic_store(&ag_active, 0);
+  atomic_fetch_and(&ag_state, ~AG_LIVE);
 }

@@ -4,8 +4,8 @@
  * writer thread (agent.c), which starts with the process's first counted call.
  *
  *   ag_state:  UNINIT ──init──▶ PASS (disabled, secure, mode off)
- *                         └───▶ COUNT ──first call──▶ active (table, writer thread)
- *   fork child: active → inactive, counters zeroed; its first call starts its own run. */
+ *                         └───▶ COUNT ──first call──▶ COUNT | AG_LIVE (table, writer thread)
+ *   fork child: AG_LIVE cleared, counters zeroed; its first call starts its own run. */
 #ifndef OPJIT_AGENT_AGENT_H
 #define OPJIT_AGENT_AGENT_H
 
@@ -28,10 +28,12 @@
  * (ag_call_begin_host's hooked): OPJIT_HOSTS leaves out the hosts whose symbols are always
  * interposed (host.h, AG_HOST_SYMBOLS). */
 enum { AG_UNINIT = 0, AG_PASS, AG_COUNT, AG_COUNT_HOOKED };
+/* ag_state's bit set while the table and the writer exist in this process (ag_activate; a fork
+ * child clears it): a counted call reads one flag, COUNT | AG_LIVE, with one acquire load. */
+#define AG_LIVE 4
 
-extern _Atomic int ag_state;       /* enum above */
-extern _Atomic int ag_active;      /* the table and the writer exist in this process */
-extern ag_table_t *ag_table;       /* valid while ag_active */
+extern _Atomic int ag_state;       /* enum above, | AG_LIVE */
+extern ag_table_t *ag_table;       /* valid while live */
 extern _Atomic uint64_t ag_overflow_calls; /* calls that found the table full */
 extern uint32_t ag_time_mask;      /* OPJIT_TIME_EVERY - 1 */
 extern uint64_t ag_hot_calls;      /* OPJIT_HOT_CALLS */
@@ -88,6 +90,7 @@ typedef struct ag_thread_s {
     uint64_t ns;
   } bt[AG_BURST_SIGS];
   _Atomic uint64_t *calls;   /* this thread's counters (tcount.h), or NULL: shared entries */
+  _Atomic uint64_t *vcalls;  /* ... and its variant calls' (calls + capacity) */
   _Atomic uint32_t *cur;     /* where this thread's current operator is kept, followed by its
                                 count of finished calls (code unpublished before that count
                                 moved can no longer be running on the thread: tier.c frees
@@ -104,6 +107,14 @@ extern AG_TLS int ag_tl_keep_statics;
 void ag_init(void);
 /* Creates the table and starts the writer; returns 0 when counting can go on. */
 int ag_activate(void);
+/* The table and the writer exist in this process (ag_state's AG_LIVE; acquire). */
+static inline int ag_is_active(void)
+{
+  return (atomic_load_explicit(&ag_state, memory_order_acquire) & AG_LIVE) != 0;
+}
+/* ag_call_begin_host's slow start (out of line): a call that found ag_state other than counting
+ * and live inits the agent and activates it, as this call may; returns 1 when it is counted. */
+int ag_call_admit(int hooked);
 /* Waits until the warm start has placed the stored kernels, ms milliseconds at most (for a host
  * whose first operator is long: a whole graph). */
 void ag_warm_wait(long ms);
@@ -222,7 +233,8 @@ static inline __attribute__((always_inline)) ag_entry_t *ag_lookup(const ag_sig_
   ag_tlc_slot_t *s = &ag_tl.tlc[i];
   if (ag_likely(s->e && s->w[0] == w[0] && s->w[1] == w[1] && s->w[2] == w[2] && s->w[3] == w[3]))
     return s->e;
-  ag_entry_t *e = ag_table_get(ag_table, key);
+  ag_sig_t miss = *key; /* the caller's key never escapes: its words stay in registers */
+  ag_entry_t *e = ag_table_get(ag_table, &miss);
   if (e) {
     s->w[0] = w[0], s->w[1] = w[1], s->w[2] = w[2], s->w[3] = w[3];
     s->e = e;
@@ -242,18 +254,12 @@ static inline __attribute__((always_inline)) int ag_call_begin_host(ag_call_t *c
                                                                     int hooked)
 {
   int st = atomic_load_explicit(&ag_state, memory_order_acquire);
-  if (ag_unlikely(st != AG_COUNT) && !(hooked && st == AG_COUNT_HOOKED)) {
-    if (st == AG_PASS || st == AG_COUNT_HOOKED)
+  if (ag_unlikely(st != (AG_COUNT | AG_LIVE)) && !(hooked && st == (AG_COUNT_HOOKED | AG_LIVE))) {
+    if (!ag_call_admit(hooked))
       return 0;
-    ag_init();
-    st = atomic_load(&ag_state);
-    if (st != AG_COUNT && !(hooked && st == AG_COUNT_HOOKED))
-      return 0;
+  } else if (ag_tl.depth) {
+    return 0;
   }
-  if (ag_tl.depth)
-    return 0;
-  if (ag_unlikely(!atomic_load_explicit(&ag_active, memory_order_acquire)) && ag_activate())
-    return 0;
   ag_tl.depth++;
   sp_tl_entry_frame = (uintptr_t)__builtin_frame_address(0); /* stitched stacks (sampler.h) */
   atomic_signal_fence(memory_order_release);                 /* stored before the op */
@@ -320,7 +326,7 @@ static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
                         memory_order_release); /* after the call: see tier.h, code cache */
   if (c->variant) {
     if (ag_likely(ag_tl.calls != NULL)) {
-      _Atomic uint64_t *p = &ag_tl.calls[ag_tcount_capacity + e->index];
+      _Atomic uint64_t *p = &ag_tl.vcalls[e->index];
       atomic_store_explicit(p, atomic_load_explicit(p, memory_order_relaxed) + 1,
                             memory_order_relaxed);
     } else {

@@ -86,7 +86,7 @@ static void thread_gone(void *arg)
   t->prev->next = t->next;
   t->next->prev = t->prev;
   pthread_mutex_unlock(&reg_mu);
-  ag_tl.calls = NULL;
+  ag_tl.calls = ag_tl.vcalls = NULL;
   ag_tl.cur = NULL;
   tl_self = NULL;
   release(t);
@@ -146,6 +146,7 @@ void ag_tcount_register(void)
   pthread_mutex_unlock(&reg_mu);
   tl_self = t;
   ag_tl.calls = t->calls;
+  ag_tl.vcalls = t->calls ? t->calls + ag_tcount_capacity : NULL;
   if (t->cur_slot >= 0)
     ag_tl.cur = &cur_slots[t->cur_slot].op;
 }

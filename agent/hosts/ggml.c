@@ -382,7 +382,7 @@ static struct ggml_cgraph *fused_graph(struct ggml_cgraph *g, int nth, gg_cache_
   *slot = NULL, *round = 0;
   /* The first graph activates the agent (and its warm start) before it runs, so that stored
    * fusions apply from the first graph on. */
-  if (!atomic_load_explicit(&ag_active, memory_order_acquire) && ag_activate())
+  if (!ag_is_active() && ag_activate())
     return g;
   if (!ag_table)
     return g;
