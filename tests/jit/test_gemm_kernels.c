@@ -186,6 +186,38 @@ ISA_TEST(edges_zero_padding_one_and_nan_beta0)
       }
 }
 
+/* Blocks of one vector of rows go over pairs of k's (jit/gemm.c, pairs): M within a vector or
+ * in several one-vector blocks, K below the pairs' minimum, even, odd (the last k alone), in
+ * straight code and in a loop, partial vectors, padded leading dimensions, every alpha and beta
+ * class, both tails, columns in blocks with a narrower last one. */
+ISA_TEST(one_vector_blocks_over_pairs_of_k_match_the_reference)
+{
+  static const int ms[] = {1, 3, 4, 7, 8, 16}, ks[] = {2, 4, 5, 6, 7, 9, 16, 17, 33, 64, 65};
+  static const int ns[] = {2, 3, 9, 17, 31};
+  int v32 = (isa == JT_ISA_AVX512 ? 512 : 256) / 32;
+  for (int f64 = 0; f64 < 2; f64++)
+    for (int mi = 0; mi < 6; mi++)
+      for (int ki = 0; ki < 11; ki++) {
+        int t = mi * 11 + ki;
+        jt_gemm_t g = {.f64 = f64, .m = ms[mi], .n = ns[t % 5], .k = ks[ki],
+                       .mr_vecs = t % 3 == 0 ? 1 : 0, .tails = 1 + t % 2};
+        if (g.m > (f64 ? v32 / 2 : v32))
+          g.mr_vecs = 1; /* several one-vector blocks of rows */
+        g.lda = g.m + t % 3, g.ldb = g.k + t % 2, g.ldc = g.m + 1;
+        double alpha = alphas[t % 4], beta = betas[(t / 4) % 4];
+        g.alpha_one = alpha == 1;
+        g.beta_class = beta == 0 ? 0 : beta == 1 ? 1 : 2;
+        check(&g, compile(&g), alpha, beta, beta == 0);
+      }
+  /* the pairs' two accumulators a column leave room for 14 columns (AVX-512) or 6 (AVX2):
+   * a 16-column float block of one vector is split in two blocks of 8 */
+  jt_gemm_t g = {.m = 8, .n = 16, .k = 16, .lda = 8, .ldb = 16, .ldc = 8, .alpha_one = 1,
+                 .beta_class = 1, .isa = isa, .vbits = 256};
+  char name[160];
+  jit->gemm_name(&g, name, sizeof name);
+  cr_assert(strstr(name, isa == JT_ISA_AVX512 ? "_1x8_" : "_1x6_"), "%s", name);
+}
+
 Test(gemm_kernels, same_shape_twice_is_the_same_kernel)
 {
   jt_gemm_t g = {.m = 32, .n = 32, .k = 32, .lda = 32, .ldb = 32, .ldc = 32, .alpha_one = 1};
