@@ -22,7 +22,7 @@
  * sliver of B copied, row blocks inside.) Rows beyond M in the last block are never loaded
  * from A or C nor stored (masked loads and stores, or pieces and scalar stores:
  * jt_gemm_t.tails), so the kernel touches exactly the memory BLAS would. A block of one
- * vector of rows (M within a vector, or mr_vecs = 1) with op(A) = A and op(B) = B goes over
+ * 512-bit vector of rows (M within a vector, or mr_vecs = 1) with op(A) = A, op(B) = B goes over
  * pairs of k's instead: op(A)'s columns k and k + 1 interleaved, one broadcast of the pair
  * B[k..k+1, j] for two FMAs into two accumulators a column, their lanes added back into rows
  * after the loop (pairs, emit_pairs). A matrix-vector product with op(A) = A^T is a set of dot
@@ -461,16 +461,17 @@ static void block_k(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int nr, 
  * pair's broadcast feeds two FMAs and the pairs end in one shuffle and add per column. It
  * needs op(A) = A read where it lies, op(B) = B (a pair is adjacent in memory), K of at least
  * PAIRS_MIN_K (the sums' shuffles cost more than they save below: sgemm, dgemm 4^3
- * 0.71-0.78x) in one block (the caller's to check: kc is resolved after nr), and 2 nr + 3
- * registers. Measured on a Zen 5 against the plain block, interleaved: dgemm 5^3 to 8^3
- * 1.05-1.18x, sgemm 12^3 1.13-1.16x, 16^3 1.03-1.10x (2 blocks of 8 columns against one of
- * 16), 16x64x16 1.09x, 8^3 under AVX2 (1 x 4 against 1 x 8) 1.12-1.25x. */
+ * 0.71-0.78x) in one block (the caller's to check: kc is resolved after nr), 512-bit vectors
+ * and 2 nr + 3 registers. Measured on a Zen 5 against the plain block, interleaved: dgemm 5^3
+ * to 8^3 1.05-1.18x, 8x32x8 1.04x, sgemm 12^3 1.13-1.16x, 16^3 1.03-1.10x (2 blocks of 8
+ * columns against one of 16), 16x64x16 1.09x, 16x32x16 1.15x. Not 256-bit vectors, whose
+ * loads this core keeps up with: dgemm 4x16x16 0.82x (AVX-512 at 256 bits), sgemm 7x16x7
+ * 0.96x, and under AVX2 sgemm 8x16x8 0.91x against 8^3 1.12-1.25x and dgemm 4x16x4 1.13x. */
 #define PAIRS_MIN_K 5
 static int pairs(const jt_gemm_t *s, int mr_vecs, int nr)
 {
   return !s->mm && !s->dot && !s->add_rms_mul && !s->syrk && !s->fa && !s->ta && !s->tb &&
-         mr_vecs == 1 && s->n > 1 && s->k >= PAIRS_MIN_K &&
-         2 * nr + 3 <= (s->isa == JT_ISA_AVX512 ? 32 : 16);
+         mr_vecs == 1 && s->n > 1 && s->k >= PAIRS_MIN_K && s->vbits == 512 && 2 * nr + 3 <= 32;
 }
 
 /* A shuffle of x and y (y's lanes numbered from V) by the mask m(i) of V lanes. */
@@ -790,7 +791,7 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
     r->mr_vecs = s->mr_vecs ? s->mr_vecs : s->m > (mv - 1) * V ? mv : vecs;
     /* a block of one vector over pairs of k's holds two accumulators a column */
     jt_gemm_t two = *r;
-    two.nr = (regs - 3) / 2;
+    two.nr = 1;
     int acc_vecs = pairs(&two, r->mr_vecs, two.nr) ? 2 : r->mr_vecs;
     r->nr = s->nr ? s->nr : fit_nr(regs, acc_vecs, s->n, JT_MAX_NR);
     long esz = s->f64 ? 8 : 4, rows = (long)r->mr_vecs * V;
