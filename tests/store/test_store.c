@@ -500,6 +500,59 @@ Test(store, profile_weighs_runs_by_age_and_returns_objects)
   st_close(db);
 }
 
+Test(store, profile_gives_each_of_many_signatures_its_own_figures_and_object)
+{
+  /* 40 signatures, each its own number of calls, the first half called in run 1 and the second
+   * in run 2 (the profile reads the newest run first, so its signatures by id come out of
+   * order), their objects stored in the reverse order: each signature's row must carry its own
+   * score and its own object, whatever order the profile's statements read them in. */
+  enum { N = 40 };
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE);
+  int64_t run1 = begin_script(db, "/w/many.py", 1), run2 = begin_script(db, "/w/many.py", 2);
+  static char keys[N][32], names[N][8], syms[N][16];
+  st_sig_rec_t recs[N];
+  for (int i = 0; i < N; i++) {
+    snprintf(names[i], sizeof names[i], "s%02d", i);
+    snprintf(syms[i], sizeof syms[i], "opjit_s%02d", i);
+    memcpy(keys[i], names[i], strlen(names[i]));
+    recs[i] = (st_sig_rec_t){.key = keys[i], .key_len = 32, .sig = names[i], .op = "sgemm",
+                             .name = "sgemm NN 4x4x4 β=0", .params = "{}",
+                             .calls = 100 + (uint64_t)i * 7, .timed_calls = 10,
+                             .timed_ns = 100 * (uint64_t)(i + 1)};
+  }
+  cr_assert_eq(st_run_flush(db, run1, recs, N / 2, 0, 5), ST_OK);
+  cr_assert_eq(st_run_flush(db, run2, recs + N / 2, N / 2, 0, 5), ST_OK);
+  const char code[] = "\x7f" "ELF pretend object bytes";
+  for (int i = N - 1; i >= 0; i--) {
+    st_variant_rec_t v = {.key = keys[i], .key_len = 32, .status = "ready", .generator = 3,
+                          .llvm = "19.1.7", .cpu = "znver4", .origin = "compiled",
+                          .machine_cpu = "cpuA", .object = code,
+                          .object_len = sizeof code - (size_t)(i % 5),
+                          .symbol = syms[i], .checksum = 1000 + (uint64_t)i};
+    cr_assert_eq(st_run_variants(db, i < N / 2 ? run1 : run2, &v, 1, NULL, 0), ST_OK);
+  }
+  st_run_info_t prog = {.exe = "/bin/prog", .build_id = "abcd", .script = "/w/many.py",
+                        .cpu_model = "Test CPU", .cpu_flags = "fpu avx2 fma"};
+  st_profile_t p;
+  cr_assert_eq(st_profile(db, &prog, "cpuA", 1.0, 64, &p), ST_OK);
+  cr_assert_eq(p.n, N, "every signature once: %zu of %d", p.n, N);
+  for (int i = 0; i < N; i++) {
+    st_hot_t *h = find_hot(&p, names[i]);
+    cr_assert(h, "%s is in the profile", names[i]);
+    /* decay 1: run 2, the newest, weighs 1, run 1 1/2 */
+    cr_assert_float_eq(h->score, (100.0 + i * 7) * (i < N / 2 ? 0.5 : 1.0), 1e-9, "%s's calls",
+                       names[i]);
+    cr_assert_float_eq(h->mean_ns, 10.0 * (i + 1), 1e-9, "%s's mean", names[i]);
+    cr_assert_str_eq(h->symbol, syms[i], "%s's object", names[i]);
+    cr_assert_eq(h->checksum, 1000 + (uint64_t)i);
+    cr_assert_eq(h->code_len, sizeof code - (size_t)(i % 5));
+  }
+  for (size_t i = 1; i < p.n; i++)
+    cr_assert_geq(p.sigs[i - 1].score, p.sigs[i].score, "hottest first");
+  st_profile_free(&p);
+  st_close(db);
+}
+
 Test(store, profile_says_when_the_newest_variant_of_a_signature_was_demoted)
 {
   st_db_t *db = fx_open(path, ST_OPEN_CREATE);
