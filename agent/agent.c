@@ -34,6 +34,7 @@
 #define OPJIT_LLVM_VERSION "none"
 #endif
 
+#include <cpuid.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -48,6 +49,9 @@
 #include <unistd.h>
 
 _Atomic int ag_state;
+int ag_tick_tsc;
+_Atomic uint64_t ag_tick_scale;
+static uint64_t tick_tsc0, tick_ns0; /* the calibration's start: a TSC read and its time */
 ag_table_t *ag_table;
 _Atomic uint64_t ag_overflow_calls;
 _Atomic uint32_t ag_duels;
@@ -293,7 +297,7 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
   if (hooked) { /* a plain timed call; a burst in progress on this thread goes on */
     ag_tl.chain = 0;
     ag_tl.tick = ag_tl.burst > 0 ? 0 : draw_gap();
-    c->t0 = ag_now_ns();
+    c->t0 = ag_tick();
     return;
   }
   if (ag_tl.burst > 0) {
@@ -307,12 +311,12 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
       c->orig = 1;
       ag_tl.burst_saw_variant = 1;
       if ((c->slot = burst_seen(e->index)) >= 0) {
-        c->t0 = ag_now_ns(); /* warm: the signature already ran in this burst */
+        c->t0 = ag_tick(); /* warm: the signature already ran in this burst */
         return;
       }
     } else if (n == 1 || atomic_load_explicit(&e->best_ns, memory_order_relaxed) >=
                              AG_LONG_CALL_NS) { /* a long call is timed every time (agent.h) */
-      c->t0 = ag_now_ns();
+      c->t0 = ag_tick();
     }
     if (last)
       burst_flush();
@@ -324,7 +328,7 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
     ag_tl.chain--;
     if (--ag_tl.resume > 0) { /* not the gap's timed call */
       if (n == 1 || atomic_load_explicit(&e->best_ns, memory_order_relaxed) >= AG_LONG_CALL_NS)
-        c->t0 = ag_now_ns();
+        c->t0 = ag_tick();
       ag_tl.tick = ag_tl.chain > 0 ? 1 : ag_tl.resume; /* over: the gap runs on */
       return;
     } /* else the gap's timed call: a new gap, as below */
@@ -353,7 +357,7 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
     ag_tl.resume = ag_tl.tick;
     ag_tl.tick = 1;
   }
-  c->t0 = ag_now_ns();
+  c->t0 = ag_tick();
 }
 
 void ag_call_long(const ag_call_t *c)
@@ -385,7 +389,7 @@ void *ag_call_pair(ag_call_t *c, void *v)
     return v; /* between pairs: the variant, untimed by the pair */
   int variant = (int)((k / cycle + at) & 1);
   c->orig = variant ? AG_VARIANT_PAIR : AG_ORIG_PAIR;
-  c->t0 = ag_now_ns();
+  c->t0 = ag_tick();
   return variant ? v : NULL;
 }
 
@@ -406,9 +410,10 @@ void ag_call_pair_timed(const ag_call_t *c, uint64_t dt)
   ag_tier_pair(e, AG_CMP_PAIR_ORIG, dt);
 }
 
-void ag_call_timed(const ag_call_t *c, uint64_t dt)
+void ag_call_timed(const ag_call_t *c, uint64_t ticks)
 {
   ag_entry_t *e = c->e;
+  uint64_t dt = ag_tick_ns(ticks);
   if (ag_unlikely(atomic_load_explicit(&ag_duels, memory_order_relaxed))) {
     if (c->orig) /* not booked while a duel runs (ag_duels), nor is its burst lengthened */
       ag_tl.burst_saw_variant = 0;
@@ -1091,6 +1096,7 @@ static void *writer_main(void *arg)
       final_step(tick_ms);
       return NULL;
     }
+    ag_tick_refine();
     if (sampling) {
       pthread_mutex_lock(&db_mu); /* fork waits for the aggregation to be consistent */
       drain_samples();
@@ -1462,6 +1468,67 @@ static int profile_may_exist(void)
          (!ag_opts_db_path(&ag_opts, env_get, dbpath, sizeof dbpath) && access(dbpath, F_OK) == 0);
 }
 
+/* The TSC as the calls' clock (agent.h, ag_tick), where CPUID says it is invariant (leaf
+ * 0x80000007, EDX bit 8: a constant rate in every C- and P-state), measured against
+ * CLOCK_MONOTONIC: first over the first activation (TICK_CALIB_NS at least), then by the writer
+ * over the run so far. */
+#define TICK_CALIB_NS 100000 /* the first measure's span: its reads' error within ~0.1 % */
+
+/* A TSC read and the time it was taken: of three tries, the one whose clock read two TSC reads
+ * bracket most closely (a thread preempted between them would skew the scale). */
+static void tick_pair(uint64_t *tsc, uint64_t *ns)
+{
+  uint64_t best = UINT64_MAX;
+  for (int i = 0; i < 3; i++) {
+    _mm_lfence();
+    uint64_t a = __rdtsc();
+    uint64_t t = ag_now_ns();
+    _mm_lfence();
+    uint64_t b = __rdtsc();
+    if (b - a < best)
+      best = b - a, *tsc = a + (b - a) / 2, *ns = t;
+  }
+}
+
+static void tick_set_scale(uint64_t tsc, uint64_t ns)
+{
+  if (tsc > tick_tsc0 && ns > tick_ns0)
+    atomic_store_explicit(&ag_tick_scale,
+                          (uint64_t)(((unsigned __int128)(ns - tick_ns0) << 32) / (tsc - tick_tsc0)),
+                          memory_order_relaxed);
+}
+
+/* Before the first activation: the measure's start (a fork child keeps its parent's clock). */
+static void tick_start(void)
+{
+  unsigned a, b, c, d;
+  if (ag_tick_tsc || tick_ns0 || !__get_cpuid(0x80000007, &a, &b, &c, &d) || !(d & (1u << 8)))
+    return;
+  tick_pair(&tick_tsc0, &tick_ns0);
+}
+
+/* ... and its end, before AG_LIVE: the TSC becomes the clock once it has a scale. */
+static void tick_finish(void)
+{
+  if (ag_tick_tsc || !tick_ns0)
+    return;
+  uint64_t tsc, ns;
+  do
+    tick_pair(&tsc, &ns);
+  while (ns - tick_ns0 < TICK_CALIB_NS);
+  tick_set_scale(tsc, ns);
+  ag_tick_tsc = atomic_load_explicit(&ag_tick_scale, memory_order_relaxed) != 0;
+}
+
+void ag_tick_refine(void)
+{
+  if (!ag_tick_tsc)
+    return;
+  uint64_t tsc, ns;
+  tick_pair(&tsc, &ns);
+  tick_set_scale(tsc, ns);
+}
+
 int ag_activate(void)
 {
   pthread_mutex_lock(&activate_mu);
@@ -1470,6 +1537,7 @@ int ag_activate(void)
     return 0;
   }
   int rc = -1;
+  tick_start();
   if (!ag_table) {
     uint32_t cap = (uint32_t)ag_opts.num[AG_OPT_MAX_SIGS];
     if (!(ag_table = ag_table_new(cap, NULL)) || ag_tcount_init(ag_table, cap)) {
@@ -1504,6 +1572,7 @@ int ag_activate(void)
     warm_finish(0, 0);
   else if (warm && wait_us > 0)
     warm_wait_us(wait_us);
+  tick_finish();
   atomic_fetch_or_explicit(&ag_state, AG_LIVE, memory_order_release);
   rc = 0;
 out:

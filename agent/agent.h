@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
+#include <x86intrin.h>
 
 #define AG_EXPORT __attribute__((visibility("default")))
 #define AG_TLS __thread __attribute__((tls_model("initial-exec")))
@@ -145,6 +146,32 @@ static inline uint64_t ag_now_ns(void)
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The clock of the calls' timings (ag_call_t's t0, ag_call_timed): the invariant TSC where the
+ * CPU has one, read after an lfence as the kernel's own clock reads it, else ag_now_ns. On a
+ * Zen 5 VM (kvm-clock) a read costs ~21 ns where clock_gettime costs ~30 (idle), and 1 call in
+ * OPJIT_TIME_EVERY reads it twice. Chosen once, before the first activation publishes AG_LIVE;
+ * ag_tick_ns converts a difference of two reads to nanoseconds. */
+extern int ag_tick_tsc;
+extern _Atomic uint64_t ag_tick_scale; /* ns per TSC tick, 32.32 fixed point: measured over the
+                                          activation, refined by the writer over the run */
+static inline uint64_t ag_tick(void)
+{
+  if (ag_likely(ag_tick_tsc)) {
+    _mm_lfence();
+    return __rdtsc();
+  }
+  return ag_now_ns();
+}
+static inline uint64_t ag_tick_ns(uint64_t dt)
+{
+  if (!ag_tick_tsc)
+    return dt;
+  uint64_t scale = atomic_load_explicit(&ag_tick_scale, memory_order_relaxed);
+  return (uint64_t)(((unsigned __int128)dt * scale) >> 32);
+}
+/* The writer's refinement of ag_tick_scale (over the time since the first activation). */
+void ag_tick_refine(void);
+
 /* Wall-clock nanoseconds since the epoch (what the database records). */
 static inline int64_t ag_realtime_ns(void)
 {
@@ -173,7 +200,7 @@ static inline struct timespec ag_deadline_after(clockid_t clock, long ms)
 /* One intercepted call in flight. */
 typedef struct ag_call_s {
   ag_entry_t *e;  /* NULL when the table is full */
-  uint64_t t0;    /* start time when this call is timed, else 0 */
+  uint64_t t0;    /* start time when this call is timed (ag_tick), else 0 */
   int variant;    /* 1 when the JIT variant served the call */
   int orig;       /* AG_ORIG_BURST: a burst runs the original though a variant exists (agent.c);
                      AG_ORIG_PAIR, AG_VARIANT_PAIR: a cold pair's original or variant side */
@@ -305,7 +332,7 @@ static inline __attribute__((always_inline)) void *ag_call_variant(ag_call_t *c)
   return v;
 }
 
-/* A timed call of c (c->t0 set) took dt ns: books it as the original's or the variant's timing,
+/* A timed call of c (c->t0 set) took dt ticks (ag_tick; converted here): books it as the original's or the variant's timing,
  * a burst's or a cold pair's, or none while a duel runs (ag_duels), and starts a long call's
  * chain (ag_call_long). Out of line: one call in OPJIT_TIME_EVERY comes here. */
 void ag_call_timed(const ag_call_t *c, uint64_t dt);
@@ -334,7 +361,7 @@ static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
     }
   }
   if (ag_unlikely(c->t0)) /* its end time read here, its booking out of line */
-    ag_call_timed(c, ag_now_ns() - c->t0);
+    ag_call_timed(c, ag_tick() - c->t0);
   ag_tl.depth--;
 }
 

@@ -13,7 +13,9 @@
  *   forkratio N          "ratio N", then a fork child runs "ratio 6N" while the parent waits,
  *                        then the parent runs "ratio N" again
  *   sigprof N            installs its own SIGPROF handler and ITIMER_PROF, runs "ratio N",
- *                        prints how many SIGPROFs it received */
+ *                        prints how many SIGPROFs it received
+ *   clocked N            N cblas_sgemm 96^3, each timed on CLOCK_MONOTONIC; prints the median
+ *                        call's nanoseconds */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
@@ -26,6 +28,7 @@
 #include <sys/auxv.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 float cblas_sdot(int, const float *, int, const float *, int);
@@ -99,6 +102,12 @@ static void on_sigprof(int s)
 {
   (void)s;
   atomic_fetch_add(&prof_signals, 1);
+}
+
+static int cmp_long(const void *x, const void *y)
+{
+  long a = *(const long *)x, b = *(const long *)y;
+  return (a > b) - (a < b);
 }
 
 int main(int argc, char **argv)
@@ -209,7 +218,28 @@ int main(int argc, char **argv)
     printf("checksum %.9g sigprof %d\n", sum, atomic_load(&prof_signals) > 0);
     return 0;
   }
-  fprintf(stderr, "usage: %s noop|forkexec|loop|threads T N|dlopen AGENT|ratio N|big N|sigprof N\n",
+  if (!strcmp(mode, "clocked") && argc > 2) {
+    enum { D = 96 };
+    static float a[D * D], b[D * D], c[D * D];
+    for (int i = 0; i < D * D; i++)
+      a[i] = (float)(i % 5), b[i] = (float)(i % 3);
+    long n = atol(argv[2]);
+    long *ns = calloc(n > 0 ? (size_t)n : 1, sizeof *ns);
+    if (!ns)
+      return 1;
+    for (long r = 0; r < n; r++) {
+      struct timespec t0, t1;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      cblas_sgemm(102, 111, 111, D, D, D, 1.0f, a, D, b, D, 0.0f, c, D);
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      ns[r] = (t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec);
+    }
+    qsort(ns, (size_t)n, sizeof *ns, cmp_long);
+    printf("median_ns %ld\n", ns[n / 2]);
+    free(ns);
+    return 0;
+  }
+  fprintf(stderr, "usage: %s noop|forkexec|loop|threads T N|dlopen AGENT|ratio N|big N|sigprof N|clocked N\n",
           argv[0]);
   return 2;
 }
