@@ -279,13 +279,16 @@ void ag_call_burst_timed(const ag_call_t *c, uint64_t dt)
     burst_flush();
 }
 
-/* The gap to the next timed call, uniform in [1, 2 OPJIT_TIME_EVERY - 1]. */
+/* The gap to the next timed call, uniform in [1, 2 g - 1]: g is OPJIT_TIME_EVERY, times the
+ * scale the thread's last timed call set (ag_call_timed). */
 static int32_t draw_gap(void)
 {
   uint32_t x = ag_tl.rng;
   x ^= x << 13, x ^= x >> 17, x ^= x << 5;
   ag_tl.rng = x;
   uint32_t every = ag_time_mask + 1; /* a power of two, at most 128 */
+  if (ag_tl.gap_scale > 1)
+    every *= ag_tl.gap_scale; /* at most AG_CMP_GAP_SCALE_MAX */
   return (int32_t)(1 + (x >> 8) % (2 * every - 1));
 }
 
@@ -414,6 +417,10 @@ void ag_call_timed(const ag_call_t *c, uint64_t ticks)
 {
   ag_entry_t *e = c->e;
   uint64_t dt = ag_tick_ns(ticks);
+  /* A judged variant's call: the next gap as long as the timings' budget wants (compare.h) */
+  ag_tl.gap_scale = c->variant && !c->orig && !atomic_load_explicit(&e->awaiting, memory_order_relaxed)
+                        ? ag_cmp_gap_scale(2 * ag_machine_timer_ns(), dt, ag_time_mask + 1)
+                        : 1;
   if (ag_unlikely(atomic_load_explicit(&ag_duels, memory_order_relaxed))) {
     if (c->orig) /* not booked while a duel runs (ag_duels), nor is its burst lengthened */
       ag_tl.burst_saw_variant = 0;

@@ -75,6 +75,8 @@ typedef struct ag_thread_s {
                                 run the original (random, so a periodic call pattern cannot
                                 alias with it) */
   int32_t tick;              /* counted calls until the next timed one (ag_call_pick) */
+  uint32_t gap_scale;        /* the next gap's length in OPJIT_TIME_EVERYs, from the last timed
+                                call (compare.h, ag_cmp_gap_scale); 0 or 1: one */
   int32_t chain;             /* > 0: calls left in which every call comes to ag_call_pick and
                                 a long signature's is timed (ag_call_long) */
   int32_t resume;            /* ... meanwhile, the calls left of the gap to the next timed call
@@ -210,7 +212,8 @@ typedef struct ag_call_s {
 enum { AG_ORIG_BURST = 1, AG_ORIG_PAIR, AG_VARIANT_PAIR };
 
 /* A timed call (the thread's tick ran out, or its first call of the signature, n == 1):
- * draws the gap to the next timed call, uniform in [1, 2 OPJIT_TIME_EVERY - 1], and starts the
+ * draws the gap to the next timed call, uniform in [1, 2 g - 1] where g is OPJIT_TIME_EVERY, or
+ * a multiple of it after a short call of a judged variant (ag_tl.gap_scale), and starts the
  * clock. Inside an original burst (compare.h) every call comes here: a signature with a
  * published variant runs its original, timed when the signature already ran in this burst
  * (warm). Bursts start every few thousand calls while a variant is published, more often on

@@ -23,6 +23,14 @@ int ag_cmp_burst_due(int32_t *to_burst, int32_t len, int32_t gap, int awaiting)
   return 1;
 }
 
+uint32_t ag_cmp_gap_scale(double timing_ns, uint64_t dt, uint32_t every)
+{
+  if (!(timing_ns > 0) || !dt || !every)
+    return 1;
+  double scale = ceil(AG_CMP_TIMING_SHARE * timing_ns / ((double)dt * (double)every));
+  return scale <= 1 ? 1 : scale >= AG_CMP_GAP_SCALE_MAX ? AG_CMP_GAP_SCALE_MAX : (uint32_t)scale;
+}
+
 int ag_cmp_burst(ag_cmp_t *c, uint64_t n, uint64_t ns, uint64_t v_total_n, uint64_t v_total_ns)
 {
   if (v_total_n < c->v_base_n || v_total_ns < c->v_base_ns) /* the counters were reset */

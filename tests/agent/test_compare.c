@@ -183,3 +183,27 @@ Test(compare, bursts_spend_their_budget_on_the_calls_that_await_a_verdict)
   cr_assert(mine > 0.08, "the awaiting signature's calls: %.4f in bursts", mine);
   cr_assert(others < 0.006, "the judged signatures' calls: %.4f in bursts", others);
 }
+
+Test(compare, short_judged_calls_are_timed_less_often_within_the_timings_budget)
+{
+  /* the clock unknown, or a call that took no measurable time: the plain rate */
+  cr_assert_eq(ag_cmp_gap_scale(0, 40, 16), 1);
+  cr_assert_eq(ag_cmp_gap_scale(30, 0, 16), 1);
+  /* a call as long as the budget's share of the timings, or longer: the plain rate */
+  cr_assert_eq(ag_cmp_gap_scale(60, 60 * AG_CMP_TIMING_SHARE / 16, 16), 1);
+  cr_assert_eq(ag_cmp_gap_scale(60, 100000, 16), 1);
+  /* shorter calls: gaps long enough that the timings cost at most 1/AG_CMP_TIMING_SHARE of the
+   * calls' time between them, up to AG_CMP_GAP_SCALE_MAX */
+  for (uint64_t dt = 1; dt < 2000; dt += 7) {
+    uint32_t s = ag_cmp_gap_scale(60, dt, 16);
+    cr_assert(s >= 1 && s <= AG_CMP_GAP_SCALE_MAX, "dt %llu: scale %u", (unsigned long long)dt, s);
+    if (s < AG_CMP_GAP_SCALE_MAX)
+      cr_assert(60.0 / (16.0 * s * (double)dt) <= 1.0 / AG_CMP_TIMING_SHARE + 1e-12,
+                "dt %llu: scale %u leaves the timings over budget", (unsigned long long)dt, s);
+    if (s > 1)
+      cr_assert(60.0 / (16.0 * (s - 1) * (double)dt) > 1.0 / AG_CMP_TIMING_SHARE,
+                "dt %llu: scale %u is longer than the budget needs", (unsigned long long)dt, s);
+    cr_assert(ag_cmp_gap_scale(60, dt + 7, 16) <= s, "a longer call never gets a longer gap");
+  }
+  cr_assert_eq(ag_cmp_gap_scale(60, 5, 16), AG_CMP_GAP_SCALE_MAX);
+}
