@@ -103,6 +103,13 @@ static int cmd_runs(int argc, char **argv)
         cJSON_AddNumberToObject(r, "samples", (double)samp.samples);
       else
         cJSON_AddNullToObject(r, "samples");
+      /* the sampler's summary as the run stored it: mode, rate, stacks, its cost */
+      cJSON *sj = st_rows_type(st, ST_LIST_SAMPLING) == ST_COL_NULL
+                      ? NULL
+                      : cJSON_Parse(st_rows_text(st, ST_LIST_SAMPLING));
+      cJSON_AddItemToObject(r, "sampling", cJSON_IsObject(sj) ? sj : cJSON_CreateNull());
+      if (sj && !cJSON_IsObject(sj))
+        cJSON_Delete(sj);
       cJSON_AddNumberToObject(r, "jit_ready", (double)ready);
       cJSON_AddNumberToObject(r, "jit_loaded", (double)loaded);
       cJSON_AddNumberToObject(r, "jit_compiled", (double)compiled);

@@ -24,8 +24,8 @@ static const fake_counter_t counters[] = {
     {64, "instructions", 3000}, {64, "cache-misses", 50}, {32, "instructions", 600}};
 static const fake_samples_t sampled = {
     .sampling = "{\"mode\":\"perf\",\"event\":\"task-clock\",\"hz\":499,\"stack_depth\":32,"
-                "\"samples\":100,\"lost\":3,\"notes\":[\"cycles: not supported by this CPU/VM"
-                " (ENOENT)\"]}",
+                "\"samples\":100,\"lost\":3,\"cost\":{\"delivery_ns\":3306,\"handler_ns\":15539},"
+                "\"notes\":[\"cycles: not supported by this CPU/VM (ENOENT)\"]}",
     .pcs = pcs, .npcs = 6, .counters = counters, .ncounters = 3};
 
 static double num(const cJSON *o, const char *key)
@@ -211,10 +211,16 @@ Test(runs, samples_column_blank_when_unsampled)
   const cJSON *r;
   cJSON_ArrayForEach(r, cJSON_GetObjectItem(j, "runs"))
   {
-    if (num(r, "id") == run)
+    const cJSON *s = cJSON_GetObjectItem(r, "sampling");
+    if (num(r, "id") == run) {
       cr_expect_eq(num(r, "samples"), 100);
-    else
+      cr_expect_eq(num(cJSON_GetObjectItem(s, "cost"), "handler_ns"), 15539,
+                   "the sampler's summary as stored, its cost with it");
+      cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(s, "mode")), "perf");
+    } else {
       cr_expect(cJSON_IsNull(cJSON_GetObjectItem(r, "samples")));
+      cr_expect(cJSON_IsNull(s), "no summary: null");
+    }
   }
   cJSON_Delete(j);
   proc_free(&p);
