@@ -49,7 +49,7 @@
 #include <unistd.h>
 
 _Atomic int ag_state;
-int ag_tick_tsc;
+_Atomic int ag_tick_tsc; /* the writer reads it (ag_tick_refine) while an activation sets it */
 _Atomic uint64_t ag_tick_scale;
 static uint64_t tick_tsc0, tick_ns0; /* the calibration's start: a TSC read and its time */
 ag_table_t *ag_table;
@@ -1509,7 +1509,8 @@ static void tick_set_scale(uint64_t tsc, uint64_t ns)
 static void tick_start(void)
 {
   unsigned a, b, c, d;
-  if (ag_tick_tsc || tick_ns0 || !__get_cpuid(0x80000007, &a, &b, &c, &d) || !(d & (1u << 8)))
+  if (atomic_load_explicit(&ag_tick_tsc, memory_order_relaxed) || tick_ns0 ||
+      !__get_cpuid(0x80000007, &a, &b, &c, &d) || !(d & (1u << 8)))
     return;
   tick_pair(&tick_tsc0, &tick_ns0);
 }
@@ -1517,19 +1518,21 @@ static void tick_start(void)
 /* ... and its end, before AG_LIVE: the TSC becomes the clock once it has a scale. */
 static void tick_finish(void)
 {
-  if (ag_tick_tsc || !tick_ns0)
+  if (atomic_load_explicit(&ag_tick_tsc, memory_order_relaxed) || !tick_ns0)
     return;
   uint64_t tsc, ns;
   do
     tick_pair(&tsc, &ns);
   while (ns - tick_ns0 < TICK_CALIB_NS);
   tick_set_scale(tsc, ns);
-  ag_tick_tsc = atomic_load_explicit(&ag_tick_scale, memory_order_relaxed) != 0;
+  atomic_store_explicit(&ag_tick_tsc,
+                        atomic_load_explicit(&ag_tick_scale, memory_order_relaxed) != 0,
+                        memory_order_relaxed);
 }
 
 void ag_tick_refine(void)
 {
-  if (!ag_tick_tsc)
+  if (!atomic_load_explicit(&ag_tick_tsc, memory_order_relaxed))
     return;
   uint64_t tsc, ns;
   tick_pair(&tsc, &ns);

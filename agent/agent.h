@@ -153,12 +153,12 @@ static inline uint64_t ag_now_ns(void)
  * Zen 5 VM (kvm-clock) a read costs ~21 ns where clock_gettime costs ~30 (idle), and 1 call in
  * OPJIT_TIME_EVERY reads it twice. Chosen once, before the first activation publishes AG_LIVE;
  * ag_tick_ns converts a difference of two reads to nanoseconds. */
-extern int ag_tick_tsc;
+extern _Atomic int ag_tick_tsc;
 extern _Atomic uint64_t ag_tick_scale; /* ns per TSC tick, 32.32 fixed point: measured over the
                                           activation, refined by the writer over the run */
 static inline uint64_t ag_tick(void)
 {
-  if (ag_likely(ag_tick_tsc)) {
+  if (ag_likely(atomic_load_explicit(&ag_tick_tsc, memory_order_relaxed))) {
     _mm_lfence();
     return __rdtsc();
   }
@@ -166,7 +166,7 @@ static inline uint64_t ag_tick(void)
 }
 static inline uint64_t ag_tick_ns(uint64_t dt)
 {
-  if (!ag_tick_tsc)
+  if (!atomic_load_explicit(&ag_tick_tsc, memory_order_relaxed))
     return dt;
   uint64_t scale = atomic_load_explicit(&ag_tick_scale, memory_order_relaxed);
   return (uint64_t)(((unsigned __int128)dt * scale) >> 32);
