@@ -335,10 +335,11 @@ static inline __attribute__((always_inline)) void *ag_call_variant(ag_call_t *c)
   return v;
 }
 
-/* A timed call of c (c->t0 set) took dt ticks (ag_tick; converted here): books it as the original's or the variant's timing,
- * a burst's or a cold pair's, or none while a duel runs (ag_duels), and starts a long call's
- * chain (ag_call_long). Out of line: one call in OPJIT_TIME_EVERY comes here. */
-void ag_call_timed(const ag_call_t *c, uint64_t dt);
+/* A timed call of c (c->t0 set) took ticks of ag_tick's clock (converted here): books it as the
+ * original's or the variant's timing, a burst's or a cold pair's, or none while a duel runs
+ * (ag_duels), starts a long call's chain (ag_call_long), and sets the thread's next gap
+ * (ag_tl.gap_scale). Out of line: one call in OPJIT_TIME_EVERY comes here. */
+void ag_call_timed(const ag_call_t *c, uint64_t ticks);
 
 /* A timing dt against n earlier ones of ns in all: 8x their mean is a preemption or a page
  * fault, not the operator, and is left out (from 8 timings on), so that one stall cannot tip
