@@ -7,7 +7,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-extern char h_dir[]; /* this test's temporary folder (made by h_setup, removed by h_teardown) */
+extern char h_dir[]; /* this test's temporary folder (made by h_setup, removed by h_teardown,
+                        or at the test's exit when it skips after h_setup) */
 extern char h_db[];  /* h_dir/profile.db */
 
 void h_setup(void);

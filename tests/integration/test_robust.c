@@ -151,8 +151,9 @@ Test(robust, full_disk)
   snprintf(dbvar, sizeof dbvar, "OPJIT_DB=%s/profile.db", mnt);
   /* The final write retries a full disk for 3/4 of the exit wait; the last quarter is the
    * writer's to end in (at 300 ms, 75 ms: a writer without a CPU that long on a loaded machine
-   * adds the exit wait's own warning). 4 s: one second for a few milliseconds of work. */
-  const char *env[] = {dbvar, "OPJIT_EXIT_WAIT_MS=4000", NULL};
+   * adds the exit wait's own warning). 8 s: two seconds for a few milliseconds of work (one
+   * second was once not enough at load 9, with the suite's other tests beside it). */
+  const char *env[] = {dbvar, "OPJIT_EXIT_WAIT_MS=8000", NULL};
   const char *err = host_unchanged(env, NULL);
   umount2(mnt, MNT_DETACH);
   cr_assert_eq(filled, 0);
