@@ -263,7 +263,11 @@ int jt_obj_batch_begin(jt_obj_batch_t *b, size_t cap, char *err, size_t errlen)
   cap = (cap + 4095) & ~(size_t)4095;
   if (cap == 0)
     return fail(err, errlen, "an empty batch");
-  void *m = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  /* Populated at once: the objects' copies write every page, and mapping them in one call costs
+   * less than a fault per page (a Firecracker guest: ~1 us a page, then ~6 at the first write,
+   * against ~12 for a fault; a warm start placing 50 kernels, 1.9 -> 1.5 ms). */
+  void *m = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                 -1, 0);
   if (m == MAP_FAILED)
     return fail(err, errlen, "cannot map %zu bytes", cap);
   b->map = m, b->cap = cap;

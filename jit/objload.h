@@ -60,8 +60,9 @@ typedef struct jt_obj_batch_s {
  * place: jt_obj_load's structural checks). */
 long jt_obj_size(const void *obj, size_t len, char *err, size_t errlen);
 
-/* Opens batch b with room for cap bytes (jt_obj_size's sum), mapped read+write. 0, or -1 with a
- * sentence in err (b is then empty). */
+/* Opens batch b with room for cap bytes (jt_obj_size's sum), mapped read+write with its pages
+ * present (the objects' copies write them all). 0, or -1 with a sentence in err (b is then
+ * empty). */
 int jt_obj_batch_begin(jt_obj_batch_t *b, size_t cap, char *err, size_t errlen);
 
 /* Places obj into open batch b as jt_obj_load would, but not executable until
