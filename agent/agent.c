@@ -14,6 +14,7 @@
 #include "codemap.h"
 #include "compare.h"
 #include "fleet.h"
+#include "heap.h"
 #include "host.h"
 #include "opjit.h"
 #include "log.h"
@@ -1360,6 +1361,7 @@ static void warm_start(int writer_thread, int network)
   if (!local && !fleet)
     return;
   if (local) {
+    void *heap = ag_heap_warm_begin(ag_heap_warm_size(dbpath)); /* its pages in bulk (heap.h) */
     pthread_mutex_lock(&db_mu);
     if (!store_dead && !db)
       open_store();
@@ -1370,6 +1372,7 @@ static void warm_start(int writer_thread, int network)
     if (db)
       ag_warm_start(store, db, run_info(), &w);
     pthread_mutex_unlock(&db_mu);
+    ag_heap_warm_end(heap);
   }
   if (network)
     ag_fleet_warm(&w);

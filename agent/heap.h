@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+/* The warm start's heap, made present in bulk before the warm start allocates from it.
+ *
+ * A warm start (warm.h) allocates ~1 MB on its thread: SQLite's page cache as it reads the
+ * profile, the stored objects' copies, the loader's maps. Each fresh page costs a fault at its
+ * first write; on a Firecracker guest ~12 us, where one madvise(MADV_POPULATE_WRITE) over many
+ * pages costs ~1 us a page and its first write ~6 more (the host's own fault). So before the
+ * warm start the thread allocates blocks under glibc's 128 KB mmap threshold (they come from its
+ * heap, one after the other), makes each block's pages present, and frees all but the last,
+ * which stays allocated until the warm start ends so the freed space is not trimmed away: the
+ * warm start's allocations reuse those pages. With another allocator the blocks may lie
+ * anywhere: each is populated within its own bounds only, and at worst the populate is wasted. */
+#ifndef OPJIT_AGENT_HEAP_H
+#define OPJIT_AGENT_HEAP_H
+
+#include <stddef.h>
+
+#define AG_HEAP_BLOCK (120u << 10) /* under glibc's mmap threshold: from the thread's heap */
+#define AG_HEAP_MAX (1080u << 10)  /* 9 blocks: the sweet spot for 50 stored kernels (Zen 5 guest:
+                                      1 MB served 2-3 ms sooner, 2 MB ~1 ms) */
+
+/* What a warm start from the database at dbpath allocates, about: twice its bytes on disk (the
+ * file and its WAL: the pages SQLite may read, and the objects' copies), 0 when unknown. */
+size_t ag_heap_warm_size(const char *dbpath);
+
+/* Makes about bytes (at most AG_HEAP_MAX) of this thread's heap present and free for its next
+ * allocations; returns the block to pass to ag_heap_warm_end once they are done (NULL when
+ * nothing was allocated: bytes 0, or out of memory). */
+void *ag_heap_warm_begin(size_t bytes);
+
+/* Frees what ag_heap_warm_begin kept (NULL: nothing). */
+void ag_heap_warm_end(void *kept);
+
+#endif

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/* The warm start's heap: after ag_heap_warm_begin, the thread's next allocations land on pages
+ * already present (the warm start faults none in one by one), and its size follows the
+ * database's bytes on disk. */
+#define _GNU_SOURCE
+#include "agent/heap.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define OWN_ALLOCATOR 1 /* the sanitizer's allocator: freed blocks are quarantined, not reused */
+#else
+#define OWN_ALLOCATOR 0
+#endif
+
+/* This thread's page faults so far. */
+static long faults(void)
+{
+  struct rusage ru;
+  getrusage(RUSAGE_THREAD, &ru);
+  return ru.ru_minflt;
+}
+
+/* On a thread of its own (a heap of its own, as the writer's): what a warm start would allocate
+ * after ag_heap_warm_begin, written through, and the page faults that took. */
+static void *allocate(void *arg)
+{
+  long *counts = arg;
+  void *kept = ag_heap_warm_begin(AG_HEAP_MAX);
+  enum { N = 128, SZ = 4400 }; /* SQLite's page cache: pages of 4 KB and their headers */
+  void *p[N];
+  long f0 = faults();
+  for (int i = 0; i < N; i++)
+    if ((p[i] = malloc(SZ)))
+      memset(p[i], 1, SZ);
+  counts[0] = faults() - f0;
+  counts[1] = N * SZ / 4096; /* the pages they span */
+  for (int i = 0; i < N; i++)
+    free(p[i]);
+  ag_heap_warm_end(kept);
+  return NULL;
+}
+
+Test(heap, the_warm_starts_allocations_fault_no_page_in_one_by_one)
+{
+  if (OWN_ALLOCATOR)
+    cr_skip_test("a sanitizer's allocator does not reuse the freed blocks");
+  void *probe = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  int populates = madvise(probe, 4096, 23 /* MADV_POPULATE_WRITE */) == 0;
+  munmap(probe, 4096);
+  if (!populates)
+    cr_skip_test("this kernel has no MADV_POPULATE_WRITE (Linux 5.14): nothing is populated");
+  long counts[2];
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, allocate, counts), 0);
+  pthread_join(t, NULL);
+  cr_assert_lt(counts[0] * 10, counts[1], "%ld faults writing %ld pages' worth", counts[0],
+               counts[1]);
+}
+
+Test(heap, nothing_is_kept_for_nothing)
+{
+  cr_assert_null(ag_heap_warm_begin(0));
+  cr_assert_null(ag_heap_warm_begin(AG_HEAP_BLOCK - 1), "less than a block");
+  ag_heap_warm_end(NULL);
+}
+
+Test(heap, the_size_is_twice_the_database_and_its_wal_and_0_without_one)
+{
+  char dir[] = "/tmp/opjit-heap-XXXXXX", db[64], wal[72];
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(db, sizeof db, "%s/p.db", dir);
+  snprintf(wal, sizeof wal, "%s-wal", db);
+  cr_assert_eq(ag_heap_warm_size(db), 0, "no database");
+  FILE *f = fopen(db, "w");
+  cr_assert_not_null(f);
+  cr_assert_eq(ftruncate(fileno(f), 4096), 0);
+  fclose(f);
+  cr_assert_eq(ag_heap_warm_size(db), 8192);
+  f = fopen(wal, "w");
+  cr_assert_not_null(f);
+  cr_assert_eq(ftruncate(fileno(f), 100000), 0);
+  fclose(f);
+  cr_assert_eq(ag_heap_warm_size(db), 2 * (4096 + 100000));
+  unlink(wal);
+  unlink(db);
+  rmdir(dir);
+}
