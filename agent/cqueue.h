@@ -4,8 +4,8 @@
  * queue is empty, are the caller's ops; the queue knows only indices.
  *
  * Which waiting signature goes next is the caller's pick (the tiers take the one with the most
- * calls: a program whose signatures all get hot while the first compile loads LLVM has its
- * hottest compiled first, not last); without one, last in, first out (a signature just found hot
+ * calls, those whose library runs near the peak last, policy.h: a program whose signatures all
+ * get hot while the first compile loads LLVM has its hottest compiled first, not last); without one, last in, first out (a signature just found hot
  * is compiled before those queued before it). At most AG_CQ_MAX wait; a full queue refuses more (the caller asks again
  * later). The first thread starts with the first signature; another, up to the caller's
  * maximum, whenever a signature is queued behind another. Threads block every signal (a host

@@ -96,3 +96,12 @@ enum ag_long ag_policy_long_call(double flops, double best_ns, uint64_t timed,
     return AG_LONG_LIBRARY;
   return timed < AG_POLICY_LONG_TIMINGS ? AG_LONG_WAIT : AG_LONG_KERNEL;
 }
+
+int ag_policy_pick_before(const ag_pick_t *a, const ag_pick_t *b)
+{
+  int near_a = ag_policy_library_wins(a->flops, a->best_ns, a->peak_gflops);
+  int near_b = ag_policy_library_wins(b->flops, b->best_ns, b->peak_gflops);
+  if (near_a != near_b)
+    return near_b;
+  return a->calls > b->calls;
+}

@@ -93,6 +93,23 @@ int ag_policy_take_trial(ag_policy_t *p, int cls);
 #define AG_POLICY_LIB_SHARE 0.75
 int ag_policy_library_wins(double flops, double call_ns, double peak_gflops);
 
+/* The compile queue's order. One waiting signature as the pick weighs it: its calls so far, and
+ * its library's fastest timed call against one core's measured peak (as ag_policy_library_wins
+ * weighs it; 0 where a figure is unknown). */
+typedef struct ag_pick_s {
+  uint64_t calls;     /* the signature's calls so far */
+  double flops;       /* one call's floating-point operations */
+  double best_ns;     /* the library's fastest timed call of it */
+  double peak_gflops; /* the measured FMA peak of the kernel's type and vector width */
+} ag_pick_t;
+
+/* Whether a waiting signature goes before b: one whose library runs below AG_POLICY_LIB_SHARE of
+ * the peak before one at it or above (a kernel can gain little there: on the Zen 5 the duel found
+ * such shapes 0-12 % faster, the others 14-86 %, and a tie compiled early kept a short program's
+ * other kernels off for its compile and a 32-round duel, ~30 ms), then the most calls (the most
+ * to gain from a kernel, without a verdict on it yet). Equal: 0 (the caller's order decides). */
+int ag_policy_pick_before(const ag_pick_t *a, const ag_pick_t *b);
+
 /* Which side a long call's library leaves a kernel (ag_policy_long_call). */
 enum ag_long { AG_LONG_KERNEL, AG_LONG_LIBRARY, AG_LONG_WAIT };
 #define AG_POLICY_LONG_TIMINGS 4 /* timed calls of a long signature before its library is found

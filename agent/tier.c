@@ -804,18 +804,38 @@ static void compile_begin(void *ctx)
   ag_tl_keep_statics = 1; /* LLVM's static destructors are never registered (process.c) */
 }
 
-/* The waiting signature with the most calls (cqueue.h, pick): the most to gain from its kernel.
- * A tie goes to the newest. cq locked. */
+static double problem_flops(const jt_gemm_t *g);
+
+/* Waiting entry i as the queue's pick weighs it (policy.h): its calls and, for a host that duels
+ * (its timings are its library's alone), its library's fastest call against the peak of the
+ * kernel's vector width (0 while the machine model is not ready). cq locked. */
+static void pick_of(uint32_t i, ag_pick_t *p)
+{
+  ag_entry_t *e = ag_table_entry(ag_table, i);
+  const ag_host_t *host = ag_host_of(e->key.host);
+  uint64_t vcalls;
+  *p = (ag_pick_t){0};
+  ag_tcount_sum_one(i, &p->calls, &vcalls);
+  if (!prepared[i] || !host || !(host->traits & AG_HOST_DUELS))
+    return;
+  p->flops = problem_flops(&shapes[i]);
+  p->best_ns = (double)atomic_load_explicit(&e->best_ns, memory_order_relaxed);
+  p->peak_gflops = ag_machine_peak_gflops(ag_isa_bits(ag_machine_isa()), shapes[i].f64);
+}
+
+/* The waiting signature to compile next (cqueue.h, pick): policy.h's order, those whose library
+ * runs below AG_POLICY_LIB_SHARE of the peak first, then the most calls. A tie goes to the
+ * newest. cq locked. */
 static unsigned compile_pick(void *ctx, const uint32_t *items, unsigned n)
 {
   (void)ctx;
   unsigned best = n - 1;
-  uint64_t most = 0;
-  for (unsigned k = n; k-- > 0;) {
-    uint64_t calls, vcalls;
-    ag_tcount_sum_one(items[k], &calls, &vcalls);
-    if (calls > most)
-      most = calls, best = k;
+  ag_pick_t top, p;
+  pick_of(items[best], &top);
+  for (unsigned k = n - 1; k-- > 0;) {
+    pick_of(items[k], &p);
+    if (ag_policy_pick_before(&p, &top))
+      top = p, best = k;
   }
   return best;
 }
@@ -1114,6 +1134,13 @@ static double orig_mean_ns(ag_entry_t *e)
   return timed ? (double)tns / (double)timed : 0;
 }
 
+/* The floating-point operations of one call of problem g: a SYRK computes one triangle of its
+ * n x n result, n (n + 1) / 2 dot products of K. */
+static double problem_flops(const jt_gemm_t *g)
+{
+  return g->syrk ? (double)g->m * (g->m + 1) * g->k : 2.0 * g->m * g->n * (g->k > 0 ? g->k : 1);
+}
+
 /* For prepared entry e's calls (orig_mean_ns) when they are too long for the duel before
  * publication (DUEL_MAX_NS), in the kernels of hosts that duel: 1 when the library already runs
  * them as fast as a kernel could (policy.h, ag_policy_long_call: its fastest call, timed this run
@@ -1137,9 +1164,7 @@ static int library_wins(ag_entry_t *e, int at_call, char *no, size_t len)
   /* none timed yet (hot at its first call's start): the duel and the judge decide */
   if (call_ns <= 0 || ag_duel_need_ns((uint64_t)call_ns) <= DUEL_MAX_NS)
     return 0;
-  /* a SYRK computes one triangle of its n x n result, n (n + 1) / 2 dot products of K */
-  double flops = g->syrk ? (double)g->m * (g->m + 1) * g->k
-                         : 2.0 * g->m * g->n * (g->k > 0 ? g->k : 1);
+  double flops = problem_flops(g);
   double peak = ag_machine_peak_gflops(ag_isa_bits(ag_machine_isa()), g->f64);
   if (peak <= 0 && !ag_machine()) {
     snprintf(no, len, "a call this long (%.2f ms) waits for the machine model's FMA peak, "

@@ -164,3 +164,31 @@ Test(policy, a_long_call_s_library_is_weighed_on_its_fastest_call)
   cr_expect_eq(ag_policy_long_call(flops, 0, AG_POLICY_LONG_TIMINGS, peak), AG_LONG_KERNEL);
   cr_expect_eq(ag_policy_long_call(flops, 0, 1, peak), AG_LONG_WAIT);
 }
+
+Test(policy, the_queue_compiles_a_library_near_the_peak_after_the_others)
+{
+  double peak64 = 109.3, peak32 = 218.5; /* the Zen 5's 512-bit FMA peaks, GF/s */
+  /* bench_smallgemm's shapes, OpenBLAS SkylakeX's fastest calls: dgemm 64^3 (CBLAS) at 0.93 of
+   * the peak (its kernel tied), sgemm 64^3 at 0.94, against dgemm 12x20x16 at 0.26 and sgemm
+   * 48x24x64 at 0.53, called as often or half as often */
+  ag_pick_t d64 = {20000, 2.0 * 64 * 64 * 64, 5147, peak64};
+  ag_pick_t s64 = {20000, 2.0 * 64 * 64 * 64, 2562, peak32};
+  ag_pick_t d12 = {10000, 2.0 * 12 * 20 * 16, 247, peak64};
+  ag_pick_t s48 = {20000, 2.0 * 48 * 24 * 64, 1271, peak32};
+  cr_expect_eq(ag_policy_pick_before(&d12, &d64), 1);
+  cr_expect_eq(ag_policy_pick_before(&d64, &d12), 0);
+  cr_expect_eq(ag_policy_pick_before(&s48, &s64), 1);
+  cr_expect_eq(ag_policy_pick_before(&s64, &s48), 0);
+  /* within each side of the share, the most calls first; equal: neither */
+  cr_expect_eq(ag_policy_pick_before(&s48, &d12), 1);
+  cr_expect_eq(ag_policy_pick_before(&d12, &s48), 0);
+  cr_expect_eq(ag_policy_pick_before(&d64, &s64), 0);
+  cr_expect_eq(ag_policy_pick_before(&s64, &d64), 0);
+  ag_pick_t d64_more = d64;
+  d64_more.calls *= 2;
+  cr_expect_eq(ag_policy_pick_before(&d64_more, &s64), 1);
+  /* unknown figures (no timed call, no machine model yet): calls alone, as before the model */
+  ag_pick_t untimed = {30000, 2.0 * 64 * 64 * 64, 0, peak64}, nomodel = {30000, 1e6, 1000, 0};
+  cr_expect_eq(ag_policy_pick_before(&untimed, &s48), 1);
+  cr_expect_eq(ag_policy_pick_before(&nomodel, &s48), 1);
+}
