@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The warm start's heap made present in bulk (heap.h). */
+/* The warm start's and the compile threads' heaps made present in bulk (heap.h). */
 #include "heap.h"
 
 #include <limits.h>
@@ -23,19 +23,31 @@ size_t ag_heap_warm_size(const char *dbpath)
   return 2 * ((size_t)db.st_size + (stat(wal, &w) == 0 ? (size_t)w.st_size : 0));
 }
 
+void *ag_heap_present(size_t bytes)
+{
+  /* each block holds the one before it: all stay allocated until the last, so that none is
+   * carved from a freed one, then all but the last are freed */
+  void *last = NULL;
+  for (size_t got = 0; got < bytes / AG_HEAP_BLOCK; got++) {
+    void *b = malloc(AG_HEAP_BLOCK);
+    if (!b)
+      break;
+    uintptr_t lo = ((uintptr_t)b + 4095) & ~(uintptr_t)4095;
+    uintptr_t hi = ((uintptr_t)b + AG_HEAP_BLOCK) & ~(uintptr_t)4095;
+    madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+    *(void **)b = last;
+    last = b;
+  }
+  for (void *b = last ? *(void **)last : NULL, *prev; b; b = prev) {
+    prev = *(void **)b;
+    free(b);
+  }
+  return last;
+}
+
 void *ag_heap_warm_begin(size_t bytes)
 {
-  size_t n = (bytes < AG_HEAP_MAX ? bytes : AG_HEAP_MAX) / AG_HEAP_BLOCK;
-  void *blk[AG_HEAP_MAX / AG_HEAP_BLOCK];
-  size_t got = 0;
-  for (; got < n && (blk[got] = malloc(AG_HEAP_BLOCK)); got++) {
-    uintptr_t lo = ((uintptr_t)blk[got] + 4095) & ~(uintptr_t)4095;
-    uintptr_t hi = ((uintptr_t)blk[got] + AG_HEAP_BLOCK) & ~(uintptr_t)4095;
-    madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
-  }
-  for (size_t i = 0; i + 1 < got; i++)
-    free(blk[i]);
-  return got ? blk[got - 1] : NULL;
+  return ag_heap_present(bytes < AG_HEAP_MAX ? bytes : AG_HEAP_MAX);
 }
 
 void ag_heap_warm_end(void *kept) { free(kept); }

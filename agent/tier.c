@@ -29,6 +29,7 @@
 #include "cqueue.h"
 #include "duel.h"
 #include "events.h"
+#include "heap.h"
 #include "persist.h"
 #include "policy.h"
 #include "problem.h"
@@ -796,12 +797,17 @@ static void watch_speed(void)
 
 static void enqueue(ag_entry_t *e, const char *why, int at_call);
 
+/* A compile thread's heap made present before LLVM allocates from it (heap.h: AG_HEAP_JIT); the
+ * block keeping it is never freed, as the thread never ends. */
+static __thread void *compile_heap;
+
 /* A compile thread (cqueue.h) starts. */
 static void compile_begin(void *ctx)
 {
   (void)ctx;
   pthread_setname_np(pthread_self(), "opjit-jit");
   ag_tl_keep_statics = 1; /* LLVM's static destructors are never registered (process.c) */
+  compile_heap = ag_heap_present(AG_HEAP_JIT);
 }
 
 static double problem_flops(const jt_gemm_t *g);

@@ -66,6 +66,44 @@ Test(heap, the_warm_starts_allocations_fault_no_page_in_one_by_one)
                counts[1]);
 }
 
+/* On a thread of its own, as a compile thread: AG_HEAP_JIT made present, then allocations of
+ * twice the warm start's AG_HEAP_MAX, written through, and the page faults that took. */
+static void *allocate_jit(void *arg)
+{
+  long *counts = arg;
+  void *kept = ag_heap_present(AG_HEAP_JIT);
+  enum { N = 2 * AG_HEAP_MAX / 4400, SZ = 4400 };
+  static void *p[N];
+  long f0 = faults();
+  for (int i = 0; i < N; i++)
+    if ((p[i] = malloc(SZ)))
+      memset(p[i], 1, SZ);
+  counts[0] = faults() - f0;
+  counts[1] = (long)N * SZ / 4096;
+  for (int i = 0; i < N; i++)
+    free(p[i]);
+  free(kept);
+  return NULL;
+}
+
+Test(heap, a_compile_thread_s_heap_is_present_beyond_the_warm_start_s_share)
+{
+  if (OWN_ALLOCATOR)
+    cr_skip_test("a sanitizer's allocator does not reuse the freed blocks");
+  void *probe = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  int populates = madvise(probe, 4096, 23 /* MADV_POPULATE_WRITE */) == 0;
+  munmap(probe, 4096);
+  if (!populates)
+    cr_skip_test("this kernel has no MADV_POPULATE_WRITE (Linux 5.14): nothing is populated");
+  long counts[2];
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, allocate_jit, counts), 0);
+  pthread_join(t, NULL);
+  cr_assert_lt(counts[0] * 10, counts[1], "%ld faults writing %ld pages' worth", counts[0],
+               counts[1]);
+  cr_assert_null(ag_heap_present(AG_HEAP_BLOCK - 1), "less than a block");
+}
+
 Test(heap, nothing_is_kept_for_nothing)
 {
   cr_assert_null(ag_heap_warm_begin(0));
