@@ -19,9 +19,11 @@
  *
  *   bench_passthrough [rounds [all|pass|served]]     (default 31 all)
  *   bench_passthrough count CASE CALLS
+ *   bench_passthrough count-pass CASE CALLS
  * count: the served row whose label starts with CASE, CALLS calls of A (in loop_agent_*) then of
  * B (in loop_kernel_*) untimed, for an instruction count per call (docs/benchmarks.md: run under
- * callgrind with --trace-children=yes and OPJIT_ISA=avx2, valgrind hiding AVX-512). */
+ * callgrind with --trace-children=yes and OPJIT_ISA=avx2, valgrind hiding AVX-512); count-pass:
+ * the same for the pass row whose label starts with CASE (B: the library's own definition). */
 #define _GNU_SOURCE
 #include "bench.h"
 
@@ -192,8 +194,10 @@ typedef struct case_s {
 static const case_t pass_cases[] = {
     {"sgemm NN n=4", "sgemm_", (void *)sgemm_, loop_sgemm, NULL, 4, OUT_S},
     {"sgemm NN n=64", "sgemm_", (void *)sgemm_, loop_sgemm, NULL, 64, OUT_S},
+    {"dgemm NN n=4", "dgemm_", (void *)dgemm_, loop_dgemm, NULL, 4, OUT_D},
     {"sdot n=16", "sdot_", (void *)sdot_, loop_sdot, NULL, 16, OUT_DOT},
     {"cblas_sgemm row n=4", "cblas_sgemm", (void *)cblas_sgemm, loop_cblas_sgemm, NULL, 4, OUT_S},
+    {"cblas_dgemm row n=4", "cblas_dgemm", (void *)cblas_dgemm, loop_cblas_dgemm, NULL, 4, OUT_D},
     {"cblas_sdot n=16", "cblas_sdot", (void *)cblas_sdot, loop_cblas_sdot, NULL, 16, OUT_DOT},
 };
 
@@ -413,6 +417,12 @@ static __attribute__((noinline)) void loop_kernel_calls(const case_t *k, void *f
 {
   k->kloop(fn, k->n, calls);
 }
+/* ... a pass row's B, the library's own definition, named as the served rows' B is. */
+static void loop_library_calls(const case_t *k, void *fn, long calls)
+{
+  const case_t lib = {.loop = k->loop, .kloop = k->loop, .n = k->n};
+  loop_kernel_calls(&lib, fn, calls);
+}
 
 static void fill_operands(void)
 {
@@ -424,8 +434,17 @@ static void fill_operands(void)
   }
 }
 
-/* The measuring process of the pass rows: the agent is preloaded. */
-static int measure_pass(int rounds)
+static const case_t *pass_case(const char *label)
+{
+  for (int i = 0; i < COUNT_OF(pass_cases); i++)
+    if (strncmp(pass_cases[i].label, label, strlen(label)) == 0)
+      return &pass_cases[i];
+  return NULL;
+}
+
+/* The measuring process of the pass rows: the agent is preloaded (count: CALLS calls of one
+ * row, untimed). */
+static int measure_pass(int rounds, const char *count_case, long count_calls)
 {
   void *lib = dlopen("libblas.so.3", RTLD_NOLOAD | RTLD_NOW);
   if (!lib) {
@@ -436,6 +455,21 @@ static int measure_pass(int rounds)
   char real[PATH_MAX] = "?";
   if (dladdr(dlsym(lib, "sgemm_"), &di) && di.dli_fname && !realpath(di.dli_fname, real))
     snprintf(real, sizeof real, "%s", di.dli_fname);
+  if (count_case) {
+    const case_t *k = pass_case(count_case);
+    void *fb = k ? dlsym(lib, k->symbol) : NULL;
+    if (!fb) {
+      fprintf(stderr, "bench_passthrough: no pass row starts with '%s' (or libblas.so.3 lacks "
+                      "its symbol)\n", count_case);
+      return 1;
+    }
+    k->loop(k->interposed, k->n, HOT_CALLS); /* the signature's first calls: activation */
+    loop_agent_calls(k, count_calls);
+    loop_library_calls(k, fb, count_calls);
+    printf("%s: %ld calls through the agent (loop_agent_calls), %ld of the library "
+           "(loop_kernel_calls)\n", k->label, count_calls, count_calls);
+    return 0;
+  }
   const char *threads = getenv("OPENBLAS_NUM_THREADS");
   printf("pass-through per call (OPJIT_MODE=profile): A = through the agent, B = %s directly\n",
          real);
@@ -586,21 +620,22 @@ static int relaunch(char **argv, int served)
 
 int main(int argc, char **argv)
 {
-  int count = argc > 1 && strcmp(argv[1], "count") == 0;
+  int count_pass = argc > 1 && strcmp(argv[1], "count-pass") == 0;
+  int count = count_pass || (argc > 1 && strcmp(argv[1], "count") == 0);
   int rounds = count ? 1 : argc > 1 ? atoi(argv[1]) : 31;
-  const char *set = count ? "served" : argc > 2 ? argv[2] : "all";
+  const char *set = count_pass ? "pass" : count ? "served" : argc > 2 ? argv[2] : "all";
   long calls = count && argc > 3 ? atol(argv[3]) : 0;
   if (rounds < 1 || (strcmp(set, "all") && strcmp(set, "pass") && strcmp(set, "served")) ||
       (count && (argc != 4 || calls < 1))) {
     fprintf(stderr, "usage: %s [rounds [all|pass|served]]   (rounds >= 1, default 31 all)\n"
-                    "       %s count CASE CALLS\n", argv[0], argv[0]);
+                    "       %s count|count-pass CASE CALLS\n", argv[0], argv[0]);
     return 2;
   }
   const char *pre = getenv("LD_PRELOAD"), *which = getenv("BENCH_PASSTHROUGH_SET");
   if (pre && strstr(pre, "libopjit.so") && which) {
     fill_operands();
     return strcmp(which, "served") == 0 ? measure_served(rounds, count ? argv[2] : NULL, calls)
-                                        : measure_pass(rounds);
+                                        : measure_pass(rounds, count ? argv[2] : NULL, calls);
   }
   int rc = 0;
   if (strcmp(set, "served"))
