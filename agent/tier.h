@@ -225,6 +225,23 @@ extern ag_vrun_t *ag_vrun;
 int ag_tier_gemm_verify(ag_entry_t *e, void *v, const void *a, const void *b, void *c,
                         double alpha, double beta, ag_verify_t *vf);
 
+/* The guard of a GEMM, GEMV or AXPY call through e's variant: the kernel's own operand order
+ * into *a and *b (a row-major GEMM's kernel takes B first), and 1 when C (y) overlaps neither A
+ * nor B (x), the kernel's speculative assumption; 0 when it does. No store: the fast path
+ * (agent.h) checks it before it commits to the call. */
+static inline __attribute__((always_inline)) int ag_tier_gemm_guard(const ag_entry_t *e,
+                                                                    const void **a,
+                                                                    const void **b, const void *c)
+{
+  const ag_vrun_t *r = &ag_vrun[e->index];
+  if (r->swapped) { /* the kernel solves C^T = op(B)^T op(A)^T */
+    const void *t = *a;
+    *a = *b, *b = t;
+  }
+  uintptr_t c0 = (uintptr_t)c, c1 = c0 + r->ext_c, a0 = (uintptr_t)*a, b0 = (uintptr_t)*b;
+  return !((c0 < a0 + r->ext_a && a0 < c1) || (c0 < b0 + r->ext_b && b0 < c1));
+}
+
 /* Dispatches a GEMM, GEMV or AXPY call to e's variant v: the call's own arguments (A and B —
  * x for a GEMV — as the host passed them, row-major included), guarded against C (y)
  * overlapping A or B (x). Inline: it runs on every call a variant serves. */
@@ -233,15 +250,9 @@ static inline __attribute__((always_inline)) int ag_tier_gemm(ag_entry_t *e, voi
                                                               void *c, double alpha, double beta,
                                                               ag_verify_t *vf)
 {
-  const ag_vrun_t *r = &ag_vrun[e->index];
-  if (r->swapped) { /* the kernel solves C^T = op(B)^T op(A)^T */
-    const void *t = a;
-    a = b, b = t;
-  }
-  uintptr_t c0 = (uintptr_t)c, c1 = c0 + r->ext_c, a0 = (uintptr_t)a, b0 = (uintptr_t)b;
-  if ((c0 < a0 + r->ext_a && a0 < c1) || (c0 < b0 + r->ext_b && b0 < c1)) {
+  if (!ag_tier_gemm_guard(e, &a, &b, c)) {
     atomic_fetch_add_explicit(&e->guard_miss, 1, memory_order_relaxed);
-    return AG_RUN_ORIGINAL; /* speculative guard: the kernel assumes C aliases neither */
+    return AG_RUN_ORIGINAL;
   }
   if (__builtin_expect(atomic_load_explicit(&e->verify, memory_order_relaxed) > 0, 0))
     return ag_tier_gemm_verify(e, v, a, b, c, alpha, beta, vf);

@@ -26,20 +26,22 @@ static uint8_t cblas_uplo(int u)
 
 /* Each interposed symbol resolves its original once and accounts for the call around it; KEY
  * is an expression building the call's ag_sig_t from the arguments (its family's typed problem
- * through its encoder, blas_key.h). When the
- * signature has a published JIT variant, the variant runs in front of the original.
+ * through its encoder, blas_key.h). When the signature has a published JIT variant, the variant
+ * runs in front of the original. The exported symbol takes the fast path (agent.h) when it can
+ * and otherwise calls name_full, the full path, with the same arguments: out of line, so that
+ * the fast path's arguments stay in registers.
  *
  * A GEMM, GEMV, AXPY or SYRK (A, B, C, alpha, beta name the operands and scalars: for a GEMV B
  * is x and C is y; an AXPY is y += alpha x [1], B being that 1; a SYRK's B is its A). */
 #define INTERPOSE_JIT(name, params, args, KEY, A, B, C, ALPHA, BETA)                          \
   typedef void (*name##_fn) params;                                                          \
-  AG_EXPORT void name params                                                                 \
+  static void *_Atomic name##_real;                                                          \
+  static __attribute__((noinline)) void name##_full params                                   \
   {                                                                                          \
-    static void *_Atomic real;                                                               \
-    name##_fn fn = (name##_fn)ag_resolve(&real, #name);                                      \
+    name##_fn fn = (name##_fn)ag_resolve(&name##_real, #name);                               \
     ag_sig_t k = KEY;                                                                        \
     ag_call_t c;                                                                             \
-    if (!ag_call_begin(&c, &k)) {                                              \
+    if (!ag_call_begin(&c, &k)) {                                                            \
       if (fn)                                                                                \
         fn args;                                                                             \
       return;                                                                                \
@@ -56,17 +58,46 @@ static uint8_t cblas_uplo(int u)
       ag_tier_verify_end(&vf);                                                               \
     }                                                                                        \
     ag_call_end(&c);                                                                         \
+  }                                                                                          \
+  AG_EXPORT void name params                                                                 \
+  {                                                                                          \
+    ag_fast_t ag_f;                                                                          \
+    if (ag_fast_ready(&ag_f)) {                                                              \
+      ag_sig_t ag_k = KEY;                                                                   \
+      if (ag_likely(ag_fast_lookup(&ag_f, &ag_k))) {                                         \
+        if (ag_f.v) {                                                                        \
+          const void *ka = A, *kb = B;                                                       \
+          if (ag_likely(ag_tier_gemm_guard(ag_f.e, &ka, &kb, C))) {                          \
+            ag_fast_enter(&ag_f);                                                            \
+            ((void (*)(const void *, const void *, void *, double, double))ag_f.v)(          \
+                ka, kb, C, ALPHA, BETA);                                                     \
+            ag_fast_leave(&ag_f, 1);                                                         \
+            return;                                                                          \
+          }                                                                                  \
+        } else {                                                                             \
+          name##_fn fn = (name##_fn)atomic_load_explicit(&name##_real, memory_order_acquire); \
+          if (ag_likely(fn != NULL)) {                                                       \
+            ag_fast_enter(&ag_f);                                                            \
+            fn args;                                                                         \
+            ag_fast_leave(&ag_f, 0);                                                         \
+            return;                                                                          \
+          }                                                                                  \
+        }                                                                                    \
+      }                                                                                      \
+    }                                                                                        \
+    name##_full args;                                                                        \
+    AG_NO_SIBCALL();                                                                         \
   }
 /* A dot product (X and Y name the vectors). */
 #define INTERPOSE_DOT(T, name, params, args, KEY, X, Y)                                       \
   typedef T (*name##_fn) params;                                                             \
-  AG_EXPORT T name params                                                                    \
+  static void *_Atomic name##_real;                                                          \
+  static __attribute__((noinline)) T name##_full params                                      \
   {                                                                                          \
-    static void *_Atomic real;                                                               \
-    name##_fn fn = (name##_fn)ag_resolve(&real, #name);                                      \
+    name##_fn fn = (name##_fn)ag_resolve(&name##_real, #name);                               \
     ag_sig_t k = KEY;                                                                        \
     ag_call_t c;                                                                             \
-    if (!ag_call_begin(&c, &k))                                                \
+    if (!ag_call_begin(&c, &k))                                                              \
       return fn ? fn args : (T)0;                                                            \
     void *v = ag_call_variant(&c);                                                           \
     double r = 0;                                                                            \
@@ -83,6 +114,31 @@ static uint8_t cblas_uplo(int u)
     }                                                                                        \
     ag_call_end(&c);                                                                         \
     return out;                                                                              \
+  }                                                                                          \
+  AG_EXPORT T name params                                                                    \
+  {                                                                                          \
+    ag_fast_t ag_f;                                                                          \
+    if (ag_fast_ready(&ag_f)) {                                                              \
+      ag_sig_t ag_k = KEY;                                                                   \
+      if (ag_likely(ag_fast_lookup(&ag_f, &ag_k))) {                                         \
+        T out = 0;                                                                           \
+        if (ag_f.v) { /* as ag_tier_dot, its verifications over (ag_fast_lookup) */          \
+          ag_fast_enter(&ag_f);                                                              \
+          ((void (*)(const void *, const void *, void *, double, double))ag_f.v)(X, Y, &out, \
+                                                                                 0, 0);      \
+          ag_fast_leave(&ag_f, 1);                                                           \
+          return out;                                                                        \
+        }                                                                                    \
+        name##_fn fn = (name##_fn)atomic_load_explicit(&name##_real, memory_order_acquire);  \
+        if (ag_likely(fn != NULL)) {                                                         \
+          ag_fast_enter(&ag_f);                                                              \
+          out = fn args;                                                                     \
+          ag_fast_leave(&ag_f, 0);                                                           \
+          return out;                                                                        \
+        }                                                                                    \
+      }                                                                                      \
+    }                                                                                        \
+    return name##_full args;                                                                 \
   }
 
 #define GEMM_KEY(...) ag_blas_gemm_key(&(ag_blas_gemm_t){__VA_ARGS__})
