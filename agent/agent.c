@@ -35,7 +35,6 @@
 #define OPJIT_LLVM_VERSION "none"
 #endif
 
-#include <cpuid.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -50,8 +49,8 @@
 #include <unistd.h>
 
 _Atomic int ag_state;
-_Atomic int ag_tick_tsc; /* the writer reads it (ag_tick_refine) while an activation sets it */
-_Atomic uint64_t ag_tick_scale;
+_Atomic uint64_t ag_tick_scale; /* atomic: the writer refines it (ag_tick_refine) while an
+                                   activation may read it */
 static uint64_t tick_tsc0, tick_ns0; /* the calibration's start: a TSC read and its time */
 ag_table_t *ag_table;
 _Atomic uint64_t ag_overflow_calls;
@@ -1478,10 +1477,9 @@ static int profile_may_exist(void)
          (!ag_opts_db_path(&ag_opts, env_get, dbpath, sizeof dbpath) && access(dbpath, F_OK) == 0);
 }
 
-/* The TSC as the calls' clock (agent.h, ag_tick), where CPUID says it is invariant (leaf
- * 0x80000007, EDX bit 8: a constant rate in every C- and P-state), measured against
- * CLOCK_MONOTONIC: first over the first activation (TICK_CALIB_NS at least), then by the writer
- * over the run so far. */
+/* The TSC as the calls' clock (agent.h, ag_tick), where CPUID says it is invariant
+ * (ag_machine_tsc_invariant), measured against CLOCK_MONOTONIC: first over the first activation
+ * (TICK_CALIB_NS at least), then by the writer over the run so far. */
 #define TICK_CALIB_NS 100000 /* the first measure's span: its reads' error within ~0.1 % */
 
 /* A TSC read and the time it was taken: of three tries, the one whose clock read two TSC reads
@@ -1500,42 +1498,40 @@ static void tick_pair(uint64_t *tsc, uint64_t *ns)
   }
 }
 
+/* A scale is never 0 once set: 0 says "no TSC" (ag_tick). */
 static void tick_set_scale(uint64_t tsc, uint64_t ns)
 {
-  if (tsc > tick_tsc0 && ns > tick_ns0)
-    atomic_store_explicit(&ag_tick_scale,
-                          (uint64_t)(((unsigned __int128)(ns - tick_ns0) << 32) / (tsc - tick_tsc0)),
-                          memory_order_relaxed);
+  if (tsc <= tick_tsc0 || ns <= tick_ns0)
+    return;
+  uint64_t scale = (uint64_t)(((unsigned __int128)(ns - tick_ns0) << 32) / (tsc - tick_tsc0));
+  if (scale)
+    atomic_store_explicit(&ag_tick_scale, scale, memory_order_relaxed);
 }
 
 /* Before the first activation: the measure's start (a fork child keeps its parent's clock). */
 static void tick_start(void)
 {
-  unsigned a, b, c, d;
-  if (atomic_load_explicit(&ag_tick_tsc, memory_order_relaxed) || tick_ns0 ||
-      !__get_cpuid(0x80000007, &a, &b, &c, &d) || !(d & (1u << 8)))
+  if (atomic_load_explicit(&ag_tick_scale, memory_order_relaxed) || tick_ns0 ||
+      !ag_machine_tsc_invariant())
     return;
   tick_pair(&tick_tsc0, &tick_ns0);
 }
 
-/* ... and its end, before AG_LIVE: the TSC becomes the clock once it has a scale. */
+/* ... and its end, before AG_LIVE: the TSC becomes the clock with its scale. */
 static void tick_finish(void)
 {
-  if (atomic_load_explicit(&ag_tick_tsc, memory_order_relaxed) || !tick_ns0)
+  if (atomic_load_explicit(&ag_tick_scale, memory_order_relaxed) || !tick_ns0)
     return;
   uint64_t tsc, ns;
   do
     tick_pair(&tsc, &ns);
   while (ns - tick_ns0 < TICK_CALIB_NS);
   tick_set_scale(tsc, ns);
-  atomic_store_explicit(&ag_tick_tsc,
-                        atomic_load_explicit(&ag_tick_scale, memory_order_relaxed) != 0,
-                        memory_order_relaxed);
 }
 
 void ag_tick_refine(void)
 {
-  if (!atomic_load_explicit(&ag_tick_tsc, memory_order_relaxed))
+  if (!atomic_load_explicit(&ag_tick_scale, memory_order_relaxed))
     return;
   uint64_t tsc, ns;
   tick_pair(&tsc, &ns);

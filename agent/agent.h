@@ -149,16 +149,16 @@ static inline uint64_t ag_now_ns(void)
 }
 
 /* The clock of the calls' timings (ag_call_t's t0, ag_call_timed): the invariant TSC where the
- * CPU has one, read after an lfence as the kernel's own clock reads it, else ag_now_ns. On a
- * Zen 5 VM (kvm-clock) a read costs ~21 ns where clock_gettime costs ~30 (idle), and 1 call in
- * OPJIT_TIME_EVERY reads it twice. Chosen once, before the first activation publishes AG_LIVE;
- * ag_tick_ns converts a difference of two reads to nanoseconds. */
-extern _Atomic int ag_tick_tsc;
-extern _Atomic uint64_t ag_tick_scale; /* ns per TSC tick, 32.32 fixed point: measured over the
-                                          activation, refined by the writer over the run */
+ * CPU has one (ag_machine_tsc_invariant), read after an lfence as the kernel's own clock reads
+ * it, else ag_now_ns. On a Zen 5 VM (kvm-clock) a read costs ~21 ns where clock_gettime costs
+ * ~30 (idle), and 1 call in OPJIT_TIME_EVERY reads it twice. The TSC is the clock once it has a
+ * scale: set once, before the first activation publishes AG_LIVE, and never 0 after; ag_tick_ns
+ * converts a difference of two reads to nanoseconds. */
+extern _Atomic uint64_t ag_tick_scale; /* ns per TSC tick, 32.32 fixed point (0: no TSC): measured
+                                          over the activation, refined by the writer over the run */
 static inline uint64_t ag_tick(void)
 {
-  if (ag_likely(atomic_load_explicit(&ag_tick_tsc, memory_order_relaxed))) {
+  if (ag_likely(atomic_load_explicit(&ag_tick_scale, memory_order_relaxed))) {
     _mm_lfence();
     return __rdtsc();
   }
@@ -166,10 +166,8 @@ static inline uint64_t ag_tick(void)
 }
 static inline uint64_t ag_tick_ns(uint64_t dt)
 {
-  if (!atomic_load_explicit(&ag_tick_tsc, memory_order_relaxed))
-    return dt;
   uint64_t scale = atomic_load_explicit(&ag_tick_scale, memory_order_relaxed);
-  return (uint64_t)(((unsigned __int128)dt * scale) >> 32);
+  return scale ? (uint64_t)(((unsigned __int128)dt * scale) >> 32) : dt;
 }
 /* The writer's refinement of ag_tick_scale (over the time since the first activation). */
 void ag_tick_refine(void);

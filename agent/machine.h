@@ -51,8 +51,8 @@ enum {
 };
 #define AG_X(id) (1u << AG_X_##id##_BIT) /* the bit of extension id: AG_X(AVX2) */
 
-#define AG_MACHINE_METHOD 1 /* the measurement's version: a model stored by an older one is
-                               measured again */
+#define AG_MACHINE_METHOD 2 /* the measurement's version: a model stored by an older one is
+                               measured again (1: timer_ns was CLOCK_MONOTONIC's read) */
 #define AG_MACHINE_COMPILE_GUESS_NS 10000000ull /* a compile's cost before any was measured on
                                                    this CPU (kernels took 4-35 ms, median 7-9,
                                                    on this project's machines) */
@@ -63,16 +63,20 @@ typedef struct ag_machine_s {
   int vregs;             /* vector registers at that level: 16, or 32 with AVX-512 */
   double gflops[2][3];   /* FMA peak, GFLOP/s (= FLOP/ns): [f32, f64][128, 256, 512 bits], best
                             of the rounds; 0 where the width is not supported */
-  double timer_ns;       /* one read of the agent's clock (ag_now_ns: CLOCK_MONOTONIC) */
+  double timer_ns;       /* one read of the calls' clock (agent.h, ag_tick: the TSC after an
+                            lfence where it is invariant, else CLOCK_MONOTONIC) */
   int64_t measured_ns;   /* when it was measured (CLOCK_REALTIME) */
   int stored;            /* loaded from the database rather than measured by this process */
 } ag_machine_t;
 
 /* ---- pure functions (machine.c) ---------------------------------------------------------- */
 
+/* Whether CPUID says the TSC is invariant (leaf 0x80000007, EDX bit 8: a constant rate in every
+ * C- and P-state): then it is the calls' clock (agent.h, ag_tick). */
+int ag_machine_tsc_invariant(void);
 /* Fills exts, widest and vregs from CPUID and XGETBV; clears the rest. Never fails. */
 void ag_machine_detect(ag_machine_t *m);
-/* Measures the FMA peaks of every width and dtype m->exts supports, then the clock, on the
+/* Measures the FMA peaks of every width and dtype m->exts supports, then the calls' clock, on the
  * calling thread: for each, 5 rounds of ~0.2 ms, the fastest kept. Fast rather than median:
  * what disturbs a round (another vCPU's load, preemption, a frequency or AVX-512 licence
  * ramp) only ever slows it, so the fastest round is the closest to what the pipes do.
@@ -132,7 +136,7 @@ void ag_machine_object_key(const char *cpu_key, const char *flags, char *buf, si
 /* The measured FMA peak for a vector width (128, 256, 512) and dtype, in GFLOP/s; 0 when the
  * width is not supported or the model is not ready. */
 double ag_machine_peak_gflops(int width_bits, int f64);
-/* One read of the agent's clock, in ns; 0 until the model is ready. */
+/* One read of the calls' clock (ag_tick), in ns; 0 until the model is ready. */
 double ag_machine_timer_ns(void);
 /* Notes one compile of a kernel family ("gemm", "dot", "mm", "add_rms_mul", ...) that took ns:
  * from the compile threads. At most 16 families; the writer stores the notes. */

@@ -269,7 +269,7 @@ Test(machine, the_agent_measures_once_per_cpu_and_reuses_the_stored_model, .init
   int64_t at = query(db, "SELECT measured_ns FROM machine_models WHERE cpu=?", key);
   cr_assert_gt(at, 0, "the model of this CPU (%s) is stored", key);
   cr_expect_eq(query(db, "SELECT count(*) FROM machine_models WHERE f32_128 > 0 AND"
-                         " timer_ns > 0 AND method=?", "1"), 1);
+                         " timer_ns > 0 AND method=?", "2"), 1);
 
   cr_assert_eq(run_blas_prog(db, NULL, err, sizeof err), 0, "%s", err);
   cr_expect_null(strstr(err, "machine model measured"), "the second run reuses it: %s", err);
