@@ -413,14 +413,29 @@ void ag_call_pair_timed(const ag_call_t *c, uint64_t dt)
   ag_tier_pair(e, AG_CMP_PAIR_ORIG, dt);
 }
 
+/* Whether the timings' budget (compare.h, ag_cmp_gap_scale) spaces the thread's next timed call
+ * after this one: a call its variant served once that variant has its verdict, or the original's
+ * of a signature that has no variant to judge and gets none this run (unsupported, failed,
+ * demoted or tied): no decision waits for its timings. A variant awaiting its verdict, a
+ * signature still on its way to one (cold, queued), and the bursts' and pairs' calls keep
+ * OPJIT_TIME_EVERY's rate. */
+static int timing_budgeted(const ag_call_t *c)
+{
+  if (c->orig)
+    return 0;
+  if (c->variant)
+    return !atomic_load_explicit(&c->e->awaiting, memory_order_relaxed);
+  uint32_t tier = atomic_load_explicit(&c->e->tier, memory_order_relaxed);
+  return tier == AG_TIER_NONE || tier == AG_TIER_FAILED || tier == AG_TIER_DEMOTED;
+}
+
 void ag_call_timed(const ag_call_t *c, uint64_t ticks)
 {
   ag_entry_t *e = c->e;
   uint64_t dt = ag_tick_ns(ticks);
-  /* A judged variant's call: the next gap as long as the timings' budget wants (compare.h) */
-  ag_tl.gap_scale = c->variant && !c->orig && !atomic_load_explicit(&e->awaiting, memory_order_relaxed)
-                        ? ag_cmp_gap_scale(2 * ag_machine_timer_ns(), dt, ag_time_mask + 1)
-                        : 1;
+  if (ag_unlikely(!ag_tl.timing_ns)) /* two reads of the calls' clock: 0 until the model is ready */
+    ag_tl.timing_ns = (float)(2 * ag_machine_timer_ns());
+  ag_tl.gap_scale = timing_budgeted(c) ? ag_cmp_gap_scale(ag_tl.timing_ns, dt, ag_time_mask + 1) : 1;
   if (ag_unlikely(atomic_load_explicit(&ag_duels, memory_order_relaxed))) {
     if (c->orig) /* not booked while a duel runs (ag_duels), nor is its burst lengthened */
       ag_tl.burst_saw_variant = 0;

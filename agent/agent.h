@@ -77,6 +77,8 @@ typedef struct ag_thread_s {
   int32_t tick;              /* counted calls until the next timed one (ag_call_pick) */
   uint32_t gap_scale;        /* the next gap's length in OPJIT_TIME_EVERYs, from the last timed
                                 call (compare.h, ag_cmp_gap_scale); 0 or 1: one */
+  float timing_ns;           /* what a timing costs (two reads of ag_tick's clock, the machine
+                                model's figure), kept once the model is ready; 0 before */
   int32_t chain;             /* > 0: calls left in which every call comes to ag_call_pick and
                                 a long signature's is timed (ag_call_long) */
   int32_t resume;            /* ... meanwhile, the calls left of the gap to the next timed call

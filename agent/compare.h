@@ -82,15 +82,16 @@ int ag_cmp_burst(ag_cmp_t *c, uint64_t n, uint64_t ns, uint64_t v_total_n, uint6
  * rarely called ones. */
 int ag_cmp_burst_due(int32_t *to_burst, int32_t len, int32_t gap, int awaiting);
 
-/* The timings' budget. A timed call costs about two reads of the clock (timing_ns, measured by
- * the machine model; 0 while unknown) on top of the call. After a timed call that took dt ns,
- * served by a variant that has its verdict, the thread's next gap to a timed call is drawn
+/* The timings' budget. A timed call costs about two reads of the calls' clock (timing_ns,
+ * measured by the machine model; 0 while unknown) on top of the call. After a timed call that
+ * took dt ns, served by a variant that has its verdict, or the original's call of a signature
+ * that gets no variant in the run (agent.c), the thread's next gap to a timed call is drawn
  * this many times longer than OPJIT_TIME_EVERY's: so long that the timings cost at most
  * 1/AG_CMP_TIMING_SHARE of the calls' time, at most AG_CMP_GAP_SCALE_MAX times longer, and 1
  * for a call as long as AG_CMP_TIMING_SHARE timings / every. The judge's rounds for such a
  * variant still get their timings (a round needs AG_CMP_MIN_VCALLS between bursts that come
  * AG_CMP_BURST_EVERY burst lengths apart); a variant awaiting its verdict, and the original's
- * calls, keep the OPJIT_TIME_EVERY rate. */
+ * calls of a signature still on its way to one, keep the OPJIT_TIME_EVERY rate. */
 #define AG_CMP_TIMING_SHARE 64
 #define AG_CMP_GAP_SCALE_MAX 8
 uint32_t ag_cmp_gap_scale(double timing_ns, uint64_t dt, uint32_t every);

@@ -15,7 +15,10 @@
  *   sigprof N            installs its own SIGPROF handler and ITIMER_PROF, runs "ratio N",
  *                        prints how many SIGPROFs it received
  *   clocked N            N cblas_sgemm 96^3, each timed on CLOCK_MONOTONIC; prints the median
- *                        call's nanoseconds */
+ *                        call's nanoseconds
+ *   strided N            N cblas_sdot n=16 with incx 2 (a strided vector: no JIT variant), the
+ *                        agent settled (opjit_settle: its machine model ready) after the first
+ *                        100 */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
@@ -239,7 +242,17 @@ int main(int argc, char **argv)
     free(ns);
     return 0;
   }
-  fprintf(stderr, "usage: %s noop|forkexec|loop|threads T N|dlopen AGENT|ratio N|big N|sigprof N|clocked N\n",
+  if (!strcmp(mode, "strided") && argc > 2) {
+    int (*settle)(long) = (int (*)(long))dlsym(RTLD_DEFAULT, "opjit_settle");
+    float s = 0;
+    for (long r = 0, n = atol(argv[2]); r < n; r++) {
+      if (r == 100 && settle)
+        settle(60000);
+      s += cblas_sdot(16, fx, 2, fy, 1);
+    }
+    return s != s; /* NaN never: keeps the loop honest */
+  }
+  fprintf(stderr, "usage: %s noop|forkexec|loop|threads T N|dlopen AGENT|ratio N|big N|sigprof N|clocked N|strided N\n",
           argv[0]);
   return 2;
 }
