@@ -62,7 +62,8 @@
  *   nt tn tt that transposed layout only, beta 1 and 0, n in {4 8 16 32 64}
  *
  *   bench_jit [rounds [default|all|nn|large|nt|tn|tt [sessions]]]     (default 11 default 3)
- * LIBXSMM_PRELOAD names a prebuilt LIBXSMM preload library; unset, bench_jit builds one with
+ * BENCH_AGENT names another build's libopjit.so for J and E (its modules beside it: a change's
+ * before, interleaved with this build's runs). LIBXSMM_PRELOAD names a prebuilt LIBXSMM preload library; unset, bench_jit builds one with
  * LIBXSMM_TOOL (default /work/shared/tools/libxsmm-preload.sh) in its scratch folder, and
  * without one it runs without configuration X, saying why. */
 #define _GNU_SOURCE
@@ -99,6 +100,13 @@ static const char *const cfg_name[NCFG] = {"OpenBLAS default", "OpenBLAS best", 
                                            "opjit", "opjit over default", "kernel"};
 static const char cfg_letter[NCFG] = {'D', 'O', 'X', 'J', 'E', 'K'};
 static int cfg_on[NCFG] = {1, 1, 1, 1, 1, 1};
+
+/* The agent J and E preload: BENCH_AGENT, else this build's. */
+static const char *agent_path(void)
+{
+  const char *a = getenv("BENCH_AGENT");
+  return a && *a ? a : OPJIT_AGENT_PATH;
+}
 
 /* The ratios the table prints: num's time over den's (> 1: den, opjit, faster). */
 enum { R_OJ, R_DE, R_XJ, NRATIO };
@@ -347,7 +355,7 @@ static int worker_start(int cfg, int s)
     int e = 0;
     for (int i = 0; i < ncases; i++)
       e += cases[i].n <= jit_max_dim;
-    snprintf(preload, sizeof preload, "LD_PRELOAD=%s", OPJIT_AGENT_PATH);
+    snprintf(preload, sizeof preload, "LD_PRELOAD=%s", agent_path());
     snprintf(dbenv, sizeof dbenv, "OPJIT_DB=%s", db);
     snprintf(expect, sizeof expect, "%d", e);
     snprintf(maxdim, sizeof maxdim, "OPJIT_JIT_MAX_DIM=%d", jit_max_dim);
@@ -970,7 +978,7 @@ int main(int argc, char **argv)
   else
     printf("X = LIBXSMM: left out, %s\n", xsmm_why);
   printf("J = opjit over O's core (LD_PRELOAD=%s, OPJIT_SAMPLE_HZ=0, OPJIT_HOT_CALLS=%s, "
-         "OPJIT_HOT_PAYBACK=0; variants compiled before timing)\n", OPJIT_AGENT_PATH, HOT_CALLS);
+         "OPJIT_HOT_PAYBACK=0; variants compiled before timing)\n", agent_path(), HOT_CALLS);
   if (cfg_on[CFG_E])
     printf("E = opjit over D's core (%s)\n", core[CFG_D]);
   printf("K = the JIT's kernel called directly (%s)\n",
