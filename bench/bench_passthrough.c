@@ -583,17 +583,21 @@ static int relaunch(char **argv, int served)
   snprintf(db, sizeof db, "OPJIT_DB=%s/passthrough.db", dir);
   const char *agent = getenv("BENCH_AGENT");
   snprintf(preload, sizeof preload, "LD_PRELOAD=%s", agent && *agent ? agent : OPJIT_AGENT_PATH);
-  /* Profile mode: the cost of interception alone. Served: a variant serves each row's calls. */
-  const char *pass[] = {preload, db, "OPENBLAS_NUM_THREADS=1", "OPJIT_MODE=profile",
-                        "BENCH_PASSTHROUGH_SET=pass", NULL};
-  /* bn_env drops OPJIT_*: an OPJIT_ISA given (callgrind's avx2) is handed on */
-  char isa[64] = "";
+  /* bn_env drops OPJIT_*: an OPJIT_ISA given (callgrind's avx2) is handed on, and so is an
+   * OPJIT_TIME_EVERY (callgrind's counts compared at one rate: under valgrind a clock read costs
+   * what it does there, and the timings' budget follows it, agent/compare.h) */
+  char isa[64] = "", every[64] = "";
   if (getenv("OPJIT_ISA"))
     snprintf(isa, sizeof isa, "OPJIT_ISA=%s", getenv("OPJIT_ISA"));
+  if (getenv("OPJIT_TIME_EVERY"))
+    snprintf(every, sizeof every, "OPJIT_TIME_EVERY=%s", getenv("OPJIT_TIME_EVERY"));
+  /* Profile mode: the cost of interception alone. Served: a variant serves each row's calls. */
+  const char *pass[] = {preload, db, "OPENBLAS_NUM_THREADS=1", "OPJIT_MODE=profile",
+                        "BENCH_PASSTHROUGH_SET=pass", every[0] ? every : NULL, NULL};
   const char *jit[] = {preload, db, "OPENBLAS_NUM_THREADS=1", "OPJIT_MODE=jit",
                        "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=8", "OPJIT_HOT_PAYBACK=0",
                        "OPJIT_SAMPLE_HZ=0", "OPJIT_PERF_MAP=1", "BENCH_PASSTHROUGH_SET=served",
-                       isa[0] ? isa : NULL, NULL};
+                       isa[0] ? isa : every[0] ? every : NULL, isa[0] && every[0] ? every : NULL, NULL};
   char **env = bn_env(served ? jit : pass);
   /* this program by its path, not /proc/self/exe: valgrind follows it (count) */
   char self[PATH_MAX];
