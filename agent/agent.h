@@ -373,9 +373,10 @@ static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
  * Most counted calls need nothing of the above but their count: the agent live and counting, the
  * thread outside any intercepted call and counting in its own array, the key in its cache, no
  * hot test (n == OPJIT_HOT_CALLS, every 4096th call), not its first call, no timed call due, and
- * a published variant (if any) neither verifying nor paired. A wrapper checks all of that first
- * (ag_fast_ready, ag_fast_lookup), without a store or a call, so that the host's arguments stay
- * in registers until the forwarded call; then ag_fast_enter, the call, ag_fast_leave. A call that
+ * a published variant (if any) not verifying, nor this call one of a cold pair's. A wrapper
+ * checks all of that first (ag_fast_ready, ag_fast_lookup), without a store or a call, so that
+ * the host's arguments stay in registers until the forwarded call; then ag_fast_enter, the call,
+ * ag_fast_leave. A call that
  * fails any check goes to the full path (ag_call_begin ... ag_call_end) from the start, out of
  * line, which decides it as before: nothing is done twice, and every call is counted, timed and
  * served exactly as the full path would. (The always interposed symbols' wrappers, ag_call_begin's;
@@ -393,6 +394,7 @@ typedef struct ag_fast_s {
   int32_t tick;          /* the thread's countdown after the call (> 0) */
   uint64_t n;            /* its count on this thread after the call */
   void *v;               /* the published variant, or NULL: the original */
+  int paired;            /* its signature is in cold pairs: this call is one between them */
 } ag_fast_t;
 
 /* Whether this thread's call may take the fast path, before its key is built: the agent live
@@ -422,10 +424,22 @@ static inline __attribute__((always_inline)) int ag_fast_lookup(ag_fast_t *f, co
   if (ag_unlikely(n == ag_hot_calls || (n & 4095) <= 1 || tick <= 0))
     return 0; /* hot test, first call (and the 4097th...: harmless), or a timed call */
   void *v = atomic_load_explicit(&e->variant, memory_order_acquire);
-  if (v && ag_unlikely(atomic_load_explicit(&e->pair, memory_order_relaxed) ||
-                       atomic_load_explicit(&e->verify, memory_order_relaxed) > 0))
-    return 0;
-  f->e = e, f->i = idx, f->n = n, f->tick = tick, f->v = v;
+  int paired = 0;
+  if (v) {
+    if (ag_unlikely(atomic_load_explicit(&e->verify, memory_order_relaxed) > 0))
+      return 0;
+    /* A signature in cold pairs (ag_call_pair): the calls between its pairs are the fast
+     * path's, counted on its pair_n as ag_call_pair counts them (ag_fast_enter); a pair's call
+     * goes to the full path, which counts it there. (Threads racing on one paired signature may
+     * serve a pair's call untimed: one pair fewer, as a lost timing.) */
+    uint32_t every = atomic_load_explicit(&e->pair, memory_order_relaxed);
+    if (ag_unlikely(every)) {
+      if (atomic_load_explicit(&e->pair_n, memory_order_relaxed) % (2 * every) < 2)
+        return 0;
+      paired = 1;
+    }
+  }
+  f->e = e, f->i = idx, f->n = n, f->tick = tick, f->v = v, f->paired = paired;
   return 1;
 }
 
@@ -439,6 +453,8 @@ static inline __attribute__((always_inline)) void ag_fast_enter(const ag_fast_t 
   atomic_store_explicit(&t->calls[f->i], f->n, memory_order_relaxed);
   t->tick = f->tick;
   atomic_store_explicit(t->cur, f->i + 1, memory_order_relaxed);
+  if (ag_unlikely(f->paired))
+    atomic_fetch_add_explicit(&f->e->pair_n, 1, memory_order_relaxed);
 }
 
 /* After it (served: f->v ran): what ag_call_end does for an untimed call. */
