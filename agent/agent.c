@@ -109,8 +109,10 @@ static uint32_t flushed_n; /* entries [0, flushed_n) have their signature rows i
 static ag_runinfo_t runinfo; /* large: read once per process image (warm start or first write) */
 static int runinfo_read;
 static uint64_t first_call_ns; /* when the first counted call activated the agent (ag_now_ns) */
-static int64_t warm_ns;      /* how long after the first call the warm start was done: its
-                                stored kernels serving (0: none) */
+/* How long after the first call the warm start was done: its stored kernels serving (0: none).
+ * Atomic: a host thread that takes the warm start over sets it while the writer may record it
+ * (record_early, under db_mu, which the host thread does not hold then). */
+static _Atomic int64_t warm_ns;
 static int warm_done;        /* once per process image: a fork child inherits the variants */
 static sp_agg_t *agg;       /* what the sampler found in this run */
 static int sampling;        /* sp_start succeeded for this writer */
