@@ -29,64 +29,47 @@ static long faults(void)
   return ru.ru_minflt;
 }
 
-/* On a thread of its own (a heap of its own, as the writer's): what a warm start would allocate
- * after ag_heap_warm_begin, written through, and the page faults that took. */
-static void *allocate(void *arg)
+enum { SZ = 4400 }; /* SQLite's page cache: pages of 4 KB and their headers */
+
+/* n allocations of SZ bytes written through on this thread: counts[0] the page faults that
+ * took, counts[1] the pages they span. */
+static void write_through(int n, long counts[2])
 {
-  long *counts = arg;
-  void *kept = ag_heap_warm_begin(AG_HEAP_MAX);
-  enum { N = 128, SZ = 4400 }; /* SQLite's page cache: pages of 4 KB and their headers */
-  void *p[N];
+  static void *p[2 * AG_HEAP_MAX / SZ];
+  cr_assert_leq(n, (int)(sizeof p / sizeof *p));
   long f0 = faults();
-  for (int i = 0; i < N; i++)
+  for (int i = 0; i < n; i++)
     if ((p[i] = malloc(SZ)))
       memset(p[i], 1, SZ);
   counts[0] = faults() - f0;
-  counts[1] = N * SZ / 4096; /* the pages they span */
-  for (int i = 0; i < N; i++)
+  counts[1] = (long)n * SZ / 4096;
+  for (int i = 0; i < n; i++)
     free(p[i]);
+}
+
+/* On a thread of its own (a heap of its own, as the writer's): what a warm start would allocate
+ * after ag_heap_warm_begin. */
+static void *allocate(void *arg)
+{
+  void *kept = ag_heap_warm_begin(AG_HEAP_MAX);
+  write_through(128, arg);
   ag_heap_warm_end(kept);
   return NULL;
 }
 
-Test(heap, the_warm_starts_allocations_fault_no_page_in_one_by_one)
-{
-  if (OWN_ALLOCATOR)
-    cr_skip_test("a sanitizer's allocator does not reuse the freed blocks");
-  void *probe = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  int populates = madvise(probe, 4096, 23 /* MADV_POPULATE_WRITE */) == 0;
-  munmap(probe, 4096);
-  if (!populates)
-    cr_skip_test("this kernel has no MADV_POPULATE_WRITE (Linux 5.14): nothing is populated");
-  long counts[2];
-  pthread_t t;
-  cr_assert_eq(pthread_create(&t, NULL, allocate, counts), 0);
-  pthread_join(t, NULL);
-  cr_assert_lt(counts[0] * 10, counts[1], "%ld faults writing %ld pages' worth", counts[0],
-               counts[1]);
-}
-
 /* On a thread of its own, as a compile thread: AG_HEAP_JIT made present, then allocations of
- * twice the warm start's AG_HEAP_MAX, written through, and the page faults that took. */
+ * twice the warm start's AG_HEAP_MAX. */
 static void *allocate_jit(void *arg)
 {
-  long *counts = arg;
   void *kept = ag_heap_present(AG_HEAP_JIT);
-  enum { N = 2 * AG_HEAP_MAX / 4400, SZ = 4400 };
-  static void *p[N];
-  long f0 = faults();
-  for (int i = 0; i < N; i++)
-    if ((p[i] = malloc(SZ)))
-      memset(p[i], 1, SZ);
-  counts[0] = faults() - f0;
-  counts[1] = (long)N * SZ / 4096;
-  for (int i = 0; i < N; i++)
-    free(p[i]);
+  write_through(2 * AG_HEAP_MAX / SZ, arg);
   free(kept);
   return NULL;
 }
 
-Test(heap, a_compile_thread_s_heap_is_present_beyond_the_warm_start_s_share)
+/* Runs body on a thread of its own and checks that its writes faulted under 1 page in 10
+ * (skips where the allocator or the kernel cannot make the heap present). */
+static void faults_under_a_tenth(void *(*body)(void *))
 {
   if (OWN_ALLOCATOR)
     cr_skip_test("a sanitizer's allocator does not reuse the freed blocks");
@@ -97,10 +80,20 @@ Test(heap, a_compile_thread_s_heap_is_present_beyond_the_warm_start_s_share)
     cr_skip_test("this kernel has no MADV_POPULATE_WRITE (Linux 5.14): nothing is populated");
   long counts[2];
   pthread_t t;
-  cr_assert_eq(pthread_create(&t, NULL, allocate_jit, counts), 0);
+  cr_assert_eq(pthread_create(&t, NULL, body, counts), 0);
   pthread_join(t, NULL);
   cr_assert_lt(counts[0] * 10, counts[1], "%ld faults writing %ld pages' worth", counts[0],
                counts[1]);
+}
+
+Test(heap, the_warm_starts_allocations_fault_no_page_in_one_by_one)
+{
+  faults_under_a_tenth(allocate);
+}
+
+Test(heap, a_compile_thread_s_heap_is_present_beyond_the_warm_start_s_share)
+{
+  faults_under_a_tenth(allocate_jit);
   cr_assert_null(ag_heap_present(AG_HEAP_BLOCK - 1), "less than a block");
 }
 
