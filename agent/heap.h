@@ -35,7 +35,8 @@ void ag_heap_warm_end(void *kept);
  * pages of the thread's heap, and each later compile 30-200 again where glibc trimmed the freed
  * ones: on the Zen 5 guest 757 of the first kernel's faults were there, 162 with 2.9 MB of the
  * heap made present first. The compile thread makes AG_HEAP_JIT present once as it starts, and
- * keeps its last block for its life (compile threads never end), so the space stays its own. */
+ * keeps its last block for its life (compile threads never end), so the space stays its own:
+ * held where LeakSanitizer looks (a global), as the thread-local pointer it once was is not. */
 #define AG_HEAP_JIT (25 * AG_HEAP_BLOCK)
 
 /* ag_heap_warm_begin without its AG_HEAP_MAX: about bytes of this thread's heap made present
