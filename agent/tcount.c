@@ -15,6 +15,7 @@ typedef struct tc_thread_s {
   _Atomic uint64_t *calls; /* NULL: this thread counts on the shared entries */
   _Atomic uint32_t *ends;  /* the thread's count of finished calls (cur slot, or NULL) */
   int cur_slot;            /* index in cur_slots, or -1 (ag_tl.own_cur is used) */
+  ag_tlc_slot_t tlc[AG_TLC_SLOTS]; /* the thread's key cache (agent.h): ag_tl.tlc */
 } tc_thread_t;
 
 /* Current-operator slots, one cache line each: written by their thread on every counted call,
@@ -87,6 +88,7 @@ static void thread_gone(void *arg)
   t->next->prev = t->prev;
   pthread_mutex_unlock(&reg_mu);
   ag_tl.calls = ag_tl.vcalls = NULL;
+  ag_tl.tlc = NULL;
   ag_tl.cur = NULL;
   tl_self = NULL;
   release(t);
@@ -145,6 +147,7 @@ void ag_tcount_register(void)
   reg_head.next = t;
   pthread_mutex_unlock(&reg_mu);
   tl_self = t;
+  ag_tl.tlc = t->tlc;
   ag_tl.calls = t->calls;
   ag_tl.vcalls = t->calls ? t->calls + ag_tcount_capacity : NULL;
   if (t->cur_slot >= 0)
