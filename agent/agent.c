@@ -233,7 +233,11 @@ int ag_call_admit(int hooked)
 
 const char *ag_self_dir(void) { return self_dir; }
 
-__attribute__((constructor)) static void agent_constructor(void) { ag_init(); }
+__attribute__((constructor)) static void agent_constructor(void)
+{
+  ag_note_process_cpus(); /* before main pins anything */
+  ag_init();
+}
 
 #define BURST_LEN 64        /* calls a burst lasts at first */
 #define BURST_LEN_MAX 1024   /* ... at most, when signatures recur less often than it lasts */
@@ -1063,6 +1067,7 @@ static void *writer_main(void *arg)
 {
   (void)arg;
   pthread_setname_np(pthread_self(), "opjit-writer");
+  ag_thread_own_cpus();
   const char *fault = getenv("OPJIT_TEST_FAULT"); /* the tests' seam: a writer without a CPU */
   if (fault && !strcmp(fault, "writer_stall")) { /* until a host thread ran the warm start */
     struct timespec dl = ag_deadline_after_us(CLOCK_MONOTONIC, 60 * 1000000L);

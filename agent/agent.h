@@ -125,6 +125,14 @@ typedef struct ag_thread_s {
   ag_tlc_slot_t *tlc;          /* the key cache, AG_TLC_SLOTS: set with calls (NULL before) */
 } ag_thread_t;
 extern AG_TLS ag_thread_t ag_tl;
+/* The agent's threads (writer, compile, machine, fleet) run on the CPUs the process could use
+ * when the agent loaded, not on those of the host thread that happened to start them: a host
+ * that pins its threads (OpenMP's OMP_PROC_BIND, a pool bound core by core) would otherwise
+ * have the compiles and the writes share its pinned thread's core while the others idle. A
+ * process bound as a whole (taskset, a cpuset) keeps its binding. ag_note_process_cpus runs in
+ * the agent's constructor; each agent thread calls ag_thread_own_cpus as it starts. */
+void ag_note_process_cpus(void);
+void ag_thread_own_cpus(void);
 /* Set on compile threads: the C++ static destructors of what it loads and runs (LLVM) are not
  * registered with __cxa_atexit (process.c), so exit never destroys LLVM under a compile. */
 extern AG_TLS int ag_tl_keep_statics;

@@ -267,6 +267,7 @@ static void *fleet_main(void *arg)
 {
   (void)arg;
   pthread_setname_np(pthread_self(), "opjit-fleet");
+  ag_thread_own_cpus();
   char dbpath[PATH_MAX];
   st_fleet_t *f = spare;
   st_db_t *local = NULL;

@@ -146,6 +146,7 @@ static void *machine_main(void *arg)
 {
   (void)arg;
   pthread_setname_np(pthread_self(), "opjit-machine");
+  ag_thread_own_cpus();
   st_machine_t rec;
   ag_machine_t m;
   int have = load_stored(&rec) == 0;

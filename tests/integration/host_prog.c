@@ -18,11 +18,14 @@
  *                        call's nanoseconds
  *   strided N            N cblas_sdot n=16 with incx 2 (a strided vector: no JIT variant), the
  *                        agent settled (opjit_settle: its machine model ready) after the first
- *                        100 */
+ *                        100
+ *   pinned               pins its thread to the first of the process's CPUs, cblas_sdot x4;
+ *                        prints "process cpus LIST" and "thread NAME cpus LIST" per thread */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -56,6 +59,40 @@ static int count_threads(void)
   if (d)
     closedir(d);
   return n;
+}
+
+/* The value of field (with its colon) in a /proc status file, into out. */
+static void status_field(const char *path, const char *field, char *out, size_t len)
+{
+  FILE *f = fopen(path, "r");
+  char line[512];
+  size_t n = strlen(field);
+  snprintf(out, len, "?");
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, field, n)) {
+      line[strcspn(line, "\n")] = 0;
+      snprintf(out, len, "%s", line + n + strspn(line + n, " \t"));
+      break;
+    }
+  if (f)
+    fclose(f);
+}
+
+/* "thread NAME cpus LIST" for each thread of the process. */
+static void print_thread_cpus(void)
+{
+  DIR *d = opendir("/proc/self/task");
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (e->d_name[0] == '.')
+      continue;
+    char path[300], name[64], cpus[256];
+    snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+    status_field(path, "Name:", name, sizeof name);
+    status_field(path, "Cpus_allowed_list:", cpus, sizeof cpus);
+    printf("thread %s cpus %s\n", name, cpus);
+  }
+  if (d)
+    closedir(d);
 }
 
 static int mapped(const char *what)
@@ -123,6 +160,30 @@ int main(int argc, char **argv)
     printf("threads=%d sqlite=%d agent=%d\n", count_threads(), mapped("libsqlite3"),
            mapped("libopjit.so"));
     return 0;
+  }
+  if (!strcmp(mode, "pinned")) {
+    /* pins this thread to the first of the process's CPUs, then makes its first calls (the
+     * agent starts its threads from here); prints the process's CPUs and each thread's */
+    char all[256];
+    status_field("/proc/self/status", "Cpus_allowed_list:", all, sizeof all);
+    cpu_set_t cpus, one;
+    if (sched_getaffinity(0, sizeof cpus, &cpus) != 0)
+      return 2;
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+      if (CPU_ISSET(c, &cpus)) {
+        CPU_SET(c, &one);
+        break;
+      }
+    if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0)
+      return 2;
+    float s = 0;
+    for (int i = 0; i < 4; i++)
+      s += cblas_sdot(10, fx, 1, fy, 1);
+    usleep(300000); /* the writer starts and names itself */
+    printf("process cpus %s\n", all);
+    print_thread_cpus();
+    return s == 40 ? 0 : 1;
   }
   if (!strcmp(mode, "forkexec")) {
     float s = 0;

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* The agent preloaded into real programs: outputs bit-identical with and without it, exact
  * call counts in the database, fork and exec as runs of their own, no trace in processes that
- * call no operator, and what survives a SIGKILL. */
+ * call no operator, what survives a SIGKILL, and the agent's threads' CPUs. */
+#define _GNU_SOURCE
 #include "harness.h"
 
 #include <criterion/criterion.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -318,4 +320,25 @@ Test(preload, a_signature_without_a_variant_is_timed_within_the_budget)
                                                            NULL}), "plain");
   int64_t plain = h_query(NULL, last, "timed_calls");
   cr_expect_gt(plain, CALLS / 24, "profile mode: %lld of %d calls timed", (long long)plain, CALLS);
+}
+
+Test(preload, the_agents_threads_run_on_the_process_cpus_not_on_a_pinned_host_threads)
+{
+  /* The host pins its thread to one CPU before its first call, which starts the writer: the
+   * writer must not inherit that pinning (the process's other CPUs would idle beside it). */
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof cpus, &cpus) != 0 || CPU_COUNT(&cpus) < 2)
+    cr_skip_test("needs a process that may use at least 2 CPUs");
+  assert_exited_ok(h_run("pinned", 1, NULL, (const char *[]){H_HOST_PROG, "pinned", NULL}),
+                   "pinned");
+  const char *out = h_output("pinned", "out");
+  char all[256], writer[256], host[256];
+  const char *p = strstr(out, "process cpus "), *w = strstr(out, "thread opjit-writer cpus ");
+  const char *h = strstr(out, "thread host_prog cpus ");
+  cr_assert(p && w && h, "no process, writer or host thread line in: %s", out);
+  cr_assert_eq(sscanf(p, "process cpus %255s", all), 1);
+  cr_assert_eq(sscanf(w, "thread opjit-writer cpus %255s", writer), 1);
+  cr_assert_eq(sscanf(h, "thread host_prog cpus %255s", host), 1);
+  cr_assert_str_neq(host, all, "the host did not pin its thread: %s", out);
+  cr_assert_str_eq(writer, all, "the writer runs on %s, the process on %s: %s", writer, all, out);
 }

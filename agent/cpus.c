@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: MIT */
+/* The agent's own threads' CPUs (agent.h: ag_thread_own_cpus). */
+#define _GNU_SOURCE
+#include "agent.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+/* The CPUs the process could use when the agent loaded (its constructor, before main). */
+static cpu_set_t process_cpus;
+static int have_process_cpus;
+
+void ag_note_process_cpus(void)
+{
+  have_process_cpus = sched_getaffinity(0, sizeof process_cpus, &process_cpus) == 0;
+}
+
+void ag_thread_own_cpus(void)
+{
+  cpu_set_t cur;
+  if (have_process_cpus && pthread_getaffinity_np(pthread_self(), sizeof cur, &cur) == 0 &&
+      !CPU_EQUAL(&cur, &process_cpus))
+    pthread_setaffinity_np(pthread_self(), sizeof process_cpus, &process_cpus); /* else as is */
+}
