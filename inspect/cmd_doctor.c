@@ -255,10 +255,12 @@ static int find_library(const char *soname, const char *runpath, const char *ori
 }
 
 /* Whether the JIT can load beside the agent in folder dir (NULL: the agent was not found):
- * adds jit_module, jit_module_found, llvm_needed, llvm_path, llvm_found and jit_ready. */
+ * adds jit_module, jit_module_found, llvm_needed, llvm_linked_in, llvm_path, llvm_found and
+ * jit_ready. A module that names no libLLVM among its needs has LLVM linked in (the build's
+ * default: CMakeLists.txt): llvm_needed is null and llvm_path the module. */
 static void check_jit(cJSON *o, const char *dir)
 {
-  char module[PATH_MAX + 64], needed[256] = "", runpath[4096] = "", llvm[PATH_MAX];
+  char module[PATH_MAX + 64], needed[256] = "", runpath[4096] = "", llvm[PATH_MAX + 64];
   int have_module = 0, have_llvm = 0;
   if (dir) {
     snprintf(module, sizeof module, "%s/%s", dir, JT_MODULE_NAME);
@@ -268,9 +270,14 @@ static void check_jit(cJSON *o, const char *dir)
     cJSON_AddNullToObject(o, "jit_module");
   }
   cJSON_AddBoolToObject(o, "jit_module_found", have_module);
-  if (have_module && elf_needed(module, "libLLVM", needed, sizeof needed, runpath,
-                                sizeof runpath) == 0 && needed[0]) {
+  int read = have_module && elf_needed(module, "libLLVM", needed, sizeof needed, runpath,
+                                       sizeof runpath) == 0;
+  int linked_in = read && !needed[0];
+  if (read && needed[0]) {
     have_llvm = find_library(needed, runpath, dir, llvm, sizeof llvm) == 0;
+  } else if (linked_in) {
+    have_llvm = 1;
+    snprintf(llvm, sizeof llvm, "%s", module);
   } else { /* no module to read: what the JIT is built against */
     snprintf(needed, sizeof needed, "%s", strrchr(LLVM_DEFAULT, '/') + 1);
     have_llvm = access(LLVM_DEFAULT, R_OK) == 0;
@@ -278,7 +285,11 @@ static void check_jit(cJSON *o, const char *dir)
     snprintf(llvm, sizeof llvm, "%s", real ? real : LLVM_DEFAULT);
     free(real);
   }
-  cJSON_AddStringToObject(o, "llvm_needed", needed);
+  if (linked_in)
+    cJSON_AddNullToObject(o, "llvm_needed");
+  else
+    cJSON_AddStringToObject(o, "llvm_needed", needed);
+  cJSON_AddBoolToObject(o, "llvm_linked_in", linked_in);
   if (have_llvm)
     cJSON_AddStringToObject(o, "llvm_path", llvm);
   else
@@ -772,7 +783,9 @@ static void print_report(const cJSON *doc)
     printf("  %-20s %s (%s)\n", "jit module", str(a, "jit_module"),
            cJSON_IsTrue(cJSON_GetObjectItem(a, "jit_module_found")) ? "found" : "MISSING");
   }
-  if (cJSON_IsTrue(cJSON_GetObjectItem(a, "llvm_found")))
+  if (cJSON_IsTrue(cJSON_GetObjectItem(a, "llvm_linked_in")))
+    printf("  %-20s 19, linked into %s\n", "LLVM", str(a, "llvm_path"));
+  else if (cJSON_IsTrue(cJSON_GetObjectItem(a, "llvm_found")))
     printf("  %-20s %s (%s)\n", "LLVM", str(a, "llvm_needed"), str(a, "llvm_path"));
   else
     printf("  %-20s %s not found (install LLVM 19: apt-get install libllvm19)\n", "LLVM",

@@ -12,7 +12,7 @@ set -eu
 cd "$(dirname "$0")/.."
 pkgs="build-essential cmake pkg-config libsqlite3-dev sqlite3 libcjson-dev libcriterion-dev
       libblas3 libopenblas0-pthread python3-numpy valgrind libunwind8 libdw-dev llvm-19-dev git
-      clang-19 libclang-rt-19-dev libprotobuf-c-dev protobuf-c-compiler zlib1g-dev golang-go
+      clang-19 libclang-rt-19-dev libprotobuf-c-dev protobuf-c-compiler zlib1g-dev libzstd-dev golang-go
       chromium groff-base postgresql libpq-dev libssl-dev"
 missing=""
 for p in $pkgs; do
