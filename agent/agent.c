@@ -1066,8 +1066,7 @@ static void final_step(long tick_ms)
 static void *writer_main(void *arg)
 {
   (void)arg;
-  pthread_setname_np(pthread_self(), "opjit-writer");
-  ag_thread_own_cpus();
+  ag_agent_thread_begin("opjit-writer");
   const char *fault = getenv("OPJIT_TEST_FAULT"); /* the tests' seam: a writer without a CPU */
   if (fault && !strcmp(fault, "writer_stall")) { /* until a host thread ran the warm start */
     struct timespec dl = ag_deadline_after_us(CLOCK_MONOTONIC, 60 * 1000000L);

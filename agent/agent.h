@@ -130,9 +130,10 @@ extern AG_TLS ag_thread_t ag_tl;
  * that pins its threads (OpenMP's OMP_PROC_BIND, a pool bound core by core) would otherwise
  * have the compiles and the writes share its pinned thread's core while the others idle. A
  * process bound as a whole (taskset, a cpuset) keeps its binding. ag_note_process_cpus runs in
- * the agent's constructor; each agent thread calls ag_thread_own_cpus as it starts. */
+ * the agent's constructor; each agent thread starts with ag_agent_thread_begin, which names it
+ * (name: at most 15 characters) and moves it there. */
 void ag_note_process_cpus(void);
-void ag_thread_own_cpus(void);
+void ag_agent_thread_begin(const char *name);
 /* Set on compile threads: the C++ static destructors of what it loads and runs (LLVM) are not
  * registered with __cxa_atexit (process.c), so exit never destroys LLVM under a compile. */
 extern AG_TLS int ag_tl_keep_statics;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The agent's own threads' CPUs (agent.h: ag_thread_own_cpus). */
+/* The agent's own threads' names and CPUs (agent.h: ag_agent_thread_begin). */
 #define _GNU_SOURCE
 #include "agent.h"
 
@@ -15,8 +15,9 @@ void ag_note_process_cpus(void)
   have_process_cpus = sched_getaffinity(0, sizeof process_cpus, &process_cpus) == 0;
 }
 
-void ag_thread_own_cpus(void)
+void ag_agent_thread_begin(const char *name)
 {
+  pthread_setname_np(pthread_self(), name);
   cpu_set_t cur;
   if (have_process_cpus && pthread_getaffinity_np(pthread_self(), sizeof cur, &cur) == 0 &&
       !CPU_EQUAL(&cur, &process_cpus))

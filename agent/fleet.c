@@ -266,8 +266,7 @@ static int push(st_fleet_t **f, st_db_t **local, const char *dbpath)
 static void *fleet_main(void *arg)
 {
   (void)arg;
-  pthread_setname_np(pthread_self(), "opjit-fleet");
-  ag_thread_own_cpus();
+  ag_agent_thread_begin("opjit-fleet");
   char dbpath[PATH_MAX];
   st_fleet_t *f = spare;
   st_db_t *local = NULL;

@@ -145,8 +145,7 @@ static int load_stored(st_machine_t *rec)
 static void *machine_main(void *arg)
 {
   (void)arg;
-  pthread_setname_np(pthread_self(), "opjit-machine");
-  ag_thread_own_cpus();
+  ag_agent_thread_begin("opjit-machine");
   st_machine_t rec;
   ag_machine_t m;
   int have = load_stored(&rec) == 0;

@@ -806,8 +806,7 @@ static _Atomic(void *) compile_heaps;
 static void compile_begin(void *ctx)
 {
   (void)ctx;
-  pthread_setname_np(pthread_self(), "opjit-jit");
-  ag_thread_own_cpus();
+  ag_agent_thread_begin("opjit-jit");
   ag_tl_keep_statics = 1; /* LLVM's static destructors are never registered (process.c) */
   void *kept = ag_heap_present(AG_HEAP_JIT);
   if (kept)
