@@ -3,8 +3,9 @@
  *
  * Register blocking (DESIGN.md §5): C is computed in MR x NR blocks held in vector registers,
  * MR = mr_vecs vectors of vbits (jt_gemm_t), so that mr_vecs * NR accumulators + mr_vecs A
- * vectors + 1 broadcast fit the ISA's registers: AVX2 2 ymm x 6 (16 registers), AVX-512
- * 2 zmm x 14, 3 x 9 or 1 x 30 (32 registers). For each k: mr_vecs vector loads of op(A)'s column
+ * vectors + 1 broadcast fit the ISA's registers (or, with fewer columns than vectors, NR
+ * broadcasts + 1 A vector): AVX2 2 ymm x 6 or 4 x 3 (16 registers), AVX-512 2 zmm x 14, 3 x 9,
+ * 4 x 6 or 1 x 30 (32 registers). For each k: mr_vecs vector loads of op(A)'s column
  * slice, NR broadcasts of op(B)[k, j], mr_vecs * NR fused multiply-adds (llvm.fma). K is an IR
  * loop whose accumulators are phis (straight code up to UNROLL_K k's); nothing is left for a
  * heavy pass pipeline to discover.
@@ -421,27 +422,31 @@ static LLVMValueRef load_after_first(gen_t *g, LLVMValueRef p, int lanes)
   return masked_call(g, "llvm.masked.load", args, "c");
 }
 
-/* One k of a block's K loop: next = acc + op(A)[i0.., k] * op(B)[k, j0..]. */
+/* One k of a block's K loop: next = acc + op(A)[i0.., k] * op(B)[k, j0..]. The block holds
+ * its accumulators and whichever of its operands takes fewer registers: op(A)'s nv vectors,
+ * each then multiplied by one broadcast of op(B) per column, or, where the block has fewer
+ * columns than vectors of rows, op(B)'s nr broadcasts, each vector of op(A) then loaded just
+ * before its FMAs (LIBXSMM's AVX2 order: 4 vectors x 3 columns fit AVX2's 16 registers as 12
+ * accumulators, 3 broadcasts and one vector of A). */
 static void block_k(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int nr, LLVMValueRef k,
                     accs_t acc, accs_t next)
 {
   const jt_gemm_t *s = g->g;
   int nv = (mr + g->V - 1) / g->V;
-  /* op(A)[i0 + v*V .., k]: from A (column k) or from the packed A^T panel. */
-  LLVMValueRef av[JT_MAX_MR_VECS];
+  /* where op(A)[i0 + v*V .., k] lies: in A (column k) or in the packed panel, which has room
+   * for full vectors (lanes past mr are never stored) */
+  LLVMValueRef ap[JT_MAX_MR_VECS], bj[JT_MAX_NR];
+  int lanes[JT_MAX_MR_VECS];
   for (int v = 0; v < nv; v++) {
-    int lanes = mr - v * g->V < g->V ? mr - v * g->V : g->V;
-    LLVMValueRef p;
+    lanes[v] = g->pack || mr - v * g->V >= g->V ? g->V : mr - v * g->V;
     if (g->pack) { /* the panel's k's start at the block's first */
       LLVMValueRef kp = g->kc ? LLVMBuildNSWSub(g->b, k, g->kc, "kp") : k;
-      p = at(g, g->pack, LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, kp, i64c(g, g->MR), ""),
-                                         i64c(g, v * g->V), ""));
-      lanes = g->V; /* the panel has room for full vectors; lanes past mr are never stored */
+      ap[v] = at(g, g->pack, LLVMBuildNSWAdd(g->b, LLVMBuildNSWMul(g->b, kp, i64c(g, g->MR), ""),
+                                             i64c(g, v * g->V), ""));
     } else {
       LLVMValueRef row = LLVMBuildNSWAdd(g->b, i0, i64c(g, v * g->V), "row");
-      p = at(g, g->a, LLVMBuildNSWAdd(g->b, row, LLVMBuildNSWMul(g->b, k, i64c(g, s->lda), ""), ""));
+      ap[v] = at(g, g->a, add(g, row, LLVMBuildNSWMul(g->b, k, i64c(g, s->lda), "")));
     }
-    av[v] = vload(g, p, lanes);
   }
   for (int j = 0; j < nr; j++) {
     LLVMValueRef col = LLVMBuildNSWAdd(g->b, j0, i64c(g, j), "col");
@@ -449,9 +454,24 @@ static void block_k(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int nr, 
                             : LLVMBuildNSWAdd(g->b, k, LLVMBuildNSWMul(g->b, col, i64c(g, s->ldb), ""), "");
     if (g->bpack) /* the block's sliver of B: [j][k - kc] */
       ix = add(g, mul(g, LLVMConstInt(g->i64, (unsigned)j, 0), s->kc), LLVMBuildNSWSub(g->b, k, g->kc, ""));
-    LLVMValueRef bj = splat(g, LLVMBuildLoad2(g->b, g->elem, at(g, g->bpack ? g->bpack : g->bm, ix), "b"));
+    bj[j] = at(g, g->bpack ? g->bpack : g->bm, ix);
+  }
+  if (nr < nv) {
+    for (int j = 0; j < nr; j++)
+      bj[j] = splat(g, LLVMBuildLoad2(g->b, g->elem, bj[j], "b"));
+    for (int v = 0; v < nv; v++) {
+      LLVMValueRef a = vload(g, ap[v], lanes[v]);
+      for (int j = 0; j < nr; j++)
+        next[v][j] = fma3(g, a, bj[j], acc[v][j]);
+    }
+    return;
+  }
+  for (int v = 0; v < nv; v++)
+    ap[v] = vload(g, ap[v], lanes[v]);
+  for (int j = 0; j < nr; j++) {
+    LLVMValueRef b = splat(g, LLVMBuildLoad2(g->b, g->elem, bj[j], "b"));
     for (int v = 0; v < nv; v++)
-      next[v][j] = fma3(g, av[v], bj, acc[v][j]);
+      next[v][j] = fma3(g, ap[v], b, acc[v][j]);
   }
 }
 
@@ -722,10 +742,14 @@ const char *jt_isa_name(int isa)
 static int isa_regs(int isa) { return isa == JT_ISA_AVX512 ? 32 : 16; }
 static int isa_bits(int isa) { return isa == JT_ISA_AVX512 ? 512 : 256; }
 
-/* The most columns mv vectors of rows leave registers for (capped), evened out over n. */
-static int fit_nr(int regs, int mv, int n, int cap)
+/* The most columns mv vectors of rows leave registers for (capped), evened out over n: with
+ * op(A)'s mv vectors held, or (bfirst: a GEMM block, block_k) with fewer columns than vectors
+ * the nr broadcasts of op(B) held and one vector of op(A) at a time. */
+static int fit_nr(int regs, int mv, int n, int cap, int bfirst)
 {
-  int most = (regs - mv - 1) / mv;
+  int most = (regs - mv - 1) / mv, held_b = (regs - 1) / (mv + 1);
+  if (bfirst && (held_b < mv ? held_b : mv - 1) > most)
+    most = held_b < mv ? held_b : mv - 1;
   most = most > cap ? cap : most < 1 ? 1 : most;
   int blocks = (n + most - 1) / most;
   return (n + blocks - 1) / blocks;
@@ -763,7 +787,7 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
     if (s->n == 1) /* decode's kernel goes row by row: no blocking */
       r->mr_vecs = JT_MM_MR / V, r->nr = 1;
     r->mr_vecs = r->mr_vecs ? r->mr_vecs : V == 16 ? 2 : JT_MM_MR / V;
-    r->nr = r->nr ? r->nr : fit_nr(regs, r->mr_vecs, s->n, MM_NR); /* s->nr up to JT_MM_MAX_NR */
+    r->nr = r->nr ? r->nr : fit_nr(regs, r->mr_vecs, s->n, MM_NR, 0); /* s->nr up to JT_MM_MAX_NR */
     int rows = r->mr_vecs * V;
     if (r->nr > JT_MM_MAX_NR || (rows != JT_MM_MR && rows != 2 * JT_MM_MR) ||
         (rows != JT_MM_MR && r->isa != JT_ISA_AVX512)) {
@@ -783,17 +807,23 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
      * whole column per k, each of B's and C's columns touched once per call; interleaved
      * against 2 x 13, sgemm 64^3 1.02-1.03x; not dgemm 32^3, 0.99x against 2 x 11, nor sgemm
      * 56^3, with a tail in the fourth vector, 0.96-0.98x); else 2 vectors (3 or 4 over a
-     * longer M measured 0.94-1.02x).
+     * longer M measured 0.94-1.02x). Under AVX2's 16 registers, 4 vectors by 3 columns
+     * (block_k: op(B)'s broadcasts held, op(A) a vector at a time) where M's vectors end in a
+     * block of 3 or 4, or span 10 or more (Zen 3, interleaved against the 2 x 6 default: sgemm
+     * 32^3 1.15x, 56^3 1.10x, 64^3 1.10x, 80^3 1.10x, 96^3 1.06x, 128^3 1.00x, dgemm 28^3
+     * 1.14x, 32^3 1.13x, 64^3 1.03x, 96^3 1.05x, 16^3 1.00x; not 4 + 1 or 4 + 2: sgemm 40^3
+     * 0.87x against 3 + 2, 48^3 0.94x, dgemm 20^3 0.90x, 24^3 0.92x).
      * op(A) = A^T keeps 2: its panel's rows bound K, and its packing was not measured so */
     int vecs = (s->m + V - 1) / V;
-    int whole4 = vecs == 4 && s->m % V == 0 && regs == 32 && !s->f64;
-    int mv = s->n == 1 ? 4 : !s->ta && (vecs <= 3 || whole4) ? vecs : 2;
+    int four = regs == 32 ? vecs == 4 && s->m % V == 0 && !s->f64
+                          : vecs % 4 == 0 || vecs % 4 == 3 || vecs >= 10;
+    int mv = s->n == 1 ? 4 : !s->ta && vecs <= 3 ? vecs : !s->ta && four ? 4 : 2;
     r->mr_vecs = s->mr_vecs ? s->mr_vecs : s->m > (mv - 1) * V ? mv : vecs;
     /* a block of one vector over pairs of k's holds two accumulators a column */
     jt_gemm_t two = *r;
     two.nr = 1;
     int acc_vecs = pairs(&two, r->mr_vecs, two.nr) ? 2 : r->mr_vecs;
-    r->nr = s->nr ? s->nr : fit_nr(regs, acc_vecs, s->n, JT_MAX_NR);
+    r->nr = s->nr ? s->nr : fit_nr(regs, acc_vecs, s->n, JT_MAX_NR, 1);
     long esz = s->f64 ? 8 : 4, rows = (long)r->mr_vecs * V;
     long width = rows > r->nr ? rows : r->nr; /* a K block's A panel, or B sliver (emit_bcopy) */
     if (s->ta) {
@@ -813,7 +843,8 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
     }
   }
   if (r->mr_vecs < 1 || r->mr_vecs > JT_MAX_MR_VECS || r->nr < 1 || r->nr > JT_MAX_NR ||
-      r->mr_vecs * r->nr + r->mr_vecs + 1 > regs || r->tails < 1 || r->tails > 2) {
+      r->mr_vecs * r->nr + (s->mm || r->nr >= r->mr_vecs ? r->mr_vecs : r->nr) + 1 > regs ||
+      r->tails < 1 || r->tails > 2) {
     snprintf(err, len, "a %d x %d block of %d-bit vectors does not fit %s's %d registers",
              r->mr_vecs, r->nr, r->vbits, jt_isa_name(r->isa), regs);
     return -1;
@@ -846,7 +877,7 @@ int jt_gemm_candidates(const jt_gemm_t *s, int host_isa, jt_gemm_t *out, int max
     else if (!s->ta && s->k > GEMM_KC_BYTES / (s->f64 ? 8 : 4))
       p[np++].kc = GEMM_KC_BYTES / (s->f64 ? 8 : 4);
     p[np++].vbits = d.vbits == wide ? wide / 2 : wide;
-    if (s->m > 3 * V && d.isa == JT_ISA_AVX512)
+    if (s->m > 3 * V && d.mr_vecs != 4)
       p[np++].mr_vecs = 4;
     if (s->m % V)
       p[np++].tails = d.tails == 1 ? 2 : 1;

@@ -499,7 +499,10 @@ ISA_TEST(random_blockings_match_the_reference)
     jt_gemm_t g = {.f64 = (int)rnd(2), .ta = (int)rnd(2), .tb = (int)rnd(2)};
     g.vbits = 128 << rnd(widest == 512 ? 3 : 2);
     g.mr_vecs = 1 + (int)rnd(JT_MAX_MR_VECS);
-    int most = (regs - g.mr_vecs - 1) / g.mr_vecs;
+    /* op(A)'s vectors held, or with fewer columns than vectors op(B)'s broadcasts */
+    int most = (regs - g.mr_vecs - 1) / g.mr_vecs, held_b = (regs - 1) / (g.mr_vecs + 1);
+    held_b = held_b < g.mr_vecs ? held_b : g.mr_vecs - 1;
+    most = most > held_b ? most : held_b;
     g.nr = 1 + (int)rnd((unsigned)(most < JT_MAX_NR ? most : JT_MAX_NR));
     g.tails = 1 + (int)rnd(2);
     g.m = 1 + (int)rnd(100), g.n = 1 + (int)rnd(70), g.k = 1 + (int)rnd(70);
@@ -556,7 +559,14 @@ Test(gemm_kernels, impossible_blockings_fail_and_names_tell_kernels_apart)
                  .isa = JT_ISA_AVX2, .mr_vecs = 2, .nr = 7}; /* 14 + 2 + 1 > 16 */
   cr_assert_eq(jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err), -1);
   cr_assert(strstr(err, "registers"), "%s", err);
-  g.nr = 6, g.vbits = 512;
+  g.mr_vecs = 4, g.nr = 3; /* 12 accumulators + 3 broadcasts + 1 vector of A at a time */
+  cr_assert_eq(jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(jit->release(fn, err, sizeof err), 0, "%s", err);
+  free(obj), obj = NULL;
+  g.nr = 4; /* 16 + 4 + 1 > 16 */
+  cr_assert_eq(jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err), -1);
+  cr_assert(strstr(err, "registers"), "%s", err);
+  g.mr_vecs = 2, g.nr = 6, g.vbits = 512;
   cr_assert_eq(jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err), -1);
   cr_assert(strstr(err, "512-bit"), "%s", err);
   g.vbits = 0;
