@@ -160,9 +160,13 @@ static uint64_t now_ns(void)
 /* One kernel per width and dtype: CHAINS independent accumulators, acc = acc * b + c (b just
  * under 1, so every chain converges to c / (1 - b) = 1: no overflow, no denormals), iters
  * times. Chains: FMA latency (4-5 cycles) times pipes (2) needs 8-10 in flight; 12 fit in 16
- * registers with b and c, 24 in AVX-512's 32. Returns a lane so nothing is dead. */
+ * registers with b and c, 24 in AVX-512's 32. Returns a lane so nothing is dead. Never
+ * instrumented: a sanitizer's stack checks keep acc in memory, a load and a store per FMA (an
+ * ASan build measured 7 GF/s of a 104 GF/s Zen 3, and its long-call rule then refused every
+ * large GEMM whose library beat three quarters of that). */
 #define FMA_KERNEL(fn, isa, vec, set1, op, first, chains)                                    \
-  __attribute__((target(isa), noinline)) static double fn(uint64_t iters)                    \
+  __attribute__((target(isa), noinline, no_sanitize("address", "undefined", "thread")))       \
+  static double fn(uint64_t iters)                                                          \
   {                                                                                          \
     vec b = set1(0.999999), c = set1(1e-6), acc[chains];                                     \
     _Pragma("GCC unroll 32") for (int j = 0; j < chains; j++) acc[j] = set1(j);             \
