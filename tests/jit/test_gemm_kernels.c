@@ -48,6 +48,10 @@ static void setup(void)
 
 TestSuite(gemm_kernels, .init = setup, .timeout = 600);
 
+/* Where check() places the kernel's A: -1 wherever malloc puts it, else this many elements past
+ * a 64-byte boundary. */
+static int a_shift = -1;
+
 /* Runs one kernel call and the reference on the same inputs; checks every element of C (and
  * that padding rows between m and ldc are untouched). Returns the worst error / bound. */
 static double check(const jt_gemm_t *g, jt_gemm_fn fn, double alpha, double beta, int nan_c)
@@ -65,7 +69,10 @@ static double check(const jt_gemm_t *g, jt_gemm_fn fn, double alpha, double beta
     C[i] = nan_c ? NAN : (double)((int)rnd(2001) - 1000) / 1000;
   (void)ar, (void)br;
   /* Typed copies: a, b, c (kernel), r (reference), mag (the bound's magnitudes). */
-  void *a = malloc(na * esz), *b = malloc(nb * esz), *c = malloc(nc * esz), *r = malloc(nc * esz);
+  void *a_mem = malloc(na * esz + 64 + 16 * esz), *b = malloc(nb * esz), *c = malloc(nc * esz);
+  void *a = a_shift < 0 ? a_mem
+                        : (char *)a_mem + (64 - (uintptr_t)a_mem % 64) + (size_t)a_shift * esz;
+  void *r = malloc(nc * esz);
   void *aa = malloc(na * esz), *ab = malloc(nb * esz), *mag = malloc(nc * esz);
 #define FILL(T)                                                                              \
   for (size_t i = 0; i < na; i++)                                                            \
@@ -110,7 +117,7 @@ static double check(const jt_gemm_t *g, jt_gemm_fn fn, double alpha, double beta
       if (e > worst)
         worst = e;
     }
-  free(A), free(B), free(C), free(a), free(b), free(c), free(r), free(aa), free(ab), free(mag);
+  free(A), free(B), free(C), free(a_mem), free(b), free(c), free(r), free(aa), free(ab), free(mag);
   return worst;
 }
 
@@ -487,6 +494,29 @@ ISA_TEST(mul_mat_add_kernels_add_the_residual_to_the_product_bit_for_bit)
     }
     free(w), free(wh), free(x), free(want), free(want2), free(prod), free(y), free(r), free(own);
   }
+}
+
+/* A kernel whose A is larger than 16 KB copies A's panels into an aligned one when A's columns
+ * are not on a vector boundary (jit/gemm.c, realigns): the same results from A at every offset
+ * of a line, with M tails, leading dimensions that keep or break the columns' alignment, and
+ * every beta class. */
+ISA_TEST(an_unaligned_a_gives_the_same_results)
+{
+  struct {
+    int f64, m, n, k, lda;
+  } shapes[] = {{0, 96, 40, 96, 96}, {0, 90, 33, 100, 91}, {1, 64, 64, 64, 64},
+                {1, 70, 20, 60, 72}, {0, 128, 9, 64, 130}};
+  for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++)
+    for (int shift = 0; shift < 16; shift += shapes[t].f64 ? 1 : 2) {
+      double beta = betas[(t + (size_t)shift) % 4];
+      jt_gemm_t g = {.f64 = shapes[t].f64, .m = shapes[t].m, .n = shapes[t].n,
+                     .k = shapes[t].k, .lda = shapes[t].lda, .ldb = shapes[t].k,
+                     .ldc = shapes[t].m, .alpha_one = 1,
+                     .beta_class = beta == 0 ? 0 : beta == 1 ? 1 : 2};
+      a_shift = shift;
+      cr_assert_leq(check(&g, compile(&g), 1, beta, beta == 0), 1.0);
+    }
+  a_shift = -1;
 }
 
 /* Blockings the generator is asked for rather than its own: every width of the ISA, 1-4
