@@ -64,7 +64,6 @@ typedef struct gen_s {
   LLVMValueRef kc, kc_end;   /* GEMM with K blocked: the block's k's (i64), else NULL */
   LLVMValueRef bpack;        /* ... and op(B) = B: the block's sliver of B's columns */
   LLVMValueRef first;        /* ... and whether it is the first block (i1), which applies beta */
-  int kc_whole;              /* ... in one block, A's panel copied all the same (realigned) */
   LLVMValueRef fma;          /* llvm.fma on vec */
   LLVMTypeRef fma_t;
   char name[128];            /* the kernel's symbol (jt_gemm_name) */
@@ -423,6 +422,16 @@ static LLVMValueRef load_after_first(gen_t *g, LLVMValueRef p, int lanes)
   return masked_call(g, "llvm.masked.load", args, "c");
 }
 
+/* The k's a K loop of len k's goes over an iteration: 4 under AVX2 where len has them, else
+ * otherwise where len has them, else 1 (AVX-512 keeps its 2 or 1: 4 not measured there). */
+static int k_unroll(const gen_t *g, long len, int otherwise)
+{
+  return g->g->isa == JT_ISA_AVX2 && len % 4 == 0 ? 4 : len % otherwise == 0 ? otherwise : 1;
+}
+
+/* Whether s's K is in blocks of kc (jt_gemm_emit's K-block loop). */
+static int k_blocked(const jt_gemm_t *s) { return !s->ta && s->kc < s->k; }
+
 /* One k of a block's K loop: next = acc + op(A)[i0.., k] * op(B)[k, j0..]. The block holds
  * its accumulators and whichever of its operands takes fewer registers: op(A)'s nv vectors,
  * each then multiplied by one broadcast of op(B) per column, or, where the block has fewer
@@ -589,10 +598,10 @@ static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int n
       block_k(g, i0, j0, mr, nr, i64c(g, k), acc, next_acc);
     }
   } else {
-    /* k's an iteration: 4 under AVX2 where K has them (Zen 3, interleaved against 2: sgemm
-     * 64^3 1.07-1.09x, 128^3 1.03-1.05x, dgemm 32^3 1.08x, 64^3 1.07-1.09x; sgemm 32^3 and
-     * 96^3, dgemm 96^3 0.99-1.01x), else 2 (AVX-512's 2 not measured against 4) */
-    int step = g->kc && !g->kc_whole ? 1 : s->k % 4 == 0 && s->isa == JT_ISA_AVX2 ? 4 : s->k % 2 == 0 ? 2 : 1;
+    /* K blocked: blocks of any length, one k an iteration (Zen 3, 4 against 2 k's: sgemm 64^3
+     * 1.07-1.09x, 128^3 1.03-1.05x, dgemm 32^3 1.08x, 64^3 1.07-1.09x; sgemm 32^3 and 96^3,
+     * dgemm 96^3 0.99-1.01x) */
+    int step = k_blocked(s) ? 1 : k_unroll(g, s->k, 2);
     kloop_t l = kloop_open(g, nv, nr, acc, g->kc ? g->kc : i64c(g, 0));
     accs_t cur; /* the accumulators after each k of the iteration (acc: its phis) */
     memcpy(cur, acc, sizeof cur);
@@ -746,15 +755,21 @@ const char *jt_isa_name(int isa)
 static int isa_regs(int isa) { return isa == JT_ISA_AVX512 ? 32 : 16; }
 static int isa_bits(int isa) { return isa == JT_ISA_AVX512 ? 512 : 256; }
 
-/* The most columns mv vectors of rows leave registers for (capped), evened out over n: with
- * op(A)'s mv vectors held, or (bfirst: a GEMM block, block_k) with fewer columns than vectors
- * the nr broadcasts of op(B) held and one vector of op(A) at a time. */
+/* The registers a block of mv vectors of rows by nr columns takes: its accumulators, and op(A)'s
+ * mv vectors and a broadcast of op(B), or (bfirst: a GEMM block, block_k) with fewer columns
+ * than vectors op(B)'s nr broadcasts and one vector of op(A) at a time. */
+static int block_regs(int mv, int nr, int bfirst)
+{
+  return mv * nr + (bfirst && nr < mv ? nr : mv) + 1;
+}
+
+/* The most columns mv vectors of rows leave registers for (at least 1, at most cap), evened
+ * out over n. */
 static int fit_nr(int regs, int mv, int n, int cap, int bfirst)
 {
-  int most = (regs - mv - 1) / mv, held_b = (regs - 1) / (mv + 1);
-  if (bfirst && (held_b < mv ? held_b : mv - 1) > most)
-    most = held_b < mv ? held_b : mv - 1;
-  most = most > cap ? cap : most < 1 ? 1 : most;
+  int most = 1;
+  while (most < cap && block_regs(mv, most + 1, bfirst) <= regs)
+    most++;
   int blocks = (n + most - 1) / most;
   return (n + blocks - 1) / blocks;
 }
@@ -847,7 +862,7 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
     }
   }
   if (r->mr_vecs < 1 || r->mr_vecs > JT_MAX_MR_VECS || r->nr < 1 || r->nr > JT_MAX_NR ||
-      r->mr_vecs * r->nr + (s->mm || r->nr >= r->mr_vecs ? r->mr_vecs : r->nr) + 1 > regs ||
+      block_regs(r->mr_vecs, r->nr, !s->mm) > regs ||
       r->tails < 1 || r->tails > 2) {
     snprintf(err, len, "a %d x %d block of %d-bit vectors does not fit %s's %d registers",
              r->mr_vecs, r->nr, r->vbits, jt_isa_name(r->isa), regs);
@@ -1092,7 +1107,7 @@ static LLVMValueRef stack_panel(gen_t *g, long count, const char *name)
 static int realigns(const jt_gemm_t *s, int mr)
 {
   long esz = s->f64 ? 8 : 4;
-  return !s->ta && s->kc == s->k && (long)s->m * s->k * esz >= 32768 &&
+  return !s->ta && !k_blocked(s) && (long)s->m * s->k * esz >= 32768 &&
          (long)mr * s->k * esz <= JT_GEMM_PANEL_BYTES;
 }
 
@@ -1120,7 +1135,7 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
    * already: no blocking there. */
   long kc = s->kc;
   jt_loop_t kb = {0};
-  if (!s->ta && kc < s->k) {
+  if (k_blocked(s)) {
     if (b_piles_up(s))
       g.bpack = stack_panel(&g, (long)g.NR * kc, "sliver");
     else
@@ -1146,14 +1161,16 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
     emit_blocks(&g, s->m, g.MR, "i", emit_row_block);
     LLVMBuildBr(g.b, done);
     LLVMPositionBuilderAtEnd(g.b, copied);
-    g.pack = stack_panel(&g, (long)g.MR * s->k, "realigned"), g.kc = i64c(&g, 0), g.kc_end = i64c(&g, s->k), g.kc_whole = 1;
+    /* one K block, A's panel copied all the same */
+    g.pack = stack_panel(&g, (long)g.MR * s->k, "realigned");
+    g.kc = i64c(&g, 0), g.kc_end = i64c(&g, s->k);
     g.first = LLVMConstInt(LLVMInt1TypeInContext(g.cx), 1, 0);
   }
   if (g.bpack) /* columns outside, rows inside: the sliver stays in L1 */
     emit_blocks(&g, s->n, g.NR, "j", emit_col_block);
   else
     emit_blocks(&g, s->m, g.MR, "i", emit_row_block);
-  if (g.kc && !g.kc_whole)
+  if (k_blocked(s))
     loop_end(&g, &kb);
   if (done) {
     LLVMBuildBr(g.b, done);
@@ -1430,10 +1447,9 @@ static void mm_micro(gen_t *g, LLVMValueRef panel, LLVMValueRef i, LLVMValueRef 
   accs_t acc, next;
   if (accumulate)
     mm_prefetch_y(g, i, j0, nr, full);
-  /* k's an iteration: 4 under AVX2 where the block has them (Zen 3, interleaved against 1:
-   * f32 768x32x256 1.09x, 256x32x768 1.32x, 1024x128x1024 1.24x, 768x512x768 1.02x; f16
-   * 1.07-1.13x), else 1 (AVX-512's not measured against 4) */
-  int step = g->g->isa == JT_ISA_AVX2 && kcl % 4 == 0 ? 4 : 1;
+  /* (Zen 3, 4 k's an iteration against 1: f32 768x32x256 1.09x, 256x32x768 1.32x,
+   * 1024x128x1024 1.24x, 768x512x768 1.02x; f16 1.07-1.13x) */
+  int step = k_unroll(g, kcl, 1);
   kloop_t l = kloop_open(g, nv, nr, acc, i64c(g, 0));
   accs_t cur; /* the accumulators after each k of the iteration (acc: its phis) */
   memcpy(cur, acc, sizeof cur);

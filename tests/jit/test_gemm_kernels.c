@@ -496,7 +496,7 @@ ISA_TEST(mul_mat_add_kernels_add_the_residual_to_the_product_bit_for_bit)
   }
 }
 
-/* A kernel whose A is larger than 16 KB copies A's panels into an aligned one when A's columns
+/* A kernel whose A is 32 KB or more copies A's panels into an aligned one when A's columns
  * are not on a vector boundary (jit/gemm.c, realigns): the same results from A at every offset
  * of a line, with M tails, leading dimensions that keep or break the columns' alignment, and
  * every beta class. */
