@@ -8,6 +8,7 @@
 
 #include <cpuid.h>
 #include <immintrin.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -127,6 +128,7 @@ void ag_machine_to_store(const ag_machine_t *m, const char *cpu, st_machine_t *o
   out->timer_ns = m->timer_ns;
   out->method = AG_MACHINE_METHOD;
   out->measured_ns = m->measured_ns;
+  out->settled = m->settled;
 }
 
 void ag_machine_from_store(const st_machine_t *in, ag_machine_t *out)
@@ -145,6 +147,7 @@ void ag_machine_from_store(const st_machine_t *in, ag_machine_t *out)
   memcpy(out->gflops, in->gflops, sizeof out->gflops);
   out->timer_ns = in->timer_ns;
   out->measured_ns = in->measured_ns;
+  out->settled = in->settled != 0;
   out->stored = 1;
 }
 
@@ -293,6 +296,23 @@ void ag_machine_measure(ag_machine_t *m)
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   m->measured_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int ag_machine_merge(ag_machine_t *m, const ag_machine_t *x)
+{
+  int agree = 1;
+  for (int d = 0; d < 2; d++)
+    for (int w = 0; w < AG_ISA__COUNT; w++) {
+      double a = m->gflops[d][w], b = x->gflops[d][w];
+      if (a > 0 && b > 0)
+        agree &= fabs(a - b) <= AG_MACHINE_AGREE * fmax(a, b);
+      m->gflops[d][w] = fmax(a, b);
+    }
+  if (x->timer_ns > 0 && (m->timer_ns <= 0 || x->timer_ns < m->timer_ns))
+    m->timer_ns = x->timer_ns;
+  m->measured_ns = x->measured_ns;
+  m->settled |= agree;
+  return agree;
 }
 
 double ag_machine_fma_gflops(const ag_machine_t *m, int isa, int f64, uint64_t ns)

@@ -7,12 +7,16 @@
  * tests): detection, measurement, the ISA choice, conversion to and from the store's record.
  * machine_run.c holds the agent's model for this process: started by the writer thread when
  * the agent activates, it loads the model stored for this CPU key on a thread of its own (a
- * read-only connection) or, when there is none, measures it there (~20 ms), and the writer
- * saves what is new (ag_machine_save). A process that never calls an operator never gets here.
+ * read-only connection) or, when there is none, measures it there (~5-20 ms); a model not
+ * settled is measured again 0.1, 0.3, 1 and 3 s later, each measurement merged
+ * (ag_machine_merge), until one agrees with the model. The writer saves what is new
+ * (ag_machine_save). A process that never calls an operator never gets here.
  *
- *   model:  none ──ag_machine_start──▶ loading ──stored──────────▶ ready (ag_machine() != NULL)
- *                                            └─none/old/unreadable─▶ measuring ──▶ ready, unsaved
- *                                                                  ──ag_machine_save──▶ saved
+ *   model:  none ──ag_machine_start──▶ loading ──stored, settled─────────────────────▶ final
+ *                                            ├─stored, not settled──────────────────▶ ready
+ *                                            └─none/old/unreadable──▶ measuring ──▶ ready, unsaved
+ *           ready (ag_machine() != NULL) ──measured again, merged──▶ ready | final (settled,
+ *           or the schedule's last); what this process measured ──ag_machine_save──▶ saved
  * Every getter is safe from any thread and never blocks on I/O; before the model is ready they
  * return 0 (peaks, timer) or the documented fallback (compile cost). */
 #ifndef OPJIT_AGENT_MACHINE_H
@@ -65,7 +69,9 @@ typedef struct ag_machine_s {
                             of the rounds; 0 where the width is not supported */
   double timer_ns;       /* one read of the calls' clock (agent.h, ag_tick: the TSC after an
                             lfence where it is invariant, else CLOCK_MONOTONIC) */
-  int64_t measured_ns;   /* when it was measured (CLOCK_REALTIME) */
+  int64_t measured_ns;   /* when it was last measured (CLOCK_REALTIME) */
+  int settled;           /* a measurement agreed with the peaks of the ones before it
+                            (ag_machine_merge): no run measures them again */
   int stored;            /* loaded from the database rather than measured by this process */
 } ag_machine_t;
 
@@ -82,6 +88,16 @@ void ag_machine_detect(ag_machine_t *m);
  * ramp) only ever slows it, so the fastest round is the closest to what the pipes do.
  * Takes under 20 ms. Sets measured_ns. */
 void ag_machine_measure(ag_machine_t *m);
+/* How close a measurement's peaks must come to the model's to settle it (ag_machine_merge). */
+#define AG_MACHINE_AGREE 0.05
+/* Merges measurement x of m's CPU into m: every peak the faster of the two, the clock read the
+ * cheaper, measured_ns x's; m's extensions stay. A disturbed round only ever slows a
+ * measurement, and what disturbs one can last: on the Zen 3 guest a TSan host's first 0.1-0.2 s
+ * halved the machine thread's FMA rate (and doubled its clock read) in every 0.2 ms round, so
+ * the fastest round of one measurement is not enough. Returns 1, and sets m->settled, when x
+ * agrees with m, within AG_MACHINE_AGREE, on every peak both measured: two measurements made
+ * apart in time saw the same pipes. */
+int ag_machine_merge(ag_machine_t *m, const ag_machine_t *x);
 /* For the benchmarks: m detected, then measured times times, the fastest per width and dtype
  * kept (a benchmark can spend the time to get the peak out of a noisy machine). */
 void ag_machine_measure_best(ag_machine_t *m, int times);
@@ -115,11 +131,15 @@ void ag_machine_from_store(const st_machine_t *in, ag_machine_t *out);
 /* From the writer thread when it starts: loads or measures cpu_key's model on a thread of its
  * own (once per process; a fork child whose parent was still at it starts again). */
 void ag_machine_start(const char *cpu_key);
-/* The model, or NULL until it is loaded or measured. */
+/* The model, or NULL until it is loaded or measured. Its peaks only ever rise while it is not
+ * final; the pointer and what it points to stay valid for the process's life. */
 const ag_machine_t *ag_machine(void);
-/* Waits until the model is loaded or measured, ms milliseconds at most (it never is where its
- * thread was not started: a fork child forked in the writer's loader work, see agent.c);
- * returns 1 once it is, else 0. */
+/* 1 once the model's peaks are this run's last (settled, or the schedule has ended): a
+ * decision a higher peak would turn (the long-call rule, tier.c) waits for it. */
+int ag_machine_final(void);
+/* Waits until the model is final, ms milliseconds at most (it never is where its thread was not
+ * started: a fork child forked in the writer's loader work, see agent.c); returns 1 once it
+ * is, else 0. */
 int ag_machine_wait(long ms);
 /* The ISA level the JIT should use: the widest the CPU supports unless OPJIT_ISA asks for
  * less (or for more than it has: one warning, then the widest). Resolved at the first call. */
@@ -147,8 +167,8 @@ void ag_machine_note_compile(const char *family, uint64_t ns);
 uint64_t ag_machine_compile_ns(const char *family);
 /* From the writer thread, with its store and connection: saves a model this process measured
  * and the compile notes not saved yet. The final call (at exit) first waits for a measurement
- * in flight (~20 ms, at most 250 on a loaded machine), so a short first run on a CPU still
- * stores its model: once per CPU, for the run that measures. Returns 0 or
+ * in flight (~5-20 ms, at most 250 on a loaded machine), so a short first run on a CPU still
+ * stores its model, and a short later run the measurement that settles it. Returns 0 or
  * the store's code (what was not saved stays for the next call on a transient error). */
 int ag_machine_save(const st_api_t *store, st_db_t *db, int final);
 

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* The agent's machine model for this process (machine.h draws its states). ag_machine_start,
- * from the writer thread, starts a short-lived thread that reads the model stored for this
- * CPU key through a read-only connection of its own, or measures it when there is none; the
- * writer stores what is new (ag_machine_save) with its own connection, so every write stays on
- * the writer. Compile threads note compile times here; the tiers read the medians. */
+ * from the writer thread, starts a thread that reads the model stored for this CPU key through
+ * a read-only connection of its own, or measures it when there is none, then, until a
+ * measurement agrees with the ones before it (ag_machine_merge), measures again at REFINE_MS;
+ * the writer stores what is new (ag_machine_save) with its own connection, so every write stays
+ * on the writer. Compile threads note compile times here; the tiers read the medians. */
 #define _GNU_SOURCE
 #include "machine.h"
 #include "agent.h"
@@ -18,8 +19,15 @@
 #include <time.h>
 #include <unistd.h>
 
-static ag_machine_t model;     /* written by the machine thread before ready is set */
-static _Atomic int ready;      /* model is complete */
+/* The model as measured so far: each measurement that changes it fills the next snapshot and
+ * publishes it, so a reader's pointer stays valid and unchanged. */
+static const long REFINE_MS[] = {100, 200, 700, 2000}; /* sleeps before the next measurements */
+#define NREFINE (sizeof REFINE_MS / sizeof *REFINE_MS)
+static ag_machine_t snaps[1 + NREFINE];
+static size_t nsnaps;                      /* the machine thread's */
+static _Atomic(const ag_machine_t *) cur;  /* NULL until the model is ready */
+static _Atomic int is_final;                 /* cur's peaks are this run's last */
+static _Atomic int measuring;              /* a measurement is under way (ag_machine_save) */
 static _Atomic int unsaved;    /* model was measured here and is not stored yet */
 static int save_dead;          /* a save failed for good: no more tries (writer thread) */
 static char cpu[320];          /* the CPU key (writer thread, then read-only) */
@@ -142,10 +150,51 @@ static int load_stored(st_machine_t *rec)
   return rc == ST_OK ? 0 : -1;
 }
 
+/* Publishes m as the model (the next snapshot). Machine thread. */
+static void publish(const ag_machine_t *m, int last)
+{
+  ag_machine_t *s = &snaps[nsnaps++];
+  *s = *m;
+  atomic_store_explicit(&cur, s, memory_order_release);
+  if (last)
+    atomic_store_explicit(&is_final, 1, memory_order_release);
+}
+
+/* Measures m's CPU again at REFINE_MS until a measurement agrees with the model (settled) or
+ * the schedule ends; each is merged (ag_machine_merge) and published. A stored model was
+ * measured at another time already: its first measurement here comes at once (a short program
+ * still makes it). Machine thread. */
+static void refine(ag_machine_t m)
+{
+  for (size_t i = nsnaps - 1; !m.settled && i < NREFINE; i++) {
+    if (!m.stored)
+      nanosleep(&(struct timespec){REFINE_MS[i] / 1000, REFINE_MS[i] % 1000 * 1000000}, NULL);
+    atomic_store(&measuring, 1);
+    ag_machine_t x;
+    uint64_t t0 = ag_now_ns();
+    ag_machine_detect(&x);
+    ag_machine_measure(&x);
+    double was = m.gflops[0][m.widest];
+    ag_machine_merge(&m, &x);
+    m.stored = 0;
+    ag_log(AG_LOG_INFO, "machine model measured again in %.1f ms: f32 FMA peak %.1f GF/s "
+                        "(%d bits), %.1f before; %s",
+           (double)(ag_now_ns() - t0) / 1e6, x.gflops[0][m.widest], ag_isa_bits(m.widest), was,
+           m.settled ? "settled" : "measured again later");
+    publish(&m, m.settled || i + 1 == NREFINE);
+    atomic_store(&unsaved, 1); /* after the model it stands for (ag_machine_save) */
+    atomic_store(&measuring, 0);
+  }
+  atomic_store_explicit(&is_final, 1, memory_order_release);
+}
+
 static void *machine_main(void *arg)
 {
-  (void)arg;
   ag_agent_thread_begin("opjit-machine");
+  if (arg) { /* a fork child of a process still refining: the child's thread goes on */
+    refine(*atomic_load(&cur));
+    return NULL;
+  }
   st_machine_t rec;
   ag_machine_t m;
   int have = load_stored(&rec) == 0;
@@ -155,7 +204,6 @@ static void *machine_main(void *arg)
     uint64_t t0 = ag_now_ns();
     ag_machine_detect(&m);
     ag_machine_measure(&m);
-    atomic_store(&unsaved, 1);
     ag_log(AG_LOG_INFO, "machine model measured in %.1f ms: f32 FMA peak %.1f/%.1f/%.1f GF/s "
                         "(128/256/512 bits), clock read %.1f ns",
            (double)(ag_now_ns() - t0) / 1e6, m.gflops[0][0], m.gflops[0][1], m.gflops[0][2],
@@ -165,9 +213,28 @@ static void *machine_main(void *arg)
   for (size_t i = 0; have && i < rec.nfamilies; i++)
     stat_merge_stored(&rec.families[i]);
   pthread_mutex_unlock(&mu);
-  model = m;
-  atomic_store_explicit(&ready, 1, memory_order_release);
+  atomic_store(&measuring, !m.settled && m.stored); /* at once, below */
+  publish(&m, m.settled);
+  if (!m.stored)
+    atomic_store(&unsaved, 1);
+  refine(m);
   return NULL;
+}
+
+/* Starts the machine thread (refining only: a fork child's). */
+static void start_thread(int refining)
+{
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &attr, machine_main, refining ? &cur : NULL) != 0) {
+    ag_log_once(AG_LOG_WARN, "cannot start the machine model's thread: compile costs stay "
+                             "at their %.0f ms guess", AG_MACHINE_COMPILE_GUESS_NS / 1e6);
+    if (refining)
+      atomic_store(&is_final, 1); /* the peaks so far are the run's */
+  }
+  pthread_attr_destroy(&attr);
 }
 
 void ag_machine_start(const char *cpu_key)
@@ -182,33 +249,33 @@ void ag_machine_start(const char *cpu_key)
     pthread_mutex_lock(&mu);
     nnotes = 0;
     pthread_mutex_unlock(&mu);
-    if (atomic_load(&ready)) {
+    if (atomic_load(&cur)) {
       started_pid = pid;
+      if (!atomic_load(&is_final))
+        start_thread(1);
       return;
     }
   }
   started_pid = pid;
   snprintf(cpu, sizeof cpu, "%s", cpu_key);
-  pthread_t t;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  if (pthread_create(&t, &attr, machine_main, NULL) != 0)
-    ag_log_once(AG_LOG_WARN, "cannot start the machine model's thread: compile costs stay "
-                             "at their %.0f ms guess", AG_MACHINE_COMPILE_GUESS_NS / 1e6);
-  pthread_attr_destroy(&attr);
+  start_thread(0);
 }
 
 const ag_machine_t *ag_machine(void)
 {
-  return atomic_load_explicit(&ready, memory_order_acquire) ? &model : NULL;
+  return atomic_load_explicit(&cur, memory_order_acquire);
+}
+
+int ag_machine_final(void)
+{
+  return atomic_load_explicit(&is_final, memory_order_acquire);
 }
 
 int ag_machine_wait(long ms)
 {
-  for (long i = 0; !ag_machine() && i < ms; i++)
+  for (long i = 0; !ag_machine_final() && i < ms; i++)
     usleep(1000);
-  return ag_machine() != NULL;
+  return ag_machine_final();
 }
 
 static int isa_level;
@@ -254,9 +321,10 @@ double ag_machine_timer_ns(void)
 
 int ag_machine_save(const st_api_t *store, st_db_t *db, int final)
 {
-  for (int ms = 0; final && started_pid == getpid() && !ag_machine() && ms < 250; ms++)
+  for (int ms = 0; final && started_pid == getpid() && (!ag_machine() || atomic_load(&measuring))
+                  && ms < 250; ms++)
     nanosleep(&(struct timespec){0, 1000000}, NULL);
-  if (save_dead || !atomic_load_explicit(&ready, memory_order_acquire))
+  if (save_dead || !ag_machine())
     return ST_OK; /* notes wait for the stored ones to be merged first */
   static st_compile_note_t out[sizeof notes / sizeof *notes];
   static char names[sizeof notes / sizeof *notes][sizeof fams[0].family];
@@ -267,23 +335,26 @@ int ag_machine_save(const st_api_t *store, st_db_t *db, int final)
     out[i] = (st_compile_note_t){names[i], notes[i].ns};
   }
   pthread_mutex_unlock(&mu);
-  int measured = atomic_load(&unsaved);
+  /* taken before the model is read: a measurement published meanwhile sets it again */
+  int measured = atomic_exchange(&unsaved, 0);
   if (!n && !measured)
     return ST_OK;
   st_machine_t rec;
-  ag_machine_to_store(&model, cpu, &rec);
+  ag_machine_to_store(ag_machine(), cpu, &rec);
   if (!measured)
     rec.measured_ns = 0; /* the stored model stays */
   int rc = store->machine_save(db, &rec, out, n);
-  if (rc == ST_EBUSY || rc == ST_EFULL)
+  if (rc == ST_EBUSY || rc == ST_EFULL) {
+    if (measured)
+      atomic_store(&unsaved, 1);
     return rc; /* the next writer step tries again */
+  }
   if (rc) {
     save_dead = 1;
     ag_log(AG_LOG_WARN, "cannot store the machine model: %s (it is measured again next run)",
            store->errstr(rc));
     return rc;
   }
-  atomic_store(&unsaved, 0);
   pthread_mutex_lock(&mu); /* notes noted meanwhile move to the front */
   memmove(notes, notes + n, (nnotes - n) * sizeof *notes);
   nnotes -= n;

@@ -1154,8 +1154,9 @@ static double problem_flops(const jt_gemm_t *g)
  * publication (DUEL_MAX_NS), in the kernels of hosts that duel: 1 when the library already runs
  * them as fast as a kernel could (policy.h, ag_policy_long_call: its fastest call, timed this run
  * or earlier runs' mean, against the measured peak of the JIT's vector width); 2 while that
- * cannot be said yet (the machine model is not loaded, on a thread of its own; too few calls
- * timed) and, asked off a call of e (at_call 0: the writer's sampled time, the warm start),
+ * cannot be said yet (the machine model is not loaded, on a thread of its own, or a library
+ * found at its peak waits for the peak to be final: a disturbed measurement only lowers it;
+ * too few calls timed) and, asked off a call of e (at_call 0: the writer's sampled time, the warm start),
  * until its next call (ag_tier_long_timed): a few long calls often end before the writer finds
  * them hot, and a kernel compiled then serves none of them in its run; else 0 (a model without
  * that peak leaves it to the duel and the judge); no (len bytes) gets why. cq locked. */
@@ -1203,7 +1204,13 @@ static int library_wins(ag_entry_t *e, int at_call, char *no, size_t len)
     atomic_store(&long_wait[e->index], 1);
     return 2;
   case AG_LONG_LIBRARY:
-    break;
+    if (ag_machine_final())
+      break;
+    snprintf(no, len, "the library runs it at %.0f GF/s at its fastest (%.2f ms), %.0f%% of the "
+             "peak measured so far (%.0f GF/s): waits for the machine model's next measurement",
+             flops / best, best / 1e6, 100 * flops / best / peak, peak);
+    atomic_store(&long_wait[e->index], 1);
+    return 2;
   }
   snprintf(no, len, "the library runs it at %.0f GF/s at its fastest (%.2f ms), %.0f%% of one "
            "core's measured peak (%.0f GF/s): a single-threaded kernel would not repay its "

@@ -521,9 +521,9 @@ out:
     dlclose(h);
 }
 
-/* The machine model stored for cpu_key in the database at path: {cpu_key, measured_ns, isa,
- * vregs, gflops {f32, f64: {"128": .., "256": .., "512": ..}}, timer_ns, compile [{family, n,
- * median_ns, mean_ns}]}, or {cpu_key, measured: false, note} when there is none. */
+/* The machine model stored for cpu_key in the database at path: {cpu_key, measured_ns,
+ * settled, isa, vregs, gflops {f32, f64: {"128": .., "256": .., "512": ..}}, timer_ns, compile
+ * [{family, n, median_ns, mean_ns}]}, or {cpu_key, measured: false, note} when there is none. */
 static cJSON *check_model(const char *dbopt, const char *cpu_key)
 {
   cJSON *o = cJSON_CreateObject();
@@ -553,6 +553,7 @@ static cJSON *check_model(const char *dbopt, const char *cpu_key)
       return o;
   } else {
     cJSON_AddNumberToObject(o, "measured_ns", (double)rec.measured_ns);
+    cJSON_AddBoolToObject(o, "settled", rec.settled);
     cJSON_AddStringToObject(o, "isa", rec.isa);
     cJSON_AddNumberToObject(o, "vregs", rec.vregs);
     cJSON *g = cJSON_AddObjectToObject(o, "gflops");
@@ -698,7 +699,10 @@ static void print_model(const cJSON *mo)
     time_t t = (time_t)(cJSON_GetNumberValue(cJSON_GetObjectItem(mo, "measured_ns")) / 1e9);
     char when[64];
     strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&t));
-    printf("  %-20s measured %s, stored; %s vector registers\n", "machine model", when,
+    printf("  %-20s measured %s, stored, %s; %s vector registers\n", "machine model", when,
+           cJSON_IsTrue(cJSON_GetObjectItem(mo, "settled"))
+               ? "settled (a second measurement agreed)"
+               : "not settled (the next run measures it again)",
            str(mo, "vregs"));
     print_peaks(cJSON_GetObjectItem(cJSON_GetObjectItem(mo, "gflops"), "f32"), "fma peak f32");
     print_peaks(cJSON_GetObjectItem(cJSON_GetObjectItem(mo, "gflops"), "f64"), "fma peak f64");

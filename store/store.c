@@ -22,6 +22,8 @@
  *   9  judge_pools: the never-slower judge's rounds on a stored variant, per signature and
  *      object key, pooled over the runs that placed it (st_judge_pool_t: counters, the window's
  *      ratios as little-endian float32, oldest first)
+ *  10  machine_models.settled: whether a second measurement agreed with the stored peaks (0:
+ *      the next run measures them again and keeps the faster)
  * A file whose user_version is newer than ST_SCHEMA_VERSION is refused, never downgraded; one
  * whose user_version is negative (no opjit writes one) is refused as damaged, never rewritten.
  * A read-only connection to an older file sees the newest schema through TEMP views. */
@@ -151,6 +153,8 @@ static const char *const migrations[] = {
     "  orig_calls INTEGER NOT NULL, orig_ns INTEGER NOT NULL, var_calls INTEGER NOT NULL,"
     "  var_ns INTEGER NOT NULL, ratios BLOB NOT NULL, updated_ns INTEGER NOT NULL,"
     "  PRIMARY KEY(sig_id, cpu)) WITHOUT ROWID;",
+    /* 10 */
+    "ALTER TABLE machine_models ADD COLUMN settled INTEGER NOT NULL DEFAULT 0;",
 };
 _Static_assert(sizeof migrations / sizeof *migrations == ST_SCHEMA_VERSION,
                "one migration per schema version");
@@ -300,10 +304,10 @@ int st_migrate_to(st_db_t *db, int version)
 /* A read-only connection to an older schema reads what the newest one has: the runs' and the
  * run_sigs' newer columns (NULL, or their defaults) through views, and empty tables for what
  * came later (the sampler's before 3, the JIT's before 4, objects before 5; with variants' newer
- * columns at 4, the series before 8, the judge's pools before 9). query.h reads no machine table and no programs.script, so version 6's tables
- * and 5's programs need nothing. TEMP tables and views are looked up before the file's own, shadow nothing in it and
- * vanish with the connection: every query reads every schema alike, and the file is never
- * written. */
+ * columns at 4, the series before 8, the judge's pools before 9, the models' settled column
+ * before 10). query.h reads no programs.script, so 5's programs need nothing. TEMP tables and
+ * views are looked up before the file's own, shadow nothing in it and vanish with the
+ * connection: every query reads every schema alike, and the file is never written. */
 static int read_views(sqlite3 *db, int version)
 {
   static const char before3[] =
@@ -325,10 +329,17 @@ static int read_views(sqlite3 *db, int version)
       "CREATE TEMP TABLE objects(id INTEGER PRIMARY KEY, sig_id INTEGER, cpu TEXT, llvm TEXT,"
       " generator INTEGER, symbol TEXT, checksum INTEGER, code BLOB, run_id INTEGER,"
       " created_ns INTEGER);";
+  if (version >= 10)
+    return ST_OK;
+  int rc = ST_OK;
+  /* 6 to 9: no model was confirmed by a second measurement */
+  if (version >= 6 && (rc = _st_exec(db, "CREATE TEMP VIEW machine_models AS SELECT *,"
+                                         " 0 AS settled FROM main.machine_models;")))
+    return rc;
   if (version >= 9)
     return ST_OK;
   /* before 9: no judge's rounds were kept */
-  int rc = _st_exec(db, "CREATE TEMP TABLE judge_pools(sig_id INTEGER, cpu TEXT, generator INTEGER,"
+  rc = _st_exec(db, "CREATE TEMP TABLE judge_pools(sig_id INTEGER, cpu TEXT, generator INTEGER,"
                         " symbol TEXT, runs INTEGER, rounds INTEGER, slower INTEGER,"
                         " faster INTEGER, kept INTEGER, judged INTEGER, orig_calls INTEGER,"
                         " orig_ns INTEGER, var_calls INTEGER, var_ns INTEGER, ratios BLOB,"
@@ -1291,11 +1302,11 @@ static void bind_peak(sqlite3_stmt *st, int i, double v)
 static int model_write(st_db_t *db, const st_machine_t *m)
 {
   static const char sql[] =
-      "INSERT INTO machine_models VALUES(?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(cpu) DO UPDATE"
+      "INSERT INTO machine_models VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(cpu) DO UPDATE"
       " SET isa=excluded.isa, vregs=excluded.vregs, f32_128=excluded.f32_128,"
       " f32_256=excluded.f32_256, f32_512=excluded.f32_512, f64_128=excluded.f64_128,"
       " f64_256=excluded.f64_256, f64_512=excluded.f64_512, timer_ns=excluded.timer_ns,"
-      " method=excluded.method, measured_ns=excluded.measured_ns";
+      " method=excluded.method, measured_ns=excluded.measured_ns, settled=excluded.settled";
   sqlite3_stmt *st;
   int cached, rc = prepared(db, sql, &st, &cached);
   if (rc != SQLITE_OK)
@@ -1309,6 +1320,7 @@ static int model_write(st_db_t *db, const st_machine_t *m)
   sqlite3_bind_double(st, 10, m->timer_ns);
   sqlite3_bind_int(st, 11, m->method);
   sqlite3_bind_int64(st, 12, m->measured_ns);
+  sqlite3_bind_int(st, 13, m->settled != 0);
   rc = db_code(db->db, sqlite3_step(st), NULL);
   if (cached)
     sqlite3_reset(st), sqlite3_clear_bindings(st);
@@ -1354,7 +1366,7 @@ int st_machine_load(st_db_t *db, const char *cpu, st_machine_t *out)
   sqlite3_stmt *st = NULL;
   rc = sqlite3_prepare_v2(db->db,
                           "SELECT isa, vregs, f32_128, f32_256, f32_512, f64_128, f64_256,"
-                          " f64_512, timer_ns, method, measured_ns FROM machine_models"
+                          " f64_512, timer_ns, method, measured_ns, settled FROM machine_models"
                           " WHERE cpu=?", -1, &st, NULL);
   if (rc != SQLITE_OK)
     goto out;
@@ -1367,6 +1379,7 @@ int st_machine_load(st_db_t *db, const char *cpu, st_machine_t *out)
     out->timer_ns = sqlite3_column_double(st, 8);
     out->method = sqlite3_column_int(st, 9);
     out->measured_ns = sqlite3_column_int64(st, 10);
+    out->settled = sqlite3_column_int(st, 11);
   }
   if (rc != SQLITE_ROW && rc != SQLITE_DONE)
     goto out;

@@ -12,7 +12,7 @@
 
 #include "judge.h"
 
-#define ST_SCHEMA_VERSION 9 /* the newest schema this build writes and reads */
+#define ST_SCHEMA_VERSION 10/* the newest schema this build writes and reads */
 
 #define ST_ERRORS(E)                                                                         \
   E(BUSY, "the database is locked by another process")                                       \
@@ -335,6 +335,8 @@ typedef struct st_machine_s {
   double gflops[2][3];      /* FMA peak, GFLOP/s: [f32, f64][128, 256, 512 bits]; 0: not
                                measured (the width is not supported) */
   double timer_ns;          /* one read of the agent's clock */
+  int settled;              /* 1: a later measurement agreed with the peaks (agent/machine.h,
+                               ag_machine_merge); 0: a run measures them again */
   int method;               /* the measurement's version: a newer one measures again */
   int64_t measured_ns;      /* when (CLOCK_REALTIME); 0 in st_machine_save: no model, notes only */
   size_t nfamilies;

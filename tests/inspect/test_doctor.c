@@ -177,7 +177,7 @@ Test(doctor, shows_the_stored_machine_model_or_how_to_get_it)
   proc_free(&p);
 
   st_machine_t m = {.vregs = 32, .timer_ns = 17.25, .method = AG_MACHINE_METHOD,
-                    .measured_ns = 1780000000000000000};
+                    .measured_ns = 1780000000000000000, .settled = 1};
   snprintf(m.cpu, sizeof m.cpu, "%s", key);
   snprintf(m.isa, sizeof m.isa, "sse2 avx fma avx2");
   m.gflops[0][0] = 61.5, m.gflops[0][1] = 123.25, m.gflops[1][1] = 61.75;
@@ -192,12 +192,14 @@ Test(doctor, shows_the_stored_machine_model_or_how_to_get_it)
   cr_expect(strstr(p.out, "- / 61.8 / - GF/s"), "f64 peaks: %s", p.out);
   cr_expect(strstr(p.out, "17.2 ns") || strstr(p.out, "17.3 ns"), "clock: %s", p.out);
   cr_expect(strstr(p.out, "gemm: 8.0 ms median"), "compile: %s", p.out);
+  cr_expect(strstr(p.out, "stored, settled"), "%s", p.out);
   proc_free(&p);
   p = opjit(NULL, (const char *[]){"doctor", "--db", db, "--json", NULL});
   cJSON *j = proc_json(&p);
   const cJSON *mo = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "machine"), "model");
   cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(mo, "cpu_key")), key);
   cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(mo, "measured")));
+  cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(mo, "settled")));
   const cJSON *f32 = cJSON_GetObjectItem(cJSON_GetObjectItem(mo, "gflops"), "f32");
   cr_expect_eq(cJSON_GetNumberValue(cJSON_GetObjectItem(f32, "256")), 123.25);
   cr_expect(cJSON_IsNull(cJSON_GetObjectItem(f32, "512")));

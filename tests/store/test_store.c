@@ -637,11 +637,14 @@ Test(store, machine_model_round_trips_per_cpu_and_is_replaced)
                "and is stored as NULL");
   cr_expect_eq(got.timer_ns, 18.5);
   cr_expect_eq(got.measured_ns, 12345);
+  cr_expect_eq(got.settled, 0);
   cr_expect_eq(got.nfamilies, 0);
   st_machine_t again = model(m.cpu, 90);
+  again.settled = 1;
   cr_assert_eq(st_machine_save(db, &again, NULL, 0), ST_OK);
   cr_assert_eq(st_machine_load(db, m.cpu, &got), ST_OK);
   cr_expect_eq(got.gflops[0][1], 90, "a new measurement replaces the old");
+  cr_expect_eq(got.settled, 1);
   cr_expect_eq(fx_query(db, "SELECT count(*) FROM machine_models"), 1);
   st_close(db);
 }
@@ -762,6 +765,32 @@ Test(store, migrating_from_version_7_keeps_the_runs_and_gc_takes_the_series_with
   cr_assert_eq(fx_query(db, "SELECT count(*) FROM run_series WHERE run_id = 1"), 0,
                "deleted with its run");
   cr_assert_eq(fx_query(db, "SELECT count(*) FROM run_series WHERE run_id = 2"), 2);
+  st_close(db);
+}
+
+Test(store, a_model_stored_before_version_10_reads_as_not_settled)
+{
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE | ST_OPEN_NO_MIGRATE);
+  cr_assert_eq(st_migrate_to(db, 9), ST_OK);
+  cr_assert_eq(sqlite3_exec(st_sqlite(db),
+                            "INSERT INTO machine_models VALUES('cpu', 'sse2 avx fma avx2', 16, 50,"
+                            " 100, NULL, 25, 50, NULL, 20, 2, 777)", NULL, NULL, NULL),
+               SQLITE_OK);
+  st_close(db);
+  /* a reader of the version-9 file (opjit doctor) reads it through a view */
+  st_machine_t got;
+  db = fx_open(path, ST_OPEN_READONLY);
+  cr_assert_eq(st_machine_load(db, "cpu", &got), ST_OK);
+  cr_expect_eq(got.gflops[0][1], 100);
+  cr_expect_eq(got.settled, 0);
+  st_close(db);
+  db = fx_open(path, 0);
+  cr_assert_eq(st_machine_load(db, "cpu", &got), ST_OK);
+  cr_expect_eq(got.measured_ns, 777, "the model kept");
+  cr_expect_eq(got.settled, 0, "and measured again by the next run");
+  got.settled = 1;
+  cr_assert_eq(st_machine_save(db, &got, NULL, 0), ST_OK);
+  cr_assert_eq(fx_query(db, "SELECT settled FROM machine_models"), 1);
   st_close(db);
 }
 
