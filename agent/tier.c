@@ -61,6 +61,9 @@
 /* A variant awaiting its verdict whose signature is called less often than this per second is
  * judged in cold pairs (agent.h, ag_call_pair). */
 #define PAIR_HZ 1000.0
+#define PAIR_WINDOW_NS 10000000.0 /* ... a rate seen over this long at least: two looks 20-110 us
+                                     apart saw no call of a signature called 10-60 thousand times
+                                     a second in between, and paired its calls */
 #define PAIR_KEPT 32 /* ... one pair of calls in so many once a verdict keeps the variant */
 
 /* The compile queue and its threads (cqueue.h). */
@@ -738,6 +741,10 @@ static void watch_speed(void)
        * pairs (agent.h, ag_call_pair): every call while it awaits its first verdict, one pair
        * in PAIR_KEPT after (the windows that may overturn a verdict need new rounds too). */
       double dt = (double)(now - watched_ns[i]); /* since the last look, or the publication */
+      if (dt < PAIR_WINDOW_NS) { /* too short to tell a rate: the next look widens it */
+        awaiting += !kept;
+        continue;
+      }
       int rare = ncalls > pub_calls[i] && (double)(ncalls - watched_calls[i]) * 1e9 < PAIR_HZ * dt;
       uint32_t every = !rare ? 0 : kept ? PAIR_KEPT : 1;
       if (atomic_load_explicit(&e->pair, memory_order_relaxed) != every)
