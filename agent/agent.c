@@ -242,6 +242,19 @@ __attribute__((constructor)) static void agent_constructor(void)
 #define BURST_LEN 64        /* calls a burst lasts at first */
 #define BURST_LEN_MAX 1024   /* ... at most, when signatures recur less often than it lasts */
 
+/* The gap to the next timed call, uniform in [1, 2 g - 1]: g is OPJIT_TIME_EVERY, times the
+ * scale the thread's last timed call set (ag_call_timed). */
+static int32_t draw_gap(void)
+{
+  uint32_t x = ag_tl.rng;
+  x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+  ag_tl.rng = x;
+  uint32_t every = ag_time_mask + 1; /* a power of two, at most 128 */
+  if (ag_tl.gap_scale > 1)
+    every *= ag_tl.gap_scale; /* at most AG_CMP_GAP_SCALE_MAX */
+  return (int32_t)(1 + (x >> 8) % (2 * every - 1));
+}
+
 /* Hands a finished burst's timings to the judge (tier.c), and lengthens the next burst when
  * this one ran variants' originals but timed none (no signature came twice in it). */
 static void burst_flush(void)
@@ -275,27 +288,33 @@ static int burst_seen(uint32_t index)
   return -1;
 }
 
+/* Whether every signature this burst noted has AG_CMP_BURST_TIMINGS warm timings. */
+static int burst_timed_enough(void)
+{
+  for (uint32_t i = 0; i < ag_tl.nbt; i++)
+    if (ag_tl.bt[i].n < AG_CMP_BURST_TIMINGS)
+      return 0;
+  return ag_tl.nbt > 0;
+}
+
 void ag_call_burst_timed(const ag_call_t *c, uint64_t dt)
 {
   /* an outlier is left out of the round and of the recorded mean */
   if (!ag_timing_outlier(atomic_load_explicit(&c->e->timed, memory_order_relaxed),
                          atomic_load_explicit(&c->e->timed_ns, memory_order_relaxed), dt))
     ag_tl.bt[c->slot].n++, ag_tl.bt[c->slot].ns += dt;
+  if (ag_tl.burst > 0 && burst_timed_enough()) {
+    /* Every signature it ran has its round's timings: the burst ends here, and the calls it
+     * did not run go back to the budget (the next comes as many calls sooner), so signatures
+     * that recur every few calls get a round per few dozen calls of bursts, not per
+     * burst_len. */
+    int32_t ran = ag_tl.burst_len - ag_tl.burst;
+    ag_tl.to_burst -= ag_tl.burst * AG_CMP_BURST_EVERY;
+    ag_tl.burst = 0;
+    ag_tl.tick = ran + draw_gap();
+  }
   if (!ag_tl.burst)
     burst_flush();
-}
-
-/* The gap to the next timed call, uniform in [1, 2 g - 1]: g is OPJIT_TIME_EVERY, times the
- * scale the thread's last timed call set (ag_call_timed). */
-static int32_t draw_gap(void)
-{
-  uint32_t x = ag_tl.rng;
-  x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-  ag_tl.rng = x;
-  uint32_t every = ag_time_mask + 1; /* a power of two, at most 128 */
-  if (ag_tl.gap_scale > 1)
-    every *= ag_tl.gap_scale; /* at most AG_CMP_GAP_SCALE_MAX */
-  return (int32_t)(1 + (x >> 8) % (2 * every - 1));
 }
 
 void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)

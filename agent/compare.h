@@ -38,6 +38,8 @@
 #define AG_CMP_MIN_VCALLS 2  /* variant timings a round needs; fewer wait for the next burst */
 #define AG_CMP_BURST_EVERY 256  /* a thread's bursts start every so many burst lengths of calls */
 #define AG_CMP_BURST_EVERY_NEW 8 /* ... of calls to signatures whose variant awaits its verdict */
+#define AG_CMP_BURST_TIMINGS 8 /* a burst ends once every signature it ran has this many warm
+                                  timings (agent.c), its unrun calls given back to the budget */
 _Static_assert(ST_JUDGE_RATIOS == AG_CMP_ROUNDS, "the store keeps the judge's window");
 _Static_assert(ST_JUDGE_MIN_RATIOS == AG_CMP_MIN_ROUNDS, "the readers' figures need a verdict's");
 
