@@ -755,6 +755,15 @@ const char *jt_isa_name(int isa)
 static int isa_regs(int isa) { return isa == JT_ISA_AVX512 ? 32 : 16; }
 static int isa_bits(int isa) { return isa == JT_ISA_AVX512 ? 512 : 256; }
 
+/* A dot product's chains of FMAs where it has 4 vectors a chain (jt_dot_emit: resolved as
+ * 4 x 2; 2 x 2 from 16 vectors, else 2 x 1): an FMA's latency times the FMAs a cycle, 4 x 2 on
+ * these CPUs, so the loop is bound by its loads, not by one chain's latency. Zen 3, against
+ * the 2 chains before, interleaved in one process: x and y aligned, sdot 1024 1.34-1.37x, 4096
+ * 1.18-1.42x, ddot 512 1.16x, 2048 1.65x; both 16 bytes off a line, 1.00-1.02x without the
+ * peel (dot_realigns: the split loads bind), with it sdot 256 1.15x, 1024 1.33x, 4096 1.34x,
+ * ddot 512 1.37x, 2048 1.44x; sdot 16384 (64 KB, from L2) 1.00-1.06x. */
+#define DOT_CHAINS 8
+
 /* The registers a block of mv vectors of rows by nr columns takes: its accumulators, and op(A)'s
  * mv vectors and a broadcast of op(B), or (bfirst: a GEMM block, block_k) with fewer columns
  * than vectors op(B)'s nr broadcasts and one vector of op(A) at a time. */
@@ -814,7 +823,12 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
                JT_MM_MR, 2 * JT_MM_MR, JT_MM_MAX_NR);
       return -1;
     }
-  } else if (s->dot || s->add_rms_mul) { /* one loop over k: no blocking to choose */
+  } else if (s->dot) { /* one loop over k, in mr_vecs x nr chains of FMAs, 4 vectors each */
+    int vecs = (s->k + V - 1) / V, chains = vecs >= 4 * DOT_CHAINS ? DOT_CHAINS : vecs >= 16 ? 4 : 2;
+    r->mr_vecs = s->mr_vecs ? s->mr_vecs : chains > 2 ? chains / 2 : 2;
+    r->nr = s->nr ? s->nr : chains > 2 ? 2 : 1;
+    r->kc = 0;
+  } else if (s->add_rms_mul) { /* one loop over k: no blocking to choose */
     r->mr_vecs = 2, r->nr = 1, r->kc = 0;
   } else if (jt_gemm_dots(s)) { /* dot products (emit_dots): no blocking to choose */
     r->mr_vecs = 1, r->nr = 1, r->kc = 0;
@@ -889,6 +903,7 @@ int jt_gemm_candidates(const jt_gemm_t *s, int host_isa, jt_gemm_t *out, int max
     p[np++].vbits = wide / 2;
   } else if (s->dot) {
     p[np++].vbits = wide / 2;
+    p[np].mr_vecs = 2, p[np++].nr = 1;
   } else if (!s->add_rms_mul) {
     p[np++].mr_vecs = d.mr_vecs > 2 ? 2 : s->m > 2 * V ? 3 : 1;
     if (d.kc && d.kc < s->k)
@@ -1182,41 +1197,85 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
 /* The dot product: two vector accumulators over K (partial loads for the tail), summed, then
  * reduced across lanes (reassociation allowed: the order differs from a scalar loop's, within
  * the bound the verification checks). */
+/* The sum of x[i] * y[i], i < k, as a vector whose lanes add up to it: the s's mr_vecs x nr
+ * chains of FMAs over whole steps, the vectors left then the partial one spread over them, the
+ * chains summed pairwise. */
+static LLVMValueRef dot_sum(gen_t *g, LLVMValueRef x, LLVMValueRef y, int k)
+{
+  int chains = g->g->mr_vecs * g->g->nr, step = chains * g->V;
+  int full = k / step * step;
+  accs_t acc, next;
+  for (int c = 0; c < chains; c++)
+    next[0][c] = LLVMConstNull(g->vec);
+  if (full) {
+    kloop_t l = kloop_open(g, 1, chains, acc, i64c(g, 0));
+    for (int c = 0; c < chains; c++) {
+      LLVMValueRef ix = add(g, l.k, i64c(g, c * g->V));
+      next[0][c] = fma3(g, vload(g, at(g, x, ix), g->V), vload(g, at(g, y, ix), g->V),
+                        acc[0][c]);
+    }
+    kloop_close(g, &l, 1, chains, acc, next, i64c(g, full), step);
+  }
+  for (int off = full, c = 0; off < k; off += g->V, c = (c + 1) % chains) {
+    int lanes = k - off < g->V ? k - off : g->V;
+    LLVMValueRef ix = i64c(g, off);
+    next[0][c] = fma3(g, vload(g, at(g, x, ix), lanes), vload(g, at(g, y, ix), lanes),
+                      next[0][c]);
+  }
+  for (int w = chains; w > 1;) {
+    int h = (w + 1) / 2;
+    for (int c = 0; c + h < w; c++)
+      next[0][c] = LLVMBuildFAdd(g->b, next[0][c], next[0][c + h], "sum");
+    w = h;
+  }
+  return next[0][0];
+}
+
+/* Whether s's dot product peels 16 bytes where x and y both lie 16 bytes off a 32-byte line
+ * (malloc and numpy hand out 16-byte aligned arrays; a 256-bit load across two lines costs two):
+ * 256-bit vectors, 1 KB of x at least. */
+static int dot_realigns(const jt_gemm_t *s)
+{
+  return s->vbits == 256 && (long)s->k * (s->f64 ? 8 : 4) >= 1024;
+}
+
 LLVMValueRef jt_dot_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
 {
   gen_t g = {.cx = cx, .mod = mod, .g = s};
   begin_kernel(&g);
-  LLVMValueRef zero = LLVMConstNull(g.vec), acc0 = zero, acc1 = zero;
-  int full = s->k / g.MR * g.MR, tail = s->k - full;
-  if (full) { /* i = 0, MR, ...: two vectors of x times y into two accumulators */
-    LLVMBasicBlockRef pre = LLVMGetInsertBlock(g.b);
-    LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(cx, g.fn, "dot");
+  LLVMValueRef sum;
+  if (dot_realigns(s)) {
+    int h = 16 / (s->f64 ? 8 : 4); /* the elements in 16 bytes */
+    LLVMValueRef both = LLVMBuildAnd(g.b, LLVMBuildPtrToInt(g.b, g.a, g.i64, ""),
+                                     LLVMBuildPtrToInt(g.b, g.bm, g.i64, ""), "");
+    LLVMValueRef either = LLVMBuildOr(g.b, LLVMBuildPtrToInt(g.b, g.a, g.i64, ""),
+                                      LLVMBuildPtrToInt(g.b, g.bm, g.i64, ""), "");
+    LLVMValueRef off = LLVMBuildICmp(
+        g.b, LLVMIntEQ,
+        LLVMBuildAnd(g.b, LLVMBuildXor(g.b, both, either, ""), i64c(&g, 31), ""), i64c(&g, 0), "");
+    off = LLVMBuildAnd(g.b, off, LLVMBuildICmp(g.b, LLVMIntEQ, LLVMBuildAnd(g.b, both, i64c(&g, 31), ""),
+                                               i64c(&g, 16), ""), "off");
+    LLVMBasicBlockRef plain = LLVMAppendBasicBlockInContext(cx, g.fn, "plain");
+    LLVMBasicBlockRef peeled = LLVMAppendBasicBlockInContext(cx, g.fn, "peeled");
     LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(cx, g.fn, "reduce");
-    LLVMBuildBr(g.b, head);
-    LLVMPositionBuilderAtEnd(g.b, head);
-    LLVMValueRef i = LLVMBuildPhi(g.b, g.i64, "i"), i0 = i64c(&g, 0);
-    LLVMValueRef p0 = LLVMBuildPhi(g.b, g.vec, "acc0"), p1 = LLVMBuildPhi(g.b, g.vec, "acc1");
-    LLVMAddIncoming(i, &i0, &pre, 1);
-    LLVMAddIncoming(p0, &zero, &pre, 1);
-    LLVMAddIncoming(p1, &zero, &pre, 1);
-    LLVMValueRef i1 = LLVMBuildNSWAdd(g.b, i, i64c(&g, g.V), "i1");
-    LLVMValueRef n0 = fma3(&g, vload(&g, at(&g, g.a, i), g.V), vload(&g, at(&g, g.bm, i), g.V), p0);
-    LLVMValueRef n1 = fma3(&g, vload(&g, at(&g, g.a, i1), g.V), vload(&g, at(&g, g.bm, i1), g.V), p1);
-    LLVMValueRef next = LLVMBuildNSWAdd(g.b, i, i64c(&g, g.MR), "next");
-    LLVMAddIncoming(i, &next, &head, 1);
-    LLVMAddIncoming(p0, &n0, &head, 1);
-    LLVMAddIncoming(p1, &n1, &head, 1);
-    LLVMBuildCondBr(g.b, LLVMBuildICmp(g.b, LLVMIntSLT, next, i64c(&g, full), ""), head, done);
+    LLVMBuildCondBr(g.b, off, peeled, plain);
+    LLVMPositionBuilderAtEnd(g.b, peeled); /* the first 16 bytes, then aligned vectors */
+    LLVMValueRef head = fma3(&g, vload(&g, g.a, h), vload(&g, g.bm, h), LLVMConstNull(g.vec));
+    LLVMValueRef rest = dot_sum(&g, at(&g, g.a, i64c(&g, h)), at(&g, g.bm, i64c(&g, h)), s->k - h);
+    LLVMValueRef sums[2] = {LLVMBuildFAdd(g.b, rest, head, "sum"), NULL};
+    LLVMBasicBlockRef from[2] = {LLVMGetInsertBlock(g.b), NULL};
+    LLVMBuildBr(g.b, done);
+    LLVMPositionBuilderAtEnd(g.b, plain);
+    sums[1] = dot_sum(&g, g.a, g.bm, s->k);
+    from[1] = LLVMGetInsertBlock(g.b);
+    LLVMBuildBr(g.b, done);
     LLVMPositionBuilderAtEnd(g.b, done);
-    acc0 = n0, acc1 = n1;
+    sum = LLVMBuildPhi(g.b, g.vec, "sum");
+    LLVMAddIncoming(sum, sums, from, 2);
+  } else {
+    sum = dot_sum(&g, g.a, g.bm, s->k);
   }
-  for (int off = 0; off < tail; off += g.V) { /* the last partial vectors */
-    int lanes = tail - off < g.V ? tail - off : g.V;
-    LLVMValueRef ix = i64c(&g, full + off);
-    acc0 = fma3(&g, vload(&g, at(&g, g.a, ix), lanes), vload(&g, at(&g, g.bm, ix), lanes), acc0);
-  }
-  LLVMValueRef r = hsum(&g, LLVMBuildFAdd(g.b, acc0, acc1, "sum"));
-  LLVMSetAlignment(LLVMBuildStore(g.b, r, g.c), s->f64 ? 8 : 4);
+  LLVMSetAlignment(LLVMBuildStore(g.b, hsum(&g, sum), g.c), s->f64 ? 8 : 4);
   return end_kernel(&g);
 }
 

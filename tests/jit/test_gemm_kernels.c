@@ -294,29 +294,43 @@ ISA_TEST(dot_products_match_the_reference)
   void *r = dlopen(REFBLAS, RTLD_NOW | RTLD_LOCAL);
   float (*sdot)(const int *, const float *, const int *, const float *, const int *) = dlsym(r, "sdot_");
   double (*ddot)(const int *, const double *, const int *, const double *, const int *) = dlsym(r, "ddot_");
-  static const int ns[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 100, 1000};
+  static const int ns[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 100, 255, 256, 257, 1000, 4099};
+  /* x and y at these byte offsets of a 64-byte line: both aligned, both 16 bytes off (the
+   * kernel peels 16 bytes, jt_dot_emit), one of them off, neither on a vector boundary */
+  static const int offs[][2] = {{0, 0}, {16, 16}, {16, 0}, {8, 40}};
+  /* the default chains for n (2, 4 or 8), and 2 chains (a tune() candidate) */
+  static const int blocks[][2] = {{0, 0}, {2, 1}};
   for (int f64 = 0; f64 < 2; f64++)
-    for (size_t t = 0; t < sizeof ns / sizeof *ns; t++) {
-      int n = ns[t], one = 1;
-      jt_gemm_t g = {.dot = 1, .f64 = f64, .k = n};
-      jt_gemm_fn fn = compile(&g);
-      double *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), mag = 0, want, got;
-      float *xf = malloc(n * sizeof *xf), *yf = malloc(n * sizeof *yf), outf;
-      for (int i = 0; i < n; i++) {
-        x[i] = (double)((int)rnd(2001) - 1000) / 1000, y[i] = (double)((int)rnd(2001) - 1000) / 1000;
-        xf[i] = (float)x[i], yf[i] = (float)y[i], mag += fabs(x[i] * y[i]);
+    for (size_t t = 0; t < sizeof ns / sizeof *ns; t++)
+      for (int bl = 0; bl < 2; bl++) {
+        int n = ns[t], one = 1;
+        jt_gemm_t g = {.dot = 1, .f64 = f64, .k = n, .mr_vecs = blocks[bl][0], .nr = blocks[bl][1]};
+        jt_gemm_fn fn = compile(&g);
+        double *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), mag = 0, want, got;
+        float *xf = malloc(n * sizeof *xf), *yf = malloc(n * sizeof *yf), outf;
+        char *bx = aligned_alloc(64, (size_t)n * 8 + 128), *by = aligned_alloc(64, (size_t)n * 8 + 128);
+        for (int i = 0; i < n; i++) {
+          x[i] = (double)((int)rnd(2001) - 1000) / 1000, y[i] = (double)((int)rnd(2001) - 1000) / 1000;
+          xf[i] = (float)x[i], yf[i] = (float)y[i], mag += fabs(x[i] * y[i]);
+        }
+        want = f64 ? ddot(&n, x, &one, y, &one) : sdot(&n, xf, &one, yf, &one);
+        double bound = 2.0 * (n + 2) * (f64 ? DBL_EPSILON : FLT_EPSILON) * mag + 4 * DBL_MIN;
+        for (size_t o = 0; o < sizeof offs / sizeof *offs; o++) {
+          void *px = bx + offs[o][0], *py = by + offs[o][1];
+          memcpy(px, f64 ? (void *)x : (void *)xf, (size_t)n * (f64 ? 8 : 4));
+          memcpy(py, f64 ? (void *)y : (void *)yf, (size_t)n * (f64 ? 8 : 4));
+          if (f64) {
+            fn(px, py, &got, 0, 0);
+          } else {
+            fn(px, py, &outf, 0, 0);
+            got = outf;
+          }
+          cr_assert(fabs(got - want) <= bound, "%cdot n=%d, %d x %d chains, x and y %d and %d "
+                    "bytes into a line: %.9g vs %.9g", f64 ? 'd' : 's', n, blocks[bl][0],
+                    blocks[bl][1], offs[o][0], offs[o][1], got, want);
+        }
+        free(x), free(y), free(xf), free(yf), free(bx), free(by);
       }
-      if (f64) {
-        fn(x, y, &got, 0, 0);
-        want = ddot(&n, x, &one, y, &one);
-      } else {
-        fn(xf, yf, &outf, 0, 0);
-        got = outf, want = sdot(&n, xf, &one, yf, &one);
-      }
-      double bound = 2.0 * (n + 2) * (f64 ? DBL_EPSILON : FLT_EPSILON) * mag + 4 * DBL_MIN;
-      cr_assert(fabs(got - want) <= bound, "%cdot n=%d: %.9g vs %.9g", f64 ? 'd' : 's', n, got, want);
-      free(x), free(y), free(xf), free(yf);
-    }
 }
 
 /* ggml's ADD + RMS_NORM + MUL, as ggml computes it (ops.cpp): the reference of the fused
