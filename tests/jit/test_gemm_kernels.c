@@ -308,7 +308,8 @@ ISA_TEST(dot_products_match_the_reference)
         jt_gemm_fn fn = compile(&g);
         double *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), mag = 0, want, got;
         float *xf = malloc(n * sizeof *xf), *yf = malloc(n * sizeof *yf), outf;
-        char *bx = aligned_alloc(64, (size_t)n * 8 + 128), *by = aligned_alloc(64, (size_t)n * 8 + 128);
+        size_t bytes = ((size_t)n * 8 + 64) / 64 * 64 + 64; /* a multiple of 64 (C11) */
+        char *bx = aligned_alloc(64, bytes), *by = aligned_alloc(64, bytes);
         for (int i = 0; i < n; i++) {
           x[i] = (double)((int)rnd(2001) - 1000) / 1000, y[i] = (double)((int)rnd(2001) - 1000) / 1000;
           xf[i] = (float)x[i], yf[i] = (float)y[i], mag += fabs(x[i] * y[i]);
