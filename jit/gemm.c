@@ -1246,15 +1246,12 @@ LLVMValueRef jt_dot_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *
   LLVMValueRef sum;
   if (dot_realigns(s)) {
     int h = 16 / (s->f64 ? 8 : 4); /* the elements in 16 bytes */
-    LLVMValueRef both = LLVMBuildAnd(g.b, LLVMBuildPtrToInt(g.b, g.a, g.i64, ""),
-                                     LLVMBuildPtrToInt(g.b, g.bm, g.i64, ""), "");
-    LLVMValueRef either = LLVMBuildOr(g.b, LLVMBuildPtrToInt(g.b, g.a, g.i64, ""),
-                                      LLVMBuildPtrToInt(g.b, g.bm, g.i64, ""), "");
-    LLVMValueRef off = LLVMBuildICmp(
-        g.b, LLVMIntEQ,
-        LLVMBuildAnd(g.b, LLVMBuildXor(g.b, both, either, ""), i64c(&g, 31), ""), i64c(&g, 0), "");
-    off = LLVMBuildAnd(g.b, off, LLVMBuildICmp(g.b, LLVMIntEQ, LLVMBuildAnd(g.b, both, i64c(&g, 31), ""),
-                                               i64c(&g, 16), ""), "off");
+    LLVMValueRef off = LLVMConstInt(LLVMInt1TypeInContext(cx), 1, 0);
+    for (int v = 0; v < 2; v++) { /* x and y alike 16 bytes into a 32-byte line */
+      LLVMValueRef at_v = LLVMBuildPtrToInt(g.b, v ? g.bm : g.a, g.i64, "");
+      off = LLVMBuildAnd(g.b, off, LLVMBuildICmp(g.b, LLVMIntEQ, LLVMBuildAnd(g.b, at_v, i64c(&g, 31), ""),
+                                                 i64c(&g, 16), ""), "off");
+    }
     LLVMBasicBlockRef plain = LLVMAppendBasicBlockInContext(cx, g.fn, "plain");
     LLVMBasicBlockRef peeled = LLVMAppendBasicBlockInContext(cx, g.fn, "peeled");
     LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(cx, g.fn, "reduce");
