@@ -139,7 +139,8 @@ int main(int argc, char **argv)
     return 1;
   static double pass[NCFG][MAXP][MAXR], wall[NCFG][MAXR], first_ratio[NCFG][MAXR];
   static double total[NCFG][MAXR], run_ratio[NCFG][MAXR];
-  static double steady[MAXR], warm_ms[MAXR], loaded[MAXR], compiled[MAXR], cold_compiled[MAXR];
+  static double steady[MAXR], warm_ms[MAXR], loaded[MAXR], compiled[MAXR], cold_compiled[MAXR],
+      cold_kept[MAXR];
   static double settle[MAXR], first[NCFG][MAXR], first_extra[MAXR];
   int rc = 1, unsettled = 0, wrong = 0, short_start = 0;
   for (int r = 0; r < rounds; r++) {
@@ -176,12 +177,18 @@ int main(int argc, char **argv)
     loaded[r] = (double)query(r, "SELECT count(*) FROM events WHERE run_id=2 AND kind='loaded'");
     compiled[r] = (double)query(r, "SELECT count(*) FROM events WHERE run_id=2 AND kind='published'");
     cold_compiled[r] = (double)query(r, "SELECT count(*) FROM events WHERE run_id=1 AND kind='published'");
+    /* what the cold run stored: its kernels but those its duels demoted after publication (one
+     * demoted before publication was never published) */
+    cold_kept[r] = (double)query(r, "SELECT count(*) FROM events p WHERE run_id=1 AND "
+                                    "kind='published' AND NOT EXISTS (SELECT 1 FROM events d WHERE "
+                                    "d.run_id=1 AND d.sig_id=p.sig_id AND d.id>p.id AND d.kind IN "
+                                    "('demoted','verify-failed','crashed'))");
     settle[r] = rep[COLD].settle;
     for (int cfg = 0; cfg < NCFG; cfg++)
       first[cfg][r] = rep[cfg].first;
     first_extra[r] = rep[WARM].first - rep[PLAIN].first;
     unsettled += !rep[COLD].settled;
-    short_start += compiled[r] > 0 || loaded[r] < cold_compiled[r];
+    short_start += compiled[r] > 0 || loaded[r] < cold_kept[r];
     for (int cfg = COLD; cfg <= WARM; cfg++)
       if (fabs(rep[cfg].sum - rep[PLAIN].sum) > SUM_TOL * fabs(rep[PLAIN].sum)) {
         fprintf(stderr, "bench_warm: round %d: the %s run's checksum %.6g, the plain run's %.6g\n",

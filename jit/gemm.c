@@ -752,6 +752,46 @@ const char *jt_isa_name(int isa)
                     2048x512x768 and 768x512x2048 (f32 and f16; 256 rows a call, 201
                     interleaved calls: medians and fastest tenths alike) */
 
+/* Whether s's kernel can copy A's row-block panels into an aligned stack panel (jt_gemm_t's
+ * copy_a): op(A) = A in one K block, A of 32 KB or more (an L1's; below it the split loads
+ * cost little), its panel within JT_GEMM_PANEL_BYTES. Where A's columns do not start on a
+ * vector boundary (malloc and numpy hand out 16-byte aligned operands, numpy's at 0, 16, 32
+ * or 48 bytes of a line alike) the copy repays itself: on the Zen 3, A 16 bytes off a line
+ * against aligned, without the copy: sgemm 96^3 0.72x, 128^3 0.74x, dgemm 64^3 0.90x; sgemm
+ * 32^3 and 64^3, dgemm 32^3 0.98-1.05x. With it, against without (interleaved, one process):
+ * A 16 bytes off, sgemm 96^3 1.32x, 128^3 1.45x, 160^3 1.22x, 200x100x150 1.15x, dgemm 64^3
+ * 1.15-1.19x, 100^3 1.07x (and 48^3, A 18 KB, 0.96-0.97x: not copied). */
+static int realigns(const jt_gemm_t *s, int mr)
+{
+  long esz = s->f64 ? 8 : 4;
+  return !s->ta && !k_blocked(s) && (long)s->m * s->k * esz >= 32768 &&
+         (long)mr * s->k * esz <= JT_GEMM_PANEL_BYTES;
+}
+
+/* Whether A's row block, read where it lies, piles up in the L1 cache: more than 5 of its
+ * lines (mr rows of each of K columns, lda apart; A taken on a line boundary) in one of the
+ * 64 sets of 64-byte lines (Intel's and AMD's L1 data caches alike: 8 ways or more, the rest
+ * for B's and C's lines), where the block is read again for every column block. Then it is
+ * copied whatever its alignment. Zen 3, A aligned, the copy against reading A where it lies
+ * (interleaved, one process; NN / NT), by the most lines in one set: 16 or more, sgemm 128^3
+ * 1.13 / 1.26x, 192^3 1.12 / 1.20x, 256^3 1.12 / 1.19x, dgemm 128^3 1.12-1.22 / 1.18-1.30x,
+ * 192^3 1.19 / 1.29x, 256^3 1.23 / 1.25x; 8, dgemm 64^3 1.00-1.03 / 1.06-1.11x; 6, dgemm
+ * 96^3 1.00 / 1.05x. At 5 or fewer it stays where it lies: sgemm 160^3 (5) 0.98 / 1.04x,
+ * 112^3 0.97 / 0.94x, dgemm 72^3 0.97 / 0.96x, 80^3 1.00 / 0.96x, 100^3 (5) 0.96 / 0.99x,
+ * 112^3 0.95 / 0.98x; but sgemm 128^3 at lda 136 (5) 1.51 / 1.49x, which tune(), timing the
+ * other choice, finds. */
+static int a_piles_up(const jt_gemm_t *s, int mr)
+{
+  long esz = s->f64 ? 8 : 4, span = (mr < s->m ? mr : s->m) * esz;
+  int count[64] = {0}, most = 0;
+  for (long k = 0; k < s->k; k++) {
+    long first = k * s->lda * esz;
+    for (long line = first / 64; line <= (first + span - 1) / 64; line++)
+      most = ++count[line % 64] > most ? count[line % 64] : most;
+  }
+  return most > 5;
+}
+
 static int isa_regs(int isa) { return isa == JT_ISA_AVX512 ? 32 : 16; }
 static int isa_bits(int isa) { return isa == JT_ISA_AVX512 ? 512 : 256; }
 
@@ -808,8 +848,14 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
     snprintf(err, len, "%s has no %d-bit vectors", jt_isa_name(r->isa), r->vbits);
     return -1;
   }
+  if (s->copy_a < 0 || s->copy_a > 2) {
+    snprintf(err, len, "copy_a is 1 (A's panels copied where unaligned), 2 (always) or 0, not %d",
+             s->copy_a);
+    return -1;
+  }
   int regs = isa_regs(r->isa), V = r->vbits / elem_bits(s);
   r->tails = s->tails ? s->tails : 2;
+  r->copy_a = 0;
   if (s->mm) { /* panels of JT_MM_MR rows, or twice that (two zmm); k blocks of JT_MM_KC */
     r->kc = 0;
     if (s->n == 1) /* decode's kernel goes row by row: no blocking */
@@ -874,6 +920,8 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
                s->ta ? rows : width, s->ta ? s->k : r->kc, JT_GEMM_PANEL_BYTES);
       return -1;
     }
+    if (realigns(r, (int)rows))
+      r->copy_a = s->copy_a ? s->copy_a : a_piles_up(r, (int)rows) ? 2 : 1;
   }
   if (r->mr_vecs < 1 || r->mr_vecs > JT_MAX_MR_VECS || r->nr < 1 || r->nr > JT_MAX_NR ||
       block_regs(r->mr_vecs, r->nr, !s->mm) > regs ||
@@ -893,7 +941,7 @@ int jt_gemm_candidates(const jt_gemm_t *s, int host_isa, jt_gemm_t *out, int max
     return 0;
   int wide = isa_bits(d.isa), V = wide / elem_bits(s);
   /* Proposals over the default, most plausible first; a field s sets stays s's. */
-  jt_gemm_t p[6] = {{0}};
+  jt_gemm_t p[7] = {{0}};
   int np = 1; /* p[0]: the default */
   if (s->mm) {
     if (s->n > 1) {
@@ -906,6 +954,8 @@ int jt_gemm_candidates(const jt_gemm_t *s, int host_isa, jt_gemm_t *out, int max
     p[np].mr_vecs = 2, p[np++].nr = 1;
   } else if (!s->add_rms_mul) {
     p[np++].mr_vecs = d.mr_vecs > 2 ? 2 : s->m > 2 * V ? 3 : 1;
+    if (d.copy_a)
+      p[np++].copy_a = 3 - d.copy_a;
     if (d.kc && d.kc < s->k)
       p[np++].kc = -1;
     else if (!s->ta && s->k > GEMM_KC_BYTES / (s->f64 ? 8 : 4))
@@ -924,6 +974,7 @@ int jt_gemm_candidates(const jt_gemm_t *s, int host_isa, jt_gemm_t *out, int max
     c.nr = s->nr ? s->nr : p[i].nr;
     c.tails = s->tails ? s->tails : p[i].tails;
     c.kc = s->kc ? s->kc : p[i].kc;
+    c.copy_a = s->copy_a ? s->copy_a : p[i].copy_a;
     if (jt_gemm_resolve(&c, host_isa, &out[n], err, sizeof err))
       continue;
     jt_gemm_name(&out[n], names[n], sizeof names[n]);
@@ -938,8 +989,8 @@ int jt_gemm_candidates(const jt_gemm_t *s, int host_isa, jt_gemm_t *out, int max
 void jt_gemm_name(const jt_gemm_t *s, char *buf, size_t len)
 {
   char how[64]; /* the resolved generation choices */
-  snprintf(how, sizeof how, "_%s_v%d_%dx%d_t%d_k%d", jt_isa_name(s->isa), s->vbits, s->mr_vecs,
-           s->nr, s->tails, s->kc);
+  snprintf(how, sizeof how, "_%s_v%d_%dx%d_t%d_k%d_c%d", jt_isa_name(s->isa), s->vbits,
+           s->mr_vecs, s->nr, s->tails, s->kc, s->copy_a);
   if (s->add_rms_mul) {
     snprintf(buf, len, "opjit_%s_f32_n%d%s", s->add_rms_mul == 2 ? "rms_mul" : "add_rms_mul", s->k,
              how);
@@ -1109,23 +1160,6 @@ static LLVMValueRef stack_panel(gen_t *g, long count, const char *name)
   return p;
 }
 
-/* Whether s's kernel copies A's row-block panels into an aligned stack panel when A's columns
- * do not start on a vector boundary (a runtime test of A's address and lda; malloc and numpy
- * hand out 16-byte aligned operands, numpy's at 0, 16, 32 or 48 bytes of a line alike), and
- * reads A where it lies otherwise: op(A) = A in one K block, A of 32 KB or more (an L1's; below
- * it the split loads cost little), its panel within JT_GEMM_PANEL_BYTES. On the Zen 3, A 16
- * bytes off a line against aligned, without the copy: sgemm 96^3 0.72x, 128^3 0.74x, dgemm
- * 64^3 0.90x; sgemm 32^3 and 64^3, dgemm 32^3 0.98-1.05x. With it, against without
- * (interleaved, one process): A 16 bytes off, sgemm 96^3 1.32x, 128^3 1.45x, 160^3 1.22x,
- * 200x100x150 1.15x, dgemm 64^3 1.15-1.19x, 100^3 1.07x (and 48^3, A 18 KB, 0.96-0.97x: not
- * copied); A aligned, 0.99-1.03x (the panel is allocated on the copying branch only). */
-static int realigns(const jt_gemm_t *s, int mr)
-{
-  long esz = s->f64 ? 8 : 4;
-  return !s->ta && !k_blocked(s) && (long)s->m * s->k * esz >= 32768 &&
-         (long)mr * s->k * esz <= JT_GEMM_PANEL_BYTES;
-}
-
 LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
 {
   gen_t g = {.cx = cx, .mod = mod, .g = s};
@@ -1163,7 +1197,7 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
     g.first = LLVMBuildICmp(g.b, LLVMIntEQ, kb.iv, i64c(&g, 0), "first");
   }
   LLVMBasicBlockRef done = NULL;
-  if (realigns(s, g.MR)) {
+  if (s->copy_a == 1) { /* A read where it lies when its columns are on a vector boundary */
     long vbytes = s->vbits / 8, lda_bytes = (long)s->lda * (s->f64 ? 8 : 4);
     LLVMValueRef at_a = LLVMBuildPtrToInt(g.b, g.a, g.i64, "");
     LLVMValueRef off = LLVMBuildAnd(g.b, LLVMBuildOr(g.b, at_a, i64c(&g, lda_bytes), ""),
@@ -1176,8 +1210,9 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
     emit_blocks(&g, s->m, g.MR, "i", emit_row_block);
     LLVMBuildBr(g.b, done);
     LLVMPositionBuilderAtEnd(g.b, copied);
-    /* one K block, A's panel copied all the same */
-    g.pack = stack_panel(&g, (long)g.MR * s->k, "realigned");
+  }
+  if (s->copy_a) { /* one K block, A's panel copied all the same */
+    g.pack = stack_panel(&g, (long)g.MR * s->k, "copied");
     g.kc = i64c(&g, 0), g.kc_end = i64c(&g, s->k);
     g.first = LLVMConstInt(LLVMInt1TypeInContext(g.cx), 1, 0);
   }

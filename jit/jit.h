@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define JT_GENERATOR_VERSION 29 /* bumped whenever generated code changes */
+#define JT_GENERATOR_VERSION 30 /* bumped whenever generated code changes */
 
 /* Instruction sets the generator targets (jt_gemm_t.isa). Each is compiled by a session of its
  * own whose target features are the host's with everything wider turned off, so forcing AVX2 on
@@ -76,6 +76,11 @@ typedef struct jt_gemm_s {
                          where B's columns pile up in one L1 set, each column block's sliver of
                          B) copied into a stack panel of at most JT_GEMM_PANEL_BYTES; -1 one
                          block (resolved: kc = k; 0 for kinds without K blocks) */
+  int copy_a;         /* GEMM (op(A) = A in one K block, A of 32 KB or more): each row block's
+                         slice of A copied into an aligned stack panel before its column blocks
+                         read it, 1 where A's columns do not start on a vector boundary (a
+                         runtime test), 2 always (resolved: the generator's pick, or 0 where the
+                         kernel reads A where it lies) */
 } jt_gemm_t;
 
 /* ggml's MUL_MAT, rows [i0, i1) of y (multiples of JT_MM_MR, or i1 = m):
@@ -218,7 +223,7 @@ typedef struct jt_api_s {
   int (*host_isa)(void);
   const char *(*isa_name)(int isa);
 } jt_api_t;
-#define JT_API_ABI 7
+#define JT_API_ABI 8
 #define JT_API_SYMBOL "opjit_jit_api"
 #define JT_MODULE_NAME "libopjit-jit.so"
 

@@ -511,10 +511,10 @@ ISA_TEST(mul_mat_add_kernels_add_the_residual_to_the_product_bit_for_bit)
   }
 }
 
-/* A kernel whose A is 32 KB or more copies A's panels into an aligned one when A's columns
- * are not on a vector boundary (jit/gemm.c, realigns): the same results from A at every offset
- * of a line, with M tails, leading dimensions that keep or break the columns' alignment, and
- * every beta class. */
+/* A kernel whose A is 32 KB or more copies A's panels into an aligned one, where A's columns
+ * are not on a vector boundary (jit/gemm.c, realigns; copy_a 1) or always (copy_a 2): the
+ * same results from A at every offset of a line, with M tails, leading dimensions that keep
+ * or break the columns' alignment, and every beta class, either way. */
 ISA_TEST(an_unaligned_a_gives_the_same_results)
 {
   struct {
@@ -522,16 +522,63 @@ ISA_TEST(an_unaligned_a_gives_the_same_results)
   } shapes[] = {{0, 96, 40, 96, 96}, {0, 90, 33, 100, 91}, {1, 64, 64, 64, 64},
                 {1, 70, 20, 60, 72}, {0, 128, 9, 64, 130}};
   for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++)
-    for (int shift = 0; shift < 16; shift += shapes[t].f64 ? 1 : 2) {
-      double beta = betas[(t + (size_t)shift) % 4];
-      jt_gemm_t g = {.f64 = shapes[t].f64, .m = shapes[t].m, .n = shapes[t].n,
-                     .k = shapes[t].k, .lda = shapes[t].lda, .ldb = shapes[t].k,
-                     .ldc = shapes[t].m, .alpha_one = 1,
-                     .beta_class = beta == 0 ? 0 : beta == 1 ? 1 : 2};
-      a_shift = shift;
-      cr_assert_leq(check(&g, compile(&g), 1, beta, beta == 0), 1.0);
-    }
+    for (int copy = 1; copy <= 2; copy++)
+      for (int shift = 0; shift < 16; shift += shapes[t].f64 ? 1 : 2) {
+        double beta = betas[(t + (size_t)shift) % 4];
+        jt_gemm_t g = {.f64 = shapes[t].f64, .m = shapes[t].m, .n = shapes[t].n,
+                       .k = shapes[t].k, .lda = shapes[t].lda, .ldb = shapes[t].k,
+                       .ldc = shapes[t].m, .alpha_one = 1,
+                       .beta_class = beta == 0 ? 0 : beta == 1 ? 1 : 2, .copy_a = copy};
+        char name[160], want[8];
+        jit->gemm_name(&g, name, sizeof name);
+        snprintf(want, sizeof want, "_c%d", copy);
+        cr_assert(strstr(name, want), "%s does not copy as asked (%s)", name, want);
+        a_shift = shift;
+        cr_assert_leq(check(&g, compile(&g), 1, beta, beta == 0), 1.0);
+      }
   a_shift = -1;
+}
+
+/* Where A's row block, read where it lies, would crowd one L1 set (more than 5 of its lines:
+ * lda a multiple of 512 bytes) A is copied by default whatever its alignment; elsewhere only
+ * when unaligned; never where A is under 32 KB, op(A) = A^T or K is blocked. tune() offers the
+ * other choice. */
+ISA_TEST(a_crowding_one_cache_set_is_copied_by_default)
+{
+  struct {
+    int f64, ta, m, k, lda, want;
+  } cases[] = {{1, 0, 64, 64, 64, 2},    {0, 0, 128, 128, 128, 2}, {1, 0, 96, 96, 96, 2},
+               {1, 0, 100, 100, 100, 1}, {0, 0, 112, 112, 112, 1}, {1, 0, 72, 72, 72, 1},
+               {0, 0, 32, 32, 32, 0},    {1, 1, 64, 64, 64, 0},    {1, 0, 64, 512, 64, 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    jt_gemm_t g = {.f64 = cases[i].f64, .ta = cases[i].ta, .m = cases[i].m, .n = 48,
+                   .k = cases[i].k, .lda = cases[i].lda, .ldb = cases[i].k, .ldc = cases[i].m,
+                   .alpha_one = 1, .beta_class = 1, .isa = isa, .vbits = 256};
+    char name[160], want[8];
+    jit->gemm_name(&g, name, sizeof name);
+    snprintf(want, sizeof want, "_c%d", cases[i].want);
+    cr_assert(strstr(name, want), "case %zu: %s, not %s", i, name, want);
+  }
+  jt_gemm_t g = {.m = 128, .n = 32, .k = 128, .lda = 128, .ldb = 128, .ldc = 128, .alpha_one = 1,
+                 .beta_class = 1, .isa = isa, .vbits = 256}, best;
+  jt_tune_t rep;
+  jt_gemm_fn fn;
+  size_t size, obj_len;
+  void *obj = NULL;
+  char err[512] = "";
+  cr_assert_eq(jit->tune(&g, 3, &best, &fn, &size, &obj, &obj_len, &rep, err, sizeof err), 0,
+               "%s", err);
+  free(obj);
+  int copies[3] = {0};
+  for (int i = 0; i < rep.n; i++)
+    copies[rep.cand[i].copy_a]++;
+  cr_assert(rep.cand[0].copy_a == 2 && copies[1] == 1, "the default copies, and one candidate "
+            "copies only when unaligned (%d of %d)", copies[1], rep.n);
+  check(&g, fn, 1, 1, 0);
+  cr_assert_eq(jit->release(fn, err, sizeof err), 0, "%s", err);
+  g.copy_a = 3;
+  cr_assert_eq(jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err), -1);
+  cr_assert(strstr(err, "copy_a"), "%s", err);
 }
 
 /* Blockings the generator is asked for rather than its own: every width of the ISA, 1-4
