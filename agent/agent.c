@@ -11,6 +11,7 @@
  * the next writes the same rows again. */
 #define _GNU_SOURCE
 #include "agent.h"
+#include "background.h"
 #include "codemap.h"
 #include "compare.h"
 #include "fleet.h"
@@ -259,9 +260,9 @@ static int32_t draw_gap(void)
  * this one ran variants' originals but timed none (no signature came twice in it). */
 static void burst_flush(void)
 {
-  int timed = 0;
+  int timed = 0, quiet = ag_bg_quiet_since(ag_tl.burst_bg);
   for (uint32_t i = 0; i < ag_tl.nbt; i++) {
-    if (!ag_tl.bt[i].n)
+    if (!ag_tl.bt[i].n || !quiet)
       continue;
     timed = 1;
     ag_entry_t *e = ag_table_entry(ag_table, ag_tl.bt[i].index);
@@ -269,7 +270,7 @@ static void burst_flush(void)
     atomic_fetch_add_explicit(&e->timed_ns, ag_tl.bt[i].ns, memory_order_relaxed);
     ag_tier_burst(e, ag_tl.bt[i].n, ag_tl.bt[i].ns);
   }
-  if (ag_tl.burst_saw_variant && !timed && ag_tl.burst_len < BURST_LEN_MAX)
+  if (quiet && ag_tl.burst_saw_variant && !timed && ag_tl.burst_len < BURST_LEN_MAX)
     ag_tl.burst_len *= 2;
   ag_tl.nbt = 0;
   ag_tl.burst_saw_variant = 0;
@@ -377,6 +378,7 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
       ag_tl.burst = ag_tl.burst_len;
       ag_tl.nbt = 0;
       ag_tl.burst_saw_variant = 0;
+      ag_tl.burst_bg = ag_bg_mark();
       ag_tl.tick = 0;
       ag_tl.chain = 0; /* a burst's calls all come here */
     }

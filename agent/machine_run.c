@@ -9,6 +9,7 @@
 #include "machine.h"
 #include "agent.h"
 #include "log.h"
+#include "background.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -173,7 +174,9 @@ static void refine(ag_machine_t m)
     ag_machine_t x;
     uint64_t t0 = ag_now_ns();
     ag_machine_detect(&x);
+    ag_bg_begin();
     ag_machine_measure(&x);
+    ag_bg_end();
     double was = m.gflops[0][m.widest];
     ag_machine_merge(&m, &x);
     m.stored = 0;
@@ -203,7 +206,9 @@ static void *machine_main(void *arg)
   } else {
     uint64_t t0 = ag_now_ns();
     ag_machine_detect(&m);
+    ag_bg_begin();
     ag_machine_measure(&m);
+    ag_bg_end();
     ag_log(AG_LOG_INFO, "machine model measured in %.1f ms: f32 FMA peak %.1f/%.1f/%.1f GF/s "
                         "(128/256/512 bits), clock read %.1f ns",
            (double)(ag_now_ns() - t0) / 1e6, m.gflops[0][0], m.gflops[0][1], m.gflops[0][2],

@@ -22,6 +22,7 @@
 #define _GNU_SOURCE
 #include "tier.h"
 #include "agent.h"
+#include "background.h"
 #include "codecache.h"
 #include "codemap.h"
 #include "compare.h"
@@ -876,7 +877,9 @@ static void compile_next(void *ctx, uint32_t i, int alone)
   if (load_jit() == 0) {
     wait_run();
     ag_crash_trial(&ag_table_entry(ag_table, i)->key); /* a fault meanwhile blames it */
+    ag_bg_begin();
     compile_one(i, alone);
+    ag_bg_end();
     ag_crash_trial(NULL);
     /* A queue that keeps the thread compiling does not keep the judge from looking when its
      * look is due (compile_between): the variants published meanwhile would await their

@@ -5,6 +5,7 @@
  * model once per CPU and reusing it. No timing is asserted: only structure (a width measured or
  * not, a figure positive and finite). */
 #define _GNU_SOURCE
+#include "agent/background.h"
 #include "agent/machine.h"
 #include "agent/opt.h"
 #include "tests/common/fixture.h"
@@ -400,9 +401,11 @@ Test(machine_run, loads_the_stored_model_merges_compile_times_and_saves_only_wha
   cr_assert_eq(st_machine_save(db, &rec, (st_compile_note_t[]){{"gemm", 4000000},
                                                              {"gemm", 6000000}}, 2), ST_OK);
   ag_machine_note_compile("gemm", 20000000); /* before the stored times are read */
+  uint32_t quiet = ag_bg_mark();
   ag_machine_start("Stored CPU");
   const ag_machine_t *live = wait_model();
   cr_expect_eq(ag_machine_final(), 1, "a settled model is final as loaded");
+  cr_expect(ag_bg_quiet_since(quiet), "loading is no background work the bursts avoid");
   cr_expect_eq(live->stored, 1, "loaded, not measured");
   cr_expect_eq(live->gflops[0][0], 11);
   cr_expect_eq(ag_machine_peak_gflops(128, 0), 11);
@@ -453,8 +456,10 @@ Test(machine_run, measures_a_cpu_with_nothing_stored_and_the_final_save_stores_i
      .init = fx_setup, .fini = fx_teardown)
 {
   st_db_t *db = fx_open(use_db(), ST_OPEN_CREATE);
+  uint32_t quiet = ag_bg_mark();
   ag_machine_start("New CPU");
   cr_assert_eq(ag_machine_save(&store_api, db, 1), ST_OK);
+  cr_expect_not(ag_bg_quiet_since(quiet), "a measurement is background work: bursts skip it");
   st_machine_t got;
   cr_assert_eq(st_machine_load(db, "New CPU", &got), ST_OK, "the final save waits for it");
   const ag_machine_t *live = wait_model();
