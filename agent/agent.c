@@ -374,7 +374,9 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
    * count at its own rate. */
   int awaiting = atomic_load_explicit(&e->awaiting, memory_order_relaxed) != 0;
   if (n != 1 && ag_cmp_burst_due(&ag_tl.to_burst, ag_tl.burst_len, gap, awaiting)) {
-    if (atomic_load_explicit(&ag_tier_live, memory_order_relaxed)) { /* from the next call on */
+    if (ag_bg_busy()) /* it would not be timed (background.h): due again a burst's length on */
+      ag_tl.to_burst = ag_tl.burst_len;
+    else if (atomic_load_explicit(&ag_tier_live, memory_order_relaxed)) { /* from the next call on */
       ag_tl.burst = ag_tl.burst_len;
       ag_tl.nbt = 0;
       ag_tl.burst_saw_variant = 0;
@@ -1676,6 +1678,7 @@ static void atfork_parent(void)
 static void atfork_child(void)
 {
   atomic_store(&ag_duels, 0); /* a duel in flight was the parent's compile thread's */
+  ag_bg_after_fork_child();   /* ... and so was any background work */
   if (ag_table) {
     ag_table_unlock(ag_table);
     ag_table_reset_counts(ag_table);

@@ -109,7 +109,7 @@ typedef struct ag_thread_s {
   int32_t to_burst;          /* counted calls until the next burst */
   int32_t burst_len;         /* calls a burst lasts: grows while bursts time nothing */
   int32_t burst_saw_variant; /* this burst ran a variant's original */
-  uint32_t burst_bg;         /* the agent's background work when it began (ag_tier_bg_mark) */
+  uint32_t burst_bg;         /* the agent's background work when it began (ag_bg_mark) */
   uint32_t nbt;              /* signatures seen in this burst, in bt */
   struct ag_burst_time_s {
     uint32_t index;          /* entry */

@@ -874,7 +874,10 @@ static void wait_run(void)
 static void compile_next(void *ctx, uint32_t i, int alone)
 {
   (void)ctx;
-  if (load_jit() == 0) {
+  ag_bg_begin(); /* not while it waits for the run (wait_run) */
+  int loaded = load_jit() == 0;
+  ag_bg_end();
+  if (loaded) {
     wait_run();
     ag_crash_trial(&ag_table_entry(ag_table, i)->key); /* a fault meanwhile blames it */
     ag_bg_begin();

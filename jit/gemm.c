@@ -739,8 +739,10 @@ static LLVMValueRef hsum(gen_t *g, LLVMValueRef v)
  * m = 20 (a masked A load per k splitting cache lines).
  * What the model cannot tell (1, 2, 3 or 4 vectors of rows; K in blocks or not; full or half
  * width, which double-pumping AMD cores and small M may prefer; masked or pieced tails;
- * MUL_MAT panels of 16 or 32 rows, 8 or more columns) is what jt_gemm_candidates offers
- * tune(). */
+ * MUL_MAT panels of 16 or 32 rows, 8 or more columns; A's panels copied always or only when
+ * unaligned) is what jt_gemm_candidates offers tune(), most plausible first: the agent times 3,
+ * so where A can be copied that choice comes third, before the width (it never meets a K-block
+ * choice: a copy needs one K block whose panel fits). */
 
 const char *jt_isa_name(int isa)
 {
@@ -779,7 +781,8 @@ static int realigns(const jt_gemm_t *s, int mr)
  * 96^3 1.00 / 1.05x. At 5 or fewer it stays where it lies: sgemm 160^3 (5) 0.98 / 1.04x,
  * 112^3 0.97 / 0.94x, dgemm 72^3 0.97 / 0.96x, 80^3 1.00 / 0.96x, 100^3 (5) 0.96 / 0.99x,
  * 112^3 0.95 / 0.98x; but sgemm 128^3 at lda 136 (5) 1.51 / 1.49x, which tune(), timing the
- * other choice, finds. */
+ * other choice, finds. With one column block (a GEMV, N within a block) A is read once: not
+ * copied unless unaligned. */
 static int a_piles_up(const jt_gemm_t *s, int mr)
 {
   long esz = s->f64 ? 8 : 4, span = (mr < s->m ? mr : s->m) * esz;
@@ -920,8 +923,8 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
                s->ta ? rows : width, s->ta ? s->k : r->kc, JT_GEMM_PANEL_BYTES);
       return -1;
     }
-    if (realigns(r, (int)rows))
-      r->copy_a = s->copy_a ? s->copy_a : a_piles_up(r, (int)rows) ? 2 : 1;
+    if (realigns(r, (int)rows)) /* the block is read again only where N has two column blocks */
+      r->copy_a = s->copy_a ? s->copy_a : s->n > r->nr && a_piles_up(r, (int)rows) ? 2 : 1;
   }
   if (r->mr_vecs < 1 || r->mr_vecs > JT_MAX_MR_VECS || r->nr < 1 || r->nr > JT_MAX_NR ||
       block_regs(r->mr_vecs, r->nr, !s->mm) > regs ||

@@ -79,8 +79,8 @@ typedef struct jt_gemm_s {
   int copy_a;         /* GEMM (op(A) = A in one K block, A of 32 KB or more): each row block's
                          slice of A copied into an aligned stack panel before its column blocks
                          read it, 1 where A's columns do not start on a vector boundary (a
-                         runtime test), 2 always (resolved: the generator's pick, or 0 where the
-                         kernel reads A where it lies) */
+                         runtime test), 2 always; 0 decide (resolved: the generator's pick, or
+                         0 where the kernel reads A where it lies) */
 } jt_gemm_t;
 
 /* ggml's MUL_MAT, rows [i0, i1) of y (multiples of JT_MM_MR, or i1 = m):
@@ -178,7 +178,7 @@ typedef void (*jt_gemm_fn)(const void *a, const void *b, void *c, double alpha, 
 typedef struct jt_tune_s {
   int n;                       /* candidates compiled and timed */
   int best;                    /* the index of the pick in cand */
-  jt_gemm_t cand[JT_TUNE_MAX]; /* resolved (isa, vbits, mr_vecs, nr, tails, kc set) */
+  jt_gemm_t cand[JT_TUNE_MAX]; /* resolved (isa, vbits, mr_vecs, nr, tails, kc, copy_a set) */
   double ns[JT_TUNE_MAX];      /* median ns per call (MUL_MAT: a call over the timed rows) */
   uint64_t compile_ns;         /* spent compiling the candidates */
   uint64_t time_ns;            /* spent timing them (scratch data included) */
