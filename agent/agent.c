@@ -1170,7 +1170,9 @@ static void *writer_main(void *arg)
       pthread_mutex_unlock(&db_mu);
     }
     if (ag_now_ns() >= next_flush) {
+      ag_bg_begin(); /* its SQLite work takes a CPU too (background.h) */
       writer_step(0);
+      ag_bg_end();
       next_flush = ag_now_ns() + (uint64_t)flush_ms * 1000000u;
     }
     pthread_mutex_lock(&mu);

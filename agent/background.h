@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The agent's background work, as the judge's bursts see it.
  * The agent's background work (a compile thread's kernel: loading the JIT, its compile, tuning,
- * self-test and duel; the machine thread's measurement) takes a CPU a host's own threads may
+ * self-test and duel; the machine thread's measurement; the writer's flush) takes a CPU a host's own threads may
  * want: a threaded library's helpers on a machine with few cores wait for it, so that an
  * original timed in bursts meanwhile measured 9-60 us a call where a plain run's calls take
  * 7.5-8 (a matrix-vector product on 2 threads, 2 vCPUs; docs/never-slower.md). A burst is not
