@@ -2,8 +2,9 @@
 /* The calls the sampler needs to see.
  *
  * pthread_create, so that a thread the host creates while sampling is on is armed from its
- * first instruction. It must work before the agent's constructor has run (a library may start its
- * pool from its own constructor, earlier): it resolves the original lazily and, with sampling
+ * first instruction, and to count the threads the host starts (ag_host_threads). It must work
+ * before the agent's constructor has run (a library may start its pool from its own
+ * constructor, earlier): it resolves the original lazily and, with sampling
  * off for good, is a plain pass-through. A thread created before sampling starts notes its
  * stack here all the same (the sampler's stack walker needs it) and is armed by the sampler's
  * start; threads missed here are armed by its rescan.
@@ -18,6 +19,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
@@ -38,12 +40,26 @@ static void *trampoline(void *p)
   return rv;
 }
 
+static _Atomic int host_threads; /* threads the host started */
+
+int ag_host_threads(void) { return atomic_load_explicit(&host_threads, memory_order_relaxed); }
+
+/* Whether start lies in this object: one of the agent's own threads (writer, compile, machine). */
+static int ours(void *(*start)(void *))
+{
+  Dl_info self, it;
+  return dladdr((void *)ours, &self) && dladdr((void *)start, &it) &&
+         self.dli_fbase == it.dli_fbase;
+}
+
 AG_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*start)(void *),
                              void *arg)
 {
   static create_fn real;
   if (!real && !(real = (create_fn)dlsym(RTLD_NEXT, "pthread_create")))
     return EAGAIN;
+  if (!ours(start))
+    atomic_fetch_add_explicit(&host_threads, 1, memory_order_relaxed);
   trampoline_t *t = sp_active() || sp_expected() ? malloc(sizeof *t) : NULL;
   if (!t)
     return real(th, attr, start, arg);
