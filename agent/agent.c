@@ -262,9 +262,9 @@ static void burst_flush(void)
 {
   /* a host without threads of its own keeps its burst: the agent's work runs on another CPU
    * (a first run's verdicts waited for its compiles, and its loop ran 0.94-0.95x as fast) */
-  int timed = 0, quiet = !ag_host_threads() || ag_bg_quiet_since(ag_tl.burst_bg);
-  for (uint32_t i = 0; i < ag_tl.nbt; i++) {
-    if (!ag_tl.bt[i].n || !quiet)
+  int timed = 0, quiet = !ag_host_threaded() || ag_bg_quiet_since(ag_tl.burst_bg);
+  for (uint32_t i = 0; quiet && i < ag_tl.nbt; i++) {
+    if (!ag_tl.bt[i].n)
       continue;
     timed = 1;
     ag_entry_t *e = ag_table_entry(ag_table, ag_tl.bt[i].index);
@@ -376,7 +376,7 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
    * count at its own rate. */
   int awaiting = atomic_load_explicit(&e->awaiting, memory_order_relaxed) != 0;
   if (n != 1 && ag_cmp_burst_due(&ag_tl.to_burst, ag_tl.burst_len, gap, awaiting)) {
-    if (ag_bg_busy() && ag_host_threads()) /* it would not be timed (background.h): due again a
+    if (ag_bg_busy() && ag_host_threaded()) /* it would not be timed (background.h): due again a
                                                burst's length on */
       ag_tl.to_burst = ag_tl.burst_len;
     else if (atomic_load_explicit(&ag_tier_live, memory_order_relaxed)) { /* from the next call on */

@@ -125,9 +125,9 @@ typedef struct ag_thread_s {
   _Atomic uint32_t own_cur[2]; /* ... when no shared slot was free */
   ag_tlc_slot_t *tlc;          /* the key cache, AG_TLC_SLOTS: set with calls (NULL before) */
 } ag_thread_t;
-/* Threads the host has started so far (threads.c's pthread_create; the agent's own not counted):
- * a host with none runs its calls on its callers' threads alone. */
-int ag_host_threads(void);
+/* 1 once the host has started a thread (threads.c's pthread_create; the agent's own do not
+ * count), else 0: a host without runs its calls on its callers' threads alone. */
+int ag_host_threaded(void);
 extern AG_TLS ag_thread_t ag_tl;
 /* The agent's threads (writer, compile, machine, fleet) run on the CPUs the process could use
  * when the agent loaded, not on those of the host thread that happened to start them: a host

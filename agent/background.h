@@ -5,7 +5,7 @@
  * want: a threaded library's helpers on a machine with few cores wait for it, so that an
  * original timed in bursts meanwhile measured 9-60 us a call where a plain run's calls take
  * 7.5-8 (a matrix-vector product on 2 threads, 2 vCPUs; docs/never-slower.md). In a host with
- * threads of its own (agent.h, ag_host_threads) a burst is not begun while such work runs, and
+ * threads of its own (agent.h, ag_host_threaded) a burst is not begun while such work runs, and
  * one it overlapped is not timed. Any thread; lock-free. */
 #ifndef OPJIT_AGENT_BACKGROUND_H
 #define OPJIT_AGENT_BACKGROUND_H

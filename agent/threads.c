@@ -2,7 +2,7 @@
 /* The calls the sampler needs to see.
  *
  * pthread_create, so that a thread the host creates while sampling is on is armed from its
- * first instruction, and to count the threads the host starts (ag_host_threads). It must work
+ * first instruction, and to note whether the host starts any (ag_host_threaded). It must work
  * before the agent's constructor has run (a library may start its pool from its own
  * constructor, earlier): it resolves the original lazily and, with sampling
  * off for good, is a plain pass-through. A thread created before sampling starts notes its
@@ -40,16 +40,19 @@ static void *trampoline(void *p)
   return rv;
 }
 
-static _Atomic int host_threads; /* threads the host started */
+static _Atomic int host_threaded; /* the host has started a thread */
 
-int ag_host_threads(void) { return atomic_load_explicit(&host_threads, memory_order_relaxed); }
+int ag_host_threaded(void) { return atomic_load_explicit(&host_threaded, memory_order_relaxed); }
 
 /* Whether start lies in this object: one of the agent's own threads (writer, compile, machine). */
 static int ours(void *(*start)(void *))
 {
-  Dl_info self, it;
-  return dladdr((void *)ours, &self) && dladdr((void *)start, &it) &&
-         self.dli_fbase == it.dli_fbase;
+  static void *_Atomic self; /* this object's base, found once (any thread finds the same) */
+  Dl_info it;
+  if (!atomic_load_explicit(&self, memory_order_relaxed) && dladdr((void *)ours, &it))
+    atomic_store_explicit(&self, it.dli_fbase, memory_order_relaxed);
+  return dladdr((void *)start, &it) &&
+         it.dli_fbase == atomic_load_explicit(&self, memory_order_relaxed);
 }
 
 AG_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*start)(void *),
@@ -58,8 +61,8 @@ AG_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*
   static create_fn real;
   if (!real && !(real = (create_fn)dlsym(RTLD_NEXT, "pthread_create")))
     return EAGAIN;
-  if (!ours(start))
-    atomic_fetch_add_explicit(&host_threads, 1, memory_order_relaxed);
+  if (!ag_host_threaded() && !ours(start))
+    atomic_store_explicit(&host_threaded, 1, memory_order_relaxed);
   trampoline_t *t = sp_active() || sp_expected() ? malloc(sizeof *t) : NULL;
   if (!t)
     return real(th, attr, start, arg);

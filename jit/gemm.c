@@ -671,18 +671,24 @@ static void emit_copy(gen_t *g, LLVMValueRef i0, int mr)
   loop_end(g, &k);
 }
 
-/* Whether B's columns, ldb elements apart, pile up in the L1 cache: more than 4 of a block's
- * nr columns start in one of its 64 sets of 64-byte lines (Intel's and AMD's L1 data caches
- * alike), each such line reused for V k's. Then the block's sliver of B is copied (bench:
- * dgemm 512^3 1.31x) rather than A's slice (dgemm 300x200x700 1.13x the other way). */
-static int b_piles_up(const jt_gemm_t *s)
+/* The most lines of n spans of span bytes, stride bytes apart (the first on a line boundary),
+ * that fall into one of an L1 data cache's 64 sets of 64-byte lines (Intel's and AMD's alike). */
+static int most_in_one_set(long n, long stride, long span)
 {
   int count[64] = {0}, most = 0;
-  for (long j = 0; j < s->nr; j++) {
-    int set = (int)((j * s->ldb * (s->f64 ? 8 : 4) / 64) % 64);
-    most = ++count[set] > most ? count[set] : most;
-  }
-  return !s->tb && most > 4;
+  for (long i = 0; i < n; i++)
+    for (long line = i * stride / 64; line <= (i * stride + span - 1) / 64; line++)
+      most = ++count[line % 64] > most ? count[line % 64] : most;
+  return most;
+}
+
+/* Whether B's columns, ldb elements apart, pile up in the L1 cache: more than 4 of a block's
+ * nr columns start in one set (most_in_one_set), each such line reused for V k's. Then the
+ * block's sliver of B is copied (bench: dgemm 512^3 1.31x) rather than A's slice (dgemm
+ * 300x200x700 1.13x the other way). */
+static int b_piles_up(const jt_gemm_t *s)
+{
+  return !s->tb && most_in_one_set(s->nr, (long)s->ldb * (s->f64 ? 8 : 4), 1) > 4;
 }
 
 /* All row blocks of the column block at j0 (nr columns): K blocked, with op(B) = B packed. */
@@ -771,9 +777,8 @@ static int realigns(const jt_gemm_t *s, int mr)
 }
 
 /* Whether A's row block, read where it lies, piles up in the L1 cache: more than 5 of its
- * lines (mr rows of each of K columns, lda apart; A taken on a line boundary) in one of the
- * 64 sets of 64-byte lines (Intel's and AMD's L1 data caches alike: 8 ways or more, the rest
- * for B's and C's lines), where the block is read again for every column block. Then it is
+ * lines (mr rows of each of K columns, lda apart) in one set (most_in_one_set; 8 ways or more,
+ * the rest for B's and C's lines), where the block is read again for every column block. Then it is
  * copied whatever its alignment. Zen 3, A aligned, the copy against reading A where it lies
  * (interleaved, one process; NN / NT), by the most lines in one set: 16 or more, sgemm 128^3
  * 1.13 / 1.26x, 192^3 1.12 / 1.20x, 256^3 1.12 / 1.19x, dgemm 128^3 1.12-1.22 / 1.18-1.30x,
@@ -785,14 +790,8 @@ static int realigns(const jt_gemm_t *s, int mr)
  * copied unless unaligned. */
 static int a_piles_up(const jt_gemm_t *s, int mr)
 {
-  long esz = s->f64 ? 8 : 4, span = (mr < s->m ? mr : s->m) * esz;
-  int count[64] = {0}, most = 0;
-  for (long k = 0; k < s->k; k++) {
-    long first = k * s->lda * esz;
-    for (long line = first / 64; line <= (first + span - 1) / 64; line++)
-      most = ++count[line % 64] > most ? count[line % 64] : most;
-  }
-  return most > 5;
+  long esz = s->f64 ? 8 : 4;
+  return most_in_one_set(s->k, s->lda * esz, (mr < s->m ? mr : s->m) * esz) > 5;
 }
 
 static int isa_regs(int isa) { return isa == JT_ISA_AVX512 ? 32 : 16; }
