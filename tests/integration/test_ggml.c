@@ -64,16 +64,31 @@ static const char *run(const char *tag, int agent, const char *const *env, const
   return out;
 }
 
-/* The same tokens, and logits sums within 1e-5 relative. */
-static void same_output(const char *got, const char *want, const char *what)
+/* Logits sums' relative tolerance by model, f32 then f16 weights. Kernels and ggml sum in
+ * other orders, a float's rounding apart; with f16 weights each product's input is rounded to
+ * f16 (2^-11 apart), so a float's difference now and then lands an activation one f16 step
+ * away and the logits drift further: run 1's mix of ggml's nodes and kernels (as compiles land)
+ * read 1.07e-5 once in a full CTest run. A kernel off by a factor moves them by 1e-3 or more
+ * (a_poisoned_fused_kernel_changes_the_output). */
+static const double rel_of[2] = {1e-5, 5e-5};
+
+/* The same tokens, and logits sums within rel relative. */
+static void close_output(const char *got, const char *want, const char *what, double rel)
 {
   cr_assert_eq(strcspn(got, "\n"), strcspn(want, "\n"), "%s: tokens\n%s\n%s", what, got, want);
   cr_assert(strncmp(got, want, strcspn(want, "\n")) == 0, "%s: tokens\n%s\n%s", what, got, want);
   double gs, ga, ws, wa;
   cr_assert(sscanf(strstr(got, "logits"), "logits sum %lf abs %lf", &gs, &ga) == 2);
   cr_assert(sscanf(strstr(want, "logits"), "logits sum %lf abs %lf", &ws, &wa) == 2);
-  cr_assert(fabs(gs - ws) <= 1e-5 * wa && fabs(ga - wa) <= 1e-5 * wa,
-            "%s: logits sum %.9g abs %.9g, plain %.9g %.9g", what, gs, ga, ws, wa);
+  cr_assert(fabs(gs - ws) <= rel * wa && fabs(ga - wa) <= rel * wa,
+            "%s: logits sum %.9g abs %.9g, plain %.9g %.9g (%g relative)", what, gs, ga, ws, wa,
+            rel);
+}
+
+/* The same tokens, and logits sums within f32 weights' tolerance. */
+static void same_output(const char *got, const char *want, const char *what)
+{
+  close_output(got, want, what, rel_of[0]);
 }
 
 
@@ -85,7 +100,7 @@ Test(ggml, same_tokens_and_logits_with_and_without_the_agent)
     const char *plain = run("plain", 0, NULL, models[i], "32");
     cr_assert_str_eq(run("profile", 1, profile, models[i], "32"), plain, "profile mode changed "
                      "the output");
-    same_output(run("jit", 1, jit, models[i], "32"), plain, "jit mode");
+    close_output(run("jit", 1, jit, models[i], "32"), plain, "jit mode", rel_of[i]);
   }
 }
 
@@ -146,7 +161,7 @@ Test(ggml, fused_groups_keep_the_output_are_stored_and_start_warm)
     const char *env[] = {fuse_env[0], fuse_env[1], fuse_env[2], fuse_env[3], dbenv, NULL};
     const char *plain = run_long("plain", 0, NULL, models[m]);
     /* (two prompts, the JIT settled between them: the compile ends within run 1) */
-    same_output(run_rounds("fuse1", 1, env, models[m], "2"), plain, "run 1 (compiles)");
+    close_output(run_rounds("fuse1", 1, env, models[m], "2"), plain, "run 1 (compiles)", rel_of[m]);
     /* Run 1 compiled the group's kernel, verified it against ggml's ops and stored it. */
     cr_assert_eq(h_query(db, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
                                " WHERE e.run_id=1 AND " FUSION1 " AND e.kind='published'"), 1);
@@ -155,7 +170,7 @@ Test(ggml, fused_groups_keep_the_output_are_stored_and_start_warm)
     cr_assert_eq(h_query(db, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
                                " WHERE " FUSION1), 1);
     /* Run 2 places it before the first graph: every group execution is fused, prefill included. */
-    same_output(run_long("fuse2", 1, env, models[m]), plain, "run 2 (warm)");
+    close_output(run_long("fuse2", 1, env, models[m]), plain, "run 2 (warm)", rel_of[m]);
     cr_assert_eq(h_query(db, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
                                " WHERE e.run_id=2 AND " FUSION1 " AND e.kind='loaded'"), 1);
     cr_assert_eq(h_query(db, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
@@ -234,7 +249,7 @@ static void mul_mat_kernels_serve_the_prefill(int m)
   /* Calls alone decide (this model's small products would not repay a compile by time). */
   const char *env[] = {fuse_env[0], fuse_env[1], fuse_env[2], fuse_env[3], dbenv, NULL};
   const char *plain = run_long("plain", 0, NULL, models[m]);
-  same_output(run_rounds("mm1", 1, env, models[m], "2"), plain, "run 1");
+  close_output(run_rounds("mm1", 1, env, models[m], "2"), plain, "run 1", rel_of[m]);
   /* 2 layers: Q K V O (256 x 256), gate and up (768 x 256) and down (256 x 768) in the first,
    * the attention's in the second: three shapes with the prompt's 32 columns (the output's
    * 1000 rows are no multiple of 16). */
@@ -255,7 +270,7 @@ static void mul_mat_kernels_serve_the_prefill(int m)
                              " AND e.kind='verified' AND e.detail LIKE 'self-test%%'"), decode);
   cr_assert_eq(h_query(db, "SELECT count(*) FROM objects o JOIN signatures s ON s.id=o.sig_id"
                              " WHERE s.op='MUL_MAT' AND s.name LIKE '%% N=1'"), decode);
-  same_output(run_long("mm2", 1, env, models[m]), plain, "run 2");
+  close_output(run_long("mm2", 1, env, models[m]), plain, "run 2", rel_of[m]);
   snprintf(q, sizeof q, mm, 2, "loaded");
   cr_assert_eq(h_query(db, q), 3);
   /* Each node's calls on both threads ran the kernel: both layers' Q, the second layer's
@@ -688,7 +703,8 @@ Test(ggml, two_contexts_computing_at_once_keep_their_output)
     char head[16];
     snprintf(head, sizeof head, "model %d\n", m);
     cr_assert(strstr(got, head) && strstr(plain, head), "%s\n%s", got, plain);
-    same_output(strstr(got, head) + strlen(head), strstr(plain, head) + strlen(head), head);
+    close_output(strstr(got, head) + strlen(head), strstr(plain, head) + strlen(head), head,
+                 rel_of[m]);
   }
   /* Both sides of the rounds were timed: fused graphs ran, rounds with them. */
   cr_assert_gt(h_query(NULL, "SELECT count(*) FROM variants v JOIN run_sigs r ON"
