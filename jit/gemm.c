@@ -33,6 +33,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAXV 64 /* lanes of a vector, at most (transposes, shuffle masks) */
 #define GEMM_KC_BYTES 1024 /* a K block's share of each B column */
@@ -794,6 +795,34 @@ static int a_piles_up(const jt_gemm_t *s, int mr)
   return most_in_one_set(s->k, s->lda * esz, (mr < s->m ? mr : s->m) * esz) > 5;
 }
 
+/* This CPU's L2 cache per core, in bytes (what the C library reads from CPUID; 256 KB, the
+ * smallest of the x86-64 cores this project meets, where it cannot tell). */
+static long l2_bytes(void)
+{
+  static long bytes;
+  if (!bytes) {
+    long b = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    bytes = b > 0 ? b : 256 * 1024;
+  }
+  return bytes;
+}
+
+/* N's block for r (its kc resolved): all of N where B's part of a K block, kc (or K) elements
+ * of each of its columns, fits this CPU's L2; else as many columns (whole column blocks) as
+ * fill half of it, the rest for A's panels and C. Past L2 every row block reads B's block
+ * from L3 again, and with columns a page apart (ldb of 1024 floats) each reaches another page
+ * (Zen 3, L2 512 KB, interleaved against N in one block: sgemm 768^3 1.07-1.10x, 1024^3 1.11x,
+ * dgemm 1024^3 1.18x; sgemm 512^3, whose block just fits, 0.97x). */
+static int n_block(const jt_gemm_t *r)
+{
+  long col = (long)(r->kc ? r->kc : r->k) * (r->f64 ? 8 : 4);
+  if ((long)r->n * col <= l2_bytes())
+    return r->n;
+  long most = l2_bytes() / 2 / col, blocks = (r->n + most - 1) / most; /* evened out */
+  long nc = ((r->n + blocks - 1) / blocks + r->nr - 1) / r->nr * r->nr;
+  return nc < r->n ? (int)nc : r->n;
+}
+
 static int isa_regs(int isa) { return isa == JT_ISA_AVX512 ? 32 : 16; }
 static int isa_bits(int isa) { return isa == JT_ISA_AVX512 ? 512 : 256; }
 
@@ -850,6 +879,10 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
     snprintf(err, len, "%s has no %d-bit vectors", jt_isa_name(r->isa), r->vbits);
     return -1;
   }
+  if (s->nc < 0) {
+    snprintf(err, len, "nc is a number of columns, or 0, not %d", s->nc);
+    return -1;
+  }
   if (s->copy_a < 0 || s->copy_a > 2) {
     snprintf(err, len, "copy_a is 1 (A's panels copied where unaligned), 2 (always) or 0, not %d",
              s->copy_a);
@@ -857,7 +890,7 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
   }
   int regs = isa_regs(r->isa), V = r->vbits / elem_bits(s);
   r->tails = s->tails ? s->tails : 2;
-  r->copy_a = 0;
+  r->copy_a = 0, r->nc = 0;
   if (s->mm) { /* panels of JT_MM_MR rows, or twice that (two zmm); k blocks of JT_MM_KC */
     r->kc = 0;
     if (s->n == 1) /* decode's kernel goes row by row: no blocking */
@@ -924,6 +957,7 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
     }
     if (realigns(r, (int)rows)) /* the block is read again only where N has two column blocks */
       r->copy_a = s->copy_a ? s->copy_a : s->n > r->nr && a_piles_up(r, (int)rows) ? 2 : 1;
+    r->nc = s->nc > 0 && s->nc < s->n ? s->nc : s->nc ? s->n : n_block(r);
   }
   if (r->mr_vecs < 1 || r->mr_vecs > JT_MAX_MR_VECS || r->nr < 1 || r->nr > JT_MAX_NR ||
       block_regs(r->mr_vecs, r->nr, !s->mm) > regs ||
@@ -977,6 +1011,7 @@ int jt_gemm_candidates(const jt_gemm_t *s, int host_isa, jt_gemm_t *out, int max
     c.tails = s->tails ? s->tails : p[i].tails;
     c.kc = s->kc ? s->kc : p[i].kc;
     c.copy_a = s->copy_a ? s->copy_a : p[i].copy_a;
+    c.nc = s->nc;
     if (jt_gemm_resolve(&c, host_isa, &out[n], err, sizeof err))
       continue;
     jt_gemm_name(&out[n], names[n], sizeof names[n]);
@@ -991,8 +1026,10 @@ int jt_gemm_candidates(const jt_gemm_t *s, int host_isa, jt_gemm_t *out, int max
 void jt_gemm_name(const jt_gemm_t *s, char *buf, size_t len)
 {
   char how[64]; /* the resolved generation choices */
-  snprintf(how, sizeof how, "_%s_v%d_%dx%d_t%d_k%d_c%d", jt_isa_name(s->isa), s->vbits,
-           s->mr_vecs, s->nr, s->tails, s->kc, s->copy_a);
+  int blocked = s->nc > 0 && s->nc < s->n; /* N in blocks: their width (else nothing) */
+  snprintf(how, sizeof how, "_%s_v%d_%dx%d_t%d_k%d_c%d%s%.0d", jt_isa_name(s->isa), s->vbits,
+           s->mr_vecs, s->nr, s->tails, s->kc, s->copy_a, blocked ? "_n" : "",
+           blocked ? s->nc : 0);
   if (s->add_rms_mul) {
     snprintf(buf, len, "opjit_%s_f32_n%d%s", s->add_rms_mul == 2 ? "rms_mul" : "add_rms_mul", s->k,
              how);
@@ -1154,12 +1191,93 @@ static void emit_blocks(gen_t *g, int total, int step, const char *name,
 }
 
 /* count elements on the stack, on a cache line of their own: the micro-kernel's vector loads
- * from a panel never split a line. */
+ * from a panel never split a line. Allocated in the entry block, whatever block the builder is
+ * in: a fixed frame, however many times the code that uses it runs. */
 static LLVMValueRef stack_panel(gen_t *g, long count, const char *name)
 {
-  LLVMValueRef p = LLVMBuildArrayAlloca(g->b, g->elem, i64c(g, count), name);
+  LLVMBasicBlockRef entry = LLVMGetEntryBasicBlock(g->fn);
+  LLVMBuilderRef b = LLVMCreateBuilderInContext(g->cx);
+  LLVMValueRef first = LLVMGetFirstInstruction(entry);
+  if (first)
+    LLVMPositionBuilderBefore(b, first);
+  else
+    LLVMPositionBuilderAtEnd(b, entry);
+  LLVMValueRef p = LLVMBuildAlloca(b, LLVMArrayType2(g->elem, (uint64_t)count), name);
   LLVMSetAlignment(p, 64);
+  LLVMDisposeBuilder(b);
   return p;
+}
+
+/* The stack panels of a GEMM kernel (NULL where it has none): A's K-block slice or B's sliver
+ * (jt_gemm_t.kc), A's copied panel (copy_a). */
+typedef struct panels_s {
+  LLVMValueRef slice, sliver, copied;
+} panels_t;
+
+/* The product over g->g's n columns, B's at g->bm and C's at g->c: K in blocks (each row
+ * block's slice of A, or each column block's sliver of B, copied), or A's panels copied (where
+ * unaligned, or always), or the blocks reading A where it lies. */
+static void emit_columns(gen_t *g, const panels_t *p)
+{
+  const jt_gemm_t *s = g->g;
+  jt_loop_t kb = {0};
+  if (k_blocked(s)) {
+    g->pack = p->slice, g->bpack = p->sliver;
+    kb = loop_begin(g, i64c(g, 0), s->k, s->kc, "kc");
+    g->kc = kb.iv;
+    LLVMValueRef e = LLVMBuildNSWAdd(g->b, kb.iv, i64c(g, s->kc), "kce");
+    g->kc_end = LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, e, i64c(g, s->k), ""), e,
+                                i64c(g, s->k), "kce");
+    g->first = LLVMBuildICmp(g->b, LLVMIntEQ, kb.iv, i64c(g, 0), "first");
+  }
+  LLVMBasicBlockRef done = NULL;
+  if (s->copy_a == 1) { /* A read where it lies when its columns are on a vector boundary */
+    long vbytes = s->vbits / 8, lda_bytes = (long)s->lda * (s->f64 ? 8 : 4);
+    LLVMValueRef at_a = LLVMBuildPtrToInt(g->b, g->a, g->i64, "");
+    LLVMValueRef off = LLVMBuildAnd(g->b, LLVMBuildOr(g->b, at_a, i64c(g, lda_bytes), ""),
+                                    i64c(g, vbytes - 1), "off");
+    LLVMBasicBlockRef plain = LLVMAppendBasicBlockInContext(g->cx, g->fn, "aligned");
+    LLVMBasicBlockRef copied = LLVMAppendBasicBlockInContext(g->cx, g->fn, "unaligned");
+    done = LLVMAppendBasicBlockInContext(g->cx, g->fn, "done");
+    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntEQ, off, i64c(g, 0), ""), plain, copied);
+    LLVMPositionBuilderAtEnd(g->b, plain);
+    emit_blocks(g, s->m, g->MR, "i", emit_row_block);
+    LLVMBuildBr(g->b, done);
+    LLVMPositionBuilderAtEnd(g->b, copied);
+  }
+  if (s->copy_a) { /* one K block, A's panel copied all the same */
+    g->pack = p->copied;
+    g->kc = i64c(g, 0), g->kc_end = i64c(g, s->k);
+    g->first = LLVMConstInt(LLVMInt1TypeInContext(g->cx), 1, 0);
+  }
+  if (g->bpack) /* columns outside, rows inside: the sliver stays in L1 */
+    emit_blocks(g, s->n, g->NR, "j", emit_col_block);
+  else
+    emit_blocks(g, s->m, g->MR, "i", emit_row_block);
+  if (k_blocked(s))
+    loop_end(g, &kb);
+  if (done) {
+    LLVMBuildBr(g->b, done);
+    LLVMPositionBuilderAtEnd(g->b, done);
+  }
+  if (!s->ta)
+    g->pack = NULL;
+  g->bpack = g->kc = g->kc_end = g->first = NULL;
+}
+
+/* The product's columns [j0, j0 + cols) (j0 an i64) as one N block: emit_columns over B and C
+ * from there, with n = cols. */
+static void emit_n_block(gen_t *g, LLVMValueRef j0, int cols, const panels_t *p)
+{
+  const jt_gemm_t *s = g->g;
+  jt_gemm_t part = *s;
+  part.n = cols;
+  LLVMValueRef b0 = g->bm, c0 = g->c;
+  g->bm = at(g, b0, LLVMBuildNSWMul(g->b, j0, i64c(g, s->tb ? 1 : s->ldb), ""));
+  g->c = at(g, c0, LLVMBuildNSWMul(g->b, j0, i64c(g, s->ldc), ""));
+  g->g = &part;
+  emit_columns(g, p);
+  g->g = s, g->bm = b0, g->c = c0;
 }
 
 LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
@@ -1183,50 +1301,24 @@ LLVMValueRef jt_gemm_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t 
    * exceed JT_GEMM_PANEL_BYTES), so that B's block stays in L2 while every row block passes
    * over it; each row block's slice of A copied into a panel (emit_copy), or where B's columns
    * pile up in L1 each column block's sliver of B (emit_bcopy). The A^T panel bounds K
-   * already: no blocking there. */
-  long kc = s->kc;
-  jt_loop_t kb = {0};
-  if (k_blocked(s)) {
-    if (b_piles_up(s))
-      g.bpack = stack_panel(&g, (long)g.NR * kc, "sliver");
-    else
-      g.pack = stack_panel(&g, (long)g.MR * kc, "panel");
-    kb = loop_begin(&g, i64c(&g, 0), s->k, kc, "kc");
-    g.kc = kb.iv;
-    LLVMValueRef e = LLVMBuildNSWAdd(g.b, kb.iv, i64c(&g, kc), "kce");
-    g.kc_end = LLVMBuildSelect(g.b, LLVMBuildICmp(g.b, LLVMIntSLT, e, i64c(&g, s->k), ""), e,
-                               i64c(&g, s->k), "kce");
-    g.first = LLVMBuildICmp(g.b, LLVMIntEQ, kb.iv, i64c(&g, 0), "first");
-  }
-  LLVMBasicBlockRef done = NULL;
-  if (s->copy_a == 1) { /* A read where it lies when its columns are on a vector boundary */
-    long vbytes = s->vbits / 8, lda_bytes = (long)s->lda * (s->f64 ? 8 : 4);
-    LLVMValueRef at_a = LLVMBuildPtrToInt(g.b, g.a, g.i64, "");
-    LLVMValueRef off = LLVMBuildAnd(g.b, LLVMBuildOr(g.b, at_a, i64c(&g, lda_bytes), ""),
-                                    i64c(&g, vbytes - 1), "off");
-    LLVMBasicBlockRef plain = LLVMAppendBasicBlockInContext(g.cx, g.fn, "aligned");
-    LLVMBasicBlockRef copied = LLVMAppendBasicBlockInContext(g.cx, g.fn, "unaligned");
-    done = LLVMAppendBasicBlockInContext(g.cx, g.fn, "done");
-    LLVMBuildCondBr(g.b, LLVMBuildICmp(g.b, LLVMIntEQ, off, i64c(&g, 0), ""), plain, copied);
-    LLVMPositionBuilderAtEnd(g.b, plain);
-    emit_blocks(&g, s->m, g.MR, "i", emit_row_block);
-    LLVMBuildBr(g.b, done);
-    LLVMPositionBuilderAtEnd(g.b, copied);
-  }
-  if (s->copy_a) { /* one K block, A's panel copied all the same */
-    g.pack = stack_panel(&g, (long)g.MR * s->k, "copied");
-    g.kc = i64c(&g, 0), g.kc_end = i64c(&g, s->k);
-    g.first = LLVMConstInt(LLVMInt1TypeInContext(g.cx), 1, 0);
-  }
-  if (g.bpack) /* columns outside, rows inside: the sliver stays in L1 */
-    emit_blocks(&g, s->n, g.NR, "j", emit_col_block);
-  else
-    emit_blocks(&g, s->m, g.MR, "i", emit_row_block);
-  if (k_blocked(s))
-    loop_end(&g, &kb);
-  if (done) {
-    LLVMBuildBr(g.b, done);
-    LLVMPositionBuilderAtEnd(g.b, done);
+   * already: no blocking there. N in blocks of nc where B's part of a K block would outgrow
+   * L2 (n_block). */
+  panels_t p = {0};
+  if (k_blocked(s) && b_piles_up(s))
+    p.sliver = stack_panel(&g, (long)g.NR * s->kc, "sliver");
+  else if (k_blocked(s))
+    p.slice = stack_panel(&g, (long)g.MR * s->kc, "panel");
+  if (s->copy_a)
+    p.copied = stack_panel(&g, (long)g.MR * s->k, "copied");
+  int nc = s->nc > 0 && s->nc < s->n ? s->nc : s->n, full = s->n / nc * nc;
+  if (nc == s->n) {
+    emit_columns(&g, &p);
+  } else {
+    jt_loop_t jc = loop_begin(&g, i64c(&g, 0), full, nc, "jc");
+    emit_n_block(&g, jc.iv, nc, &p);
+    loop_end(&g, &jc);
+    if (full < s->n)
+      emit_n_block(&g, i64c(&g, full), s->n - full, &p);
   }
   return end_kernel(&g);
 }

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define JT_GENERATOR_VERSION 31 /* bumped whenever generated code changes */
+#define JT_GENERATOR_VERSION 32 /* bumped whenever generated code changes */
 
 /* Instruction sets the generator targets (jt_gemm_t.isa). Each is compiled by a session of its
  * own whose target features are the host's with everything wider turned off, so forcing AVX2 on
@@ -81,6 +81,10 @@ typedef struct jt_gemm_s {
                          read it, 1 where A's columns do not start on a vector boundary (a
                          runtime test), 2 always; 0 decide (resolved: the generator's pick, or
                          0 where the kernel reads A where it lies) */
+  int nc;             /* GEMM: N in blocks of nc columns, each block's K blocks and row blocks
+                         in turn, so that the part of B every row block reads again stays in L2
+                         (and within the TLB's reach); 0 decide (resolved: the generator's pick,
+                         n where N is not blocked) */
 } jt_gemm_t;
 
 /* ggml's MUL_MAT, rows [i0, i1) of y (multiples of JT_MM_MR, or i1 = m):
@@ -227,11 +231,11 @@ typedef struct jt_api_s {
 #define JT_API_SYMBOL "opjit_jit_api"
 #define JT_MODULE_NAME "libopjit-jit.so"
 
-/* The generator's limits: larger shapes stay on the original library. The generator blocks K
- * (kc) but not M and N, whose blocks outgrow L2 past these (bench_kernels: sgemm 512^3 at
- * ~75 % of the FMA peak, dgemm 512^3 at 30-70 %, against 90-94 % up to 256^3). */
-#define JT_GEMM_MAX_DIM 512
-#define JT_GEMM_MAX_K 1024
+/* The generator's limits: larger shapes stay on the original library. K comes in blocks (kc)
+ * and, where B's part of a K block would outgrow L2, N in blocks (nc): bench_kernels measures
+ * the large products against OpenBLAS on its default and on its SSE3 kernels. */
+#define JT_GEMM_MAX_DIM 2048
+#define JT_GEMM_MAX_K 2048
 #define JT_GEMM_MAX_K_PACKED 256 /* with op(A) = A^T the kernel packs an MR x K panel on the
                                     stack (and it probes the stack as it grows), unless it
                                     computes dot products (jt_gemm_dots) */

@@ -606,6 +606,7 @@ ISA_TEST(random_blockings_match_the_reference)
     g.tails = 1 + (int)rnd(2);
     g.m = 1 + (int)rnd(100), g.n = 1 + (int)rnd(70), g.k = 1 + (int)rnd(70);
     g.kc = g.ta || rnd(2) ? 0 : 1 + (int)rnd((unsigned)g.k); /* K blocks of any length */
+    g.nc = rnd(3) ? 0 : 1 + (int)rnd((unsigned)g.n);          /* N blocks of any width */
     g.lda = (g.ta ? g.k : g.m) + (int)rnd(3);
     g.ldb = (g.tb ? g.n : g.k) + (int)rnd(3);
     g.ldc = g.m + (int)rnd(3);
@@ -853,6 +854,34 @@ ISA_TEST(matrix_vector_products_match_the_reference)
  * the first block applies beta, the others add to C; under beta = 0 a C full of NaN never
  * leaks into the result. K across the block edges, M and N with tails, A's slice copied or
  * (B's columns piling up in one L1 set) B's sliver. */
+/* Products whose B outgrows L2 come in N blocks (jt_gemm_t.nc), each with its K blocks, A's
+ * panels and the test of A's alignment again: the generator's own width, forced ones (a
+ * narrower last block, one of a single column), every beta class (beta = 0 over a C of NaN),
+ * past the old limit of 1024 on K. The width shows in the kernel's name. */
+ISA_TEST(n_blocks_match_the_reference)
+{
+  for (int t = 0; t < 12; t++) {
+    jt_gemm_t g = {.f64 = t & 1, .tb = (int)rnd(2), .m = 1 + (int)rnd(130),
+                   .n = 300 + (int)rnd(900), .k = 200 + (int)rnd(1000), .beta_class = t / 2 % 3,
+                   .alpha_one = (int)rnd(2)};
+    g.nc = t % 4 == 0 ? 0 : t % 4 == 1 ? 1 + (int)rnd(300) : t % 4 == 2 ? g.n - 1 : 64;
+    g.copy_a = t % 3 == 0 ? 0 : t % 3;
+    g.lda = g.m + (int)rnd(3), g.ldb = (g.tb ? g.n : g.k) + (int)rnd(3), g.ldc = g.m + (int)rnd(3);
+    if (t == 5) /* A^T's panel instead of K blocks */
+      g.ta = 1, g.k = JT_GEMM_MAX_K_PACKED, g.lda = g.k + 1, g.copy_a = 0;
+    double beta = g.beta_class == 0 ? 0 : g.beta_class == 1 ? 1 : -0.5;
+    check(&g, compile(&g), g.alpha_one ? 1 : 0.75, beta, g.beta_class == 0);
+    if (g.nc) {
+      jt_gemm_t r = g;
+      r.isa = isa;
+      char name[200], want[32];
+      jit->gemm_name(&r, name, sizeof name);
+      snprintf(want, sizeof want, "_n%d", g.nc);
+      cr_assert(strstr(name, want), "%s: N blocks of %d", name, g.nc);
+    }
+  }
+}
+
 ISA_TEST(k_blocks_apply_beta_once)
 {
   static const int ks[] = {127, 128, 129, 255, 256, 257, 600, 1024};
