@@ -50,8 +50,8 @@
       "slower (0: publish untimed)")                                                         \
   OPT(JIT_THREADS, INT, "1", 1, 8, NULL,                                                     \
       "compile threads (each with its own LLVM session), started as the queue needs them")   \
-  OPT(JIT_MAX_DIM, INT, "512", 1, 4096, NULL,                                                \
-      "largest M, N or K compiled (the generator's own limit is 512; a call too long "       \
+  OPT(JIT_MAX_DIM, INT, "2048", 1, 4096, NULL,                                               \
+      "largest M, N or K compiled (the generator's own limit is 2048; a call too long "      \
       "for the duel is compiled only where the library's fastest call runs below 3/4 "       \
       "of one core's peak)")                                                                 \
   OPT(VERIFY, INT, "2", 0, 1000, NULL,                                                       \

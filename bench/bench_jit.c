@@ -58,7 +58,7 @@
  *            combinations for n in {8 32 64}
  *   all      every combination for every n
  *   nn       NN beta=1 only
- *   large    NN beta=1 for n in {128 256 512}: the long-call rule's rows (agent/policy.h)
+ *   large    NN beta=1 for n in {128 256 512 1024}: the long-call rule's rows (agent/policy.h)
  *   nt tn tt that transposed layout only, beta 1 and 0, n in {4 8 16 32 64}
  *
  *   bench_jit [rounds [default|all|nn|large|nt|tn|tt [sessions]]]     (default 11 default 3)
@@ -118,6 +118,7 @@ static const int agent_cfg[NAGENT] = {CFG_J, CFG_E};
 
 static const int all_n[] = {4, 8, 16, 32, 64, 96, 128, 256, 512};
 static const int sub_n[] = {8, 32, 64};
+static const int large_n[] = {128, 256, 512, 1024}; /* "large": the long-call rule's rows */
 enum { NN_ALL = sizeof all_n / sizeof *all_n, MAX_CASES = 2 * 2 * 4 * 2 * NN_ALL };
 
 typedef struct bcase_s {
@@ -182,12 +183,13 @@ static void make_cases(const char *set)
               add_case(f64, cblas, t >> 1, t & 1, beta, all_n[i]);
             continue;
           }
-          int full = nn1 || strcmp(set, "all") == 0;
-          const int *ns_ = full ? all_n : sub_n;
-          int cnt = full ? NN_ALL : (int)(sizeof sub_n / sizeof *sub_n);
+          int full = nn1 || strcmp(set, "all") == 0, large = strcmp(set, "large") == 0;
+          const int *ns_ = large ? large_n : full ? all_n : sub_n;
+          int cnt = large ? (int)(sizeof large_n / sizeof *large_n)
+                  : full  ? NN_ALL
+                          : (int)(sizeof sub_n / sizeof *sub_n);
           for (int i = 0; i < cnt; i++)
-            if (strcmp(set, "large") || ns_[i] >= 128)
-              add_case(f64, cblas, t >> 1, t & 1, beta, ns_[i]);
+            add_case(f64, cblas, t >> 1, t & 1, beta, ns_[i]);
         }
 }
 
