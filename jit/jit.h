@@ -227,7 +227,7 @@ typedef struct jt_api_s {
   int (*host_isa)(void);
   const char *(*isa_name)(int isa);
 } jt_api_t;
-#define JT_API_ABI 8
+#define JT_API_ABI 9
 #define JT_API_SYMBOL "opjit_jit_api"
 #define JT_MODULE_NAME "libopjit-jit.so"
 
