@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define JT_GENERATOR_VERSION 32 /* bumped whenever generated code changes */
+#define JT_GENERATOR_VERSION 33 /* bumped whenever generated code changes */
 
 /* Instruction sets the generator targets (jt_gemm_t.isa). Each is compiled by a session of its
  * own whose target features are the host's with everything wider turned off, so forcing AVX2 on
@@ -85,6 +85,9 @@ typedef struct jt_gemm_s {
                          in turn, so that the part of B every row block reads again stays in L2
                          (and within the TLB's reach); 0 decide (resolved: the generator's pick,
                          n where N is not blocked) */
+  int gemv;           /* GEMM with n = 1 and op(A) = A (a GEMV): 1 a sweep over A's columns, 8 at
+                         a time, y's partial sums in a stack panel; 2 blocks of rows, as a GEMM;
+                         0 decide (resolved: the generator's pick; 0 for other shapes) */
 } jt_gemm_t;
 
 /* ggml's MUL_MAT, rows [i0, i1) of y (multiples of JT_MM_MR, or i1 = m):
@@ -227,7 +230,7 @@ typedef struct jt_api_s {
   int (*host_isa)(void);
   const char *(*isa_name)(int isa);
 } jt_api_t;
-#define JT_API_ABI 9
+#define JT_API_ABI 10
 #define JT_API_SYMBOL "opjit_jit_api"
 #define JT_MODULE_NAME "libopjit-jit.so"
 

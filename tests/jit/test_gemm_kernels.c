@@ -558,7 +558,7 @@ ISA_TEST(a_crowding_one_cache_set_is_copied_by_default)
   } cases[] = {{1, 0, 64, 48, 64, 64, 2},    {0, 0, 128, 48, 128, 128, 2},
                {1, 0, 96, 48, 96, 96, 2},    {1, 0, 100, 48, 100, 100, 1},
                {0, 0, 112, 48, 112, 112, 1}, {1, 0, 72, 48, 72, 72, 1},
-               {1, 0, 256, 1, 128, 256, 1},  {0, 0, 32, 48, 32, 32, 0},
+               {1, 0, 256, 1, 128, 256, 0},  {0, 0, 32, 48, 32, 32, 0},
                {1, 1, 64, 48, 64, 64, 0},    {1, 0, 64, 48, 512, 64, 0}};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     jt_gemm_t g = {.f64 = cases[i].f64, .ta = cases[i].ta, .m = cases[i].m, .n = cases[i].n,
@@ -880,6 +880,48 @@ ISA_TEST(n_blocks_match_the_reference)
       cr_assert(strstr(name, want), "%s: N blocks of %d", name, g.nc);
     }
   }
+}
+
+/* GEMVs (n = 1, op(A) = A) whose A fills an L1 or more sweep A's columns 8 at a time (jt_gemm_t.gemv
+ * 1), smaller ones run blocks of rows (2): both, forced either way, for M and K from 1 to past
+ * a sweep's 4 KB chunk and 8-column steps (a partial last chunk, vector and step), x
+ * contiguous or ldb apart (op(B) = B^T), every alpha and beta class (beta = 0 over a C of NaN),
+ * both tails; the default by A's size, and tune() times the other. */
+ISA_TEST(gemvs_sweep_or_block_and_match_the_reference)
+{
+  static const int dims[] = {1, 3, 8, 9, 31, 64, 100, 255, 1024, 1031, 2048};
+  for (int t = 0; t < 60; t++) {
+    jt_gemm_t g = {.f64 = t & 1, .tb = (int)rnd(2), .n = 1, .m = dims[rnd(11)],
+                   .k = dims[rnd(11)], .beta_class = (int)rnd(3), .alpha_one = (int)rnd(2),
+                   .tails = 1 + (int)rnd(2), .gemv = t % 3};
+    g.lda = g.m + (int)rnd(3), g.ldb = g.tb ? 1 + (int)rnd(3) : g.k + (int)rnd(3);
+    g.ldc = g.m + (int)rnd(3);
+    double beta = g.beta_class == 0 ? 0 : g.beta_class == 1 ? 1 : -0.5;
+    check(&g, compile(&g), g.alpha_one ? 1 : 0.75, beta, g.beta_class == 0);
+    jt_gemm_t r = g;
+    r.isa = isa;
+    char name[200];
+    jit->gemm_name(&r, name, sizeof name);
+    int want = g.gemv ? g.gemv : (long)g.m * g.k * (g.f64 ? 8 : 4) >= 32768 ? 1 : 2;
+    cr_assert(strstr(name, want == 1 ? "_w1" : "_w2"), "%s: gemv %d", name, want);
+  }
+  jt_gemm_t g = {.m = 512, .n = 1, .k = 512, .lda = 512, .ldb = 512, .ldc = 512, .alpha_one = 1,
+                 .beta_class = 1, .isa = isa}, best;
+  jt_tune_t rep;
+  jt_gemm_fn fn;
+  size_t size, obj_len;
+  void *obj = NULL;
+  char err[512] = "";
+  cr_assert_eq(jit->tune(&g, 3, &best, &fn, &size, &obj, &obj_len, &rep, err, sizeof err), 0,
+               "%s", err);
+  free(obj);
+  cr_assert(rep.n >= 2 && rep.cand[0].gemv == 1 && rep.cand[1].gemv == 2,
+            "the sweep first, then blocks of rows (%d candidates)", rep.n);
+  check(&g, fn, 1, 1, 0);
+  cr_assert_eq(jit->release(fn, err, sizeof err), 0, "%s", err);
+  g.gemv = 3;
+  cr_assert_eq(jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err), -1);
+  cr_assert(strstr(err, "gemv"), "%s", err);
 }
 
 ISA_TEST(k_blocks_apply_beta_once)
