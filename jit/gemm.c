@@ -1285,10 +1285,10 @@ static void emit_columns(gen_t *g, const panels_t *p)
  * from front to back, SWEEP_K of them side by side, where blocks of rows would step a column
  * (lda) apart from one k to the next: a page apart at lda = 1024 floats, where the prefetchers
  * give up. The chunk's sums then go to C as beta says. Zen 3, one thread, interleaved, against
- * blocks of rows (4 vectors, 4 chains) and OpenBLAS's Zen sgemv: 256^2 1.38x / 1.11x, 1024^2
- * 2.9x / 1.01x, 2048^2 4.6-7x / 0.95-1.06x, 128^2 1.31x / 1.28x, 512x64 1.39x / 1.00x; dgemv
- * 256^2 - 2048^2 0.97-1.12x of OpenBLAS; 4 k's at a time 0.77x at 2048^2, chunks of 2 KB 0.5x,
- * 8 KB 0.86-1.0x. Where A fits L1 (sgemm 64^2, 16 KB) the blocks keep y in registers: 0.73x. */
+ * OpenBLAS's Zen ?gemv / the blocks of rows: sgemv 256^2 1.05 / 1.27x, 512^2 1.06 / 1.32x,
+ * 1024^2 0.92 / 2.31x, 2048^2 0.97 / 3.91x; dgemv 256^2 1.24 / 1.34x, 2048^2 1.01 / 3.46x
+ * (docs/jit.md). 4 k's at a time 0.77x of OpenBLAS at sgemv 2048^2, chunks of 2 KB half as
+ * fast, 8 KB 0.86-1.05x. Where A fits L1 (sgemv 64^2) the blocks' sums in registers win. */
 #define SWEEP_BYTES 4096
 #define SWEEP_K 8
 
