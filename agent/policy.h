@@ -80,8 +80,8 @@ void ag_policy_words(const ag_payback_t *t, char *why, size_t len);
 /* Takes class cls's trial once its compile is queued: 1, or 0 when another took it first. */
 int ag_policy_take_trial(ag_policy_t *p, int cls);
 
-/* A long call against one core. The generator's single-threaded kernels block K but not M and
- * N: on products long enough for the rule (a call too long for the duel before publication,
+/* A long call against one core. The generator's single-threaded kernels block K, and N past L2,
+ * but pack neither operand as a library does: on products long enough for the rule (a call too long for the duel before publication,
  * duel.h, ~0.4 ms) they reach 0.56-0.77 of one core's measured FMA peak (bench_jit on the Xeon
  * model 167: f64 at 256^3 0.77, f32 and f64 at 512^3 0.56-0.67). A library that already runs a
  * call at AG_POLICY_LIB_SHARE of that peak or more (on several threads, or with kernels as

@@ -309,7 +309,7 @@ const ins_cmd_t ins_cmd_top = {
             "deferred, unsupported, lost, tied, demoted, failed, invalidated, refused, crashed\n"
             "(its kernel crashed the program: the original serves from then on) or off;\n"
             "--why prints under each row the reason the agent gave (\"not hot yet: 12 of the 64\n"
-            "calls\", \"M=600 is above OPJIT_JIT_MAX_DIM=512\", both medians of a lost duel).\n"
+            "calls\", \"M=3000 is above OPJIT_JIT_MAX_DIM=2048\", both medians of a lost duel).\n"
             "A run recorded before reasons were kept shows its variant's status, or \"-\".\n"
             "A signature's calls served by its variant are estimated at the variant's mean and\n"
             "the rest at the original library's. The footer adds the share of calls JIT code\n"

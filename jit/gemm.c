@@ -10,6 +10,7 @@
  * loop whose accumulators are phis (straight code up to UNROLL_K k's); nothing is left for a
  * heavy pass pipeline to discover.
  *
+ *   for each block of nc columns (one block unless B's K block outgrows L2: jt_gemm_t.nc):
  *   for each block of kc k's (one block unless K is large: jt_gemm_t.kc):
  *     for each row block i0 (MR rows; the last one partial):
  *       if op(A) = A^T: copy the block's rows of A^T into a contiguous MR x K panel on the
@@ -27,10 +28,12 @@
  * pairs of k's instead: op(A)'s columns k and k + 1 interleaved, one broadcast of the pair
  * B[k..k+1, j] for two FMAs into two accumulators a column, their lanes added back into rows
  * after the loop (pairs, emit_pairs). A matrix-vector product with op(A) = A^T is a set of dot
- * products instead (emit_dots). */
+ * products instead (emit_dots); one with op(A) = A whose A fills an L1 sweeps A's columns
+ * (emit_sweep, jt_gemm_t.gemv). */
 #include "gemm.h"
 #include "irloop.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -583,6 +586,18 @@ static void emit_pairs(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int n
 /* One mr x nr block of C at (i0, j0): the K loop over accumulators (at most UNROLL_K k's in
  * one block: straight code, no loop; an even K in one block: two k's per iteration), then the
  * update of C. */
+/* r (a block's sums for lanes rows of C at p) as C's new value in one K block: alpha r, plus
+ * beta C as beta's class says (beta = 0: C is never read). */
+static LLVMValueRef scaled_plus_c(gen_t *g, LLVMValueRef r, LLVMValueRef p, int lanes)
+{
+  const jt_gemm_t *s = g->g;
+  if (!s->alpha_one)
+    r = LLVMBuildFMul(g->b, r, g->alpha, "ar");
+  if (s->beta_class == 1)
+    return LLVMBuildFAdd(g->b, r, vload(g, p, lanes), "r");
+  return s->beta_class == 2 ? fma3(g, g->beta, vload(g, p, lanes), r) : r;
+}
+
 static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int nr)
 {
   const jt_gemm_t *s = g->g;
@@ -619,17 +634,16 @@ static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int n
       int lanes = mr - v * g->V < g->V ? mr - v * g->V : g->V;
       LLVMValueRef p = at(g, g->c, LLVMBuildNSWAdd(g->b, col, LLVMBuildNSWAdd(g->b, i0, i64c(g, v * g->V), ""), ""));
       LLVMValueRef r = next_acc[v][j];
-      if (!s->alpha_one)
-        r = LLVMBuildFMul(g->b, r, g->alpha, "ar");
-      if (s->beta_class == 1) {
-        r = LLVMBuildFAdd(g->b, r, vload(g, p, lanes), "r");
-      } else if (g->first) { /* K blocked: C as beta says in the first block, else C itself */
+      if (g->first && s->beta_class != 1) { /* K blocked: C as beta says in the first block,
+                                               else C itself */
+        if (!s->alpha_one)
+          r = LLVMBuildFMul(g->b, r, g->alpha, "ar");
         LLVMValueRef c = s->beta_class ? vload(g, p, lanes) : load_after_first(g, p, lanes);
         LLVMValueRef plus = LLVMBuildFAdd(g->b, r, c, "r");
         LLVMValueRef r1 = s->beta_class == 2 ? fma3(g, g->beta, c, r) : r;
         r = LLVMBuildSelect(g->b, g->first, r1, plus, "r"); /* beta = 0: C's NaNs never enter */
-      } else if (s->beta_class == 2) {
-        r = fma3(g, g->beta, vload(g, p, lanes), r);
+      } else {
+        r = scaled_plus_c(g, r, p, lanes);
       }
       vstore(g, r, p, lanes);
     }
@@ -747,7 +761,8 @@ static LLVMValueRef hsum(gen_t *g, LLVMValueRef v)
  * What the model cannot tell (1, 2, 3 or 4 vectors of rows; K in blocks or not; full or half
  * width, which double-pumping AMD cores and small M may prefer; masked or pieced tails;
  * MUL_MAT panels of 16 or 32 rows, 8 or more columns; A's panels copied always or only when
- * unaligned) is what jt_gemm_candidates offers tune(), most plausible first: the agent times 3,
+ * unaligned; a GEMV's sweep or blocks of rows) is what jt_gemm_candidates offers tune(), most
+ * plausible first: the agent times 3,
  * so where A can be copied that choice comes third, before the width (it never meets a K-block
  * choice: a copy needs one K block whose panel fits). */
 
@@ -787,8 +802,8 @@ static int realigns(const jt_gemm_t *s, int mr)
  * 96^3 1.00 / 1.05x. At 5 or fewer it stays where it lies: sgemm 160^3 (5) 0.98 / 1.04x,
  * 112^3 0.97 / 0.94x, dgemm 72^3 0.97 / 0.96x, 80^3 1.00 / 0.96x, 100^3 (5) 0.96 / 0.99x,
  * 112^3 0.95 / 0.98x; but sgemm 128^3 at lda 136 (5) 1.51 / 1.49x, which tune(), timing the
- * other choice, finds. With one column block (a GEMV, N within a block) A is read once: not
- * copied unless unaligned. */
+ * other choice, finds. With one column block (N within a block) A is read once: not copied
+ * unless unaligned (and a GEMV of 32 KB or more sweeps A, copying nothing). */
 static int a_piles_up(const jt_gemm_t *s, int mr)
 {
   long esz = s->f64 ? 8 : 4;
@@ -799,26 +814,30 @@ static int a_piles_up(const jt_gemm_t *s, int mr)
  * smallest of the x86-64 cores this project meets, where it cannot tell). */
 static long l2_bytes(void)
 {
-  static long bytes;
-  if (!bytes) {
-    long b = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    bytes = b > 0 ? b : 256 * 1024;
+  static _Atomic long bytes; /* compile threads read it at once; any of them finds the same */
+  long b = atomic_load_explicit(&bytes, memory_order_relaxed);
+  if (!b) {
+    b = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    b = b > 0 ? b : 256 * 1024;
+    atomic_store_explicit(&bytes, b, memory_order_relaxed);
   }
-  return bytes;
+  return b;
 }
 
 /* N's block for r (its kc resolved): all of N where B's part of a K block, kc (or K) elements
  * of each of its columns, fits this CPU's L2; else as many columns (whole column blocks) as
  * fill half of it, the rest for A's panels and C. Past L2 every row block reads B's block
  * from L3 again, and with columns a page apart (ldb of 1024 floats) each reaches another page
- * (Zen 3, L2 512 KB, interleaved against N in one block: sgemm 768^3 1.07-1.10x, 1024^3 1.11x,
- * dgemm 1024^3 1.18x; sgemm 512^3, whose block just fits, 0.97x). */
+ * (Zen 3, L2 512 KB, interleaved against N in one block: sgemm 768^3 1.00-1.10x, 1024^3
+ * 1.10x, 1536^3 1.31x, 2048^3 1.07x; sgemm 512^3, whose block just fits, 0.97x). */
 static int n_block(const jt_gemm_t *r)
 {
   long col = (long)(r->kc ? r->kc : r->k) * (r->f64 ? 8 : 4);
   if ((long)r->n * col <= l2_bytes())
     return r->n;
-  long most = l2_bytes() / 2 / col, blocks = (r->n + most - 1) / most; /* evened out */
+  long most = l2_bytes() / 2 / col; /* evened out over blocks of at least a column block */
+  most = most < r->nr ? r->nr : most;
+  long blocks = (r->n + most - 1) / most;
   long nc = ((r->n + blocks - 1) / blocks + r->nr - 1) / r->nr * r->nr;
   return nc < r->n ? (int)nc : r->n;
 }
@@ -963,8 +982,16 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
     if (realigns(r, (int)rows)) /* the block is read again only where N has two column blocks */
       r->copy_a = s->copy_a ? s->copy_a : s->n > r->nr && a_piles_up(r, (int)rows) ? 2 : 1;
     r->nc = s->nc > 0 && s->nc < s->n ? s->nc : s->nc ? s->n : n_block(r);
-    if (s->n == 1 && !s->ta) /* a GEMV: A of an L1 or more swept (emit_sweep), else blocks */
-      r->gemv = s->gemv ? s->gemv : (long)s->m * s->k * esz >= 32768 ? 1 : 2;
+    /* a GEMV: A of an L1 or more swept (emit_sweep), unless a blocking is asked for; else
+     * blocks of rows */
+    int blocking = s->mr_vecs || s->nr || s->kc || s->copy_a;
+    if (s->n == 1 && !s->ta)
+      r->gemv = s->gemv ? s->gemv : !blocking && (long)s->m * s->k * esz >= 32768 ? 1 : 2;
+    if (r->gemv == 1 && ((s->mr_vecs && s->mr_vecs != 1) || (s->nr && s->nr != 1) ||
+                         (s->kc && s->kc != s->k) || s->copy_a)) { /* but its own, resolved */
+      snprintf(err, len, "a GEMV's sweep (gemv 1) has no blocking to ask for");
+      return -1;
+    }
     if (r->gemv == 1) /* no blocking: the sweep has its own */
       r->mr_vecs = r->nr = 1, r->kc = s->k, r->copy_a = 0;
   }
@@ -998,8 +1025,8 @@ int jt_gemm_candidates(const jt_gemm_t *s, int host_isa, jt_gemm_t *out, int max
     p[np++].vbits = wide / 2;
     p[np].mr_vecs = 2, p[np++].nr = 1;
   } else if (!s->add_rms_mul) {
-    if (d.gemv)
-      p[np++].gemv = 3 - d.gemv;
+    if (d.gemv == 1) /* blocks of rows (the sweep measured 0.73x where A fits L1) */
+      p[np++].gemv = 2;
     p[np++].mr_vecs = d.mr_vecs > 2 ? 2 : s->m > 2 * V ? 3 : 1;
     if (d.copy_a)
       p[np++].copy_a = 3 - d.copy_a;
@@ -1292,45 +1319,63 @@ static void emit_columns(gen_t *g, const panels_t *p)
 #define SWEEP_BYTES 4096
 #define SWEEP_K 8
 
-/* rows of the chunk at i0 (whole vectors, then a partial one), ku columns from k: panel +=
- * A[i0.., k..k+ku-1] x[k..k+ku-1]. */
+/* What a pass over a chunk's vectors does to each (sweep_pass). */
+enum { SWEEP_ZERO, SWEEP_COLS, SWEEP_STORE };
+
+/* One vector of the chunk at i0, lanes of it from row r (an i64, within the chunk): its sums
+ * zeroed, or updated by ku columns of A (col: each column's chunk; xb: their x's broadcast),
+ * or stored to C as alpha and beta say. The panel has room for whole vectors. */
+static void sweep_vec(gen_t *g, int what, LLVMValueRef i0, LLVMValueRef r, int lanes,
+                      const LLVMValueRef *col, const LLVMValueRef *xb, int ku)
+{
+  LLVMValueRef py = at(g, g->pack, r);
+  if (what == SWEEP_ZERO) {
+    vstore(g, LLVMConstNull(g->vec), py, g->V);
+  } else if (what == SWEEP_COLS) {
+    LLVMValueRef t = vload(g, py, g->V);
+    for (int u = 0; u < ku; u++)
+      t = fma3(g, vload(g, at(g, col[u], r), lanes), xb[u], t);
+    vstore(g, t, py, g->V);
+  } else {
+    LLVMValueRef pc = at(g, g->c, add(g, i0, r));
+    vstore(g, scaled_plus_c(g, vload(g, py, g->V), pc, lanes), pc, lanes);
+  }
+}
+
+/* sweep_vec over the rows of the chunk at i0: a loop over its whole vectors, then the partial
+ * one. */
+static void sweep_pass(gen_t *g, int what, LLVMValueRef i0, int rows, const LLVMValueRef *col,
+                       const LLVMValueRef *xb, int ku)
+{
+  int full = rows / g->V * g->V;
+  if (full) {
+    jt_loop_t v = loop_begin(g, i64c(g, 0), full, g->V, "sv");
+    sweep_vec(g, what, i0, v.iv, g->V, col, xb, ku);
+    loop_end(g, &v);
+  }
+  if (rows > full)
+    sweep_vec(g, what, i0, i64c(g, full), rows - full, col, xb, ku);
+}
+
+/* The chunk at i0 (rows of them), ku columns from k: panel += A[i0.., k..k+ku-1] x[k..]. */
 static void sweep_cols(gen_t *g, LLVMValueRef i0, int rows, LLVMValueRef k, int ku)
 {
   const jt_gemm_t *s = g->g;
   LLVMValueRef xb[SWEEP_K], col[SWEEP_K];
   for (int u = 0; u < ku; u++) {
-    LLVMValueRef ku_ = add(g, k, i64c(g, u));
-    LLVMValueRef ix = s->tb ? mul(g, ku_, s->ldb) : ku_; /* op(B)'s only column */
+    LLVMValueRef kk = add(g, k, i64c(g, u));
+    LLVMValueRef ix = s->tb ? mul(g, kk, s->ldb) : kk; /* op(B)'s only column */
     xb[u] = splat(g, LLVMBuildLoad2(g->b, g->elem, at(g, g->bm, ix), "x"));
-    col[u] = at(g, g->a, add(g, i0, mul(g, ku_, s->lda)));
+    col[u] = at(g, g->a, add(g, i0, mul(g, kk, s->lda)));
   }
-  int full = rows / g->V * g->V;
-  for (int part = 0; part < 2; part++) {
-    int lanes = part ? rows - full : g->V;
-    if (!lanes || (!part && !full))
-      continue;
-    jt_loop_t v = {0};
-    LLVMValueRef r = i64c(g, full);
-    if (!part) {
-      v = loop_begin(g, i64c(g, 0), full, g->V, "sv");
-      r = v.iv;
-    }
-    LLVMValueRef py = at(g, g->pack, r), t = vload(g, py, g->V);
-    for (int u = 0; u < ku; u++)
-      t = fma3(g, vload(g, at(g, col[u], r), lanes), xb[u], t);
-    vstore(g, t, py, g->V); /* the panel has room for whole vectors */
-    if (!part)
-      loop_end(g, &v);
-  }
+  sweep_pass(g, SWEEP_COLS, i0, rows, col, xb, ku);
 }
 
 /* The chunk of rows at i0 (rows of them): the panel zeroed, every k, then C. */
 static void sweep_chunk(gen_t *g, LLVMValueRef i0, int rows)
 {
   const jt_gemm_t *s = g->g;
-  int vecs = (rows + g->V - 1) / g->V;
-  for (int v = 0; v < vecs; v++)
-    vstore(g, LLVMConstNull(g->vec), at(g, g->pack, i64c(g, (long)v * g->V)), g->V);
+  sweep_pass(g, SWEEP_ZERO, i0, rows, NULL, NULL, 0);
   int kfull = s->k / SWEEP_K * SWEEP_K;
   if (kfull) {
     jt_loop_t k = loop_begin(g, i64c(g, 0), kfull, SWEEP_K, "sk");
@@ -1339,18 +1384,7 @@ static void sweep_chunk(gen_t *g, LLVMValueRef i0, int rows)
   }
   if (s->k > kfull)
     sweep_cols(g, i0, rows, i64c(g, kfull), s->k - kfull);
-  for (int v = 0; v < vecs; v++) {
-    int lanes = rows - v * g->V < g->V ? rows - v * g->V : g->V;
-    LLVMValueRef pc = at(g, g->c, add(g, i0, i64c(g, (long)v * g->V)));
-    LLVMValueRef r = vload(g, at(g, g->pack, i64c(g, (long)v * g->V)), g->V);
-    if (!s->alpha_one)
-      r = LLVMBuildFMul(g->b, r, g->alpha, "ar");
-    if (s->beta_class == 1)
-      r = LLVMBuildFAdd(g->b, r, vload(g, pc, lanes), "r");
-    else if (s->beta_class == 2)
-      r = fma3(g, g->beta, vload(g, pc, lanes), r);
-    vstore(g, r, pc, lanes);
-  }
+  sweep_pass(g, SWEEP_STORE, i0, rows, NULL, NULL, 0);
 }
 
 static void emit_sweep(gen_t *g)

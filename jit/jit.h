@@ -185,7 +185,7 @@ typedef void (*jt_gemm_fn)(const void *a, const void *b, void *c, double alpha, 
 typedef struct jt_tune_s {
   int n;                       /* candidates compiled and timed */
   int best;                    /* the index of the pick in cand */
-  jt_gemm_t cand[JT_TUNE_MAX]; /* resolved (isa, vbits, mr_vecs, nr, tails, kc, copy_a set) */
+  jt_gemm_t cand[JT_TUNE_MAX]; /* resolved (every generation field set) */
   double ns[JT_TUNE_MAX];      /* median ns per call (MUL_MAT: a call over the timed rows) */
   uint64_t compile_ns;         /* spent compiling the candidates */
   uint64_t time_ns;            /* spent timing them (scratch data included) */
@@ -235,10 +235,11 @@ typedef struct jt_api_s {
 #define JT_MODULE_NAME "libopjit-jit.so"
 
 /* The generator's limits: larger shapes stay on the original library. K comes in blocks (kc)
- * and, where B's part of a K block would outgrow L2, N in blocks (nc): bench_kernels measures
- * the large products against OpenBLAS on its default and on its SSE3 kernels. */
+ * and, where B's part of a K block would outgrow L2, N in blocks (nc): bench_jit's "large" set
+ * measures the large products against OpenBLAS on its best and on its SSE3 kernels. */
 #define JT_GEMM_MAX_DIM 2048
 #define JT_GEMM_MAX_K 2048
+#define JT_SYRK_MAX_N 512 /* a SYRK's n: its kernel calls a GEMM per tile in straight code */
 #define JT_GEMM_MAX_K_PACKED 256 /* with op(A) = A^T the kernel packs an MR x K panel on the
                                     stack (and it probes the stack as it grows), unless it
                                     computes dot products (jt_gemm_dots) */

@@ -37,11 +37,12 @@ static int mm_supported(const jt_gemm_t *g)
          g->k >= 1 && g->m <= (1 << 24) && g->n <= (1 << 16) && g->k <= (1 << 20);
 }
 
-/* A SYRK is computed by GEMM kernels on its triangle's tiles (syrk.c): what they compile. */
+/* A SYRK is computed by GEMM kernels on its triangle's tiles (syrk.c): what they compile, n up
+ * to JT_SYRK_MAX_N (its tiles are straight code, their number grows with n^2). */
 static int syrk_supported(const jt_gemm_t *g)
 {
   return (g->syrk == 1 || g->syrk == 2) && g->m == g->n && g->tb == !g->ta && g->ldb == g->lda &&
-         g->n > 1 && gemm_supported(g);
+         g->n > 1 && g->n <= JT_SYRK_MAX_N && gemm_supported(g);
 }
 
 /* A head's attention: an even DK and a DV of whole 512-bit vectors, both at most JT_FA_MAX_D

@@ -282,8 +282,9 @@ typedef struct duel_ops_s {
   void *mem;     /* the scratch */
 } duel_ops_t;
 
-#define DUEL_SCRATCH_MAX (64u << 20) /* a signature needing more scratch gets no duel, nor a
-                                        check */
+/* A signature needing more scratch gets no duel, nor a check: room for the generator's largest
+ * dgemm (A, B and C, and the original's C beside the kernel's: 4 x 32 MB at 2048^2) */
+#define DUEL_SCRATCH_MAX ((size_t)4 * JT_GEMM_MAX_DIM * JT_GEMM_MAX_DIM * 8 + (1u << 20))
 
 static double scalar_of(unsigned cls)
 {

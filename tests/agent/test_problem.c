@@ -9,7 +9,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#define MAXD 512 /* OPJIT_JIT_MAX_DIM's default */
+#define MAXD 512 /* an OPJIT_JIT_MAX_DIM (its default before generator 32) */
 
 static ag_sig_t blas(uint8_t op, uint8_t dtype, uint8_t order, uint8_t ta, uint8_t tb,
                      uint8_t alpha, uint8_t beta, int m, int n, int k, int lda, int ldb, int ldc)

@@ -548,9 +548,9 @@ ISA_TEST(an_unaligned_a_gives_the_same_results)
 
 /* Where A's row block, read where it lies and again for every column block, would crowd one L1
  * set (more than 5 of its lines: lda a multiple of 512 bytes, or of 256 over enough K) A is
- * copied by default whatever its alignment; elsewhere only when unaligned, as with one column
- * block (a GEMV); never where A is under 32 KB, op(A) = A^T or K is blocked. tune() offers the
- * other choice. */
+ * copied by default whatever its alignment; elsewhere only when unaligned; never where A is
+ * under 32 KB, op(A) = A^T or K is blocked, nor in a GEMV that sweeps A (one of 32 KB or more:
+ * jt_gemm_t.gemv). tune() offers the other choice. */
 ISA_TEST(a_crowding_one_cache_set_is_copied_by_default)
 {
   struct {
@@ -850,17 +850,14 @@ ISA_TEST(matrix_vector_products_match_the_reference)
   }
 }
 
-/* K in blocks (1 KB of each B column: 256 floats, 128 doubles, where K spans more than two):
- * the first block applies beta, the others add to C; under beta = 0 a C full of NaN never
- * leaks into the result. K across the block edges, M and N with tails, A's slice copied or
- * (B's columns piling up in one L1 set) B's sliver. */
 /* Products whose B outgrows L2 come in N blocks (jt_gemm_t.nc), each with its K blocks, A's
- * panels and the test of A's alignment again: the generator's own width, forced ones (a
- * narrower last block, one of a single column), every beta class (beta = 0 over a C of NaN),
- * past the old limit of 1024 on K. The width shows in the kernel's name. */
+ * panels and the test of A's alignment again (A aligned, and off a vector), B's sliver where
+ * its columns pile up in one L1 set: the generator's own width, forced ones (a narrower last
+ * block, one of a single column), every beta class (beta = 0 over a C of NaN), past the old
+ * limit of 1024 on K. The width shows in the kernel's name. */
 ISA_TEST(n_blocks_match_the_reference)
 {
-  for (int t = 0; t < 12; t++) {
+  for (int t = 0; t < 16; t++) {
     jt_gemm_t g = {.f64 = t & 1, .tb = (int)rnd(2), .m = 1 + (int)rnd(130),
                    .n = 300 + (int)rnd(900), .k = 200 + (int)rnd(1000), .beta_class = t / 2 % 3,
                    .alpha_one = (int)rnd(2)};
@@ -869,8 +866,12 @@ ISA_TEST(n_blocks_match_the_reference)
     g.lda = g.m + (int)rnd(3), g.ldb = (g.tb ? g.n : g.k) + (int)rnd(3), g.ldc = g.m + (int)rnd(3);
     if (t == 5) /* A^T's panel instead of K blocks */
       g.ta = 1, g.k = JT_GEMM_MAX_K_PACKED, g.lda = g.k + 1, g.copy_a = 0;
+    if (t >= 12) /* B's columns 4 or 8 KB apart: its sliver copied */
+      g.tb = 0, g.k = 700 + (int)rnd(300), g.ldb = 1024 * (1 + (t & 1)), g.copy_a = 0;
+    a_shift = t % 2 ? 1 : 0; /* A aligned, or one element off */
     double beta = g.beta_class == 0 ? 0 : g.beta_class == 1 ? 1 : -0.5;
     check(&g, compile(&g), g.alpha_one ? 1 : 0.75, beta, g.beta_class == 0);
+    a_shift = -1;
     if (g.nc) {
       jt_gemm_t r = g;
       r.isa = isa;
@@ -922,8 +923,19 @@ ISA_TEST(gemvs_sweep_or_block_and_match_the_reference)
   g.gemv = 3;
   cr_assert_eq(jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err), -1);
   cr_assert(strstr(err, "gemv"), "%s", err);
+  g.gemv = 1, g.mr_vecs = 3; /* a blocking asked for: the sweep refuses it, by default blocks */
+  cr_assert_eq(jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err), -1);
+  cr_assert(strstr(err, "blocking"), "%s", err);
+  g.gemv = 0;
+  char name[200];
+  jit->gemm_name(&g, name, sizeof name);
+  cr_assert(strstr(name, "_3x1") && strstr(name, "_w2"), "%s", name);
 }
 
+/* K in blocks (1 KB of each B column: 256 floats, 128 doubles, where K spans more than two):
+ * the first block applies beta, the others add to C; under beta = 0 a C full of NaN never
+ * leaks into the result. K across the block edges, M and N with tails, A's slice copied or
+ * (B's columns piling up in one L1 set) B's sliver. */
 ISA_TEST(k_blocks_apply_beta_once)
 {
   static const int ks[] = {127, 128, 129, 255, 256, 257, 600, 1024};
