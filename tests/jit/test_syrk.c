@@ -109,7 +109,10 @@ static double run(const jt_gemm_t *g, double alpha, double beta)
 
 Test(syrk, both_triangles_both_transposes_against_the_reference)
 {
-  static const int shapes[][2] = {{2, 1}, {7, 5}, {31, 17}, {32, 32}, {33, 8}, {70, 64}, {100, 3}};
+  /* 65 x 256: a last tile of one column, whose GEMM (a GEMV of 32 x 256, 32 KB of floats)
+   * sweeps A's columns */
+  static const int shapes[][2] = {{2, 1},   {7, 5},  {31, 17}, {32, 32},
+                                  {33, 8},  {70, 64}, {100, 3}, {65, 256}};
   static const double alphas[] = {1, 0.75}, betas[] = {0, 1, -0.5};
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
     for (int v = 0; v < 8; v++) {
@@ -150,4 +153,8 @@ Test(syrk, the_kind_row_names_and_limits_it)
   cr_assert_not(jt_gemm_supported(&bad));
   bad = g, bad.m = bad.n = JT_GEMM_MAX_DIM + 1, bad.ldc = bad.m;
   cr_assert_not(jt_gemm_supported(&bad));
+  bad = g, bad.m = bad.n = JT_SYRK_MAX_N + 1, bad.ldc = bad.m; /* its tiles in straight code */
+  cr_assert_not(jt_gemm_supported(&bad));
+  bad.m = bad.n = JT_SYRK_MAX_N, bad.ldc = bad.m;
+  cr_assert(jt_gemm_supported(&bad));
 }
