@@ -842,6 +842,17 @@ static int n_block(const jt_gemm_t *r)
   return nc < r->n ? (int)nc : r->n;
 }
 
+/* Whether GEMM s (not a MUL_MAT, dot or norm) is a GEMV with op(A) = A that sweeps A's columns
+ * (emit_sweep): asked to (gemv 1), or by default where A fills an L1 (32 KB) or more and no
+ * blocking is asked for. */
+static int sweeps(const jt_gemm_t *s)
+{
+  if (s->n != 1 || s->ta || s->gemv == 2)
+    return 0;
+  return s->gemv == 1 || (!s->mr_vecs && !s->nr && !s->kc && !s->copy_a &&
+                          (long)s->m * s->k * (s->f64 ? 8 : 4) >= 32768);
+}
+
 static int isa_regs(int isa) { return isa == JT_ISA_AVX512 ? 32 : 16; }
 static int isa_bits(int isa) { return isa == JT_ISA_AVX512 ? 512 : 256; }
 
@@ -937,6 +948,13 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
     r->mr_vecs = 2, r->nr = 1, r->kc = 0;
   } else if (jt_gemm_dots(s)) { /* dot products (emit_dots): no blocking to choose */
     r->mr_vecs = 1, r->nr = 1, r->kc = 0;
+  } else if (sweeps(s)) { /* a GEMV sweeping A (emit_sweep): its blocking is its own */
+    if ((s->mr_vecs && s->mr_vecs != 1) || (s->nr && s->nr != 1) || (s->kc && s->kc != s->k) ||
+        s->copy_a) { /* any other than its own, resolved */
+      snprintf(err, len, "a GEMV's sweep (gemv 1) has no blocking to ask for");
+      return -1;
+    }
+    r->gemv = 1, r->mr_vecs = r->nr = 1, r->kc = s->k, r->nc = s->n;
   } else {
     /* a matrix-vector product's chains are its vectors of rows: 4 where M has them. A GEMM's
      * rows in one block where M fits 3 vectors (AVX-512 and AVX2 alike, bench: 1.04-1.13x
@@ -982,18 +1000,7 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
     if (realigns(r, (int)rows)) /* the block is read again only where N has two column blocks */
       r->copy_a = s->copy_a ? s->copy_a : s->n > r->nr && a_piles_up(r, (int)rows) ? 2 : 1;
     r->nc = s->nc > 0 && s->nc < s->n ? s->nc : s->nc ? s->n : n_block(r);
-    /* a GEMV: A of an L1 or more swept (emit_sweep), unless a blocking is asked for; else
-     * blocks of rows */
-    int blocking = s->mr_vecs || s->nr || s->kc || s->copy_a;
-    if (s->n == 1 && !s->ta)
-      r->gemv = s->gemv ? s->gemv : !blocking && (long)s->m * s->k * esz >= 32768 ? 1 : 2;
-    if (r->gemv == 1 && ((s->mr_vecs && s->mr_vecs != 1) || (s->nr && s->nr != 1) ||
-                         (s->kc && s->kc != s->k) || s->copy_a)) { /* but its own, resolved */
-      snprintf(err, len, "a GEMV's sweep (gemv 1) has no blocking to ask for");
-      return -1;
-    }
-    if (r->gemv == 1) /* no blocking: the sweep has its own */
-      r->mr_vecs = r->nr = 1, r->kc = s->k, r->copy_a = 0;
+    r->gemv = s->n == 1 && !s->ta ? 2 : 0; /* a GEMV in blocks of rows */
   }
   if (r->mr_vecs < 1 || r->mr_vecs > JT_MAX_MR_VECS || r->nr < 1 || r->nr > JT_MAX_NR ||
       block_regs(r->mr_vecs, r->nr, !s->mm) > regs ||

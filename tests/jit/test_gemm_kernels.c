@@ -11,6 +11,7 @@
 #include <criterion/criterion.h>
 #include <dlfcn.h>
 #include <fenv.h>
+#include <stdarg.h>
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -511,12 +512,19 @@ ISA_TEST(mul_mat_add_kernels_add_the_residual_to_the_product_bit_for_bit)
   }
 }
 
-/* Whether g's kernel, as the generator resolves it, copies A's panels as copy (its name's _c). */
-static int copies_as(const jt_gemm_t *g, int copy)
+/* Whether the name of g's kernel (for the ISA under test unless g names one), as the generator
+ * resolves it, holds the piece fmt formats: "_c%d" copy_a, "_n%d" nc, "_w%d" gemv. */
+static __attribute__((format(printf, 2, 3))) int named_with(const jt_gemm_t *g, const char *fmt,
+                                                              ...)
 {
-  char name[160], want[8];
-  jit->gemm_name(g, name, sizeof name);
-  snprintf(want, sizeof want, "_c%d", copy);
+  jt_gemm_t r = *g;
+  r.isa = r.isa ? r.isa : isa;
+  char name[200], want[32];
+  jit->gemm_name(&r, name, sizeof name);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(want, sizeof want, fmt, ap);
+  va_end(ap);
   return strstr(name, want) != NULL;
 }
 
@@ -539,7 +547,7 @@ ISA_TEST(an_unaligned_a_gives_the_same_results)
                        .ldc = shapes[t].m, .alpha_one = 1,
                        .beta_class = beta == 0 ? 0 : beta == 1 ? 1 : 2, .isa = isa,
                        .copy_a = copy};
-        cr_assert(copies_as(&g, copy), "shape %zu does not copy as asked (%d)", t, copy);
+        cr_assert(named_with(&g, "_c%d", copy), "shape %zu does not copy as asked (%d)", t, copy);
         a_shift = shift;
         cr_assert_leq(check(&g, compile(&g), 1, beta, beta == 0), 1.0);
       }
@@ -578,7 +586,7 @@ ISA_TEST(a_crowding_one_cache_set_is_copied_by_default)
     jt_gemm_t g = {.f64 = cases[i].f64, .ta = cases[i].ta, .m = cases[i].m, .n = cases[i].n,
                    .k = cases[i].k, .lda = cases[i].lda, .ldb = cases[i].k, .ldc = cases[i].m,
                    .alpha_one = 1, .beta_class = 1, .isa = isa, .vbits = 256};
-    cr_assert(copies_as(&g, cases[i].want), "case %zu: not _c%d", i, cases[i].want);
+    cr_assert(named_with(&g, "_c%d", cases[i].want), "case %zu: not _c%d", i, cases[i].want);
   }
   jt_gemm_t g = {.m = 128, .n = 32, .k = 128, .lda = 128, .ldb = 128, .ldc = 128, .alpha_one = 1,
                  .beta_class = 1, .isa = isa, .vbits = 256};
@@ -884,12 +892,7 @@ ISA_TEST(n_blocks_match_the_reference)
     check(&g, compile(&g), g.alpha_one ? 1 : 0.75, beta, g.beta_class == 0);
     a_shift = -1;
     if (g.nc) {
-      jt_gemm_t r = g;
-      r.isa = isa;
-      char name[200], want[32];
-      jit->gemm_name(&r, name, sizeof name);
-      snprintf(want, sizeof want, "_n%d", g.nc);
-      cr_assert(strstr(name, want), "%s: N blocks of %d", name, g.nc);
+      cr_assert(named_with(&g, "_n%d", g.nc), "N blocks of %d", g.nc);
     }
   }
 }
@@ -910,12 +913,8 @@ ISA_TEST(gemvs_sweep_or_block_and_match_the_reference)
     g.ldc = g.m + (int)rnd(3);
     double beta = g.beta_class == 0 ? 0 : g.beta_class == 1 ? 1 : -0.5;
     check(&g, compile(&g), g.alpha_one ? 1 : 0.75, beta, g.beta_class == 0);
-    jt_gemm_t r = g;
-    r.isa = isa;
-    char name[200];
-    jit->gemm_name(&r, name, sizeof name);
     int want = g.gemv ? g.gemv : (long)g.m * g.k * (g.f64 ? 8 : 4) >= 32768 ? 1 : 2;
-    cr_assert(strstr(name, want == 1 ? "_w1" : "_w2"), "%s: gemv %d", name, want);
+    cr_assert(named_with(&g, "_w%d", want), "%dx%d: gemv %d", g.m, g.k, want);
   }
   jt_gemm_t g = {.m = 512, .n = 1, .k = 512, .lda = 512, .ldb = 512, .ldc = 512, .alpha_one = 1,
                  .beta_class = 1, .isa = isa};
@@ -935,9 +934,7 @@ ISA_TEST(gemvs_sweep_or_block_and_match_the_reference)
   cr_assert_eq(jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err), -1);
   cr_assert(strstr(err, "blocking"), "%s", err);
   g.gemv = 0;
-  char name[200];
-  jit->gemm_name(&g, name, sizeof name);
-  cr_assert(strstr(name, "_3x1") && strstr(name, "_w2"), "%s", name);
+  cr_assert(named_with(&g, "_%dx1", 3) && named_with(&g, "_w%d", 2), "a blocking asked for");
 }
 
 /* K in blocks (1 KB of each B column: 256 floats, 128 doubles, where K spans more than two):
