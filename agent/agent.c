@@ -931,7 +931,8 @@ static void write_variants(void)
                                atomic_load(&e->compile_ns), vcalls[i], atomic_load(&e->vtimed),
                                atomic_load(&e->vtimed_ns), p->origin,
                                p->pre_calls, cpu_key, p->object, p->object_len, p->symbol,
-                               p->checksum, p->drop, judged ? &judges[nv] : NULL};
+                               p->checksum, p->drop, judged ? &judges[nv] : NULL,
+                               variant ? ag_tier_judge_ratio(i) : 0};
     vidx[nv++] = i;
   }
   for (size_t i = 0; i < npending; i++) {

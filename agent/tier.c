@@ -653,15 +653,13 @@ void ag_tier_judge_stored(uint32_t i, uint32_t rev)
 
 double ag_tier_judge_ratio(uint32_t i)
 {
-  if (!judge_kept(i))
+  if (!cmps)
     return 0;
   st_judge_pool_t pool;
   pthread_mutex_lock(&cmp_mu);
-  int stored = cmp_rev[i] == cmp_stored[i];
-  if (stored)
-    ag_cmp_save(&cmps[i], &pool);
+  ag_cmp_save(&cmps[i], &pool);
   pthread_mutex_unlock(&cmp_mu);
-  return stored && pool.n >= ST_JUDGE_MIN_RATIOS ? st_judge_median(pool.ratio, pool.n) : 0;
+  return pool.n >= ST_JUDGE_MIN_RATIOS ? st_judge_median(pool.ratio, pool.n) : 0;
 }
 
 /* The in-run judge found e's variant faster: that is now the basis of its serving, with the

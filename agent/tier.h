@@ -167,10 +167,11 @@ int ag_tier_judge_pool(uint32_t i, st_judge_pool_t *out, uint32_t *rev);
  * again, they are not handed out. */
 void ag_tier_judge_stored(uint32_t i, uint32_t rev);
 
-/* Entry i's judge median ratio variant / original (store/judge.h, st_judge_median) as the
- * database holds it — its variant serving or tied, its rounds as last stored, with a verdict's
- * worth of them — so that the exit summary's saving is the one the readers compute
- * (store/query.h, ST_SIG_RATIO); 0 else. */
+/* Entry i's judge median ratio variant / original (store/judge.h, st_judge_median) over its
+ * window now — this run's rounds and any pooled from earlier runs, whatever the verdict: a
+ * variant demoted as slower has one above 1 — with a verdict's worth of rounds (0 else). The
+ * writer records it with the run's variant row, and the exit summary's speedups and saving come
+ * from it as the readers' do (store/query.h, ST_SIG_RATIO). */
 double ag_tier_judge_ratio(uint32_t i);
 
 /* One cold pair timing of e's call (agent.h, ag_call_variant): side is AG_CMP_PAIR_ORIG or

@@ -26,6 +26,10 @@ struct st_rows_s {
 #define JUDGE_RATIO(sig)                                                                       \
   "(SELECT judge_median(j.ratios) FROM judge_pools j WHERE j.sig_id = " sig                   \
   " AND judge_median(j.ratios) IS NOT NULL ORDER BY j.updated_ns DESC LIMIT 1)"
+/* A variant row's ratio for the readers: the one its run recorded (schema 11: the judge's window
+ * when the row was written, whatever the verdict, so a variant demoted as slower shows as
+ * slower), else, for a row without one, JUDGE_RATIO. */
+#define RUN_RATIO(v, sig) "coalesce(" v ".ratio, " JUDGE_RATIO(sig) ")"
 
 /* One text per query; the comments of query.h say what each returns. A run whose programs (or
  * machines) row is gone still shows, with NULL there: readers must not lose runs to damage. */
@@ -41,7 +45,7 @@ static const char *const sql[ST_Q__N] = {
         "WITH split AS (SELECT rs.run_id, rs.sig_id, rs.calls, rs.timed_calls AS otimed,"
         "  rs.timed_ns AS otimed_ns, min(coalesce(v.calls, 0), rs.calls) AS vcalls,"
         "  coalesce(v.timed_calls, 0) AS vtimed, coalesce(v.timed_ns, 0) AS vtimed_ns,"
-        "  v.status AS status, CASE WHEN v.status IS NOT NULL THEN " JUDGE_RATIO("rs.sig_id")
+        "  v.status AS status, CASE WHEN v.status IS NOT NULL THEN " RUN_RATIO("v", "rs.sig_id")
         "  END AS ratio"
         "  FROM run_sigs rs LEFT JOIN variants v ON v.run_id = rs.run_id AND v.sig_id = rs.sig_id"
         "  WHERE ?1 = 0 OR rs.run_id = ?1),"
@@ -67,7 +71,9 @@ static const char *const sql[ST_Q__N] = {
         "  ORDER BY r.run_id DESC LIMIT 1),"
         " (SELECT r.reason FROM run_sigs r WHERE r.sig_id = s.id AND (?1 = 0 OR r.run_id = ?1)"
         "  ORDER BY r.run_id DESC LIMIT 1),"
-        " max(m.ratio)"
+        " sum(CASE WHEN m.ratio > 0 AND m.vtimed >= " ST_STR(ST_COMPARE_MIN_TIMED)
+        "  THEN m.vcalls * m.vmean END) / sum(CASE WHEN m.ratio > 0 AND m.vtimed >= "
+        ST_STR(ST_COMPARE_MIN_TIMED) " THEN m.vcalls * m.vmean / m.ratio END)"
         " FROM means m JOIN signatures s ON s.id = m.sig_id"
         " GROUP BY s.id ORDER BY est DESC, sum(m.calls) DESC, s.sig",
     [ST_Q_RUN_EXISTS] = "SELECT count(*) FROM runs WHERE id = ?",
@@ -132,7 +138,7 @@ static const char *const sql[ST_Q__N] = {
         " v.calls, v.timed_calls, v.timed_ns, coalesce(rs.calls, 0),"
         " coalesce(rs.timed_calls, 0), coalesce(rs.timed_ns, 0),"
         " (SELECT count(DISTINCT w.llvm || '/' || w.cpu || '/' || w.generator) FROM variants w"
-        "  WHERE ?1 = 0 OR w.run_id = ?1), v.origin, rs.state, rs.reason, " JUDGE_RATIO("v.sig_id")
+        "  WHERE ?1 = 0 OR w.run_id = ?1), v.origin, rs.state, rs.reason, " RUN_RATIO("v", "v.sig_id")
         " FROM variants v JOIN signatures s ON s.id = v.sig_id"
         " LEFT JOIN run_sigs rs ON rs.run_id = v.run_id AND rs.sig_id = v.sig_id"
         " WHERE ?1 = 0 OR v.run_id = ?1 ORDER BY v.run_id DESC, v.calls DESC, s.sig",

@@ -110,12 +110,16 @@ enum st_sig_col {
   ST_SIG_STATE,     /* the JIT state in the newest run (ST_JIT_STATES); NULL: not recorded
                        (a run of an agent older than schema 7) */
   ST_SIG_REASON,    /* why, in the words of the decision that set it; NULL likewise */
-  ST_SIG_RATIO,     /* the never-slower judge's median ratio variant / original over its
-                       pooled rounds (store/judge.h), where a variant ran and the judge has a
-                       verdict's worth of them; NULL else. Where it exists, ST_SIG_SAVING is
-                       variant calls x variant mean x (1 / ratio - 1): the original's cost as
-                       the judge's warm, interleaved rounds measure it against the variant's,
-                       not the mean of its rare (colder) calls in a run the variant serves */
+  ST_SIG_RATIO,     /* the never-slower judge's ratio variant / original: in each run where a
+                       variant ran, the median over its window that the run recorded (schema
+                       11, whatever the verdict: a variant demoted as slower shows > 1), else
+                       over its newest pool (store/judge.h), where the judge had a verdict's
+                       worth of rounds; over the runs in scope, the variant's time against
+                       the original's that those ratios imply; NULL where none has one. Where
+                       a run has one, its part of ST_SIG_SAVING is variant calls x variant
+                       mean x (1 / ratio - 1): the original's cost as the judge's warm,
+                       interleaved rounds measure it against the variant's, not the mean of
+                       its rare (colder) calls in a run the variant serves */
 };
 
 /* The columns of ST_Q_RUN. */
@@ -199,7 +203,7 @@ enum st_var_col {
   ST_VAR_ORIGIN,    /* compiled, loaded */
   ST_VAR_STATE,     /* the signature's JIT state in the run, as ST_SIG_STATE; NULL likewise */
   ST_VAR_REASON,    /* and why */
-  ST_VAR_RATIO,     /* the judge's median ratio, as ST_SIG_RATIO */
+  ST_VAR_RATIO,     /* the judge's median ratio in the row's run, as ST_SIG_RATIO's per run */
 };
 
 /* The columns of ST_Q_EVENTS. */

@@ -24,6 +24,9 @@
  *      ratios as little-endian float32, oldest first)
  *  10  machine_models.settled: whether a second measurement agreed with the stored peaks (0:
  *      the next run measures them again and keeps the faster)
+ *  11  variants.ratio: the judge's median ratio variant / original over its window when the run
+ *      wrote the row, whatever its verdict (NULL: fewer rounds than a verdict needs), so that a
+ *      variant demoted as slower keeps its fair figures after its pool is dropped
  * A file whose user_version is newer than ST_SCHEMA_VERSION is refused, never downgraded; one
  * whose user_version is negative (no opjit writes one) is refused as damaged, never rewritten.
  * A read-only connection to an older file sees the newest schema through TEMP views. */
@@ -155,6 +158,8 @@ static const char *const migrations[] = {
     "  PRIMARY KEY(sig_id, cpu)) WITHOUT ROWID;",
     /* 10 */
     "ALTER TABLE machine_models ADD COLUMN settled INTEGER NOT NULL DEFAULT 0;",
+    /* 11 */
+    "ALTER TABLE variants ADD COLUMN ratio REAL;",
 };
 _Static_assert(sizeof migrations / sizeof *migrations == ST_SCHEMA_VERSION,
                "one migration per schema version");
@@ -305,7 +310,7 @@ int st_migrate_to(st_db_t *db, int version)
  * run_sigs' newer columns (NULL, or their defaults) through views, and empty tables for what
  * came later (the sampler's before 3, the JIT's before 4, objects before 5; with variants' newer
  * columns at 4, the series before 8, the judge's pools before 9, the models' settled column
- * before 10). query.h reads no programs.script, so 5's programs need nothing. TEMP tables and
+ * before 10, the variants' ratio before 11). query.h reads no programs.script, so 5's programs need nothing. TEMP tables and
  * views are looked up before the file's own, shadow nothing in it and vanish with the
  * connection: every query reads every schema alike, and the file is never written. */
 static int read_views(sqlite3 *db, int version)
@@ -319,19 +324,25 @@ static int read_views(sqlite3 *db, int version)
   static const char before4[] =
       "CREATE TEMP TABLE variants(run_id INTEGER, sig_id INTEGER, status TEXT, generator INTEGER,"
       " llvm TEXT, cpu TEXT, compile_ns INTEGER, calls INTEGER, timed_calls INTEGER,"
-      " timed_ns INTEGER, origin TEXT, pre_calls INTEGER);"
+      " timed_ns INTEGER, origin TEXT, pre_calls INTEGER, ratio REAL);"
       "CREATE TEMP TABLE events(id INTEGER PRIMARY KEY, run_id INTEGER, sig_id INTEGER,"
       " time_ns INTEGER, kind TEXT, detail TEXT);";
   static const char variants4[] =
-      "CREATE TEMP VIEW variants AS SELECT *, 'compiled' AS origin, 0 AS pre_calls"
-      " FROM main.variants;";
+      "CREATE TEMP VIEW variants AS SELECT *, 'compiled' AS origin, 0 AS pre_calls,"
+      " NULL AS ratio FROM main.variants;";
   static const char before5[] =
       "CREATE TEMP TABLE objects(id INTEGER PRIMARY KEY, sig_id INTEGER, cpu TEXT, llvm TEXT,"
       " generator INTEGER, symbol TEXT, checksum INTEGER, code BLOB, run_id INTEGER,"
       " created_ns INTEGER);";
-  if (version >= 10)
+  if (version >= 11)
     return ST_OK;
   int rc = ST_OK;
+  /* 5 to 10: no variant row has its run's judge ratio */
+  if (version >= 5 && (rc = _st_exec(db, "CREATE TEMP VIEW variants AS SELECT *, NULL AS ratio"
+                                         " FROM main.variants;")))
+    return rc;
+  if (version >= 10)
+    return ST_OK;
   /* 6 to 9: no model was confirmed by a second measurement */
   if (version >= 6 && (rc = _st_exec(db, "CREATE TEMP VIEW machine_models AS SELECT *,"
                                          " 0 AS settled FROM main.machine_models;")))
@@ -600,7 +611,7 @@ static int prepared(st_db_t *db, const char *sql, sqlite3_stmt **st, int *cached
 }
 
 /* Prepares sql (once per connection), binds the arguments per fmt ('i' int64, 't' text, 'b'
- * blob + size_t length, 'n' null, which takes no argument) and steps it once. If out is
+ * blob + size_t length, 'r' double, a NaN bound as null, 'n' null, which takes no argument) and steps it once. If out is
  * non-NULL and a row comes back, *out = column 0. */
 static int vrun1(st_db_t *db, int64_t *out, const char *sql, const char *fmt, va_list ap)
 {
@@ -612,6 +623,14 @@ static int vrun1(st_db_t *db, int64_t *out, const char *sql, const char *fmt, va
   for (int i = 1; *fmt; fmt++, i++) {
     switch (*fmt) {
     case 'i': sqlite3_bind_int64(st, i, va_arg(ap, int64_t)); break;
+    case 'r': {
+      double d = va_arg(ap, double);
+      if (isnan(d))
+        sqlite3_bind_null(st, i);
+      else
+        sqlite3_bind_double(st, i, d);
+      break;
+    }
     case 't': sqlite3_bind_text(st, i, va_arg(ap, const char *), -1, SQLITE_STATIC); break;
     case 'b': {
       const void *p = va_arg(ap, const void *);
@@ -910,14 +929,15 @@ int st_run_variants(st_db_t *db, int64_t run_id, const st_variant_rec_t *v, size
       break;
     if (r->status)
       rc = run1(db, NULL,
-                "INSERT INTO variants VALUES(?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO UPDATE SET"
+                "INSERT INTO variants VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO UPDATE SET"
                 " status=excluded.status, generator=excluded.generator, llvm=excluded.llvm,"
                 " cpu=excluded.cpu, compile_ns=excluded.compile_ns, calls=excluded.calls,"
                 " timed_calls=excluded.timed_calls, timed_ns=excluded.timed_ns,"
-                " origin=excluded.origin, pre_calls=excluded.pre_calls",
-                "iitittiiiiti", run_id, sig, r->status, (int64_t)r->generator, r->llvm, r->cpu,
+                " origin=excluded.origin, pre_calls=excluded.pre_calls, ratio=excluded.ratio",
+                "iitittiiiitir", run_id, sig, r->status, (int64_t)r->generator, r->llvm, r->cpu,
                 (int64_t)r->compile_ns, (int64_t)r->calls, (int64_t)r->timed_calls,
-                (int64_t)r->timed_ns, r->origin ? r->origin : "compiled", (int64_t)r->pre_calls);
+                (int64_t)r->timed_ns, r->origin ? r->origin : "compiled", (int64_t)r->pre_calls,
+                r->ratio > 0 ? r->ratio : NAN);
     if (!rc && r->object)
       rc = run1(db, NULL,
                 "INSERT INTO objects(sig_id, cpu, llvm, generator, symbol, checksum, code, run_id,"

@@ -12,7 +12,7 @@
 
 #include "judge.h"
 
-#define ST_SCHEMA_VERSION 10/* the newest schema this build writes and reads */
+#define ST_SCHEMA_VERSION 11 /* the newest schema this build writes and reads */
 
 #define ST_ERRORS(E)                                                                         \
   E(BUSY, "the database is locked by another process")                                       \
@@ -197,6 +197,11 @@ typedef struct st_variant_rec_s {
    * starts its own), replacing what the store had for the signature and machine_cpu; NULL:
    * left as they are. */
   const st_judge_pool_t *judge;
+  /* The judge's median ratio variant / original over its window now (store/judge.h), whatever
+   * its verdict, for the readers' figures of this run (query.h, ST_SIG_RATIO): a variant
+   * demoted as slower keeps them after its pool is dropped; 0: fewer than ST_JUDGE_MIN_RATIOS
+   * rounds (stored as NULL). */
+  double ratio;
 } st_variant_rec_t;
 /* The kinds of event in a signature's life, as events.kind holds them: X(ID, "name"). The
  * agent's tiers record them; opjit events filters on them. */

@@ -385,6 +385,60 @@ Test(top, the_judges_median_ratio_gives_speedup_original_and_saving)
   }
 }
 
+/* A variant row's own ratio (the judge's window when its run wrote the row, whatever the
+ * verdict) gives that run's figures, ahead of the signature's pool: a variant demoted as slower
+ * shows as slower, its saving negative, though the means of the original's rare colder calls
+ * would say otherwise; over several runs, the variant's time against the original's that each
+ * run's ratio implies. */
+Test(top, a_runs_own_ratio_gives_its_figures_a_demoted_variant_slower)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  int64_t run = craft(db);
+  char *id = id_text(run), sql[512];
+  craft_judge(db, 8, ""); /* A's pool: median 0.5 */
+  /* in the newest run A's window said 0.25, B's (demoted; the means say 2x slower) 1.25 */
+  snprintf(sql, sizeof sql, "UPDATE variants SET ratio = CASE (SELECT name FROM signatures s"
+           " WHERE s.id = variants.sig_id) WHEN 'cblas_sgemm row NN 64x64x64 β=0' THEN 0.25"
+           " WHEN 'cblas_sgemm row NN 32x32x32 β=0' THEN 1.25 END WHERE run_id = %lld",
+           (long long)run);
+  sql_exec(db, sql);
+  proc_t p = opjit(NULL, (const char *[]){"variants", "--db", db, id, "--json", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cJSON *j = proc_json(&p);
+  const cJSON *list = cJSON_GetObjectItem(j, "variants");
+  cr_expect(fabs(num(by_m(list, 64), "speedup") - 4.0) < 1e-6, "%s", p.out);
+  cr_expect(fabs(num(by_m(list, 32), "speedup") - 0.8) < 1e-6, "%s", p.out);
+  cr_expect(fabs(num(by_m(list, 32), "original_mean_ns") - 400) < 1e-3, "%s", p.out);
+  cJSON_Delete(j);
+  proc_free(&p);
+
+  p = opjit(NULL, (const char *[]){"top", "--db", db, id, "--json", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  j = proc_json(&p);
+  const cJSON *sigs_ = cJSON_GetObjectItem(j, "signatures");
+  const cJSON *jb = cJSON_GetObjectItem(by_m(sigs_, 32), "jit");
+  cr_expect(fabs(num(jb, "speedup") - 0.8) < 1e-6, "%g", num(jb, "speedup"));
+  cr_expect(fabs(num(jb, "saving_ns") - 100 * 500 * (0.8 - 1)) < 1e-3, "%g",
+            num(jb, "saving_ns"));
+  cr_expect(fabs(num(cJSON_GetObjectItem(j, "jit"), "saving_ns") -
+                 (900 * 100 * 3.0 - 100 * 500 * 0.2)) < 1e-3, "A 4x, B 0.8x");
+  cJSON_Delete(j);
+  proc_free(&p);
+
+  /* --all: run 1's A has no ratio of its own (its pool's 0.5), run 2's 0.25; each run's
+   * variant calls (crafted alike) at the variant's mean: 2 x 90000 ns of variant time against
+   * 90000 / 0.5 + 90000 / 0.25 of the original's, a ratio of 1/3 */
+  p = opjit(NULL, (const char *[]){"top", "--db", db, "--all", "--json", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  j = proc_json(&p);
+  const cJSON *ja = cJSON_GetObjectItem(by_m(cJSON_GetObjectItem(j, "signatures"), 64), "jit");
+  cr_expect(fabs(num(ja, "speedup") - 3.0) < 1e-6, "%g", num(ja, "speedup"));
+  cr_expect(fabs(num(ja, "saving_ns") - (90000 * 1.0 + 90000 * 3.0)) < 1e-3, "%g",
+            num(ja, "saving_ns"));
+  cJSON_Delete(j);
+  proc_free(&p);
+}
+
 Test(top, unjitted_run_is_unchanged)
 {
   char *dir = scratch_dir(), *db = path_in(dir, "p.db");

@@ -83,6 +83,12 @@ Test(pooled, a_kernel_slower_on_rare_calls_is_demoted_once_its_pooled_rounds_dec
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='invalidated' AND detail"
                              " LIKE 'slower:%%'"),
                compiled);
+  /* Each run's variant rows keep the judge's ratio over the window then (the readers' figures:
+   * slower, though the pool is dropped), every one above 1 under the seam; each kernel has one
+   * from the run whose rounds decided. */
+  cr_assert_eq(h_query(NULL, "SELECT count(DISTINCT sig_id) FROM variants WHERE ratio > 1"),
+               compiled);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE ratio <= 1"), 0);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects"), 0, "the losers' objects dropped");
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM judge_pools"), 0, "... and their rounds");
   /* The next run keeps the original: nothing placed, nothing compiled. */
