@@ -1685,6 +1685,7 @@ static void atfork_child(void)
 {
   atomic_store(&ag_duels, 0); /* a duel in flight was the parent's compile thread's */
   ag_bg_after_fork_child();   /* ... and so was any background work */
+  ag_par_after_fork_child();  /* ... and the kernels' workers (par.h) */
   if (ag_table) {
     ag_table_unlock(ag_table);
     ag_table_reset_counts(ag_table);

@@ -67,22 +67,23 @@ typedef struct ag_host_s {
    * mostly something else's: barriers), so OPJIT_HOT_PAYBACK leaves k to its calls. NULL: every
    * key's can. */
   int (*no_payback)(const ag_sig_t *k);
-  /* For a host with AG_HOST_DUELS: duels variant, a kernel compiled for key (taking B before A
-   * when swapped), against the host's original (duel.h), both on scratch operands of the key's
+  /* For a host with AG_HOST_DUELS: duels variant, a kernel compiled for key (called as run says:
+   * problem.h, ag_vrun_t, its operand order and N's parts), against the host's original (duel.h), both on scratch operands of the key's
    * shape, on the calling thread, within budget_ns. reps: runs of the variant per call (1; the
    * tests' fault seam: more make it slower, -N runs the original N times per call). Returns 0
    * with *out filled, -1 when key cannot be duelled, -2 when the process is exiting (no verdict:
    * the kernel is not published). The interposers' own (the agent links them): NULL where the
    * rows are linked alone (the command, the unit tests). */
-  int (*duel)(const ag_sig_t *key, void *variant, int swapped, int reps, uint64_t budget_ns,
+  int (*duel)(const ag_sig_t *key, void *variant, const ag_vrun_t *run, int reps,
+              uint64_t budget_ns,
               ag_duel_result_t *out);
   /* For a host with AG_HOST_DUELS: checks variant, a kernel compiled for key whose problem is g
-   * (taking B before A when swapped), against the host's original on the same scratch operands
+   * (called as run says), against the host's original on the same scratch operands
    * of g's shape (verify.h, ag_verify_scratch), on the calling thread, before it is published.
    * Returns 1 when it matched within the bound and wrote only its result, 0 when not (*out says
    * how), -1 when it was not checked, -2 when the process is exiting (no verdict: the kernel is
    * not published). The interposers' own: NULL where the rows are linked alone. */
-  int (*check)(const ag_sig_t *key, const jt_gemm_t *g, void *variant, int swapped,
+  int (*check)(const ag_sig_t *key, const jt_gemm_t *g, void *variant, const ag_vrun_t *run,
                ag_scratch_t *out);
 } ag_host_t;
 

@@ -80,14 +80,19 @@ void ag_policy_words(const ag_payback_t *t, char *why, size_t len);
 /* Takes class cls's trial once its compile is queued: 1, or 0 when another took it first. */
 int ag_policy_take_trial(ag_policy_t *p, int cls);
 
-/* A long call against one core. The generator's single-threaded kernels block K, and N past L2,
- * but pack neither operand as a library does: on products long enough for the rule (a call too long for the duel before publication,
- * duel.h, ~0.4 ms) they reach 0.56-0.77 of one core's measured FMA peak (bench_jit on the Xeon
- * model 167: f64 at 256^3 0.77, f32 and f64 at 512^3 0.56-0.67). A library that already runs a
- * call at AG_POLICY_LIB_SHARE of that peak or more (on several threads, or with kernels as
- * good) leaves a kernel nothing to gain, and such a kernel would serve unmeasured until the
- * in-run judge's verdict; below it the kernel may win (the library's f64 256^3 on one thread,
- * 0.58, lost 1.3x) or tie, and the judge decides. 1 when a call of flops took call_ns on the
+/* A long call against one core. The generator's kernels block K, and N past L2, but pack
+ * neither operand as a library does: on products long enough for the rule (a call too long for
+ * the duel before publication, duel.h, ~0.4 ms) they reach 0.56-0.77 of one core's measured FMA
+ * peak (bench_jit on the Xeon model 167: f64 at 256^3 0.77, f32 and f64 at 512^3 0.56-0.67). A
+ * library that already runs a call at AG_POLICY_LIB_SHARE of that peak or more (on several
+ * threads, or with kernels as good) leaves a kernel nothing to gain, and such a kernel would
+ * serve unmeasured until the in-run judge's verdict; below it the kernel may win (the library's
+ * f64 256^3 on one thread, 0.58, lost 1.3x) or tie, and the judge decides. One core's peak even
+ * where the kernel splits N between cores (par.h): a library at the share on two threads beats
+ * the split kernel as well (Zen 3, a float 1024^3 product: a library's Zen kernels 151 GF/s on
+ * two threads, the kernel's halves 113), and its threads, spinning after each of its calls, take
+ * the core a part of the kernel's next call needs (the judge's pairs, one library call between
+ * two of the kernel's, found it 2.2x slower there). 1 when a call of flops took call_ns on the
  * library and that reaches AG_POLICY_LIB_SHARE of peak_gflops; 0 when it does not or either
  * figure is unknown (0). */
 #define AG_POLICY_LIB_SHARE 0.75

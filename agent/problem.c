@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 const char *ag_problem_family(const jt_gemm_t *g) { return jt_kind(g)->name; }
 
@@ -84,4 +85,35 @@ void ag_problem_extents(const jt_gemm_t *g, int swapped, ag_vrun_t *r)
                 esz;
   r->ext_c = flat ? 0 : ((size_t)g->ldc * (size_t)(g->n - 1) + (size_t)g->m) * esz;
   r->swapped = (uint8_t)swapped;
+}
+
+/* A plain GEMM: no other kind, no GEMV (n = 1), no SYRK. */
+static int plain_gemm(const jt_gemm_t *g)
+{
+  return !g->dot && !g->add_rms_mul && !g->mm && !g->syrk && !g->fa && g->n > 1;
+}
+
+int ag_problem_split(const jt_gemm_t *g, int parts, ag_vrun_t *r, jt_gemm_t *part)
+{
+  jt_gemm_t whole = *g;
+  r->parts = 1, r->b_step = r->c_step = 0;
+  if (parts > 1 && plain_gemm(g) && 2.0 * g->m * g->n * g->k >= AG_PROBLEM_SPLIT_FLOPS &&
+      g->n % parts == 0 && g->n / parts >= AG_PROBLEM_SPLIT_COLS) {
+    size_t esz = g->f64 ? 8 : 4, cols = (size_t)(g->n / parts);
+    r->parts = (uint8_t)parts;
+    r->b_step = cols * (g->tb ? 1 : (size_t)g->ldb) * esz; /* op(B)'s columns: B's rows if T */
+    r->c_step = cols * (size_t)g->ldc * esz;
+  }
+  *part = whole;
+  part->n = whole.n / r->parts;
+  return r->parts;
+}
+
+int ag_problem_symbol_fits(const jt_gemm_t *part, const char *symbol)
+{
+  if (strncmp(symbol, "opjit_sgemm_", 12) != 0 && strncmp(symbol, "opjit_dgemm_", 12) != 0)
+    return 1; /* a kernel of a kind never split */
+  char dims[48];
+  snprintf(dims, sizeof dims, "_%dx%dx%d_l", part->m, part->n, part->k);
+  return strstr(symbol, dims) != NULL;
 }

@@ -18,6 +18,9 @@
 typedef struct ag_vrun_s {
   size_t ext_a, ext_b, ext_c; /* bytes each operand spans */
   uint8_t swapped;            /* the kernel takes B before A (a row-major GEMM) */
+  uint8_t parts;              /* the kernel computes 1 / parts of N, run once per part (par.h);
+                                 0 or 1: all of it */
+  size_t b_step, c_step;      /* bytes from one part to the next in (the kernel's) B and C */
 } ag_vrun_t;
 
 /* The kernel key k asks for, in *g: 1, with *swap set when the kernel takes the call's operands
@@ -44,6 +47,21 @@ int ag_problem_takes(const jt_gemm_t *g, const char *op, int m, int n, int k, ch
 /* The kernel family of g, as the machine model keeps compile times (machine.h): its kind's
  * name, "mm", "add_rms_mul", "dot", "syrk" or "gemm". */
 const char *ag_problem_family(const jt_gemm_t *g);
+
+/* A long GEMM's N in parts (par.h), for at most parts cores: where g is a GEMM (not a GEMV, a
+ * SYRK, a dot product nor a graph's node) of AG_PROBLEM_SPLIT_FLOPS or more whose N divides
+ * into that many parts of AG_PROBLEM_SPLIT_COLS columns or more, r->parts = parts and the
+ * steps between parts set, else r->parts = 1; *part (may be g) gets the problem each part's
+ * kernel solves: g with n / r->parts columns. Returns r->parts. */
+#define AG_PROBLEM_SPLIT_FLOPS (2.0 * 256 * 256 * 256) /* ~0.5 ms on one core: a worker's wake
+                                                          (tens of us) is a few % of it */
+#define AG_PROBLEM_SPLIT_COLS 32
+int ag_problem_split(const jt_gemm_t *g, int parts, ag_vrun_t *r, jt_gemm_t *part);
+
+/* Whether a stored kernel's symbol (jt_gemm_name: opjit_?gemm_XX_<m>x<n>x<k>_l...) was compiled
+ * for part, the problem a part's kernel solves in this run (a stored kernel of another split of
+ * N computes other columns): 1 when it was, or when it is no GEMM's (never split); else 0. */
+int ag_problem_symbol_fits(const jt_gemm_t *part, const char *symbol);
 
 /* The bytes g's operands span (0 for kinds whose hosts check overlaps themselves: dot
  * products, MUL_MATs, norms) and the operand order, into *r. */

@@ -33,6 +33,7 @@
 #include "heap.h"
 #include "persist.h"
 #include "policy.h"
+#include "par.h"
 #include "problem.h"
 #include "reason.h"
 #include "host.h"
@@ -404,7 +405,7 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps
                                       : "OPJIT_DUEL=0");
     return 0;
   }
-  int rc = host->duel(&e->key, (void *)fn, ag_vrun[e->index].swapped, reps, budget, &r);
+  int rc = host->duel(&e->key, (void *)fn, &ag_vrun[e->index], reps, budget, &r);
   if (rc == -2)
     return 1; /* the process is exiting: not published, no verdict kept */
   if (rc) {
@@ -458,10 +459,21 @@ static int scratch_check(ag_entry_t *e, jt_gemm_fn fn, const char *fault, ag_scr
     return -1;
   struct timespec t0, t1;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
-  int rc = host->check(&e->key, &shapes[e->index], (void *)fn, ag_vrun[e->index].swapped, out);
+  int rc = host->check(&e->key, &shapes[e->index], (void *)fn, &ag_vrun[e->index], out);
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
   *ns = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec));
   return rc;
+}
+
+/* ", N in P parts on as many cores" where entry i's kernel splits N (par.h), else "". */
+static const char *split_words(uint32_t i, char *buf, size_t len)
+{
+  int parts = ag_vrun[i].parts;
+  if (parts > 1)
+    snprintf(buf, len, ", N in %d parts on as many cores", parts);
+  else
+    buf[0] = 0;
+  return buf;
 }
 
 /* Compiles and publishes entry i; idle: nothing else waits in the queue. Compile thread only. */
@@ -469,6 +481,7 @@ static void compile_one(uint32_t i, int idle)
 {
   ag_entry_t *e = ag_table_entry(ag_table, i);
   jt_gemm_t g = shapes[i];
+  g.n /= ag_vrun[i].parts > 1 ? ag_vrun[i].parts : 1; /* a part of N's kernel (par.h) */
   const char *fault = getenv("OPJIT_TEST_FAULT"); /* fault injection for the tests only */
   char err[512] = "";
   jt_gemm_fn fn = NULL;
@@ -593,7 +606,9 @@ static void compile_one(uint32_t i, int idle)
   if (duel_lost(e, fn, dt, reps, said, sizeof said))
     return;
   /* the reason before the pointer: a writer that sees the variant serve sees why */
-  decide(e, AG_STATE_SERVING, AG_EV_PUBLISHED, "compiled in %.2f ms%s", (double)dt / 1e6, said);
+  char split[48];
+  decide(e, AG_STATE_SERVING, AG_EV_PUBLISHED, "compiled in %.2f ms%s%s", (double)dt / 1e6,
+         split_words(i, split, sizeof split), said);
   publish(e, (void *)fn, (int32_t)ag_opts.num[AG_OPT_VERIFY], NULL);
 }
 
@@ -1130,7 +1145,10 @@ static int prepare(ag_entry_t *e, char *why, size_t len)
     return 1; /* the same again (a key's problem never changes): a host thread still in an
                  evicted variant's call may be reading them */
   shapes[e->index] = g;
-  ag_problem_extents(&g, row, &ag_vrun[e->index]); /* for the overlap guard, computed once */
+  ag_vrun_t *r = &ag_vrun[e->index]; /* computed once: the overlap guard, N's parts (par.h) */
+  ag_problem_extents(&g, row, r);
+  ag_problem_split(&g, ag_par_parts(ag_opts.num[AG_OPT_KERNEL_THREADS], ag_host_threaded()), r,
+                   &g);
   prepared[e->index] = 1;
   return 1;
 }
@@ -1222,7 +1240,7 @@ static int library_wins(ag_entry_t *e, int at_call, char *no, size_t len)
   snprintf(no, len, "the library runs it at %.0f GF/s at its fastest (%.2f ms), %.0f%% of %s "
            "(%.0f GF/s): %s", flops / best, best / 1e6, 100 * flops / best / peak,
            final ? "one core's measured peak" : "the peak measured so far", peak,
-           final ? "a single-threaded kernel would not repay its compile"
+           final ? "a kernel would not repay its compile"
                  : "waits for the machine model's next measurement");
   if (!final)
     atomic_store(&long_wait[e->index], 1);
@@ -1361,14 +1379,25 @@ static int pool_lost(ag_entry_t *e, const st_judge_pool_t *pool)
   return 1;
 }
 
-/* Whether a stored kernel may be placed for e (ag_tier_load's first checks): 0, or 1 / -1 with
- * err as ag_tier_load returns them (e's tier and reason set). */
-static int load_allowed(ag_entry_t *e, const st_judge_pool_t *pool, char *err, size_t errlen)
+/* Whether symbol, a stored kernel, may be placed for e (ag_tier_load's first checks): 0, or 1 /
+ * -1 with err as ag_tier_load returns them (e's tier and reason set where they change). */
+static int load_allowed(ag_entry_t *e, const char *symbol, const st_judge_pool_t *pool,
+                        char *err, size_t errlen)
 {
   char no[AG_REASON_LEN];
   ag_cq_lock(&cq);
   uint32_t cold = AG_TIER_COLD;
   int ok = atomic_load(&e->tier) == AG_TIER_COLD && prepare(e, no, sizeof no);
+  jt_gemm_t part = ok ? shapes[e->index] : (jt_gemm_t){0};
+  int parts = ok ? ag_vrun[e->index].parts : 1;
+  part.n /= parts > 1 ? parts : 1;
+  if (ok && !ag_problem_symbol_fits(&part, symbol)) { /* N in other parts here (par.h) */
+    ag_cq_unlock(&cq);
+    snprintf(err, errlen, "compiled for another split of N between cores than this run's (%d "
+             "part%s: OPJIT_KERNEL_THREADS, the CPUs, the host's threads)", parts > 1 ? parts : 1,
+             parts > 1 ? "s" : "");
+    return -1;
+  }
   /* not compilable with these options (OPJIT_JIT_MAX_DIM): NONE, as enqueue does */
   if (!ok && atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE))
     decide(e, AG_STATE_REFUSED, -1, "its stored kernel is not placed: %s", no);
@@ -1422,8 +1451,10 @@ static void load_publish(ag_entry_t *e, const jt_loaded_t *l, const char *symbol
   else if (pool && pool->rounds)
     snprintf(judged, sizeof judged, "no verdict yet: the judge resumes from %u rounds over %u "
              "earlier runs", pool->rounds, pool->runs);
+  char split[48];
   decide(e, AG_STATE_PLACED, -1, "placed from the store (%zu bytes of code in %.0f us, no "
-         "compile; verified in the run that stored it); %s", l->size, us, judged);
+         "compile; verified in the run that stored it%s); %s", l->size, us,
+         split_words(e->index, split, sizeof split), judged);
   publish(e, l->fn, 0, pool); /* verified in the run that stored it; the checksum holds */
   event(e, AG_EV_LOADED, "%zu bytes of code placed in %.0f us, no compile", l->size, us);
 }
@@ -1432,7 +1463,7 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
                  const st_judge_pool_t *pool, char *err, size_t errlen)
 {
   uint64_t t0 = ag_now_ns();
-  int rc = load_allowed(e, pool, err, errlen);
+  int rc = load_allowed(e, symbol, pool, err, errlen);
   if (rc)
     return rc;
   jt_loaded_t l;
@@ -1492,7 +1523,7 @@ int ag_tier_batch_add(ag_tier_batch_t *b, ag_entry_t *e, const void *obj, size_t
     snprintf(err, errlen, "the batch is full");
     return -1;
   }
-  int rc = load_allowed(e, pool, err, errlen);
+  int rc = load_allowed(e, symbol, pool, err, errlen);
   if (rc)
     return rc;
   long size = jt_obj_size(obj, len, err, errlen);
@@ -1643,14 +1674,15 @@ int ag_tier_gemm_verify(ag_entry_t *e, void *v, const void *a, const void *b, vo
                         double alpha, double beta, ag_verify_t *vf)
 {
   jt_gemm_fn fn = (jt_gemm_fn)v;
+  const ag_vrun_t *run = &ag_vrun[e->index];
   if (atomic_fetch_sub(&e->verify, 1) <= 0) { /* another thread took the last verification */
-    fn(a, b, c, alpha, beta);
+    ag_par_gemm(run, fn, a, b, c, alpha, beta);
     return AG_RUN_DONE;
   }
   /* Verification: the variant runs on the host's C, its result is kept aside, C is restored,
    * and the caller runs the original on it; the host keeps the original's result. */
   double bound;
-  void *copy = ag_verify_gemm_run(&shapes[e->index], fn, a, b, c, alpha, beta, &bound);
+  void *copy = ag_verify_gemm_run(&shapes[e->index], run, fn, a, b, c, alpha, beta, &bound);
   if (!copy)
     return AG_RUN_ORIGINAL;
   *vf = (ag_verify_t){e, copy, c, bound};

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Verification numerics (verify.h): the bounds and the differences. */
 #include "verify.h"
+#include "par.h"
 
 #include <float.h>
 #include <limits.h>
@@ -35,8 +36,18 @@ static double written_max_abs(const jt_gemm_t *g, const void *c)
   return m;
 }
 
-void *ag_verify_gemm_run(const jt_gemm_t *g, jt_gemm_fn fn, const void *a, const void *b, void *c,
-                         double alpha, double beta, double *bound)
+/* Runs fn as run says (NULL: once, on all of g). */
+static void call(const ag_vrun_t *run, jt_gemm_fn fn, const void *a, const void *b, void *c,
+                 double alpha, double beta)
+{
+  if (run)
+    ag_par_gemm(run, fn, a, b, c, alpha, beta);
+  else
+    fn(a, b, c, alpha, beta);
+}
+
+void *ag_verify_gemm_run(const jt_gemm_t *g, const ag_vrun_t *run, jt_gemm_fn fn, const void *a,
+                         const void *b, void *c, double alpha, double beta, double *bound)
 {
   size_t esz = g->f64 ? 8 : 4;
   size_t col = (size_t)g->m * esz, region = col * (size_t)g->n;
@@ -49,7 +60,7 @@ void *ag_verify_gemm_run(const jt_gemm_t *g, jt_gemm_fn fn, const void *a, const
   double amax = ag_verify_max_abs(a, g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda, g->f64);
   double bmax = ag_verify_max_abs(b, g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb, g->f64);
   double cmax = g->beta_class ? written_max_abs(g, c) : 0;
-  fn(a, b, c, alpha, beta);
+  call(run, fn, a, b, c, alpha, beta);
   for (long j = 0; j < g->n; j++) {
     char *cj = (char *)c + (size_t)j * (size_t)g->ldc * esz;
     memcpy(result + (size_t)j * col, cj, col);
@@ -154,7 +165,8 @@ static long first_outside(const jt_gemm_t *g, const char *cbuf, const char *save
   return LONG_MIN;
 }
 
-int ag_verify_scratch(const jt_gemm_t *g, jt_gemm_fn fn, ag_verify_orig_fn orig, void *ctx,
+int ag_verify_scratch(const jt_gemm_t *g, const ag_vrun_t *run, jt_gemm_fn fn,
+                      ag_verify_orig_fn orig, void *ctx,
                       double alpha, double beta, const void *b_fixed, uint64_t seed,
                       size_t max_bytes, ag_scratch_t *out)
 {
@@ -196,7 +208,7 @@ int ag_verify_scratch(const jt_gemm_t *g, jt_gemm_fn fn, ag_verify_orig_fn orig,
     variant = g->f64 ? *(double *)(void *)c : *(float *)(void *)c;
     memcpy(c, saved + GUARD * esz, esz);
     out->bound = ag_verify_dot_bound(g->f64, g->k, a, b);
-  } else if (!(copy = ag_verify_gemm_run(g, fn, a, b, c, alpha, beta, &out->bound))) {
+  } else if (!(copy = ag_verify_gemm_run(g, run, fn, a, b, c, alpha, beta, &out->bound))) {
     goto out;
   }
   /* C is as it was where the kernel may write (ag_verify_gemm_run put it back): it must be so

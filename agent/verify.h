@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Verification numerics: how far a JIT kernel's result may stray from the original library's
- * and by how much it did. Pure functions of the problem and its operands: no clock, no globals,
- * no locks (the tiers keep the counts of verifications and turn a result into a verdict).
+ * and by how much it did. Functions of the problem and its operands: no clock, no state of their
+ * own (the tiers keep the counts of verifications and turn a result into a verdict); a kernel
+ * whose N is in parts runs them through par.h's pool.
  *
  * A sum of k products computed in another order differs from the exact one by at most about
  * k eps times the sum of the products' magnitudes (eps: the type's epsilon). The bounds below
@@ -11,6 +12,7 @@
 #ifndef OPJIT_AGENT_VERIFY_H
 #define OPJIT_AGENT_VERIFY_H
 
+#include "problem.h"
 #include "jit/jit.h"
 
 #include <stddef.h>
@@ -22,12 +24,13 @@
  * its magnitude, so a NaN anywhere makes the result NaN or infinite). */
 double ag_verify_max_abs(const void *p, long rows, long cols, long ld, int f64);
 
-/* Runs variant fn on the host's C (a, b, c, alpha, beta as the kernel takes them), keeps its
+/* Runs variant fn on the host's C (a, b, c, alpha, beta as the kernel takes them; as run says,
+ * problem.h and par.h: N's parts on several cores where it has them; NULL: once), keeps its
  * result aside and restores C: returns a malloc'ed copy of 2 m n elements (C's as they were,
  * then the variant's, compact: column j at j m whatever ldc is) and sets *bound to what the
  * variant may differ from a correct result by; NULL when out of memory (fn did not run). */
-void *ag_verify_gemm_run(const jt_gemm_t *g, jt_gemm_fn fn, const void *a, const void *b, void *c,
-                         double alpha, double beta, double *bound);
+void *ag_verify_gemm_run(const jt_gemm_t *g, const ag_vrun_t *run, jt_gemm_fn fn, const void *a,
+                         const void *b, void *c, double alpha, double beta, double *bound);
 
 /* The largest difference between the variant's result in copy (ag_verify_gemm_run) and C as
  * the original left it, its element in *wi (row) and *wj (column): 0 when equal (infinities and
@@ -54,8 +57,8 @@ typedef struct ag_scratch_s {
   long at;
 } ag_scratch_t;
 
-/* Checks kernel fn, built for g, against orig on scratch operands of g's exact shape, on the
- * calling thread: fn runs once, then orig once on the same C, and ag_verify_gemm_worst (a dot
+/* Checks kernel fn, built for g (for a part of g's N, run as run says: ag_verify_gemm_run),
+ * against orig on scratch operands of g's exact shape, on the calling thread: fn runs once, then orig once on the same C, and ag_verify_gemm_worst (a dot
  * product: ag_verify_diff) compares them within ag_verify_gemm_run's bound (ag_verify_dot_bound).
  * The operands are random in [-1, 1] (from seed: the same seed, the same operands), alpha and
  * beta as given (the caller rounds them to g's type, as a call passes them), B as b_fixed when
@@ -66,7 +69,8 @@ typedef struct ag_scratch_s {
  * a kernel that writes outside its m x n (its kind's triangle, for a SYRK) fails. Returns 1
  * when fn passed, 0 when it failed (*out says how), -1 when it was not checked: the operands
  * would take more than max_bytes, no memory, or the original itself wrote outside C's m x n. */
-int ag_verify_scratch(const jt_gemm_t *g, jt_gemm_fn fn, ag_verify_orig_fn orig, void *ctx,
+int ag_verify_scratch(const jt_gemm_t *g, const ag_vrun_t *run, jt_gemm_fn fn,
+                      ag_verify_orig_fn orig, void *ctx,
                       double alpha, double beta, const void *b_fixed, uint64_t seed,
                       size_t max_bytes, ag_scratch_t *out);
 

@@ -277,7 +277,7 @@ typedef struct duel_ops_s {
   double alpha, beta;
   void *fn;      /* the original operator */
   void *variant; /* the kernel */
-  int swapped;   /* it takes B before A (ag_vrun_t) */
+  const ag_vrun_t *run; /* how the kernel is called: its operand order, N's parts */
   int reps;      /* runs of the variant per call (blas.h) */
   void *mem;     /* the scratch */
 } duel_ops_t;
@@ -401,11 +401,11 @@ static double original_once(const duel_ops_t *o)
 static void duel_variant(void *self)
 {
   const duel_ops_t *o = self;
-  const void *a = o->swapped ? o->b : o->a, *b = o->swapped ? o->a : o->b;
+  const void *a = o->run->swapped ? o->b : o->a, *b = o->run->swapped ? o->a : o->b;
   double r[1];
   for (int i = 0; i < (o->reps > 0 ? o->reps : 1); i++)
-    ((void (*)(const void *, const void *, void *, double, double))o->variant)(
-        a, b, o->key.op == AG_OP_DOT ? (void *)r : o->c, o->alpha, o->beta);
+    ag_par_gemm(o->run, (jt_gemm_fn)o->variant, a, b, o->key.op == AG_OP_DOT ? (void *)r : o->c,
+                o->alpha, o->beta);
 }
 
 /* The original operator of a BLAS key, resolved once as the call sites do; NULL for a key no
@@ -541,14 +541,14 @@ static int original_end(void)
   return atomic_load(&ag_exiting) ? -2 : 0;
 }
 
-int ag_blas_duel(const ag_sig_t *key, void *variant, int swapped, int reps, uint64_t budget_ns,
-                 ag_duel_result_t *out)
+int ag_blas_duel(const ag_sig_t *key, void *variant, const ag_vrun_t *run, int reps,
+                 uint64_t budget_ns, ag_duel_result_t *out)
 {
   duel_ops_t o;
   if (duel_operands(key, &o))
     return -1;
   o.variant = variant;
-  o.swapped = swapped;
+  o.run = run;
   o.reps = reps;
   ag_duel_t d = {duel_original, duel_variant, &o, ag_now_ns, budget_ns, exiting, thread_cpu_ns};
   int rc = original_begin();
@@ -568,7 +568,7 @@ static void check_original(void *self, const void *a, const void *b, void *c, do
                            double beta)
 {
   duel_ops_t *o = self;
-  o->a = o->swapped ? b : a, o->b = o->swapped ? a : b, o->c = c;
+  o->a = o->run->swapped ? b : a, o->b = o->run->swapped ? a : b, o->c = c;
   o->alpha = alpha, o->beta = beta;
   double r = original_once(o);
   if (o->key.op == AG_OP_DOT && o->key.dtype == AG_F64)
@@ -585,7 +585,7 @@ static double check_scalar(unsigned cls, double other, int f64)
   return f64 ? v : (double)(float)v;
 }
 
-int ag_blas_check(const ag_sig_t *key, const jt_gemm_t *g, void *variant, int swapped,
+int ag_blas_check(const ag_sig_t *key, const jt_gemm_t *g, void *variant, const ag_vrun_t *run,
                   ag_scratch_t *out)
 {
   static const double one[1] = {1};
@@ -594,13 +594,13 @@ int ag_blas_check(const ag_sig_t *key, const jt_gemm_t *g, void *variant, int sw
   if (!fn)
     return -1;
   int f64 = key->dtype == AG_F64;
-  duel_ops_t o = {.key = *key, .fn = fn, .swapped = swapped};
+  duel_ops_t o = {.key = *key, .fn = fn, .run = run};
   double alpha = check_scalar(key->ab & 15u, 0.7, f64);
   double beta = key->op == AG_OP_AXPY ? 1.0 : check_scalar(key->ab >> 4, 0.3, f64);
   const void *b_fixed = key->op != AG_OP_AXPY ? NULL : f64 ? (const void *)one : (const void *)onef;
   if (original_begin())
     return -2;
-  int rc = ag_verify_scratch(g, (jt_gemm_fn)variant, check_original, &o, alpha, beta, b_fixed,
+  int rc = ag_verify_scratch(g, run, (jt_gemm_fn)variant, check_original, &o, alpha, beta, b_fixed,
                              seed_of(key), DUEL_SCRATCH_MAX, out);
   return original_end() ? -2 : rc;
 }

@@ -65,6 +65,7 @@ Test(opt, every_option_parsed)
   setenv_fake("OPJIT_HOT_PAYBACK", "0");
   setenv_fake("OPJIT_DUEL", "off");
   setenv_fake("OPJIT_JIT_MAX_DIM", "64");
+  setenv_fake("OPJIT_KERNEL_THREADS", "3");
   setenv_fake("OPJIT_VERIFY", "0");
   setenv_fake("OPJIT_PERF_MAP", "1");
   setenv_fake("OPJIT_CODE_CACHE_MB", "8");
@@ -104,6 +105,7 @@ Test(opt, every_option_parsed)
   cr_assert_eq(o.num[AG_OPT_HOT_CALLS], 1);
   cr_assert_eq(o.num[AG_OPT_HOT_PAYBACK], 0);
   cr_assert_eq(o.num[AG_OPT_JIT_MAX_DIM], 64);
+  cr_assert_eq(o.num[AG_OPT_KERNEL_THREADS], 3);
   cr_assert_eq(o.num[AG_OPT_VERIFY], 0);
   cr_assert_eq(o.num[AG_OPT_PERF_MAP], 1);
   cr_assert_str_eq(o.str[AG_OPT_FLEET], "postgresql:///fleet");

@@ -325,3 +325,63 @@ Test(problem, a_syrk_is_one_triangle_of_a_gemm_whose_b_is_a)
                           AG_S_ONE | AG_S_ONE << 4, 30, 30, 50, 52, 0, 31),
            0x1667f83965044c7bull);
 }
+
+/* A long GEMM's N in parts (par.h): each part's kernel solves n / parts columns, B stepping by
+ * a part's columns (its rows when op(B) = B^T), C by its columns; short products, N that does
+ * not divide, too narrow parts, GEMVs and SYRKs stay whole. */
+Test(problem, a_long_gemm_splits_n_into_parts_of_its_columns)
+{
+  jt_gemm_t g = {.f64 = 1, .m = 256, .n = 256, .k = 256, .lda = 300, .ldb = 310, .ldc = 320},
+            part;
+  ag_vrun_t r = {.swapped = 1};
+  cr_assert_eq(ag_problem_split(&g, 2, &r, &part), 2);
+  cr_assert_eq(r.parts, 2);
+  cr_assert_eq(part.n, 128);
+  cr_assert_eq(part.m, 256);
+  cr_assert_eq(part.ldb, 310);
+  cr_assert_eq(r.b_step, (size_t)128 * 310 * 8);
+  cr_assert_eq(r.c_step, (size_t)128 * 320 * 8);
+  cr_assert_eq(r.swapped, 1, "the operand order stays");
+  g.tb = 1, g.f64 = 0;
+  cr_assert_eq(ag_problem_split(&g, 4, &r, &part), 4);
+  cr_assert_eq(part.n, 64);
+  cr_assert_eq(r.b_step, (size_t)64 * 4, "op(B) = B^T: a part's columns are B's rows");
+  cr_assert_eq(r.c_step, (size_t)64 * 320 * 4);
+  /* in place: part may be g */
+  jt_gemm_t h = g;
+  cr_assert_eq(ag_problem_split(&h, 2, &r, &h), 2);
+  cr_assert_eq(h.n, 128);
+
+  jt_gemm_t small = {.m = 128, .n = 128, .k = 128, .lda = 128, .ldb = 128, .ldc = 128};
+  jt_gemm_t odd = g, narrow = g, gemv = g, syrk = g;
+  odd.n = 255;
+  narrow.n = 256, narrow.m = 2048; /* 2 x 2048 x 256 x 256 flops, but parts of 16 columns */
+  gemv.n = 1, gemv.m = 65536;
+  syrk.syrk = 1;
+  const jt_gemm_t *whole[] = {&small, &odd, &syrk, &gemv};
+  for (size_t i = 0; i < sizeof whole / sizeof *whole; i++) {
+    r = (ag_vrun_t){0};
+    cr_assert_eq(ag_problem_split(whole[i], 2, &r, &part), 1, "case %zu", i);
+    cr_assert_eq(part.n, whole[i]->n, "case %zu", i);
+    cr_assert_eq(r.b_step + r.c_step, 0, "case %zu", i);
+  }
+  cr_assert_eq(ag_problem_split(&narrow, 16, &r, &part), 1);
+  cr_assert_eq(ag_problem_split(&narrow, 8, &r, &part), 8);
+  cr_assert_eq(ag_problem_split(&g, 1, &r, &part), 1, "one core: whole");
+}
+
+/* A stored GEMM kernel is placed only for the split it was compiled for: its name's dimensions
+ * are the part's (jt_gemm_name). */
+Test(problem, a_stored_kernel_fits_only_the_split_it_was_compiled_for)
+{
+  jt_gemm_t part = {.m = 1024, .n = 512, .k = 1024};
+  cr_assert(ag_problem_symbol_fits(
+      &part, "opjit_sgemm_NN_1024x512x1024_l1024_1024_1024_a1_b0_avx2_v256_4x3_t2_k256_c0"));
+  cr_assert(!ag_problem_symbol_fits(
+      &part, "opjit_sgemm_NN_1024x1024x1024_l1024_1024_1024_a1_b0_avx2_v256_4x3_t2_k256_c0"));
+  cr_assert(!ag_problem_symbol_fits(
+      &part, "opjit_dgemm_TN_1024x256x1024_l1024_1024_1024_a1_b0_avx2_v256_2x6_t2_k128_c0"));
+  cr_assert(ag_problem_symbol_fits(&part, "opjit_mul_mat_f32_64x1x4096_avx2_v256_4x1_t2_k0_c0"),
+            "other kinds are never split");
+  cr_assert(ag_problem_symbol_fits(&part, "opjit_"));
+}

@@ -111,7 +111,7 @@ static double verify_case(const gcase_t *gc, double *bound, long *wi, long *wj)
     g->f64 ? (((double *)c)[i] = 4 * rnd()) : (((float *)c)[i] = 4 * (float)rnd());
   memcpy(c0, c, (size_t)(g->ldc * g->n) * esz);
   shape = g;
-  void *copy = ag_verify_gemm_run(g, naive, a, b, c, gc->alpha, gc->beta, bound);
+  void *copy = ag_verify_gemm_run(g, NULL, naive, a, b, c, gc->alpha, gc->beta, bound);
   cr_assert_not_null(copy);
   cr_assert_eq(memcmp(c, c0, (size_t)(g->ldc * g->n) * esz), 0, "C is restored");
   for (long j = 0; j < g->n; j++)
@@ -411,7 +411,7 @@ static const float one_f[1] = {1};
 static int scratch(const gcase_t *gc, const void *b_fixed, ag_scratch_t *out)
 {
   shape = &gc->g;
-  return ag_verify_scratch(&gc->g, faulty, original, (void *)&gc->g, gc->alpha, gc->beta, b_fixed,
+  return ag_verify_scratch(&gc->g, NULL, faulty, original, (void *)&gc->g, gc->alpha, gc->beta, b_fixed,
                            42, 64u << 20, out);
 }
 
@@ -507,6 +507,6 @@ Test(verify, scratch_no_verdict_when_the_original_writes_outside_or_operands_are
   orig_writes_pad = 0;
   cr_assert_eq(rc, -1, "the original's fault is no verdict on the kernel");
   shape = &scratch_cases[0].g;
-  cr_assert_eq(ag_verify_scratch(shape, faulty, original, (void *)shape, 1, 0, NULL, 42, 1024, &r),
+  cr_assert_eq(ag_verify_scratch(shape, NULL, faulty, original, (void *)shape, 1, 0, NULL, 42, 1024, &r),
                -1, "over max_bytes");
 }

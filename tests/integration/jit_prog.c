@@ -7,6 +7,9 @@
  *                    double, M, N, K in 1..160), each called P times in passes separated by
  *                    short pauses (so compiled variants serve the later passes)
  *   large S P SEED   the same with M, N and K in 161..400
+ *   square N P       four N^3 products (sgemm_ NN, dgemm_ TN, cblas_sgemm row-major NT,
+ *                    cblas_dgemm column-major NT; padded leading dimensions, alpha and beta of
+ *                    every class), P passes as sweep makes them
  *   threads T N      T threads calling a shared set of signatures N times each
  *   alias            after a signature has a variant (200 calls, then the JIT settles), calls it
  *                    with C overlapping B: the result must be the original library's, bit for bit
@@ -246,6 +249,24 @@ static void sweep(int nsigs, int passes, uint64_t seed)
     pause_after(p, nsigs);
   }
   free(sigs);
+}
+
+static void square(int n, int passes)
+{
+  gemm_sig_t sigs[] = {{0, 0, 0, 'N', 'N', n, n, n, 0, 0, 0, 1, 0},
+                       {1, 0, 0, 'T', 'N', n, n, n, 0, 0, 0, -2.25, 1},
+                       {0, 1, 1, 'N', 'T', n, n, n, 0, 0, 0, 0.5, 0},
+                       {1, 1, 0, 'N', 'T', n, n, n, 0, 0, 0, 1, -1}};
+  int nsigs = (int)(sizeof sigs / sizeof *sigs);
+  uint64_t s = 5;
+  for (int i = 0; i < nsigs; i++) { /* every dimension n: rows as stored, plus 1 or 2 */
+    sigs[i].lda = n + 1 + i % 2, sigs[i].ldb = n + 2 - i % 2, sigs[i].ldc = n + 1;
+  }
+  for (int p = 0; p < passes; p++) {
+    for (int i = 0; i < nsigs; i++)
+      call_and_check(&sigs[i], &s, 0);
+    pause_after(p, nsigs);
+  }
 }
 
 typedef struct worker_s {
@@ -559,6 +580,8 @@ int main(int argc, char **argv)
   const char *mode = argc > 1 ? argv[1] : "";
   if ((!strcmp(mode, "sweep") || (large = !strcmp(mode, "large"))) && argc > 4)
     sweep(atoi(argv[2]), atoi(argv[3]), strtoull(argv[4], NULL, 10));
+  else if (!strcmp(mode, "square") && argc > 3)
+    square(atoi(argv[2]), atoi(argv[3]));
   else if (!strcmp(mode, "threads") && argc > 3)
     threads(atoi(argv[2]), atoi(argv[3]), 0);
   else if (!strcmp(mode, "shared") && argc > 3)

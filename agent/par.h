@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/* Kernels on several cores: a long GEMM's N in equal parts, one per core of the process.
+ *
+ * A host whose library runs its long calls on several threads (a numeric library's pool: the
+ * process's cores) is raced by a kernel on one core: a single-threaded kernel must be that many times as
+ * fast per core to win. So a long GEMM's kernel may be compiled for a part of N (problem.h,
+ * ag_vrun_t.parts: the kernel computes n / parts columns, B and C offset by a part's width) and
+ * each call runs the parts at once: the calling thread the first, the pool's workers the
+ * others, as the library's own pool would. The workers are the agent's threads (not the host's:
+ * agent.h, ag_host_threaded), started at the first split call; between calls each spins for
+ * AG_PAR_SPIN_NS, then sleeps on a futex until the next (a program that calls a long GEMM in a
+ * loop finds them awake; one that stopped pays them no CPU). One call at a time: a call that
+ * finds the pool taken (another host thread's call, a check on the compile thread) or without
+ * workers (none could be started; a forked child's pool stays empty until its first split call
+ * starts its own) runs its parts one after the other on its own thread, with the same result.
+ * The parts write disjoint columns of C and read A and B only: the result is the one the
+ * kernel gives part by part, bit for bit, however the parts are spread. */
+#ifndef OPJIT_AGENT_PAR_H
+#define OPJIT_AGENT_PAR_H
+
+#include "problem.h"
+
+#define AG_PAR_MAX 8             /* parts (and so cores) a call is split into, at most */
+#define AG_PAR_SPIN_NS 200000    /* a worker's spin after a call before it sleeps */
+
+/* The parts a long GEMM's kernel may take in this process: option (OPJIT_KERNEL_THREADS) when
+ * set (1: never split), else, where the host runs threads of its own (host_threaded: agent.h,
+ * ag_host_threaded; its library's pool), the CPUs the process may run on, capped at
+ * AG_PAR_MAX; 1 otherwise. */
+int ag_par_parts(long option, int host_threaded);
+
+/* Runs kernel fn on a call's operands as run says (a, b in the kernel's order): fn once when
+ * run->parts <= 1, else once per part, part p on B + p b_step bytes and C + p c_step bytes,
+ * the parts at once where the pool is free (above), else one after the other. */
+void ag_par_gemm(const ag_vrun_t *run, jt_gemm_fn fn, const void *a, const void *b, void *c,
+                 double alpha, double beta);
+
+/* A forked child's pool: empty (the workers stayed in the parent), free (a call the fork
+ * interrupted holds nothing in the child); its first split call starts workers of its own. */
+void ag_par_after_fork_child(void);
+
+/* Split calls so far that ran their parts at once, and that ran them one after another (the
+ * pool taken or without workers): for tests and `opjit doctor`. */
+void ag_par_counts(uint64_t *together, uint64_t *serial);
+
+#endif
