@@ -143,8 +143,17 @@ enum ag_verdict ag_cmp_judge(ag_cmp_t *c, double *median)
   double med = st_judge_median(r, (uint32_t)n);
   if (median)
     *median = med;
-  if (n < AG_CMP_MIN_ROUNDS)
-    return AG_CMP_UNDECIDED;
+  if (n < AG_CMP_MIN_ROUNDS) { /* an early verdict, or none */
+    int below = 0, above = 0;
+    for (int i = 0; i < n; i++)
+      below += r[i] < 0.5f, above += r[i] > 2.0f;
+    if (n < AG_CMP_EARLY_ROUNDS || c->kept || (below < n && above < n))
+      return AG_CMP_UNDECIDED;
+    if (above == n)
+      return AG_CMP_SLOWER;
+    c->kept = 1, c->judged = c->rounds;
+    return AG_CMP_FASTER;
+  }
   /* A verdict for the variant is looked at again only on a window of new rounds. */
   if (c->kept && c->rounds < c->judged + AG_CMP_ROUNDS)
     return AG_CMP_UNDECIDED;

@@ -8,7 +8,8 @@
 #include <stdint.h>
 
 #define ST_JUDGE_RATIOS 32   /* ratios kept: the judge's window (AG_CMP_ROUNDS) */
-#define ST_JUDGE_MIN_RATIOS 8 /* fewer: the judge has no verdict, nor do its figures (AG_CMP_MIN_ROUNDS) */
+#define ST_JUDGE_MIN_RATIOS 4 /* fewer: the judge has no verdict, nor do its figures
+                                 (AG_CMP_EARLY_ROUNDS: the earliest verdict's) */
 
 /* The judge's sufficient statistics for its rule: the window's ratios and the counters the
  * rule and the fair means read. */

@@ -207,3 +207,40 @@ Test(compare, short_judged_calls_are_timed_less_often_within_the_timings_budget)
   }
   cr_assert_eq(ag_cmp_gap_scale(60, 5, 16), AG_CMP_GAP_SCALE_MAX);
 }
+
+/* Before AG_CMP_MIN_ROUNDS: a verdict only where every round of at least AG_CMP_EARLY_ROUNDS is
+ * beyond a factor of 2 the same way; one round within it (or exactly 2x) waits for the sign
+ * test. */
+Test(compare, every_round_beyond_twice_decides_early)
+{
+  ag_cmp_t c;
+  uint64_t vt = 0, vns = 0;
+  double med;
+  const double fast[] = {0.2, 0.3, 0.25, 0.45}, slow[] = {2.5, 3, 2.2, 4};
+  ag_cmp_start(&c, 0, 0);
+  feed(&c, fast, 4, AG_CMP_EARLY_ROUNDS - 1, &vt, &vns);
+  cr_assert_eq(ag_cmp_judge(&c, NULL), AG_CMP_UNDECIDED, "too few rounds even for an early one");
+  feed(&c, fast + 3, 1, 1, &vt, &vns);
+  cr_assert_eq(ag_cmp_judge(&c, &med), AG_CMP_FASTER);
+  cr_assert(med > 0.2 && med < 0.45, "median %f", med);
+  cr_assert_eq(ag_cmp_judge(&c, NULL), AG_CMP_UNDECIDED, "a verdict is given once, and kept");
+
+  vt = vns = 0;
+  ag_cmp_start(&c, 0, 0);
+  feed(&c, slow, 4, AG_CMP_EARLY_ROUNDS, &vt, &vns);
+  cr_assert_eq(ag_cmp_judge(&c, NULL), AG_CMP_SLOWER);
+
+  /* one round within a factor of 2 (or exactly 2x): the sign test at AG_CMP_MIN_ROUNDS */
+  const double mixed[] = {0.2, 0.3, 0.6, 0.25}, edge[] = {0.5, 0.3, 0.2, 0.25};
+  const double *within[] = {mixed, edge};
+  for (int w = 0; w < 2; w++) {
+    vt = vns = 0;
+    ag_cmp_start(&c, 0, 0);
+    for (int i = 1; i < AG_CMP_MIN_ROUNDS; i++) {
+      feed(&c, within[w] + (i - 1) % 4, 1, 1, &vt, &vns);
+      cr_assert_eq(ag_cmp_judge(&c, NULL), AG_CMP_UNDECIDED, "case %d, round %d", w, i);
+    }
+    feed(&c, within[w], 4, 1, &vt, &vns);
+    cr_assert_eq(ag_cmp_judge(&c, NULL), AG_CMP_FASTER, "case %d", w);
+  }
+}

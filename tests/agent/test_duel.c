@@ -48,7 +48,7 @@ static ag_duel_result_t duel(uint64_t o_ns, uint64_t v_ns, int noise, uint64_t b
 
 Test(duel, a_clearly_faster_variant_wins_in_the_fewest_rounds)
 {
-  ag_duel_result_t r = duel(1000, 500, 0, 10000000);
+  ag_duel_result_t r = duel(1000, 500, 0, 10000000); /* exactly 2x: no early verdict */
   cr_assert_eq(r.verdict, AG_CMP_FASTER);
   cr_assert_eq(r.rounds, AG_CMP_MIN_ROUNDS, "it stops at the first verdict");
   cr_assert_float_eq(r.median, 0.5, 1e-6);
@@ -57,6 +57,14 @@ Test(duel, a_clearly_faster_variant_wins_in_the_fewest_rounds)
   cr_assert_eq(r.batch, AG_DUEL_BATCH_NS / 1000, "the slower side's call sizes the batch");
   /* calibration: a warming call and a timed one; then each round a warming call and a batch */
   cr_assert_eq(orig.calls, 2 + AG_CMP_MIN_ROUNDS * (r.batch + 1));
+}
+
+Test(duel, a_variant_more_than_twice_as_fast_wins_early)
+{
+  ag_duel_result_t r = duel(1000, 400, 0, 10000000);
+  cr_assert_eq(r.verdict, AG_CMP_FASTER);
+  cr_assert_eq(r.rounds, AG_CMP_EARLY_ROUNDS, "every round beyond 2x: an early verdict");
+  cr_assert_float_eq(r.median, 0.4, 1e-6);
 }
 
 Test(duel, a_slower_variant_loses_through_noise)

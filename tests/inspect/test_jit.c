@@ -369,10 +369,10 @@ Test(top, the_judges_median_ratio_gives_speedup_original_and_saving)
   cJSON_Delete(j);
   proc_free(&p);
 
-  /* Fewer than a verdict's rounds, or a damaged ratio (NaN): the means, as before. */
+  /* Fewer than the earliest verdict's rounds, or a damaged ratio (NaN): the means, as before. */
   for (int damaged = 0; damaged < 2; damaged++) {
     sql_exec(db, "DELETE FROM judge_pools");
-    craft_judge(db, damaged ? 8 : 7, damaged ? "0000c07f" : "");
+    craft_judge(db, damaged ? 8 : ST_JUDGE_MIN_RATIOS - 1, damaged ? "0000c07f" : "");
     p = opjit(NULL, (const char *[]){"top", "--db", db, id, "--json", NULL});
     cr_assert_eq(p.status, 0, "%s", p.err);
     j = proc_json(&p);
