@@ -94,8 +94,10 @@ static void *worker(void *arg)
   return NULL;
 }
 
-/* Starts want workers once (every signal blocked in them: they never take a host's signal);
- * 1 when some run. */
+/* Starts want workers once; 1 when some run. They never take a host's signal: every one is
+ * blocked in them but a fault's, which must reach the crash hook (crash.h) as a compile thread's
+ * does (cqueue.c). The sampler's, blocked too, disarms them (sampler.h): a part they run is not
+ * sampled. */
 static int start_workers(int want)
 {
   int st = atomic_load(&pool.started);
@@ -105,6 +107,8 @@ static int start_workers(int want)
     return 0; /* another call is starting them */
   sigset_t all, old;
   sigfillset(&all);
+  sigdelset(&all, SIGSEGV), sigdelset(&all, SIGILL), sigdelset(&all, SIGBUS);
+  sigdelset(&all, SIGFPE);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   pool.start_gen = atomic_load(&pool.gen);
   pthread_attr_t at;
