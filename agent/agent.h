@@ -138,6 +138,9 @@ extern AG_TLS ag_thread_t ag_tl;
  * (name: at most 15 characters) and moves it there. */
 void ag_note_process_cpus(void);
 void ag_agent_thread_begin(const char *name);
+/* How many CPUs the process could use when the agent loaded (before ag_note_process_cpus ran:
+ * the calling thread's); 0 when unknown. The same in every thread, pinned or not. */
+int ag_process_cpu_count(void);
 /* Set on compile threads: the C++ static destructors of what it loads and runs (LLVM) are not
  * registered with __cxa_atexit (process.c), so exit never destroys LLVM under a compile. */
 extern AG_TLS int ag_tl_keep_statics;

@@ -15,6 +15,14 @@ void ag_note_process_cpus(void)
   have_process_cpus = sched_getaffinity(0, sizeof process_cpus, &process_cpus) == 0;
 }
 
+int ag_process_cpu_count(void)
+{
+  cpu_set_t now;
+  if (have_process_cpus)
+    return CPU_COUNT(&process_cpus);
+  return sched_getaffinity(0, sizeof now, &now) == 0 ? CPU_COUNT(&now) : 0;
+}
+
 void ag_agent_thread_begin(const char *name)
 {
   pthread_setname_np(pthread_self(), name);

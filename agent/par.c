@@ -28,13 +28,17 @@ static struct {
   int nworkers;              /* workers running: worker w runs part w */
   uint32_t start_gen;        /* gen when they were started: the first job bumps it */
   job_t job;
-  _Atomic int parts;         /* the job's parts */
-  _Atomic uint32_t gen;      /* bumped for each job (a futex word) */
+  /* The job's number and its parts in one word (a futex word): a worker reads both in one
+   * load, so one that missed a job can never take the next one's parts for it. */
+  _Atomic uint32_t gen;
   _Atomic uint32_t done;     /* the job's parts the workers finished (a futex word) */
   _Atomic int sleepers;      /* workers asleep on gen */
   _Atomic int waiting;       /* the caller asleep on done */
   _Atomic uint64_t together, serial;
 } pool;
+
+#define GEN_PARTS 15u /* gen's low bits: the job's parts (AG_PAR_MAX fits) */
+_Static_assert(AG_PAR_MAX <= GEN_PARTS, "a job's parts fit gen's low bits");
 
 static long futex(_Atomic uint32_t *word, int op, uint32_t val)
 {
@@ -84,7 +88,7 @@ static void *worker(void *arg)
       atomic_fetch_sub(&pool.sleepers, 1);
     }
     seen = atomic_load_explicit(&pool.gen, memory_order_acquire);
-    if (w >= atomic_load(&pool.parts))
+    if (w >= (int)(seen & GEN_PARTS))
       continue; /* a job of fewer parts than workers */
     run_part(&pool.job, w);
     atomic_fetch_add_explicit(&pool.done, 1, memory_order_release);
@@ -132,10 +136,8 @@ int ag_par_parts(long option, int host_threaded)
 {
   if (option > 0)
     return option < AG_PAR_MAX ? (int)option : AG_PAR_MAX;
-  cpu_set_t set;
-  if (!host_threaded || sched_getaffinity(0, sizeof set, &set) != 0)
-    return 1;
-  int n = CPU_COUNT(&set);
+  int n = host_threaded ? ag_process_cpu_count() : 1; /* not the calling thread's: it may be
+                                                         pinned, and the parts are per process */
   return n < 1 ? 1 : n < AG_PAR_MAX ? n : AG_PAR_MAX;
 }
 
@@ -159,9 +161,10 @@ void ag_par_gemm(const ag_vrun_t *run, jt_gemm_fn fn, const void *a, const void 
   }
   int helped = parts - 1 < pool.nworkers ? parts - 1 : pool.nworkers;
   pool.job = j;
-  atomic_store(&pool.parts, parts);
   atomic_store(&pool.done, 0);
-  atomic_fetch_add(&pool.gen, 1); /* publishes the job (seq_cst: before sleepers' read) */
+  /* publishes the job (seq_cst: before sleepers' read) */
+  uint32_t g = atomic_load(&pool.gen);
+  atomic_store(&pool.gen, (g & ~GEN_PARTS) + GEN_PARTS + 1 + (uint32_t)parts);
   if (atomic_load(&pool.sleepers))
     futex(&pool.gen, FUTEX_WAKE_PRIVATE, AG_PAR_MAX);
   run_part(&j, 0);

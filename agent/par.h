@@ -25,7 +25,8 @@
 
 /* The parts a long GEMM's kernel may take in this process: option (OPJIT_KERNEL_THREADS) when
  * set (1: never split), else, where the host runs threads of its own (host_threaded: agent.h,
- * ag_host_threaded; its library's pool), the CPUs the process may run on, capped at
+ * ag_host_threaded; its library's pool), the CPUs the process could run on when the agent
+ * loaded (agent.h, ag_process_cpu_count: the same whichever thread asks), capped at
  * AG_PAR_MAX; 1 otherwise. */
 int ag_par_parts(long option, int host_threaded);
 

@@ -171,7 +171,8 @@ void ag_tier_judge_stored(uint32_t i, uint32_t rev);
 
 /* Entry i's judge median ratio variant / original (store/judge.h, st_judge_median) over its
  * window now — this run's rounds and any pooled from earlier runs, whatever the verdict: a
- * variant demoted as slower has one above 1 — with a verdict's worth of rounds (0 else). The
+ * variant demoted as slower has one above 1 — with ST_JUDGE_MIN_RATIOS rounds or more, the
+ * fewest any verdict rests on (0 else). The
  * writer records it with the run's variant row, and the exit summary's speedups and saving come
  * from it as the readers' do (store/query.h, ST_SIG_RATIO). */
 double ag_tier_judge_ratio(uint32_t i);

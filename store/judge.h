@@ -8,8 +8,9 @@
 #include <stdint.h>
 
 #define ST_JUDGE_RATIOS 32   /* ratios kept: the judge's window (AG_CMP_ROUNDS) */
-#define ST_JUDGE_MIN_RATIOS 4 /* fewer: the judge has no verdict, nor do its figures
-                                 (AG_CMP_EARLY_ROUNDS: the earliest verdict's) */
+#define ST_JUDGE_MIN_RATIOS 4 /* fewer: no figures from the judge's median (from these on,
+                                 with a verdict or not: AG_CMP_EARLY_ROUNDS, the fewest any
+                                 verdict rests on) */
 
 /* The judge's sufficient statistics for its rule: the window's ratios and the counters the
  * rule and the fair means read. */

@@ -16,7 +16,7 @@ struct st_rows_s {
 };
 
 /* The judge's median ratio variant / original for the signature whose id is the SQL
- * expression sig (NULL: none with a verdict's worth of rounds): its newest pool that has one
+ * expression sig (NULL: none with ST_JUDGE_MIN_RATIOS rounds): its newest pool that has them
  * (store/judge.h; a pool is per machine, and the newest is this machine's in a profile that
  * one machine writes). Its rounds time both sides warm and interleaved, as a plain run would
  * call the original, so the readers' speedups and savings come from it where it exists: the

@@ -113,8 +113,8 @@ enum st_sig_col {
   ST_SIG_RATIO,     /* the never-slower judge's ratio variant / original: in each run where a
                        variant ran, the median over its window that the run recorded (schema
                        11, whatever the verdict: a variant demoted as slower shows > 1), else
-                       over its newest pool (store/judge.h), where the judge had a verdict's
-                       worth of rounds; over the runs in scope, the variant's time against
+                       over its newest pool (store/judge.h), where the judge had
+                       ST_JUDGE_MIN_RATIOS rounds; over the runs in scope, the variant's time against
                        the original's that those ratios imply; NULL where none has one. Where
                        a run has one, its part of ST_SIG_SAVING is variant calls x variant
                        mean x (1 / ratio - 1): the original's cost as the judge's warm,

@@ -421,8 +421,8 @@ static uint32_t judge_ratios(const uint8_t *blob, int bytes, float *out)
 }
 
 /* SQL judge_median(ratios): the median of a judge pool's ratios (st_judge_median), NULL when it
- * holds fewer than ST_JUDGE_MIN_RATIOS (no verdict's worth), or any is not a positive finite
- * number (a damaged file: no figure rather than a wrong one). The readers' fair speedups and
+ * holds fewer than ST_JUDGE_MIN_RATIOS (fewer than any verdict rests on), or any is not a
+ * positive finite number (a damaged file: no figure rather than a wrong one). The readers' fair speedups and
  * savings (query.h). */
 static void sql_judge_median(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {

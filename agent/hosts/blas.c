@@ -65,9 +65,10 @@ static uint8_t cblas_uplo(int u)
     if (ag_fast_ready(&ag_f)) {                                                              \
       ag_sig_t ag_k = KEY;                                                                   \
       if (ag_likely(ag_fast_lookup(&ag_f, &ag_k))) {                                         \
-        if (ag_f.v) {                                                                        \
+        if (ag_f.v) { /* a kernel of a part of N takes the full path (agent/par.h) */        \
           const void *ka = A, *kb = B;                                                       \
-          if (ag_likely(ag_tier_gemm_guard(ag_f.e, &ka, &kb, C))) {                          \
+          if (ag_likely(ag_vrun[ag_f.e->index].parts <= 1 &&                                 \
+                        ag_tier_gemm_guard(ag_f.e, &ka, &kb, C))) {                          \
             ag_fast_enter(&ag_f);                                                            \
             ((void (*)(const void *, const void *, void *, double, double))ag_f.v)(          \
                 ka, kb, C, ALPHA, BETA);                                                     \

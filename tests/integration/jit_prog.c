@@ -9,7 +9,10 @@
  *   large S P SEED   the same with M, N and K in 161..400
  *   square N P       four N^3 products (sgemm_ NN, dgemm_ TN, cblas_sgemm row-major NT,
  *                    cblas_dgemm column-major NT; padded leading dimensions, alpha and beta of
- *                    every class), P passes as sweep makes them
+ *                    every class), P passes as sweep makes them; in the second half of them
+ *                    each product is followed by 40 calls of an 8x8x8 sgemm_ (the agent's
+ *                    fast path between long calls: the first half's calls, timed one after
+ *                    another, get the products their kernels)
  *   threads T N      T threads calling a shared set of signatures N times each
  *   alias            after a signature has a variant (200 calls, then the JIT settles), calls it
  *                    with C overlapping B: the result must be the original library's, bit for bit
@@ -262,10 +265,14 @@ static void square(int n, int passes)
   for (int i = 0; i < nsigs; i++) { /* every dimension n: rows as stored, plus 1 or 2 */
     sigs[i].lda = n + 1 + i % 2, sigs[i].ldb = n + 2 - i % 2, sigs[i].ldc = n + 1;
   }
+  gemm_sig_t small = {0, 0, 0, 'N', 'N', 8, 8, 8, 8, 8, 8, 1, 0};
   for (int p = 0; p < passes; p++) {
-    for (int i = 0; i < nsigs; i++)
+    for (int i = 0; i < nsigs; i++) {
       call_and_check(&sigs[i], &s, 0);
-    pause_after(p, nsigs);
+      for (int r = 0; r < (p < passes / 2 ? 0 : 40); r++)
+        call_and_check(&small, &s, 0);
+    }
+    pause_after(p, nsigs + 1);
   }
 }
 
