@@ -64,7 +64,7 @@
  * the duel, timed or not (long_problem): their original calls on the compile thread would still
  * run when a short program exits (the exit waits 200 ms for them, agent.c), and a library's
  * destructor that stops its thread pool while such a call uses it leaves a pool thread asleep
- * with no job and no stop: numpy with OpenBLAS 0.3.21's Prescott kernels, 6 float 2048^3
+ * with no job and no stop: numpy on its library's Prescott kernels (0.3.21), 6 float 2048^3
  * products, whose calls were never timed (hot by sampled CPU time), hung at exit 5 of 6 runs,
  * its pool thread asleep with queue 0 and status SLEEP after the shutdown. 2 x 512^3: under
  * 30 ms on a library at 10 GF/s. The first OPJIT_VERIFY calls verify such a kernel on the
