@@ -61,7 +61,7 @@
 #define DUEL_MIN_NS 2000000ull
 #define DUEL_MAX_NS 20000000ull
 /* A problem of more floating-point operations gets neither the check on scratch operands nor
- * the duel, timed or not (long_problem): their original calls on the compile thread would still
+ * the duel, timed or not (too_large): their original calls on the compile thread would still
  * run when a short program exits (the exit waits 200 ms for them, agent.c), and a library's
  * destructor that stops its thread pool while such a call uses it leaves a pool thread asleep
  * with no job and no stop: numpy on its library's Prescott kernels (0.3.21), 6 float 2048^3
@@ -402,7 +402,8 @@ static void set_persisted(uint32_t i, void *obj, size_t len, const char *symbol,
  * test seam's (host.h, duel: 16 makes the kernel slower, -16 the original). said gets what the
  * publication's event and reason should add: the duel's verdict, or why there was none. Returns
  * 1 when the kernel lost. Compile thread only. */
-static int long_problem(ag_entry_t *e, double *call_ns);
+static int too_large(ag_entry_t *e);
+static double library_call_ns(ag_entry_t *e);
 static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps, char *said,
                      size_t len)
 {
@@ -416,11 +417,14 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps
                                       : "OPJIT_DUEL=0");
     return 0;
   }
-  /* a library call too long for the judge's fewest rounds within the budget: the duel would
-   * time one call a side to find that out (a 1024^3 double product on a library below the CPU:
-   * 0.4-0.7 s before publication); a problem too large for one, timed or not (long_problem) */
-  double call_ns;
-  if (long_problem(e, &call_ns) || (call_ns > 0 && ag_duel_need_ns((uint64_t)call_ns) > budget)) {
+  /* a library call too long for the judge's fewest rounds within the budget, on the timings the
+   * long-call rule weighs (the first alone may be a warm-up's): the duel would time one call a
+   * side to find that out (a 1024^3 double product on a library below the CPU: 0.4-0.7 s before
+   * publication); a problem too large for one, timed or not (too_large) */
+  double call_ns = atomic_load_explicit(&e->best_n, memory_order_relaxed) >= AG_POLICY_LONG_TIMINGS
+                       ? library_call_ns(e)
+                       : 0;
+  if (too_large(e) || (call_ns > 0 && ag_duel_need_ns((uint64_t)call_ns) > budget)) {
     if (call_ns > 0)
       snprintf(said, len, "; no duel (its library's call, %.2f ms, is too long for one): no "
                "verdict from the in-run judge yet", call_ns / 1e6);
@@ -472,16 +476,15 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps
  * original (host.h, check: the hosts that duel), unless OPJIT_VERIFY=0 or the tests' fault seam
  * leaves a wrong kernel to the in-call verification (OPJIT_TEST_FAULT=wrong-in-call): what the
  * host's check returns (1 passed, 0 failed: *out says how, -2 the process is exiting), -1 when
- * there was none (also for a problem too long for one: long_problem); *ns the CPU time it took
+ * there was none (also for a problem too large for one: too_large); *ns the CPU time it took
  * (the compile thread's: a preempted check is not charged the wait). Compile thread only,
  * code_mu not held (it calls the library). */
 static int scratch_check(ag_entry_t *e, jt_gemm_fn fn, const char *fault, ag_scratch_t *out,
                          uint64_t *ns)
 {
   const ag_host_t *host = ag_host_of(e->key.host);
-  double call_ns;
   if (!ag_opts.num[AG_OPT_VERIFY] || !host || !(host->traits & AG_HOST_DUELS) || !host->check ||
-      (fault && strcmp(fault, "wrong-in-call") == 0) || long_problem(e, &call_ns))
+      (fault && strcmp(fault, "wrong-in-call") == 0) || too_large(e))
     return -1;
   struct timespec t0, t1;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
@@ -1208,14 +1211,11 @@ static double library_call_ns(ag_entry_t *e)
   return best > 0 && (call_ns <= 0 || best < call_ns) ? best : call_ns;
 }
 
-/* Whether e's problem is too long for the check on scratch operands and the duel: a library call
- * known too long for a duel, or CHECK_MAX_FLOPS or more, timed or not; *call_ns gets
- * library_call_ns (0: none timed). */
-static int long_problem(ag_entry_t *e, double *call_ns)
+/* Whether e's problem is too large for the check on scratch operands and the duel:
+ * CHECK_MAX_FLOPS or more, timed or not. */
+static int too_large(ag_entry_t *e)
 {
-  *call_ns = library_call_ns(e);
-  return (*call_ns > 0 && ag_duel_need_ns((uint64_t)*call_ns) > DUEL_MAX_NS) ||
-         problem_flops(&shapes[e->index]) >= CHECK_MAX_FLOPS;
+  return problem_flops(&shapes[e->index]) >= CHECK_MAX_FLOPS;
 }
 
 /* The floating-point operations of one call of problem g: a SYRK computes one triangle of its

@@ -85,9 +85,9 @@ Test(jit, large_shapes_get_kernels_that_match_the_reference)
 
 /* A long GEMM's N split between cores (agent/par.h): OPJIT_KERNEL_THREADS=2 on 256^3 products
  * of every layout, the library Debian's reference BLAS (far below the kernels: they compile
- * whatever this CPU's OpenBLAS would do), every call checked against it. The kernels (calls too
- * long for a check on scratch operands) are verified on their first calls through the pool,
- * serve calls split (40 calls of a small kernel between two long ones: the agent's fast path
+ * whatever this CPU's OpenBLAS would do), every call checked against it. The kernels are
+ * checked on scratch operands and verified on their first calls, through the pool, serve calls
+ * split (40 calls of a small kernel between two long ones: the agent's fast path
  * sends a split kernel's call to the pool too, else half of C would stay unwritten), and are
  * stored for that split: a run splitting N otherwise (OPJIT_KERNEL_THREADS=1) does not place
  * them but compiles its own, which the next run of that split places. */
@@ -104,9 +104,13 @@ Test(jit, a_long_gemm_split_between_cores_matches_the_reference)
   int64_t split = h_query(NULL, "SELECT count(*) FROM events WHERE kind='published' AND detail"
                                 " LIKE 'compiled in %% ms, N in 2 parts on as many cores%%'");
   cr_assert_eq(split, 4, "every product published split: %s", h_output("split", "err"));
-  cr_assert_geq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verified' AND detail LIKE"
-                              " 'matches the original within %%'"), 4,
-                "each verified on its first calls, through the pool");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                             " WHERE e.kind='verified' AND e.detail LIKE 'on scratch operands:%%'"
+                             " AND s.name LIKE '%%256x256x256%%'"), 4);
+  cr_assert_geq(h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                              " WHERE e.kind='verified' AND e.detail LIKE 'matches the original"
+                              " within %%' AND s.name LIKE '%%256x256x256%%'"), 4,
+                "each verified on its first calls too");
   cr_assert_gt(h_query(NULL, "SELECT coalesce(sum(calls), 0) FROM variants"), 0);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects WHERE symbol LIKE '%%_256x128x256_%%'"),
                4, "stored as the kernels of a half of N");
