@@ -10,7 +10,6 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 /* The call the workers run: written by the call that holds the pool before it bumps gen. */
@@ -45,13 +44,6 @@ static long futex(_Atomic uint32_t *word, int op, uint32_t val)
   return syscall(SYS_futex, (uint32_t *)word, op, val, NULL, NULL, 0);
 }
 
-static uint64_t mono_ns(void)
-{
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 /* Spins until *word differs from seen, AG_PAR_SPIN_NS at most: 1 when it did. */
 static int spin_until_changed(_Atomic uint32_t *word, uint32_t seen)
 {
@@ -61,7 +53,7 @@ static int spin_until_changed(_Atomic uint32_t *word, uint32_t seen)
       return 1;
     __builtin_ia32_pause();
     if (i % 256 == 0) { /* the clock every 256 pauses: ~10 us on today's cores */
-      uint64_t now = mono_ns();
+      uint64_t now = ag_now_ns();
       if (!end)
         end = now + AG_PAR_SPIN_NS;
       else if (now >= end)
@@ -144,12 +136,12 @@ int ag_par_parts(long option, int host_threaded)
 void ag_par_gemm(const ag_vrun_t *run, jt_gemm_fn fn, const void *a, const void *b, void *c,
                  double alpha, double beta)
 {
-  int parts = run->parts;
+  int parts = run ? run->parts : 1;
   if (parts <= 1) {
     fn(a, b, c, alpha, beta);
     return;
   }
-  job_t j = {fn, a, b, c, alpha, beta, run->b_step, run->c_step};
+  job_t j = {fn, a, b, c, alpha, beta, run->b_step, run->c_step}; /* run set: parts > 1 */
   int free_ = 0;
   if (!atomic_compare_exchange_strong(&pool.busy, &free_, 1) || !start_workers(parts - 1)) {
     if (!free_) /* the pool was ours, without workers */

@@ -31,7 +31,7 @@
 int ag_par_parts(long option, int host_threaded);
 
 /* Runs kernel fn on a call's operands as run says (a, b in the kernel's order): fn once when
- * run->parts <= 1, else once per part, part p on B + p b_step bytes and C + p c_step bytes,
+ * run is NULL or run->parts <= 1, else once per part, part p on B + p b_step bytes and C + p c_step bytes,
  * the parts at once where the pool is free (above), else one after the other. */
 void ag_par_gemm(const ag_vrun_t *run, jt_gemm_fn fn, const void *a, const void *b, void *c,
                  double alpha, double beta);
@@ -41,7 +41,7 @@ void ag_par_gemm(const ag_vrun_t *run, jt_gemm_fn fn, const void *a, const void 
 void ag_par_after_fork_child(void);
 
 /* Split calls so far that ran their parts at once, and that ran them one after another (the
- * pool taken or without workers): for tests and `opjit doctor`. */
+ * pool taken or without workers): for the tests. */
 void ag_par_counts(uint64_t *together, uint64_t *serial);
 
 #endif

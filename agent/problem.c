@@ -93,9 +93,8 @@ static int plain_gemm(const jt_gemm_t *g)
   return !g->dot && !g->add_rms_mul && !g->mm && !g->syrk && !g->fa && g->n > 1;
 }
 
-int ag_problem_split(const jt_gemm_t *g, int parts, ag_vrun_t *r, jt_gemm_t *part)
+int ag_problem_split(const jt_gemm_t *g, int parts, ag_vrun_t *r)
 {
-  jt_gemm_t whole = *g;
   r->parts = 1, r->b_step = r->c_step = 0;
   if (parts > 1 && plain_gemm(g) && 2.0 * g->m * g->n * g->k >= AG_PROBLEM_SPLIT_FLOPS &&
       g->n % parts == 0 && g->n / parts >= AG_PROBLEM_SPLIT_COLS) {
@@ -104,9 +103,14 @@ int ag_problem_split(const jt_gemm_t *g, int parts, ag_vrun_t *r, jt_gemm_t *par
     r->b_step = cols * (g->tb ? 1 : (size_t)g->ldb) * esz; /* op(B)'s columns: B's rows if T */
     r->c_step = cols * (size_t)g->ldc * esz;
   }
-  *part = whole;
-  part->n = whole.n / r->parts;
   return r->parts;
+}
+
+jt_gemm_t ag_problem_part(const jt_gemm_t *g, const ag_vrun_t *r)
+{
+  jt_gemm_t part = *g;
+  part.n /= r->parts > 1 ? r->parts : 1;
+  return part;
 }
 
 int ag_problem_symbol_fits(const jt_gemm_t *part, const char *symbol)

@@ -51,12 +51,14 @@ const char *ag_problem_family(const jt_gemm_t *g);
 /* A long GEMM's N in parts (par.h), for at most parts cores: where g is a GEMM (not a GEMV, a
  * SYRK, a dot product nor a graph's node) of AG_PROBLEM_SPLIT_FLOPS or more whose N divides
  * into that many parts of AG_PROBLEM_SPLIT_COLS columns or more, r->parts = parts and the
- * steps between parts set, else r->parts = 1; *part (may be g) gets the problem each part's
- * kernel solves: g with n / r->parts columns. Returns r->parts. */
+ * steps between parts set, else r->parts = 1. Returns r->parts. */
 #define AG_PROBLEM_SPLIT_FLOPS (2.0 * 256 * 256 * 256) /* ~0.5 ms on one core: a worker's wake
                                                           (tens of us) is a few % of it */
 #define AG_PROBLEM_SPLIT_COLS 32
-int ag_problem_split(const jt_gemm_t *g, int parts, ag_vrun_t *r, jt_gemm_t *part);
+int ag_problem_split(const jt_gemm_t *g, int parts, ag_vrun_t *r);
+/* The problem each part's kernel solves where r splits g: g with n / r->parts columns (g itself
+ * where r->parts is 0 or 1). */
+jt_gemm_t ag_problem_part(const jt_gemm_t *g, const ag_vrun_t *r);
 
 /* Whether a stored kernel's symbol (jt_gemm_name: opjit_?gemm_XX_<m>x<n>x<k>_l...) was compiled
  * for part, the problem a part's kernel solves in this run (a stored kernel of another split of

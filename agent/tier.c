@@ -509,8 +509,7 @@ static const char *split_words(uint32_t i, char *buf, size_t len)
 static void compile_one(uint32_t i, int idle)
 {
   ag_entry_t *e = ag_table_entry(ag_table, i);
-  jt_gemm_t g = shapes[i];
-  g.n /= ag_vrun[i].parts > 1 ? ag_vrun[i].parts : 1; /* a part of N's kernel (par.h) */
+  jt_gemm_t g = ag_problem_part(&shapes[i], &ag_vrun[i]); /* a part of N's kernel (par.h) */
   const char *fault = getenv("OPJIT_TEST_FAULT"); /* fault injection for the tests only */
   char err[512] = "";
   jt_gemm_fn fn = NULL;
@@ -1176,8 +1175,7 @@ static int prepare(ag_entry_t *e, char *why, size_t len)
   shapes[e->index] = g;
   ag_vrun_t *r = &ag_vrun[e->index]; /* computed once: the overlap guard, N's parts (par.h) */
   ag_problem_extents(&g, row, r);
-  ag_problem_split(&g, ag_par_parts(ag_opts.num[AG_OPT_KERNEL_THREADS], ag_host_threaded()), r,
-                   &g);
+  ag_problem_split(&g, ag_par_parts(ag_opts.num[AG_OPT_KERNEL_THREADS], ag_host_threaded()), r);
   prepared[e->index] = 1;
   return 1;
 }
@@ -1431,9 +1429,8 @@ static int load_allowed(ag_entry_t *e, const char *symbol, const st_judge_pool_t
   ag_cq_lock(&cq);
   uint32_t cold = AG_TIER_COLD;
   int ok = atomic_load(&e->tier) == AG_TIER_COLD && prepare(e, no, sizeof no);
-  jt_gemm_t part = ok ? shapes[e->index] : (jt_gemm_t){0};
   int parts = ok ? ag_vrun[e->index].parts : 1;
-  part.n /= parts > 1 ? parts : 1;
+  jt_gemm_t part = ok ? ag_problem_part(&shapes[e->index], &ag_vrun[e->index]) : (jt_gemm_t){0};
   if (ok && !ag_problem_symbol_fits(&part, symbol)) { /* N in other parts here (par.h) */
     ag_cq_unlock(&cq);
     snprintf(err, errlen, "compiled for another split of N between cores than this run's (%d "

@@ -36,16 +36,6 @@ static double written_max_abs(const jt_gemm_t *g, const void *c)
   return m;
 }
 
-/* Runs fn as run says (NULL: once, on all of g). */
-static void call(const ag_vrun_t *run, jt_gemm_fn fn, const void *a, const void *b, void *c,
-                 double alpha, double beta)
-{
-  if (run)
-    ag_par_gemm(run, fn, a, b, c, alpha, beta);
-  else
-    fn(a, b, c, alpha, beta);
-}
-
 void *ag_verify_gemm_run(const jt_gemm_t *g, const ag_vrun_t *run, jt_gemm_fn fn, const void *a,
                          const void *b, void *c, double alpha, double beta, double *bound)
 {
@@ -60,7 +50,7 @@ void *ag_verify_gemm_run(const jt_gemm_t *g, const ag_vrun_t *run, jt_gemm_fn fn
   double amax = ag_verify_max_abs(a, g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda, g->f64);
   double bmax = ag_verify_max_abs(b, g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb, g->f64);
   double cmax = g->beta_class ? written_max_abs(g, c) : 0;
-  call(run, fn, a, b, c, alpha, beta);
+  ag_par_gemm(run, fn, a, b, c, alpha, beta);
   for (long j = 0; j < g->n; j++) {
     char *cj = (char *)c + (size_t)j * (size_t)g->ldc * esz;
     memcpy(result + (size_t)j * col, cj, col);

@@ -334,7 +334,8 @@ Test(problem, a_long_gemm_splits_n_into_parts_of_its_columns)
   jt_gemm_t g = {.f64 = 1, .m = 256, .n = 256, .k = 256, .lda = 300, .ldb = 310, .ldc = 320},
             part;
   ag_vrun_t r = {.swapped = 1};
-  cr_assert_eq(ag_problem_split(&g, 2, &r, &part), 2);
+  cr_assert_eq(ag_problem_split(&g, 2, &r), 2);
+  part = ag_problem_part(&g, &r);
   cr_assert_eq(r.parts, 2);
   cr_assert_eq(part.n, 128);
   cr_assert_eq(part.m, 256);
@@ -343,14 +344,15 @@ Test(problem, a_long_gemm_splits_n_into_parts_of_its_columns)
   cr_assert_eq(r.c_step, (size_t)128 * 320 * 8);
   cr_assert_eq(r.swapped, 1, "the operand order stays");
   g.tb = 1, g.f64 = 0;
-  cr_assert_eq(ag_problem_split(&g, 4, &r, &part), 4);
+  cr_assert_eq(ag_problem_split(&g, 4, &r), 4);
+  part = ag_problem_part(&g, &r);
   cr_assert_eq(part.n, 64);
   cr_assert_eq(r.b_step, (size_t)64 * 4, "op(B) = B^T: a part's columns are B's rows");
   cr_assert_eq(r.c_step, (size_t)64 * 320 * 4);
-  /* in place: part may be g */
+  /* each split its own steps: 2 parts of the same problem */
   jt_gemm_t h = g;
-  cr_assert_eq(ag_problem_split(&h, 2, &r, &h), 2);
-  cr_assert_eq(h.n, 128);
+  cr_assert_eq(ag_problem_split(&h, 2, &r), 2);
+  cr_assert_eq(ag_problem_part(&h, &r).n, 128);
 
   jt_gemm_t small = {.m = 128, .n = 128, .k = 128, .lda = 128, .ldb = 128, .ldc = 128};
   jt_gemm_t odd = g, narrow = g, gemv = g, syrk = g;
@@ -361,13 +363,13 @@ Test(problem, a_long_gemm_splits_n_into_parts_of_its_columns)
   const jt_gemm_t *whole[] = {&small, &odd, &syrk, &gemv};
   for (size_t i = 0; i < sizeof whole / sizeof *whole; i++) {
     r = (ag_vrun_t){0};
-    cr_assert_eq(ag_problem_split(whole[i], 2, &r, &part), 1, "case %zu", i);
-    cr_assert_eq(part.n, whole[i]->n, "case %zu", i);
+    cr_assert_eq(ag_problem_split(whole[i], 2, &r), 1, "case %zu", i);
+    cr_assert_eq(ag_problem_part(whole[i], &r).n, whole[i]->n, "case %zu", i);
     cr_assert_eq(r.b_step + r.c_step, 0, "case %zu", i);
   }
-  cr_assert_eq(ag_problem_split(&narrow, 16, &r, &part), 1);
-  cr_assert_eq(ag_problem_split(&narrow, 8, &r, &part), 8);
-  cr_assert_eq(ag_problem_split(&g, 1, &r, &part), 1, "one core: whole");
+  cr_assert_eq(ag_problem_split(&narrow, 16, &r), 1);
+  cr_assert_eq(ag_problem_split(&narrow, 8, &r), 8);
+  cr_assert_eq(ag_problem_split(&g, 1, &r), 1, "one core: whole");
 }
 
 /* A stored GEMM kernel is placed only for the split it was compiled for: its name's dimensions
