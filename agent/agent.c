@@ -395,7 +395,7 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
   c->t0 = ag_tick();
 }
 
-void ag_call_long(const ag_call_t *c)
+void ag_call_long(const ag_call_t *c, uint64_t dt)
 {
   const ag_host_t *host = ag_host_of(c->e->key.host);
   if (!host || !(host->traits & AG_HOST_DUELS))
@@ -403,7 +403,9 @@ void ag_call_long(const ag_call_t *c)
   if (ag_tl.burst <= 0) {
     if (!ag_tl.chain)
       ag_tl.resume = ag_tl.tick; /* the calls to the next timed one, that one included */
-    ag_tl.chain = AG_LONG_CHAIN;
+    int32_t chain = ag_long_chain(dt);
+    if (chain > ag_tl.chain)
+      ag_tl.chain = chain;
     ag_tl.tick = 1;
   }
   ag_tier_long_timed(c->e);
@@ -492,7 +494,7 @@ void ag_call_timed(const ag_call_t *c, uint64_t ticks)
     }
   }
   if (ag_unlikely(dt >= AG_LONG_CALL_NS))
-    ag_call_long(c);
+    ag_call_long(c, dt);
 }
 
 void *ag_resolve_slow(void *_Atomic *cache, const char *name)

@@ -265,17 +265,30 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked);
  * fastest call (tier.c, policy.h), which a few timings a run would leave to chance. A signature
  * is long once its fastest timed call is (table.h, best_ns). */
 #define AG_LONG_CALL_NS 100000u
-#define AG_LONG_CHAIN 32 /* calls after a long one that come to ag_call_pick (ag_tl.chain) */
+/* The chain after a long call of dt ns: AG_LONG_CHAIN calls, and one more per AG_LONG_CHAIN_NS
+ * of the call (at most AG_LONG_CHAIN_MAX). A chained call takes the full path and a pick: 4-11
+ * ns more than on the fast path (Zen 3, an 8^3 float kernel's 45 ns call, the 400 calls after a
+ * 512^3 product against 400 later ones, medians of 100 rounds), so the chain costs under 1 % of
+ * the call that started it, and a 1 ms product keeps it over 500 short calls (a program's small
+ * GEMMs between its large ones). */
+#define AG_LONG_CHAIN 32
+#define AG_LONG_CHAIN_NS 2000u
+#define AG_LONG_CHAIN_MAX (1 << 20)
+static inline int32_t ag_long_chain(uint64_t dt)
+{
+  uint64_t n = dt / AG_LONG_CHAIN_NS;
+  return n < AG_LONG_CHAIN ? AG_LONG_CHAIN : n > AG_LONG_CHAIN_MAX ? AG_LONG_CHAIN_MAX : (int32_t)n;
+}
 
-/* A timed call of c->e took AG_LONG_CALL_NS or more, on a host that duels: the thread's next
- * AG_LONG_CHAIN calls come to ag_call_pick (outside a burst, whose calls come anyway), which
- * times those of long signatures and renews the chain at each; the gap to the thread's next
- * random timing runs on meanwhile (ag_tl.resume), so the calls counted toward the next burst and
- * the random timings stay as they were. So every call of a long signature is timed while such
- * calls come at most AG_LONG_CHAIN calls apart, and a thread without long calls pays nothing.
- * A signature waiting for such timings is asked again (tier.h, ag_tier_long_timed). Out of
- * line: such calls are long. */
-void ag_call_long(const ag_call_t *c);
+/* A timed call of c->e took dt >= AG_LONG_CALL_NS ns, on a host that duels: the thread's next
+ * ag_long_chain(dt) calls come to ag_call_pick (outside a burst, whose calls come anyway),
+ * which times those of long signatures and renews the chain at each (never shortening it); the
+ * gap to the thread's next random timing runs on meanwhile (ag_tl.resume), so the calls counted
+ * toward the next burst and the random timings stay as they were. So every call of a long
+ * signature is timed while such calls come within their chains, and a thread without long
+ * calls pays nothing. A signature waiting for such timings is asked again (tier.h,
+ * ag_tier_long_timed). Out of line: such calls are long. */
+void ag_call_long(const ag_call_t *c, uint64_t dt);
 
 /* A burst's warm original call of c->e took dt ns (out of line: bursts are rare). */
 void ag_call_burst_timed(const ag_call_t *c, uint64_t dt);

@@ -9,10 +9,10 @@
  *   large S P SEED   the same with M, N and K in 161..400
  *   square N P       four N^3 products (sgemm_ NN, dgemm_ TN, cblas_sgemm row-major NT,
  *                    cblas_dgemm column-major NT; padded leading dimensions, alpha and beta of
- *                    every class), P passes as sweep makes them; in the second half of them
- *                    each product is followed by 40 calls of an 8x8x8 sgemm_ (the agent's
- *                    fast path between long calls: the first half's calls, timed one after
- *                    another, get the products their kernels)
+ *                    every class), P passes as sweep makes them, each product followed by 40
+ *                    calls of an 8x8x8 sgemm_ (more than a fixed chain of 32 timed picks
+ *                    after a long call; once compiled, the agent's fast path between long
+ *                    calls)
  *   threads T N      T threads calling a shared set of signatures N times each
  *   alias            after a signature has a variant (200 calls, then the JIT settles), calls it
  *                    with C overlapping B: the result must be the original library's, bit for bit
@@ -269,7 +269,7 @@ static void square(int n, int passes)
   for (int p = 0; p < passes; p++) {
     for (int i = 0; i < nsigs; i++) {
       call_and_check(&sigs[i], &s, 0);
-      for (int r = 0; r < (p < passes / 2 ? 0 : 40); r++)
+      for (int r = 0; r < 40; r++)
         call_and_check(&small, &s, 0);
     }
     pause_after(p, nsigs + 1);
