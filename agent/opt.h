@@ -51,8 +51,8 @@
   OPT(JIT_THREADS, INT, "1", 1, 8, NULL,                                                     \
       "compile threads (each with its own LLVM session), started as the queue needs them")   \
   OPT(KERNEL_THREADS, INT, "0", 0, 8, NULL,                                                  \
-      "cores a long GEMM's kernel runs on, N split between them (0: the CPUs the process "    \
-      "may use, where the program's library runs threads of its own; 1: one)")                \
+      "cores a long GEMM's (a large GEMV's) kernel runs on, N (M) split between them (0: the "\
+      "CPUs the process may use, where the program's library runs threads of its own; 1: one)")\
   OPT(JIT_MAX_DIM, INT, "2048", 1, 4096, NULL,                                               \
       "largest M, N or K compiled (the generator's own limit is 2048; a call too long "      \
       "for the duel is compiled only where the library's fastest call runs below 3/4 "       \

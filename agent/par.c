@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Kernels on several cores (par.h): a pool of workers that run a split GEMM's other parts. */
+/* Kernels on several cores (par.h): a pool of workers that run a split call's other parts. */
 #define _GNU_SOURCE
 #include "par.h"
 #include "agent.h"
@@ -18,7 +18,7 @@ typedef struct job_s {
   const char *a, *b;
   char *c;
   double alpha, beta;
-  size_t b_step, c_step;
+  size_t a_step, b_step, c_step;
 } job_t;
 
 static struct {
@@ -64,7 +64,8 @@ static int spin_until_changed(_Atomic uint32_t *word, uint32_t seen)
 
 static void run_part(const job_t *j, int p)
 {
-  j->fn(j->a, j->b + (size_t)p * j->b_step, j->c + (size_t)p * j->c_step, j->alpha, j->beta);
+  j->fn(j->a + (size_t)p * j->a_step, j->b + (size_t)p * j->b_step, j->c + (size_t)p * j->c_step,
+        j->alpha, j->beta);
 }
 
 static void *worker(void *arg)
@@ -141,7 +142,7 @@ void ag_par_gemm(const ag_vrun_t *run, jt_gemm_fn fn, const void *a, const void 
     fn(a, b, c, alpha, beta);
     return;
   }
-  job_t j = {fn, a, b, c, alpha, beta, run->b_step, run->c_step}; /* run set: parts > 1 */
+  job_t j = {fn, a, b, c, alpha, beta, run->a_step, run->b_step, run->c_step}; /* parts > 1 */
   int free_ = 0;
   if (!atomic_compare_exchange_strong(&pool.busy, &free_, 1) || !start_workers(parts - 1)) {
     if (!free_) /* the pool was ours, without workers */

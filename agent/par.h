@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* Kernels on several cores: a long GEMM's N in equal parts, one per core of the process.
+/* Kernels on several cores: a long GEMM's N (a large GEMV's M) in equal parts, one per core of
+ * the process.
  *
  * A host whose library runs its long calls on several threads (a numeric library's pool: the
- * process's cores) is raced by a kernel on one core: a single-threaded kernel must be that many times as
- * fast per core to win. So a long GEMM's kernel may be compiled for a part of N (problem.h,
- * ag_vrun_t.parts: the kernel computes n / parts columns, B and C offset by a part's width) and
- * each call runs the parts at once: the calling thread the first, the pool's workers the
+ * process's cores) is raced by a kernel on one core: a single-threaded kernel must be that many
+ * times as fast per core to win (a GEMV, bound by the loads of one core, cannot). So a long
+ * GEMM's kernel may be compiled for a part of N (problem.h, ag_vrun_t.parts: the kernel computes
+ * n / parts columns, B and C offset by a part's width), a large GEMV's for a part of M (m / parts
+ * rows of y, A offset by as many rows of op(A), x whole), and each call runs the parts at once: the calling thread the first, the pool's workers the
  * others, as the library's own pool would. The workers are the agent's threads (not the host's:
  * agent.h, ag_host_threaded), started at the first split call; between calls each spins for
  * AG_PAR_SPIN_NS, then sleeps on a futex until the next (a program that calls a long GEMM in a
@@ -13,7 +15,7 @@
  * finds the pool taken (another host thread's call, a check on the compile thread) or without
  * workers (none could be started; a forked child's pool stays empty until its first split call
  * starts its own) runs its parts one after the other on its own thread, with the same result.
- * The parts write disjoint columns of C and read A and B only: the result is the one the
+ * The parts write disjoint columns (rows) of C and read A and B only: the result is the one the
  * kernel gives part by part, bit for bit, however the parts are spread. */
 #ifndef OPJIT_AGENT_PAR_H
 #define OPJIT_AGENT_PAR_H
@@ -23,7 +25,7 @@
 #define AG_PAR_MAX 8             /* parts (and so cores) a call is split into, at most */
 #define AG_PAR_SPIN_NS 200000    /* a worker's spin after a call before it sleeps */
 
-/* The parts a long GEMM's kernel may take in this process: option (OPJIT_KERNEL_THREADS) when
+/* The parts a long GEMM's (a large GEMV's) kernel may take in this process: option (OPJIT_KERNEL_THREADS) when
  * set (1: never split), else, where the host runs threads of its own (host_threaded: agent.h,
  * ag_host_threaded; its library's pool), the CPUs the process could run on when the agent
  * loaded (agent.h, ag_process_cpu_count: the same whichever thread asks), capped at
@@ -31,8 +33,8 @@
 int ag_par_parts(long option, int host_threaded);
 
 /* Runs kernel fn on a call's operands as run says (a, b in the kernel's order): fn once when
- * run is NULL or run->parts <= 1, else once per part, part p on B + p b_step bytes and C + p c_step bytes,
- * the parts at once where the pool is free (above), else one after the other. */
+ * run is NULL or run->parts <= 1, else once per part, part p on A + p a_step, B + p b_step and
+ * C + p c_step bytes, the parts at once where the pool is free (above), else one after the other. */
 void ag_par_gemm(const ag_vrun_t *run, jt_gemm_fn fn, const void *a, const void *b, void *c,
                  double alpha, double beta);
 

@@ -87,21 +87,34 @@ void ag_problem_extents(const jt_gemm_t *g, int swapped, ag_vrun_t *r)
   r->swapped = (uint8_t)swapped;
 }
 
-/* A plain GEMM: no other kind, no GEMV (n = 1), no SYRK. */
-static int plain_gemm(const jt_gemm_t *g)
+/* A GEMM of a kind that takes a plain call (no SYRK, dot product, graph node): 1 with N > 1, 2 a
+ * GEMV (n = 1, K > 1: an AXPY is the GEMM of K = 1), else 0. */
+static int gemm_shape(const jt_gemm_t *g)
 {
-  return !g->dot && !g->add_rms_mul && !g->mm && !g->syrk && !g->fa && g->n > 1;
+  if (g->dot || g->add_rms_mul || g->mm || g->syrk || g->fa)
+    return 0;
+  return g->n > 1 ? 1 : g->k > 1 ? 2 : 0;
 }
 
 int ag_problem_split(const jt_gemm_t *g, int parts, ag_vrun_t *r)
 {
-  r->parts = 1, r->b_step = r->c_step = 0;
-  if (parts > 1 && plain_gemm(g) && 2.0 * g->m * g->n * g->k >= AG_PROBLEM_SPLIT_FLOPS &&
-      g->n % parts == 0 && g->n / parts >= AG_PROBLEM_SPLIT_COLS) {
-    size_t esz = g->f64 ? 8 : 4, cols = (size_t)(g->n / parts);
+  r->parts = 1, r->a_step = r->b_step = r->c_step = 0;
+  if (parts <= 1)
+    return 1;
+  size_t esz = g->f64 ? 8 : 4;
+  int shape = gemm_shape(g);
+  if (shape == 1 && 2.0 * g->m * g->n * g->k >= AG_PROBLEM_SPLIT_FLOPS && g->n % parts == 0 &&
+      g->n / parts >= AG_PROBLEM_SPLIT_COLS) {
+    size_t cols = (size_t)(g->n / parts);
     r->parts = (uint8_t)parts;
     r->b_step = cols * (g->tb ? 1 : (size_t)g->ldb) * esz; /* op(B)'s columns: B's rows if T */
     r->c_step = cols * (size_t)g->ldc * esz;
+  } else if (shape == 2 && (double)g->m * g->k * esz >= AG_PROBLEM_SPLIT_BYTES &&
+             g->m % (parts * AG_PROBLEM_SPLIT_ROWS) == 0) {
+    size_t rows = (size_t)(g->m / parts);
+    r->parts = (uint8_t)parts;
+    r->a_step = rows * (g->ta ? (size_t)g->lda : 1) * esz; /* op(A)'s rows: A's columns if T */
+    r->c_step = rows * esz;
   }
   return r->parts;
 }
@@ -109,7 +122,10 @@ int ag_problem_split(const jt_gemm_t *g, int parts, ag_vrun_t *r)
 jt_gemm_t ag_problem_part(const jt_gemm_t *g, const ag_vrun_t *r)
 {
   jt_gemm_t part = *g;
-  part.n /= r->parts > 1 ? r->parts : 1;
+  if (r->parts > 1 && g->n == 1)
+    part.m /= r->parts;
+  else if (r->parts > 1)
+    part.n /= r->parts;
   return part;
 }
 

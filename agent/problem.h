@@ -18,9 +18,9 @@
 typedef struct ag_vrun_s {
   size_t ext_a, ext_b, ext_c; /* bytes each operand spans */
   uint8_t swapped;            /* the kernel takes B before A (a row-major GEMM) */
-  uint8_t parts;              /* the kernel computes 1 / parts of N, run once per part (par.h);
-                                 0 or 1: all of it */
-  size_t b_step, c_step;      /* bytes from one part to the next in (the kernel's) B and C */
+  uint8_t parts;              /* the kernel computes 1 / parts of N (a GEMV's: of M), run once
+                                 per part (par.h); 0 or 1: all of it */
+  size_t a_step, b_step, c_step; /* bytes from one part to the next in (the kernel's) A, B, C */
 } ag_vrun_t;
 
 /* The kernel key k asks for, in *g: 1, with *swap set when the kernel takes the call's operands
@@ -48,21 +48,29 @@ int ag_problem_takes(const jt_gemm_t *g, const char *op, int m, int n, int k, ch
  * name, "mm", "add_rms_mul", "dot", "syrk" or "gemm". */
 const char *ag_problem_family(const jt_gemm_t *g);
 
-/* A long GEMM's N in parts (par.h), for at most parts cores: where g is a GEMM (not a GEMV, a
- * SYRK, a dot product nor a graph's node) of AG_PROBLEM_SPLIT_FLOPS or more whose N divides
- * into that many parts of AG_PROBLEM_SPLIT_COLS columns or more, r->parts = parts and the
- * steps between parts set, else r->parts = 1. Returns r->parts. */
+/* A long GEMM's N, or a large GEMV's M, in parts (par.h), for at most parts cores: where g is a
+ * GEMM (not a SYRK, a dot product nor a graph's node) of AG_PROBLEM_SPLIT_FLOPS or more whose N
+ * divides into that many parts of AG_PROBLEM_SPLIT_COLS columns or more, or a GEMV (n = 1, of
+ * either transpose; not an AXPY, k = 1) whose A spans AG_PROBLEM_SPLIT_BYTES or more and whose
+ * M divides into that many parts of AG_PROBLEM_SPLIT_ROWS rows or a multiple of them,
+ * r->parts = parts and the steps between parts set (a GEMV's part: y's rows and the rows of
+ * op(A) that give them, x whole), else r->parts = 1. Returns r->parts. */
 #define AG_PROBLEM_SPLIT_FLOPS (2.0 * 256 * 256 * 256) /* ~0.5 ms on one core: a worker's wake
                                                           (tens of us) is a few % of it */
 #define AG_PROBLEM_SPLIT_COLS 32
+#define AG_PROBLEM_SPLIT_BYTES (1u << 20) /* a GEMV streams A: from 1 MB, two cores' caches
+                                             and load ports run it 1.3-2x faster than one
+                                             (OpenBLAS's sgemv on 1 and 2 threads, Zen 3:
+                                             512^2 20 vs 15-18 us, 1024^2 77 vs 52-69) */
+#define AG_PROBLEM_SPLIT_ROWS 16 /* a cache line of y's floats: no line written by two parts */
 int ag_problem_split(const jt_gemm_t *g, int parts, ag_vrun_t *r);
-/* The problem each part's kernel solves where r splits g: g with n / r->parts columns (g itself
- * where r->parts is 0 or 1). */
+/* The problem each part's kernel solves where r splits g: g with n / r->parts columns, a GEMV
+ * with m / r->parts rows (g itself where r->parts is 0 or 1). */
 jt_gemm_t ag_problem_part(const jt_gemm_t *g, const ag_vrun_t *r);
 
 /* Whether a stored kernel's symbol (jt_gemm_name: opjit_?gemm_XX_<m>x<n>x<k>_l...) was compiled
- * for part, the problem a part's kernel solves in this run (a stored kernel of another split of
- * N computes other columns): 1 when it was, or when it is no GEMM's (never split); else 0. */
+ * for part, the problem a part's kernel solves in this run (a stored kernel of another split
+ * computes other columns, or rows): 1 when it was, or when it is no GEMM's (never split); else 0. */
 int ag_problem_symbol_fits(const jt_gemm_t *part, const char *symbol);
 
 /* The bytes g's operands span (0 for kinds whose hosts check overlaps themselves: dot

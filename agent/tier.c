@@ -494,12 +494,13 @@ static int scratch_check(ag_entry_t *e, jt_gemm_fn fn, const char *fault, ag_scr
   return rc;
 }
 
-/* ", N in P parts on as many cores" where entry i's kernel splits N (par.h), else "". */
+/* ", N in P parts on as many cores" where entry i's kernel splits N (a GEMV's: M; par.h), else
+ * "". */
 static const char *split_words(uint32_t i, char *buf, size_t len)
 {
   int parts = ag_vrun[i].parts;
   if (parts > 1)
-    snprintf(buf, len, ", N in %d parts on as many cores", parts);
+    snprintf(buf, len, ", %c in %d parts on as many cores", shapes[i].n == 1 ? 'M' : 'N', parts);
   else
     buf[0] = 0;
   return buf;
@@ -1431,11 +1432,11 @@ static int load_allowed(ag_entry_t *e, const char *symbol, const st_judge_pool_t
   int ok = atomic_load(&e->tier) == AG_TIER_COLD && prepare(e, no, sizeof no);
   int parts = ok ? ag_vrun[e->index].parts : 1;
   jt_gemm_t part = ok ? ag_problem_part(&shapes[e->index], &ag_vrun[e->index]) : (jt_gemm_t){0};
-  if (ok && !ag_problem_symbol_fits(&part, symbol)) { /* N in other parts here (par.h) */
+  if (ok && !ag_problem_symbol_fits(&part, symbol)) { /* N (M) in other parts here (par.h) */
     ag_cq_unlock(&cq);
-    snprintf(err, errlen, "compiled for another split of N between cores than this run's (%d "
-             "part%s: OPJIT_KERNEL_THREADS, the CPUs, the host's threads)", parts > 1 ? parts : 1,
-             parts > 1 ? "s" : "");
+    snprintf(err, errlen, "compiled for another split of %c between cores than this run's (%d "
+             "part%s: OPJIT_KERNEL_THREADS, the CPUs, the host's threads)",
+             part.n == 1 ? 'M' : 'N', parts > 1 ? parts : 1, parts > 1 ? "s" : "");
     return -1;
   }
   /* not compilable with these options (OPJIT_JIT_MAX_DIM): NONE, as enqueue does */

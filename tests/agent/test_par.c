@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* Kernels on several cores (agent/par.h): a split call runs every part once, each on its own
  * columns, on the pool's workers where it is free and one after the other where it is not
- * (another thread's call, no workers), with the same result; a forked child's pool starts its
- * own workers; how many parts a process may take. The "kernel" here is a C function that
- * writes which part it computed into its columns of C and notes the thread that ran it. */
+ * (another thread's call, no workers), with the same result; a GEMV's parts step through A
+ * and C; a forked child's pool starts its own workers; how many parts a process may take. The
+ * "kernel" here is a C function that writes which part it computed (from its B's and A's tags)
+ * into its columns of C and notes the thread that ran it. */
 #define _GNU_SOURCE
 #include "agent/par.h"
 
@@ -21,37 +22,39 @@
 static _Atomic int calls;
 static _Atomic pid_t tids[AG_PAR_MAX * 4];
 
-/* A part: C's COLS columns (ld ROWS) get B's first element of the part (its tag) plus alpha;
- * A must be the call's own. */
+/* A part: C's COLS columns (ld ROWS) get B's first element of the part (its tag) plus alpha,
+ * plus 1000 times A's first element of the part less 42 (A's tag). */
 static void kernel(const void *a, const void *b, void *c, double alpha, double beta)
 {
   (void)beta;
-  cr_assert_eq(*(const int *)a, 42, "A is every part's");
   int n = atomic_fetch_add(&calls, 1);
   if (n < (int)(sizeof tids / sizeof *tids))
     tids[n] = gettid();
   usleep(2000); /* the parts overlap; a caller that returned early finds C unwritten */
   for (int j = 0; j < COLS; j++)
     for (int i = 0; i < ROWS; i++)
-      ((double *)c)[j * ROWS + i] = *(const double *)b + alpha;
+      ((double *)c)[j * ROWS + i] = *(const double *)b + alpha + 1000 * (*(const int *)a - 42);
 }
 
-/* Runs a call of parts parts and checks every part's columns. */
-static void split_call(int parts)
+/* Runs a call of parts parts and checks every part's columns: B and C step (a GEMM's N in
+ * parts), or, rows, A and C (a GEMV's M: B whole). */
+static void split_call_as(int parts, int rows)
 {
-  static const int a = 42;
+  int a[AG_PAR_MAX] = {0};
   double b[AG_PAR_MAX] = {0}, c[AG_PAR_MAX * COLS * ROWS];
   for (int p = 0; p < parts; p++)
-    b[p] = 100 * p;
+    b[p] = rows ? 7 : 100 * p, a[p] = rows ? 42 + p : 42;
   memset(c, 0, sizeof c);
-  ag_vrun_t run = {.parts = (uint8_t)parts, .b_step = sizeof *b,
-                   .c_step = COLS * ROWS * sizeof *c};
-  ag_par_gemm(&run, kernel, &a, b, c, 0.5, 0);
+  ag_vrun_t run = {.parts = (uint8_t)parts, .a_step = rows ? sizeof *a : 0,
+                   .b_step = rows ? 0 : sizeof *b, .c_step = COLS * ROWS * sizeof *c};
+  ag_par_gemm(&run, kernel, a, b, c, 0.5, 0);
   for (int p = 0; p < parts; p++)
     for (int x = 0; x < COLS * ROWS; x++)
-      cr_assert_eq(c[p * COLS * ROWS + x], 100 * p + 0.5, "part %d of %d, element %d", p, parts,
-                   x);
+      cr_assert_eq(c[p * COLS * ROWS + x], (rows ? 7 + 1000 * p : 100 * p) + 0.5,
+                   "part %d of %d, element %d", p, parts, x);
 }
+
+static void split_call(int parts) { split_call_as(parts, 0); }
 
 Test(par, every_part_runs_once_on_its_columns_spread_over_threads)
 {
@@ -82,6 +85,15 @@ static void *other_caller(void *arg)
   for (int i = 0; i < 20; i++)
     split_call(3);
   return NULL;
+}
+
+Test(par, a_gemv_s_parts_step_through_a_and_c_with_b_whole)
+{
+  for (int parts = 2; parts <= AG_PAR_MAX; parts += 3) {
+    atomic_store(&calls, 0);
+    split_call_as(parts, 1);
+    cr_assert_eq(atomic_load(&calls), parts);
+  }
 }
 
 Test(par, calls_from_several_threads_all_complete_alike)

@@ -355,21 +355,59 @@ Test(problem, a_long_gemm_splits_n_into_parts_of_its_columns)
   cr_assert_eq(ag_problem_part(&h, &r).n, 128);
 
   jt_gemm_t small = {.m = 128, .n = 128, .k = 128, .lda = 128, .ldb = 128, .ldc = 128};
-  jt_gemm_t odd = g, narrow = g, gemv = g, syrk = g;
+  jt_gemm_t odd = g, narrow = g, axpy = g, syrk = g;
   odd.n = 255;
   narrow.n = 256, narrow.m = 2048; /* 2 x 2048 x 256 x 256 flops, but parts of 16 columns */
-  gemv.n = 1, gemv.m = 65536;
+  axpy.n = 1, axpy.k = 1, axpy.m = 1 << 20; /* a GEMM of K = 1: y += alpha x */
   syrk.syrk = 1;
-  const jt_gemm_t *whole[] = {&small, &odd, &syrk, &gemv};
+  const jt_gemm_t *whole[] = {&small, &odd, &syrk, &axpy};
   for (size_t i = 0; i < sizeof whole / sizeof *whole; i++) {
     r = (ag_vrun_t){0};
     cr_assert_eq(ag_problem_split(whole[i], 2, &r), 1, "case %zu", i);
     cr_assert_eq(ag_problem_part(whole[i], &r).n, whole[i]->n, "case %zu", i);
-    cr_assert_eq(r.b_step + r.c_step, 0, "case %zu", i);
+    cr_assert_eq(r.a_step + r.b_step + r.c_step, 0, "case %zu", i);
   }
   cr_assert_eq(ag_problem_split(&narrow, 16, &r), 1);
   cr_assert_eq(ag_problem_split(&narrow, 8, &r), 8);
   cr_assert_eq(ag_problem_split(&g, 1, &r), 1, "one core: whole");
+}
+
+/* A large GEMV's M in parts: each part's kernel computes m / parts rows of y, A stepping by as
+ * many rows of op(A) (A's columns when op(A) = A^T), x whole; a GEMV whose A spans less than
+ * AG_PROBLEM_SPLIT_BYTES, or whose M does not divide into parts of whole cache lines of y,
+ * stays whole. */
+Test(problem, a_large_gemv_splits_m_into_parts_of_its_rows)
+{
+  jt_gemm_t g = {.m = 1024, .n = 1, .k = 256, .lda = 1030, .ldb = 256, .ldc = 1024}, part;
+  ag_vrun_t r = {0};
+  cr_assert_eq(ag_problem_split(&g, 2, &r), 2, "1024 x 256 floats: 1 MB");
+  part = ag_problem_part(&g, &r);
+  cr_assert_eq(part.m, 512);
+  cr_assert_eq(part.n, 1);
+  cr_assert_eq(part.k, 256);
+  cr_assert_eq(part.lda, 1030);
+  cr_assert_eq(r.a_step, (size_t)512 * 4, "op(A) = A: a part's rows of A");
+  cr_assert_eq(r.b_step, 0, "x whole");
+  cr_assert_eq(r.c_step, (size_t)512 * 4);
+  jt_gemm_t t = g;
+  t.ta = 1, t.f64 = 1, t.m = 512, t.lda = 260;
+  cr_assert_eq(ag_problem_split(&t, 4, &r), 4);
+  cr_assert_eq(ag_problem_part(&t, &r).m, 128);
+  cr_assert_eq(r.a_step, (size_t)128 * 260 * 8, "op(A) = A^T: a part's columns of A");
+  cr_assert_eq(r.c_step, (size_t)128 * 8);
+
+  jt_gemm_t small = g, uneven = g;
+  small.m = 1023 & ~31, small.k = 255; /* 992 x 255 floats: under 1 MB */
+  uneven.m = 1040, uneven.k = 512;     /* 1040 rows: halves of 520, not of whole lines of y */
+  cr_assert_eq(ag_problem_split(&small, 2, &r), 1);
+  cr_assert_eq(ag_problem_part(&small, &r).m, small.m);
+  cr_assert_eq(ag_problem_split(&uneven, 2, &r), 1);
+  cr_assert_eq(r.a_step + r.c_step, 0);
+  cr_assert_eq(ag_problem_split(&uneven, 5, &r), 5, "1040 = 5 x 208 = 5 x 13 lines");
+  cr_assert(ag_problem_symbol_fits(&(jt_gemm_t){.m = 512, .n = 1, .k = 256},
+                                   "opjit_sgemm_NN_512x1x256_l1030_256_1024_a1_b0_avx2_v256"));
+  cr_assert_not(ag_problem_symbol_fits(&(jt_gemm_t){.m = 1024, .n = 1, .k = 256},
+                                       "opjit_sgemm_NN_512x1x256_l1030_256_1024_a1_b0_avx2_v256"));
 }
 
 /* A stored GEMM kernel is placed only for the split it was compiled for: its name's dimensions

@@ -31,6 +31,9 @@
  *   vec S P SEED     like sweep, for ?dot_/?axpy_/cblas_?dot/cblas_?axpy (unit and strided)
  *   gemv S P SEED    like sweep, for sgemv_/dgemv_/cblas_?gemv (row and column major, both
  *                    transposes, unit and non-unit strides)
+ *   biggemv P        four GEMVs whose A spans 1 MB (sgemv_ N 1024x256, cblas_dgemv row-major
+ *                    N 512x256, cblas_sgemv column-major T 256x1024, dgemv_ T 256x512; padded
+ *                    leading dimensions, beta 0 and not), P passes as sweep makes them
  * Prints "calls N checked N mismatches M" and exits 1 when M > 0. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -520,6 +523,23 @@ static void gemv_sweep(int nsigs, int passes, uint64_t seed)
   free(g);
 }
 
+static void big_gemvs(int passes)
+{
+  typedef struct { int f64, api, row, trans, m, n, pad; double alpha, beta; } gv_t;
+  static const gv_t g[] = {{0, 0, 0, 0, 1024, 256, 1, 1, 0},
+                           {1, 1, 1, 0, 512, 256, 2, -0.5, 1},
+                           {0, 1, 0, 1, 256, 1024, 0, 2, 0.5},
+                           {1, 0, 0, 1, 256, 512, 3, 1, 0}};
+  int nsigs = (int)(sizeof g / sizeof *g);
+  uint64_t s = 23;
+  for (int p = 0; p < passes; p++) {
+    for (int i = 0; i < nsigs; i++)
+      gemv_call(&s, g[i].f64, g[i].api, g[i].row, g[i].trans, g[i].m, g[i].n, g[i].pad, 1,
+                g[i].alpha, g[i].beta);
+    pause_after(p, nsigs);
+  }
+}
+
 /* Calls an 8x8x8 sgemm n times, A holding +Inf at [0] for the first inf_calls_n calls, pausing
  * pause_us after each (so a variant can be compiled meanwhile). */
 static void inf_calls(int n, int inf_calls_n, int pause_us)
@@ -599,6 +619,8 @@ int main(int argc, char **argv)
     vec_sweep(atoi(argv[2]), atoi(argv[3]), strtoull(argv[4], NULL, 10));
   else if (!strcmp(mode, "gemv") && argc > 4)
     gemv_sweep(atoi(argv[2]), atoi(argv[3]), strtoull(argv[4], NULL, 10));
+  else if (!strcmp(mode, "biggemv") && argc > 2)
+    big_gemvs(atoi(argv[2]));
   else if (!strcmp(mode, "inf")) {
     inf_calls(3, 3, 1000);
     settle_or(0); /* the variant compiled on the infinite calls serves the finite ones */
@@ -652,7 +674,7 @@ int main(int argc, char **argv)
     }
     reap(child);
   } else {
-    fprintf(stderr, "usage: %s sweep S P SEED | gemv S P SEED | vec S P SEED | threads T N | "
+    fprintf(stderr, "usage: %s sweep S P SEED | gemv S P SEED | biggemv P | vec S P SEED | threads T N | "
                     "shared T N | alias | inf | many N | mixed N | "
                     "badorder | forkhot | warmfork S A B\n",
             argv[0]);

@@ -136,6 +136,38 @@ Test(jit, a_long_gemm_split_between_cores_matches_the_reference)
                "the whole kernels placed by the next run of one core");
 }
 
+/* A large GEMV's M split between cores (agent/par.h): OPJIT_KERNEL_THREADS=2 on four GEMVs whose
+ * A spans 1 MB (both transposes, both APIs, both layouts), the library Debian's reference BLAS,
+ * every call checked against it. Each kernel computes half of y's rows from its half of op(A)'s
+ * rows, through the pool on every call (verification, the check on scratch operands, the calls
+ * it serves), and is stored for that split: a run of one core invalidates it. */
+Test(jit, a_large_gemv_split_between_cores_matches_the_reference)
+{
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_HOT_CALLS=2",
+                       "OPJIT_SAMPLE_HZ=0", "OPJIT_KERNEL_THREADS=2",
+                       "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/blas", NULL};
+  const char *argv[] = {H_JIT_PROG, "biggemv", "12", NULL};
+  run_checked("split", env, argv);
+  cr_assert(strstr(h_output("split", "out"), "calls 48 "), "%s", h_output("split", "out"));
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind IN ('failed',"
+                             " 'verify-failed')"), 0);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='published' AND detail"
+                             " LIKE 'compiled in %% ms, M in 2 parts on as many cores%%'"),
+               4, "every GEMV published split: %s", h_output("split", "err"));
+  cr_assert_geq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verified' AND detail"
+                              " LIKE 'matches the original within %%'"), 4,
+                "each verified on its first calls");
+  cr_assert_gt(h_query(NULL, "SELECT coalesce(sum(calls), 0) FROM variants"), 0);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects WHERE symbol LIKE '%%_512x1x256_%%'"
+                             " OR symbol LIKE '%%_256x1x256_%%'"),
+               4, "stored as the kernels of half of M");
+
+  env[4] = "OPJIT_KERNEL_THREADS=1";
+  run_checked("whole", env, argv);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE run_id=2 AND kind='invalidated'"
+                             " AND detail LIKE '%%another split of M%%'"), 4);
+}
+
 /* (Under TSan the calls are rare enough for cold pairs, and the agent's instrumented code on the
  * variant's side loses them: a sanitized judge does not demote on them, compare.h.) */
 Test(jit, eight_threads_while_variants_are_published)
