@@ -60,8 +60,9 @@ const char *ag_problem_family(const jt_gemm_t *g);
 #define AG_PROBLEM_SPLIT_COLS 32
 #define AG_PROBLEM_SPLIT_BYTES (1u << 20) /* a GEMV streams A: from 1 MB, two cores' caches
                                              and load ports run it 1.3-2x faster than one
-                                             (OpenBLAS's sgemv on 1 and 2 threads, Zen 3:
-                                             512^2 20 vs 15-18 us, 1024^2 77 vs 52-69) */
+                                             (a library's float GEMV on 1 and 2 threads,
+                                             Zen 3: 512^2 20 vs 15-18 us, 1024^2 77 vs
+                                             52-69; docs/jit.md) */
 #define AG_PROBLEM_SPLIT_ROWS 16 /* a cache line of y's floats: no line written by two parts */
 int ag_problem_split(const jt_gemm_t *g, int parts, ag_vrun_t *r);
 /* The problem each part's kernel solves where r splits g: g with n / r->parts columns, a GEMV
