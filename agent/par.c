@@ -24,13 +24,16 @@ typedef struct job_s {
 static struct {
   _Atomic int busy;          /* a call holds the pool */
   _Atomic int started;       /* 0 none, 1 starting, 2 workers up (as many as nworkers) */
-  int nworkers;              /* workers running: worker w runs part w */
+  int nworkers;              /* workers running */
   uint32_t start_gen;        /* gen when they were started: the first job bumps it */
   job_t job;
   /* The job's number and its parts in one word (a futex word): a worker reads both in one
    * load, so one that missed a job can never take the next one's parts for it. */
   _Atomic uint32_t gen;
-  _Atomic uint32_t done;     /* the job's parts the workers finished (a futex word) */
+  /* The job's gen (high half) and its next part not yet taken (low half): a part is taken by
+   * whoever moves it on first, the caller or a worker, and only for the job its gen names. */
+  _Atomic uint64_t claim;
+  _Atomic uint32_t done;     /* the job's parts finished (a futex word) */
   _Atomic int sleepers;      /* workers asleep on gen */
   _Atomic int waiting;       /* the caller asleep on done */
   _Atomic uint64_t together, serial;
@@ -62,15 +65,33 @@ static int spin_until_changed(_Atomic uint32_t *word, uint32_t seen)
   }
 }
 
-static void run_part(const job_t *j, int p)
+static void run_part(const job_t *j, uint32_t p)
 {
   j->fn(j->a + (size_t)p * j->a_step, j->b + (size_t)p * j->b_step, j->c + (size_t)p * j->c_step,
         j->alpha, j->beta);
 }
 
+/* Runs the parts of job gen g that nobody has taken yet, one after another, until none is
+ * left (or another job is out: a late worker takes nothing of it); returns how many it ran. */
+static uint32_t take_parts(uint32_t g)
+{
+  uint32_t ran = 0;
+  uint64_t c = atomic_load_explicit(&pool.claim, memory_order_acquire);
+  while ((uint32_t)(c >> 32) == g && (uint32_t)c < (g & GEN_PARTS)) {
+    if (!atomic_compare_exchange_weak_explicit(&pool.claim, &c, c + 1, memory_order_acq_rel,
+                                               memory_order_acquire))
+      continue;
+    run_part(&pool.job, (uint32_t)c); /* the job stays until its every part is done */
+    ran++;
+    atomic_fetch_add_explicit(&pool.done, 1, memory_order_release);
+    c = atomic_load_explicit(&pool.claim, memory_order_acquire);
+  }
+  return ran;
+}
+
 static void *worker(void *arg)
 {
-  int w = (int)(intptr_t)arg;
+  (void)arg;
   ag_agent_thread_begin("opjit-par");
   uint32_t seen = pool.start_gen; /* not gen now: the first job may be out already */
   for (;;) {
@@ -81,11 +102,7 @@ static void *worker(void *arg)
       atomic_fetch_sub(&pool.sleepers, 1);
     }
     seen = atomic_load_explicit(&pool.gen, memory_order_acquire);
-    if (w >= (int)(seen & GEN_PARTS))
-      continue; /* a job of fewer parts than workers */
-    run_part(&pool.job, w);
-    atomic_fetch_add_explicit(&pool.done, 1, memory_order_release);
-    if (atomic_load(&pool.waiting))
+    if (take_parts(seen) && atomic_load(&pool.waiting))
       futex(&pool.done, FUTEX_WAKE_PRIVATE, 1);
   }
   return NULL;
@@ -114,7 +131,7 @@ static int start_workers(int want)
   int n = 0;
   for (int w = 1; w <= want && w < AG_PAR_MAX; w++) {
     pthread_t th;
-    if (pthread_create(&th, &at, worker, (void *)(intptr_t)w) != 0)
+    if (pthread_create(&th, &at, worker, NULL) != 0)
       break;
     n++;
   }
@@ -148,23 +165,24 @@ void ag_par_gemm(const ag_vrun_t *run, jt_gemm_fn fn, const void *a, const void 
     if (!free_) /* the pool was ours, without workers */
       atomic_store(&pool.busy, 0);
     atomic_fetch_add_explicit(&pool.serial, 1, memory_order_relaxed);
-    for (int p = 0; p < parts; p++)
+    for (uint32_t p = 0; p < (uint32_t)parts; p++)
       run_part(&j, p);
     return;
   }
-  int helped = parts - 1 < pool.nworkers ? parts - 1 : pool.nworkers;
   pool.job = j;
   atomic_store(&pool.done, 0);
+  uint32_t g = (atomic_load(&pool.gen) & ~GEN_PARTS) + GEN_PARTS + 1 + (uint32_t)parts;
+  atomic_store(&pool.claim, (uint64_t)g << 32); /* before gen: a worker that sees g finds it */
   /* publishes the job (seq_cst: before sleepers' read) */
-  uint32_t g = atomic_load(&pool.gen);
-  atomic_store(&pool.gen, (g & ~GEN_PARTS) + GEN_PARTS + 1 + (uint32_t)parts);
+  atomic_store(&pool.gen, g);
   if (atomic_load(&pool.sleepers))
     futex(&pool.gen, FUTEX_WAKE_PRIVATE, AG_PAR_MAX);
-  run_part(&j, 0);
-  for (int p = helped + 1; p < parts; p++) /* parts beyond the workers: ours */
-    run_part(&j, p);
+  /* The caller takes parts too, and every part no worker has taken by the time it is free: a
+   * worker that is slow to get a core (another pool's thread spinning on it) costs the call at
+   * most the parts it would have run, never a wait for it to start. */
+  take_parts(g);
   uint32_t d;
-  while ((d = atomic_load_explicit(&pool.done, memory_order_acquire)) < (uint32_t)helped) {
+  while ((d = atomic_load_explicit(&pool.done, memory_order_acquire)) < (uint32_t)parts) {
     if (spin_until_changed(&pool.done, d))
       continue;
     atomic_store(&pool.waiting, 1);

@@ -7,9 +7,14 @@
  * times as fast per core to win (a GEMV, bound by the loads of one core, cannot). So a long
  * GEMM's kernel may be compiled for a part of N (problem.h, ag_vrun_t.parts: the kernel computes
  * n / parts columns, B and C offset by a part's width), a large GEMV's for a part of M (m / parts
- * rows of y, A offset by as many rows of op(A), x whole), and each call runs the parts at once: the calling thread the first, the pool's workers the
- * others, as the library's own pool would. The workers are the agent's threads (not the host's:
- * agent.h, ag_host_threaded), started at the first split call; between calls each spins for
+ * rows of y, A offset by as many rows of op(A), x whole), and each call runs the parts at
+ * once, as the library's own pool would: each part is taken by whichever thread gets to it first,
+ * the calling thread or one of the pool's workers, and the caller takes every part still untaken
+ * when it is free (a worker slow to get a core, another pool's thread spinning on it, costs the
+ * call its part's time, never a wait for that worker: a split GEMV judged in cold pairs against
+ * a library whose threads spun on took 460-570 us a call where its parts take 50). The workers
+ * are the agent's threads (not the host's: agent.h, ag_host_threaded), started at the first
+ * split call; between calls each spins for
  * AG_PAR_SPIN_NS, then sleeps on a futex until the next (a program that calls a long GEMM in a
  * loop finds them awake; one that stopped pays them no CPU). One call at a time: a call that
  * finds the pool taken (another host thread's call, a check on the compile thread) or without
@@ -25,8 +30,8 @@
 #define AG_PAR_MAX 8             /* parts (and so cores) a call is split into, at most */
 #define AG_PAR_SPIN_NS 200000    /* a worker's spin after a call before it sleeps */
 
-/* The parts a long GEMM's (a large GEMV's) kernel may take in this process: option (OPJIT_KERNEL_THREADS) when
- * set (1: never split), else, where the host runs threads of its own (host_threaded: agent.h,
+/* The parts a long GEMM's (a large GEMV's) kernel may take in this process: option
+ * (OPJIT_KERNEL_THREADS) when set (1: never split), else, where the host runs threads of its own (host_threaded: agent.h,
  * ag_host_threaded; its library's pool), the CPUs the process could run on when the agent
  * loaded (agent.h, ag_process_cpu_count: the same whichever thread asks), capped at
  * AG_PAR_MAX; 1 otherwise. */

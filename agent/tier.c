@@ -986,7 +986,10 @@ static void enqueue_counted(ag_entry_t *e, const char *why, int pb, int at_call)
  * whose fastest timed call is that long is charged as on a busy machine: such a call is what a
  * library spreads over its own threads, which take the core the count thinks idle (the README
  * demo's 512^3 products on a library's two threads had their kernel compiled as a first trial,
- * published after their last call). */
+ * published after their last call). So is a call the agent would split between the cores (par.h)
+ * on a host whose library runs threads of its own: its library spreads it as well, and a
+ * compile then holds the core the library's next call waits for (numpy's float 1024^2 GEMV on
+ * two threads: 2-4 ms a call instead of 0.06-0.1 while the kernel compiled and was checked). */
 static int pays_back(const ag_entry_t *e, double spent_ns, ag_payback_t *t)
 {
   static _Atomic long ncpu;
@@ -995,11 +998,13 @@ static int pays_back(const ag_entry_t *e, double spent_ns, ag_payback_t *t)
   ag_epoch_t snap[64];
   long busy = (long)ag_tcount_snapshot(snap, 64);
   uint64_t best = atomic_load_explicit(&e->best_ns, memory_order_relaxed);
-  if (best && ag_duel_need_ns(best) > DUEL_MAX_NS)
-    busy = ncpu;
   jt_gemm_t g;
-  int row;
-  double ns = (double)ag_machine_compile_ns(gemm_of(&e->key, &g, &row) ? ag_problem_family(&g) : "gemm");
+  int row, have = gemm_of(&e->key, &g, &row);
+  ag_vrun_t spread;
+  if ((best && ag_duel_need_ns(best) > DUEL_MAX_NS) ||
+      (have && ag_problem_split(&g, ag_par_parts(0, ag_host_threaded()), &spread) > 1))
+    busy = ncpu;
+  double ns = (double)ag_machine_compile_ns(have ? ag_problem_family(&g) : "gemm");
   return ag_policy_test(&policy, size_class(e), spent_ns, ag_policy_charge(ns, busy, ncpu),
                         ag_opts.num[AG_OPT_HOT_PAYBACK], busy < ncpu, t);
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Kernels on several cores (agent/par.h): a split call runs every part once, each on its own
  * columns, on the pool's workers where it is free and one after the other where it is not
- * (another thread's call, no workers), with the same result; a GEMV's parts step through A
+ * (another thread's call, no workers), with the same result (a part no worker has taken
+ * once the caller is free is the caller's); a GEMV's parts step through A
  * and C; a forked child's pool starts its own workers; how many parts a process may take. The
  * "kernel" here is a C function that writes which part it computed (from its B's and A's tags)
  * into its columns of C and notes the thread that ran it. */
@@ -21,6 +22,7 @@
 
 static _Atomic int calls;
 static _Atomic pid_t tids[AG_PAR_MAX * 4];
+static _Atomic int part_us = 2000; /* what a part takes */
 
 /* A part: C's COLS columns (ld ROWS) get B's first element of the part (its tag) plus alpha,
  * plus 1000 times A's first element of the part less 42 (A's tag). */
@@ -30,7 +32,8 @@ static void kernel(const void *a, const void *b, void *c, double alpha, double b
   int n = atomic_fetch_add(&calls, 1);
   if (n < (int)(sizeof tids / sizeof *tids))
     tids[n] = gettid();
-  usleep(2000); /* the parts overlap; a caller that returned early finds C unwritten */
+  usleep((useconds_t)atomic_load(&part_us)); /* the parts overlap; a caller that returned
+                                                 early finds C unwritten */
   for (int j = 0; j < COLS; j++)
     for (int i = 0; i < ROWS; i++)
       ((double *)c)[j * ROWS + i] = *(const double *)b + alpha + 1000 * (*(const int *)a - 42);
@@ -67,11 +70,14 @@ Test(par, every_part_runs_once_on_its_columns_spread_over_threads)
     split_call(parts);
     cr_assert_eq(atomic_load(&calls), parts);
   }
-  /* two parts again: the caller runs one, a worker the other */
+  /* two parts again: the caller runs one, a worker the other (one that wakes within the
+   * caller's part: it takes the other part first) */
   uint64_t together0, serial0, together, serial;
   ag_par_counts(&together0, &serial0);
   atomic_store(&calls, 0);
+  atomic_store(&part_us, 200000);
   split_call(2);
+  atomic_store(&part_us, 2000);
   ag_par_counts(&together, &serial);
   cr_assert_eq(together, together0 + 1);
   cr_assert_eq(serial, serial0);

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* The agent under Debian's /usr/bin/python3 with python3-numpy (OpenBLAS): results
  * bit-identical with and without it, and each numpy product recorded as the CBLAS call it is. */
+#define _GNU_SOURCE
 #include "harness.h"
 
 #include <criterion/criterion.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -36,6 +38,40 @@ Test(numpy, products_identical_and_counted_exactly)
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs r JOIN programs p ON p.id=program_id"
                              " WHERE p.exe LIKE '/usr/bin/python3%%' AND argv LIKE '%%numpy_ops.py%%'"
                              " AND status='exited'"), 1);
+}
+
+/* A large GEMV (numpy's a @ v on a Fortran-ordered float 1024^2 A) on OpenBLAS's two threads:
+ * its compile is charged in full, not as on an idle core (the library's second thread needs that
+ * core: tier.c, pays_back), its kernel splits M between the cores (agent/par.h), and the loop's
+ * results stay within float rounding of a double-precision reference. */
+Test(numpy, a_large_gemv_on_a_threaded_library_is_split_and_charged_in_full)
+{
+  if (access("/usr/bin/python3", X_OK) != 0)
+    cr_skip_test("Debian's /usr/bin/python3 is not installed");
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof cpus, &cpus) != 0 || CPU_COUNT(&cpus) < 2)
+    cr_skip_test("one CPU: the library runs no threads to split against");
+  const char *prog =
+      "import numpy as np\n"
+      "rng = np.random.default_rng(5)\n"
+      "a = np.asfortranarray(rng.standard_normal((1024, 1024)).astype(np.float32))\n"
+      "v = rng.standard_normal(1024).astype(np.float32)\n"
+      "ref = a.astype(np.float64) @ v.astype(np.float64)\n"
+      "worst = max(float(np.max(np.abs(a @ v - ref))) for i in range(6000))\n"
+      "print('worst %g' % worst)\n"
+      "assert worst < 1e-3, worst\n";
+  const char *env[] = {"OPJIT_MODE=jit", "OPENBLAS_NUM_THREADS=2", NULL}; /* sampled: hot by CPU */
+  int st = h_run("gemv", 1, env, (const char *[]){"/usr/bin/python3", "-c", prog, NULL});
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d\n%s%s", st,
+            h_output("gemv", "out"), h_output("gemv", "err"));
+  const char *sig = "cblas_sgemv row T 1024x1024 β=0";
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                             " WHERE s.name='%s' AND e.kind='queued' AND e.detail LIKE"
+                             " '%%compile charge%%' AND e.detail NOT LIKE '%%idle core%%'", sig),
+               1, "queued once, its compile charged in full: %s", h_output("gemv", "err"));
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events e JOIN signatures s ON s.id=e.sig_id"
+                             " WHERE s.name='%s' AND e.kind='published' AND e.detail LIKE"
+                             " '%%M in 2 parts on as many cores%%'", sig), 1);
 }
 
 Test(numpy, a_program_that_exits_during_a_duel_exits_cleanly)
