@@ -300,6 +300,18 @@ static int burst_timed_enough(void)
   return ag_tl.nbt > 0;
 }
 
+/* The thread's burst is over, its next timed call tick calls away: the chain it held or its long
+ * calls started goes on (ag_call_long). */
+static void burst_over(void)
+{
+  if (ag_tl.chain_after > 0) {
+    ag_tl.resume = ag_tl.tick;
+    ag_tl.chain = ag_tl.chain_after;
+    ag_tl.chain_after = 0;
+    ag_tl.tick = 1;
+  }
+}
+
 void ag_call_burst_timed(const ag_call_t *c, uint64_t dt)
 {
   /* an outlier is left out of the round and of the recorded mean */
@@ -315,6 +327,7 @@ void ag_call_burst_timed(const ag_call_t *c, uint64_t dt)
     ag_tl.to_burst -= ag_tl.burst * AG_CMP_BURST_EVERY;
     ag_tl.burst = 0;
     ag_tl.tick = ran + draw_gap();
+    burst_over();
   }
   if (!ag_tl.burst)
     burst_flush();
@@ -336,6 +349,8 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
     /* After the burst, the thread's next timings wait a burst's length: the variants' first
      * calls after it find their code and data where the originals left them. */
     ag_tl.tick = last ? ag_tl.burst_len + draw_gap() : 0;
+    if (last)
+      burst_over();
     /* A variant still verifying keeps its calls: they run both it and the original. */
     if (atomic_load_explicit(&e->variant, memory_order_relaxed) &&
         atomic_load_explicit(&e->verify, memory_order_relaxed) <= 0) {
@@ -385,7 +400,9 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
       ag_tl.burst_saw_variant = 0;
       ag_tl.burst_bg = ag_bg_mark();
       ag_tl.tick = 0;
-      ag_tl.chain = 0; /* a burst's calls all come here */
+      if (ag_tl.chain > ag_tl.chain_after) /* a burst's calls all come here: held till it ends */
+        ag_tl.chain_after = ag_tl.chain;
+      ag_tl.chain = 0;
     }
   }
   if (ag_tl.chain > 0) { /* the chain goes on over the new gap */
@@ -400,13 +417,15 @@ void ag_call_long(const ag_call_t *c, uint64_t dt)
   const ag_host_t *host = ag_host_of(c->e->key.host);
   if (!host || !(host->traits & AG_HOST_DUELS))
     return;
+  int32_t chain = ag_long_chain(dt);
   if (ag_tl.burst <= 0) {
     if (!ag_tl.chain)
       ag_tl.resume = ag_tl.tick; /* the calls to the next timed one, that one included */
-    int32_t chain = ag_long_chain(dt);
     if (chain > ag_tl.chain)
       ag_tl.chain = chain;
     ag_tl.tick = 1;
+  } else if (chain > ag_tl.chain_after) { /* from the burst's end (burst_over) */
+    ag_tl.chain_after = chain;
   }
   ag_tier_long_timed(c->e);
 }

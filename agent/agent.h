@@ -102,6 +102,7 @@ typedef struct ag_thread_s {
                                 model's figure), kept once the model is ready; 0 before */
   int32_t chain;             /* > 0: calls left in which every call comes to ag_call_pick and
                                 a long signature's is timed (ag_call_long) */
+  int32_t chain_after;       /* ... the chain to go on with once the thread's burst is over */
   int32_t resume;            /* ... meanwhile, the calls left of the gap to the next timed call
                                 (counted toward the next burst already) */
   int32_t burst;             /* calls left in this thread's original burst (compare.h): while
@@ -265,8 +266,8 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked);
  * fastest call (tier.c, policy.h), which a few timings a run would leave to chance. A signature
  * is long once its fastest timed call is (table.h, best_ns). */
 #define AG_LONG_CALL_NS 100000u
-/* The chain after a long call of dt ns: AG_LONG_CHAIN calls, and one more per AG_LONG_CHAIN_NS
- * of the call (at most AG_LONG_CHAIN_MAX). A chained call takes the full path and a pick: 4-11
+/* The chain after a long call of dt ns: AG_LONG_CHAIN calls, or one per AG_LONG_CHAIN_NS of the
+ * call where that is more (at most AG_LONG_CHAIN_MAX). A chained call takes the full path and a pick: 4-11
  * ns more than on the fast path (Zen 3, an 8^3 float kernel's 45 ns call, the 400 calls after a
  * 512^3 product against 400 later ones, medians of 100 rounds), so the chain costs under 1 % of
  * the call that started it, and a 1 ms product keeps it over 500 short calls (a program's small
@@ -284,9 +285,10 @@ static inline int32_t ag_long_chain(uint64_t dt)
  * ag_long_chain(dt) calls come to ag_call_pick (outside a burst, whose calls come anyway),
  * which times those of long signatures and renews the chain at each (never shortening it); the
  * gap to the thread's next random timing runs on meanwhile (ag_tl.resume), so the calls counted
- * toward the next burst and the random timings stay as they were. So every call of a long
- * signature is timed while such calls come within their chains, and a thread without long
- * calls pays nothing. A signature waiting for such timings is asked again (tier.h,
+ * toward the next burst and the random timings stay as they were. A burst (whose calls come to
+ * the pick anyway, long ones timed) holds the chain and the one its long calls start, and the
+ * thread goes on with it once the burst is over. So every call of a long signature is timed
+ * while such calls come within their chains, and a thread without long calls pays nothing. A signature waiting for such timings is asked again (tier.h,
  * ag_tier_long_timed). Out of line: such calls are long. */
 void ag_call_long(const ag_call_t *c, uint64_t dt);
 

@@ -172,14 +172,17 @@ void ag_par_gemm(const ag_vrun_t *run, jt_gemm_fn fn, const void *a, const void 
   pool.job = j;
   atomic_store(&pool.done, 0);
   uint32_t g = (atomic_load(&pool.gen) & ~GEN_PARTS) + GEN_PARTS + 1 + (uint32_t)parts;
-  atomic_store(&pool.claim, (uint64_t)g << 32); /* before gen: a worker that sees g finds it */
+  /* Part 0 is the caller's (before gen: a worker that sees g finds the claim word of g) */
+  atomic_store(&pool.claim, (uint64_t)g << 32 | 1);
   /* publishes the job (seq_cst: before sleepers' read) */
   atomic_store(&pool.gen, g);
   if (atomic_load(&pool.sleepers))
     futex(&pool.gen, FUTEX_WAKE_PRIVATE, AG_PAR_MAX);
-  /* The caller takes parts too, and every part no worker has taken by the time it is free: a
-   * worker that is slow to get a core (another pool's thread spinning on it) costs the call at
-   * most the parts it would have run, never a wait for it to start. */
+  run_part(&j, 0);
+  atomic_fetch_add_explicit(&pool.done, 1, memory_order_release);
+  /* then every part no worker has taken by the time it is free: a worker that is slow to get a
+   * core (another pool's thread spinning on it) costs the call at most the parts it would have
+   * run, never a wait for it to start */
   take_parts(g);
   uint32_t d;
   while ((d = atomic_load_explicit(&pool.done, memory_order_acquire)) < (uint32_t)parts) {

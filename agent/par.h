@@ -8,9 +8,9 @@
  * GEMM's kernel may be compiled for a part of N (problem.h, ag_vrun_t.parts: the kernel computes
  * n / parts columns, B and C offset by a part's width), a large GEMV's for a part of M (m / parts
  * rows of y, A offset by as many rows of op(A), x whole), and each call runs the parts at
- * once, as the library's own pool would: each part is taken by whichever thread gets to it first,
- * the calling thread or one of the pool's workers, and the caller takes every part still untaken
- * when it is free (a worker slow to get a core, another pool's thread spinning on it, costs the
+ * once, as the library's own pool would: the calling thread runs the first, and each other part
+ * is taken by whichever thread gets to it first, a worker or the caller, which takes every part
+ * still untaken when it is free (a worker slow to get a core, another pool's thread spinning on it, costs the
  * call its part's time, never a wait for that worker: a split GEMV judged in cold pairs against
  * a library whose threads spun on took 460-570 us a call where its parts take 50). The workers
  * are the agent's threads (not the host's: agent.h, ag_host_threaded), started at the first

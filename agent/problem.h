@@ -59,11 +59,12 @@ const char *ag_problem_family(const jt_gemm_t *g);
                                                           (tens of us) is a few % of it */
 #define AG_PROBLEM_SPLIT_COLS 32
 #define AG_PROBLEM_SPLIT_BYTES (1u << 20) /* a GEMV streams A: from 1 MB, two cores' caches
-                                             and load ports run it 1.3-2x faster than one
+                                             and load ports run it 1.1-2x faster than one
                                              (a library's float GEMV on 1 and 2 threads,
                                              Zen 3: 512^2 20 vs 15-18 us, 1024^2 77 vs
-                                             52-69; docs/jit.md) */
-#define AG_PROBLEM_SPLIT_ROWS 16 /* a cache line of y's floats: no line written by two parts */
+                                             52-69, 2048^2 380-490 vs 200-270; docs/jit.md) */
+#define AG_PROBLEM_SPLIT_ROWS 16 /* a cache line of y's floats: where y is 64-byte aligned, no
+                                    line is written by two parts */
 int ag_problem_split(const jt_gemm_t *g, int parts, ag_vrun_t *r);
 /* The problem each part's kernel solves where r splits g: g with n / r->parts columns, a GEMV
  * with m / r->parts rows (g itself where r->parts is 0 or 1). */

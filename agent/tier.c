@@ -510,7 +510,7 @@ static const char *split_words(uint32_t i, char *buf, size_t len)
 static void compile_one(uint32_t i, int idle)
 {
   ag_entry_t *e = ag_table_entry(ag_table, i);
-  jt_gemm_t g = ag_problem_part(&shapes[i], &ag_vrun[i]); /* a part of N's kernel (par.h) */
+  jt_gemm_t g = ag_problem_part(&shapes[i], &ag_vrun[i]); /* a part's kernel (par.h) */
   const char *fault = getenv("OPJIT_TEST_FAULT"); /* fault injection for the tests only */
   char err[512] = "";
   jt_gemm_fn fn = NULL;
@@ -1179,7 +1179,7 @@ static int prepare(ag_entry_t *e, char *why, size_t len)
     return 1; /* the same again (a key's problem never changes): a host thread still in an
                  evicted variant's call may be reading them */
   shapes[e->index] = g;
-  ag_vrun_t *r = &ag_vrun[e->index]; /* computed once: the overlap guard, N's parts (par.h) */
+  ag_vrun_t *r = &ag_vrun[e->index]; /* computed once: the overlap guard, the parts (par.h) */
   ag_problem_extents(&g, row, r);
   ag_problem_split(&g, ag_par_parts(ag_opts.num[AG_OPT_KERNEL_THREADS], ag_host_threaded()), r);
   prepared[e->index] = 1;

@@ -134,7 +134,7 @@ int ag_tier_settle(long ms);
  * figures in its event and reason, the object dropped) and later runs leave the signature on
  * the original until the generator changes. Returns 0; -1 with a sentence in err when the object
  * cannot be placed (or e cannot have a variant: then e's tier is NONE; or the object was
- * compiled for another split of N between cores, par.h: e compiles anew once hot); 1 when it was not
+ * compiled for another split of N (M) between cores, par.h: e compiles anew once hot); 1 when it was not
  * placed (the code cache is full for now; or demoted by its pool: then e's tier is DEMOTED). */
 int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
                  const st_judge_pool_t *pool, char *err, size_t errlen);
@@ -261,7 +261,7 @@ static inline __attribute__((always_inline)) int ag_tier_gemm(ag_entry_t *e, voi
   if (__builtin_expect(atomic_load_explicit(&e->verify, memory_order_relaxed) > 0, 0))
     return ag_tier_gemm_verify(e, v, a, b, c, alpha, beta, vf);
   const ag_vrun_t *r = &ag_vrun[e->index];
-  if (__builtin_expect(r->parts > 1, 0)) /* a long GEMM's N on several cores (par.h) */
+  if (__builtin_expect(r->parts > 1, 0)) /* N (a GEMV's M) on several cores (par.h) */
     ag_par_gemm(r, (jt_gemm_fn)v, a, b, c, alpha, beta);
   else
     ((void (*)(const void *, const void *, void *, double, double))v)(a, b, c, alpha, beta);

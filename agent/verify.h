@@ -2,7 +2,7 @@
 /* Verification numerics: how far a JIT kernel's result may stray from the original library's
  * and by how much it did. Functions of the problem and its operands: no clock, no state of their
  * own (the tiers keep the counts of verifications and turn a result into a verdict); a kernel
- * whose N is in parts runs them through par.h's pool.
+ * whose N (a GEMV's M) is in parts runs them through par.h's pool.
  *
  * A sum of k products computed in another order differs from the exact one by at most about
  * k eps times the sum of the products' magnitudes (eps: the type's epsilon). The bounds below
@@ -25,7 +25,7 @@
 double ag_verify_max_abs(const void *p, long rows, long cols, long ld, int f64);
 
 /* Runs variant fn on the host's C (a, b, c, alpha, beta as the kernel takes them; as run says,
- * problem.h and par.h: N's parts on several cores where it has them; NULL: once), keeps its
+ * problem.h and par.h: its parts on several cores where it has them; NULL: once), keeps its
  * result aside and restores C: returns a malloc'ed copy of 2 m n elements (C's as they were,
  * then the variant's, compact: column j at j m whatever ldc is) and sets *bound to what the
  * variant may differ from a correct result by; NULL when out of memory (fn did not run). */

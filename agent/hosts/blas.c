@@ -65,7 +65,7 @@ static uint8_t cblas_uplo(int u)
     if (ag_fast_ready(&ag_f)) {                                                              \
       ag_sig_t ag_k = KEY;                                                                   \
       if (ag_likely(ag_fast_lookup(&ag_f, &ag_k))) {                                         \
-        if (ag_f.v) { /* a kernel of a part of N takes the full path (agent/par.h) */        \
+        if (ag_f.v) { /* a kernel of a part of N (M) takes the full path (agent/par.h) */    \
           const void *ka = A, *kb = B;                                                       \
           if (ag_likely(ag_vrun[ag_f.e->index].parts <= 1 &&                                 \
                         ag_tier_gemm_guard(ag_f.e, &ka, &kb, C))) {                          \
@@ -278,7 +278,7 @@ typedef struct duel_ops_s {
   double alpha, beta;
   void *fn;      /* the original operator */
   void *variant; /* the kernel */
-  const ag_vrun_t *run; /* how the kernel is called: its operand order, N's parts */
+  const ag_vrun_t *run; /* how the kernel is called: its operand order, its parts */
   int reps;      /* runs of the variant per call (blas.h) */
   void *mem;     /* the scratch */
 } duel_ops_t;

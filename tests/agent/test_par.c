@@ -46,7 +46,7 @@ static void split_call_as(int parts, int rows)
   int a[AG_PAR_MAX] = {0};
   double b[AG_PAR_MAX] = {0}, c[AG_PAR_MAX * COLS * ROWS];
   for (int p = 0; p < parts; p++)
-    b[p] = rows ? 7 : 100 * p, a[p] = rows ? 42 + p : 42;
+    b[p] = rows ? 7 : 100 * p, a[p] = 42 + p; /* a GEMM's parts all read a[0] */
   memset(c, 0, sizeof c);
   ag_vrun_t run = {.parts = (uint8_t)parts, .a_step = rows ? sizeof *a : 0,
                    .b_step = rows ? 0 : sizeof *b, .c_step = COLS * ROWS * sizeof *c};

@@ -33,7 +33,9 @@
  *                    transposes, unit and non-unit strides)
  *   biggemv P        four GEMVs whose A spans 1 MB (sgemv_ N 1024x256, cblas_dgemv row-major
  *                    N 512x256, cblas_sgemv column-major T 256x1024, dgemv_ T 256x512; padded
- *                    leading dimensions, beta 0 and not), P passes as sweep makes them
+ *                    leading dimensions, beta 0 and not) and two GEMMs that are GEMVs (sgemm_
+ *                    NN 1024x1x256, cblas_dgemm row-major NN 1x512x256), P passes as sweep
+ *                    makes them
  * Prints "calls N checked N mismatches M" and exits 1 when M > 0. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -530,13 +532,17 @@ static void big_gemvs(int passes)
                            {1, 1, 1, 0, 512, 256, 2, -0.5, 1},
                            {0, 1, 0, 1, 256, 1024, 0, 2, 0.5},
                            {1, 0, 0, 1, 256, 512, 3, 1, 0}};
-  int nsigs = (int)(sizeof g / sizeof *g);
+  gemm_sig_t mm[] = {{0, 0, 0, 'N', 'N', 1024, 1, 256, 1026, 256, 1024, -2, 0},
+                     {1, 1, 1, 'N', 'N', 1, 512, 256, 256, 514, 512, -1, 0.5}};
+  int nsigs = (int)(sizeof g / sizeof *g), nmm = (int)(sizeof mm / sizeof *mm);
   uint64_t s = 23;
   for (int p = 0; p < passes; p++) {
     for (int i = 0; i < nsigs; i++)
       gemv_call(&s, g[i].f64, g[i].api, g[i].row, g[i].trans, g[i].m, g[i].n, g[i].pad, 1,
                 g[i].alpha, g[i].beta);
-    pause_after(p, nsigs);
+    for (int i = 0; i < nmm; i++)
+      call_and_check(&mm[i], &s, 0);
+    pause_after(p, nsigs + nmm);
   }
 }
 

@@ -137,7 +137,8 @@ Test(jit, a_long_gemm_split_between_cores_matches_the_reference)
 }
 
 /* A large GEMV's M split between cores (agent/par.h): OPJIT_KERNEL_THREADS=2 on four GEMVs whose
- * A spans 1 MB (both transposes, both APIs, both layouts), the library Debian's reference BLAS,
+ * A spans 1 MB (both transposes, both APIs, both layouts) and two GEMMs of one column of C (a
+ * row-major one: of one row), the library Debian's reference BLAS,
  * every call checked against it. Each kernel computes half of y's rows from its half of op(A)'s
  * rows, through the pool on every call (verification, the check on scratch operands, the calls
  * it serves), and is stored for that split: a run of one core invalidates it. */
@@ -148,24 +149,29 @@ Test(jit, a_large_gemv_split_between_cores_matches_the_reference)
                        "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/blas", NULL};
   const char *argv[] = {H_JIT_PROG, "biggemv", "12", NULL};
   run_checked("split", env, argv);
-  cr_assert(strstr(h_output("split", "out"), "calls 48 "), "%s", h_output("split", "out"));
+  cr_assert(strstr(h_output("split", "out"), "calls 72 "), "%s", h_output("split", "out"));
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind IN ('failed',"
                              " 'verify-failed')"), 0);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='published' AND detail"
                              " LIKE 'compiled in %% ms, M in 2 parts on as many cores%%'"),
-               4, "every GEMV published split: %s", h_output("split", "err"));
+               6, "every GEMV published split: %s", h_output("split", "err"));
   cr_assert_geq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='verified' AND detail"
-                              " LIKE 'matches the original within %%'"), 4,
+                              " LIKE 'matches the original within %%'"), 6,
                 "each verified on its first calls");
   cr_assert_gt(h_query(NULL, "SELECT coalesce(sum(calls), 0) FROM variants"), 0);
-  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects WHERE symbol LIKE '%%_512x1x256_%%'"
-                             " OR symbol LIKE '%%_256x1x256_%%'"),
-               4, "stored as the kernels of half of M");
+  /* The judge may demote one: these calls come 50 ms apart, in cold pairs, where a split
+   * kernel also wakes a sleeping worker (a 1 MB double product: 254 us against the library's
+   * 74 in 1 run of 5); a demoted kernel is not stored. */
+  int64_t stored = h_query(NULL, "SELECT count(*) FROM objects WHERE symbol LIKE"
+                                 " '%%_512x1x256_%%' OR symbol LIKE '%%_256x1x256_%%'");
+  cr_assert_eq(stored + h_query(NULL, "SELECT count(*) FROM events WHERE kind='demoted'"), 6,
+               "stored as the kernels of half of M, or demoted");
+  cr_assert_geq(stored, 3);
 
   env[4] = "OPJIT_KERNEL_THREADS=1";
   run_checked("whole", env, argv);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE run_id=2 AND kind='invalidated'"
-                             " AND detail LIKE '%%another split of M%%'"), 4);
+                             " AND detail LIKE '%%another split of M%%'"), stored);
 }
 
 /* (Under TSan the calls are rare enough for cold pairs, and the agent's instrumented code on the
