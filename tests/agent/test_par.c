@@ -128,6 +128,7 @@ Test(par, a_forked_child_splits_with_workers_of_its_own)
     uint64_t together0, serial0, together, serial;
     ag_par_counts(&together0, &serial0);
     atomic_store(&calls, 0);
+    atomic_store(&part_us, 200000); /* its new worker takes the second part meanwhile */
     split_call(2);
     ag_par_counts(&together, &serial);
     _exit(atomic_load(&calls) == 2 && together == together0 + 1 && tids[0] != tids[1] ? 0 : 1);
