@@ -10,9 +10,10 @@
  * rows of y, A offset by as many rows of op(A), x whole), and each call runs the parts at
  * once, as the library's own pool would: the calling thread runs the first, and each other part
  * is taken by whichever thread gets to it first, a worker or the caller, which takes every part
- * still untaken when it is free (a worker slow to get a core, another pool's thread spinning on it, costs the
- * call its part's time, never a wait for that worker: a split GEMV judged in cold pairs against
- * a library whose threads spun on took 460-570 us a call where its parts take 50). The workers
+ * still untaken when it is free: a worker slow to start (another pool's thread spinning on its
+ * core) costs the call a part's time, never a wait for it to start (a split GEMV judged in cold
+ * pairs against a library whose threads spun on took 460-570 us a call where its parts take
+ * 50); one preempted in its part is still waited for. The workers
  * are the agent's threads (not the host's: agent.h, ag_host_threaded), started at the first
  * split call; between calls each spins for
  * AG_PAR_SPIN_NS, then sleeps on a futex until the next (a program that calls a long GEMM in a

@@ -986,10 +986,11 @@ static void enqueue_counted(ag_entry_t *e, const char *why, int pb, int at_call)
  * whose fastest timed call is that long is charged as on a busy machine: such a call is what a
  * library spreads over its own threads, which take the core the count thinks idle (the README
  * demo's 512^3 products on a library's two threads had their kernel compiled as a first trial,
- * published after their last call). So is a call the agent would split between the cores (par.h)
- * on a host whose library runs threads of its own: its library spreads it as well, and a
- * compile then holds the core the library's next call waits for (numpy's float 1024^2 GEMV on
- * two threads: 2-4 ms a call instead of 0.06-0.1 while the kernel compiled and was checked). */
+ * published after their last call). So is a call large enough to split between two cores
+ * (par.h) on a host whose library runs threads of its own, however many parts this run takes:
+ * its library spreads it, and a compile then holds the core the library's next call waits for
+ * (numpy's float 1024^2 GEMV on two threads: 2-4 ms a call instead of 0.06-0.1 while the kernel
+ * compiled and was checked). */
 static int pays_back(const ag_entry_t *e, double spent_ns, ag_payback_t *t)
 {
   static _Atomic long ncpu;
@@ -1002,7 +1003,7 @@ static int pays_back(const ag_entry_t *e, double spent_ns, ag_payback_t *t)
   int row, have = gemm_of(&e->key, &g, &row);
   ag_vrun_t spread;
   if ((best && ag_duel_need_ns(best) > DUEL_MAX_NS) ||
-      (have && ag_problem_split(&g, ag_par_parts(0, ag_host_threaded()), &spread) > 1))
+      (have && ag_host_threaded() && ag_problem_split(&g, 2, &spread) > 1))
     busy = ncpu;
   double ns = (double)ag_machine_compile_ns(have ? ag_problem_family(&g) : "gemm");
   return ag_policy_test(&policy, size_class(e), spent_ns, ag_policy_charge(ns, busy, ncpu),
