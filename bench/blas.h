@@ -20,6 +20,13 @@ void cblas_dgemm(int order, int ta, int tb, blasint m, blasint n, blasint k, dou
                  const double *a, blasint lda, const double *b, blasint ldb, double beta,
                  double *c, blasint ldc);
 
+void sgemv_(const char *t, const blasint *m, const blasint *n, const float *alpha,
+            const float *a, const blasint *lda, const float *x, const blasint *incx,
+            const float *beta, float *y, const blasint *incy);
+void dgemv_(const char *t, const blasint *m, const blasint *n, const double *alpha,
+            const double *a, const blasint *lda, const double *x, const blasint *incx,
+            const double *beta, double *y, const blasint *incy);
+
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
 
 #endif
