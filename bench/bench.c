@@ -236,6 +236,22 @@ int bn_openblas_best(const char *scratch, char *const argv[], char *type, size_t
   return -1;
 }
 
+int bn_openblas_cores(const char *scratch, char *const probe[], char type[2][BN_CORE_LEN],
+                      char core[2][BN_CORE_LEN], char *note, size_t nlen)
+{
+  const char *forced = getenv("BENCH_DEFAULT_CORETYPE");
+  snprintf(type[1], BN_CORE_LEN, "%s", forced ? forced : "");
+  note[0] = 0;
+  if (bn_openblas_core(scratch, probe, type[1], core[1], BN_CORE_LEN) < 0) {
+    type[0][0] = 0;
+    snprintf(core[0], BN_CORE_LEN, "(not OpenBLAS)");
+    snprintf(core[1], BN_CORE_LEN, "(not OpenBLAS)");
+    return 1;
+  }
+  bn_openblas_best(scratch, probe, type[0], BN_CORE_LEN, core[0], BN_CORE_LEN, note, nlen);
+  return strcmp(core[0], core[1]) == 0 ? 1 : 2;
+}
+
 void bn_cpu_name(char *buf, size_t len)
 {
   FILE *f = fopen("/proc/cpuinfo", "r");

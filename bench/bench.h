@@ -73,6 +73,14 @@ int bn_openblas_core(const char *scratch, char *const argv[], const char *type, 
  * when the system BLAS is not OpenBLAS). */
 int bn_openblas_best(const char *scratch, char *const argv[], char *type, size_t tlen,
                      char *core, size_t clen, char *note, size_t nlen);
+/* The two OpenBLAS cores a benchmark of whole programs compares: its best for this CPU
+ * (bn_openblas_best: OPENBLAS_CORETYPE into type[0], the core's name into core[0], candidates it
+ * did not know into note) and the one it picks itself, or BENCH_DEFAULT_CORETYPE's (type[1],
+ * core[1]). probe runs as for bn_openblas_core. Returns 2, or 1 when both are the same core (or
+ * the system BLAS names none: not OpenBLAS, core[0] then says so and type[0] is ""). */
+#define BN_CORE_LEN 32
+int bn_openblas_cores(const char *scratch, char *const probe[], char type[2][BN_CORE_LEN],
+                      char core[2][BN_CORE_LEN], char *note, size_t nlen);
 /* The CPU's model name (/proc/cpuinfo) into buf, "?" when unknown. */
 void bn_cpu_name(char *buf, size_t len);
 /* The core's clock right now, in GHz, estimated from 64000 dependent 64-bit multiplies (3

@@ -54,7 +54,7 @@ typedef struct meas_s {
 } meas_t;
 
 static char scratch[PATH_MAX];
-static char coretype[NCORE][32], core[NCORE][32], note[256];
+static char coretype[NCORE][BN_CORE_LEN], core[NCORE][BN_CORE_LEN], note[256];
 static int ncore = NCORE;
 static meas_t meas[NCORE][NRUN][MAXR]; /* PLAIN: the mean of the round's two plain runs */
 static long iters[NCORE], calls[NCORE]; /* per run, per core */
@@ -204,18 +204,7 @@ static void gaps(int c, int k, int rounds, int cpu, double *out)
 static void pick_cores(void)
 {
   char *probe[] = {OPJIT_SMALLGEMM_WORKER_PATH, "0", NULL};
-  const char *forced = getenv("BENCH_DEFAULT_CORETYPE");
-  snprintf(coretype[DEFAULT], sizeof coretype[DEFAULT], "%s", forced ? forced : "");
-  if (bn_openblas_core(scratch, probe, coretype[DEFAULT], core[DEFAULT], sizeof core[DEFAULT]) < 0) {
-    snprintf(core[DEFAULT], sizeof core[DEFAULT], "(not OpenBLAS)");
-    snprintf(core[BEST], sizeof core[BEST], "(not OpenBLAS)");
-    ncore = 1;
-    return;
-  }
-  bn_openblas_best(scratch, probe, coretype[BEST], sizeof coretype[BEST], core[BEST],
-                   sizeof core[BEST], note, sizeof note);
-  if (strcmp(core[BEST], core[DEFAULT]) == 0)
-    ncore = 1;
+  ncore = bn_openblas_cores(scratch, probe, coretype, core, note, sizeof note);
 }
 
 static const char *forced_note(void)

@@ -41,7 +41,7 @@ enum { SPLIT, ONE, NAGENT };
 static const char *const agent_opt[NAGENT] = {"OPJIT_KERNEL_THREADS=0", "OPJIT_KERNEL_THREADS=1"};
 
 static char scratch[PATH_MAX];
-static char coretype[NCORE][32], core[NCORE][32], note[256], threads[48];
+static char coretype[NCORE][BN_CORE_LEN], core[NCORE][BN_CORE_LEN], note[256], threads[48];
 static int ncore = NCORE;
 /* [core][case][round][k]: plain, split, one-core loop ms of run k */
 static double plain_ms[NCORE][NCASE][MAXR][3], agent_ms[NCORE][NCASE][MAXR][3][NAGENT];
@@ -91,17 +91,7 @@ static int run_once(int c, const case_t *cs, const char *db, const char *opt, do
 static void pick_cores(void)
 {
   char *probe[] = {OPJIT_SPLIT_WORKER_PATH, "gemv", "s", "1", "0", NULL};
-  const char *forced = getenv("BENCH_DEFAULT_CORETYPE");
-  snprintf(coretype[DEFAULT], sizeof coretype[DEFAULT], "%s", forced ? forced : "");
-  if (bn_openblas_core(scratch, probe, coretype[DEFAULT], core[DEFAULT], sizeof core[DEFAULT]) < 0) {
-    snprintf(core[BEST], sizeof core[BEST], "(not OpenBLAS)");
-    ncore = 1;
-    return;
-  }
-  bn_openblas_best(scratch, probe, coretype[BEST], sizeof coretype[BEST], core[BEST],
-                   sizeof core[BEST], note, sizeof note);
-  if (strcmp(core[BEST], core[DEFAULT]) == 0)
-    ncore = 1;
+  ncore = bn_openblas_cores(scratch, probe, coretype, core, note, sizeof note);
 }
 
 int main(int argc, char **argv)
