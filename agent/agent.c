@@ -300,15 +300,24 @@ static int burst_timed_enough(void)
   return ag_tl.nbt > 0;
 }
 
+/* The thread's next n calls (at least: a longer chain running goes on) come to ag_call_pick
+ * (agent.h, ag_call_long), the gap to its next random timing kept meanwhile. Outside a burst. */
+static void chain_start(int32_t n)
+{
+  if (!ag_tl.chain)
+    ag_tl.resume = ag_tl.tick; /* the calls to the next timed one, that one included */
+  if (n > ag_tl.chain)
+    ag_tl.chain = n;
+  ag_tl.tick = 1;
+}
+
 /* The thread's burst is over, its next timed call tick calls away: the chain it held or its long
- * calls started goes on (ag_call_long). */
+ * calls started goes on. */
 static void burst_over(void)
 {
   if (ag_tl.chain_after > 0) {
-    ag_tl.resume = ag_tl.tick;
-    ag_tl.chain = ag_tl.chain_after;
+    chain_start(ag_tl.chain_after);
     ag_tl.chain_after = 0;
-    ag_tl.tick = 1;
   }
 }
 
@@ -418,15 +427,10 @@ void ag_call_long(const ag_call_t *c, uint64_t dt)
   if (!host || !(host->traits & AG_HOST_DUELS))
     return;
   int32_t chain = ag_long_chain(dt);
-  if (ag_tl.burst <= 0) {
-    if (!ag_tl.chain)
-      ag_tl.resume = ag_tl.tick; /* the calls to the next timed one, that one included */
-    if (chain > ag_tl.chain)
-      ag_tl.chain = chain;
-    ag_tl.tick = 1;
-  } else if (chain > ag_tl.chain_after) { /* from the burst's end (burst_over) */
+  if (ag_tl.burst <= 0)
+    chain_start(chain);
+  else if (chain > ag_tl.chain_after) /* from the burst's end (burst_over) */
     ag_tl.chain_after = chain;
-  }
   ag_tier_long_timed(c->e);
 }
 

@@ -122,10 +122,8 @@ int ag_problem_split(const jt_gemm_t *g, int parts, ag_vrun_t *r)
 jt_gemm_t ag_problem_part(const jt_gemm_t *g, const ag_vrun_t *r)
 {
   jt_gemm_t part = *g;
-  if (r->parts > 1 && g->n == 1)
-    part.m /= r->parts;
-  else if (r->parts > 1)
-    part.n /= r->parts;
+  if (r->parts > 1)
+    *(ag_problem_split_dim(g) == 'M' ? &part.m : &part.n) /= r->parts;
   return part;
 }
 

@@ -66,6 +66,8 @@ const char *ag_problem_family(const jt_gemm_t *g);
 #define AG_PROBLEM_SPLIT_ROWS 16 /* a cache line of y's floats: where y is 64-byte aligned, no
                                     line is written by two parts */
 int ag_problem_split(const jt_gemm_t *g, int parts, ag_vrun_t *r);
+/* The dimension a split of g cuts: 'M' for a GEMV (n = 1), else 'N'. */
+static inline char ag_problem_split_dim(const jt_gemm_t *g) { return g->n == 1 ? 'M' : 'N'; }
 /* The problem each part's kernel solves where r splits g: g with n / r->parts columns, a GEMV
  * with m / r->parts rows (g itself where r->parts is 0 or 1). */
 jt_gemm_t ag_problem_part(const jt_gemm_t *g, const ag_vrun_t *r);

@@ -500,7 +500,8 @@ static const char *split_words(uint32_t i, char *buf, size_t len)
 {
   int parts = ag_vrun[i].parts;
   if (parts > 1)
-    snprintf(buf, len, ", %c in %d parts on as many cores", shapes[i].n == 1 ? 'M' : 'N', parts);
+    snprintf(buf, len, ", %c in %d parts on as many cores", ag_problem_split_dim(&shapes[i]),
+             parts);
   else
     buf[0] = 0;
   return buf;
@@ -1442,7 +1443,7 @@ static int load_allowed(ag_entry_t *e, const char *symbol, const st_judge_pool_t
     ag_cq_unlock(&cq);
     snprintf(err, errlen, "compiled for another split of %c between cores than this run's (%d "
              "part%s: OPJIT_KERNEL_THREADS, the CPUs, the host's threads)",
-             part.n == 1 ? 'M' : 'N', parts > 1 ? parts : 1, parts > 1 ? "s" : "");
+             ag_problem_split_dim(&part), parts > 1 ? parts : 1, parts > 1 ? "s" : "");
     return -1;
   }
   /* not compilable with these options (OPJIT_JIT_MAX_DIM): NONE, as enqueue does */
