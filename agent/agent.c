@@ -257,20 +257,23 @@ static int32_t draw_gap(void)
 }
 
 /* Hands a finished burst's timings to the judge (tier.c), and lengthens the next burst when
- * this one ran variants' originals but timed none (no signature came twice in it). */
+ * this one ran variants' originals but timed none (no signature came twice in it, or its
+ * timings were still falling: compare.h, ag_cmp_settle_t). */
 static void burst_flush(void)
 {
   /* a host without threads of its own keeps its burst: the agent's work runs on another CPU
    * (a first run's verdicts waited for its compiles, and its loop ran 0.94-0.95x as fast) */
   int timed = 0, quiet = !ag_host_threaded() || ag_bg_quiet_since(ag_tl.burst_bg);
   for (uint32_t i = 0; quiet && i < ag_tl.nbt; i++) {
-    if (!ag_tl.bt[i].n)
+    uint64_t n, ns;
+    ag_cmp_settle_take(&ag_tl.bt[i].t, &n, &ns);
+    if (!n)
       continue;
     timed = 1;
     ag_entry_t *e = ag_table_entry(ag_table, ag_tl.bt[i].index);
-    atomic_fetch_add_explicit(&e->timed, ag_tl.bt[i].n, memory_order_relaxed);
-    atomic_fetch_add_explicit(&e->timed_ns, ag_tl.bt[i].ns, memory_order_relaxed);
-    ag_tier_burst(e, ag_tl.bt[i].n, ag_tl.bt[i].ns);
+    atomic_fetch_add_explicit(&e->timed, n, memory_order_relaxed);
+    atomic_fetch_add_explicit(&e->timed_ns, ns, memory_order_relaxed);
+    ag_tier_burst(e, n, ns);
   }
   if (quiet && ag_tl.burst_saw_variant && !timed && ag_tl.burst_len < BURST_LEN_MAX)
     ag_tl.burst_len *= 2;
@@ -287,15 +290,15 @@ static int burst_seen(uint32_t index)
     if (ag_tl.bt[i].index == index)
       return (int)i;
   if (ag_tl.nbt < AG_BURST_SIGS)
-    ag_tl.bt[ag_tl.nbt++] = (struct ag_burst_time_s){index, 0, 0};
+    ag_tl.bt[ag_tl.nbt++] = (struct ag_burst_time_s){.index = index};
   return -1;
 }
 
-/* Whether every signature this burst noted has AG_CMP_BURST_TIMINGS warm timings. */
+/* Whether every signature this burst noted has settled warm timings (compare.h). */
 static int burst_timed_enough(void)
 {
   for (uint32_t i = 0; i < ag_tl.nbt; i++)
-    if (ag_tl.bt[i].n < AG_CMP_BURST_TIMINGS)
+    if (!ag_tl.bt[i].t.settled)
       return 0;
   return ag_tl.nbt > 0;
 }
@@ -326,7 +329,7 @@ void ag_call_burst_timed(const ag_call_t *c, uint64_t dt)
   /* an outlier is left out of the round and of the recorded mean */
   if (!ag_timing_outlier(atomic_load_explicit(&c->e->timed, memory_order_relaxed),
                          atomic_load_explicit(&c->e->timed_ns, memory_order_relaxed), dt))
-    ag_tl.bt[c->slot].n++, ag_tl.bt[c->slot].ns += dt;
+    ag_cmp_settle_add(&ag_tl.bt[c->slot].t, dt);
   if (ag_tl.burst > 0 && burst_timed_enough()) {
     /* Every signature it ran has its round's timings: the burst ends here, and the calls it
      * did not run go back to the budget (the next comes as many calls sooner), so signatures

@@ -114,8 +114,7 @@ typedef struct ag_thread_s {
   uint32_t nbt;              /* signatures seen in this burst, in bt */
   struct ag_burst_time_s {
     uint32_t index;          /* entry */
-    uint32_t n;              /* warm original calls timed (after its first in the burst) */
-    uint64_t ns;
+    ag_cmp_settle_t t;       /* its warm original calls' timings (after its first in the burst) */
   } bt[AG_BURST_SIGS];
   _Atomic uint64_t *calls;   /* this thread's counters (tcount.h), or NULL: shared entries */
   _Atomic uint64_t *vcalls;  /* ... and its variant calls' (calls + capacity) */

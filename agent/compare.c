@@ -23,6 +23,35 @@ int ag_cmp_burst_due(int32_t *to_burst, int32_t len, int32_t gap, int awaiting)
   return 1;
 }
 
+int ag_cmp_settle_add(ag_cmp_settle_t *s, uint64_t dt)
+{
+  if (s->settled)
+    return 1;
+  s->ns += dt;
+  if (++s->n < AG_CMP_BLOCK)
+    return 0;
+  if (s->blocks++ && (double)s->ns >= (1 - AG_CMP_SETTLE) * (double)s->prev_ns) {
+    s->settled = 1;
+    return 1;
+  }
+  s->falling = s->blocks > 1;
+  s->prev_ns = s->ns;
+  s->n = 0;
+  s->ns = 0;
+  return 0;
+}
+
+void ag_cmp_settle_take(const ag_cmp_settle_t *s, uint64_t *n, uint64_t *ns)
+{
+  if (s->falling && !s->settled) {
+    *n = *ns = 0;
+    return;
+  }
+  uint32_t full = s->blocks > 0; /* the previous block, when one was filled */
+  *n = s->n + (full ? AG_CMP_BLOCK : 0);
+  *ns = s->ns + (full ? s->prev_ns : 0);
+}
+
 uint32_t ag_cmp_gap_scale(double timing_ns, uint64_t dt, uint32_t every)
 {
   if (!(timing_ns > 0) || !dt || !every)

@@ -47,8 +47,6 @@
 #define AG_CMP_MIN_VCALLS 2  /* variant timings a round needs; fewer wait for the next burst */
 #define AG_CMP_BURST_EVERY 256  /* a thread's bursts start every so many burst lengths of calls */
 #define AG_CMP_BURST_EVERY_NEW 8 /* ... of calls to signatures whose variant awaits its verdict */
-#define AG_CMP_BURST_TIMINGS 8 /* a burst ends once every signature it ran has this many warm
-                                  timings (agent.c), its unrun calls given back to the budget */
 _Static_assert(ST_JUDGE_RATIOS == AG_CMP_ROUNDS, "the store keeps the judge's window");
 _Static_assert(ST_JUDGE_MIN_RATIOS == AG_CMP_EARLY_ROUNDS,
                "the readers' figures need the rounds of the earliest verdict");
@@ -93,6 +91,34 @@ int ag_cmp_burst(ag_cmp_t *c, uint64_t n, uint64_t ns, uint64_t v_total_n, uint6
  * program whose kernels were judged in earlier runs does not pay the first run's rate for a few
  * rarely called ones. */
 int ag_cmp_burst_due(int32_t *to_burst, int32_t len, int32_t gap, int awaiting);
+
+/* A burst's warm timings of one signature (agent.c keeps one per signature a burst ran). The
+ * library does not come back to a plain run's speed at its second call: after the variant served
+ * for a while, a library that runs threads of its own finds them asleep and their cores cold,
+ * and its calls speed up over the first milliseconds (a float GEMV 2048^2 on a library's two
+ * threads, Zen 3, after 50 ms of one-thread calls: 590, 517, 461, 401, 320, 294, 298, 282 ...
+ * us, where a plain loop takes 205-273). So the timings come in blocks of AG_CMP_BLOCK and
+ * count once two neighbouring blocks have settled: the later block's sum is not more than
+ * AG_CMP_SETTLE below the earlier's. Those two blocks are the burst's timings for the round; a
+ * signature whose timings still fell when the burst ended gives none (the next burst is then
+ * longer: agent.c), and one with fewer than two blocks gives what it has (a burst shared by many
+ * signatures; no trend to see). */
+#define AG_CMP_BLOCK 4
+#define AG_CMP_SETTLE 0.05
+typedef struct ag_cmp_settle_s {
+  uint32_t n;        /* timings in the current block */
+  uint32_t blocks;   /* blocks filled so far */
+  uint32_t falling;  /* the last two blocks compared had not settled */
+  uint32_t settled;  /* two blocks settled: the timings are in, more are not taken */
+  uint64_t prev_ns;  /* the previous full block's sum */
+  uint64_t ns;       /* the current block's sum */
+} ag_cmp_settle_t;
+
+/* Adds one warm timing (ignored once settled); returns 1 when the timings have settled. */
+int ag_cmp_settle_add(ag_cmp_settle_t *s, uint64_t dt);
+
+/* What the timings give the round when the burst ends: *n timings of *ns in all (0: none). */
+void ag_cmp_settle_take(const ag_cmp_settle_t *s, uint64_t *n, uint64_t *ns);
 
 /* The timings' budget. A timed call costs about two reads of the calls' clock (timing_ns,
  * measured by the machine model; 0 while unknown) on top of the call. After a timed call that

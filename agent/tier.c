@@ -111,6 +111,7 @@ static ag_cmp_t *cmps;
  * comparison (cmp_rev), and what the writer last stored (cmp_stored); cmp_mu */
 static uint32_t *cmp_rev, *cmp_stored;
 static uint64_t *watched_calls, *watched_ns; /* ... and the time of that look */
+static uint32_t *watched_bg; /* ... and the agent's background work then (ag_bg_mark) */
 static uint64_t *pub_calls; /* per entry: the signature's calls when its variant was published */
 enum { AG_DEMOTED_SLOWER = 0, AG_DEMOTED_TIE, AG_DEMOTED_GUARD, AG_DEMOTED_CRASH };
 static uint8_t *demoted;
@@ -197,6 +198,7 @@ static void publish(ag_entry_t *e, void *fn, int32_t verify, const st_judge_pool
                              watch looks at READY entries only) */
   ag_tcount_sum_one(e->index, &calls, &vcalls);
   watched_calls[e->index] = pub_calls[e->index] = calls, watched_ns[e->index] = ag_now_ns();
+  watched_bg[e->index] = ag_bg_mark();
   atomic_store(&e->verify, verify);
   atomic_store(&e->tier, AG_TIER_READY);
   judge(e, pool);
@@ -789,12 +791,23 @@ static void watch_speed(void)
         awaiting += !kept;
         continue;
       }
+      /* A window in which the calls ran slower than the program's own pace tells no rate: the
+       * variant's first calls still verifying (each runs both sides and compares), or, in a
+       * host with threads of its own, the agent's background work taking a CPU they want
+       * (background.h). numpy's float GEMV 2048^2 on two library threads, 5000 calls a second,
+       * made 2 calls in the 20 ms after its kernel's publication, and went to cold pairs. */
+      if (atomic_load_explicit(&e->verify, memory_order_relaxed) > 0 ||
+          (ag_host_threaded() && !ag_bg_quiet_since(watched_bg[i]))) {
+        watched_calls[i] = ncalls, watched_ns[i] = now, watched_bg[i] = ag_bg_mark();
+        awaiting += !kept;
+        continue;
+      }
       int rare = ncalls > pub_calls[i] && (double)(ncalls - watched_calls[i]) * 1e9 < PAIR_HZ * dt;
       uint32_t every = !rare ? 0 : kept ? PAIR_KEPT : 1;
       if (atomic_load_explicit(&e->pair, memory_order_relaxed) != every)
         atomic_store_explicit(&e->pair, every, memory_order_relaxed);
       awaiting += !kept;
-      watched_calls[i] = ncalls, watched_ns[i] = now;
+      watched_calls[i] = ncalls, watched_ns[i] = now, watched_bg[i] = ag_bg_mark();
       continue;
     }
     if (v == AG_CMP_FASTER) /* its calls were rare: they stay so */
@@ -1131,6 +1144,7 @@ static int arrays(void)
     cmp_stored = calloc(ag_tcount_capacity, sizeof *cmp_stored);
     watched_calls = calloc(ag_tcount_capacity, sizeof *watched_calls);
     watched_ns = calloc(ag_tcount_capacity, sizeof *watched_ns);
+    watched_bg = calloc(ag_tcount_capacity, sizeof *watched_bg);
     pub_calls = calloc(ag_tcount_capacity, sizeof *pub_calls);
     prepared = calloc(ag_tcount_capacity, sizeof *prepared);
     demoted = calloc(ag_tcount_capacity, sizeof *demoted);
@@ -1141,7 +1155,7 @@ static int arrays(void)
     fault_reps = !fault ? 0 : !strcmp(fault, "slow") ? 64 : !strcmp(fault, "fast") ? -16 : 0;
   }
   return shapes && ag_vrun && objects.slots && cmps && cmp_rev && cmp_stored && watched_calls &&
-         watched_ns && pub_calls && demoted && duel_won && prof_ns && long_wait && prepared;
+         watched_ns && watched_bg && pub_calls && demoted && duel_won && prof_ns && long_wait && prepared;
 }
 
 /* Whether the per-entry arrays exist (made now if not), cq taken for it. */

@@ -244,3 +244,57 @@ Test(compare, every_round_beyond_twice_decides_early)
     cr_assert_eq(ag_cmp_judge(&c, NULL), AG_CMP_FASTER, "case %d", w);
   }
 }
+
+/* Feeds timings to a fresh settle record until it settles or they run out; returns how many
+ * it took (n + 1: never settled). */
+static int settle(ag_cmp_settle_t *s, const uint64_t *t, int n)
+{
+  memset(s, 0, sizeof *s);
+  for (int i = 0; i < n; i++)
+    if (ag_cmp_settle_add(s, t[i]))
+      return i + 1;
+  return n + 1;
+}
+
+Test(compare, a_bursts_timings_count_once_they_stop_falling)
+{
+  ag_cmp_settle_t s;
+  uint64_t n, ns;
+  /* Steady from the start: two blocks, and the round gets both. */
+  const uint64_t steady[] = {100, 104, 98, 101, 99, 103, 100, 97, 500};
+  cr_assert_eq(settle(&s, steady, 9), 8);
+  ag_cmp_settle_take(&s, &n, &ns);
+  cr_assert_eq(n, 8);
+  cr_assert_eq(ns, 802, "the two settled blocks, not the timing after them");
+  cr_assert_eq(ag_cmp_settle_add(&s, 500), 1, "settled timings take no more");
+
+  /* A threaded library waking (Zen 3, numpy sgemv 2048^2, us): the first blocks fall by more
+   * than AG_CMP_SETTLE; the round gets the two blocks that settled. */
+  const uint64_t waking[] = {517, 461, 401, 320, 294, 298, 282, 289, 286, 287, 273, 300};
+  cr_assert_eq(settle(&s, waking, 12), 12);
+  ag_cmp_settle_take(&s, &n, &ns);
+  cr_assert_eq(n, 8);
+  cr_assert_eq(ns, 294 + 298 + 282 + 289 + 286 + 287 + 273 + 300);
+
+  /* Still falling when the burst ends: nothing, however many timings (a partial block too). */
+  const uint64_t falling[] = {800, 800, 800, 800, 600, 600, 600, 600, 400, 400};
+  cr_assert_eq(settle(&s, falling, 10), 11);
+  ag_cmp_settle_take(&s, &n, &ns);
+  cr_assert_eq(n, 0);
+  cr_assert_eq(ns, 0);
+
+  /* A block slower than the one before has settled (noise or a neighbour, not a warm-up). */
+  const uint64_t rising[] = {100, 100, 100, 100, 130, 130, 130, 130};
+  cr_assert_eq(settle(&s, rising, 8), 8);
+
+  /* No two blocks to compare (a burst shared by many signatures): what there is. */
+  const uint64_t few[] = {300, 200, 100, 90, 80};
+  cr_assert_eq(settle(&s, few, 3), 4);
+  ag_cmp_settle_take(&s, &n, &ns);
+  cr_assert_eq(n, 3);
+  cr_assert_eq(ns, 600);
+  cr_assert_eq(settle(&s, few, 5), 6);
+  ag_cmp_settle_take(&s, &n, &ns);
+  cr_assert_eq(n, 5, "one full block and the next one's start");
+  cr_assert_eq(ns, 770);
+}
