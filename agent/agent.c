@@ -401,7 +401,10 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
   /* The gap's calls count toward the next burst at this call's rate (compare.h, the bursts'
    * budget): a timed call is one drawn at random, so over many gaps each signature's calls
    * count at its own rate. */
-  int awaiting = atomic_load_explicit(&e->awaiting, memory_order_relaxed) != 0;
+  int awaiting = !atomic_load_explicit(&e->awaiting, memory_order_relaxed) ? AG_CMP_JUDGED
+                 : atomic_load_explicit(&e->best_ns, memory_order_relaxed) >= AG_LONG_CALL_NS
+                     ? AG_CMP_AWAITING_LONG
+                     : AG_CMP_AWAITING;
   if (n != 1 && ag_cmp_burst_due(&ag_tl.to_burst, ag_tl.burst_len, gap, awaiting)) {
     if (ag_bg_busy() && ag_host_threaded()) /* it would not be timed (background.h): due again a
                                                burst's length on */
@@ -496,8 +499,9 @@ void ag_call_timed(const ag_call_t *c, uint64_t ticks)
   if (ag_unlikely(!ag_tl.timing_ns)) /* two reads of the calls' clock: 0 until the model is ready */
     ag_tl.timing_ns = (float)(2 * ag_machine_timer_ns());
   ag_tl.gap_scale = timing_budgeted(c) ? ag_cmp_gap_scale(ag_tl.timing_ns, dt, ag_time_mask + 1) : 1;
-  if (ag_unlikely(atomic_load_explicit(&ag_duels, memory_order_relaxed))) {
-    if (c->orig) /* not booked while a duel runs (ag_duels), nor is its burst lengthened */
+  if (ag_unlikely(atomic_load_explicit(&ag_duels, memory_order_relaxed)) ||
+      ag_unlikely(ag_bg_busy() && ag_host_threaded())) {
+    if (c->orig) /* not booked (agent.h), nor is its burst lengthened */
       ag_tl.burst_saw_variant = 0;
     else if (!c->variant) /* nor is its mean, but a long call's fastest is (only slower) */
       ag_entry_orig_best(e, dt);

@@ -16,7 +16,9 @@ void ag_cmp_start(ag_cmp_t *c, uint64_t v_total_n, uint64_t v_total_ns)
 
 int ag_cmp_burst_due(int32_t *to_burst, int32_t len, int32_t gap, int awaiting)
 {
-  *to_burst -= awaiting ? gap * (AG_CMP_BURST_EVERY / AG_CMP_BURST_EVERY_NEW) : gap;
+  *to_burst -= awaiting == AG_CMP_AWAITING_LONG ? gap * (AG_CMP_BURST_EVERY / AG_CMP_BURST_EVERY_LONG)
+               : awaiting == AG_CMP_AWAITING   ? gap * (AG_CMP_BURST_EVERY / AG_CMP_BURST_EVERY_NEW)
+                                               : gap;
   if (*to_burst > 0)
     return 0;
   *to_burst = len * AG_CMP_BURST_EVERY;

@@ -82,14 +82,21 @@ enum { AG_CMP_PAIR_ORIG = 1, AG_CMP_PAIR_VARIANT = 2 };
 int ag_cmp_burst(ag_cmp_t *c, uint64_t n, uint64_t ns, uint64_t v_total_n, uint64_t v_total_ns);
 
 /* The bursts' budget. A thread counts its calls toward its next burst in *to_burst; gap calls of
- * one signature (awaiting: its variant awaits its first verdict) count
- * AG_CMP_BURST_EVERY / AG_CMP_BURST_EVERY_NEW times each when awaiting, once otherwise. Returns 1
- * when a burst of len calls is due, and rearms *to_burst to len * AG_CMP_BURST_EVERY. So bursts
- * run at most 1/AG_CMP_BURST_EVERY_NEW of the calls to signatures awaiting a verdict (a verdict
- * needs 8 rounds, a round a burst: a signature called a few thousand times gets one within its
- * calls) and 1/AG_CMP_BURST_EVERY of the others, whatever the other signatures await: a
- * program whose kernels were judged in earlier runs does not pay the first run's rate for a few
- * rarely called ones. */
+ * one signature count AG_CMP_BURST_EVERY / AG_CMP_BURST_EVERY_NEW times each when it awaits
+ * (AG_CMP_AWAITING: its variant awaits its first verdict), AG_CMP_BURST_EVERY /
+ * AG_CMP_BURST_EVERY_LONG times when it awaits and its library's calls are long
+ * (AG_CMP_AWAITING_LONG: AG_LONG_CALL_NS or more, agent.h), once otherwise. Returns 1 when a
+ * burst of len calls is due, and rearms *to_burst to len * AG_CMP_BURST_EVERY. So bursts run at
+ * most 1/AG_CMP_BURST_EVERY_NEW of the calls to signatures awaiting a verdict (a verdict needs 8
+ * rounds, a round a burst: a signature called a few thousand times gets one within its calls),
+ * 1/AG_CMP_BURST_EVERY_LONG of a long signature's (a program calls those a few hundred times:
+ * numpy's float GEMV 2048^2, 1000 calls in 0.25-0.3 s, ~800 of them after its kernel's
+ * publication, got no verdict at one in 8, its kernel serving at 0.6x to the end; a third
+ * makes 8 rounds of ~13-call bursts take ~300 calls) and 1/AG_CMP_BURST_EVERY of the others,
+ * whatever the other signatures await: a program whose kernels were judged in earlier runs
+ * does not pay the first run's rate for a few rarely called ones. */
+#define AG_CMP_BURST_EVERY_LONG 2
+enum { AG_CMP_JUDGED = 0, AG_CMP_AWAITING, AG_CMP_AWAITING_LONG };
 int ag_cmp_burst_due(int32_t *to_burst, int32_t len, int32_t gap, int awaiting);
 
 /* A burst's warm timings of one signature (agent.c keeps one per signature a burst ran). The

@@ -141,7 +141,7 @@ Test(compare, a_round_rebases_when_the_counters_were_reset)
  * verdict, a timed call every 1-31 calls at random (OPJIT_TIME_EVERY 16), a burst of 64 calls
  * whenever one is due. Adds the calls to *n and the burst calls among them to *b, [0] for the
  * awaiting signature's, [1] for the others'. */
-static void stream(int blocks, int block, int every_awaiting, uint64_t n[2], uint64_t b[2])
+static void stream(int blocks, int block, int every_awaiting, int kind, uint64_t n[2], uint64_t b[2])
 {
   int32_t to_burst = 64 * AG_CMP_BURST_EVERY / 2, burst = 0, tick = 1;
   uint32_t x = 2463534242u;
@@ -157,7 +157,7 @@ static void stream(int blocks, int block, int every_awaiting, uint64_t n[2], uin
         continue;
       x ^= x << 13, x ^= x >> 17, x ^= x << 5;
       tick = 1 + (int32_t)(x % 31);
-      if (ag_cmp_burst_due(&to_burst, 64, tick, aw))
+      if (ag_cmp_burst_due(&to_burst, 64, tick, aw ? kind : AG_CMP_JUDGED))
         burst = 64;
     }
   }
@@ -166,22 +166,29 @@ static void stream(int blocks, int block, int every_awaiting, uint64_t n[2], uin
 Test(compare, bursts_spend_their_budget_on_the_calls_that_await_a_verdict)
 {
   uint64_t n[2] = {0}, b[2] = {0};
-  stream(1000, 1000, 1, n, b); /* every call awaits: about one call in 8 (+1 for the burst) */
+  stream(1000, 1000, 1, AG_CMP_AWAITING, n, b); /* every call awaits: one in 8 (+1: the burst) */
   double share = (double)b[0] / (double)n[0];
   cr_assert(share > 0.10 && share < 0.125, "awaiting alone: %.4f of the calls in bursts", share);
 
   memset(n, 0, sizeof n), memset(b, 0, sizeof b);
-  stream(1000, 1000, 0, n, b); /* nothing awaits: one call in 256 */
+  stream(1000, 1000, 0, AG_CMP_AWAITING, n, b); /* nothing awaits: one call in 256 */
   share = (double)b[1] / (double)n[1];
   cr_assert(share > 0.003 && share < 0.0045, "none awaiting: %.4f of the calls", share);
 
   /* One signature in 50 awaits (the first warm run of a program whose other kernels earlier
    * runs judged): its calls keep their bursts, the others pay the steady rate, not 1 in 8. */
   memset(n, 0, sizeof n), memset(b, 0, sizeof b);
-  stream(5000, 1000, 50, n, b);
+  stream(5000, 1000, 50, AG_CMP_AWAITING, n, b);
   double mine = (double)b[0] / (double)n[0], others = (double)b[1] / (double)n[1];
   cr_assert(mine > 0.08, "the awaiting signature's calls: %.4f in bursts", mine);
   cr_assert(others < 0.006, "the judged signatures' calls: %.4f in bursts", others);
+
+  /* A long signature awaiting its verdict: one call in 2 (+1), so that a program's few hundred
+   * calls of it reach a verdict. */
+  memset(n, 0, sizeof n), memset(b, 0, sizeof b);
+  stream(1000, 1000, 1, AG_CMP_AWAITING_LONG, n, b);
+  share = (double)b[0] / (double)n[0];
+  cr_assert(share > 0.30 && share < 0.34, "long, awaiting: %.4f of the calls in bursts", share);
 }
 
 Test(compare, short_judged_calls_are_timed_less_often_within_the_timings_budget)
