@@ -70,6 +70,13 @@
  * 30 ms on a library at 10 GF/s. The first OPJIT_VERIFY calls verify such a kernel on the
  * program's thread instead. */
 #define CHECK_MAX_FLOPS (2.0 * 512 * 512 * 512)
+/* ... and so does one whose operands span more bytes: the check fills scratch operands of the
+ * call's size (random values, NaN guards, its error bound), ~2.5 ns a byte of CPU, on a core a
+ * threaded library's pool wants. A float GEMV 2048^2 (16 MB of A) was checked in 38-48 ms of CPU,
+ * ~150 of its library calls, in a 0.25 s numpy-like loop on two library threads (Zen 3, 2 vCPUs):
+ * that loop's first run went from 0.71x plain to 0.85x without the check (medians of 9 rounds);
+ * GEMVs of 4 and 8 MB did not move (0.92 / 0.93, 0.78 / 0.79). */
+#define CHECK_MAX_BYTES (8.0 * 1024 * 1024)
 /* A variant awaiting its verdict whose signature is called less often than this per second is
  * judged in cold pairs (agent.h, ag_call_pair). */
 #define PAIR_HZ 1000.0
@@ -1232,10 +1239,14 @@ static double library_call_ns(ag_entry_t *e)
 }
 
 /* Whether e's problem is too large for the check on scratch operands and the duel:
- * CHECK_MAX_FLOPS or more, timed or not. */
+ * CHECK_MAX_FLOPS or more, or operands (A, B and C as the kernel sees them) of more than
+ * CHECK_MAX_BYTES, timed or not. */
 static int too_large(ag_entry_t *e)
 {
-  return problem_flops(&shapes[e->index]) >= CHECK_MAX_FLOPS;
+  const jt_gemm_t *g = &shapes[e->index];
+  double elems = g->dot ? 2.0 * g->k + 1 : (double)g->m * g->k + (double)g->k * g->n +
+                                              (double)g->m * g->n;
+  return problem_flops(g) >= CHECK_MAX_FLOPS || elems * (g->f64 ? 8 : 4) > CHECK_MAX_BYTES;
 }
 
 /* The floating-point operations of one call of problem g: a SYRK computes one triangle of its
