@@ -716,10 +716,13 @@ double ag_tier_judge_ratio(uint32_t i)
   return pool.n >= ST_JUDGE_MIN_RATIOS ? st_judge_median(pool.ratio, pool.n) : 0;
 }
 
-/* The in-run judge found e's variant faster: that is now the basis of its serving, with the
- * duel it won before publication, if any (a placed kernel had none in this run); fig: the
- * judge's figures in words (compare.h, ag_cmp_describe). */
-static void judged_faster(ag_entry_t *e, double vmean, double omean, const char *fig)
+/* The in-run judge found e's variant faster (median ratio med), or no slower (a tie the rule
+ * gives to the variant: compare.h): that is now the basis of its serving, with the duel it won
+ * before publication, if any (a placed kernel had none in this run); fig: the judge's figures in
+ * words (compare.h, ag_cmp_describe). The factor is the median's, as the readers' speedup is (the
+ * means may disagree: a few slow variant calls after a burst, the library's threads spinning,
+ * put a kernel that tied at 0.98 at "0.8x faster" by its means). */
+static void judged_faster(ag_entry_t *e, double med, const char *fig)
 {
   ag_reason_t r;
   ag_reason_get(&reasons, e->index, &r);
@@ -727,9 +730,14 @@ static void judged_faster(ag_entry_t *e, double vmean, double omean, const char 
   char duel[64] = "";
   if (duel_won[e->index] > 0)
     snprintf(duel, sizeof duel, "won its duel (median ratio %.2f), then ", duel_won[e->index]);
+  char how[48];
+  if (med > 0 && med < 1 - AG_CMP_MARGIN)
+    snprintf(how, sizeof how, "%.2fx faster", 1 / med);
+  else
+    snprintf(how, sizeof how, "no slower (a tie)");
   decide(e, placed ? AG_STATE_PLACED : AG_STATE_SERVING, -1,
-         "%s%s%.1fx faster on the program's calls: %s", placed ? "placed from the store; " : "",
-         duel, omean / (vmean > 0 ? vmean : 1), fig);
+         "%s%s%s on the program's calls: %s", placed ? "placed from the store; " : "", duel, how,
+         fig);
 }
 
 static _Atomic int awaiting_verdict; /* READY variants awaiting a first verdict (last look) */
@@ -826,7 +834,7 @@ static void watch_speed(void)
     if (v == AG_CMP_FASTER) {
       if (!(e->tier_flags & 2)) { /* the judge's first word on it: the basis of its serving */
         e->tier_flags |= 2;
-        judged_faster(e, vmean, omean, fig);
+        judged_faster(e, med, fig);
       }
       continue;
     }
