@@ -257,25 +257,26 @@ static int32_t draw_gap(void)
 }
 
 /* Hands a finished burst's timings to the judge (tier.c), and lengthens the next burst when
- * this one ran variants' originals but timed none (no signature came twice in it, or its
- * timings were still falling: compare.h, ag_cmp_settle_t). */
+ * this one ran variants' originals but timed none (no signature came twice in it), or a
+ * signature's timings were still falling when it ended (compare.h, ag_cmp_settle_t). */
 static void burst_flush(void)
 {
   /* a host without threads of its own keeps its burst: the agent's work runs on another CPU
    * (a first run's verdicts waited for its compiles, and its loop ran 0.94-0.95x as fast) */
-  int timed = 0, quiet = !ag_host_threaded() || ag_bg_quiet_since(ag_tl.burst_bg);
+  int timed = 0, falling = 0, quiet = !ag_host_threaded() || ag_bg_quiet_since(ag_tl.burst_bg);
   for (uint32_t i = 0; quiet && i < ag_tl.nbt; i++) {
     uint64_t n, ns;
-    ag_cmp_settle_take(&ag_tl.bt[i].t, &n, &ns);
+    ag_cmp_settle_take(&ag_tl.bt[i], &n, &ns);
+    falling |= ag_cmp_settle_falling(&ag_tl.bt[i]);
     if (!n)
       continue;
     timed = 1;
-    ag_entry_t *e = ag_table_entry(ag_table, ag_tl.bt[i].index);
+    ag_entry_t *e = ag_table_entry(ag_table, ag_tl.bt[i].id);
     atomic_fetch_add_explicit(&e->timed, n, memory_order_relaxed);
     atomic_fetch_add_explicit(&e->timed_ns, ns, memory_order_relaxed);
     ag_tier_burst(e, n, ns);
   }
-  if (quiet && ag_tl.burst_saw_variant && !timed && ag_tl.burst_len < BURST_LEN_MAX)
+  if (quiet && ag_tl.burst_saw_variant && (!timed || falling) && ag_tl.burst_len < BURST_LEN_MAX)
     ag_tl.burst_len *= 2;
   ag_tl.nbt = 0;
   ag_tl.burst_saw_variant = 0;
@@ -287,10 +288,10 @@ static void burst_flush(void)
 static int burst_seen(uint32_t index)
 {
   for (uint32_t i = 0; i < ag_tl.nbt; i++)
-    if (ag_tl.bt[i].index == index)
+    if (ag_tl.bt[i].id == index)
       return (int)i;
   if (ag_tl.nbt < AG_BURST_SIGS)
-    ag_tl.bt[ag_tl.nbt++] = (struct ag_burst_time_s){.index = index};
+    ag_tl.bt[ag_tl.nbt++] = (ag_cmp_settle_t){.id = index};
   return -1;
 }
 
@@ -298,7 +299,7 @@ static int burst_seen(uint32_t index)
 static int burst_timed_enough(void)
 {
   for (uint32_t i = 0; i < ag_tl.nbt; i++)
-    if (!ag_tl.bt[i].t.settled)
+    if (ag_tl.bt[i].state != AG_CMP_DONE)
       return 0;
   return ag_tl.nbt > 0;
 }
@@ -329,7 +330,7 @@ void ag_call_burst_timed(const ag_call_t *c, uint64_t dt)
   /* an outlier is left out of the round and of the recorded mean */
   if (!ag_timing_outlier(atomic_load_explicit(&c->e->timed, memory_order_relaxed),
                          atomic_load_explicit(&c->e->timed_ns, memory_order_relaxed), dt))
-    ag_cmp_settle_add(&ag_tl.bt[c->slot].t, dt);
+    ag_cmp_settle_add(&ag_tl.bt[c->slot], dt);
   if (ag_tl.burst > 0 && burst_timed_enough()) {
     /* Every signature it ran has its round's timings: the burst ends here, and the calls it
      * did not run go back to the budget (the next comes as many calls sooner), so signatures

@@ -112,10 +112,8 @@ typedef struct ag_thread_s {
   int32_t burst_saw_variant; /* this burst ran a variant's original */
   uint32_t burst_bg;         /* the agent's background work when it began (ag_bg_mark) */
   uint32_t nbt;              /* signatures seen in this burst, in bt */
-  struct ag_burst_time_s {
-    uint32_t index;          /* entry */
-    ag_cmp_settle_t t;       /* its warm original calls' timings (after its first in the burst) */
-  } bt[AG_BURST_SIGS];
+  ag_cmp_settle_t bt[AG_BURST_SIGS]; /* each noted signature's warm original timings (after
+                                        its first call in the burst; id: its entry index) */
   _Atomic uint64_t *calls;   /* this thread's counters (tcount.h), or NULL: shared entries */
   _Atomic uint64_t *vcalls;  /* ... and its variant calls' (calls + capacity) */
   _Atomic uint32_t *cur;     /* where this thread's current operator is kept, followed by its
@@ -125,6 +123,9 @@ typedef struct ag_thread_s {
   _Atomic uint32_t own_cur[2]; /* ... when no shared slot was free */
   ag_tlc_slot_t *tlc;          /* the key cache, AG_TLC_SLOTS: set with calls (NULL before) */
 } ag_thread_t;
+/* The agent's static TLS must stay well below glibc's surplus (~1.5 KB): beyond it a dlopen of
+ * the agent fails (see the key cache above). */
+_Static_assert(sizeof(ag_thread_t) <= 1024, "the thread block outgrew the agent's TLS budget");
 /* 1 once the host has started a thread (threads.c's pthread_create; the agent's own do not
  * count), else 0: a host without runs its calls on its callers' threads alone. */
 int ag_host_threaded(void);
@@ -395,8 +396,9 @@ static inline __attribute__((always_inline)) void *ag_call_variant(ag_call_t *c)
  * (ag_duels) or, in a host with threads of its own (ag_host_threaded), while the agent's
  * background work runs (background.h: it takes a CPU the library's threads want, and a
  * library's float GEMV 2048^2 on two threads, 270 us a call plain, was booked at 943 us from
- * the calls its kernel's compile overlapped, its kernel "2.1x" when it ran at 0.6x), starts a long call's chain (ag_call_long), and sets the thread's next gap
- * (ag_tl.gap_scale). Out of line: one call in OPJIT_TIME_EVERY comes here. */
+ * the calls its kernel's compile overlapped, its kernel "2.1x" when it ran at 0.6x), starts a
+ * long call's chain (ag_call_long), and sets the thread's next gap (ag_tl.gap_scale). Out of
+ * line: one call in OPJIT_TIME_EVERY comes here. */
 void ag_call_timed(const ag_call_t *c, uint64_t ticks);
 
 /* A timing dt against n earlier ones of ns in all: 8x their mean is a preemption or a page

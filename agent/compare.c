@@ -16,9 +16,10 @@ void ag_cmp_start(ag_cmp_t *c, uint64_t v_total_n, uint64_t v_total_ns)
 
 int ag_cmp_burst_due(int32_t *to_burst, int32_t len, int32_t gap, int awaiting)
 {
-  *to_burst -= awaiting == AG_CMP_AWAITING_LONG ? gap * (AG_CMP_BURST_EVERY / AG_CMP_BURST_EVERY_LONG)
-               : awaiting == AG_CMP_AWAITING   ? gap * (AG_CMP_BURST_EVERY / AG_CMP_BURST_EVERY_NEW)
-                                               : gap;
+  int32_t weight = awaiting == AG_CMP_AWAITING_LONG ? AG_CMP_BURST_EVERY / AG_CMP_BURST_EVERY_LONG
+                   : awaiting == AG_CMP_AWAITING    ? AG_CMP_BURST_EVERY / AG_CMP_BURST_EVERY_NEW
+                                                    : 1;
+  *to_burst -= gap * weight;
   if (*to_burst > 0)
     return 0;
   *to_burst = len * AG_CMP_BURST_EVERY;
@@ -27,16 +28,26 @@ int ag_cmp_burst_due(int32_t *to_burst, int32_t len, int32_t gap, int awaiting)
 
 int ag_cmp_settle_add(ag_cmp_settle_t *s, uint64_t dt)
 {
-  if (s->settled)
+  if (s->state == AG_CMP_DONE)
     return 1;
   s->ns += dt;
   if (++s->n < AG_CMP_BLOCK)
     return 0;
-  if (s->blocks++ && (double)s->ns >= (1 - AG_CMP_SETTLE) * (double)s->prev_ns) {
-    s->settled = 1;
+  if (s->state == AG_CMP_FRESH) { /* the block after the settled pair: the round's */
+    s->state = AG_CMP_DONE;
     return 1;
   }
-  s->falling = s->blocks > 1;
+  if (s->blocks < UINT8_MAX)
+    s->blocks++;
+  if (s->blocks > 1 && (double)s->ns >= (1 - AG_CMP_SETTLE) * (double)s->prev_ns) {
+    if (!s->fell) { /* the first pair: both blocks are the round's */
+      s->state = AG_CMP_DONE;
+      return 1;
+    }
+    s->state = AG_CMP_FRESH;
+  } else if (s->blocks > 1) {
+    s->fell = 1;
+  }
   s->prev_ns = s->ns;
   s->n = 0;
   s->ns = 0;
@@ -45,13 +56,17 @@ int ag_cmp_settle_add(ag_cmp_settle_t *s, uint64_t dt)
 
 void ag_cmp_settle_take(const ag_cmp_settle_t *s, uint64_t *n, uint64_t *ns)
 {
-  if (s->falling && !s->settled) {
+  int pair = s->state == AG_CMP_DONE && !s->fell; /* the first two blocks settled */
+  if (ag_cmp_settle_falling(s)) {
     *n = *ns = 0;
-    return;
+  } else if (s->state != AG_CMP_WARMING) { /* the fresh block (in part), or the first pair */
+    *n = s->n + (pair ? AG_CMP_BLOCK : 0);
+    *ns = s->ns + (pair ? s->prev_ns : 0);
+  } else { /* fewer than two blocks: what there is */
+    uint32_t full = s->blocks > 0;
+    *n = s->n + (full ? AG_CMP_BLOCK : 0);
+    *ns = s->ns + (full ? s->prev_ns : 0);
   }
-  uint32_t full = s->blocks > 0; /* the previous block, when one was filled */
-  *n = s->n + (full ? AG_CMP_BLOCK : 0);
-  *ns = s->ns + (full ? s->prev_ns : 0);
 }
 
 uint32_t ag_cmp_gap_scale(double timing_ns, uint64_t dt, uint32_t every)

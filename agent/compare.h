@@ -104,28 +104,42 @@ int ag_cmp_burst_due(int32_t *to_burst, int32_t len, int32_t gap, int awaiting);
  * for a while, a library that runs threads of its own finds them asleep and their cores cold,
  * and its calls speed up over the first milliseconds (a float GEMV 2048^2 on a library's two
  * threads, Zen 3, after 50 ms of one-thread calls: 590, 517, 461, 401, 320, 294, 298, 282 ...
- * us, where a plain loop takes 205-273). So the timings come in blocks of AG_CMP_BLOCK and
- * count once two neighbouring blocks have settled: the later block's sum is not more than
- * AG_CMP_SETTLE below the earlier's. Those two blocks are the burst's timings for the round; a
- * signature whose timings still fell when the burst ended gives none (the next burst is then
- * longer: agent.c), and one with fewer than two blocks gives what it has (a burst shared by many
- * signatures; no trend to see). */
+ * us, where a plain loop takes 205-273). So the timings come in blocks of AG_CMP_BLOCK, and two
+ * neighbouring blocks have settled when the later block's sum is not more than AG_CMP_SETTLE
+ * below the earlier's. When the first two settle, the round gets both; when an earlier pair
+ * fell, the round gets the block after the pair that settled, not that pair (its earlier block
+ * was kept for being low: a steady log-normal noise of 20 % a call read 1.3 % low that way, 2.7 %
+ * at 40 %, and 0.0-0.1 % with the fresh block, in 100,000 simulated bursts). A signature whose
+ * timings still fell when the burst ended gives none (the next burst is then longer: agent.c);
+ * one with fewer than two blocks gives what it has (a burst shared by many signatures: no trend
+ * to see), and one collecting its fresh block gives the part it has. 24 bytes, the caller's id
+ * included: 32 of them live in each thread's TLS (agent.h). */
 #define AG_CMP_BLOCK 4
 #define AG_CMP_SETTLE 0.05
 typedef struct ag_cmp_settle_s {
-  uint32_t n;        /* timings in the current block */
-  uint32_t blocks;   /* blocks filled so far */
-  uint32_t falling;  /* the last two blocks compared had not settled */
-  uint32_t settled;  /* two blocks settled: the timings are in, more are not taken */
-  uint64_t prev_ns;  /* the previous full block's sum */
-  uint64_t ns;       /* the current block's sum */
+  uint32_t id;      /* the caller's: whose timings (agent.c: the signature's entry index) */
+  uint8_t n;        /* timings in the current block */
+  uint8_t blocks;   /* blocks filled so far (at most 255 counted) */
+  uint8_t fell;     /* a pair of blocks compared had not settled */
+  uint8_t state;    /* AG_CMP_WARMING, AG_CMP_FRESH (settled after a fall: the next block is
+                       the round's), AG_CMP_DONE (the round's timings are in) */
+  uint64_t prev_ns; /* the previous full block's sum */
+  uint64_t ns;      /* the current block's sum */
 } ag_cmp_settle_t;
+_Static_assert(sizeof(ag_cmp_settle_t) == 24, "a thread's TLS holds 32 (agent.h)");
+enum { AG_CMP_WARMING = 0, AG_CMP_FRESH, AG_CMP_DONE };
 
-/* Adds one warm timing (ignored once settled); returns 1 when the timings have settled. */
+/* Adds one warm timing (ignored once done); returns 1 when the round's timings are in. */
 int ag_cmp_settle_add(ag_cmp_settle_t *s, uint64_t dt);
 
 /* What the timings give the round when the burst ends: *n timings of *ns in all (0: none). */
 void ag_cmp_settle_take(const ag_cmp_settle_t *s, uint64_t *n, uint64_t *ns);
+
+/* Whether the timings were still falling (two blocks or more, none settled yet). */
+static inline int ag_cmp_settle_falling(const ag_cmp_settle_t *s)
+{
+  return s->state == AG_CMP_WARMING && s->fell;
+}
 
 /* The timings' budget. A timed call costs about two reads of the calls' clock (timing_ns,
  * measured by the machine model; 0 while unknown) on top of the call. After a timed call that

@@ -70,7 +70,7 @@
  * 30 ms on a library at 10 GF/s. The first OPJIT_VERIFY calls verify such a kernel on the
  * program's thread instead. */
 #define CHECK_MAX_FLOPS (2.0 * 512 * 512 * 512)
-/* ... and so does one whose operands span more bytes: the check fills scratch operands of the
+/* ... and so does one with an operand of more bytes: the check fills scratch operands of the
  * call's size (random values, NaN guards, its error bound), ~2.5 ns a byte of CPU, on a core a
  * threaded library's pool wants. A float GEMV 2048^2 (16 MB of A) was checked in 38-48 ms of CPU,
  * ~150 of its library calls, in a 0.25 s numpy-like loop on two library threads (Zen 3, 2 vCPUs):
@@ -810,7 +810,10 @@ static void watch_speed(void)
        * variant's first calls still verifying (each runs both sides and compares), or, in a
        * host with threads of its own, the agent's background work taking a CPU they want
        * (background.h). numpy's float GEMV 2048^2 on two library threads, 5000 calls a second,
-       * made 2 calls in the 20 ms after its kernel's publication, and went to cold pairs. */
+       * made 2 calls in the 20 ms after its kernel's publication, and went to cold pairs. So in
+       * such a host the window that holds a compiled kernel's publication (made inside its
+       * compile's background work) never counts, and while the compile queue keeps the thread
+       * busy no signature goes to cold pairs: bursts judge them meanwhile, or nothing does. */
       if (atomic_load_explicit(&e->verify, memory_order_relaxed) > 0 ||
           (ag_host_threaded() && !ag_bg_quiet_since(watched_bg[i]))) {
         watched_calls[i] = ncalls, watched_ns[i] = now, watched_bg[i] = ag_bg_mark();
@@ -1170,7 +1173,8 @@ static int arrays(void)
     fault_reps = !fault ? 0 : !strcmp(fault, "slow") ? 64 : !strcmp(fault, "fast") ? -16 : 0;
   }
   return shapes && ag_vrun && objects.slots && cmps && cmp_rev && cmp_stored && watched_calls &&
-         watched_ns && watched_bg && pub_calls && demoted && duel_won && prof_ns && long_wait && prepared;
+         watched_ns && watched_bg && pub_calls && demoted && duel_won && prof_ns && long_wait &&
+         prepared;
 }
 
 /* Whether the per-entry arrays exist (made now if not), cq taken for it. */
@@ -1247,14 +1251,14 @@ static double library_call_ns(ag_entry_t *e)
 }
 
 /* Whether e's problem is too large for the check on scratch operands and the duel:
- * CHECK_MAX_FLOPS or more, or operands (A, B and C as the kernel sees them) of more than
- * CHECK_MAX_BYTES, timed or not. */
+ * CHECK_MAX_FLOPS or more, or an operand (A, B or C as the kernel sees them, leading dimensions
+ * aside) of more than CHECK_MAX_BYTES, timed or not. */
 static int too_large(ag_entry_t *e)
 {
   const jt_gemm_t *g = &shapes[e->index];
-  double elems = g->dot ? 2.0 * g->k + 1 : (double)g->m * g->k + (double)g->k * g->n +
-                                              (double)g->m * g->n;
-  return problem_flops(g) >= CHECK_MAX_FLOPS || elems * (g->f64 ? 8 : 4) > CHECK_MAX_BYTES;
+  double a = (double)g->m * g->k, b = (double)g->k * g->n, c = (double)g->m * g->n;
+  double most = g->dot ? g->k : a > b ? (a > c ? a : c) : (b > c ? b : c);
+  return problem_flops(g) >= CHECK_MAX_FLOPS || most * (g->f64 ? 8 : 4) > CHECK_MAX_BYTES;
 }
 
 /* The floating-point operations of one call of problem g: a SYRK computes one triangle of its

@@ -138,10 +138,12 @@ Test(compare, a_round_rebases_when_the_counters_were_reset)
 
 /* One thread's calls through the bursts' budget as agent.c's pick takes them: blocks of block
  * calls of one signature, every every_awaiting-th block (0: none) of a signature awaiting its
- * verdict, a timed call every 1-31 calls at random (OPJIT_TIME_EVERY 16), a burst of 64 calls
- * whenever one is due. Adds the calls to *n and the burst calls among them to *b, [0] for the
- * awaiting signature's, [1] for the others'. */
-static void stream(int blocks, int block, int every_awaiting, int kind, uint64_t n[2], uint64_t b[2])
+ * verdict (kind: AG_CMP_AWAITING, or AG_CMP_AWAITING_LONG for a long one), a timed call every
+ * 1-31 calls at random (OPJIT_TIME_EVERY 16), a burst of 64 calls whenever one is due. Adds
+ * the calls to *n and the burst calls among them to *b, [0] for the awaiting signature's, [1]
+ * for the others'. */
+static void stream(int blocks, int block, int every_awaiting, int kind, uint64_t n[2],
+                   uint64_t b[2])
 {
   int32_t to_burst = 64 * AG_CMP_BURST_EVERY / 2, burst = 0, tick = 1;
   uint32_t x = 2463534242u;
@@ -276,16 +278,25 @@ Test(compare, a_bursts_timings_count_once_they_stop_falling)
   cr_assert_eq(ag_cmp_settle_add(&s, 500), 1, "settled timings take no more");
 
   /* A threaded library waking (Zen 3, numpy sgemv 2048^2, us): the first blocks fall by more
-   * than AG_CMP_SETTLE; the round gets the two blocks that settled. */
-  const uint64_t waking[] = {517, 461, 401, 320, 294, 298, 282, 289, 286, 287, 273, 300};
-  cr_assert_eq(settle(&s, waking, 12), 12);
+   * than AG_CMP_SETTLE, the next two settle, and the round gets the block after them (the pair
+   * was chosen for its low first block). */
+  const uint64_t waking[] = {517, 461, 401, 320, 294, 298, 282, 289,
+                             286, 287, 273, 300, 281, 290, 285, 279, 900};
+  cr_assert_eq(settle(&s, waking, 17), 16);
+  cr_assert(!ag_cmp_settle_falling(&s));
   ag_cmp_settle_take(&s, &n, &ns);
-  cr_assert_eq(n, 8);
-  cr_assert_eq(ns, 294 + 298 + 282 + 289 + 286 + 287 + 273 + 300);
+  cr_assert_eq(n, 4);
+  cr_assert_eq(ns, 281 + 290 + 285 + 279);
+  /* ... and when the burst ends within that block, the part of it there is */
+  cr_assert_eq(settle(&s, waking, 14), 15);
+  ag_cmp_settle_take(&s, &n, &ns);
+  cr_assert_eq(n, 2);
+  cr_assert_eq(ns, 281 + 290);
 
   /* Still falling when the burst ends: nothing, however many timings (a partial block too). */
   const uint64_t falling[] = {800, 800, 800, 800, 600, 600, 600, 600, 400, 400};
   cr_assert_eq(settle(&s, falling, 10), 11);
+  cr_assert(ag_cmp_settle_falling(&s), "the burst that ends so is lengthened (agent.c)");
   ag_cmp_settle_take(&s, &n, &ns);
   cr_assert_eq(n, 0);
   cr_assert_eq(ns, 0);
