@@ -500,8 +500,12 @@ void ag_call_timed(const ag_call_t *c, uint64_t ticks)
   if (ag_unlikely(!ag_tl.timing_ns)) /* two reads of the calls' clock: 0 until the model is ready */
     ag_tl.timing_ns = (float)(2 * ag_machine_timer_ns());
   ag_tl.gap_scale = timing_budgeted(c) ? ag_cmp_gap_scale(ag_tl.timing_ns, dt, ag_time_mask + 1) : 1;
+  /* a side's first timing is booked even then: a mean from it beats none (a signature whose few
+   * calls all came while the machine model measured the CPU, under a sanitizer, had none) */
   if (ag_unlikely(atomic_load_explicit(&ag_duels, memory_order_relaxed)) ||
-      ag_unlikely(ag_bg_busy() && ag_host_threaded())) {
+      ag_unlikely(ag_bg_busy() && ag_host_threaded() &&
+                  (c->orig || atomic_load_explicit(c->variant ? &e->vtimed : &e->timed,
+                                                   memory_order_relaxed)))) {
     if (c->orig) /* not booked (agent.h), nor is its burst lengthened */
       ag_tl.burst_saw_variant = 0;
     else if (!c->variant) /* nor is its mean, but a long call's fastest is (only slower) */

@@ -394,10 +394,10 @@ static inline __attribute__((always_inline)) void *ag_call_variant(ag_call_t *c)
 /* A timed call of c (c->t0 set) took ticks of ag_tick's clock (converted here): books it as the
  * original's or the variant's timing, a burst's or a cold pair's, or none while a duel runs
  * (ag_duels) or, in a host with threads of its own (ag_host_threaded), while the agent's
- * background work runs (background.h: it takes a CPU the library's threads want, and a
- * library's float GEMV 2048^2 on two threads, 270 us a call plain, was booked at 943 us from
- * the calls its kernel's compile overlapped, its kernel "2.1x" when it ran at 0.6x), starts a
- * long call's chain (ag_call_long), and sets the thread's next gap (ag_tl.gap_scale). Out of
+ * background work runs, but for a side's first timing (background.h: it takes a CPU the
+ * library's threads want, and a library's float GEMV 2048^2 on two threads, 270 us a call
+ * plain, was booked at 943 us from the calls its kernel's compile overlapped, its kernel "2.1x"
+ * when it ran at 0.6x), starts a long call's chain (ag_call_long), and sets the thread's next gap (ag_tl.gap_scale). Out of
  * line: one call in OPJIT_TIME_EVERY comes here. */
 void ag_call_timed(const ag_call_t *c, uint64_t ticks);
 
