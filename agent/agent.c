@@ -263,7 +263,7 @@ static void burst_flush(void)
 {
   /* a host without threads of its own keeps its burst: the agent's work runs on another CPU
    * (a first run's verdicts waited for its compiles, and its loop ran 0.94-0.95x as fast) */
-  int timed = 0, falling = 0, quiet = !ag_host_threaded() || ag_bg_quiet_since(ag_tl.burst_bg);
+  int timed = 0, falling = 0, quiet = !ag_bg_disturbed_since(ag_tl.burst_bg);
   for (uint32_t i = 0; quiet && i < ag_tl.nbt; i++) {
     uint64_t n, ns;
     ag_cmp_settle_take(&ag_tl.bt[i], &n, &ns);
@@ -407,7 +407,7 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
                      ? AG_CMP_AWAITING_LONG
                      : AG_CMP_AWAITING;
   if (n != 1 && ag_cmp_burst_due(&ag_tl.to_burst, ag_tl.burst_len, gap, awaiting)) {
-    if (ag_bg_busy() && ag_host_threaded()) /* it would not be timed (background.h): due again a
+    if (ag_bg_disturbs()) /* it would not be timed (background.h): due again a
                                                burst's length on */
       ag_tl.to_burst = ag_tl.burst_len;
     else if (atomic_load_explicit(&ag_tier_live, memory_order_relaxed)) { /* from the next call on */
@@ -503,7 +503,7 @@ void ag_call_timed(const ag_call_t *c, uint64_t ticks)
   /* a side's first timing is booked even then: a mean from it beats none (a signature whose few
    * calls all came while the machine model measured the CPU, under a sanitizer, had none) */
   if (ag_unlikely(atomic_load_explicit(&ag_duels, memory_order_relaxed)) ||
-      ag_unlikely(ag_bg_busy() && ag_host_threaded() &&
+      ag_unlikely(ag_bg_disturbs() &&
                   (c->orig || atomic_load_explicit(c->variant ? &e->vtimed : &e->timed,
                                                    memory_order_relaxed)))) {
     if (c->orig) /* not booked (agent.h), nor is its burst lengthened */

@@ -9,6 +9,7 @@
 #ifndef OPJIT_AGENT_AGENT_H
 #define OPJIT_AGENT_AGENT_H
 
+#include "background.h"
 #include "opt.h"
 #include "table.h"
 #include "tcount.h"
@@ -129,6 +130,14 @@ _Static_assert(sizeof(ag_thread_t) <= 1024, "the thread block outgrew the agent'
 /* 1 once the host has started a thread (threads.c's pthread_create; the agent's own do not
  * count), else 0: a host without runs its calls on its callers' threads alone. */
 int ag_host_threaded(void);
+/* Whether the agent's background work disturbs the host's timings: now, or since mark
+ * (background.h). Only a host with threads of its own is: the work takes a CPU its threads want;
+ * a host without runs on its callers' threads, and the work on another CPU. */
+static inline int ag_bg_disturbs(void) { return ag_host_threaded() && ag_bg_busy(); }
+static inline int ag_bg_disturbed_since(uint32_t mark)
+{
+  return ag_host_threaded() && !ag_bg_quiet_since(mark);
+}
 extern AG_TLS ag_thread_t ag_tl;
 /* The agent's threads (writer, compile, machine, fleet) run on the CPUs the process could use
  * when the agent loaded, not on those of the host thread that happened to start them: a host
@@ -397,8 +406,8 @@ static inline __attribute__((always_inline)) void *ag_call_variant(ag_call_t *c)
  * background work runs, but for a side's first timing (background.h: it takes a CPU the
  * library's threads want, and a library's float GEMV 2048^2 on two threads, 270 us a call
  * plain, was booked at 943 us from the calls its kernel's compile overlapped, its kernel "2.1x"
- * when it ran at 0.6x), starts a long call's chain (ag_call_long), and sets the thread's next gap (ag_tl.gap_scale). Out of
- * line: one call in OPJIT_TIME_EVERY comes here. */
+ * when it ran at 0.6x), starts a long call's chain (ag_call_long), and sets the thread's next
+ * gap (ag_tl.gap_scale). Out of line: one call in OPJIT_TIME_EVERY comes here. */
 void ag_call_timed(const ag_call_t *c, uint64_t ticks);
 
 /* A timing dt against n earlier ones of ns in all: 8x their mean is a preemption or a page

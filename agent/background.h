@@ -5,8 +5,9 @@
  * want: a threaded library's helpers on a machine with few cores wait for it, so that an
  * original timed in bursts meanwhile measured 9-60 us a call where a plain run's calls take
  * 7.5-8 (a matrix-vector product on 2 threads, 2 vCPUs; docs/never-slower.md). In a host with
- * threads of its own (agent.h, ag_host_threaded) a burst is not begun while such work runs, and
- * one it overlapped is not timed. Any thread; lock-free. */
+ * threads of its own (agent.h, ag_bg_disturbs and ag_bg_disturbed_since) a burst is not begun
+ * while such work runs, one it overlapped is not timed, nor is a call's timing booked (but for
+ * a side's first), nor a window of calls taken for their rate. Any thread; lock-free. */
 #ifndef OPJIT_AGENT_BACKGROUND_H
 #define OPJIT_AGENT_BACKGROUND_H
 

@@ -56,17 +56,15 @@ int ag_cmp_settle_add(ag_cmp_settle_t *s, uint64_t dt)
 
 void ag_cmp_settle_take(const ag_cmp_settle_t *s, uint64_t *n, uint64_t *ns)
 {
-  int pair = s->state == AG_CMP_DONE && !s->fell; /* the first two blocks settled */
   if (ag_cmp_settle_falling(s)) {
     *n = *ns = 0;
-  } else if (s->state != AG_CMP_WARMING) { /* the fresh block (in part), or the first pair */
-    *n = s->n + (pair ? AG_CMP_BLOCK : 0);
-    *ns = s->ns + (pair ? s->prev_ns : 0);
-  } else { /* fewer than two blocks: what there is */
-    uint32_t full = s->blocks > 0;
-    *n = s->n + (full ? AG_CMP_BLOCK : 0);
-    *ns = s->ns + (full ? s->prev_ns : 0);
+    return;
   }
+  /* the block before the current one counts when the first two settled, or, still warming
+   * (fewer than two blocks), when it was filled; never a fresh block's settled pair */
+  int prev = s->state == AG_CMP_WARMING ? s->blocks > 0 : s->state == AG_CMP_DONE && !s->fell;
+  *n = s->n + (prev ? AG_CMP_BLOCK : 0);
+  *ns = s->ns + (prev ? s->prev_ns : 0);
 }
 
 uint32_t ag_cmp_gap_scale(double timing_ns, uint64_t dt, uint32_t every)

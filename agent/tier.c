@@ -119,6 +119,12 @@ static ag_cmp_t *cmps;
 static uint32_t *cmp_rev, *cmp_stored;
 static uint64_t *watched_calls, *watched_ns; /* ... and the time of that look */
 static uint32_t *watched_bg; /* ... and the agent's background work then (ag_bg_mark) */
+
+/* The next rate window of entry i starts now (now_ns), at its calls so far. */
+static void watch_from(uint32_t i, uint64_t calls, uint64_t now_ns)
+{
+  watched_calls[i] = calls, watched_ns[i] = now_ns, watched_bg[i] = ag_bg_mark();
+}
 static uint64_t *pub_calls; /* per entry: the signature's calls when its variant was published */
 enum { AG_DEMOTED_SLOWER = 0, AG_DEMOTED_TIE, AG_DEMOTED_GUARD, AG_DEMOTED_CRASH };
 static uint8_t *demoted;
@@ -204,8 +210,8 @@ static void publish(ag_entry_t *e, void *fn, int32_t verify, const st_judge_pool
   uint64_t calls, vcalls; /* the watch measures the call rate from here (before READY: the
                              watch looks at READY entries only) */
   ag_tcount_sum_one(e->index, &calls, &vcalls);
-  watched_calls[e->index] = pub_calls[e->index] = calls, watched_ns[e->index] = ag_now_ns();
-  watched_bg[e->index] = ag_bg_mark();
+  pub_calls[e->index] = calls;
+  watch_from(e->index, calls, ag_now_ns());
   atomic_store(&e->verify, verify);
   atomic_store(&e->tier, AG_TIER_READY);
   judge(e, pool);
@@ -815,8 +821,8 @@ static void watch_speed(void)
        * compile's background work) never counts, and while the compile queue keeps the thread
        * busy no signature goes to cold pairs: bursts judge them meanwhile, or nothing does. */
       if (atomic_load_explicit(&e->verify, memory_order_relaxed) > 0 ||
-          (ag_host_threaded() && !ag_bg_quiet_since(watched_bg[i]))) {
-        watched_calls[i] = ncalls, watched_ns[i] = now, watched_bg[i] = ag_bg_mark();
+          ag_bg_disturbed_since(watched_bg[i])) {
+        watch_from(i, ncalls, now);
         awaiting += !kept;
         continue;
       }
@@ -825,7 +831,7 @@ static void watch_speed(void)
       if (atomic_load_explicit(&e->pair, memory_order_relaxed) != every)
         atomic_store_explicit(&e->pair, every, memory_order_relaxed);
       awaiting += !kept;
-      watched_calls[i] = ncalls, watched_ns[i] = now, watched_bg[i] = ag_bg_mark();
+      watch_from(i, ncalls, now);
       continue;
     }
     if (v == AG_CMP_FASTER) /* its calls were rare: they stay so */
@@ -1256,8 +1262,8 @@ static double library_call_ns(ag_entry_t *e)
 static int too_large(ag_entry_t *e)
 {
   const jt_gemm_t *g = &shapes[e->index];
-  double a = (double)g->m * g->k, b = (double)g->k * g->n, c = (double)g->m * g->n;
-  double most = g->dot ? g->k : a > b ? (a > c ? a : c) : (b > c ? b : c);
+  double most = g->dot ? g->k : fmax(fmax((double)g->m * g->k, (double)g->k * g->n),
+                                     (double)g->m * g->n);
   return problem_flops(g) >= CHECK_MAX_FLOPS || most * (g->f64 ? 8 : 4) > CHECK_MAX_BYTES;
 }
 
