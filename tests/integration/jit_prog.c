@@ -33,9 +33,10 @@
  *                    transposes, unit and non-unit strides)
  *   biggemv P        four GEMVs whose A spans 1 MB (sgemv_ N 1024x256, cblas_dgemv row-major
  *                    N 512x256, cblas_sgemv column-major T 256x1024, dgemv_ T 256x512; padded
- *                    leading dimensions, beta 0 and not) and two GEMMs that are GEMVs (sgemm_
- *                    NN 1024x1x256, cblas_dgemm row-major NN 1x512x256), P passes as sweep
- *                    makes them
+ *                    leading dimensions, beta 0 and not), one whose A spans 9 MB (cblas_sgemv
+ *                    column-major N 2048x1152: too large for the check on scratch operands)
+ *                    and two GEMMs that are GEMVs (sgemm_ NN 1024x1x256, cblas_dgemm
+ *                    row-major NN 1x512x256), P passes as sweep makes them
  * Prints "calls N checked N mismatches M" and exits 1 when M > 0. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -531,7 +532,8 @@ static void big_gemvs(int passes)
   static const gv_t g[] = {{0, 0, 0, 0, 1024, 256, 1, 1, 0},
                            {1, 1, 1, 0, 512, 256, 2, -0.5, 1},
                            {0, 1, 0, 1, 256, 1024, 0, 2, 0.5},
-                           {1, 0, 0, 1, 256, 512, 3, 1, 0}};
+                           {1, 0, 0, 1, 256, 512, 3, 1, 0},
+                           {0, 1, 0, 0, 2048, 1152, 0, 1, 0}};
   gemm_sig_t mm[] = {{0, 0, 0, 'N', 'N', 1024, 1, 256, 1026, 256, 1024, -2, 0},
                      {1, 1, 1, 'N', 'N', 1, 512, 256, 256, 514, 512, -1, 0.5}};
   int nsigs = (int)(sizeof g / sizeof *g), nmm = (int)(sizeof mm / sizeof *mm);
