@@ -118,6 +118,16 @@ void ag_machine_cpu_key(const char *model, const char *flags, char *buf, size_t 
            (unsigned long long)jt_obj_checksum(flags, strlen(flags)));
 }
 
+/* The bits (ag_machine_t.agreed) of the peaks gflops holds. */
+static unsigned peaks_mask(const double gflops[2][AG_ISA__COUNT])
+{
+  unsigned mask = 0;
+  for (int d = 0; d < 2; d++)
+    for (int w = 0; w < AG_ISA__COUNT; w++)
+      mask |= gflops[d][w] > 0 ? 1u << (AG_ISA__COUNT * d + w) : 0;
+  return mask;
+}
+
 void ag_machine_to_store(const ag_machine_t *m, const char *cpu, st_machine_t *out)
 {
   memset(out, 0, sizeof *out);
@@ -128,7 +138,7 @@ void ag_machine_to_store(const ag_machine_t *m, const char *cpu, st_machine_t *o
   out->timer_ns = m->timer_ns;
   out->method = AG_MACHINE_METHOD;
   out->measured_ns = m->measured_ns;
-  out->settled = m->settled;
+  out->settled = (int)(m->agreed | (m->settled ? peaks_mask(m->gflops) : 0));
 }
 
 void ag_machine_from_store(const st_machine_t *in, ag_machine_t *out)
@@ -147,7 +157,9 @@ void ag_machine_from_store(const st_machine_t *in, ag_machine_t *out)
   memcpy(out->gflops, in->gflops, sizeof out->gflops);
   out->timer_ns = in->timer_ns;
   out->measured_ns = in->measured_ns;
-  out->settled = in->settled != 0;
+  out->agreed = (unsigned)in->settled;
+  unsigned peaks = peaks_mask(out->gflops);
+  out->settled = peaks && (out->agreed & peaks) == peaks;
   out->stored = 1;
 }
 
@@ -300,19 +312,22 @@ void ag_machine_measure(ag_machine_t *m)
 
 int ag_machine_merge(ag_machine_t *m, const ag_machine_t *x)
 {
-  int agree = 1;
   for (int d = 0; d < 2; d++)
     for (int w = 0; w < AG_ISA__COUNT; w++) {
       double a = m->gflops[d][w], b = x->gflops[d][w];
-      if (a > 0 && b > 0)
-        agree &= fabs(a - b) <= AG_MACHINE_AGREE * fmax(a, b);
+      unsigned bit = 1u << (AG_ISA__COUNT * d + w);
+      if (a > 0 && b > 0 && fabs(a - b) <= AG_MACHINE_AGREE * fmax(a, b))
+        m->agreed |= bit;
+      else if (b > a)
+        m->agreed &= ~bit;
       m->gflops[d][w] = fmax(a, b);
     }
   if (x->timer_ns > 0 && (m->timer_ns <= 0 || x->timer_ns < m->timer_ns))
     m->timer_ns = x->timer_ns;
   m->measured_ns = x->measured_ns;
-  m->settled |= agree;
-  return agree;
+  unsigned peaks = peaks_mask(m->gflops);
+  m->settled |= peaks && (m->agreed & peaks) == peaks;
+  return m->settled;
 }
 
 double ag_machine_fma_gflops(const ag_machine_t *m, int isa, int f64, uint64_t ns)

@@ -9,7 +9,7 @@
  * the agent activates, it loads the model stored for this CPU key on a thread of its own (a
  * read-only connection) or, when there is none, measures it there (~5-20 ms); a model not
  * settled is measured again 0.1, 0.3, 1 and 3 s later, each measurement merged
- * (ag_machine_merge), until one agrees with the model. The writer saves what is new
+ * (ag_machine_merge), until each peak has agreed with the model. The writer saves what is new
  * (ag_machine_save). A process that never calls an operator never gets here.
  *
  *   model:  none ──ag_machine_start──▶ loading ──stored, settled─────────────────────▶ final
@@ -55,8 +55,9 @@ enum {
 };
 #define AG_X(id) (1u << AG_X_##id##_BIT) /* the bit of extension id: AG_X(AVX2) */
 
-#define AG_MACHINE_METHOD 2 /* the measurement's version: a model stored by an older one is
-                               measured again (1: timer_ns was CLOCK_MONOTONIC's read) */
+#define AG_MACHINE_METHOD 3 /* the measurement's version: a model stored by an older one is
+                               measured again (1: timer_ns was CLOCK_MONOTONIC's read; 2: a
+                               measurement had to agree on every peak at once to settle it) */
 #define AG_MACHINE_COMPILE_GUESS_NS 10000000ull /* a compile's cost before any was measured on
                                                    this CPU (kernels took 4-35 ms, median 7-9,
                                                    on this project's machines) */
@@ -70,8 +71,9 @@ typedef struct ag_machine_s {
   double timer_ns;       /* one read of the calls' clock (agent.h, ag_tick: the TSC after an
                             lfence where it is invariant, else CLOCK_MONOTONIC) */
   int64_t measured_ns;   /* when it was last measured (CLOCK_REALTIME) */
-  int settled;           /* a measurement agreed with the peaks of the ones before it
-                            (ag_machine_merge): no run measures them again */
+  unsigned agreed;       /* the peaks a later measurement agreed with (ag_machine_merge), bit
+                            3 * f64 + width */
+  int settled;           /* every peak measured has agreed: no run measures them again */
   int stored;            /* loaded from the database rather than measured by this process */
 } ag_machine_t;
 
@@ -94,9 +96,12 @@ void ag_machine_measure(ag_machine_t *m);
  * cheaper, measured_ns x's; m's extensions stay. A disturbed round only ever slows a
  * measurement, and what disturbs one can last: on the Zen 3 guest a TSan host's first 0.1-0.2 s
  * halved the machine thread's FMA rate (and doubled its clock read) in every 0.2 ms round, so
- * the fastest round of one measurement is not enough. Returns 1, and sets m->settled, when x
- * agrees with m, within AG_MACHINE_AGREE, on every peak both measured: two measurements made
- * apart in time saw the same pipes. */
+ * the fastest round of one measurement is not enough. A peak x measures within
+ * AG_MACHINE_AGREE of m's has agreed (two measurements made apart in time saw the same pipe);
+ * one x measures faster than that takes back the peak's agreement. m->settled once every peak
+ * it has measured has agreed, each in whichever measurement: on a busy machine one measurement
+ * in several catches all six undisturbed (the Zen 5 guest, idle: a peak 6-14 % slow in 4 of 12
+ * measurements; the suite running beside it: no agreement in 8 runs). Returns m->settled. */
 int ag_machine_merge(ag_machine_t *m, const ag_machine_t *x);
 /* For the benchmarks: m detected, then measured times times, the fastest per width and dtype
  * kept (a benchmark can spend the time to get the peak out of a noisy machine). */

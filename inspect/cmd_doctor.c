@@ -553,7 +553,9 @@ static cJSON *check_model(const char *dbopt, const char *cpu_key)
       return o;
   } else {
     cJSON_AddNumberToObject(o, "measured_ns", (double)rec.measured_ns);
-    cJSON_AddBoolToObject(o, "settled", rec.settled);
+    ag_machine_t m;
+    ag_machine_from_store(&rec, &m);
+    cJSON_AddBoolToObject(o, "settled", m.settled && rec.method == AG_MACHINE_METHOD);
     cJSON_AddStringToObject(o, "isa", rec.isa);
     cJSON_AddNumberToObject(o, "vregs", rec.vregs);
     cJSON *g = cJSON_AddObjectToObject(o, "gflops");
@@ -701,7 +703,7 @@ static void print_model(const cJSON *mo)
     strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&t));
     printf("  %-20s measured %s, stored, %s; %s vector registers\n", "machine model", when,
            cJSON_IsTrue(cJSON_GetObjectItem(mo, "settled"))
-               ? "settled (a second measurement agreed)"
+               ? "settled (each peak measured again agreed)"
                : "not settled (the next run measures it again)",
            str(mo, "vregs"));
     print_peaks(cJSON_GetObjectItem(cJSON_GetObjectItem(mo, "gflops"), "f32"), "fma peak f32");

@@ -23,7 +23,8 @@
  *      object key, pooled over the runs that placed it (st_judge_pool_t: counters, the window's
  *      ratios as little-endian float32, oldest first)
  *  10  machine_models.settled: whether a second measurement agreed with the stored peaks (0:
- *      the next run measures them again and keeps the faster)
+ *      the next run measures them again and keeps the faster); since the agent's method 3 a
+ *      bit per peak that has agreed
  *  11  variants.ratio: the judge's median ratio variant / original over its window when the run
  *      wrote the row, whatever its verdict (NULL: fewer rounds than a verdict needs), so that a
  *      variant demoted as slower keeps its fair figures after its pool is dropped
@@ -1340,7 +1341,7 @@ static int model_write(st_db_t *db, const st_machine_t *m)
   sqlite3_bind_double(st, 10, m->timer_ns);
   sqlite3_bind_int(st, 11, m->method);
   sqlite3_bind_int64(st, 12, m->measured_ns);
-  sqlite3_bind_int(st, 13, m->settled != 0);
+  sqlite3_bind_int(st, 13, m->settled);
   rc = db_code(db->db, sqlite3_step(st), NULL);
   if (cached)
     sqlite3_reset(st), sqlite3_clear_bindings(st);

@@ -340,8 +340,9 @@ typedef struct st_machine_s {
   double gflops[2][3];      /* FMA peak, GFLOP/s: [f32, f64][128, 256, 512 bits]; 0: not
                                measured (the width is not supported) */
   double timer_ns;          /* one read of the agent's clock */
-  int settled;              /* 1: a later measurement agreed with the peaks (agent/machine.h,
-                               ag_machine_merge); 0: a run measures them again */
+  int settled;              /* the peaks a later measurement agreed with, a bit each
+                               (agent/machine.h, ag_machine_t.agreed; by method 2: 1, all);
+                               a run measures them again until every measured peak's is set */
   int method;               /* the measurement's version: a newer one measures again */
   int64_t measured_ns;      /* when (CLOCK_REALTIME); 0 in st_machine_save: no model, notes only */
   size_t nfamilies;
