@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The warm start's and the compile threads' heaps made present in bulk (heap.h). */
+/* The warm start's and the compile threads' heaps made present in bulk, and scratch operands on
+ * huge pages (heap.h). */
 #include "heap.h"
 
 #include <limits.h>
@@ -51,3 +52,28 @@ void *ag_heap_warm_begin(size_t bytes)
 }
 
 void ag_heap_warm_end(void *kept) { free(kept); }
+
+void *ag_heap_scratch(size_t bytes)
+{
+  if (bytes < AG_HEAP_SCRATCH_HUGE)
+    return malloc(bytes ? bytes : 1);
+  size_t al = AG_HEAP_SCRATCH_HUGE, len = bytes + al;
+  char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return NULL;
+  char *q = (char *)(((uintptr_t)p + al - 1) & ~(uintptr_t)(al - 1));
+  if (q > p) /* the mapping's head and tail beyond the aligned bytes go back at once */
+    munmap(p, (size_t)(q - p));
+  if (q + bytes < p + len)
+    munmap(q + bytes, (size_t)(p + len - (q + bytes)));
+  madvise(q, bytes, MADV_HUGEPAGE); /* refused (no THP): 4 KB pages, as malloc's */
+  return q;
+}
+
+void ag_heap_scratch_free(void *p, size_t bytes)
+{
+  if (bytes < AG_HEAP_SCRATCH_HUGE)
+    free(p);
+  else if (p)
+    munmap(p, bytes);
+}

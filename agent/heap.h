@@ -39,6 +39,16 @@ void ag_heap_warm_end(void *kept);
  * held where LeakSanitizer looks (a global), as the thread-local pointer it once was is not. */
 #define AG_HEAP_JIT (25 * AG_HEAP_BLOCK)
 
+/* Scratch operands (a check's or a duel's): bytes of fresh memory, freed by ag_heap_scratch_free
+ * with the same bytes. Each fresh 4 KB page costs a fault at its first write (~10 us on these
+ * guests: a check of a double GEMV 1024^2 on scratch operands took 27-41 ms of CPU, its two kernels
+ * 0.3), so from AG_HEAP_SCRATCH_HUGE on the mapping is aligned to 2 MB and asks for transparent
+ * huge pages (madvise mode: granted where the kernel can; 9 MB first written in 2.7 ms against
+ * 21 on the Zen 5 guest); smaller ones come from malloc. NULL when out of memory. */
+#define AG_HEAP_SCRATCH_HUGE (2u << 20)
+void *ag_heap_scratch(size_t bytes);
+void ag_heap_scratch_free(void *p, size_t bytes);
+
 /* ag_heap_warm_begin without its AG_HEAP_MAX: about bytes of this thread's heap made present
  * and free; returns the block that keeps them (NULL: none). */
 void *ag_heap_present(size_t bytes);

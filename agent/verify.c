@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Verification numerics (verify.h): the bounds and the differences. */
 #include "verify.h"
+#include "heap.h"
 #include "par.h"
 
 #include <float.h>
@@ -174,7 +175,7 @@ int ag_verify_scratch(const jt_gemm_t *g, const ag_vrun_t *run, jt_gemm_fn fn,
   size_t total = (na + nb + 2 * nc + 7 * GUARD) * esz; /* C twice: its buffer, saved */
   if (ra < 1 || ca < 1 || rb < 1 || cb < 1 || m < 1 || n < 1 || total > max_bytes)
     return -1;
-  char *mem = malloc(total);
+  char *mem = ag_heap_scratch(total);
   if (!mem)
     return -1;
   fill_nan(mem, na + nb + 3 * GUARD, g->f64, 0);
@@ -221,6 +222,6 @@ int ag_verify_scratch(const jt_gemm_t *g, const ag_vrun_t *run, jt_gemm_fn fn,
   rc = out->worst <= out->bound;
 out:
   free(copy);
-  free(mem);
+  ag_heap_scratch_free(mem, total);
   return rc;
 }

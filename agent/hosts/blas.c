@@ -5,6 +5,7 @@
 #include "blas.h"
 #include "blas_key.h"
 #include "../agent.h"
+#include "../heap.h"
 #include "../opt.h"
 #include <stdlib.h>
 
@@ -280,7 +281,8 @@ typedef struct duel_ops_s {
   void *variant; /* the kernel */
   const ag_vrun_t *run; /* how the kernel is called: its operand order, its parts */
   int reps;      /* runs of the variant per call (blas.h) */
-  void *mem;     /* the scratch */
+  void *mem;     /* the scratch (ag_heap_scratch), of bytes */
+  size_t bytes;
 } duel_ops_t;
 
 /* A signature needing more scratch gets no duel, nor a check: room for the generator's largest
@@ -485,7 +487,7 @@ static int duel_operands(const ag_sig_t *key, duel_ops_t *o)
   size_t total = (na + nb + nc + 8) * esz;
   if (total > DUEL_SCRATCH_MAX)
     return -1;
-  char *mem = malloc(total);
+  char *mem = ag_heap_scratch(total);
   if (!mem)
     return -1;
   uint32_t r = seed_of(k);
@@ -499,7 +501,7 @@ static int duel_operands(const ag_sig_t *key, duel_ops_t *o)
   }
   static const double one[1] = {1};
   static const float onef[1] = {1};
-  *o = (duel_ops_t){.key = *k, .fn = fn, .mem = mem};
+  *o = (duel_ops_t){.key = *k, .fn = fn, .mem = mem, .bytes = total};
   o->a = mem;
   o->b = k->op == AG_OP_AXPY   ? (esz == 8 ? (const void *)one : (const void *)onef)
          : k->op == AG_OP_SYRK ? (const void *)mem
@@ -557,7 +559,7 @@ int ag_blas_duel(const ag_sig_t *key, void *variant, const ag_vrun_t *run, int r
     ag_duel_run(&d, out);
     rc = original_end();
   }
-  free(o.mem);
+  ag_heap_scratch_free(o.mem, o.bytes);
   return rc ? -2 : 0;
 }
 

@@ -125,3 +125,22 @@ Test(heap, the_size_is_twice_the_database_and_its_wal_and_0_without_one)
   unlink(db);
   rmdir(dir);
 }
+
+Test(heap, scratch_from_2_mb_is_aligned_for_huge_pages_and_unmapped_when_freed)
+{
+  size_t bytes = (9u << 20) + 12345;
+  char *p = ag_heap_scratch(bytes);
+  cr_assert_not_null(p);
+  cr_expect_eq((uintptr_t)p % AG_HEAP_SCRATCH_HUGE, 0, "%p", (void *)p);
+  memset(p, 0x5a, bytes); /* every byte is the caller's */
+  cr_expect_eq(p[bytes - 1], 0x5a);
+  size_t len = (bytes + 4095) & ~(size_t)4095;
+  unsigned char vec[(((9u << 20) + 12345) + 4095) / 4096];
+  cr_assert_eq(mincore(p, len, vec), 0, "mapped");
+  ag_heap_scratch_free(p, bytes);
+  cr_expect_eq(mincore(p, len, vec), -1, "unmapped, not kept");
+  char *q = ag_heap_scratch(100); /* small: from malloc */
+  cr_assert_not_null(q);
+  memset(q, 1, 100);
+  ag_heap_scratch_free(q, 100);
+}
