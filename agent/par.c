@@ -47,7 +47,16 @@ static long futex(_Atomic uint32_t *word, int op, uint32_t val)
   return syscall(SYS_futex, (uint32_t *)word, op, val, NULL, NULL, 0);
 }
 
-/* Spins until *word differs from seen, AG_PAR_SPIN_NS at most: 1 when it did. */
+/* Spins until *word differs from seen, AG_PAR_SPIN_NS at most: 1 when it did. Every 256 pauses
+ * (~10 us on today's cores) it yields its core, then reads the clock: the thread it waits for
+ * may be waiting for that core. A library's pool spinning beside the calls (its threads awake
+ * while the judge's bursts run the original) makes three runnable threads on two vCPUs; where
+ * the caller and a worker shared one, whichever spun took the other's time: a split double GEMV
+ * 1024^2 (Zen 5, a 6.18 kernel) ran 220-290 us a call in one run of three or four, its parts
+ * 62 us, was demoted and stayed on the original in later runs. Yielding, no run of 14 lost it
+ * (7 with the worker's spin yielding: 0; without: 1, its 2nd run 0.94x plain where the others
+ * ran 1.5-2x), at some cost where each has its core (the 2nd runs' calls 90-112 us against
+ * 69-96). */
 static int spin_until_changed(_Atomic uint32_t *word, uint32_t seen)
 {
   uint64_t end = 0;
@@ -55,7 +64,8 @@ static int spin_until_changed(_Atomic uint32_t *word, uint32_t seen)
     if (atomic_load_explicit(word, memory_order_acquire) != seen)
       return 1;
     __builtin_ia32_pause();
-    if (i % 256 == 0) { /* the clock every 256 pauses: ~10 us on today's cores */
+    if (i % 256 == 0) {
+      sched_yield();
       uint64_t now = ag_now_ns();
       if (!end)
         end = now + AG_PAR_SPIN_NS;
