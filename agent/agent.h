@@ -39,6 +39,19 @@ extern ag_table_t *ag_table;       /* valid while live */
 extern _Atomic uint64_t ag_overflow_calls; /* calls that found the table full */
 extern uint32_t ag_time_mask;      /* OPJIT_TIME_EVERY - 1 */
 extern uint64_t ag_hot_calls;      /* OPJIT_HOT_CALLS */
+/* Whether a thread's n-th call of a signature may take the hot test (tier.h, ag_tier_hot): at
+ * OPJIT_HOT_CALLS, every 4096th and, for a signature of long calls (ag_hot_test_long), at every
+ * power of two in between. Doubling the calls between tests, a signature of long calls is
+ * queued once their time pays a compile back: a double GEMV 1024^2 at 140 us a call (Zen 5, a
+ * library on two threads) failed its test at 64 calls and waited for the sampler's, 263 ms into
+ * a 440 ms loop of 3000 calls; now it passes at 128-256 (45-60 ms). Short calls keep the
+ * sparse schedule: tested at every doubling too, bench_smallgemm's 14 shapes queued sooner and
+ * its 1st run was no faster (plain/run 0.995 and 1.013 against 1.021 and 1.021, Zen 5). This
+ * test (with the few n past 4096 that have a single bit below 4096) is the fast path's. */
+#define ag_hot_test_due(n) ((n) == ag_hot_calls || ((n) & ((n) - 1) & 4095) == 0)
+#define ag_hot_test_long(e, n)                                                                \
+  ((n) == ag_hot_calls || ((n) & 4095) == 0 ||                                               \
+   atomic_load_explicit(&(e)->best_ns, memory_order_relaxed) >= AG_LONG_CALL_NS)
 extern ag_opts_t ag_opts;          /* the options, parsed once */
 /* Duels running on compile threads now (duel.h): their kernels and originals compete with the
  * host's calls for the core (2 vCPUs are often one core's two hyperthreads) and for the
@@ -378,7 +391,7 @@ static inline __attribute__((always_inline)) int ag_call_begin_host(ag_call_t *c
   } else {
     n = atomic_fetch_add_explicit(&e->calls, 1, memory_order_relaxed) + 1;
   }
-  if (ag_unlikely(n == ag_hot_calls || (n & 4095) == 0)) /* hot; later: a queue that was full */
+  if (ag_unlikely(ag_hot_test_due(n)) && ag_hot_test_long(e, n)) /* hot; later: a full queue */
     ag_tier_hot(e, n);
   if (ag_unlikely(--ag_tl.tick <= 0 || n == 1))
     ag_call_pick(c, n, hooked);
@@ -441,7 +454,7 @@ static inline __attribute__((always_inline)) void ag_call_end(ag_call_t *c)
 /* ---- the fast path ---------------------------------------------------------------------------
  * Most counted calls need nothing of the above but their count: the agent live and counting, the
  * thread outside any intercepted call and counting in its own array, the key in its cache, no
- * hot test (n == OPJIT_HOT_CALLS, every 4096th call), not its first call, no timed call due, and
+ * hot test (ag_hot_test_due), not its first call, no timed call due, and
  * a published variant (if any) not verifying, nor this call one of a cold pair's. A wrapper
  * checks all of that first (ag_fast_ready, ag_fast_lookup), without a store or a call, so that
  * the host's arguments stay in registers until the forwarded call; then ag_fast_enter, the call,
@@ -489,8 +502,8 @@ static inline __attribute__((always_inline)) int ag_fast_lookup(ag_fast_t *f, co
   uint32_t idx = e->index;
   uint64_t n = atomic_load_explicit(&t->calls[idx], memory_order_relaxed) + 1;
   int32_t tick = t->tick - 1;
-  if (ag_unlikely(n == ag_hot_calls || (n & 4095) <= 1 || tick <= 0))
-    return 0; /* hot test, first call (and the 4097th...: harmless), or a timed call */
+  if (ag_unlikely(ag_hot_test_due(n) || tick <= 0))
+    return 0; /* hot test (the first call among them), or a timed call */
   void *v = atomic_load_explicit(&e->variant, memory_order_acquire);
   int paired = 0;
   if (v) {

@@ -3,7 +3,8 @@
  * why, in that decision's own words. The writer stores both with the run's counts (run_sigs.state
  * and reason); opjit top and variants show them as recorded, never re-deriving them. A book the
  * caller owns, one slot per signature, behind one mutex: decisions are rare (a signature's few
- * transitions, and a promotion test every 4096 calls). Each slot counts its changes, so the
+ * transitions, and a promotion test every 4096 calls, or at every doubling of a long one's:
+ * agent.h, ag_hot_test_due). Each slot counts its changes, so the
  * writer rewrites only the signatures whose state moved. A decision taken on a program's call
  * (the promotion test) keeps its figures and a function that words them: the words are
  * formatted when read (by the writer), never on the program's thread. */

@@ -1124,7 +1124,7 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n)
   if (payback_applies(e) && timed) {
     test_figs_t f = {.on = (double)n};
     pb = pays_back(e, (double)n * (double)tns / (double)timed, &f.t);
-    if (!pb) { /* not worth it yet: asked again every 4096 calls */
+    if (!pb) { /* not worth it yet: asked again (agent.h, ag_hot_test_due) */
       not_yet(e, calls_words, &f);
       return;
     }

@@ -1,10 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /* Promotion policy, driven by recorded figures: what a compile is charged, what saving is
  * expected of a size class and how verdicts move it, and the decisions they make together. */
+#include "agent/agent.h"
 #include "agent/policy.h"
 
 #include <criterion/criterion.h>
 #include <string.h>
+
+uint64_t ag_hot_calls = 64; /* OPJIT_HOT_CALLS's default (agent.c's, not linked here) */
+
+/* The calls n <= up at which a thread's call of e takes the hot test (agent.h), into at. */
+static int hot_tests(ag_entry_t *e, uint64_t up, uint64_t *at, int max)
+{
+  int k = 0;
+  for (uint64_t n = 1; n <= up; n++)
+    if (ag_hot_test_due(n) && ag_hot_test_long(e, n) && n >= ag_hot_calls) {
+      cr_assert_lt(k, max);
+      at[k++] = n;
+    }
+  return k;
+}
 
 Test(policy, size_classes_follow_the_cube_root_of_the_work)
 {
@@ -191,4 +206,22 @@ Test(policy, the_queue_compiles_a_library_near_the_peak_after_the_others)
   ag_pick_t untimed = {30000, 2.0 * 64 * 64 * 64, 0, peak64}, nomodel = {30000, 1e6, 1000, 0};
   cr_expect_eq(ag_policy_pick_before(&untimed, &s48), 1);
   cr_expect_eq(ag_policy_pick_before(&nomodel, &s48), 1);
+}
+
+Test(policy, long_calls_are_tested_at_every_doubling_short_ones_at_64_and_every_4096th)
+{
+  ag_entry_t e;
+  memset(&e, 0, sizeof e);
+  uint64_t at[32];
+  atomic_store(&e.best_ns, 20000); /* 20 us: short */
+  cr_assert_eq(hot_tests(&e, 3 * 4096, at, 32), 4);
+  cr_expect(at[0] == 64 && at[1] == 4096 && at[2] == 8192 && at[3] == 12288);
+  atomic_store(&e.best_ns, AG_LONG_CALL_NS); /* long: 64, 128, ... 4096 */
+  cr_assert_eq(hot_tests(&e, 4096, at, 32), 7);
+  for (int i = 0; i < 7; i++)
+    cr_expect_eq(at[i], 64u << i);
+  ag_hot_calls = 100; /* OPJIT_HOT_CALLS=100: that call, then the doublings past it */
+  cr_assert_eq(hot_tests(&e, 4096, at, 32), 7);
+  cr_expect(at[0] == 100 && at[1] == 128 && at[6] == 4096);
+  ag_hot_calls = 64;
 }
