@@ -46,12 +46,14 @@ extern uint64_t ag_hot_calls;      /* OPJIT_HOT_CALLS */
  * library on two threads) failed its test at 64 calls and waited for the sampler's, 263 ms into
  * a 440 ms loop of 3000 calls; now it passes at 128-256 (45-60 ms). Short calls keep the
  * sparse schedule: tested at every doubling too, bench_smallgemm's 14 shapes queued sooner and
- * its 1st run was no faster (plain/run 0.995 and 1.013 against 1.021 and 1.021, Zen 5). This
- * test (with the few n past 4096 that have a single bit below 4096) is the fast path's. */
+ * its 1st run was no faster (plain/run 0.995 and 1.013 against 1.021 and 1.021, Zen 5). The
+ * first test is the fast path's: it lets through a superset (with the 12 n in each 4096 past
+ * the first that have a single bit below 4096), the second picks the calls tested. */
 #define ag_hot_test_due(n) ((n) == ag_hot_calls || ((n) & ((n) - 1) & 4095) == 0)
 #define ag_hot_test_long(e, n)                                                                \
   ((n) == ag_hot_calls || ((n) & 4095) == 0 ||                                               \
-   atomic_load_explicit(&(e)->best_ns, memory_order_relaxed) >= AG_LONG_CALL_NS)
+   (((n) & ((n) - 1)) == 0 &&                                                                 \
+    atomic_load_explicit(&(e)->best_ns, memory_order_relaxed) >= AG_LONG_CALL_NS))
 extern ag_opts_t ag_opts;          /* the options, parsed once */
 /* Duels running on compile threads now (duel.h): their kernels and originals compete with the
  * host's calls for the core (2 vCPUs are often one core's two hyperthreads) and for the

@@ -53,27 +53,42 @@ void *ag_heap_warm_begin(size_t bytes)
 
 void ag_heap_warm_end(void *kept) { free(kept); }
 
+/* The bytes a scratch mapping of bytes takes: whole 2 MB pages (its last one can be huge too,
+ * and its tail is trimmed at a page boundary); 0 below AG_HEAP_SCRATCH_HUGE, and under
+ * AddressSanitizer, whose malloc guards the operands' ends. */
+static size_t scratch_span(size_t bytes)
+{
+#ifdef __SANITIZE_ADDRESS__
+  (void)bytes;
+  return 0;
+#else
+  size_t al = AG_HEAP_SCRATCH_HUGE;
+  return bytes < al ? 0 : (bytes + al - 1) & ~(al - 1);
+#endif
+}
+
 void *ag_heap_scratch(size_t bytes)
 {
-  if (bytes < AG_HEAP_SCRATCH_HUGE)
+  size_t sz = scratch_span(bytes), al = AG_HEAP_SCRATCH_HUGE;
+  if (!sz)
     return malloc(bytes ? bytes : 1);
-  size_t al = AG_HEAP_SCRATCH_HUGE, len = bytes + al;
-  char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  char *p = mmap(NULL, sz + al, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     return NULL;
   char *q = (char *)(((uintptr_t)p + al - 1) & ~(uintptr_t)(al - 1));
-  if (q > p) /* the mapping's head and tail beyond the aligned bytes go back at once */
+  if (q > p) /* the mapping's head and tail beyond the aligned span go back at once */
     munmap(p, (size_t)(q - p));
-  if (q + bytes < p + len)
-    munmap(q + bytes, (size_t)(p + len - (q + bytes)));
-  madvise(q, bytes, MADV_HUGEPAGE); /* refused (no THP): 4 KB pages, as malloc's */
+  if (q + sz < p + sz + al)
+    munmap(q + sz, (size_t)(p + sz + al - (q + sz)));
+  madvise(q, sz, MADV_HUGEPAGE); /* refused (no THP): 4 KB pages, as malloc's */
   return q;
 }
 
 void ag_heap_scratch_free(void *p, size_t bytes)
 {
-  if (bytes < AG_HEAP_SCRATCH_HUGE)
+  size_t sz = scratch_span(bytes);
+  if (!sz)
     free(p);
   else if (p)
-    munmap(p, bytes);
+    munmap(p, sz);
 }

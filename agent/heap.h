@@ -44,7 +44,9 @@ void ag_heap_warm_end(void *kept);
  * guests: a check of a double GEMV 1024^2 on scratch operands took 27-41 ms of CPU, its two kernels
  * 0.3), so from AG_HEAP_SCRATCH_HUGE on the mapping is aligned to 2 MB and asks for transparent
  * huge pages (madvise mode: granted where the kernel can; 9 MB first written in 2.7 ms against
- * 21 on the Zen 5 guest); smaller ones come from malloc. NULL when out of memory. */
+ * 21 on the Zen 5 guest), in whole 2 MB pages; smaller ones come from malloc, as every one
+ * does under AddressSanitizer (its guards catch a write past the operands). NULL when out of
+ * memory. */
 #define AG_HEAP_SCRATCH_HUGE (2u << 20)
 void *ag_heap_scratch(size_t bytes);
 void ag_heap_scratch_free(void *p, size_t bytes);

@@ -161,7 +161,7 @@ static void publish(const ag_machine_t *m, int last)
     atomic_store_explicit(&is_final, 1, memory_order_release);
 }
 
-/* Measures m's CPU again at REFINE_MS until a measurement agrees with the model (settled) or
+/* Measures m's CPU again at REFINE_MS until each peak has agreed with the model (settled) or
  * the schedule ends; each is merged (ag_machine_merge) and published. A stored model was
  * measured at another time already: its first measurement here comes at once (a short program
  * still makes it). Machine thread. */

@@ -15,10 +15,10 @@
  * pairs against a library whose threads spun on took 460-570 us a call where its parts take
  * 50); one preempted in its part is still waited for. The workers
  * are the agent's threads (not the host's: agent.h, ag_host_threaded), started at the first
- * split call; between calls each spins for
- * AG_PAR_SPIN_NS, yielding its core every ~10 us (as the caller does while it waits for a part:
- * par.c, spin_until_changed), then sleeps on a futex until the next (a program that calls a long GEMM in a
- * loop finds them awake; one that stopped pays them no CPU). One call at a time: a call that
+ * split call; between calls each spins for AG_PAR_SPIN_NS, yielding its core every ~10 us (as
+ * the caller does while it waits for a part: par.c, spin_until_changed), then sleeps on a futex
+ * until the next (a program that calls a long GEMM in a loop finds them awake; one that stopped
+ * pays them no CPU). One call at a time: a call that
  * finds the pool taken (another host thread's call, a check on the compile thread) or without
  * workers (none could be started; a forked child's pool stays empty until its first split call
  * starts its own) runs its parts one after the other on its own thread, with the same result.

@@ -1739,8 +1739,8 @@ uint32_t ag_tier_reason(uint32_t i, uint64_t calls, ag_reason_t *out)
              payback_applies(e) ? "the payback test" : "it is compiled");
   } else { /* the tests run per thread: calls spread over threads may not have reached one */
     snprintf(why, len, "%llu calls: promotion is tested when one thread reaches "
-             "OPJIT_HOT_CALLS=%llu calls, then every 4096", (unsigned long long)calls,
-             (unsigned long long)ag_hot_calls);
+             "OPJIT_HOT_CALLS=%llu calls, then every 4096 (long calls at every doubling)",
+             (unsigned long long)calls, (unsigned long long)ag_hot_calls);
   }
   return gen;
 }

@@ -49,9 +49,9 @@ enum ag_event {
 
 /* Called on a host thread when entry e reached OPJIT_HOT_CALLS calls on it (n calls), and again
  * every 4096, and at every power of two where its calls are long (agent.h, ag_hot_test_due):
- * queues it for compilation
- * if it can be compiled and, unless OPJIT_HOT_PAYBACK is 0, if the time a variant would have saved on the calls so far (their measured mean times the
- * saving the judge has measured for this process's variants of its size; before any verdict,
+ * queues it for compilation if it can be compiled and, unless OPJIT_HOT_PAYBACK is 0, if the
+ * time a variant would have saved on the calls so far (their measured mean times the saving the
+ * judge has measured for this process's variants of its size; before any verdict,
  * 30 %) is OPJIT_HOT_PAYBACK times what the compile costs the program (policy.h: the machine
  * model's compile time, a tenth of it when a core is idle for the compile thread). Cheap;
  * never waits. */

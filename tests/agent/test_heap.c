@@ -128,17 +128,22 @@ Test(heap, the_size_is_twice_the_database_and_its_wal_and_0_without_one)
 
 Test(heap, scratch_from_2_mb_is_aligned_for_huge_pages_and_unmapped_when_freed)
 {
-  size_t bytes = (9u << 20) + 12345;
+  size_t bytes = (9u << 20) + 12345, span = 10u << 20; /* whole 2 MB pages */
   char *p = ag_heap_scratch(bytes);
   cr_assert_not_null(p);
-  cr_expect_eq((uintptr_t)p % AG_HEAP_SCRATCH_HUGE, 0, "%p", (void *)p);
   memset(p, 0x5a, bytes); /* every byte is the caller's */
   cr_expect_eq(p[bytes - 1], 0x5a);
-  size_t len = (bytes + 4095) & ~(size_t)4095;
-  unsigned char vec[(((9u << 20) + 12345) + 4095) / 4096];
-  cr_assert_eq(mincore(p, len, vec), 0, "mapped");
+#ifndef __SANITIZE_ADDRESS__ /* (there it is malloc's: heap.h) */
+  unsigned char vec[(10u << 20) / 4096];
+  cr_expect_eq((uintptr_t)p % AG_HEAP_SCRATCH_HUGE, 0, "%p", (void *)p);
+  cr_assert_eq(mincore(p, span, vec), 0, "mapped");
+  cr_expect_eq(mincore(p + span, 4096, vec), -1, "what the mapping took beyond it went back");
   ag_heap_scratch_free(p, bytes);
-  cr_expect_eq(mincore(p, len, vec), -1, "unmapped, not kept");
+  cr_expect_eq(mincore(p, span, vec), -1, "unmapped, not kept");
+#else
+  (void)span;
+  ag_heap_scratch_free(p, bytes);
+#endif
   char *q = ag_heap_scratch(100); /* small: from malloc */
   cr_assert_not_null(q);
   memset(q, 1, 100);

@@ -228,7 +228,7 @@ Test(machine, a_merge_keeps_the_faster_peaks_and_settles_only_on_agreement)
   cr_expect_eq(m.timer_ns, 20, "the cheaper clock read kept");
   cr_expect_eq(m.measured_ns, 2);
   cr_expect_eq(m.widest, AG_ISA_AVX512, "the model's extensions stay");
-  /* within 5 % on the peaks that had not agreed (a width y lacks decides nothing) */
+  /* within 5 % on the peaks that had not agreed */
   ag_machine_t y = {.timer_ns = 19, .measured_ns = 3};
   y.gflops[0][0] = 49, y.gflops[0][1] = 99, y.gflops[1][1] = 51, y.gflops[1][2] = 88;
   cr_expect_eq(ag_machine_merge(&m, &y), 1);
@@ -358,8 +358,8 @@ Test(machine, the_agent_measures_once_per_cpu_and_reuses_the_stored_model, .init
                          " timer_ns > 0 AND method=?", method), 1);
 
   /* A run shorter than the 0.1 s before the second measurement leaves the model unsettled; the
-   * next run measures it again at once, until one agrees (idle, the second run; a loaded
-   * machine can take a few). */
+   * next run measures it again at once, until each peak has agreed (idle, the second run; a
+   * loaded machine can take a few). */
   int runs = 1;
   for (; runs < 8 && !stored_settled(db, key); runs++) {
     cr_assert_eq(run_blas_prog(db, NULL, err, sizeof err), 0, "%s", err);

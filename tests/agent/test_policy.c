@@ -216,10 +216,11 @@ Test(policy, long_calls_are_tested_at_every_doubling_short_ones_at_64_and_every_
   atomic_store(&e.best_ns, 20000); /* 20 us: short */
   cr_assert_eq(hot_tests(&e, 3 * 4096, at, 32), 4);
   cr_expect(at[0] == 64 && at[1] == 4096 && at[2] == 8192 && at[3] == 12288);
-  atomic_store(&e.best_ns, AG_LONG_CALL_NS); /* long: 64, 128, ... 4096 */
-  cr_assert_eq(hot_tests(&e, 4096, at, 32), 7);
+  atomic_store(&e.best_ns, AG_LONG_CALL_NS); /* long: 64, 128, ... 4096, then every 4096 */
+  cr_assert_eq(hot_tests(&e, 3 * 4096, at, 32), 9);
   for (int i = 0; i < 7; i++)
     cr_expect_eq(at[i], 64u << i);
+  cr_expect(at[7] == 8192 && at[8] == 12288);
   ag_hot_calls = 100; /* OPJIT_HOT_CALLS=100: that call, then the doublings past it */
   cr_assert_eq(hot_tests(&e, 4096, at, 32), 7);
   cr_expect(at[0] == 100 && at[1] == 128 && at[6] == 4096);

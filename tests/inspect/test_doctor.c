@@ -206,6 +206,14 @@ Test(doctor, shows_the_stored_machine_model_or_how_to_get_it)
   cr_expect(cJSON_IsNull(cJSON_GetObjectItem(f32, "512")));
   cJSON_Delete(j);
   proc_free(&p);
+
+  m.settled = 0x03; /* f64 256-bit has not agreed yet */
+  cr_assert_eq(st_open(db, 0, 1000, &h, err, sizeof err), ST_OK, "%s", err);
+  cr_assert_eq(st_machine_save(h, &m, NULL, 0), ST_OK);
+  st_close(h);
+  p = opjit(NULL, (const char *[]){"doctor", "--db", db, NULL});
+  cr_expect(strstr(p.out, "not settled (the next run measures it again)"), "%s", p.out);
+  proc_free(&p);
 }
 
 /* doctor --json (database db) run with OPENBLAS_CORETYPE=coretype (NULL: unset); skips the
