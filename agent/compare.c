@@ -190,7 +190,7 @@ enum ag_verdict ag_cmp_judge(ag_cmp_t *c, double *median)
   if (n < AG_CMP_MIN_ROUNDS) { /* an early verdict, or none */
     int below = 0, above = 0;
     for (int i = 0; i < n; i++)
-      below += r[i] < 0.5f, above += r[i] > 2.0f;
+      below += r[i] < 0.5f, above += r[i] > AG_CMP_EARLY_SLOWER;
     if (n < AG_CMP_EARLY_ROUNDS || c->kept || (below < n && above < n))
       return AG_CMP_UNDECIDED;
     if (above == n)

@@ -19,13 +19,16 @@
  *   TIE     AG_CMP_ROUNDS rounds and neither: the median above 1 goes to the original (it is
  *           the safe one), at or below 1 to the variant, which is then kept as FASTER is;
  * judged at every watch from AG_CMP_MIN_ROUNDS rounds on until the first verdict; before that,
- *   EARLY   from AG_CMP_EARLY_ROUNDS rounds on, every round of the window beyond a factor of 2
- *           the same way (each ratio below 1/2: FASTER; each above 2: SLOWER). A sign test
- *           alone would need 7 rounds for p <= 0.01; with the factor, 4 rounds are as
+ *   EARLY   from AG_CMP_EARLY_ROUNDS rounds on, every round of the window beyond a factor the
+ *           same way (each ratio below 1/2: FASTER; each above AG_CMP_EARLY_SLOWER: SLOWER). A
+ *           sign test alone would need 7 rounds for p <= 0.01; with the factor, 4 rounds are as
  *           significant wherever noise alone makes one side of a pair twice the other in fewer
- *           than half the pairs (P <= 2 (1/4)^4 < 0.01). A long call (a 1024^3 product at
- *           80 ms a call on a library below the CPU, its kernel 5x faster) is then judged on 4
- *           of its calls on each side, not 8, and a kernel twice as slow serves 4 fewer.
+ *           than half the pairs (P <= 2 (1/4)^4 < 0.01), or the variant 1.5x the original in
+ *           fewer than 3 pairs of 10 (P <= 0.3^4 < 0.01: one-sided, the safe side). A long call
+ *           (a 1024^3 product at 80 ms a call on a library below the CPU, its kernel 5x faster)
+ *           is then judged on 4 of its calls on each side, not 8, and a kernel 1.5x as slow
+ *           serves 4 rounds' calls fewer (a split float GEMV 2048^2 at 1.5-1.75x the library on
+ *           its two threads, Zen 5: 330-850 calls at 8 rounds).
  * A verdict
  * for the variant (FASTER or a tie it won) stands; it is judged again only on each following
  * window of AG_CMP_ROUNDS new rounds (windows that do not overlap, so the chance of a wrong
@@ -43,6 +46,7 @@
 #define AG_CMP_ROUNDS 32     /* rounds the verdict looks at (the most recent) */
 #define AG_CMP_MIN_ROUNDS 8  /* fewer: UNDECIDED, but for an early verdict */
 #define AG_CMP_EARLY_ROUNDS 4 /* fewer: UNDECIDED */
+#define AG_CMP_EARLY_SLOWER 1.5f /* every ratio above it: an early SLOWER (above) */
 #define AG_CMP_MARGIN 0.03   /* a median ratio within 3 % of 1 is a tie, never a verdict */
 #define AG_CMP_MIN_VCALLS 2  /* variant timings a round needs; fewer wait for the next burst */
 #define AG_CMP_BURST_EVERY 256  /* a thread's bursts start every so many burst lengths of calls */

@@ -218,8 +218,8 @@ Test(compare, short_judged_calls_are_timed_less_often_within_the_timings_budget)
 }
 
 /* Before AG_CMP_MIN_ROUNDS: a verdict only where every round of at least AG_CMP_EARLY_ROUNDS is
- * beyond a factor of 2 the same way; one round within it (or exactly 2x) waits for the sign
- * test. */
+ * beyond a factor the same way (1/2 faster, 1.5 slower); one round within it (or exactly 2x)
+ * waits for the sign test. */
 Test(compare, every_round_beyond_twice_decides_early)
 {
   ag_cmp_t c;
@@ -238,6 +238,22 @@ Test(compare, every_round_beyond_twice_decides_early)
   ag_cmp_start(&c, 0, 0);
   feed(&c, slow, 4, AG_CMP_EARLY_ROUNDS, &vt, &vns);
   cr_assert_eq(ag_cmp_judge(&c, NULL), AG_CMP_SLOWER);
+
+  /* The safe side sooner: every round above 1.5x demotes early; its mirror image waits. */
+  const double slowish[] = {1.6, 1.55, 1.75, 1.7}, fastish[] = {0.62, 0.64, 0.57, 0.58};
+  vt = vns = 0;
+  ag_cmp_start(&c, 0, 0);
+  feed(&c, slowish, 4, AG_CMP_EARLY_ROUNDS, &vt, &vns);
+  cr_assert_eq(ag_cmp_judge(&c, NULL), AG_CMP_SLOWER);
+  vt = vns = 0;
+  ag_cmp_start(&c, 0, 0);
+  feed(&c, fastish, 4, AG_CMP_EARLY_ROUNDS, &vt, &vns);
+  cr_assert_eq(ag_cmp_judge(&c, NULL), AG_CMP_UNDECIDED, "1/0.6 is not beyond 2");
+  const double one_in[] = {1.6, 1.45, 1.75, 1.7}; /* one round within 1.5x */
+  vt = vns = 0;
+  ag_cmp_start(&c, 0, 0);
+  feed(&c, one_in, 4, AG_CMP_EARLY_ROUNDS, &vt, &vns);
+  cr_assert_eq(ag_cmp_judge(&c, NULL), AG_CMP_UNDECIDED);
 
   /* one round within a factor of 2 (or exactly 2x): the sign test at AG_CMP_MIN_ROUNDS */
   const double mixed[] = {0.2, 0.3, 0.6, 0.25}, edge[] = {0.5, 0.3, 0.2, 0.25};
