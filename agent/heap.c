@@ -76,10 +76,9 @@ void *ag_heap_scratch(size_t bytes)
   if (p == MAP_FAILED)
     return NULL;
   char *q = (char *)(((uintptr_t)p + al - 1) & ~(uintptr_t)(al - 1));
-  if (q > p) /* the mapping's head and tail beyond the aligned span go back at once */
+  if (q > p) /* the mapping's head, and its tail (never empty: q < p + al), go back at once */
     munmap(p, (size_t)(q - p));
-  if (q + sz < p + sz + al)
-    munmap(q + sz, (size_t)(p + sz + al - (q + sz)));
+  munmap(q + sz, (size_t)(p + al - q));
   madvise(q, sz, MADV_HUGEPAGE); /* refused (no THP): 4 KB pages, as malloc's */
   return q;
 }

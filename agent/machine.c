@@ -128,6 +128,13 @@ static unsigned peaks_mask(const double gflops[2][AG_ISA__COUNT])
   return mask;
 }
 
+/* Whether every peak m holds has agreed (ag_machine_t.settled). */
+static int all_agreed(const ag_machine_t *m)
+{
+  unsigned peaks = peaks_mask(m->gflops);
+  return peaks && (m->agreed & peaks) == peaks;
+}
+
 void ag_machine_to_store(const ag_machine_t *m, const char *cpu, st_machine_t *out)
 {
   memset(out, 0, sizeof *out);
@@ -158,8 +165,7 @@ void ag_machine_from_store(const st_machine_t *in, ag_machine_t *out)
   out->timer_ns = in->timer_ns;
   out->measured_ns = in->measured_ns;
   out->agreed = (unsigned)in->settled;
-  unsigned peaks = peaks_mask(out->gflops);
-  out->settled = peaks && (out->agreed & peaks) == peaks;
+  out->settled = all_agreed(out);
   out->stored = 1;
 }
 
@@ -325,8 +331,7 @@ int ag_machine_merge(ag_machine_t *m, const ag_machine_t *x)
   if (x->timer_ns > 0 && (m->timer_ns <= 0 || x->timer_ns < m->timer_ns))
     m->timer_ns = x->timer_ns;
   m->measured_ns = x->measured_ns;
-  unsigned peaks = peaks_mask(m->gflops);
-  m->settled |= peaks && (m->agreed & peaks) == peaks;
+  m->settled |= all_agreed(m);
   return m->settled;
 }
 
