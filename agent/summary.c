@@ -114,16 +114,17 @@ void ag_summary_collect(ag_summary_t *s, int64_t run_id, int64_t start_ns)
     uint64_t ot, ons, vt = atomic_load(&e->vtimed), vns = atomic_load(&e->vtimed_ns);
     ag_entry_orig_timed(e, &ot, &ons);
     double omean = ot ? (double)ons / (double)ot : 0, vmean = vt ? (double)vns / (double)vt : 0;
-    /* Each side's calls at its own mean, else at the other's (as opjit top estimates). */
-    double est = (double)oc * (ot ? omean : vmean) + (double)vc * (vt ? vmean : omean);
     int compared = ot >= ST_COMPARE_MIN_TIMED && vt >= ST_COMPARE_MIN_TIMED; /* store.h */
     double x = compared && vmean > 0 ? omean / vmean : 0;
-    /* Where the judge has a ratio, speedup and saving come from it, as the readers' do
-     * (store/query.h, ST_SIG_RATIO) */
+    /* Where the judge has a ratio, the original's mean, speedup and saving come from it, as
+     * the readers' do (store/query.h, ST_SIG_RATIO, ST_SIG_EST): a run its variant serves
+     * times the original's calls rarely, colder than a plain run's */
     double ratio = variant ? ag_tier_judge_ratio(i) : 0;
     int by_ratio = ratio > 0 && vt >= ST_COMPARE_MIN_TIMED;
     if (by_ratio)
-      x = 1 / ratio;
+      x = 1 / ratio, omean = vmean / ratio;
+    /* Each side's calls at its own mean, else at the other's (as opjit top estimates). */
+    double est = (double)oc * (ot || by_ratio ? omean : vmean) + (double)vc * (vt ? vmean : omean);
     s->sigs++;
     s->calls += calls[i];
     s->vcalls += vc;

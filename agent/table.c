@@ -103,13 +103,13 @@ void ag_table_reset_counts(ag_table_t *t)
     atomic_store_explicit(&e->timed, 0, memory_order_relaxed);
     atomic_store_explicit(&e->timed_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&e->first_ns, 0, memory_order_relaxed);
+    atomic_store_explicit(&e->slow_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&e->best_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&e->best_n, 0, memory_order_relaxed);
     atomic_store_explicit(&e->vcalls, 0, memory_order_relaxed);
     atomic_store_explicit(&e->vtimed, 0, memory_order_relaxed);
     atomic_store_explicit(&e->vtimed_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&e->guard_miss, 0, memory_order_relaxed);
-    e->base_timed = e->base_ns = 0;
   }
 }
 

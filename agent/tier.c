@@ -640,8 +640,6 @@ static void compile_one(uint32_t i, int idle)
     event(e, AG_EV_VERIFIED, "on scratch operands: matches the original within %.3g, wrote "
           "only its result (checked in %.0f us of CPU)", sc.bound, (double)check_ns / 1e3);
   }
-  e->base_timed = atomic_load(&e->timed);
-  e->base_ns = atomic_load(&e->timed_ns);
   e->compile_ns = dt;
   if (!tune) /* a tuning's several compiles and timings are not one compile's cost */
     ag_machine_note_compile(ag_problem_family(&shapes[i]), dt);

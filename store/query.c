@@ -51,12 +51,13 @@ static const char *const sql[ST_Q__N] = {
         "  WHERE ?1 = 0 OR rs.run_id = ?1),"
         " means AS (SELECT *, calls - vcalls AS ocalls,"
         "  CASE WHEN otimed > 0 THEN CAST(otimed_ns AS REAL) / otimed END AS omean,"
-        "  CASE WHEN vtimed > 0 THEN CAST(vtimed_ns AS REAL) / vtimed END AS vmean FROM split)"
+        "  CASE WHEN vtimed > 0 THEN CAST(vtimed_ns AS REAL) / vtimed END AS vmean FROM split),"
+        /* the original's calls at the judge's warm mean where it has a ratio (ST_SIG_RATIO) */
+        " fair AS (SELECT *, CASE WHEN ratio > 0 AND vtimed >= " ST_STR(ST_COMPARE_MIN_TIMED)
+        "  THEN vmean / ratio ELSE omean END AS ofair FROM means)"
         " SELECT s.sig, s.name, s.op, s.params, sum(m.calls), sum(m.otimed), sum(m.otimed_ns),"
-        " sum(CASE WHEN m.otimed > 0 THEN CAST(m.ocalls AS REAL) * m.otimed_ns / m.otimed"
-        "  ELSE m.ocalls * coalesce(m.vmean, 0) END"
-        "  + CASE WHEN m.vtimed > 0 THEN CAST(m.vcalls AS REAL) * m.vtimed_ns / m.vtimed"
-        "  ELSE m.vcalls * coalesce(m.omean, 0) END) AS est,"
+        " sum(m.ocalls * coalesce(m.ofair, m.vmean, 0)"
+        "  + m.vcalls * coalesce(m.vmean, m.omean, 0)) AS est,"
         " (SELECT coalesce(sum(p.samples), 0) FROM run_pcs p"
         "  WHERE p.sig_id = s.id AND (?1 = 0 OR p.run_id = ?1)),"
         " sum(m.vcalls), sum(m.vtimed), sum(m.vtimed_ns),"
@@ -74,7 +75,7 @@ static const char *const sql[ST_Q__N] = {
         " sum(CASE WHEN m.ratio > 0 AND m.vtimed >= " ST_STR(ST_COMPARE_MIN_TIMED)
         "  THEN m.vcalls * m.vmean END) / sum(CASE WHEN m.ratio > 0 AND m.vtimed >= "
         ST_STR(ST_COMPARE_MIN_TIMED) " THEN m.vcalls * m.vmean / m.ratio END)"
-        " FROM means m JOIN signatures s ON s.id = m.sig_id"
+        " FROM fair m JOIN signatures s ON s.id = m.sig_id"
         " GROUP BY s.id ORDER BY est DESC, sum(m.calls) DESC, s.sig",
     [ST_Q_RUN_EXISTS] = "SELECT count(*) FROM runs WHERE id = ?",
     [ST_Q_RUN] = "SELECT p.exe, r.argv, r.status, r.pid, r.start_ns, coalesce(r.flush_ns, 0),"

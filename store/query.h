@@ -88,7 +88,8 @@ enum st_query {
 /* The columns of ST_Q_SIG_TOTALS: per run, a signature's calls are split between the original
  * library (run_sigs' timed calls are the original's only) and its JIT variant (its calls,
  * clamped to the signature's), each part estimated with its own mean (a part without timed
- * calls borrows the other's), then summed over the runs; ranked by the estimate, most first. */
+ * calls borrows the other's; the original's is the judge's where it has a ratio), then summed
+ * over the runs; ranked by the estimate, most first. */
 enum st_sig_col {
   ST_SIG_SIG, /* 16 hex digits */
   ST_SIG_NAME,
@@ -97,7 +98,8 @@ enum st_sig_col {
   ST_SIG_CALLS,     /* all calls */
   ST_SIG_TIMED,     /* the original library's timed calls */
   ST_SIG_TIMED_NS,  /* and their time */
-  ST_SIG_EST,       /* original calls × original mean + variant calls × variant mean (real) */
+  ST_SIG_EST,       /* original calls × original mean + variant calls × variant mean (real);
+                       the original's mean is the judge's where it has a ratio (ST_SIG_RATIO) */
   ST_SIG_SAMPLES,   /* samples attributed to it by PC */
   ST_SIG_VCALLS,    /* calls its JIT variant served */
   ST_SIG_VTIMED,    /* the variant's timed calls */

@@ -79,6 +79,54 @@ Test(table, reset_zeroes_counts_keeps_keys)
   ag_table_free(t);
 }
 
+/* Books timings into e as the agent does for the original (agent.c, ag_call_timed): the first
+ * call's apart, the slowest of the others noted. */
+static void book(ag_entry_t *e, const uint64_t *dt, int n)
+{
+  for (int i = 0; i < n; i++) {
+    if (!atomic_load(&e->timed))
+      atomic_store(&e->first_ns, dt[i]);
+    else if (dt[i] > atomic_load(&e->slow_ns))
+      atomic_store(&e->slow_ns, dt[i]);
+    atomic_fetch_add(&e->timed, 1);
+    atomic_fetch_add(&e->timed_ns, dt[i]);
+  }
+}
+
+static void expect_mean(const uint64_t *dt, int n, uint64_t want_n, uint64_t want_ns)
+{
+  ag_table_t *t = ag_table_new(16, NULL);
+  ag_sig_t k = key(1);
+  ag_entry_t *e = ag_table_get(t, &k);
+  book(e, dt, n);
+  uint64_t got_n, got_ns;
+  ag_entry_orig_timed(e, &got_n, &got_ns);
+  cr_expect(got_n == want_n && got_ns == want_ns, "%d timings: %llu in %llu ns, not %llu in %llu",
+            n, (unsigned long long)got_n, (unsigned long long)got_ns,
+            (unsigned long long)want_n, (unsigned long long)want_ns);
+  ag_table_reset_counts(t);
+  ag_entry_orig_timed(e, &got_n, &got_ns);
+  cr_expect(got_n == 0 && got_ns == 0, "reset");
+  ag_table_free(t);
+}
+
+/* The original's mean as the readers get it: the first call left out once there are others, and
+ * one stall of more than 8x the mean of at least two others (a double GEMV's second call at
+ * 3.8 ms, its library's threads starting, where the others took 4 us). */
+Test(table, the_originals_mean_leaves_out_the_first_call_and_one_stall)
+{
+  expect_mean((const uint64_t[]){500}, 1, 1, 500);
+  expect_mean((const uint64_t[]){1300000, 4000}, 2, 1, 4000);
+  /* a stall and one other: which is the norm is not known yet */
+  expect_mean((const uint64_t[]){1300000, 3800000, 4000}, 3, 2, 3804000);
+  expect_mean((const uint64_t[]){1300000, 3800000, 4000, 4200}, 4, 2, 8200);
+  expect_mean((const uint64_t[]){1300000, 3800000, 5000, 3900, 4100, 4000, 4000}, 7, 5, 21000);
+  /* the stall may come last, and only the slowest goes */
+  expect_mean((const uint64_t[]){900, 4000, 4000, 40000, 4000, 4000, 4000, 600000}, 8, 6, 60000);
+  /* 7.5x the others' mean is not a stall: kept */
+  expect_mean((const uint64_t[]){1000, 4000, 4000, 4000, 30000}, 5, 4, 42000);
+}
+
 #define THREADS 8
 #define KEYS 97
 #define ROUNDS 20000

@@ -352,6 +352,9 @@ Test(top, the_judges_median_ratio_gives_speedup_original_and_saving)
   cr_expect(fabs(num(ja, "original_mean_ns") - 200) < 1e-3, "%g", num(ja, "original_mean_ns"));
   cr_expect(fabs(num(ja, "saving_ns") - 900 * 100 * (2.0 - 1)) < 1e-3, "%g",
             num(ja, "saving_ns"));
+  /* its 100 original calls at that mean, not at the rare timed calls' 300 */
+  const cJSON *a = by_m(cJSON_GetObjectItem(j, "signatures"), 64);
+  cr_expect(fabs(num(a, "est_ns") - (100 * 200 + 900 * 100)) < 1e-3, "%g", num(a, "est_ns"));
   cr_expect(fabs(num(cJSON_GetObjectItem(j, "jit"), "saving_ns") - (90000 - 25000)) < 1e-3,
             "B, without a pool, keeps its means");
   cJSON_Delete(j);
@@ -360,7 +363,8 @@ Test(top, the_judges_median_ratio_gives_speedup_original_and_saving)
   p = opjit(NULL, (const char *[]){"variants", "--db", db, id, "--json", NULL});
   cr_assert_eq(p.status, 0, "%s", p.err);
   j = proc_json(&p);
-  const cJSON *v, *a = NULL;
+  const cJSON *v;
+  a = NULL;
   cJSON_ArrayForEach(v, cJSON_GetObjectItem(j, "variants"))
     if (strstr(text(v, "name"), " 64x64x64 "))
       a = v;
@@ -380,6 +384,8 @@ Test(top, the_judges_median_ratio_gives_speedup_original_and_saving)
     cr_expect(fabs(num(ja, "speedup") - 3.0) < 1e-12, "damaged %d: %g", damaged,
               num(ja, "speedup"));
     cr_expect_eq(num(ja, "saving_ns"), 900 * 200);
+    cr_expect_eq(num(by_m(cJSON_GetObjectItem(j, "signatures"), 64), "est_ns"),
+                 100 * 300 + 900 * 100);
     cJSON_Delete(j);
     proc_free(&p);
   }
@@ -422,6 +428,9 @@ Test(top, a_runs_own_ratio_gives_its_figures_a_demoted_variant_slower)
             num(jb, "saving_ns"));
   cr_expect(fabs(num(cJSON_GetObjectItem(j, "jit"), "saving_ns") -
                  (900 * 100 * 3.0 - 100 * 500 * 0.2)) < 1e-3, "A 4x, B 0.8x");
+  /* the original's calls at the means the ratios imply: A's 100 at 400, B's 300 at 400 */
+  cr_expect(fabs(num(by_m(sigs_, 64), "est_ns") - (100 * 400 + 900 * 100)) < 1e-3, "%s", p.out);
+  cr_expect(fabs(num(by_m(sigs_, 32), "est_ns") - (300 * 400 + 100 * 500)) < 1e-3, "%s", p.out);
   cJSON_Delete(j);
   proc_free(&p);
 
