@@ -518,17 +518,14 @@ void ag_call_timed(const ag_call_t *c, uint64_t ticks)
   } else {
     _Atomic uint64_t *tc = c->variant ? &e->vtimed : &e->timed;
     _Atomic uint64_t *tn = c->variant ? &e->vtimed_ns : &e->timed_ns;
-    uint64_t n = atomic_load_explicit(tc, memory_order_relaxed), on = n;
-    uint64_t ons = atomic_load_explicit(tn, memory_order_relaxed);
-    if (!c->variant) { /* the original's mean as it is read: first call and stall left out */
-      if (!n)
-        atomic_store_explicit(&e->first_ns, dt, memory_order_relaxed);
+    uint64_t n = atomic_load_explicit(tc, memory_order_relaxed);
+    if (!n && !c->variant)
+      atomic_store_explicit(&e->first_ns, dt, memory_order_relaxed);
+    if (!c->variant)
       ag_entry_orig_best(e, dt);
-      ag_entry_orig_timed(e, &on, &ons);
-    }
-    if (!ag_timing_outlier(on, ons, dt)) {
-      if (n && !c->variant && dt > atomic_load_explicit(&e->slow_ns, memory_order_relaxed))
-        atomic_store_explicit(&e->slow_ns, dt, memory_order_relaxed);
+    if (!ag_timing_outlier(n, atomic_load_explicit(tn, memory_order_relaxed), dt)) {
+      if (n && !c->variant) /* the first and the slowest apart (table.h, ag_entry_orig_timed) */
+        ag_entry_orig_slow(e, dt);
       atomic_fetch_add_explicit(tc, 1, memory_order_relaxed);
       atomic_fetch_add_explicit(tn, dt, memory_order_relaxed);
     }

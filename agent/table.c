@@ -103,7 +103,7 @@ void ag_table_reset_counts(ag_table_t *t)
     atomic_store_explicit(&e->timed, 0, memory_order_relaxed);
     atomic_store_explicit(&e->timed_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&e->first_ns, 0, memory_order_relaxed);
-    atomic_store_explicit(&e->slow_ns, 0, memory_order_relaxed);
+    memset(e->slow_ns, 0, sizeof e->slow_ns); /* the table's only thread (fork child) */
     atomic_store_explicit(&e->best_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&e->best_n, 0, memory_order_relaxed);
     atomic_store_explicit(&e->vcalls, 0, memory_order_relaxed);
@@ -111,6 +111,50 @@ void ag_table_reset_counts(ag_table_t *t)
     atomic_store_explicit(&e->vtimed_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&e->guard_miss, 0, memory_order_relaxed);
   }
+}
+
+/* The slowest timings of every entry: their few updates and reads are rare (a timing slower than
+ * the entry's third slowest, a reader of the mean). */
+static pthread_mutex_t slow_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void ag_entry_orig_slow(ag_entry_t *e, uint64_t dt)
+{
+  size_t k = sizeof e->slow_ns / sizeof *e->slow_ns;
+  if (dt <= __atomic_load_n(&e->slow_ns[k - 1], __ATOMIC_RELAXED))
+    return;
+  pthread_mutex_lock(&slow_mu);
+  size_t at = k - 1;
+  while (at > 0 && dt > e->slow_ns[at - 1])
+    at--;
+  if (dt > e->slow_ns[at]) {
+    memmove(&e->slow_ns[at + 1], &e->slow_ns[at], (k - 1 - at) * sizeof *e->slow_ns);
+    __atomic_store_n(&e->slow_ns[at], dt, __ATOMIC_RELAXED);
+  }
+  pthread_mutex_unlock(&slow_mu);
+}
+
+void ag_entry_orig_timed(ag_entry_t *e, uint64_t *n, uint64_t *ns)
+{
+  uint64_t t = atomic_load_explicit(&e->timed, memory_order_relaxed);
+  uint64_t tns = atomic_load_explicit(&e->timed_ns, memory_order_relaxed);
+  uint64_t first = atomic_load_explicit(&e->first_ns, memory_order_relaxed);
+  if (t > 1 && first < tns)
+    t--, tns -= first;
+  /* the most of the slowest that are each AG_ENTRY_SLOW times the mean of what they leave (tried
+   * from the most: stalls alike keep each other company) */
+  pthread_mutex_lock(&slow_mu);
+  for (size_t j = sizeof e->slow_ns / sizeof *e->slow_ns; j > 0; j--) {
+    uint64_t out = 0;
+    for (size_t i = 0; i < j; i++)
+      out += e->slow_ns[i];
+    if (t >= j + 2 && out < tns && e->slow_ns[j - 1] &&
+        e->slow_ns[j - 1] * (t - j) > AG_ENTRY_SLOW * (tns - out)) {
+      t -= j, tns -= out;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&slow_mu);
+  *n = t, *ns = tns;
 }
 
 void ag_table_lock(ag_table_t *t) { pthread_mutex_lock(&t->lock); }

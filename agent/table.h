@@ -32,7 +32,8 @@ typedef struct ag_entry_s {
   _Atomic uint64_t timed;    /* original's calls whose duration was measured */
   _Atomic uint64_t timed_ns; /* sum of the measured durations */
   _Atomic uint64_t first_ns; /* the first call's duration (a library's warm-up, often) */
-  _Atomic uint64_t slow_ns;  /* the slowest of the other timings booked (0: none) */
+  uint64_t slow_ns[3];       /* the slowest of the other timings booked, slowest first (0:
+                                none; ag_entry_orig_slow, under the table's slow lock) */
   _Atomic uint64_t best_ns;  /* the fastest timed original call, outliers and calls while a
                                 duel ran included (0: none) */
   _Atomic uint64_t best_n;   /* ... of so many timed calls */
@@ -51,26 +52,19 @@ _Static_assert(offsetof(ag_entry_t, index) < 64 && offsetof(ag_entry_t, variant)
                "the per-call fields share the entry's first cache line");
 
 /* e's original timings, less the first call's once there are others (a library's warm-up:
- * buffers, a thread pool), and less the slowest of the others where it is more than
- * AG_ENTRY_SLOW times the mean of at least two more: a plain run's mean over many calls does
- * not feel one stall, a few timed calls' does (numpy's double GEMV 128x256, 4 us a call, had
- * its second call timed at 1.5-3.8 ms, its library's threads starting, in 3 first runs of 7:
- * its mean of 6-9 timings read 190-640 us, its kernel "80-210x" faster). The rule is the one
- * later timings meet as they are booked (agent.h, ag_timing_outlier), applied once the slowest
- * has company. */
+ * buffers, a thread pool), and less the slowest few of the others (slow_ns) each more than
+ * AG_ENTRY_SLOW times the mean of at least two left: a plain run's mean over many calls does not
+ * feel a few stalls, a few timed calls' does. numpy's double GEMV 128x256 on two library
+ * threads, 4 us a call, had its 2nd to 4th calls take 1.5-5 ms in first runs (the agent's
+ * startup held the CPU its library's thread waited for) and timed every time (agent.h: a call
+ * as long as AG_LONG_CALL_NS is, until a faster one); its mean of 6-9 timings read 190-980 us,
+ * its kernel "80-437x" faster, its saving 1.84 s in a 0.68 s run. The rule is the one later
+ * timings meet as they are booked (agent.h, ag_timing_outlier), applied once the slowest have
+ * company. */
 #define AG_ENTRY_SLOW 8
-static inline void ag_entry_orig_timed(ag_entry_t *e, uint64_t *n, uint64_t *ns)
-{
-  uint64_t t = atomic_load_explicit(&e->timed, memory_order_relaxed);
-  uint64_t tns = atomic_load_explicit(&e->timed_ns, memory_order_relaxed);
-  uint64_t first = atomic_load_explicit(&e->first_ns, memory_order_relaxed);
-  uint64_t slow = atomic_load_explicit(&e->slow_ns, memory_order_relaxed);
-  if (t > 1 && first < tns)
-    t--, tns -= first;
-  if (t > 2 && slow < tns && slow * (t - 1) > AG_ENTRY_SLOW * (tns - slow))
-    t--, tns -= slow;
-  *n = t, *ns = tns;
-}
+void ag_entry_orig_timed(ag_entry_t *e, uint64_t *n, uint64_t *ns);
+/* Notes dt, a timing of e's original booked after its first, among its slowest. */
+void ag_entry_orig_slow(ag_entry_t *e, uint64_t dt);
 
 /* Notes an original call of e that took dt ns in its fastest (a lost race between two threads
  * loses one timing's chance to be the fastest, never a figure's consistency). */

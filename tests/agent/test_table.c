@@ -86,8 +86,8 @@ static void book(ag_entry_t *e, const uint64_t *dt, int n)
   for (int i = 0; i < n; i++) {
     if (!atomic_load(&e->timed))
       atomic_store(&e->first_ns, dt[i]);
-    else if (dt[i] > atomic_load(&e->slow_ns))
-      atomic_store(&e->slow_ns, dt[i]);
+    else
+      ag_entry_orig_slow(e, dt[i]);
     atomic_fetch_add(&e->timed, 1);
     atomic_fetch_add(&e->timed_ns, dt[i]);
   }
@@ -111,9 +111,9 @@ static void expect_mean(const uint64_t *dt, int n, uint64_t want_n, uint64_t wan
 }
 
 /* The original's mean as the readers get it: the first call left out once there are others, and
- * one stall of more than 8x the mean of at least two others (a double GEMV's second call at
- * 3.8 ms, its library's threads starting, where the others took 4 us). */
-Test(table, the_originals_mean_leaves_out_the_first_call_and_one_stall)
+ * up to three stalls each more than 8x the mean of at least two others (a double GEMV's 2nd to
+ * 4th calls at 1.5-5 ms, its library's thread kept off a CPU, where the others took 4 us). */
+Test(table, the_originals_mean_leaves_out_the_first_call_and_its_stalls)
 {
   expect_mean((const uint64_t[]){500}, 1, 1, 500);
   expect_mean((const uint64_t[]){1300000, 4000}, 2, 1, 4000);
@@ -121,10 +121,17 @@ Test(table, the_originals_mean_leaves_out_the_first_call_and_one_stall)
   expect_mean((const uint64_t[]){1300000, 3800000, 4000}, 3, 2, 3804000);
   expect_mean((const uint64_t[]){1300000, 3800000, 4000, 4200}, 4, 2, 8200);
   expect_mean((const uint64_t[]){1300000, 3800000, 5000, 3900, 4100, 4000, 4000}, 7, 5, 21000);
-  /* the stall may come last, and only the slowest goes */
-  expect_mean((const uint64_t[]){900, 4000, 4000, 40000, 4000, 4000, 4000, 600000}, 8, 6, 60000);
+  /* a stall may come last; each of the slowest goes that is 8x what the others leave */
+  expect_mean((const uint64_t[]){900, 4000, 4000, 40000, 4000, 4000, 4000, 600000}, 8, 5, 20000);
+  expect_mean((const uint64_t[]){900, 4000, 4000, 20000, 4000, 4000, 4000, 600000}, 8, 6, 40000);
   /* 7.5x the others' mean is not a stall: kept */
   expect_mean((const uint64_t[]){1000, 4000, 4000, 4000, 30000}, 5, 4, 42000);
+  /* three stalls in a row, then the calls' own pace (a first run's, measured); with a fourth the
+   * three slowest leave a mean it holds up: all stay */
+  expect_mean((const uint64_t[]){4631816, 3946733, 3842285, 3508941, 6241, 4889, 5370, 3586},
+              8, 4, 20086);
+  expect_mean((const uint64_t[]){900, 5000000, 4000000, 3000000, 2000000, 4000, 4000}, 7, 6,
+              14008000);
 }
 
 #define THREADS 8
