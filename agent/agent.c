@@ -497,6 +497,7 @@ void ag_call_timed(const ag_call_t *c, uint64_t ticks)
 {
   ag_entry_t *e = c->e;
   uint64_t dt = ag_tick_ns(ticks);
+  int was_long = atomic_load_explicit(&e->best_ns, memory_order_relaxed) >= AG_LONG_CALL_NS;
   if (ag_unlikely(!ag_tl.timing_ns)) /* two reads of the calls' clock: 0 until the model is ready */
     ag_tl.timing_ns = (float)(2 * ag_machine_timer_ns());
   ag_tl.gap_scale = timing_budgeted(c) ? ag_cmp_gap_scale(ag_tl.timing_ns, dt, ag_time_mask + 1) : 1;
@@ -532,6 +533,8 @@ void ag_call_timed(const ag_call_t *c, uint64_t ticks)
   }
   if (ag_unlikely(dt >= AG_LONG_CALL_NS))
     ag_call_long(c, dt);
+  else if (ag_unlikely(was_long) && !c->variant)
+    ag_tier_short_timed(e);
 }
 
 void *ag_resolve_slow(void *_Atomic *cache, const char *name)

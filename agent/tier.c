@@ -1377,6 +1377,18 @@ void ag_tier_long_timed(ag_entry_t *e)
     enqueue(e, "hot, asked again at a call once its library's calls were timed", 1);
 }
 
+void ag_tier_short_timed(ag_entry_t *e)
+{
+  if (atomic_load(&e->tier) != AG_TIER_COLD || atomic_load(&jit_dead) ||
+      atomic_load_explicit(&hold_hot, memory_order_relaxed) == AG_HOLD_QUEUE)
+    return;
+  ag_cq_lock(&cq);
+  int asked = long_wait && atomic_exchange(&long_wait[e->index], 0);
+  ag_cq_unlock(&cq);
+  if (asked)
+    enqueue(e, "hot, asked again at a call: its calls are short after all", 1);
+}
+
 int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns)
 {
   if (ag_hot_calls == 0)

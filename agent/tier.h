@@ -89,6 +89,12 @@ void ag_tier_sampled(ag_entry_t *e, double cpu_ns);
  * its calls are timed, without waiting for its next promotion test (a few long calls may never
  * reach one). Cheap until then. */
 void ag_tier_long_timed(ag_entry_t *e);
+/* Called on a host thread after a timed original call of e shorter than AG_LONG_CALL_NS when
+ * its fastest call so far was that long: a signature that waited as a long one (above) is
+ * short after all, its first call a stall (a library's thread kept off a CPU on a loaded
+ * machine: a 69 us double GEMV's first call took 4.19 ms, it waited for 4 timings its 1-in-16
+ * sampled calls did not give in 24 calls), and is asked again at once. */
+void ag_tier_short_timed(ag_entry_t *e);
 
 /* ---- across runs (agent/warm.c and the writer) ---- */
 
