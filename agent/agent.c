@@ -525,10 +525,10 @@ void ag_call_timed(const ag_call_t *c, uint64_t ticks)
     if (!c->variant)
       ag_entry_orig_best(e, dt);
     if (!ag_timing_outlier(n, atomic_load_explicit(tn, memory_order_relaxed), dt)) {
-      if (n && !c->variant) /* the first and the slowest apart (table.h, ag_entry_orig_timed) */
-        ag_entry_orig_slow(e, dt);
       atomic_fetch_add_explicit(tc, 1, memory_order_relaxed);
       atomic_fetch_add_explicit(tn, dt, memory_order_relaxed);
+      if (n && !c->variant) /* after: a reader drops only what the sums hold (table.h) */
+        ag_entry_orig_slow(e, dt);
     }
   }
   if (ag_unlikely(dt >= AG_LONG_CALL_NS))

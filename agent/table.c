@@ -117,17 +117,19 @@ void ag_table_reset_counts(ag_table_t *t)
  * the entry's third slowest, a reader of the mean). */
 static pthread_mutex_t slow_mu = PTHREAD_MUTEX_INITIALIZER;
 
+#define NSLOW (sizeof ((ag_entry_t *)0)->slow_ns / sizeof *((ag_entry_t *)0)->slow_ns)
+
 void ag_entry_orig_slow(ag_entry_t *e, uint64_t dt)
 {
-  size_t k = sizeof e->slow_ns / sizeof *e->slow_ns;
-  if (dt <= __atomic_load_n(&e->slow_ns[k - 1], __ATOMIC_RELAXED))
+  if (dt <= __atomic_load_n(&e->slow_ns[NSLOW - 1], __ATOMIC_RELAXED))
     return;
   pthread_mutex_lock(&slow_mu);
-  size_t at = k - 1;
+  size_t at = NSLOW - 1;
   while (at > 0 && dt > e->slow_ns[at - 1])
     at--;
   if (dt > e->slow_ns[at]) {
-    memmove(&e->slow_ns[at + 1], &e->slow_ns[at], (k - 1 - at) * sizeof *e->slow_ns);
+    for (size_t i = NSLOW - 1; i > at; i--) /* the lock-free look above reads the last */
+      __atomic_store_n(&e->slow_ns[i], e->slow_ns[i - 1], __ATOMIC_RELAXED);
     __atomic_store_n(&e->slow_ns[at], dt, __ATOMIC_RELAXED);
   }
   pthread_mutex_unlock(&slow_mu);
@@ -135,27 +137,39 @@ void ag_entry_orig_slow(ag_entry_t *e, uint64_t dt)
 
 void ag_entry_orig_timed(ag_entry_t *e, uint64_t *n, uint64_t *ns)
 {
+  /* the slowest first: each is in the sums by then (booked before it is noted) */
+  uint64_t slow[NSLOW];
+  pthread_mutex_lock(&slow_mu);
+  memcpy(slow, e->slow_ns, sizeof slow);
+  pthread_mutex_unlock(&slow_mu);
   uint64_t t = atomic_load_explicit(&e->timed, memory_order_relaxed);
   uint64_t tns = atomic_load_explicit(&e->timed_ns, memory_order_relaxed);
   uint64_t first = atomic_load_explicit(&e->first_ns, memory_order_relaxed);
-  if (t > 1 && first < tns)
+  if (t > 1 && first > 0 && first < tns) /* 0: its first timing was a burst's or a pair's */
     t--, tns -= first;
   /* the most of the slowest that are each AG_ENTRY_SLOW times the mean of what they leave (tried
    * from the most: stalls alike keep each other company) */
-  pthread_mutex_lock(&slow_mu);
-  for (size_t j = sizeof e->slow_ns / sizeof *e->slow_ns; j > 0; j--) {
+  for (size_t j = NSLOW; j > 0; j--) {
     uint64_t out = 0;
     for (size_t i = 0; i < j; i++)
-      out += e->slow_ns[i];
-    if (t >= j + 2 && out < tns && e->slow_ns[j - 1] &&
-        e->slow_ns[j - 1] * (t - j) > AG_ENTRY_SLOW * (tns - out)) {
+      out += slow[i];
+    if (t >= j + 2 && out < tns && slow[j - 1] &&
+        slow[j - 1] * (t - j) > AG_ENTRY_SLOW * (tns - out)) {
       t -= j, tns -= out;
       break;
     }
   }
-  pthread_mutex_unlock(&slow_mu);
   *n = t, *ns = tns;
 }
 
-void ag_table_lock(ag_table_t *t) { pthread_mutex_lock(&t->lock); }
-void ag_table_unlock(ag_table_t *t) { pthread_mutex_unlock(&t->lock); }
+void ag_table_lock(ag_table_t *t)
+{
+  pthread_mutex_lock(&t->lock);
+  pthread_mutex_lock(&slow_mu);
+}
+
+void ag_table_unlock(ag_table_t *t)
+{
+  pthread_mutex_unlock(&slow_mu);
+  pthread_mutex_unlock(&t->lock);
+}

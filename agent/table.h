@@ -33,7 +33,8 @@ typedef struct ag_entry_s {
   _Atomic uint64_t timed_ns; /* sum of the measured durations */
   _Atomic uint64_t first_ns; /* the first call's duration (a library's warm-up, often) */
   uint64_t slow_ns[3];       /* the slowest of the other timings booked, slowest first (0:
-                                none; ag_entry_orig_slow, under the table's slow lock) */
+                                none; written under table.c's one lock for every entry's, read
+                                under it or atomically: ag_entry_orig_slow) */
   _Atomic uint64_t best_ns;  /* the fastest timed original call, outliers and calls while a
                                 duel ran included (0: none) */
   _Atomic uint64_t best_n;   /* ... of so many timed calls */
@@ -95,8 +96,8 @@ ag_entry_t *ag_table_entry(ag_table_t *t, uint32_t i);
 /* Zeroes every counter (a fork child starts its own run with the parent's signatures). */
 void ag_table_reset_counts(ag_table_t *t);
 
-/* The table's insert mutex, for pthread_atfork: held across fork so no child inherits it
- * locked mid-insert. */
+/* The table's insert mutex and the slowest timings' (ag_entry_orig_slow), for pthread_atfork:
+ * held across fork so no child inherits them locked mid-update. */
 void ag_table_lock(ag_table_t *t);
 void ag_table_unlock(ag_table_t *t);
 

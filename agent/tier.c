@@ -1364,29 +1364,28 @@ static void enqueue(ag_entry_t *e, const char *why, int at_call)
   ag_cq_unlock(&cq);
 }
 
-void ag_tier_long_timed(ag_entry_t *e)
+/* Queues cold entry e, hot but waiting as a long call (library_wins), for why. */
+static void ask_again(ag_entry_t *e, const char *why)
 {
   if (atomic_load(&e->tier) != AG_TIER_COLD || atomic_load(&jit_dead) ||
-      atomic_load_explicit(&e->best_n, memory_order_relaxed) < AG_POLICY_LONG_TIMINGS ||
       atomic_load_explicit(&hold_hot, memory_order_relaxed) == AG_HOLD_QUEUE)
     return;
   ag_cq_lock(&cq);
   int asked = long_wait && atomic_exchange(&long_wait[e->index], 0);
   ag_cq_unlock(&cq);
   if (asked)
-    enqueue(e, "hot, asked again at a call once its library's calls were timed", 1);
+    enqueue(e, why, 1);
+}
+
+void ag_tier_long_timed(ag_entry_t *e)
+{
+  if (atomic_load_explicit(&e->best_n, memory_order_relaxed) >= AG_POLICY_LONG_TIMINGS)
+    ask_again(e, "hot, asked again at a call once its library's calls were timed");
 }
 
 void ag_tier_short_timed(ag_entry_t *e)
 {
-  if (atomic_load(&e->tier) != AG_TIER_COLD || atomic_load(&jit_dead) ||
-      atomic_load_explicit(&hold_hot, memory_order_relaxed) == AG_HOLD_QUEUE)
-    return;
-  ag_cq_lock(&cq);
-  int asked = long_wait && atomic_exchange(&long_wait[e->index], 0);
-  ag_cq_unlock(&cq);
-  if (asked)
-    enqueue(e, "hot, asked again at a call: its calls are short after all", 1);
+  ask_again(e, "hot, asked again at a call: its calls are short after all");
 }
 
 int ag_tier_profile_hot(const ag_entry_t *e, double calls, double mean_ns)

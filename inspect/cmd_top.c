@@ -2,8 +2,8 @@
 /* `opjit top`: a run's signatures ranked by estimated operator time. The agent times one call
  * in OPJIT_TIME_EVERY, so a signature's time is estimated per run as
  * calls × timed_ns / timed_calls; --all sums those estimates over every run. A signature with
- * a JIT variant has its calls split: the original library's calls at the original's mean, the
- * variant's at the variant's (ST_Q_SIG_TOTALS). A STATE column shows the JIT state the agent
+ * a JIT variant has its calls split: the original library's calls at the original's mean (the
+ * never-slower judge's where it has a ratio), the variant's at the variant's (ST_Q_SIG_TOTALS). A STATE column shows the JIT state the agent
  * recorded for each signature (with the speedup while a kernel serves), --why the reason under
  * each row; both are the agent's own words, never worked out here. The reasons stay off the
  * default table: at 60 to 200 characters each they would double the ranking's height or push it
@@ -299,10 +299,11 @@ const ins_cmd_t ins_cmd_top = {
     .summary = "rank a run's operator signatures by estimated time",
     .help = "RUN defaults to the newest run that recorded a call. The agent times one call in\n"
             "OPJIT_TIME_EVERY; a signature's time is estimated as calls × timed_ns / timed_calls\n"
-            "(per run, summed with --all). SHARE is its part of all signatures' estimated time;\n"
-            "the footer compares that total with the run's wall time. For a sampled run, SAMPLES\n"
-            "counts the profiler's samples inside the signature and CPU% is their share of all\n"
-            "the run's samples, the program's own time included.\n"
+            "(per run, summed with --all; a JIT variant's calls at its own mean, the original's\n"
+            "at the judge's where it has a ratio, as JIT shows). SHARE is its part of all\n"
+            "signatures' estimated time; the footer compares that total with the run's wall time.\n"
+            "For a sampled run, SAMPLES counts the profiler's samples inside the signature and\n"
+            "CPU% is their share of all the run's samples, the program's own time included.\n"
             "STATE is the JIT state the agent recorded for the signature (in the newest run of\n"
             "the scope), with the speedup while a kernel serves: \"serving 2.4×\" (compiled in\n"
             "this run), \"placed 2.1×\" (stored by an earlier run), waiting, queued, compiling,\n"

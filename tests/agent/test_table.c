@@ -134,6 +134,21 @@ Test(table, the_originals_mean_leaves_out_the_first_call_and_its_stalls)
               14008000);
 }
 
+/* An entry whose first timings came from a burst or a pair has no first call of its own noted:
+ * nothing is taken off for one. */
+Test(table, without_a_first_call_noted_every_timing_counts)
+{
+  ag_table_t *t = ag_table_new(16, NULL);
+  ag_sig_t k = key(1);
+  ag_entry_t *e = ag_table_get(t, &k);
+  atomic_store(&e->timed, 3);
+  atomic_store(&e->timed_ns, 300);
+  uint64_t n, ns;
+  ag_entry_orig_timed(e, &n, &ns);
+  cr_expect(n == 3 && ns == 300, "%llu in %llu ns", (unsigned long long)n, (unsigned long long)ns);
+  ag_table_free(t);
+}
+
 #define THREADS 8
 #define KEYS 97
 #define ROUNDS 20000
