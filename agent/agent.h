@@ -425,11 +425,10 @@ static inline __attribute__((always_inline)) void *ag_call_variant(ag_call_t *c)
  * gap (ag_tl.gap_scale). Out of line: one call in OPJIT_TIME_EVERY comes here. */
 void ag_call_timed(const ag_call_t *c, uint64_t ticks);
 
-/* A timing dt against n earlier ones of ns in all: AG_ENTRY_SLOW (8) times their mean (table.h:
- * the rule the original's mean applies to its slowest timings once they have company) is a
- * preemption or a page
- * fault, not the operator, and is left out (from 8 timings on), so that one stall cannot tip
- * the variant-versus-original comparison. */
+/* A timing dt against n earlier ones of ns in all: AG_ENTRY_SLOW (8) times their mean is a
+ * preemption or a page fault, not the operator, and is left out (from 8 timings on), so that
+ * one stall cannot tip the variant-versus-original comparison (table.h: the original's mean
+ * applies the same rule to its slowest timings once they have company). */
 static inline int ag_timing_outlier(uint64_t n, uint64_t ns, uint64_t dt)
 {
   return n >= 8 && dt * n > AG_ENTRY_SLOW * ns;

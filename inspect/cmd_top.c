@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: MIT */
-/* `opjit top`: a run's signatures ranked by estimated operator time. The agent times one call
- * in OPJIT_TIME_EVERY, so a signature's time is estimated per run as
- * calls × timed_ns / timed_calls; --all sums those estimates over every run. A signature with
- * a JIT variant has its calls split: the original library's calls at the original's mean (the
- * never-slower judge's where it has a ratio), the variant's at the variant's (ST_Q_SIG_TOTALS). A STATE column shows the JIT state the agent
- * recorded for each signature (with the speedup while a kernel serves), --why the reason under
- * each row; both are the agent's own words, never worked out here. The reasons stay off the
+/* `opjit top`: a run's signatures ranked by estimated operator time. The agent times one call in
+ * OPJIT_TIME_EVERY, so a signature's time is estimated per run as calls × timed_ns / timed_calls;
+ * --all sums those estimates over every run. A signature with a JIT variant has its calls split:
+ * the original library's calls at the original's mean (the never-slower judge's where it has a
+ * ratio), the variant's at the variant's (ST_Q_SIG_TOTALS). A STATE column shows the JIT state the
+ * agent recorded for each signature (with the speedup while a kernel serves), --why the reason
+ * under each row; both are the agent's own words, never worked out here. The reasons stay off the
  * default table: at 60 to 200 characters each they would double the ranking's height or push it
- * far past 100 columns (opjit variants, the detail view of few rows, always shows them). When
- * the run was sampled, each signature's samples and their share of all the run's samples (CPU%,
- * the program's own time included) stand beside the estimate. */
+ * far past 100 columns (opjit variants, the detail view of few rows, always shows them). When the
+ * run was sampled, each signature's samples and their share of all the run's samples (CPU%, the
+ * program's own time included) stand beside the estimate. */
 #include "cmd.h"
 #include "db.h"
 #include "table.h"
