@@ -519,16 +519,16 @@ void ag_call_timed(const ag_call_t *c, uint64_t ticks)
   } else {
     _Atomic uint64_t *tc = c->variant ? &e->vtimed : &e->timed;
     _Atomic uint64_t *tn = c->variant ? &e->vtimed_ns : &e->timed_ns;
-    uint64_t n = atomic_load_explicit(tc, memory_order_relaxed);
-    if (!n && !c->variant)
-      atomic_store_explicit(&e->first_ns, dt, memory_order_relaxed);
     if (!c->variant)
       ag_entry_orig_best(e, dt);
-    if (!ag_timing_outlier(n, atomic_load_explicit(tn, memory_order_relaxed), dt)) {
-      atomic_fetch_add_explicit(tc, 1, memory_order_relaxed);
-      atomic_fetch_add_explicit(tn, dt, memory_order_relaxed);
-      if (n && !c->variant) /* after: a reader drops only what the sums hold (table.h) */
-        ag_entry_orig_slow(e, dt);
+    if (!ag_timing_outlier(atomic_load_explicit(tc, memory_order_relaxed),
+                           atomic_load_explicit(tn, memory_order_relaxed), dt)) {
+      if (!c->variant) {
+        ag_entry_orig_book(e, dt); /* its first and its slowest noted (table.h) */
+      } else {
+        atomic_fetch_add_explicit(tc, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(tn, dt, memory_order_relaxed);
+      }
     }
   }
   if (ag_unlikely(dt >= AG_LONG_CALL_NS))

@@ -119,7 +119,8 @@ static pthread_mutex_t slow_mu = PTHREAD_MUTEX_INITIALIZER;
 
 #define NSLOW (sizeof ((ag_entry_t *)0)->slow_ns / sizeof *((ag_entry_t *)0)->slow_ns)
 
-void ag_entry_orig_slow(ag_entry_t *e, uint64_t dt)
+/* Notes dt among e's slowest timings. */
+static void note_slow(ag_entry_t *e, uint64_t dt)
 {
   if (dt <= __atomic_load_n(&e->slow_ns[NSLOW - 1], __ATOMIC_RELAXED))
     return;
@@ -133,6 +134,17 @@ void ag_entry_orig_slow(ag_entry_t *e, uint64_t dt)
     __atomic_store_n(&e->slow_ns[at], dt, __ATOMIC_RELAXED);
   }
   pthread_mutex_unlock(&slow_mu);
+}
+
+void ag_entry_orig_book(ag_entry_t *e, uint64_t dt)
+{
+  int first = !atomic_load_explicit(&e->timed, memory_order_relaxed);
+  if (first)
+    atomic_store_explicit(&e->first_ns, dt, memory_order_relaxed);
+  atomic_fetch_add_explicit(&e->timed, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&e->timed_ns, dt, memory_order_relaxed);
+  if (!first) /* after: a reader drops only what the sums hold */
+    note_slow(e, dt);
 }
 
 void ag_entry_orig_timed(ag_entry_t *e, uint64_t *n, uint64_t *ns)

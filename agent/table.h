@@ -34,7 +34,7 @@ typedef struct ag_entry_s {
   _Atomic uint64_t first_ns; /* the first call's duration (a library's warm-up, often) */
   uint64_t slow_ns[3];       /* the slowest of the other timings booked, slowest first (0:
                                 none; written under table.c's one lock for every entry's, read
-                                under it or atomically: ag_entry_orig_slow) */
+                                under it or atomically: ag_entry_orig_book) */
   _Atomic uint64_t best_ns;  /* the fastest timed original call, outliers and calls while a
                                 duel ran included (0: none) */
   _Atomic uint64_t best_n;   /* ... of so many timed calls */
@@ -64,8 +64,9 @@ _Static_assert(offsetof(ag_entry_t, index) < 64 && offsetof(ag_entry_t, variant)
  * company. */
 #define AG_ENTRY_SLOW 8
 void ag_entry_orig_timed(ag_entry_t *e, uint64_t *n, uint64_t *ns);
-/* Notes dt, a timing of e's original booked after its first, among its slowest. */
-void ag_entry_orig_slow(ag_entry_t *e, uint64_t dt);
+/* Books dt, a timing of e's original call, as ag_entry_orig_timed reads them: the first call's
+ * noted apart (first_ns), a later one among the slowest (slow_ns) once the sums hold it. */
+void ag_entry_orig_book(ag_entry_t *e, uint64_t dt);
 
 /* Notes an original call of e that took dt ns in its fastest (a lost race between two threads
  * loses one timing's chance to be the fastest, never a figure's consistency). */
@@ -96,7 +97,7 @@ ag_entry_t *ag_table_entry(ag_table_t *t, uint32_t i);
 /* Zeroes every counter (a fork child starts its own run with the parent's signatures). */
 void ag_table_reset_counts(ag_table_t *t);
 
-/* The table's insert mutex and the slowest timings' (ag_entry_orig_slow), for pthread_atfork:
+/* The table's insert mutex and the slowest timings' (ag_entry_orig_book), for pthread_atfork:
  * held across fork so no child inherits them locked mid-update. */
 void ag_table_lock(ag_table_t *t);
 void ag_table_unlock(ag_table_t *t);

@@ -220,7 +220,7 @@ Test(compare, short_judged_calls_are_timed_less_often_within_the_timings_budget)
 /* Before AG_CMP_MIN_ROUNDS: a verdict only where every round of at least AG_CMP_EARLY_ROUNDS is
  * beyond a factor the same way (1/2 faster, 1.5 slower); one round within it (or exactly 2x)
  * waits for the sign test. */
-Test(compare, every_round_beyond_twice_decides_early)
+Test(compare, every_round_beyond_its_factor_decides_early)
 {
   ag_cmp_t c;
   uint64_t vt = 0, vns = 0;

@@ -65,11 +65,21 @@ Test(table, full_table_returns_null_and_keeps_its_entries)
   ag_table_free(t);
 }
 
+/* A table of 16 holding key(1)'s entry, into *t. */
+static ag_entry_t *one_entry(ag_table_t **t)
+{
+  *t = ag_table_new(16, NULL);
+  ag_sig_t k = key(1);
+  ag_entry_t *e = ag_table_get(*t, &k);
+  cr_assert_not_null(e);
+  return e;
+}
+
 Test(table, reset_zeroes_counts_keeps_keys)
 {
-  ag_table_t *t = ag_table_new(16, NULL);
+  ag_table_t *t;
+  ag_entry_t *e = one_entry(&t);
   ag_sig_t k = key(1);
-  ag_entry_t *e = ag_table_get(t, &k);
   atomic_fetch_add(&e->calls, 5);
   atomic_fetch_add(&e->timed_ns, 50);
   ag_table_reset_counts(t);
@@ -79,26 +89,14 @@ Test(table, reset_zeroes_counts_keeps_keys)
   ag_table_free(t);
 }
 
-/* Books timings into e as the agent does for the original (agent.c, ag_call_timed): the first
- * call's apart, the slowest of the others noted. */
-static void book(ag_entry_t *e, const uint64_t *dt, int n)
-{
-  for (int i = 0; i < n; i++) {
-    if (!atomic_load(&e->timed))
-      atomic_store(&e->first_ns, dt[i]);
-    else
-      ag_entry_orig_slow(e, dt[i]);
-    atomic_fetch_add(&e->timed, 1);
-    atomic_fetch_add(&e->timed_ns, dt[i]);
-  }
-}
-
+/* Books n timings into e's original as the agent does (agent.c, ag_call_timed), then checks the
+ * mean the readers get, and that a reset leaves none. */
 static void expect_mean(const uint64_t *dt, int n, uint64_t want_n, uint64_t want_ns)
 {
-  ag_table_t *t = ag_table_new(16, NULL);
-  ag_sig_t k = key(1);
-  ag_entry_t *e = ag_table_get(t, &k);
-  book(e, dt, n);
+  ag_table_t *t;
+  ag_entry_t *e = one_entry(&t);
+  for (int i = 0; i < n; i++)
+    ag_entry_orig_book(e, dt[i]);
   uint64_t got_n, got_ns;
   ag_entry_orig_timed(e, &got_n, &got_ns);
   cr_expect(got_n == want_n && got_ns == want_ns, "%d timings: %llu in %llu ns, not %llu in %llu",
@@ -138,9 +136,8 @@ Test(table, the_originals_mean_leaves_out_the_first_call_and_its_stalls)
  * nothing is taken off for one. */
 Test(table, without_a_first_call_noted_every_timing_counts)
 {
-  ag_table_t *t = ag_table_new(16, NULL);
-  ag_sig_t k = key(1);
-  ag_entry_t *e = ag_table_get(t, &k);
+  ag_table_t *t;
+  ag_entry_t *e = one_entry(&t);
   atomic_store(&e->timed, 3);
   atomic_store(&e->timed_ns, 300);
   uint64_t n, ns;
