@@ -6,8 +6,9 @@
  * Two halves. machine.c holds pure functions any program may use (the agent, `opjit doctor`,
  * tests): detection, measurement, the ISA choice, conversion to and from the store's record.
  * machine_run.c holds the agent's model for this process: started by the writer thread when
- * the agent activates, it loads the model stored for this CPU key on a thread of its own (a
- * read-only connection) or, when there is none, measures it there (~5-20 ms); a model not
+ * the agent activates in JIT mode, it takes the model stored for this CPU key from the writer
+ * (read on its connection) or, when there is none, measures it on a thread of its own (~5-20
+ * ms); a model not
  * settled is measured again 0.1, 0.3, 1 and 3 s later, each measurement merged
  * (ag_machine_merge), until each peak has agreed with the model. The writer saves what is new
  * (ag_machine_save). A process that never calls an operator never gets here.
@@ -133,9 +134,13 @@ void ag_machine_from_store(const st_machine_t *in, ag_machine_t *out);
 
 /* ---- the agent's model for this process (machine_run.c) ---------------------------------- */
 
-/* From the writer thread when it starts: loads or measures cpu_key's model on a thread of its
- * own (once per process; a fork child whose parent was still at it starts again). */
-void ag_machine_start(const char *cpu_key);
+/* From the writer thread when it starts (JIT mode: nothing else weighs the model), once per
+ * process (a fork child whose parent was still at it starts again): cpu_key's model from
+ * stored, the record the writer read on its own connection (have 1), or with none stored
+ * (have 0); have -1 (the writer had no connection) reads it on the model's thread through a
+ * read-only connection of its own. A stored model that is settled is published here, with no
+ * thread; otherwise a thread measures it (again). */
+void ag_machine_start(const char *cpu_key, const st_machine_t *stored, int have);
 /* The model, or NULL until it is loaded or measured. Its peaks only ever rise while it is not
  * final; the pointer and what it points to stay valid for the process's life. */
 const ag_machine_t *ag_machine(void);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The agent's machine model for this process (machine.h draws its states). ag_machine_start,
- * from the writer thread, starts a thread that reads the model stored for this CPU key through
- * a read-only connection of its own, or measures it when there is none, then, until a
+ * from the writer thread, takes the model stored for this CPU key (the writer read it on its
+ * connection; without one, a thread reads it through a read-only connection of its own), and
+ * publishes it when it is settled; else a thread measures it, then, until a
  * measurement agrees with the ones before it (ag_machine_merge), measures again at REFINE_MS;
  * the writer stores what is new (ag_machine_save) with its own connection, so every write stays
  * on the writer. Compile threads note compile times here; the tiers read the medians. */
@@ -191,18 +192,38 @@ static void refine(ag_machine_t m)
   atomic_store_explicit(&is_final, 1, memory_order_release);
 }
 
+/* What the writer read (ag_machine_start), for the thread: have -1 when it is to read it. */
+static st_machine_t given;
+static int given_have;
+
+/* Whether rec is a model of the current measurement (not only compile times, not an older
+ * method's). */
+static int usable(const st_machine_t *rec)
+{
+  return rec->measured_ns && rec->method == AG_MACHINE_METHOD;
+}
+
+/* Takes the stored compile statistics in. */
+static void take_families(const st_machine_t *rec)
+{
+  pthread_mutex_lock(&mu);
+  for (size_t i = 0; i < rec->nfamilies; i++)
+    stat_merge_stored(&rec->families[i]);
+  pthread_mutex_unlock(&mu);
+}
+
 static void *machine_main(void *arg)
 {
   ag_agent_thread_begin("opjit-machine");
-  if (arg) { /* a fork child of a process still refining: the child's thread goes on */
+  if (arg == &cur) { /* a fork child of a process still refining: the child's thread goes on */
     refine(*atomic_load(&cur));
     return NULL;
   }
-  st_machine_t rec;
+  st_machine_t *rec = &given;
   ag_machine_t m;
-  int have = load_stored(&rec) == 0;
-  if (have && rec.measured_ns && rec.method == AG_MACHINE_METHOD) {
-    ag_machine_from_store(&rec, &m);
+  int have = given_have >= 0 ? given_have : load_stored(rec) == 0;
+  if (have && usable(rec)) {
+    ag_machine_from_store(rec, &m);
   } else {
     uint64_t t0 = ag_now_ns();
     ag_machine_detect(&m);
@@ -214,10 +235,8 @@ static void *machine_main(void *arg)
            (double)(ag_now_ns() - t0) / 1e6, m.gflops[0][0], m.gflops[0][1], m.gflops[0][2],
            m.timer_ns);
   }
-  pthread_mutex_lock(&mu);
-  for (size_t i = 0; have && i < rec.nfamilies; i++)
-    stat_merge_stored(&rec.families[i]);
-  pthread_mutex_unlock(&mu);
+  if (have && given_have < 0) /* the writer's record was taken in by ag_machine_start */
+    take_families(rec);
   atomic_store(&measuring, !m.settled && m.stored); /* at once, below */
   publish(&m, m.settled);
   if (!m.stored)
@@ -242,7 +261,7 @@ static void start_thread(int refining)
   pthread_attr_destroy(&attr);
 }
 
-void ag_machine_start(const char *cpu_key)
+void ag_machine_start(const char *cpu_key, const st_machine_t *stored, int have)
 {
   ag_machine_isa(); /* an OPJIT_ISA this CPU cannot honour is reported now */
   pid_t pid = getpid();
@@ -263,6 +282,16 @@ void ag_machine_start(const char *cpu_key)
   }
   started_pid = pid;
   snprintf(cpu, sizeof cpu, "%s", cpu_key);
+  given_have = have;
+  if (have > 0) {
+    given = *stored;
+    take_families(stored);
+    ag_machine_t m;
+    if (usable(stored) && (ag_machine_from_store(stored, &m), m.settled)) {
+      publish(&m, 1); /* nothing to measure: no thread */
+      return;
+    }
+  }
   start_thread(0);
 }
 

@@ -547,8 +547,8 @@ static cJSON *check_model(const char *dbopt, const char *cpu_key)
                                            ? st_errstr(rc)
                                            : "not measured on this CPU yet: the agent measures "
                                              "it (~20 ms, on a thread of its own) the first time "
-                                             "a program calls an operator under it, e.g. opjit "
-                                             "run -- PROGRAM, and stores it here");
+                                             "a program calls an operator under it in JIT mode, "
+                                             "e.g. opjit run -- PROGRAM, and stores it here");
     if (rc)
       return o;
   } else {

@@ -296,7 +296,8 @@ static int run_blas_prog(const char *db, const char *const *env, char *err, size
     setenv("LD_PRELOAD", *OPJIT_TEST_PRELOAD ? OPJIT_TEST_PRELOAD ":" OPJIT_BUILD_DIR "/libopjit.so"
                                              : OPJIT_BUILD_DIR "/libopjit.so", 1);
     setenv("OPJIT_DB", db, 1);
-    setenv("OPJIT_MODE", "profile", 1);
+    setenv("OPJIT_MODE", "jit", 1); /* the mode that weighs the model (profile mode starts none) */
+    setenv("OPJIT_HOT_CALLS", "1073741824", 1); /* nothing compiled: the run weighs the model */
     setenv("OPJIT_LOG", "info", 1);
     for (; env && *env; env++)
       putenv((char *)*env);
@@ -381,6 +382,19 @@ Test(machine, the_agent_measures_once_per_cpu_and_reuses_the_stored_model, .init
   cr_expect_gt(query(db, "SELECT measured_ns FROM machine_models WHERE cpu=?", key), at);
 }
 
+Test(machine, profile_mode_neither_measures_nor_reads_a_model, .init = fx_setup,
+     .fini = fx_teardown)
+{
+  char err[8192];
+  cr_assert_eq(run_blas_prog(fx_db, (const char *[]){"OPJIT_MODE=profile", NULL}, err,
+                             sizeof err), 0, "%s", err);
+  cr_expect_null(strstr(err, "machine model"), "%s", err);
+  cr_expect_gt(query(fx_db, "SELECT count(*) FROM runs WHERE status='exited'", NULL), 0,
+               "the run is recorded");
+  cr_expect_eq(query(fx_db, "SELECT count(*) FROM machine_models", NULL), 0,
+               "no model: nothing in profile mode weighs one");
+}
+
 Test(machine, a_bad_opjit_isa_warns_once_and_the_program_runs, .init = fx_setup,
      .fini = fx_teardown)
 {
@@ -453,8 +467,11 @@ Test(machine_run, loads_the_stored_model_merges_compile_times_and_saves_only_wha
                                                              {"gemm", 6000000}}, 2), ST_OK);
   ag_machine_note_compile("gemm", 20000000); /* before the stored times are read */
   uint32_t quiet = ag_bg_mark();
-  ag_machine_start("Stored CPU");
-  const ag_machine_t *live = wait_model();
+  st_machine_t read; /* as the writer reads it on its connection */
+  cr_assert_eq(st_machine_load(db, "Stored CPU", &read), ST_OK);
+  ag_machine_start("Stored CPU", &read, 1);
+  cr_assert_not_null(ag_machine(), "a settled model is published by the start: no thread");
+  const ag_machine_t *live = ag_machine();
   cr_expect_eq(ag_machine_final(), 1, "a settled model is final as loaded");
   cr_expect(ag_bg_quiet_since(quiet), "loading is no background work the bursts avoid");
   cr_expect_eq(live->stored, 1, "loaded, not measured");
@@ -487,7 +504,7 @@ Test(machine_run, a_stored_model_not_settled_is_measured_again_and_keeps_the_fas
   ag_machine_to_store(&m, "Unsettled CPU", &rec);
   st_db_t *db = fx_open(use_db(), ST_OPEN_CREATE);
   cr_assert_eq(st_machine_save(db, &rec, NULL, 0), ST_OK);
-  ag_machine_start("Unsettled CPU");
+  ag_machine_start("Unsettled CPU", NULL, -1); /* no writer's connection: its thread reads it */
   cr_assert(ag_machine_wait(10000), "final within the 3 s schedule");
   const ag_machine_t *live = ag_machine();
   /* The first measurement here finds 4x the stored 128-bit peak: no agreement; the ones after
@@ -512,7 +529,7 @@ Test(machine_run, measures_a_cpu_with_nothing_stored_and_the_final_save_stores_i
 {
   st_db_t *db = fx_open(use_db(), ST_OPEN_CREATE);
   uint32_t quiet = ag_bg_mark();
-  ag_machine_start("New CPU");
+  ag_machine_start("New CPU", NULL, 0); /* the writer found none stored */
   cr_assert_eq(ag_machine_save(&store_api, db, 1), ST_OK);
   cr_expect_not(ag_bg_quiet_since(quiet), "a measurement is background work: bursts skip it");
   st_machine_t got;
