@@ -1329,13 +1329,14 @@ static void emit_columns(gen_t *g, const panels_t *p)
 /* What a pass over a chunk's vectors does to each (sweep_pass). */
 enum { SWEEP_ZERO, SWEEP_COLS, SWEEP_STORE };
 
-/* One vector of the chunk at i0, lanes of it from row r (an i64, within the chunk): its sums
- * zeroed, or updated by ku columns of A (col: each column's chunk; xb: their x's broadcast),
- * or stored to C as alpha and beta say. The panel has room for whole vectors. */
-static void sweep_vec(gen_t *g, int what, LLVMValueRef i0, LLVMValueRef r, int lanes,
-                      const LLVMValueRef *col, const LLVMValueRef *xb, int ku)
+/* One vector of the chunk at i0, lanes of it from row r (an i64, within the chunk), its sums in
+ * the panel's vector at pr: zeroed, or updated by ku columns of A (col: each column's chunk;
+ * xb: their x's broadcast), or stored to C as alpha and beta say. The panel has room for whole
+ * vectors. */
+static void sweep_vec(gen_t *g, int what, LLVMValueRef i0, LLVMValueRef r, LLVMValueRef pr,
+                      int lanes, const LLVMValueRef *col, const LLVMValueRef *xb, int ku)
 {
-  LLVMValueRef py = at(g, g->pack, r);
+  LLVMValueRef py = at(g, g->pack, pr);
   if (what == SWEEP_ZERO) {
     vstore(g, LLVMConstNull(g->vec), py, g->V);
   } else if (what == SWEEP_COLS) {
@@ -1349,23 +1350,26 @@ static void sweep_vec(gen_t *g, int what, LLVMValueRef i0, LLVMValueRef r, int l
   }
 }
 
-/* sweep_vec over the rows of the chunk at i0: a loop over its whole vectors, then the partial
- * one. */
-static void sweep_pass(gen_t *g, int what, LLVMValueRef i0, int rows, const LLVMValueRef *col,
-                       const LLVMValueRef *xb, int ku)
+/* sweep_vec over the chunk at i0: its head rows first (a partial vector, in the panel's first;
+ * 0: none), then a loop over the whole vectors of the rows after it, then the partial one. */
+static void sweep_pass(gen_t *g, int what, LLVMValueRef i0, int head, int rows,
+                       const LLVMValueRef *col, const LLVMValueRef *xb, int ku)
 {
-  int full = rows / g->V * g->V;
+  int full = rows / g->V * g->V, p0 = head ? g->V : 0;
+  if (head)
+    sweep_vec(g, what, i0, i64c(g, 0), i64c(g, 0), head, col, xb, ku);
   if (full) {
     jt_loop_t v = loop_begin(g, i64c(g, 0), full, g->V, "sv");
-    sweep_vec(g, what, i0, v.iv, g->V, col, xb, ku);
+    sweep_vec(g, what, i0, add(g, v.iv, i64c(g, head)), add(g, v.iv, i64c(g, p0)), g->V, col,
+              xb, ku);
     loop_end(g, &v);
   }
   if (rows > full)
-    sweep_vec(g, what, i0, i64c(g, full), rows - full, col, xb, ku);
+    sweep_vec(g, what, i0, i64c(g, head + full), i64c(g, p0 + full), rows - full, col, xb, ku);
 }
 
-/* The chunk at i0 (rows of them), ku columns from k: panel += A[i0.., k..k+ku-1] x[k..]. */
-static void sweep_cols(gen_t *g, LLVMValueRef i0, int rows, LLVMValueRef k, int ku)
+/* The chunk at i0 (head + rows rows), ku columns from k: panel += A[i0.., k..k+ku-1] x[k..]. */
+static void sweep_cols(gen_t *g, LLVMValueRef i0, int head, int rows, LLVMValueRef k, int ku)
 {
   const jt_gemm_t *s = g->g;
   LLVMValueRef xb[SWEEP_K], col[SWEEP_K];
@@ -1375,31 +1379,87 @@ static void sweep_cols(gen_t *g, LLVMValueRef i0, int rows, LLVMValueRef k, int 
     xb[u] = splat(g, LLVMBuildLoad2(g->b, g->elem, at(g, g->bm, ix), "x"));
     col[u] = at(g, g->a, add(g, i0, mul(g, kk, s->lda)));
   }
-  sweep_pass(g, SWEEP_COLS, i0, rows, col, xb, ku);
+  sweep_pass(g, SWEEP_COLS, i0, head, rows, col, xb, ku);
 }
 
-/* The chunk of rows at i0 (rows of them): the panel zeroed, every k, then C. */
-static void sweep_chunk(gen_t *g, LLVMValueRef i0, int rows)
+/* The chunk of rows at i0 (head + rows of them): the panel zeroed, every k, then C. */
+static void sweep_chunk_from(gen_t *g, LLVMValueRef i0, int head, int rows)
 {
   const jt_gemm_t *s = g->g;
-  sweep_pass(g, SWEEP_ZERO, i0, rows, NULL, NULL, 0);
+  sweep_pass(g, SWEEP_ZERO, i0, head, rows, NULL, NULL, 0);
   int kfull = s->k / SWEEP_K * SWEEP_K;
   if (kfull) {
     jt_loop_t k = loop_begin(g, i64c(g, 0), kfull, SWEEP_K, "sk");
-    sweep_cols(g, i0, rows, k.iv, SWEEP_K);
+    sweep_cols(g, i0, head, rows, k.iv, SWEEP_K);
     loop_end(g, &k);
   }
   if (s->k > kfull)
-    sweep_cols(g, i0, rows, i64c(g, kfull), s->k - kfull);
-  sweep_pass(g, SWEEP_STORE, i0, rows, NULL, NULL, 0);
+    sweep_cols(g, i0, head, rows, i64c(g, kfull), s->k - kfull);
+  sweep_pass(g, SWEEP_STORE, i0, head, rows, NULL, NULL, 0);
 }
 
+static void sweep_chunk(gen_t *g, LLVMValueRef i0, int rows) { sweep_chunk_from(g, i0, 0, rows); }
+
+/* Rows [from, m) in chunks of chunk rows: A and C seen from row from on. */
+static void sweep_rows(gen_t *g, int from, int chunk)
+{
+  const jt_gemm_t *s = g->g;
+  if (from >= s->m)
+    return;
+  jt_gemm_t part = *s;
+  part.m = s->m - from;
+  LLVMValueRef a0 = g->a, c0 = g->c;
+  g->a = at(g, a0, i64c(g, from)), g->c = at(g, c0, i64c(g, from)), g->g = &part;
+  emit_blocks(g, part.m, chunk, "sc", sweep_chunk);
+  g->g = s, g->a = a0, g->c = c0;
+}
+
+/* Whether the sweep realigns A (emit_sweep): vectors of 32 bytes or more, every column as far
+ * off a vector boundary as the first (lda a multiple of a vector's bytes), two vectors of rows
+ * at least. */
+static int sweep_realigns(const jt_gemm_t *s, int V)
+{
+  long vb = (long)V * (s->f64 ? 8 : 4);
+  return vb >= 32 && (long)s->lda * (s->f64 ? 8 : 4) % vb == 0 && s->m >= 2 * V;
+}
+
+/* The sweep, in chunks of SWEEP_BYTES of rows. Where A's columns start 16, 32 or 48 bytes off a
+ * vector boundary (malloc and numpy hand out 16-byte aligned arrays), each of the sweep's
+ * vector loads would span two cache lines: A streams at half the rate (a float GEMV 2048^2
+ * split in two on the Zen 5, A 16 bytes off, 179-216 us a call against 97-122 aligned, its
+ * library's 150-170). So the first chunk starts with the rows up to A's first boundary (a
+ * partial vector, run time picks the code for A's offset), and every load after them is
+ * aligned. */
 static void emit_sweep(gen_t *g)
 {
-  int chunk = SWEEP_BYTES / (g->g->f64 ? 8 : 4);
-  chunk = chunk < g->g->m ? chunk : (g->g->m + g->V - 1) / g->V * g->V;
-  g->pack = stack_panel(g, chunk, "ysum");
-  emit_blocks(g, g->g->m, chunk, "sc", sweep_chunk);
+  const jt_gemm_t *s = g->g;
+  int esz = s->f64 ? 8 : 4, vb = g->V * esz;
+  int chunk = SWEEP_BYTES / esz;
+  chunk = chunk < s->m ? chunk : (s->m + g->V - 1) / g->V * g->V;
+  int realign = sweep_realigns(s, g->V);
+  g->pack = stack_panel(g, chunk + (realign ? g->V : 0), "ysum");
+  if (!realign) {
+    sweep_rows(g, 0, chunk);
+    return;
+  }
+  LLVMValueRef off = LLVMBuildAnd(g->b, LLVMBuildPtrToInt(g->b, g->a, g->i64, ""),
+                                  i64c(g, vb - 1), "off");
+  LLVMBasicBlockRef plain = LLVMAppendBasicBlockInContext(g->cx, g->fn, "aligned");
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->cx, g->fn, "swept");
+  LLVMValueRef sw = LLVMBuildSwitch(g->b, off, plain, (unsigned)(vb / 16 - 1));
+  for (int o = 16; o < vb; o += 16) {
+    LLVMBasicBlockRef bb = LLVMAppendBasicBlockInContext(g->cx, g->fn, "realigned");
+    LLVMAddCase(sw, i64c(g, o), bb);
+    LLVMPositionBuilderAtEnd(g->b, bb);
+    int head = (vb - o) / esz, first = s->m - head < chunk ? s->m - head : chunk;
+    sweep_chunk_from(g, i64c(g, 0), head, first);
+    sweep_rows(g, head + first, chunk);
+    LLVMBuildBr(g->b, done);
+  }
+  LLVMPositionBuilderAtEnd(g->b, plain);
+  sweep_rows(g, 0, chunk);
+  LLVMBuildBr(g->b, done);
+  LLVMPositionBuilderAtEnd(g->b, done);
 }
 
 /* The product's columns [j0, j0 + cols) (j0 an i64) as one N block: emit_columns over B and C
