@@ -937,27 +937,32 @@ ISA_TEST(gemvs_sweep_or_block_and_match_the_reference)
   cr_assert(named_with(&g, "_%dx1", 3) && named_with(&g, "_w%d", 2), "a blocking asked for");
 }
 
-/* A GEMV's sweep starts A's rows at a vector boundary where its columns lie 16, 32 or 48 bytes
- * off one (jit/gemm.c, emit_sweep: the rows before it a partial vector, the code picked at run
- * time): A at every element's offset from a 64-byte line (the realigned offsets, and the others,
- * read where they lie), lda a multiple of 64 bytes (every column as far off as the first) or one
- * element more (never realigned), M from two vectors to past a 4 KB chunk with a partial vector
- * after the head or none, 256- and 512-bit vectors, both tails, every beta class. */
-ISA_TEST(a_gemv_sweep_matches_the_reference_wherever_a_lies)
+/* GEMVs start A's columns at a vector boundary where they lie 16, 32 or 48 bytes off one
+ * (jit/gemm.c, emit_sweep and emit_dots: the elements before it a partial vector, the code
+ * picked at run time): op(A) = A swept and op(A) = A^T dotted, A at every element's offset from
+ * a 64-byte line (the realigned offsets, and the others, read where they lie), lda a multiple
+ * of 64 bytes (every column as far off as the first) or one element more (never realigned),
+ * the realigned dimension (the sweep's M, the dots' K) from two vectors to past a 4 KB chunk
+ * with a partial vector after the head or none, 256- and 512-bit vectors, both tails, every
+ * beta class. */
+ISA_TEST(a_gemv_matches_the_reference_wherever_a_lies)
 {
-  static const int ms[] = {32, 45, 1024, 1100, 2047};
-  for (int f64 = 0; f64 < 2; f64++)
-    for (int shift = 0; shift < 64 / (f64 ? 8 : 4); shift++) {
-      jt_gemm_t g = {.f64 = f64, .n = 1, .m = ms[rnd(5)], .k = 1 + (int)rnd(40), .gemv = 1,
-                     .tails = 1 + (int)rnd(2), .beta_class = (int)rnd(3),
-                     .alpha_one = (int)rnd(2), .vbits = isa == JT_ISA_AVX512 && rnd(2) ? 256 : 0};
-      g.lda = (g.m + 15) / 16 * 16 + (rnd(4) == 0), g.ldb = g.k, g.ldc = g.m;
-      double beta = g.beta_class == 0 ? 0 : g.beta_class == 1 ? 1 : -0.5;
-      a_shift = shift;
-      check(&g, compile(&g), g.alpha_one ? 1 : 0.75, beta, g.beta_class == 0);
-      a_shift = -1;
-      cr_assert(named_with(&g, "_w%d", 1), "%dx%d: the sweep", g.m, g.k);
-    }
+  static const int dims[] = {32, 45, 1024, 1100, 2047};
+  for (int ta = 0; ta < 2; ta++)
+    for (int f64 = 0; f64 < 2; f64++)
+      for (int shift = 0; shift < 64 / (f64 ? 8 : 4); shift++) {
+        int along = dims[rnd(5)], across = 1 + (int)rnd(40); /* down A's columns, and across */
+        jt_gemm_t g = {.f64 = f64, .ta = ta, .n = 1, .m = ta ? across : along,
+                       .k = ta ? along : across, .gemv = ta ? 0 : 1, .tails = 1 + (int)rnd(2),
+                       .beta_class = (int)rnd(3), .alpha_one = (int)rnd(2),
+                       .vbits = isa == JT_ISA_AVX512 && rnd(2) ? 256 : 0};
+        g.lda = (along + 15) / 16 * 16 + (rnd(4) == 0), g.ldb = g.k, g.ldc = g.m;
+        double beta = g.beta_class == 0 ? 0 : g.beta_class == 1 ? 1 : -0.5;
+        a_shift = shift;
+        check(&g, compile(&g), g.alpha_one ? 1 : 0.75, beta, g.beta_class == 0);
+        a_shift = -1;
+        cr_assert(ta || named_with(&g, "_w%d", 1), "%dx%d: the sweep", g.m, g.k);
+      }
 }
 
 /* K in blocks (1 KB of each B column: 256 floats, 128 doubles, where K spans more than two):
