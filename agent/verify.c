@@ -7,18 +7,55 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* The largest magnitude's bits: an IEEE number's magnitude orders as its bits without the sign
+ * do (a NaN's above infinity's), so the maximum is one of unsigned integers, kept in 8
+ * independent lanes. One chain of compare and select per element took 12.8 ms for a float
+ * GEMV 2048^2's A (Zen 5, alone; 35 ms of the program's thread in a verification of its first
+ * call, beside a compile); this 1.3-1.7 ms. */
+#define MAX_ABS_BITS(T, U, SIGN)                                                                  \
+  static U max_abs_bits_##T(const T *p, long rows, long cols, long ld)                            \
+  {                                                                                               \
+    U m[8] = {0};                                                                                 \
+    for (long j = 0; j < cols; j++) {                                                             \
+      const T *col = p + j * ld;                                                                  \
+      long i = 0;                                                                                 \
+      for (; i + 8 <= rows; i += 8)                                                               \
+        for (int l = 0; l < 8; l++) {                                                             \
+          U b;                                                                                    \
+          memcpy(&b, &col[i + l], sizeof b);                                                      \
+          b &= ~SIGN;                                                                             \
+          m[l] = b > m[l] ? b : m[l];                                                             \
+        }                                                                                         \
+      for (; i < rows; i++) {                                                                     \
+        U b;                                                                                      \
+        memcpy(&b, &col[i], sizeof b);                                                            \
+        b &= ~SIGN;                                                                               \
+        m[0] = b > m[0] ? b : m[0];                                                               \
+      }                                                                                           \
+    }                                                                                             \
+    for (int l = 1; l < 8; l++)                                                                   \
+      m[0] = m[l] > m[0] ? m[l] : m[0];                                                           \
+    return m[0];                                                                                  \
+  }
+MAX_ABS_BITS(float, uint32_t, 0x80000000u)
+MAX_ABS_BITS(double, uint64_t, 0x8000000000000000ull)
+
 double ag_verify_max_abs(const void *p, long rows, long cols, long ld, int f64)
 {
-  double m = 0;
-  for (long j = 0; j < cols; j++)
-    for (long i = 0; i < rows; i++) {
-      double v = f64 ? ((const double *)p)[j * ld + i] : ((const float *)p)[j * ld + i];
-      m = fabs(v) > m || isnan(v) ? fabs(v) : m;
-    }
-  return m;
+  if (f64) {
+    uint64_t b = max_abs_bits_double(p, rows, cols, ld);
+    double v;
+    memcpy(&v, &b, sizeof v);
+    return v;
+  }
+  uint32_t b = max_abs_bits_float(p, rows, cols, ld);
+  float v;
+  memcpy(&v, &b, sizeof v);
+  return v;
 }
 
 /* The largest magnitude among the elements of C the kernel writes (its kind's region). */

@@ -197,6 +197,18 @@ Test(verify, nan_against_a_number_is_infinitely_off_and_nan_against_nan_is_equal
   cr_assert(isnan(ag_verify_max_abs(nanf_, 3, 1, 3, 0)), "NaN poisons the magnitude");
   double m[6] = {1, -7, 99, 2, 3, -4}; /* 2 x 2 of ld 3: rows 0-1 of columns 0-1 */
   cr_assert_eq(ag_verify_max_abs(m, 2, 2, 3, 1), 7, "row 2 is outside the block");
+  float col[2 * 21]; /* columns longer than the 8 lanes taken at once, and their rest */
+  for (int i = 0; i < 2 * 21; i++)
+    col[i] = (float)(i % 5) * 0.5f;
+  col[21 + 13] = -9;
+  cr_assert_eq(ag_verify_max_abs(col, 20, 2, 21, 0), 9, "a lane's largest, negative");
+  col[21 + 19] = INFINITY;
+  cr_assert(isinf(ag_verify_max_abs(col, 20, 2, 21, 0)), "an infinity in a column's rest");
+  col[5] = NAN;
+  cr_assert(isnan(ag_verify_max_abs(col, 20, 2, 21, 0)), "a NaN above every infinity");
+  double dcol[19] = {0};
+  dcol[16] = -3e300, dcol[18] = 5e300;
+  cr_assert_eq(ag_verify_max_abs(dcol, 17, 1, 19, 1), 3e300, "rows past 17 are outside");
 }
 
 /* A k-long dot product in the type, forward or backward, perhaps without its last term. */
