@@ -439,13 +439,14 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps
   double call_ns = atomic_load_explicit(&e->best_n, memory_order_relaxed) >= AG_POLICY_LONG_TIMINGS
                        ? library_call_ns(e)
                        : 0;
-  if (too_large(e) || (call_ns > 0 && ag_duel_need_ns((uint64_t)call_ns) > budget)) {
-    if (call_ns > 0)
-      snprintf(said, len, "; no duel (its library's call, %.2f ms, is too long for one): no "
-               "verdict from the in-run judge yet", call_ns / 1e6);
-    else
-      snprintf(said, len, "; no duel (a product this large is too long for one): no verdict "
-               "from the in-run judge yet");
+  if (call_ns > 0 && ag_duel_need_ns((uint64_t)call_ns) > budget) {
+    snprintf(said, len, "; no duel (its library's call, %.2f ms, is too long for one): no "
+             "verdict from the in-run judge yet", call_ns / 1e6);
+    return 0;
+  }
+  if (too_large(e)) { /* the operands the duel's scratch would need (CHECK_MAX_*) */
+    snprintf(said, len, "; no duel (a product this large gets no scratch operands): no verdict "
+             "from the in-run judge yet");
     return 0;
   }
   int rc = host->duel(&e->key, (void *)fn, &ag_vrun[e->index], reps, budget, &r);
