@@ -296,9 +296,10 @@ ISA_TEST(dot_products_match_the_reference)
   float (*sdot)(const int *, const float *, const int *, const float *, const int *) = dlsym(r, "sdot_");
   double (*ddot)(const int *, const double *, const int *, const double *, const int *) = dlsym(r, "ddot_");
   static const int ns[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 100, 255, 256, 257, 1000, 4099};
-  /* x and y at these byte offsets of a 64-byte line: both aligned, both 16 bytes off (the
-   * kernel peels 16 bytes, jt_dot_emit), one of them off, neither on a vector boundary */
-  static const int offs[][2] = {{0, 0}, {16, 16}, {16, 0}, {8, 40}};
+  /* x and y at these byte offsets of a 64-byte line: both aligned, both 16, 32 or 48 bytes off
+   * (the kernel peels up to the vector boundary, jt_dot_emit), one of them off, both off but
+   * apart, neither on a vector boundary */
+  static const int offs[][2] = {{0, 0}, {16, 16}, {32, 32}, {48, 48}, {16, 0}, {16, 48}, {8, 40}};
   /* the default chains for n (2, 4 or 8), and 2 chains (a tune() candidate) */
   static const int blocks[][2] = {{0, 0}, {2, 1}};
   for (int f64 = 0; f64 < 2; f64++)
