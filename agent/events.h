@@ -19,7 +19,7 @@ typedef struct ag_event_rec_s {
   int64_t time_ns;  /* CLOCK_REALTIME */
   uint32_t index;   /* entry */
   int kind;         /* enum ag_event (tier.h) */
-  char detail[160]; /* truncated to fit */
+  char detail[224]; /* truncated to fit (as long as a state's reason: reason.h) */
 } ag_event_rec_t;
 
 typedef struct ag_events_s {

@@ -45,12 +45,26 @@ typedef struct ag_entry_s {
                                           judge found the published variant faster */
   _Atomic uint32_t fails;              /* compile failures so far (backoff, then blacklist) */
   _Atomic uint64_t guard_miss;         /* calls a variant could not take: a guard failed */
+  _Atomic uint32_t offsets; /* where the program's operands lie: A's, B's and C's byte offsets
+                               into a 64-byte line (a dot product's x and y as A and B), 6 bits
+                               each from bit 0 (ag_offsets), as a call through its host's full
+                               path last passed them; 0 before any. The duel places its scratch
+                               operands alike (host.h): a kernel's loads that split lines there
+                               and not in the duel, or the other way round, measured another
+                               kernel than the program's */
 } __attribute__((aligned(64))) ag_entry_t;
 /* What a call its variant serves reads of its entry lies in one cache line (the key is read only
  * when the thread's cache misses). */
 _Static_assert(offsetof(ag_entry_t, index) < 64 && offsetof(ag_entry_t, variant) < 64 &&
                    offsetof(ag_entry_t, pair) < 64 && offsetof(ag_entry_t, verify) + 4 <= 64,
                "the per-call fields share the entry's first cache line");
+
+/* The operands' offsets into a 64-byte line, packed as ag_entry_t.offsets holds them. */
+static inline uint32_t ag_offsets(const void *a, const void *b, const void *c)
+{
+  return (uint32_t)((uintptr_t)a & 63) | (uint32_t)((uintptr_t)b & 63) << 6 |
+         (uint32_t)((uintptr_t)c & 63) << 12;
+}
 
 /* e's original timings, less the first call's once there are others (a library's warm-up:
  * buffers, a thread pool), and less the slowest few of the others (slow_ns) each more than

@@ -419,6 +419,17 @@ static void set_persisted(uint32_t i, void *obj, size_t len, const char *symbol,
  * 1 when the kernel lost. Compile thread only. */
 static int too_large(ag_entry_t *e);
 static double library_call_ns(ag_entry_t *e);
+
+/* "; operands A, B and C 16, 16 and 0 bytes into a line, as the program's" where the duel placed
+ * any off a line (offsets: ag_entry_t.offsets), else "". */
+static void placed_words(uint32_t offsets, char *buf, size_t len)
+{
+  buf[0] = 0;
+  if (offsets)
+    snprintf(buf, len, "; operands A, B and C %u, %u and %u bytes into a line, as the program's",
+             offsets & 63, offsets >> 6 & 63, offsets >> 12 & 63);
+}
+
 static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps, char *said,
                      size_t len)
 {
@@ -449,7 +460,8 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps
              "from the in-run judge yet");
     return 0;
   }
-  int rc = host->duel(&e->key, (void *)fn, &ag_vrun[e->index], reps, budget, &r);
+  uint32_t offsets = atomic_load_explicit(&e->offsets, memory_order_relaxed);
+  int rc = host->duel(&e->key, (void *)fn, &ag_vrun[e->index], offsets, reps, budget, &r);
   if (rc == -2)
     return 1; /* the process is exiting: not published, no verdict kept */
   if (rc) {
@@ -462,8 +474,10 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps
              r.rounds);
     return 0;
   }
+  char placed[96];
+  placed_words(offsets, placed, sizeof placed);
   snprintf(said, len, "; won its duel: variant %.0f ns per call, original %.0f ns (median ratio "
-           "%.2f over %u rounds)", r.var_ns, r.orig_ns, r.median, r.rounds);
+           "%.2f over %u rounds%s)", r.var_ns, r.orig_ns, r.median, r.rounds, placed);
   pthread_mutex_lock(&code_mu); /* the policy's writers, and the code cache below */
   e->tier_flags |= 1;
   ag_policy_learn(&policy, size_class(e), r.median);
@@ -481,8 +495,9 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps
   atomic_store(&e->tier, AG_TIER_DEMOTED);
   decide(e, r.verdict == AG_CMP_TIE ? AG_STATE_TIED : AG_STATE_LOST, AG_EV_DEMOTED,
          "%s before publication: variant %.0f ns per call, original %.0f ns (duel on scratch "
-         "operands; median ratio %.2f over %u rounds)",
-         r.verdict == AG_CMP_TIE ? "tie" : "slower", r.var_ns, r.orig_ns, r.median, r.rounds);
+         "operands; median ratio %.2f over %u rounds%s)",
+         r.verdict == AG_CMP_TIE ? "tie" : "slower", r.var_ns, r.orig_ns, r.median, r.rounds,
+         placed);
   if (ag_persist_drop(&objects, i))
     event(e, AG_EV_INVALIDATED, "slower: %.0f ns per call, original %.0f ns", r.var_ns, r.orig_ns);
   return 1;
@@ -645,7 +660,7 @@ static void compile_one(uint32_t i, int idle)
   if (!tune) /* a tuning's several compiles and timings are not one compile's cost */
     ag_machine_note_compile(ag_problem_family(&shapes[i]), dt);
   pthread_mutex_unlock(&code_mu);
-  char said[160];
+  char said[AG_REASON_LEN];
   int reps = fault_reps ? fault_reps : 1; /* the duel's, as the pairs' (arrays) */
   if (duel_lost(e, fn, dt, reps, said, sizeof said))
     return;

@@ -47,6 +47,7 @@ static uint8_t cblas_uplo(int u)
         fn args;                                                                             \
       return;                                                                                \
     }                                                                                        \
+    atomic_store_explicit(&c.e->offsets, ag_offsets(A, B, C), memory_order_relaxed);         \
     void *v = ag_call_variant(&c);                                                           \
     ag_verify_t vf;                                                                          \
     int how = v ? ag_tier_gemm(c.e, v, A, B, C, ALPHA, BETA, &vf) : AG_RUN_ORIGINAL;         \
@@ -101,6 +102,7 @@ static uint8_t cblas_uplo(int u)
     ag_call_t c;                                                                             \
     if (!ag_call_begin(&c, &k))                                                              \
       return fn ? fn args : (T)0;                                                            \
+    atomic_store_explicit(&c.e->offsets, ag_offsets(X, Y, NULL), memory_order_relaxed);      \
     void *v = ag_call_variant(&c);                                                           \
     double r = 0;                                                                            \
     int how = v ? ag_tier_dot(c.e, v, sizeof(T) == 8, X, Y, &r) : AG_RUN_ORIGINAL;           \
@@ -445,8 +447,18 @@ static uint32_t seed_of(const ag_sig_t *k)
          ((uint32_t)k->m * 73856093u ^ (uint32_t)k->n * 19349663u ^ (uint32_t)k->k * 83492791u);
 }
 
-/* The operands for key into *o: 0, or -1 when the signature cannot be duelled. */
-static int duel_operands(const ag_sig_t *key, duel_ops_t *o)
+/* The next operand of n elements of esz bytes at *at: from the next 64-byte line on, off bytes
+ * into it (rounded down to a whole element); *at moves past it. */
+static char *place(char **at, uint32_t off, size_t n, size_t esz)
+{
+  char *p = (char *)(((uintptr_t)*at + 63) & ~(uintptr_t)63) + (off & 63 & ~(uint32_t)(esz - 1));
+  *at = p + n * esz;
+  return p;
+}
+
+/* The operands for key into *o, each as far into a line as offsets says (ag_entry_t.offsets):
+ * 0, or -1 when the signature cannot be duelled. */
+static int duel_operands(const ag_sig_t *key, uint32_t offsets, duel_ops_t *o)
 {
   const ag_sig_t *k = key;
   void *fn = original_of(k);
@@ -484,7 +496,7 @@ static int duel_operands(const ag_sig_t *key, duel_ops_t *o)
   size_t esz = k->dtype == AG_F64 ? 8 : 4, lim = DUEL_SCRATCH_MAX / 8;
   if (na > lim || nb > lim || nc > lim)
     return -1;
-  size_t total = (na + nb + nc + 8) * esz;
+  size_t total = (na + nb + nc + 8) * esz + 3 * 128; /* each operand a line and its offset on */
   if (total > DUEL_SCRATCH_MAX)
     return -1;
   char *mem = ag_heap_scratch(total);
@@ -502,11 +514,13 @@ static int duel_operands(const ag_sig_t *key, duel_ops_t *o)
   static const double one[1] = {1};
   static const float onef[1] = {1};
   *o = (duel_ops_t){.key = *k, .fn = fn, .mem = mem, .bytes = total};
-  o->a = mem;
+  char *at = mem;
+  o->a = place(&at, offsets, na, esz);
+  const void *b = place(&at, offsets >> 6, nb, esz);
   o->b = k->op == AG_OP_AXPY   ? (esz == 8 ? (const void *)one : (const void *)onef)
-         : k->op == AG_OP_SYRK ? (const void *)mem
-                               : mem + na * esz;
-  o->c = mem + (na + nb) * esz;
+         : k->op == AG_OP_SYRK ? o->a
+                               : b;
+  o->c = place(&at, offsets >> 12, nc, esz);
   o->alpha = scalar_of(k->ab & 15u);
   o->beta = k->op == AG_OP_AXPY ? 1.0 : scalar_of(k->ab >> 4);
   return 0;
@@ -544,11 +558,11 @@ static int original_end(void)
   return atomic_load(&ag_exiting) ? -2 : 0;
 }
 
-int ag_blas_duel(const ag_sig_t *key, void *variant, const ag_vrun_t *run, int reps,
-                 uint64_t budget_ns, ag_duel_result_t *out)
+int ag_blas_duel(const ag_sig_t *key, void *variant, const ag_vrun_t *run, uint32_t offsets,
+                 int reps, uint64_t budget_ns, ag_duel_result_t *out)
 {
   duel_ops_t o;
-  if (duel_operands(key, &o))
+  if (duel_operands(key, offsets, &o))
     return -1;
   o.variant = variant;
   o.run = run;

@@ -554,7 +554,10 @@ static void inf_calls(int n, int inf_calls_n, int pause_us)
 {
   gemm_sig_t g = {.f64 = 0, .api = 0, .row = 0, .ta = 'N', .tb = 'N', .m = 8, .n = 8, .k = 8,
              .lda = 8, .ldb = 8, .ldc = 8, .alpha = 1, .beta = 0};
-  static float a[64], b[64], c[64], r[64];
+  /* A, B and C 16, 32 and 48 bytes into a 64-byte line (test_reasons: the duel places its
+   * scratch operands as the program's lie) */
+  static float mem[3][64 + 32] __attribute__((aligned(64))), r[64];
+  float *a = mem[0] + 4, *b = mem[1] + 8, *c = mem[2] + 12;
   float one = 1, zero = 0;
   for (int i = 0; i < n; i++) {
     for (int j = 0; j < 64; j++)
