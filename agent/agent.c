@@ -1130,23 +1130,24 @@ static void final_step(long tick_ms)
   ag_fleet_final();
 }
 
-/* The writer: drains the sampler every tick (sized so no ring overflows: 250 ms at the default
- * rate), rescans threads every 5 ticks, and writes to the database every OPJIT_FLUSH_MS. */
-/* Starts the machine model (machine.h) with what the database stores for this CPU, read on the
- * writer's connection (a connection of the model's own cost ~1.5 ms of CPU beside the host). */
-static void machine_start(void)
+/* What the database stores for this CPU's machine model (machine.h), read on the writer's
+ * connection (one of the model's own cost ~1.5 ms of CPU beside the host) into *rec: 1, 0 when
+ * none is stored, -1 when it was not read (no connection, an error: the model's thread reads
+ * it). */
+static int machine_read(st_machine_t *rec)
 {
-  static st_machine_t rec; /* large: not on the writer's stack */
   int have = -1;
   pthread_mutex_lock(&db_mu);
   if (db && !store_dead) {
-    int rc = store->machine_load(db, run_info()->cpu_key, &rec);
+    int rc = store->machine_load(db, run_info()->cpu_key, rec);
     have = rc == ST_OK ? 1 : rc == ST_ENOENT ? 0 : -1;
   }
   pthread_mutex_unlock(&db_mu);
-  ag_machine_start(run_info()->cpu_key, &rec, have);
+  return have;
 }
 
+/* The writer: drains the sampler every tick (sized so no ring overflows: 250 ms at the default
+ * rate), rescans threads every 5 ticks, and writes to the database every OPJIT_FLUSH_MS. */
 static void *writer_main(void *arg)
 {
   (void)arg;
@@ -1175,12 +1176,14 @@ static void *writer_main(void *arg)
   int ended = stop;
   pthread_mutex_unlock(&mu);
   if (!loader_unsafe) {
+    static st_machine_t rec; /* large: not on the writer's stack */
+    int have = ag_hot_calls ? machine_read(&rec) : -1; /* before loader_mu: no SQLite in it */
     pthread_mutex_lock(&loader_mu);
     if (!ended)
       start_sampling();
     ag_fleet_start();
-    if (ag_hot_calls)
-      machine_start();
+    if (ag_hot_calls) /* the only mode that weighs the model */
+      ag_machine_start(run_info()->cpu_key, &rec, have);
     pthread_mutex_unlock(&loader_mu);
   }
   /* A ring holds 256 samples: drain it twice per fill at the sampling rate, at most 4x/s. */

@@ -68,9 +68,10 @@ typedef struct ag_host_s {
    * key's can. */
   int (*no_payback)(const ag_sig_t *k);
   /* For a host with AG_HOST_DUELS: duels variant, a kernel compiled for key (called as run says:
-   * problem.h, ag_vrun_t, its operand order and parts), against the host's original (duel.h), both on scratch operands of the key's
-   * shape, each as far into a cache line as offsets says the program's lie (table.h,
-   * ag_entry_t.offsets), on the calling thread, within budget_ns. reps: runs of the variant per call (1; the
+   * problem.h, ag_vrun_t, its operand order and parts), against the host's original (duel.h),
+   * both on scratch operands of the key's shape, each as far into a cache line as offsets says
+   * the program's lie (table.h, ag_entry_t.offsets), on the calling thread, within budget_ns.
+   * reps: runs of the variant per call (1; the
    * tests' fault seam: more make it slower, -N runs the original N times per call). Returns 0
    * with *out filled, -1 when key cannot be duelled, -2 when the process is exiting (no verdict:
    * the kernel is not published). The interposers' own (the agent links them): NULL where the

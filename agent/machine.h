@@ -7,11 +7,10 @@
  * tests): detection, measurement, the ISA choice, conversion to and from the store's record.
  * machine_run.c holds the agent's model for this process: started by the writer thread when
  * the agent activates in JIT mode, it takes the model stored for this CPU key from the writer
- * (read on its connection) or, when there is none, measures it on a thread of its own (~5-20
- * ms); a model not
- * settled is measured again 0.1, 0.3, 1 and 3 s later, each measurement merged
- * (ag_machine_merge), until each peak has agreed with the model. The writer saves what is new
- * (ag_machine_save). A process that never calls an operator never gets here.
+ * (read on its connection) or, when there is none, measures it on a thread of its own
+ * (~5-20 ms); a model not settled is measured again 0.1, 0.3, 1 and 3 s later, each
+ * measurement merged (ag_machine_merge), until each peak has agreed with the model. The writer
+ * saves what is new (ag_machine_save). A process that never calls an operator never gets here.
  *
  *   model:  none ──ag_machine_start──▶ loading ──stored, settled─────────────────────▶ final
  *                                            ├─stored, not settled──────────────────▶ ready

@@ -26,7 +26,8 @@
 static const long REFINE_MS[] = {100, 200, 700, 2000}; /* sleeps before the next measurements */
 #define NREFINE (sizeof REFINE_MS / sizeof *REFINE_MS)
 static ag_machine_t snaps[1 + NREFINE];
-static size_t nsnaps;                      /* the machine thread's */
+static size_t nsnaps;                      /* the machine thread's (or ag_machine_start's,
+                                              which then starts none) */
 static _Atomic(const ag_machine_t *) cur;  /* NULL until the model is ready */
 static _Atomic int is_final;                 /* cur's peaks are this run's last */
 static _Atomic int measuring;              /* a measurement is under way (ag_machine_save) */
@@ -152,7 +153,8 @@ static int load_stored(st_machine_t *rec)
   return rc == ST_OK ? 0 : -1;
 }
 
-/* Publishes m as the model (the next snapshot). Machine thread. */
+/* Publishes m as the model (the next snapshot). The machine thread, or ag_machine_start for a
+ * settled stored model (no thread then). */
 static void publish(const ag_machine_t *m, int last)
 {
   ag_machine_t *s = &snaps[nsnaps++];
@@ -203,12 +205,15 @@ static int usable(const st_machine_t *rec)
   return rec->measured_ns && rec->method == AG_MACHINE_METHOD;
 }
 
-/* Takes the stored compile statistics in. */
+/* Takes the stored compile statistics in, once per process image: a fork child inherits its
+ * parent's (merged again, the stored window would count twice). */
 static void take_families(const st_machine_t *rec)
 {
+  static int taken;
   pthread_mutex_lock(&mu);
-  for (size_t i = 0; i < rec->nfamilies; i++)
+  for (size_t i = 0; !taken && i < rec->nfamilies; i++)
     stat_merge_stored(&rec->families[i]);
+  taken = 1;
   pthread_mutex_unlock(&mu);
 }
 

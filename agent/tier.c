@@ -420,13 +420,13 @@ static void set_persisted(uint32_t i, void *obj, size_t len, const char *symbol,
 static int too_large(ag_entry_t *e);
 static double library_call_ns(ag_entry_t *e);
 
-/* "; operands A, B and C 16, 16 and 0 bytes into a line, as the program's" where the duel placed
- * any off a line (offsets: ag_entry_t.offsets), else "". */
+/* "; A, B, C 16, 16, 0 bytes into a line, as the program's" where the duel placed an operand
+ * off a line (offsets: ag_entry_t.offsets), else "". */
 static void placed_words(uint32_t offsets, char *buf, size_t len)
 {
   buf[0] = 0;
   if (offsets)
-    snprintf(buf, len, "; operands A, B and C %u, %u and %u bytes into a line, as the program's",
+    snprintf(buf, len, "; A, B, C %u, %u, %u bytes into a line, as the program's",
              offsets & 63, offsets >> 6 & 63, offsets >> 12 & 63);
 }
 
@@ -456,8 +456,8 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps
     return 0;
   }
   if (too_large(e)) { /* the operands the duel's scratch would need (CHECK_MAX_*) */
-    snprintf(said, len, "; no duel (a product this large gets no scratch operands): no verdict "
-             "from the in-run judge yet");
+    snprintf(said, len, "; no duel (a product this large is neither checked nor duelled on "
+             "scratch operands): no verdict from the in-run judge yet");
     return 0;
   }
   uint32_t offsets = atomic_load_explicit(&e->offsets, memory_order_relaxed);
@@ -661,6 +661,8 @@ static void compile_one(uint32_t i, int idle)
     ag_machine_note_compile(ag_problem_family(&shapes[i]), dt);
   pthread_mutex_unlock(&code_mu);
   char said[AG_REASON_LEN];
+  _Static_assert(sizeof ((ag_event_rec_t *)0)->detail >= AG_REASON_LEN,
+                 "an event's detail holds the reason it records");
   int reps = fault_reps ? fault_reps : 1; /* the duel's, as the pairs' (arrays) */
   if (duel_lost(e, fn, dt, reps, said, sizeof said))
     return;
@@ -1292,8 +1294,8 @@ static double problem_flops(const jt_gemm_t *g)
  * publication (DUEL_MAX_NS), in the kernels of hosts that duel: 1 when the library already runs
  * them as fast as a kernel could (policy.h, ag_policy_long_call: its fastest call, timed this run
  * or earlier runs' mean, against the measured peak of the JIT's vector width); 2 while that
- * cannot be said yet (the machine model is not loaded, on a thread of its own, or a library
- * found at its peak waits for the peak to be final: a disturbed measurement only lowers it;
+ * cannot be said yet (the machine model is not ready: its thread measures or reads it, or a
+ * library found at its peak waits for the peak to be final: a disturbed measurement only lowers it;
  * too few calls timed) and, asked off a call of e (at_call 0: the writer's sampled time, the warm start),
  * until its next call (ag_tier_long_timed): a few long calls often end before the writer finds
  * them hot, and a kernel compiled then serves none of them in its run; else 0 (a model without

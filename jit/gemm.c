@@ -1229,6 +1229,38 @@ static void dots_all(gen_t *g, LLVMValueRef alpha, LLVMValueRef beta, int head)
     dots_block(g, i64c(g, mfull), m - mfull, alpha, beta, head);
 }
 
+/* Emits body(g, head, ctx) for each offset of A from a vector boundary a GEMV realigns (16, 32
+ * or 48 bytes; head: the elements up to the boundary), picked at run time by A's address, and
+ * body(g, 0, ctx) for the others (A on a boundary, or off it by another amount: read where it
+ * lies); the paths join after it. */
+static void by_a_offset(gen_t *g, void (*body)(gen_t *g, int head, void *ctx), void *ctx)
+{
+  int esz = g->g->f64 ? 8 : 4, vb = g->V * esz;
+  LLVMValueRef off = LLVMBuildAnd(g->b, LLVMBuildPtrToInt(g->b, g->a, g->i64, ""),
+                                  i64c(g, vb - 1), "off");
+  LLVMBasicBlockRef plain = LLVMAppendBasicBlockInContext(g->cx, g->fn, "aligned");
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->cx, g->fn, "joined");
+  LLVMValueRef sw = LLVMBuildSwitch(g->b, off, plain, (unsigned)(vb / 16 - 1));
+  for (int o = 16; o < vb; o += 16) {
+    LLVMBasicBlockRef bb = LLVMAppendBasicBlockInContext(g->cx, g->fn, "realigned");
+    LLVMAddCase(sw, i64c(g, o), bb);
+    LLVMPositionBuilderAtEnd(g->b, bb);
+    body(g, (vb - o) / esz, ctx);
+    LLVMBuildBr(g->b, done);
+  }
+  LLVMPositionBuilderAtEnd(g->b, plain);
+  body(g, 0, ctx);
+  LLVMBuildBr(g->b, done);
+  LLVMPositionBuilderAtEnd(g->b, done);
+}
+
+/* dots_all as by_a_offset calls it: ctx the scaled alpha and beta. */
+static void dots_from(gen_t *g, int head, void *ctx)
+{
+  LLVMValueRef *ab = ctx;
+  dots_all(g, ab[0], ab[1], head);
+}
+
 /* As the sweep does (emit_sweep), the dots start A's columns at a vector boundary where they lie
  * 16, 32 or 48 bytes off one, every column as far off as the first (lda a multiple of a
  * vector's bytes), K two vectors or more: their first elements up to it in a partial vector, the
@@ -1239,26 +1271,11 @@ static void emit_dots(gen_t *g, LLVMValueRef alpha, LLVMValueRef beta)
 {
   const jt_gemm_t *s = g->g;
   int esz = s->f64 ? 8 : 4, vb = g->V * esz;
-  if (vb < 32 || (long)s->lda * esz % vb != 0 || s->k < 2 * g->V) {
-    dots_all(g, alpha, beta, 0);
-    return;
-  }
-  LLVMValueRef off = LLVMBuildAnd(g->b, LLVMBuildPtrToInt(g->b, g->a, g->i64, ""),
-                                  i64c(g, vb - 1), "off");
-  LLVMBasicBlockRef plain = LLVMAppendBasicBlockInContext(g->cx, g->fn, "aligned");
-  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->cx, g->fn, "dotted");
-  LLVMValueRef sw = LLVMBuildSwitch(g->b, off, plain, (unsigned)(vb / 16 - 1));
-  for (int o = 16; o < vb; o += 16) {
-    LLVMBasicBlockRef bb = LLVMAppendBasicBlockInContext(g->cx, g->fn, "realigned");
-    LLVMAddCase(sw, i64c(g, o), bb);
-    LLVMPositionBuilderAtEnd(g->b, bb);
-    dots_all(g, alpha, beta, (vb - o) / esz);
-    LLVMBuildBr(g->b, done);
-  }
-  LLVMPositionBuilderAtEnd(g->b, plain);
-  dots_all(g, alpha, beta, 0);
-  LLVMBuildBr(g->b, done);
-  LLVMPositionBuilderAtEnd(g->b, done);
+  LLVMValueRef ab[2] = {alpha, beta};
+  if (vb < 32 || (long)s->lda * esz % vb != 0 || s->k < 2 * g->V)
+    dots_from(g, 0, ab);
+  else
+    by_a_offset(g, dots_from, ab);
 }
 
 /* emit(g, start, len) for every block of step in [0, total): the full ones in an IR loop, the
@@ -1463,6 +1480,17 @@ static int sweep_realigns(const jt_gemm_t *s, int V)
   return vb >= 32 && (long)s->lda * (s->f64 ? 8 : 4) % vb == 0 && s->m >= 2 * V;
 }
 
+/* The sweep as by_a_offset calls it: the first chunk from its head rows (if any) on, then the
+ * rest; ctx the chunk's rows. */
+static void sweep_from(gen_t *g, int head, void *ctx)
+{
+  int chunk = *(const int *)ctx, m = g->g->m;
+  int first = head ? (m - head < chunk ? m - head : chunk) : 0;
+  if (head)
+    sweep_chunk_from(g, i64c(g, 0), head, first);
+  sweep_rows(g, head + first, chunk);
+}
+
 /* The sweep, in chunks of SWEEP_BYTES of rows. Where A's columns start 16, 32 or 48 bytes off a
  * vector boundary (malloc and numpy hand out 16-byte aligned arrays), each of the sweep's
  * vector loads would span two cache lines: A streams at half the rate (a float GEMV 2048^2
@@ -1473,33 +1501,14 @@ static int sweep_realigns(const jt_gemm_t *s, int V)
 static void emit_sweep(gen_t *g)
 {
   const jt_gemm_t *s = g->g;
-  int esz = s->f64 ? 8 : 4, vb = g->V * esz;
-  int chunk = SWEEP_BYTES / esz;
+  int chunk = SWEEP_BYTES / (s->f64 ? 8 : 4);
   chunk = chunk < s->m ? chunk : (s->m + g->V - 1) / g->V * g->V;
   int realign = sweep_realigns(s, g->V);
   g->pack = stack_panel(g, chunk + (realign ? g->V : 0), "ysum");
-  if (!realign) {
-    sweep_rows(g, 0, chunk);
-    return;
-  }
-  LLVMValueRef off = LLVMBuildAnd(g->b, LLVMBuildPtrToInt(g->b, g->a, g->i64, ""),
-                                  i64c(g, vb - 1), "off");
-  LLVMBasicBlockRef plain = LLVMAppendBasicBlockInContext(g->cx, g->fn, "aligned");
-  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->cx, g->fn, "swept");
-  LLVMValueRef sw = LLVMBuildSwitch(g->b, off, plain, (unsigned)(vb / 16 - 1));
-  for (int o = 16; o < vb; o += 16) {
-    LLVMBasicBlockRef bb = LLVMAppendBasicBlockInContext(g->cx, g->fn, "realigned");
-    LLVMAddCase(sw, i64c(g, o), bb);
-    LLVMPositionBuilderAtEnd(g->b, bb);
-    int head = (vb - o) / esz, first = s->m - head < chunk ? s->m - head : chunk;
-    sweep_chunk_from(g, i64c(g, 0), head, first);
-    sweep_rows(g, head + first, chunk);
-    LLVMBuildBr(g->b, done);
-  }
-  LLVMPositionBuilderAtEnd(g->b, plain);
-  sweep_rows(g, 0, chunk);
-  LLVMBuildBr(g->b, done);
-  LLVMPositionBuilderAtEnd(g->b, done);
+  if (realign)
+    by_a_offset(g, sweep_from, &chunk);
+  else
+    sweep_from(g, 0, &chunk);
 }
 
 /* The product's columns [j0, j0 + cols) (j0 an i64) as one N block: emit_columns over B and C
@@ -1637,7 +1646,8 @@ LLVMValueRef jt_dot_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *
       LLVMPositionBuilderAtEnd(g.b, peeled);
       int h = (vb - 16 * (c + 1)) / esz;
       LLVMValueRef head = fma3(&g, vload(&g, g.a, h), vload(&g, g.bm, h), LLVMConstNull(g.vec));
-      LLVMValueRef rest = dot_sum(&g, at(&g, g.a, i64c(&g, h)), at(&g, g.bm, i64c(&g, h)), s->k - h);
+      LLVMValueRef rest =
+          dot_sum(&g, at(&g, g.a, i64c(&g, h)), at(&g, g.bm, i64c(&g, h)), s->k - h);
       sums[c] = LLVMBuildFAdd(g.b, rest, head, "sum");
       from[c] = LLVMGetInsertBlock(g.b);
       LLVMBuildBr(g.b, done);

@@ -11,9 +11,9 @@
 /* Duels variant, a kernel compiled for the BLAS signature key (called as run says: problem.h),
  * against the library's original (duel.h): both run on scratch operands of the key's shape, each
  * as far into a 64-byte line as offsets says (table.h, ag_entry_t.offsets: where the program's
- * lie), on the calling thread (the compile thread), within budget_ns. reps: runs of the variant per call
- * (1; more only for the tests' fault seam, a kernel made slower; -N: the original runs N times
- * per call, a kernel made to look faster). Returns 0 with *out filled, or
+ * lie), on the calling thread (the compile thread), within budget_ns. reps: runs of the variant
+ * per call (1; more only for the tests' fault seam, a kernel made slower; -N: the original runs
+ * N times per call, a kernel made to look faster). Returns 0 with *out filled, or
  * -1 when the signature cannot be duelled (not a BLAS operator, no original, its operands would
  * take more than 64 MB, no memory), -2 when the process is exiting (ag_exiting: no verdict, and
  * the kernel should not be published). The caller must not be inside an intercepted call. */

@@ -100,7 +100,7 @@ Test(reasons, each_state_says_why_in_its_decision_s_own_words)
    * and 48 bytes into a line), as its publication says */
   const char *ev = opjit("events_json", "events", "--json", NULL, NULL); /* the text cuts it */
   cr_expect(strstr(ev, "won its duel") &&
-                strstr(ev, "operands A, B and C 16, 32 and 48 bytes into a line, as the program's"),
+                strstr(ev, "; A, B, C 16, 32, 48 bytes into a line, as the program's"),
             "%s", ev);
   expect_state(COLD, "waiting", "not hot yet: 3 of the 64 calls (OPJIT_HOT_CALLS)", 1);
   expect_state(BIG, "unsupported", "M=40 is above OPJIT_JIT_MAX_DIM=32", 1);
