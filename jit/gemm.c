@@ -1610,12 +1610,13 @@ static LLVMValueRef dot_sum(gen_t *g, LLVMValueRef x, LLVMValueRef y, int k)
   return next[0][0];
 }
 
-/* Whether s's dot product peels x and y up to a vector boundary where both lie as far off one,
- * 16, 32 or 48 bytes (malloc and numpy hand out 16-byte aligned arrays; a vector load across two
- * lines costs two): 1 KB of x at least. With 256-bit vectors, x and y both 16 bytes off, sdot
- * 256 1.15x, 1024 1.33x, 4096 1.34x, ddot 2048 1.44x (Zen 3, generator 29); with 512-bit ones
- * (every offset but 0 splits every load), sdot 4096 79 ns a call aligned, 163 off (16, 32 or 48
- * bytes alike), 1024 20 against 43 (Zen 5, generator 33). */
+/* Whether s's dot product peels x up to a vector boundary where it lies 16, 32 or 48 bytes off
+ * one and y lies off one too (malloc and numpy hand out 16-byte aligned arrays; a vector load
+ * across two lines costs two): y's loads come aligned as well where it lies as far off as x.
+ * 1 KB of x at least. With 256-bit vectors, x and y both 16 bytes off, sdot 256 1.15x, 1024
+ * 1.33x, 4096 1.34x, ddot 2048 1.44x (Zen 3, generator 29); with 512-bit ones (every offset but
+ * 0 splits every load; Zen 5, generator 33), sdot 4096 76-79 ns a call aligned, 163 with both
+ * off alike, 152 off apart, 117 with one of them off (1024: 20, 43, 40, 31). */
 static int dot_realigns(const jt_gemm_t *s)
 {
   return s->vbits >= 256 && (long)s->k * (s->f64 ? 8 : 4) >= 1024;
@@ -1632,9 +1633,11 @@ LLVMValueRef jt_dot_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *
     for (int v = 0; v < 2; v++)
       off[v] = LLVMBuildAnd(g.b, LLVMBuildPtrToInt(g.b, v ? g.bm : g.a, g.i64, ""),
                             i64c(&g, vb - 1), "off");
-    /* x's offset where y's is the same, else 0: read where they lie */
-    LLVMValueRef key = LLVMBuildSelect(g.b, LLVMBuildICmp(g.b, LLVMIntEQ, off[0], off[1], ""),
-                                       off[0], i64c(&g, 0), "key");
+    /* x's offset where y's is the same (both come aligned) or y is off a boundary too (half the
+     * loads come aligned), else 0: read where they lie (aligning x would split y's loads) */
+    LLVMValueRef keep = LLVMBuildOr(g.b, LLVMBuildICmp(g.b, LLVMIntEQ, off[0], off[1], ""),
+                                    LLVMBuildICmp(g.b, LLVMIntNE, off[1], i64c(&g, 0), ""), "");
+    LLVMValueRef key = LLVMBuildSelect(g.b, keep, off[0], i64c(&g, 0), "key");
     LLVMBasicBlockRef plain = LLVMAppendBasicBlockInContext(cx, g.fn, "plain");
     LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(cx, g.fn, "reduce");
     LLVMValueRef sw = LLVMBuildSwitch(g.b, key, plain, (unsigned)ncase);
