@@ -240,8 +240,8 @@ static void *machine_main(void *arg)
            (double)(ag_now_ns() - t0) / 1e6, m.gflops[0][0], m.gflops[0][1], m.gflops[0][2],
            m.timer_ns);
   }
-  if (have && given_have < 0) /* the writer's record was taken in by ag_machine_start */
-    take_families(rec);
+  if (have)
+    take_families(rec); /* once: ag_machine_start may have taken the writer's record in */
   atomic_store(&measuring, !m.settled && m.stored); /* at once, below */
   publish(&m, m.settled);
   if (!m.stored)

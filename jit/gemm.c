@@ -1229,36 +1229,62 @@ static void dots_all(gen_t *g, LLVMValueRef alpha, LLVMValueRef beta, int head)
     dots_block(g, i64c(g, mfull), m - mfull, alpha, beta, head);
 }
 
-/* Emits body(g, head, ctx) for each offset of A from a vector boundary a GEMV realigns (16, 32
- * or 48 bytes; head: the elements up to the boundary), picked at run time by A's address, and
- * body(g, 0, ctx) for the others (A on a boundary, or off it by another amount: read where it
- * lies); the paths join after it. */
-static void by_a_offset(gen_t *g, void (*body)(gen_t *g, int head, void *ctx), void *ctx)
+/* Emits body(g, head, ctx) for each offset from a vector boundary key (an i64: the offset of an
+ * operand's address, bytes) may hold that a kernel realigns, 16, 32 or 48 bytes (head: the
+ * elements up to the boundary), and body(g, 0, ctx) for the others (on a boundary, or off it by
+ * another amount: read where it lies); the paths join after it. Where the bodies return a value
+ * (a vector), that is the join's, else NULL. */
+static LLVMValueRef by_offset(gen_t *g, LLVMValueRef key,
+                              LLVMValueRef (*body)(gen_t *g, int head, void *ctx), void *ctx)
 {
-  int esz = g->g->f64 ? 8 : 4, vb = g->V * esz;
-  LLVMValueRef off = LLVMBuildAnd(g->b, LLVMBuildPtrToInt(g->b, g->a, g->i64, ""),
-                                  i64c(g, vb - 1), "off");
+  int esz = g->g->f64 ? 8 : 4, vb = g->V * esz, ncase = vb / 16 - 1;
   LLVMBasicBlockRef plain = LLVMAppendBasicBlockInContext(g->cx, g->fn, "aligned");
   LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->cx, g->fn, "joined");
-  LLVMValueRef sw = LLVMBuildSwitch(g->b, off, plain, (unsigned)(vb / 16 - 1));
-  for (int o = 16; o < vb; o += 16) {
-    LLVMBasicBlockRef bb = LLVMAppendBasicBlockInContext(g->cx, g->fn, "realigned");
-    LLVMAddCase(sw, i64c(g, o), bb);
-    LLVMPositionBuilderAtEnd(g->b, bb);
-    body(g, (vb - o) / esz, ctx);
+  LLVMValueRef sw = LLVMBuildSwitch(g->b, key, plain, (unsigned)ncase);
+  LLVMValueRef vals[4];
+  LLVMBasicBlockRef from[4];
+  for (int c = 0; c <= ncase; c++) { /* the cases, then the plain path (c == ncase) */
+    if (c < ncase) {
+      LLVMBasicBlockRef bb = LLVMAppendBasicBlockInContext(g->cx, g->fn, "realigned");
+      LLVMAddCase(sw, i64c(g, 16 * (c + 1)), bb);
+      LLVMPositionBuilderAtEnd(g->b, bb);
+    } else {
+      LLVMPositionBuilderAtEnd(g->b, plain);
+    }
+    vals[c] = body(g, c < ncase ? (vb - 16 * (c + 1)) / esz : 0, ctx);
+    from[c] = LLVMGetInsertBlock(g->b);
     LLVMBuildBr(g->b, done);
   }
-  LLVMPositionBuilderAtEnd(g->b, plain);
-  body(g, 0, ctx);
-  LLVMBuildBr(g->b, done);
   LLVMPositionBuilderAtEnd(g->b, done);
+  if (!vals[0])
+    return NULL;
+  LLVMValueRef joined = LLVMBuildPhi(g->b, LLVMTypeOf(vals[0]), "joined");
+  LLVMAddIncoming(joined, vals, from, (unsigned)ncase + 1);
+  return joined;
 }
 
-/* dots_all as by_a_offset calls it: ctx the scaled alpha and beta. */
-static void dots_from(gen_t *g, int head, void *ctx)
+/* The offset of g's A from a vector boundary, in bytes (by_offset's key). */
+static LLVMValueRef a_offset(gen_t *g)
+{
+  return LLVMBuildAnd(g->b, LLVMBuildPtrToInt(g->b, g->a, g->i64, ""),
+                      i64c(g, g->V * (g->g->f64 ? 8 : 4) - 1), "off");
+}
+
+/* Whether a GEMV realigns A by its offset (emit_sweep, emit_dots): vectors of 32 bytes or more,
+ * every column as far off a vector boundary as the first (lda a multiple of a vector's bytes),
+ * two vectors at least along A's columns (along). */
+static int a_realigns(const jt_gemm_t *s, int V, int along)
+{
+  long esz = s->f64 ? 8 : 4, vb = V * esz;
+  return vb >= 32 && (long)s->lda * esz % vb == 0 && along >= 2 * V;
+}
+
+/* dots_all as by_offset calls it: ctx the scaled alpha and beta. */
+static LLVMValueRef dots_from(gen_t *g, int head, void *ctx)
 {
   LLVMValueRef *ab = ctx;
   dots_all(g, ab[0], ab[1], head);
+  return NULL;
 }
 
 /* As the sweep does (emit_sweep), the dots start A's columns at a vector boundary where they lie
@@ -1269,13 +1295,11 @@ static void dots_from(gen_t *g, int head, void *ctx)
  * 331 us a call against 219 on one core. */
 static void emit_dots(gen_t *g, LLVMValueRef alpha, LLVMValueRef beta)
 {
-  const jt_gemm_t *s = g->g;
-  int esz = s->f64 ? 8 : 4, vb = g->V * esz;
   LLVMValueRef ab[2] = {alpha, beta};
-  if (vb < 32 || (long)s->lda * esz % vb != 0 || s->k < 2 * g->V)
-    dots_from(g, 0, ab);
+  if (a_realigns(g->g, g->V, g->g->k))
+    by_offset(g, a_offset(g), dots_from, ab);
   else
-    by_a_offset(g, dots_from, ab);
+    dots_from(g, 0, ab);
 }
 
 /* emit(g, start, len) for every block of step in [0, total): the full ones in an IR loop, the
@@ -1471,24 +1495,16 @@ static void sweep_rows(gen_t *g, int from, int chunk)
   g->g = s, g->a = a0, g->c = c0;
 }
 
-/* Whether the sweep realigns A (emit_sweep): vectors of 32 bytes or more, every column as far
- * off a vector boundary as the first (lda a multiple of a vector's bytes), two vectors of rows
- * at least. */
-static int sweep_realigns(const jt_gemm_t *s, int V)
-{
-  long vb = (long)V * (s->f64 ? 8 : 4);
-  return vb >= 32 && (long)s->lda * (s->f64 ? 8 : 4) % vb == 0 && s->m >= 2 * V;
-}
-
-/* The sweep as by_a_offset calls it: the first chunk from its head rows (if any) on, then the
+/* The sweep as by_offset calls it: the first chunk from its head rows (if any) on, then the
  * rest; ctx the chunk's rows. */
-static void sweep_from(gen_t *g, int head, void *ctx)
+static LLVMValueRef sweep_from(gen_t *g, int head, void *ctx)
 {
   int chunk = *(const int *)ctx, m = g->g->m;
   int first = head ? (m - head < chunk ? m - head : chunk) : 0;
   if (head)
     sweep_chunk_from(g, i64c(g, 0), head, first);
   sweep_rows(g, head + first, chunk);
+  return NULL;
 }
 
 /* The sweep, in chunks of SWEEP_BYTES of rows. Where A's columns start 16, 32 or 48 bytes off a
@@ -1503,10 +1519,10 @@ static void emit_sweep(gen_t *g)
   const jt_gemm_t *s = g->g;
   int chunk = SWEEP_BYTES / (s->f64 ? 8 : 4);
   chunk = chunk < s->m ? chunk : (s->m + g->V - 1) / g->V * g->V;
-  int realign = sweep_realigns(s, g->V);
+  int realign = a_realigns(s, g->V, s->m);
   g->pack = stack_panel(g, chunk + (realign ? g->V : 0), "ysum");
   if (realign)
-    by_a_offset(g, sweep_from, &chunk);
+    by_offset(g, a_offset(g), sweep_from, &chunk);
   else
     sweep_from(g, 0, &chunk);
 }
@@ -1622,13 +1638,26 @@ static int dot_realigns(const jt_gemm_t *s)
   return s->vbits >= 256 && (long)s->k * (s->f64 ? 8 : 4) >= 1024;
 }
 
+/* x . y as by_offset calls it: the first head elements (a partial vector; 0: none) apart, the
+ * rest from there. */
+static LLVMValueRef dot_from(gen_t *g, int head, void *ctx)
+{
+  (void)ctx;
+  if (!head)
+    return dot_sum(g, g->a, g->bm, g->g->k);
+  LLVMValueRef first = fma3(g, vload(g, g->a, head), vload(g, g->bm, head), LLVMConstNull(g->vec));
+  LLVMValueRef rest =
+      dot_sum(g, at(g, g->a, i64c(g, head)), at(g, g->bm, i64c(g, head)), g->g->k - head);
+  return LLVMBuildFAdd(g->b, rest, first, "sum");
+}
+
 LLVMValueRef jt_dot_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *s)
 {
   gen_t g = {.cx = cx, .mod = mod, .g = s};
   begin_kernel(&g);
   LLVMValueRef sum;
   if (dot_realigns(s)) {
-    int esz = s->f64 ? 8 : 4, vb = s->vbits / 8, ncase = vb / 16 - 1;
+    int vb = s->vbits / 8;
     LLVMValueRef off[2];
     for (int v = 0; v < 2; v++)
       off[v] = LLVMBuildAnd(g.b, LLVMBuildPtrToInt(g.b, v ? g.bm : g.a, g.i64, ""),
@@ -1637,33 +1666,9 @@ LLVMValueRef jt_dot_emit(LLVMContextRef cx, LLVMModuleRef mod, const jt_gemm_t *
      * loads come aligned), else 0: read where they lie (aligning x would split y's loads) */
     LLVMValueRef keep = LLVMBuildOr(g.b, LLVMBuildICmp(g.b, LLVMIntEQ, off[0], off[1], ""),
                                     LLVMBuildICmp(g.b, LLVMIntNE, off[1], i64c(&g, 0), ""), "");
-    LLVMValueRef key = LLVMBuildSelect(g.b, keep, off[0], i64c(&g, 0), "key");
-    LLVMBasicBlockRef plain = LLVMAppendBasicBlockInContext(cx, g.fn, "plain");
-    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(cx, g.fn, "reduce");
-    LLVMValueRef sw = LLVMBuildSwitch(g.b, key, plain, (unsigned)ncase);
-    LLVMValueRef sums[4];
-    LLVMBasicBlockRef from[4];
-    for (int c = 0; c < ncase; c++) { /* the first elements up to the boundary, then aligned */
-      LLVMBasicBlockRef peeled = LLVMAppendBasicBlockInContext(cx, g.fn, "peeled");
-      LLVMAddCase(sw, i64c(&g, 16 * (c + 1)), peeled);
-      LLVMPositionBuilderAtEnd(g.b, peeled);
-      int h = (vb - 16 * (c + 1)) / esz;
-      LLVMValueRef head = fma3(&g, vload(&g, g.a, h), vload(&g, g.bm, h), LLVMConstNull(g.vec));
-      LLVMValueRef rest =
-          dot_sum(&g, at(&g, g.a, i64c(&g, h)), at(&g, g.bm, i64c(&g, h)), s->k - h);
-      sums[c] = LLVMBuildFAdd(g.b, rest, head, "sum");
-      from[c] = LLVMGetInsertBlock(g.b);
-      LLVMBuildBr(g.b, done);
-    }
-    LLVMPositionBuilderAtEnd(g.b, plain);
-    sums[ncase] = dot_sum(&g, g.a, g.bm, s->k);
-    from[ncase] = LLVMGetInsertBlock(g.b);
-    LLVMBuildBr(g.b, done);
-    LLVMPositionBuilderAtEnd(g.b, done);
-    sum = LLVMBuildPhi(g.b, g.vec, "sum");
-    LLVMAddIncoming(sum, sums, from, (unsigned)ncase + 1);
+    sum = by_offset(&g, LLVMBuildSelect(g.b, keep, off[0], i64c(&g, 0), "key"), dot_from, NULL);
   } else {
-    sum = dot_sum(&g, g.a, g.bm, s->k);
+    sum = dot_from(&g, 0, NULL);
   }
   LLVMSetAlignment(LLVMBuildStore(g.b, hsum(&g, sum), g.c), s->f64 ? 8 : 4);
   return end_kernel(&g);

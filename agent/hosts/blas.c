@@ -47,8 +47,7 @@ static uint8_t cblas_uplo(int u)
         fn args;                                                                             \
       return;                                                                                \
     }                                                                                        \
-    if (c.e) /* NULL: the table is full (counted as overflow) */                            \
-      atomic_store_explicit(&c.e->offsets, ag_offsets(A, B, C), memory_order_relaxed);       \
+    ag_entry_note_offsets(c.e, A, B, C);                                                     \
     void *v = ag_call_variant(&c);                                                           \
     ag_verify_t vf;                                                                          \
     int how = v ? ag_tier_gemm(c.e, v, A, B, C, ALPHA, BETA, &vf) : AG_RUN_ORIGINAL;         \
@@ -103,8 +102,7 @@ static uint8_t cblas_uplo(int u)
     ag_call_t c;                                                                             \
     if (!ag_call_begin(&c, &k))                                                              \
       return fn ? fn args : (T)0;                                                            \
-    if (c.e)                                                                                 \
-      atomic_store_explicit(&c.e->offsets, ag_offsets(X, Y, NULL), memory_order_relaxed);    \
+    ag_entry_note_offsets(c.e, X, Y, NULL);                                                  \
     void *v = ag_call_variant(&c);                                                           \
     double r = 0;                                                                            \
     int how = v ? ag_tier_dot(c.e, v, sizeof(T) == 8, X, Y, &r) : AG_RUN_ORIGINAL;           \
