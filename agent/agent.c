@@ -23,6 +23,7 @@
 #include "opt.h"
 #include "runinfo.h"
 #include "series.h"
+#include "spin.h"
 #include "summary.h"
 #include "tier.h"
 #include "warm.h"
@@ -319,6 +320,7 @@ static void chain_start(int32_t n)
  * calls started goes on. */
 static void burst_over(void)
 {
+  ag_spin_burst_end(); /* a library's pool may spin on after it (spin.h) */
   if (ag_tl.chain_after > 0) {
     chain_start(ag_tl.chain_after);
     ag_tl.chain_after = 0;
@@ -407,8 +409,9 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
                      ? AG_CMP_AWAITING_LONG
                      : AG_CMP_AWAITING;
   if (n != 1 && ag_cmp_burst_due(&ag_tl.to_burst, ag_tl.burst_len, gap, awaiting)) {
-    if (ag_bg_disturbs()) /* it would not be timed (background.h): due again a
-                                               burst's length on */
+    /* it would not be timed (background.h), or a library's pool still spins after the last
+     * one (spin.h): due again a burst's length on */
+    if (ag_bg_disturbs() || atomic_load_explicit(&ag_spin_hold, memory_order_relaxed))
       ag_tl.to_burst = ag_tl.burst_len;
     else if (atomic_load_explicit(&ag_tier_live, memory_order_relaxed)) { /* from the next call on */
       ag_tl.burst = ag_tl.burst_len;
@@ -506,7 +509,10 @@ void ag_call_timed(const ag_call_t *c, uint64_t ticks)
   if (ag_unlikely(atomic_load_explicit(&ag_duels, memory_order_relaxed)) ||
       ag_unlikely(ag_bg_disturbs() &&
                   (c->orig || atomic_load_explicit(c->variant ? &e->vtimed : &e->timed,
-                                                   memory_order_relaxed)))) {
+                                                   memory_order_relaxed))) ||
+      ag_unlikely(c->variant && !c->orig && /* a spin a burst started (spin.h) */
+                  atomic_load_explicit(&ag_spin_hold, memory_order_relaxed) &&
+                  atomic_load_explicit(&e->vtimed, memory_order_relaxed))) {
     if (c->orig) /* not booked (agent.h), nor is its burst lengthened */
       ag_tl.burst_saw_variant = 0;
     else if (!c->variant) /* nor is its mean, but a long call's fastest is (only slower) */
@@ -1746,6 +1752,7 @@ static void atfork_child(void)
 {
   atomic_store(&ag_duels, 0); /* a duel in flight was the parent's compile thread's */
   ag_bg_after_fork_child();   /* ... and so was any background work */
+  ag_spin_after_fork_child(); /* ... and the judge's looks at the other threads */
   ag_par_after_fork_child();  /* ... and the kernels' workers (par.h) */
   if (ag_table) {
     ag_table_unlock(ag_table);

@@ -9,12 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 typedef struct tc_thread_s {
   struct tc_thread_s *next, *prev;
   _Atomic uint64_t *calls; /* NULL: this thread counts on the shared entries */
   _Atomic uint32_t *ends;  /* the thread's count of finished calls (cur slot, or NULL) */
   int cur_slot;            /* index in cur_slots, or -1 (ag_tl.own_cur is used) */
+  pid_t tid;               /* the thread's id (gettid) */
   ag_tlc_slot_t tlc[AG_TLC_SLOTS]; /* the thread's key cache (agent.h): ag_tl.tlc */
 } tc_thread_t;
 
@@ -135,6 +138,7 @@ void ag_tcount_register(void)
     t->calls = mem == MAP_FAILED ? NULL : mem;
   }
   t->cur_slot = claim_cur_slot();
+  t->tid = (pid_t)syscall(SYS_gettid);
   t->ends = t->cur_slot >= 0 ? &cur_slots[t->cur_slot].ends : NULL;
   if (pthread_setspecific(reg_key, t)) {
     release(t);
@@ -152,6 +156,16 @@ void ag_tcount_register(void)
   ag_tl.vcalls = t->calls ? t->calls + ag_tcount_capacity : NULL;
   if (t->cur_slot >= 0)
     ag_tl.cur = &cur_slots[t->cur_slot].op;
+}
+
+int ag_tcount_has_tid(pid_t tid)
+{
+  int found = 0;
+  pthread_mutex_lock(&reg_mu);
+  for (tc_thread_t *t = reg_head.next; !found && t != &reg_head; t = t->next)
+    found = t->tid == tid;
+  pthread_mutex_unlock(&reg_mu);
+  return found;
 }
 
 uint32_t ag_tcount_inflight(void)
@@ -235,6 +249,7 @@ void ag_tcount_after_fork_child(void)
     if (tl_self->calls)
       madvise((void *)tl_self->calls, reg_bytes, MADV_DONTNEED); /* zero pages again */
     tl_self->next = tl_self->prev = &reg_head;
+    tl_self->tid = (pid_t)syscall(SYS_gettid); /* the child's */
     reg_head.next = reg_head.prev = tl_self;
   }
   pthread_mutex_unlock(&reg_mu);

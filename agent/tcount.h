@@ -18,6 +18,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define AG_CUR_SLOTS 256 /* threads whose operator pool threads can see; more keep their own */
 
@@ -34,6 +35,9 @@ void ag_tcount_sum(uint64_t *calls, uint64_t *vcalls, uint32_t n);
 /* The same for entry i alone. */
 void ag_tcount_sum_one(uint32_t i, uint64_t *calls, uint64_t *vcalls);
 extern uint32_t ag_tcount_capacity;
+
+/* Whether thread tid (a gettid) is registered: calls operators. Takes the registry's mutex. */
+int ag_tcount_has_tid(pid_t tid);
 
 /* For the sampler's handler (async-signal-safe): the operator some registered thread is
  * running now (entry index + 1), or 0. */

@@ -21,6 +21,7 @@
  * original's result on those calls. */
 #define _GNU_SOURCE
 #include "tier.h"
+#include "spin.h"
 #include "agent.h"
 #include "background.h"
 #include "codecache.h"
@@ -773,9 +774,10 @@ static void watch_speed(void)
   uint64_t now = ag_now_ns();
   watched_at = now;
   uint32_t n = ag_table_count(ag_table);
-  int live = 0, awaiting = 0;
+  int live = 0, awaiting = 0, split = 0;
   for (uint32_t i = 0; i < n; i++) {
     ag_entry_t *e = ag_table_entry(ag_table, i);
+    split += atomic_load(&e->tier) == AG_TIER_READY && ag_vrun[i].parts > 1;
     if (atomic_load(&e->tier) != AG_TIER_READY) {
       if (atomic_load_explicit(&e->awaiting, memory_order_relaxed)) /* demoted meanwhile */
         atomic_store_explicit(&e->awaiting, 0, memory_order_relaxed);
@@ -897,6 +899,7 @@ static void watch_speed(void)
   }
   atomic_store(&ag_tier_live, live);
   awaiting_verdict = awaiting;
+  ag_spin_look(split > 0);
 }
 
 static void enqueue(ag_entry_t *e, const char *why, int at_call);
@@ -1012,7 +1015,7 @@ static long compile_between(void *ctx)
   /* The judge looks every 20 ms while a variant awaits its verdict, called or not yet (a short
    * program must get its verdicts, the bursts' rate must come down, and a rare signature's
    * pairs must start, within its run), else every 200 ms. */
-  return awaiting_verdict ? 20 : 200;
+  return awaiting_verdict || atomic_load(&ag_spin_hold) ? 20 : 200; /* a hold: spin.h */
 }
 
 /* Whether OPJIT_HOT_PAYBACK judges e by time: not when its host says its original's timing
