@@ -25,6 +25,7 @@ static _Atomic uint64_t hold_at; /* when the hold began: only a window after it 
 typedef struct seen_s {
   pid_t tid;
   int ours;         /* named "opjit-...": the agent's */
+  int named;        /* its name was read at this many looks */
   uint64_t cpu_ns;
 } seen_t;
 static seen_t seen[MAX_THREADS];
@@ -84,9 +85,12 @@ uint64_t ag_spin_others_ns(uint64_t *window_ns)
     int64_t cpu = thread_cpu_ns(tid);
     if (cpu < 0)
       continue;
-    /* the agent's threads name themselves once started: a name read earlier may be the one
-     * they began with */
-    seen_t s = {tid, was && was->ours ? 1 : named_ours(tid), (uint64_t)cpu};
+    /* the agent's threads name themselves once started: a name read at the first look that
+     * saw the thread may be the one it began with, so it is read at the next one too (~5 us a
+     * thread: a look reads the rest's clocks alone) */
+    seen_t s = {tid, 0, was ? was->named : 0, (uint64_t)cpu};
+    s.ours = was && (was->ours || was->named >= 2) ? was->ours : named_ours(tid);
+    s.named += s.named < 2;
     now_seen[n++] = s;
     if (was && !s.ours && s.cpu_ns > was->cpu_ns && !ag_tcount_has_tid(tid))
       busy += s.cpu_ns - was->cpu_ns;
