@@ -90,6 +90,31 @@ static uint64_t cpu_ns(const spinner_t *s)
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* A pool of POOL threads spinning: busy on a loaded machine too. */
+#define POOL 4
+static void pool_start(spinner_t *p)
+{
+  for (int i = 0; i < POOL; i++)
+    start(&p[i], NULL, 0);
+}
+
+/* The pool goes to sleep, and the judge looks over a window after that. */
+static void pool_rest(spinner_t *p)
+{
+  for (int i = 0; i < POOL; i++)
+    atomic_store(&p[i].spinning, 0);
+  sleep_ms(5);
+  ag_spin_look(1);
+  sleep_ms(30);
+  ag_spin_look(1);
+}
+
+static void pool_finish(spinner_t *p)
+{
+  for (int i = 0; i < POOL; i++)
+    finish(&p[i]);
+}
+
 Test(spin, the_other_threads_are_the_hosts_own_not_the_agents_nor_the_callers)
 {
   spinner_t pool, agent, caller;
@@ -166,29 +191,21 @@ Test(spin, a_bursts_hold_lasts_until_a_later_window_is_quiet)
   ag_spin_look(1);
   cr_assert_not(atomic_load(&ag_spin_hold), "a quiet window after it");
 
-  spinner_t p[4]; /* a pool of four spinning: busy on a loaded machine too */
-  for (int i = 0; i < 4; i++)
-    start(&p[i], NULL, 0);
+  spinner_t p[POOL];
+  pool_start(p);
   ag_spin_burst_end();
   sleep_ms(30);
   ag_spin_look(1);
   cr_assert(atomic_load(&ag_spin_hold), "the pool spins after the burst");
-  for (int i = 0; i < 4; i++)
-    atomic_store(&p[i].spinning, 0);
-  sleep_ms(5);
-  ag_spin_look(1);
-  sleep_ms(30);
-  ag_spin_look(1);
+  pool_rest(p);
   cr_assert_not(atomic_load(&ag_spin_hold), "the pool went to sleep");
-  for (int i = 0; i < 4; i++)
-    finish(&p[i]);
+  pool_finish(p);
 }
 
 Test(spin, threads_busy_for_long_are_the_programs_own_work)
 {
-  spinner_t p[4]; /* busy on a loaded machine too */
-  for (int i = 0; i < 4; i++)
-    start(&p[i], NULL, 0);
+  spinner_t p[POOL];
+  pool_start(p);
   ag_spin_look(1);
   uint64_t t0 = ag_now_ns(), t = t0;
   int held = 1; /* until a burst's end no longer holds (a look that finds them resting, on a
@@ -202,16 +219,10 @@ Test(spin, threads_busy_for_long_are_the_programs_own_work)
   }
   cr_assert_not(held, "busy for %.0f ms on end: still holding", (t - t0) / 1e6);
   cr_assert_geq(t - t0, AG_SPIN_BUSY_MAX_NS, "holds stopped after %.0f ms", (t - t0) / 1e6);
-  for (int i = 0; i < 4; i++)
-    atomic_store(&p[i].spinning, 0);
-  sleep_ms(5);
-  ag_spin_look(1);
-  sleep_ms(25);
-  ag_spin_look(1);
+  pool_rest(p);
   ag_spin_burst_end();
   cr_assert(atomic_load(&ag_spin_hold), "they rested: a burst holds again");
-  for (int i = 0; i < 4; i++)
-    finish(&p[i]);
+  pool_finish(p);
 }
 
 Test(spin, nothing_holds_without_a_split_variant_or_a_threaded_host)
