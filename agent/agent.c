@@ -512,6 +512,7 @@ void ag_call_timed(const ag_call_t *c, uint64_t ticks)
                                                    memory_order_relaxed))) ||
       ag_unlikely(c->variant && !c->orig && /* a spin a burst started (spin.h) */
                   atomic_load_explicit(&ag_spin_hold, memory_order_relaxed) &&
+                  ag_vrun[e->index].parts > 1 &&
                   atomic_load_explicit(&e->vtimed, memory_order_relaxed))) {
     if (c->orig) /* not booked (agent.h), nor is its burst lengthened */
       ag_tl.burst_saw_variant = 0;

@@ -163,6 +163,10 @@ extern AG_TLS ag_thread_t ag_tl;
  * (name: at most 15 characters) and moves it there. */
 void ag_note_process_cpus(void);
 void ag_agent_thread_begin(const char *name);
+/* Whether thread tid (a gettid) began as one of the agent's (ag_agent_thread_begin; the first
+ * AG_AGENT_TIDS of them, fork children's included): a library's pool is not (spin.h). */
+#define AG_AGENT_TIDS 64
+int ag_agent_tid(int tid);
 /* How many CPUs the process could use when the agent loaded (before ag_note_process_cpus ran:
  * the calling thread's); 0 when unknown. The same in every thread, pinned or not. */
 int ag_process_cpu_count(void);

@@ -5,6 +5,9 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 /* The CPUs the process could use when the agent loaded (its constructor, before main). */
 static cpu_set_t process_cpus;
@@ -23,8 +26,23 @@ int ag_process_cpu_count(void)
   return sched_getaffinity(0, sizeof now, &now) == 0 ? CPU_COUNT(&now) : 0;
 }
 
+static _Atomic int agent_tids[AG_AGENT_TIDS]; /* [0, nagent): the agent's threads' ids */
+static _Atomic int nagent;
+
+int ag_agent_tid(int tid)
+{
+  int n = atomic_load(&nagent);
+  for (int i = 0; i < n && i < AG_AGENT_TIDS; i++)
+    if (atomic_load_explicit(&agent_tids[i], memory_order_relaxed) == tid)
+      return 1;
+  return 0;
+}
+
 void ag_agent_thread_begin(const char *name)
 {
+  int at = atomic_fetch_add(&nagent, 1);
+  if (at < AG_AGENT_TIDS)
+    atomic_store(&agent_tids[at], (int)syscall(SYS_gettid));
   pthread_setname_np(pthread_self(), name);
   cpu_set_t cur;
   if (have_process_cpus && pthread_getaffinity_np(pthread_self(), sizeof cur, &cur) == 0 &&

@@ -431,8 +431,8 @@ static void placed_words(uint32_t offsets, char *buf, size_t len)
              offsets & 63, offsets >> 6 & 63, offsets >> 12 & 63);
 }
 
-static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps, char *said,
-                     size_t len)
+static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, uint64_t calls_before,
+                     int reps, char *said, size_t len)
 {
   uint64_t budget = compile_ns < DUEL_MIN_NS ? DUEL_MIN_NS : compile_ns > DUEL_MAX_NS ? DUEL_MAX_NS
                                                                                      : compile_ns;
@@ -461,9 +461,19 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps
              "scratch operands): no verdict from the in-run judge yet");
     return 0;
   }
+  /* A split kernel's library runs the call on threads of its own: a duel while the program
+   * calls it runs on the same cores and threads as the program's calls (one timed the library at
+   * 1.7 ms a call where a plain call takes 0.04, and "won" at 0.03) */
   uint32_t offsets = atomic_load_explicit(&e->offsets, memory_order_relaxed);
   uint64_t calls0, calls1, served;
   ag_tcount_sum_one(e->index, &calls0, &served);
+  int split = ag_vrun[e->index].parts > 1;
+  if (split && calls0 > calls_before) {
+    snprintf(said, len, "; no duel (the program made %llu such calls while it compiled, on the "
+             "cores a split kernel's duel takes): no verdict from the in-run judge yet",
+             (unsigned long long)(calls0 - calls_before));
+    return 0;
+  }
   int rc = host->duel(&e->key, (void *)fn, &ag_vrun[e->index], offsets, reps, budget, &r);
   if (rc == -2)
     return 1; /* the process is exiting: not published, no verdict kept */
@@ -472,11 +482,8 @@ static int duel_lost(ag_entry_t *e, jt_gemm_fn fn, uint64_t compile_ns, int reps
              "judge yet");
     return 0;
   }
-  /* A split kernel's library runs the call on threads of its own: the program's calls meanwhile
-   * ran on the same cores and threads as the duel's (a duel that timed the library at 1.7 ms a
-   * call where a plain call takes 0.04 "won" at 0.03) */
   ag_tcount_sum_one(e->index, &calls1, &served);
-  if (r.verdict != AG_CMP_UNDECIDED && ag_vrun[e->index].parts > 1 && calls1 > calls0) {
+  if (r.verdict != AG_CMP_UNDECIDED && split && calls1 > calls0) {
     snprintf(said, len, "; no verdict from its duel (the program made %llu such calls meanwhile, "
              "on the same cores), nor from the in-run judge yet",
              (unsigned long long)(calls1 - calls0));
@@ -677,13 +684,15 @@ static void compile_one(uint32_t i, int idle)
   _Static_assert(sizeof ((ag_event_rec_t *)0)->detail >= AG_REASON_LEN,
                  "an event's detail holds the reason it records");
   int reps = fault_reps ? fault_reps : 1; /* the duel's, as the pairs' (arrays) */
-  if (duel_lost(e, fn, dt, reps, said, sizeof said))
+  if (duel_lost(e, fn, dt, calls, reps, said, sizeof said))
     return;
   /* the reason before the pointer: a writer that sees the variant serve sees why */
   char split[48];
   decide(e, AG_STATE_SERVING, AG_EV_PUBLISHED, "compiled in %.2f ms%s%s", (double)dt / 1e6,
          split_words(i, split, sizeof split), said);
   publish(e, (void *)fn, (int32_t)ag_opts.num[AG_OPT_VERIFY], NULL);
+  if (ag_vrun[i].parts > 1 && ag_host_threaded())
+    ag_spin_begin_hold(); /* the library's last calls, and a duel's, leave its pool spinning */
 }
 
 void ag_tier_burst(ag_entry_t *e, uint32_t n, uint64_t ns)
@@ -789,7 +798,6 @@ static void watch_speed(void)
   int live = 0, awaiting = 0, split = 0;
   for (uint32_t i = 0; i < n; i++) {
     ag_entry_t *e = ag_table_entry(ag_table, i);
-    split += atomic_load(&e->tier) == AG_TIER_READY && ag_vrun[i].parts > 1;
     if (atomic_load(&e->tier) != AG_TIER_READY) {
       if (atomic_load_explicit(&e->awaiting, memory_order_relaxed)) /* demoted meanwhile */
         atomic_store_explicit(&e->awaiting, 0, memory_order_relaxed);
@@ -830,6 +838,8 @@ static void watch_speed(void)
     ag_cmp_describe(&cmps[i], med, how, fig, sizeof fig);
     pthread_mutex_unlock(&cmp_mu);
     live++;
+    int parts = ag_vrun[i].parts; /* a split variant (spin.h) */
+    split += parts > 1;
     uint64_t ncalls, nvcalls;
     ag_tcount_sum_one(i, &ncalls, &nvcalls);
     if (v == AG_CMP_UNDECIDED) {
@@ -901,6 +911,7 @@ static void watch_speed(void)
     demoted[i] = tie_run ? AG_DEMOTED_TIE : AG_DEMOTED_SLOWER;
     atomic_store(&e->tier, AG_TIER_DEMOTED);
     live--;
+    split -= parts > 1;
     if (tie_run) {
       decide(e, AG_STATE_TIED, AG_EV_DEMOTED, "tie: %s: the original stays for this run", fig);
       continue;
@@ -1027,7 +1038,7 @@ static long compile_between(void *ctx)
   /* The judge looks every 20 ms while a variant awaits its verdict, called or not yet (a short
    * program must get its verdicts, the bursts' rate must come down, and a rare signature's
    * pairs must start, within its run), else every 200 ms. */
-  return awaiting_verdict || atomic_load(&ag_spin_hold) ? 20 : 200; /* a hold: spin.h */
+  return awaiting_verdict || ag_spin_armed() ? 20 : 200; /* a split variant's looks: spin.h */
 }
 
 /* Whether OPJIT_HOT_PAYBACK judges e by time: not when its host says its original's timing
