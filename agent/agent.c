@@ -507,13 +507,12 @@ void ag_call_timed(const ag_call_t *c, uint64_t ticks)
   /* a side's first timing is booked even then: a mean from it beats none (a signature whose few
    * calls all came while the machine model measured the CPU, under a sanitizer, had none) */
   if (ag_unlikely(atomic_load_explicit(&ag_duels, memory_order_relaxed)) ||
-      ag_unlikely(ag_bg_disturbs() &&
+      ag_unlikely((ag_bg_disturbs() ||
+                   (c->variant && !c->orig && /* a spin a burst started (spin.h) */
+                    atomic_load_explicit(&ag_spin_hold, memory_order_relaxed) &&
+                    ag_vrun[e->index].parts > 1)) &&
                   (c->orig || atomic_load_explicit(c->variant ? &e->vtimed : &e->timed,
-                                                   memory_order_relaxed))) ||
-      ag_unlikely(c->variant && !c->orig && /* a spin a burst started (spin.h) */
-                  atomic_load_explicit(&ag_spin_hold, memory_order_relaxed) &&
-                  ag_vrun[e->index].parts > 1 &&
-                  atomic_load_explicit(&e->vtimed, memory_order_relaxed))) {
+                                                   memory_order_relaxed)))) {
     if (c->orig) /* not booked (agent.h), nor is its burst lengthened */
       ag_tl.burst_saw_variant = 0;
     else if (!c->variant) /* nor is its mean, but a long call's fastest is (only slower) */

@@ -6,7 +6,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 /* The CPUs the process could use when the agent loaded (its constructor, before main). */
@@ -42,7 +41,7 @@ void ag_agent_thread_begin(const char *name)
 {
   int at = atomic_fetch_add(&nagent, 1);
   if (at < AG_AGENT_TIDS)
-    atomic_store(&agent_tids[at], (int)syscall(SYS_gettid));
+    atomic_store(&agent_tids[at], gettid());
   pthread_setname_np(pthread_self(), name);
   cpu_set_t cur;
   if (have_process_cpus && pthread_getaffinity_np(pthread_self(), sizeof cur, &cur) == 0 &&

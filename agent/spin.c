@@ -9,7 +9,6 @@
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -56,7 +55,7 @@ uint64_t ag_spin_others_ns(uint64_t *window_ns)
     last_ns = 0;
     return 0;
   }
-  pid_t self = (pid_t)syscall(SYS_gettid);
+  pid_t self = gettid();
   uint64_t now = ag_now_ns(), busy = 0;
   int n = 0;
   struct dirent *de;

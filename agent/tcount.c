@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 typedef struct tc_thread_s {
@@ -138,7 +137,7 @@ void ag_tcount_register(void)
     t->calls = mem == MAP_FAILED ? NULL : mem;
   }
   t->cur_slot = claim_cur_slot();
-  t->tid = (pid_t)syscall(SYS_gettid);
+  t->tid = gettid();
   t->ends = t->cur_slot >= 0 ? &cur_slots[t->cur_slot].ends : NULL;
   if (pthread_setspecific(reg_key, t)) {
     release(t);
@@ -249,7 +248,7 @@ void ag_tcount_after_fork_child(void)
     if (tl_self->calls)
       madvise((void *)tl_self->calls, reg_bytes, MADV_DONTNEED); /* zero pages again */
     tl_self->next = tl_self->prev = &reg_head;
-    tl_self->tid = (pid_t)syscall(SYS_gettid); /* the child's */
+    tl_self->tid = gettid(); /* the child's */
     reg_head.next = reg_head.prev = tl_self;
   }
   pthread_mutex_unlock(&reg_mu);
