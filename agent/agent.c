@@ -1393,6 +1393,16 @@ static int db_trusted(const char *dbpath)
   return 0;
 }
 
+int ag_place_stored(ag_entry_t *e)
+{
+  int placed = -1;
+  pthread_mutex_lock(&db_mu);
+  if (db && !store_dead && db_trusted(db_path)) /* as the warm start's: asked at each placing */
+    placed = ag_warm_place(store, db, run_info(), e);
+  pthread_mutex_unlock(&db_mu);
+  return placed;
+}
+
 /* In jit mode, on the writer before JIT code can run: the crashes earlier processes left are
  * recorded, and this run is, so that a crash in its JIT code finds its run (crash.h). */
 static void record_early(void)

@@ -990,17 +990,36 @@ static void wait_run(void)
   pthread_mutex_unlock(&hold_mu);
 }
 
+/* Whether queued entry e is settled by the kernel the database stores for it on this machine
+ * (agent.h, ag_place_stored; the warm start places its own profile's only): placed, as the warm
+ * start places one (no LLVM, no compile), or demoted by its pool. */
+static int placed_from_store(ag_entry_t *e)
+{
+  ag_bg_begin();
+  int placed = ag_place_stored(e);
+  ag_bg_end();
+  return placed == 0 || atomic_load(&e->tier) == AG_TIER_DEMOTED;
+}
+
 /* A compile thread took entry i. LLVM is loaded with the first compile, so a thread that only
  * watches loaded variants (a warm run whose kernels all came from the store) never loads it;
  * the compile (which runs its kernel: tuning, self-test, duel) waits until JIT code may run. */
 static void compile_next(void *ctx, uint32_t i, int alone)
 {
   (void)ctx;
+  ag_entry_t *e = ag_table_entry(ag_table, i);
+  /* the store's kernel, once JIT code may run (before LLVM loads, unless the run is still to be
+   * recorded: LLVM loads meanwhile) */
+  int tried = atomic_load(&hold_hot) == AG_HOLD_NONE;
+  if (tried && placed_from_store(e))
+    return;
   ag_bg_begin(); /* not while it waits for the run (wait_run) */
   int loaded = load_jit() == 0;
   ag_bg_end();
   if (loaded) {
     wait_run();
+    if (!tried && placed_from_store(e))
+      return;
     ag_crash_trial(&ag_table_entry(ag_table, i)->key); /* a fault meanwhile blames it */
     ag_bg_begin();
     compile_one(i, alone);
@@ -1524,15 +1543,16 @@ static int pool_lost(ag_entry_t *e, const st_judge_pool_t *pool)
   return 1;
 }
 
-/* Whether symbol, a stored kernel, may be placed for e (ag_tier_load's first checks): 0, or 1 /
- * -1 with err as ag_tier_load returns them (e's tier and reason set where they change). */
-static int load_allowed(ag_entry_t *e, const char *symbol, const st_judge_pool_t *pool,
-                        char *err, size_t errlen)
+/* Whether symbol, a stored kernel, may be placed for e, whose tier is from (COLD, or QUEUED on
+ * the compile thread that took it: ag_tier_load's first checks): 0, or 1 / -1 with err as
+ * ag_tier_load returns them (e's tier and reason set where they change). */
+static int load_allowed(ag_entry_t *e, uint32_t from, const char *symbol,
+                        const st_judge_pool_t *pool, char *err, size_t errlen)
 {
   char no[AG_REASON_LEN];
   ag_cq_lock(&cq);
-  uint32_t cold = AG_TIER_COLD;
-  int ok = atomic_load(&e->tier) == AG_TIER_COLD && prepare(e, no, sizeof no);
+  uint32_t cold = from;
+  int ok = atomic_load(&e->tier) == from && prepare(e, no, sizeof no);
   int parts = ok ? ag_vrun[e->index].parts : 1;
   jt_gemm_t part = ok ? ag_problem_part(&shapes[e->index], &ag_vrun[e->index]) : (jt_gemm_t){0};
   if (ok && !ag_problem_symbol_fits(&part, symbol)) { /* N (M) in other parts here (par.h) */
@@ -1571,9 +1591,10 @@ static int load_charge(ag_entry_t *e, size_t size, char *err, size_t errlen)
   return 0;
 }
 
-/* Publishes e's placed kernel l (executable, charged, registered), placed in ns. */
+/* Publishes e's placed kernel l (executable, charged, registered), placed in ns; hot: at a
+ * compile thread's turn (ag_tier_load_queued), not at the warm start. */
 static void load_publish(ag_entry_t *e, const jt_loaded_t *l, const char *symbol,
-                         const st_judge_pool_t *pool, uint64_t ns)
+                         const st_judge_pool_t *pool, uint64_t ns, int hot)
 {
   /* The verdict on the pooled rounds carries over: the judge's rule on them now, as the watch's
    * first look would take it, so that a kernel earlier runs found faster starts kept (judged
@@ -1600,14 +1621,16 @@ static void load_publish(ag_entry_t *e, const jt_loaded_t *l, const char *symbol
          "compile; verified in the run that stored it%s); %s", l->size, us,
          split_words(e->index, split, sizeof split), judged);
   publish(e, l->fn, 0, pool); /* verified in the run that stored it; the checksum holds */
-  event(e, AG_EV_LOADED, "%zu bytes of code placed in %.0f us, no compile", l->size, us);
+  event(e, AG_EV_LOADED, "%zu bytes of code placed in %.0f us, no compile%s", l->size, us,
+        hot ? " (the store had it when the signature got hot)" : "");
 }
 
-int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
-                 const st_judge_pool_t *pool, char *err, size_t errlen)
+/* ag_tier_load for e in tier from (load_allowed). */
+static int load(ag_entry_t *e, uint32_t from, const void *obj, size_t len, const char *symbol,
+                const st_judge_pool_t *pool, char *err, size_t errlen)
 {
   uint64_t t0 = ag_now_ns();
-  int rc = load_allowed(e, symbol, pool, err, errlen);
+  int rc = load_allowed(e, from, symbol, pool, err, errlen);
   if (rc)
     return rc;
   jt_loaded_t l;
@@ -1621,11 +1644,23 @@ int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
   }
   add_code(l.fn, l.size, symbol, &l, obj, len, &e->key);
   pthread_mutex_unlock(&code_mu);
-  load_publish(e, &l, symbol, pool, ag_now_ns() - t0);
+  load_publish(e, &l, symbol, pool, ag_now_ns() - t0, from == AG_TIER_QUEUED);
   ag_cq_lock(&cq);
   start_thread(); /* it watches the variant's speed and guards */
   ag_cq_unlock(&cq);
   return 0;
+}
+
+int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
+                 const st_judge_pool_t *pool, char *err, size_t errlen)
+{
+  return load(e, AG_TIER_COLD, obj, len, symbol, pool, err, errlen);
+}
+
+int ag_tier_load_queued(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
+                        const st_judge_pool_t *pool, char *err, size_t errlen)
+{
+  return load(e, AG_TIER_QUEUED, obj, len, symbol, pool, err, errlen);
 }
 
 /* One kernel of a batch, placed and waiting for the commit. */
@@ -1667,7 +1702,7 @@ int ag_tier_batch_add(ag_tier_batch_t *b, ag_entry_t *e, const void *obj, size_t
     snprintf(err, errlen, "the batch is full");
     return -1;
   }
-  int rc = load_allowed(e, symbol, pool, err, errlen);
+  int rc = load_allowed(e, AG_TIER_COLD, symbol, pool, err, errlen);
   if (rc)
     return rc;
   long size = jt_obj_size(obj, len, err, errlen);
@@ -1703,7 +1738,8 @@ int ag_tier_batch_commit(ag_tier_batch_t *b, char *err, size_t errlen)
   for (size_t i = 0; i < b->n; i++) {
     batch_item_t *it = &b->items[i];
     if (rc == 0) {
-      load_publish(it->e, &it->l, it->symbol, it->has_pool ? &it->pool : NULL, it->ns + share);
+      load_publish(it->e, &it->l, it->symbol, it->has_pool ? &it->pool : NULL, it->ns + share,
+                   0);
       published++;
       continue;
     }

@@ -145,6 +145,10 @@ int ag_tier_settle(long ms);
  * placed (the code cache is full for now; or demoted by its pool: then e's tier is DEMOTED). */
 int ag_tier_load(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
                  const st_judge_pool_t *pool, char *err, size_t errlen);
+/* ag_tier_load for e QUEUED, on the compile thread that took it (a signature that got hot, for
+ * which the store had a kernel: agent.h, ag_place_stored): the same checks and returns. */
+int ag_tier_load_queued(ag_entry_t *e, const void *obj, size_t len, const char *symbol,
+                        const st_judge_pool_t *pool, char *err, size_t errlen);
 
 /* A warm start's placement (jit/objload.h, the batch): stored kernels placed into one mapping
  * that one W->X transition makes executable, then published in the order they were added, where

@@ -108,6 +108,22 @@ static ag_tier_batch_t *batch_for(const st_profile_t *p)
   return n ? ag_tier_batch_new(n, bytes) : NULL;
 }
 
+int ag_warm_place(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, ag_entry_t *e)
+{
+  char key[336], why[700], err[256]; /* key: what this run's kernels are stored under */
+  ag_machine_object_key(ri->cpu_key, ri->cpu_flags, key, sizeof key);
+  st_hot_t h;
+  int rc = store->object(db, &e->key, sizeof e->key, key, &h), placed = -1;
+  if (rc)
+    ag_log(AG_LOG_DEBUG, "cannot look up a stored kernel (%s): it is compiled",
+           store->errstr(rc));
+  else if (h.object_id && !unusable(&h, key, why, sizeof why))
+    placed = ag_tier_load_queued(e, h.code, h.code_len, h.symbol, h.has_judge ? &h.judge : NULL,
+                                 err, sizeof err);
+  store->hot_free(&h);
+  return placed;
+}
+
 void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, ag_warm_t *w)
 {
   memset(w, 0, sizeof *w);

@@ -24,6 +24,7 @@
 #define OPJIT_AGENT_WARM_H
 
 #include "runinfo.h"
+#include "table.h"
 #include "../store/store.h"
 
 #include <stddef.h>
@@ -42,6 +43,16 @@ typedef struct ag_warm_s {
 const char *ag_warm_unusable(const char *cpu, int generator, const char *llvm,
                              const void *code, size_t code_len, uint64_t checksum,
                              const char *key, char *why, size_t len);
+
+/* A signature that got hot in this run (entry e, QUEUED, on the compile thread that took it):
+ * the kernel stored for it on this machine (store.h, st_object: stored by any program's run,
+ * the warm start placing only its own profile's) placed with its judge pool, as the warm start
+ * places one, when it can be (tier.h, ag_tier_load_queued's returns: 0 placed, 1 not placed
+ * and e settled, demoted by the pool or the code cache full); -1 when there is none, it cannot be
+ * placed here (another generator, LLVM, split, or damaged: compiled anew, and the compile's
+ * object replaces it at the run's end) or the store cannot be read. store and db open, their
+ * owner's lock held. */
+int ag_warm_place(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, ag_entry_t *e);
 
 /* Reads the profile through store and db (open) and acts on it; the signature table exists.
  * A store error leaves the run cold, with one warning. */

@@ -19,4 +19,6 @@ __attribute__((visibility("default"))) const st_api_t opjit_store_api = {
     .run_series = st_run_series,
     .crash = st_crash,
     .run_warm = st_run_warm,
+    .object = st_object,
+    .hot_free = st_hot_free,
 };

@@ -1202,6 +1202,41 @@ out:
   return rc;
 }
 
+int st_object(st_db_t *db, const void *key, size_t key_len, const char *cpu, st_hot_t *out)
+{
+  memset(out, 0, sizeof *out);
+  sqlite3_stmt *st;
+  int rc = sqlite3_prepare_v2(
+      db->db,
+      "SELECT g.id, g.key, o.id, o.cpu, o.llvm, o.generator, o.symbol, o.checksum, o.code, 0,"
+      "  j.runs, j.rounds, j.kept, j.judged, j.orig_calls, j.orig_ns, j.var_calls, j.var_ns,"
+      "  j.ratios"
+      " FROM signatures g JOIN objects o ON o.sig_id = g.id AND o.cpu = ?2"
+      " LEFT JOIN judge_pools j ON j.sig_id = g.id AND j.cpu = o.cpu"
+      "  AND j.generator = o.generator AND j.symbol = o.symbol"
+      " WHERE g.key = ?1",
+      -1, &st, NULL);
+  if (rc != SQLITE_OK)
+    return db_code(db->db, rc, NULL);
+  sqlite3_bind_blob(st, 1, key, (int)key_len, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, cpu, -1, SQLITE_STATIC);
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
+    rc = profile_sig(st, out);
+  else
+    rc = rc == SQLITE_DONE ? ST_OK : db_code(db->db, rc, NULL);
+  sqlite3_finalize(st);
+  if (rc)
+    st_hot_free(out);
+  return rc;
+}
+
+void st_hot_free(st_hot_t *h)
+{
+  free(h->key), free(h->code);
+  memset(h, 0, sizeof *h);
+}
+
 void st_profile_free(st_profile_t *p)
 {
   for (size_t i = 0; p->sigs && i < p->n; i++)

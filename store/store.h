@@ -286,6 +286,13 @@ int st_profile(st_db_t *db, const st_run_info_t *program, const char *cpu, doubl
                int max_runs, st_profile_t *out);
 void st_profile_free(st_profile_t *p);
 
+/* The object stored for the signature whose key is key, for cpu (an object key, machine.h), by
+ * any program's run on this machine, and its judge pool: out filled as st_profile fills a
+ * signature's key, object and judge fields (score, mean_ns, demoted_gen and mine 0); object_id
+ * 0 when there is none. Free out with st_hot_free, whatever the return. */
+int st_object(st_db_t *db, const void *key, size_t key_len, const char *cpu, st_hot_t *out);
+void st_hot_free(st_hot_t *h);
+
 /* Deletes runs beyond the newest keep_runs and runs that ended before older_than_ns (0: no
  * age limit), never a run still marked running unless its process is gone, then everything
  * no remaining run refers to: objects of signatures no remaining run called included. Counts
@@ -408,8 +415,10 @@ typedef struct st_api_s {
                     uint32_t count, const st_series_rec_t *rows, size_t n);
   int (*crash)(st_db_t *db, const st_crash_t *c, st_crash_result_t *res);
   int (*run_warm)(st_db_t *db, int64_t run_id, int64_t warm_ns);
+  int (*object)(st_db_t *db, const void *key, size_t key_len, const char *cpu, st_hot_t *out);
+  void (*hot_free)(st_hot_t *h);
 } st_api_t;
-#define ST_API_ABI 8
+#define ST_API_ABI 9
 #define ST_API_SYMBOL "opjit_store_api"
 #define ST_MODULE_NAME "libopjit-store.so"
 

@@ -8,6 +8,7 @@
 
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -252,6 +253,41 @@ Test(warm, kernels_published_after_their_only_call_are_stored_and_placed_by_run_
     h_teardown();
     h_setup();
   }
+}
+
+/* The store keeps kernels per signature and machine, not per program: a program whose profile
+ * has none of them (another executable) gets each stored kernel placed when its signature gets
+ * hot, without loading LLVM, and judged as a compiled one would be. */
+Test(warm, another_programs_stored_kernels_are_placed_when_their_signatures_get_hot)
+{
+  skip_if_sanitized();
+  sweep("run1", env, "40", "30", "99");
+  int64_t compiled = events(1, "published");
+  cr_assert_gt(compiled, 20, "run 1 compiled %lld kernels", (long long)compiled);
+  cr_assert_eq(objects(), compiled, "every kernel stored");
+
+  char other[4200], cmd[8600];
+  snprintf(other, sizeof other, "%s/other_prog", h_dir);
+  snprintf(cmd, sizeof cmd, "cp %s %s", H_JIT_PROG, other); /* the same code, another program */
+  cr_assert_eq(system(cmd), 0, "%s", cmd);
+  int st = h_run("other", 1, env, (const char *[]){other, "sweep", "40", "30", "99", NULL});
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d\n%s", st,
+            h_output("other", "err"));
+  cr_assert(strstr(h_output("other", "out"), "mismatches 0"), "%s", h_output("other", "out"));
+  cr_assert_eq(h_query(NULL, "SELECT count(DISTINCT program_id) FROM runs"), 2);
+  cr_assert_null(strstr(h_output("other", "err"), "warm start from"), "no profile to start from");
+  cr_assert_eq(events(2, "queued"), compiled, "each signature queued once hot");
+  cr_assert_eq(events(2, "published"), 0, "nothing compiled");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE run_id=2 AND kind='loaded' AND"
+                             " detail LIKE '%%no compile (the store had it when the signature"
+                             " got hot)'"),
+               compiled, "every stored kernel placed once hot");
+  cr_assert_null(strstr(h_output("other", "err"), "JIT ready"), "LLVM was loaded: %s",
+                 h_output("other", "err"));
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE run_id=2 AND origin='loaded'"
+                             " AND calls > 0"),
+               compiled, "each placed kernel served calls");
+  cr_assert_eq(objects(), compiled, "the objects are the same ones, none stored twice");
 }
 
 Test(warm, shapes_that_stop_being_called_decay_and_new_ones_become_hot)

@@ -500,6 +500,48 @@ Test(store, profile_weighs_runs_by_age_and_returns_objects)
   st_close(db);
 }
 
+/* st_object: a signature's kernel for one CPU, whichever program's run stored it. */
+Test(store, object_finds_a_signatures_kernel_for_one_cpu_whoever_stored_it)
+{
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE);
+  int64_t run = begin_script(db, "/w/a.py", 1);
+  st_sig_rec_t r = rec("gemm", 100);
+  cr_assert_eq(st_run_flush(db, run, &r, 1, 0, 5), ST_OK);
+  const char code[] = "\x7f" "ELF pretend object bytes";
+  st_variant_rec_t v = {.key = r.key, .key_len = 32, .status = "ready", .generator = 3,
+                        .llvm = "19.1.7", .cpu = "znver4", .origin = "compiled",
+                        .machine_cpu = "cpuA", .object = code, .object_len = sizeof code,
+                        .symbol = "opjit_gemm", .checksum = 42};
+  cr_assert_eq(st_run_variants(db, run, &v, 1, NULL, 0), ST_OK);
+  begin_script(db, "/w/b.py", 2); /* another program asks */
+
+  st_hot_t h;
+  cr_assert_eq(st_object(db, r.key, r.key_len, "cpuA", &h), ST_OK);
+  cr_assert_gt(h.object_id, 0);
+  cr_assert_eq(h.key_len, r.key_len);
+  cr_assert(memcmp(h.key, r.key, r.key_len) == 0);
+  cr_assert_str_eq(h.cpu, "cpuA");
+  cr_assert_str_eq(h.llvm, "19.1.7");
+  cr_assert_str_eq(h.symbol, "opjit_gemm");
+  cr_assert_eq(h.generator, 3);
+  cr_assert_eq(h.checksum, 42);
+  cr_assert_eq(h.code_len, sizeof code);
+  cr_assert(memcmp(h.code, code, sizeof code) == 0);
+  cr_assert_eq(h.mine, 0, "never this profile's to drop");
+  cr_assert_eq(h.has_judge, 0, "no rounds pooled yet");
+  st_hot_free(&h);
+  cr_assert_null(h.code);
+
+  cr_assert_eq(st_object(db, r.key, r.key_len, "cpuB", &h), ST_OK);
+  cr_assert_eq(h.object_id, 0, "another CPU's object is not this one's");
+  st_hot_free(&h);
+  st_sig_rec_t u = rec("unknown", 1);
+  cr_assert_eq(st_object(db, u.key, u.key_len, "cpuA", &h), ST_OK);
+  cr_assert_eq(h.object_id, 0, "a signature never recorded");
+  st_hot_free(&h);
+  st_close(db);
+}
+
 Test(store, profile_gives_each_of_many_signatures_its_own_figures_and_object)
 {
   /* 40 signatures, each its own number of calls, the first half called in run 1 and the second
