@@ -61,10 +61,12 @@ void ag_policy_words(const ag_payback_t *t, char *why, size_t len)
     return;
   }
   snprintf(why, len, "%s%.3g ms spent x %.0f%% expected saving = %.3g ms %s OPJIT_HOT_PAYBACK=%ld "
-           "x %.3g ms compile charge%s",
-           pb == 1 ? "pays back: " : pb == 2 ? "its size's first trial: " : "not worth a compile yet: ",
+           "x %.3g ms %s charge%s",
+           pb == 1 ? "pays back: " : pb == 2 ? "its size's first trial: "
+           : t->placing ? "not worth placing yet: " : "not worth a compile yet: ",
            t->spent_ns / 1e6, 100 * t->gain, t->spent_ns * t->gain / 1e6, pb == 1 ? ">=" : "<",
-           t->payback, t->charge / 1e6, t->idle ? " (idle core)" : "");
+           t->payback, t->charge / 1e6, t->placing ? "placing" : "compile",
+           t->placing ? " (the database stores its kernel)" : t->idle ? " (idle core)" : "");
 }
 
 int ag_policy_decide(const ag_policy_t *p, int cls, double spent_ns, double charge, long payback,

@@ -44,6 +44,11 @@ void ag_policy_learn(ag_policy_t *p, int cls, double median_ratio);
 /* The saving expected of a new variant of class cls (a fraction of the original's time). */
 double ag_policy_gain(const ag_policy_t *p, int cls);
 
+/* What placing a kernel the database stores is charged, in place of a compile (tier.c): its
+ * lookup and its placing on the compile thread, no LLVM: 0.95-1.3 ms of wall time on a Zen 5
+ * (the lookup 0.7-1.1 ms, the placing 0.18-0.25), where a compile charges 10-60. */
+#define AG_POLICY_PLACE_NS 1500000.0
+
 /* What a compile of compile_ns costs the program, with busy threads calling operators on ncpu
  * online CPUs. */
 double ag_policy_charge(double compile_ns, long busy, long ncpu);
@@ -65,6 +70,7 @@ typedef struct ag_payback_s {
   long payback;                  /* OPJIT_HOT_PAYBACK */
   int idle;                      /* a core is idle for the compile */
   int verdict;                   /* what the test returned: 1, 2 or 0 */
+  int placing;                   /* the charge is a stored kernel's placing, not a compile */
 } ag_payback_t;
 
 /* ag_policy_pays_back, with the figures it weighed into *t (when t is not NULL). */

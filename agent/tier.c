@@ -22,6 +22,7 @@
 #define _GNU_SOURCE
 #include "tier.h"
 #include "spin.h"
+#include "warm.h"
 #include "agent.h"
 #include "background.h"
 #include "codecache.h"
@@ -1104,9 +1105,15 @@ static int pays_back(const ag_entry_t *e, double spent_ns, ag_payback_t *t)
   if ((best && ag_duel_need_ns(best) > DUEL_MAX_NS) ||
       (have && ag_host_threaded() && ag_problem_split(&g, 2, &spread) > 1))
     busy = ncpu;
-  double ns = (double)ag_machine_compile_ns(have ? ag_problem_family(&g) : "gemm");
-  return ag_policy_test(&policy, size_class(e), spent_ns, ag_policy_charge(ns, busy, ncpu),
-                        ag_opts.num[AG_OPT_HOT_PAYBACK], busy < ncpu, t);
+  /* a kernel the database stores: placed, not compiled (compile_next) */
+  int placing = ag_warm_shelved(&e->key);
+  double ns = placing ? AG_POLICY_PLACE_NS
+                      : (double)ag_machine_compile_ns(have ? ag_problem_family(&g) : "gemm");
+  int pb = ag_policy_test(&policy, size_class(e), spent_ns, ag_policy_charge(ns, busy, ncpu),
+                          ag_opts.num[AG_OPT_HOT_PAYBACK], busy < ncpu, t);
+  if (t)
+    t->placing = placing;
+  return pb;
 }
 
 void ag_tier_hold(int level)

@@ -11,6 +11,7 @@
 #include "jit/jit.h"
 #include "jit/objload.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +107,38 @@ static ag_tier_batch_t *batch_for(const st_profile_t *p)
       n++, bytes += (size_t)size;
   }
   return n ? ag_tier_batch_new(n, bytes) : NULL;
+}
+
+/* The keys of the signatures the database had a kernel for on this machine at the warm start
+ * (st_shelf: memcmp order), set once: shelf_n before the pointer (release). */
+static const ag_sig_t *_Atomic shelf;
+static size_t shelf_n;
+
+static int key_cmp(const void *a, const void *b) { return memcmp(a, b, sizeof(ag_sig_t)); }
+
+int ag_warm_shelved(const ag_sig_t *key)
+{
+  const ag_sig_t *s = atomic_load_explicit(&shelf, memory_order_acquire);
+  return s && bsearch(key, s, shelf_n, sizeof *s, key_cmp) != NULL;
+}
+
+/* Reads the shelf (once per process). */
+static void read_shelf(const st_api_t *store, st_db_t *db, const char *key)
+{
+  void *keys;
+  size_t n;
+  if (atomic_load_explicit(&shelf, memory_order_acquire))
+    return;
+  int rc = store->shelf(db, key, sizeof(ag_sig_t), &keys, &n);
+  if (rc) {
+    ag_log(AG_LOG_DEBUG, "cannot list the stored kernels (%s): signatures are charged a compile",
+           store->errstr(rc));
+    return;
+  }
+  if (!keys)
+    return;
+  shelf_n = n;
+  atomic_store_explicit(&shelf, (const ag_sig_t *)keys, memory_order_release); /* kept */
 }
 
 int ag_warm_place(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, ag_entry_t *e)
@@ -224,4 +257,5 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
   }
   free(batched);
   store->profile_free(&p);
+  read_shelf(store, db, key);
 }

@@ -19,7 +19,10 @@
  * version and LLVM version, and its checksum holds; otherwise it is invalidated with that
  * reason ("cpu", "generator", "llvm", "checksum", "unloadable") and recompiled. With
  * OPJIT_FLEET, a signature this profile would compile takes the fleet's kernel first when it has
- * one that verifies (agent/fleet.h). */
+ * one that verifies (agent/fleet.h). Objects are stored per signature and machine, not per
+ * program: a signature that gets hot later (in a program whose profile lacks it) takes the
+ * object any program stored for it (ag_warm_place), and the warm start lists those signatures
+ * for the payback test (ag_warm_shelved). */
 #ifndef OPJIT_AGENT_WARM_H
 #define OPJIT_AGENT_WARM_H
 
@@ -53,6 +56,12 @@ const char *ag_warm_unusable(const char *cpu, int generator, const char *llvm,
  * object replaces it at the run's end) or the store cannot be read. store and db open, their
  * owner's lock held. */
 int ag_warm_place(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, ag_entry_t *e);
+
+/* Whether the database had a kernel for key on this machine when the warm start read it (its
+ * shelf, listed after the profile's kernels are placed): such a signature is charged a placing,
+ * not a compile, when it gets hot (tier.c). 0 before the warm start, or without one (no
+ * database yet, an untrusted one). Any thread. */
+int ag_warm_shelved(const ag_sig_t *key);
 
 /* Reads the profile through store and db (open) and acts on it; the signature table exists.
  * A store error leaves the run cold, with one warning. */

@@ -9,6 +9,8 @@
  *          published last: a program's JIT may outlive its run by a few compiles)
  *   warm   the agent on the database the cold run left: its kernels are placed before the
  *          first call, without compiling and without loading LLVM
+ *   other  another program (a copy of the worker) on that database: its profile is empty, and
+ *          each signature takes the stored kernel when it gets hot, without compiling
  * "Steady state" is the warm run's median pass from the second on: every signature on its
  * kernel, caches warm. The table gives per configuration the median time of each pass, of the
  * whole run (the passes' sum), of the process (spawn to exit) and of its first call (the agent
@@ -33,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #define GOAL_PCT 5.0 /* the warm run within this much of steady state */
@@ -41,10 +44,32 @@
 #define MAXP 16
 #define MAXR 64
 
-enum { PLAIN, COLD, WARM, NCFG };
+enum { PLAIN, COLD, WARM, OTHER, NCFG };
 static const char *const names[NCFG] = {"plain (no agent)", "cold (empty database)",
-                                        "warm (second run)"};
-static char scratch[PATH_MAX];
+                                        "warm (second run)", "other (another program)"};
+static char scratch[PATH_MAX], other[PATH_MAX + 16];
+
+/* The worker copied to other (the same code, another program to the store). Returns 0 or -1. */
+static int copy_worker(void)
+{
+  snprintf(other, sizeof other, "%s/other", scratch);
+  FILE *in = fopen(OPJIT_WARM_WORKER_PATH, "rb"), *out = fopen(other, "wb");
+  char buf[65536];
+  size_t n;
+  int ok = in && out;
+  while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0)
+    ok = fwrite(buf, 1, n, out) == n;
+  ok = ok && !ferror(in);
+  if (in)
+    fclose(in);
+  if (out && fclose(out))
+    ok = 0;
+  if (!ok || chmod(other, 0755)) {
+    fprintf(stderr, "bench_warm: cannot copy %s to %s\n", OPJIT_WARM_WORKER_PATH, other);
+    return -1;
+  }
+  return 0;
+}
 
 /* What one worker reported besides its passes. */
 typedef struct report_s {
@@ -88,7 +113,8 @@ static int run(int cfg, int round, int passes, double *pass, double *wall, repor
                          "OPENBLAS_NUM_THREADS=1", NULL};
   const char *plain[] = {"OPENBLAS_NUM_THREADS=1", NULL};
   char **env = bn_env(cfg == PLAIN ? plain : agent);
-  char *argv[] = {(char *)OPJIT_WARM_WORKER_PATH, np, out, cfg == COLD ? "settle" : NULL, NULL};
+  char *argv[] = {cfg == OTHER ? other : (char *)OPJIT_WARM_WORKER_PATH, np, out,
+                  cfg == COLD ? "settle" : NULL, NULL};
   uint64_t t0 = bn_now_ns();
   int st = bn_spawn_wait(argv[0], argv, env, err);
   *wall = (double)(bn_now_ns() - t0) / 1e6;
@@ -137,11 +163,16 @@ int main(int argc, char **argv)
   }
   if (bn_scratch_new(scratch, sizeof scratch))
     return 1;
+  if (copy_worker()) {
+    bn_scratch_free(scratch);
+    return 1;
+  }
   static double pass[NCFG][MAXP][MAXR], wall[NCFG][MAXR], first_ratio[NCFG][MAXR];
   static double total[NCFG][MAXR], run_ratio[NCFG][MAXR];
   static double steady[MAXR], warm_ms[MAXR], loaded[MAXR], compiled[MAXR], cold_compiled[MAXR],
       cold_kept[MAXR];
-  static double settle[MAXR], first[NCFG][MAXR], first_extra[MAXR];
+  static double settle[MAXR], first[NCFG][MAXR], first_extra[MAXR], other_placed[MAXR],
+      other_compiled[MAXR];
   int rc = 1, unsettled = 0, wrong = 0, short_start = 0;
   for (int r = 0; r < rounds; r++) {
     double p[MAXP];
@@ -156,7 +187,7 @@ int main(int argc, char **argv)
       for (int i = 0; i < passes; i++)
         pass[PLAIN][i][r] = p[i];
     }
-    for (int cfg = COLD; cfg <= WARM; cfg++) {
+    for (int cfg = COLD; cfg <= OTHER; cfg++) {
       if (run(cfg, r, passes, p, &wall[cfg][r], &rep[cfg]))
         goto out;
       for (int i = 0; i < passes; i++)
@@ -183,13 +214,17 @@ int main(int argc, char **argv)
                                     "kind='published' AND NOT EXISTS (SELECT 1 FROM events d WHERE "
                                     "d.run_id=1 AND d.sig_id=p.sig_id AND d.id>p.id AND d.kind IN "
                                     "('demoted','verify-failed','crashed'))");
+    other_placed[r] = (double)query(r, "SELECT count(*) FROM events WHERE run_id=3 AND "
+                                       "kind='loaded'");
+    other_compiled[r] = (double)query(r, "SELECT count(*) FROM events WHERE run_id=3 AND "
+                                         "kind='published'");
     settle[r] = rep[COLD].settle;
     for (int cfg = 0; cfg < NCFG; cfg++)
       first[cfg][r] = rep[cfg].first;
     first_extra[r] = rep[WARM].first - rep[PLAIN].first;
     unsettled += !rep[COLD].settled;
     short_start += compiled[r] > 0 || loaded[r] < cold_kept[r];
-    for (int cfg = COLD; cfg <= WARM; cfg++)
+    for (int cfg = COLD; cfg <= OTHER; cfg++)
       if (fabs(rep[cfg].sum - rep[PLAIN].sum) > SUM_TOL * fabs(rep[PLAIN].sum)) {
         fprintf(stderr, "bench_warm: round %d: the %s run's checksum %.6g, the plain run's %.6g\n",
                 r + 1, names[cfg], rep[cfg].sum, rep[PLAIN].sum);
@@ -245,6 +280,14 @@ int main(int argc, char **argv)
   printf("cold run: %.0f kernels compiled; its passes took %.1f ms +- %.1f more than %d steady "
          "passes; it settled in %.1f ms +- %.1f after them (%d of %d rounds "
          "in time)\n", km, em, es, passes, tm, ts, rounds - unsettled, rounds);
+  double om, os, oc, oz, orm, ors, crm, crs;
+  bn_stat(other_placed, (size_t)rounds, &om, &os);
+  bn_stat(other_compiled, (size_t)rounds, &oc, &oz);
+  bn_stat(run_ratio[OTHER], (size_t)rounds, &orm, &ors);
+  bn_stat(run_ratio[COLD], (size_t)rounds, &crm, &crs);
+  printf("another program on that database: %.0f kernels placed as their signatures got hot, "
+         "%.0f compiled; run / steady %.3f +- %.3f (the cold run's %.3f +- %.3f)\n", om, oc, orm,
+         ors, crm, crs);
   printf("goal: the warm run within %.0f%% of steady state: %+.1f%% -> %s\n", GOAL_PCT,
          (fm - 1) * 100, (fm - 1) * 100 <= GOAL_PCT ? "met" : "NOT met");
   double xm, xs;

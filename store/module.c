@@ -21,4 +21,5 @@ __attribute__((visibility("default"))) const st_api_t opjit_store_api = {
     .run_warm = st_run_warm,
     .object = st_object,
     .hot_free = st_hot_free,
+    .shelf = st_shelf,
 };

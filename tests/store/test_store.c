@@ -501,7 +501,7 @@ Test(store, profile_weighs_runs_by_age_and_returns_objects)
 }
 
 /* st_object: a signature's kernel for one CPU, whichever program's run stored it. */
-Test(store, object_finds_a_signatures_kernel_for_one_cpu_whoever_stored_it)
+Test(store, object_and_shelf_find_the_kernels_for_one_cpu_whoever_stored_them)
 {
   st_db_t *db = fx_open(path, ST_OPEN_CREATE);
   int64_t run = begin_script(db, "/w/a.py", 1);
@@ -539,6 +539,26 @@ Test(store, object_finds_a_signatures_kernel_for_one_cpu_whoever_stored_it)
   cr_assert_eq(st_object(db, u.key, u.key_len, "cpuA", &h), ST_OK);
   cr_assert_eq(h.object_id, 0, "a signature never recorded");
   st_hot_free(&h);
+
+  /* The shelf: the keys with an object for a CPU, in memcmp order, of the length asked. */
+  st_sig_rec_t a = rec("aaa", 1);
+  cr_assert_eq(st_run_flush(db, run, &a, 1, 0, 6), ST_OK);
+  st_variant_rec_t va = v;
+  va.key = a.key, va.symbol = "opjit_aaa";
+  cr_assert_eq(st_run_variants(db, run, &va, 1, NULL, 0), ST_OK);
+  void *keys;
+  size_t n;
+  cr_assert_eq(st_shelf(db, "cpuA", r.key_len, &keys, &n), ST_OK);
+  cr_assert_eq(n, 2);
+  cr_assert(memcmp(keys, a.key, a.key_len) == 0, "\"aaa\" first");
+  cr_assert(memcmp((char *)keys + r.key_len, r.key, r.key_len) == 0);
+  free(keys);
+  cr_assert_eq(st_shelf(db, "cpuB", r.key_len, &keys, &n), ST_OK);
+  cr_assert_eq(n, 0, "none for another CPU");
+  free(keys);
+  cr_assert_eq(st_shelf(db, "cpuA", r.key_len + 1, &keys, &n), ST_OK);
+  cr_assert_eq(n, 0, "none of another key length");
+  free(keys);
   st_close(db);
 }
 
