@@ -1045,8 +1045,20 @@ static int by_score(const void *a, const void *b)
   "  AND EXISTS (SELECT 1 FROM run_sigs x WHERE x.run_id = r.id)"                             \
   "  ORDER BY r.id DESC LIMIT ?6)"
 
+/* The columns profile_sig reads, after the signature's id and key and before the judge pool's:
+ * the object's (o), then whether it is the program's own */
+#define OBJECT_COLS "o.id, o.cpu, o.llvm, o.generator, o.symbol, o.checksum, o.code"
+/* ... and the judge pool's (j), last */
+#define JUDGE_COLS                                                                             \
+  "j.runs, j.rounds, j.kept, j.judged, j.orig_calls, j.orig_ns, j.var_calls, j.var_ns, j.ratios"
+/* The judge pool of the object o of signature id: joined as j */
+#define JUDGE_JOIN(id)                                                                         \
+  " LEFT JOIN judge_pools j ON j.sig_id = " id " AND j.cpu = o.cpu"                            \
+  "  AND j.generator = o.generator AND j.symbol = o.symbol"
+
 /* Fills h's key, object (the one for the cpu first, else the newest) and that object's judge
- * pool from a row of st_profile's second statement. Returns ST_OK or ST_ENOMEM. */
+ * pool from a row of st_profile's second statement (or st_object's). Returns ST_OK or
+ * ST_ENOMEM. */
 static int profile_sig(sqlite3_stmt *st, st_hot_t *h)
 {
   h->key_len = (size_t)sqlite3_column_bytes(st, 1);
@@ -1148,17 +1160,13 @@ int st_profile(st_db_t *db, const st_run_info_t *in, const char *cpu, double dec
            db->db,
            PROFILE_RUNS ", s AS (SELECT DISTINCT s.sig_id AS id FROM w JOIN run_sigs s"
                         " ON s.run_id = w.id)"
-                        " SELECT s.id, g.key, o.id, o.cpu, o.llvm, o.generator, o.symbol,"
-                        "  o.checksum, o.code, r.id IS NULL OR r.program_id = (SELECT id"
-                        "  FROM programs WHERE exe=?1 AND build_id=?2 AND script=?3),"
-                        "  j.runs, j.rounds, j.kept, j.judged, j.orig_calls, j.orig_ns,"
-                        "  j.var_calls, j.var_ns, j.ratios"
+                        " SELECT s.id, g.key, " OBJECT_COLS ", r.id IS NULL OR"
+                        "  r.program_id = (SELECT id FROM programs WHERE exe=?1 AND"
+                        "  build_id=?2 AND script=?3), " JUDGE_COLS
                         " FROM s JOIN signatures g ON g.id = s.id"
                         " LEFT JOIN objects o ON o.id = (SELECT x.id FROM objects x"
                         "  WHERE x.sig_id = s.id ORDER BY x.cpu=?7 DESC, x.id DESC LIMIT 1)"
-                        " LEFT JOIN runs r ON r.id = o.run_id"
-                        " LEFT JOIN judge_pools j ON j.sig_id = s.id AND j.cpu = o.cpu"
-                        "  AND j.generator = o.generator AND j.symbol = o.symbol",
+                        " LEFT JOIN runs r ON r.id = o.run_id" JUDGE_JOIN("s.id"),
            -1, &st, NULL)) != SQLITE_OK)
     rc = db_code(db->db, rc, NULL);
   if (st) {
@@ -1208,12 +1216,8 @@ int st_object(st_db_t *db, const void *key, size_t key_len, const char *cpu, st_
   sqlite3_stmt *st;
   int rc = sqlite3_prepare_v2(
       db->db,
-      "SELECT g.id, g.key, o.id, o.cpu, o.llvm, o.generator, o.symbol, o.checksum, o.code, 0,"
-      "  j.runs, j.rounds, j.kept, j.judged, j.orig_calls, j.orig_ns, j.var_calls, j.var_ns,"
-      "  j.ratios"
-      " FROM signatures g JOIN objects o ON o.sig_id = g.id AND o.cpu = ?2"
-      " LEFT JOIN judge_pools j ON j.sig_id = g.id AND j.cpu = o.cpu"
-      "  AND j.generator = o.generator AND j.symbol = o.symbol"
+      "SELECT g.id, g.key, " OBJECT_COLS ", 0, " JUDGE_COLS
+      " FROM signatures g JOIN objects o ON o.sig_id = g.id AND o.cpu = ?2" JUDGE_JOIN("g.id")
       " WHERE g.key = ?1",
       -1, &st, NULL);
   if (rc != SQLITE_OK)

@@ -255,6 +255,20 @@ Test(warm, kernels_published_after_their_only_call_are_stored_and_placed_by_run_
   }
 }
 
+/* jit_prog copied to h_dir/tag (the same code, another program to the store) sweeping as run1
+ * did, under env e; its results checked. */
+static void sweep_as_another(const char *tag, const char *const *e)
+{
+  char prog[4200], cmd[8600];
+  snprintf(prog, sizeof prog, "%s/%s", h_dir, tag);
+  snprintf(cmd, sizeof cmd, "cp %s %s", H_JIT_PROG, prog);
+  cr_assert_eq(system(cmd), 0, "%s", cmd);
+  int st = h_run(tag, 1, e, (const char *[]){prog, "sweep", "40", "30", "99", NULL});
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d\n%s", tag, st,
+            h_output(tag, "err"));
+  cr_assert(strstr(h_output(tag, "out"), "mismatches 0"), "%s", h_output(tag, "out"));
+}
+
 /* The store keeps kernels per signature and machine, not per program: a program whose profile
  * has none of them (another executable) gets each stored kernel placed when its signature gets
  * hot, without loading LLVM, and judged as a compiled one would be. */
@@ -266,14 +280,7 @@ Test(warm, another_programs_stored_kernels_are_placed_when_their_signatures_get_
   cr_assert_gt(compiled, 20, "run 1 compiled %lld kernels", (long long)compiled);
   cr_assert_eq(objects(), compiled, "every kernel stored");
 
-  char other[4200], cmd[8600];
-  snprintf(other, sizeof other, "%s/other_prog", h_dir);
-  snprintf(cmd, sizeof cmd, "cp %s %s", H_JIT_PROG, other); /* the same code, another program */
-  cr_assert_eq(system(cmd), 0, "%s", cmd);
-  int st = h_run("other", 1, env, (const char *[]){other, "sweep", "40", "30", "99", NULL});
-  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d\n%s", st,
-            h_output("other", "err"));
-  cr_assert(strstr(h_output("other", "out"), "mismatches 0"), "%s", h_output("other", "out"));
+  sweep_as_another("other", env);
   cr_assert_eq(h_query(NULL, "SELECT count(DISTINCT program_id) FROM runs"), 2);
   cr_assert_null(strstr(h_output("other", "err"), "warm start from"), "no profile to start from");
   cr_assert_eq(events(2, "queued"), compiled, "each signature queued once hot");
@@ -294,11 +301,7 @@ Test(warm, another_programs_stored_kernels_are_placed_when_their_signatures_get_
    * say so; the longest do, and are placed. None is weighed against a compile. */
   static const char *const payback[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=8", "OPJIT_DUEL=0",
                                         "OPJIT_SAMPLE_HZ=0", NULL};
-  snprintf(cmd, sizeof cmd, "cp %s %s/third_prog", H_JIT_PROG, h_dir);
-  cr_assert_eq(system(cmd), 0, "%s", cmd);
-  snprintf(other, sizeof other, "%s/third_prog", h_dir);
-  st = h_run("third", 1, payback, (const char *[]){other, "sweep", "40", "30", "99", NULL});
-  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", h_output("third", "err"));
+  sweep_as_another("third", payback);
   int64_t waiting = h_query(NULL, "SELECT count(*) FROM run_sigs WHERE run_id=3 AND reason LIKE"
                                   " 'after 8 calls, not worth placing yet: %%ms placing charge"
                                   " (the database stores its kernel)'");
