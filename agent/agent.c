@@ -1397,7 +1397,8 @@ int ag_place_stored(ag_entry_t *e)
 {
   int placed = -1;
   pthread_mutex_lock(&db_mu);
-  if (db && !store_dead && db_trusted(db_path)) /* as the warm start's: asked at each placing */
+  if (ag_opts.num[AG_OPT_WARM] && db && !store_dead &&
+      db_trusted(db_path)) /* as the warm start's: asked at each placing */
     placed = ag_warm_place(store, db, run_info(), e);
   pthread_mutex_unlock(&db_mu);
   return placed;

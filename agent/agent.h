@@ -191,7 +191,8 @@ int ag_call_admit(int hooked);
 void ag_warm_wait(long ms);
 /* A signature that got hot (entry e, QUEUED, on the compile thread that took it): the kernel the
  * database stores for it on this machine placed, as warm.h's ag_warm_place returns; -1 also
- * when the database is not open (yet) or unusable. Waits while the writer holds it. */
+ * when the database is not open (yet), unusable or not trusted with code, or with OPJIT_WARM=0.
+ * Waits while the writer holds it. */
 int ag_place_stored(ag_entry_t *e);
 
 /* Around exec: the run of the image being replaced gets its final write (status "exec") before

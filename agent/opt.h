@@ -61,7 +61,8 @@
       "calls of a new variant also run on the original and compared")                        \
   OPT(WARM, BOOL, "1", 0, 1, NULL,                                                           \
       "start from the program's profile: load the kernels earlier runs stored and compile "  \
-      "what the profile says is hot, on the writer thread")                                  \
+      "what the profile says is hot, on the writer thread; a signature that gets hot later " \
+      "takes the kernel any program stored for it (0: every kernel compiled anew)")          \
   OPT(WARM_WAIT_US, INT, "0", 0, 60000000, NULL,                                             \
       "how long the first call waits for the warm start (microseconds, from the call); "     \
       "kernels not placed by then are placed while the program runs")                        \

@@ -314,6 +314,13 @@ Test(warm, another_programs_stored_kernels_are_placed_when_their_signatures_get_
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM run_sigs WHERE run_id=3 AND reason LIKE"
                              " '%%compile charge%%'"), 0);
   cr_assert_eq(events(3, "published"), 0, "nothing compiled");
+
+  /* OPJIT_WARM=0: no stored kernel is placed, at the start or later (README, security). */
+  const char *cold[sizeof env / sizeof *env + 1] = {"OPJIT_WARM=0"};
+  memcpy(cold + 1, env, sizeof env);
+  sweep_as_another("fourth", cold);
+  cr_assert_eq(events(4, "loaded"), 0);
+  cr_assert_eq(events(4, "published"), compiled, "every kernel compiled anew");
 }
 
 Test(warm, shapes_that_stop_being_called_decay_and_new_ones_become_hot)
