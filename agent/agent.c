@@ -1395,12 +1395,18 @@ static int db_trusted(const char *dbpath)
 
 int ag_place_stored(ag_entry_t *e)
 {
-  int placed = -1;
-  pthread_mutex_lock(&db_mu);
+  st_hot_t h;
+  const st_api_t *api = NULL;
+  int found = -1;
+  pthread_mutex_lock(&db_mu); /* the lookup only: the placing needs no database */
   if (ag_opts.num[AG_OPT_WARM] && db && !store_dead &&
-      db_trusted(db_path)) /* as the warm start's: asked at each placing */
-    placed = ag_warm_place(store, db, run_info(), e);
+      db_trusted(db_path) && /* as the warm start's: asked at each placing */
+      (found = ag_warm_stored(store, db, run_info(), e, &h)) >= 0)
+    api = store;
   pthread_mutex_unlock(&db_mu);
+  int placed = found == 1 ? ag_warm_place(e, &h) : -1;
+  if (api)
+    api->hot_free(&h);
   return placed;
 }
 
@@ -1504,6 +1510,12 @@ static void warm_start(int writer_thread, int network)
   if (network)
     ag_fleet_warm(&w);
   warm_ns = (int64_t)(ag_now_ns() - first_call_ns);
+  if (w.complete) { /* after the warm start's figure: its kernels serve already */
+    pthread_mutex_lock(&db_mu);
+    if (db && !store_dead)
+      ag_warm_read_shelf(store, db, run_info());
+    pthread_mutex_unlock(&db_mu);
+  }
   if (w.runs)
     ag_log(AG_LOG_INFO, "warm start from %lld runs, done %.2f ms after the first call: %d "
                         "kernels loaded, %d queued, %d invalidated", (long long)w.runs,

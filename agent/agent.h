@@ -189,10 +189,10 @@ int ag_call_admit(int hooked);
 /* Waits until the warm start has placed the stored kernels, ms milliseconds at most (for a host
  * whose first operator is long: a whole graph). */
 void ag_warm_wait(long ms);
-/* A signature that got hot (entry e, QUEUED, on the compile thread that took it): the kernel the
- * database stores for it on this machine placed, as warm.h's ag_warm_place returns; -1 also
- * when the database is not open (yet), unusable or not trusted with code, or with OPJIT_WARM=0.
- * Waits while the writer holds it. */
+/* A signature that got hot (entry e, QUEUED, on the compile thread that took it; warm.h,
+ * ag_warm_shelved): the kernel the database stores for it on this machine placed, as warm.h's
+ * ag_warm_place returns; -1 also when the database is not open, unusable or not trusted with
+ * code, or with OPJIT_WARM=0. Waits while the writer holds the database for the lookup. */
 int ag_place_stored(ag_entry_t *e);
 
 /* Around exec: the run of the image being replaced gets its final write (status "exec") before

@@ -66,7 +66,10 @@ void ag_policy_words(const ag_payback_t *t, char *why, size_t len)
            : t->placing ? "not worth placing yet: " : "not worth a compile yet: ",
            t->spent_ns / 1e6, 100 * t->gain, t->spent_ns * t->gain / 1e6, pb == 1 ? ">=" : "<",
            t->payback, t->charge / 1e6, t->placing ? "placing" : "compile",
-           t->placing ? " (the database stores its kernel)" : t->idle ? " (idle core)" : "");
+           t->placing && t->idle ? " (idle core; the database stores its kernel)"
+           : t->placing          ? " (the database stores its kernel)"
+           : t->idle             ? " (idle core)"
+                                 : "");
 }
 
 int ag_policy_decide(const ag_policy_t *p, int cls, double spent_ns, double charge, long payback,

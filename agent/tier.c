@@ -992,8 +992,8 @@ static void wait_run(void)
 }
 
 /* Whether queued entry e is settled by the kernel the database stores for it on this machine
- * (agent.h, ag_place_stored; the warm start places its own profile's only): placed, as the warm
- * start places one (no LLVM, no compile), or demoted by its pool. */
+ * (agent.h, ag_place_stored): placed, as the warm start places one (no LLVM, no compile), or
+ * demoted by its pool. */
 static int placed_from_store(ag_entry_t *e)
 {
   ag_bg_begin();
@@ -1002,44 +1002,45 @@ static int placed_from_store(ag_entry_t *e)
   return placed == 0 || atomic_load(&e->tier) == AG_TIER_DEMOTED;
 }
 
-/* A compile thread took entry i. LLVM is loaded with the first compile, so a thread that only
- * watches loaded variants (a warm run whose kernels all came from the store) never loads it;
- * the compile (which runs its kernel: tuning, self-test, duel) waits until JIT code may run. */
+/* A compile thread took entry i. A signature the database stores a kernel for (warm.h,
+ * ag_warm_shelved) gets it placed once JIT code may run, without LLVM. Else LLVM is loaded
+ * with the first compile, so a thread that only places or watches never loads it; the compile
+ * (which runs its kernel: tuning, self-test, duel) waits until JIT code may run (LLVM loads
+ * meanwhile). */
 static void compile_next(void *ctx, uint32_t i, int alone)
 {
   (void)ctx;
   ag_entry_t *e = ag_table_entry(ag_table, i);
-  /* the store's kernel, once JIT code may run (before LLVM loads, unless the run is still to be
-   * recorded: LLVM loads meanwhile) */
-  int tried = atomic_load(&hold_hot) == AG_HOLD_NONE;
-  if (tried && placed_from_store(e))
-    return;
-  ag_bg_begin(); /* not while it waits for the run (wait_run) */
-  int loaded = load_jit() == 0;
-  ag_bg_end();
-  if (loaded) {
+  int placed = 0;
+  if (ag_warm_shelved(&e->key)) {
     wait_run();
-    if (!tried && placed_from_store(e))
+    placed = placed_from_store(e);
+  }
+  if (!placed) {
+    ag_bg_begin(); /* not while it waits for the run (wait_run) */
+    int loaded = load_jit() == 0;
+    ag_bg_end();
+    if (!loaded) {
+      atomic_store(&jit_dead, 1);
+      atomic_store(&e->tier, AG_TIER_FAILED);
+      decide(e, AG_STATE_FAILED, -1, "the JIT is unavailable (%s): the original library serves",
+             jit_error);
       return;
-    ag_crash_trial(&ag_table_entry(ag_table, i)->key); /* a fault meanwhile blames it */
+    }
+    wait_run();
+    ag_crash_trial(&e->key); /* a fault meanwhile blames it */
     ag_bg_begin();
     compile_one(i, alone);
     ag_bg_end();
     ag_crash_trial(NULL);
-    /* A queue that keeps the thread compiling does not keep the judge from looking when its
-     * look is due (compile_between): the variants published meanwhile would await their
-     * verdicts, their calls at the bursts' first rate (compare.h), to the end of a short run. */
-    pthread_mutex_lock(&code_mu);
-    if (ag_now_ns() - watched_at >= (awaiting_verdict ? 20 : 200) * 1000000ull)
-      watch_speed();
-    pthread_mutex_unlock(&code_mu);
-  } else {
-    atomic_store(&jit_dead, 1);
-    ag_entry_t *e = ag_table_entry(ag_table, i);
-    atomic_store(&e->tier, AG_TIER_FAILED);
-    decide(e, AG_STATE_FAILED, -1, "the JIT is unavailable (%s): the original library serves",
-           jit_error);
   }
+  /* A queue that keeps the thread compiling (or placing) does not keep the judge from looking
+   * when its look is due (compile_between): the variants published meanwhile would await their
+   * verdicts, their calls at the bursts' first rate (compare.h), to the end of a short run. */
+  pthread_mutex_lock(&code_mu);
+  if (ag_now_ns() - watched_at >= (awaiting_verdict ? 20 : 200) * 1000000ull)
+    watch_speed();
+  pthread_mutex_unlock(&code_mu);
 }
 
 /* A compile thread found the queue empty: the judge's look, the code cache's freeing, the
@@ -1644,6 +1645,11 @@ static int load(ag_entry_t *e, uint32_t from, const void *obj, size_t len, const
   if (jt_obj_load(obj, len, symbol, &l, err, errlen))
     return -1;
   pthread_mutex_lock(&code_mu);
+  if (from == AG_TIER_QUEUED) { /* hot: room made as a compile would make it (compile_one) */
+    free_retired();
+    while (!ag_cc_fits(&cache, l.map_len) && evict_one() == 0)
+      free_retired();
+  }
   if (load_charge(e, l.map_len, err, errlen)) {
     pthread_mutex_unlock(&code_mu);
     jt_obj_unload(&l);

@@ -109,8 +109,9 @@ static ag_tier_batch_t *batch_for(const st_profile_t *p)
   return n ? ag_tier_batch_new(n, bytes) : NULL;
 }
 
-/* The keys of the signatures the database had a kernel for on this machine at the warm start
- * (st_shelf: memcmp order), set once: shelf_n before the pointer (release). */
+/* The keys of the signatures the database had a kernel for on this machine (and this generator
+ * and LLVM) at the warm start (st_shelf: memcmp order), set once: shelf_n before the pointer
+ * (release). */
 static const ag_sig_t *_Atomic shelf;
 static size_t shelf_n;
 
@@ -122,14 +123,16 @@ int ag_warm_shelved(const ag_sig_t *key)
   return s && bsearch(key, s, shelf_n, sizeof *s, key_cmp) != NULL;
 }
 
-/* Reads the shelf (once per process). */
-static void read_shelf(const st_api_t *store, st_db_t *db, const char *key)
+void ag_warm_read_shelf(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri)
 {
+  char key[336]; /* what this run's kernels are stored under (machine.h) */
+  ag_machine_object_key(ri->cpu_key, ri->cpu_flags, key, sizeof key);
   void *keys;
   size_t n;
   if (atomic_load_explicit(&shelf, memory_order_acquire))
     return;
-  int rc = store->shelf(db, key, sizeof(ag_sig_t), &keys, &n);
+  int rc = store->shelf(db, key, JT_GENERATOR_VERSION, OPJIT_LLVM_VERSION, sizeof(ag_sig_t),
+                        &keys, &n);
   if (rc) {
     ag_log(AG_LOG_DEBUG, "cannot list the stored kernels (%s): signatures are charged a compile",
            store->errstr(rc));
@@ -141,19 +144,33 @@ static void read_shelf(const st_api_t *store, st_db_t *db, const char *key)
   atomic_store_explicit(&shelf, (const ag_sig_t *)keys, memory_order_release); /* kept */
 }
 
-int ag_warm_place(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, ag_entry_t *e)
+int ag_warm_stored(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, ag_entry_t *e,
+                   st_hot_t *h)
 {
-  char key[336], why[700], err[256]; /* key: what this run's kernels are stored under */
+  char key[336], why[700];
   ag_machine_object_key(ri->cpu_key, ri->cpu_flags, key, sizeof key);
-  st_hot_t h;
-  int rc = store->object(db, &e->key, sizeof e->key, key, &h), placed = -1;
-  if (rc)
+  int rc = store->object(db, &e->key, sizeof e->key, key, h);
+  if (rc) {
     ag_log(AG_LOG_DEBUG, "cannot look up a stored kernel (%s): it is compiled",
            store->errstr(rc));
-  else if (h.object_id && !unusable(&h, key, why, sizeof why))
-    placed = ag_tier_load_queued(e, h.code, h.code_len, h.symbol, h.has_judge ? &h.judge : NULL,
-                                 err, sizeof err);
-  store->hot_free(&h);
+    return -1;
+  }
+  if (!h->object_id)
+    return 0; /* gone since the shelf was read */
+  if (unusable(h, key, why, sizeof why)) {
+    ag_tier_refuse(e, "its stored kernel is not placed (%s): compiled", why);
+    return 0;
+  }
+  return 1;
+}
+
+int ag_warm_place(ag_entry_t *e, const st_hot_t *h)
+{
+  char err[256] = "";
+  int placed = ag_tier_load_queued(e, h->code, h->code_len, h->symbol,
+                                   h->has_judge ? &h->judge : NULL, err, sizeof err);
+  if (placed < 0)
+    ag_tier_refuse(e, "its stored kernel is not placed (unloadable: %s): compiled", err);
   return placed;
 }
 
@@ -179,6 +196,7 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
    * (hottest first: the profile's order) once all are placed. */
   size_t *batched = calloc(p.n ? p.n : 1, sizeof *batched); /* the batch's, by profile index */
   size_t nbatched = 0;
+  int table_full = 0;
   ag_tier_batch_t *batch = batched ? batch_for(&p) : NULL;
   for (size_t i = 0; i < p.n; i++) {
     const st_hot_t *h = &p.sigs[i];
@@ -198,8 +216,10 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
     if (called && !h->object_id && h->demoted_gen != JT_GENERATOR_VERSION && !hot(&p, h))
       continue;
     ag_entry_t *e = ag_table_get(ag_table, &probe.key);
-    if (!e)
-      break; /* the table is full */
+    if (!e) {
+      table_full = 1;
+      break;
+    }
     if (called) /* what its library's calls cost, for its queue (tier.h) */
       ag_tier_profile_mean(e, h->mean_ns);
     char why[700], err[256];
@@ -257,5 +277,5 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
   }
   free(batched);
   store->profile_free(&p);
-  read_shelf(store, db, key);
+  w->complete = !table_full;
 }

@@ -20,9 +20,9 @@
  * reason ("cpu", "generator", "llvm", "checksum", "unloadable") and recompiled. With
  * OPJIT_FLEET, a signature this profile would compile takes the fleet's kernel first when it has
  * one that verifies (agent/fleet.h). Objects are stored per signature and machine, not per
- * program: a signature that gets hot later (in a program whose profile lacks it) takes the
- * object any program stored for it (ag_warm_place), and the warm start lists those signatures
- * for the payback test (ag_warm_shelved). */
+ * program: after the warm start, the signatures that have one are listed (ag_warm_read_shelf),
+ * and one that gets hot later (in a program whose profile lacks it) is charged a placing and
+ * takes the object any program stored for it (ag_warm_stored, ag_warm_place). */
 #ifndef OPJIT_AGENT_WARM_H
 #define OPJIT_AGENT_WARM_H
 
@@ -38,6 +38,7 @@
 typedef struct ag_warm_s {
   int64_t runs;          /* earlier runs the profile came from */
   int loaded, queued, invalidated;
+  int complete;          /* the whole profile was read and acted on */
 } ag_warm_t;
 
 /* Why an object (what it was built for and with, its code and checksum) cannot be placed on
@@ -47,21 +48,29 @@ const char *ag_warm_unusable(const char *cpu, int generator, const char *llvm,
                              const void *code, size_t code_len, uint64_t checksum,
                              const char *key, char *why, size_t len);
 
-/* A signature that got hot in this run (entry e, QUEUED, on the compile thread that took it):
- * the kernel stored for it on this machine (store.h, st_object: stored by any program's run,
- * the warm start placing only its own profile's) placed with its judge pool, as the warm start
- * places one, when it can be (tier.h, ag_tier_load_queued's returns: 0 placed, 1 not placed
- * and e settled, demoted by the pool or the code cache full); -1 when there is none, it cannot be
- * placed here (another generator, LLVM, split, or damaged: compiled anew, and the compile's
- * object replaces it at the run's end) or the store cannot be read. store and db open, their
- * owner's lock held. */
-int ag_warm_place(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, ag_entry_t *e);
+/* After the warm start (and only after one that read the whole profile: ag_warm_t.complete, so
+ * that no signature it leaves on the original takes another program's kernel), once per
+ * process: lists the signatures the database has a kernel for on this machine, built by this
+ * generator and LLVM, by any program's run (st_shelf). store and db open, their owner's lock
+ * held. */
+void ag_warm_read_shelf(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri);
 
-/* Whether the database had a kernel for key on this machine when the warm start read it (its
- * shelf, listed after the profile's kernels are placed): such a signature is charged a placing,
- * not a compile, when it gets hot (tier.c). 0 before the warm start, or without one (no
- * database yet, an untrusted one). Any thread. */
+/* Whether key is on that list: such a signature, hot, is charged a placing rather than a
+ * compile (tier.c) and its compile thread places the stored kernel (ag_warm_stored,
+ * ag_warm_place). 0 before the list is read, or without one. Any thread. */
 int ag_warm_shelved(const ag_sig_t *key);
+
+/* Entry e's stored kernel (st_object, any program's) into *h: 1 when it can be placed here, 0
+ * when it is gone or cannot be (a refused event says why: it is compiled), -1 when the store
+ * cannot be read. h is freed with store->hot_free whatever the return. store and db open, their
+ * owner's lock held. */
+int ag_warm_stored(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, ag_entry_t *e,
+                   st_hot_t *h);
+
+/* Places h (ag_warm_stored's) for e, QUEUED on the compile thread that took it, with its judge
+ * pool, as tier.h's ag_tier_load_queued returns (0 placed; 1 demoted by the pool, or the code
+ * cache full even after evicting; -1 not placed: a refused event says why). No lock needed. */
+int ag_warm_place(ag_entry_t *e, const st_hot_t *h);
 
 /* Reads the profile through store and db (open) and acts on it; the signature table exists.
  * A store error leaves the run cold, with one warning. */

@@ -1235,18 +1235,22 @@ int st_object(st_db_t *db, const void *key, size_t key_len, const char *cpu, st_
   return rc;
 }
 
-int st_shelf(st_db_t *db, const char *cpu, size_t key_len, void **keys, size_t *n)
+int st_shelf(st_db_t *db, const char *cpu, int generator, const char *llvm, size_t key_len,
+             void **keys, size_t *n)
 {
   *keys = NULL, *n = 0;
   sqlite3_stmt *st;
   int rc = sqlite3_prepare_v2(db->db,
                               "SELECT g.key FROM objects o JOIN signatures g ON g.id = o.sig_id"
-                              " WHERE o.cpu = ?1 AND length(g.key) = ?2 ORDER BY g.key",
+                              " WHERE o.cpu = ?1 AND o.generator = ?2 AND o.llvm = ?3"
+                              " AND length(g.key) = ?4 ORDER BY g.key",
                               -1, &st, NULL);
   if (rc != SQLITE_OK)
     return db_code(db->db, rc, NULL);
   sqlite3_bind_text(st, 1, cpu, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(st, 2, (sqlite3_int64)key_len);
+  sqlite3_bind_int(st, 2, generator);
+  sqlite3_bind_text(st, 3, llvm, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 4, (sqlite3_int64)key_len);
   size_t cap = 0;
   unsigned char *k = NULL;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {

@@ -292,9 +292,11 @@ void st_profile_free(st_profile_t *p);
  * 0 when there is none. Free out with st_hot_free, whatever the return. */
 int st_object(st_db_t *db, const void *key, size_t key_len, const char *cpu, st_hot_t *out);
 void st_hot_free(st_hot_t *h);
-/* The keys of key_len bytes of the signatures that have an object for cpu, stored by any
- * program's run: *n of them in one malloc'ed block at *keys (free()), in memcmp order. */
-int st_shelf(st_db_t *db, const char *cpu, size_t key_len, void **keys, size_t *n);
+/* The keys of key_len bytes of the signatures that have an object for cpu built by generator
+ * with llvm, stored by any program's run: *n of them in one malloc'ed block at *keys (free()),
+ * in memcmp order. */
+int st_shelf(st_db_t *db, const char *cpu, int generator, const char *llvm, size_t key_len,
+             void **keys, size_t *n);
 
 /* Deletes runs beyond the newest keep_runs and runs that ended before older_than_ns (0: no
  * age limit), never a run still marked running unless its process is gone, then everything
@@ -420,7 +422,8 @@ typedef struct st_api_s {
   int (*run_warm)(st_db_t *db, int64_t run_id, int64_t warm_ns);
   int (*object)(st_db_t *db, const void *key, size_t key_len, const char *cpu, st_hot_t *out);
   void (*hot_free)(st_hot_t *h);
-  int (*shelf)(st_db_t *db, const char *cpu, size_t key_len, void **keys, size_t *n);
+  int (*shelf)(st_db_t *db, const char *cpu, int generator, const char *llvm, size_t key_len,
+               void **keys, size_t *n);
 } st_api_t;
 #define ST_API_ABI 9
 #define ST_API_SYMBOL "opjit_store_api"

@@ -121,6 +121,11 @@ Test(policy, a_stored_kernel_is_weighed_against_its_placing)
   cr_expect_str_eq(why, "not worth placing yet: 0.655 ms spent x 30% expected saving = 0.197 ms "
                         "< OPJIT_HOT_PAYBACK=1 x 1.5 ms placing charge (the database stores its "
                         "kernel)");
+  cr_assert_eq(ag_policy_test(&p, 0, 4096 * 160.0, AG_POLICY_PLACE_NS / 10, 1, 1, &t), 1);
+  t.placing = 1;
+  ag_policy_words(&t, why, sizeof why);
+  cr_expect(strstr(why, "x 0.15 ms placing charge (idle core; the database stores its kernel)"),
+            "%s", why);
   cr_assert_eq(ag_policy_test(&p, 0, 4096 * 1500.0, AG_POLICY_PLACE_NS, 1, 0, &t), 1,
                "6 ms spent pays a placing back, not a 10 ms compile");
   cr_assert_eq(ag_policy_test(&p, 0, 4096 * 1500.0, 10e6, 1, 0, NULL), 0);

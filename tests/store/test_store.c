@@ -513,7 +513,6 @@ Test(store, object_and_shelf_find_the_kernels_for_one_cpu_whoever_stored_them)
                         .machine_cpu = "cpuA", .object = code, .object_len = sizeof code,
                         .symbol = "opjit_gemm", .checksum = 42};
   cr_assert_eq(st_run_variants(db, run, &v, 1, NULL, 0), ST_OK);
-  begin_script(db, "/w/b.py", 2); /* another program asks */
 
   st_hot_t h;
   cr_assert_eq(st_object(db, r.key, r.key_len, "cpuA", &h), ST_OK);
@@ -548,15 +547,21 @@ Test(store, object_and_shelf_find_the_kernels_for_one_cpu_whoever_stored_them)
   cr_assert_eq(st_run_variants(db, run, &va, 1, NULL, 0), ST_OK);
   void *keys;
   size_t n;
-  cr_assert_eq(st_shelf(db, "cpuA", r.key_len, &keys, &n), ST_OK);
+  cr_assert_eq(st_shelf(db, "cpuA", 3, "19.1.7", r.key_len, &keys, &n), ST_OK);
   cr_assert_eq(n, 2);
   cr_assert(memcmp(keys, a.key, a.key_len) == 0, "\"aaa\" first");
   cr_assert(memcmp((char *)keys + r.key_len, r.key, r.key_len) == 0);
   free(keys);
-  cr_assert_eq(st_shelf(db, "cpuB", r.key_len, &keys, &n), ST_OK);
+  cr_assert_eq(st_shelf(db, "cpuB", 3, "19.1.7", r.key_len, &keys, &n), ST_OK);
   cr_assert_eq(n, 0, "none for another CPU");
   free(keys);
-  cr_assert_eq(st_shelf(db, "cpuA", r.key_len + 1, &keys, &n), ST_OK);
+  cr_assert_eq(st_shelf(db, "cpuA", 4, "19.1.7", r.key_len, &keys, &n), ST_OK);
+  cr_assert_eq(n, 0, "none for another generator");
+  free(keys);
+  cr_assert_eq(st_shelf(db, "cpuA", 3, "20.1.0", r.key_len, &keys, &n), ST_OK);
+  cr_assert_eq(n, 0, "none for another LLVM");
+  free(keys);
+  cr_assert_eq(st_shelf(db, "cpuA", 3, "19.1.7", r.key_len + 1, &keys, &n), ST_OK);
   cr_assert_eq(n, 0, "none of another key length");
   free(keys);
   st_close(db);
