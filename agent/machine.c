@@ -375,3 +375,12 @@ void ag_machine_measure_best(ag_machine_t *m, int times)
     m->measured_ns = one.measured_ns;
   }
 }
+
+void ag_machine_object_key_for(const char *cpu_key, const char *flags, int isa, char *buf,
+                               size_t len)
+{
+  if (isa == ag_machine_flags_widest(flags))
+    snprintf(buf, len, "%s", cpu_key);
+  else
+    snprintf(buf, len, "%s isa=%s", cpu_key, ag_isa_name(isa));
+}

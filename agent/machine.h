@@ -162,6 +162,10 @@ int ag_machine_flags_widest(const char *flags);
  * hides AVX-512 from the programs it runs; /proc/cpuinfo still lists it), which must never
  * place the wider kernels the CPU's other processes stored. */
 void ag_machine_object_key(const char *cpu_key, const char *flags, char *buf, size_t len);
+/* The same for a process whose JIT uses isa (enum ag_isa): pure (machine.c), for `opjit
+ * doctor`. */
+void ag_machine_object_key_for(const char *cpu_key, const char *flags, int isa, char *buf,
+                               size_t len);
 /* The measured FMA peak for a vector width (128, 256, 512) and dtype, in GFLOP/s; 0 when the
  * width is not supported or the model is not ready. */
 double ag_machine_peak_gflops(int width_bits, int f64);

@@ -339,10 +339,7 @@ int ag_machine_isa(void)
 void ag_machine_object_key(const char *cpu_key, const char *flags, char *buf, size_t len)
 {
   pthread_once(&isa_once, isa_resolve);
-  if (isa_level == ag_machine_flags_widest(flags))
-    snprintf(buf, len, "%s", cpu_key);
-  else
-    snprintf(buf, len, "%s isa=%s", cpu_key, ag_isa_name(isa_level));
+  ag_machine_object_key_for(cpu_key, flags, isa_level, buf, len);
 }
 
 double ag_machine_peak_gflops(int width_bits, int f64)

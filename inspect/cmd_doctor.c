@@ -523,11 +523,13 @@ out:
 
 /* The machine model stored for cpu_key in the database at path: {cpu_key, measured_ns,
  * settled, isa, vregs, gflops {f32, f64: {"128": .., "256": .., "512": ..}}, timer_ns, compile
- * [{family, n, median_ns, mean_ns}]}, or {cpu_key, measured: false, note} when there is none. */
-static cJSON *check_model(const char *dbopt, const char *cpu_key)
+ * [{family, n, median_ns, mean_ns}]}, or {cpu_key, measured: false, note} when there is none;
+ * with, when the database opens, kernels {object_key, stored, programs}: the kernels stored for
+ * this CPU (flags: its /proc/cpuinfo flags) and a JIT on isa, and the programs that stored them. */
+static cJSON *check_model(const char *dbopt, const char *cpu_key, const char *flags, int isa)
 {
   cJSON *o = cJSON_CreateObject();
-  char path[4096], err[1024];
+  char path[4096], err[1024], okey[336];
   st_db_t *db = NULL;
   st_machine_t rec;
   cJSON_AddStringToObject(o, "cpu_key", cpu_key);
@@ -536,6 +538,19 @@ static cJSON *check_model(const char *dbopt, const char *cpu_key)
                                                  : st_open(path, ST_OPEN_READONLY,
                                                            INS_READ_BUSY_MS, &db, err, sizeof err);
   if (!rc) {
+    /* the kernels stored under the object key an agent would use here (its JIT's ISA) */
+    ag_machine_object_key_for(cpu_key, flags, isa, okey, sizeof okey);
+    st_rows_t *r = NULL;
+    if (st_query(db, ST_Q_KERNELS, &r) == ST_OK) {
+      st_rows_bind_text(r, 1, okey);
+      if (st_rows_next(r) == 1) {
+        cJSON *k = cJSON_AddObjectToObject(o, "kernels");
+        cJSON_AddStringToObject(k, "object_key", okey);
+        cJSON_AddNumberToObject(k, "stored", (double)st_rows_int(r, 0));
+        cJSON_AddNumberToObject(k, "programs", (double)st_rows_int(r, 1));
+      }
+    }
+    st_rows_close(r);
     int version = 0;
     st_schema_version(db, &version);
     rc = version < 6 ? ST_ENOENT : st_machine_load(db, cpu_key, &rec);
@@ -605,12 +620,12 @@ static cJSON *check_machine(const char *dbopt)
   cJSON_AddStringToObject(o, "isa", exts);
   cJSON_AddStringToObject(o, "widest_isa", ag_isa_name(m.widest));
   ag_opts_parse(&opts, ins_getenv, NULL);
-  cJSON_AddStringToObject(o, "jit_isa", ag_isa_name(ag_machine_isa_choose(
-                                            opts.num[AG_OPT_ISA], m.exts, why, sizeof why)));
+  int jit_isa = ag_machine_isa_choose(opts.num[AG_OPT_ISA], m.exts, why, sizeof why);
+  cJSON_AddStringToObject(o, "jit_isa", ag_isa_name(jit_isa));
   if (why[0])
     cJSON_AddStringToObject(o, "jit_isa_warning", why);
   ag_machine_cpu_key(model, flags, key, sizeof key);
-  cJSON_AddItemToObject(o, "model", check_model(dbopt, key));
+  cJSON_AddItemToObject(o, "model", check_model(dbopt, key, flags, jit_isa));
   int paranoid = slurp("/proc/sys/kernel/perf_event_paranoid", buf, sizeof buf) > 0 ? atoi(buf) : 99;
   if (paranoid != 99)
     cJSON_AddNumberToObject(o, "perf_event_paranoid", paranoid);
@@ -693,8 +708,14 @@ static void print_peaks(const cJSON *t, const char *label)
 
 static void print_model(const cJSON *mo)
 {
-  const cJSON *c = cJSON_GetObjectItem(mo, "compile"), *f;
+  const cJSON *c = cJSON_GetObjectItem(mo, "compile"), *f,
+              *k = cJSON_GetObjectItem(mo, "kernels");
   printf("  %-20s %s\n", "cpu key", str(mo, "cpu_key"));
+  double progs = cJSON_GetNumberValue(cJSON_GetObjectItem(k, "programs"));
+  if (k)
+    printf("  %-20s %.0f for this CPU, stored by runs of %.0f program%s: each is placed, not "
+           "compiled, when its signature gets hot in any program\n", "stored kernels",
+           cJSON_GetNumberValue(cJSON_GetObjectItem(k, "stored")), progs, progs == 1 ? "" : "s");
   if (!cJSON_IsTrue(cJSON_GetObjectItem(mo, "measured"))) {
     printf("  %-20s %s\n", "machine model", str(mo, "note"));
   } else {
@@ -864,8 +885,9 @@ const ins_cmd_t ins_cmd_doctor = {
             "load (libopjit-jit.so beside the agent and the LLVM 19 library it needs, read from\n"
             "the files, never loaded), and what this machine offers: its vector ISAs, the\n"
             "machine model the agent measured and stored for this CPU (FMA peaks, clock\n"
-            "cost, compile times), perf_event access, and the system BLAS: which library\n"
-            "libblas.so.3 is, and for OpenBLAS the core it runs (OPENBLAS_CORETYPE applies),\n"
+            "cost, compile times), the kernels stored for it (any program's runs), perf_event\n"
+            "access, and the system BLAS: which library libblas.so.3 is, and for OpenBLAS\n"
+            "the core it runs (OPENBLAS_CORETYPE applies),\n"
             "with a warning and the setting to use when its kernels are narrower than the CPU.\n"
             "Exits 1 when the database exists but is unusable.\n\n"
             "options:\n"

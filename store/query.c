@@ -190,6 +190,8 @@ static const char *const sql[ST_Q__N] = {
     [ST_Q_QUICK_CHECK] = "PRAGMA quick_check",
     [ST_Q_RUN_COUNT] = "SELECT count(*) FROM runs",
     [ST_Q_JOURNAL_MODE] = "PRAGMA journal_mode",
+    [ST_Q_KERNELS] = "SELECT count(*), count(DISTINCT r.program_id) FROM objects o"
+                     " LEFT JOIN runs r ON r.id = o.run_id WHERE o.cpu = ?1",
 };
 
 int st_query(st_db_t *db, enum st_query q, st_rows_t **out)

@@ -82,6 +82,10 @@ enum st_query {
   ST_Q_QUICK_CHECK,  /* "ok", or the damage found */
   ST_Q_RUN_COUNT,    /* runs */
   ST_Q_JOURNAL_MODE, /* the journal mode */
+  /* ?1 cpu (an object key, agent/machine.h): the kernels stored for it, by any program's run,
+   * and the programs whose runs stored them: kernels, programs (a run since deleted counts
+   * none) */
+  ST_Q_KERNELS,
   ST_Q__N
 };
 

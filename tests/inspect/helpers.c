@@ -163,6 +163,21 @@ static ag_sig_t fake_key(int m)
                     .k = m, .lda = m, .ldb = m, .ldc = m};
 }
 
+void craft_object(const char *path, int64_t run, int m, const char *cpu)
+{
+  st_db_t *db;
+  char err[512];
+  cr_assert_eq(st_open(path, 0, 1000, &db, err, sizeof err), ST_OK, "st_open: %s", err);
+  ag_sig_t key = fake_key(m);
+  static const char code[] = "\x7f" "ELF crafted";
+  st_variant_rec_t v = {.key = &key, .key_len = sizeof key, .status = "ready", .generator = 1,
+                        .llvm = "19.1.7", .cpu = "test", .origin = "compiled",
+                        .machine_cpu = cpu, .object = code, .object_len = sizeof code,
+                        .symbol = "opjit_crafted", .checksum = 1};
+  cr_assert_eq(st_run_variants(db, run, &v, 1, NULL, 0), ST_OK);
+  st_close(db);
+}
+
 int64_t craft_run(const char *path, int pid, int64_t start_ns, int ended, const fake_sig_t *sigs,
                   size_t n)
 {

@@ -50,6 +50,9 @@ typedef struct fake_sig_s {
  * run id; fails the test on any store error. */
 int64_t craft_run(const char *path, int pid, int64_t start_ns, int ended, const fake_sig_t *sigs,
                   size_t n);
+/* Stores an object for run's signature of size m (a fake_sig_t the run flushed) under the
+ * machine's object key cpu; fails the test on any store error. */
+void craft_object(const char *path, int64_t run, int m, const char *cpu);
 /* What a crafted run's sampler recorded. Rows name their signature by the m of a fake_sig_t
  * already flushed in the run; m 0 stands for outside any operator. */
 typedef struct fake_pc_s {

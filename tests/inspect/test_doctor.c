@@ -169,11 +169,36 @@ Test(doctor, shows_the_stored_machine_model_or_how_to_get_it)
 {
   char *dir = scratch_dir(), *db = path_in(dir, "p.db"), flags[4096], key[320];
   this_cpu(flags, sizeof flags, key, sizeof key);
-  craft_run(db, 0, 0, 1, one, 1);
+  static const fake_sig_t two[] = {{.m = 16, .calls = 5}, {.m = 24, .calls = 5}};
+  int64_t run = craft_run(db, 0, 0, 1, two, 2);
   proc_t p = opjit(NULL, (const char *[]){"doctor", "--db", db, NULL});
   cr_assert_eq(p.status, 0, "%s", p.err);
   cr_expect(strstr(p.out, "not measured on this CPU yet") && strstr(p.out, "opjit run"), "%s",
             p.out);
+  cr_expect(strstr(p.out, "stored kernels" "       0 for this CPU"), "%s", p.out);
+  proc_free(&p);
+
+  /* The kernels stored under this machine's object key, by any program; another CPU's not. */
+  char okey[336], why[256];
+  ag_machine_t mach;
+  ag_machine_detect(&mach);
+  ag_machine_object_key_for(key, flags, ag_machine_isa_choose(0, mach.exts, why, sizeof why),
+                            okey, sizeof okey); /* OPJIT_ISA=auto */
+  craft_object(db, run, 16, okey);
+  craft_object(db, run, 24, okey);
+  craft_object(db, run, 16, "Another CPU [flags 0]");
+  p = opjit(NULL, (const char *[]){"doctor", "--db", db, NULL});
+  cr_expect(strstr(p.out, "stored kernels" "       2 for this CPU, stored by runs of 1 program:"),
+            "%s", p.out);
+  proc_free(&p);
+  p = opjit(NULL, (const char *[]){"doctor", "--db", db, "--json", NULL});
+  cJSON *jk = proc_json(&p);
+  const cJSON *k = cJSON_GetObjectItem(
+      cJSON_GetObjectItem(cJSON_GetObjectItem(jk, "machine"), "model"), "kernels");
+  cr_expect_eq(cJSON_GetNumberValue(cJSON_GetObjectItem(k, "stored")), 2);
+  cr_expect_eq(cJSON_GetNumberValue(cJSON_GetObjectItem(k, "programs")), 1);
+  cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(k, "object_key")), okey);
+  cJSON_Delete(jk);
   proc_free(&p);
 
   st_machine_t m = {.vregs = 32, .timer_ns = 17.25, .method = AG_MACHINE_METHOD,
