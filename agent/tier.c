@@ -1559,7 +1559,7 @@ static int load_allowed(ag_entry_t *e, uint32_t from, const char *symbol,
 {
   char no[AG_REASON_LEN];
   ag_cq_lock(&cq);
-  uint32_t cold = from;
+  uint32_t was = from;
   int ok = atomic_load(&e->tier) == from && prepare(e, no, sizeof no);
   int parts = ok ? ag_vrun[e->index].parts : 1;
   jt_gemm_t part = ok ? ag_problem_part(&shapes[e->index], &ag_vrun[e->index]) : (jt_gemm_t){0};
@@ -1571,7 +1571,7 @@ static int load_allowed(ag_entry_t *e, uint32_t from, const char *symbol,
     return -1;
   }
   /* not compilable with these options (OPJIT_JIT_MAX_DIM): NONE, as enqueue does */
-  if (!ok && atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE))
+  if (!ok && atomic_compare_exchange_strong(&e->tier, &was, AG_TIER_NONE))
     decide(e, AG_STATE_REFUSED, -1, "its stored kernel is not placed: %s", no);
   ag_cq_unlock(&cq);
   if (!ok) {
