@@ -372,6 +372,16 @@ out:
 }
 
 /* Registers a kernel's code (for the sampler, perf and freeing); code_mu held. */
+/* Frees retired code, then evicts until bytes fit the code cache or nothing is left to evict:
+ * whether they fit. code_mu held. */
+static int make_room(size_t bytes)
+{
+  free_retired();
+  while (!ag_cc_fits(&cache, bytes) && evict_one() == 0)
+    free_retired();
+  return ag_cc_fits(&cache, bytes);
+}
+
 static void add_code(void *fn, size_t size, const char *name, const jt_loaded_t *loaded,
                      const void *obj, size_t obj_len, const ag_sig_t *key)
 {
@@ -572,10 +582,7 @@ static void compile_one(uint32_t i, int idle)
   ag_reason_state(&reasons, i, AG_STATE_COMPILING); /* why it was queued stays the reason */
   duel_won[i] = 0, e->tier_flags &= ~2u;             /* a new variant: no verdict on it yet */
   pthread_mutex_lock(&code_mu);
-  free_retired();
-  while (!ag_cc_fits(&cache, AG_CC_RESERVE) && evict_one() == 0)
-    free_retired();
-  if (!ag_cc_fits(&cache, AG_CC_RESERVE)) { /* nothing left to evict, or not freed yet */
+  if (!make_room(AG_CC_RESERVE)) { /* nothing left to evict, or not freed yet */
     atomic_store(&e->tier, AG_TIER_COLD);
     decide(e, AG_STATE_DEFERRED, AG_EV_DEFERRED, "code cache full (%zu bytes, "
            "OPJIT_CODE_CACHE_MB): stays on the original until evicted code is freed", cache.bytes);
@@ -1645,11 +1652,8 @@ static int load(ag_entry_t *e, uint32_t from, const void *obj, size_t len, const
   if (jt_obj_load(obj, len, symbol, &l, err, errlen))
     return -1;
   pthread_mutex_lock(&code_mu);
-  if (from == AG_TIER_QUEUED) { /* hot: room made as a compile would make it (compile_one) */
-    free_retired();
-    while (!ag_cc_fits(&cache, l.map_len) && evict_one() == 0)
-      free_retired();
-  }
+  if (from == AG_TIER_QUEUED) /* hot: room made as a compile would make it (compile_one) */
+    make_room(l.map_len);
   if (load_charge(e, l.map_len, err, errlen)) {
     pthread_mutex_unlock(&code_mu);
     jt_obj_unload(&l);

@@ -26,13 +26,20 @@ static const char *const env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJI
                                   "OPJIT_SAMPLE_HZ=0", "OPJIT_LOG=info", "OPJIT_TEST_FAULT=fast",
                                   "OPJIT_WARM_WAIT_US=60000000", NULL};
 
-static void sweep(const char *tag, const char *const *e, const char *sigs, const char *passes,
-                  const char *seed)
+/* prog (jit_prog, or a copy) sweeping, under env e; its results checked. */
+static void sweep_prog(const char *prog, const char *tag, const char *const *e, const char *sigs,
+                       const char *passes, const char *seed)
 {
-  int st = h_run(tag, 1, e, (const char *[]){H_JIT_PROG, "sweep", sigs, passes, seed, NULL});
+  int st = h_run(tag, 1, e, (const char *[]){prog, "sweep", sigs, passes, seed, NULL});
   cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d\n%s\n%s", tag, st,
             h_output(tag, "out"), h_output(tag, "err"));
   cr_assert(strstr(h_output(tag, "out"), "mismatches 0"), "%s", h_output(tag, "out"));
+}
+
+static void sweep(const char *tag, const char *const *e, const char *sigs, const char *passes,
+                  const char *seed)
+{
+  sweep_prog(H_JIT_PROG, tag, e, sigs, passes, seed);
 }
 
 /* The runs below start from a run 1 that compiled every signature: under a sanitizer, whose
@@ -256,17 +263,14 @@ Test(warm, kernels_published_after_their_only_call_are_stored_and_placed_by_run_
 }
 
 /* jit_prog copied to h_dir/tag (the same code, another program to the store) sweeping as run1
- * did, under env e; its results checked. */
+ * did, under env e. */
 static void sweep_as_another(const char *tag, const char *const *e)
 {
   char prog[4200], cmd[8600];
   snprintf(prog, sizeof prog, "%s/%s", h_dir, tag);
   snprintf(cmd, sizeof cmd, "cp %s %s", H_JIT_PROG, prog);
   cr_assert_eq(system(cmd), 0, "%s", cmd);
-  int st = h_run(tag, 1, e, (const char *[]){prog, "sweep", "40", "30", "99", NULL});
-  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d\n%s", tag, st,
-            h_output(tag, "err"));
-  cr_assert(strstr(h_output(tag, "out"), "mismatches 0"), "%s", h_output(tag, "out"));
+  sweep_prog(prog, tag, e, "40", "30", "99");
 }
 
 /* The store keeps kernels per signature and machine, not per program: a program whose profile
