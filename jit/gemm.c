@@ -1163,21 +1163,53 @@ static LLVMValueRef end_kernel(gen_t *g)
 #define DOT_ACC 2
 _Static_assert(DOT_ROWS <= JT_MAX_MR_VECS && DOT_ACC <= JT_MAX_NR, "kloop_open's accumulators");
 
+/* Where the dots realign A at run time (emit_dots): head, the elements of each column up to
+ * its first vector boundary (0 .. V-1); kend, where the K loop from there stops (a multiple
+ * of its step, at least one step); the lanes of the partial vectors before the column (head's)
+ * and after the loop (the two after kend). NULL where the dots read A where it lies. */
+typedef struct realign_s {
+  LLVMValueRef head, kend, head_mask, tail_mask[DOT_ACC];
+} realign_t;
+
+/* The first lanes of the vector at p where mask (a <V x i1>) holds, zero elsewhere; nothing
+ * else is read. */
+static LLVMValueRef vload_where(gen_t *g, LLVMValueRef p, LLVMValueRef mask)
+{
+  LLVMValueRef args[4] = {p, LLVMConstInt(g->i32, g->g->f64 ? 8 : 4, 0), mask,
+                          LLVMConstNull(g->vec)};
+  return masked_call(g, "llvm.masked.load", args, "v");
+}
+
+/* The lanes below n (an i64, any value) of a vector: a <V x i1>. */
+static LLVMValueRef lanes_below(gen_t *g, LLVMValueRef n)
+{
+  LLVMValueRef iota[MAXV];
+  for (int i = 0; i < g->V; i++)
+    iota[i] = i64c(g, i);
+  LLVMTypeRef vt = LLVMVectorType(g->i64, (unsigned)g->V);
+  LLVMValueRef v = LLVMBuildInsertElement(g->b, LLVMGetUndef(vt), n, LLVMConstInt(g->i32, 0, 0), "");
+  v = LLVMBuildShuffleVector(g->b, v, LLVMGetUndef(vt),
+                             LLVMConstNull(LLVMVectorType(g->i32, (unsigned)g->V)), "n");
+  return LLVMBuildICmp(g->b, LLVMIntSLT, LLVMConstVector(iota, (unsigned)g->V), v, "below");
+}
+
 /* Columns i0 .. i0+rows-1 of A (rows <= DOT_ROWS) dotted with x into C: their first head
- * elements (a partial vector: emit_dots) apart, the rest in vectors from there. */
+ * elements (a partial vector: emit_dots) apart, or ra->head of them (found at run time: ra),
+ * the rest in vectors from there. */
 static void dots_block(gen_t *g, LLVMValueRef i0, int rows, LLVMValueRef alpha, LLVMValueRef beta,
-                       int head)
+                       int head, const realign_t *ra)
 {
   const jt_gemm_t *s = g->g;
   long K = s->k - head, V = g->V, kstep = DOT_ACC * V, kloop = K / kstep * kstep;
-  LLVMValueRef col[DOT_ROWS], x = at(g, g->bm, i64c(g, head));
+  LLVMValueRef skip = ra ? ra->head : i64c(g, head), x = at(g, g->bm, skip);
+  LLVMValueRef col[DOT_ROWS];
   for (int r = 0; r < rows; r++)
-    col[r] = at(g, g->a, add(g, mul(g, add(g, i0, i64c(g, r)), s->lda), i64c(g, head)));
+    col[r] = at(g, g->a, add(g, mul(g, add(g, i0, i64c(g, r)), s->lda), skip));
   accs_t acc, next;
   for (int r = 0; r < rows; r++)
     for (int a = 0; a < DOT_ACC; a++)
       next[r][a] = LLVMConstNull(g->vec);
-  if (kloop) {
+  if (ra || kloop) {
     kloop_t l = kloop_open(g, rows, DOT_ACC, acc, i64c(g, 0));
     for (int a = 0; a < DOT_ACC; a++) {
       LLVMValueRef kk = add(g, l.k, i64c(g, a * V));
@@ -1185,9 +1217,21 @@ static void dots_block(gen_t *g, LLVMValueRef i0, int rows, LLVMValueRef alpha, 
       for (int r = 0; r < rows; r++)
         next[r][a] = fma3(g, vload(g, at(g, col[r], kk), g->V), xv, acc[r][a]);
     }
-    kloop_close(g, &l, rows, DOT_ACC, acc, next, i64c(g, kloop), kstep);
+    kloop_close(g, &l, rows, DOT_ACC, acc, next, ra ? ra->kend : i64c(g, kloop), kstep);
   }
-  for (long kk = kloop; kk < K; kk += V) { /* whole vectors, then a partial one */
+  if (ra) { /* the two vectors after the loop, each whole, partial or empty, then the head */
+    for (int a = 0; a < DOT_ACC; a++) {
+      LLVMValueRef kk = add(g, ra->kend, i64c(g, a * V));
+      LLVMValueRef xv = vload_where(g, at(g, x, kk), ra->tail_mask[a]);
+      for (int r = 0; r < rows; r++)
+        next[r][a] = fma3(g, vload_where(g, at(g, col[r], kk), ra->tail_mask[a]), xv, next[r][a]);
+    }
+    LLVMValueRef back = LLVMBuildNSWNeg(g->b, skip, "back");
+    LLVMValueRef xv = vload_where(g, g->bm, ra->head_mask);
+    for (int r = 0; r < rows; r++)
+      next[r][0] = fma3(g, vload_where(g, at(g, col[r], back), ra->head_mask), xv, next[r][0]);
+  }
+  for (long kk = ra ? K : kloop; kk < K; kk += V) { /* whole vectors, then a partial one */
     int lanes = K - kk < V ? (int)(K - kk) : (int)V;
     LLVMValueRef xv = vload(g, at(g, x, i64c(g, kk)), lanes);
     for (int r = 0; r < rows; r++) {
@@ -1216,17 +1260,18 @@ static void dots_block(gen_t *g, LLVMValueRef i0, int rows, LLVMValueRef alpha, 
   }
 }
 
-/* Every column of A, head elements of each apart (dots_block). */
-static void dots_all(gen_t *g, LLVMValueRef alpha, LLVMValueRef beta, int head)
+/* Every column of A, head elements of each apart (or ra->head: dots_block). */
+static void dots_all(gen_t *g, LLVMValueRef alpha, LLVMValueRef beta, int head,
+                     const realign_t *ra)
 {
   int m = g->g->m, mfull = m / DOT_ROWS * DOT_ROWS;
   if (mfull) {
     jt_loop_t i = loop_begin(g, i64c(g, 0), mfull, DOT_ROWS, "i");
-    dots_block(g, i.iv, DOT_ROWS, alpha, beta, head);
+    dots_block(g, i.iv, DOT_ROWS, alpha, beta, head, ra);
     loop_end(g, &i);
   }
   if (m > mfull)
-    dots_block(g, i64c(g, mfull), m - mfull, alpha, beta, head);
+    dots_block(g, i64c(g, mfull), m - mfull, alpha, beta, head, ra);
 }
 
 /* Emits body(g, head, ctx) for each offset from a vector boundary key (an i64: the offset of an
@@ -1272,34 +1317,64 @@ static LLVMValueRef a_offset(gen_t *g)
 
 /* Whether a GEMV realigns A by its offset (emit_sweep, emit_dots): vectors of 32 bytes or more,
  * every column as far off a vector boundary as the first (lda a multiple of a vector's bytes),
- * two vectors at least along A's columns (along). */
-static int a_realigns(const jt_gemm_t *s, int V, int along)
+ * along vectors at least along A's columns (along). */
+static int a_realigns(const jt_gemm_t *s, int V, int along, int vectors)
 {
   long esz = s->f64 ? 8 : 4, vb = V * esz;
-  return vb >= 32 && (long)s->lda * esz % vb == 0 && along >= 2 * V;
+  return vb >= 32 && (long)s->lda * esz % vb == 0 && along >= vectors * V;
 }
 
 /* dots_all as by_offset calls it: ctx the scaled alpha and beta. */
 static LLVMValueRef dots_from(gen_t *g, int head, void *ctx)
 {
   LLVMValueRef *ab = ctx;
-  dots_all(g, ab[0], ab[1], head);
+  dots_all(g, ab[0], ab[1], head, NULL);
   return NULL;
 }
 
+/* Where dots_block realigns A at run time: the head from A's offset (where it is off a vector
+ * boundary by whole elements; else none), the loop's end and the partial vectors' lanes. */
+static realign_t realign_at_run_time(gen_t *g)
+{
+  long esz = g->g->f64 ? 8 : 4, vb = g->V * esz, kstep = DOT_ACC * g->V;
+  LLVMValueRef off = a_offset(g);
+  LLVMValueRef whole = LLVMBuildICmp(g->b, LLVMIntEQ, LLVMBuildURem(g->b, off, i64c(g, esz), ""),
+                                     i64c(g, 0), "whole");
+  LLVMValueRef up = LLVMBuildAnd(g->b, LLVMBuildSub(g->b, i64c(g, vb), off, ""), i64c(g, vb - 1), "");
+  realign_t ra;
+  ra.head = LLVMBuildSelect(g->b, whole, LLVMBuildUDiv(g->b, up, i64c(g, esz), ""), i64c(g, 0),
+                            "head");
+  LLVMValueRef left = LLVMBuildNSWSub(g->b, i64c(g, g->g->k), ra.head, "left");
+  ra.kend = mul(g, LLVMBuildUDiv(g->b, left, i64c(g, kstep), ""), kstep);
+  LLVMValueRef rest = LLVMBuildNSWSub(g->b, left, ra.kend, "rest");
+  ra.head_mask = lanes_below(g, ra.head);
+  for (int a = 0; a < DOT_ACC; a++)
+    ra.tail_mask[a] = lanes_below(g, LLVMBuildNSWSub(g->b, rest, i64c(g, a * g->V), ""));
+  return ra;
+}
+
 /* As the sweep does (emit_sweep), the dots start A's columns at a vector boundary where they lie
- * 16, 32 or 48 bytes off one, every column as far off as the first (lda a multiple of a
- * vector's bytes), K two vectors or more: their first elements up to it in a partial vector, the
- * code for A's offset picked at run time (x's loads stay where x lies: it is read again for every
- * block of columns, from L1). A float GEMV^T 2048^2 on the Zen 5, A 16 bytes off against aligned:
- * 331 us a call against 219 on one core. */
+ * off one, every column as far off as the first (lda a multiple of a vector's bytes), K two
+ * vectors or more: their first elements up to it in a partial vector (x's loads stay where x
+ * lies: it is read again for every block of columns, from L1). A float GEMV^T 2048^2 on the
+ * Zen 5, A 16 bytes off against aligned: 331 us a call against 219 on one core. From K of
+ * eight vectors on, one body takes A's offset at run time (any whole elements off: the loop's
+ * trip count and the partial vectors' masks follow from it); below, a body per offset (16, 32,
+ * 48 bytes) is picked at run time (the masks and loop cost 3-30 % of a call at K of 3-4
+ * vectors, Zen 5). One body where there were four (AVX-512; two under AVX2): a float GEMV^T
+ * 1024^2 compiles in 7.9-9.6 ms against 16.4-17.4, 864 bytes of code against 2528, and runs
+ * as fast (0.99-1.01x at every offset, 1024^2 and 2048^2, Zen 5). */
 static void emit_dots(gen_t *g, LLVMValueRef alpha, LLVMValueRef beta)
 {
   LLVMValueRef ab[2] = {alpha, beta};
-  if (a_realigns(g->g, g->V, g->g->k))
+  if (a_realigns(g->g, g->V, g->g->k, 8)) {
+    realign_t ra = realign_at_run_time(g);
+    dots_all(g, alpha, beta, 0, &ra);
+  } else if (a_realigns(g->g, g->V, g->g->k, 2)) {
     by_offset(g, a_offset(g), dots_from, ab);
-  else
+  } else {
     dots_from(g, 0, ab);
+  }
 }
 
 /* emit(g, start, len) for every block of step in [0, total): the full ones in an IR loop, the
@@ -1519,7 +1594,7 @@ static void emit_sweep(gen_t *g)
   const jt_gemm_t *s = g->g;
   int chunk = SWEEP_BYTES / (s->f64 ? 8 : 4);
   chunk = chunk < s->m ? chunk : (s->m + g->V - 1) / g->V * g->V;
-  int realign = a_realigns(s, g->V, s->m);
+  int realign = a_realigns(s, g->V, s->m, 2);
   g->pack = stack_panel(g, chunk + (realign ? g->V : 0), "ysum");
   if (realign)
     by_offset(g, a_offset(g), sweep_from, &chunk);

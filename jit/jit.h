@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define JT_GENERATOR_VERSION 35 /* bumped whenever generated code changes */
+#define JT_GENERATOR_VERSION 36 /* bumped whenever generated code changes */
 
 /* Instruction sets the generator targets (jt_gemm_t.isa). Each is compiled by a session of its
  * own whose target features are the host's with everything wider turned off, so forcing AVX2 on

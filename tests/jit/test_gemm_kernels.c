@@ -938,21 +938,21 @@ ISA_TEST(gemvs_sweep_or_block_and_match_the_reference)
   cr_assert(named_with(&g, "_%dx1", 3) && named_with(&g, "_w%d", 2), "a blocking asked for");
 }
 
-/* GEMVs start A's columns at a vector boundary where they lie 16, 32 or 48 bytes off one
- * (jit/gemm.c, emit_sweep and emit_dots: the elements before it a partial vector, the code
- * picked at run time): op(A) = A swept and op(A) = A^T dotted, A at every element's offset from
- * a 64-byte line (the realigned offsets, and the others, read where they lie), lda a multiple
- * of 64 bytes (every column as far off as the first) or one element more (never realigned),
- * the realigned dimension (the sweep's M, the dots' K) from two vectors to past a 4 KB chunk
- * with a partial vector after the head or none, 256- and 512-bit vectors, both tails, every
- * beta class. */
+/* GEMVs start A's columns at a vector boundary where they lie off one (jit/gemm.c, emit_sweep
+ * and emit_dots: the elements before it a partial vector; the code picked, or the dots' head
+ * and tails found, at run time): op(A) = A swept and op(A) = A^T dotted, A at every element's
+ * offset from a 64-byte line (the realigned offsets, and the others, read where they lie), lda
+ * a multiple of 64 bytes (every column as far off as the first) or one element more (never
+ * realigned), the realigned dimension (the sweep's M, the dots' K) from two vectors to past a
+ * 4 KB chunk with a partial vector after the head or none, 256- and 512-bit vectors, both
+ * tails, every beta class. */
 ISA_TEST(a_gemv_matches_the_reference_wherever_a_lies)
 {
-  static const int dims[] = {32, 45, 1024, 1100, 2047};
+  static const int dims[] = {32, 45, 100, 128, 1024, 1100, 2047};
   for (int ta = 0; ta < 2; ta++)
     for (int f64 = 0; f64 < 2; f64++)
       for (int shift = 0; shift < 64 / (f64 ? 8 : 4); shift++) {
-        int along = dims[rnd(5)], across = 1 + (int)rnd(40); /* down A's columns, and across */
+        int along = dims[rnd(7)], across = 1 + (int)rnd(40); /* down A's columns, and across */
         jt_gemm_t g = {.f64 = f64, .ta = ta, .n = 1, .m = ta ? across : along,
                        .k = ta ? along : across, .gemv = ta ? 0 : 1, .tails = 1 + (int)rnd(2),
                        .beta_class = (int)rnd(3), .alpha_one = (int)rnd(2),
