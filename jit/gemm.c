@@ -123,6 +123,13 @@ static LLVMValueRef at(gen_t *g, LLVMValueRef base, LLVMValueRef index)
   return LLVMBuildInBoundsGEP2(g->b, g->elem, base, &index, 1, "p");
 }
 
+/* &base[index] where that may lie before the array: the masked loads and stores that use it
+ * touch only elements inside. */
+static LLVMValueRef at_near(gen_t *g, LLVMValueRef base, LLVMValueRef index)
+{
+  return LLVMBuildGEP2(g->b, g->elem, base, &index, 1, "p");
+}
+
 static LLVMValueRef add(gen_t *g, LLVMValueRef x, LLVMValueRef y) { return LLVMBuildNSWAdd(g->b, x, y, ""); }
 static LLVMValueRef mul(gen_t *g, LLVMValueRef x, long y) { return LLVMBuildNSWMul(g->b, x, i64c(g, y), ""); }
 
@@ -245,6 +252,36 @@ static void vstore(gen_t *g, LLVMValueRef v, LLVMValueRef p, int lanes)
     LLVMValueRef ix = i64c(g, i);
     LLVMSetAlignment(LLVMBuildStore(g->b, x, LLVMBuildInBoundsGEP2(g->b, g->elem, p, &ix, 1, "q")), align);
   }
+}
+
+/* The lanes of the vector at p where mask (a <V x i1>) holds, zero elsewhere: nothing else is
+ * read. */
+static LLVMValueRef vload_where(gen_t *g, LLVMValueRef p, LLVMValueRef mask)
+{
+  LLVMValueRef args[4] = {p, LLVMConstInt(g->i32, g->g->f64 ? 8 : 4, 0), mask,
+                          LLVMConstNull(g->vec)};
+  return masked_call(g, "llvm.masked.load", args, "v");
+}
+
+/* The lanes below n (an i64, any value) of a vector: a <V x i1>. */
+static LLVMValueRef lanes_below(gen_t *g, LLVMValueRef n)
+{
+  LLVMValueRef iota[MAXV];
+  for (int i = 0; i < g->V; i++)
+    iota[i] = i64c(g, i);
+  LLVMTypeRef vt = LLVMVectorType(g->i64, (unsigned)g->V);
+  LLVMValueRef v = LLVMBuildInsertElement(g->b, LLVMGetUndef(vt), n, LLVMConstInt(g->i32, 0, 0),
+                                          "");
+  v = LLVMBuildShuffleVector(g->b, v, LLVMGetUndef(vt),
+                             LLVMConstNull(LLVMVectorType(g->i32, (unsigned)g->V)), "n");
+  return LLVMBuildICmp(g->b, LLVMIntSLT, LLVMConstVector(iota, (unsigned)g->V), v, "below");
+}
+
+/* Stores the lanes of v where mask (a <V x i1>) holds at p: nothing else is written. */
+static void vstore_where(gen_t *g, LLVMValueRef v, LLVMValueRef p, LLVMValueRef mask)
+{
+  LLVMValueRef args[4] = {v, p, LLVMConstInt(g->i32, g->g->f64 ? 8 : 4, 0), mask};
+  masked_call(g, "llvm.masked.store", args, "");
 }
 
 /* Transposes V vectors of V lanes in place: log2(V) rounds of swapping off-diagonal blocks,
@@ -588,14 +625,16 @@ static void emit_pairs(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int n
  * update of C. */
 /* r (a block's sums for lanes rows of C at p) as C's new value in one K block: alpha r, plus
  * beta C as beta's class says (beta = 0: C is never read). */
-static LLVMValueRef scaled_plus_c(gen_t *g, LLVMValueRef r, LLVMValueRef p, int lanes)
+static LLVMValueRef scaled_plus_c(gen_t *g, LLVMValueRef r, LLVMValueRef p, int lanes,
+                                  LLVMValueRef mask)
 {
   const jt_gemm_t *s = g->g;
   if (!s->alpha_one)
     r = LLVMBuildFMul(g->b, r, g->alpha, "ar");
-  if (s->beta_class == 1)
-    return LLVMBuildFAdd(g->b, r, vload(g, p, lanes), "r");
-  return s->beta_class == 2 ? fma3(g, g->beta, vload(g, p, lanes), r) : r;
+  if (!s->beta_class)
+    return r;
+  LLVMValueRef c = mask ? vload_where(g, p, mask) : vload(g, p, lanes);
+  return s->beta_class == 1 ? LLVMBuildFAdd(g->b, r, c, "r") : fma3(g, g->beta, c, r);
 }
 
 static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int nr)
@@ -643,7 +682,7 @@ static void emit_block(gen_t *g, LLVMValueRef i0, LLVMValueRef j0, int mr, int n
         LLVMValueRef r1 = s->beta_class == 2 ? fma3(g, g->beta, c, r) : r;
         r = LLVMBuildSelect(g->b, g->first, r1, plus, "r"); /* beta = 0: C's NaNs never enter */
       } else {
-        r = scaled_plus_c(g, r, p, lanes);
+        r = scaled_plus_c(g, r, p, lanes, NULL);
       }
       vstore(g, r, p, lanes);
     }
@@ -1163,35 +1202,15 @@ static LLVMValueRef end_kernel(gen_t *g)
 #define DOT_ACC 2
 _Static_assert(DOT_ROWS <= JT_MAX_MR_VECS && DOT_ACC <= JT_MAX_NR, "kloop_open's accumulators");
 
-/* Where the dots realign A at run time (emit_dots): head, the elements of each column up to
- * its first vector boundary (0 .. V-1); kend, where the K loop from there stops (a multiple
- * of its step, at least one step); the lanes of the partial vectors before the column (head's)
- * and after the loop (the two after kend). NULL where the dots read A where it lies. */
+/* Where a GEMV realigns A at run time (emit_dots, emit_sweep): head, the elements of each
+ * column up to its first vector boundary (0 .. V-1); kend, where the whole vectors from there
+ * end (the dots' K loop: a multiple of its step, at least one step; the sweep's rows: fixed);
+ * the lanes of the partial vectors: the head's, the last head lanes of the (aligned) vector
+ * before the boundary, and the two at most after kend. */
 typedef struct realign_s {
   LLVMValueRef head, kend, head_mask, tail_mask[DOT_ACC];
+  int tails; /* how many of those may have lanes */
 } realign_t;
-
-/* The first lanes of the vector at p where mask (a <V x i1>) holds, zero elsewhere; nothing
- * else is read. */
-static LLVMValueRef vload_where(gen_t *g, LLVMValueRef p, LLVMValueRef mask)
-{
-  LLVMValueRef args[4] = {p, LLVMConstInt(g->i32, g->g->f64 ? 8 : 4, 0), mask,
-                          LLVMConstNull(g->vec)};
-  return masked_call(g, "llvm.masked.load", args, "v");
-}
-
-/* The lanes below n (an i64, any value) of a vector: a <V x i1>. */
-static LLVMValueRef lanes_below(gen_t *g, LLVMValueRef n)
-{
-  LLVMValueRef iota[MAXV];
-  for (int i = 0; i < g->V; i++)
-    iota[i] = i64c(g, i);
-  LLVMTypeRef vt = LLVMVectorType(g->i64, (unsigned)g->V);
-  LLVMValueRef v = LLVMBuildInsertElement(g->b, LLVMGetUndef(vt), n, LLVMConstInt(g->i32, 0, 0), "");
-  v = LLVMBuildShuffleVector(g->b, v, LLVMGetUndef(vt),
-                             LLVMConstNull(LLVMVectorType(g->i32, (unsigned)g->V)), "n");
-  return LLVMBuildICmp(g->b, LLVMIntSLT, LLVMConstVector(iota, (unsigned)g->V), v, "below");
-}
 
 /* Columns i0 .. i0+rows-1 of A (rows <= DOT_ROWS) dotted with x into C: their first head
  * elements (a partial vector: emit_dots) apart, or ra->head of them (found at run time: ra),
@@ -1209,6 +1228,16 @@ static void dots_block(gen_t *g, LLVMValueRef i0, int rows, LLVMValueRef alpha, 
   for (int r = 0; r < rows; r++)
     for (int a = 0; a < DOT_ACC; a++)
       next[r][a] = LLVMConstNull(g->vec);
+  if (ra) { /* the next block's columns' first lines: each block's four streams start cold */
+    LLVMTypeRef pt = g->ptr, t;
+    LLVMValueRef f = intrinsic(g, "llvm.prefetch", &pt, 1, &t);
+    for (int r = 0; r < rows; r++) {
+      LLVMValueRef args[4] = {at_near(g, col[r], i64c(g, (long)DOT_ROWS * s->lda)),
+                              LLVMConstInt(g->i32, 0, 0), LLVMConstInt(g->i32, 3, 0),
+                              LLVMConstInt(g->i32, 1, 0)};
+      LLVMBuildCall2(g->b, t, f, args, 4, "");
+    }
+  }
   if (ra || kloop) {
     kloop_t l = kloop_open(g, rows, DOT_ACC, acc, i64c(g, 0));
     for (int a = 0; a < DOT_ACC; a++) {
@@ -1226,10 +1255,11 @@ static void dots_block(gen_t *g, LLVMValueRef i0, int rows, LLVMValueRef alpha, 
       for (int r = 0; r < rows; r++)
         next[r][a] = fma3(g, vload_where(g, at(g, col[r], kk), ra->tail_mask[a]), xv, next[r][a]);
     }
-    LLVMValueRef back = LLVMBuildNSWNeg(g->b, skip, "back");
-    LLVMValueRef xv = vload_where(g, g->bm, ra->head_mask);
+    LLVMValueRef back = i64c(g, -V); /* the head in the vector before the boundary's */
+    LLVMValueRef xv = vload_where(g, at_near(g, x, back), ra->head_mask);
     for (int r = 0; r < rows; r++)
-      next[r][0] = fma3(g, vload_where(g, at(g, col[r], back), ra->head_mask), xv, next[r][0]);
+      next[r][0] = fma3(g, vload_where(g, at_near(g, col[r], back), ra->head_mask), xv,
+                        next[r][0]);
   }
   for (long kk = ra ? K : kloop; kk < K; kk += V) { /* whole vectors, then a partial one */
     int lanes = K - kk < V ? (int)(K - kk) : (int)V;
@@ -1332,9 +1362,11 @@ static LLVMValueRef dots_from(gen_t *g, int head, void *ctx)
   return NULL;
 }
 
-/* Where dots_block realigns A at run time: the head from A's offset (where it is off a vector
- * boundary by whole elements; else none), the loop's end and the partial vectors' lanes. */
-static realign_t realign_at_run_time(gen_t *g)
+/* Where a GEMV realigns A at run time, along (K or M) elements down each column: the head from
+ * A's offset (where it is off a vector boundary by whole elements; else none); the end of the
+ * whole vectors after it, end (>= 0: the sweep's, fixed) or the K loop's (-1: a multiple of
+ * its step); the masks of the head's partial vector and of the two after the end. */
+static realign_t realign_at_run_time(gen_t *g, long along, long end)
 {
   long esz = g->g->f64 ? 8 : 4, vb = g->V * esz, kstep = DOT_ACC * g->V;
   LLVMValueRef off = a_offset(g);
@@ -1344,12 +1376,14 @@ static realign_t realign_at_run_time(gen_t *g)
   realign_t ra;
   ra.head = LLVMBuildSelect(g->b, whole, LLVMBuildUDiv(g->b, up, i64c(g, esz), ""), i64c(g, 0),
                             "head");
-  LLVMValueRef left = LLVMBuildNSWSub(g->b, i64c(g, g->g->k), ra.head, "left");
-  ra.kend = mul(g, LLVMBuildUDiv(g->b, left, i64c(g, kstep), ""), kstep);
+  LLVMValueRef left = LLVMBuildNSWSub(g->b, i64c(g, along), ra.head, "left");
+  ra.kend = end >= 0 ? i64c(g, end) : mul(g, LLVMBuildUDiv(g->b, left, i64c(g, kstep), ""), kstep);
   LLVMValueRef rest = LLVMBuildNSWSub(g->b, left, ra.kend, "rest");
-  ra.head_mask = lanes_below(g, ra.head);
+  ra.head_mask = LLVMBuildNot(g->b, lanes_below(g, LLVMBuildNSWSub(g->b, i64c(g, g->V), ra.head,
+                                                                  "")), "lead");
   for (int a = 0; a < DOT_ACC; a++)
     ra.tail_mask[a] = lanes_below(g, LLVMBuildNSWSub(g->b, rest, i64c(g, a * g->V), ""));
+  ra.tails = end >= 0 ? (int)((along - end + g->V - 1) / g->V) : DOT_ACC;
   return ra;
 }
 
@@ -1363,12 +1397,15 @@ static realign_t realign_at_run_time(gen_t *g)
  * 48 bytes) is picked at run time (the masks and loop cost 3-30 % of a call at K of 3-4
  * vectors, Zen 5). One body where there were four (AVX-512; two under AVX2): a float GEMV^T
  * 1024^2 compiles in 7.9-9.6 ms against 16.4-17.4, 864 bytes of code against 2528, and runs
- * as fast (0.99-1.01x at every offset, 1024^2 and 2048^2, Zen 5). */
+ * as fast (0.98-1.02x at every offset, float and double, 1024^2 and 2048^2, Zen 5). With one
+ * body, each block of columns prefetches the first line of the next block's: without, a double
+ * GEMV^T 2048^2 (A from memory) ran 1.02-1.06x slower than with the body per offset (whose
+ * partial loads at a block's end happened to touch those lines), with, 0.98-1.02x. */
 static void emit_dots(gen_t *g, LLVMValueRef alpha, LLVMValueRef beta)
 {
   LLVMValueRef ab[2] = {alpha, beta};
   if (a_realigns(g->g, g->V, g->g->k, 8)) {
-    realign_t ra = realign_at_run_time(g);
+    realign_t ra = realign_at_run_time(g, g->g->k, -1);
     dots_all(g, alpha, beta, 0, &ra);
   } else if (a_realigns(g->g, g->V, g->g->k, 2)) {
     by_offset(g, a_offset(g), dots_from, ab);
@@ -1481,51 +1518,74 @@ static void emit_columns(gen_t *g, const panels_t *p)
  * fast, 8 KB 0.86-1.05x. Where A fits L1 (sgemv 64^2) the blocks' sums in registers win. */
 #define SWEEP_BYTES 4096
 #define SWEEP_K 8
+_Static_assert(DOT_ACC >= 2, "realign_t: the rows after the sweep's whole vectors take two");
 
 /* What a pass over a chunk's vectors does to each (sweep_pass). */
 enum { SWEEP_ZERO, SWEEP_COLS, SWEEP_STORE };
 
-/* One vector of the chunk at i0, lanes of it from row r (an i64, within the chunk), its sums in
- * the panel's vector at pr: zeroed, or updated by ku columns of A (col: each column's chunk;
- * xb: their x's broadcast), or stored to C as alpha and beta say. The panel has room for whole
- * vectors. */
+/* A chunk's rows beyond its rows from A's vector boundary on, found at run time (realign_t):
+ * those before the boundary (lead: a partial vector in the panel's first) and the partial
+ * vectors of rows after them (trail); NULL: none. */
+typedef struct edges_s {
+  const realign_t *lead, *trail;
+} edges_t;
+
+/* One vector of the chunk at i0 from row r (an i64, within the chunk), lanes of it or (mask)
+ * those where mask holds, its sums in the panel's vector at pr: zeroed, or updated by ku
+ * columns of A (col: each column's chunk; xb: their x's broadcast), or stored to C as alpha
+ * and beta say. The panel has room for whole vectors. */
 static void sweep_vec(gen_t *g, int what, LLVMValueRef i0, LLVMValueRef r, LLVMValueRef pr,
-                      int lanes, const LLVMValueRef *col, const LLVMValueRef *xb, int ku)
+                      int lanes, LLVMValueRef mask, const LLVMValueRef *col,
+                      const LLVMValueRef *xb, int ku)
 {
   LLVMValueRef py = at(g, g->pack, pr);
   if (what == SWEEP_ZERO) {
     vstore(g, LLVMConstNull(g->vec), py, g->V);
   } else if (what == SWEEP_COLS) {
     LLVMValueRef t = vload(g, py, g->V);
-    for (int u = 0; u < ku; u++)
-      t = fma3(g, vload(g, at(g, col[u], r), lanes), xb[u], t);
+    for (int u = 0; u < ku; u++) {
+      LLVMValueRef a = mask ? vload_where(g, at_near(g, col[u], r), mask)
+                            : vload(g, at(g, col[u], r), lanes);
+      t = fma3(g, a, xb[u], t);
+    }
     vstore(g, t, py, g->V);
   } else {
-    LLVMValueRef pc = at(g, g->c, add(g, i0, r));
-    vstore(g, scaled_plus_c(g, vload(g, py, g->V), pc, lanes), pc, lanes);
+    LLVMValueRef pc = (mask ? at_near : at)(g, g->c, add(g, i0, r));
+    LLVMValueRef v = scaled_plus_c(g, vload(g, py, g->V), pc, lanes, mask);
+    if (mask)
+      vstore_where(g, v, pc, mask);
+    else
+      vstore(g, v, pc, lanes);
   }
 }
 
-/* sweep_vec over the chunk at i0: its head rows first (a partial vector, in the panel's first;
- * 0: none), then a loop over the whole vectors of the rows after it, then the partial one. */
-static void sweep_pass(gen_t *g, int what, LLVMValueRef i0, int head, int rows,
+/* sweep_vec over the chunk at i0: its edges before (e), then a loop over the whole vectors of
+ * the rows after them, then the partial one, then its edges after. */
+static void sweep_pass(gen_t *g, int what, LLVMValueRef i0, const edges_t *e, int rows,
                        const LLVMValueRef *col, const LLVMValueRef *xb, int ku)
 {
-  int full = rows / g->V * g->V, p0 = head ? g->V : 0;
-  if (head)
-    sweep_vec(g, what, i0, i64c(g, 0), i64c(g, 0), head, col, xb, ku);
+  int full = rows / g->V * g->V, p0 = e->lead ? g->V : 0;
+  if (e->lead) { /* (none where A lies on a boundary: its masked loads would cost 3 %) */
+    LLVMBasicBlockRef after = if_open(g, LLVMBuildICmp(g->b, LLVMIntNE, e->lead->head,
+                                                       i64c(g, 0), "lead"));
+    sweep_vec(g, what, i0, i64c(g, -g->V), i64c(g, 0), 0, e->lead->head_mask, col, xb, ku);
+    if_close(g, after);
+  }
   if (full) {
     jt_loop_t v = loop_begin(g, i64c(g, 0), full, g->V, "sv");
-    sweep_vec(g, what, i0, add(g, v.iv, i64c(g, head)), add(g, v.iv, i64c(g, p0)), g->V, col,
-              xb, ku);
+    sweep_vec(g, what, i0, v.iv, add(g, v.iv, i64c(g, p0)), g->V, NULL, col, xb, ku);
     loop_end(g, &v);
   }
   if (rows > full)
-    sweep_vec(g, what, i0, i64c(g, head + full), i64c(g, p0 + full), rows - full, col, xb, ku);
+    sweep_vec(g, what, i0, i64c(g, full), i64c(g, p0 + full), rows - full, NULL, col, xb, ku);
+  for (int t = 0; e->trail && t < e->trail->tails; t++)
+    sweep_vec(g, what, i0, i64c(g, rows + t * g->V), i64c(g, p0 + rows + t * g->V), 0,
+              e->trail->tail_mask[t], col, xb, ku);
 }
 
-/* The chunk at i0 (head + rows rows), ku columns from k: panel += A[i0.., k..k+ku-1] x[k..]. */
-static void sweep_cols(gen_t *g, LLVMValueRef i0, int head, int rows, LLVMValueRef k, int ku)
+/* The chunk at i0 (its edges and rows), ku columns from k: panel += A[i0.., k..k+ku-1] x[k..]. */
+static void sweep_cols(gen_t *g, LLVMValueRef i0, const edges_t *e, int rows, LLVMValueRef k,
+                       int ku)
 {
   const jt_gemm_t *s = g->g;
   LLVMValueRef xb[SWEEP_K], col[SWEEP_K];
@@ -1535,51 +1595,63 @@ static void sweep_cols(gen_t *g, LLVMValueRef i0, int head, int rows, LLVMValueR
     xb[u] = splat(g, LLVMBuildLoad2(g->b, g->elem, at(g, g->bm, ix), "x"));
     col[u] = at(g, g->a, add(g, i0, mul(g, kk, s->lda)));
   }
-  sweep_pass(g, SWEEP_COLS, i0, head, rows, col, xb, ku);
+  sweep_pass(g, SWEEP_COLS, i0, e, rows, col, xb, ku);
 }
 
-/* The chunk of rows at i0 (head + rows of them): the panel zeroed, every k, then C. */
-static void sweep_chunk_from(gen_t *g, LLVMValueRef i0, int head, int rows)
+/* The chunk of rows at i0 (its edges and rows): the panel zeroed, every k, then C. */
+static void sweep_chunk_with(gen_t *g, LLVMValueRef i0, const edges_t *e, int rows)
 {
   const jt_gemm_t *s = g->g;
-  sweep_pass(g, SWEEP_ZERO, i0, head, rows, NULL, NULL, 0);
+  sweep_pass(g, SWEEP_ZERO, i0, e, rows, NULL, NULL, 0);
   int kfull = s->k / SWEEP_K * SWEEP_K;
   if (kfull) {
     jt_loop_t k = loop_begin(g, i64c(g, 0), kfull, SWEEP_K, "sk");
-    sweep_cols(g, i0, head, rows, k.iv, SWEEP_K);
+    sweep_cols(g, i0, e, rows, k.iv, SWEEP_K);
     loop_end(g, &k);
   }
   if (s->k > kfull)
-    sweep_cols(g, i0, head, rows, i64c(g, kfull), s->k - kfull);
-  sweep_pass(g, SWEEP_STORE, i0, head, rows, NULL, NULL, 0);
+    sweep_cols(g, i0, e, rows, i64c(g, kfull), s->k - kfull);
+  sweep_pass(g, SWEEP_STORE, i0, e, rows, NULL, NULL, 0);
 }
 
-static void sweep_chunk(gen_t *g, LLVMValueRef i0, int rows) { sweep_chunk_from(g, i0, 0, rows); }
+static void sweep_chunk(gen_t *g, LLVMValueRef i0, int rows)
+{
+  static const edges_t none;
+  sweep_chunk_with(g, i0, &none, rows);
+}
 
-/* Rows [from, m) in chunks of chunk rows: A and C seen from row from on. */
-static void sweep_rows(gen_t *g, int from, int chunk)
+/* Rows [from, from + rows) in chunks of chunk rows: A and C seen from row from on. */
+static void sweep_rows(gen_t *g, int from, int rows, int chunk)
 {
   const jt_gemm_t *s = g->g;
-  if (from >= s->m)
+  if (rows <= 0)
     return;
   jt_gemm_t part = *s;
-  part.m = s->m - from;
+  part.m = rows;
   LLVMValueRef a0 = g->a, c0 = g->c;
   g->a = at(g, a0, i64c(g, from)), g->c = at(g, c0, i64c(g, from)), g->g = &part;
   emit_blocks(g, part.m, chunk, "sc", sweep_chunk);
   g->g = s, g->a = a0, g->c = c0;
 }
 
-/* The sweep as by_offset calls it: the first chunk from its head rows (if any) on, then the
- * rest; ctx the chunk's rows. */
-static LLVMValueRef sweep_from(gen_t *g, int head, void *ctx)
+/* The sweep with A's offset found at run time: A and C seen from A's first vector boundary
+ * (head rows on), m0 rows from there in whole vectors in chunks (as many as any head leaves),
+ * the head's rows before the first chunk's, the rest (under two vectors) after the last's. */
+static void sweep_realigned(gen_t *g, int chunk)
 {
-  int chunk = *(const int *)ctx, m = g->g->m;
-  int first = head ? (m - head < chunk ? m - head : chunk) : 0;
-  if (head)
-    sweep_chunk_from(g, i64c(g, 0), head, first);
-  sweep_rows(g, head + first, chunk);
-  return NULL;
+  const jt_gemm_t *s = g->g;
+  long V = g->V, m0 = (s->m - (V - 1)) / V * V;
+  realign_t ra = realign_at_run_time(g, s->m, m0);
+  LLVMValueRef a0 = g->a, c0 = g->c;
+  g->a = at(g, a0, ra.head), g->c = at(g, c0, ra.head);
+  int first = m0 < chunk ? (int)m0 : chunk, last = first + ((int)m0 - first - 1) / chunk * chunk;
+  sweep_chunk_with(g, i64c(g, 0), &(edges_t){.lead = &ra, .trail = first == m0 ? &ra : NULL},
+                   first);
+  if (m0 > first) {
+    sweep_rows(g, first, last - first, chunk);
+    sweep_chunk_with(g, i64c(g, last), &(edges_t){.trail = &ra}, (int)m0 - last);
+  }
+  g->a = a0, g->c = c0;
 }
 
 /* The sweep, in chunks of SWEEP_BYTES of rows. Where A's columns start 16, 32 or 48 bytes off a
@@ -1587,19 +1659,22 @@ static LLVMValueRef sweep_from(gen_t *g, int head, void *ctx)
  * vector loads would span two cache lines: A streams at half the rate (a float GEMV 2048^2
  * split in two on the Zen 5, A 16 bytes off, 179-216 us a call against 97-122 aligned, its
  * library's 150-170). So the first chunk starts with the rows up to A's first boundary (a
- * partial vector, run time picks the code for A's offset), and every load after them is
- * aligned. */
+ * partial vector), and every load after them is aligned, A's offset found at run time
+ * (sweep_realigned: one body for every offset, where there was one per offset, 16, 32 and 48
+ * bytes, and one for the rest: a float GEMV 1024^2 compiles in 8.0-8.3 ms against 16.7-18.5,
+ * 1136 bytes of code against 2768, a double one in 9.4-9.8 against 19.8-20.7, and runs as fast,
+ * 0.98-1.03x at every offset, M of 32 to 2048, Zen 5). */
 static void emit_sweep(gen_t *g)
 {
   const jt_gemm_t *s = g->g;
   int chunk = SWEEP_BYTES / (s->f64 ? 8 : 4);
   chunk = chunk < s->m ? chunk : (s->m + g->V - 1) / g->V * g->V;
   int realign = a_realigns(s, g->V, s->m, 2);
-  g->pack = stack_panel(g, chunk + (realign ? g->V : 0), "ysum");
+  g->pack = stack_panel(g, chunk + (realign ? 3 * g->V : 0), "ysum");
   if (realign)
-    by_offset(g, a_offset(g), sweep_from, &chunk);
+    sweep_realigned(g, chunk);
   else
-    sweep_from(g, 0, &chunk);
+    sweep_rows(g, 0, s->m, chunk);
 }
 
 /* The product's columns [j0, j0 + cols) (j0 an i64) as one N block: emit_columns over B and C
