@@ -100,7 +100,8 @@ static pthread_mutex_t code_mu = PTHREAD_MUTEX_INITIALIZER; /* the code cache, t
 
 /* The JIT module, once a compile thread loaded it (release): the writer reads it too. */
 static const jt_api_t *_Atomic jit;
-static _Atomic int jit_dead;
+static _Atomic int jit_dead;  /* no compile thread: nothing is queued */
+static _Atomic int llvm_dead; /* LLVM cannot compile here (llvm_unusable): stored kernels only */
 static _Atomic int hold_hot; /* tier.h, ag_tier_hold: AG_HOLD_QUEUE, AG_HOLD_RUN or none */
 static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER; /* hold_cond: hold_hot lifted */
 static pthread_cond_t hold_cond = PTHREAD_COND_INITIALIZER;
@@ -234,7 +235,22 @@ static int gemm_of(const ag_sig_t *k, jt_gemm_t *g, int *swap)
   return ag_problem_of(k, ag_opts.num[AG_OPT_JIT_MAX_DIM], g, swap);
 }
 
-static char jit_error[160]; /* why the JIT is unavailable, once load_jit failed */
+static char jit_error[160]; /* why LLVM is unavailable, once load_jit failed (llvm_dead) */
+
+/* LLVM compiles nothing more in this process (why: the states' reasons say it); the kernels the
+ * database stores for this machine are still placed, which needs no LLVM. */
+static void llvm_unusable(const char *why)
+{
+  snprintf(jit_error, sizeof jit_error, "%s", why);
+  atomic_store(&llvm_dead, 1);
+}
+
+/* Whether e may be queued: a compile thread can run, and LLVM can compile or the database
+ * stores e's kernel for this machine (warm.h, ag_warm_shelved). */
+static int may_queue(ag_entry_t *e)
+{
+  return !atomic_load(&jit_dead) && (!atomic_load(&llvm_dead) || ag_warm_shelved(&e->key));
+}
 
 /* Loads libopjit-jit.so (and LLVM) beside the agent. */
 static int load_jit_now(void)
@@ -1024,11 +1040,14 @@ static void compile_next(void *ctx, uint32_t i, int alone)
     placed = placed_from_store(e);
   }
   if (!placed) {
-    ag_bg_begin(); /* not while it waits for the run (wait_run) */
-    int loaded = load_jit() == 0;
-    ag_bg_end();
+    int loaded = 0;
+    if (!atomic_load(&llvm_dead)) {
+      ag_bg_begin(); /* not while it waits for the run (wait_run) */
+      loaded = load_jit() == 0;
+      ag_bg_end();
+    }
     if (!loaded) {
-      atomic_store(&jit_dead, 1);
+      atomic_store(&llvm_dead, 1);
       atomic_store(&e->tier, AG_TIER_FAILED);
       decide(e, AG_STATE_FAILED, -1, "the JIT is unavailable (%s): the original library serves",
              jit_error);
@@ -1186,8 +1205,8 @@ static void not_yet(ag_entry_t *e, ag_reason_words_fn words, const test_figs_t *
 
 void ag_tier_hot(ag_entry_t *e, uint64_t n)
 {
-  if (n < ag_hot_calls || ag_hot_calls == 0 || atomic_load(&jit_dead) ||
-      atomic_load(&e->tier) != AG_TIER_COLD ||
+  if (n < ag_hot_calls || ag_hot_calls == 0 || atomic_load(&e->tier) != AG_TIER_COLD ||
+      !may_queue(e) ||
       atomic_load_explicit(&hold_hot, memory_order_relaxed) == AG_HOLD_QUEUE)
     return;
   uint32_t fails = atomic_load(&e->fails);
@@ -1213,8 +1232,8 @@ void ag_tier_hot(ag_entry_t *e, uint64_t n)
 
 void ag_tier_sampled(ag_entry_t *e, double cpu_ns)
 {
-  if (ag_hot_calls == 0 || !ag_opts.num[AG_OPT_HOT_PAYBACK] || atomic_load(&jit_dead) ||
-      atomic_load(&e->tier) != AG_TIER_COLD || atomic_load(&e->fails))
+  if (ag_hot_calls == 0 || !ag_opts.num[AG_OPT_HOT_PAYBACK] ||
+      atomic_load(&e->tier) != AG_TIER_COLD || atomic_load(&e->fails) || !may_queue(e))
     return;
   char test[AG_REASON_LEN - 48], why[AG_REASON_LEN];
   test_figs_t f = {.on = cpu_ns};
@@ -1445,7 +1464,7 @@ static void enqueue(ag_entry_t *e, const char *why, int at_call)
 /* Queues cold entry e, hot but waiting as a long call (library_wins), for why. */
 static void ask_again(ag_entry_t *e, const char *why)
 {
-  if (atomic_load(&e->tier) != AG_TIER_COLD || atomic_load(&jit_dead) ||
+  if (atomic_load(&e->tier) != AG_TIER_COLD || !may_queue(e) ||
       atomic_load_explicit(&hold_hot, memory_order_relaxed) == AG_HOLD_QUEUE)
     return;
   ag_cq_lock(&cq);
@@ -1528,7 +1547,7 @@ int ag_tier_settle(long ms)
 
 void ag_tier_queue(ag_entry_t *e, const char *why)
 {
-  if (ag_hot_calls && !atomic_load(&jit_dead))
+  if (ag_hot_calls && may_queue(e))
     enqueue(e, why, 0);
 }
 
@@ -1833,10 +1852,10 @@ uint32_t ag_tier_reason(uint32_t i, uint64_t calls, ag_reason_t *out)
   if (ag_hot_calls == 0) {
     out->state = AG_STATE_OFF;
     snprintf(why, len, "the JIT is off (OPJIT_MODE=profile): calls are counted and timed only");
-  } else if (atomic_load(&jit_dead)) {
+  } else if (!may_queue(e)) {
     out->state = AG_STATE_FAILED;
     snprintf(why, len, "the JIT is unavailable (%s): the original library serves",
-             *jit_error ? jit_error : "no compile thread");
+             atomic_load(&jit_dead) ? "no compile thread" : jit_error);
   } else if (!compilable(&e->key, &g, &row, why, len)) {
     out->state = AG_STATE_UNSUPPORTED;
   } else if (calls < ag_hot_calls) {
@@ -1975,7 +1994,7 @@ void ag_tier_after_fork_child(void)
    * mid-compile: the child keeps the variants it inherited and compiles nothing new. (A parent
    * whose compile thread only watched loaded kernels never touched LLVM.) */
   if (atomic_load(&jit_tried))
-    atomic_store(&jit_dead, 1);
+    llvm_unusable("this process was forked from one that had loaded LLVM");
   /* Queued work died with the parent's compile thread: let it be hot again. */
   for (uint32_t i = 0; i < n; i++) {
     uint32_t queued = AG_TIER_QUEUED;

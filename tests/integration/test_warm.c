@@ -433,6 +433,36 @@ Test(warm, a_fork_child_of_a_warm_process_compiles_its_own_signatures)
                        child), 0);
 }
 
+/* A fork child of a process that had loaded LLVM compiles nothing (LLVM's state in it is what
+ * the parent's compile thread left), but the kernels the database stores for its hot signatures
+ * (here another program's) are placed there as anywhere: placing needs no LLVM. */
+Test(warm, a_fork_child_of_a_compiling_process_places_stored_kernels)
+{
+  skip_if_sanitized();
+  sweep_as_another("other", env);
+  int64_t stored = objects();
+  cr_assert_gt(stored, 20);
+  /* jit_prog's first run: the parent compiles its own signatures (seed 7; the sweep waits for
+   * them), then its child sweeps the other program's (seed 99). */
+  int st = h_run("fork", 1, env, (const char *[]){H_JIT_PROG, "warmfork", "40", "7", "99", NULL});
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s\n%s", h_output("fork", "out"),
+            h_output("fork", "err"));
+  int parent = (int)h_query(NULL, "SELECT id FROM runs WHERE id > 1 AND parent_run IS NULL");
+  int child = (int)h_query(NULL, "SELECT id FROM runs WHERE parent_run = %d", parent);
+  cr_assert(parent > 1 && child > 1, "runs: parent %d, child %d", parent, child);
+  cr_assert_gt(events(parent, "published"), 20, "the parent compiled (LLVM loaded)");
+  cr_assert_eq(events(child, "published"), 0, "the child compiled nothing");
+  /* Those of the child's signatures the parent did not place itself (any it shares with seed 7) */
+  int64_t placed = h_query(NULL, "SELECT count(*) FROM events WHERE run_id=%d AND kind='loaded'"
+                                 " AND detail LIKE '%%(the store had it when the signature got"
+                                 " hot)'", child);
+  cr_assert_gt(placed, stored / 2, "%lld of %lld stored kernels placed in the child",
+               (long long)placed, (long long)stored);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE run_id=%d AND origin='loaded'"
+                             " AND calls > 0", child),
+               placed, "each served the child's calls");
+}
+
 Test(warm, a_full_code_cache_evicts_placed_kernels_and_places_the_deferred_later)
 {
   skip_if_sanitized();
