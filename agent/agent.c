@@ -971,11 +971,15 @@ static void write_variants(void)
     /* The judge's rounds, when they changed since the last write (not beside a drop, which
      * deletes them, nor without the symbol the store keeps them under) */
     int judged = !p->drop && p->symbol[0] && ag_tier_judge_pool(i, &judges[nv], &revs[nv]);
-    v[nv] = (st_variant_rec_t){&e->key, sizeof e->key, variant ? ag_tier_status(i) : NULL,
+    const char *status = variant ? ag_tier_status(i) : NULL;
+    /* A placed kernel's CPU is this machine's object key, and so is a crashed one's (what
+     * st_crashed asks by, as st_crash records it); a compiled one's, the JIT's CPU. */
+    int keyed = loaded || (status && !strcmp(status, "crashed"));
+    v[nv] = (st_variant_rec_t){&e->key, sizeof e->key, status,
                                /* the LLVM the JIT was built with: what a warm start checks
                                   a stored object against, with no LLVM loaded */
                                JT_GENERATOR_VERSION, OPJIT_LLVM_VERSION,
-                               loaded ? cpu_key : ag_tier_cpu(),
+                               keyed ? cpu_key : ag_tier_cpu(),
                                atomic_load(&e->compile_ns), vcalls[i], atomic_load(&e->vtimed),
                                atomic_load(&e->vtimed_ns), p->origin,
                                p->pre_calls, cpu_key, p->object, p->object_len, p->symbol,
@@ -1410,6 +1414,25 @@ int ag_place_stored(ag_entry_t *e)
   return placed;
 }
 
+int ag_crashed_before(ag_entry_t *e, char *why, size_t len)
+{
+  int64_t run = 0;
+  pthread_mutex_lock(&db_mu);
+  if (db && !store_dead) {
+    collect_crashes();
+    char cpu_key[336]; /* what this machine's kernels are stored under (machine.h) */
+    ag_machine_object_key(run_info()->cpu_key, run_info()->cpu_flags, cpu_key, sizeof cpu_key);
+    if (store->crashed(db, &e->key, sizeof e->key, cpu_key, JT_GENERATOR_VERSION, &run))
+      run = 0; /* unknown: as before the crash hook, the kernel is tried */
+  }
+  pthread_mutex_unlock(&db_mu);
+  if (run)
+    snprintf(why, len, "its kernel by generator %d crashed a program on this machine (recorded "
+             "in run %lld): the original serves until the generator changes",
+             JT_GENERATOR_VERSION, (long long)run);
+  return run != 0;
+}
+
 /* In jit mode, on the writer before JIT code can run: the crashes earlier processes left are
  * recorded, and this run is, so that a crash in its JIT code finds its run (crash.h). */
 static void record_early(void)
@@ -1427,16 +1450,15 @@ static void record_early(void)
   pthread_mutex_unlock(&db_mu);
 }
 
-/* Records the crashes earlier processes left beside the database (crash.h): each crashed run,
- * and for a fault inside a JIT kernel, its signature's stored object dropped and the signature
- * kept on the original from this run on (until the generator changes). Once per process image;
- * db_mu held, db open. */
+/* Records the crashes other processes left beside the database since the last look (crash.h):
+ * each crashed run, and for a fault inside a JIT kernel, its signature's stored object dropped
+ * and the signature kept on the original from this run on (until the generator changes). At
+ * the run's start, and before each signature's kernel is placed or compiled (a process that
+ * crashed meanwhile is learnt then); db_mu held. */
 static void collect_crashes(void)
 {
-  static int done;
-  if (done || !db)
+  if (!db)
     return;
-  done = 1;
   ag_crash_rec_t recs[16];
   int n = ag_crash_collect(db_path, recs, 16);
   char cpu_key[336]; /* what this machine's kernels are stored under (machine.h) */

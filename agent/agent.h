@@ -194,6 +194,12 @@ void ag_warm_wait(long ms);
  * ag_warm_place returns; -1 also when the database is not open, unusable or not trusted with
  * code, or with OPJIT_WARM=0. Waits while the writer holds the database for the lookup. */
 int ag_place_stored(ag_entry_t *e);
+/* Entry e (QUEUED, on the compile thread that took it), before its kernel is placed or
+ * compiled: the crash markers processes left beside the database since the last look recorded,
+ * then whether this generator's kernel for e crashed a run, of any program, on this machine: 1
+ * with why (len bytes) saying which, else 0 (also when the database is not open). Waits while
+ * the writer holds the database. */
+int ag_crashed_before(ag_entry_t *e, char *why, size_t len);
 
 /* Around exec: the run of the image being replaced gets its final write (status "exec") before
  * the exec; if the exec fails, the writer starts again and the run goes on. */

@@ -1025,18 +1025,39 @@ static int placed_from_store(ag_entry_t *e)
   return placed == 0 || atomic_load(&e->tier) == AG_TIER_DEMOTED;
 }
 
+/* Queued entry e, whose kernel by this generator crashed a run on this machine (agent.h,
+ * ag_crashed_before: another program's, or one that crashed since this run began): demoted,
+ * the original serves it; 1. Else 0. */
+static int crashed_before(ag_entry_t *e)
+{
+  char why[AG_REASON_LEN];
+  ag_bg_begin();
+  int crashed = ag_crashed_before(e, why, sizeof why);
+  ag_bg_end();
+  if (!crashed)
+    return 0;
+  demoted[e->index] = AG_DEMOTED_CRASH; /* no reader before the tier: it had no variant */
+  atomic_store(&e->tier, AG_TIER_DEMOTED);
+  decide(e, AG_STATE_CRASHED, AG_EV_CRASHED, "%s", why);
+  return 1;
+}
+
 /* A compile thread took entry i. A signature the database stores a kernel for (warm.h,
  * ag_warm_shelved) gets it placed once JIT code may run, without LLVM. Else LLVM is loaded
  * with the first compile, so a thread that only places or watches never loads it; the compile
  * (which runs its kernel: tuning, self-test, duel) waits until JIT code may run (LLVM loads
- * meanwhile). */
+ * meanwhile). Neither happens where this generator's kernel for it crashed a run on this
+ * machine, any program's (crashed_before). */
 static void compile_next(void *ctx, uint32_t i, int alone)
 {
   (void)ctx;
   ag_entry_t *e = ag_table_entry(ag_table, i);
   int placed = 0;
-  if (ag_warm_shelved(&e->key)) {
+  int shelved = ag_warm_shelved(&e->key);
+  if (shelved) {
     wait_run();
+    if (crashed_before(e))
+      return;
     placed = placed_from_store(e);
   }
   if (!placed) {
@@ -1054,6 +1075,8 @@ static void compile_next(void *ctx, uint32_t i, int alone)
       return;
     }
     wait_run();
+    if (!shelved && crashed_before(e))
+      return;
     ag_crash_trial(&e->key); /* a fault meanwhile blames it */
     ag_bg_begin();
     compile_one(i, alone);

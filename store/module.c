@@ -22,4 +22,5 @@ __attribute__((visibility("default"))) const st_api_t opjit_store_api = {
     .object = st_object,
     .hot_free = st_hot_free,
     .shelf = st_shelf,
+    .crashed = st_crashed,
 };

@@ -830,6 +830,16 @@ int st_crash(st_db_t *db, const st_crash_t *c, st_crash_result_t *res)
   return rc;
 }
 
+int st_crashed(st_db_t *db, const void *key, size_t key_len, const char *cpu, int generator,
+               int64_t *run_id)
+{
+  *run_id = 0;
+  return run1(db, run_id,
+              "SELECT max(v.run_id) FROM variants v JOIN signatures s ON s.id=v.sig_id"
+              " WHERE s.key=? AND v.status='crashed' AND v.generator=? AND v.cpu=?",
+              "bit", key, key_len, (int64_t)generator, cpu);
+}
+
 int st_run_samples(st_db_t *db, int64_t run_id, const st_samples_t *s)
 {
   int rc = _st_exec(db->db, "BEGIN IMMEDIATE");

@@ -395,6 +395,12 @@ typedef struct st_crash_result_s {
  * says "crashed" (state, reason and variant status: later profiles leave it on the original
  * until the generator changes, st_hot_t.crashed) with a "crashed" event. */
 int st_crash(st_db_t *db, const st_crash_t *c, st_crash_result_t *res);
+/* The newest run, of any program, that recorded a crash of the kernel by generator for cpu (an
+ * object key, machine.h) for the signature whose key is key (a "crashed" variant: the crashed
+ * run's, st_crash, or a later run's that kept the signature on the original for it): *run_id,
+ * 0 when none. */
+int st_crashed(st_db_t *db, const void *key, size_t key_len, const char *cpu, int generator,
+               int64_t *run_id);
 
 /* The agent loads the store as its own shared object (libopjit-store.so, which links SQLite)
  * from its writer thread, so a process that records nothing never loads SQLite. */
@@ -424,8 +430,10 @@ typedef struct st_api_s {
   void (*hot_free)(st_hot_t *h);
   int (*shelf)(st_db_t *db, const char *cpu, int generator, const char *llvm, size_t key_len,
                void **keys, size_t *n);
+  int (*crashed)(st_db_t *db, const void *key, size_t key_len, const char *cpu, int generator,
+                 int64_t *run_id);
 } st_api_t;
-#define ST_API_ABI 9
+#define ST_API_ABI 10
 #define ST_API_SYMBOL "opjit_store_api"
 #define ST_MODULE_NAME "libopjit-store.so"
 

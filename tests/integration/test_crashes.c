@@ -94,6 +94,31 @@ Test(crash, a_kernel_that_faults_is_recorded_by_the_next_run_and_never_compiled_
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE run_id=3 AND sig_id=" SIG8), 0);
 }
 
+/* The store keeps kernels per signature and machine, and so does what it knows of their crashes:
+ * another program (a copy of jit_prog) crashes in the 8x8x8 kernel and its next run records
+ * that; jit_prog's first run, whose own profile knows nothing of it, neither compiles nor places
+ * that kernel, and says whose run it crashed. */
+Test(crash, a_kernel_that_crashed_another_program_is_never_compiled_here)
+{
+  char prog[4200], cmd[8600];
+  snprintf(prog, sizeof prog, "%s/other", h_dir);
+  snprintf(cmd, sizeof cmd, "cp %s %s", H_JIT_PROG, prog);
+  cr_assert_eq(system(cmd), 0, "%s", cmd);
+  run_dies("c1", faulty, (const char *[]){prog, "mixed", "20000", NULL}, SIGILL);
+  run_ok("c2", env, (const char *[]){prog, "mixed", "20000", NULL});
+  cr_assert_eq(markers(), 0, "the copy's second run recorded the crash");
+  run_ok("c3", env, mixed);
+  cr_assert(strstr(h_output("c3", "out"), "mismatches 0"), "%s", h_output("c3", "out"));
+  cr_assert_eq(h_query(NULL, "SELECT count(DISTINCT program_id) FROM runs"), 2);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM run_sigs WHERE run_id=3 AND sig_id=" SIG8
+                             " AND state='crashed' AND reason LIKE '%%crashed a program on"
+                             " this machine (recorded in run 2)%%'"),
+               1, "%s", h_output("c3", "err"));
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE run_id=3 AND sig_id=" SIG8
+                             " AND kind IN ('published', 'loaded')"),
+               0, "run 3 neither compiled nor placed it");
+}
+
 /* Fills the code sections (.text, .ltext) of the ELF object o with ud2 (0f 0b): every function
  * entry (16-byte aligned) is a trap. Returns how many bytes it changed. */
 static size_t damage(unsigned char *o, size_t len)

@@ -567,6 +567,34 @@ Test(store, object_and_shelf_find_the_kernels_for_one_cpu_whoever_stored_them)
   st_close(db);
 }
 
+/* st_crashed: the run, of any program, whose kernel for a signature (one generator, one CPU)
+ * crashed it, as st_crash recorded it. */
+Test(store, crashed_names_the_run_a_kernel_crashed_whichever_program_it_was)
+{
+  st_db_t *db = fx_open(path, ST_OPEN_CREATE);
+  int64_t run = begin_script(db, "/w/a.py", 7);
+  st_sig_rec_t r = rec("gemm", 100), u = rec("unknown", 1);
+  cr_assert_eq(st_run_flush(db, run, &r, 1, 0, 5), ST_OK);
+  int64_t found = -1;
+  cr_assert_eq(st_crashed(db, r.key, r.key_len, "cpuA", 3, &found), ST_OK);
+  cr_assert_eq(found, 0, "no crash yet");
+  st_crash_t c = {.run_id = run, .pid = 7, .time_ns = 99, .key = r.key, .key_len = r.key_len,
+                  .generator = 3, .llvm = "19.1.7", .cpu = "cpuA", .detail = "crashed in it"};
+  st_crash_result_t res;
+  cr_assert_eq(st_crash(db, &c, &res), ST_OK);
+  cr_assert(res.recorded);
+  begin_script(db, "/w/b.py", 8); /* another program's run asks */
+  cr_assert_eq(st_crashed(db, r.key, r.key_len, "cpuA", 3, &found), ST_OK);
+  cr_assert_eq(found, run);
+  cr_assert_eq(st_crashed(db, r.key, r.key_len, "cpuA", 4, &found), ST_OK);
+  cr_assert_eq(found, 0, "another generator's kernel did not crash");
+  cr_assert_eq(st_crashed(db, r.key, r.key_len, "cpuB", 3, &found), ST_OK);
+  cr_assert_eq(found, 0, "nor this one on another CPU");
+  cr_assert_eq(st_crashed(db, u.key, u.key_len, "cpuA", 3, &found), ST_OK);
+  cr_assert_eq(found, 0, "a signature never recorded");
+  st_close(db);
+}
+
 Test(store, profile_gives_each_of_many_signatures_its_own_figures_and_object)
 {
   /* 40 signatures, each its own number of calls, the first half called in run 1 and the second
