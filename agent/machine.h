@@ -61,6 +61,9 @@ enum {
 #define AG_MACHINE_COMPILE_GUESS_NS 10000000ull /* a compile's cost before any was measured on
                                                    this CPU (kernels took 4-35 ms, median 7-9,
                                                    on this project's machines) */
+#define AG_MACHINE_LLVM_LOAD "llvm-load" /* the compile notes' "family" for the JIT module's
+                                            load before a process's first compile (12-16 ms on
+                                            a Zen 5); not a kernel family's stand-in */
 
 typedef struct ag_machine_s {
   unsigned exts;         /* AG_X() bits the CPU supports and the OS enables (XCR0) */
@@ -175,8 +178,8 @@ double ag_machine_timer_ns(void);
  * from the compile threads. At most 16 families; the writer stores the notes. */
 void ag_machine_note_compile(const char *family, uint64_t ns);
 /* What a compile of family costs on this CPU: the median of its latest compiles (this run's
- * and the stored ones); for a family never compiled here, the median over the families that
- * were; with none, AG_MACHINE_COMPILE_GUESS_NS. */
+ * and the stored ones); for a family never compiled here, the median over the kernel families
+ * that were; with none, AG_MACHINE_COMPILE_GUESS_NS. AG_MACHINE_LLVM_LOAD: LLVM's load. */
 uint64_t ag_machine_compile_ns(const char *family);
 /* From the writer thread, with its store and connection: saves a model this process measured
  * and the compile notes not saved yet. The final call (at exit) first waits for a measurement

@@ -117,7 +117,8 @@ uint64_t ag_machine_compile_ns(const char *family)
       out = st_compile_median(&fams[i]);
       break;
     }
-    med[n++] = st_compile_median(&fams[i]);
+    if (strcmp(fams[i].family, AG_MACHINE_LLVM_LOAD) != 0)
+      med[n++] = st_compile_median(&fams[i]);
   }
   pthread_mutex_unlock(&mu);
   if (n) {

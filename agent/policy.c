@@ -30,9 +30,11 @@ double ag_policy_gain(const ag_policy_t *p, int cls)
   return (AG_POLICY_PRIOR_GAIN + p->gain_sum[cls]) / (1 + p->gain_n[cls]);
 }
 
-double ag_policy_charge(double compile_ns, long busy, long ncpu)
+double ag_policy_charge(double compile_ns, long busy, long ncpu, int pool)
 {
-  return busy < ncpu ? compile_ns * AG_POLICY_IDLE_SHARE : compile_ns;
+  return pool ? compile_ns * (double)ncpu
+         : busy < ncpu ? compile_ns * AG_POLICY_IDLE_SHARE
+                       : compile_ns;
 }
 
 int ag_policy_pays_back(const ag_policy_t *p, int cls, double spent_ns, double charge,

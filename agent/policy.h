@@ -6,8 +6,11 @@
  *
  *   expected saving of a size class = (AG_POLICY_PRIOR_GAIN + sum of its verdicts' savings)
  *                                     / (1 + its verdicts)          (a loss counts as 0)
- *   charge of a compile             = compile time x AG_POLICY_IDLE_SHARE when the threads that
- *                                     call operators leave a core idle, else x 1
+ *   charge of a compile             = compile time (and LLVM's load, before the first) x
+ *                                     AG_POLICY_IDLE_SHARE when the threads that call operators
+ *                                     leave a core idle; x the CPUs when the operator runs on a
+ *                                     library's pool over every CPU (which stops as a whole
+ *                                     while the compile holds one of them); else x 1
  *   pays back                       = time spent so far x expected saving
  *                                     >= OPJIT_HOT_PAYBACK x charge
  *                                     or: a core is idle and the class has had neither a
@@ -50,8 +53,10 @@ double ag_policy_gain(const ag_policy_t *p, int cls);
 #define AG_POLICY_PLACE_NS 1500000.0
 
 /* What a compile of compile_ns costs the program, with busy threads calling operators on ncpu
- * online CPUs. */
-double ag_policy_charge(double compile_ns, long busy, long ncpu);
+ * online CPUs; pool: the operator runs on a library's threads on every CPU, in lockstep (a
+ * numpy float GEMV^T 2048^2 on 2 CPUs, Zen 5: a compile of ~45 ms of CPU, LLVM's load with it,
+ * cost the loop ~100 ms, the library's two threads waiting on the one the compile held). */
+double ag_policy_charge(double compile_ns, long busy, long ncpu, int pool);
 
 /* Whether spent_ns already spent on a signature of class cls repays payback times the charge
  * (payback 0: always): 1; else 2 when the class is to be tried (idle: a core is idle for the

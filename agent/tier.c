@@ -279,8 +279,12 @@ static int load_jit(void)
   static int state; /* 0 not tried, 1 loaded, -1 unavailable */
   atomic_store(&jit_tried, 1);
   pthread_mutex_lock(&load_mu);
-  if (!state)
+  if (!state) {
+    uint64_t t0 = ag_now_ns();
     state = load_jit_now() == 0 ? 1 : -1;
+    if (state == 1) /* what the payback test charges the first compile besides (pays_back) */
+      ag_machine_note_compile(AG_MACHINE_LLVM_LOAD, ag_now_ns() - t0);
+  }
   pthread_mutex_unlock(&load_mu);
   return state == 1 ? 0 : -1;
 }
@@ -1152,14 +1156,17 @@ static int pays_back(const ag_entry_t *e, double spent_ns, ag_payback_t *t)
   jt_gemm_t g;
   int row, have = gemm_of(&e->key, &g, &row);
   ag_vrun_t spread;
-  if ((best && ag_duel_need_ns(best) > DUEL_MAX_NS) ||
-      (have && ag_host_threaded() && ag_problem_split(&g, 2, &spread) > 1))
+  int pool = have && ag_host_threaded() && ag_problem_split(&g, 2, &spread) > 1;
+  if (pool || (best && ag_duel_need_ns(best) > DUEL_MAX_NS))
     busy = ncpu;
   /* a kernel the database stores: placed, not compiled (compile_next) */
   int placing = ag_warm_shelved(&e->key);
   double ns = placing ? AG_POLICY_PLACE_NS
                       : (double)ag_machine_compile_ns(have ? ag_problem_family(&g) : "gemm");
-  int pb = ag_policy_test(&policy, size_class(e), spent_ns, ag_policy_charge(ns, busy, ncpu),
+  if (!placing && !atomic_load(&jit_tried)) /* the first compile loads LLVM */
+    ns += (double)ag_machine_compile_ns(AG_MACHINE_LLVM_LOAD);
+  int pb = ag_policy_test(&policy, size_class(e), spent_ns,
+                          ag_policy_charge(ns, busy, ncpu, pool && !placing),
                           ag_opts.num[AG_OPT_HOT_PAYBACK], busy < ncpu, t);
   if (t)
     t->placing = placing;

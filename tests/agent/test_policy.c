@@ -33,11 +33,14 @@ Test(policy, size_classes_follow_the_cube_root_of_the_work)
   cr_assert_eq(ag_policy_class(4096, 0, 0), 1, "a vector of 4096 = 16^3");
 }
 
-Test(policy, a_compile_on_an_idle_core_is_charged_a_tenth)
+Test(policy, a_compile_on_an_idle_core_is_charged_a_tenth_and_beside_a_pool_every_cpu)
 {
-  cr_assert_float_eq(ag_policy_charge(10e6, 1, 2), 10e6 * AG_POLICY_IDLE_SHARE, 1e-6);
-  cr_assert_float_eq(ag_policy_charge(10e6, 2, 2), 10e6, 1e-6, "every core calls operators");
-  cr_assert_float_eq(ag_policy_charge(10e6, 8, 2), 10e6, 1e-6);
+  cr_assert_float_eq(ag_policy_charge(10e6, 1, 2, 0), 10e6 * AG_POLICY_IDLE_SHARE, 1e-6);
+  cr_assert_float_eq(ag_policy_charge(10e6, 2, 2, 0), 10e6, 1e-6, "every core calls operators");
+  cr_assert_float_eq(ag_policy_charge(10e6, 8, 2, 0), 10e6, 1e-6);
+  /* A library's pool on every CPU waits as a whole for the one the compile holds. */
+  cr_assert_float_eq(ag_policy_charge(10e6, 2, 2, 1), 20e6, 1e-6);
+  cr_assert_float_eq(ag_policy_charge(10e6, 2, 8, 1), 80e6, 1e-6);
 }
 
 Test(policy, verdicts_move_their_class_only)
@@ -61,13 +64,13 @@ Test(policy, verdicts_move_their_class_only)
 Test(policy, a_short_program_with_a_few_hot_shapes_compiles_in_its_first_run)
 {
   ag_policy_t p = {0};
-  double charge = ag_policy_charge(10e6, 1, 2);
+  double charge = ag_policy_charge(10e6, 1, 2, 0);
   /* After 4096 calls of 160 ns (an 8^3 sgemm): 655 us spent, x 0.3 = 197 us < 1 ms. */
   cr_assert_not(ag_policy_pays_back(&p, 0, 4096 * 160.0, charge, 1, 0));
   /* After 4096 calls of 1 us (a 32^3 dgemm): 4.1 ms x 0.3 = 1.2 ms >= 1 ms. */
   cr_assert(ag_policy_pays_back(&p, 2, 4096 * 1000.0, charge, 1, 0));
   /* Every core busy: the whole 10 ms is charged, and the same 32^3 must wait. */
-  cr_assert_not(ag_policy_pays_back(&p, 2, 4096 * 1000.0, ag_policy_charge(10e6, 2, 2), 1, 0));
+  cr_assert_not(ag_policy_pays_back(&p, 2, 4096 * 1000.0, ag_policy_charge(10e6, 2, 2, 0), 1, 0));
   /* OPJIT_HOT_PAYBACK=0: always. */
   cr_assert(ag_policy_pays_back(&p, 0, 0, charge, 0, 0));
   /* The 8^3 kernels measured 3x faster (expected saving (0.3 + 0.667) / 2 = 0.48): 16384 calls
