@@ -1178,6 +1178,11 @@ static void *writer_main(void *arg)
     warm_finish(1, 1);
   } else {
     record_early(); /* a host thread runs the warm start (warm_take_over), or none is due */
+    pthread_mutex_lock(&warm_mu);
+    int due = warm_pending; /* (its warm_finish lets JIT code run) */
+    pthread_mutex_unlock(&warm_mu);
+    if (!due) /* the database open and the run recorded, as far as they could be */
+      ag_tier_hold(AG_HOLD_NONE);
     warm_fleet();
   }
   /* A program that ended before the writer got here left nothing to sample: its exit does not
@@ -1734,10 +1739,14 @@ int ag_activate(void)
    * compiles load LLVM meanwhile), only JIT code waits for the run to be recorded. */
   if (warm)
     ag_tier_hold(profile_may_exist() ? AG_HOLD_QUEUE : AG_HOLD_RUN);
+  else if (ag_hot_calls) /* (a fork child's) its compiles and placings wait for its writer */
+    ag_tier_hold(AG_HOLD_RUN);
   if (ag_hot_calls)
     ag_crash_install(); /* before any JIT code can run */
   atomic_store(&warm_untaken, warm); /* before a writer can take the warm start and clear it */
   start_writer();
+  if (!warm && !writer_running)
+    ag_tier_hold(AG_HOLD_NONE);
   long wait_us = ag_opts.num[AG_OPT_WARM_WAIT_US] - (long)((ag_now_ns() - first_call_ns) / 1000u);
   if (warm && !writer_running) /* no writer: the warm start runs here, the fleet's part none */
     warm_finish(0, 0);

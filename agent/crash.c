@@ -93,7 +93,7 @@ static void note(int sig, const siginfo_t *si, void *ctx, int fatal)
     memcpy(&r.key, key, sizeof r.key);
   for (size_t i = 0; name && name[i] && i < sizeof r.name - 1; i++)
     r.name[i] = name[i];
-  char path[sizeof a->prefix + 12], digits[12];
+  char path[sizeof a->prefix + 16], tmp[sizeof a->prefix + 16], digits[12];
   size_t n = 0, d = 0;
   while (a->prefix[n])
     path[n] = a->prefix[n], n++;
@@ -102,11 +102,17 @@ static void note(int sig, const siginfo_t *si, void *ctx, int fatal)
   while (d)
     path[n++] = digits[--d];
   path[n] = 0;
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  /* Written under another name, then renamed: a collector (each live process looks before it
+   * places or compiles a kernel) never claims a marker half written. */
+  for (size_t i = 0; i <= n; i++)
+    tmp[i] = path[i];
+  tmp[n] = '.', tmp[n + 1] = 'w', tmp[n + 2] = 0;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd >= 0) {
     ssize_t w = write(fd, &r, sizeof r);
     (void)w; /* nothing to do about a short write in a dying process: the reader drops it */
     close(fd);
+    rename(tmp, path);
   }
 }
 

@@ -308,6 +308,9 @@ static int release_code(void *ctx, void *fn)
   if (known && k.loaded.map) {
     jt_obj_unload(&k.loaded);
     freed = 1;
+  } else if (atomic_load(&llvm_dead)) { /* a fork child's LLVM is not touched: the code stays */
+    snprintf(err, sizeof err, "LLVM is not used in this process (%s)", jit_error);
+    freed = 0;
   } else if (jit) {
     int rc = jit->release((jt_gemm_fn)fn, err, sizeof err);
     freed = rc == 0 ? 1 : rc == 1 ? 0 : -1;
@@ -1071,9 +1074,20 @@ static void compile_next(void *ctx, uint32_t i, int alone)
       loaded = load_jit() == 0;
       ag_bg_end();
     }
+    uint32_t queued = AG_TIER_QUEUED;
+    if (!loaded && shelved && atomic_load(&llvm_dead)) {
+      /* not placed (the database not open yet in a fork child, busy, or the object gone):
+       * hot again later, backing off as after a failed compile (ag_tier_hot) */
+      atomic_fetch_add(&e->fails, 1);
+      if (atomic_compare_exchange_strong(&e->tier, &queued, AG_TIER_COLD))
+        decide(e, AG_STATE_WAITING, -1, "its stored kernel was not placed, and LLVM compiles "
+               "nothing here (%s): tried again when hot", jit_error);
+      return;
+    }
     if (!loaded) {
       atomic_store(&llvm_dead, 1);
-      atomic_store(&e->tier, AG_TIER_FAILED);
+      if (!atomic_compare_exchange_strong(&e->tier, &queued, AG_TIER_FAILED))
+        return; /* settled meanwhile (load_allowed's decision stands) */
       decide(e, AG_STATE_FAILED, -1, "the JIT is unavailable (%s): the original library serves",
              jit_error);
       return;

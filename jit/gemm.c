@@ -123,7 +123,7 @@ static LLVMValueRef at(gen_t *g, LLVMValueRef base, LLVMValueRef index)
   return LLVMBuildInBoundsGEP2(g->b, g->elem, base, &index, 1, "p");
 }
 
-/* &base[index] where that may lie before the array: the masked loads and stores that use it
+/* &base[index] where that may lie outside the array: the masked loads and stores that use it
  * touch only elements inside. */
 static LLVMValueRef at_near(gen_t *g, LLVMValueRef base, LLVMValueRef index)
 {
@@ -1250,10 +1250,11 @@ static void dots_block(gen_t *g, LLVMValueRef i0, int rows, LLVMValueRef alpha, 
   }
   if (ra) { /* the two vectors after the loop, each whole, partial or empty, then the head */
     for (int a = 0; a < DOT_ACC; a++) {
-      LLVMValueRef kk = add(g, ra->kend, i64c(g, a * V));
-      LLVMValueRef xv = vload_where(g, at(g, x, kk), ra->tail_mask[a]);
+      LLVMValueRef kk = add(g, ra->kend, i64c(g, a * V)); /* (may lie past the column's end) */
+      LLVMValueRef xv = vload_where(g, at_near(g, x, kk), ra->tail_mask[a]);
       for (int r = 0; r < rows; r++)
-        next[r][a] = fma3(g, vload_where(g, at(g, col[r], kk), ra->tail_mask[a]), xv, next[r][a]);
+        next[r][a] = fma3(g, vload_where(g, at_near(g, col[r], kk), ra->tail_mask[a]), xv,
+                          next[r][a]);
     }
     LLVMValueRef back = i64c(g, -V); /* the head in the vector before the boundary's */
     LLVMValueRef xv = vload_where(g, at_near(g, x, back), ra->head_mask);
@@ -1372,7 +1373,8 @@ static realign_t realign_at_run_time(gen_t *g, long along, long end)
   LLVMValueRef off = a_offset(g);
   LLVMValueRef whole = LLVMBuildICmp(g->b, LLVMIntEQ, LLVMBuildURem(g->b, off, i64c(g, esz), ""),
                                      i64c(g, 0), "whole");
-  LLVMValueRef up = LLVMBuildAnd(g->b, LLVMBuildSub(g->b, i64c(g, vb), off, ""), i64c(g, vb - 1), "");
+  LLVMValueRef up = LLVMBuildAnd(g->b, LLVMBuildSub(g->b, i64c(g, vb), off, ""), i64c(g, vb - 1),
+                                 "");
   realign_t ra;
   ra.head = LLVMBuildSelect(g->b, whole, LLVMBuildUDiv(g->b, up, i64c(g, esz), ""), i64c(g, 0),
                             "head");
@@ -1654,8 +1656,8 @@ static void sweep_realigned(gen_t *g, int chunk)
   g->a = a0, g->c = c0;
 }
 
-/* The sweep, in chunks of SWEEP_BYTES of rows. Where A's columns start 16, 32 or 48 bytes off a
- * vector boundary (malloc and numpy hand out 16-byte aligned arrays), each of the sweep's
+/* The sweep, in chunks of SWEEP_BYTES of rows. Where A's columns start off a vector boundary
+ * (malloc and numpy hand out 16-byte aligned arrays: 16, 32 or 48 bytes off), each of the sweep's
  * vector loads would span two cache lines: A streams at half the rate (a float GEMV 2048^2
  * split in two on the Zen 5, A 16 bytes off, 179-216 us a call against 97-122 aligned, its
  * library's 150-170). So the first chunk starts with the rows up to A's first boundary (a

@@ -817,7 +817,8 @@ int st_crash(st_db_t *db, const st_crash_t *c, st_crash_result_t *res)
       rc = run1(db, NULL,
                 "INSERT INTO variants(run_id, sig_id, status, generator, llvm, cpu, compile_ns,"
                 " calls, timed_calls, timed_ns) VALUES(?,?,'crashed',?,?,?,0,0,0,0) ON CONFLICT"
-                " DO UPDATE SET status='crashed', generator=excluded.generator", "iiitt", run, sig,
+                " DO UPDATE SET status='crashed', generator=excluded.generator,"
+                " llvm=excluded.llvm, cpu=excluded.cpu", "iiitt", run, sig,
                 (int64_t)c->generator, c->llvm, c->cpu);
     if (!rc)
       rc = run1(db, NULL, "INSERT INTO events(run_id, sig_id, time_ns, kind, detail)"

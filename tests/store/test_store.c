@@ -575,6 +575,11 @@ Test(store, crashed_names_the_run_a_kernel_crashed_whichever_program_it_was)
   int64_t run = begin_script(db, "/w/a.py", 7);
   st_sig_rec_t r = rec("gemm", 100), u = rec("unknown", 1);
   cr_assert_eq(st_run_flush(db, run, &r, 1, 0, 5), ST_OK);
+  /* The run had flushed its variant (under the JIT's CPU name) before it crashed. */
+  st_variant_rec_t v = {.key = r.key, .key_len = 32, .status = "ready", .generator = 3,
+                        .llvm = "19.1.7", .cpu = "znver4", .origin = "compiled",
+                        .machine_cpu = "cpuA"};
+  cr_assert_eq(st_run_variants(db, run, &v, 1, NULL, 0), ST_OK);
   int64_t found = -1;
   cr_assert_eq(st_crashed(db, r.key, r.key_len, "cpuA", 3, &found), ST_OK);
   cr_assert_eq(found, 0, "no crash yet");
