@@ -413,20 +413,29 @@ Test(warm, two_processes_of_one_program_both_extend_its_profile)
             h_output("last", "err"));
 }
 
+/* jit_prog sweeping sigs signatures of seed a once, then its fork child those of seed b: the
+ * parent's run and the child's (found whichever writer began its run first: the fork may come
+ * before the parent's run is recorded). */
+static void sweep_then_fork(const char *sigs, const char *a, const char *b, int *parent,
+                            int *child)
+{
+  int st = h_run("fork", 1, env, (const char *[]){H_JIT_PROG, "warmfork", sigs, a, b, NULL});
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s\n%s", h_output("fork", "out"),
+            h_output("fork", "err"));
+  *parent = (int)h_query(NULL, "SELECT id FROM runs WHERE id > 1 AND parent_run IS NULL");
+  *child = (int)h_query(NULL, "SELECT id FROM runs WHERE parent_run = %d", *parent);
+  cr_assert(*parent > 1 && *child > 1, "runs: parent %d, child %d", *parent, *child);
+}
+
 Test(warm, a_fork_child_of_a_warm_process_compiles_its_own_signatures)
 {
   h_skip_threaded_fork_under_asan();
   sweep("first", env, "10", "30", "21");
   int64_t stored = objects();
   cr_assert_gt(stored, 3);
-  int st = h_run("fork", 1, env, (const char *[]){H_JIT_PROG, "warmfork", "10", "21", "22", NULL});
-  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s\n%s", h_output("fork", "out"),
-            h_output("fork", "err"));
-  /* Runs 2 and 3 are the warm parent and its child, whose new signatures need LLVM (in the
-   * order their writers began them: the fork may come before the parent's run is recorded). */
-  int parent = (int)h_query(NULL, "SELECT id FROM runs WHERE id > 1 AND parent_run IS NULL");
-  int child = (int)h_query(NULL, "SELECT id FROM runs WHERE parent_run = %d", parent);
-  cr_assert(parent > 1 && child > 1, "runs: parent %d, child %d", parent, child);
+  /* The warm parent and its child, whose new signatures need LLVM. */
+  int parent, child;
+  sweep_then_fork("10", "21", "22", &parent, &child);
   cr_assert_eq(events(parent, "loaded"), stored);
   cr_assert_gt(events(child, "published"), h_sanitized() ? 0 : 3, "the child compiled");
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM variants WHERE run_id=%d AND status='failed'",
@@ -444,12 +453,8 @@ Test(warm, a_fork_child_of_a_compiling_process_places_stored_kernels)
   cr_assert_gt(stored, 20);
   /* jit_prog's first run: the parent compiles its own signatures (seed 7; the sweep waits for
    * them), then its child sweeps the other program's (seed 99). */
-  int st = h_run("fork", 1, env, (const char *[]){H_JIT_PROG, "warmfork", "40", "7", "99", NULL});
-  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s\n%s", h_output("fork", "out"),
-            h_output("fork", "err"));
-  int parent = (int)h_query(NULL, "SELECT id FROM runs WHERE id > 1 AND parent_run IS NULL");
-  int child = (int)h_query(NULL, "SELECT id FROM runs WHERE parent_run = %d", parent);
-  cr_assert(parent > 1 && child > 1, "runs: parent %d, child %d", parent, child);
+  int parent, child;
+  sweep_then_fork("40", "7", "99", &parent, &child);
   cr_assert_gt(events(parent, "published"), 20, "the parent compiled (LLVM loaded)");
   cr_assert_eq(events(child, "published"), 0, "the child compiled nothing");
   /* Those of the child's signatures the parent did not place itself (any it shares with seed 7) */
