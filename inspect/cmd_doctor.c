@@ -737,11 +737,12 @@ static void print_model(const cJSON *mo)
            AG_MACHINE_COMPILE_GUESS_NS / 1e6);
     return;
   }
-  cJSON_ArrayForEach(f, c)
-    printf("  %-20s %s: %.1f ms median, %.1f ms mean over %s compiles\n",
+  cJSON_ArrayForEach(f, c) /* (AG_MACHINE_LLVM_LOAD: the JIT module's loads, not compiles) */
+    printf("  %-20s %s: %.1f ms median, %.1f ms mean over %s %s\n",
            f == c->child ? "compile" : "", str(f, "family"),
            cJSON_GetNumberValue(cJSON_GetObjectItem(f, "median_ns")) / 1e6,
-           cJSON_GetNumberValue(cJSON_GetObjectItem(f, "mean_ns")) / 1e6, str(f, "n"));
+           cJSON_GetNumberValue(cJSON_GetObjectItem(f, "mean_ns")) / 1e6, str(f, "n"),
+           strcmp(str(f, "family"), AG_MACHINE_LLVM_LOAD) ? "compiles" : "loads");
 }
 
 static void print_blas(const cJSON *m)
