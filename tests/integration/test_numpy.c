@@ -41,8 +41,9 @@ Test(numpy, products_identical_and_counted_exactly)
 }
 
 /* A large GEMV (numpy's a @ v on a Fortran-ordered float 1024^2 A) on OpenBLAS's two threads:
- * its compile is charged in full, not as on an idle core (the library's second thread needs that
- * core: tier.c, pays_back), its kernel splits M in two (agent/par.h, OPJIT_KERNEL_THREADS=2), and
+ * its compile is charged in full (once per CPU), not as on an idle core (the library's second
+ * thread needs that core: tier.c, pays_back), its kernel splits M in two (agent/par.h,
+ * OPJIT_KERNEL_THREADS=2), and
  * the loop's results stay within float rounding of a double-precision reference. */
 Test(numpy, a_large_gemv_on_a_threaded_library_is_split_and_charged_in_full)
 {

@@ -66,6 +66,8 @@ Test(warm, run_two_places_every_kernel_and_compiles_nothing)
   cr_assert_gt(compiled, 20, "run 1 compiled %lld kernels", (long long)compiled);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM objects"), compiled, "every kernel stored");
   cr_assert(strstr(h_output("run1", "err"), "JIT ready"), "%s", h_output("run1", "err"));
+  cr_assert_eq(h_query(NULL, "SELECT sum(n) FROM machine_compiles WHERE family='llvm-load'"), 1,
+               "LLVM's load measured once, what the payback test charges a first compile");
 
   /* Run 2 calls each signature once: that call is its first. */
   sweep("run2", env, "40", "1", "99");
