@@ -2035,8 +2035,9 @@ void ag_tier_after_fork_child(void)
   }
   atomic_store(&ag_tier_live, 0);
   /* If the parent had loaded LLVM, its state in the child is whatever a compile thread left
-   * mid-compile: the child keeps the variants it inherited and compiles nothing new. (A parent
-   * whose compile thread only watched loaded kernels never touched LLVM.) */
+   * mid-compile: the child keeps the variants it inherited and compiles nothing new, but places
+   * the kernels the database stores (may_queue). (A parent whose compile thread only watched
+   * loaded kernels never touched LLVM.) */
   if (atomic_load(&jit_tried))
     llvm_unusable("this process was forked from one that had loaded LLVM");
   /* Queued work died with the parent's compile thread: let it be hot again. */
