@@ -641,6 +641,12 @@ static const ag_runinfo_t *run_info(void)
   return &runinfo;
 }
 
+/* What this machine's kernels are stored under (machine.h): the object key, in key. */
+static void object_key(char *key, size_t len)
+{
+  ag_machine_object_key(run_info()->cpu_key, run_info()->cpu_flags, key, len);
+}
+
 static void begin_run(void)
 {
   static char optbuf[4096];
@@ -955,7 +961,7 @@ static void write_variants(void)
     goto out;
   ag_tcount_sum(calls, vcalls, n);
   char cpu_key[336]; /* what this run's kernels are stored under (machine.h) */
-  ag_machine_object_key(run_info()->cpu_key, run_info()->cpu_flags, cpu_key, sizeof cpu_key);
+  object_key(cpu_key, sizeof cpu_key);
   for (uint32_t i = 0; i < n; i++) {
     ag_entry_t *e = ag_table_entry(ag_table, i);
     uint32_t t = atomic_load(&e->tier);
@@ -1426,7 +1432,7 @@ int ag_crashed_before(ag_entry_t *e, char *why, size_t len)
   if (db && !store_dead) {
     collect_crashes();
     char cpu_key[336]; /* what this machine's kernels are stored under (machine.h) */
-    ag_machine_object_key(run_info()->cpu_key, run_info()->cpu_flags, cpu_key, sizeof cpu_key);
+    object_key(cpu_key, sizeof cpu_key);
     if (store->crashed(db, &e->key, sizeof e->key, cpu_key, JT_GENERATOR_VERSION, &run))
       run = 0; /* unknown: as before the crash hook, the kernel is tried */
   }
@@ -1467,7 +1473,7 @@ static void collect_crashes(void)
   ag_crash_rec_t recs[16];
   int n = ag_crash_collect(db_path, recs, 16);
   char cpu_key[336]; /* what this machine's kernels are stored under (machine.h) */
-  ag_machine_object_key(run_info()->cpu_key, run_info()->cpu_flags, cpu_key, sizeof cpu_key);
+  object_key(cpu_key, sizeof cpu_key);
   for (int i = 0; i < n; i++) {
     const ag_crash_rec_t *r = &recs[i];
     char detail[AG_REASON_LEN];

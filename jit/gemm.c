@@ -140,11 +140,13 @@ static LLVMValueRef fma3(gen_t *g, LLVMValueRef a, LLVMValueRef x, LLVMValueRef 
   return LLVMBuildCall2(g->b, g->fma_t, g->fma, args, 3, "fma");
 }
 
+/* scalar in each of the V lanes of a vector of its type. */
 static LLVMValueRef splat(gen_t *g, LLVMValueRef scalar)
 {
-  LLVMValueRef v = LLVMBuildInsertElement(g->b, LLVMGetUndef(g->vec), scalar,
+  LLVMTypeRef vt = LLVMVectorType(LLVMTypeOf(scalar), (unsigned)g->V);
+  LLVMValueRef v = LLVMBuildInsertElement(g->b, LLVMGetUndef(vt), scalar,
                                           LLVMConstInt(g->i32, 0, 0), "ins");
-  return LLVMBuildShuffleVector(g->b, v, LLVMGetUndef(g->vec),
+  return LLVMBuildShuffleVector(g->b, v, LLVMGetUndef(vt),
                                 LLVMConstNull(LLVMVectorType(g->i32, (unsigned)g->V)), "splat");
 }
 
@@ -189,6 +191,32 @@ static LLVMValueRef masked_call(gen_t *g, const char *name, LLVMValueRef *args, 
   return LLVMBuildCall2(g->b, t, f, args, 4, as);
 }
 
+/* The lanes of the vector at p where mask (a <V x i1>) holds, zero elsewhere: nothing else is
+ * read. */
+static LLVMValueRef vload_where(gen_t *g, LLVMValueRef p, LLVMValueRef mask)
+{
+  LLVMValueRef args[4] = {p, LLVMConstInt(g->i32, g->g->f64 ? 8 : 4, 0), mask,
+                          LLVMConstNull(g->vec)};
+  return masked_call(g, "llvm.masked.load", args, "v");
+}
+
+/* The lanes below n (an i64, any value) of a vector: a <V x i1>. */
+static LLVMValueRef lanes_below(gen_t *g, LLVMValueRef n)
+{
+  LLVMValueRef iota[MAXV];
+  for (int i = 0; i < g->V; i++)
+    iota[i] = i64c(g, i);
+  return LLVMBuildICmp(g->b, LLVMIntSLT, LLVMConstVector(iota, (unsigned)g->V), splat(g, n),
+                       "below");
+}
+
+/* Stores the lanes of v where mask (a <V x i1>) holds at p: nothing else is written. */
+static void vstore_where(gen_t *g, LLVMValueRef v, LLVMValueRef p, LLVMValueRef mask)
+{
+  LLVMValueRef args[4] = {v, p, LLVMConstInt(g->i32, g->g->f64 ? 8 : 4, 0), mask};
+  masked_call(g, "llvm.masked.store", args, "");
+}
+
 /* A vector load of lanes elements at p (nothing past them is read; missing lanes are zero). */
 static LLVMValueRef vload(gen_t *g, LLVMValueRef p, int lanes)
 {
@@ -198,10 +226,8 @@ static LLVMValueRef vload(gen_t *g, LLVMValueRef p, int lanes)
     LLVMSetAlignment(v, align);
     return v;
   }
-  if (g->g->tails == 1) {
-    LLVMValueRef args[4] = {p, LLVMConstInt(g->i32, align, 0), lane_mask(g, lanes), LLVMConstNull(g->vec)};
-    return masked_call(g, "llvm.masked.load", args, "v");
-  }
+  if (g->g->tails == 1)
+    return vload_where(g, p, lane_mask(g, lanes));
   /* The first lanes elements, in halving pieces (8, 4, 2, 1 floats), the rest zero: plain
    * loads that read nothing past them. */
   LLVMValueRef v = LLVMConstNull(g->vec);
@@ -243,8 +269,7 @@ static void vstore(gen_t *g, LLVMValueRef v, LLVMValueRef p, int lanes)
     return;
   }
   if (g->g->tails == 1) {
-    LLVMValueRef args[4] = {v, p, LLVMConstInt(g->i32, align, 0), lane_mask(g, lanes)};
-    masked_call(g, "llvm.masked.store", args, "");
+    vstore_where(g, v, p, lane_mask(g, lanes));
     return;
   }
   for (int i = 0; i < lanes; i++) {
@@ -252,36 +277,6 @@ static void vstore(gen_t *g, LLVMValueRef v, LLVMValueRef p, int lanes)
     LLVMValueRef ix = i64c(g, i);
     LLVMSetAlignment(LLVMBuildStore(g->b, x, LLVMBuildInBoundsGEP2(g->b, g->elem, p, &ix, 1, "q")), align);
   }
-}
-
-/* The lanes of the vector at p where mask (a <V x i1>) holds, zero elsewhere: nothing else is
- * read. */
-static LLVMValueRef vload_where(gen_t *g, LLVMValueRef p, LLVMValueRef mask)
-{
-  LLVMValueRef args[4] = {p, LLVMConstInt(g->i32, g->g->f64 ? 8 : 4, 0), mask,
-                          LLVMConstNull(g->vec)};
-  return masked_call(g, "llvm.masked.load", args, "v");
-}
-
-/* The lanes below n (an i64, any value) of a vector: a <V x i1>. */
-static LLVMValueRef lanes_below(gen_t *g, LLVMValueRef n)
-{
-  LLVMValueRef iota[MAXV];
-  for (int i = 0; i < g->V; i++)
-    iota[i] = i64c(g, i);
-  LLVMTypeRef vt = LLVMVectorType(g->i64, (unsigned)g->V);
-  LLVMValueRef v = LLVMBuildInsertElement(g->b, LLVMGetUndef(vt), n, LLVMConstInt(g->i32, 0, 0),
-                                          "");
-  v = LLVMBuildShuffleVector(g->b, v, LLVMGetUndef(vt),
-                             LLVMConstNull(LLVMVectorType(g->i32, (unsigned)g->V)), "n");
-  return LLVMBuildICmp(g->b, LLVMIntSLT, LLVMConstVector(iota, (unsigned)g->V), v, "below");
-}
-
-/* Stores the lanes of v where mask (a <V x i1>) holds at p: nothing else is written. */
-static void vstore_where(gen_t *g, LLVMValueRef v, LLVMValueRef p, LLVMValueRef mask)
-{
-  LLVMValueRef args[4] = {v, p, LLVMConstInt(g->i32, g->g->f64 ? 8 : 4, 0), mask};
-  masked_call(g, "llvm.masked.store", args, "");
 }
 
 /* Transposes V vectors of V lanes in place: log2(V) rounds of swapping off-diagonal blocks,
@@ -453,14 +448,8 @@ static void kloop_close(gen_t *g, const kloop_t *l, int nv, int nr, accs_t acc, 
  * is off in the first: under beta = 0, C is never read). */
 static LLVMValueRef load_after_first(gen_t *g, LLVMValueRef p, int lanes)
 {
-  LLVMTypeRef i1 = LLVMInt1TypeInContext(g->cx), mt = LLVMVectorType(i1, (unsigned)g->V);
-  LLVMValueRef later = LLVMBuildNot(g->b, g->first, "later");
-  LLVMValueRef m = LLVMBuildInsertElement(g->b, LLVMGetUndef(mt), later, LLVMConstInt(g->i32, 0, 0), "");
-  m = LLVMBuildShuffleVector(g->b, m, LLVMGetUndef(mt),
-                             LLVMConstNull(LLVMVectorType(g->i32, (unsigned)g->V)), "m");
-  m = LLVMBuildAnd(g->b, m, lane_mask(g, lanes), "m");
-  LLVMValueRef args[4] = {p, LLVMConstInt(g->i32, g->g->f64 ? 8 : 4, 0), m, LLVMConstNull(g->vec)};
-  return masked_call(g, "llvm.masked.load", args, "c");
+  LLVMValueRef later = splat(g, LLVMBuildNot(g->b, g->first, "later"));
+  return vload_where(g, p, LLVMBuildAnd(g->b, later, lane_mask(g, lanes), "m"));
 }
 
 /* The k's a K loop of len k's goes over an iteration: 4 under AVX2 where len has them, else
@@ -1249,7 +1238,7 @@ static void dots_block(gen_t *g, LLVMValueRef i0, int rows, LLVMValueRef alpha, 
     kloop_close(g, &l, rows, DOT_ACC, acc, next, ra ? ra->kend : i64c(g, kloop), kstep);
   }
   if (ra) { /* the two vectors after the loop, each whole, partial or empty, then the head */
-    for (int a = 0; a < DOT_ACC; a++) {
+    for (int a = 0; a < ra->tails; a++) {
       LLVMValueRef kk = add(g, ra->kend, i64c(g, a * V)); /* (may lie past the column's end) */
       LLVMValueRef xv = vload_where(g, at_near(g, x, kk), ra->tail_mask[a]);
       for (int r = 0; r < rows; r++)
