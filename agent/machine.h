@@ -181,9 +181,15 @@ void ag_machine_note_compile(const char *family, uint64_t ns);
  * and the stored ones); for a family never compiled here, the median over the kernel families
  * that were; with none, AG_MACHINE_COMPILE_GUESS_NS. AG_MACHINE_LLVM_LOAD: LLVM's load. */
 uint64_t ag_machine_compile_ns(const char *family);
+/* Whether a compile of family (NULL: of any kernel family; AG_MACHINE_LLVM_LOAD: LLVM's load)
+ * was measured on this CPU, in this run or stored. */
+int ag_machine_compile_measured(const char *family);
+/* From the tiers: a measurement of what a compile costs on this CPU is under way (1: tier.c,
+ * calibrate) or has ended (0). The final save waits for it as for a measurement of the peaks. */
+void ag_machine_calibrating(int on);
 /* From the writer thread, with its store and connection: saves a model this process measured
  * and the compile notes not saved yet. The final call (at exit) first waits for a measurement
- * in flight (~5-20 ms, at most 250 on a loaded machine), so a short first run on a CPU still
+ * in flight (~5-20 ms; a compile's, ~40; at most 250 on a loaded machine), so a short first run on a CPU still
  * stores its model, and a short later run the measurement that settles it. Returns 0 or
  * the store's code (what was not saved stays for the next call on a transient error). */
 int ag_machine_save(const st_api_t *store, st_db_t *db, int final);

@@ -31,6 +31,7 @@ static size_t nsnaps;                      /* the machine thread's (or ag_machin
 static _Atomic(const ag_machine_t *) cur;  /* NULL until the model is ready */
 static _Atomic int is_final;                 /* cur's peaks are this run's last */
 static _Atomic int measuring;              /* a measurement is under way (ag_machine_save) */
+static _Atomic int calibrating; /* a compile's cost is being measured (the same) */
 static _Atomic int unsaved;    /* model was measured here and is not stored yet */
 static int save_dead;          /* a save failed for good: no more tries (writer thread) */
 static char cpu[320];          /* the CPU key (writer thread, then read-only) */
@@ -127,6 +128,20 @@ uint64_t ag_machine_compile_ns(const char *family)
   }
   return out;
 }
+
+int ag_machine_compile_measured(const char *family)
+{
+  int yes = 0;
+  pthread_mutex_lock(&mu);
+  for (size_t i = 0; i < nfams && !yes; i++)
+    yes = fams[i].nrecent &&
+          (family ? strcmp(fams[i].family, family) == 0
+                  : strcmp(fams[i].family, AG_MACHINE_LLVM_LOAD) != 0);
+  pthread_mutex_unlock(&mu);
+  return yes;
+}
+
+void ag_machine_calibrating(int on) { atomic_store(&calibrating, on); }
 
 /* ---- the model ------------------------------------------------------------------------------ */
 
@@ -276,6 +291,7 @@ void ag_machine_start(const char *cpu_key, const st_machine_t *stored, int have)
   if (started_pid) { /* a fork child: its parent stores the notes it inherited */
     if (reading)
       abandoned = reading, reading = NULL;
+    atomic_store(&calibrating, 0); /* the parent's compile thread is not the child's */
     pthread_mutex_lock(&mu);
     nnotes = 0;
     pthread_mutex_unlock(&mu);
@@ -358,8 +374,10 @@ double ag_machine_timer_ns(void)
 
 int ag_machine_save(const st_api_t *store, st_db_t *db, int final)
 {
-  for (int ms = 0; final && started_pid == getpid() && (!ag_machine() || atomic_load(&measuring))
-                  && ms < 250; ms++)
+  for (int ms = 0; final && started_pid == getpid() &&
+                  (!ag_machine() || atomic_load(&measuring) || atomic_load(&calibrating)) &&
+                  ms < 250;
+       ms++)
     nanosleep(&(struct timespec){0, 1000000}, NULL);
   if (save_dead || !ag_machine())
     return ST_OK; /* notes wait for the stored ones to be merged first */

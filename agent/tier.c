@@ -87,7 +87,8 @@
                                      a second in between, and paired its calls */
 #define PAIR_KEPT 32 /* ... one pair of calls in so many once a verdict keeps the variant */
 
-/* The compile queue and its threads (cqueue.h). */
+/* The compile queue and its threads (cqueue.h). Its items are entries' indices, or: */
+#define CALIBRATION UINT32_MAX /* what a compile costs is to be measured (ag_tier_calibrate) */
 static void compile_begin(void *ctx);
 static void compile_next(void *ctx, uint32_t i, int alone);
 static long compile_between(void *ctx);
@@ -272,21 +273,40 @@ static int load_jit_now(void)
 
 static _Atomic int jit_tried; /* a compile thread has started loading LLVM */
 
-/* The module, loaded once for all compile threads; returns 0 when it is usable. */
-static int load_jit(void)
+/* The calling thread's CPU time, in ns: what the machine model notes a compile or LLVM's load
+ * to cost (the CPU it takes from the host's threads; a compile preempted meanwhile is not
+ * charged the wait). */
+static uint64_t cpu_now_ns(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* The module, loaded once for all compile threads; returns 0 when it is usable. *load_ns: the
+ * CPU time of the load where this call made it (what the payback test charges the first
+ * compile besides: pays_back; the caller notes it), else 0. */
+static int load_jit(uint64_t *load_ns)
 {
   static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
   static int state; /* 0 not tried, 1 loaded, -1 unavailable */
   atomic_store(&jit_tried, 1);
+  *load_ns = 0;
   pthread_mutex_lock(&load_mu);
   if (!state) {
-    uint64_t t0 = ag_now_ns();
+    uint64_t t0 = cpu_now_ns();
     state = load_jit_now() == 0 ? 1 : -1;
-    if (state == 1) /* what the payback test charges the first compile besides (pays_back) */
-      ag_machine_note_compile(AG_MACHINE_LLVM_LOAD, ag_now_ns() - t0);
+    if (state == 1)
+      *load_ns = cpu_now_ns() - t0;
   }
   pthread_mutex_unlock(&load_mu);
   return state == 1 ? 0 : -1;
+}
+
+/* The ISA the JIT compiles for: the machine model's choice (OPJIT_ISA). */
+static int jit_isa(void)
+{
+  return ag_machine_isa() == AG_ISA_AVX512 ? JT_ISA_AVX512 : JT_ISA_AVX2;
 }
 
 /* The cache's size in bytes (a test may shrink it through OPJIT_TEST_CODE_CACHE_BYTES). */
@@ -571,11 +591,9 @@ static int scratch_check(ag_entry_t *e, jt_gemm_fn fn, const char *fault, ag_scr
   if (!ag_opts.num[AG_OPT_VERIFY] || !host || !(host->traits & AG_HOST_DUELS) || !host->check ||
       (fault && strcmp(fault, "wrong-in-call") == 0) || too_large(e))
     return -1;
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+  uint64_t t0 = cpu_now_ns();
   int rc = host->check(&e->key, &shapes[e->index], (void *)fn, &ag_vrun[e->index], out);
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
-  *ns = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec));
+  *ns = cpu_now_ns() - t0;
   return rc;
 }
 
@@ -628,15 +646,16 @@ static void compile_one(uint32_t i, int idle)
   uint64_t calls, vcalls;
   ag_tcount_sum_one(i, &calls, &vcalls);
   int tune = idle && calls >= TUNE_MIN_CALLS && jt_kind(&g)->tunes;
-  g.isa = ag_machine_isa() == AG_ISA_AVX512 ? JT_ISA_AVX512 : JT_ISA_AVX2;
+  g.isa = jit_isa();
   jt_gemm_t best = g;
+  uint64_t cpu0 = cpu_now_ns();
   int rc = fault && strcmp(fault, "compile") == 0
                ? (snprintf(err, sizeof err, "injected compile failure"), -1)
            : !tune ? jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err)
                    : jit->tune(&g, TUNE_CANDIDATES, &best, &fn, &size, &obj, &obj_len, NULL, err,
                                sizeof err);
   g = best;
-  uint64_t dt = ag_now_ns() - t0;
+  uint64_t dt = ag_now_ns() - t0, cpu_dt = cpu_now_ns() - cpu0;
   double worst = 0, bound = 0;
   /* against the signature's own problem (shapes[i]), not what was compiled (g) */
   const ag_host_t *host = ag_host_of(e->key.host);
@@ -709,7 +728,7 @@ static void compile_one(uint32_t i, int idle)
   }
   e->compile_ns = dt;
   if (!tune) /* a tuning's several compiles and timings are not one compile's cost */
-    ag_machine_note_compile(ag_problem_family(&shapes[i]), dt);
+    ag_machine_note_compile(ag_problem_family(&shapes[i]), cpu_dt);
   pthread_mutex_unlock(&code_mu);
   char said[AG_REASON_LEN];
   _Static_assert(sizeof ((ag_event_rec_t *)0)->detail >= AG_REASON_LEN,
@@ -999,6 +1018,9 @@ static void pick_of(uint32_t i, ag_pick_t *p)
 static unsigned compile_pick(void *ctx, const uint32_t *items, unsigned n)
 {
   (void)ctx;
+  for (unsigned k = 0; k < n; k++)
+    if (items[k] == CALIBRATION)
+      return k;
   unsigned best = n - 1;
   ag_pick_t top, p;
   pick_of(items[best], &top);
@@ -1049,6 +1071,58 @@ static int crashed_before(ag_entry_t *e)
   return 1;
 }
 
+/* One compile of g on this thread, its kernel released at once: its CPU time, or 0 when it
+ * failed. Compile thread only, LLVM loaded. */
+static uint64_t compile_cost(const jt_gemm_t *g)
+{
+  char err[256];
+  jt_gemm_fn fn = NULL;
+  size_t size = 0, obj_len = 0;
+  void *obj = NULL;
+  uint64_t t0 = cpu_now_ns();
+  int rc = jit->gemm(g, &fn, &size, &obj, &obj_len, err, sizeof err);
+  uint64_t ns = cpu_now_ns() - t0;
+  free(obj);
+  if (rc == 0)
+    jit->release(fn, err, sizeof err); /* never published: no thread can be inside it */
+  else
+    ag_log(AG_LOG_INFO, "the compile that measures what one costs failed: %s", err);
+  return rc == 0 ? ns : 0;
+}
+
+/* The calibration (calibrate_unmeasured), on a compile thread: LLVM's load, then the same kernel
+ * compiled twice, the first compile paying what a session's first one sets up (the target, its
+ * tables: ~8-10 ms on the Zen 5), noted as part of LLVM's load; the second is the family's
+ * compile. The kernel is a float 64x64x64 GEMM (bench_jit's product; this project's kernels
+ * compiled in 4-35 ms, median 7-9): real compiles refine the family's figure as they come. */
+static void calibrate(void)
+{
+  uint64_t load_ns = 0;
+  if (ag_machine_compile_measured(NULL) && ag_machine_compile_measured(AG_MACHINE_LLVM_LOAD)) {
+    ag_machine_calibrating(0); /* by the compiles queued before it */
+    return;
+  }
+  ag_bg_begin();
+  int loaded = !atomic_load(&llvm_dead) && load_jit(&load_ns) == 0;
+  if (!loaded) {
+    atomic_store(&llvm_dead, 1); /* as a compile would find it (compile_next) */
+  } else {
+    jt_gemm_t g = {.m = 64, .n = 64, .k = 64, .lda = 64, .ldb = 64, .ldc = 64,
+                   .alpha_one = 1, .beta_class = 1, .isa = jit_isa()};
+    uint64_t first = compile_cost(&g), again = first ? compile_cost(&g) : 0;
+    if (load_ns) /* a compile thread that loaded LLVM before noted it (compile_next) */
+      ag_machine_note_compile(AG_MACHINE_LLVM_LOAD,
+                              load_ns + (again && first > again ? first - again : 0));
+    if (again)
+      ag_machine_note_compile(ag_problem_family(&g), again);
+    ag_log(AG_LOG_INFO, "a compile measured on this CPU: LLVM's load %.1f ms, a first compile "
+           "%.1f, the next %.1f (CPU time)", (double)load_ns / 1e6, (double)first / 1e6,
+           (double)again / 1e6);
+  }
+  ag_bg_end();
+  ag_machine_calibrating(0);
+}
+
 /* A compile thread took entry i. A signature the database stores a kernel for (warm.h,
  * ag_warm_shelved) gets it placed once JIT code may run, without LLVM. Else LLVM is loaded
  * with the first compile, so a thread that only places or watches never loads it; the compile
@@ -1058,6 +1132,10 @@ static int crashed_before(ag_entry_t *e)
 static void compile_next(void *ctx, uint32_t i, int alone)
 {
   (void)ctx;
+  if (i == CALIBRATION) {
+    calibrate();
+    return;
+  }
   ag_entry_t *e = ag_table_entry(ag_table, i);
   int placed = 0;
   int shelved = ag_warm_shelved(&e->key);
@@ -1070,9 +1148,12 @@ static void compile_next(void *ctx, uint32_t i, int alone)
   if (!placed) {
     int loaded = 0;
     if (!atomic_load(&llvm_dead)) {
+      uint64_t load_ns;
       ag_bg_begin(); /* not while it waits for the run (wait_run) */
-      loaded = load_jit() == 0;
+      loaded = load_jit(&load_ns) == 0;
       ag_bg_end();
+      if (load_ns)
+        ag_machine_note_compile(AG_MACHINE_LLVM_LOAD, load_ns);
     }
     uint32_t queued = AG_TIER_QUEUED;
     if (!loaded && shelved && atomic_load(&llvm_dead)) {
@@ -1233,16 +1314,22 @@ static void sampled_words(const void *figs, char *buf, size_t len)
   snprintf(buf, len, "%.1f ms of sampled CPU time: %s", f->on / 1e6, test);
 }
 
+static void calibrate_unmeasured(void);
+
 /* Cold entry e failed the payback test (f, worded by words): it waits, unless no kernel can
- * replace it at all: then it is NONE, as enqueue would make it, and never tested again. */
+ * replace it at all: then it is NONE, as enqueue would make it, and never tested again. What a
+ * compile costs, where this CPU never measured it, is measured now (calibrate_unmeasured). */
 static void not_yet(ag_entry_t *e, ag_reason_words_fn words, const test_figs_t *f)
 {
   jt_gemm_t g;
   int row;
   char no[AG_REASON_LEN];
   uint32_t cold = AG_TIER_COLD;
-  if (compilable(&e->key, &g, &row, no, sizeof no))
+  if (compilable(&e->key, &g, &row, no, sizeof no)) {
     decide_figs(e, AG_STATE_WAITING, words, f, sizeof *f);
+    if (!f->t.placing)
+      calibrate_unmeasured();
+  }
   else if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE))
     decide(e, AG_STATE_UNSUPPORTED, -1, "%s", no);
 }
@@ -1371,6 +1458,31 @@ static void start_thread(void)
 {
   if (ag_cq_start(&cq, (int)ag_opts.num[AG_OPT_JIT_THREADS]))
     atomic_store(&jit_dead, 1);
+}
+
+/* Where this CPU has no measured figure for LLVM's load or for any kernel's compile (machine.h:
+ * none stored, none noted in this run), queues their measurement first on a compile thread
+ * (calibrate), once per process: from a signature's payback test in the run that failed on the
+ * guesses (not_yet), so the tests after it, and the next run's (its warm start's too), charge
+ * what was measured. A test that passes needs none: its compile is measured; nor does a run
+ * that only places stored kernels (it never loads LLVM), nor the warm start's or the fleet's
+ * tests of a profile's signatures. LLVM stays loaded for the compiles to come. */
+static void calibrate_unmeasured(void)
+{
+  static _Atomic int asked;
+  if ((ag_machine_compile_measured(NULL) && ag_machine_compile_measured(AG_MACHINE_LLVM_LOAD)) ||
+      atomic_load(&jit_dead) || atomic_load(&llvm_dead) || atomic_exchange(&asked, 1))
+    return;
+  ag_machine_calibrating(1);
+  ag_cq_lock(&cq);
+  int ok = arrays() && !ag_cq_full(&cq);
+  if (ok) {
+    ag_cq_push(&cq, CALIBRATION);
+    start_thread();
+  }
+  ag_cq_unlock(&cq);
+  if (!ok || atomic_load(&jit_dead))
+    ag_machine_calibrating(0);
 }
 
 /* e's mean original call, in ns: over earlier runs when the warm start noted it

@@ -481,6 +481,10 @@ Test(machine_run, loads_the_stored_model_merges_compile_times_and_saves_only_wha
   cr_expect_eq(ag_machine_peak_gflops(96, 0), 0, "no such width");
   cr_expect_eq(ag_machine_timer_ns(), 3);
   cr_expect_eq(ag_machine_compile_ns("gemm"), 6000000, "median of 4, 6 (stored) and 20 ms");
+  cr_expect(ag_machine_compile_measured("gemm"));
+  cr_expect(ag_machine_compile_measured(NULL), "a kernel family was measured");
+  cr_expect_not(ag_machine_compile_measured(AG_MACHINE_LLVM_LOAD), "LLVM's load never was");
+  cr_expect_not(ag_machine_compile_measured("dot"));
 
   cr_assert_eq(ag_machine_save(&store_api, db, 0), ST_OK);
   cr_assert_eq(st_machine_load(db, "Stored CPU", &got), ST_OK);
@@ -538,5 +542,29 @@ Test(machine_run, measures_a_cpu_with_nothing_stored_and_the_final_save_stores_i
   cr_expect_eq(live->stored, 0);
   cr_expect_eq(got.measured_ns, live->measured_ns);
   cr_expect_eq(got.gflops[0][0], live->gflops[0][0]);
+  st_close(db);
+}
+
+Test(machine_run, llvms_load_alone_is_no_kernel_familys_compile, .init = fx_setup,
+     .fini = fx_teardown)
+{
+  ag_machine_t m;
+  ag_machine_detect(&m);
+  m.gflops[0][0] = 11, m.timer_ns = 3, m.measured_ns = 777, m.settled = 1;
+  st_machine_t rec, read;
+  ag_machine_to_store(&m, "Known CPU", &rec);
+  st_db_t *db = fx_open(use_db(), ST_OPEN_CREATE);
+  cr_assert_eq(st_machine_save(db, &rec, (st_compile_note_t[]){{AG_MACHINE_LLVM_LOAD, 12000000}},
+                               1), ST_OK);
+  cr_assert_eq(st_machine_load(db, "Known CPU", &read), ST_OK);
+  ag_machine_start("Known CPU", &read, 1);
+  cr_assert_not_null(ag_machine(), "settled: published at once");
+  cr_expect(ag_machine_compile_measured(AG_MACHINE_LLVM_LOAD));
+  cr_expect_not(ag_machine_compile_measured(NULL), "no kernel's compile measured");
+  cr_expect_eq(ag_machine_compile_ns("gemm"), AG_MACHINE_COMPILE_GUESS_NS,
+               "LLVM's load stands for no kernel");
+  ag_machine_note_compile("mm", 6000000);
+  cr_expect(ag_machine_compile_measured(NULL));
+  cr_expect_eq(ag_machine_compile_ns("gemm"), 6000000, "the measured family stands for it");
   st_close(db);
 }

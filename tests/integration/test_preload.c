@@ -323,6 +323,35 @@ Test(preload, a_signature_without_a_variant_is_timed_within_the_budget)
   cr_expect_gt(plain, CALLS / 24, "profile mode: %lld of %d calls timed", (long long)plain, CALLS);
 }
 
+/* The compiles' figures (agent/machine.h) as the stored model holds them: LLVM's loads, and
+ * a kernel family's compiles, each measured (a positive median). */
+static int64_t compiles(const char *family)
+{
+  return h_query(NULL, "SELECT coalesce(sum(n), 0) FROM machine_compiles WHERE family = '%s' AND "
+                       "median_ns > 0", family);
+}
+
+/* A run whose payback test fails before this CPU measured what a compile costs measures it
+ * then, on a compile thread (agent/tier.c, calibrate_unmeasured): LLVM's load and a compile,
+ * so the tests after it, and the next run's, charge them rather than a guess. Here: products
+ * OpenBLAS spreads over its thread pool, long enough for the payback test at their 64th call
+ * and charged once per CPU (no first trial: no idle core). The next run takes the stored
+ * figures. */
+Test(preload, a_failed_payback_test_measures_what_a_compile_costs_once_per_cpu)
+{
+  const char *jit[] = {"OPJIT_MODE=jit", "OPJIT_LOG=info", NULL};
+  const char *argv[] = {H_HOST_PROG, "big", "100", NULL};
+  assert_exited_ok(h_run("first", 1, jit, argv), "first");
+  const char *err = h_output("first", "err");
+  cr_assert(strstr(err, "a compile measured on this CPU"), "%s", err);
+  cr_assert_geq(compiles("llvm-load"), 1, "LLVM's load measured: %s", err);
+  cr_assert_geq(compiles("gemm"), 1, "a kernel's compile measured: %s", err);
+
+  assert_exited_ok(h_run("second", 1, jit, argv), "second");
+  err = h_output("second", "err");
+  cr_assert_null(strstr(err, "a compile measured on this CPU"), "measured again: %s", err);
+}
+
 Test(preload, the_agents_threads_run_on_the_process_cpus_not_on_a_pinned_host_threads)
 {
   /* The host pins its thread to one CPU before its first call, which starts the writer: the
