@@ -88,7 +88,7 @@
 #define PAIR_KEPT 32 /* ... one pair of calls in so many once a verdict keeps the variant */
 
 /* The compile queue and its threads (cqueue.h). Its items are entries' indices, or: */
-#define CALIBRATION UINT32_MAX /* what a compile costs is to be measured (ag_tier_calibrate) */
+#define CALIBRATION UINT32_MAX /* what a compile costs is to be measured (calibrate_unmeasured) */
 static void compile_begin(void *ctx);
 static void compile_next(void *ctx, uint32_t i, int alone);
 static long compile_between(void *ctx);
@@ -1018,18 +1018,16 @@ static void pick_of(uint32_t i, ag_pick_t *p)
 static unsigned compile_pick(void *ctx, const uint32_t *items, unsigned n)
 {
   (void)ctx;
-  for (unsigned k = 0; k < n; k++)
-    if (items[k] == CALIBRATION)
-      return k;
-  unsigned best = n - 1;
+  unsigned best = n;
   ag_pick_t top, p;
-  pick_of(items[best], &top);
-  for (unsigned k = n - 1; k-- > 0;) {
+  for (unsigned k = n; k-- > 0;) {
+    if (items[k] == CALIBRATION) /* last: a compile taken before it measures what it would */
+      continue;
     pick_of(items[k], &p);
-    if (ag_policy_pick_before(&p, &top))
+    if (best == n || ag_policy_pick_before(&p, &top))
       top = p, best = k;
   }
-  return best;
+  return best < n ? best : n - 1;
 }
 
 /* Waits while JIT code may not run yet (ag_tier_hold: AG_HOLD_RUN, the run not recorded). */
