@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* The machine model: what the CPU opjit runs on can do, measured once per CPU and stored.
  * Which vector ISAs the CPU and its OS support (CPUID, XGETBV), the FMA peak per vector width
- * and dtype, the cost of the agent's clock, and LLVM's compile latency per kernel family.
+ * and dtype, the cost of the agent's clock, and LLVM's compile latency per kernel family (in
+ * CPU time: the compile threads note every compile and LLVM's load, and where a payback test
+ * fails before this CPU measured either, one measures them at once: tier.c, calibrate).
  *
  * Two halves. machine.c holds pure functions any program may use (the agent, `opjit doctor`,
  * tests): detection, measurement, the ISA choice, conversion to and from the store's record.
@@ -59,11 +61,14 @@ enum {
                                measured again (1: timer_ns was CLOCK_MONOTONIC's read; 2: a
                                measurement had to agree on every peak at once to settle it) */
 #define AG_MACHINE_COMPILE_GUESS_NS 10000000ull /* a compile's cost before any was measured on
-                                                   this CPU (kernels took 4-35 ms, median 7-9,
-                                                   on this project's machines) */
+                                                   this CPU, LLVM's load's too (kernels took
+                                                   4-35 ms, median 7-9, on this project's
+                                                   machines) */
 #define AG_MACHINE_LLVM_LOAD "llvm-load" /* the compile notes' "family" for the JIT module's
-                                            load before a process's first compile (12-16 ms on
-                                            a Zen 5); not a kernel family's stand-in */
+                                            load before a process's first compile (12-20 ms of
+                                            CPU on a Zen 5; with the first compile's set-up
+                                            where tier.c measured it, 22-30); not a kernel
+                                            family's stand-in */
 
 typedef struct ag_machine_s {
   unsigned exts;         /* AG_X() bits the CPU supports and the OS enables (XCR0) */
