@@ -59,10 +59,8 @@ static void *cq_main(void *arg)
   return NULL;
 }
 
-int ag_cq_start(ag_cqueue_t *q, int max_threads)
+int ag_cq_spawn(void *(*fn)(void *), void *arg)
 {
-  if (q->nthreads >= max_threads || (q->nthreads && q->len <= 1))
-    return 0;
   sigset_t all, old;
   pthread_t t;
   sigfillset(&all);
@@ -71,10 +69,19 @@ int ag_cq_start(ag_cqueue_t *q, int max_threads)
   sigdelset(&all, SIGSEGV), sigdelset(&all, SIGILL), sigdelset(&all, SIGBUS);
   sigdelset(&all, SIGFPE);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  int started = pthread_create(&t, NULL, cq_main, q) == 0;
+  int started = pthread_create(&t, NULL, fn, arg) == 0;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (started)
-    q->nthreads++, pthread_detach(t);
+    pthread_detach(t);
+  return started ? 0 : -1;
+}
+
+int ag_cq_start(ag_cqueue_t *q, int max_threads)
+{
+  if (q->nthreads >= max_threads || (q->nthreads && q->len <= 1))
+    return 0;
+  if (ag_cq_spawn(cq_main, q) == 0)
+    q->nthreads++;
   return q->nthreads ? 0 : -1;
 }
 

@@ -61,6 +61,11 @@ void ag_cq_push(ag_cqueue_t *q, uint32_t i);
  * (nothing queued will be compiled), else 0. */
 int ag_cq_start(ag_cqueue_t *q, int max_threads);
 
+/* Starts a detached thread running fn(arg) as a compile thread is started: with every host
+ * signal blocked but the faults (SIGSEGV, SIGILL, SIGBUS, SIGFPE), which reach the crash hook
+ * (crash.h). Returns 0 or -1. Any thread; the queue is not involved. */
+int ag_cq_spawn(void *(*fn)(void *), void *arg);
+
 /* Locked: waits until nothing is queued and no thread is inside ops->compile, or until deadline
  * (CLOCK_REALTIME) passes. Returns 0 when idle, 1 at the deadline. A queue whose threads cannot
  * start (ag_cq_start said -1) never becomes idle by itself: the caller knows and does not wait. */

@@ -3,7 +3,8 @@
  * Which vector ISAs the CPU and its OS support (CPUID, XGETBV), the FMA peak per vector width
  * and dtype, the cost of the agent's clock, and LLVM's compile latency per kernel family (in
  * CPU time: the compile threads note every compile and LLVM's load, and where a payback test
- * fails before this CPU measured either, one measures them at once: tier.c, calibrate).
+ * fails before this CPU measured either, a thread of the tiers' measures them at idle
+ * priority: tier.c, calibrate).
  *
  * Two halves. machine.c holds pure functions any program may use (the agent, `opjit doctor`,
  * tests): detection, measurement, the ISA choice, conversion to and from the store's record.
@@ -194,9 +195,10 @@ int ag_machine_compile_measured(const char *family);
 void ag_machine_calibrating(int on);
 /* From the writer thread, with its store and connection: saves a model this process measured
  * and the compile notes not saved yet. The final call (at exit) first waits for a measurement
- * in flight (~5-20 ms; a compile's, ~40; at most 250 on a loaded machine), so a short first run on a CPU still
- * stores its model, and a short later run the measurement that settles it. Returns 0 or
- * the store's code (what was not saved stays for the next call on a transient error). */
+ * in flight (~5-20 ms; a compile's, ~40, while neither of its figures is measured; at most 250
+ * on a loaded machine), so a short first run on a CPU still stores its model, and a short
+ * later run the measurement that settles it. Returns 0 or the store's code (what was not saved
+ * stays for the next call on a transient error). */
 int ag_machine_save(const st_api_t *store, st_db_t *db, int final);
 
 #endif

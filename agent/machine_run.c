@@ -375,7 +375,10 @@ double ag_machine_timer_ns(void)
 int ag_machine_save(const st_api_t *store, st_db_t *db, int final)
 {
   for (int ms = 0; final && started_pid == getpid() &&
-                  (!ag_machine() || atomic_load(&measuring) || atomic_load(&calibrating)) &&
+                  (!ag_machine() || atomic_load(&measuring) ||
+                   (atomic_load(&calibrating) &&
+                    !(ag_machine_compile_measured(NULL) &&
+                      ag_machine_compile_measured(AG_MACHINE_LLVM_LOAD)))) &&
                   ms < 250;
        ms++)
     nanosleep(&(struct timespec){0, 1000000}, NULL);

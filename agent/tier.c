@@ -87,8 +87,7 @@
                                      a second in between, and paired its calls */
 #define PAIR_KEPT 32 /* ... one pair of calls in so many once a verdict keeps the variant */
 
-/* The compile queue and its threads (cqueue.h). Its items are entries' indices, or: */
-#define CALIBRATION UINT32_MAX /* what a compile costs is to be measured (calibrate_unmeasured) */
+/* The compile queue and its threads (cqueue.h). */
 static void compile_begin(void *ctx);
 static void compile_next(void *ctx, uint32_t i, int alone);
 static long compile_between(void *ctx);
@@ -1018,16 +1017,15 @@ static void pick_of(uint32_t i, ag_pick_t *p)
 static unsigned compile_pick(void *ctx, const uint32_t *items, unsigned n)
 {
   (void)ctx;
-  unsigned best = n;
+  unsigned best = n - 1;
   ag_pick_t top, p;
-  for (unsigned k = n; k-- > 0;) {
-    if (items[k] == CALIBRATION) /* last: a compile taken before it measures what it would */
-      continue;
+  pick_of(items[best], &top);
+  for (unsigned k = n - 1; k-- > 0;) {
     pick_of(items[k], &p);
-    if (best == n || ag_policy_pick_before(&p, &top))
+    if (ag_policy_pick_before(&p, &top))
       top = p, best = k;
   }
-  return best < n ? best : n - 1;
+  return best;
 }
 
 /* Waits while JIT code may not run yet (ag_tier_hold: AG_HOLD_RUN, the run not recorded). */
@@ -1069,58 +1067,6 @@ static int crashed_before(ag_entry_t *e)
   return 1;
 }
 
-/* One compile of g on this thread, its kernel released at once: its CPU time, or 0 when it
- * failed. Compile thread only, LLVM loaded. */
-static uint64_t compile_cost(const jt_gemm_t *g)
-{
-  char err[256];
-  jt_gemm_fn fn = NULL;
-  size_t size = 0, obj_len = 0;
-  void *obj = NULL;
-  uint64_t t0 = cpu_now_ns();
-  int rc = jit->gemm(g, &fn, &size, &obj, &obj_len, err, sizeof err);
-  uint64_t ns = cpu_now_ns() - t0;
-  free(obj);
-  if (rc == 0)
-    jit->release(fn, err, sizeof err); /* never published: no thread can be inside it */
-  else
-    ag_log(AG_LOG_INFO, "the compile that measures what one costs failed: %s", err);
-  return rc == 0 ? ns : 0;
-}
-
-/* The calibration (calibrate_unmeasured), on a compile thread: LLVM's load, then the same kernel
- * compiled twice, the first compile paying what a session's first one sets up (the target, its
- * tables: ~8-10 ms on the Zen 5), noted as part of LLVM's load; the second is the family's
- * compile. The kernel is a float 64x64x64 GEMM (bench_jit's product; this project's kernels
- * compiled in 4-35 ms, median 7-9): real compiles refine the family's figure as they come. */
-static void calibrate(void)
-{
-  uint64_t load_ns = 0;
-  if (ag_machine_compile_measured(NULL) && ag_machine_compile_measured(AG_MACHINE_LLVM_LOAD)) {
-    ag_machine_calibrating(0); /* by the compiles queued before it */
-    return;
-  }
-  ag_bg_begin();
-  int loaded = !atomic_load(&llvm_dead) && load_jit(&load_ns) == 0;
-  if (!loaded) {
-    atomic_store(&llvm_dead, 1); /* as a compile would find it (compile_next) */
-  } else {
-    jt_gemm_t g = {.m = 64, .n = 64, .k = 64, .lda = 64, .ldb = 64, .ldc = 64,
-                   .alpha_one = 1, .beta_class = 1, .isa = jit_isa()};
-    uint64_t first = compile_cost(&g), again = first ? compile_cost(&g) : 0;
-    if (load_ns) /* a compile thread that loaded LLVM before noted it (compile_next) */
-      ag_machine_note_compile(AG_MACHINE_LLVM_LOAD,
-                              load_ns + (again && first > again ? first - again : 0));
-    if (again)
-      ag_machine_note_compile(ag_problem_family(&g), again);
-    ag_log(AG_LOG_INFO, "a compile measured on this CPU: LLVM's load %.1f ms, a first compile "
-           "%.1f, the next %.1f (CPU time)", (double)load_ns / 1e6, (double)first / 1e6,
-           (double)again / 1e6);
-  }
-  ag_bg_end();
-  ag_machine_calibrating(0);
-}
-
 /* A compile thread took entry i. A signature the database stores a kernel for (warm.h,
  * ag_warm_shelved) gets it placed once JIT code may run, without LLVM. Else LLVM is loaded
  * with the first compile, so a thread that only places or watches never loads it; the compile
@@ -1130,10 +1076,6 @@ static void calibrate(void)
 static void compile_next(void *ctx, uint32_t i, int alone)
 {
   (void)ctx;
-  if (i == CALIBRATION) {
-    calibrate();
-    return;
-  }
   ag_entry_t *e = ag_table_entry(ag_table, i);
   int placed = 0;
   int shelved = ag_warm_shelved(&e->key);
@@ -1458,28 +1400,89 @@ static void start_thread(void)
     atomic_store(&jit_dead, 1);
 }
 
+/* One compile of g on this thread, its kernel released at once: its CPU time, or 0 when it
+ * failed. The calibration's thread, LLVM loaded. */
+static uint64_t compile_cost(const jt_gemm_t *g)
+{
+  char err[256];
+  jt_gemm_fn fn = NULL;
+  size_t size = 0, obj_len = 0;
+  void *obj = NULL;
+  uint64_t t0 = cpu_now_ns();
+  int rc = jit->gemm(g, &fn, &size, &obj, &obj_len, err, sizeof err);
+  uint64_t ns = cpu_now_ns() - t0;
+  free(obj);
+  if (rc == 0)
+    jit->release(fn, err, sizeof err); /* never published: no thread can be inside it */
+  else
+    ag_log(AG_LOG_INFO, "the compile that measures what one costs failed: %s", err);
+  return rc == 0 ? ns : 0;
+}
+
+/* The calibration (calibrate_unmeasured), on a thread of its own: LLVM's load, then the same
+ * kernel compiled twice, the first compile paying what a session's first one sets up (the
+ * target, its tables: ~8-10 ms on the Zen 5), noted as part of LLVM's load; the second is the
+ * family's compile. The kernel is a float 64x64x64 GEMM (bench_jit's product; this project's
+ * kernels compiled in 4-35 ms, median 7-9): real compiles refine the family's figure as they
+ * come. (A compile thread that loads LLVM for a compile notes the load alone, and that
+ * compile's note carries the set-up.) */
+static void *calibrate(void *arg)
+{
+  (void)arg;
+  ag_agent_thread_begin("opjit-calibrate");
+  ag_tl_keep_statics = 1; /* LLVM's static destructors are never registered (process.c) */
+  /* only a CPU no host thread wants: a pool loses little to it (docs/benchmarks.md, stop 42) */
+  pthread_setschedparam(pthread_self(), SCHED_IDLE, &(struct sched_param){0});
+  uint64_t load_ns = 0;
+  if (ag_machine_compile_measured(NULL) && ag_machine_compile_measured(AG_MACHINE_LLVM_LOAD)) {
+    ag_machine_calibrating(0); /* by a compile meanwhile */
+    return NULL;
+  }
+  ag_bg_begin();
+  int loaded = !atomic_load(&llvm_dead) && load_jit(&load_ns) == 0;
+  if (!loaded) {
+    atomic_store(&llvm_dead, 1); /* as a compile would find it (compile_next) */
+  } else {
+    /* leading dimensions of 67: no signature's kernel, whose compile gemm() would share */
+    jt_gemm_t g = {.m = 64, .n = 64, .k = 64, .lda = 67, .ldb = 67, .ldc = 67,
+                   .alpha_one = 1, .beta_class = 1, .isa = jit_isa()};
+    uint64_t first = compile_cost(&g), again = first ? compile_cost(&g) : 0;
+    if (again < 100000)
+      again = 0; /* shared with a kernel compiled meanwhile after all: nothing measured */
+    if (load_ns) /* a compile thread that loaded LLVM before noted it (compile_next) */
+      ag_machine_note_compile(AG_MACHINE_LLVM_LOAD,
+                              load_ns + (again && first > again ? first - again : 0));
+    if (again)
+      ag_machine_note_compile(ag_problem_family(&g), again);
+    ag_log(AG_LOG_INFO, "a compile measured on this CPU: LLVM's load %.1f ms, a first compile "
+           "%.1f, the next %.1f (CPU time)", (double)load_ns / 1e6, (double)first / 1e6,
+           (double)again / 1e6);
+    jit->drop_sessions(); /* the thread ends: its kernels are released */
+  }
+  ag_bg_end();
+  ag_machine_calibrating(0);
+  return NULL;
+}
+
 /* Where this CPU has no measured figure for LLVM's load or for any kernel's compile (machine.h:
- * none stored, none noted in this run), queues their measurement first on a compile thread
- * (calibrate), once per process: from a signature's payback test in the run that failed on the
- * guesses (not_yet), so the tests after it, and the next run's (its warm start's too), charge
- * what was measured. A test that passes needs none: its compile is measured; nor does a run
- * that only places stored kernels (it never loads LLVM), nor the warm start's or the fleet's
- * tests of a profile's signatures. LLVM stays loaded for the compiles to come. */
+ * none stored, none noted in this run), measures them on a thread of its own at SCHED_IDLE
+ * (calibrate), once per process, once the machine model is ready: from a signature's payback
+ * test in the run that failed on the guesses (not_yet), so the tests after it, and the next
+ * run's (its warm start's too), charge what was measured. A test that passes needs none: its
+ * compile is measured; nor does a run that only places stored kernels (it never loads LLVM),
+ * nor the warm start's or the fleet's tests of a profile's signatures. LLVM stays loaded for
+ * the compiles to come. */
 static void calibrate_unmeasured(void)
 {
   static _Atomic int asked;
-  if ((ag_machine_compile_measured(NULL) && ag_machine_compile_measured(AG_MACHINE_LLVM_LOAD)) ||
-      atomic_load(&jit_dead) || atomic_load(&llvm_dead) || atomic_exchange(&asked, 1))
+  /* not before the model is ready: the stored figures are merged by then (machine_run.c) */
+  if (atomic_load(&asked) || !ag_machine() || atomic_load(&jit_dead) ||
+      atomic_load(&llvm_dead) ||
+      (ag_machine_compile_measured(NULL) && ag_machine_compile_measured(AG_MACHINE_LLVM_LOAD)) ||
+      atomic_exchange(&asked, 1))
     return;
   ag_machine_calibrating(1);
-  ag_cq_lock(&cq);
-  int ok = arrays() && !ag_cq_full(&cq);
-  if (ok) {
-    ag_cq_push(&cq, CALIBRATION);
-    start_thread();
-  }
-  ag_cq_unlock(&cq);
-  if (!ok || atomic_load(&jit_dead))
+  if (ag_cq_spawn(calibrate, NULL) != 0)
     ag_machine_calibrating(0);
 }
 

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Tiers: when a signature gets a JIT variant, how it is published, verified, kept honest and
- * dropped. Compile threads (the first started with the first hot signature, or to measure what
- * a compile costs on this CPU, more up to OPJIT_JIT_THREADS as the queue grows) load
- * libopjit-jit.so — and with it LLVM — and are the only threads that call it; host threads only
- * read the published variant pointer.
+ * dropped. Compile threads (the first started with the first hot signature, more up to
+ * OPJIT_JIT_THREADS as the queue grows) load libopjit-jit.so — and with it LLVM — and are the
+ * only threads that call it, with the thread that measures what a compile costs on this CPU
+ * (tier.c, calibrate); host threads only read the published variant pointer.
  *
  *   NONE ◀── not compilable (op, shape, alpha = 0, strided vectors)
  *   COLD ──hot (calls or sampled time)──▶ QUEUED ──compiled──▶ READY (variant published)

@@ -738,7 +738,7 @@ static void print_model(const cJSON *mo)
     return;
   }
   cJSON_ArrayForEach(f, c) /* (AG_MACHINE_LLVM_LOAD: the JIT module's loads, not compiles) */
-    printf("  %-20s %s: %.1f ms median, %.1f ms mean over %s %s\n",
+    printf("  %-20s %s: %.1f ms median, %.1f ms mean over %s %s (CPU time)\n",
            f == c->child ? "compile" : "", str(f, "family"),
            cJSON_GetNumberValue(cJSON_GetObjectItem(f, "median_ns")) / 1e6,
            cJSON_GetNumberValue(cJSON_GetObjectItem(f, "mean_ns")) / 1e6, str(f, "n"),

@@ -222,6 +222,10 @@ typedef struct jt_api_s {
    * whose problems are one kernel share it. The last frees its code and symbols (the caller
    * guarantees no thread can still run it) and returns 0; 1: other references remain; -1. */
   int (*release)(jt_gemm_fn fn, char *err, size_t len);
+  /* Disposes of the calling thread's sessions, before the thread ends (one that compiled for a
+   * while: their memory would outlive it). Every kernel they compiled must have been released;
+   * a later gemm() on the thread makes a session again. */
+  void (*drop_sessions)(void);
   /* "19.1.7", and the CPU the code is generated for ("znver3"). */
   const char *(*llvm_version)(void);
   const char *(*cpu)(void);
@@ -230,7 +234,7 @@ typedef struct jt_api_s {
   int (*host_isa)(void);
   const char *(*isa_name)(int isa);
 } jt_api_t;
-#define JT_API_ABI 10
+#define JT_API_ABI 11
 #define JT_API_SYMBOL "opjit_jit_api"
 #define JT_MODULE_NAME "libopjit-jit.so"
 

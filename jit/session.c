@@ -321,6 +321,17 @@ static int jit_gemm(const jt_gemm_t *gu, jt_gemm_fn *out, size_t *size, void **o
   return rc;
 }
 
+static void jit_drop_sessions(void)
+{
+  for (int isa = 0; isa < JT_ISA_COUNT; isa++)
+    if (sessions[isa]) {
+      LLVMErrorRef e = LLVMOrcDisposeLLJIT(sessions[isa]);
+      if (e)
+        LLVMConsumeError(e);
+      sessions[isa] = NULL;
+    }
+}
+
 static int jit_release(jt_gemm_fn fn, char *err, size_t len)
 {
   pthread_mutex_lock(&mu);
@@ -544,6 +555,7 @@ __attribute__((visibility("default"))) const jt_api_t opjit_jit_api = {
     .tune = jit_tune,
     .gemm_name = jit_gemm_name,
     .release = jit_release,
+    .drop_sessions = jit_drop_sessions,
     .llvm_version = jit_llvm_version,
     .cpu = jit_cpu,
     .host_isa = jit_host_isa,

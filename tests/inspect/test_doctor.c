@@ -218,6 +218,7 @@ Test(doctor, shows_the_stored_machine_model_or_how_to_get_it)
   cr_expect(strstr(p.out, "- / 61.8 / - GF/s"), "f64 peaks: %s", p.out);
   cr_expect(strstr(p.out, "17.2 ns") || strstr(p.out, "17.3 ns"), "clock: %s", p.out);
   cr_expect(strstr(p.out, "gemm: 8.0 ms median"), "compile: %s", p.out);
+  cr_expect(strstr(p.out, "compiles (CPU time)"), "compile: %s", p.out);
   cr_expect(strstr(p.out, "stored, settled"), "%s", p.out);
   proc_free(&p);
   p = opjit(NULL, (const char *[]){"doctor", "--db", db, "--json", NULL});

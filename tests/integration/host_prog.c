@@ -9,7 +9,8 @@
  *   dlopen AGENT         calls cblas_sdot x4 through dlopen(AGENT)'s symbol (AT_SECURE test)
  *   ratio N              N rounds of 3 cblas_sgemm 96^3 (lda 96) and 1 with lda 97: two
  *                        signatures whose CPU cost is 3:1; prints a checksum of C
- *   big N                N cblas_sgemm 384^3 (OpenBLAS splits them over its thread pool)
+ *   big N                N cblas_sgemm 384^3 (OpenBLAS splits them over its thread pool where
+ *                        the test's OPENBLAS_NUM_THREADS gives it one)
  *   forkratio N          "ratio N", then a fork child runs "ratio 6N" while the parent waits,
  *                        then the parent runs "ratio N" again
  *   sigprof N            installs its own SIGPROF handler and ITIMER_PROF, runs "ratio N",
