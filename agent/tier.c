@@ -1434,8 +1434,8 @@ static void *calibrate(void *arg)
   /* only a CPU no host thread wants: a pool loses little to it (docs/benchmarks.md, stop 42) */
   pthread_setschedparam(pthread_self(), SCHED_IDLE, &(struct sched_param){0});
   uint64_t load_ns = 0;
-  if (ag_machine_compile_measured(NULL) && ag_machine_compile_measured(AG_MACHINE_LLVM_LOAD)) {
-    ag_machine_calibrating(0); /* by a compile meanwhile */
+  if (atomic_load(&jit_tried)) { /* a compile thread started meanwhile: its compile measures */
+    ag_machine_calibrating(0);
     return NULL;
   }
   ag_bg_begin();
@@ -1469,15 +1469,16 @@ static void *calibrate(void *arg)
  * (calibrate), once per process, once the machine model is ready: from a signature's payback
  * test in the run that failed on the guesses (not_yet), so the tests after it, and the next
  * run's (its warm start's too), charge what was measured. A test that passes needs none: its
- * compile is measured; nor does a run that only places stored kernels (it never loads LLVM),
+ * compile is measured (a compile of a tune or one that failed is not: a later run measures); nor does a run that only places stored kernels (it never loads LLVM),
  * nor the warm start's or the fleet's tests of a profile's signatures. LLVM stays loaded for
  * the compiles to come. */
 static void calibrate_unmeasured(void)
 {
   static _Atomic int asked;
-  /* not before the model is ready: the stored figures are merged by then (machine_run.c) */
-  if (atomic_load(&asked) || !ag_machine() || atomic_load(&jit_dead) ||
-      atomic_load(&llvm_dead) ||
+  /* not before the model is ready: the stored figures are merged by then (machine_run.c); nor
+   * once a compile thread has started on LLVM: that compile measures them */
+  if (atomic_load(&asked) || !ag_machine() || atomic_load(&jit_tried) ||
+      atomic_load(&jit_dead) || atomic_load(&llvm_dead) ||
       (ag_machine_compile_measured(NULL) && ag_machine_compile_measured(AG_MACHINE_LLVM_LOAD)) ||
       atomic_exchange(&asked, 1))
     return;
