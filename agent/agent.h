@@ -170,8 +170,9 @@ int ag_agent_tid(int tid);
 /* How many CPUs the process could use when the agent loaded (before ag_note_process_cpus ran:
  * the calling thread's); 0 when unknown. The same in every thread, pinned or not. */
 int ag_process_cpu_count(void);
-/* Set on compile threads: the C++ static destructors of what it loads and runs (LLVM) are not
- * registered with __cxa_atexit (process.c), so exit never destroys LLVM under a compile. */
+/* Set on compile threads (and the calibration's, tier.c): the C++ static destructors of what
+ * it loads and runs (LLVM) are not registered with __cxa_atexit (process.c), so exit never
+ * destroys LLVM under a compile. */
 extern AG_TLS int ag_tl_keep_statics;
 
 /* Parses options once (normally from the constructor; any thread may get here first). */

@@ -291,7 +291,7 @@ void ag_machine_start(const char *cpu_key, const st_machine_t *stored, int have)
   if (started_pid) { /* a fork child: its parent stores the notes it inherited */
     if (reading)
       abandoned = reading, reading = NULL;
-    atomic_store(&calibrating, 0); /* the parent's compile thread is not the child's */
+    atomic_store(&calibrating, 0); /* the parent's calibration thread is not the child's */
     pthread_mutex_lock(&mu);
     nnotes = 0;
     pthread_mutex_unlock(&mu);

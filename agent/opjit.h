@@ -12,7 +12,8 @@
 #define OPJIT_AGENT_OPJIT_H
 
 /* Waits until the JIT has no signature queued and no compile running (a compile's verification
- * and its duel against the original included) and this CPU's machine model is final (loaded
+ * and its duel against the original included, and the measurement of what a compile costs on
+ * this CPU where one runs) and this CPU's machine model is final (loaded
  * settled, or measured again until it settles, 3 s at most: what calls too long for a duel
  * wait for), at most timeout_ms. Returns 0 once it is
  * idle, 1 when the time ran out first, -1 when opjit is not active in this process in jit mode

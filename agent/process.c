@@ -26,9 +26,10 @@ typedef int (*cxa_atexit_fn)(void (*)(void *), void *, void *);
 
 AG_TLS int ag_tl_keep_statics;
 
-/* C++ static destructors register here. Those of the compile thread (LLVM's, registered while
- * it loads and first uses LLVM) are dropped: the process exits with LLVM intact, whatever the
- * compile thread is doing at that moment. Everyone else's pass through. */
+/* C++ static destructors register here. Those of the compile thread (LLVM's, registered while it
+ * loads and first uses LLVM; or the calibration's thread, tier.c) are dropped: the process exits
+ * with LLVM intact, whatever the compile thread is doing at that moment. Everyone else's pass
+ * through. */
 AG_EXPORT int __cxa_atexit(void (*fn)(void *), void *arg, void *dso)
 {
   REAL(__cxa_atexit, cxa_atexit_fn);

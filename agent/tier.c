@@ -270,7 +270,8 @@ static int load_jit_now(void)
   return 0;
 }
 
-static _Atomic int jit_tried; /* a compile thread has started loading LLVM */
+static _Atomic int jit_tried;   /* a compile thread has started loading LLVM */
+static _Atomic int calibrating; /* the calibration's thread runs (calibrate) */
 
 /* The calling thread's CPU time, in ns: what the machine model notes a compile or LLVM's load
  * to cost (the CPU it takes from the host's threads; a compile preempted meanwhile is not
@@ -1435,7 +1436,7 @@ static void *calibrate(void *arg)
   pthread_setschedparam(pthread_self(), SCHED_IDLE, &(struct sched_param){0});
   uint64_t load_ns = 0;
   if (atomic_load(&jit_tried)) { /* a compile thread started meanwhile: its compile measures */
-    ag_machine_calibrating(0);
+    ag_machine_calibrating(0), atomic_store(&calibrating, 0);
     return NULL;
   }
   ag_bg_begin();
@@ -1449,42 +1450,48 @@ static void *calibrate(void *arg)
     uint64_t first = compile_cost(&g), again = first ? compile_cost(&g) : 0;
     if (again < 100000)
       again = 0; /* shared with a kernel compiled meanwhile after all: nothing measured */
+    jit->drop_sessions(); /* the thread ends: its kernels are released */
+    /* said before the notes: an exit waits for those alone (ag_machine_save) */
+    ag_log(AG_LOG_INFO, "a compile measured on this CPU: LLVM's load %.1f ms, a first compile "
+           "%.1f, the next %.1f (CPU time)", (double)load_ns / 1e6, (double)first / 1e6,
+           (double)again / 1e6);
     if (load_ns) /* a compile thread that loaded LLVM before noted it (compile_next) */
       ag_machine_note_compile(AG_MACHINE_LLVM_LOAD,
                               load_ns + (again && first > again ? first - again : 0));
     if (again)
       ag_machine_note_compile(ag_problem_family(&g), again);
-    ag_log(AG_LOG_INFO, "a compile measured on this CPU: LLVM's load %.1f ms, a first compile "
-           "%.1f, the next %.1f (CPU time)", (double)load_ns / 1e6, (double)first / 1e6,
-           (double)again / 1e6);
-    jit->drop_sessions(); /* the thread ends: its kernels are released */
   }
   ag_bg_end();
-  ag_machine_calibrating(0);
+  ag_machine_calibrating(0), atomic_store(&calibrating, 0);
   return NULL;
 }
 
 /* Where this CPU has no measured figure for LLVM's load or for any kernel's compile (machine.h:
  * none stored, none noted in this run), measures them on a thread of its own at SCHED_IDLE
- * (calibrate), once per process, once the machine model is ready: from a signature's payback
- * test in the run that failed on the guesses (not_yet), so the tests after it, and the next
- * run's (its warm start's too), charge what was measured. A test that passes needs none: its
- * compile is measured (a compile of a tune or one that failed is not: a later run measures); nor does a run that only places stored kernels (it never loads LLVM),
- * nor the warm start's or the fleet's tests of a profile's signatures. LLVM stays loaded for
- * the compiles to come. */
+ * (calibrate), once per process, once the machine model is ready: from a signature's payback test
+ * in the run that failed on the guesses (not_yet), so the tests after it, and the next run's (its
+ * warm start's too), charge what was measured. A test that passes needs none: its compile is
+ * measured (a compile of a tune or one that failed is not: a later run measures); nor does a run
+ * that only places stored kernels (it never loads LLVM), nor the warm start's or the fleet's tests
+ * of a profile's signatures. LLVM stays loaded for the compiles to come. */
 static void calibrate_unmeasured(void)
 {
   static _Atomic int asked;
   /* not before the model is ready: the stored figures are merged by then (machine_run.c); nor
    * once a compile thread has started on LLVM: that compile measures them */
   if (atomic_load(&asked) || !ag_machine() || atomic_load(&jit_tried) ||
-      atomic_load(&jit_dead) || atomic_load(&llvm_dead) ||
-      (ag_machine_compile_measured(NULL) && ag_machine_compile_measured(AG_MACHINE_LLVM_LOAD)) ||
-      atomic_exchange(&asked, 1))
+      atomic_load(&jit_dead) || atomic_load(&llvm_dead))
+    return;
+  if (ag_machine_compile_measured(NULL) && ag_machine_compile_measured(AG_MACHINE_LLVM_LOAD)) {
+    atomic_store(&asked, 1); /* for good: no later test looks again */
+    return;
+  }
+  if (atomic_exchange(&asked, 1))
     return;
   ag_machine_calibrating(1);
+  atomic_store(&calibrating, 1);
   if (ag_cq_spawn(calibrate, NULL) != 0)
-    ag_machine_calibrating(0);
+    ag_machine_calibrating(0), atomic_store(&calibrating, 0);
 }
 
 /* e's mean original call, in ns: over earlier runs when the warm start noted it
@@ -1700,6 +1707,13 @@ int ag_tier_settle(long ms)
   ag_cq_lock(&cq);
   int rc = ag_cq_wait_idle(&cq, &dl);
   ag_cq_unlock(&cq);
+  struct timespec now;
+  while (!rc && atomic_load(&calibrating)) { /* calibrate */
+    clock_gettime(CLOCK_REALTIME, &now);
+    rc = now.tv_sec > dl.tv_sec || (now.tv_sec == dl.tv_sec && now.tv_nsec >= dl.tv_nsec);
+    if (!rc)
+      nanosleep(&(struct timespec){0, 1000000}, NULL);
+  }
   return rc;
 }
 

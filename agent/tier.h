@@ -18,8 +18,8 @@
  * Only evicted code is freed, and only after a grace period: every thread that was registered
  * when it was unpublished has finished a call since (or exited), so none can still be inside it.
  * Demoted and blacklisted variants' code stays (it is small, and they never come back). Nor is
- * LLVM ever torn down: a compile thread may be inside it when the host exits, so LLVM's static
- * destructors are never registered (ag_tl_keep_statics). */
+ * LLVM ever torn down: a compile thread (or the calibration's) may be inside it when the host
+ * exits, so LLVM's static destructors are never registered (ag_tl_keep_statics). */
 #ifndef OPJIT_AGENT_TIER_H
 #define OPJIT_AGENT_TIER_H
 

@@ -223,8 +223,9 @@ typedef struct jt_api_s {
    * guarantees no thread can still run it) and returns 0; 1: other references remain; -1. */
   int (*release)(jt_gemm_fn fn, char *err, size_t len);
   /* Disposes of the calling thread's sessions, before the thread ends (one that compiled for a
-   * while: their memory would outlive it). Every kernel they compiled must have been released;
-   * a later gemm() on the thread makes a session again. */
+   * while: their memory would outlive it), once it has released its kernels; a session whose
+   * kernel another thread still holds (shared by name: gemm()) is kept. A later gemm() on the
+   * thread makes a session again. */
   void (*drop_sessions)(void);
   /* "19.1.7", and the CPU the code is generated for ("znver3"). */
   const char *(*llvm_version)(void);

@@ -34,6 +34,7 @@ typedef struct compiled_s {
   void *obj;                    /* the relocatable object LLJIT linked (malloc'ed) */
   size_t obj_len;
   LLVMOrcResourceTrackerRef rt; /* the kernel's code and symbols, removable on their own */
+  LLVMOrcLLJITRef jit;          /* the session that compiled it (drop_sessions keeps it) */
   int refs;                     /* gemm() calls that returned it, less release() calls */
 } compiled_t;
 static compiled_t *compiled;
@@ -236,7 +237,7 @@ static int compile(const jt_gemm_t *g, const char *name, compiled_t *entry, char
   if ((e = LLVMOrcLLJITLookup(jit, &end_addr, end)))
     LLVMConsumeError(e);
   entry->size = end_addr > addr && end_addr - addr < (1u << 20) ? end_addr - addr : 0;
-  entry->rt = rt;
+  entry->rt = rt, entry->jit = jit;
   entry->obj = captured, entry->obj_len = captured_len;
   captured = NULL, captured_len = 0;
   pthread_mutex_lock(&mu);
@@ -321,15 +322,26 @@ static int jit_gemm(const jt_gemm_t *gu, jt_gemm_fn *out, size_t *size, void **o
   return rc;
 }
 
+/* A session whose kernel another thread still holds (it shared the kernel by name) is kept. */
 static void jit_drop_sessions(void)
 {
-  for (int isa = 0; isa < JT_ISA_COUNT; isa++)
-    if (sessions[isa]) {
-      LLVMErrorRef e = LLVMOrcDisposeLLJIT(sessions[isa]);
-      if (e)
-        LLVMConsumeError(e);
-      sessions[isa] = NULL;
-    }
+  free(captured);
+  captured = NULL, captured_len = 0;
+  for (int isa = 0; isa < JT_ISA_COUNT; isa++) {
+    if (!sessions[isa])
+      continue;
+    pthread_mutex_lock(&mu);
+    const compiled_t *c = compiled;
+    while (c && c->jit != sessions[isa])
+      c = c->next;
+    pthread_mutex_unlock(&mu);
+    if (c)
+      continue;
+    LLVMErrorRef e = LLVMOrcDisposeLLJIT(sessions[isa]);
+    if (e)
+      LLVMConsumeError(e);
+    sessions[isa] = NULL;
+  }
 }
 
 static int jit_release(jt_gemm_fn fn, char *err, size_t len)

@@ -9,8 +9,9 @@
  *   dlopen AGENT         calls cblas_sdot x4 through dlopen(AGENT)'s symbol (AT_SECURE test)
  *   ratio N              N rounds of 3 cblas_sgemm 96^3 (lda 96) and 1 with lda 97: two
  *                        signatures whose CPU cost is 3:1; prints a checksum of C
- *   big N                N cblas_sgemm 384^3 (OpenBLAS splits them over its thread pool where
- *                        the test's OPENBLAS_NUM_THREADS gives it one)
+ *   big N [settled]      N cblas_sgemm 384^3 (OpenBLAS splits them over its thread pool where
+ *                        the test's OPENBLAS_NUM_THREADS gives it one); settled: then waits
+ *                        for the agent to settle (opjit_settle)
  *   forkratio N          "ratio N", then a fork child runs "ratio 6N" while the parent waits,
  *                        then the parent runs "ratio N" again
  *   sigprof N            installs its own SIGPROF handler and ITIMER_PROF, runs "ratio N",
@@ -268,6 +269,9 @@ int main(int argc, char **argv)
       a[i] = (float)(i % 5), b[i] = (float)(i % 3);
     for (long r = atol(argv[2]); r > 0; r--)
       cblas_sgemm(102, 111, 111, D, D, D, 1.0f, a, D, b, D, 0.0f, c, D);
+    int (*settle)(long) = (int (*)(long))dlsym(RTLD_DEFAULT, "opjit_settle");
+    if (argc > 3 && !strcmp(argv[3], "settled") && settle)
+      settle(60000);
     printf("c0 %g\n", c[0]);
     return 0;
   }

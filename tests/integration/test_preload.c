@@ -332,18 +332,19 @@ static int64_t compiles(const char *family)
 }
 
 /* A run whose payback test fails before this CPU measured what a compile costs measures it
- * then, on a compile thread (agent/tier.c, calibrate_unmeasured): LLVM's load and a compile,
- * so the tests after it, and the next run's, charge them rather than a guess. Here: products
- * OpenBLAS spreads over two threads (a pool: no size class's first trial, which would compile
- * whatever the test says), each test failing however slow a loaded machine makes their calls
- * (OPJIT_HOT_PAYBACK=1000: a test that passes compiles, and that compile measures itself),
- * 300 of them: the calibration, from the 64th call, ends within the run or the exit's wait for
- * it. The next run takes the stored figures. */
+ * then, on a thread of its own at idle priority (agent/tier.c, calibrate_unmeasured): LLVM's
+ * load and a compile, so the tests after it, and the next run's, charge them rather than a
+ * guess. Here: products OpenBLAS spreads over two threads (a pool: no size class's first
+ * trial, which would compile whatever the test says), each test failing however slow a loaded
+ * machine makes their calls (OPJIT_HOT_PAYBACK=1000: a test that passes compiles, and that
+ * compile measures itself); the program then settles (opjit_settle waits for the measurement:
+ * at idle priority it may get no CPU until then on a busy machine). The next run takes the
+ * stored figures. */
 Test(preload, a_failed_payback_test_measures_what_a_compile_costs_once_per_cpu)
 {
   const char *jit[] = {"OPJIT_MODE=jit", "OPJIT_LOG=info", "OPJIT_HOT_PAYBACK=1000",
                        "OPENBLAS_NUM_THREADS=2", NULL};
-  const char *argv[] = {H_HOST_PROG, "big", "300", NULL};
+  const char *argv[] = {H_HOST_PROG, "big", "300", "settled", NULL};
   assert_exited_ok(h_run("first", 1, jit, argv), "first");
   const char *err = h_output("first", "err");
   cr_assert(strstr(err, "a compile measured on this CPU"), "%s", err);

@@ -9,8 +9,8 @@
 #include "helpers.h"
 
 #include <criterion/criterion.h>
-#include <pthread.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <dlfcn.h>
 #include <fenv.h>
 #include <stdarg.h>
@@ -257,8 +257,8 @@ Test(gemm_kernels, a_shared_kernel_is_freed_by_its_last_release)
 
 /* A thread that compiled, its kernels released, drops its sessions before it ends (the agent's
  * calibration thread does): their memory is freed (mallinfo2, where malloc counts: 482 KB for
- * one session on the Zen 5; nothing else allocates meanwhile), the kernel another thread compiled still runs, and
- * the dropped one's compiles again. */
+ * one session on the Zen 5; nothing else allocates meanwhile), the kernel another thread
+ * compiled still runs, and the dropped one's compiles again. */
 typedef struct dropped_s {
   jt_gemm_t g;
   int released;
@@ -299,6 +299,47 @@ Test(gemm_kernels, a_thread_drops_its_sessions_and_others_compile_on)
   char err[256] = "";
   cr_assert_eq(jit->release(again, err, sizeof err), 0, "%s", err);
   cr_assert_eq(jit->release(fn, err, sizeof err), 0, "%s", err);
+}
+
+/* A thread whose kernel another thread came to share (the same name: one kernel, two
+ * references) releases its reference and drops its sessions: the session that holds the code
+ * is kept, so the other thread's kernel still runs (else it would run freed code). */
+typedef struct sharing_s {
+  jt_gemm_t g;
+  jt_gemm_fn fn;
+  pthread_barrier_t compiled, shared;
+} sharing_t;
+
+static void *compile_share_drop(void *arg)
+{
+  sharing_t *s = arg;
+  s->fn = compile(&s->g);
+  pthread_barrier_wait(&s->compiled);
+  pthread_barrier_wait(&s->shared); /* the main thread took its reference */
+  char err[256] = "";
+  jit->release(s->fn, err, sizeof err);
+  jit->drop_sessions();
+  return NULL;
+}
+
+Test(gemm_kernels, a_session_whose_kernel_another_thread_shares_is_kept)
+{
+  sharing_t s = {.g = {.m = 20, .n = 20, .k = 20, .lda = 21, .ldb = 21, .ldc = 21,
+                       .alpha_one = 1, .beta_class = 1}};
+  pthread_barrier_init(&s.compiled, NULL, 2);
+  pthread_barrier_init(&s.shared, NULL, 2);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, compile_share_drop, &s), 0);
+  pthread_barrier_wait(&s.compiled);
+  jt_gemm_fn mine = compile(&s.g);
+  pthread_barrier_wait(&s.shared);
+  cr_assert_eq(pthread_join(t, NULL), 0);
+  cr_assert_eq(mine, s.fn, "one kernel, shared by name");
+  cr_assert_leq(check(&s.g, mine, 1.0, 1.0, 0), 1.0, "its code is still there");
+  char err[256] = "";
+  cr_assert_eq(jit->release(mine, err, sizeof err), 0, "%s", err);
+  pthread_barrier_destroy(&s.compiled);
+  pthread_barrier_destroy(&s.shared);
 }
 
 Test(gemm_kernels, transposed_a_limits_its_stack_panel)
