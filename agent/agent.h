@@ -228,6 +228,14 @@ static inline uint64_t ag_now_ns(void)
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The calling thread's CPU time, in ns (a preempted thread is not charged the wait). */
+static inline uint64_t ag_thread_cpu_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* The clock of the calls' timings (ag_call_t's t0, ag_call_timed): the invariant TSC where the
  * CPU has one (ag_machine_tsc_invariant), read after an lfence as the kernel's own clock reads
  * it, else ag_now_ns. On a Zen 5 VM (kvm-clock) a read costs ~21 ns where clock_gettime costs

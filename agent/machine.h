@@ -193,6 +193,8 @@ int ag_machine_compile_measured(const char *family);
 /* From the tiers: a measurement of what a compile costs on this CPU is under way (1: tier.c,
  * calibrate) or has ended (0). The final save waits for it as for a measurement of the peaks. */
 void ag_machine_calibrating(int on);
+/* Whether one is under way (opjit_settle waits for it). */
+int ag_machine_calibration_running(void);
 /* From the writer thread, with its store and connection: saves a model this process measured
  * and the compile notes not saved yet. The final call (at exit) first waits for a measurement
  * in flight (~5-20 ms; a compile's, ~40, while neither of its figures is measured; at most 250

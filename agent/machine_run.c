@@ -143,6 +143,8 @@ int ag_machine_compile_measured(const char *family)
 
 void ag_machine_calibrating(int on) { atomic_store(&calibrating, on); }
 
+int ag_machine_calibration_running(void) { return atomic_load(&calibrating); }
+
 /* ---- the model ------------------------------------------------------------------------------ */
 
 /* Reads cpu's stored model into *rec: 0, or -1 when there is none or it cannot be read (no

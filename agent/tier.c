@@ -270,18 +270,7 @@ static int load_jit_now(void)
   return 0;
 }
 
-static _Atomic int jit_tried;   /* a compile thread has started loading LLVM */
-static _Atomic int calibrating; /* the calibration's thread runs (calibrate) */
-
-/* The calling thread's CPU time, in ns: what the machine model notes a compile or LLVM's load
- * to cost (the CPU it takes from the host's threads; a compile preempted meanwhile is not
- * charged the wait). */
-static uint64_t cpu_now_ns(void)
-{
-  struct timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
+static _Atomic int jit_tried; /* a compile thread has started loading LLVM */
 
 /* The module, loaded once for all compile threads; returns 0 when it is usable. *load_ns: the
  * CPU time of the load where this call made it (what the payback test charges the first
@@ -294,10 +283,10 @@ static int load_jit(uint64_t *load_ns)
   *load_ns = 0;
   pthread_mutex_lock(&load_mu);
   if (!state) {
-    uint64_t t0 = cpu_now_ns();
+    uint64_t t0 = ag_thread_cpu_ns();
     state = load_jit_now() == 0 ? 1 : -1;
     if (state == 1)
-      *load_ns = cpu_now_ns() - t0;
+      *load_ns = ag_thread_cpu_ns() - t0;
   }
   pthread_mutex_unlock(&load_mu);
   return state == 1 ? 0 : -1;
@@ -591,9 +580,9 @@ static int scratch_check(ag_entry_t *e, jt_gemm_fn fn, const char *fault, ag_scr
   if (!ag_opts.num[AG_OPT_VERIFY] || !host || !(host->traits & AG_HOST_DUELS) || !host->check ||
       (fault && strcmp(fault, "wrong-in-call") == 0) || too_large(e))
     return -1;
-  uint64_t t0 = cpu_now_ns();
+  uint64_t t0 = ag_thread_cpu_ns();
   int rc = host->check(&e->key, &shapes[e->index], (void *)fn, &ag_vrun[e->index], out);
-  *ns = cpu_now_ns() - t0;
+  *ns = ag_thread_cpu_ns() - t0;
   return rc;
 }
 
@@ -648,14 +637,14 @@ static void compile_one(uint32_t i, int idle)
   int tune = idle && calls >= TUNE_MIN_CALLS && jt_kind(&g)->tunes;
   g.isa = jit_isa();
   jt_gemm_t best = g;
-  uint64_t cpu0 = cpu_now_ns();
+  uint64_t cpu0 = ag_thread_cpu_ns();
   int rc = fault && strcmp(fault, "compile") == 0
                ? (snprintf(err, sizeof err, "injected compile failure"), -1)
            : !tune ? jit->gemm(&g, &fn, &size, &obj, &obj_len, err, sizeof err)
                    : jit->tune(&g, TUNE_CANDIDATES, &best, &fn, &size, &obj, &obj_len, NULL, err,
                                sizeof err);
   g = best;
-  uint64_t dt = ag_now_ns() - t0, cpu_dt = cpu_now_ns() - cpu0;
+  uint64_t dt = ag_now_ns() - t0, cpu_dt = ag_thread_cpu_ns() - cpu0;
   double worst = 0, bound = 0;
   /* against the signature's own problem (shapes[i]), not what was compiled (g) */
   const ag_host_t *host = ag_host_of(e->key.host);
@@ -1409,9 +1398,9 @@ static uint64_t compile_cost(const jt_gemm_t *g)
   jt_gemm_fn fn = NULL;
   size_t size = 0, obj_len = 0;
   void *obj = NULL;
-  uint64_t t0 = cpu_now_ns();
+  uint64_t t0 = ag_thread_cpu_ns();
   int rc = jit->gemm(g, &fn, &size, &obj, &obj_len, err, sizeof err);
-  uint64_t ns = cpu_now_ns() - t0;
+  uint64_t ns = ag_thread_cpu_ns() - t0;
   free(obj);
   if (rc == 0)
     jit->release(fn, err, sizeof err); /* never published: no thread can be inside it */
@@ -1436,7 +1425,7 @@ static void *calibrate(void *arg)
   pthread_setschedparam(pthread_self(), SCHED_IDLE, &(struct sched_param){0});
   uint64_t load_ns = 0;
   if (atomic_load(&jit_tried)) { /* a compile thread started meanwhile: its compile measures */
-    ag_machine_calibrating(0), atomic_store(&calibrating, 0);
+    ag_machine_calibrating(0);
     return NULL;
   }
   ag_bg_begin();
@@ -1462,7 +1451,7 @@ static void *calibrate(void *arg)
       ag_machine_note_compile(ag_problem_family(&g), again);
   }
   ag_bg_end();
-  ag_machine_calibrating(0), atomic_store(&calibrating, 0);
+  ag_machine_calibrating(0);
   return NULL;
 }
 
@@ -1489,9 +1478,8 @@ static void calibrate_unmeasured(void)
   if (atomic_exchange(&asked, 1))
     return;
   ag_machine_calibrating(1);
-  atomic_store(&calibrating, 1);
   if (ag_cq_spawn(calibrate, NULL) != 0)
-    ag_machine_calibrating(0), atomic_store(&calibrating, 0);
+    ag_machine_calibrating(0);
 }
 
 /* e's mean original call, in ns: over earlier runs when the warm start noted it
@@ -1708,7 +1696,7 @@ int ag_tier_settle(long ms)
   int rc = ag_cq_wait_idle(&cq, &dl);
   ag_cq_unlock(&cq);
   struct timespec now;
-  while (!rc && atomic_load(&calibrating)) { /* calibrate */
+  while (!rc && ag_machine_calibration_running()) { /* calibrate */
     clock_gettime(CLOCK_REALTIME, &now);
     rc = now.tv_sec > dl.tv_sec || (now.tv_sec == dl.tv_sec && now.tv_nsec >= dl.tv_nsec);
     if (!rc)

@@ -528,14 +528,6 @@ static int duel_operands(const ag_sig_t *key, uint32_t offsets, duel_ops_t *o)
 
 static int exiting(void) { return atomic_load_explicit(&ag_exiting, memory_order_relaxed); }
 
-/* This thread's CPU time in ns: the duel's budget (a preempted compile thread keeps it). */
-static uint64_t thread_cpu_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* A compile thread is about to call an original (a duel, a check): counted in ag_duels, so that
  * the host's timings meanwhile are not booked and the exit waits for it. Returns 0, or -1 when
  * the process is exiting (nothing counted). */
@@ -567,7 +559,7 @@ int ag_blas_duel(const ag_sig_t *key, void *variant, const ag_vrun_t *run, uint3
   o.variant = variant;
   o.run = run;
   o.reps = reps;
-  ag_duel_t d = {duel_original, duel_variant, &o, ag_now_ns, budget_ns, exiting, thread_cpu_ns};
+  ag_duel_t d = {duel_original, duel_variant, &o, ag_now_ns, budget_ns, exiting, ag_thread_cpu_ns};
   int rc = original_begin();
   if (rc == 0) {
     ag_duel_run(&d, out);
