@@ -168,6 +168,7 @@ static void init_cond(void)
 }
 
 static void agent_atexit(void);
+static void exit_begins(void);
 static void atfork_prepare(void);
 static void atfork_parent(void);
 static void atfork_child(void);
@@ -1319,13 +1320,18 @@ AG_EXPORT int opjit_settle(long timeout_ms)
   return ag_tier_settle(left > 0 ? left : 0);
 }
 
-static void agent_atexit(void)
+/* exit() has begun: no duel or check starts, and those running end at their next round (200 ms
+ * at most are waited), before the host's libraries run their destructors. */
+static void exit_begins(void)
 {
-  /* Before the libraries' destructors (they run after every exit handler): no duel may still
-   * call a host's library then. A duel ends at its next round; 200 ms at most are waited. */
   atomic_store(&ag_exiting, 1);
   for (int ms = 0; atomic_load(&ag_duels) && ms < 200; ms++)
     usleep(1000);
+}
+
+static void agent_atexit(void)
+{
+  exit_begins(); /* again, for an activation that came before main (a library's constructor) */
   if (!ours())
     return;
   int done = stop_writer("exited", 0);
@@ -1732,6 +1738,14 @@ int ag_activate(void)
   run_start_ns = ag_realtime_ns();
   first_call_ns = ag_now_ns();
   active_pid = getpid();
+  /* The handler registered at load time runs when the loader finalises libopjit.so, among the
+   * libraries' destructors and in the loader's order: after those of a library loaded later
+   * (a BLAS that Python's extension modules load) and, under TSan, after every one. One
+   * registered now, main running (the first call comes from it), runs before the loader's own
+   * handler, so before every destructor: no duel or check may call a finalised library. */
+  static int exit_watched;
+  if (!exit_watched)
+    exit_watched = atexit(exit_begins) == 0;
   /* The warm start runs on the writer thread; the first call waits for it OPJIT_WARM_WAIT_US
    * at most, counted from the call. By default it does not wait: loading the store, opening
    * the database, recording the run, reading the profile and placing its kernels take 3-5 ms,

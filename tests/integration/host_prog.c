@@ -7,8 +7,9 @@
  *   loop                 cblas_sdot n=64 forever (killed by the test)
  *   threads T N          T threads, thread t calls cblas_sdot n=1+t, N times each
  *   dlopen AGENT         calls cblas_sdot x4 through dlopen(AGENT)'s symbol (AT_SECURE test)
- *   ratio N              N rounds of 3 cblas_sgemm 96^3 (lda 96) and 1 with lda 97: two
- *                        signatures whose CPU cost is 3:1; prints a checksum of C
+ *   ratio N [settled]    N rounds of 3 cblas_sgemm 96^3 (lda 96) and 1 with lda 97: two
+ *                        signatures whose CPU cost is 3:1; prints a checksum of C; settled:
+ *                        then waits for the agent to settle
  *   big N [settled]      N cblas_sgemm 384^3 (OpenBLAS splits them over its thread pool where
  *                        the test's OPENBLAS_NUM_THREADS gives it one); settled: then waits
  *                        for the agent to settle (opjit_settle)
@@ -120,6 +121,14 @@ static void *thread_main(void *arg)
 
 void cblas_sgemm(int, int, int, int, int, int, float, const float *, int, const float *, int,
                  float, float *, int);
+
+/* "settled": the agent's compiles and checks are over (a minute at most), when it is loaded. */
+static void settle_agent(void)
+{
+  int (*settle)(long) = (int (*)(long))dlsym(RTLD_DEFAULT, "opjit_settle");
+  if (settle)
+    settle(60000);
+}
 
 /* The ratio workload; returns a checksum of the results. */
 __attribute__((noinline)) static double ratio_work(long rounds)
@@ -248,6 +257,8 @@ int main(int argc, char **argv)
   }
   if (!strcmp(mode, "ratio") && argc > 2) {
     printf("checksum %.9g\n", ratio_work(atol(argv[2])));
+    if (argc > 3 && !strcmp(argv[3], "settled"))
+      settle_agent();
     return 0;
   }
   if (!strcmp(mode, "forkratio") && argc > 2) {
@@ -269,9 +280,8 @@ int main(int argc, char **argv)
       a[i] = (float)(i % 5), b[i] = (float)(i % 3);
     for (long r = atol(argv[2]); r > 0; r--)
       cblas_sgemm(102, 111, 111, D, D, D, 1.0f, a, D, b, D, 0.0f, c, D);
-    int (*settle)(long) = (int (*)(long))dlsym(RTLD_DEFAULT, "opjit_settle");
-    if (argc > 3 && !strcmp(argv[3], "settled") && settle)
-      settle(60000);
+    if (argc > 3 && !strcmp(argv[3], "settled"))
+      settle_agent();
     printf("c0 %g\n", c[0]);
     return 0;
   }
@@ -318,7 +328,7 @@ int main(int argc, char **argv)
     }
     return s != s; /* NaN never: keeps the loop honest */
   }
-  fprintf(stderr, "usage: %s noop|forkexec|loop|threads T N|dlopen AGENT|ratio N|big N|sigprof N|clocked N|strided N\n",
+  fprintf(stderr, "usage: %s noop|forkexec|loop|threads T N|dlopen AGENT|ratio N [settled]|big N [settled]|sigprof N|clocked N|strided N\n",
           argv[0]);
   return 2;
 }

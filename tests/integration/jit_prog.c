@@ -37,6 +37,9 @@
  *                    column-major N 2048x1152: too large for the check on scratch operands)
  *                    and two GEMMs that are GEMVs (sgemm_ NN 1024x1x256, cblas_dgemm
  *                    row-major NN 1x512x256), P passes as sweep makes them
+ *   exitcheck        the 8x8x8 sgemm until the agent's first check waits for the exit
+ *                    (OPJIT_TEST_FAULT=hold-check: /tmp/opjit-held-PID; 60 s at most), then
+ *                    exits at once, the check still to run
  * Prints "calls N checked N mismatches M" and exits 1 when M > 0. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -588,6 +591,19 @@ static void many(int n)
   }
 }
 
+/* exitcheck: returns when the agent's held check has said so. */
+static void until_check_held(void)
+{
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/opjit-held-%d", (int)getpid());
+  for (int i = 0; i < 60000 && access(path, F_OK) != 0; i++)
+    inf_calls(1, 0, 1000);
+  if (remove(path) != 0) {
+    fprintf(stderr, "exitcheck: no check waited for the exit (%s)\n", path);
+    mismatches++;
+  }
+}
+
 /* A fork child's end: its own line, its status from its own checks. */
 static void child_exit(void)
 {
@@ -632,6 +648,8 @@ int main(int argc, char **argv)
     gemv_sweep(atoi(argv[2]), atoi(argv[3]), strtoull(argv[4], NULL, 10));
   else if (!strcmp(mode, "biggemv") && argc > 2)
     big_gemvs(atoi(argv[2]));
+  else if (!strcmp(mode, "exitcheck"))
+    until_check_held();
   else if (!strcmp(mode, "inf")) {
     inf_calls(3, 3, 1000);
     settle_or(0); /* the variant compiled on the infinite calls serves the finite ones */
@@ -687,7 +705,7 @@ int main(int argc, char **argv)
   } else {
     fprintf(stderr, "usage: %s sweep S P SEED | gemv S P SEED | biggemv P | vec S P SEED | threads T N | "
                     "shared T N | alias | inf | many N | mixed N | "
-                    "badorder | forkhot | warmfork S A B\n",
+                    "badorder | forkhot | warmfork S A B | exitcheck\n",
             argv[0]);
     return 2;
   }
