@@ -1739,8 +1739,7 @@ int ag_activate(void)
   first_call_ns = ag_now_ns();
   active_pid = getpid();
   /* The handler registered at load time runs when the loader finalises libopjit.so, among the
-   * libraries' destructors and in the loader's order: after those of a library loaded later
-   * (a BLAS that Python's extension modules load) and, under TSan, after every one. One
+   * libraries' destructors and in the loader's order (under TSan, after every other one). One
    * registered now, main running (the first call comes from it), runs before the loader's own
    * handler, so before every destructor: no duel or check may call a finalised library. */
   static int exit_watched;
