@@ -188,6 +188,7 @@ typedef struct jt_tune_s {
   jt_gemm_t cand[JT_TUNE_MAX]; /* resolved (every generation field set) */
   double ns[JT_TUNE_MAX];      /* median ns per call (MUL_MAT: a call over the timed rows) */
   uint64_t compile_ns;         /* spent compiling the candidates */
+  uint64_t compile_cpu_ns;     /* ... of the calling thread's CPU time (what a compile costs) */
   uint64_t time_ns;            /* spent timing them (scratch data included) */
 } jt_tune_t;
 
@@ -235,7 +236,7 @@ typedef struct jt_api_s {
   int (*host_isa)(void);
   const char *(*isa_name)(int isa);
 } jt_api_t;
-#define JT_API_ABI 11
+#define JT_API_ABI 12
 #define JT_API_SYMBOL "opjit_jit_api"
 #define JT_MODULE_NAME "libopjit-jit.so"
 

@@ -381,12 +381,14 @@ static int jit_release(jt_gemm_fn fn, char *err, size_t len)
 #define SAMPLE_NS 400000.0
 #define BUDGET_NS 40e6
 
-static uint64_t now_ns(void)
+static uint64_t clock_ns(clockid_t id)
 {
   struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
+  clock_gettime(id, &t);
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
+
+static uint64_t now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
 
 /* Scratch operands for g's kernels. */
 typedef struct operands_s {
@@ -492,7 +494,7 @@ static int jit_tune(const jt_gemm_t *g, int ncand, jt_gemm_t *best, jt_gemm_fn *
       snprintf(err, len, "no candidate");
     return -1;
   }
-  uint64_t t0 = now_ns();
+  uint64_t t0 = now_ns(), cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
   for (int i = 0; i < n; i++)
     if (jit_gemm(&rep.cand[i], &fn[i], &sz[i], &ob[i], &oblen[i], err, len)) {
       for (int j = 0; j < i; j++)
@@ -502,6 +504,7 @@ static int jit_tune(const jt_gemm_t *g, int ncand, jt_gemm_t *best, jt_gemm_fn *
   uint64_t t1 = now_ns();
   rep.n = n;
   rep.compile_ns = t1 - t0;
+  rep.compile_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
   operands_t o;
   if (n > 1 && operands(g, &o) == 0) {
     double per[JT_TUNE_MAX][ROUNDS], round_ns = 0;

@@ -356,6 +356,21 @@ Test(preload, a_failed_payback_test_measures_what_a_compile_costs_once_per_cpu)
   cr_assert_null(strstr(err, "a compile measured on this CPU"), "measured again: %s", err);
 }
 
+/* A compile that tunes measures what a compile costs too: each candidate's share of the
+ * compiles' CPU time (not the candidates' timings). Here the one signature is first hot after
+ * more calls than agent/tier.c's TUNE_MIN_CALLS (4096), so its kernel is tuned; a tuned compile
+ * noted nothing before, and a later run's failed payback test measured again. */
+Test(preload, a_tuned_compile_measures_what_a_compile_costs)
+{
+  const char *jit[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=5000", "OPJIT_HOT_PAYBACK=0",
+                       "OPJIT_SAMPLE_HZ=0", NULL};
+  assert_exited_ok(h_run("tuned", 1, jit, (const char *[]){H_JIT_PROG, "many", "12000", NULL}),
+                   "tuned");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='published'"), 1, "%s",
+               h_output("tuned", "err"));
+  cr_assert_geq(compiles("gemm"), 1, "the tuned compile measured: %s", h_output("tuned", "err"));
+}
+
 Test(preload, the_agents_threads_run_on_the_process_cpus_not_on_a_pinned_host_threads)
 {
   /* The host pins its thread to one CPU before its first call, which starts the writer: the

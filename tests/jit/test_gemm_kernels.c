@@ -852,6 +852,10 @@ ISA_TEST(tune_returns_the_fastest_candidate_and_it_computes)
       cr_assert(rep.cand[i].vbits && rep.cand[i].mr_vecs && rep.cand[i].nr && rep.cand[i].tails);
     }
     cr_assert(rep.compile_ns > 0 && rep.time_ns > 0);
+    /* the compiles' CPU time: some of it, never more than their wall time (the clocks' ticks) */
+    cr_assert(rep.compile_cpu_ns > 0 && rep.compile_cpu_ns <= rep.compile_ns + 1000000u,
+              "%llu ns of CPU in %llu ns", (unsigned long long)rep.compile_cpu_ns,
+              (unsigned long long)rep.compile_ns);
     jit->gemm_name(&best, want, sizeof want);
     cr_assert(compile(&best) == fn, "the pick's kernel is not gemm()'s for its parameters");
     jit->gemm_name(&rep.cand[(rep.best + 1) % rep.n], got, sizeof got);
