@@ -1740,8 +1740,9 @@ int ag_activate(void)
   active_pid = getpid();
   /* The handler registered at load time runs when the loader finalises libopjit.so, among the
    * libraries' destructors and in the loader's order (under TSan, after every other one). One
-   * registered now, main running (the first call comes from it), runs before the loader's own
-   * handler, so before every destructor: no duel or check may call a finalised library. */
+   * registered now, after the loader's own handler (main's first call), runs before it, so
+   * before every destructor: no duel or check may call a finalised library. (A first call from
+   * a library's constructor, before main, registers it too early: the load-time order stands.) */
   static int exit_watched;
   if (!exit_watched)
     exit_watched = atexit(exit_begins) == 0;

@@ -650,6 +650,9 @@ static void compile_one(uint32_t i, int idle)
   uint64_t dt = ag_now_ns() - t0;
   uint64_t cpu_dt = !tune ? ag_thread_cpu_ns() - cpu0
                     : rep.n > 0 ? rep.compile_cpu_ns / (uint64_t)rep.n : 0;
+  /* whatever the checks find next (under 0.1 ms: a kernel compiled before, shared) */
+  if (rc == 0 && cpu_dt >= 100000)
+    ag_machine_note_compile(ag_problem_family(&shapes[i]), cpu_dt);
   double worst = 0, bound = 0;
   /* against the signature's own problem (shapes[i]), not what was compiled (g) */
   const ag_host_t *host = ag_host_of(e->key.host);
@@ -721,8 +724,6 @@ static void compile_one(uint32_t i, int idle)
           "only its result (checked in %.0f us of CPU)", sc.bound, (double)check_ns / 1e3);
   }
   e->compile_ns = dt;
-  if (cpu_dt)
-    ag_machine_note_compile(ag_problem_family(&shapes[i]), cpu_dt);
   pthread_mutex_unlock(&code_mu);
   char said[AG_REASON_LEN];
   _Static_assert(sizeof ((ag_event_rec_t *)0)->detail >= AG_REASON_LEN,
@@ -1415,14 +1416,25 @@ static uint64_t compile_cost(const jt_gemm_t *g)
   return rc == 0 ? ns : 0;
 }
 
+#define CEDE_WAIT_MS 1000 /* the calibration's wait for a compile thread's compile note */
+
+/* Whether any kernel family's compile is measured on this CPU within ms (polled; the
+ * calibration's thread). */
+static int compile_noted(long ms)
+{
+  for (long t = 0; !ag_machine_compile_measured(NULL) && t < ms; t += 2)
+    nanosleep(&(struct timespec){0, 2000000}, NULL);
+  return ag_machine_compile_measured(NULL);
+}
+
 /* The calibration (calibrate_unmeasured), on a thread of its own: LLVM's load, then the same
  * kernel compiled twice, the first compile paying what a session's first one sets up (the
  * target, its tables: ~8-10 ms on the Zen 5), noted as part of LLVM's load; the second is the
  * family's compile. The kernel is a float 64x64x64 GEMM (bench_jit's product; this project's
  * kernels compiled in 4-35 ms, median 7-9): real compiles refine the family's figure as they
  * come. (A compile thread that loads LLVM for a compile notes the load alone, and that
- * compile's note carries the set-up; where one waits for this thread's load, the load is all
- * this thread measures.) */
+ * compile's note carries the set-up; where one waited for this thread's load, this thread
+ * measures the load and waits for that compile's note, compiling only where none comes.) */
 static void *calibrate(void *arg)
 {
   (void)arg;
@@ -1437,18 +1449,18 @@ static void *calibrate(void *arg)
   }
   ag_bg_begin();
   int loaded = !atomic_load(&llvm_dead) && load_jit(&load_ns) == 0;
+  ag_bg_end();
   if (!loaded) {
     atomic_store(&llvm_dead, 1); /* as a compile would find it (compile_next) */
   } else {
     /* leading dimensions of 67: no signature's kernel, whose compile gemm() would share */
     jt_gemm_t g = {.m = 64, .n = 64, .k = 64, .lda = 67, .ldb = 67, .ldc = 67,
                    .alpha_one = 1, .beta_class = 1, .isa = jit_isa()};
-    /* none where a compile thread waited for the load: its compile measures one, and the CPUs
-     * go to its kernel rather than to these two (20-30 ms more) */
-    int ceded = atomic_load(&compile_waits);
-    uint64_t first = ceded ? 0 : compile_cost(&g);
-    ceded = ceded || atomic_load(&compile_waits);
-    uint64_t again = first && !ceded ? compile_cost(&g) : 0;
+    /* none where a compile thread waited for the load and its compile is noted (the CPUs go
+     * to its kernel rather than to these two, 20-30 ms more): compiled here where it is not */
+    int ceded = atomic_load(&compile_waits) && compile_noted(CEDE_WAIT_MS);
+    ag_bg_begin();
+    uint64_t first = ceded ? 0 : compile_cost(&g), again = first ? compile_cost(&g) : 0;
     if (again < 100000)
       again = 0; /* shared with a kernel compiled meanwhile after all: nothing measured */
     jit->drop_sessions(); /* the thread ends: its kernels are released */
@@ -1458,15 +1470,15 @@ static void *calibrate(void *arg)
              "compile %.1f, the next %.1f (CPU time)", (double)load_ns / 1e6,
              (double)first / 1e6, (double)again / 1e6);
     else
-      ag_log(AG_LOG_INFO, "LLVM's load measured on this CPU: %.1f ms (CPU time); the compile "
-             "thread that waited for it measures a compile", (double)load_ns / 1e6);
+      ag_log(AG_LOG_INFO, "LLVM's load measured on this CPU: %.1f ms (CPU time); a compile "
+             "thread that waited for it measured a compile", (double)load_ns / 1e6);
     if (load_ns) /* a compile thread that loaded LLVM before noted it (compile_next) */
       ag_machine_note_compile(AG_MACHINE_LLVM_LOAD,
                               load_ns + (again && first > again ? first - again : 0));
     if (again)
       ag_machine_note_compile(ag_problem_family(&g), again);
+    ag_bg_end();
   }
-  ag_bg_end();
   ag_machine_calibrating(0);
   return NULL;
 }

@@ -598,22 +598,30 @@ static double check_scalar(unsigned cls, double other, int f64)
   return f64 ? v : (double)(float)v;
 }
 
+/* Creates the empty file /tmp/opjit-held-PID followed by suffix (the seam below). */
+static void held_mark(const char *suffix)
+{
+  char path[80];
+  snprintf(path, sizeof path, "/tmp/opjit-held-%d%s", (int)getpid(), suffix);
+  int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd >= 0)
+    close(fd);
+}
+
 /* The tests' seam (OPJIT_TEST_FAULT=hold-check): the process's first check, counted, waits
  * for the exit to begin (30 s at most), then calls the library as a check the exit interrupts
- * would. The file /tmp/opjit-held-PID tells the program it waits. */
-static void hold_until_exit(void)
+ * would. /tmp/opjit-held-PID tells the program it waits, /tmp/opjit-held-PID.done that it is
+ * over (ag_blas_check). Returns whether it held this check. */
+static int hold_until_exit(void)
 {
   static _Atomic int held;
   const char *fault = getenv("OPJIT_TEST_FAULT");
   if (!fault || strcmp(fault, "hold-check") || atomic_exchange(&held, 1))
-    return;
-  char path[64];
-  snprintf(path, sizeof path, "/tmp/opjit-held-%d", (int)getpid());
-  int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-  if (fd >= 0)
-    close(fd);
+    return 0;
+  held_mark("");
   for (int ms = 0; !exiting() && ms < 30000; ms++)
     usleep(1000);
+  return 1;
 }
 
 int ag_blas_check(const ag_sig_t *key, const jt_gemm_t *g, void *variant, const ag_vrun_t *run,
@@ -631,8 +639,10 @@ int ag_blas_check(const ag_sig_t *key, const jt_gemm_t *g, void *variant, const 
   const void *b_fixed = key->op != AG_OP_AXPY ? NULL : f64 ? (const void *)one : (const void *)onef;
   if (original_begin())
     return -2;
-  hold_until_exit();
+  int held = hold_until_exit();
   int rc = ag_verify_scratch(g, run, (jt_gemm_fn)variant, check_original, &o, alpha, beta, b_fixed,
                              seed_of(key), DUEL_SCRATCH_MAX, out);
+  if (held)
+    held_mark(".done");
   return original_end() ? -2 : rc;
 }

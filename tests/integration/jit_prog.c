@@ -37,9 +37,11 @@
  *                    column-major N 2048x1152: too large for the check on scratch operands)
  *                    and two GEMMs that are GEMVs (sgemm_ NN 1024x1x256, cblas_dgemm
  *                    row-major NN 1x512x256), P passes as sweep makes them
- *   exitcheck        the 8x8x8 sgemm until the agent's first check waits for the exit
- *                    (OPJIT_TEST_FAULT=hold-check: /tmp/opjit-held-PID; 60 s at most), then
- *                    exits at once, the check still to run
+ *   exitcheck        registers an exit handler of its own, then calls the 8x8x8 sgemm until
+ *                    the agent's first check waits for the exit (OPJIT_TEST_FAULT=hold-check:
+ *                    /tmp/opjit-held-PID; 60,000 calls at most), then exits at once, the check
+ *                    still to run: the handler exits with status 3 unless the check is over
+ *                    by then (/tmp/opjit-held-PID.done)
  * Prints "calls N checked N mismatches M" and exits 1 when M > 0. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -591,15 +593,29 @@ static void many(int n)
   }
 }
 
+static char held_path[64], done_path[80];
+
+/* exitcheck's exit handler, registered before the first call (so it runs after the exit
+ * handlers the agent registers at that call, and before the libraries' destructors). */
+static void check_over(void)
+{
+  if (remove(done_path) != 0) {
+    fprintf(stderr, "exitcheck: the agent's check still ran when the exit handlers did\n");
+    _exit(3);
+  }
+}
+
 /* exitcheck: returns when the agent's held check has said so. */
 static void until_check_held(void)
 {
-  char path[64];
-  snprintf(path, sizeof path, "/tmp/opjit-held-%d", (int)getpid());
-  for (int i = 0; i < 60000 && access(path, F_OK) != 0; i++)
+  snprintf(held_path, sizeof held_path, "/tmp/opjit-held-%d", (int)getpid());
+  snprintf(done_path, sizeof done_path, "%s.done", held_path);
+  remove(held_path), remove(done_path); /* an earlier process's of the same pid */
+  atexit(check_over);
+  for (int i = 0; i < 60000 && access(held_path, F_OK) != 0; i++)
     inf_calls(1, 0, 1000);
-  if (remove(path) != 0) {
-    fprintf(stderr, "exitcheck: no check waited for the exit (%s)\n", path);
+  if (remove(held_path) != 0) {
+    fprintf(stderr, "exitcheck: no check waited for the exit (%s)\n", held_path);
     mismatches++;
   }
 }

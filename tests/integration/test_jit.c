@@ -391,10 +391,11 @@ Test(jit, an_illegal_cblas_order_reaches_the_library)
 }
 
 /* The program exits while a check of a new kernel is about to call the library (the seam holds
- * it until the exit begins): the check runs to its end before any library's destructor. The
- * loader finalises libopjit.so in its own order (under TSan after the BLAS library, which then
- * crashed such a check); the exit's first step is an atexit handler registered at the first
- * call, main running, so it runs before the loader finalises anything. */
+ * it until the exit begins): the check is over before the program's own exit handler runs
+ * (registered before its first call), so before any library's destructor. The loader finalises
+ * libopjit.so in its own order (under TSan after the BLAS library, which then crashed such a
+ * check; in a plain build after that handler, which then found the check still running); the
+ * exit's first step is an atexit handler registered at the first call, so it runs before both. */
 Test(jit, a_check_the_exit_interrupts_ends_before_the_library_is_finalised)
 {
   const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1",
