@@ -1422,7 +1422,8 @@ static uint64_t compile_cost(const jt_gemm_t *g)
  * calibration's thread). */
 static int compile_noted(long ms)
 {
-  for (long t = 0; !ag_machine_compile_measured(NULL) && t < ms; t += 2)
+  uint64_t end = ag_now_ns() + (uint64_t)ms * 1000000u;
+  while (!ag_machine_compile_measured(NULL) && ag_now_ns() < end)
     nanosleep(&(struct timespec){0, 2000000}, NULL);
   return ag_machine_compile_measured(NULL);
 }
@@ -1458,7 +1459,10 @@ static void *calibrate(void *arg)
                    .alpha_one = 1, .beta_class = 1, .isa = jit_isa()};
     /* none where a compile thread waited for the load and its compile is noted (the CPUs go
      * to its kernel rather than to these two, 20-30 ms more): compiled here where it is not */
-    int ceded = atomic_load(&compile_waits) && compile_noted(CEDE_WAIT_MS);
+    int waited = atomic_load(&compile_waits);
+    if (waited && load_ns) /* at once: the exit may come before that compile's note */
+      ag_machine_note_compile(AG_MACHINE_LLVM_LOAD, load_ns);
+    int ceded = waited && compile_noted(CEDE_WAIT_MS);
     ag_bg_begin();
     uint64_t first = ceded ? 0 : compile_cost(&g), again = first ? compile_cost(&g) : 0;
     if (again < 100000)
@@ -1470,9 +1474,9 @@ static void *calibrate(void *arg)
              "compile %.1f, the next %.1f (CPU time)", (double)load_ns / 1e6,
              (double)first / 1e6, (double)again / 1e6);
     else
-      ag_log(AG_LOG_INFO, "LLVM's load measured on this CPU: %.1f ms (CPU time); a compile "
-             "thread that waited for it measured a compile", (double)load_ns / 1e6);
-    if (load_ns) /* a compile thread that loaded LLVM before noted it (compile_next) */
+      ag_log(AG_LOG_INFO, "LLVM's load measured on this CPU: %.1f ms (CPU time); a compile's "
+             "cost is measured already", (double)load_ns / 1e6);
+    if (load_ns && !waited) /* a compile thread that loaded LLVM before noted it (compile_next) */
       ag_machine_note_compile(AG_MACHINE_LLVM_LOAD,
                               load_ns + (again && first > again ? first - again : 0));
     if (again)
@@ -1488,8 +1492,8 @@ static void *calibrate(void *arg)
  * (calibrate), once per process, once the machine model is ready: from a signature's payback test
  * in the run that failed on the guesses (not_yet), so the tests after it, and the next run's (its
  * warm start's too), charge what was measured. A test that passes needs none: its compile is
- * measured (a tuning's compiles each at their share; a failed one is not: a later run
- * measures); nor does a run that only places stored kernels (it never loads LLVM), nor the warm
+ * measured as it ends, whatever its checks find (a tuning's compiles each at their share; a
+ * compile that failed is not measured: a later run measures); nor does a run that only places stored kernels (it never loads LLVM), nor the warm
  * start's or the fleet's tests of a profile's signatures. LLVM stays loaded for the compiles to
  * come. */
 static void calibrate_unmeasured(void)
