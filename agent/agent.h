@@ -60,9 +60,9 @@ extern ag_opts_t ag_opts;          /* the options, parsed once */
  * library's locks, so the host's timings meanwhile are not booked, either side's. */
 extern _Atomic uint32_t ag_duels;
 /* Set when the process begins to exit (agent.c, exit_begins: its first exit handler where the
- * first call came from main): no duel or check
- * starts, a running duel stops at its next round (the libraries it calls run their destructors
- * later in the exit). A fork child inherits it: one forked by an exit handler goes on exiting. */
+ * first call came from main): no duel or check starts, a running duel stops at its next round
+ * (the libraries it calls run their destructors later in the exit). A fork child inherits it:
+ * one forked by an exit handler goes on exiting. */
 extern _Atomic int ag_exiting;
 
 /* The folder libopjit.so was loaded from (its modules live beside it). */

@@ -1493,9 +1493,9 @@ static void *calibrate(void *arg)
  * in the run that failed on the guesses (not_yet), so the tests after it, and the next run's (its
  * warm start's too), charge what was measured. A test that passes needs none: its compile is
  * measured as it ends, whatever its checks find (a tuning's compiles each at their share; a
- * compile that failed is not measured: a later run measures); nor does a run that only places stored kernels (it never loads LLVM), nor the warm
- * start's or the fleet's tests of a profile's signatures. LLVM stays loaded for the compiles to
- * come. */
+ * compile that failed is not measured: a later run measures); nor does a run that only places
+ * stored kernels (it never loads LLVM), nor the warm start's or the fleet's tests of a
+ * profile's signatures. LLVM stays loaded for the compiles to come. */
 static void calibrate_unmeasured(void)
 {
   static _Atomic int asked;

@@ -328,7 +328,8 @@ int main(int argc, char **argv)
     }
     return s != s; /* NaN never: keeps the loop honest */
   }
-  fprintf(stderr, "usage: %s noop|forkexec|loop|threads T N|dlopen AGENT|ratio N [settled]|big N [settled]|sigprof N|clocked N|strided N\n",
+  fprintf(stderr, "usage: %s noop|forkexec|loop|threads T N|dlopen AGENT|ratio N [settled]|"
+                  "big N [settled]|sigprof N|clocked N|strided N\n",
           argv[0]);
   return 2;
 }
