@@ -404,6 +404,17 @@ Test(jit, a_check_the_exit_interrupts_ends_before_the_library_is_finalised)
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE status='exited'"), 1);
 }
 
+/* The same check held past the exit's wait (200 ms: a check on large scratch under a sanitizer
+ * takes longer), the libraries' destructors about to run: it calls no original once the exit
+ * has begun, and ends as "exiting". */
+Test(jit, a_check_that_outlasts_the_exits_wait_calls_no_library)
+{
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1",
+                       "OPJIT_SAMPLE_HZ=0", "OPJIT_TEST_FAULT=hold-check-late", NULL};
+  run_checked("exitlate", env, (const char *[]){H_JIT_PROG, "exitcheck", "late", NULL});
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE status='exited'"), 1);
+}
+
 Test(jit, a_fork_child_compiles_when_its_parent_never_did)
 {
   const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1",
