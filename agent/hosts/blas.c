@@ -323,7 +323,7 @@ static _Atomic unsigned late_calls; /* the library called once the exit had begu
 
 /* One call of the original on o's operands; returns a dot product's result (else 0). None once
  * the exit has begun: past the exit's wait (200 ms) the library may be finalised, and a check's
- * scratch (up to DUEL_SCRATCH_MAX, filled at random) or a sanitizer's pace can outlast that
+ * scratch (8 MB an operand at most, filled at random) or a sanitizer's pace can outlast that
  * wait. The duel and the check then end with "exiting" (original_end). */
 static double original_once(const duel_ops_t *o)
 {
@@ -336,7 +336,7 @@ static double original_once(const duel_ops_t *o)
   float alf = (float)al, bef = (float)be;
   void *pa = f64 ? (void *)&al : (void *)&alf, *pb = f64 ? (void *)&be : (void *)&bef;
   blasint m = k->m, n = k->n, kk = k->k, lda = k->lda, ldb = k->ldb, ldc = k->ldc;
-  if (exiting()) /* it began since: counted, for the tests' seam (hold_until_exit) */
+  if (exiting()) /* it began since: counted, for the tests' seam (ag_blas_check) */
     atomic_fetch_add(&late_calls, 1);
   const char tc[] = "NTC";
   if (k->api == AG_API_F77) {
@@ -619,7 +619,7 @@ static void held_mark(const char *suffix)
 
 /* The tests' seam (OPJIT_TEST_FAULT=hold-check): the process's first check, counted, waits
  * for the exit to begin (30 s at most), then goes on as a check the exit interrupts would;
- * hold-check-late: 300 ms later still, past the exit's wait (a check on large scratch under a
+ * hold-check-late: 1 s later still, past the exit's wait (a check on large scratch under a
  * sanitizer). /tmp/opjit-held-PID tells the program it waits; /tmp/opjit-held-PID.done that it
  * is over, or .late that it called the library after the exit began (ag_blas_check). Returns
  * whether it held this check. */
@@ -634,7 +634,7 @@ static int hold_until_exit(void)
   for (int ms = 0; !exiting() && ms < 30000; ms++)
     usleep(1000);
   if (late)
-    usleep(300000);
+    usleep(1000000);
   return 1;
 }
 

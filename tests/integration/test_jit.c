@@ -406,7 +406,7 @@ Test(jit, a_check_the_exit_interrupts_ends_before_the_library_is_finalised)
 
 /* The same check held past the exit's wait (200 ms: a check on large scratch under a sanitizer
  * takes longer), the libraries' destructors about to run: it calls no original once the exit
- * has begun, and ends as "exiting". */
+ * has begun (the seam's .late marker says when it did). */
 Test(jit, a_check_that_outlasts_the_exits_wait_calls_no_library)
 {
   const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=1",
