@@ -1226,6 +1226,9 @@ void ag_tier_hold(int level)
 }
 
 static int compilable(const ag_sig_t *k, jt_gemm_t *g, int *row, char *why, size_t len);
+static int arrays(void);
+static int library_wins(ag_entry_t *e, const jt_gemm_t *g, int at_call, int probe, char *no,
+                        size_t len);
 
 /* A failed payback test, as the reason keeps it: the test's figures and what they were on. */
 typedef struct test_figs_s {
@@ -1254,21 +1257,30 @@ static void sampled_words(const void *figs, char *buf, size_t len)
 static void calibrate_unmeasured(void);
 
 /* Cold entry e failed the payback test (f, worded by words): it waits, unless no kernel can
- * replace it at all: then it is NONE, as enqueue would make it, and never tested again. What a
- * compile costs, where this CPU never measured it, is measured now (calibrate_unmeasured). */
+ * replace it at all, or its calls are long and its library already runs them as fast as a
+ * kernel could (library_wins, on the final machine model: the class's expected saving is a prior
+ * or other signatures' verdicts, this one's library is measured): then it is NONE, as enqueue
+ * would make it, and never tested again. What a compile costs, where this CPU never measured
+ * it, is measured now (calibrate_unmeasured), either way. */
 static void not_yet(ag_entry_t *e, ag_reason_words_fn words, const test_figs_t *f)
 {
   jt_gemm_t g;
   int row;
   char no[AG_REASON_LEN];
   uint32_t cold = AG_TIER_COLD;
-  if (compilable(&e->key, &g, &row, no, sizeof no)) {
-    decide_figs(e, AG_STATE_WAITING, words, f, sizeof *f);
-    if (!f->t.placing)
-      calibrate_unmeasured();
-  }
-  else if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE))
+  int can = compilable(&e->key, &g, &row, no, sizeof no), lib = 0;
+  ag_cq_lock(&cq); /* the verdict and the state together: another thread's test decides too */
+  if (can && !f->t.placing) /* a call its library runs as fast as a kernel could: no wait */
+    lib = arrays() && library_wins(e, &g, 1, 1, no, sizeof no) == 1;
+  if (can && !lib) {
+    if (atomic_load(&e->tier) == AG_TIER_COLD)
+      decide_figs(e, AG_STATE_WAITING, words, f, sizeof *f);
+  } else if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE)) {
     decide(e, AG_STATE_UNSUPPORTED, -1, "%s", no);
+  }
+  ag_cq_unlock(&cq);
+  if (can && !f->t.placing)
+    calibrate_unmeasured(); /* a test failed: later ones, other signatures', charge figures */
 }
 
 void ag_tier_hot(ag_entry_t *e, uint64_t n)
@@ -1555,20 +1567,22 @@ static double problem_flops(const jt_gemm_t *g)
   return g->syrk ? (double)g->m * (g->m + 1) * g->k : 2.0 * g->m * g->n * (g->k > 0 ? g->k : 1);
 }
 
-/* For prepared entry e's calls (orig_mean_ns) when they are too long for the duel before
+/* For entry e's calls (orig_mean_ns) when they are too long for the duel before
  * publication (DUEL_MAX_NS), in the kernels of hosts that duel: 1 when the library already runs
  * them as fast as a kernel could (policy.h, ag_policy_long_call: its fastest call, timed this run
  * or earlier runs' mean, against the measured peak of the JIT's vector width); 2 while that
  * cannot be said yet (the machine model is not ready: its thread measures or reads it, or a
  * library found at its peak waits for the peak to be final: a disturbed measurement only lowers it;
- * too few calls timed) and, asked off a call of e (at_call 0: the writer's sampled time, the warm start),
- * until its next call (ag_tier_long_timed): a few long calls often end before the writer finds
- * them hot, and a kernel compiled then serves none of them in its run; else 0 (a model without
- * that peak leaves it to the duel and the judge); no (len bytes) gets why. cq locked. */
-static int library_wins(ag_entry_t *e, int at_call, char *no, size_t len)
+ * too few calls timed) and, asked off a call of e (at_call 0: the writer's sampled time, the
+ * warm start), until its next call (ag_tier_long_timed): a few long calls often end before the
+ * writer finds them hot, and a kernel compiled then serves none of them in its run; else 0 (a
+ * model without that peak leaves it to the duel and the judge); no (len bytes) gets why. g: e's
+ * problem. probe: the verdict alone, nothing noted (a failed payback test's, not_yet): 1 as
+ * above, else 0. cq locked. */
+static int library_wins(ag_entry_t *e, const jt_gemm_t *g, int at_call, int probe, char *no,
+                        size_t len)
 {
   const ag_host_t *host = ag_host_of(e->key.host);
-  const jt_gemm_t *g = &shapes[e->index];
   double call_ns = library_call_ns(e);
   double best = (double)atomic_load_explicit(&e->best_ns, memory_order_relaxed);
   if (!host || !(host->traits & AG_HOST_DUELS))
@@ -1579,6 +1593,8 @@ static int library_wins(ag_entry_t *e, int at_call, char *no, size_t len)
   double flops = problem_flops(g);
   double peak = ag_machine_peak_gflops(ag_isa_bits(ag_machine_isa()), g->f64);
   if (peak <= 0 && !ag_machine()) {
+    if (probe)
+      return 0;
     snprintf(no, len, "a call this long (%.2f ms) waits for the machine model's FMA peak, "
              "against which its library is weighed", call_ns / 1e6);
     atomic_store(&long_wait[e->index], 1); /* its next call asks again */
@@ -1592,7 +1608,7 @@ static int library_wins(ag_entry_t *e, int at_call, char *no, size_t len)
   uint64_t timed = atomic_load_explicit(&e->best_n, memory_order_relaxed);
   switch (ag_policy_long_call(flops, best, timed, peak)) {
   case AG_LONG_KERNEL:
-    if (at_call)
+    if (at_call || probe)
       return 0;
     snprintf(no, len, "a call this long (%.2f ms, its library at %.0f GF/s at its fastest) is "
              "queued at its next call: compiled while it is called", call_ns / 1e6,
@@ -1600,6 +1616,8 @@ static int library_wins(ag_entry_t *e, int at_call, char *no, size_t len)
     atomic_store(&long_wait[e->index], 1);
     return 2;
   case AG_LONG_WAIT:
+    if (probe)
+      return 0;
     snprintf(no, len, "a call this long (%.2f ms) waits for %d timed calls, its library weighed "
              "on the fastest (%llu so far)", call_ns / 1e6, AG_POLICY_LONG_TIMINGS,
              (unsigned long long)timed);
@@ -1610,6 +1628,8 @@ static int library_wins(ag_entry_t *e, int at_call, char *no, size_t len)
   }
   /* a peak not final yet may still rise (machine.h): the verdict waits for it */
   int final = ag_machine_final();
+  if (probe && !final)
+    return 0;
   snprintf(no, len, "the library runs it at %.0f GF/s at its fastest (%.2f ms), %.0f%% of %s "
            "(%.0f GF/s): %s", flops / best, best / 1e6, 100 * flops / best / peak,
            final ? "one core's measured peak" : "the peak measured so far", peak,
@@ -1634,7 +1654,7 @@ static void enqueue(ag_entry_t *e, const char *why, int at_call)
     decide(e, AG_STATE_WAITING, -1, "the compile queue is full: asked again at its next "
            "promotion test (%s)", why);
   } else if (!prepare(e, no, sizeof no) ||
-             (lib = library_wins(e, at_call, no, sizeof no)) == 1) {
+             (lib = library_wins(e, &shapes[e->index], at_call, 0, no, sizeof no)) == 1) {
     if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE))
       decide(e, AG_STATE_UNSUPPORTED, -1, "%s", no);
   } else if (lib == 2) { /* asked again at its next promotion test */

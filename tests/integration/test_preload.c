@@ -356,6 +356,28 @@ Test(preload, a_failed_payback_test_measures_what_a_compile_costs_once_per_cpu)
   cr_assert_null(strstr(err, "a compile measured on this CPU"), "measured again: %s", err);
 }
 
+/* A long call whose library already runs it as fast as a kernel could is decided at a failed
+ * payback test too (agent/tier.c, not_yet: library_wins on the final machine model): not left
+ * waiting on its size class's expected saving, a prior or other signatures' verdicts, where its
+ * own library's speed is measured. Here OpenBLAS on its Haswell kernels, on one thread, against
+ * the JIT's 256-bit peak (OPJIT_ISA=avx2): 85-90 % of it wherever those kernels run (a CPU with
+ * AVX2 and FMA); the program waits for the model to be final after its first call, and every
+ * payback test fails (OPJIT_HOT_PAYBACK=1000). */
+Test(preload, a_long_call_at_its_librarys_speed_is_decided_when_its_payback_test_fails)
+{
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+    cr_skip_test("OpenBLAS's Haswell kernels need AVX2 and FMA, which this CPU lacks");
+  const char *jit[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=1000", "OPJIT_ISA=avx2",
+                       "OPJIT_SUMMARY=1", "OPENBLAS_NUM_THREADS=1", "OPENBLAS_CORETYPE=Haswell",
+                       NULL};
+  const char *argv[] = {H_HOST_PROG, "big", "100", "ready", NULL};
+  assert_exited_ok(h_run("long", 1, jit, argv), "long");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM run_sigs WHERE state = 'unsupported' AND "
+                             "reason LIKE 'the library runs it at %%'"),
+               1, "%s", h_output("long", "err"));
+}
+
 /* A compile that tunes measures what a compile costs too: each candidate's share of the
  * compiles' CPU time (not the candidates' timings). Here the one signature is first hot after
  * more calls than agent/tier.c's TUNE_MIN_CALLS (4096), so its kernel is tuned; a tuned compile
