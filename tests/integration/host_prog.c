@@ -10,10 +10,11 @@
  *   ratio N [settled]    N rounds of 3 cblas_sgemm 96^3 (lda 96) and 1 with lda 97: two
  *                        signatures whose CPU cost is 3:1; prints a checksum of C; settled:
  *                        then waits for the agent to settle
- *   big N [settled|ready] N cblas_sgemm 384^3 (OpenBLAS splits them over its thread pool
- *                        where the test's OPENBLAS_NUM_THREADS gives it one); settled: then
- *                        waits for the agent to settle (opjit_settle); ready: waits for it
- *                        after the first call (its machine model is final then)
+ *   big N [settled]      N cblas_sgemm 384^3 (OpenBLAS splits them over its thread pool where
+ *                        the test's OPENBLAS_NUM_THREADS gives it one); settled: then waits
+ *                        for the agent to settle (opjit_settle)
+ *   long N               N cblas_sgemm 512^3, the agent settled after the first (its machine
+ *                        model is final then)
  *   forkratio N          "ratio N", then a fork child runs "ratio 6N" while the parent waits,
  *                        then the parent runs "ratio N" again
  *   sigprof N            installs its own SIGPROF handler and ITIMER_PROF, runs "ratio N",
@@ -279,14 +280,23 @@ int main(int argc, char **argv)
     static float a[D * D], b[D * D], c[D * D];
     for (int i = 0; i < D * D; i++)
       a[i] = (float)(i % 5), b[i] = (float)(i % 3);
-    int ready = argc > 3 && !strcmp(argv[3], "ready");
-    for (long r = atol(argv[2]); r > 0; r--) {
+    for (long r = atol(argv[2]); r > 0; r--)
       cblas_sgemm(102, 111, 111, D, D, D, 1.0f, a, D, b, D, 0.0f, c, D);
-      if (ready && r == atol(argv[2]))
-        settle_agent(); /* after the first call (it starts the agent): the model is final */
-    }
     if (argc > 3 && !strcmp(argv[3], "settled"))
       settle_agent();
+    printf("c0 %g\n", c[0]);
+    return 0;
+  }
+  if (!strcmp(mode, "long") && argc > 2) {
+    enum { D = 512 };
+    static float a[D * D], b[D * D], c[D * D];
+    for (int i = 0; i < D * D; i++)
+      a[i] = (float)(i % 5), b[i] = (float)(i % 3);
+    for (long r = atol(argv[2]); r > 0; r--) {
+      cblas_sgemm(102, 111, 111, D, D, D, 1.0f, a, D, b, D, 0.0f, c, D);
+      if (r == atol(argv[2]))
+        settle_agent(); /* after the first call (it starts the agent): the model is final */
+    }
     printf("c0 %g\n", c[0]);
     return 0;
   }
@@ -334,7 +344,7 @@ int main(int argc, char **argv)
     return s != s; /* NaN never: keeps the loop honest */
   }
   fprintf(stderr, "usage: %s noop|forkexec|loop|threads T N|dlopen AGENT|ratio N [settled]|"
-                  "big N [settled|ready]|sigprof N|clocked N|strided N\n",
+                  "big N [settled]|long N|sigprof N|clocked N|strided N\n",
           argv[0]);
   return 2;
 }
