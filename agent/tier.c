@@ -1227,8 +1227,7 @@ void ag_tier_hold(int level)
 
 static int compilable(const ag_sig_t *k, jt_gemm_t *g, int *row, char *why, size_t len);
 static int arrays(void);
-static int library_wins(ag_entry_t *e, const jt_gemm_t *g, int at_call, int probe, char *no,
-                        size_t len);
+static int library_wins(ag_entry_t *e, const jt_gemm_t *g, int at_call, char *no, size_t len);
 
 /* A failed payback test, as the reason keeps it: the test's figures and what they were on. */
 typedef struct test_figs_s {
@@ -1271,7 +1270,7 @@ static void not_yet(ag_entry_t *e, ag_reason_words_fn words, const test_figs_t *
   int can = compilable(&e->key, &g, &row, no, sizeof no), lib = 0;
   ag_cq_lock(&cq); /* the verdict and the state together: another thread's test decides too */
   if (can && !f->t.placing) /* a call its library runs as fast as a kernel could: no wait */
-    lib = arrays() && library_wins(e, &g, 1, 1, no, sizeof no) == 1;
+    lib = arrays() && library_wins(e, &g, 1, no, sizeof no) == 1;
   if (can && !lib) {
     if (atomic_load(&e->tier) == AG_TIER_COLD)
       decide_figs(e, AG_STATE_WAITING, words, f, sizeof *f);
@@ -1572,15 +1571,14 @@ static double problem_flops(const jt_gemm_t *g)
  * them as fast as a kernel could (policy.h, ag_policy_long_call: its fastest call, timed this run
  * or earlier runs' mean, against the measured peak of the JIT's vector width); 2 while that
  * cannot be said yet (the machine model is not ready: its thread measures or reads it, or a
- * library found at its peak waits for the peak to be final: a disturbed measurement only lowers it;
- * too few calls timed) and, asked off a call of e (at_call 0: the writer's sampled time, the
- * warm start), until its next call (ag_tier_long_timed): a few long calls often end before the
- * writer finds them hot, and a kernel compiled then serves none of them in its run; else 0 (a
- * model without that peak leaves it to the duel and the judge); no (len bytes) gets why. g: e's
- * problem. probe: the verdict alone, nothing noted (a failed payback test's, not_yet): 1 as
- * above, else 0. cq locked. */
-static int library_wins(ag_entry_t *e, const jt_gemm_t *g, int at_call, int probe, char *no,
-                        size_t len)
+ * library found at its peak waits for the peak to be final: a disturbed measurement only
+ * lowers it; too few calls timed) and, asked off a call of e (at_call 0: the writer's sampled
+ * time, the warm start), until its next call (ag_tier_long_timed): a few long calls often end
+ * before the writer finds them hot, and a kernel compiled then serves none of them in its run;
+ * the caller that queues then marks e to be asked again at its next call (long_wait); else 0 (a
+ * model without that peak leaves it to the duel and the judge). g: e's problem; no (len bytes)
+ * gets why. Changes nothing (a failed payback test asks it too: not_yet). cq locked. */
+static int library_wins(ag_entry_t *e, const jt_gemm_t *g, int at_call, char *no, size_t len)
 {
   const ag_host_t *host = ag_host_of(e->key.host);
   double call_ns = library_call_ns(e);
@@ -1593,11 +1591,8 @@ static int library_wins(ag_entry_t *e, const jt_gemm_t *g, int at_call, int prob
   double flops = problem_flops(g);
   double peak = ag_machine_peak_gflops(ag_isa_bits(ag_machine_isa()), g->f64);
   if (peak <= 0 && !ag_machine()) {
-    if (probe)
-      return 0;
     snprintf(no, len, "a call this long (%.2f ms) waits for the machine model's FMA peak, "
              "against which its library is weighed", call_ns / 1e6);
-    atomic_store(&long_wait[e->index], 1); /* its next call asks again */
     return 2;
   }
   if (peak <= 0)
@@ -1608,35 +1603,27 @@ static int library_wins(ag_entry_t *e, const jt_gemm_t *g, int at_call, int prob
   uint64_t timed = atomic_load_explicit(&e->best_n, memory_order_relaxed);
   switch (ag_policy_long_call(flops, best, timed, peak)) {
   case AG_LONG_KERNEL:
-    if (at_call || probe)
+    if (at_call)
       return 0;
     snprintf(no, len, "a call this long (%.2f ms, its library at %.0f GF/s at its fastest) is "
              "queued at its next call: compiled while it is called", call_ns / 1e6,
              flops / best);
-    atomic_store(&long_wait[e->index], 1);
     return 2;
   case AG_LONG_WAIT:
-    if (probe)
-      return 0;
     snprintf(no, len, "a call this long (%.2f ms) waits for %d timed calls, its library weighed "
              "on the fastest (%llu so far)", call_ns / 1e6, AG_POLICY_LONG_TIMINGS,
              (unsigned long long)timed);
-    atomic_store(&long_wait[e->index], 1);
     return 2;
   case AG_LONG_LIBRARY:
     break;
   }
   /* a peak not final yet may still rise (machine.h): the verdict waits for it */
   int final = ag_machine_final();
-  if (probe && !final)
-    return 0;
   snprintf(no, len, "the library runs it at %.0f GF/s at its fastest (%.2f ms), %.0f%% of %s "
            "(%.0f GF/s): %s", flops / best, best / 1e6, 100 * flops / best / peak,
            final ? "one core's measured peak" : "the peak measured so far", peak,
            final ? "a kernel would not repay its compile"
                  : "waits for the machine model's next measurement");
-  if (!final)
-    atomic_store(&long_wait[e->index], 1);
   return final ? 1 : 2;
 }
 
@@ -1654,10 +1641,11 @@ static void enqueue(ag_entry_t *e, const char *why, int at_call)
     decide(e, AG_STATE_WAITING, -1, "the compile queue is full: asked again at its next "
            "promotion test (%s)", why);
   } else if (!prepare(e, no, sizeof no) ||
-             (lib = library_wins(e, &shapes[e->index], at_call, 0, no, sizeof no)) == 1) {
+             (lib = library_wins(e, &shapes[e->index], at_call, no, sizeof no)) == 1) {
     if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_NONE))
       decide(e, AG_STATE_UNSUPPORTED, -1, "%s", no);
-  } else if (lib == 2) { /* asked again at its next promotion test */
+  } else if (lib == 2) { /* asked again at its next call (ask_again) */
+    atomic_store(&long_wait[e->index], 1);
     decide(e, AG_STATE_WAITING, -1, "%s", no);
   } else if (atomic_compare_exchange_strong(&e->tier, &cold, AG_TIER_QUEUED)) {
     ag_cq_push(&cq, e->index);

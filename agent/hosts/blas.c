@@ -627,8 +627,8 @@ static int hold_until_exit(void)
 {
   static _Atomic int held;
   const char *fault = getenv("OPJIT_TEST_FAULT");
-  int late = fault && strcmp(fault, "hold-check-late") == 0;
-  if (!fault || (strcmp(fault, "hold-check") && !late) || atomic_exchange(&held, 1))
+  int late = fault && !strcmp(fault, "hold-check-late");
+  if (!(late || (fault && !strcmp(fault, "hold-check"))) || atomic_exchange(&held, 1))
     return 0;
   held_mark("");
   for (int ms = 0; !exiting() && ms < 30000; ms++)

@@ -132,6 +132,21 @@ static void settle_agent(void)
     settle(60000);
 }
 
+/* n cblas_sgemm d^3 (d at most 512), the agent settled after the first where settle_first is
+ * set (the call starts it: its machine model is final then); prints C[0]. */
+static void products(int d, long n, int settle_first)
+{
+  static float a[512 * 512], b[512 * 512], c[512 * 512];
+  for (int i = 0; i < d * d; i++)
+    a[i] = (float)(i % 5), b[i] = (float)(i % 3);
+  for (long r = 0; r < n; r++) {
+    cblas_sgemm(102, 111, 111, d, d, d, 1.0f, a, d, b, d, 0.0f, c, d);
+    if (r == 0 && settle_first)
+      settle_agent();
+  }
+  printf("c0 %g\n", c[0]);
+}
+
 /* The ratio workload; returns a checksum of the results. */
 __attribute__((noinline)) static double ratio_work(long rounds)
 {
@@ -276,28 +291,13 @@ int main(int argc, char **argv)
     return 0;
   }
   if (!strcmp(mode, "big") && argc > 2) {
-    enum { D = 384 };
-    static float a[D * D], b[D * D], c[D * D];
-    for (int i = 0; i < D * D; i++)
-      a[i] = (float)(i % 5), b[i] = (float)(i % 3);
-    for (long r = atol(argv[2]); r > 0; r--)
-      cblas_sgemm(102, 111, 111, D, D, D, 1.0f, a, D, b, D, 0.0f, c, D);
+    products(384, atol(argv[2]), 0);
     if (argc > 3 && !strcmp(argv[3], "settled"))
       settle_agent();
-    printf("c0 %g\n", c[0]);
     return 0;
   }
   if (!strcmp(mode, "long") && argc > 2) {
-    enum { D = 512 };
-    static float a[D * D], b[D * D], c[D * D];
-    for (int i = 0; i < D * D; i++)
-      a[i] = (float)(i % 5), b[i] = (float)(i % 3);
-    for (long r = atol(argv[2]); r > 0; r--) {
-      cblas_sgemm(102, 111, 111, D, D, D, 1.0f, a, D, b, D, 0.0f, c, D);
-      if (r == atol(argv[2]))
-        settle_agent(); /* after the first call (it starts the agent): the model is final */
-    }
-    printf("c0 %g\n", c[0]);
+    products(512, atol(argv[2]), 1);
     return 0;
   }
   if (!strcmp(mode, "sigprof") && argc > 2) {
