@@ -870,6 +870,22 @@ static int n_block(const jt_gemm_t *r)
   return nc < r->n ? (int)nc : r->n;
 }
 
+/* M's block for r (its kc and block of rows resolved), where each column block's sliver of B
+ * is copied and every row block passes over it (emit_col_block): all of M where A's part of a
+ * K block fits half this CPU's L2, else as many rows (whole row blocks) as fill half of it,
+ * evened out over the blocks. Past L2 each column block reads A's part again from L3. */
+static int m_block(const jt_gemm_t *r, int rows)
+{
+  long row = (long)r->kc * (r->f64 ? 8 : 4);
+  if ((long)r->m * row <= l2_bytes() / 2)
+    return r->m;
+  long most = l2_bytes() / 2 / row / rows * rows;
+  most = most < rows ? rows : most;
+  long blocks = (r->m + most - 1) / most;
+  long mc = ((r->m + blocks - 1) / blocks + rows - 1) / rows * rows;
+  return mc < r->m ? (int)mc : r->m;
+}
+
 /* Whether GEMM s (not a MUL_MAT, dot or norm) is a GEMV with op(A) = A that sweeps A's columns
  * (emit_sweep): asked to (gemv 1), or by default where A fills an L1 (32 KB) or more and no
  * blocking is asked for. */
@@ -941,6 +957,10 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
     snprintf(err, len, "nc is a number of columns, or 0, not %d", s->nc);
     return -1;
   }
+  if (s->mc < 0) {
+    snprintf(err, len, "mc is a number of rows, or 0, not %d", s->mc);
+    return -1;
+  }
   if (s->copy_a < 0 || s->copy_a > 2) {
     snprintf(err, len, "copy_a is 1 (A's panels copied where unaligned), 2 (always) or 0, not %d",
              s->copy_a);
@@ -953,7 +973,7 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
              s->gemv);
     return -1;
   }
-  r->copy_a = 0, r->nc = 0, r->gemv = 0;
+  r->copy_a = 0, r->nc = 0, r->mc = 0, r->gemv = 0;
   if (s->mm) { /* panels of JT_MM_MR rows, or twice that (two zmm); k blocks of JT_MM_KC */
     r->kc = 0;
     if (s->n == 1) /* decode's kernel goes row by row: no blocking */
@@ -1028,6 +1048,8 @@ int jt_gemm_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
     if (realigns(r, (int)rows)) /* the block is read again only where N has two column blocks */
       r->copy_a = s->copy_a ? s->copy_a : s->n > r->nr && a_piles_up(r, (int)rows) ? 2 : 1;
     r->nc = s->nc > 0 && s->nc < s->n ? s->nc : s->nc ? s->n : n_block(r);
+    if (k_blocked(r) && b_piles_up(r)) /* the sliver's order: M in blocks that stay in L2 */
+      r->mc = s->mc > 0 && s->mc < s->m ? s->mc : s->mc ? s->m : m_block(r, (int)rows);
     r->gemv = s->n == 1 && !s->ta ? 2 : 0; /* a GEMV in blocks of rows */
   }
   if (r->mr_vecs < 1 || r->mr_vecs > JT_MAX_MR_VECS || r->nr < 1 || r->nr > JT_MAX_NR ||
@@ -1085,6 +1107,7 @@ int jt_gemm_candidates(const jt_gemm_t *s, int host_isa, jt_gemm_t *out, int max
     c.kc = s->kc ? s->kc : p[i].kc;
     c.copy_a = s->copy_a ? s->copy_a : p[i].copy_a;
     c.nc = s->nc;
+    c.mc = s->mc;
     c.gemv = s->gemv ? s->gemv : p[i].gemv;
     if (jt_gemm_resolve(&c, host_isa, &out[n], err, sizeof err))
       continue;
@@ -1101,9 +1124,11 @@ void jt_gemm_name(const jt_gemm_t *s, char *buf, size_t len)
 {
   char how[64]; /* the resolved generation choices */
   int blocked = s->nc > 0 && s->nc < s->n; /* N in blocks: their width (else nothing) */
-  snprintf(how, sizeof how, "_%s_v%d_%dx%d_t%d_k%d_c%d%s%.0d%s%.0d", jt_isa_name(s->isa),
+  int mblocked = s->mc > 0 && s->mc < s->m; /* M in blocks: their height (else nothing) */
+  snprintf(how, sizeof how, "_%s_v%d_%dx%d_t%d_k%d_c%d%s%.0d%s%.0d%s%.0d", jt_isa_name(s->isa),
            s->vbits, s->mr_vecs, s->nr, s->tails, s->kc, s->copy_a, blocked ? "_n" : "",
-           blocked ? s->nc : 0, s->gemv ? "_w" : "", s->gemv);
+           blocked ? s->nc : 0, mblocked ? "_m" : "", mblocked ? s->mc : 0, s->gemv ? "_w" : "",
+           s->gemv);
   if (s->add_rms_mul) {
     snprintf(buf, len, "opjit_%s_f32_n%d%s", s->add_rms_mul == 2 ? "rms_mul" : "add_rms_mul", s->k,
              how);
@@ -1444,6 +1469,21 @@ typedef struct panels_s {
   LLVMValueRef slice, sliver, copied;
 } panels_t;
 
+/* Rows i0 .. i0+rows-1 of C, K blocked with op(B) = B copied: every column block, its sliver
+ * copied and the rows' row blocks passing over it, so that A's part stays in L2 (m_block). */
+static void emit_m_block(gen_t *g, LLVMValueRef i0, int rows)
+{
+  const jt_gemm_t *s = g->g;
+  jt_gemm_t part = *s;
+  part.m = rows;
+  LLVMValueRef a0 = g->a, c0 = g->c;
+  g->a = at(g, a0, i0);
+  g->c = at(g, c0, i0);
+  g->g = &part;
+  emit_blocks(g, part.n, g->NR, "j", emit_col_block);
+  g->g = s, g->a = a0, g->c = c0;
+}
+
 /* The product over g->g's n columns, B's at g->bm and C's at g->c: K in blocks (each row
  * block's slice of A, or each column block's sliver of B, copied), or A's panels copied (where
  * unaligned, or always), or the blocks reading A where it lies. */
@@ -1480,7 +1520,9 @@ static void emit_columns(gen_t *g, const panels_t *p)
     g->kc = i64c(g, 0), g->kc_end = i64c(g, s->k);
     g->first = LLVMConstInt(LLVMInt1TypeInContext(g->cx), 1, 0);
   }
-  if (g->bpack) /* columns outside, rows inside: the sliver stays in L1 */
+  if (g->bpack && s->mc > 0 && s->mc < s->m) /* ... in blocks of rows that stay in L2 */
+    emit_blocks(g, s->m, s->mc, "ic", emit_m_block);
+  else if (g->bpack) /* columns outside, rows inside: the sliver stays in L1 */
     emit_blocks(g, s->n, g->NR, "j", emit_col_block);
   else
     emit_blocks(g, s->m, g->MR, "i", emit_row_block);

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define JT_GENERATOR_VERSION 36 /* bumped whenever generated code changes */
+#define JT_GENERATOR_VERSION 37 /* bumped whenever generated code changes */
 
 /* Instruction sets the generator targets (jt_gemm_t.isa). Each is compiled by a session of its
  * own whose target features are the host's with everything wider turned off, so forcing AVX2 on
@@ -85,6 +85,11 @@ typedef struct jt_gemm_s {
                          in turn, so that the part of B every row block reads again stays in L2
                          (and within the TLB's reach); 0 decide (resolved: the generator's pick,
                          n where N is not blocked) */
+  int mc;             /* GEMM, K in blocks with each column block's sliver of B copied (B's
+                         columns pile up in L1): M in blocks of mc rows, each block's column
+                         blocks in turn, so that A's part of a K block (mc x kc), read again for
+                         every column block, stays in L2; 0 decide (resolved: the generator's
+                         pick, m where M is not blocked; 0 for kernels without such blocks) */
   int gemv;           /* GEMM with n = 1 and op(A) = A (a GEMV): 1 a sweep over A's columns, 8 at
                          a time, y's partial sums in a stack panel; 2 blocks of rows, as a GEMM;
                          0 decide (resolved: the generator's pick; 0 for other shapes) */
@@ -236,7 +241,7 @@ typedef struct jt_api_s {
   int (*host_isa)(void);
   const char *(*isa_name)(int isa);
 } jt_api_t;
-#define JT_API_ABI 12
+#define JT_API_ABI 13
 #define JT_API_SYMBOL "opjit_jit_api"
 #define JT_MODULE_NAME "libopjit-jit.so"
 

@@ -991,6 +991,34 @@ ISA_TEST(n_blocks_match_the_reference)
   }
 }
 
+/* Where B's sliver is copied (its columns 4 or 8 KB apart) every column block passes over all
+ * of M's row blocks, and M comes in blocks (jt_gemm_t.mc) whose part of A stays in L2: the
+ * generator's own wherever M rows of a K block (1 KB of each) outgrow half this CPU's L2 (the
+ * kernel's name says mc; AVX2 in blocks of 2 x 6, whose columns pile up), forced ones of any height (a row block's tail inside every block,
+ * a last block of one row), every beta class (beta = 0 over a C of NaN), A aligned and off. */
+ISA_TEST(m_blocks_match_the_reference)
+{
+  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  l2 = l2 > 0 ? l2 : 256 * 1024;
+  for (int t = 0; t < 8; t++) {
+    jt_gemm_t g = {.f64 = t & 1, .m = 1030 + (int)rnd(200), .n = 20 + (int)rnd(40),
+                   .k = 600 + (int)rnd(300), .beta_class = t / 2 % 3, .alpha_one = (int)rnd(2)};
+    g.mc = t < 2 ? 0 : t == 2 ? g.m - 1 : 1 + (int)rnd((unsigned)g.m - 1);
+    if (isa == JT_ISA_AVX2) /* its default for such an M, 4 x 3, piles up no B columns */
+      g.mr_vecs = 2, g.nr = 6;
+    g.lda = g.m + (int)rnd(3), g.ldb = 1024 * (1 + (int)rnd(2)), g.ldc = g.m + (int)rnd(3);
+    a_shift = t % 3 == 1 ? 1 : 0;
+    double beta = g.beta_class == 0 ? 0 : g.beta_class == 1 ? 1 : -0.5;
+    check(&g, compile(&g), g.alpha_one ? 1 : 0.75, beta, g.beta_class == 0);
+    a_shift = -1;
+    if (g.mc)
+      cr_assert(named_with(&g, "_m%d", g.mc), "M blocks of %d", g.mc);
+    else
+      cr_assert(named_with(&g, "_m") == ((long)g.m * 1024 > l2 / 2),
+                "M in blocks exactly where its K block of A outgrows half of L2 (%ld bytes)", l2);
+  }
+}
+
 /* GEMVs (n = 1, op(A) = A) whose A fills an L1 or more sweep A's columns 8 at a time (jt_gemm_t.gemv
  * 1), smaller ones run blocks of rows (2): both, forced either way, for M and K from 1 to past
  * a sweep's 4 KB chunk and 8-column steps (a partial last chunk, vector and step), x
