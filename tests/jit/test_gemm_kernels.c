@@ -994,8 +994,9 @@ ISA_TEST(n_blocks_match_the_reference)
 /* Where B's sliver is copied (its columns 4 or 8 KB apart) every column block passes over all
  * of M's row blocks, and M comes in blocks (jt_gemm_t.mc) whose part of A stays in L2: the
  * generator's own wherever M rows of a K block (1 KB of each) outgrow half this CPU's L2 (the
- * kernel's name says mc; AVX2 in blocks of 2 x 6, whose columns pile up), forced ones of any height (a row block's tail inside every block,
- * a last block of one row), every beta class (beta = 0 over a C of NaN), A aligned and off. */
+ * kernel's name says mc; AVX2 in blocks of 2 x 6, whose columns pile up), forced ones of any
+ * height (a row block's tail inside every block, a last block of one row), every beta class
+ * (beta = 0 over a C of NaN), A aligned and off. */
 ISA_TEST(m_blocks_match_the_reference)
 {
   long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
