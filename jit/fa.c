@@ -762,7 +762,7 @@ int jt_fa_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, siz
 {
   *r = *s;
   r->isa = s->isa ? s->isa : host_isa;
-  r->copy_a = 0, r->nc = 0, r->gemv = 0;
+  r->copy_a = 0, r->nc = 0, r->mc = 0, r->gemv = 0;
   if (r->isa < JT_ISA_AVX2 || r->isa >= JT_ISA_COUNT || r->isa > host_isa) {
     snprintf(err, len, "this CPU cannot run %s code (it has %s)",
              r->isa == JT_ISA_AVX512 ? "avx512"

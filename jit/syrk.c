@@ -40,7 +40,7 @@ int jt_syrk_resolve(const jt_gemm_t *s, int host_isa, jt_gemm_t *r, char *err, s
 {
   *r = *s;
   r->isa = s->isa ? s->isa : host_isa;
-  r->vbits = r->mr_vecs = r->nr = r->tails = r->kc = r->copy_a = r->nc = r->gemv = 0;
+  r->vbits = r->mr_vecs = r->nr = r->tails = r->kc = r->copy_a = r->nc = r->mc = r->gemv = 0;
   if (r->isa < JT_ISA_AVX2 || r->isa >= JT_ISA_COUNT || r->isa > host_isa) {
     snprintf(err, len, "this CPU cannot run %s code (it has %s)", jt_isa_name(r->isa),
              jt_isa_name(host_isa));

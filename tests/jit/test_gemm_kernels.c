@@ -994,17 +994,22 @@ ISA_TEST(n_blocks_match_the_reference)
 /* Where B's sliver is copied (its columns 4 or 8 KB apart) every column block passes over all
  * of M's row blocks, and M comes in blocks (jt_gemm_t.mc) whose part of A stays in L2: the
  * generator's own wherever M rows of a K block (1 KB of each) outgrow half this CPU's L2 (the
- * kernel's name says mc; AVX2 in blocks of 2 x 6, whose columns pile up), forced ones of any
- * height (a row block's tail inside every block, a last block of one row), every beta class
- * (beta = 0 over a C of NaN), A aligned and off. */
+ * kernel's name says mc; AVX2 in blocks of 2 x 6, whose columns pile up), and not below;
+ * forced ones of any height (a row block's tail inside every block, a last block of one row),
+ * some inside N blocks; every beta class (beta = 0 over a C of NaN), both tails, A aligned and
+ * off. */
 ISA_TEST(m_blocks_match_the_reference)
 {
   long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
   l2 = l2 > 0 ? l2 : 256 * 1024;
-  for (int t = 0; t < 8; t++) {
-    jt_gemm_t g = {.f64 = t & 1, .m = 1030 + (int)rnd(200), .n = 20 + (int)rnd(40),
-                   .k = 600 + (int)rnd(300), .beta_class = t / 2 % 3, .alpha_one = (int)rnd(2)};
+  int edge = (int)(l2 / 2 / 1024); /* the most rows whose K block of A fits half of L2 */
+  for (int t = 0; t < 10; t++) {
+    int m = t == 1 ? 1 + (int)rnd((unsigned)edge) : edge + 1 + (int)rnd(200);
+    jt_gemm_t g = {.f64 = t & 1, .m = m < JT_GEMM_MAX_DIM ? m : JT_GEMM_MAX_DIM,
+                   .n = 20 + (int)rnd(80), .k = 600 + (int)rnd(300), .beta_class = t / 2 % 3,
+                   .alpha_one = (int)rnd(2), .tails = 1 + (int)rnd(2)};
     g.mc = t < 2 ? 0 : t == 2 ? g.m - 1 : 1 + (int)rnd((unsigned)g.m - 1);
+    g.nc = t >= 6 ? 14 + (int)rnd(40) : 0; /* N in blocks around them */
     if (isa == JT_ISA_AVX2) /* its default for such an M, 4 x 3, piles up no B columns */
       g.mr_vecs = 2, g.nr = 6;
     g.lda = g.m + (int)rnd(3), g.ldb = 1024 * (1 + (int)rnd(2)), g.ldc = g.m + (int)rnd(3);
@@ -1015,8 +1020,10 @@ ISA_TEST(m_blocks_match_the_reference)
     if (g.mc)
       cr_assert(named_with(&g, "_m%d", g.mc), "M blocks of %d", g.mc);
     else
-      cr_assert(named_with(&g, "_m") == ((long)g.m * 1024 > l2 / 2),
+      cr_assert(named_with(&g, "_m") == (g.m > edge),
                 "M in blocks exactly where its K block of A outgrows half of L2 (%ld bytes)", l2);
+    if (g.nc && g.nc < g.n)
+      cr_assert(named_with(&g, "_n%d", g.nc), "N blocks of %d", g.nc);
   }
 }
 
