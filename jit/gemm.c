@@ -20,17 +20,16 @@
  *         acc = 0; for k in the block: acc += op(A)[i0.., k] * op(B)[k, j0..]
  *         C[i0.., j0..] = alpha * acc + beta * C  (beta = 0: C is never read; alpha = 1: no
  *                         scale; K blocked: beta in the first block, + C in the others)
- * (K blocked with B's columns piling up in one L1 set: column blocks outside, each one's
- * sliver of B copied, row blocks inside; those in blocks of mc rows, each block's column
- * blocks in turn, where A's part of the K block outgrows half of L2: jt_gemm_t.mc.) Rows
- * beyond M in the last block are never loaded from A or C nor stored (masked loads and stores,
- * or pieces and scalar stores: jt_gemm_t.tails), so the kernel touches exactly the memory BLAS
- * would. A block of one 512-bit vector of rows (M within a vector, or mr_vecs = 1) with
- * op(A) = A, op(B) = B goes over
- * pairs of k's instead: op(A)'s columns k and k + 1 interleaved, one broadcast of the pair
- * B[k..k+1, j] for two FMAs into two accumulators a column, their lanes added back into rows
- * after the loop (pairs, emit_pairs). A matrix-vector product with op(A) = A^T is a set of dot
- * products instead (emit_dots); one with op(A) = A whose A fills an L1 sweeps A's columns
+ * (K blocked with B's columns piling up in one L1 set: column blocks outside, each one's sliver
+ * of B copied, row blocks inside; those in blocks of mc rows, each block's column blocks in
+ * turn, where A's part of the K block outgrows half of L2: jt_gemm_t.mc.) Rows beyond M in the
+ * last block are never loaded from A or C nor stored (masked loads and stores, or pieces and
+ * scalar stores: jt_gemm_t.tails), so the kernel touches exactly the memory BLAS would. A block
+ * of one 512-bit vector of rows (M within a vector, or mr_vecs = 1) with op(A) = A, op(B) = B
+ * goes over pairs of k's instead: op(A)'s columns k and k + 1 interleaved, one broadcast of the
+ * pair B[k..k+1, j] for two FMAs into two accumulators a column, their lanes added back into
+ * rows after the loop (pairs, emit_pairs). A matrix-vector product with op(A) = A^T is a set of
+ * dot products instead (emit_dots); one with op(A) = A whose A fills an L1 sweeps A's columns
  * (emit_sweep, jt_gemm_t.gemv). */
 #include "gemm.h"
 #include "irloop.h"
