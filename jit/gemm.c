@@ -853,6 +853,15 @@ static long l2_bytes(void)
   return b;
 }
 
+/* total in blocks of at most most, as few as that allows, their size evened out over them in
+ * whole units (the last may be smaller): the blocks' size, total where there is one block. */
+static int even_blocks(long total, long most, int unit)
+{
+  long blocks = (total + most - 1) / most;
+  long size = ((total + blocks - 1) / blocks + unit - 1) / unit * unit;
+  return size < total ? (int)size : (int)total;
+}
+
 /* N's block for r (its kc resolved): all of N where B's part of a K block, kc (or K) elements
  * of each of its columns, fits this CPU's L2; else as many columns (whole column blocks) as
  * fill half of it, the rest for A's panels and C. Past L2 every row block reads B's block
@@ -864,11 +873,8 @@ static int n_block(const jt_gemm_t *r)
   long col = (long)(r->kc ? r->kc : r->k) * (r->f64 ? 8 : 4);
   if ((long)r->n * col <= l2_bytes())
     return r->n;
-  long most = l2_bytes() / 2 / col; /* evened out over blocks of at least a column block */
-  most = most < r->nr ? r->nr : most;
-  long blocks = (r->n + most - 1) / most;
-  long nc = ((r->n + blocks - 1) / blocks + r->nr - 1) / r->nr * r->nr;
-  return nc < r->n ? (int)nc : r->n;
+  long most = l2_bytes() / 2 / col; /* at least a column block */
+  return even_blocks(r->n, most < r->nr ? r->nr : most, r->nr);
 }
 
 /* M's block for r (its kc and block of rows resolved), where each column block's sliver of B
@@ -881,10 +887,7 @@ static int m_block(const jt_gemm_t *r, int rows)
   if ((long)r->m * row <= l2_bytes() / 2)
     return r->m;
   long most = l2_bytes() / 2 / row / rows * rows;
-  most = most < rows ? rows : most;
-  long blocks = (r->m + most - 1) / most;
-  long mc = ((r->m + blocks - 1) / blocks + rows - 1) / rows * rows;
-  return mc < r->m ? (int)mc : r->m;
+  return even_blocks(r->m, most < rows ? rows : most, rows);
 }
 
 /* Whether GEMM s (not a MUL_MAT, dot or norm) is a GEMV with op(A) = A that sweeps A's columns
