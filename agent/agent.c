@@ -274,6 +274,7 @@ static void burst_flush(void)
       continue;
     timed = 1;
     ag_entry_t *e = ag_table_entry(ag_table, ag_tl.bt[i].id);
+    ag_tcount_book_held(e->index); /* the round's variant timings are this thread's, mostly */
     atomic_fetch_add_explicit(&e->timed, n, memory_order_relaxed);
     atomic_fetch_add_explicit(&e->timed_ns, ns, memory_order_relaxed);
     ag_tier_burst(e, n, ns);
@@ -497,6 +498,32 @@ static int timing_budgeted(const ag_call_t *c)
   return tier == AG_TIER_NONE || tier == AG_TIER_FAILED || tier == AG_TIER_DEMOTED;
 }
 
+/* Holds an ordinary timing dt of c's short call on the thread (tcount.h: booked AG_HELD_MAX at
+ * a time, so threads that time one signature do not take its entry's line from each other at
+ * every timing); 0 where it must be booked now: a side's first (a mean from it beats none), an
+ * original's among its slowest (table.h: in the sums before it is noted), a long call's (the
+ * long-call rule reads them as they come), a call of a host that does not duel (ggml's nodes,
+ * judged in rounds of their own), or a thread without an array of its own. */
+static int hold(const ag_call_t *c, uint64_t dt)
+{
+  ag_entry_t *e = c->e;
+  const ag_host_t *host = ag_host_of(e->key.host);
+  if (!ag_tl.calls || dt >= AG_LONG_CALL_NS || !host || !(host->traits & AG_HOST_DUELS))
+    return 0;
+  if (c->variant ? !atomic_load_explicit(&e->vtimed, memory_order_relaxed)
+                 : !atomic_load_explicit(&e->timed, memory_order_relaxed) ||
+                       ag_entry_slowest(e, dt))
+    return 0;
+  _Atomic uint64_t *h = ag_tcount_held(ag_tl.calls, e->index) + (c->variant ? 2 : 0);
+  uint64_t n = atomic_load_explicit(&h[0], memory_order_relaxed) + 1;
+  atomic_store_explicit(&h[1], atomic_load_explicit(&h[1], memory_order_relaxed) + dt,
+                        memory_order_relaxed);
+  atomic_store_explicit(&h[0], n, memory_order_relaxed);
+  if (n >= AG_HELD_MAX)
+    ag_tcount_book_held(e->index);
+  return 1;
+}
+
 void ag_call_timed(const ag_call_t *c, uint64_t ticks)
 {
   ag_entry_t *e = c->e;
@@ -529,7 +556,8 @@ void ag_call_timed(const ag_call_t *c, uint64_t ticks)
     if (!c->variant)
       ag_entry_orig_best(e, dt);
     if (!ag_timing_outlier(atomic_load_explicit(tc, memory_order_relaxed),
-                           atomic_load_explicit(tn, memory_order_relaxed), dt)) {
+                           atomic_load_explicit(tn, memory_order_relaxed), dt) &&
+        !hold(c, dt)) {
       if (!c->variant) {
         ag_entry_orig_book(e, dt); /* its first and its slowest noted (table.h) */
       } else {
@@ -1334,6 +1362,7 @@ static void agent_atexit(void)
   exit_begins(); /* again, for an activation that came before main (a library's constructor) */
   if (!ours())
     return;
+  ag_tcount_book_held_all(); /* the exiting thread's: other threads' come at their fold */
   int done = stop_writer("exited", 0);
   ag_summary_print(done ? run_id : 0, run_start_ns); /* OPJIT_SUMMARY: what the writer stored */
 }
@@ -1358,6 +1387,7 @@ void ag_before_exec(void)
 {
   if (!ours())
     return;
+  ag_tcount_book_held_all();
   stop_writer("exec", 0);
   sp_stop(); /* even when the writer timed out: no event may signal the new image, */
   sp_discard_pending(); /* nor a signal stay pending into it (its action would kill it) */
@@ -1365,8 +1395,10 @@ void ag_before_exec(void)
 
 void ag_before_exit(void)
 {
-  if (ours())
-    stop_writer("exited", 1);
+  if (!ours())
+    return;
+  ag_tcount_book_held_all();
+  stop_writer("exited", 1);
 }
 
 void ag_after_failed_exec(void)

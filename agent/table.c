@@ -131,7 +131,7 @@ static pthread_mutex_t slow_mu = PTHREAD_MUTEX_INITIALIZER;
 /* Notes dt among e's slowest timings. */
 static void note_slow(ag_entry_t *e, uint64_t dt)
 {
-  if (dt <= __atomic_load_n(&e->slow_ns[NSLOW - 1], __ATOMIC_RELAXED))
+  if (!ag_entry_slowest(e, dt))
     return;
   pthread_mutex_lock(&slow_mu);
   size_t at = NSLOW - 1;

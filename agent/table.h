@@ -37,7 +37,7 @@ typedef struct ag_entry_s {
                                 under it or atomically: ag_entry_orig_book) */
   _Atomic uint64_t best_ns;  /* the fastest timed original call, outliers and calls while a
                                 duel ran included (0: none) */
-  _Atomic uint64_t best_n;   /* ... of so many timed calls */
+  _Atomic uint64_t best_n;   /* ... of so many timed calls, counted up to AG_ENTRY_BEST_N */
   _Atomic uint64_t vcalls;   /* calls the variant served (threads with counters add at exit) */
   _Atomic uint64_t vtimed, vtimed_ns;  /* variant's timed calls */
   _Atomic uint64_t compile_ns;         /* the variant's compile time (the writer reads it) */
@@ -87,14 +87,26 @@ void ag_entry_orig_timed(ag_entry_t *e, uint64_t *n, uint64_t *ns);
  * noted apart (first_ns), a later one among the slowest (slow_ns) once the sums hold it. */
 void ag_entry_orig_book(ag_entry_t *e, uint64_t dt);
 
+/* Whether dt is slower than the third slowest of e's original timings: ag_entry_orig_book notes
+ * it among them (a timing that is not can be booked later with others: agent.h, held timings). */
+static inline int ag_entry_slowest(ag_entry_t *e, uint64_t dt)
+{
+  size_t last = sizeof e->slow_ns / sizeof e->slow_ns[0] - 1;
+  return dt > __atomic_load_n(&e->slow_ns[last], __ATOMIC_RELAXED);
+}
+
 /* Notes an original call of e that took dt ns in its fastest (a lost race between two threads
- * loses one timing's chance to be the fastest, never a figure's consistency). */
+ * loses one timing's chance to be the fastest, never a figure's consistency), and counts it up to
+ * AG_ENTRY_BEST_N: its readers ask for 4 (policy.h), and a locked add on every timing moved the
+ * entry's line between the cores of threads that call it. */
+#define AG_ENTRY_BEST_N 64
 static inline void ag_entry_orig_best(ag_entry_t *e, uint64_t dt)
 {
   uint64_t best = atomic_load_explicit(&e->best_ns, memory_order_relaxed);
   if (dt && (!best || dt < best))
     atomic_store_explicit(&e->best_ns, dt, memory_order_relaxed);
-  atomic_fetch_add_explicit(&e->best_n, 1, memory_order_relaxed);
+  if (atomic_load_explicit(&e->best_n, memory_order_relaxed) < AG_ENTRY_BEST_N)
+    atomic_fetch_add_explicit(&e->best_n, 1, memory_order_relaxed);
 }
 
 typedef struct ag_table_s ag_table_t;

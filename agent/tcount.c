@@ -45,11 +45,42 @@ static AG_TLS tc_thread_t *tl_self;
 static _Atomic uint64_t *spare[SPARE_MAX];
 static int nspare;
 
-/* Adds a thread's counts to the table's entries and zeroes them. Called with reg_mu held. */
+/* Books held timings h (4 words: tcount.h) on entry e and zeroes them. Their thread, or its fold. */
+static void book_held(ag_entry_t *e, _Atomic uint64_t *h)
+{
+  for (int side = 0; side < 2; side++, h += 2) {
+    uint64_t n = atomic_load_explicit(&h[0], memory_order_relaxed);
+    if (!n)
+      continue;
+    atomic_fetch_add_explicit(side ? &e->vtimed : &e->timed, n, memory_order_relaxed);
+    atomic_fetch_add_explicit(side ? &e->vtimed_ns : &e->timed_ns,
+                              atomic_load_explicit(&h[1], memory_order_relaxed),
+                              memory_order_relaxed);
+    atomic_store_explicit(&h[0], 0, memory_order_relaxed);
+    atomic_store_explicit(&h[1], 0, memory_order_relaxed);
+  }
+}
+
+void ag_tcount_book_held(uint32_t i)
+{
+  if (ag_tl.calls)
+    book_held(ag_table_entry(reg_table, i), ag_tcount_held(ag_tl.calls, i));
+}
+
+void ag_tcount_book_held_all(void)
+{
+  uint32_t n = ag_tl.calls ? ag_table_count(reg_table) : 0;
+  for (uint32_t i = 0; i < n; i++)
+    book_held(ag_table_entry(reg_table, i), ag_tcount_held(ag_tl.calls, i));
+}
+
+/* Adds a thread's counts and held timings to the table's entries and zeroes them. Called with
+ * reg_mu held. */
 static void fold(tc_thread_t *t)
 {
   uint32_t n = t->calls ? ag_table_count(reg_table) : 0;
   for (uint32_t i = 0; i < n; i++) {
+    book_held(ag_table_entry(reg_table, i), ag_tcount_held(t->calls, i));
     ag_entry_t *e = ag_table_entry(reg_table, i);
     uint64_t c = atomic_load_explicit(&t->calls[i], memory_order_relaxed);
     uint64_t v = atomic_load_explicit(&t->calls[ag_tcount_capacity + i], memory_order_relaxed);
@@ -99,7 +130,7 @@ static void thread_gone(void *arg)
 int ag_tcount_init(ag_table_t *t, uint32_t capacity)
 {
   reg_table = t;
-  reg_bytes = 2 * (size_t)capacity * sizeof(uint64_t);
+  reg_bytes = 6 * (size_t)capacity * sizeof(uint64_t); /* calls, variant calls, held timings */
   ag_tcount_capacity = capacity;
   return pthread_key_create(&reg_key, thread_gone) ? -1 : 0;
 }

@@ -8,6 +8,13 @@
  *    The arrays are anonymous mappings the size of the table: only touched pages cost memory;
  *    an exited thread's array, zeroed by its fold, goes to the next thread that registers.
  *    A thread whose array cannot be made counts with atomic adds on the shared entries.
+ *  - its held timings: the ordinary timings of its short calls (agent.c, ag_call_timed), summed
+ *    in the same array (4 words an entry from [2 capacity]: the original's count and ns, the
+ *    variant's) and booked on the entry AG_HELD_MAX at a time, at the thread's bursts for the
+ *    burst's signatures, and when it exits (the fold) or the process does. Two threads that
+ *    timed one signature's calls each booked with locked adds on one line of its entry, which
+ *    moved between their cores at every timing: ~20 ns a call at the default 1 timing in 16
+ *    (Zen 5, two threads of dgemm 16^3 in profile mode), where one thread pays nothing.
  *  - its "current operator" slot (entry index + 1, 0 = none), which the sampler's signal
  *    handler reads: the thread's own for its samples, every thread's for samples taken in
  *    threads that never call an operator themselves (a library's pool threads). */
@@ -35,6 +42,17 @@ void ag_tcount_sum(uint64_t *calls, uint64_t *vcalls, uint32_t n);
 /* The same for entry i alone. */
 void ag_tcount_sum_one(uint32_t i, uint64_t *calls, uint64_t *vcalls);
 extern uint32_t ag_tcount_capacity;
+
+#define AG_HELD_MAX 8 /* a side's timings a thread holds before it books them */
+/* Entry i's held timings in a thread's array calls (its ag_tl.calls). */
+static inline _Atomic uint64_t *ag_tcount_held(_Atomic uint64_t *calls, uint32_t i)
+{
+  return calls + 2 * (size_t)ag_tcount_capacity + 4 * (size_t)i;
+}
+/* Books the calling thread's held timings of entry i (ag_tl.held; nothing without), or of every
+ * entry (before the process's last write). */
+void ag_tcount_book_held(uint32_t i);
+void ag_tcount_book_held_all(void);
 
 /* Whether thread tid (a gettid) is registered: calls operators. Takes the registry's mutex. */
 int ag_tcount_has_tid(pid_t tid);

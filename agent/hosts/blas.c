@@ -29,6 +29,17 @@ static uint8_t cblas_uplo(int u)
   return u == CBLAS_UPPER ? AG_UPPER : u == CBLAS_LOWER ? AG_LOWER : AG_UPLO_BAD;
 }
 
+/* Notes where a call's operands lie in e (ag_entry_t.offsets, for its kernel's duel) while the
+ * signature may yet get a kernel: in jit mode, cold or queued. Not once one serves, nor in profile
+ * mode: two threads whose operands lie differently wrote it in turn at every call through the
+ * full path, taking the entry's line from each other (tcount.h says what that cost). */
+static inline void note_offsets(ag_entry_t *e, const void *a, const void *b, const void *c)
+{
+  uint32_t t = e ? atomic_load_explicit(&e->tier, memory_order_relaxed) : AG_TIER_NONE;
+  if ((t == AG_TIER_COLD || t == AG_TIER_QUEUED) && ag_opts.num[AG_OPT_MODE] == AG_MODE_JIT)
+    ag_entry_note_offsets(e, a, b, c);
+}
+
 /* Each interposed symbol resolves its original once and accounts for the call around it; KEY
  * is an expression building the call's ag_sig_t from the arguments (its family's typed problem
  * through its encoder, blas_key.h). When the signature has a published JIT variant, the variant
@@ -51,7 +62,7 @@ static uint8_t cblas_uplo(int u)
         fn args;                                                                             \
       return;                                                                                \
     }                                                                                        \
-    ag_entry_note_offsets(c.e, A, B, C);                                                     \
+    note_offsets(c.e, A, B, C);                                                              \
     void *v = ag_call_variant(&c);                                                           \
     ag_verify_t vf;                                                                          \
     int how = v ? ag_tier_gemm(c.e, v, A, B, C, ALPHA, BETA, &vf) : AG_RUN_ORIGINAL;         \
@@ -106,7 +117,7 @@ static uint8_t cblas_uplo(int u)
     ag_call_t c;                                                                             \
     if (!ag_call_begin(&c, &k))                                                              \
       return fn ? fn args : (T)0;                                                            \
-    ag_entry_note_offsets(c.e, X, Y, NULL);                                                  \
+    note_offsets(c.e, X, Y, NULL);                                                           \
     void *v = ag_call_variant(&c);                                                           \
     double r = 0;                                                                            \
     int how = v ? ag_tier_dot(c.e, v, sizeof(T) == 8, X, Y, &r) : AG_RUN_ORIGINAL;           \

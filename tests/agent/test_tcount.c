@@ -122,3 +122,55 @@ Test(tcount, a_fork_child_keeps_its_own_thread_with_zero_counts)
   atomic_store(&stage, 2);
   pthread_join(t, NULL);
 }
+
+/* n timings of ns each on the calling thread's held words of entry i, side 0 the original's, 1
+ * the variant's, as agent.c's hold() keeps them (tcount.h). */
+static void hold(uint32_t i, int side, uint64_t n, uint64_t ns)
+{
+  if (!ag_tl.cur)
+    ag_tcount_register();
+  cr_assert_not_null(ag_tl.calls);
+  _Atomic uint64_t *h = ag_tcount_held(ag_tl.calls, i) + 2 * side;
+  atomic_fetch_add(&h[0], n);
+  atomic_fetch_add(&h[1], n * ns);
+}
+
+static void *holder(void *arg)
+{
+  (void)arg;
+  hold(1, 0, 5, 100);
+  hold(1, 1, 3, 70);
+  hold(2, 1, 7, 10); /* never booked by the thread itself: its fold does */
+  ag_tcount_book_held(1);
+  ag_entry_t *e = ag_table_entry(table, 1);
+  int bad = atomic_load(&e->timed) != 5 || atomic_load(&e->timed_ns) != 500;
+  bad |= (atomic_load(&e->vtimed) != 3 || atomic_load(&e->vtimed_ns) != 210) << 1;
+  hold(1, 0, 2, 40); /* held again after its booking */
+  return (void *)(long)bad;
+}
+
+/* Held timings reach the entry once each: booked by their thread for one entry or all, or by
+ * its fold when it exits; a booking zeroes them, so a second adds nothing. */
+Test(tcount, held_timings_are_booked_once_by_their_thread_or_its_fold)
+{
+  pthread_t t;
+  void *bad;
+  cr_assert_eq(pthread_create(&t, NULL, holder, NULL), 0);
+  cr_assert_eq(pthread_join(t, &bad), 0);
+  cr_assert_eq((long)bad, 0, "the thread's own booking of entry 1 (bits): %ld", (long)bad);
+  ag_entry_t *e1 = ag_table_entry(table, 1), *e2 = ag_table_entry(table, 2);
+  cr_assert_eq(atomic_load(&e1->timed), 7, "its fold booked what it held after");
+  cr_assert_eq(atomic_load(&e1->timed_ns), 580);
+  cr_assert_eq(atomic_load(&e1->vtimed), 3, "nothing booked twice");
+  cr_assert_eq(atomic_load(&e2->vtimed), 7);
+  cr_assert_eq(atomic_load(&e2->vtimed_ns), 70);
+  cr_assert_eq(atomic_load(&e2->timed), 0, "a side with nothing held stays as it was");
+
+  hold(3, 0, 4, 25); /* this thread's, booked with every entry's */
+  hold(0, 1, 1, 9);
+  ag_tcount_book_held_all();
+  ag_tcount_book_held_all();
+  ag_entry_t *e3 = ag_table_entry(table, 3), *e0 = ag_table_entry(table, 0);
+  cr_assert(atomic_load(&e3->timed) == 4 && atomic_load(&e3->timed_ns) == 100);
+  cr_assert(atomic_load(&e0->vtimed) == 1 && atomic_load(&e0->vtimed_ns) == 9);
+}

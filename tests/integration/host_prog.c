@@ -6,6 +6,11 @@
  *   stage2               cblas_daxpy x7
  *   loop                 cblas_sdot n=64 forever (killed by the test)
  *   threads T N          T threads, thread t calls cblas_sdot n=1+t, N times each
+ *   shared T N           one cblas_sdot n=64, 200 ms of rest (the agent's start is over), then
+ *                        T - 1 threads make the same call N times each, at once, and once they
+ *                        ended the main thread N times; thread t on vectors 4 t floats into
+ *                        their arrays (its operands at other offsets into a line than the
+ *                        others')
  *   dlopen AGENT         calls cblas_sdot x4 through dlopen(AGENT)'s symbol (AT_SECURE test)
  *   ratio N [settled]    N rounds of 3 cblas_sgemm 96^3 (lda 96) and 1 with lda 97: two
  *                        signatures whose CPU cost is 3:1; prints a checksum of C; settled:
@@ -123,6 +128,15 @@ static void *thread_main(void *arg)
 
 void cblas_sgemm(int, int, int, int, int, int, float, const float *, int, const float *, int,
                  float, float *, int);
+
+static void *shared_main(void *arg)
+{
+  int t = (int)(long)arg;
+  float acc = 0;
+  for (long i = 0; i < calls_per_thread; i++)
+    acc += cblas_sdot(64, fx + 4 * t, 1, fy + 4 * t, 1);
+  return (void *)(long)(acc != 64.0f * (float)calls_per_thread);
+}
 
 /* "settled": the agent's compiles and checks are over (a minute at most), when it is loaded. */
 static void settle_agent(void)
@@ -259,6 +273,24 @@ int main(int argc, char **argv)
       pthread_join(th[t], &rv);
       bad += (long)rv;
     }
+    return bad != 0;
+  }
+  if (!strcmp(mode, "shared") && argc > 3) {
+    int n = atoi(argv[2]);
+    calls_per_thread = atol(argv[3]);
+    volatile float first = cblas_sdot(64, fx, 1, fy, 1);
+    (void)first;
+    usleep(200000);
+    pthread_t th[64];
+    for (int t = 1; t < n && t < 64; t++)
+      pthread_create(&th[t], NULL, shared_main, (void *)(long)t);
+    long bad = 0;
+    for (int t = 1; t < n && t < 64; t++) {
+      void *rv;
+      pthread_join(th[t], &rv);
+      bad += (long)rv;
+    }
+    bad += (long)shared_main(0);
     return bad != 0;
   }
   if (!strcmp(mode, "dlopen") && argc > 2) {

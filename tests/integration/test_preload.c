@@ -103,6 +103,26 @@ Test(preload, eight_host_threads_lose_no_count)
                                " name='cblas_sdot n=%d'", t + 1), 30000, "thread %d", t);
 }
 
+/* The timings a host thread holds (agent/tcount.h: booked a few at a time, so that threads timing
+ * one signature do not take its entry's line from each other at every timing) all reach the
+ * database: a thread's at its exit, the main thread's at the process's. Every call timed
+ * (OPJIT_TIME_EVERY=1), one signature: two threads at once, then the main one, 6 calls each; each
+ * holds its timings after the first few (a side's first and those among its slowest are booked as
+ * they come) and books them only as it ends. A few calls go untimed (the activating one; at load,
+ * an outlier): 15-17 of the 19 were booked here, 10-11 with the main thread's left held, 6 with
+ * the threads'. */
+Test(preload, timings_held_on_host_threads_all_reach_the_database)
+{
+  const char *env[] = {"OPJIT_TIME_EVERY=1", NULL};
+  assert_exited_ok(h_run("held", 1, env, (const char *[]){H_HOST_PROG, "shared", "3", "6", NULL}),
+                   "held");
+  const char *sig = "SELECT %s FROM run_sigs JOIN signatures ON id=sig_id WHERE name='cblas_sdot "
+                    "n=64'";
+  cr_assert_eq(h_query(NULL, sig, "calls"), 19);
+  int64_t timed = h_query(NULL, sig, "timed_calls");
+  cr_assert_geq(timed, 14, "%lld of the 19 calls' timings booked", (long long)timed);
+}
+
 Test(preload, a_process_that_calls_no_operator_leaves_no_trace)
 {
   const char *env[] = {NULL, NULL};
