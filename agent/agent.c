@@ -502,8 +502,8 @@ static int timing_budgeted(const ag_call_t *c)
  * a time, so threads that time one signature do not take its entry's line from each other at
  * every timing); 0 where it must be booked now: a side's first (a mean from it beats none), an
  * original's among its slowest (table.h: in the sums before it is noted), a long call's (the
- * long-call rule reads them as they come), a call of a host that does not duel (ggml's nodes,
- * judged in rounds of their own), or a thread without an array of its own. */
+ * long-call rule reads them as they come), a call of a host that does not duel (a graph host's
+ * nodes, judged in rounds of their own), or a thread without an array of its own. */
 static int hold(const ag_call_t *c, uint64_t dt)
 {
   ag_entry_t *e = c->e;

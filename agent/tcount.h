@@ -14,7 +14,7 @@
  *    burst's signatures, and when it exits (the fold) or the process does. Two threads that
  *    timed one signature's calls each booked with locked adds on one line of its entry, which
  *    moved between their cores at every timing: ~20 ns a call at the default 1 timing in 16
- *    (Zen 5, two threads of dgemm 16^3 in profile mode), where one thread pays nothing.
+ *    (Zen 5, two threads of a double 16^3 product in profile mode), where one thread pays nothing.
  *  - its "current operator" slot (entry index + 1, 0 = none), which the sampler's signal
  *    handler reads: the thread's own for its samples, every thread's for samples taken in
  *    threads that never call an operator themselves (a library's pool threads). */

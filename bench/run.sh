@@ -10,12 +10,13 @@
 # a program's second run against its first and its steady state (bench_warm: ~50 signatures,
 # no agent / cold / warm, the warm start's cost), long GEMMs and large GEMVs on the library's
 # threads, the agent's kernels split between the cores or on one (bench_split: runs 1-3 against
-# plain), llama.cpp with and without the agent
+# plain), small products called from several host threads at once (bench_threads: profile mode
+# and runs 1-3 against plain), llama.cpp with and without the agent
 # (bench_ggml: ~110M-parameter random models, prefill and decode tokens/s), ggml's prompt
 # attention node against the JIT's kernel in one process (bench_fa) and, when valgrind is installed, the instructions the agent adds to /bin/true (callgrind's
 # "Collected" total with vs without LD_PRELOAD): start-up cost without the machine's noise.
 #   bench/run.sh [passthrough rounds [startup rounds [sampling rounds [jit rounds [jit set
-#                [warm rounds [ggml rounds [smallgemm rounds [split rounds]]]]]]]]]
+#                [warm rounds [ggml rounds [smallgemm rounds [split rounds [threads rounds]]]]]]]]]]
 # (jit set: default, all or nn; bench_jit builds its LIBXSMM preload library with
 # /work/shared/tools/libxsmm-preload.sh unless LIBXSMM_PRELOAD names one; it and
 # bench_smallgemm run OpenBLAS on its best core for this CPU and on its own choice, and
@@ -31,7 +32,8 @@ build=${BUILD_DIR:-build}
   exit 1
 # Only what the benchmarks need (they depend on the agent and the store module).
 cmake --build "$build" -j"$(nproc)" --target bench_passthrough bench_startup bench_symbols \
-  bench_sampling bench_lockstep bench_jit bench_warm bench_smallgemm bench_split >/dev/null ||
+  bench_sampling bench_lockstep bench_jit bench_warm bench_smallgemm bench_split bench_threads \
+  >/dev/null ||
   exit 1
 # bench_ggml exists when llama.cpp's libraries are installed (scripts/deps.sh).
 cmake --build "$build" -j"$(nproc)" --target bench_ggml >/dev/null 2>&1 || true
@@ -65,6 +67,9 @@ echo "== bench_smallgemm"
 echo
 echo "== bench_split"
 "$build/bench_split" ${9:-5} || status=1
+echo
+echo "== bench_threads"
+"$build/bench_threads" ${10:-7} || status=1
 echo
 echo "== bench_ggml"
 if [ -x "$build/bench_ggml" ]; then
