@@ -45,7 +45,8 @@ static AG_TLS tc_thread_t *tl_self;
 static _Atomic uint64_t *spare[SPARE_MAX];
 static int nspare;
 
-/* Books held timings h (4 words: tcount.h) on entry e and zeroes them. Their thread, or its fold. */
+/* Books held timings h (4 words: tcount.h) on entry e and zeroes them. Their thread or its fold
+ * calls it. */
 static void book_held(ag_entry_t *e, _Atomic uint64_t *h)
 {
   for (int side = 0; side < 2; side++, h += 2) {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* bench_threads: small products called from several host threads at once (bench_threads_worker:
- * T threads, each its own operands at its own offset into a line, one shape, about 0.2 s plain;
+ * T threads, each its own operands at its own offset into a line, one shape, ~0.15 s plain;
  * OPENBLAS_NUM_THREADS=1, OpenBLAS on its best core for this CPU), plain and under the agent with
  * its default options, as a user runs such a program (an OpenMP loop, a pool of workers): one
  * thread, and as many as the process has CPUs. Per case and round: plain, then per agent (this
@@ -157,10 +157,11 @@ int main(int argc, char **argv)
   char cpu[256];
   bn_cpu_name(cpu, sizeof cpu);
   printf("bench_threads: 1 and %d host threads calling one small product each (own operands, "
-         "16 t bytes into a line), plain and under the agent (default options), %d rounds, on "
-         "%s (%d CPUs); OpenBLAS on %s (%s%s%s%s), OPENBLAS_NUM_THREADS=1\n", nthreads[1],
-         rounds, cpu, cpus, core, coretype[0] ? "OPENBLAS_CORETYPE=" : "its own choice",
-         coretype, note[0] ? "; " : "", note);
+         "16 (t mod 4) bytes into a line), plain and under the agent (default options), %d "
+         "rounds, on %s (%d CPUs); OpenBLAS on %s (%s%s%s%s), OPENBLAS_NUM_THREADS=1\n",
+         nthreads[1], rounds, cpu, cpus, core,
+         coretype[0] ? "OPENBLAS_CORETYPE=" : "its own choice", coretype, note[0] ? "; " : "",
+         note);
   for (int a = 0; a < nag; a++)
     printf("agent %c = %s\n", 'A' + a, agents[a]);
   fflush(stdout);

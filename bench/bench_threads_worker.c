@@ -3,11 +3,11 @@
  * starts make the same small product ITERATIONS times each, at once, through the Fortran symbol
  * of the system BLAS, as the threads of an OpenMP loop or a thread pool do:
  *   bench_threads_worker T s|d N ITERATIONS
- * C = A B + C, N x N x N, NN, beta 1. Each thread has operands of its own, thread t's 16 t bytes
- * into a 64-byte line (so the threads' operands lie at different offsets into a line, as
- * separately allocated buffers do). The threads start together from a barrier that the main
- * thread passes too; it prints "loop_ms MS" (from the barrier to the last thread's end) and
- * "checksum X". */
+ * C = alpha A B + C, N x N x N, NN, beta 1. Each thread has operands of its own, thread t's
+ * 16 (t mod 4) bytes into a 64-byte line (so the threads' operands lie at different offsets into
+ * a line, as separately allocated buffers do). The threads start together from a barrier that
+ * the main thread passes too; it prints "loop_ms MS" (from the barrier to the last thread's end)
+ * and "checksum X". */
 #define _GNU_SOURCE
 #include "bench.h"
 #include "blas.h"
