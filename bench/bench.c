@@ -154,6 +154,30 @@ int bn_spawn_wait4_out(const char *path, char *const argv[], char *const env[],
   return spawn_wait(path, argv, env, stdout_path, stderr_path, ru);
 }
 
+int bn_run_loop_ms(const char *scratch, char *const argv[], const char *const *add,
+                   const char *prog, const char *what, double *ms)
+{
+  char out[PATH_MAX + 8], err[PATH_MAX + 8];
+  snprintf(out, sizeof out, "%s/out", scratch);
+  snprintf(err, sizeof err, "%s/err", scratch);
+  char **env = bn_env(add);
+  int st = env ? bn_spawn_wait_out(argv[0], argv, env, out, err) : -1;
+  bn_env_free(env);
+  bn_stderr_quiet(err, prog, what);
+  *ms = -1;
+  FILE *f = fopen(out, "r");
+  char line[128];
+  while (f && fgets(line, sizeof line, f))
+    sscanf(line, "loop_ms %lf", ms);
+  if (f)
+    fclose(f);
+  if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || *ms < 0) {
+    *ms = -1;
+    return -1;
+  }
+  return 0;
+}
+
 int bn_stderr_quiet(const char *errpath, const char *prog, const char *what)
 {
   struct stat sb;

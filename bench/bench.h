@@ -51,6 +51,12 @@ int bn_spawn_wait4_out(const char *path, char *const argv[], char *const env[],
 /* Removes errpath, a child's captured stderr, after copying it to ours under the heading
  * "<prog>: <what> wrote to stderr:" when it is not empty. Returns 1 when it was empty. */
 int bn_stderr_quiet(const char *errpath, const char *prog, const char *what);
+/* Runs a worker that prints "loop_ms MS": argv with the environment plus add (bn_env), its
+ * stdout and stderr in scratch (a stderr that is not empty is copied to ours under "<prog>:
+ * <what> wrote to stderr:"), its loop's milliseconds into *ms. Returns 0, or -1 when it failed
+ * or printed none (*ms is then -1). */
+int bn_run_loop_ms(const char *scratch, char *const argv[], const char *const *add,
+                   const char *prog, const char *what, double *ms);
 /* Reads the "pass P MS" lines a warm worker (bench_warm_worker) wrote to path into pass[P]
  * (0 <= P < passes); returns how many it read (0 when the file cannot be read). */
 int bn_read_passes(const char *path, double *pass, int passes);

@@ -50,9 +50,7 @@ static double plain_ms[NCORE][NCASE][MAXR][3], agent_ms[NCORE][NCASE][MAXR][3][N
  * wall time into *ms. Returns 0 or -1 with a message. */
 static int run_once(int c, const case_t *cs, const char *db, const char *opt, double *ms)
 {
-  char out[PATH_MAX + 32], err[PATH_MAX + 32], n[16], it[32], ct[64], dbenv[PATH_MAX + 48];
-  snprintf(out, sizeof out, "%s/out", scratch);
-  snprintf(err, sizeof err, "%s/err", scratch);
+  char n[16], it[32], ct[64], dbenv[PATH_MAX + 48];
   snprintf(n, sizeof n, "%d", cs->n);
   snprintf(it, sizeof it, "%ld", cs->iters);
   snprintf(ct, sizeof ct, "OPENBLAS_CORETYPE=%s", coretype[c]);
@@ -69,19 +67,9 @@ static int run_once(int c, const case_t *cs, const char *db, const char *opt, do
     add[na++] = ct;
   add[na] = NULL;
   char *argv[] = {OPJIT_SPLIT_WORKER_PATH, (char *)cs->op, (char *)cs->dt, n, it, NULL};
-  char **env = bn_env(add);
-  int st = env ? bn_spawn_wait_out(argv[0], argv, env, out, err) : -1;
-  bn_env_free(env);
-  bn_stderr_quiet(err, "bench_split", db ? "the program under the agent" : "the program");
-  *ms = -1;
-  FILE *f = fopen(out, "r");
-  char line[128];
-  while (f && fgets(line, sizeof line, f))
-    sscanf(line, "loop_ms %lf", ms);
-  if (f)
-    fclose(f);
-  if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || *ms < 0) {
-    fprintf(stderr, "bench_split: %s %s %d failed (status %d)\n", cs->op, cs->dt, cs->n, st);
+  if (bn_run_loop_ms(scratch, argv, add, "bench_split",
+                     db ? "the program under the agent" : "the program", ms)) {
+    fprintf(stderr, "bench_split: %s %s %d failed\n", cs->op, cs->dt, cs->n);
     return -1;
   }
   return 0;

@@ -48,10 +48,7 @@ static double share[NT][NSHAPE][MAXR][NAG], demoted[NT][NSHAPE][MAXR][NAG];
 static int run_once(int threads, const case_t *cs, const char *agent, const char *db,
                     const char *mode, double *ms)
 {
-  char out[PATH_MAX + 32], err[PATH_MAX + 32], t[16], n[16], it[32], ct[64], pre[PATH_MAX + 16],
-      dbenv[PATH_MAX + 16];
-  snprintf(out, sizeof out, "%s/out", scratch);
-  snprintf(err, sizeof err, "%s/err", scratch);
+  char t[16], n[16], it[32], ct[64], pre[PATH_MAX + 16], dbenv[PATH_MAX + 16];
   snprintf(t, sizeof t, "%d", threads);
   snprintf(n, sizeof n, "%d", cs->n);
   snprintf(it, sizeof it, "%ld", cs->iters);
@@ -67,20 +64,9 @@ static int run_once(int threads, const case_t *cs, const char *agent, const char
     add[na++] = pre, add[na++] = dbenv, add[na++] = mode;
   add[na] = NULL;
   char *argv[] = {OPJIT_THREADS_WORKER_PATH, t, (char *)cs->dt, n, it, NULL};
-  char **env = bn_env(add);
-  int st = env ? bn_spawn_wait_out(argv[0], argv, env, out, err) : -1;
-  bn_env_free(env);
-  bn_stderr_quiet(err, "bench_threads", agent ? "the program under the agent" : "the program");
-  *ms = -1;
-  FILE *f = fopen(out, "r");
-  char line[128];
-  while (f && fgets(line, sizeof line, f))
-    sscanf(line, "loop_ms %lf", ms);
-  if (f)
-    fclose(f);
-  if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || *ms < 0) {
-    fprintf(stderr, "bench_threads: %d threads, %sgemm %d failed (status %d)\n", threads, cs->dt,
-            cs->n, st);
+  if (bn_run_loop_ms(scratch, argv, add, "bench_threads",
+                     agent ? "the program under the agent" : "the program", ms)) {
+    fprintf(stderr, "bench_threads: %d threads, %sgemm %d failed\n", threads, cs->dt, cs->n);
     return -1;
   }
   return 0;

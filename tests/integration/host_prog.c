@@ -129,6 +129,22 @@ static void *thread_main(void *arg)
 void cblas_sgemm(int, int, int, int, int, int, float, const float *, int, const float *, int,
                  float, float *, int);
 
+/* Runs fn on threads from .. n - 1 (at most 64), each given its index; the sum of what they
+ * returned. */
+static long run_threads(void *(*fn)(void *), int from, int n)
+{
+  pthread_t th[64];
+  for (int t = from; t < n && t < 64; t++)
+    pthread_create(&th[t], NULL, fn, (void *)(long)t);
+  long sum = 0;
+  for (int t = from; t < n && t < 64; t++) {
+    void *rv;
+    pthread_join(th[t], &rv);
+    sum += (long)rv;
+  }
+  return sum;
+}
+
 static void *shared_main(void *arg)
 {
   int t = (int)(long)arg;
@@ -262,36 +278,16 @@ int main(int argc, char **argv)
       s += cblas_sdot(64, fx, 1, fy, 1);
   }
   if (!strcmp(mode, "threads") && argc > 3) {
-    int n = atoi(argv[2]);
     calls_per_thread = atol(argv[3]);
-    pthread_t th[64];
-    for (int t = 0; t < n && t < 64; t++)
-      pthread_create(&th[t], NULL, thread_main, (void *)(long)t);
-    long bad = 0;
-    for (int t = 0; t < n && t < 64; t++) {
-      void *rv;
-      pthread_join(th[t], &rv);
-      bad += (long)rv;
-    }
-    return bad != 0;
+    return run_threads(thread_main, 0, atoi(argv[2])) != 0;
   }
   if (!strcmp(mode, "shared") && argc > 3) {
-    int n = atoi(argv[2]);
     calls_per_thread = atol(argv[3]);
     volatile float first = cblas_sdot(64, fx, 1, fy, 1);
     (void)first;
     usleep(200000);
-    pthread_t th[64];
-    for (int t = 1; t < n && t < 64; t++)
-      pthread_create(&th[t], NULL, shared_main, (void *)(long)t);
-    long bad = 0;
-    for (int t = 1; t < n && t < 64; t++) {
-      void *rv;
-      pthread_join(th[t], &rv);
-      bad += (long)rv;
-    }
-    bad += (long)shared_main(0);
-    return bad != 0;
+    long bad = run_threads(shared_main, 1, atoi(argv[2]));
+    return bad + (long)shared_main(0) != 0;
   }
   if (!strcmp(mode, "dlopen") && argc > 2) {
     void *h = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
