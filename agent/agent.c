@@ -500,7 +500,8 @@ static int timing_budgeted(const ag_call_t *c)
 
 /* Holds an ordinary timing dt of c's short call on the thread (tcount.h: booked AG_HELD_MAX at
  * a time, so threads that time one signature do not take its entry's line from each other at
- * every timing); 0 where it must be booked now: a side's first (a mean from it beats none), an
+ * every timing); 0 where it must be booked now: a side's first AG_HELD_AFTER (the payback
+ * test's mean, the outlier filter and a verdict's first rounds take them as they come), an
  * original's among its slowest (table.h: in the sums before it is noted), a long call's (the
  * long-call rule reads them as they come), a call of a host that does not duel (a graph host's
  * nodes, judged in rounds of their own), or a thread without an array of its own. */
@@ -510,9 +511,9 @@ static int hold(const ag_call_t *c, uint64_t dt)
   const ag_host_t *host = ag_host_of(e->key.host);
   if (!ag_tl.calls || dt >= AG_LONG_CALL_NS || !host || !(host->traits & AG_HOST_DUELS))
     return 0;
-  if (c->variant ? !atomic_load_explicit(&e->vtimed, memory_order_relaxed)
-                 : !atomic_load_explicit(&e->timed, memory_order_relaxed) ||
-                       ag_entry_slowest(e, dt))
+  if (atomic_load_explicit(c->variant ? &e->vtimed : &e->timed, memory_order_relaxed) <
+          AG_HELD_AFTER ||
+      (!c->variant && ag_entry_slowest(e, dt)))
     return 0;
   _Atomic uint64_t *h = ag_tcount_held(ag_tl.calls, e->index) + (c->variant ? 2 : 0);
   uint64_t n = atomic_load_explicit(&h[0], memory_order_relaxed) + 1;
@@ -1362,7 +1363,7 @@ static void agent_atexit(void)
   exit_begins(); /* again, for an activation that came before main (a library's constructor) */
   if (!ours())
     return;
-  ag_tcount_book_held_all(); /* the exiting thread's: other threads' come at their fold */
+  ag_tcount_book_held_all(); /* every thread's: no fold follows exit() */
   int done = stop_writer("exited", 0);
   ag_summary_print(done ? run_id : 0, run_start_ns); /* OPJIT_SUMMARY: what the writer stored */
 }

@@ -88,7 +88,8 @@ void ag_entry_orig_timed(ag_entry_t *e, uint64_t *n, uint64_t *ns);
 void ag_entry_orig_book(ag_entry_t *e, uint64_t dt);
 
 /* Whether dt is slower than the third slowest of e's original timings: ag_entry_orig_book notes
- * it among them (a timing that is not can be booked later with others: agent.h, held timings). */
+ * it among them (a timing that is not can be booked later with others: tcount.h, held
+ * timings). */
 static inline int ag_entry_slowest(ag_entry_t *e, uint64_t dt)
 {
   size_t last = sizeof e->slow_ns / sizeof e->slow_ns[0] - 1;

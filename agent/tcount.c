@@ -45,20 +45,18 @@ static AG_TLS tc_thread_t *tl_self;
 static _Atomic uint64_t *spare[SPARE_MAX];
 static int nspare;
 
-/* Books held timings h (4 words: tcount.h) on entry e and zeroes them. Their thread or its fold
- * calls it. */
+/* Books held timings h (4 words: tcount.h) on entry e and zeroes them: their thread, its fold,
+ * or the process's end (ag_tcount_book_held_all: the words taken at once, as their thread may
+ * be adding to them). */
 static void book_held(ag_entry_t *e, _Atomic uint64_t *h)
 {
   for (int side = 0; side < 2; side++, h += 2) {
-    uint64_t n = atomic_load_explicit(&h[0], memory_order_relaxed);
-    if (!n)
+    if (!atomic_load_explicit(&h[0], memory_order_relaxed))
       continue;
+    uint64_t n = atomic_exchange_explicit(&h[0], 0, memory_order_relaxed);
+    uint64_t ns = atomic_exchange_explicit(&h[1], 0, memory_order_relaxed);
     atomic_fetch_add_explicit(side ? &e->vtimed : &e->timed, n, memory_order_relaxed);
-    atomic_fetch_add_explicit(side ? &e->vtimed_ns : &e->timed_ns,
-                              atomic_load_explicit(&h[1], memory_order_relaxed),
-                              memory_order_relaxed);
-    atomic_store_explicit(&h[0], 0, memory_order_relaxed);
-    atomic_store_explicit(&h[1], 0, memory_order_relaxed);
+    atomic_fetch_add_explicit(side ? &e->vtimed_ns : &e->timed_ns, ns, memory_order_relaxed);
   }
 }
 
@@ -70,9 +68,12 @@ void ag_tcount_book_held(uint32_t i)
 
 void ag_tcount_book_held_all(void)
 {
-  uint32_t n = ag_tl.calls ? ag_table_count(reg_table) : 0;
-  for (uint32_t i = 0; i < n; i++)
-    book_held(ag_table_entry(reg_table, i), ag_tcount_held(ag_tl.calls, i));
+  uint32_t n = ag_table_count(reg_table);
+  pthread_mutex_lock(&reg_mu);
+  for (tc_thread_t *t = reg_head.next; t != &reg_head; t = t->next)
+    for (uint32_t i = 0; t->calls && i < n; i++)
+      book_held(ag_table_entry(reg_table, i), ag_tcount_held(t->calls, i));
+  pthread_mutex_unlock(&reg_mu);
 }
 
 /* Adds a thread's counts and held timings to the table's entries and zeroes them. Called with

@@ -11,10 +11,13 @@
  *  - its held timings: the ordinary timings of its short calls (agent.c, ag_call_timed), summed
  *    in the same array (4 words an entry from [2 capacity]: the original's count and ns, the
  *    variant's) and booked on the entry AG_HELD_MAX at a time, at the thread's bursts for the
- *    burst's signatures, and when it exits (the fold) or the process does. Two threads that
- *    timed one signature's calls each booked with locked adds on one line of its entry, which
- *    moved between their cores at every timing: ~20 ns a call at the default 1 timing in 16
- *    (Zen 5, two threads of a double 16^3 product in profile mode), where one thread pays nothing.
+ *    burst's signatures, when it exits (the fold), and every thread's when the process ends. Two
+ *    threads that timed one signature's calls each booked with locked adds on one line of its
+ *    entry, which moved between their cores at every timing: ~20 ns a call at the default 1
+ *    timing in 16 (Zen 5, two threads of a double 16^3 product in profile mode), where one
+ *    thread pays nothing. Until the rest of the run books them, a reader of the entry misses at
+ *    most AG_HELD_MAX - 1 of each side's timings per thread (the rounds of a signature several
+ *    threads call may take another thread's from before the last round).
  *  - its "current operator" slot (entry index + 1, 0 = none), which the sampler's signal
  *    handler reads: the thread's own for its samples, every thread's for samples taken in
  *    threads that never call an operator themselves (a library's pool threads). */
@@ -44,14 +47,19 @@ void ag_tcount_sum_one(uint32_t i, uint64_t *calls, uint64_t *vcalls);
 extern uint32_t ag_tcount_capacity;
 
 #define AG_HELD_MAX 8 /* a side's timings a thread holds before it books them */
+#define AG_HELD_AFTER 32 /* ... once the entry has booked so many of that side's: its first ones
+                            reach the readers (the payback test's mean, the outlier filter, a
+                            verdict's first rounds) as they come */
 /* Entry i's held timings in a thread's array calls (its ag_tl.calls). */
 static inline _Atomic uint64_t *ag_tcount_held(_Atomic uint64_t *calls, uint32_t i)
 {
   return calls + 2 * (size_t)ag_tcount_capacity + 4 * (size_t)i;
 }
-/* Books the calling thread's held timings of entry i (ag_tl.held; nothing without), or of every
- * entry (before the process's last write). */
+/* Books the calling thread's held timings of entry i (from ag_tl.calls; nothing without). */
 void ag_tcount_book_held(uint32_t i);
+/* Books every registered thread's held timings of every entry: before the process's last write
+ * (exit, _exit, exec), which no other thread's fold may follow. A thread holding a timing at
+ * that very moment may have one booked without its time, or lost. */
 void ag_tcount_book_held_all(void);
 
 /* Whether thread tid (a gettid) is registered: calls operators. Takes the registry's mutex. */

@@ -173,7 +173,7 @@ int bn_run_loop_ms(const char *scratch, char *const argv[], const char *const *a
     fclose(f);
   if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || *ms < 0) {
     *ms = -1;
-    return -1;
+    return st > 0 ? st : -1;
   }
   return 0;
 }

@@ -53,8 +53,9 @@ int bn_spawn_wait4_out(const char *path, char *const argv[], char *const env[],
 int bn_stderr_quiet(const char *errpath, const char *prog, const char *what);
 /* Runs a worker that prints "loop_ms MS": argv with the environment plus add (bn_env), its
  * stdout and stderr in scratch (a stderr that is not empty is copied to ours under "<prog>:
- * <what> wrote to stderr:"), its loop's milliseconds into *ms. Returns 0, or -1 when it failed
- * or printed none (*ms is then -1). */
+ * <what> wrote to stderr:"), its loop's milliseconds into *ms. Returns 0; else *ms is -1 and it
+ * returns the worker's wait status when that is not a clean exit, or -1 (not started, or no
+ * "loop_ms" printed). */
 int bn_run_loop_ms(const char *scratch, char *const argv[], const char *const *add,
                    const char *prog, const char *what, double *ms);
 /* Reads the "pass P MS" lines a warm worker (bench_warm_worker) wrote to path into pass[P]

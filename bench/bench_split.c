@@ -67,9 +67,10 @@ static int run_once(int c, const case_t *cs, const char *db, const char *opt, do
     add[na++] = ct;
   add[na] = NULL;
   char *argv[] = {OPJIT_SPLIT_WORKER_PATH, (char *)cs->op, (char *)cs->dt, n, it, NULL};
-  if (bn_run_loop_ms(scratch, argv, add, "bench_split",
-                     db ? "the program under the agent" : "the program", ms)) {
-    fprintf(stderr, "bench_split: %s %s %d failed\n", cs->op, cs->dt, cs->n);
+  int st = bn_run_loop_ms(scratch, argv, add, "bench_split",
+                          db ? "the program under the agent" : "the program", ms);
+  if (st) {
+    fprintf(stderr, "bench_split: %s %s %d failed (status %d)\n", cs->op, cs->dt, cs->n, st);
     return -1;
   }
   return 0;

@@ -64,9 +64,11 @@ static int run_once(int threads, const case_t *cs, const char *agent, const char
     add[na++] = pre, add[na++] = dbenv, add[na++] = mode;
   add[na] = NULL;
   char *argv[] = {OPJIT_THREADS_WORKER_PATH, t, (char *)cs->dt, n, it, NULL};
-  if (bn_run_loop_ms(scratch, argv, add, "bench_threads",
-                     agent ? "the program under the agent" : "the program", ms)) {
-    fprintf(stderr, "bench_threads: %d threads, %sgemm %d failed\n", threads, cs->dt, cs->n);
+  int st = bn_run_loop_ms(scratch, argv, add, "bench_threads",
+                          agent ? "the program under the agent" : "the program", ms);
+  if (st) {
+    fprintf(stderr, "bench_threads: %d threads, %sgemm %d failed (status %d)\n", threads,
+            cs->dt, cs->n, st);
     return -1;
   }
   return 0;
@@ -130,7 +132,7 @@ int main(int argc, char **argv)
   }
   cpu_set_t set;
   int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-  nthreads[0] = 1, nthreads[1] = cpus > 1 ? cpus : 2;
+  nthreads[0] = 1, nthreads[1] = cpus < 2 ? 2 : cpus > 64 ? 64 : cpus; /* the worker's most */
   agents[0] = OPJIT_AGENT_PATH;
   if (getenv("BENCH_AGENT") && *getenv("BENCH_AGENT"))
     agents[nag++] = getenv("BENCH_AGENT");

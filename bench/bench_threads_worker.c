@@ -29,9 +29,12 @@ static void *loop(void *arg)
 {
   int t = (int)(long)arg;
   size_t es = f64 ? 8 : 4, nn = (size_t)n * (size_t)n, off = 16 * (size_t)(t % 4);
-  char *mem = aligned_alloc(64, 3 * (nn * es + 64) + 64);
-  if (!mem)
+  size_t bytes = (3 * (nn * es + 64) + 64 + 63) / 64 * 64;
+  char *mem = aligned_alloc(64, bytes);
+  if (!mem) {
+    pthread_barrier_wait(&start); /* the others, and the clock, start all the same */
     return (void *)1;
+  }
   char *a = mem + off, *b = a + nn * es + 64, *c = b + nn * es + 64;
   for (size_t i = 0; i < nn; i++) { /* small values: C stays bounded over the iterations */
     double v = (double)((int)((i * 7 + (size_t)t) % 11) - 5) / 64;

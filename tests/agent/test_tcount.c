@@ -149,8 +149,9 @@ static void *holder(void *arg)
   return (void *)(long)bad;
 }
 
-/* Held timings reach the entry once each: booked by their thread for one entry or all, or by
- * its fold when it exits; a booking zeroes them, so a second adds nothing. */
+/* Held timings reach the entry once each: booked by their thread for one entry, by its fold when
+ * it exits (which zeroes them: the array goes to the next thread that registers), or by the
+ * process's end; a booking zeroes them, so a second adds nothing. */
 Test(tcount, held_timings_are_booked_once_by_their_thread_or_its_fold)
 {
   pthread_t t;
@@ -166,11 +167,41 @@ Test(tcount, held_timings_are_booked_once_by_their_thread_or_its_fold)
   cr_assert_eq(atomic_load(&e2->vtimed_ns), 70);
   cr_assert_eq(atomic_load(&e2->timed), 0, "a side with nothing held stays as it was");
 
-  hold(3, 0, 4, 25); /* this thread's, booked with every entry's */
+  hold(3, 0, 4, 25); /* this thread's (on the array the holder left), booked with every entry's */
   hold(0, 1, 1, 9);
   ag_tcount_book_held_all();
   ag_tcount_book_held_all();
   ag_entry_t *e3 = ag_table_entry(table, 3), *e0 = ag_table_entry(table, 0);
   cr_assert(atomic_load(&e3->timed) == 4 && atomic_load(&e3->timed_ns) == 100);
   cr_assert(atomic_load(&e0->vtimed) == 1 && atomic_load(&e0->vtimed_ns) == 9);
+  cr_assert_eq(atomic_load(&e1->timed), 7, "the fold left nothing held in the array it gave up");
+  cr_assert_eq(atomic_load(&e2->vtimed), 7);
+}
+
+static void *stays(void *arg)
+{
+  (void)arg;
+  hold(2, 0, 6, 50);
+  atomic_store(&stage, 1);
+  while (atomic_load(&stage) == 1)
+    usleep(100);
+  return NULL;
+}
+
+/* The process's end books every registered thread's held timings: threads still alive at exit
+ * (a pool's workers) have no fold before the last write. */
+Test(tcount, the_process_end_books_the_held_timings_of_threads_still_alive)
+{
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, stays, NULL), 0);
+  while (atomic_load(&stage) != 1)
+    usleep(100);
+  hold(2, 0, 1, 20);
+  ag_tcount_book_held_all();
+  ag_entry_t *e2 = ag_table_entry(table, 2);
+  cr_assert_eq(atomic_load(&e2->timed), 7, "the worker's 6 and this thread's 1");
+  cr_assert_eq(atomic_load(&e2->timed_ns), 320);
+  atomic_store(&stage, 2);
+  pthread_join(t, NULL);
+  cr_assert_eq(atomic_load(&e2->timed), 7, "its fold found nothing left to book");
 }

@@ -6,11 +6,11 @@
  *   stage2               cblas_daxpy x7
  *   loop                 cblas_sdot n=64 forever (killed by the test)
  *   threads T N          T threads, thread t calls cblas_sdot n=1+t, N times each
- *   shared T N           one cblas_sdot n=64, 200 ms of rest (the agent's start is over), then
- *                        T - 1 threads make the same call N times each, at once, and once they
- *                        ended the main thread N times; thread t on vectors 4 t floats into
- *                        their arrays (its operands at other offsets into a line than the
- *                        others')
+ *   shared T N [alive]   one cblas_sdot n=64, 200 ms of rest (the agent's start is over), the
+ *                        same call 40 times, then T - 1 threads make it N times each,
+ *                        concurrently, thread t on vectors 4 t floats into their arrays (its
+ *                        operands at other offsets into a line than the others'); they end
+ *                        and are joined, or with "alive" stay blocked while the process exits
  *   dlopen AGENT         calls cblas_sdot x4 through dlopen(AGENT)'s symbol (AT_SECURE test)
  *   ratio N [settled]    N rounds of 3 cblas_sgemm 96^3 (lda 96) and 1 with lda 97: two
  *                        signatures whose CPU cost is 3:1; prints a checksum of C; settled:
@@ -134,24 +134,39 @@ void cblas_sgemm(int, int, int, int, int, int, float, const float *, int, const 
 static long run_threads(void *(*fn)(void *), int from, int n)
 {
   pthread_t th[64];
-  for (int t = from; t < n && t < 64; t++)
-    pthread_create(&th[t], NULL, fn, (void *)(long)t);
+  int made[64] = {0};
   long sum = 0;
+  for (int t = from; t < n && t < 64; t++)
+    made[t] = pthread_create(&th[t], NULL, fn, (void *)(long)t) == 0;
   for (int t = from; t < n && t < 64; t++) {
-    void *rv;
-    pthread_join(th[t], &rv);
+    void *rv = (void *)1; /* a thread that could not start fails the mode */
+    if (made[t])
+      pthread_join(th[t], &rv);
     sum += (long)rv;
   }
   return sum;
 }
 
-static void *shared_main(void *arg)
+/* n calls of the shared mode's product on thread t's vectors; 1 when a result is wrong. */
+static long shared_calls(int t, long n)
 {
-  int t = (int)(long)arg;
   float acc = 0;
-  for (long i = 0; i < calls_per_thread; i++)
+  for (long i = 0; i < n; i++)
     acc += cblas_sdot(64, fx + 4 * t, 1, fy + 4 * t, 1);
-  return (void *)(long)(acc != 64.0f * (float)calls_per_thread);
+  return acc != 64.0f * (float)n;
+}
+
+static atomic_int shared_done, shared_bad;
+static int shared_stay; /* "alive": the threads stay, blocked, while the process exits */
+
+static void *shared_thread(void *arg)
+{
+  long bad = shared_calls((int)(long)arg, calls_per_thread);
+  atomic_fetch_add(&shared_bad, (int)bad);
+  atomic_fetch_add(&shared_done, 1);
+  while (shared_stay)
+    pause();
+  return (void *)bad;
 }
 
 /* "settled": the agent's compiles and checks are over (a minute at most), when it is loaded. */
@@ -282,12 +297,23 @@ int main(int argc, char **argv)
     return run_threads(thread_main, 0, atoi(argv[2])) != 0;
   }
   if (!strcmp(mode, "shared") && argc > 3) {
+    int n = atoi(argv[2]);
     calls_per_thread = atol(argv[3]);
-    volatile float first = cblas_sdot(64, fx, 1, fy, 1);
-    (void)first;
+    shared_stay = argc > 4 && !strcmp(argv[4], "alive");
+    long bad = shared_calls(0, 1);
     usleep(200000);
-    long bad = run_threads(shared_main, 1, atoi(argv[2]));
-    return bad + (long)shared_main(0) != 0;
+    bad += shared_calls(0, 40);
+    if (!shared_stay)
+      return bad + run_threads(shared_thread, 1, n) != 0;
+    for (int t = 1; t < n && t < 64; t++) {
+      pthread_t th;
+      if (pthread_create(&th, NULL, shared_thread, (void *)(long)t))
+        return 1;
+      pthread_detach(th);
+    }
+    while (atomic_load(&shared_done) < (n < 64 ? n : 64) - 1)
+      usleep(1000);
+    return bad + atomic_load(&shared_bad) != 0;
   }
   if (!strcmp(mode, "dlopen") && argc > 2) {
     void *h = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
