@@ -1363,7 +1363,7 @@ static void agent_atexit(void)
   exit_begins(); /* again, for an activation that came before main (a library's constructor) */
   if (!ours())
     return;
-  ag_tcount_book_held_all(); /* every thread's: no fold follows exit() */
+  ag_tcount_book_held_all(0); /* every thread's: no fold follows exit() */
   int done = stop_writer("exited", 0);
   ag_summary_print(done ? run_id : 0, run_start_ns); /* OPJIT_SUMMARY: what the writer stored */
 }
@@ -1388,7 +1388,7 @@ void ag_before_exec(void)
 {
   if (!ours())
     return;
-  ag_tcount_book_held_all();
+  ag_tcount_book_held_all(0);
   stop_writer("exec", 0);
   sp_stop(); /* even when the writer timed out: no event may signal the new image, */
   sp_discard_pending(); /* nor a signal stay pending into it (its action would kill it) */
@@ -1398,7 +1398,7 @@ void ag_before_exit(void)
 {
   if (!ours())
     return;
-  ag_tcount_book_held_all();
+  ag_tcount_book_held_all(1); /* _exit: perhaps from a signal handler */
   stop_writer("exited", 1);
 }
 

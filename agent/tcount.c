@@ -66,10 +66,14 @@ void ag_tcount_book_held(uint32_t i)
     book_held(ag_table_entry(reg_table, i), ag_tcount_held(ag_tl.calls, i));
 }
 
-void ag_tcount_book_held_all(void)
+void ag_tcount_book_held_all(int try)
 {
   uint32_t n = ag_table_count(reg_table);
-  pthread_mutex_lock(&reg_mu);
+  if (try ? pthread_mutex_trylock(&reg_mu) != 0 : pthread_mutex_lock(&reg_mu) != 0) {
+    for (uint32_t i = 0; i < n; i++)
+      ag_tcount_book_held(i);
+    return;
+  }
   for (tc_thread_t *t = reg_head.next; t != &reg_head; t = t->next)
     for (uint32_t i = 0; t->calls && i < n; i++)
       book_held(ag_table_entry(reg_table, i), ag_tcount_held(t->calls, i));
@@ -82,8 +86,8 @@ static void fold(tc_thread_t *t)
 {
   uint32_t n = t->calls ? ag_table_count(reg_table) : 0;
   for (uint32_t i = 0; i < n; i++) {
-    book_held(ag_table_entry(reg_table, i), ag_tcount_held(t->calls, i));
     ag_entry_t *e = ag_table_entry(reg_table, i);
+    book_held(e, ag_tcount_held(t->calls, i));
     uint64_t c = atomic_load_explicit(&t->calls[i], memory_order_relaxed);
     uint64_t v = atomic_load_explicit(&t->calls[ag_tcount_capacity + i], memory_order_relaxed);
     if (c) {

@@ -59,8 +59,10 @@ static inline _Atomic uint64_t *ag_tcount_held(_Atomic uint64_t *calls, uint32_t
 void ag_tcount_book_held(uint32_t i);
 /* Books every registered thread's held timings of every entry: before the process's last write
  * (exit, _exit, exec), which no other thread's fold may follow. A thread holding a timing at
- * that very moment may have one booked without its time, or lost. */
-void ag_tcount_book_held_all(void);
+ * that very moment may have one booked without its time, or lost. try: on a path a signal
+ * handler may take (_exit), where the registry's lock is taken only when free (the interrupted
+ * thread may hold it); else the calling thread's alone are booked. */
+void ag_tcount_book_held_all(int try);
 
 /* Whether thread tid (a gettid) is registered: calls operators. Takes the registry's mutex. */
 int ag_tcount_has_tid(pid_t tid);

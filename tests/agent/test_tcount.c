@@ -169,8 +169,8 @@ Test(tcount, held_timings_are_booked_once_by_their_thread_or_its_fold)
 
   hold(3, 0, 4, 25); /* this thread's (on the array the holder left), booked with every entry's */
   hold(0, 1, 1, 9);
-  ag_tcount_book_held_all();
-  ag_tcount_book_held_all();
+  ag_tcount_book_held_all(0);
+  ag_tcount_book_held_all(0);
   ag_entry_t *e3 = ag_table_entry(table, 3), *e0 = ag_table_entry(table, 0);
   cr_assert(atomic_load(&e3->timed) == 4 && atomic_load(&e3->timed_ns) == 100);
   cr_assert(atomic_load(&e0->vtimed) == 1 && atomic_load(&e0->vtimed_ns) == 9);
@@ -197,11 +197,38 @@ Test(tcount, the_process_end_books_the_held_timings_of_threads_still_alive)
   while (atomic_load(&stage) != 1)
     usleep(100);
   hold(2, 0, 1, 20);
-  ag_tcount_book_held_all();
+  ag_tcount_book_held_all(0);
   ag_entry_t *e2 = ag_table_entry(table, 2);
   cr_assert_eq(atomic_load(&e2->timed), 7, "the worker's 6 and this thread's 1");
   cr_assert_eq(atomic_load(&e2->timed_ns), 320);
   atomic_store(&stage, 2);
   pthread_join(t, NULL);
   cr_assert_eq(atomic_load(&e2->timed), 7, "its fold found nothing left to book");
+}
+
+static void *locker(void *arg)
+{
+  (void)arg;
+  ag_tcount_lock(); /* as a thread inside its registration or fold would */
+  atomic_store(&stage, 1);
+  while (atomic_load(&stage) == 1)
+    usleep(100);
+  ag_tcount_unlock();
+  return NULL;
+}
+
+/* From _exit (perhaps a signal handler's, the interrupted thread inside the registry), the
+ * booking never waits for the registry's lock: it books the calling thread's own held timings. */
+Test(tcount, the_booking_on_exit_never_waits_for_the_registry)
+{
+  hold(1, 1, 2, 30);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, locker, NULL), 0);
+  while (atomic_load(&stage) != 1)
+    usleep(100);
+  ag_tcount_book_held_all(1);
+  ag_entry_t *e1 = ag_table_entry(table, 1);
+  cr_assert(atomic_load(&e1->vtimed) == 2 && atomic_load(&e1->vtimed_ns) == 60);
+  atomic_store(&stage, 2);
+  pthread_join(t, NULL);
 }
