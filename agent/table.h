@@ -47,29 +47,17 @@ typedef struct ag_entry_s {
   _Atomic uint64_t guard_miss;         /* calls a variant could not take: a guard failed */
   _Atomic uint32_t offsets; /* where the program's operands lie: A's, B's and C's byte offsets
                                into a 64-byte line (a dot product's x and y as A and B), 6 bits
-                               each from bit 0 (ag_entry_note_offsets), as a call through its host's full
-                               path last passed them; 0 before any. The duel places its scratch
-                               operands alike (host.h): a kernel's loads that split lines there
-                               and not in the duel, or the other way round, measured another
-                               kernel than the program's */
+                               each from bit 0, as a call through its host's full path last
+                               passed them (the host notes them); 0 before any. The duel
+                               places its scratch operands alike (host.h): a kernel's loads that
+                               split lines there and not in the duel, or the other way round,
+                               measured another kernel than the program's */
 } __attribute__((aligned(64))) ag_entry_t;
 /* What a call its variant serves reads of its entry lies in one cache line (the key is read only
  * when the thread's cache misses). */
 _Static_assert(offsetof(ag_entry_t, index) < 64 && offsetof(ag_entry_t, variant) < 64 &&
                    offsetof(ag_entry_t, pair) < 64 && offsetof(ag_entry_t, verify) + 4 <= 64,
                "the per-call fields share the entry's first cache line");
-
-/* Notes where a call's operands lie in e (ag_entry_t.offsets; e NULL: a call the full table
- * counts as overflow). Written only when they moved: a program passes the same buffers call
- * after call, and the entry's line stays shared between the threads that call it. */
-static inline void ag_entry_note_offsets(ag_entry_t *e, const void *a, const void *b,
-                                         const void *c)
-{
-  uint32_t off = (uint32_t)((uintptr_t)a & 63) | (uint32_t)((uintptr_t)b & 63) << 6 |
-                 (uint32_t)((uintptr_t)c & 63) << 12;
-  if (e && atomic_load_explicit(&e->offsets, memory_order_relaxed) != off)
-    atomic_store_explicit(&e->offsets, off, memory_order_relaxed);
-}
 
 /* e's original timings, less the first call's once there are others (a library's warm-up:
  * buffers, a thread pool), and less the slowest few of the others (slow_ns) each more than

@@ -29,15 +29,21 @@ static uint8_t cblas_uplo(int u)
   return u == CBLAS_UPPER ? AG_UPPER : u == CBLAS_LOWER ? AG_LOWER : AG_UPLO_BAD;
 }
 
-/* Notes where a call's operands lie in e (ag_entry_t.offsets, for its kernel's duel) while the
- * signature may yet get a kernel: in jit mode, cold or queued. Not once one serves, nor in profile
- * mode: two threads whose operands lie differently wrote it in turn at every call through the
- * full path, taking the entry's line from each other (tcount.h says what that cost). */
+/* Notes where a call's operands lie in e (ag_entry_t.offsets, for its kernel's duel; e NULL: a
+ * call the full table counts as overflow), when they moved (a program passes the same buffers
+ * call after call) and while the signature may yet get a kernel: in jit mode, cold or queued.
+ * Not once one serves, nor in profile mode: two threads whose operands lie differently wrote it
+ * in turn at every call through the full path, taking the entry's line from each other
+ * (tcount.h says what that cost). */
 static inline void note_offsets(ag_entry_t *e, const void *a, const void *b, const void *c)
 {
   uint32_t t = e ? atomic_load_explicit(&e->tier, memory_order_relaxed) : AG_TIER_NONE;
-  if ((t == AG_TIER_COLD || t == AG_TIER_QUEUED) && ag_opts.num[AG_OPT_MODE] == AG_MODE_JIT)
-    ag_entry_note_offsets(e, a, b, c);
+  if ((t != AG_TIER_COLD && t != AG_TIER_QUEUED) || ag_opts.num[AG_OPT_MODE] != AG_MODE_JIT)
+    return;
+  uint32_t off = (uint32_t)((uintptr_t)a & 63) | (uint32_t)((uintptr_t)b & 63) << 6 |
+                 (uint32_t)((uintptr_t)c & 63) << 12;
+  if (atomic_load_explicit(&e->offsets, memory_order_relaxed) != off)
+    atomic_store_explicit(&e->offsets, off, memory_order_relaxed);
 }
 
 /* Each interposed symbol resolves its original once and accounts for the call around it; KEY
