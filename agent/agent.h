@@ -165,6 +165,14 @@ extern AG_TLS ag_thread_t ag_tl;
  * (name: at most 15 characters) and moves it there. */
 void ag_note_process_cpus(void);
 void ag_agent_thread_begin(const char *name);
+/* Keeps the calling agent thread off the CPU the host's thread last ran on, where the host runs
+ * its calls on one thread (host_threaded 0: ag_host_threaded) and the process has CPUs besides
+ * it; else it runs on all the process's. A thread that does work for the host calls it before each piece
+ * (a compile, a flush, a measurement): the host's thread may have moved since. On a 2-vCPU guest
+ * whose scheduler woke the agent's threads on the host thread's CPU and left them there for
+ * 4-8 ms while the other idled, a first run's loop lost 15-20 ms of 450 that way
+ * (docs/benchmarks.md, stop 47). */
+void ag_agent_keep_off_host(int host_threaded);
 /* Whether thread tid (a gettid) began as one of the agent's (ag_agent_thread_begin; the first
  * AG_AGENT_TIDS of them, fork children's included): a library's pool is not (spin.h). */
 #define AG_AGENT_TIDS 64

@@ -3,9 +3,12 @@
 #define _GNU_SOURCE
 #include "agent.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* The CPUs the process could use when the agent loaded (its constructor, before main). */
@@ -23,6 +26,44 @@ int ag_process_cpu_count(void)
   if (have_process_cpus)
     return CPU_COUNT(&process_cpus);
   return sched_getaffinity(0, sizeof now, &now) == 0 ? CPU_COUNT(&now) : 0;
+}
+
+/* The CPU the process's first thread last ran on (field 39 of /proc/self/stat), or -1. */
+static int leader_cpu(void)
+{
+  char buf[1024];
+  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return -1;
+  buf[n] = 0;
+  char *q = strrchr(buf, ')'); /* the name's end (field 2) */
+  for (int f = 2; q && f < 39; f++) /* q: the space before field f + 1 */
+    q = strchr(q + 1, ' ');
+  return q ? atoi(q + 1) : -1;
+}
+
+/* The CPU this thread was last kept off (-1: none, the process's all; -2: not set yet). */
+static AG_TLS int kept_off = -2;
+
+void ag_agent_keep_off_host(int host_threaded)
+{
+  if (!have_process_cpus || CPU_COUNT(&process_cpus) < 2)
+    return;
+  /* a host without threads of its own runs its calls on its first thread */
+  int c = host_threaded ? -1 : leader_cpu();
+  if (c < 0 || c >= CPU_SETSIZE || !CPU_ISSET(c, &process_cpus))
+    c = -1;
+  if (c == kept_off)
+    return;
+  cpu_set_t want = process_cpus;
+  if (c >= 0)
+    CPU_CLR(c, &want);
+  if (pthread_setaffinity_np(pthread_self(), sizeof want, &want) == 0)
+    kept_off = c;
 }
 
 static _Atomic int agent_tids[AG_AGENT_TIDS]; /* [0, nagent): the agent's threads' ids */
