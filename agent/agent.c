@@ -1163,6 +1163,7 @@ static int writer_step(int final)
  * totals in an interval of tick_ms when none was noted yet. */
 static void final_step(long tick_ms)
 {
+  ag_agent_keep_off_host(); /* the host's thread waits for it: its CPU is free again */
   if (sampling)
     sp_stop();
   pthread_mutex_lock(&db_mu); /* fork waits for the aggregation to be consistent */
@@ -1198,7 +1199,7 @@ static void *writer_main(void *arg)
 {
   (void)arg;
   ag_agent_thread_begin("opjit-writer");
-  ag_agent_keep_off_host(ag_host_threaded());
+  ag_agent_keep_off_host();
   const char *fault = getenv("OPJIT_TEST_FAULT"); /* the tests' seam: a writer without a CPU */
   if (fault && !strcmp(fault, "writer_stall")) { /* until a host thread ran the warm start */
     struct timespec dl = ag_deadline_after_us(CLOCK_MONOTONIC, 60 * 1000000L);
@@ -1287,7 +1288,7 @@ static void *writer_main(void *arg)
       pthread_mutex_unlock(&db_mu);
     }
     if (ag_now_ns() >= next_flush) {
-      ag_agent_keep_off_host(ag_host_threaded());
+      ag_agent_keep_off_host();
       ag_bg_begin(); /* its SQLite work takes a CPU too (background.h) */
       writer_step(0);
       ag_bg_end();

@@ -165,14 +165,19 @@ extern AG_TLS ag_thread_t ag_tl;
  * (name: at most 15 characters) and moves it there. */
 void ag_note_process_cpus(void);
 void ag_agent_thread_begin(const char *name);
-/* Keeps the calling agent thread off the CPU the host's thread last ran on, where the host runs
- * its calls on one thread (host_threaded 0: ag_host_threaded) and the process has CPUs besides
- * it; else it runs on all the process's. A thread that does work for the host calls it before each piece
- * (a compile, a flush, a measurement): the host's thread may have moved since. On a 2-vCPU guest
- * whose scheduler woke the agent's threads on the host thread's CPU and left them there for
- * 4-8 ms while the other idled, a first run's loop lost 15-20 ms of 450 that way
+/* Keeps the calling agent thread off the CPU that thread caller (a gettid of this process) last
+ * ran on while caller runs (or waits for a CPU), where the process has CPUs besides it; else
+ * (caller 0, asleep, blocked, gone) the thread runs on all the process's CPUs. Called on a
+ * thread that is not the agent's (ag_agent_tid), it does nothing. */
+void ag_agent_keep_off(pid_t caller);
+/* ag_agent_keep_off for the host's one calling thread: where the host has started no thread
+ * (ag_host_threaded) and one thread calls operators (tcount.h, ag_tcount_only_caller). The
+ * writer, the compile threads and the machine model's call it before each piece of work (a
+ * flush, a compile, a measurement: the host's thread may have moved or stopped since). On a
+ * 2-vCPU guest whose scheduler woke them on the host thread's CPU and left them there for one
+ * or two 4 ms slices while the other CPU idled, a first run's loop waited 15-25 ms of 450
  * (docs/benchmarks.md, stop 47). */
-void ag_agent_keep_off_host(int host_threaded);
+void ag_agent_keep_off_host(void);
 /* Whether thread tid (a gettid) began as one of the agent's (ag_agent_thread_begin; the first
  * AG_AGENT_TIDS of them, fork children's included): a library's pool is not (spin.h). */
 #define AG_AGENT_TIDS 64

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,11 +29,13 @@ int ag_process_cpu_count(void)
   return sched_getaffinity(0, sizeof now, &now) == 0 ? CPU_COUNT(&now) : 0;
 }
 
-/* The CPU the process's first thread last ran on (field 39 of /proc/self/stat), or -1. */
-static int leader_cpu(void)
+/* Where thread tid of this process is (from /proc/self/task/TID/stat): the CPU it last ran on
+ * (field 39) when it is running or waiting for a CPU (state R, field 3), else -1. */
+static int running_cpu(pid_t tid)
 {
-  char buf[1024];
-  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return -1;
   ssize_t n = read(fd, buf, sizeof buf - 1);
@@ -40,30 +43,32 @@ static int leader_cpu(void)
   if (n <= 0)
     return -1;
   buf[n] = 0;
-  char *q = strrchr(buf, ')'); /* the name's end (field 2) */
+  char *q = strrchr(buf, ')'); /* the name's end (field 2): a name may hold spaces and ')' */
+  if (!q || q[1] != ' ' || q[2] != 'R')
+    return -1;
   for (int f = 2; q && f < 39; f++) /* q: the space before field f + 1 */
     q = strchr(q + 1, ' ');
   return q ? atoi(q + 1) : -1;
 }
 
-/* The CPU this thread was last kept off (-1: none, the process's all; -2: not set yet). */
-static AG_TLS int kept_off = -2;
+/* The CPU this thread was last kept off, plus 2 (1: none, every CPU of the process; 0: not set
+ * yet, so that the TLS stays zero-initialised). */
+static AG_TLS int kept_off;
 
-void ag_agent_keep_off_host(int host_threaded)
+void ag_agent_keep_off(pid_t caller)
 {
-  if (!have_process_cpus || CPU_COUNT(&process_cpus) < 2)
-    return;
-  /* a host without threads of its own runs its calls on its first thread */
-  int c = host_threaded ? -1 : leader_cpu();
+  if (!have_process_cpus || CPU_COUNT(&process_cpus) < 2 || !ag_agent_tid(gettid()))
+    return; /* a host thread (one that runs the final step itself, say) keeps its CPUs */
+  int c = caller > 0 ? running_cpu(caller) : -1;
   if (c < 0 || c >= CPU_SETSIZE || !CPU_ISSET(c, &process_cpus))
     c = -1;
-  if (c == kept_off)
+  if (c + 2 == kept_off)
     return;
   cpu_set_t want = process_cpus;
   if (c >= 0)
     CPU_CLR(c, &want);
   if (pthread_setaffinity_np(pthread_self(), sizeof want, &want) == 0)
-    kept_off = c;
+    kept_off = c + 2;
 }
 
 static _Atomic int agent_tids[AG_AGENT_TIDS]; /* [0, nagent): the agent's threads' ids */

@@ -195,7 +195,7 @@ static void refine(ag_machine_t m)
     ag_machine_t x;
     uint64_t t0 = ag_now_ns();
     ag_machine_detect(&x);
-    ag_agent_keep_off_host(ag_host_threaded()); /* the host's thread may have moved since */
+    ag_agent_keep_off_host(); /* the host's thread may have moved since */
     ag_bg_begin();
     ag_machine_measure(&x);
     ag_bg_end();
@@ -239,7 +239,7 @@ static void take_families(const st_machine_t *rec)
 static void *machine_main(void *arg)
 {
   ag_agent_thread_begin("opjit-machine");
-  ag_agent_keep_off_host(ag_host_threaded());
+  ag_agent_keep_off_host();
   if (arg == &cur) { /* a fork child of a process still refining: the child's thread goes on */
     refine(*atomic_load(&cur));
     return NULL;

@@ -204,6 +204,18 @@ int ag_tcount_has_tid(pid_t tid)
   return found;
 }
 
+pid_t ag_tcount_only_caller(void)
+{
+  pid_t only = 0;
+  int n = 0;
+  pthread_mutex_lock(&reg_mu);
+  for (tc_thread_t *t = reg_head.next; n < 2 && t != &reg_head; t = t->next)
+    if (!ag_agent_tid(t->tid))
+      only = t->tid, n++;
+  pthread_mutex_unlock(&reg_mu);
+  return n == 1 ? only : 0;
+}
+
 uint32_t ag_tcount_inflight(void)
 {
   int n = atomic_load_explicit(&cur_hiwater, memory_order_relaxed);

@@ -66,6 +66,9 @@ void ag_tcount_book_held_all(int try);
 
 /* Whether thread tid (a gettid) is registered: calls operators. Takes the registry's mutex. */
 int ag_tcount_has_tid(pid_t tid);
+/* The thread that calls operators where exactly one registered thread does (the agent's own
+ * aside: agent.h, ag_agent_tid); 0 when none or several do. Takes the registry's mutex. */
+pid_t ag_tcount_only_caller(void);
 
 /* For the sampler's handler (async-signal-safe): the operator some registered thread is
  * running now (entry index + 1), or 0. */

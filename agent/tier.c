@@ -982,7 +982,7 @@ static void compile_begin(void *ctx)
 {
   (void)ctx;
   ag_agent_thread_begin("opjit-jit");
-  ag_agent_keep_off_host(ag_host_threaded());
+  ag_agent_keep_off_host();
   ag_tl_keep_statics = 1; /* LLVM's static destructors are never registered (process.c) */
   void *kept = ag_heap_present(AG_HEAP_JIT);
   if (kept)
@@ -1076,7 +1076,7 @@ static void compile_next(void *ctx, uint32_t i, int alone)
   ag_entry_t *e = ag_table_entry(ag_table, i);
   int placed = 0;
   int shelved = ag_warm_shelved(&e->key);
-  ag_agent_keep_off_host(ag_host_threaded()); /* the host's thread may have moved since */
+  ag_agent_keep_off_host(); /* the host's thread may have moved since */
   if (shelved) {
     wait_run();
     if (crashed_before(e))
@@ -1453,7 +1453,6 @@ static void *calibrate(void *arg)
 {
   (void)arg;
   ag_agent_thread_begin("opjit-calibrate");
-  ag_agent_keep_off_host(ag_host_threaded());
   ag_tl_keep_statics = 1; /* LLVM's static destructors are never registered (process.c) */
   /* only a CPU no host thread wants: a pool loses little to it (docs/benchmarks.md, stop 42) */
   pthread_setschedparam(pthread_self(), SCHED_IDLE, &(struct sched_param){0});

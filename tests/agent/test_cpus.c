@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: MIT */
-/* The agent's threads and the host thread's CPU (cpus.c, ag_agent_keep_off_host): where the host
- * runs its calls on one thread, an agent thread runs on the process's other CPUs, follows that
- * thread when it moves, and runs on all of them once the host has threads of its own. The host's
- * thread here is the test's first thread, pinned to one CPU and then another. */
+/* The agent's threads and the host's calling thread's CPU (cpus.c, ag_agent_keep_off): while
+ * that thread runs, an agent thread runs on the process's other CPUs, and follows it when it
+ * moves; while it sleeps, or with no such thread, on all of them; a thread not the agent's is
+ * left as it is. The host's thread here is the test's, pinned to one CPU and then another. */
 #define _GNU_SOURCE
 #include "agent/agent.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 /* Pins the calling thread to CPU c alone. */
@@ -23,49 +24,55 @@ static void pin(int c)
   cr_assert_eq(sched_getcpu(), c);
 }
 
-typedef struct {
-  pthread_mutex_t mu;
-  pthread_cond_t cond;
-  int ask; /* 0 idle, 1 keep off (host without threads), 2 keep off (host threaded), 3 stop */
-  cpu_set_t got; /* the agent thread's CPUs after the last ask */
-} agent_t;
+/* The agent's thread: asked (ask > 0), it keeps off thread ask (ask - 1: 0 none), notes its
+ * CPUs and writes a byte to done; ask -1 ends it. */
+static _Atomic long ask;
+static cpu_set_t got;
+static int done[2];
 
 static void *agent_main(void *arg)
 {
-  agent_t *a = arg;
+  (void)arg;
   ag_agent_thread_begin("opjit-test");
-  pthread_mutex_lock(&a->mu);
-  for (;;) {
-    while (!a->ask)
-      pthread_cond_wait(&a->cond, &a->mu);
-    if (a->ask == 3)
-      break;
-    ag_agent_keep_off_host(a->ask == 2);
-    pthread_getaffinity_np(pthread_self(), sizeof a->got, &a->got);
-    a->ask = 0;
-    pthread_cond_broadcast(&a->cond);
+  for (long a; (a = atomic_load(&ask)) >= 0;) {
+    if (!a) {
+      usleep(200);
+      continue;
+    }
+    ag_agent_keep_off((pid_t)(a - 1));
+    pthread_getaffinity_np(pthread_self(), sizeof got, &got);
+    atomic_store(&ask, 0);
+    cr_assert_eq(write(done[1], "", 1), 1);
   }
-  pthread_mutex_unlock(&a->mu);
   return NULL;
 }
 
-/* Asks the agent thread to keep off (host_threaded as given); returns its CPUs then. */
-static cpu_set_t ask(agent_t *a, int host_threaded)
+/* Asks the agent's thread to keep off caller while this thread runs (spinning: state R) or
+ * sleeps (blocked in a read); returns the agent thread's CPUs then. */
+static cpu_set_t keep_off(pid_t caller, int running)
 {
-  pthread_mutex_lock(&a->mu);
-  a->ask = host_threaded ? 2 : 1;
-  pthread_cond_broadcast(&a->cond);
-  while (a->ask)
-    pthread_cond_wait(&a->cond, &a->mu);
-  cpu_set_t got = a->got;
-  pthread_mutex_unlock(&a->mu);
+  char c;
+  atomic_store(&ask, caller + 1);
+  if (running)
+    while (atomic_load(&ask))
+      ;
+  cr_assert_eq(read(done[0], &c, 1), 1);
   return got;
 }
 
-Test(cpus, an_agent_thread_keeps_off_the_cpu_of_a_host_that_has_one_thread)
+/* Whether set is the process's CPUs without CPU c (c < 0: all of them). */
+static int all_but(const cpu_set_t *set, const cpu_set_t *all, int c)
+{
+  cpu_set_t want = *all;
+  if (c >= 0)
+    CPU_CLR(c, &want);
+  return CPU_EQUAL(set, &want);
+}
+
+Test(cpus, an_agent_thread_keeps_off_the_cpu_of_the_host_thread_while_it_runs)
 {
   ag_note_process_cpus(); /* as the agent's constructor does, before anything is pinned */
-  cpu_set_t all;
+  cpu_set_t all, mine;
   cr_assert_eq(sched_getaffinity(0, sizeof all, &all), 0);
   if (CPU_COUNT(&all) < 2)
     cr_skip_test("needs a process that may use at least 2 CPUs (it has %d)", CPU_COUNT(&all));
@@ -73,29 +80,36 @@ Test(cpus, an_agent_thread_keeps_off_the_cpu_of_a_host_that_has_one_thread)
   for (int c = 0; c < CPU_SETSIZE && second < 0; c++)
     if (CPU_ISSET(c, &all))
       *(first < 0 ? &first : &second) = c;
+  cr_assert_eq(pipe(done), 0);
+  pid_t me = gettid();
   pin(first);
-  agent_t a = {.mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
   pthread_t t;
-  cr_assert_eq(pthread_create(&t, NULL, agent_main, &a), 0);
+  cr_assert_eq(pthread_create(&t, NULL, agent_main, NULL), 0);
 
-  cpu_set_t got = ask(&a, 0), want = all;
-  CPU_CLR(first, &want);
-  cr_expect(CPU_EQUAL(&got, &want), "the agent thread may run on %d CPUs, the host's among "
-            "them: %d", CPU_COUNT(&got), CPU_ISSET(first, &got));
+  cpu_set_t s = keep_off(me, 1);
+  cr_expect(all_but(&s, &all, first), "the agent thread may run on %d CPUs, the host's (%d) "
+            "%s", CPU_COUNT(&s), first, CPU_ISSET(first, &s) ? "among them" : "not");
 
   pin(second); /* the host's thread moved: the next piece of work follows it */
-  got = ask(&a, 0), want = all;
-  CPU_CLR(second, &want);
-  cr_expect(CPU_EQUAL(&got, &want), "the agent thread stayed off CPU %d, not %d", first,
+  s = keep_off(me, 1);
+  cr_expect(all_but(&s, &all, second), "the agent thread stayed off CPU %d, not %d", first,
             second);
 
-  got = ask(&a, 1); /* a host with threads of its own: every CPU may be one of theirs */
-  cr_expect(CPU_EQUAL(&got, &all), "a threaded host's agent thread runs on %d of %d CPUs",
-            CPU_COUNT(&got), CPU_COUNT(&all));
+  s = keep_off(me, 0); /* the host's thread sleeps: its CPU is free */
+  cr_expect(all_but(&s, &all, -1), "beside a sleeping host thread, the agent thread runs on %d "
+            "of %d CPUs", CPU_COUNT(&s), CPU_COUNT(&all));
 
-  pthread_mutex_lock(&a.mu);
-  a.ask = 3;
-  pthread_cond_broadcast(&a.cond);
-  pthread_mutex_unlock(&a.mu);
+  s = keep_off(me, 1);
+  cr_expect(all_but(&s, &all, second), "kept off again once the host's thread runs");
+  s = keep_off(0, 1); /* no one calling thread (a threaded host, or none yet) */
+  cr_expect(all_but(&s, &all, -1), "with no host thread to keep off, %d of %d CPUs",
+            CPU_COUNT(&s), CPU_COUNT(&all));
+
+  ag_agent_keep_off(me); /* from the host's own thread: not an agent thread, left as it is */
+  cr_assert_eq(sched_getaffinity(0, sizeof mine, &mine), 0);
+  cr_expect(CPU_COUNT(&mine) == 1 && CPU_ISSET(second, &mine), "the host thread's own CPUs "
+            "changed");
+
+  atomic_store(&ask, -1);
   pthread_join(t, NULL);
 }

@@ -410,9 +410,9 @@ Test(machine, a_bad_opjit_isa_warns_once_and_the_program_runs, .init = fx_setup,
 /* ---- the agent's model for a process (machine_run.c, compiled into this test) ------------- */
 
 /* What machine_run.c takes from the agent: its options, its folder (the store module), its
- * SQLite lock, and whether the host started threads (none: the thread keeps off this one's CPU). */
+ * SQLite lock, and its threads' keeping off the host's (threads.c; no host here). */
 ag_opts_t ag_opts;
-int ag_host_threaded(void) { return 0; }
+void ag_agent_keep_off_host(void) {}
 const char *ag_self_dir(void) { return OPJIT_BUILD_DIR; }
 static pthread_mutex_t sqlite_mu = PTHREAD_MUTEX_INITIALIZER;
 void ag_sqlite_lock(void) { pthread_mutex_lock(&sqlite_mu); }

@@ -3,6 +3,7 @@
  * define): per-thread counters summed with the table's, a thread's counts folded into the table
  * when it exits, the operator a thread is running seen from elsewhere, and a fork child that
  * keeps only its own thread, its counts at zero. */
+#define _GNU_SOURCE
 #include "agent/agent.h"
 #include "agent/hosts/blas_key.h"
 
@@ -231,4 +232,48 @@ Test(tcount, the_booking_on_exit_never_waits_for_the_registry)
   cr_assert(atomic_load(&e1->vtimed) == 2 && atomic_load(&e1->vtimed_ns) == 60);
   atomic_store(&stage, 2);
   pthread_join(t, NULL);
+}
+
+/* A thread that calls once and stays registered until stage leaves 1; one of the agent's
+ * (a compile thread's duel, say) when arg is set. */
+static void *caller(void *arg)
+{
+  if (arg)
+    ag_agent_thread_begin("opjit-test");
+  count(0, 1, 0);
+  atomic_store(&stage, 1);
+  while (atomic_load(&stage) == 1)
+    usleep(100);
+  return NULL;
+}
+
+/* Starts caller(agent) and waits until it has called; stage is 1 until it is let go. */
+static pthread_t start_caller(int agent)
+{
+  pthread_t t;
+  atomic_store(&stage, 0);
+  cr_assert_eq(pthread_create(&t, NULL, caller, agent ? &stage : NULL), 0);
+  while (atomic_load(&stage) != 1)
+    usleep(100);
+  return t;
+}
+
+static void stop_caller(pthread_t t)
+{
+  atomic_store(&stage, 2);
+  pthread_join(t, NULL);
+}
+
+Test(tcount, the_only_caller_is_the_one_host_thread_that_calls)
+{
+  cr_assert_eq(ag_tcount_only_caller(), 0, "no thread has called yet");
+  count(0, 1, 0);
+  cr_assert_eq(ag_tcount_only_caller(), gettid());
+  pthread_t t = start_caller(1);
+  cr_assert_eq(ag_tcount_only_caller(), gettid(), "an agent thread's calls do not count");
+  stop_caller(t);
+  t = start_caller(0);
+  cr_assert_eq(ag_tcount_only_caller(), 0, "two host threads call");
+  stop_caller(t);
+  cr_assert_eq(ag_tcount_only_caller(), gettid(), "the second one exited");
 }
