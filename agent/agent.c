@@ -1380,7 +1380,7 @@ static void start_writer(void)
   pthread_sigmask(SIG_SETMASK, &all, &old);
   pthread_mutex_lock(&mu);
   stop = 0;
-  writer_running = pthread_create(&writer, NULL, writer_main, NULL) == 0;
+  writer_running = ag_agent_thread_create(&writer, NULL, writer_main, NULL) == 0;
   pthread_mutex_unlock(&mu);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (!writer_running)

@@ -165,6 +165,13 @@ extern AG_TLS ag_thread_t ag_tl;
  * (name: at most 15 characters) and moves it there. */
 void ag_note_process_cpus(void);
 void ag_agent_thread_begin(const char *name);
+/* pthread_create for the agent's own threads: threads.c's interposer does not count them as the
+ * host's (ag_host_threaded) even where another interposer (a sanitizer's runtime, preloaded
+ * first) wraps their start routine in its own, which dladdr alone would place outside the agent.
+ * ag_tl_starting is set meanwhile. */
+int ag_agent_thread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *),
+                           void *arg);
+extern AG_TLS int ag_tl_starting;
 /* Keeps the calling agent thread off the CPU that thread caller (a gettid of this process) last
  * ran on while caller runs (or waits for a CPU), where the process has CPUs besides it; else
  * (caller 0, asleep, blocked, gone) the thread runs on all the process's CPUs. Called on a

@@ -71,6 +71,17 @@ void ag_agent_keep_off(pid_t caller)
     kept_off = c + 2;
 }
 
+AG_TLS int ag_tl_starting;
+
+int ag_agent_thread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *),
+                           void *arg)
+{
+  ag_tl_starting = 1;
+  int rc = pthread_create(t, attr, fn, arg);
+  ag_tl_starting = 0;
+  return rc;
+}
+
 static _Atomic int agent_tids[AG_AGENT_TIDS]; /* [0, nagent): the agent's threads' ids */
 static _Atomic int nagent;
 

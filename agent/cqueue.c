@@ -2,6 +2,7 @@
 /* The compile queue (cqueue.h): an array under a mutex, taken in the caller's order (else LIFO),
  * and its threads' loop. */
 #include "cqueue.h"
+#include "agent.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -69,7 +70,7 @@ int ag_cq_spawn(void *(*fn)(void *), void *arg)
   sigdelset(&all, SIGSEGV), sigdelset(&all, SIGILL), sigdelset(&all, SIGBUS);
   sigdelset(&all, SIGFPE);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  int started = pthread_create(&t, NULL, fn, arg) == 0;
+  int started = ag_agent_thread_create(&t, NULL, fn, arg) == 0;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (started)
     pthread_detach(t);

@@ -317,7 +317,7 @@ void ag_fleet_start(void)
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old); /* the thread never takes a host signal */
-  if (pthread_create(&thread, NULL, fleet_main, NULL) == 0)
+  if (ag_agent_thread_create(&thread, NULL, fleet_main, NULL) == 0)
     started_pid = getpid();
   else
     ag_log(AG_LOG_WARN, "cannot start the fleet thread: runs stay local");

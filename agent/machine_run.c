@@ -277,7 +277,7 @@ static void start_thread(int refining)
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  if (pthread_create(&t, &attr, machine_main, refining ? &cur : NULL) != 0) {
+  if (ag_agent_thread_create(&t, &attr, machine_main, refining ? &cur : NULL) != 0) {
     ag_log_once(AG_LOG_WARN, "cannot start the machine model's thread: compile costs stay "
                              "at their %.0f ms guess", AG_MACHINE_COMPILE_GUESS_NS / 1e6);
     if (refining)

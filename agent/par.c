@@ -141,7 +141,7 @@ static int start_workers(int want)
   int n = 0;
   for (int w = 1; w <= want && w < AG_PAR_MAX; w++) {
     pthread_t th;
-    if (pthread_create(&th, &at, worker, NULL) != 0)
+    if (ag_agent_thread_create(&th, &at, worker, NULL) != 0)
       break;
     n++;
   }

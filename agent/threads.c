@@ -67,7 +67,7 @@ AG_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*
   static create_fn real;
   if (!real && !(real = (create_fn)dlsym(RTLD_NEXT, "pthread_create")))
     return EAGAIN;
-  if (!ag_host_threaded() && !ours(start))
+  if (!ag_host_threaded() && !ag_tl_starting && !ours(start))
     atomic_store_explicit(&host_threaded, 1, memory_order_relaxed);
   trampoline_t *t = sp_active() || sp_expected() ? malloc(sizeof *t) : NULL;
   if (!t)
