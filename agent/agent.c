@@ -1163,9 +1163,9 @@ static int writer_step(int final)
  * totals in an interval of tick_ms when none was noted yet. */
 static void final_step(long tick_ms)
 {
-  ag_agent_keep_off_host(); /* the host's thread waits for it: its CPU is free again */
   if (sampling)
     sp_stop();
+  ag_agent_keep_off_host(); /* the host's thread waits for it: its CPU is free again */
   pthread_mutex_lock(&db_mu); /* fork waits for the aggregation to be consistent */
   if (sampling)
     drain_samples();
@@ -1223,6 +1223,7 @@ static void *writer_main(void *arg)
       ag_tier_hold(AG_HOLD_NONE);
     warm_fleet();
   }
+  ag_agent_keep_off_host(); /* again: the first call registers its thread after starting this */
   /* A program that ended before the writer got here left nothing to sample: its exit does not
    * wait for the sampler to start (libunwind loaded, every thread armed) and stop again. */
   pthread_mutex_lock(&mu);

@@ -58,7 +58,7 @@ static AG_TLS int kept_off;
 void ag_agent_keep_off(pid_t caller)
 {
   if (!have_process_cpus || CPU_COUNT(&process_cpus) < 2 || !ag_agent_tid(gettid()))
-    return; /* a host thread (one that runs the final step itself, say) keeps its CPUs */
+    return; /* only the agent's own threads are moved */
   int c = caller > 0 ? running_cpu(caller) : -1;
   if (c < 0 || c >= CPU_SETSIZE || !CPU_ISSET(c, &process_cpus))
     c = -1;

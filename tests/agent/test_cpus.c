@@ -10,6 +10,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 /* Pins the calling thread to CPU c alone. */
@@ -24,11 +26,29 @@ static void pin(int c)
   cr_assert_eq(sched_getcpu(), c);
 }
 
-/* The agent's thread: asked (ask > 0), it keeps off thread ask (ask - 1: 0 none), notes its
- * CPUs and writes a byte to done; ask -1 ends it. */
+/* The agent's thread: asked (ask > 0), it keeps off thread ask (ask - 1: 0 none), once that
+ * thread sleeps when asleep is set, notes its CPUs and writes a byte to done; ask -1 ends it. */
 static _Atomic long ask;
+static _Atomic int asleep;
 static cpu_set_t got;
 static int done[2];
+
+/* Waits (1 s at most) until thread tid is not running: its state (stat's field 3) is not R. */
+static void wait_asleep(pid_t tid)
+{
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+  for (int i = 0; i < 1000; i++, usleep(1000)) {
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+      fclose(f);
+    buf[n] = 0;
+    const char *q = strrchr(buf, ')');
+    if (q && q[1] == ' ' && q[2] != 'R')
+      return;
+  }
+}
 
 static void *agent_main(void *arg)
 {
@@ -39,6 +59,8 @@ static void *agent_main(void *arg)
       usleep(200);
       continue;
     }
+    if (atomic_load(&asleep)) /* the asker is on its way into read(): until it is there */
+      wait_asleep((pid_t)(a - 1));
     ag_agent_keep_off((pid_t)(a - 1));
     pthread_getaffinity_np(pthread_self(), sizeof got, &got);
     atomic_store(&ask, 0);
@@ -52,6 +74,7 @@ static void *agent_main(void *arg)
 static cpu_set_t keep_off(pid_t caller, int running)
 {
   char c;
+  atomic_store(&asleep, !running);
   atomic_store(&ask, caller + 1);
   if (running)
     while (atomic_load(&ask))

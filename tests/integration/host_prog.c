@@ -29,8 +29,9 @@
  *   strided N            N cblas_sdot n=16 with incx 2 (a strided vector: no JIT variant), the
  *                        agent settled (opjit_settle: its machine model ready) after the first
  *                        100
- *   pinned               pins its thread to the first of the process's CPUs, cblas_sdot x4;
- *                        prints "process cpus LIST" and "thread NAME cpus LIST" per thread */
+ *   pinned               pins its thread to the first of the process's CPUs, calls cblas_sdot
+ *                        for 0.3 s or until the writer's CPUs moved (10 s at most); prints
+ *                        "process cpus LIST" and "thread NAME cpus LIST" per thread */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
@@ -88,7 +89,6 @@ static void status_field(const char *path, const char *field, char *out, size_t 
     fclose(f);
 }
 
-/* "thread NAME cpus LIST" for each thread of the process. */
 /* The CPUs (Cpus_allowed_list) of this process's thread named name, "" when there is none. */
 static void thread_cpus(const char *name, char *out, size_t len)
 {
@@ -105,6 +105,7 @@ static void thread_cpus(const char *name, char *out, size_t len)
     closedir(d);
 }
 
+/* "thread NAME cpus LIST" for each thread of the process. */
 static void print_thread_cpus(void)
 {
   DIR *d = opendir("/proc/self/task");
