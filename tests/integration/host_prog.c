@@ -12,9 +12,10 @@
  *                        operands at other offsets into a line than the others'); they end
  *                        and are joined, or with "alive" stay blocked while the process exits
  *   dlopen AGENT         calls cblas_sdot x4 through dlopen(AGENT)'s symbol (AT_SECURE test)
- *   ratio N [settled]    N rounds of 3 cblas_sgemm 96^3 (lda 96) and 1 with lda 97: two
+ *   ratio N [settled [again]]  N rounds of 3 cblas_sgemm 96^3 (lda 96) and 1 with lda 97: two
  *                        signatures whose CPU cost is 3:1; prints a checksum of C; settled:
- *                        then waits for the agent to settle
+ *                        then waits for the agent to settle; again: then runs the N rounds
+ *                        once more
  *   big N [settled]      N cblas_sgemm 384^3 (OpenBLAS splits them over its thread pool where
  *                        the test's OPENBLAS_NUM_THREADS gives it one); settled: then waits
  *                        for the agent to settle (opjit_settle)
@@ -356,6 +357,8 @@ int main(int argc, char **argv)
     printf("checksum %.9g\n", ratio_work(atol(argv[2])));
     if (argc > 3 && !strcmp(argv[3], "settled"))
       settle_agent();
+    if (argc > 4 && !strcmp(argv[4], "again")) /* on the kernels, however late they came */
+      printf("checksum %.9g\n", ratio_work(atol(argv[2])));
     return 0;
   }
   if (!strcmp(mode, "forkratio") && argc > 2) {
@@ -423,7 +426,7 @@ int main(int argc, char **argv)
     }
     return s != s; /* NaN never: keeps the loop honest */
   }
-  fprintf(stderr, "usage: %s noop|forkexec|loop|threads T N|dlopen AGENT|ratio N [settled]|"
+  fprintf(stderr, "usage: %s noop|forkexec|loop|threads T N|dlopen AGENT|ratio N [settled [again]]|"
                   "big N [settled]|long N|sigprof N|clocked N|strided N\n",
           argv[0]);
   return 2;
