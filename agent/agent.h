@@ -165,10 +165,10 @@ extern AG_TLS ag_thread_t ag_tl;
  * (name: at most 15 characters) and moves it there. */
 void ag_note_process_cpus(void);
 void ag_agent_thread_begin(const char *name);
-/* pthread_create for the agent's own threads: threads.c's interposer does not count them as the
- * host's (ag_host_threaded) even where another interposer (a sanitizer's runtime, preloaded
- * first) wraps their start routine in its own, which dladdr alone would place outside the agent.
- * ag_tl_starting is set meanwhile. */
+/* pthread_create for the agent's own threads (every one of them starts here): threads.c's
+ * interposer does not count them as the host's (ag_host_threaded), even where another
+ * interposer (a sanitizer's runtime, preloaded first) wraps their start routine in its own.
+ * ag_tl_starting is set meanwhile, on the creating thread. */
 int ag_agent_thread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *),
                            void *arg);
 extern AG_TLS int ag_tl_starting;

@@ -50,24 +50,13 @@ void ag_agent_keep_off_host(void)
   ag_agent_keep_off(ag_host_threaded() ? 0 : ag_tcount_only_caller());
 }
 
-/* Whether start lies in this object: one of the agent's own threads (writer, compile, machine). */
-static int ours(void *(*start)(void *))
-{
-  static void *_Atomic self; /* this object's base, found once (any thread finds the same) */
-  Dl_info it;
-  if (!atomic_load_explicit(&self, memory_order_relaxed) && dladdr((void *)ours, &it))
-    atomic_store_explicit(&self, it.dli_fbase, memory_order_relaxed);
-  return dladdr((void *)start, &it) &&
-         it.dli_fbase == atomic_load_explicit(&self, memory_order_relaxed);
-}
-
 AG_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*start)(void *),
                              void *arg)
 {
   static create_fn real;
   if (!real && !(real = (create_fn)dlsym(RTLD_NEXT, "pthread_create")))
     return EAGAIN;
-  if (!ag_host_threaded() && !ag_tl_starting && !ours(start))
+  if (!ag_host_threaded() && !ag_tl_starting) /* not one of the agent's (ag_agent_thread_create) */
     atomic_store_explicit(&host_threaded, 1, memory_order_relaxed);
   trampoline_t *t = sp_active() || sp_expected() ? malloc(sizeof *t) : NULL;
   if (!t)
