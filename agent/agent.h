@@ -177,13 +177,14 @@ extern AG_TLS int ag_tl_starting;
  * (caller 0, asleep, blocked, gone) the thread runs on all the process's CPUs. Called on a
  * thread that is not the agent's (ag_agent_tid), it does nothing. */
 void ag_agent_keep_off(pid_t caller);
-/* ag_agent_keep_off for the host's one calling thread: where the host has started no thread
- * (ag_host_threaded) and one thread calls operators (tcount.h, ag_tcount_only_caller). The
- * writer, the compile threads and the machine model's call it before each piece of work (a
- * flush, a compile, a measurement: the host's thread may have moved or stopped since). On a
- * 2-vCPU guest whose scheduler woke them on the host thread's CPU and left them there for one
- * or two 4 ms slices while the other CPU idled, a first run's loop waited 15-25 ms of 450
- * (docs/benchmarks.md, stop 47). */
+/* ag_agent_keep_off for the host's one calling thread, where one thread calls operators
+ * (tcount.c, ag_tcount_only_caller), whether or not the host has other threads (a library's
+ * pool, which runs the calls it splits beside it: the agent's work takes that pool's CPU or the
+ * calling thread's either way). The writer, the compile threads and the machine model's call it
+ * before each piece of work (a flush, a compile, a measurement: the host's thread may have
+ * moved or stopped since). On a 2-vCPU guest whose scheduler woke them on the host thread's CPU
+ * and left them there for one or two 4 ms slices while the other CPU idled, a first run's loop
+ * waited 15-25 ms of 450 (docs/benchmarks.md, stop 47). */
 void ag_agent_keep_off_host(void);
 /* Whether thread tid (a gettid) began as one of the agent's (ag_agent_thread_begin; the first
  * AG_AGENT_TIDS of them, fork children's included): a library's pool is not (spin.h). */

@@ -216,6 +216,8 @@ pid_t ag_tcount_only_caller(void)
   return n == 1 ? only : 0;
 }
 
+void ag_agent_keep_off_host(void) { ag_agent_keep_off(ag_tcount_only_caller()); }
+
 uint32_t ag_tcount_inflight(void)
 {
   int n = atomic_load_explicit(&cur_hiwater, memory_order_relaxed);

@@ -14,7 +14,6 @@
  * next refresh notices them. */
 #define _GNU_SOURCE
 #include "agent.h"
-#include "tcount.h"
 #include "sampler/sampler.h"
 
 #include <dlfcn.h>
@@ -44,11 +43,6 @@ static void *trampoline(void *p)
 static _Atomic int host_threaded; /* the host has started a thread */
 
 int ag_host_threaded(void) { return atomic_load_explicit(&host_threaded, memory_order_relaxed); }
-
-void ag_agent_keep_off_host(void)
-{
-  ag_agent_keep_off(ag_host_threaded() ? 0 : ag_tcount_only_caller());
-}
 
 AG_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*start)(void *),
                              void *arg)

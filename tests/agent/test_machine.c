@@ -410,7 +410,7 @@ Test(machine, a_bad_opjit_isa_warns_once_and_the_program_runs, .init = fx_setup,
 /* ---- the agent's model for a process (machine_run.c, compiled into this test) ------------- */
 
 /* What machine_run.c takes from the agent: its options, its folder (the store module), its
- * SQLite lock, and its threads' keeping off the host's (threads.c; no host here). */
+ * SQLite lock, and its threads' keeping off the host's (tcount.c; no host here). */
 ag_opts_t ag_opts;
 void ag_agent_keep_off_host(void) {}
 const char *ag_self_dir(void) { return OPJIT_BUILD_DIR; }

@@ -30,9 +30,11 @@
  *   strided N            N cblas_sdot n=16 with incx 2 (a strided vector: no JIT variant), the
  *                        agent settled (opjit_settle: its machine model ready) after the first
  *                        100
- *   pinned               pins its thread to the first of the process's CPUs, calls cblas_sdot
+ *   pinned [pool]        pins its thread to the first of the process's CPUs, calls cblas_sdot
  *                        for 0.3 s or until the writer's CPUs moved (10 s at most); prints
- *                        "process cpus LIST" and "thread NAME cpus LIST" per thread */
+ *                        "process cpus LIST" and "thread NAME cpus LIST" per thread; with
+ *                        pool, starts an idle thread first ("host_pool": a library's pool
+ *                        between calls it splits) */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
@@ -90,34 +92,26 @@ static void status_field(const char *path, const char *field, char *out, size_t 
     fclose(f);
 }
 
-/* The CPUs (Cpus_allowed_list) of this process's thread named name, "" when there is none. */
+/* The CPUs (Cpus_allowed_list) of this process's thread named name into out, "" when there is
+ * none; with name NULL, prints "thread NAME cpus LIST" for each thread instead. */
 static void thread_cpus(const char *name, char *out, size_t len)
 {
   DIR *d = opendir("/proc/self/task");
-  out[0] = 0;
-  for (struct dirent *e; d && (e = readdir(d));) {
-    char path[300], n[64];
-    snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
-    status_field(path, "Name:", n, sizeof n);
-    if (e->d_name[0] != '.' && !strcmp(n, name))
-      status_field(path, "Cpus_allowed_list:", out, len);
-  }
-  if (d)
-    closedir(d);
-}
-
-/* "thread NAME cpus LIST" for each thread of the process. */
-static void print_thread_cpus(void)
-{
-  DIR *d = opendir("/proc/self/task");
+  if (name)
+    out[0] = 0;
   for (struct dirent *e; d && (e = readdir(d));) {
     if (e->d_name[0] == '.')
       continue;
-    char path[300], name[64], cpus[256];
+    char path[300], n[64], cpus[256];
     snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
-    status_field(path, "Name:", name, sizeof name);
+    status_field(path, "Name:", n, sizeof n);
+    if (name && strcmp(n, name))
+      continue;
     status_field(path, "Cpus_allowed_list:", cpus, sizeof cpus);
-    printf("thread %s cpus %s\n", name, cpus);
+    if (name)
+      snprintf(out, len, "%s", cpus);
+    else
+      printf("thread %s cpus %s\n", n, cpus);
   }
   if (d)
     closedir(d);
@@ -235,6 +229,15 @@ static void on_sigprof(int s)
   atomic_fetch_add(&prof_signals, 1);
 }
 
+/* An idle thread: blocks until the pipe whose read end *arg is reaches its end. */
+static void *wait_for_eof(void *arg)
+{
+  char c;
+  while (read(*(int *)arg, &c, 1) > 0)
+    ;
+  return NULL;
+}
+
 static int cmp_long(const void *x, const void *y)
 {
   long a = *(const long *)x, b = *(const long *)y;
@@ -255,6 +258,12 @@ int main(int argc, char **argv)
   if (!strcmp(mode, "pinned")) {
     /* pins this thread to the first of the process's CPUs, then makes its first calls (the
      * agent starts its threads from here); prints the process's CPUs and each thread's */
+    int idle[2] = {-1, -1};
+    pthread_t pool;
+    if (argc > 2 && !strcmp(argv[2], "pool") &&
+        (pipe(idle) != 0 || pthread_create(&pool, NULL, wait_for_eof, &idle[0]) != 0 ||
+         pthread_setname_np(pool, "host_pool") != 0))
+      return 2;
     char all[256];
     status_field("/proc/self/status", "Cpus_allowed_list:", all, sizeof all);
     cpu_set_t cpus, one;
@@ -282,7 +291,11 @@ int main(int argc, char **argv)
     } while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 <
              (!writer[0] || !strcmp(writer, all) ? 10000 : 300));
     printf("process cpus %s\n", all);
-    print_thread_cpus();
+    thread_cpus(NULL, NULL, 0);
+    if (idle[1] >= 0) {
+      close(idle[1]);
+      pthread_join(pool, NULL);
+    }
     return wrong ? 1 : 0;
   }
   if (!strcmp(mode, "forkexec")) {

@@ -441,18 +441,16 @@ static cpu_set_t cpu_list(const char *s)
   return set;
 }
 
-Test(preload, the_agents_threads_run_on_the_process_cpus_not_on_a_pinned_host_threads)
+/* Runs host_prog pinned (with argument arg, or none) as run name: its writer must run on every
+ * CPU of the process but the calling thread's. */
+static void assert_writer_keeps_off(const char *name, const char *arg)
 {
-  /* The host pins its thread to one CPU before its first call, which starts the writer: the
-   * writer must not inherit that pinning (the process's other CPUs would idle beside it), and,
-   * the host calling on one thread, keeps off that thread's CPU (agent.h,
-   * ag_agent_keep_off_host): it runs on all the others. */
   cpu_set_t cpus;
   if (sched_getaffinity(0, sizeof cpus, &cpus) != 0 || CPU_COUNT(&cpus) < 2)
     cr_skip_test("needs a process that may use at least 2 CPUs");
-  assert_exited_ok(h_run("pinned", 1, NULL, (const char *[]){H_HOST_PROG, "pinned", NULL}),
-                   "pinned");
-  const char *out = h_output("pinned", "out");
+  assert_exited_ok(h_run(name, 1, NULL, (const char *[]){H_HOST_PROG, "pinned", arg, NULL}),
+                   name);
+  const char *out = h_output(name, "out");
   char all[256], writer[256], host[256];
   const char *p = strstr(out, "process cpus "), *w = strstr(out, "thread opjit-writer cpus ");
   const char *h = strstr(out, "thread host_prog cpus ");
@@ -467,4 +465,20 @@ Test(preload, the_agents_threads_run_on_the_process_cpus_not_on_a_pinned_host_th
   cr_assert(CPU_COUNT(&both) == 0 && CPU_EQUAL(&either, &a),
             "the writer runs on %s, the host on %s, the process on %s: %s", writer, host, all,
             out);
+}
+
+Test(preload, the_agents_threads_run_on_the_process_cpus_not_on_a_pinned_host_threads)
+{
+  /* The host pins its thread to one CPU before its first call, which starts the writer: the
+   * writer must not inherit that pinning (the process's other CPUs would idle beside it), and,
+   * the host calling on one thread, keeps off that thread's CPU (agent.h,
+   * ag_agent_keep_off_host): it runs on all the others. */
+  assert_writer_keeps_off("pinned", NULL);
+}
+
+Test(preload, the_agents_threads_keep_off_the_one_calling_thread_beside_an_idle_pool)
+{
+  /* The same with a thread of the host's own that calls nothing (a library's pool between the
+   * calls it splits, as OpenBLAS's is beside numpy's small products): one thread still calls. */
+  assert_writer_keeps_off("pinned_pool", "pool");
 }
