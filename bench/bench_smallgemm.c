@@ -18,7 +18,9 @@
  * Medians over the rounds, +- half the interquartile range, and the per-round ratios.
  * Goals (issue 13; printed met / MISSED, never an exit status): the 1st run compiles its hot
  * shapes and finishes faster than plain; the 3rd is not slower than plain on OpenBLAS's best
- * core; run + saving within 15 % of plain.
+ * core; run + saving within 15 % of plain. OpenBLAS runs on one thread
+ * (OPENBLAS_NUM_THREADS=1), or on BENCH_BLAS_THREADS (its pool, as a program that does not set
+ * it gets one thread per CPU: the agent's threads then share the CPUs with the pool's).
  *   bench_smallgemm [rounds [iterations]]     (default 7, and calibrated) */
 #define _GNU_SOURCE
 #include "bench.h"
@@ -58,6 +60,7 @@ static char coretype[NCORE][BN_CORE_LEN], core[NCORE][BN_CORE_LEN], note[256];
 static int ncore = NCORE;
 static meas_t meas[NCORE][NRUN][MAXR]; /* PLAIN: the mean of the round's two plain runs */
 static long iters[NCORE], calls[NCORE]; /* per run, per core */
+static char blas_threads[40] = "OPENBLAS_NUM_THREADS=1"; /* ... BENCH_BLAS_THREADS */
 
 /* One integer (or real) from the newest run of db. */
 static double query(sqlite3 *h, const char *sql, sqlite3_int64 run)
@@ -145,7 +148,7 @@ static int run_once(int c, const char *db, long n, meas_t *m)
   snprintf(dbenv, sizeof dbenv, "OPJIT_DB=%s", db ? db : "");
   const char *add[5];
   int na = 0;
-  add[na++] = "OPENBLAS_NUM_THREADS=1";
+  add[na++] = blas_threads;
   if (db) {
     add[na++] = "LD_PRELOAD=" OPJIT_AGENT_PATH;
     add[na++] = dbenv;
@@ -224,6 +227,9 @@ int main(int argc, char **argv)
   if (bn_scratch_new(scratch, sizeof scratch))
     return 1;
   int rc = 1;
+  const char *bt = getenv("BENCH_BLAS_THREADS");
+  if (bt && atoi(bt) > 0)
+    snprintf(blas_threads, sizeof blas_threads, "OPENBLAS_NUM_THREADS=%d", atoi(bt));
   pick_cores();
   for (int c = 0; c < ncore; c++) { /* ~TARGET_MS of BLAS plain: the fastest of two tries */
     meas_t m;
@@ -238,7 +244,7 @@ int main(int argc, char **argv)
   char cpu[256];
   bn_cpu_name(cpu, sizeof cpu);
   printf("bench_smallgemm: %d small GEMM shapes (sgemm/dgemm mixed, 4..64, NN and transposed, "
-         "beta 0/1); %d rounds, one thread (OPENBLAS_NUM_THREADS=1), on %s\n", NSHAPES, rounds,
+         "beta 0/1); %d rounds, one calling thread, %s, on %s\n", NSHAPES, rounds, blas_threads,
          cpu);
   printf("OpenBLAS best core: %s (%s%s%s%s); its own choice: %s%s%s\n", core[BEST],
          coretype[BEST][0] ? "OPENBLAS_CORETYPE=" : "no candidate known: its own choice",
