@@ -102,6 +102,7 @@ void ag_agent_thread_begin(const char *name)
   pthread_setname_np(pthread_self(), name);
   cpu_set_t cur;
   if (have_process_cpus && pthread_getaffinity_np(pthread_self(), sizeof cur, &cur) == 0 &&
-      !CPU_EQUAL(&cur, &process_cpus))
-    pthread_setaffinity_np(pthread_self(), sizeof process_cpus, &process_cpus); /* else as is */
+      (CPU_EQUAL(&cur, &process_cpus) ||
+       pthread_setaffinity_np(pthread_self(), sizeof process_cpus, &process_cpus) == 0))
+    kept_off = 1; /* on every CPU of the process: a keep_off with no caller has nothing to do */
 }
