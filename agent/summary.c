@@ -99,6 +99,7 @@ void ag_summary_collect(ag_summary_t *s, int64_t run_id, int64_t start_ns)
   s->run_id = run_id;
   s->wall_ns = ag_realtime_ns() - start_ns;
   s->jit = ag_opts.num[AG_OPT_MODE] == AG_MODE_JIT;
+  s->threads_own = ag_host_threaded();
   uint32_t n = ag_table ? ag_table_count(ag_table) : 0;
   uint64_t *calls = calloc(n ? n : 1, sizeof *calls), *vcalls = calloc(n ? n : 1, sizeof *vcalls);
   if (!calls || !vcalls)
@@ -178,10 +179,10 @@ size_t ag_summary_format(const ag_summary_t *s, char *buf, size_t len)
     put(buf, len, &used, "opjit: %s (not recorded): ", program_invocation_short_name);
   put(buf, len, &used,
       "%s wall since its first operator call, %s (%.1f%%) in operators: %llu "
-      "calls in %u signature%s\n",
+      "calls in %u signature%s%s\n",
       fmt_ns((double)s->wall_ns, a, sizeof a), fmt_ns(s->est_ns, b, sizeof b),
       pct(s->est_ns, (double)s->wall_ns), (unsigned long long)s->calls, s->sigs,
-      s->sigs == 1 ? "" : "s");
+      s->sigs == 1 ? "" : "s", s->threads_own ? " (the program started threads of its own)" : "");
   if (!s->jit)
     put(buf, len, &used, "opjit: JIT off (OPJIT_MODE is not jit): nothing compiled\n");
   else if (!s->compiled && !s->placed && !s->queued && !s->failed && !s->demoted && !s->tied &&

@@ -21,6 +21,7 @@ typedef struct ag_summary_s {
   int jit;          /* OPJIT_MODE=jit */
   uint32_t sigs;    /* signatures called */
   uint64_t calls;   /* their calls */
+  int threads_own;  /* the program started threads of its own (agent.h, ag_host_threaded) */
   double est_ns;    /* estimated operator time: each call at its server's measured mean */
   uint64_t vcalls;  /* calls JIT code served */
   double saving_ns; /* variant calls x (original mean - variant mean), where both measured */

@@ -124,7 +124,7 @@ Test(cpus, an_agent_thread_keeps_off_the_cpu_of_the_host_thread_while_it_runs)
 
   s = keep_off(me, 1);
   cr_expect(all_but(&s, &all, second), "kept off again once the host's thread runs");
-  s = keep_off(0, 1); /* no one calling thread (a threaded host, or none yet) */
+  s = keep_off(0, 1); /* no one calling thread (several call operators, or none yet) */
   cr_expect(all_but(&s, &all, -1), "with no host thread to keep off, %d of %d CPUs",
             CPU_COUNT(&s), CPU_COUNT(&all));
 
