@@ -172,6 +172,9 @@ void ag_agent_thread_begin(const char *name);
 int ag_agent_thread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *),
                            void *arg);
 extern AG_TLS int ag_tl_starting;
+/* Where thread tid of this process is (from /proc/self/task/TID/stat): the CPU it last ran on
+ * (field 39) when it is running or waiting for a CPU (state R, field 3), else -1. */
+int ag_thread_running_cpu(pid_t tid);
 /* Keeps the calling agent thread off the CPU that thread caller (a gettid of this process) last
  * ran on while caller runs (or waits for a CPU), where the process has CPUs besides it; else
  * (caller 0, asleep, blocked, gone) the thread runs on all the process's CPUs. Called on a

@@ -29,9 +29,7 @@ int ag_process_cpu_count(void)
   return sched_getaffinity(0, sizeof now, &now) == 0 ? CPU_COUNT(&now) : 0;
 }
 
-/* Where thread tid of this process is (from /proc/self/task/TID/stat): the CPU it last ran on
- * (field 39) when it is running or waiting for a CPU (state R, field 3), else -1. */
-static int running_cpu(pid_t tid)
+int ag_thread_running_cpu(pid_t tid)
 {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
@@ -59,7 +57,7 @@ void ag_agent_keep_off(pid_t caller)
 {
   if (!have_process_cpus || CPU_COUNT(&process_cpus) < 2 || !ag_agent_tid(gettid()))
     return; /* only the agent's own threads are moved */
-  int c = caller > 0 ? running_cpu(caller) : -1;
+  int c = caller > 0 ? ag_thread_running_cpu(caller) : -1;
   if (c < 0 || c >= CPU_SETSIZE || !CPU_ISSET(c, &process_cpus))
     c = -1;
   if (c + 2 == kept_off)

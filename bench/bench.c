@@ -80,6 +80,14 @@ static int controlled(const char *e)
          strncmp(e, "OPENBLAS_NUM_THREADS=", 21) == 0;
 }
 
+const char *bn_blas_threads(void)
+{
+  static char s[40];
+  const char *bt = getenv("BENCH_BLAS_THREADS");
+  snprintf(s, sizeof s, "OPENBLAS_NUM_THREADS=%d", bt && atoi(bt) > 0 ? atoi(bt) : 1);
+  return s;
+}
+
 char **bn_env(const char *const *add)
 {
   size_t n = 0, nadd = 0;

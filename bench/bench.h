@@ -30,6 +30,10 @@ const struct jt_api_s *bn_load_jit(const char *path, const char *who);
  * "NAME=value" strings of add (NULL-terminated; may be NULL). Free with bn_env_free. */
 char **bn_env(const char *const *add);
 void bn_env_free(char **env);
+/* "OPENBLAS_NUM_THREADS=N" for a benchmark's runs: N from BENCH_BLAS_THREADS when it is set
+ * above 0 (OpenBLAS's pool, as a program that sets nothing gets one thread per CPU), else 1. A
+ * static string. */
+const char *bn_blas_threads(void);
 
 /* Spawns path with argv and env (stderr to stderr_path unless that is NULL) and waits.
  * Returns the wait status, or -1 when the spawn failed. */

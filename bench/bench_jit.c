@@ -149,7 +149,7 @@ static double *kcompile_ms;                /* K: compiled in the child, no agent
 static size_t nkcompile;
 static char scratch[PATH_MAX], xsmm[PATH_MAX + 32], xsmm_why[160];
 static int jit_max_dim; /* OPJIT_JIT_MAX_DIM: the workers' environment, else the agent's default */
-static char blas_threads[40] = "OPENBLAS_NUM_THREADS=1"; /* ... BENCH_BLAS_THREADS */
+static const char *blas_threads; /* bn_blas_threads */
 /* OpenBLAS's cores: as OPENBLAS_CORETYPE names them ("" = its own choice) and as it reports
  * them at load ("Core: SkylakeX"). */
 static char coretype[NCFG][32], core[NCFG][32], best_note[256];
@@ -930,9 +930,7 @@ int main(int argc, char **argv)
   }
   const char *md = getenv("OPJIT_JIT_MAX_DIM");
   jit_max_dim = atoi(md && atoi(md) > 0 ? md : ag_opt_desc(AG_OPT_JIT_MAX_DIM)->def);
-  const char *bt = getenv("BENCH_BLAS_THREADS");
-  if (bt && atoi(bt) > 0)
-    snprintf(blas_threads, sizeof blas_threads, "OPENBLAS_NUM_THREADS=%d", atoi(bt));
+  blas_threads = bn_blas_threads();
   unsetenv("OPENBLAS_CORETYPE"); /* each configuration sets its own */
   make_cases(set);
   if (bn_scratch_new(scratch, sizeof scratch))

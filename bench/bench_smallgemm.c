@@ -60,7 +60,7 @@ static char coretype[NCORE][BN_CORE_LEN], core[NCORE][BN_CORE_LEN], note[256];
 static int ncore = NCORE;
 static meas_t meas[NCORE][NRUN][MAXR]; /* PLAIN: the mean of the round's two plain runs */
 static long iters[NCORE], calls[NCORE]; /* per run, per core */
-static char blas_threads[40] = "OPENBLAS_NUM_THREADS=1"; /* ... BENCH_BLAS_THREADS */
+static const char *blas_threads; /* bn_blas_threads */
 
 /* One integer (or real) from the newest run of db. */
 static double query(sqlite3 *h, const char *sql, sqlite3_int64 run)
@@ -227,9 +227,7 @@ int main(int argc, char **argv)
   if (bn_scratch_new(scratch, sizeof scratch))
     return 1;
   int rc = 1;
-  const char *bt = getenv("BENCH_BLAS_THREADS");
-  if (bt && atoi(bt) > 0)
-    snprintf(blas_threads, sizeof blas_threads, "OPENBLAS_NUM_THREADS=%d", atoi(bt));
+  blas_threads = bn_blas_threads();
   pick_cores();
   for (int c = 0; c < ncore; c++) { /* ~TARGET_MS of BLAS plain: the fastest of two tries */
     meas_t m;

@@ -10,8 +10,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
-#include <stdio.h>
-#include <string.h>
 #include <unistd.h>
 
 /* Pins the calling thread to CPU c alone. */
@@ -33,21 +31,11 @@ static _Atomic int asleep;
 static cpu_set_t got;
 static int done[2];
 
-/* Waits (1 s at most) until thread tid is not running: its state (stat's field 3) is not R. */
+/* Waits (1 s at most) until thread tid is not running (cpus.c: not in state R). */
 static void wait_asleep(pid_t tid)
 {
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-  for (int i = 0; i < 1000; i++, usleep(1000)) {
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f)
-      fclose(f);
-    buf[n] = 0;
-    const char *q = strrchr(buf, ')');
-    if (q && q[1] == ' ' && q[2] != 'R')
-      return;
-  }
+  for (int i = 0; i < 1000 && ag_thread_running_cpu(tid) >= 0; i++)
+    usleep(1000);
 }
 
 static void *agent_main(void *arg)
