@@ -355,6 +355,8 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
   ag_entry_t *e = c->e;
   if (ag_unlikely(atomic_load_explicit(&warm_untaken, memory_order_relaxed)))
     warm_take_over();
+  /* a thread's first call of a signature is timed whatever its gap drew: forced (table.h) */
+  c->forced = n == 1;
   if (hooked) { /* a plain timed call; a burst in progress on this thread goes on */
     ag_tl.chain = 0;
     ag_tl.tick = ag_tl.burst > 0 ? 0 : draw_gap();
@@ -379,6 +381,7 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
       }
     } else if (n == 1 || atomic_load_explicit(&e->best_ns, memory_order_relaxed) >=
                              AG_LONG_CALL_NS) { /* a long call is timed every time (agent.h) */
+      c->forced = 1;
       c->t0 = ag_tick();
     }
     if (last)
@@ -389,12 +392,14 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
     burst_flush();
   if (ag_tl.chain > 0) { /* after a long call (ag_call_long) */
     ag_tl.chain--;
+    c->forced =
+        n == 1 || atomic_load_explicit(&e->best_ns, memory_order_relaxed) >= AG_LONG_CALL_NS;
     if (--ag_tl.resume > 0) { /* not the gap's timed call */
-      if (n == 1 || atomic_load_explicit(&e->best_ns, memory_order_relaxed) >= AG_LONG_CALL_NS)
+      if (c->forced)
         c->t0 = ag_tick();
       ag_tl.tick = ag_tl.chain > 0 ? 1 : ag_tl.resume; /* over: the gap runs on */
       return;
-    } /* else the gap's timed call: a new gap, as below */
+    } /* else the gap's timed call (forced all the same for a long one): a new gap, as below */
   }
   if (!ag_tl.burst_len) { /* the thread's first pick: its first burst comes a period later */
     ag_tl.burst_len = BURST_LEN;
@@ -540,8 +545,10 @@ void ag_call_timed(const ag_call_t *c, uint64_t ticks)
                    (c->variant && !c->orig && /* a spin a burst started (spin.h) */
                     atomic_load_explicit(&ag_spin_hold, memory_order_relaxed) &&
                     ag_vrun[e->index].parts > 1)) &&
-                  (c->orig || atomic_load_explicit(c->variant ? &e->vtimed : &e->timed,
-                                                   memory_order_relaxed)))) {
+                  (c->orig || (c->variant ? atomic_load_explicit(&e->vtimed, memory_order_relaxed)
+                                          : atomic_load_explicit(&e->timed, memory_order_relaxed) +
+                                                atomic_load_explicit(&e->forced,
+                                                                     memory_order_relaxed))))) {
     if (c->orig) /* not booked (agent.h), nor is its burst lengthened */
       ag_tl.burst_saw_variant = 0;
     else if (!c->variant) /* nor is its mean, but a long call's fastest is (only slower) */
@@ -556,11 +563,13 @@ void ag_call_timed(const ag_call_t *c, uint64_t ticks)
     _Atomic uint64_t *tn = c->variant ? &e->vtimed_ns : &e->timed_ns;
     if (!c->variant)
       ag_entry_orig_best(e, dt);
-    if (!ag_timing_outlier(atomic_load_explicit(tc, memory_order_relaxed),
-                           atomic_load_explicit(tn, memory_order_relaxed), dt) &&
-        !hold(c, dt)) {
+    if (!c->variant && c->forced) {
+      ag_entry_orig_book(e, dt, 1); /* it stands for itself alone (table.h) */
+    } else if (!ag_timing_outlier(atomic_load_explicit(tc, memory_order_relaxed),
+                                  atomic_load_explicit(tn, memory_order_relaxed), dt) &&
+               !hold(c, dt)) {
       if (!c->variant) {
-        ag_entry_orig_book(e, dt); /* its first and its slowest noted (table.h) */
+        ag_entry_orig_book(e, dt, 0); /* its slowest noted (table.h) */
       } else {
         atomic_fetch_add_explicit(tc, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(tn, dt, memory_order_relaxed);

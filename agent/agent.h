@@ -319,6 +319,7 @@ typedef struct ag_call_s {
   int orig;       /* AG_ORIG_BURST: a burst runs the original though a variant exists (agent.c);
                      AG_ORIG_PAIR, AG_VARIANT_PAIR: a cold pair's original or variant side */
   int slot;       /* ... and its signature's place in the thread's burst table (when timed) */
+  int forced;     /* timed because every such call is (its first, a long one's), not drawn */
 } ag_call_t;
 
 enum { AG_ORIG_BURST = 1, AG_ORIG_PAIR, AG_VARIANT_PAIR };

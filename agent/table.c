@@ -111,7 +111,8 @@ void ag_table_reset_counts(ag_table_t *t)
     atomic_store_explicit(&e->calls, 0, memory_order_relaxed);
     atomic_store_explicit(&e->timed, 0, memory_order_relaxed);
     atomic_store_explicit(&e->timed_ns, 0, memory_order_relaxed);
-    atomic_store_explicit(&e->first_ns, 0, memory_order_relaxed);
+    atomic_store_explicit(&e->forced, 0, memory_order_relaxed);
+    atomic_store_explicit(&e->forced_ns, 0, memory_order_relaxed);
     memset(e->slow_ns, 0, sizeof e->slow_ns); /* the table's only thread (fork child) */
     atomic_store_explicit(&e->best_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&e->best_n, 0, memory_order_relaxed);
@@ -145,15 +146,16 @@ static void note_slow(ag_entry_t *e, uint64_t dt)
   pthread_mutex_unlock(&slow_mu);
 }
 
-void ag_entry_orig_book(ag_entry_t *e, uint64_t dt)
+void ag_entry_orig_book(ag_entry_t *e, uint64_t dt, int forced)
 {
-  int first = !atomic_load_explicit(&e->timed, memory_order_relaxed);
-  if (first)
-    atomic_store_explicit(&e->first_ns, dt, memory_order_relaxed);
+  if (forced) {
+    atomic_fetch_add_explicit(&e->forced, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&e->forced_ns, dt, memory_order_relaxed);
+    return;
+  }
   atomic_fetch_add_explicit(&e->timed, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&e->timed_ns, dt, memory_order_relaxed);
-  if (!first) /* after: a reader drops only what the sums hold */
-    note_slow(e, dt);
+  note_slow(e, dt); /* after: a reader drops only what the sums hold */
 }
 
 void ag_entry_orig_timed(ag_entry_t *e, uint64_t *n, uint64_t *ns)
@@ -165,9 +167,6 @@ void ag_entry_orig_timed(ag_entry_t *e, uint64_t *n, uint64_t *ns)
   pthread_mutex_unlock(&slow_mu);
   uint64_t t = atomic_load_explicit(&e->timed, memory_order_relaxed);
   uint64_t tns = atomic_load_explicit(&e->timed_ns, memory_order_relaxed);
-  uint64_t first = atomic_load_explicit(&e->first_ns, memory_order_relaxed);
-  if (t > 1 && first > 0 && first < tns) /* 0: its first timing was a burst's or a pair's */
-    t--, tns -= first;
   /* the most of the slowest that are each AG_ENTRY_SLOW times the mean of what they leave (tried
    * from the most: stalls alike keep each other company) */
   for (size_t j = NSLOW; j > 0; j--) {
@@ -179,6 +178,10 @@ void ag_entry_orig_timed(ag_entry_t *e, uint64_t *n, uint64_t *ns)
       t -= j, tns -= out;
       break;
     }
+  }
+  if (!t) { /* none drawn yet: the forced ones' */
+    t = atomic_load_explicit(&e->forced, memory_order_relaxed);
+    tns = atomic_load_explicit(&e->forced_ns, memory_order_relaxed);
   }
   *n = t, *ns = tns;
 }

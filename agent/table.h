@@ -29,10 +29,13 @@ typedef struct ag_entry_s {
                                 bursts come more often on its calls (compare.h, the bursts'
                                 budget; the tiers set it) */
   _Atomic uint64_t calls;    /* calls seen (threads with their own counters add at exit) */
-  _Atomic uint64_t timed;    /* original's calls whose duration was measured */
-  _Atomic uint64_t timed_ns; /* sum of the measured durations */
-  _Atomic uint64_t first_ns; /* the first call's duration (a library's warm-up, often) */
-  uint64_t slow_ns[3];       /* the slowest of the other timings booked, slowest first (0:
+  _Atomic uint64_t timed;    /* original's calls timed as a sample (drawn, a burst's, a pair's,
+                                a thread's held ones), not forced */
+  _Atomic uint64_t timed_ns; /* sum of their durations */
+  _Atomic uint64_t forced;   /* original's calls timed because every such call is (a thread's
+                                first, each while it is long: agent.h, AG_LONG_CALL_NS) */
+  _Atomic uint64_t forced_ns; /* ... their durations' sum */
+  uint64_t slow_ns[3];       /* the slowest of the sampled timings booked, slowest first (0:
                                 none; written under table.c's one lock for every entry's, read
                                 under it or atomically: ag_entry_orig_book) */
   _Atomic uint64_t best_ns;  /* the fastest timed original call, outliers and calls while a
@@ -59,21 +62,24 @@ _Static_assert(offsetof(ag_entry_t, index) < 64 && offsetof(ag_entry_t, variant)
                    offsetof(ag_entry_t, pair) < 64 && offsetof(ag_entry_t, verify) + 4 <= 64,
                "the per-call fields share the entry's first cache line");
 
-/* e's original timings, less the first call's once there are others (a library's warm-up:
- * buffers, a thread pool), and less the slowest few of the others (slow_ns) each more than
- * AG_ENTRY_SLOW times the mean of at least two left: a plain run's mean over many calls does not
- * feel a few stalls, a few timed calls' does. numpy's double GEMV 128x256 on two library
- * threads, 4 us a call, had its 2nd to 4th calls take 1.5-5 ms in first runs (the agent's
- * startup held the CPU its library's thread waited for) and timed every time (agent.h: a call
- * as long as AG_LONG_CALL_NS is, until a faster one); its mean of 6-9 timings read 190-980 us,
- * its kernel "80-437x" faster, its saving 1.84 s in a 0.68 s run. The rule is the one later
- * timings meet as they are booked (agent.h, ag_timing_outlier), applied once the slowest have
- * company. */
+/* e's mean original call as the readers take it (what a plain run's mean must agree with).
+ * Two kinds of timing are booked. One drawn at random (agent.h, ag_call_pick: OPJIT_TIME_EVERY)
+ * samples the calls; one forced (a thread's first call of the signature, and every call while
+ * the signature is long and its chain runs) samples nothing: it was taken because the call
+ * came, and where such calls come in a slow spell, a mean over both kinds is the spell's.
+ * numpy's double GEMV 128x256 on two library threads, 4 us a call, had its 2nd to 7th calls take
+ * 1.7-4.8 ms in a first run (the agent's startup held the CPU its library's thread waited for),
+ * each timed as long (its first took 285 us); with 7 later calls drawn at 4-9 us, its mean read
+ * 1.6 ms, its run's operator time 2.7 s of 0.95 s. So the mean is the drawn timings' once there
+ * is one, less the slowest few (slow_ns) each more than AG_ENTRY_SLOW times the mean of at least
+ * two left (a plain run's mean over many calls does not feel a few stalls, a few timed calls'
+ * does: the rule later timings meet as they are booked, agent.h, ag_timing_outlier, applied
+ * once the slowest have company); the forced timings' until then. */
 #define AG_ENTRY_SLOW 8
 void ag_entry_orig_timed(ag_entry_t *e, uint64_t *n, uint64_t *ns);
-/* Books dt, a timing of e's original call, as ag_entry_orig_timed reads them: the first call's
- * noted apart (first_ns), a later one among the slowest (slow_ns) once the sums hold it. */
-void ag_entry_orig_book(ag_entry_t *e, uint64_t dt);
+/* Books dt, a timing of e's original call, as ag_entry_orig_timed reads them: forced (1) or
+ * drawn (0; noted among the slowest, slow_ns, once the sums hold it). */
+void ag_entry_orig_book(ag_entry_t *e, uint64_t dt, int forced);
 
 /* Whether dt is slower than the third slowest of e's original timings: ag_entry_orig_book notes
  * it among them (a timing that is not can be booked later with others: tcount.h, held

@@ -1529,8 +1529,8 @@ static void calibrate_unmeasured(void)
 }
 
 /* e's mean original call, in ns: over earlier runs when the warm start noted it
- * (ag_tier_profile_mean), else over this run's timed calls (its first alone until others are
- * timed: a library's warm-up makes it slower, never faster); 0 when none was timed. arrays. */
+ * (ag_tier_profile_mean), else over this run's drawn timings (its forced ones, its first call's
+ * among them, until one is drawn: table.h); 0 when none was timed. arrays. */
 static double orig_mean_ns(ag_entry_t *e)
 {
   uint64_t timed, tns;
