@@ -564,7 +564,7 @@ void ag_call_timed(const ag_call_t *c, uint64_t ticks)
     if (!c->variant)
       ag_entry_orig_best(e, dt);
     if (!c->variant && c->forced) {
-      ag_entry_orig_book(e, dt, 1); /* it stands for itself alone (table.h) */
+      ag_entry_orig_book(e, dt, 1); /* apart from the sample (table.h) */
     } else if (!ag_timing_outlier(atomic_load_explicit(tc, memory_order_relaxed),
                                   atomic_load_explicit(tn, memory_order_relaxed), dt) &&
                !hold(c, dt)) {

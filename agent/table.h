@@ -69,8 +69,8 @@ _Static_assert(offsetof(ag_entry_t, index) < 64 && offsetof(ag_entry_t, variant)
  * came, and where such calls come in a slow spell, a mean over both kinds is the spell's.
  * numpy's double GEMV 128x256 on two library threads, 4 us a call, had its 2nd to 7th calls take
  * 1.7-4.8 ms in a first run (the agent's startup held the CPU its library's thread waited for),
- * each timed as long (its first took 285 us); with 7 later calls drawn at 4-9 us, its mean read
- * 1.6 ms, its run's operator time 2.7 s of 0.95 s. So the mean is the drawn timings' once there
+ * each timed as long (its first took 285 us); with 6 later calls drawn at 4-6 us, its mean read
+ * 1.6 ms, its run's operator time 2.7 s of 0.94 s. So the mean is the drawn timings' once there
  * is one, less the slowest few (slow_ns) each more than AG_ENTRY_SLOW times the mean of at least
  * two left (a plain run's mean over many calls does not feel a few stalls, a few timed calls'
  * does: the rule later timings meet as they are booked, agent.h, ag_timing_outlier, applied
