@@ -530,6 +530,16 @@ static int hold(const ag_call_t *c, uint64_t dt)
   return 1;
 }
 
+/* The timings booked on c's side of its entry: the variant's, or the original's drawn and forced
+ * ones (table.h). */
+static uint64_t side_booked(const ag_call_t *c)
+{
+  if (c->variant)
+    return atomic_load_explicit(&c->e->vtimed, memory_order_relaxed);
+  return atomic_load_explicit(&c->e->timed, memory_order_relaxed) +
+         atomic_load_explicit(&c->e->forced, memory_order_relaxed);
+}
+
 void ag_call_timed(const ag_call_t *c, uint64_t ticks)
 {
   ag_entry_t *e = c->e;
@@ -545,10 +555,7 @@ void ag_call_timed(const ag_call_t *c, uint64_t ticks)
                    (c->variant && !c->orig && /* a spin a burst started (spin.h) */
                     atomic_load_explicit(&ag_spin_hold, memory_order_relaxed) &&
                     ag_vrun[e->index].parts > 1)) &&
-                  (c->orig || (c->variant ? atomic_load_explicit(&e->vtimed, memory_order_relaxed)
-                                          : atomic_load_explicit(&e->timed, memory_order_relaxed) +
-                                                atomic_load_explicit(&e->forced,
-                                                                     memory_order_relaxed))))) {
+                  (c->orig || side_booked(c)))) {
     if (c->orig) /* not booked (agent.h), nor is its burst lengthened */
       ag_tl.burst_saw_variant = 0;
     else if (!c->variant) /* nor is its mean, but a long call's fastest is (only slower) */
