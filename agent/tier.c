@@ -600,6 +600,33 @@ static const char *split_words(uint32_t i, char *buf, size_t len)
   return buf;
 }
 
+/* The CPUs the program's threads take from the compile thread for entry e's compile, of the
+ * *ncpu online: its threads that call operators (registered; a library's own thread pool is not
+ * seen), or all of them where e's calls keep every CPU busy. A call too long for the duel whose
+ * fastest timed call is that long is such a call: it is what a library spreads over its own
+ * threads, which take the core the count thinks idle (the README demo's 512^3 products on a
+ * library's two threads had their kernel compiled as a first trial, published after their last
+ * call). So is a call large enough to split between two cores (par.h) on a host whose library
+ * runs threads of its own, however many parts this run takes (*pool set): its library spreads
+ * it, and a compile then holds the core the library's next call waits for (numpy's float
+ * 1024^2 GEMV on two threads: 2-4 ms a call instead of 0.06-0.1 while the kernel compiled and
+ * was checked). Fewer than *ncpu: a core is idle for the compile. */
+static long cpus_taken(const ag_entry_t *e, long *ncpu, int *pool)
+{
+  static _Atomic long online;
+  if (!atomic_load_explicit(&online, memory_order_relaxed))
+    atomic_store_explicit(&online, sysconf(_SC_NPROCESSORS_ONLN), memory_order_relaxed);
+  *ncpu = atomic_load_explicit(&online, memory_order_relaxed);
+  ag_epoch_t snap[64];
+  long busy = (long)ag_tcount_snapshot(snap, 64);
+  uint64_t best = atomic_load_explicit(&e->best_ns, memory_order_relaxed);
+  jt_gemm_t g;
+  int row;
+  ag_vrun_t spread;
+  *pool = gemm_of(&e->key, &g, &row) && ag_host_threaded() && ag_problem_split(&g, 2, &spread) > 1;
+  return *pool || (best && ag_duel_need_ns(best) > DUEL_MAX_NS) ? *ncpu : busy;
+}
+
 /* Compiles and publishes entry i; idle: nothing else waits in the queue. Compile thread only. */
 static void compile_one(uint32_t i, int idle)
 {
@@ -630,12 +657,17 @@ static void compile_one(uint32_t i, int idle)
   }
   /* The ISA the machine model chose (OPJIT_ISA). Where the model leaves the blocking open, the
    * JIT times a few candidates on the real shape and keeps the fastest (its name says which),
-   * when the compile thread has time to spare and the signature has been called often enough
-   * for tuning (2-3 compiles) to pay; else the model's own pick (a program with hundreds of
-   * hot signatures gets them all compiled first, a short one gets its kernels soonest). */
+   * when the compile thread has time to spare, on a core the program leaves idle, and the
+   * signature has been called often enough for tuning (2-3 compiles) to pay; else the model's
+   * own pick (a program with hundreds of hot signatures gets them all compiled first, a short
+   * one gets its kernels soonest, and one whose threads take every core loses a compile's CPU
+   * time, not three: the candidates measured within 3 % of the model's pick on a Zen 5). */
   uint64_t calls, vcalls;
   ag_tcount_sum_one(i, &calls, &vcalls);
-  int tune = idle && calls >= TUNE_MIN_CALLS && jt_kind(&g)->tunes;
+  long ncpu;
+  int pool;
+  int tune = idle && calls >= TUNE_MIN_CALLS && jt_kind(&g)->tunes &&
+             cpus_taken(e, &ncpu, &pool) < ncpu;
   g.isa = jit_isa();
   jt_gemm_t best = g;
   jt_tune_t rep = {0};
@@ -732,9 +764,11 @@ static void compile_one(uint32_t i, int idle)
   if (duel_lost(e, fn, dt, calls, reps, said, sizeof said))
     return;
   /* the reason before the pointer: a writer that sees the variant serve sees why */
-  char split[48];
-  decide(e, AG_STATE_SERVING, AG_EV_PUBLISHED, "compiled in %.2f ms%s%s", (double)dt / 1e6,
-         split_words(i, split, sizeof split), said);
+  char split[48], tuned[40] = "";
+  if (tune && rep.n > 1)
+    snprintf(tuned, sizeof tuned, " (the fastest of %d blockings)", rep.n);
+  decide(e, AG_STATE_SERVING, AG_EV_PUBLISHED, "compiled in %.2f ms%s%s%s", (double)dt / 1e6,
+         tuned, split_words(i, split, sizeof split), said);
   publish(e, (void *)fn, (int32_t)ag_opts.num[AG_OPT_VERIFY], NULL);
   if (ag_vrun[i].parts > 1 && ag_host_threaded())
     ag_spin_begin_hold(); /* the library's last calls, and a duel's, leave its pool spinning */
@@ -1169,30 +1203,13 @@ static void enqueue_counted(ag_entry_t *e, const char *why, int pb, int at_call)
 
 /* Whether spent_ns of e's time repays compiling its kernel (policy.h), charged the machine
  * model's compile time for its kernel family on this CPU (machine.h: measured over this and
- * earlier runs) and the threads that call operators now (registered operator threads against
- * the online CPUs: a library's own thread pool is not seen). A call too long for the duel
- * whose fastest timed call is that long is charged as on a busy machine: such a call is what a
- * library spreads over its own threads, which take the core the count thinks idle (the README
- * demo's 512^3 products on a library's two threads had their kernel compiled as a first trial,
- * published after their last call). So is a call large enough to split between two cores
- * (par.h) on a host whose library runs threads of its own, however many parts this run takes:
- * its library spreads it, and a compile then holds the core the library's next call waits for
- * (numpy's float 1024^2 GEMV on two threads: 2-4 ms a call instead of 0.06-0.1 while the kernel
- * compiled and was checked). */
+ * earlier runs) and the CPUs the program's threads take (cpus_taken). */
 static int pays_back(const ag_entry_t *e, double spent_ns, ag_payback_t *t)
 {
-  static _Atomic long ncpu;
-  if (!atomic_load_explicit(&ncpu, memory_order_relaxed))
-    atomic_store_explicit(&ncpu, sysconf(_SC_NPROCESSORS_ONLN), memory_order_relaxed);
-  ag_epoch_t snap[64];
-  long busy = (long)ag_tcount_snapshot(snap, 64);
-  uint64_t best = atomic_load_explicit(&e->best_ns, memory_order_relaxed);
+  long ncpu;
   jt_gemm_t g;
-  int row, have = gemm_of(&e->key, &g, &row);
-  ag_vrun_t spread;
-  int pool = have && ag_host_threaded() && ag_problem_split(&g, 2, &spread) > 1;
-  if (pool || (best && ag_duel_need_ns(best) > DUEL_MAX_NS))
-    busy = ncpu;
+  int pool, have = gemm_of(&e->key, &g, &(int){0});
+  long busy = cpus_taken(e, &ncpu, &pool);
   /* a kernel the database stores: placed, not compiled (compile_next) */
   int placing = ag_warm_shelved(&e->key);
   double ns = placing ? AG_POLICY_PLACE_NS

@@ -410,17 +410,36 @@ Test(preload, a_long_call_at_its_librarys_speed_is_decided_when_its_payback_test
 
 /* A compile that tunes measures what a compile costs too: each candidate's share of the
  * compiles' CPU time (not the candidates' timings). Here the one signature is first hot after
- * more calls than agent/tier.c's TUNE_MIN_CALLS (4096), so its kernel is tuned; a tuned compile
- * noted nothing before, and a later run's failed payback test measured again. */
+ * more calls than agent/tier.c's TUNE_MIN_CALLS (4096), on the one thread that calls, so its
+ * kernel is tuned on the core the program leaves idle; a tuned compile noted nothing before,
+ * and a later run's failed payback test measured again. */
 Test(preload, a_tuned_compile_measures_what_a_compile_costs)
 {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+    cr_skip_test("one CPU: the program's thread leaves no core idle, where a kernel is tuned");
   const char *jit[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=5000", "OPJIT_HOT_PAYBACK=0",
                        "OPJIT_SAMPLE_HZ=0", NULL};
   assert_exited_ok(h_run("tuned", 1, jit, (const char *[]){H_JIT_PROG, "many", "12000", NULL}),
                    "tuned");
-  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='published'"), 1, "%s",
-               h_output("tuned", "err"));
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='published' AND detail "
+                             "LIKE 'compiled in %% ms (the fastest of _ blockings)%%'"),
+               1, "one kernel, tuned: %s", h_output("tuned", "err"));
   cr_assert_geq(compiles("gemm"), 1, "the tuned compile measured: %s", h_output("tuned", "err"));
+}
+
+/* A program whose threads call operators on every CPU leaves none idle for tuning: its kernel
+ * is the machine model's pick, one compile's CPU time taken from it rather than three. */
+Test(preload, threads_on_every_cpu_get_the_model_s_pick_untuned)
+{
+  char t[16];
+  snprintf(t, sizeof t, "%ld", sysconf(_SC_NPROCESSORS_ONLN));
+  const char *jit[] = {"OPJIT_MODE=jit", "OPJIT_HOT_CALLS=5000", "OPJIT_HOT_PAYBACK=0",
+                       "OPJIT_SAMPLE_HZ=0", NULL};
+  assert_exited_ok(h_run("crowd", 1, jit, (const char *[]){H_JIT_PROG, "crowd", t, NULL}),
+                   "crowd");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='published' AND detail "
+                             "LIKE 'compiled in %% ms;%%'"),
+               1, "one kernel, untuned: %s", h_output("crowd", "err"));
 }
 
 /* The CPUs of a list as /proc's status files write it ("0-3,6"). */
