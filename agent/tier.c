@@ -49,6 +49,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -1458,6 +1459,31 @@ static int compile_noted(long ms)
   return ag_machine_compile_measured(NULL);
 }
 
+/* For the calibration: waits until the machine has a CPU no other thread wants (fewer running
+ * or runnable than it has CPUs, this one aside: /proc/loadavg's count of running threads,
+ * which counts a library pool's spinning threads too), polled every 5 ms, then less often up to every 80 ms,
+ * holding nothing, or until a compile thread is about to compile (compile_waits: it needs LLVM
+ * now, and measures its own compile). At once where /proc/loadavg cannot be read. */
+static void spare_cpu(void)
+{
+  static long ncpu;
+  if (!ncpu)
+    ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  char buf[128];
+  for (long ms = 5;; ms = ms < 80 ? 2 * ms : ms) {
+    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC); /* "0.52 0.41 0.30 3/412 9876" */
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+      close(fd);
+    buf[n > 0 ? n : 0] = 0;
+    long running;
+    if (sscanf(buf, "%*s %*s %*s %ld/", &running) != 1 || running - 1 < ncpu ||
+        atomic_load(&compile_waits))
+      return;
+    nanosleep(&(struct timespec){0, ms * 1000000}, NULL);
+  }
+}
+
 /* The calibration (calibrate_unmeasured), on a thread of its own: LLVM's load, then the same
  * kernel compiled twice, the first compile paying what a session's first one sets up (the
  * target, its tables: ~8-10 ms on the Zen 5), noted as part of LLVM's load; the second is the
@@ -1465,15 +1491,18 @@ static int compile_noted(long ms)
  * kernels compiled in 4-35 ms, median 7-9): real compiles refine the family's figure as they
  * come. (A compile thread that loads LLVM for a compile notes the load alone, and that
  * compile's note carries the set-up; where one waited for this thread's load, this thread
- * measures the load and waits for that compile's note, compiling only where none comes.) */
+ * measures the load and waits for that compile's note, compiling only where none comes.)
+ * Each part waits for a CPU no thread wants (spare_cpu) rather than run at SCHED_IDLE: a thread
+ * of that class, preempted beside threads on every CPU, held what others wait for until they
+ * stopped (a compile thread its load, load_jit's lock: two threads of one small product on 2
+ * CPUs got no kernel in their run), and an unprivileged thread cannot leave the class again. */
 static void *calibrate(void *arg)
 {
   (void)arg;
   ag_agent_thread_begin("opjit-calibrate");
   ag_tl_keep_statics = 1; /* LLVM's static destructors are never registered (process.c) */
-  /* only a CPU no host thread wants: a pool loses little to it (docs/benchmarks.md, stop 42) */
-  pthread_setschedparam(pthread_self(), SCHED_IDLE, &(struct sched_param){0});
   uint64_t load_ns = 0;
+  spare_cpu();
   if (atomic_load(&jit_tried)) { /* a compile thread started meanwhile: its compile measures */
     ag_machine_calibrating(0);
     return NULL;
@@ -1490,6 +1519,10 @@ static void *calibrate(void *arg)
     /* none where a compile thread waited for the load and its compile is noted (the CPUs go
      * to its kernel rather than to these two, 20-30 ms more): compiled here where it is not */
     int waited = atomic_load(&compile_waits);
+    if (!waited) {
+      spare_cpu();
+      waited = atomic_load(&compile_waits);
+    }
     if (waited && load_ns) /* at once: the exit may come before that compile's note */
       ag_machine_note_compile(AG_MACHINE_LLVM_LOAD, load_ns);
     int ceded = waited && compile_noted(CEDE_WAIT_MS);
@@ -1518,8 +1551,8 @@ static void *calibrate(void *arg)
 }
 
 /* Where this CPU has no measured figure for LLVM's load or for any kernel's compile (machine.h:
- * none stored, none noted in this run), measures them on a thread of its own at SCHED_IDLE
- * (calibrate), once per process, once the machine model is ready: from a signature's payback test
+ * none stored, none noted in this run), measures them on a thread of its own (calibrate), once
+ * per process, once the machine model is ready: from a signature's payback test
  * in the run that failed on the guesses (not_yet), so the tests after it, and the next run's (its
  * warm start's too), charge what was measured. A test that passes needs none: its compile is
  * measured as it ends, whatever its checks find (a tuning's compiles each at their share; a

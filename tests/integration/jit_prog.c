@@ -19,9 +19,9 @@
  *   inf              an 8x8x8 sgemm whose A holds an infinity on its first 3 calls (then the JIT
  *                    settles), then finite
  *   many N           that 8x8x8 sgemm N times, finite, the JIT settled every 4096 calls
- *   crowd T          T threads call that 8x8x8 sgemm at once (operands of their own) until
+ *   crowd T [N]      T threads call that 8x8x8 sgemm at once (operands of their own) until
  *                    each has made 8,000 calls and the JIT has settled: its one signature gets
- *                    hot while all T run
+ *                    hot while all T run; with N, each makes N calls, the JIT left to itself
  *   mixed N          "many N" (after its first 1000 calls, the JIT settles: the hot sgemm's
  *                    compile and duel are over), then a 24x24x24 sgemm 3 times and a 40x40x40
  *                    dgemm N/1000 + 100 times: a hot signature, a cold one and a larger one
@@ -590,9 +590,11 @@ static void inf_calls(int n, int inf_calls_n, int pause_us)
 
 /* crowd: each thread's calls and mismatches (its own: no shared counter while they run). */
 typedef struct crowd_s {
-  long calls, mismatches;
+  long calls, mismatches, n; /* n: the calls to make, or 0: until crowd_stop */
 } crowd_t;
 static _Atomic int crowd_ready, crowd_stop;
+static pthread_barrier_t crowd_all; /* every thread has made its first call (and so registered
+                                       with the agent) before any makes its second */
 
 static void *crowd_worker(void *p)
 {
@@ -601,33 +603,45 @@ static void *crowd_worker(void *p)
   float a[64], b[64], c[64], r[64], one = 1, zero = 0;
   for (int j = 0; j < 64; j++)
     a[j] = (float)(j % 5) - 2, b[j] = (float)(j % 3) - 1;
-  while (!atomic_load(&crowd_stop)) {
+  while (w->n ? w->calls < w->n : !atomic_load(&crowd_stop)) {
     sgemm_("N", "N", &n, &n, &n, &one, a, &n, b, &n, &zero, c, &n);
     ref_s("N", "N", &n, &n, &n, &one, a, &n, b, &n, &zero, r, &n);
     w->mismatches += memcmp(c, r, sizeof c) != 0;
-    if (++w->calls == 8000)
+    if (++w->calls == 1)
+      pthread_barrier_wait(&crowd_all);
+    else if (w->calls == 8000)
       atomic_fetch_add(&crowd_ready, 1);
   }
   return NULL;
 }
 
-static void crowd(int t)
+static void crowd(int t, long n)
 {
   pthread_t th[64];
   crowd_t w[64] = {{0}};
   int made = 0;
-  for (; made < t && made < 64; made++)
-    if (pthread_create(&th[made], NULL, crowd_worker, &w[made]) != 0)
-      break;
-  while (atomic_load(&crowd_ready) < made)
-    usleep(1000);
-  settle_or(1000000);
-  atomic_store(&crowd_stop, 1);
+  if (t < 1 || t > 64 || pthread_barrier_init(&crowd_all, NULL, (unsigned)t) != 0) {
+    mismatches++;
+    return;
+  }
+  for (; made < t; made++) {
+    w[made].n = n;
+    if (pthread_create(&th[made], NULL, crowd_worker, &w[made]) != 0) {
+      fprintf(stderr, "crowd: cannot start thread %d of %d\n", made + 1, t);
+      _exit(2); /* the others wait at the barrier for it */
+    }
+  }
+  if (!n) {
+    while (atomic_load(&crowd_ready) < made)
+      usleep(1000);
+    settle_or(1000000);
+    atomic_store(&crowd_stop, 1);
+  }
   for (int i = 0; i < made; i++) {
     pthread_join(th[i], NULL);
     calls += w[i].calls, mismatches += w[i].mismatches;
   }
-  mismatches += made < t; /* every thread or none: the test counts on all of them */
+  pthread_barrier_destroy(&crowd_all);
 }
 
 /* n calls of that 8x8x8 sgemm, the JIT settled after every 4096: a compile and its duel, or a
@@ -734,7 +748,7 @@ int main(int argc, char **argv)
     settle_or(0); /* the variant compiled on the infinite calls serves the finite ones */
     inf_calls(297, 0, 1000);
   } else if (!strcmp(mode, "crowd") && argc > 2)
-    crowd(atoi(argv[2]));
+    crowd(atoi(argv[2]), argc > 3 ? atol(argv[3]) : 0);
   else if (!strcmp(mode, "many") && argc > 2)
     many(atoi(argv[2]));
   else if (!strcmp(mode, "mixed") && argc > 2) {

@@ -355,14 +355,13 @@ static int64_t compiles(const char *family)
 }
 
 /* A run whose payback test fails before this CPU measured what a compile costs measures it
- * then, on a thread of its own at idle priority (agent/tier.c, calibrate_unmeasured): LLVM's
- * load and a compile, so the tests after it, and the next run's, charge them rather than a
- * guess. Here: products OpenBLAS spreads over two threads (a pool: no size class's first
- * trial, which would compile whatever the test says), each test failing however slow a loaded
- * machine makes their calls (OPJIT_HOT_PAYBACK=1000: a test that passes compiles, and that
- * compile measures itself); the program then settles (opjit_settle waits for the measurement:
- * at idle priority it may get no CPU until then on a busy machine). The next run takes the
- * stored figures. */
+ * then, on a thread of its own (agent/tier.c, calibrate_unmeasured): LLVM's load and a compile,
+ * so the tests after it, and the next run's, charge them rather than a guess. Here: products
+ * OpenBLAS spreads over two threads (a pool: no size class's first trial, which would compile
+ * whatever the test says), each test failing however slow a loaded machine makes their calls
+ * (OPJIT_HOT_PAYBACK=1000: a test that passes compiles, and that compile measures itself); the
+ * program then settles (opjit_settle waits for the measurement). The next run takes the stored
+ * figures. */
 Test(preload, a_failed_payback_test_measures_what_a_compile_costs_once_per_cpu)
 {
   const char *jit[] = {"OPJIT_MODE=jit", "OPJIT_LOG=info", "OPJIT_HOT_PAYBACK=1000",
@@ -377,6 +376,47 @@ Test(preload, a_failed_payback_test_measures_what_a_compile_costs_once_per_cpu)
   assert_exited_ok(h_run("second", 1, jit, argv), "second");
   err = h_output("second", "err");
   cr_assert_null(strstr(err, "a compile measured on this CPU"), "measured again: %s", err);
+}
+
+/* The calibration runs at normal priority: a compile thread waits for its load of LLVM
+ * (agent/tier.c, load_jit's lock), and threads that call operators on every CPU left it no CPU
+ * at SCHED_IDLE until they stopped (2 threads of a 16^3 dgemm on 2 CPUs, 0.6 s: the kernel
+ * published 670 ms into the run, after their last call, the run 0.89 of plain's speed; now at
+ * ~90 ms, 1.2x). Here a first run stores the machine model and compiles nothing (no compile's
+ * cost measured); in the second, as many threads as the machine has CPUs call an 8x8x8 sgemm
+ * 1,500,000 times each at once, every one before any calls again (no core idle: no size
+ * class's first trial), all of the process on one CPU (the agent's threads too), which leaves
+ * a thread at SCHED_IDLE nothing: its payback test fails on the guesses (the calibration
+ * starts), then passes ~0.25 s into the run, and its kernel must serve some of the threads'
+ * calls (published ~50 ms later, the loop ~1.2 s; with the calibration at SCHED_IDLE, none in 3
+ * runs of 3). */
+Test(preload, busy_threads_on_every_cpu_get_their_kernel_beside_the_calibration)
+{
+  const char *jit[] = {"OPJIT_MODE=jit", "OPJIT_LOG=info", "OPJIT_SAMPLE_HZ=0", NULL};
+  assert_exited_ok(h_run("model", 1, jit, (const char *[]){H_JIT_PROG, "many", "20", NULL}),
+                   "model");
+  cr_assert_eq(compiles("gemm") + compiles("llvm-load"), 0, "nothing compiled yet: %s",
+               h_output("model", "err"));
+  cpu_set_t cpus, one;
+  cr_assert_eq(sched_getaffinity(0, sizeof cpus, &cpus), 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE - 1 && !CPU_ISSET(cpu, &cpus))
+    cpu++;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0); /* this test's process, its child */
+  char t[16];
+  snprintf(t, sizeof t, "%ld", sysconf(_SC_NPROCESSORS_ONLN));
+  assert_exited_ok(h_run("busy", 1, jit, (const char *[]){H_JIT_PROG, "crowd", t, "1500000",
+                                                          NULL}),
+                   "busy");
+  const char *err = h_output("busy", "err");
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind = 'queued' AND detail LIKE "
+                             "'%%pays back%%' AND run_id = (SELECT max(id) FROM runs)"),
+               1, "queued by the payback test, not as a first trial: %s", err);
+  cr_assert_gt(h_query(NULL, "SELECT coalesce(sum(calls), 0) FROM variants WHERE run_id = "
+                             "(SELECT max(id) FROM runs)"),
+               0, "the kernel served the threads' calls: %s", err);
 }
 
 /* A long call whose library already runs it as fast as a kernel could is decided at a failed
