@@ -378,18 +378,18 @@ Test(preload, a_failed_payback_test_measures_what_a_compile_costs_once_per_cpu)
   cr_assert_null(strstr(err, "a compile measured on this CPU"), "measured again: %s", err);
 }
 
-/* The calibration runs at normal priority: a compile thread waits for its load of LLVM
- * (agent/tier.c, load_jit's lock), and threads that call operators on every CPU left it no CPU
- * at SCHED_IDLE until they stopped (2 threads of a 16^3 dgemm on 2 CPUs, 0.6 s: the kernel
- * published 670 ms into the run, after their last call, the run 0.89 of plain's speed; now at
- * ~90 ms, 1.2x). Here a first run stores the machine model and compiles nothing (no compile's
- * cost measured); in the second, as many threads as the machine has CPUs call an 8x8x8 sgemm
- * 1,500,000 times each at once, every one before any calls again (no core idle: no size
- * class's first trial), all of the process on one CPU (the agent's threads too), which leaves
- * a thread at SCHED_IDLE nothing: its payback test fails on the guesses (the calibration
- * starts), then passes ~0.25 s into the run, and its kernel must serve some of the threads'
- * calls (published ~50 ms later, the loop ~1.2 s; with the calibration at SCHED_IDLE, none in 3
- * runs of 3). */
+/* The calibration waits for a CPU no thread wants rather than run at SCHED_IDLE: a compile
+ * thread waits for its load of LLVM (agent/tier.c, load_jit's lock), and threads that call
+ * operators on every CPU left an idle-class thread no CPU until they stopped (2 threads of a
+ * 16^3 dgemm on 2 CPUs, 0.6 s: the kernel published ~690 ms into the run, after their last
+ * call, the run 0.87 of plain's speed; now at ~120 ms, 1.14x). Here a first run stores the
+ * machine model and compiles nothing (no compile's cost measured); in the second, as many
+ * threads as the machine has CPUs call an 8x8x8 sgemm 1,500,000 times each at once, every one
+ * before any calls again (no core idle: no size class's first trial), all of the process on
+ * one CPU (the agent's threads too), which leaves a thread at SCHED_IDLE nothing: its payback
+ * test fails on the guesses (the calibration starts), then passes ~0.47 s into the run, and
+ * its kernel must serve some of the threads' calls (published ~0.13 s later, the loop ~1.5 s;
+ * with the calibration at SCHED_IDLE, none in 3 runs of 3). */
 Test(preload, busy_threads_on_every_cpu_get_their_kernel_beside_the_calibration)
 {
   const char *jit[] = {"OPJIT_MODE=jit", "OPJIT_LOG=info", "OPJIT_SAMPLE_HZ=0", NULL};
