@@ -3,8 +3,8 @@
  * Which vector ISAs the CPU and its OS support (CPUID, XGETBV), the FMA peak per vector width
  * and dtype, the cost of the agent's clock, and LLVM's compile latency per kernel family (in
  * CPU time: the compile threads note every compile and LLVM's load, and where a payback test
- * fails before this CPU measured either, a thread of the tiers' measures them at idle
- * priority: tier.c, calibrate).
+ * fails before this CPU measured either, a thread of the tiers' measures them on a CPU no
+ * other thread wants: tier.c, calibrate).
  *
  * Two halves. machine.c holds pure functions any program may use (the agent, `opjit doctor`,
  * tests): detection, measurement, the ISA choice, conversion to and from the store's record.

@@ -666,9 +666,11 @@ static void compile_one(uint32_t i, int idle)
   uint64_t calls, vcalls;
   ag_tcount_sum_one(i, &calls, &vcalls);
   long ncpu;
-  int pool;
-  int tune = idle && calls >= TUNE_MIN_CALLS && jt_kind(&g)->tunes &&
-             cpus_taken(e, &ncpu, &pool) < ncpu;
+  int pool, tune = idle && calls >= TUNE_MIN_CALLS && jt_kind(&g)->tunes;
+  if (tune) {
+    long taken = cpus_taken(e, &ncpu, &pool);
+    tune = taken < ncpu;
+  }
   g.isa = jit_isa();
   jt_gemm_t best = g;
   jt_tune_t rep = {0};
@@ -1460,15 +1462,17 @@ static int compile_noted(long ms)
 }
 
 /* For the calibration: waits until the machine has a CPU no other thread wants (fewer running
- * or runnable than it has CPUs, this one aside: /proc/loadavg's count of running threads,
- * which counts a library pool's spinning threads too), polled every 5 ms, then less often up to every 80 ms,
- * holding nothing, or until a compile thread is about to compile (compile_waits: it needs LLVM
- * now, and measures its own compile). At once where /proc/loadavg cannot be read. */
+ * or runnable than it has CPUs, this one aside: /proc/loadavg's count, which counts a library
+ * pool's spinning threads too), polled every 5 ms, then less often up to every 80 ms, holding
+ * nothing; or until a compile thread needs LLVM (compile_waits, jit_tried: it measures its own
+ * compile), or the program waits for the calibration (settling: ag_tier_settle) or exits
+ * (calibrate then stops: the exit's save would wait for its figures, machine_run.c). At once
+ * where /proc/loadavg cannot be read. */
+static _Atomic int settling; /* ag_tier_settle waits for the compiles and the calibration */
+
 static void spare_cpu(void)
 {
-  static long ncpu;
-  if (!ncpu)
-    ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   char buf[128];
   for (long ms = 5;; ms = ms < 80 ? 2 * ms : ms) {
     int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC); /* "0.52 0.41 0.30 3/412 9876" */
@@ -1477,8 +1481,9 @@ static void spare_cpu(void)
       close(fd);
     buf[n > 0 ? n : 0] = 0;
     long running;
-    if (sscanf(buf, "%*s %*s %*s %ld/", &running) != 1 || running - 1 < ncpu ||
-        atomic_load(&compile_waits))
+    if (sscanf(buf, "%*s %*s %*s %ld/", &running) != 1 || running - 1 < (ncpu > 0 ? ncpu : 1) ||
+        atomic_load(&compile_waits) || atomic_load(&jit_tried) || atomic_load(&settling) ||
+        atomic_load(&ag_exiting))
       return;
     nanosleep(&(struct timespec){0, ms * 1000000}, NULL);
   }
@@ -1503,7 +1508,9 @@ static void *calibrate(void *arg)
   ag_tl_keep_statics = 1; /* LLVM's static destructors are never registered (process.c) */
   uint64_t load_ns = 0;
   spare_cpu();
-  if (atomic_load(&jit_tried)) { /* a compile thread started meanwhile: its compile measures */
+  /* a compile thread started meanwhile: its compile measures (and it loads LLVM); or the
+   * process exits: its save would only wait for the measurement */
+  if (atomic_load(&jit_tried) || atomic_load(&compile_waits) || atomic_load(&ag_exiting)) {
     ag_machine_calibrating(0);
     return NULL;
   }
@@ -1525,7 +1532,7 @@ static void *calibrate(void *arg)
     }
     if (waited && load_ns) /* at once: the exit may come before that compile's note */
       ag_machine_note_compile(AG_MACHINE_LLVM_LOAD, load_ns);
-    int ceded = waited && compile_noted(CEDE_WAIT_MS);
+    int ceded = (waited && compile_noted(CEDE_WAIT_MS)) || atomic_load(&ag_exiting);
     ag_bg_begin();
     uint64_t first = ceded ? 0 : compile_cost(&g), again = first ? compile_cost(&g) : 0;
     if (again < 100000)
@@ -1538,7 +1545,8 @@ static void *calibrate(void *arg)
              (double)first / 1e6, (double)again / 1e6);
     else
       ag_log(AG_LOG_INFO, "LLVM's load measured on this CPU: %.1f ms (CPU time); a compile's "
-             "cost is measured already", (double)load_ns / 1e6);
+             "cost %s", (double)load_ns / 1e6,
+             waited ? "is measured already" : "is left to a later run (the process exits)");
     if (load_ns && !waited) /* a compile thread that loaded LLVM before noted it (compile_next) */
       ag_machine_note_compile(AG_MACHINE_LLVM_LOAD,
                               load_ns + (again && first > again ? first - again : 0));
@@ -1789,12 +1797,14 @@ int ag_tier_settle(long ms)
   int rc = ag_cq_wait_idle(&cq, &dl);
   ag_cq_unlock(&cq);
   struct timespec now;
+  atomic_fetch_add(&settling, 1); /* the calibration waits for no spare CPU now */
   while (!rc && ag_machine_calibration_running()) { /* calibrate */
     clock_gettime(CLOCK_REALTIME, &now);
     rc = now.tv_sec > dl.tv_sec || (now.tv_sec == dl.tv_sec && now.tv_nsec >= dl.tv_nsec);
     if (!rc)
       nanosleep(&(struct timespec){0, 1000000}, NULL);
   }
+  atomic_fetch_sub(&settling, 1);
   return rc;
 }
 
