@@ -1464,8 +1464,8 @@ static int compile_noted(long ms)
 /* For the calibration: waits until the machine has a CPU no other thread wants (fewer running
  * or runnable than it has CPUs, this one aside: /proc/loadavg's count, which counts a library
  * pool's spinning threads too), polled every 5 ms, then less often up to every 80 ms, holding
- * nothing; or until a compile thread needs LLVM (compile_waits, jit_tried: it measures its own
- * compile), or the program waits for the calibration (settling: ag_tier_settle) or exits
+ * nothing; or until a compile thread needs LLVM (compile_waits: it measures its own compile),
+ * or the program waits for the calibration (settling: ag_tier_settle) or exits
  * (calibrate then stops: the exit's save would wait for its figures, machine_run.c). At once
  * where /proc/loadavg cannot be read. */
 static _Atomic int settling; /* ag_tier_settle waits for the compiles and the calibration */
@@ -1482,8 +1482,7 @@ static void spare_cpu(void)
     buf[n > 0 ? n : 0] = 0;
     long running;
     if (sscanf(buf, "%*s %*s %*s %ld/", &running) != 1 || running - 1 < (ncpu > 0 ? ncpu : 1) ||
-        atomic_load(&compile_waits) || atomic_load(&jit_tried) || atomic_load(&settling) ||
-        atomic_load(&ag_exiting))
+        atomic_load(&compile_waits) || atomic_load(&settling) || atomic_load(&ag_exiting))
       return;
     nanosleep(&(struct timespec){0, ms * 1000000}, NULL);
   }
