@@ -350,6 +350,13 @@ void ag_call_burst_timed(const ag_call_t *c, uint64_t dt)
     burst_flush();
 }
 
+/* Whether the n-th call of e on this thread is timed whatever the gap drew (a forced timing,
+ * table.h): a thread's first, and every call while e is long (agent.h, AG_LONG_CALL_NS). */
+static int always_timed(const ag_entry_t *e, uint64_t n)
+{
+  return n == 1 || atomic_load_explicit(&e->best_ns, memory_order_relaxed) >= AG_LONG_CALL_NS;
+}
+
 void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
 {
   ag_entry_t *e = c->e;
@@ -379,8 +386,7 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
         c->t0 = ag_tick(); /* warm: the signature already ran in this burst */
         return;
       }
-    } else if (n == 1 || atomic_load_explicit(&e->best_ns, memory_order_relaxed) >=
-                             AG_LONG_CALL_NS) { /* a long call is timed every time (agent.h) */
+    } else if (always_timed(e, n)) {
       c->forced = 1;
       c->t0 = ag_tick();
     }
@@ -392,8 +398,7 @@ void ag_call_pick(ag_call_t *c, uint64_t n, int hooked)
     burst_flush();
   if (ag_tl.chain > 0) { /* after a long call (ag_call_long) */
     ag_tl.chain--;
-    c->forced =
-        n == 1 || atomic_load_explicit(&e->best_ns, memory_order_relaxed) >= AG_LONG_CALL_NS;
+    c->forced = always_timed(e, n);
     if (--ag_tl.resume > 0) { /* not the gap's timed call */
       if (c->forced)
         c->t0 = ag_tick();

@@ -601,7 +601,21 @@ static const char *split_words(uint32_t i, char *buf, size_t len)
   return buf;
 }
 
-/* The CPUs the program's threads take from the compile thread for entry e's compile, of the
+/* The CPUs online (at least 1), read once. */
+static long online_cpus(void)
+{
+  static _Atomic long online;
+  long n = atomic_load_explicit(&online, memory_order_relaxed);
+  if (!n) {
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+    n = n > 0 ? n : 1;
+    atomic_store_explicit(&online, n, memory_order_relaxed);
+  }
+  return n;
+}
+
+/* The CPUs the program's threads take from the compile thread for entry e's compile (g: its
+ * problem, gemm_of's, or NULL where it has none), of the
  * *ncpu online: its threads that call operators (registered; a library's own thread pool is not
  * seen), or all of them where e's calls keep every CPU busy. A call too long for the duel whose
  * fastest timed call is that long is such a call: it is what a library spreads over its own
@@ -612,19 +626,14 @@ static const char *split_words(uint32_t i, char *buf, size_t len)
  * it, and a compile then holds the core the library's next call waits for (numpy's float
  * 1024^2 GEMV on two threads: 2-4 ms a call instead of 0.06-0.1 while the kernel compiled and
  * was checked). Fewer than *ncpu: a core is idle for the compile. */
-static long cpus_taken(const ag_entry_t *e, long *ncpu, int *pool)
+static long cpus_taken(const ag_entry_t *e, const jt_gemm_t *g, long *ncpu, int *pool)
 {
-  static _Atomic long online;
-  if (!atomic_load_explicit(&online, memory_order_relaxed))
-    atomic_store_explicit(&online, sysconf(_SC_NPROCESSORS_ONLN), memory_order_relaxed);
-  *ncpu = atomic_load_explicit(&online, memory_order_relaxed);
+  *ncpu = online_cpus();
   ag_epoch_t snap[64];
   long busy = (long)ag_tcount_snapshot(snap, 64);
   uint64_t best = atomic_load_explicit(&e->best_ns, memory_order_relaxed);
-  jt_gemm_t g;
-  int row;
   ag_vrun_t spread;
-  *pool = gemm_of(&e->key, &g, &row) && ag_host_threaded() && ag_problem_split(&g, 2, &spread) > 1;
+  *pool = g && ag_host_threaded() && ag_problem_split(g, 2, &spread) > 1;
   return *pool || (best && ag_duel_need_ns(best) > DUEL_MAX_NS) ? *ncpu : busy;
 }
 
@@ -668,7 +677,7 @@ static void compile_one(uint32_t i, int idle)
   long ncpu;
   int pool, tune = idle && calls >= TUNE_MIN_CALLS && jt_kind(&g)->tunes;
   if (tune) {
-    long taken = cpus_taken(e, &ncpu, &pool);
+    long taken = cpus_taken(e, &shapes[i], &ncpu, &pool);
     tune = taken < ncpu;
   }
   g.isa = jit_isa();
@@ -1212,7 +1221,7 @@ static int pays_back(const ag_entry_t *e, double spent_ns, ag_payback_t *t)
   long ncpu;
   jt_gemm_t g;
   int pool, have = gemm_of(&e->key, &g, &(int){0});
-  long busy = cpus_taken(e, &ncpu, &pool);
+  long busy = cpus_taken(e, have ? &g : NULL, &ncpu, &pool);
   /* a kernel the database stores: placed, not compiled (compile_next) */
   int placing = ag_warm_shelved(&e->key);
   double ns = placing ? AG_POLICY_PLACE_NS
@@ -1472,7 +1481,7 @@ static _Atomic int settling; /* ag_tier_settle waits for the compiles and the ca
 
 static void spare_cpu(void)
 {
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  long ncpu = online_cpus();
   char buf[128];
   for (long ms = 5;; ms = ms < 80 ? 2 * ms : ms) {
     int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC); /* "0.52 0.41 0.30 3/412 9876" */
@@ -1481,7 +1490,7 @@ static void spare_cpu(void)
       close(fd);
     buf[n > 0 ? n : 0] = 0;
     long running;
-    if (sscanf(buf, "%*s %*s %*s %ld/", &running) != 1 || running - 1 < (ncpu > 0 ? ncpu : 1) ||
+    if (sscanf(buf, "%*s %*s %*s %ld/", &running) != 1 || running - 1 < ncpu ||
         atomic_load(&compile_waits) || atomic_load(&settling) || atomic_load(&ag_exiting))
       return;
     nanosleep(&(struct timespec){0, ms * 1000000}, NULL);

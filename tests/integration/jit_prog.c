@@ -619,25 +619,24 @@ static void crowd(int t, long n)
 {
   pthread_t th[64];
   crowd_t w[64] = {{0}};
-  int made = 0;
   if (t < 1 || t > 64 || pthread_barrier_init(&crowd_all, NULL, (unsigned)t) != 0) {
     mismatches++;
     return;
   }
-  for (; made < t; made++) {
-    w[made].n = n;
-    if (pthread_create(&th[made], NULL, crowd_worker, &w[made]) != 0) {
-      fprintf(stderr, "crowd: cannot start thread %d of %d\n", made + 1, t);
+  for (int i = 0; i < t; i++) {
+    w[i].n = n;
+    if (pthread_create(&th[i], NULL, crowd_worker, &w[i]) != 0) {
+      fprintf(stderr, "crowd: cannot start thread %d of %d\n", i + 1, t);
       _exit(2); /* the others wait at the barrier for it */
     }
   }
   if (!n) {
-    while (atomic_load(&crowd_ready) < made)
+    while (atomic_load(&crowd_ready) < t)
       usleep(1000);
     settle_or(1000000);
     atomic_store(&crowd_stop, 1);
   }
-  for (int i = 0; i < made; i++) {
+  for (int i = 0; i < t; i++) {
     pthread_join(th[i], NULL);
     calls += w[i].calls, mismatches += w[i].mismatches;
   }
