@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* bench_passthrough: what the agent adds to one BLAS call, side by side with what it calls, in
- * one process. Two sets of rows, each measured in a process of its own:
+ * one process. Three sets of rows, each measured in a process of its own:
  *   pass    A is the symbol as the program resolves it (sgemm_ → the agent's wrapper →
  *           OpenBLAS) in OPJIT_MODE=profile, B libblas.so.3's own definition (dlsym on the
  *           loaded library): the agent's cost on a call it only counts.
@@ -12,12 +12,22 @@
  *           After the process exits, its database says which share of each row's calls the
  *           variant served (a variant the in-run judge demoted serves none: its row measures
  *           the original).
+ *   threads no agent: the library's own call in a process with one thread (A) and with a
+ *           second one that only waits (B). glibc's mutexes take a plain store while a process
+ *           has one thread and a locked instruction once it has had two (never going back), and
+ *           OpenBLAS locks one twice a call where its small-matrix kernels do not take the
+ *           shape (its buffer's blas_memory_alloc and _free). The agent's writer is such a
+ *           thread: a single-threaded program pays B - A from its first call under the agent on
+ *           every call the library runs, which the pass rows (the agent's threads behind both
+ *           sides) leave out. Per round two fork children of a one-thread process time one
+ *           batch each (order alternating).
  * Each round times a batch of A and a batch of B (order alternating), ~3 ms each; the table
  * holds the medians over rounds. Run without the agent preloaded, it re-runs itself under
  * LD_PRELOAD=libopjit.so with OPENBLAS_NUM_THREADS=1 and a scratch OPJIT_DB, once per set
- * (BENCH_AGENT names another build's libopjit.so, its modules beside it: a change's before).
+ * (BENCH_AGENT names another build's libopjit.so, its modules beside it: a change's before);
+ * the threads set without the agent, with OPENBLAS_NUM_THREADS=1 (no pool of its own).
  *
- *   bench_passthrough [rounds [all|pass|served]]     (default 31 all)
+ *   bench_passthrough [rounds [all|pass|served|threads]]     (default 31 all)
  *   bench_passthrough count CASE CALLS
  *   bench_passthrough count-pass CASE CALLS
  * count: the served row whose label starts with CASE, CALLS calls of A (in loop_agent_*) then of
@@ -30,6 +40,7 @@
 #include <dlfcn.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +109,22 @@ static void loop_dgemm(void *fn, int n, long iters)
   dgemm_fn *f = (dgemm_fn *)fn;
   for (long i = 0; i < iters; i++)
     f("N", "N", &n, &n, &n, &one, da, &n, db_, &n, &zero, dc, &n);
+}
+
+static void loop_sgemm_nt(void *fn, int n, long iters)
+{
+  static const float one = 1, zero = 0;
+  sgemm_fn *f = (sgemm_fn *)fn;
+  for (long i = 0; i < iters; i++)
+    f("N", "T", &n, &n, &n, &one, a, &n, b, &n, &zero, c, &n);
+}
+
+static void loop_dgemm_tn(void *fn, int n, long iters)
+{
+  static const double one = 1, zero = 0;
+  dgemm_fn *f = (dgemm_fn *)fn;
+  for (long i = 0; i < iters; i++)
+    f("T", "N", &n, &n, &n, &one, da, &n, db_, &n, &zero, dc, &n);
 }
 
 static void loop_sdot(void *fn, int n, long iters)
@@ -199,6 +226,14 @@ static const case_t pass_cases[] = {
     {"cblas_sgemm row n=4", "cblas_sgemm", (void *)cblas_sgemm, loop_cblas_sgemm, NULL, 4, OUT_S},
     {"cblas_dgemm row n=4", "cblas_dgemm", (void *)cblas_dgemm, loop_cblas_dgemm, NULL, 4, OUT_D},
     {"cblas_sdot n=16", "cblas_sdot", (void *)cblas_sdot, loop_cblas_sdot, NULL, 16, OUT_DOT},
+};
+
+static const case_t thread_cases[] = {
+    {"sgemm NN n=4", "sgemm_", NULL, loop_sgemm, NULL, 4, OUT_S},
+    {"sgemm NT n=8", "sgemm_", NULL, loop_sgemm_nt, NULL, 8, OUT_S},
+    {"dgemm NN n=16", "dgemm_", NULL, loop_dgemm, NULL, 16, OUT_D},
+    {"dgemm TN n=16", "dgemm_", NULL, loop_dgemm_tn, NULL, 16, OUT_D},
+    {"sgemm NN n=64", "sgemm_", NULL, loop_sgemm, NULL, 64, OUT_S},
 };
 
 #define SERVED(label, fn, loop, kloop, n, out, op, api) \
@@ -572,11 +607,119 @@ static int served_shares(const char *db)
   return 0;
 }
 
+/* ---- the threads set ---------------------------------------------------------------------- */
+
+static void *waiting_thread(void *arg)
+{
+  (void)arg;
+  for (;;)
+    pause();
+  return NULL;
+}
+
+/* The threads this process has (/proc/self/status), or -1. */
+static int threads_now(void)
+{
+  FILE *f = fopen("/proc/self/status", "re");
+  char line[256];
+  int n = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "Threads: %d", &n) == 1)
+      break;
+  if (f)
+    fclose(f);
+  return n;
+}
+
+/* ns per call of one batch of k's iters calls of fn in a fork child of this one-thread process,
+ * after starting a second thread when threaded (after a warm-up batch of a quarter: the child's
+ * copies of the pages it writes); -1 when the child failed. */
+static double child_batch(const case_t *k, void *fn, long iters, int threaded)
+{
+  int fd[2];
+  if (pipe(fd))
+    return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fd[0]);
+    double ns = -1;
+    pthread_t t;
+    if (!threaded || pthread_create(&t, NULL, waiting_thread, NULL) == 0) {
+      k->loop(fn, k->n, iters / 4 + 1);
+      ns = batch_ns(k->loop, fn, k->n, iters);
+    }
+    _exit(write(fd[1], &ns, sizeof ns) == sizeof ns ? 0 : 1);
+  }
+  close(fd[1]);
+  double ns = -1;
+  if (pid < 0 || read(fd[0], &ns, sizeof ns) != sizeof ns)
+    ns = -1;
+  close(fd[0]);
+  if (pid > 0)
+    waitpid(pid, NULL, 0);
+  return ns;
+}
+
+/* The measuring process of the threads rows: no agent, OPENBLAS_NUM_THREADS=1. */
+static int measure_threads(int rounds)
+{
+  void *lib = dlopen("libblas.so.3", RTLD_NOLOAD | RTLD_NOW);
+  const char *core = getenv("OPENBLAS_CORETYPE");
+  if (!lib || threads_now() != 1) {
+    fprintf(stderr, "bench_passthrough: threads: %s\n",
+            lib ? "the process has threads already (a BLAS pool?): no one-thread side"
+                : "libblas.so.3 is not loaded");
+    return 1;
+  }
+  printf("\na second thread in the process (no agent): A = the library's call with the process's "
+         "one thread, B = the same call once a second thread waits beside it\n");
+  printf("OpenBLAS core: %s; %d rounds of a ~%.0f ms batch in each of two fork children, "
+         "medians over rounds\n\n", core && *core ? core : "its own choice", rounds,
+         BATCH_TARGET_NS / 1e6);
+  printf("%-22s %10s %10s %10s %7s %8s %8s\n", "case", "A ns", "B ns", "B-A ns", "+-", "B/A",
+         "batch");
+  double *ta = calloc((size_t)rounds, sizeof *ta), *tb = calloc((size_t)rounds, sizeof *tb);
+  double *diff = calloc((size_t)rounds, sizeof *diff), *ratio = calloc((size_t)rounds, sizeof *ratio);
+  int rc = !ta || !tb || !diff || !ratio;
+  for (int i = 0; !rc && i < COUNT_OF(thread_cases); i++) {
+    const case_t *k = &thread_cases[i];
+    void *fn = dlsym(lib, k->symbol);
+    long iters = fn ? calibrate(k->loop, fn, k->n) : 0;
+    for (int r = 0; fn && r < rounds; r++) {
+      double x = r & 1 ? -1 : child_batch(k, fn, iters, 0), y = child_batch(k, fn, iters, 1);
+      if (r & 1)
+        x = child_batch(k, fn, iters, 0);
+      if (x <= 0 || y <= 0) {
+        fn = NULL;
+        break;
+      }
+      ta[r] = x, tb[r] = y, diff[r] = y - x, ratio[r] = y / x;
+    }
+    if (!fn) {
+      fprintf(stderr, "bench_passthrough: threads: %s: no timing (symbol or child failed)\n",
+              k->label);
+      rc = 1;
+      break;
+    }
+    size_t n = (size_t)rounds;
+    printf("%-22s %10.1f %10.1f %10.1f %7.1f %8.3f %8ld\n", k->label, bn_median(ta, n),
+           bn_median(tb, n), bn_median(diff, n), bn_half_iqr(diff, n), bn_median(ratio, n),
+           iters);
+    fflush(stdout);
+  }
+  if (!rc)
+    printf("B-A: median of per-round differences, +- half their interquartile range\n");
+  free(ta), free(tb), free(diff), free(ratio);
+  return rc;
+}
+
 /* The launching process: re-runs this program under the agent with a scratch database for one
  * set of rows (served: in jit mode), then checks that the agent recorded the run (served: and
- * prints what its variants served) and removes the scratch folder. */
-static int relaunch(char **argv, int served)
+ * prints what its variants served) and removes the scratch folder; the threads set without the
+ * agent. */
+static int relaunch(char **argv, const char *set)
 {
+  int served = strcmp(set, "served") == 0, alone = strcmp(set, "threads") == 0;
   char dir[PATH_MAX], db[PATH_MAX + 32], preload[PATH_MAX + 32];
   if (bn_scratch_new(dir, sizeof dir))
     return 1;
@@ -598,7 +741,8 @@ static int relaunch(char **argv, int served)
                        "OPJIT_DUEL=0", "OPJIT_HOT_CALLS=8", "OPJIT_HOT_PAYBACK=0",
                        "OPJIT_SAMPLE_HZ=0", "OPJIT_PERF_MAP=1", "BENCH_PASSTHROUGH_SET=served",
                        isa[0] ? isa : every[0] ? every : NULL, isa[0] && every[0] ? every : NULL, NULL};
-  char **env = bn_env(served ? jit : pass);
+  const char *threads[] = {"OPENBLAS_NUM_THREADS=1", "BENCH_PASSTHROUGH_SET=threads", NULL};
+  char **env = bn_env(alone ? threads : served ? jit : pass);
   /* this program by its path, not /proc/self/exe: valgrind follows it (count) */
   char self[PATH_MAX];
   ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -606,7 +750,9 @@ static int relaunch(char **argv, int served)
   int status = env && len > 0 ? bn_spawn_wait(self, argv, env, NULL) : -1;
   bn_env_free(env);
   int rc = 1;
-  if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+  if (alone && status != -1 && WIFEXITED(status)) {
+    rc = WEXITSTATUS(status) != 0;
+  } else if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
     struct stat st;
     int recorded = stat(db + strlen("OPJIT_DB="), &st) == 0;
     if (recorded && served)
@@ -629,22 +775,29 @@ int main(int argc, char **argv)
   int rounds = count ? 1 : argc > 1 ? atoi(argv[1]) : 31;
   const char *set = count_pass ? "pass" : count ? "served" : argc > 2 ? argv[2] : "all";
   long calls = count && argc > 3 ? atol(argv[3]) : 0;
-  if (rounds < 1 || (strcmp(set, "all") && strcmp(set, "pass") && strcmp(set, "served")) ||
+  if (rounds < 1 ||
+      (strcmp(set, "all") && strcmp(set, "pass") && strcmp(set, "served") &&
+       strcmp(set, "threads")) ||
       (count && (argc != 4 || calls < 1))) {
-    fprintf(stderr, "usage: %s [rounds [all|pass|served]]   (rounds >= 1, default 31 all)\n"
+    fprintf(stderr, "usage: %s [rounds [all|pass|served|threads]]   (rounds >= 1, default 31 "
+                    "all)\n"
                     "       %s count|count-pass CASE CALLS\n", argv[0], argv[0]);
     return 2;
   }
   const char *pre = getenv("LD_PRELOAD"), *which = getenv("BENCH_PASSTHROUGH_SET");
+  if (which && strcmp(which, "threads") == 0 && !(pre && strstr(pre, "libopjit.so"))) {
+    fill_operands();
+    return measure_threads(rounds);
+  }
   if (pre && strstr(pre, "libopjit.so") && which) {
     fill_operands();
     return strcmp(which, "served") == 0 ? measure_served(rounds, count ? argv[2] : NULL, calls)
                                         : measure_pass(rounds, count ? argv[2] : NULL, calls);
   }
   int rc = 0;
-  if (strcmp(set, "served"))
-    rc |= relaunch(argv, 0);
-  if (strcmp(set, "pass") && !rc)
-    rc |= relaunch(argv, 1);
+  static const char *const sets[] = {"pass", "served", "threads"};
+  for (int i = 0; i < 3 && !rc; i++)
+    if (!strcmp(set, "all") || !strcmp(set, sets[i]))
+      rc |= relaunch(argv, sets[i]);
   return rc;
 }
