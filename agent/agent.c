@@ -146,6 +146,9 @@ static _Atomic int warm_untaken;
  * (warm_fleet), as a host thread never waits on the network. warm_mu guards it. */
 static int fleet_left;
 #define WARM_TAKE_OVER_MS 20 /* a writer that has not begun the warm start by then has no CPU */
+/* The tests' seam (OPJIT_TEST_FAULT=writer_late): the writer begins once the program's exit
+ * has, and no host thread takes the warm start over meanwhile. */
+static int writer_late;
 
 static void warm_start(int writer_thread, int network);
 static void warm_finish(int writer_thread, int network);
@@ -190,6 +193,8 @@ static void init_once_fn(void)
     return;
   }
   init_cond();
+  const char *fault = getenv("OPJIT_TEST_FAULT");
+  writer_late = fault && !strcmp(fault, "writer_late");
   ag_opts_parse(&ag_opts, env_get, report_option);
   ag_log_setup((int)ag_opts.num[AG_OPT_LOG], ag_opts.str[AG_OPT_LOG_FILE]);
   ag_time_mask = (uint32_t)ag_opts.num[AG_OPT_TIME_EVERY] - 1;
@@ -1222,6 +1227,8 @@ static void *writer_main(void *arg)
   ag_agent_thread_begin("opjit-writer");
   ag_agent_keep_off_host();
   const char *fault = getenv("OPJIT_TEST_FAULT"); /* the tests' seam: a writer without a CPU */
+  for (int ms = 0; writer_late && !atomic_load(&ag_exiting) && ms < 60000; ms++)
+    usleep(1000); /* until the program's exit began (no host thread takes the warm start) */
   if (fault && !strcmp(fault, "writer_stall")) { /* until a host thread ran the warm start */
     struct timespec dl = ag_deadline_after_us(CLOCK_MONOTONIC, 60 * 1000000L);
     pthread_mutex_lock(&warm_mu);
@@ -1585,13 +1592,17 @@ static void warm_start(int writer_thread, int network)
   warm_done = 1;
   int fleet = network && ag_fleet_fetch(run_info()); /* OPJIT_FLEET: the fleet's profile */
   ag_warm_t w = {0};
+  int exited = 0;
   /* No profile yet: the writer creates the database, off this thread. */
   int local = !ag_opts_db_path(&ag_opts, env_get, dbpath, sizeof dbpath) &&
               access(dbpath, F_OK) == 0 && db_trusted(dbpath);
   if (!local && !fleet)
     return;
   if (local) {
-    void *heap = ag_heap_warm_begin(ag_heap_warm_size(dbpath)); /* its pages in bulk (heap.h) */
+    /* A program that began to exit first calls no kernel it would place: its exit waited for
+     * the heap's pages, the profile's read and the placing (5-10 ms of a short program's) */
+    exited = atomic_load(&ag_exiting);
+    void *heap = exited ? NULL : ag_heap_warm_begin(ag_heap_warm_size(dbpath)); /* heap.h */
     pthread_mutex_lock(&db_mu);
     if (!store_dead && !db)
       open_store();
@@ -1599,10 +1610,15 @@ static void warm_start(int writer_thread, int network)
       collect_crashes(); /* before the profile: a crashed kernel is not placed */
     if (writer_thread && !store_dead && db && !run_id)
       begin_run(); /* before any kernel is placed: a crash in one finds its run recorded */
-    if (db)
+    exited |= atomic_load(&ag_exiting); /* at the profile's read, once more */
+    if (db && !exited)
       ag_warm_start(store, db, run_info(), &w);
     pthread_mutex_unlock(&db_mu);
     ag_heap_warm_end(heap);
+  }
+  if (exited) {
+    ag_log(AG_LOG_INFO, "the program exited before the warm start: no stored kernel placed");
+    return;
   }
   if (network)
     ag_fleet_warm(&w);
@@ -1644,7 +1660,7 @@ static void warm_finish(int writer_thread, int network)
  * host's call), which the writer does when it runs (warm_fleet). */
 static void warm_take_over(void)
 {
-  if (ag_now_ns() - first_call_ns < WARM_TAKE_OVER_MS * 1000000ull)
+  if (writer_late || ag_now_ns() - first_call_ns < WARM_TAKE_OVER_MS * 1000000ull)
     return;
   const char *named = ag_opts.str[AG_OPT_FLEET];
   pthread_mutex_lock(&warm_mu);

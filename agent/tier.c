@@ -1129,6 +1129,13 @@ static void compile_next(void *ctx, uint32_t i, int alone)
       return;
     placed = placed_from_store(e);
   }
+  if (!placed && atomic_load(&ag_exiting)) { /* queued before the exit began (may_queue) */
+    uint32_t queued = AG_TIER_QUEUED;
+    if (atomic_compare_exchange_strong(&e->tier, &queued, AG_TIER_COLD))
+      decide(e, AG_STATE_WAITING, -1, "queued, and the program exited before its compile: "
+             "compiled when hot in a later run");
+    return;
+  }
   if (!placed) {
     int loaded = 0;
     if (!atomic_load(&llvm_dead)) {
@@ -1705,6 +1712,13 @@ static void enqueue(ag_entry_t *e, const char *why, int at_call)
   uint32_t cold = AG_TIER_COLD;
   if (atomic_load(&e->tier) != AG_TIER_COLD) {
     /* queued or served already */
+  } else if (atomic_load(&ag_exiting)) {
+    /* A kernel compiled now serves no call, and the exit, which takes the loader's lock in
+     * _dl_fini, waits for LLVM's load: a 10 ms program whose warm start ended after its loop,
+     * its signature queued then as its size's trial, took 15 ms more to exit than plain in
+     * every warm run, and the kernel was never compiled. */
+    decide(e, AG_STATE_WAITING, -1, "hot as the program exited (%s): compiled when hot in a "
+           "later run", why);
   } else if (ag_cq_full(&cq)) {
     decide(e, AG_STATE_WAITING, -1, "the compile queue is full: asked again at its next "
            "promotion test (%s)", why);

@@ -40,6 +40,10 @@
  *                    column-major N 2048x1152: too large for the check on scratch operands)
  *                    and two GEMMs that are GEMVs (sgemm_ NN 1024x1x256, cblas_dgemm
  *                    row-major NN 1x512x256), P passes as sweep makes them
+ *   few N            that 8x8x8 sgemm N times, and nothing waits for the JIT
+ *   exitcalls        registers an exit handler of its own, then calls the 8x8x8 sgemm 10 times;
+ *                    the handler (it runs once the agent's exit began) calls a 16x16x16 sgemm
+ *                    200 times, checked: status 3 on a mismatch (main has printed by then)
  *   exitcheck [late] registers an exit handler of its own, then calls the 8x8x8 sgemm until
  *                    the agent's first check waits for the exit (OPJIT_TEST_FAULT=hold-check:
  *                    /tmp/opjit-held-PID; 60,000 calls at most), then exits at once, the check
@@ -654,6 +658,23 @@ static void many(int n)
   }
 }
 
+/* exitcalls' exit handler, registered before the first call: it runs after the exit handler
+ * the agent registers at that call (exit_begins), before the agent's final write. */
+static void exit_calls(void)
+{
+  gemm_sig_t g = {.ta = 'N', .tb = 'N', .m = 16, .n = 16, .k = 16, .lda = 16, .ldb = 16,
+                  .ldc = 16, .alpha = 1, .beta = 0};
+  uint64_t seed = 5;
+  long before = mismatches;
+  for (int i = 0; i < 200; i++)
+    call_and_check(&g, &seed, 0);
+  if (mismatches != before) {
+    fprintf(stderr, "exitcalls: %ld mismatches in the exit handler\n", mismatches - before);
+    fflush(stdout);
+    _exit(3);
+  }
+}
+
 static char held_path[64], done_path[80], late_path[80];
 static int held_seen, held_late;
 
@@ -740,7 +761,12 @@ int main(int argc, char **argv)
     gemv_sweep(atoi(argv[2]), atoi(argv[3]), strtoull(argv[4], NULL, 10));
   else if (!strcmp(mode, "biggemv") && argc > 2)
     big_gemvs(atoi(argv[2]));
-  else if (!strcmp(mode, "exitcheck"))
+  else if (!strcmp(mode, "few") && argc > 2)
+    inf_calls(atoi(argv[2]), 0, 0);
+  else if (!strcmp(mode, "exitcalls")) {
+    atexit(exit_calls);
+    inf_calls(10, 0, 0);
+  } else if (!strcmp(mode, "exitcheck"))
     until_check_held(argc > 2 && !strcmp(argv[2], "late"));
   else if (!strcmp(mode, "inf")) {
     inf_calls(3, 3, 1000);

@@ -198,3 +198,23 @@ Test(reasons, a_shape_over_the_limit_is_unsupported_whichever_way_its_payback_te
                "payback test",
                1);
 }
+
+/* A signature that gets hot once the program's exit has begun (in an exit handler of its own)
+ * is not queued: a kernel compiled then serves no call, and the exit would wait for LLVM's load
+ * (the loader's lock, _dl_fini). Its reason says so. */
+Test(reasons, a_signature_hot_at_the_exit_waits_for_a_later_run)
+{
+  const char *env[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_SAMPLE_HZ=0",
+                       "OPJIT_LOG=info", NULL};
+  int st = h_run("exitcalls", 1, env, (const char *[]){H_JIT_PROG, "exitcalls", NULL});
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d\n%s", st,
+            h_output("exitcalls", "err"));
+  cr_assert(strstr(h_output("exitcalls", "out"), "mismatches 0"), "%s",
+            h_output("exitcalls", "out"));
+  expect_state("sgemm NN 16x16x16 β=0", "waiting",
+               "hot as the program exited (hot after 64 calls): compiled when hot in a later run",
+               1);
+  cr_expect_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='queued'"), 0);
+  cr_expect_null(strstr(h_output("exitcalls", "err"), "JIT ready"), "LLVM loaded at the exit: %s",
+                 h_output("exitcalls", "err"));
+}
