@@ -195,6 +195,9 @@ static void init_once_fn(void)
   init_cond();
   const char *fault = getenv("OPJIT_TEST_FAULT");
   writer_late = fault && !strcmp(fault, "writer_late");
+  /* A bad value's report goes where the log goes: its file is set before the options are
+   * parsed (its level after: until then, the default's) */
+  ag_log_setup(AG_LOG_WARN, env_get("OPJIT_LOG_FILE"));
   ag_opts_parse(&ag_opts, env_get, report_option);
   ag_log_setup((int)ag_opts.num[AG_OPT_LOG], ag_opts.str[AG_OPT_LOG_FILE]);
   ag_time_mask = (uint32_t)ag_opts.num[AG_OPT_TIME_EVERY] - 1;
@@ -733,6 +736,10 @@ static void begin_run(void)
   }
 }
 
+/* A flush of the run's calls succeeded (what an exit that cannot wait for the final write
+ * keeps). */
+static _Atomic int flushed_once;
+
 /* Writes every signature whose count or JIT state moved since the last successful flush. */
 static void flush(void)
 {
@@ -791,6 +798,7 @@ static void flush(void)
   }
   for (size_t j = 0; j < m; j++)
     flushed_calls[idx[j]] = calls[j], flushed_gen[idx[j]] = gens[j];
+  atomic_store(&flushed_once, 1);
   flushed_overflow = overflow;
   flushed_n = n;
 out:
@@ -1355,8 +1363,9 @@ static int stop_writer(const char *status, int try)
     writer_running = 0;
     return 1;
   }
-  ag_log(AG_LOG_WARN, "the final database write did not finish within %ld ms; the run keeps "
-                      "its last periodic flush", ms);
+  ag_log(AG_LOG_WARN, "the final database write did not finish within %ld ms; %s", ms,
+         atomic_load(&flushed_once) ? "the run keeps its last periodic flush"
+                                    : "none of the run's calls were recorded");
   return 0;
 }
 
@@ -1936,6 +1945,7 @@ static void atfork_child(void)
   parent_start_ns = run_start_ns;
   parent_pid = getppid();
   run_id = 0;
+  atomic_store(&flushed_once, 0); /* the child's run is its own */
   st_db_t **keep = db ? realloc(inherited, (ninherited + 1) * sizeof *keep) : NULL;
   if (keep) {
     keep[ninherited++] = db;

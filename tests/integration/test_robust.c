@@ -115,6 +115,23 @@ Test(robust, locked_database_warns_once_and_the_host_carries_on)
   cr_assert_eq(h_count_lines(err, "locked"), 1, "%s", err);
 }
 
+/* A final write the exit cannot wait for (the lock held longer than OPJIT_EXIT_WAIT_MS) says
+ * what the run kept: here no flush ever got through, so nothing. */
+Test(robust, a_final_write_locked_out_says_nothing_was_recorded)
+{
+  sqlite3 *lock;
+  cr_assert_eq(sqlite3_open(h_db, &lock), SQLITE_OK);
+  cr_assert_eq(sqlite3_exec(lock, "CREATE TABLE t(x); BEGIN EXCLUSIVE; INSERT INTO t VALUES(1);",
+                            NULL, NULL, NULL), SQLITE_OK);
+  const char *env[] = {"OPJIT_BUSY_MS=2000", "OPJIT_EXIT_WAIT_MS=300", NULL};
+  const char *err = host_unchanged(env, NULL);
+  sqlite3_exec(lock, "ROLLBACK", NULL, NULL, NULL);
+  sqlite3_close(lock);
+  cr_assert_eq(h_count_lines(err, "did not finish within 300 ms; none of the run's calls were "
+                                  "recorded"), 1, "%s", err);
+  cr_assert_eq(h_count_lines(err, "periodic flush"), 0, "%s", err);
+}
+
 Test(robust, read_only_database)
 {
   if (!h_nobody_can_use_build())
@@ -169,4 +186,22 @@ Test(robust, bad_options_one_line_each_defaults_kept)
   cr_assert_eq(h_count_lines(err, "OPJIT_FLUSH_MS='soon'"), 1, "%s", err);
   cr_assert_eq(h_count_lines(err, "OPJIT_MODE='turbo'"), 1, "%s", err);
   cr_assert_gt(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), 600, "defaults kept: profiled");
+}
+
+/* With OPJIT_LOG_FILE, a bad value's report goes to the file, as every later message does. */
+Test(robust, bad_option_reports_go_to_the_log_file)
+{
+  char file[200], log[220];
+  snprintf(file, sizeof file, "%s/agent.log", h_dir);
+  snprintf(log, sizeof log, "OPJIT_LOG_FILE=%s", file);
+  const char *env[] = {"OPJIT_MODE=turbo", log, NULL};
+  const char *err = h_count_lines(host_unchanged(env, NULL), "OPJIT_MODE='turbo'") ? "stderr" : "";
+  cr_assert_str_empty(err, "the report went to stderr");
+  FILE *f = fopen(file, "r");
+  cr_assert_not_null(f, "no log file %s", file);
+  char text[4096];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = 0;
+  cr_assert_eq(h_count_lines(text, "OPJIT_MODE='turbo'"), 1, "%s", text);
 }
