@@ -186,11 +186,13 @@ static int cmd_op(int argc, char **argv)
     int64_t run = st_rows_int(st, ST_SIGRUN_RUN), start = st_rows_int(st, ST_SIGRUN_START_NS);
     int64_t calls = st_rows_int(st, ST_SIGRUN_CALLS), timed = st_rows_int(st, ST_SIGRUN_TIMED);
     int64_t timed_ns = st_rows_int(st, ST_SIGRUN_TIMED_NS);
-    double mean = timed ? (double)timed_ns / (double)timed : -1;
+    /* the calls a kernel served at its mean, the rest at the original's: as top counts them */
+    double est = st_rows_double(st, ST_SIGRUN_EST);
+    double mean = est > 0 && calls > 0 ? est / (double)calls : -1;
     const char *status =
         ins_run_status(st_rows_text(st, ST_SIGRUN_STATUS), st_rows_int(st, ST_SIGRUN_PID), start);
     total_calls += calls, total_timed += timed;
-    total_est += timed ? mean * (double)calls : 0;
+    total_est += est;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "run", (double)run);
     cJSON_AddStringToObject(j, "status", status);
@@ -199,7 +201,8 @@ static int cmd_op(int argc, char **argv)
     cJSON_AddNumberToObject(j, "calls", (double)calls);
     cJSON_AddNumberToObject(j, "timed_calls", (double)timed);
     cJSON_AddNumberToObject(j, "timed_ns", (double)timed_ns);
-    if (timed)
+    cJSON_AddNumberToObject(j, "est_ns", est);
+    if (mean >= 0)
       cJSON_AddNumberToObject(j, "mean_ns", mean);
     else
       cJSON_AddNullToObject(j, "mean_ns");
@@ -245,7 +248,7 @@ static int cmd_op(int argc, char **argv)
   ins_table_print(t, stdout);
   printf("\n%lld calls in %d runs; estimated time %s, mean %s per call\n", (long long)total_calls,
          cJSON_GetArraySize(runs), ins_fmt_ns(total_est, est_s, sizeof est_s),
-         ins_fmt_ns(total_calls && total_timed ? total_est / (double)total_calls : -1, mean_s,
+         ins_fmt_ns(total_calls && total_est > 0 ? total_est / (double)total_calls : -1, mean_s,
                     sizeof mean_s));
   int64_t samples = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(doc, "samples"));
   if (samples) {

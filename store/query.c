@@ -31,6 +31,29 @@ struct st_rows_s {
  * slower), else, for a row without one, JUDGE_RATIO. */
 #define RUN_RATIO(v, sig) "coalesce(" v ".ratio, " JUDGE_RATIO(sig) ")"
 
+/* The run_sigs rows that match the condition where (over rs, a run_sigs row), each split
+ * between the original's calls and its variant's (the variant's calls, timings and the judge's
+ * ratio, where it ran): the CTEs split, means and fair, the last with each side's mean and the
+ * original's fair one (ofair: at the judge's warm mean where it has a ratio, ST_SIG_RATIO). */
+#define FAIR(where)                                                                            \
+  "split AS (SELECT rs.run_id, rs.sig_id, rs.calls, rs.timed_calls AS otimed,"                 \
+  "  rs.timed_ns AS otimed_ns, min(coalesce(v.calls, 0), rs.calls) AS vcalls,"                 \
+  "  coalesce(v.timed_calls, 0) AS vtimed, coalesce(v.timed_ns, 0) AS vtimed_ns,"              \
+  "  v.status AS status, CASE WHEN v.status IS NOT NULL THEN " RUN_RATIO("v", "rs.sig_id")    \
+  "  END AS ratio"                                                                             \
+  "  FROM run_sigs rs LEFT JOIN variants v ON v.run_id = rs.run_id AND v.sig_id = rs.sig_id"   \
+  "  WHERE " where "),"                                                                        \
+  " means AS (SELECT *, calls - vcalls AS ocalls,"                                             \
+  "  CASE WHEN otimed > 0 THEN CAST(otimed_ns AS REAL) / otimed END AS omean,"                 \
+  "  CASE WHEN vtimed > 0 THEN CAST(vtimed_ns AS REAL) / vtimed END AS vmean FROM split),"      \
+  " fair AS (SELECT *, CASE WHEN ratio > 0 AND vtimed >= " ST_STR(ST_COMPARE_MIN_TIMED)         \
+  "  THEN vmean / ratio ELSE omean END AS ofair FROM means)"
+/* A FAIR row m's estimated time: the original's calls at its fair mean, the variant's at its
+ * own (either side borrowing the other's mean where it has none) */
+#define FAIR_EST(m)                                                                            \
+  m ".ocalls * coalesce(" m ".ofair, " m ".vmean, 0) + " m ".vcalls * coalesce(" m ".vmean, " m \
+  ".omean, 0)"
+
 /* One text per query; the comments of query.h say what each returns. A run whose programs (or
  * machines) row is gone still shows, with NULL there: readers must not lose runs to damage. */
 static const char *const sql[ST_Q__N] = {
@@ -42,22 +65,9 @@ static const char *const sql[ST_Q__N] = {
         "SELECT sig, min(name), count(*) OVER () FROM signatures WHERE sig GLOB ?1 || '*'"
         " GROUP BY sig ORDER BY sig LIMIT ?2",
     [ST_Q_SIG_TOTALS] =
-        "WITH split AS (SELECT rs.run_id, rs.sig_id, rs.calls, rs.timed_calls AS otimed,"
-        "  rs.timed_ns AS otimed_ns, min(coalesce(v.calls, 0), rs.calls) AS vcalls,"
-        "  coalesce(v.timed_calls, 0) AS vtimed, coalesce(v.timed_ns, 0) AS vtimed_ns,"
-        "  v.status AS status, CASE WHEN v.status IS NOT NULL THEN " RUN_RATIO("v", "rs.sig_id")
-        "  END AS ratio"
-        "  FROM run_sigs rs LEFT JOIN variants v ON v.run_id = rs.run_id AND v.sig_id = rs.sig_id"
-        "  WHERE ?1 = 0 OR rs.run_id = ?1),"
-        " means AS (SELECT *, calls - vcalls AS ocalls,"
-        "  CASE WHEN otimed > 0 THEN CAST(otimed_ns AS REAL) / otimed END AS omean,"
-        "  CASE WHEN vtimed > 0 THEN CAST(vtimed_ns AS REAL) / vtimed END AS vmean FROM split),"
-        /* the original's calls at the judge's warm mean where it has a ratio (ST_SIG_RATIO) */
-        " fair AS (SELECT *, CASE WHEN ratio > 0 AND vtimed >= " ST_STR(ST_COMPARE_MIN_TIMED)
-        "  THEN vmean / ratio ELSE omean END AS ofair FROM means)"
+        "WITH " FAIR("?1 = 0 OR rs.run_id = ?1")
         " SELECT s.sig, s.name, s.op, s.params, sum(m.calls), sum(m.otimed), sum(m.otimed_ns),"
-        " sum(m.ocalls * coalesce(m.ofair, m.vmean, 0)"
-        "  + m.vcalls * coalesce(m.vmean, m.omean, 0)) AS est,"
+        " sum(" FAIR_EST("m") ") AS est,"
         " (SELECT coalesce(sum(p.samples), 0) FROM run_pcs p"
         "  WHERE p.sig_id = s.id AND (?1 = 0 OR p.run_id = ?1)),"
         " sum(m.vcalls), sum(m.vtimed), sum(m.vtimed_ns),"
@@ -118,12 +128,14 @@ static const char *const sql[ST_Q__N] = {
         " FROM runs r JOIN tree USING(id) LEFT JOIN run_sigs rs ON rs.run_id = r.id"
         " GROUP BY r.id ORDER BY r.id",
     [ST_Q_SIG_INFO] = "SELECT name, op, params FROM signatures WHERE sig = ? ORDER BY id LIMIT 1",
-    [ST_Q_SIG_RUNS] = "SELECT rs.run_id, p.exe, r.argv, r.start_ns, r.status, r.pid,"
-                      " rs.calls, rs.timed_calls, rs.timed_ns, rs.state, rs.reason"
-                      " FROM signatures s JOIN run_sigs rs ON rs.sig_id = s.id"
-                      " JOIN runs r ON r.id = rs.run_id LEFT JOIN programs p ON p.id = r.program_id"
-                      " WHERE s.sig = ?1 AND (?2 = 0 OR rs.run_id = ?2)"
-                      " ORDER BY rs.run_id DESC",
+    [ST_Q_SIG_RUNS] =
+        "WITH " FAIR("rs.sig_id IN (SELECT id FROM signatures WHERE sig = ?1)"
+                     " AND (?2 = 0 OR rs.run_id = ?2)")
+        " SELECT m.run_id, p.exe, r.argv, r.start_ns, r.status, r.pid,"
+        " m.calls, m.otimed, m.otimed_ns, rs.state, rs.reason, " FAIR_EST("m")
+        " FROM fair m JOIN run_sigs rs ON rs.run_id = m.run_id AND rs.sig_id = m.sig_id"
+        " JOIN runs r ON r.id = m.run_id LEFT JOIN programs p ON p.id = r.program_id"
+        " ORDER BY m.run_id DESC",
     [ST_Q_SIG_SYMBOLS] = "SELECT y.module, y.name, sum(p.samples) AS n, sum(sum(p.samples)) OVER ()"
                          " FROM run_pcs p JOIN signatures s ON s.id = p.sig_id"
                          " JOIN symbols y ON y.id = p.symbol_id"

@@ -186,6 +186,7 @@ enum st_sigrun_col {
   ST_SIGRUN_TIMED_NS,
   ST_SIGRUN_STATE,  /* its JIT state in the run (ST_JIT_STATES); NULL: not recorded */
   ST_SIGRUN_REASON, /* and why */
+  ST_SIGRUN_EST,    /* its estimated time in the run (real), as ST_SIG_EST counts it */
 };
 
 /* The columns of ST_Q_VARIANTS: a variant, and its signature's own counts in the run (the

@@ -763,3 +763,34 @@ Test(variants, one_timed_original_call_gives_no_speedup_and_no_saving)
     proc_free(&p);
   }
 }
+
+/* `opjit op` counts a run's calls as top does: those a kernel served at the kernel's mean, the
+ * rest at the original's (it took every call at the original's mean: 811 against top's 542 ns
+ * for a signature whose kernel served most of its calls). */
+Test(variants, op_counts_a_served_signature_as_top_does)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  const fake_sig_t s[] = {{.m = 16, .sig = "0160000000000016", .calls = 1000, .timed_calls = 10,
+                           .timed_ns = 10 * 800}};
+  const fake_variant_t v[] = {{.m = 16, .status = "ready", .compile_ns = 9000000, .calls = 900,
+                               .timed_calls = 100, .timed_ns = 100 * 500}};
+  craft_variants(db, craft_run(db, 0, 0, 1, s, 1), v, 1, NULL, 0);
+  proc_t p = opjit(NULL, (const char *[]){"top", "--db", db, "--json", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cJSON *j = proc_json(&p);
+  const cJSON *sig = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "signatures"), 0);
+  double est = num(sig, "est_ns"), mean = num(sig, "mean_ns");
+  cJSON_Delete(j);
+  proc_free(&p);
+  cr_assert(est > 0 && fabs(mean - est / 1000) < 1e-9, "top: est %g, mean %g", est, mean);
+  p = opjit(NULL, (const char *[]){"op", "--db", db, "--json", "0160", NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  j = proc_json(&p);
+  const cJSON *run = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "runs"), 0);
+  cr_expect(fabs(num(run, "est_ns") - est) < 1e-6, "op %g, top %g", num(run, "est_ns"), est);
+  cr_expect(fabs(num(run, "mean_ns") - mean) < 1e-9, "op %g, top %g", num(run, "mean_ns"), mean);
+  cr_expect(fabs(num(j, "est_ns") - est) < 1e-6, "op's total %g, top %g", num(j, "est_ns"), est);
+  cr_expect_eq(num(run, "timed_calls"), 10, "the original's timed calls");
+  cJSON_Delete(j);
+  proc_free(&p);
+}
