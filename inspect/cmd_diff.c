@@ -210,7 +210,7 @@ static cJSON *run_json(const run_t *r)
     cJSON_AddNullToObject(j, "exe");
   cJSON_AddItemToObject(j, "argv", ins_json_parse_or_string(r->argv));
   cJSON_AddStringToObject(j, "status", r->status);
-  cJSON_AddNumberToObject(j, "start_ns", (double)r->start_ns);
+  ins_json_add_int(j, "start_ns", r->start_ns);
   ins_json_add_or_null(j, "wall_ns", (double)r->wall_ns);
   cJSON_AddNumberToObject(j, "total_calls", (double)r->calls);
   cJSON_AddNumberToObject(j, "est_ns", r->est);

@@ -88,7 +88,7 @@ static int cmd_runs(int argc, char **argv)
     if (json) {
       cJSON *r = cJSON_CreateObject();
       cJSON_AddNumberToObject(r, "id", (double)id);
-      cJSON_AddNumberToObject(r, "start_ns", (double)start);
+      ins_json_add_int(r, "start_ns", start);
       cJSON_AddNumberToObject(r, "duration_ns", (double)wall);
       cJSON_AddStringToObject(r, "status", status);
       cJSON_AddNumberToObject(r, "pid", (double)st_rows_int(st, ST_LIST_PID));

@@ -66,12 +66,23 @@ int ins_rows_finish(st_db_t *db, st_rows_t *r, int last)
   return 1;
 }
 
+void ins_json_add_int(cJSON *o, const char *key, int64_t v)
+{
+  if (v > -(INT64_C(1) << 53) && v < INT64_C(1) << 53) {
+    cJSON_AddNumberToObject(o, key, (double)v);
+    return;
+  }
+  char digits[24];
+  snprintf(digits, sizeof digits, "%lld", (long long)v);
+  cJSON_AddRawToObject(o, key, digits);
+}
+
 void ins_json_add_col_int(cJSON *o, const char *key, const st_rows_t *r, int i)
 {
   if (st_rows_type(r, i) == ST_COL_NULL)
     cJSON_AddNullToObject(o, key);
   else
-    cJSON_AddNumberToObject(o, key, (double)st_rows_int(r, i));
+    ins_json_add_int(o, key, st_rows_int(r, i));
 }
 
 int ins_newest_run(st_db_t *db, enum ins_has what, int64_t *run)

@@ -34,7 +34,11 @@ st_rows_t *ins_query(st_db_t *db, enum st_query q);
 /* Closes r after a loop over its rows: returns 0 when the last st_rows_next (last) said there
  * were no more rows, else prints SQLite's message and returns INS_EXIT_FAIL. */
 int ins_rows_finish(st_db_t *db, st_rows_t *r, int last);
-/* Adds column i of r to object o under key as a number, or null when it is NULL. */
+/* An integer as JSON: a number where a double holds it exactly, else its digits as they are
+ * (an epoch's nanoseconds are above 2^53: cJSON printed 1.7965366162244851e+18). */
+void ins_json_add_int(cJSON *o, const char *key, int64_t v);
+/* Adds column i of r to object o under key as an integer (ins_json_add_int), or null when it
+ * is NULL. */
 void ins_json_add_col_int(cJSON *o, const char *key, const st_rows_t *r, int i);
 
 /* What a run recorded, for ins_newest_run. */

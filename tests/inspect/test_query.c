@@ -251,3 +251,28 @@ Test(export, dumps_runs_with_parsed_argv_options_and_signatures)
   cr_expect_eq(p.status, 2, "the format is required");
   proc_free(&p);
 }
+
+/* A run's start in nanoseconds since the epoch is above 2^53: --json gives its digits as they
+ * are (a double printed 1.7965366162244851e+18), in runs, diff and export alike. */
+Test(runs, json_timestamps_keep_every_digit)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  const int64_t start = INT64_C(1796536616224485123);
+  int64_t r1 = craft_run(db, 0, start, 1, three, 3), r2 = craft_run(db, 0, start + 1, 1, three, 3);
+  char a[24], b[24];
+  snprintf(a, sizeof a, "%lld", (long long)r1);
+  snprintf(b, sizeof b, "%lld", (long long)r2);
+  const char *const cmds[][6] = {{"runs", "--json", NULL},
+                                 {"diff", a, b, "--json", NULL},
+                                 {"export", "--json", b, NULL}};
+  for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+    const char *argv[10] = {cmds[i][0], "--db", db};
+    for (int k = 1; cmds[i][k]; k++)
+      argv[2 + k] = cmds[i][k];
+    proc_t p = opjit(NULL, argv);
+    cr_assert_eq(p.status, 0, "opjit %s: %s", cmds[i][0], p.err);
+    cr_expect(strstr(p.out, "1796536616224485124"), "opjit %s: %s", cmds[i][0], p.out);
+    cr_expect(!strstr(p.out, "e+18"), "opjit %s: %s", cmds[i][0], p.out);
+    proc_free(&p);
+  }
+}
