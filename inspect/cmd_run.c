@@ -11,6 +11,7 @@
 #include "db.h"
 #include "table.h"
 
+#include "agent/host.h"
 #include "agent/opt.h"
 
 #include <errno.h>
@@ -60,36 +61,62 @@ static void child_exec(char **argv, const struct sigaction *old_act, const sigse
   _exit(INS_EXIT_NOTFOUND);
 }
 
-/* Whether the agent will record at all under this environment. */
-static const char *agent_disabled(void)
+/* Says why pid recorded no run, as far as the launcher can tell: an option that keeps the agent
+ * from recording, a database the agent cannot record into (unusable: no path, or one that did
+ * not open here), a signal that ended the program, OPJIT_HOSTS leaving BLAS out; else the two
+ * causes it cannot tell apart. */
+static void no_run(const ag_opts_t *o, pid_t pid, int wstatus, int unusable)
 {
-  ag_opts_t o;
-  ag_opts_parse(&o, ins_getenv, NULL);
-  const char *why = o.num[AG_OPT_DISABLE]              ? "OPJIT_DISABLE is set"
-                    : o.num[AG_OPT_MODE] == AG_MODE_OFF ? "OPJIT_MODE=off"
-                    : !o.num[AG_OPT_HOSTS]              ? "OPJIT_HOSTS=none"
-                                                        : NULL;
-  ag_opts_free(&o);
-  return why;
+  static const char unwritten[] = "or the agent could not write the database (its own message "
+                                  "says why)";
+  char hosts[256];
+  ag_opts_format(o, AG_OPT_HOSTS, hosts, sizeof hosts);
+  fprintf(stderr, "opjit: no run recorded for pid %d: ", (int)pid);
+  if (o->num[AG_OPT_DISABLE])
+    fputs("OPJIT_DISABLE is set\n", stderr);
+  else if (o->num[AG_OPT_MODE] == AG_MODE_OFF)
+    fputs("OPJIT_MODE=off\n", stderr);
+  else if (!o->num[AG_OPT_HOSTS])
+    fputs("OPJIT_HOSTS=none\n", stderr);
+  else if (unusable)
+    fputs("the agent cannot record into the database (it names why at the program's first "
+          "intercepted call)\n", stderr);
+  else if (WIFSIGNALED(wstatus)) /* a killed program's agent writes nothing at its end */
+    fprintf(stderr, "signal %d (%s) ended it before the agent wrote any call it made\n",
+            WTERMSIG(wstatus), strsignal(WTERMSIG(wstatus)));
+  else if (!(o->num[AG_OPT_HOSTS] & AG_HOST_BIT(blas)))
+    fprintf(stderr, "OPJIT_HOSTS=%s leaves BLAS calls alone; it made no other call the agent "
+            "intercepts, %s\n", hosts, unwritten);
+  else
+    fprintf(stderr, "it made no BLAS call the agent intercepts, %s\n", unwritten);
 }
 
-/* Prints one line naming the runs pid (or its children) recorded since launch_ns. */
-static void report_runs(const char *dbopt, pid_t pid, int64_t launch_ns)
+/* Prints one line naming the runs pid (or its children) recorded since launch_ns, or why there
+ * are none; wstatus is pid's wait status.
+ *
+ * One message per problem: the agent opens the same database (the environment's OPJIT_DB, or
+ * the same default) at the program's first intercepted call and names what is wrong with it
+ * (no path, not a file, damaged, not opjit's, newer, unwritable, locked). So the launcher never
+ * names that again: a database that does not open here for such a reason only makes "no run
+ * recorded: the agent cannot record into the database". It speaks of the database itself only
+ * for what its own read met (locked now, out of memory, a failed query), which the agent's
+ * writes may not have. */
+static void report_runs(const char *dbopt, pid_t pid, int64_t launch_ns, int wstatus)
 {
   char path[4096], err[1024];
   st_db_t *db = NULL;
-  const char *off = agent_disabled();
-  if (ins_db_path(dbopt, path, sizeof path))
-    return;
-  int rc = st_open(path, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db, err, sizeof err);
-  if (rc == ST_ENOENT) {
-    fprintf(stderr, "opjit: no run recorded for pid %d: %s\n", (int)pid,
-            off ? off : "the program made no BLAS call the agent intercepts");
-    return;
+  ag_opts_t o;
+  ag_opts_parse(&o, ins_getenv, NULL); /* the program's environment: --db is OPJIT_DB there */
+  int nopath = ag_opts_db_path(&o, ins_getenv, path, sizeof path);
+  int rc = nopath ? ST_ENOENT
+                  : st_open(path, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db, err, sizeof err);
+  if (rc == ST_EBUSY || rc == ST_ENOMEM) {
+    fprintf(stderr, "opjit: cannot look up the runs of pid %d: %s\n", (int)pid, err);
+    goto out;
   }
   if (rc) {
-    fprintf(stderr, "opjit: cannot look up the runs of pid %d: %s\n", (int)pid, err);
-    return;
+    no_run(&o, pid, wstatus, nopath || rc != ST_ENOENT);
+    goto out;
   }
   /* The program's own runs (one per exec), its direct children's, and their fork lineage. */
   st_rows_t *st = ins_query(db, ST_Q_RUN_TREE);
@@ -118,13 +145,13 @@ static void report_runs(const char *dbopt, pid_t pid, int64_t launch_ns)
   if (ins_rows_finish(db, st, rc))
     goto out;
   if (!n)
-    fprintf(stderr, "opjit: no run recorded for pid %d: %s\n", (int)pid,
-            off ? off : "the program made no BLAS call the agent intercepts");
+    no_run(&o, pid, wstatus, 0);
   else
     fprintf(stderr, "opjit: recorded run%s %s in %s; see: opjit top%s%s %lld\n", n > 1 ? "s" : "",
             line, path, dbopt ? " --db " : "", dbopt ? dbopt : "", (long long)best);
 out:
   st_close(db);
+  ag_opts_free(&o);
 }
 
 static int cmd_run(int argc, char **argv)
@@ -145,6 +172,9 @@ static int cmd_run(int argc, char **argv)
   }
   if (optind >= argc)
     return ins_usage_error(&ins_cmd_run, "no command to run");
+  if (dbopt && !*dbopt) /* the agent would read an empty OPJIT_DB as the default database */
+    return ins_usage_error(&ins_cmd_run, "--db wants a path (leave it out for the default "
+                                         "database)");
   char **cmd = argv + optind;
 
   char agent[PATH_MAX], searched[2 * PATH_MAX];
@@ -211,7 +241,7 @@ static int cmd_run(int argc, char **argv)
     return INS_EXIT_NOEXEC;
   }
   if (!quiet)
-    report_runs(dbopt, pid, launch_ns);
+    report_runs(dbopt, pid, launch_ns, status);
   return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
 

@@ -252,6 +252,14 @@ static void man_page(FILE *f)
         "\\-\\-db, OPJIT_DB or XDG_CACHE_HOME say otherwise\n", f);
 }
 
+/* Says word is no command, then the general usage; returns INS_EXIT_USAGE. */
+static int unknown_command(const char *word)
+{
+  fprintf(stderr, "opjit: unknown command '%s'\n\n", word);
+  global_help(stderr);
+  return INS_EXIT_USAGE;
+}
+
 int main(int argc, char **argv)
 {
   ins_json_init();
@@ -261,12 +269,15 @@ int main(int argc, char **argv)
   }
   const char *word = argv[1];
   if (strcmp(word, "-h") == 0 || strcmp(word, "--help") == 0 || strcmp(word, "help") == 0) {
-    if (argc > 2) /* `opjit help CMD` */
-      for (size_t i = 0; i < NCOMMANDS; i++)
-        if (strcmp(argv[2], commands[i]->name) == 0)
-          return ins_help(commands[i]);
-    global_help(stdout);
-    return INS_EXIT_OK;
+    if (argc == 2) {
+      global_help(stdout);
+      return INS_EXIT_OK;
+    }
+    word = argv[2]; /* `opjit help CMD`: an unknown CMD is the same usage error as `opjit CMD` */
+    for (size_t i = 0; i < NCOMMANDS; i++)
+      if (strcmp(word, commands[i]->name) == 0)
+        return ins_help(commands[i]);
+    return unknown_command(word);
   }
   if (strcmp(word, "--man") == 0) {
     man_page(stdout);
@@ -282,7 +293,5 @@ int main(int argc, char **argv)
       optind = 0; /* GNU getopt: reinitialise for the subcommand's argv */
       return commands[i]->main(argc - 1, argv + 1);
     }
-  fprintf(stderr, "opjit: unknown command '%s'\n\n", word);
-  global_help(stderr);
-  return INS_EXIT_USAGE;
+  return unknown_command(word);
 }

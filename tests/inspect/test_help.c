@@ -86,3 +86,17 @@ Test(help, man_page_is_built_from_the_help_texts_and_formats_without_warnings)
   free(built);
   proc_free(&p);
 }
+
+/* `opjit help CMD` is `opjit CMD --help`: an unknown CMD is the usage error `opjit CMD` is. */
+Test(help, help_with_an_unknown_command_is_a_usage_error)
+{
+  proc_t p = opjit(NULL, (const char *[]){"help", "bogus", NULL});
+  cr_expect_eq(p.status, 2);
+  cr_expect(!strncmp(p.err, "opjit: unknown command 'bogus'\n", 31), "%s", p.err);
+  cr_expect_str_eq(p.out, "", "no help on stdout");
+  proc_free(&p);
+  p = opjit(NULL, (const char *[]){"--help", "bogus", NULL});
+  cr_expect_eq(p.status, 2);
+  cr_expect(strstr(p.err, "unknown command 'bogus'"), "%s", p.err);
+  proc_free(&p);
+}

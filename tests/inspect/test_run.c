@@ -9,6 +9,7 @@
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define NUMPY_100_SGEMM                                                                      \
@@ -149,4 +150,91 @@ Test(run, a_live_running_run_at_the_end_of_time_is_not_lost)
   cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(r, "status")), "running");
   cJSON_Delete(j);
   proc_free(&p);
+}
+
+/* How many times needle occurs in s. */
+static int occurrences(const char *s, const char *needle)
+{
+  int n = 0;
+  for (const char *at = s; (at = strstr(at, needle)); at += strlen(needle))
+    n++;
+  return n;
+}
+
+/* A program killed before the agent's first write (profile mode writes at the flush period,
+ * 60 s here) recorded nothing: the line names the signal, not a lack of BLAS calls. */
+Test(run, names_the_signal_that_ended_a_program_before_the_agent_wrote)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  proc_t p = opjit((const char *[]){"OPJIT_MODE=profile", "OPJIT_FLUSH_MS=60000", NULL},
+                   (const char *[]){"run", "--db", db, "--", PYTHON, "-c",
+                                    NUMPY_100_SGEMM "import os; os.kill(os.getpid(), 9)\n",
+                                    NULL});
+  cr_expect_eq(p.status, 128 + SIGKILL);
+  cr_expect(strstr(p.err, "opjit: no run recorded for pid ") &&
+                strstr(p.err, ": signal 9 (Killed) ended it before the agent wrote"),
+            "%s", p.err);
+  cr_expect(!strstr(p.err, "no BLAS call"), "it made 100: %s", p.err);
+  proc_free(&p);
+  p = opjit(NULL, (const char *[]){"run", "--db", db, "--", "sh", "-c", "kill -ABRT $$", NULL});
+  cr_expect_eq(p.status, 128 + SIGABRT);
+  cr_expect(strstr(p.err, ": signal 6 (Aborted) ended it"), "%s", p.err);
+  proc_free(&p);
+}
+
+/* OPJIT_HOSTS without blas on a BLAS program: the line names the option, as for none. */
+Test(run, names_opjit_hosts_when_it_leaves_blas_out)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  proc_t p = opjit((const char *[]){"OPJIT_HOSTS=ggml", NULL},
+                   (const char *[]){"run", "--db", db, "--", PYTHON, "-c", NUMPY_100_SGEMM,
+                                    NULL});
+  cr_expect_eq(p.status, 0, "%s", p.err);
+  cr_expect(strstr(p.err, "opjit: no run recorded for pid ") &&
+                strstr(p.err, ": OPJIT_HOSTS=ggml leaves BLAS calls alone"),
+            "%s", p.err);
+  proc_free(&p);
+}
+
+/* The agent reads an empty OPJIT_DB as the default database: --db '' would record there while
+ * the launcher looked in no file, so it is a usage error and nothing runs. */
+Test(run, rejects_an_empty_db_path)
+{
+  proc_t p = opjit(NULL, (const char *[]){"run", "--db", "", "--", "sh", "-c", "echo ran", NULL});
+  cr_expect_eq(p.status, 2, "%s", p.err);
+  cr_expect(strstr(p.err, "opjit run: --db wants a path") && strstr(p.err, "usage: opjit run"),
+            "%s", p.err);
+  cr_expect_str_eq(p.out, "", "the program did not run");
+  proc_free(&p);
+}
+
+/* A database the agent cannot record into (not opjit's, a folder, no path at all): the agent's
+ * line names the problem, and the launcher's line does not say it again. */
+Test(run, says_a_database_problem_once)
+{
+  char *dir = scratch_dir(), *theirs = path_in(dir, "theirs.db"), *folder = path_in(dir, "d.db");
+  sql_exec(theirs, "CREATE TABLE t(x)");
+  cr_assert(mkdir(folder, 0700) == 0);
+  static const char unusable[] = ": the agent cannot record into the database";
+  const struct {
+    const char *db, *problem;
+    const char *env[4];
+  } cases[] = {
+      {theirs, "not an opjit profile", {NULL}},
+      {folder, "is not a regular file", {NULL}},
+      /* putenv("NAME") unsets NAME (glibc) */
+      {NULL, "database path", {"OPJIT_DB", "HOME", "XDG_CACHE_HOME", NULL}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const char *with_db[] = {"run", "--db", cases[i].db, "--", PYTHON, "-c", NUMPY_100_SGEMM,
+                             NULL};
+    const char *no_db[] = {"run", "--", PYTHON, "-c", NUMPY_100_SGEMM, NULL};
+    proc_t p = opjit(cases[i].env, cases[i].db ? with_db : no_db);
+    cr_expect_eq(p.status, 0, "%s", p.err);
+    cr_expect_eq(occurrences(p.err, cases[i].problem), 1, "said once: %s", p.err);
+    cr_expect(strstr(p.err, "opjit: no run recorded for pid ") && strstr(p.err, unusable),
+              "%s", p.err);
+    cr_expect(!strstr(p.err, "cannot look up") && !strstr(p.err, "no BLAS call"), "%s", p.err);
+    proc_free(&p);
+  }
 }
