@@ -19,6 +19,10 @@ const char *ins_getenv(const char *name) { return getenv(name); }
 
 int ins_db_path(const char *opt, char *buf, size_t len)
 {
+  if (opt && !*opt) { /* named no file: "opjit:  holds no opjit profile yet" */
+    fputs("opjit: --db wants a path (leave it out for the default database)\n", stderr);
+    return -1;
+  }
   if (opt) {
     if (snprintf(buf, len, "%s", opt) < (int)len)
       return 0;

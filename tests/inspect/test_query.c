@@ -276,3 +276,16 @@ Test(runs, json_timestamps_keep_every_digit)
     proc_free(&p);
   }
 }
+
+/* An empty --db names no file: one message saying so, for every command that reads one. */
+Test(top, an_empty_db_path_is_refused)
+{
+  static const char *const cmds[] = {"top", "runs", "variants", "events", "doctor", "gc"};
+  for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+    proc_t p = opjit(NULL, (const char *[]){cmds[i], "--db", "", NULL});
+    cr_expect_neq(p.status, 0, "opjit %s --db ''", cmds[i]);
+    cr_expect(strstr(p.err, "--db wants a path") && !strstr(p.err, "profile yet"),
+              "opjit %s: %s", cmds[i], p.err);
+    proc_free(&p);
+  }
+}
