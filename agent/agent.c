@@ -977,11 +977,26 @@ static void sampling_json(const sp_status_t *st, char *buf, size_t len)
     snprintf(buf + n, len - (size_t)n, "]}");
 }
 
-/* Writes the sampled profile so far (cumulative, like the counts). */
+/* The run's summary says why it was not sampled (top's footer: "not sampled: ..."): noted. */
+static int unsampled_noted;
+
+/* Writes the sampled profile so far (cumulative, like the counts); for a run that never sampled,
+ * once, why. */
 static void write_samples(void)
 {
-  if (!agg)
+  if (!agg) {
+    int off = ag_opts.num[AG_OPT_SAMPLE_HZ] <= 0;
+    if (unsampled_noted || (!off && !atomic_load(&ag_exiting)))
+      return; /* sampling starts on the writer's next step */
+    st_samples_t s = {off ? "{\"mode\":\"off\",\"notes\":[\"OPJIT_SAMPLE_HZ=0\"]}"
+                          : "{\"mode\":\"off\",\"notes\":[\"the program ended before the "
+                            "sampler started\"]}"};
+    int rc = store->run_samples(db, run_id, &s);
+    if (rc)
+      write_failed("cannot write the samples", rc);
+    unsampled_noted = !rc;
     return;
+  }
   samples_out_t o = {0};
   sp_status(&o.st);
   char json[2048];
@@ -1946,6 +1961,7 @@ static void atfork_child(void)
   parent_pid = getppid();
   run_id = 0;
   atomic_store(&flushed_once, 0); /* the child's run is its own */
+  unsampled_noted = 0;
   st_db_t **keep = db ? realloc(inherited, (ninherited + 1) * sizeof *keep) : NULL;
   if (keep) {
     keep[ninherited++] = db;

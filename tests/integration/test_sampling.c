@@ -140,8 +140,13 @@ Test(sampling, sample_hz_zero_turns_it_off)
   const char *env[] = {"OPJIT_SAMPLE_HZ=0", NULL};
   run_ok("agent", 1, env, (const char *[]){H_HOST_PROG, "ratio", "300", NULL});
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM run_pcs"), 0);
-  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE sampling IS NULL"), 1);
+  cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE json_extract(sampling, '$.mode')"
+                             "='off' AND json_extract(sampling, '$.notes[0]')='OPJIT_SAMPLE_HZ=0'"),
+               1, "the run says why it was not sampled");
   cr_assert_gt(h_query(NULL, "SELECT sum(calls) FROM run_sigs"), 1000, "still counted");
+  run_ok("top", 0, NULL, (const char *[]){OPJIT_BUILD_DIR "/opjit", "top", "--db", h_db, NULL});
+  cr_assert(strstr(h_output("top", "out"), "\nnot sampled: OPJIT_SAMPLE_HZ=0\n"), "%s",
+            h_output("top", "out"));
 }
 
 Test(sampling, a_fork_child_samples_its_own_run)
