@@ -98,11 +98,59 @@ static void add_query(cJSON *o, st_db_t *db, const char *key, enum st_query q)
   st_rows_close(r);
 }
 
+/* Whether the agent, running as this user, could record into path (in folder dir): st_open
+ * writes an existing file and creates its -wal and -shm beside it unless both are there already;
+ * it creates a missing file, and the missing folders on its way, as this user. Returns 1, or 0
+ * with what stops it and what to do in why. */
+static int agent_can_write(const char *path, const char *dir, int exists, char *why, size_t len)
+{
+  char at[4096], wal[4200], shm[4200];
+  snprintf(wal, sizeof wal, "%s-wal", path);
+  snprintf(shm, sizeof shm, "%s-shm", path);
+  if (exists && access(path, W_OK) != 0) {
+    snprintf(why, len, "the agent cannot write %s (%s) and records nothing: make it writable "
+             "(chmod u+w %s) or point OPJIT_DB / --db at a file you can write", path,
+             strerror(errno), path);
+    return 0;
+  }
+  if (exists && access(dir, W_OK | X_OK) != 0) {
+    int e = errno;
+    const char *journal = access(wal, W_OK) ? wal : access(shm, W_OK) ? shm : NULL;
+    if (journal) {
+      snprintf(why, len, "the agent cannot create %s (%s: %s) and records nothing: make the "
+               "folder writable (chmod u+wx %s) or point OPJIT_DB / --db at a folder you can "
+               "write", journal, dir, strerror(e), dir);
+      return 0;
+    }
+  }
+  if (exists)
+    return 1;
+  struct stat sb;
+  int found;
+  snprintf(at, sizeof at, "%s", dir);
+  while (!(found = stat(at, &sb) == 0) && errno == ENOENT && strcmp(at, ".") && strcmp(at, "/")) {
+    char *slash = strrchr(at, '/'); /* up to the nearest folder that exists */
+    if (!slash)
+      snprintf(at, sizeof at, ".");
+    else
+      slash[slash == at] = 0;
+  }
+  const char *stop = !found                         ? strerror(errno)
+                     : !S_ISDIR(sb.st_mode)         ? "not a folder"
+                     : access(at, W_OK | X_OK) != 0 ? strerror(errno)
+                                                    : NULL;
+  if (stop)
+    snprintf(why, len, "the agent cannot create %s (%s: %s) and records nothing: make that "
+             "folder writable (chmod u+wx %s) or point OPJIT_DB / --db at a folder you can write",
+             path, at, stop, at);
+  return !stop;
+}
+
 /* The database: returns its report; *usable = 0 when the agent or the readers cannot use it. */
 static cJSON *check_database(const char *dbopt, int *usable)
 {
   cJSON *o = cJSON_CreateObject(), *warnings = cJSON_CreateArray();
-  char path[4096], dir[4096], err[1024];
+  char path[4096], dir[4096], err[16384]; /* agent_can_write's sentence names 3 paths */
   *usable = 0;
   if (ins_db_path(dbopt, path, sizeof path)) {
     cJSON_AddNullToObject(o, "path");
@@ -123,8 +171,9 @@ static cJSON *check_database(const char *dbopt, int *usable)
   add_mode(o, warnings, "mode", path, 0600);
   add_mode(o, warnings, "folder_mode", dir, 0700);
   if (!exists) {
-    *usable = 1; /* the agent creates it with the first recorded run */
-    cJSON_AddStringToObject(o, "note", "not created yet: the first recorded run creates it");
+    *usable = agent_can_write(path, dir, 0, err, sizeof err);
+    cJSON_AddStringToObject(o, *usable ? "note" : "error",
+                            *usable ? "not created yet: the first recorded run creates it" : err);
     goto out;
   }
   st_db_t *db;
@@ -143,6 +192,8 @@ static cJSON *check_database(const char *dbopt, int *usable)
   *usable = qc && strcmp(qc, "ok") == 0;
   if (!*usable)
     cJSON_AddStringToObject(o, "error", "PRAGMA quick_check found damage");
+  else if (!(*usable = agent_can_write(path, dir, 1, err, sizeof err)))
+    cJSON_AddStringToObject(o, "error", err);
   if (version < ST_SCHEMA_VERSION)
     cJSON_AddItemToArray(warnings, cJSON_CreateString("older schema: the next recorded run or "
                                                       "opjit gc migrates it"));
@@ -890,7 +941,8 @@ const ins_cmd_t ins_cmd_doctor = {
             "access, and the system BLAS: which library libblas.so.3 is, and for OpenBLAS\n"
             "the core it runs (OPENBLAS_CORETYPE applies),\n"
             "with a warning and the setting to use when its kernels are narrower than the CPU.\n"
-            "Exits 1 when the database exists but is unusable.\n\n"
+            "Exits 1 when the database is unusable: damaged, from a newer opjit, or where the\n"
+            "agent could not write it as this user (the file, or the folder it is created in).\n\n"
             "options:\n"
             "  --db PATH    the profile database\n"
             "  --json       one JSON document\n"

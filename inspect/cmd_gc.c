@@ -78,8 +78,10 @@ static int cmd_gc(int argc, char **argv)
 
   char path[4096];
   st_db_t *db;
-  if (ins_db_path(dbopt, path, sizeof path) ||
-      ins_db_open(path, dry ? ST_OPEN_READONLY : 0, INS_WRITE_BUSY_MS, &db))
+  if (ins_db_path(dbopt, path, sizeof path))
+    return INS_EXIT_FAIL;
+  int64_t before = db_bytes(path), after = before; /* before the open, which may migrate */
+  if (ins_db_open(path, dry ? ST_OPEN_READONLY : 0, INS_WRITE_BUSY_MS, &db))
     return INS_EXIT_FAIL;
   int64_t older_than_ns = 0;
   if (days) {
@@ -88,7 +90,6 @@ static int cmd_gc(int argc, char **argv)
     older_than_ns = ((int64_t)now.tv_sec - (int64_t)days * 86400) * 1000000000;
   }
   st_gc_result_t res;
-  int64_t before = db_bytes(path), after = before;
   int compact_rc = ST_OK;
   if (dry)
     rc = gc_copy(db, keep, older_than_ns, &res);
@@ -97,13 +98,13 @@ static int cmd_gc(int argc, char **argv)
   int deleted =
       !rc && (res.runs || res.signatures || res.programs || res.machines || res.symbols ||
               res.objects);
-  if (deleted && !dry) {
+  if (deleted && !dry)
     compact_rc = st_compact(db);
-    after = db_bytes(path);
-  }
   if (compact_rc) /* the deletion is committed; only the space stays claimed */
     fprintf(stderr, "opjit: warning: could not compact the database: %s\n", st_errmsg(db));
   st_close(db);
+  if (deleted && !dry) /* once closed: the last connection's close checkpoints and drops the WAL */
+    after = db_bytes(path);
   if (rc)
     return INS_EXIT_FAIL;
   if (json) {

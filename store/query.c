@@ -314,8 +314,12 @@ const char *st_path(st_db_t *db)
 
 int st_compact(st_db_t *db)
 {
+  /* VACUUM writes the whole compacted database into the WAL: the second checkpoint moves it
+   * into the file and truncates the WAL, which another connection open on the file (a running
+   * agent) would otherwise keep at that size. */
   int rc = _st_exec(st_sqlite(db), "PRAGMA wal_checkpoint(TRUNCATE)");
-  return rc ? rc : _st_exec(st_sqlite(db), "VACUUM");
+  rc = rc ? rc : _st_exec(st_sqlite(db), "VACUUM");
+  return rc ? rc : _st_exec(st_sqlite(db), "PRAGMA wal_checkpoint(TRUNCATE)");
 }
 
 int st_copy_to_memory(st_db_t *db, st_db_t **out, char *err, size_t errlen)

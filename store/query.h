@@ -295,8 +295,8 @@ void st_rows_close(st_rows_t *r);
 const char *st_errmsg(st_db_t *db);
 /* The database file's absolute path ("" for an in-memory database). */
 const char *st_path(st_db_t *db);
-/* Gives the space of deleted rows back: WAL checkpoint, then VACUUM. Returns ST_OK or a code
- * (st_errmsg says why). */
+/* Gives the space of deleted rows back: WAL checkpoint, VACUUM, checkpoint (the WAL truncated
+ * to nothing unless a reader holds it). Returns ST_OK or a code (st_errmsg says why). */
 int st_compact(st_db_t *db);
 /* An in-memory copy of db (read in one transaction) into *out, opened as st_open would.
  * Returns ST_OK, or a code with a sentence in err. */

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -110,7 +111,12 @@ static int drain(int fd, char **buf, size_t *len)
   return 1;
 }
 
-proc_t opjit(const char *const *env, const char *const *args)
+#define NOBODY 65534 /* Debian's nobody and nogroup */
+
+uid_t unprivileged_uid(void) { return geteuid() == 0 ? NOBODY : geteuid(); }
+
+/* opjit(), as nobody when unprivileged and this process is root. */
+static proc_t run_opjit(int unprivileged, const char *const *env, const char *const *args)
 {
   int out[2], err[2];
   cr_assert(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0);
@@ -119,6 +125,12 @@ proc_t opjit(const char *const *env, const char *const *args)
   if (pid == 0) {
     dup2(out[1], 1);
     dup2(err[1], 2);
+    if (unprivileged && geteuid() == 0 &&
+        (setgroups(0, NULL) || setresgid(NOBODY, NOBODY, NOBODY) ||
+         setresuid(NOBODY, NOBODY, NOBODY))) {
+      fprintf(stderr, "root cannot become nobody here: %s\n", strerror(errno));
+      _exit(254);
+    }
     exec_opjit(env, args);
   }
   close(out[1]);
@@ -140,6 +152,13 @@ proc_t opjit(const char *const *env, const char *const *args)
   }
   p.status = wait_status(pid);
   return p;
+}
+
+proc_t opjit(const char *const *env, const char *const *args) { return run_opjit(0, env, args); }
+
+proc_t opjit_unprivileged(const char *const *env, const char *const *args)
+{
+  return run_opjit(1, env, args);
 }
 
 void proc_free(proc_t *p)

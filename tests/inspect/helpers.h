@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define OPJIT_EXE OPJIT_BUILD_DIR "/opjit"
 #define PYTHON "/usr/bin/python3" /* Debian's, with numpy */
@@ -29,6 +30,11 @@ char *path_in(const char *dir, const char *name);
  * NULL-terminated, may be NULL) added to this process's and to OPJIT_EXIT_WAIT_MS=60000;
  * waits and captures. */
 proc_t opjit(const char *const *env, const char *const *args);
+/* The user opjit_unprivileged runs opjit as: this process's, or nobody (65534:65534) when this
+ * process is root, whom permission bits do not stop. */
+uid_t unprivileged_uid(void);
+/* opjit() as unprivileged_uid(); status 254 and why in err when root could not become nobody. */
+proc_t opjit_unprivileged(const char *const *env, const char *const *args);
 /* Same, started without waiting: returns the pid; stdout/stderr go to /dev/null. */
 int opjit_spawn(const char *const *env, const char *const *args);
 /* Waits for pid; returns its status as opjit() does. */

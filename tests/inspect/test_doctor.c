@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static const fake_sig_t one[] = {{.m = 16, .calls = 5, .timed_calls = 1, .timed_ns = 100}};
 
@@ -68,7 +70,9 @@ Test(doctor, json_has_options_bad_values_and_the_database)
 /* doctor --json's machine object under the environment env. */
 static cJSON *doctor_machine(const char **env, cJSON **doc, proc_t *p)
 {
-  *p = opjit(env, (const char *[]){"doctor", "--db", "/nonexistent/p.db", "--json", NULL});
+  /* a missing folder in one anyone can write: doctor finds it usable as any user */
+  *p = opjit(env, (const char *[]){"doctor", "--db", "/tmp/opjit-nonexistent/p.db", "--json",
+                                   NULL});
   cr_assert_eq(p->status, 0, "%s", p->err);
   *doc = proc_json(p);
   return cJSON_GetObjectItem(*doc, "machine");
@@ -142,6 +146,56 @@ Test(doctor, unusable_database_is_unhealthy_missing_one_is_not)
   cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(j, "healthy")));
   cJSON_Delete(j);
   proc_free(&p);
+}
+
+/* doctor as unprivileged_uid() on db: expects usable no, one error line saying what stops the
+ * agent and how to fix it, exit 1; --json says the same. */
+static void expect_unusable(const char *db, const char *stop)
+{
+  proc_t p = opjit_unprivileged(NULL, (const char *[]){"doctor", "--db", db, NULL});
+  if (p.status == 254)
+    cr_skip_test("%s", p.err);
+  cr_expect_eq(p.status, 1, "%s: %s\n%s", db, p.out, p.err);
+  const char *error = strstr(p.out, "\nerror: ");
+  cr_expect(strstr(p.out, "usable               no") && error && strstr(error, stop) &&
+            strstr(error, "chmod u+w") && strstr(p.out, "unhealthy"), "%s: %s", db, p.out);
+  proc_free(&p);
+  p = opjit_unprivileged(NULL, (const char *[]){"doctor", "--db", db, "--json", NULL});
+  cr_expect_eq(p.status, 1, "%s: %s", db, p.err);
+  cJSON *j = proc_json(&p), *d = cJSON_GetObjectItem(j, "database");
+  cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(d, "usable")), "%s", db);
+  cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(j, "healthy")), "%s", db);
+  const char *why = cJSON_GetStringValue(cJSON_GetObjectItem(d, "error"));
+  cr_expect(why && strstr(why, stop), "%s: %s", db, why ? why : "no error");
+  cJSON_Delete(j);
+  proc_free(&p);
+}
+
+/* The agent records as the user who runs it, so doctor judges the database as that user: a
+ * read-only file, or a folder where the file (or a missing folder on its way) cannot be
+ * created, is unusable. Root ignores permission bits: as root the checks run as nobody. */
+Test(doctor, database_the_agent_cannot_write_is_unusable)
+{
+  char *dir = scratch_dir(), *mine = path_in(dir, "mine"), *locked = path_in(dir, "locked");
+  char *ro = path_in(mine, "ro.db"), *fresh = path_in(mine, "new.db");
+  uid_t uid = unprivileged_uid();
+  cr_assert(mkdir(mine, 0700) == 0 && mkdir(locked, 0555) == 0);
+  craft_run(ro, 0, 0, 1, one, 1);
+  cr_assert(chmod(ro, 0400) == 0 && chmod(dir, 0711) == 0); /* nobody reaches mine and locked */
+  cr_assert(chown(mine, uid, (gid_t)-1) == 0 && chown(ro, uid, (gid_t)-1) == 0 &&
+            chown(locked, uid, (gid_t)-1) == 0);
+
+  proc_t p = opjit_unprivileged(NULL, (const char *[]){"doctor", "--db", fresh, NULL});
+  if (p.status == 254)
+    cr_skip_test("%s", p.err);
+  cr_expect_eq(p.status, 0, "the user's own folder: %s\n%s", p.out, p.err);
+  cr_expect(strstr(p.out, "not created yet"), "%s", p.out);
+  proc_free(&p);
+
+  expect_unusable(ro, "cannot write");
+  char *in_locked = path_in(locked, "new.db"), *below_locked = path_in(locked, "sub/new.db");
+  expect_unusable(in_locked, "cannot create");
+  expect_unusable(below_locked, "cannot create");
 }
 
 /* This machine's "flags" line and CPU key, as the agent computes it. */
