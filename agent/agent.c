@@ -199,6 +199,7 @@ static void init_once_fn(void)
    * parsed (its level after: until then, the default's) */
   ag_log_setup(AG_LOG_WARN, env_get("OPJIT_LOG_FILE"));
   ag_opts_parse(&ag_opts, env_get, report_option);
+  ag_opts_unknown(environ, report_option); /* a misspelt name, ignored without a word before */
   ag_log_setup((int)ag_opts.num[AG_OPT_LOG], ag_opts.str[AG_OPT_LOG_FILE]);
   ag_time_mask = (uint32_t)ag_opts.num[AG_OPT_TIME_EVERY] - 1;
   hosts_on = ag_opts.num[AG_OPT_HOSTS];

@@ -115,7 +115,7 @@ static int parse_value(ag_opts_t *o, int id, const char *s)
 static void describe_valid(const ag_opt_desc_t *d, char *buf, size_t len)
 {
   switch (d->kind) {
-  case AG_OK_BOOL: snprintf(buf, len, "expected 1/0/on/off/yes/no"); break;
+  case AG_OK_BOOL: snprintf(buf, len, "expected 1/0/on/off/yes/no/true/false"); break;
   case AG_OK_INT: snprintf(buf, len, "expected an integer in [%ld, %ld]", d->min, d->max); break;
   case AG_OK_ENUM: snprintf(buf, len, "expected one of %s", d->choices); break;
   case AG_OK_FLAGS: snprintf(buf, len, "expected all, none or a comma list of %s", d->choices); break;
@@ -155,6 +155,48 @@ int ag_opts_parse(ag_opts_t *o, ag_getenv_fn get, void (*report)(const char *lin
     o->num[AG_OPT_TIME_EVERY] = v;
   }
   return bad;
+}
+
+/* name (up to its '=' or end) folded for a near match: upper case, underscores left out. */
+static void fold_name(const char *name, char *out, size_t len)
+{
+  size_t n = 0;
+  for (; *name && *name != '=' && n + 1 < len; name++)
+    if (*name != '_')
+      out[n++] = (char)toupper((unsigned char)*name);
+  out[n] = 0;
+}
+
+int ag_opts_unknown(char *const *env, void (*report)(const char *line))
+{
+  int unknown = 0;
+  for (; env && *env; env++) {
+    const char *e = *env;
+    size_t len = strcspn(e, "=");
+    if (strncmp(e, "OPJIT_", 6) != 0 || strncmp(e, "OPJIT_TEST_", 11) == 0)
+      continue;
+    int known = 0;
+    char want[96], have[96], near[64] = "";
+    fold_name(e, want, sizeof want);
+    for (int id = 0; id < AG_OPT__COUNT && !known; id++) {
+      const char *var = opt_descs[id].var;
+      known = strlen(var) == len && strncmp(e, var, len) == 0;
+      fold_name(var, have, sizeof have);
+      if (!known && !near[0] && strcmp(want, have) == 0)
+        snprintf(near, sizeof near, "%s", var);
+    }
+    if (known)
+      continue;
+    unknown++;
+    if (report) {
+      char line[256];
+      snprintf(line, sizeof line, "%.*s is not an opjit option%s%s%s; ignored",
+               (int)(len < 64 ? len : 64), e, near[0] ? " (did you mean " : "", near,
+               near[0] ? "?)" : "");
+      report(line);
+    }
+  }
+  return unknown;
 }
 
 void ag_opts_free(ag_opts_t *o)

@@ -47,6 +47,7 @@ static cJSON *check_options(void)
   ag_opts_t o;
   cJSON *list = cJSON_CreateArray();
   ag_opts_parse(&o, ins_getenv, collect_warning);
+  ag_opts_unknown(environ, collect_warning);
   for (int id = 0; id < AG_OPT__COUNT; id++) {
     const ag_opt_desc_t *d = ag_opt_desc(id);
     char var[64], val[512];

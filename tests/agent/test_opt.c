@@ -263,3 +263,28 @@ Test(opt, database_path)
   cr_assert_eq(ag_opts_db_path(&o, fake_get, buf, sizeof buf), -1, "no HOME, no XDG, no DB");
   ag_opts_free(&o);
 }
+
+/* An OPJIT_* name that is no option gets one line, with the option it misspells (case and
+ * underscores aside); the options, and the tests' seams (OPJIT_TEST_*), get none. */
+static char unknown_lines[4][256];
+static int nunknown;
+static void note_unknown(const char *line)
+{
+  if (nunknown < 4)
+    snprintf(unknown_lines[nunknown], sizeof unknown_lines[0], "%s", line);
+  nunknown++;
+}
+
+Test(opt, unknown_names_are_reported_with_the_option_they_misspell)
+{
+  char *env[] = {"OPJIT_SAMPLEHZ=0", "OPJIT_MODE=jit", "OPJIT_TEST_FAULT=fast", "PATH=/bin",
+                 "OPJIT_FROBNICATE=1", "OPJIT_hot_calls=8", NULL};
+  nunknown = 0;
+  cr_assert_eq(ag_opts_unknown(env, note_unknown), 3);
+  cr_assert_eq(nunknown, 3);
+  cr_expect_str_eq(unknown_lines[0], "OPJIT_SAMPLEHZ is not an opjit option (did you mean "
+                                     "OPJIT_SAMPLE_HZ?); ignored");
+  cr_expect_str_eq(unknown_lines[1], "OPJIT_FROBNICATE is not an opjit option; ignored");
+  cr_expect_str_eq(unknown_lines[2], "OPJIT_hot_calls is not an opjit option (did you mean "
+                                     "OPJIT_HOT_CALLS?); ignored");
+}

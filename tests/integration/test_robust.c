@@ -205,3 +205,13 @@ Test(robust, bad_option_reports_go_to_the_log_file)
   text[n] = 0;
   cr_assert_eq(h_count_lines(text, "OPJIT_MODE='turbo'"), 1, "%s", text);
 }
+
+/* A misspelt option name was ignored without a word: now one line names it and the option. */
+Test(robust, a_misspelt_option_name_gets_one_line)
+{
+  const char *env[] = {"OPJIT_SAMPLEHZ=0", NULL};
+  const char *err = host_unchanged(env, NULL);
+  cr_assert_eq(h_count_lines(err, "opjit"), 1, "%s", err);
+  cr_assert_eq(h_count_lines(err, "OPJIT_SAMPLEHZ is not an opjit option (did you mean "
+                                  "OPJIT_SAMPLE_HZ?)"), 1, "%s", err);
+}
