@@ -76,7 +76,9 @@ static int parse_flags(const char *s, const char *choices, long *out)
 {
   if (strcasecmp(s, "all") == 0)
     return *out = LONG_MAX, 0;
-  if (strcasecmp(s, "none") == 0 || !*s)
+  if (!*s) /* as an empty OPJIT_MODE: not a silent "none" that turns interception off */
+    return -1;
+  if (strcasecmp(s, "none") == 0)
     return *out = 0, 0;
   long mask = 0;
   while (*s) {

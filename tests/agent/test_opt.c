@@ -288,3 +288,19 @@ Test(opt, unknown_names_are_reported_with_the_option_they_misspell)
   cr_expect_str_eq(unknown_lines[2], "OPJIT_hot_calls is not an opjit option (did you mean "
                                      "OPJIT_HOT_CALLS?); ignored");
 }
+
+/* An empty OPJIT_HOSTS is a bad value, as an empty OPJIT_MODE is: it read as none, and turned
+ * interception off without a word. */
+Test(opt, an_empty_hosts_value_keeps_the_default)
+{
+  reset();
+  setenv_fake("OPJIT_HOSTS", "");
+  ag_opts_t o;
+  cr_assert_eq(ag_opts_parse(&o, fake_get, capture), 1);
+  cr_assert_eq(nlines, 1);
+  cr_assert(strstr(lines[0], "OPJIT_HOSTS=''") && strstr(lines[0], "using the default 'all'"),
+            "%s", lines[0]);
+  cr_assert_eq(o.num[AG_OPT_HOSTS], LONG_MAX, "all hosts");
+  ag_opts_free(&o);
+  reset();
+}
