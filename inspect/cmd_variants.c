@@ -157,9 +157,8 @@ static int cmd_variants(int argc, char **argv)
     goto out;
   }
   printf("%s\n", title);
-  if (n && uniform)
-    printf("compiled with LLVM %s for %s (generator %d)\n", *llvm ? llvm : "?", *cpu ? cpu : "?",
-           generator);
+  if (n && uniform && *cpu) /* queued only: nothing was compiled for a CPU yet */
+    printf("compiled with LLVM %s for %s (generator %d)\n", *llvm ? llvm : "?", cpu, generator);
   printf("\n");
   if (n)
     ins_table_print(t, stdout);

@@ -794,3 +794,18 @@ Test(variants, op_counts_a_served_signature_as_top_does)
   cJSON_Delete(j);
   proc_free(&p);
 }
+
+/* A run whose one variant is only queued names no CPU its kernels were compiled for (it said
+ * "compiled with LLVM 19.1.7 for ? (generator 37)"). */
+Test(variants, queued_only_names_no_compiler_line)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  const fake_sig_t s[] = {{.m = 16, .calls = 100}};
+  const fake_variant_t v[] = {{.m = 16, .status = "queued"}};
+  craft_variants(db, craft_run(db, 0, 0, 1, s, 1), v, 1, NULL, 0);
+  sql_exec(db, "UPDATE variants SET cpu = ''");
+  proc_t p = opjit(NULL, (const char *[]){"variants", "--db", db, NULL});
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  cr_expect(strstr(p.out, "queued") && !strstr(p.out, "compiled with"), "%s", p.out);
+  proc_free(&p);
+}
