@@ -982,12 +982,12 @@ static void sampling_json(const sp_status_t *st, char *buf, size_t len)
 static int unsampled_noted;
 
 /* Writes the sampled profile so far (cumulative, like the counts); for a run that never sampled,
- * once, why. */
-static void write_samples(void)
+ * once, why (final: the run's last write, at an exit, _exit or exec). */
+static void write_samples(int final)
 {
   if (!agg) {
     int off = ag_opts.num[AG_OPT_SAMPLE_HZ] <= 0;
-    if (unsampled_noted || (!off && !atomic_load(&ag_exiting)))
+    if (unsampled_noted || (!off && !final))
       return; /* sampling starts on the writer's next step */
     st_samples_t s = {off ? "{\"mode\":\"off\",\"notes\":[\"OPJIT_SAMPLE_HZ=0\"]}"
                           : "{\"mode\":\"off\",\"notes\":[\"the program ended before the "
@@ -1192,7 +1192,7 @@ static int writer_step(int final)
   if (!store_dead && db && run_id) {
     flush();
     if (!store_dead && !store_retry)
-      write_samples();
+      write_samples(final);
     if (!store_dead && !store_retry)
       write_variants();
     if (!store_dead && !store_retry)
@@ -1615,18 +1615,19 @@ static void warm_start(int writer_thread, int network)
 {
   char dbpath[PATH_MAX];
   warm_done = 1;
-  int fleet = network && ag_fleet_fetch(run_info()); /* OPJIT_FLEET: the fleet's profile */
+  /* A program that began to exit first calls no kernel it would place: its exit waited for the
+   * heap's pages, the profile's read and the placing (5-10 ms of a short program's), and for
+   * the fleet's fetch */
+  int exited = atomic_load(&ag_exiting);
+  int fleet = network && !exited && ag_fleet_fetch(run_info()); /* OPJIT_FLEET's profile */
   ag_warm_t w = {0};
-  int exited = 0;
   /* No profile yet: the writer creates the database, off this thread. */
   int local = !ag_opts_db_path(&ag_opts, env_get, dbpath, sizeof dbpath) &&
               access(dbpath, F_OK) == 0 && db_trusted(dbpath);
   if (!local && !fleet)
     return;
   if (local) {
-    /* A program that began to exit first calls no kernel it would place: its exit waited for
-     * the heap's pages, the profile's read and the placing (5-10 ms of a short program's) */
-    exited = atomic_load(&ag_exiting);
+    exited |= atomic_load(&ag_exiting);
     void *heap = exited ? NULL : ag_heap_warm_begin(ag_heap_warm_size(dbpath)); /* heap.h */
     pthread_mutex_lock(&db_mu);
     if (!store_dead && !db)
@@ -1641,7 +1642,7 @@ static void warm_start(int writer_thread, int network)
     pthread_mutex_unlock(&db_mu);
     ag_heap_warm_end(heap);
   }
-  if (exited) {
+  if (exited || atomic_load(&ag_exiting)) {
     ag_log(AG_LOG_INFO, "the program exited before the warm start: no stored kernel placed");
     return;
   }
@@ -1715,8 +1716,8 @@ static void warm_fleet(void)
   while (left && warm_pending)
     pthread_cond_wait(&warm_cond, &warm_mu);
   pthread_mutex_unlock(&warm_mu);
-  if (!left || !ag_fleet_fetch(run_info()))
-    return;
+  if (!left || atomic_load(&ag_exiting) || !ag_fleet_fetch(run_info()))
+    return; /* exiting: nothing would call what it places (warm_start) */
   ag_warm_t w = {0};
   ag_fleet_warm(&w);
   ag_log(AG_LOG_INFO, "the fleet's part of the warm start, on the writer: %d kernels loaded, %d "

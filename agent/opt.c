@@ -175,7 +175,9 @@ int ag_opts_unknown(char *const *env, void (*report)(const char *line))
   for (; env && *env; env++) {
     const char *e = *env;
     size_t len = strcspn(e, "=");
-    if (strncmp(e, "OPJIT_", 6) != 0 || strncmp(e, "OPJIT_TEST_", 11) == 0)
+    /* the tests' seams and scripts/fuzz.sh's folder (docs/fuzzing.md) are no options */
+    if (strncasecmp(e, "OPJIT_", 6) != 0 || strncmp(e, "OPJIT_TEST_", 11) == 0 ||
+        strncmp(e, "OPJIT_FUZZ_", 11) == 0)
       continue;
     int known = 0;
     char want[96], have[96], near[64] = "";

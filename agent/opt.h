@@ -133,10 +133,10 @@ typedef const char *(*ag_getenv_fn)(const char *name);
  * values; never fails otherwise. */
 int ag_opts_parse(ag_opts_t *o, ag_getenv_fn get, void (*report)(const char *line));
 void ag_opts_free(ag_opts_t *o);
-/* Reports through report, one line each, every OPJIT_* variable of env (an environ-style array)
- * that names no option (OPJIT_TEST_*, the tests' seams, aside), with the option it is nearest
- * to when it differs from one only in case and underscores: a misspelt name was ignored without
- * a word. Returns how many. */
+/* Reports through report, one line each, every OPJIT_* variable of env (an environ-style array,
+ * the prefix in any case) that names no option (OPJIT_TEST_* and OPJIT_FUZZ_* aside), with the
+ * option it is nearest to when it differs from one only in case and underscores: a misspelt
+ * name was ignored without a word. Returns how many. */
 int ag_opts_unknown(char *const *env, void (*report)(const char *line));
 
 /* The description of option id, or NULL. */

@@ -304,3 +304,13 @@ Test(opt, an_empty_hosts_value_keeps_the_default)
   ag_opts_free(&o);
   reset();
 }
+
+/* The prefix in any case is ours; the fuzzing script's folder variable is no misspelt option. */
+Test(opt, unknown_names_in_lower_case_and_the_fuzz_folder)
+{
+  char *env[] = {"opjit_sample_hz=0", "OPJIT_FUZZ_TMP=/tmp/f", NULL};
+  nunknown = 0;
+  cr_assert_eq(ag_opts_unknown(env, note_unknown), 1);
+  cr_expect_str_eq(unknown_lines[0], "opjit_sample_hz is not an opjit option (did you mean "
+                                     "OPJIT_SAMPLE_HZ?); ignored");
+}

@@ -131,6 +131,10 @@ static proc_t run_opjit(int unprivileged, const char *const *env, const char *co
       fprintf(stderr, "root cannot become nobody here: %s\n", strerror(errno));
       _exit(254);
     }
+    if (unprivileged && access(OPJIT_EXE, X_OK) != 0) { /* a checkout under a private folder */
+      fprintf(stderr, "nobody cannot run %s: %s\n", OPJIT_EXE, strerror(errno));
+      _exit(254);
+    }
     exec_opjit(env, args);
   }
   close(out[1]);

@@ -33,7 +33,8 @@ proc_t opjit(const char *const *env, const char *const *args);
 /* The user opjit_unprivileged runs opjit as: this process's, or nobody (65534:65534) when this
  * process is root, whom permission bits do not stop. */
 uid_t unprivileged_uid(void);
-/* opjit() as unprivileged_uid(); status 254 and why in err when root could not become nobody. */
+/* opjit() as unprivileged_uid(); status 254 and why in err when root could not become nobody,
+ * or nobody cannot run the build's opjit. */
 proc_t opjit_unprivileged(const char *const *env, const char *const *args);
 /* Same, started without waiting: returns the pid; stdout/stderr go to /dev/null. */
 int opjit_spawn(const char *const *env, const char *const *args);
