@@ -678,8 +678,9 @@ static int measure_threads(int rounds)
          BATCH_TARGET_NS / 1e6);
   printf("%-22s %10s %10s %10s %7s %8s %8s\n", "case", "A ns", "B ns", "B-A ns", "+-", "B/A",
          "batch");
-  double *ta = calloc((size_t)rounds, sizeof *ta), *tb = calloc((size_t)rounds, sizeof *tb);
-  double *diff = calloc((size_t)rounds, sizeof *diff), *ratio = calloc((size_t)rounds, sizeof *ratio);
+  size_t nr = (size_t)rounds;
+  double *ta = calloc(nr, sizeof *ta), *tb = calloc(nr, sizeof *tb);
+  double *diff = calloc(nr, sizeof *diff), *ratio = calloc(nr, sizeof *ratio);
   int rc = !ta || !tb || !diff || !ratio;
   for (int i = 0; !rc && i < COUNT_OF(thread_cases); i++) {
     const case_t *k = &thread_cases[i];
