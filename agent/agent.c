@@ -1642,11 +1642,11 @@ static void warm_start(int writer_thread, int network)
     pthread_mutex_unlock(&db_mu);
     ag_heap_warm_end(heap);
   }
-  if (exited || atomic_load(&ag_exiting)) {
+  if (exited) {
     ag_log(AG_LOG_INFO, "the program exited before the warm start: no stored kernel placed");
     return;
   }
-  if (network)
+  if (network && !atomic_load(&ag_exiting)) /* what it would place, nothing would call */
     ag_fleet_warm(&w);
   warm_ns = (int64_t)(ag_now_ns() - first_call_ns);
   if (w.complete) { /* after the warm start's figure: its kernels serve already */
