@@ -146,9 +146,10 @@ static _Atomic int warm_untaken;
  * (warm_fleet), as a host thread never waits on the network. warm_mu guards it. */
 static int fleet_left;
 #define WARM_TAKE_OVER_MS 20 /* a writer that has not begun the warm start by then has no CPU */
-/* The tests' seam (OPJIT_TEST_FAULT=writer_late): the writer begins once the program's exit
- * has, and no host thread takes the warm start over meanwhile. */
-static int writer_late;
+/* The tests' seams on the writer (OPJIT_TEST_FAULT, read once at init): writer_stall, a writer
+ * without a CPU, waits until a host thread ran the warm start; writer_late begins once the
+ * program's exit has, and no host thread takes the warm start over meanwhile. */
+static enum { WRITER_ON_TIME, WRITER_STALL, WRITER_LATE } writer_fault;
 
 static void warm_start(int writer_thread, int network);
 static void warm_finish(int writer_thread, int network);
@@ -194,7 +195,10 @@ static void init_once_fn(void)
   }
   init_cond();
   const char *fault = getenv("OPJIT_TEST_FAULT");
-  writer_late = fault && !strcmp(fault, "writer_late");
+  writer_fault = !fault                          ? WRITER_ON_TIME
+                 : !strcmp(fault, "writer_late")  ? WRITER_LATE
+                 : !strcmp(fault, "writer_stall") ? WRITER_STALL
+                                                  : WRITER_ON_TIME;
   /* A bad value's report goes where the log goes: its file is set before the options are
    * parsed (its level after: until then, the default's) */
   ag_log_setup(AG_LOG_WARN, env_get("OPJIT_LOG_FILE"));
@@ -1250,10 +1254,9 @@ static void *writer_main(void *arg)
   (void)arg;
   ag_agent_thread_begin("opjit-writer");
   ag_agent_keep_off_host();
-  const char *fault = getenv("OPJIT_TEST_FAULT"); /* the tests' seam: a writer without a CPU */
-  for (int ms = 0; writer_late && !atomic_load(&ag_exiting) && ms < 60000; ms++)
-    usleep(1000); /* until the program's exit began (no host thread takes the warm start) */
-  if (fault && !strcmp(fault, "writer_stall")) { /* until a host thread ran the warm start */
+  for (int ms = 0; writer_fault == WRITER_LATE && !atomic_load(&ag_exiting) && ms < 60000; ms++)
+    usleep(1000);
+  if (writer_fault == WRITER_STALL) {
     struct timespec dl = ag_deadline_after_us(CLOCK_MONOTONIC, 60 * 1000000L);
     pthread_mutex_lock(&warm_mu);
     while (warm_pending && pthread_cond_timedwait(&warm_cond, &warm_mu, &dl) == 0)
@@ -1686,7 +1689,7 @@ static void warm_finish(int writer_thread, int network)
  * host's call), which the writer does when it runs (warm_fleet). */
 static void warm_take_over(void)
 {
-  if (writer_late || ag_now_ns() - first_call_ns < WARM_TAKE_OVER_MS * 1000000ull)
+  if (writer_fault == WRITER_LATE || ag_now_ns() - first_call_ns < WARM_TAKE_OVER_MS * 1000000ull)
     return;
   const char *named = ag_opts.str[AG_OPT_FLEET];
   pthread_mutex_lock(&warm_mu);

@@ -95,37 +95,27 @@ static volatile float dot_out;
 /* Calls fn iters times on the case's operands. */
 typedef void loop_fn(void *fn, int n, long iters);
 
-static void loop_sgemm(void *fn, int n, long iters)
+/* ... sgemm_ and dgemm_ with the transpositions ta, tb. */
+static void sgemm_calls(void *fn, const char *ta, const char *tb, int n, long iters)
 {
   static const float one = 1, zero = 0;
   sgemm_fn *f = (sgemm_fn *)fn;
   for (long i = 0; i < iters; i++)
-    f("N", "N", &n, &n, &n, &one, a, &n, b, &n, &zero, c, &n);
+    f(ta, tb, &n, &n, &n, &one, a, &n, b, &n, &zero, c, &n);
 }
 
-static void loop_dgemm(void *fn, int n, long iters)
+static void dgemm_calls(void *fn, const char *ta, const char *tb, int n, long iters)
 {
   static const double one = 1, zero = 0;
   dgemm_fn *f = (dgemm_fn *)fn;
   for (long i = 0; i < iters; i++)
-    f("N", "N", &n, &n, &n, &one, da, &n, db_, &n, &zero, dc, &n);
+    f(ta, tb, &n, &n, &n, &one, da, &n, db_, &n, &zero, dc, &n);
 }
 
-static void loop_sgemm_nt(void *fn, int n, long iters)
-{
-  static const float one = 1, zero = 0;
-  sgemm_fn *f = (sgemm_fn *)fn;
-  for (long i = 0; i < iters; i++)
-    f("N", "T", &n, &n, &n, &one, a, &n, b, &n, &zero, c, &n);
-}
-
-static void loop_dgemm_tn(void *fn, int n, long iters)
-{
-  static const double one = 1, zero = 0;
-  dgemm_fn *f = (dgemm_fn *)fn;
-  for (long i = 0; i < iters; i++)
-    f("T", "N", &n, &n, &n, &one, da, &n, db_, &n, &zero, dc, &n);
-}
+static void loop_sgemm(void *fn, int n, long iters) { sgemm_calls(fn, "N", "N", n, iters); }
+static void loop_dgemm(void *fn, int n, long iters) { dgemm_calls(fn, "N", "N", n, iters); }
+static void loop_sgemm_nt(void *fn, int n, long iters) { sgemm_calls(fn, "N", "T", n, iters); }
+static void loop_dgemm_tn(void *fn, int n, long iters) { dgemm_calls(fn, "T", "N", n, iters); }
 
 static void loop_sdot(void *fn, int n, long iters)
 {
