@@ -57,7 +57,7 @@ static uint64_t tick_tsc0, tick_ns0; /* the calibration's start: a TSC read and 
 ag_table_t *ag_table;
 _Atomic uint64_t ag_overflow_calls;
 _Atomic uint32_t ag_duels;
-_Atomic int ag_exiting;
+_Atomic int ag_ending;
 uint32_t ag_time_mask;
 static long hosts_on; /* OPJIT_HOSTS: none means off; no host of always interposed symbols
                          AG_COUNT_HOOKED */
@@ -1254,7 +1254,7 @@ static void *writer_main(void *arg)
   (void)arg;
   ag_agent_thread_begin("opjit-writer");
   ag_agent_keep_off_host();
-  for (int ms = 0; writer_fault == WRITER_LATE && !atomic_load(&ag_exiting) && ms < 60000; ms++)
+  for (int ms = 0; writer_fault == WRITER_LATE && !atomic_load(&ag_ending) && ms < 60000; ms++)
     usleep(1000);
   if (writer_fault == WRITER_STALL) {
     struct timespec dl = ag_deadline_after_us(CLOCK_MONOTONIC, 60 * 1000000L);
@@ -1364,6 +1364,7 @@ static int stop_writer(const char *status, int try)
 {
   long ms = ag_opts.num[AG_OPT_EXIT_WAIT_MS];
   struct timespec dl = ag_deadline_after(CLOCK_REALTIME, ms);
+  atomic_store(&ag_ending, 1); /* an exec or _exit too: nothing is placed or compiled now */
   if (try ? pthread_mutex_timedlock(&mu, &dl) != 0 : pthread_mutex_lock(&mu) != 0)
     return 0;
   int running = writer_running;
@@ -1411,9 +1412,12 @@ AG_EXPORT int opjit_settle(long timeout_ms)
 
 /* exit() has begun: no duel or check starts, and those running end at their next round (200 ms
  * at most are waited), before the host's libraries run their destructors. */
+static _Atomic int exit_begun;
+
 static void exit_begins(void)
 {
-  atomic_store(&ag_exiting, 1);
+  atomic_store(&exit_begun, 1);
+  atomic_store(&ag_ending, 1);
   for (int ms = 0; atomic_load(&ag_duels) && ms < 200; ms++)
     usleep(1000);
 }
@@ -1466,6 +1470,8 @@ void ag_after_failed_exec(void)
 {
   if (!ours())
     return;
+  if (!atomic_load(&exit_begun)) /* (an exit handler's exec that failed: the exit goes on) */
+    atomic_store(&ag_ending, 0); /* a warm start skipped meanwhile stays skipped */
   pthread_mutex_lock(&activate_mu);
   if (!writer_running)
     start_writer(); /* the run goes on (sampling too); its next final step records the end */
@@ -1618,11 +1624,11 @@ static void warm_start(int writer_thread, int network)
 {
   char dbpath[PATH_MAX];
   warm_done = 1;
-  /* A program that began to exit first calls no kernel it would place: its exit waited for the
-   * heap's pages, the profile's read and the placing (5-10 ms of a short program's), and for
-   * the fleet's fetch */
-  int exited = atomic_load(&ag_exiting);
-  int fleet = network && !exited && ag_fleet_fetch(run_info()); /* OPJIT_FLEET's profile */
+  /* A program that began to end (exit, _exit, exec) first calls no kernel it would place: its
+   * exit waited for the heap's pages, the profile's read and the placing (5-10 ms of a short
+   * program's), and for the fleet's fetch. Asked again before each of those steps. */
+  int ended = atomic_load(&ag_ending);
+  int fleet = network && !ended && ag_fleet_fetch(run_info()); /* OPJIT_FLEET's profile */
   ag_warm_t w = {0};
   /* No profile yet: the writer creates the database, off this thread. */
   int local = !ag_opts_db_path(&ag_opts, env_get, dbpath, sizeof dbpath) &&
@@ -1630,8 +1636,8 @@ static void warm_start(int writer_thread, int network)
   if (!local && !fleet)
     return;
   if (local) {
-    exited |= atomic_load(&ag_exiting);
-    void *heap = exited ? NULL : ag_heap_warm_begin(ag_heap_warm_size(dbpath)); /* heap.h */
+    ended |= atomic_load(&ag_ending);
+    void *heap = ended ? NULL : ag_heap_warm_begin(ag_heap_warm_size(dbpath)); /* heap.h */
     pthread_mutex_lock(&db_mu);
     if (!store_dead && !db)
       open_store();
@@ -1639,17 +1645,17 @@ static void warm_start(int writer_thread, int network)
       collect_crashes(); /* before the profile: a crashed kernel is not placed */
     if (writer_thread && !store_dead && db && !run_id)
       begin_run(); /* before any kernel is placed: a crash in one finds its run recorded */
-    exited |= atomic_load(&ag_exiting); /* at the profile's read, once more */
-    if (db && !exited)
+    ended |= atomic_load(&ag_ending); /* at the profile's read, once more */
+    if (db && !ended)
       ag_warm_start(store, db, run_info(), &w);
     pthread_mutex_unlock(&db_mu);
     ag_heap_warm_end(heap);
   }
-  if (exited) {
-    ag_log(AG_LOG_INFO, "the program exited before the warm start: no stored kernel placed");
+  if (ended) {
+    ag_log(AG_LOG_INFO, "the program ended before the warm start: no stored kernel placed");
     return;
   }
-  if (network && !atomic_load(&ag_exiting)) /* what it would place, nothing would call */
+  if (network && !atomic_load(&ag_ending)) /* what it would place, nothing would call */
     ag_fleet_warm(&w);
   warm_ns = (int64_t)(ag_now_ns() - first_call_ns);
   if (w.complete) { /* after the warm start's figure: its kernels serve already */
@@ -1719,7 +1725,7 @@ static void warm_fleet(void)
   while (left && warm_pending)
     pthread_cond_wait(&warm_cond, &warm_mu);
   pthread_mutex_unlock(&warm_mu);
-  if (!left || atomic_load(&ag_exiting) || !ag_fleet_fetch(run_info()))
+  if (!left || atomic_load(&ag_ending) || !ag_fleet_fetch(run_info()))
     return; /* exiting: nothing would call what it places (warm_start) */
   ag_warm_t w = {0};
   ag_fleet_warm(&w);

@@ -40,7 +40,8 @@
  *                    column-major N 2048x1152: too large for the check on scratch operands)
  *                    and two GEMMs that are GEMVs (sgemm_ NN 1024x1x256, cblas_dgemm
  *                    row-major NN 1x512x256), P passes as sweep makes them
- *   few N            that 8x8x8 sgemm N times, and nothing waits for the JIT
+ *   few N [END]      that 8x8x8 sgemm N times, and nothing waits for the JIT; END "_exit" ends
+ *                    the program with _exit, "exec" by executing /bin/true (after the line)
  *   exitcalls        registers an exit handler of its own, then calls the 8x8x8 sgemm 10 times;
  *                    the handler (it runs once the agent's exit began) calls a 16x16x16 sgemm
  *                    200 times, checked: status 3 on a mismatch (main has printed by then)
@@ -717,6 +718,19 @@ static void until_check_held(int late)
   }
 }
 
+/* few's END: prints the line, then ends as end says (_exit or exec of /bin/true). */
+static void few_end(const char *end)
+{
+  printf("calls %ld checked %ld mismatches %ld\n", calls, calls, mismatches);
+  fflush(stdout);
+  if (!strcmp(end, "_exit"))
+    _exit(mismatches != 0);
+  if (!strcmp(end, "exec"))
+    execl("/bin/true", "true", (char *)NULL);
+  fprintf(stderr, "few: no such end %s\n", end);
+  exit(2);
+}
+
 /* A fork child's end: its own line, its status from its own checks. */
 static void child_exit(void)
 {
@@ -761,9 +775,11 @@ int main(int argc, char **argv)
     gemv_sweep(atoi(argv[2]), atoi(argv[3]), strtoull(argv[4], NULL, 10));
   else if (!strcmp(mode, "biggemv") && argc > 2)
     big_gemvs(atoi(argv[2]));
-  else if (!strcmp(mode, "few") && argc > 2)
+  else if (!strcmp(mode, "few") && argc > 2) {
     inf_calls(atoi(argv[2]), 0, 0);
-  else if (!strcmp(mode, "exitcalls")) {
+    if (argc > 3)
+      few_end(argv[3]);
+  }  else if (!strcmp(mode, "exitcalls")) {
     atexit(exit_calls);
     inf_calls(10, 0, 0);
   } else if (!strcmp(mode, "exitcheck"))

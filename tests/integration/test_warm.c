@@ -208,7 +208,7 @@ Test(warm, a_program_that_exits_before_the_warm_start_places_nothing_and_keeps_i
   cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", h_output("run2", "err"));
   cr_assert(strstr(h_output("run2", "out"), "mismatches 0"), "%s", h_output("run2", "out"));
   const char *err = h_output("run2", "err");
-  cr_assert(strstr(err, "the program exited before the warm start: no stored kernel placed"),
+  cr_assert(strstr(err, "the program ended before the warm start: no stored kernel placed"),
             "%s", err);
   cr_assert_eq(events(2, "loaded"), 0, "a kernel placed at the exit");
   cr_assert_eq(events(2, "queued"), 0, "a compile queued at the exit");
@@ -218,6 +218,33 @@ Test(warm, a_program_that_exits_before_the_warm_start_places_nothing_and_keeps_i
   st = h_run("run3", 1, env, (const char *[]){H_JIT_PROG, "many", "10", NULL});
   cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", h_output("run3", "err"));
   cr_assert_eq(events(3, "loaded"), 1, "run 3 places it");
+}
+
+/* _exit and exec end a program as exit does: a warm start that begins after either places
+ * nothing (without it, the writer's late start outlasted the exit's wait: no run recorded). */
+Test(warm, a_program_that_execs_or_exits_at_once_before_the_warm_start_places_nothing)
+{
+  skip_if_sanitized();
+  int st = h_run("run1", 1, env, (const char *[]){H_JIT_PROG, "many", "5000", NULL});
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", h_output("run1", "err"));
+  cr_assert_eq(objects(), 1, "run 1 stored its kernel");
+  const char *late[] = {"OPJIT_MODE=jit", "OPJIT_HOT_PAYBACK=0", "OPJIT_DUEL=0",
+                        "OPJIT_HOT_CALLS=1", "OPJIT_SAMPLE_HZ=0", "OPJIT_LOG=info",
+                        "OPJIT_TEST_FAULT=writer_late", "OPJIT_WARM_WAIT_US=0", NULL};
+  const char *ends[] = {"_exit", "exec"}, *status[] = {"exited", "exec"};
+  for (int i = 0; i < 2; i++) {
+    st = h_run(ends[i], 1, late, (const char *[]){H_JIT_PROG, "few", "10", ends[i], NULL});
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", h_output(ends[i], "err"));
+    cr_assert(strstr(h_output(ends[i], "out"), "mismatches 0"), "%s", h_output(ends[i], "out"));
+    const char *err = h_output(ends[i], "err");
+    cr_assert(strstr(err, "the program ended before the warm start: no stored kernel placed"),
+              "%s: %s", ends[i], err);
+    cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE id=%d AND status='%s'"
+                               " AND warm_ns IS NULL", i + 2, status[i]), 1, "%s", ends[i]);
+    cr_assert_eq(events(i + 2, "loaded"), 0, "a kernel placed at the %s", ends[i]);
+    cr_assert_eq(events(i + 2, "queued"), 0, "a compile queued at the %s", ends[i]);
+  }
+  cr_assert_eq(objects(), 1, "the stored kernel kept");
 }
 
 Test(warm, damaged_foreign_and_outdated_objects_are_invalidated_and_recompiled)
