@@ -693,8 +693,13 @@ static void write_failed(const char *what, int rc)
     retry_later(msg);
     return;
   }
-  ag_log(AG_LOG_ERROR, "%s: %s: profiles are no longer recorded, the program runs unchanged",
-         what, store->errstr(rc));
+  if (rc == ST_ECORRUPT) /* SQLite met damage: nothing more is written into it */
+    ag_log(AG_LOG_ERROR, "%s: %s is damaged: profiles are no longer recorded, the program runs "
+           "unchanged (opjit doctor --db %s checks it; " ST_DAMAGED_ADVICE ")", what, db_path,
+           db_path);
+  else
+    ag_log(AG_LOG_ERROR, "%s: %s: profiles are no longer recorded, the program runs unchanged",
+           what, store->errstr(rc));
   store_dead = 1;
 }
 
@@ -1201,7 +1206,8 @@ static int writer_step(int final)
       write_variants();
     if (!store_dead && !store_retry)
       write_series();
-    ag_machine_save(store, db, final);
+    if (ag_machine_save(store, db, final) == ST_ECORRUPT)
+      write_failed("cannot store the machine model", ST_ECORRUPT);
     if (final && !store_dead && !store_retry) {
       int rc = store->run_end(db, run_id, ag_realtime_ns(), end_status);
       if (rc)
@@ -1648,6 +1654,8 @@ static void warm_start(int writer_thread, int network)
     ended |= atomic_load(&ag_ending); /* at the profile's read, once more */
     if (db && !ended)
       ag_warm_start(store, db, run_info(), &w);
+    if (w.damaged)
+      write_failed("cannot read this program's profile", ST_ECORRUPT);
     pthread_mutex_unlock(&db_mu);
     ag_heap_warm_end(heap);
   }

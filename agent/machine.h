@@ -200,7 +200,7 @@ int ag_machine_calibration_running(void);
  * in flight (~5-20 ms; a compile's, ~40, while neither of its figures is measured; at most 250
  * on a loaded machine), so a short first run on a CPU still stores its model, and a short
  * later run the measurement that settles it. Returns 0 or the store's code (what was not saved
- * stays for the next call on a transient error). */
+ * stays for the next call on a transient error; damage, ST_ECORRUPT, is the caller's to say). */
 int ag_machine_save(const st_api_t *store, st_db_t *db, int final);
 
 #endif

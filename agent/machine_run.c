@@ -413,8 +413,9 @@ int ag_machine_save(const st_api_t *store, st_db_t *db, int final)
   }
   if (rc) {
     save_dead = 1;
-    ag_log(AG_LOG_WARN, "cannot store the machine model: %s (it is measured again next run)",
-           store->errstr(rc));
+    if (rc != ST_ECORRUPT) /* damage: the writer says it, and writes no more */
+      ag_log(AG_LOG_WARN, "cannot store the machine model: %s (it is measured again next run)",
+             store->errstr(rc));
     return rc;
   }
   pthread_mutex_lock(&mu); /* notes noted meanwhile move to the front */

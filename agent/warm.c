@@ -187,8 +187,10 @@ void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
   ag_machine_object_key(ri->cpu_key, ri->cpu_flags, key, sizeof key);
   int rc = store->profile(db, &prog, key, (double)decay, window, &p);
   if (rc) {
-    ag_log(AG_LOG_WARN, "cannot read this program's profile (%s): the run starts cold",
-           store->errstr(rc));
+    w->damaged = rc == ST_ECORRUPT;
+    if (!w->damaged)
+      ag_log(AG_LOG_WARN, "cannot read this program's profile (%s): the run starts cold",
+             store->errstr(rc));
     return;
   }
   w->runs = p.runs;

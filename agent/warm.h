@@ -39,6 +39,7 @@ typedef struct ag_warm_s {
   int64_t runs;          /* earlier runs the profile came from */
   int loaded, queued, invalidated;
   int complete;          /* the whole profile was read and acted on */
+  int damaged;           /* the profile's read met damage (ST_ECORRUPT): the caller says it */
 } ag_warm_t;
 
 /* Why an object (what it was built for and with, its code and checksum) cannot be placed on
@@ -73,7 +74,7 @@ int ag_warm_stored(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, a
 int ag_warm_place(ag_entry_t *e, const st_hot_t *h);
 
 /* Reads the profile through store and db (open) and acts on it; the signature table exists.
- * A store error leaves the run cold, with one warning. */
+ * A store error leaves the run cold, with one warning (damage: out->damaged, unsaid). */
 void ag_warm_start(const st_api_t *store, st_db_t *db, const ag_runinfo_t *ri, ag_warm_t *out);
 
 #endif

@@ -221,7 +221,7 @@ static int cmd_export(int argc, char **argv)
     }
   }
   if (step != 0) {
-    fprintf(stderr, "opjit: cannot read the database: %s\n", st_errmsg(db));
+    ins_db_failed(db, "read");
     goto out;
   }
   rc = ins_json_emit(doc);

@@ -165,7 +165,7 @@ static int cmd_top(int argc, char **argv)
     nsigs++;
   }
   if (step != 0 || st_rows_rewind(st) != ST_OK) {
-    fprintf(stderr, "opjit: cannot read the database: %s\n", st_errmsg(db));
+    ins_db_failed(db, "read");
     goto out;
   }
 
@@ -227,7 +227,7 @@ static int cmd_top(int argc, char **argv)
       ins_table_note(t, ins_reason_text(reason));
   }
   if (step != 0 && step != 1) {
-    fprintf(stderr, "opjit: cannot read the database: %s\n", st_errmsg(db));
+    ins_db_failed(db, "read");
     cJSON_Delete(sigs);
     goto out;
   }

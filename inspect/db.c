@@ -55,10 +55,18 @@ st_rows_t *ins_query(st_db_t *db, enum st_query q)
 {
   st_rows_t *r;
   if (st_query(db, q, &r) != ST_OK) {
-    fprintf(stderr, "opjit: cannot query the database: %s\n", st_errmsg(db));
+    ins_db_failed(db, "query");
     return NULL;
   }
   return r;
+}
+
+void ins_db_failed(st_db_t *db, const char *verb)
+{
+  fprintf(stderr, "opjit: cannot %s the database: %s\n", verb, st_errmsg(db));
+  if (st_damaged(db))
+    fprintf(stderr, "opjit: %s is damaged: opjit doctor checks it; " ST_DAMAGED_ADVICE "\n",
+            st_path(db));
 }
 
 int ins_rows_finish(st_db_t *db, st_rows_t *r, int last)
@@ -66,7 +74,7 @@ int ins_rows_finish(st_db_t *db, st_rows_t *r, int last)
   st_rows_close(r);
   if (last == 0)
     return 0;
-  fprintf(stderr, "opjit: cannot read the database: %s\n", st_errmsg(db));
+  ins_db_failed(db, "read");
   return 1;
 }
 

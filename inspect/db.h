@@ -31,6 +31,9 @@ int ins_db_open(const char *opt, int flags, int busy_ms, st_db_t **db);
 
 /* Query q on db (store/query.h), or NULL after printing why. */
 st_rows_t *ins_query(st_db_t *db, enum st_query q);
+/* Says on stderr that db cannot be read (verb: "read", "query"), and what to do when SQLite
+ * met damage. */
+void ins_db_failed(st_db_t *db, const char *verb);
 /* Closes r after a loop over its rows: returns 0 when the last st_rows_next (last) said there
  * were no more rows, else prints SQLite's message and returns INS_EXIT_FAIL. */
 int ins_rows_finish(st_db_t *db, st_rows_t *r, int last);

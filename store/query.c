@@ -306,6 +306,8 @@ void st_rows_close(st_rows_t *r)
 
 const char *st_errmsg(st_db_t *db) { return sqlite3_errmsg(st_sqlite(db)); }
 
+int st_damaged(st_db_t *db) { return (sqlite3_errcode(st_sqlite(db)) & 0xff) == SQLITE_CORRUPT; }
+
 const char *st_path(st_db_t *db)
 {
   const char *p = sqlite3_db_filename(st_sqlite(db), "main");

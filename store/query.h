@@ -293,6 +293,8 @@ void st_rows_close(st_rows_t *r);
 
 /* SQLite's message for db's last failure. */
 const char *st_errmsg(st_db_t *db);
+/* Whether db's last failure was damage SQLite met in the file (SQLITE_CORRUPT). */
+int st_damaged(st_db_t *db);
 /* The database file's absolute path ("" for an in-memory database). */
 const char *st_path(st_db_t *db);
 /* Gives the space of deleted rows back: WAL checkpoint, VACUUM, checkpoint (the WAL truncated

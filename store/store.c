@@ -533,6 +533,8 @@ int st_open(const char *path, int flags, int busy_ms, st_db_t **out, char *err, 
   if (version > 0 || ntables > 0) {
     rc = query_int(db->db, "SELECT count(*) FROM meta WHERE key='application' AND value='opjit'",
                    &ours);
+    if (rc == ST_ECORRUPT && version > 0) /* an opjit schema whose meta table is damaged */
+      goto out_fail;
     if (rc == ST_EIO || version == 0 || !ours) { /* no meta table, or not ours */
       fail(err, errlen, ST_ENOTOURS,
            "%s is an SQLite database but not an opjit profile: refusing to touch it", path);
@@ -577,7 +579,11 @@ int st_open(const char *path, int flags, int busy_ms, st_db_t **out, char *err, 
   *out = db;
   return ST_OK;
 out_fail:
-  fail(err, errlen, rc, "cannot use %s: %s (%s)", path, st_errstr(rc), sqlite3_errmsg(db->db));
+  if ((sqlite3_errcode(db->db) & 0xff) == SQLITE_CORRUPT)
+    fail(err, errlen, rc, "%s is damaged (SQLite: %s): refusing to touch it (opjit doctor "
+         "--db PATH checks it; " ST_DAMAGED_ADVICE ")", path, sqlite3_errmsg(db->db));
+  else
+    fail(err, errlen, rc, "cannot use %s: %s (%s)", path, st_errstr(rc), sqlite3_errmsg(db->db));
   st_close(db);
   return rc;
 }

@@ -64,7 +64,63 @@ Test(robust, corrupt_database)
   write_file(h_db, junk, sizeof junk);
   const char *err = host_unchanged(NULL, NULL);
   cr_assert_eq(h_count_lines(err, "opjit"), 1, "expected one message: %s", err);
-  cr_assert(strstr(err, "corrupt"), "%s", err);
+  cr_assert(strstr(err, "not an SQLite database"), "%s", err);
+}
+
+static void copy_file(const char *from, const char *to)
+{
+  static char buf[1 << 20];
+  FILE *f = fopen(from, "rb");
+  cr_assert_not_null(f);
+  size_t n = fread(buf, 1, sizeof buf, f);
+  cr_assert(feof(f), "%s is larger than the copy's buffer", from);
+  fclose(f);
+  write_file(to, buf, n);
+}
+
+/* h_db and its WAL files. */
+static void remove_db(void)
+{
+  char path[200];
+  const char *tails[] = {"", "-wal", "-shm"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(path, sizeof path, "%s%s", h_db, tails[i]);
+    unlink(path);
+  }
+}
+
+/* Damages the root page of table in h_db (checkpointed): a b-tree page header SQLite refuses. */
+static void damage_root(const char *table)
+{
+  sql(h_db, "PRAGMA wal_checkpoint(TRUNCATE)");
+  int64_t size = h_query(NULL, "PRAGMA page_size");
+  int64_t root = h_query(NULL, "SELECT rootpage FROM sqlite_master WHERE name='%s'", table);
+  cr_assert_gt(root, 1, "%s's root page", table);
+  FILE *f = fopen(h_db, "r+b");
+  cr_assert_not_null(f);
+  cr_assert_eq(fseek(f, (long)((root - 1) * size), SEEK_SET), 0);
+  fwrite("\x0d\xff\xff\xff\xff\xff\xff\xff", 1, 8, f);
+  fclose(f);
+}
+
+/* A profile SQLite finds damaged, where the open reads (the meta table) or where the run is
+ * recorded (runs): one message that says so and what to do, the host unchanged, and the file
+ * left as it was (nothing more is written into it). */
+Test(robust, a_damaged_profile_is_named_so_once_and_left_as_it_was)
+{
+  const char *tables[] = {"meta", "runs"};
+  for (int i = 0; i < 2; i++) {
+    remove_db();
+    host_unchanged(NULL, NULL);
+    damage_root(tables[i]);
+    char copy[200];
+    snprintf(copy, sizeof copy, "%s.copy", h_db);
+    copy_file(h_db, copy);
+    const char *err = host_unchanged(NULL, NULL);
+    cr_assert_eq(h_count_lines(err, "opjit"), 1, "%s: one message: %s", tables[i], err);
+    cr_assert(strstr(err, " is damaged") && strstr(err, ".recover"), "%s: %s", tables[i], err);
+    cr_assert(h_same_file(h_db, copy), "%s: the damaged file was changed", tables[i]);
+  }
 }
 
 Test(robust, foreign_sqlite_file_is_left_untouched)
