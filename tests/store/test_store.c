@@ -255,7 +255,7 @@ Test(store, refuses_a_garbage_file)
   char wal[160];
   snprintf(wal, sizeof wal, "%s-wal", path);
   unlink(wal);
-  expect_refused(ST_ECORRUPT, "corrupt");
+  expect_refused(ST_ECORRUPT, "not an SQLite database");
 }
 
 Test(store, flushes_are_cumulative_not_additive)
