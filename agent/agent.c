@@ -998,9 +998,12 @@ static void write_samples(int final)
     int off = ag_opts.num[AG_OPT_SAMPLE_HZ] <= 0;
     if (unsampled_noted || (!off && !final))
       return; /* sampling starts on the writer's next step */
-    st_samples_t s = {off ? "{\"mode\":\"off\",\"notes\":[\"OPJIT_SAMPLE_HZ=0\"]}"
-                          : "{\"mode\":\"off\",\"notes\":[\"the program ended before the "
-                            "sampler started\"]}"};
+    sp_status_t st = {.mode = SP_OFF, .event = "off"};
+    snprintf(st.notes, sizeof st.notes, "%s",
+             off ? "OPJIT_SAMPLE_HZ=0" : "the program ended before the sampler started");
+    char json[2048];
+    sampling_json(&st, json, sizeof json);
+    st_samples_t s = {json};
     int rc = store->run_samples(db, run_id, &s);
     if (rc)
       write_failed("cannot write the samples", rc);

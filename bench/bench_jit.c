@@ -33,7 +33,9 @@
  * its share of the calls), stayed on the original library ("orig": never compiled, e.g. n >
  * OPJIT_JIT_MAX_DIM, or a long call its library runs fast: agent/policy.h), or was demoted /
  * failed (in how many sessions); a variant that served
- * calls while measuring slower than its original here is marked SLOWER.
+ * calls while measuring slower than its original here is marked SLOWER: its median per-round
+ * ratio is below 1 by more than half its interquartile range (the ratio's upper quartile, about,
+ * is below 1); a median below 1 within that spread is a tie, marked "tie".
  * Correctness, once per case (session 0): each configuration's C is checked against a
  * reference product within 2 (K+2) eps (sum |a||b| + |beta c0|) elementwise, and the
  * configurations' C must agree within 4 (K+2) eps (K + beta); a wrong case is flagged and
@@ -662,11 +664,14 @@ static void jit_label(int a, int i, char *buf, size_t len)
 }
 
 /* Whether agent configuration a served case i with a variant that measured slower than its
- * original here (the median of per-round ratios under 1). */
+ * original here: 2 slower (the median of per-round ratios below 1 by more than half their
+ * interquartile range), 1 a tie (below 1 within it), 0 not below 1 or not served. */
 static int served_slower(int a, int i, const stat_t *s)
 {
-  double r = s->ratio[a == 0 ? R_OJ : R_DE];
-  return cfg_on[agent_cfg[a]] && served(a, i) && r > 0 && r < 1;
+  double r = s->ratio[a == 0 ? R_OJ : R_DE], iqr = s->ratio_iqr[a == 0 ? R_OJ : R_DE];
+  if (!cfg_on[agent_cfg[a]] || !served(a, i) || r <= 0 || r >= 1)
+    return 0;
+  return r + iqr < 1 ? 2 : 1;
 }
 
 static void print_head(void)
@@ -721,7 +726,8 @@ static void print_row(int i, const int *bad)
     if (!cfg_on[agent_cfg[a]])
       continue;
     jit_label(a, i, jl, sizeof jl);
-    printf("  %-11s%s", jl, served_slower(a, i, &s) ? " SLOWER" : "");
+    static const char *const below[] = {"", " tie", " SLOWER"};
+    printf("  %-11s%s", jl, below[served_slower(a, i, &s)]);
   }
   printf("%s\n", bad[i] ? "  WRONG" : "");
 }
@@ -790,22 +796,22 @@ static void print_goals(void)
   for (int a = 0; a < NAGENT; a++) {
     if (!cfg_on[agent_cfg[a]])
       continue;
-    int nserved = 0, nslow = 0;
-    char list[256] = "";
-    size_t used = 0;
+    int nserved = 0, n[3] = {0};
+    char list[3][256] = {"", "", ""};
+    size_t used[3] = {0};
     for (int i = 0; i < ncases; i++) {
       stat_t st = stat_of(i);
       nserved += served(a, i);
-      if (served_slower(a, i, &st)) {
-        nslow++;
-        if (used < sizeof list - 40)
-          used += (size_t)snprintf(list + used, sizeof list - used, " %s(%.2f)", cases[i].spec,
-                                   st.ratio[a == 0 ? R_OJ : R_DE]);
-      }
+      int b = served_slower(a, i, &st), r = a == 0 ? R_OJ : R_DE;
+      n[b]++;
+      if (b && used[b] < sizeof list[b] - 40)
+        used[b] += (size_t)snprintf(list[b] + used[b], sizeof list[b] - used[b], " %s(%.2f±%.2f)",
+                                    cases[i].spec, st.ratio[r], st.ratio_iqr[r]);
     }
     printf("  %s (over %s): %d of %d variants serving calls measured slower than the original"
-           "%s%s  goal 0: %s\n", cfg_name[agent_cfg[a]], core[agent_cfg[a]], nslow, nserved,
-           nslow ? ":" : "", list, nslow ? "MISSED" : "met");
+           "%s%s  goal 0: %s", cfg_name[agent_cfg[a]], core[agent_cfg[a]], n[2], nserved,
+           n[2] ? ":" : "", list[2], n[2] ? "MISSED" : "met");
+    printf("%s%s\n", n[1] ? "; ties (below 1 within half the IQR):" : "", list[1]);
   }
   int w = machine.widest;
   double top = machine.gflops[0][w];
@@ -1024,7 +1030,8 @@ int main(int argc, char **argv)
          "the calls it served; orig = stayed on the original library, never compiled (n > "
          "OPJIT_JIT_MAX_DIM=%d, or a call too long for a duel whose library runs at 3/4 of one "
          "core's peak or more: opjit top --why); SLOWER: it served calls and measured slower "
-         "than its original here\n", jit_max_dim);
+         "than its original here (the median ratio below 1 by more than half its IQR; tie: "
+         "below 1 within it)\n", jit_max_dim);
 
   if (ncompile) {
     double med = percentile(compile_ms, ncompile, 0.5), p95 = percentile(compile_ms, ncompile, 0.95);
