@@ -179,7 +179,10 @@ static cJSON *check_database(const char *dbopt, int *usable)
   }
   st_db_t *db;
   if (st_open(path, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db, err, sizeof err)) {
-    cJSON_AddStringToObject(o, "error", err);
+    /* where the agent cannot write either (no WAL files in a read-only folder: SQLite's reader
+     * cannot create them), that is the cause to fix */
+    static char why[sizeof err];
+    cJSON_AddStringToObject(o, "error", agent_can_write(path, dir, 1, why, sizeof why) ? err : why);
     goto out;
   }
   int version = 0;

@@ -12,6 +12,7 @@
 #include "table.h"
 
 #include "agent/host.h"
+#include "agent/log.h"
 #include "agent/opt.h"
 
 #include <errno.h>
@@ -67,8 +68,12 @@ static void child_exec(char **argv, const struct sigaction *old_act, const sigse
  * causes it cannot tell apart. */
 static void no_run(const ag_opts_t *o, pid_t pid, int wstatus, int unusable)
 {
-  static const char unwritten[] = "or the agent could not write the database (its own message "
-                                  "says why)";
+  /* A locked database's message is a warning, which OPJIT_LOG=error hides. */
+  const char *unwritten = o->num[AG_OPT_LOG] == AG_LOG_ERROR
+                              ? "or the agent could not write the database (OPJIT_LOG=warn "
+                                "shows its message)"
+                              : "or the agent could not write the database (its own message "
+                                "says why)";
   char hosts[256];
   ag_opts_format(o, AG_OPT_HOSTS, hosts, sizeof hosts);
   fprintf(stderr, "opjit: no run recorded for pid %d: ", (int)pid);

@@ -196,6 +196,15 @@ Test(doctor, database_the_agent_cannot_write_is_unusable)
   char *in_locked = path_in(locked, "new.db"), *below_locked = path_in(locked, "sub/new.db");
   expect_unusable(in_locked, "cannot create");
   expect_unusable(below_locked, "cannot create");
+  /* A profile without its WAL files in a folder that became read-only: neither SQLite's
+   * reader nor the agent can create them; the message names the folder, not a failed read. */
+  char *shut = path_in(dir, "shut"), *kept = path_in(shut, "p.db");
+  cr_assert(mkdir(shut, 0700) == 0);
+  craft_run(kept, 0, 0, 1, one, 1);
+  cr_assert(access(path_in(shut, "p.db-wal"), F_OK) != 0, "the crafted profile kept its WAL");
+  cr_assert(chown(shut, uid, (gid_t)-1) == 0 && chown(kept, uid, (gid_t)-1) == 0 &&
+            chmod(shut, 0555) == 0);
+  expect_unusable(kept, "cannot create");
 }
 
 /* This machine's "flags" line and CPU key, as the agent computes it. */

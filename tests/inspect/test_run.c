@@ -182,6 +182,23 @@ Test(run, names_the_signal_that_ended_a_program_before_the_agent_wrote)
   proc_free(&p);
 }
 
+/* A program without BLAS calls: the line says the agent's own message would name a database it
+ * could not write, or, where OPJIT_LOG=error hides a locked database's warning, how to see it. */
+Test(run, a_program_without_blas_calls_is_told_where_the_agents_message_is)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  proc_t p = opjit(NULL, (const char *[]){"run", "--db", db, "--", "true", NULL});
+  cr_expect_eq(p.status, 0, "%s", p.err);
+  cr_expect(strstr(p.err, ": it made no BLAS call the agent intercepts, or the agent could not "
+                          "write the database (its own message says why)"), "%s", p.err);
+  proc_free(&p);
+  p = opjit((const char *[]){"OPJIT_LOG=error", NULL},
+            (const char *[]){"run", "--db", db, "--", "true", NULL});
+  cr_expect_eq(p.status, 0, "%s", p.err);
+  cr_expect(strstr(p.err, "(OPJIT_LOG=warn shows its message)"), "%s", p.err);
+  proc_free(&p);
+}
+
 /* OPJIT_HOSTS without blas on a BLAS program: the line names the option, as for none. */
 Test(run, names_opjit_hosts_when_it_leaves_blas_out)
 {
