@@ -57,7 +57,11 @@ static uint64_t tick_tsc0, tick_ns0; /* the calibration's start: a TSC read and 
 ag_table_t *ag_table;
 _Atomic uint64_t ag_overflow_calls;
 _Atomic uint32_t ag_duels;
-_Atomic int ag_ending;
+_Atomic int ag_exiting;
+/* The writer's final step was asked (exit, _exit, exec: stop_writer; a failed exec clears it):
+ * the warm start places nothing now. */
+static _Atomic int final_asked;
+static int ending(void) { return atomic_load(&ag_exiting) || atomic_load(&final_asked); }
 uint32_t ag_time_mask;
 static long hosts_on; /* OPJIT_HOSTS: none means off; no host of always interposed symbols
                          AG_COUNT_HOOKED */
@@ -102,6 +106,7 @@ static st_db_t *db;
 static char db_path[PATH_MAX]; /* db's file */
 static int64_t run_id;
 static int store_dead;
+static int store_damaged; /* SQLite met damage in the file (write_failed): nothing more is read */
 static int store_retry; /* the last step met a transient error (locked, full) */
 static uint64_t *flushed_calls; /* per entry: calls at the last successful flush */
 static uint32_t *flushed_gen;   /* per entry: its state's generation then (tier.h) */
@@ -687,13 +692,16 @@ static void open_store(void)
 /* Handles a failed write: transient codes retry at the next flush, others stop recording. */
 static void write_failed(const char *what, int rc)
 {
+  if (store_dead)
+    return; /* said once: the first permanent failure stopped every write */
   if (rc == ST_EBUSY || rc == ST_EFULL) {
     char msg[256];
     snprintf(msg, sizeof msg, "%s: %s", what, store->errstr(rc));
     retry_later(msg);
     return;
   }
-  if (rc == ST_ECORRUPT) /* SQLite met damage: nothing more is written into it */
+  store_damaged = rc == ST_ECORRUPT;
+  if (store_damaged) /* SQLite met damage: nothing more is read from it or written into it */
     ag_log(AG_LOG_ERROR, "%s: %s is damaged: profiles are no longer recorded, the program runs "
            "unchanged (opjit doctor --db %s checks it; " ST_DAMAGED_ADVICE ")", what, db_path,
            db_path);
@@ -1209,7 +1217,7 @@ static int writer_step(int final)
       write_variants();
     if (!store_dead && !store_retry)
       write_series();
-    if (ag_machine_save(store, db, final) == ST_ECORRUPT)
+    if (!store_dead && ag_machine_save(store, db, final) == ST_ECORRUPT)
       write_failed("cannot store the machine model", ST_ECORRUPT);
     if (final && !store_dead && !store_retry) {
       int rc = store->run_end(db, run_id, ag_realtime_ns(), end_status);
@@ -1263,7 +1271,7 @@ static void *writer_main(void *arg)
   (void)arg;
   ag_agent_thread_begin("opjit-writer");
   ag_agent_keep_off_host();
-  for (int ms = 0; writer_fault == WRITER_LATE && !atomic_load(&ag_ending) && ms < 60000; ms++)
+  for (int ms = 0; writer_fault == WRITER_LATE && !ending() && ms < 60000; ms++)
     usleep(1000);
   if (writer_fault == WRITER_STALL) {
     struct timespec dl = ag_deadline_after_us(CLOCK_MONOTONIC, 60 * 1000000L);
@@ -1373,7 +1381,7 @@ static int stop_writer(const char *status, int try)
 {
   long ms = ag_opts.num[AG_OPT_EXIT_WAIT_MS];
   struct timespec dl = ag_deadline_after(CLOCK_REALTIME, ms);
-  atomic_store(&ag_ending, 1); /* an exec or _exit too: nothing is placed or compiled now */
+  atomic_store(&final_asked, 1); /* an exec or _exit too: the warm start places nothing now */
   if (try ? pthread_mutex_timedlock(&mu, &dl) != 0 : pthread_mutex_lock(&mu) != 0)
     return 0;
   int running = writer_running;
@@ -1421,12 +1429,9 @@ AG_EXPORT int opjit_settle(long timeout_ms)
 
 /* exit() has begun: no duel or check starts, and those running end at their next round (200 ms
  * at most are waited), before the host's libraries run their destructors. */
-static _Atomic int exit_begun;
-
 static void exit_begins(void)
 {
-  atomic_store(&exit_begun, 1);
-  atomic_store(&ag_ending, 1);
+  atomic_store(&ag_exiting, 1);
   for (int ms = 0; atomic_load(&ag_duels) && ms < 200; ms++)
     usleep(1000);
 }
@@ -1479,8 +1484,7 @@ void ag_after_failed_exec(void)
 {
   if (!ours())
     return;
-  if (!atomic_load(&exit_begun)) /* (an exit handler's exec that failed: the exit goes on) */
-    atomic_store(&ag_ending, 0); /* a warm start skipped meanwhile stays skipped */
+  atomic_store(&final_asked, 0); /* a warm start skipped meanwhile stays skipped */
   pthread_mutex_lock(&activate_mu);
   if (!writer_running)
     start_writer(); /* the run goes on (sampling too); its next final step records the end */
@@ -1582,7 +1586,7 @@ static void record_early(void)
  * crashed meanwhile is learnt then); db_mu held. */
 static void collect_crashes(void)
 {
-  if (!db)
+  if (!db || store_dead) /* the crash files wait for a run that can record them */
     return;
   ag_crash_rec_t recs[16];
   int n = ag_crash_collect(db_path, recs, 16);
@@ -1636,7 +1640,7 @@ static void warm_start(int writer_thread, int network)
   /* A program that began to end (exit, _exit, exec) first calls no kernel it would place: its
    * exit waited for the heap's pages, the profile's read and the placing (5-10 ms of a short
    * program's), and for the fleet's fetch. Asked again before each of those steps. */
-  int ended = atomic_load(&ag_ending);
+  int ended = ending();
   int fleet = network && !ended && ag_fleet_fetch(run_info()); /* OPJIT_FLEET's profile */
   ag_warm_t w = {0};
   /* No profile yet: the writer creates the database, off this thread. */
@@ -1645,7 +1649,7 @@ static void warm_start(int writer_thread, int network)
   if (!local && !fleet)
     return;
   if (local) {
-    ended |= atomic_load(&ag_ending);
+    ended |= ending();
     void *heap = ended ? NULL : ag_heap_warm_begin(ag_heap_warm_size(dbpath)); /* heap.h */
     pthread_mutex_lock(&db_mu);
     if (!store_dead && !db)
@@ -1654,8 +1658,8 @@ static void warm_start(int writer_thread, int network)
       collect_crashes(); /* before the profile: a crashed kernel is not placed */
     if (writer_thread && !store_dead && db && !run_id)
       begin_run(); /* before any kernel is placed: a crash in one finds its run recorded */
-    ended |= atomic_load(&ag_ending); /* at the profile's read, once more */
-    if (db && !ended)
+    ended |= ending(); /* at the profile's read, once more */
+    if (db && !ended && !store_damaged)
       ag_warm_start(store, db, run_info(), &w);
     if (w.damaged)
       write_failed("cannot read this program's profile", ST_ECORRUPT);
@@ -1666,7 +1670,7 @@ static void warm_start(int writer_thread, int network)
     ag_log(AG_LOG_INFO, "the program ended before the warm start: no stored kernel placed");
     return;
   }
-  if (network && !atomic_load(&ag_ending)) /* what it would place, nothing would call */
+  if (network && !ending()) /* what it would place, nothing would call */
     ag_fleet_warm(&w);
   warm_ns = (int64_t)(ag_now_ns() - first_call_ns);
   if (w.complete) { /* after the warm start's figure: its kernels serve already */
@@ -1736,7 +1740,7 @@ static void warm_fleet(void)
   while (left && warm_pending)
     pthread_cond_wait(&warm_cond, &warm_mu);
   pthread_mutex_unlock(&warm_mu);
-  if (!left || atomic_load(&ag_ending) || !ag_fleet_fetch(run_info()))
+  if (!left || ending() || !ag_fleet_fetch(run_info()))
     return; /* exiting: nothing would call what it places (warm_start) */
   ag_warm_t w = {0};
   ag_fleet_warm(&w);
@@ -1945,6 +1949,7 @@ static void atfork_parent(void)
 static void atfork_child(void)
 {
   atomic_store(&ag_duels, 0); /* a duel in flight was the parent's compile thread's */
+  atomic_store(&final_asked, 0); /* asked by an exec or _exit of the parent's other thread */
   ag_bg_after_fork_child();   /* ... and so was any background work */
   ag_spin_after_fork_child(); /* ... and the judge's looks at the other threads */
   ag_par_after_fork_child();  /* ... and the kernels' workers (par.h) */

@@ -59,13 +59,13 @@ extern ag_opts_t ag_opts;          /* the options, parsed once */
  * host's calls for the core (2 vCPUs are often one core's two hyperthreads) and for the
  * library's locks, so the host's timings meanwhile are not booked, either side's. */
 extern _Atomic uint32_t ag_duels;
-/* Set when the process begins to end (agent.c): at exit() (exit_begins: its first exit handler
- * where the first call came from main), and at the final step an _exit or an exec asks of the
- * writer (stop_writer); a failed exec clears it. Once set no duel or check starts, a running duel
- * stops at its next round (the libraries it calls run their destructors later in the exit), no
- * signature is queued or compiled and the warm start places nothing. A fork child inherits it:
- * one forked by an exit handler goes on exiting. */
-extern _Atomic int ag_ending;
+/* Set when the process begins to exit (agent.c, exit_begins: its first exit handler where the
+ * first call came from main): no duel or check starts, a running duel stops at its next round
+ * (the libraries it calls run their destructors later in the exit), no signature is queued or
+ * compiled (the exit's _dl_fini would wait for LLVM's load). A fork child inherits it: one
+ * forked by an exit handler goes on exiting. (An _exit or an exec only stops the warm start:
+ * agent.c, final_asked.) */
+extern _Atomic int ag_exiting;
 
 /* The folder libopjit.so was loaded from (its modules live beside it). */
 const char *ag_self_dir(void);

@@ -1129,10 +1129,10 @@ static void compile_next(void *ctx, uint32_t i, int alone)
       return;
     placed = placed_from_store(e);
   }
-  if (!placed && atomic_load(&ag_ending)) { /* queued before the end began (may_queue) */
+  if (!placed && atomic_load(&ag_exiting)) { /* queued before the exit began (may_queue) */
     uint32_t queued = AG_TIER_QUEUED;
     if (atomic_compare_exchange_strong(&e->tier, &queued, AG_TIER_COLD))
-      decide(e, AG_STATE_WAITING, -1, "queued, and the program ended before its compile: "
+      decide(e, AG_STATE_WAITING, -1, "queued, and the program exited before its compile: "
              "compiled when hot in a later run");
     return;
   }
@@ -1498,7 +1498,7 @@ static void spare_cpu(void)
     buf[n > 0 ? n : 0] = 0;
     long running;
     if (sscanf(buf, "%*s %*s %*s %ld/", &running) != 1 || running - 1 < ncpu ||
-        atomic_load(&compile_waits) || atomic_load(&settling) || atomic_load(&ag_ending))
+        atomic_load(&compile_waits) || atomic_load(&settling) || atomic_load(&ag_exiting))
       return;
     nanosleep(&(struct timespec){0, ms * 1000000}, NULL);
   }
@@ -1525,7 +1525,7 @@ static void *calibrate(void *arg)
   spare_cpu();
   /* a compile thread started meanwhile: its compile measures (and it loads LLVM); or the
    * process exits: its save would only wait for the measurement */
-  if (atomic_load(&jit_tried) || atomic_load(&compile_waits) || atomic_load(&ag_ending)) {
+  if (atomic_load(&jit_tried) || atomic_load(&compile_waits) || atomic_load(&ag_exiting)) {
     ag_machine_calibrating(0);
     return NULL;
   }
@@ -1547,7 +1547,7 @@ static void *calibrate(void *arg)
     }
     if (waited && load_ns) /* at once: the exit may come before that compile's note */
       ag_machine_note_compile(AG_MACHINE_LLVM_LOAD, load_ns);
-    int ceded = (waited && compile_noted(CEDE_WAIT_MS)) || atomic_load(&ag_ending);
+    int ceded = (waited && compile_noted(CEDE_WAIT_MS)) || atomic_load(&ag_exiting);
     ag_bg_begin();
     uint64_t first = ceded ? 0 : compile_cost(&g), again = first ? compile_cost(&g) : 0;
     if (again < 100000)
@@ -1712,12 +1712,12 @@ static void enqueue(ag_entry_t *e, const char *why, int at_call)
   uint32_t cold = AG_TIER_COLD;
   if (atomic_load(&e->tier) != AG_TIER_COLD) {
     /* queued or served already */
-  } else if (atomic_load(&ag_ending)) {
+  } else if (atomic_load(&ag_exiting)) {
     /* A kernel compiled now serves no call, and the exit, which takes the loader's lock in
      * _dl_fini, waits for LLVM's load: a 10 ms program whose warm start ended after its loop,
      * its signature queued then as its size's trial, took 15 ms more to exit than plain in
      * every warm run, and the kernel was never compiled. */
-    decide(e, AG_STATE_WAITING, -1, "hot as the program ended (%s): compiled when hot in a "
+    decide(e, AG_STATE_WAITING, -1, "hot as the program exited (%s): compiled when hot in a "
            "later run", why);
   } else if (ag_cq_full(&cq)) {
     decide(e, AG_STATE_WAITING, -1, "the compile queue is full: asked again at its next "

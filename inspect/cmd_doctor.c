@@ -178,11 +178,20 @@ static cJSON *check_database(const char *dbopt, int *usable)
     goto out;
   }
   st_db_t *db;
-  if (st_open(path, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db, err, sizeof err)) {
-    /* where the agent cannot write either (no WAL files in a read-only folder: SQLite's reader
-     * cannot create them), that is the cause to fix */
+  int rc = st_open(path, ST_OPEN_READONLY, INS_READ_BUSY_MS, &db, err, sizeof err);
+  if (rc) {
+    /* A file that is not a usable profile says so; else, where the agent cannot write either
+     * (no WAL files in a read-only folder: SQLite's reader cannot create them), that is the
+     * cause to fix. */
     static char why[sizeof err];
-    cJSON_AddStringToObject(o, "error", agent_can_write(path, dir, 1, why, sizeof why) ? err : why);
+    int own = rc == ST_ECORRUPT || rc == ST_ENEWER || rc == ST_ENOTOURS;
+    cJSON_AddStringToObject(o, "error",
+                            own || agent_can_write(path, dir, 1, why, sizeof why) ? err : why);
+    if (rc == ST_ECORRUPT) { /* where the damage lies, as far as SQLite can still tell */
+      char qc[1024];
+      st_quick_check(path, qc, sizeof qc);
+      cJSON_AddStringToObject(o, "quick_check", qc);
+    }
     goto out;
   }
   int version = 0;
@@ -195,7 +204,7 @@ static cJSON *check_database(const char *dbopt, int *usable)
   const char *qc = cJSON_GetStringValue(cJSON_GetObjectItem(o, "quick_check"));
   *usable = qc && strcmp(qc, "ok") == 0;
   if (!*usable)
-    cJSON_AddStringToObject(o, "error", "PRAGMA quick_check found damage");
+    cJSON_AddStringToObject(o, "error", "PRAGMA quick_check found damage: " ST_DAMAGED_ADVICE);
   else if (!(*usable = agent_can_write(path, dir, 1, err, sizeof err)))
     cJSON_AddStringToObject(o, "error", err);
   if (version < ST_SCHEMA_VERSION)
@@ -845,6 +854,8 @@ static void print_report(const cJSON *doc)
     printf("  %-20s %s\n", "runs", str(d, "runs"));
     printf("  %-20s %s\n", "journal mode", str(d, "journal_mode"));
   }
+  else if (cJSON_GetObjectItem(d, "quick_check"))
+    printf("  %-20s %s\n", "quick_check", str(d, "quick_check"));
   printf("  %-20s %s\n", "file mode", str(d, "mode"));
   printf("  %-20s %s\n", "folder mode", str(d, "folder_mode"));
   if (cJSON_GetObjectItem(d, "note"))

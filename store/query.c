@@ -308,6 +308,24 @@ const char *st_errmsg(st_db_t *db) { return sqlite3_errmsg(st_sqlite(db)); }
 
 int st_damaged(st_db_t *db) { return (sqlite3_errcode(st_sqlite(db)) & 0xff) == SQLITE_CORRUPT; }
 
+int st_quick_check(const char *path, char *out, size_t len)
+{
+  sqlite3 *db = NULL;
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
+  if (rc == SQLITE_OK)
+    rc = sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &st, NULL);
+  if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    snprintf(out, len, "%s", (const char *)sqlite3_column_text(st, 0));
+    rc = SQLITE_OK;
+  } else {
+    snprintf(out, len, "%s", db ? sqlite3_errmsg(db) : "out of memory");
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return rc == SQLITE_OK ? ST_OK : _st_code(rc);
+}
+
 const char *st_path(st_db_t *db)
 {
   const char *p = sqlite3_db_filename(st_sqlite(db), "main");

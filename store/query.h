@@ -295,6 +295,10 @@ void st_rows_close(st_rows_t *r);
 const char *st_errmsg(st_db_t *db);
 /* Whether db's last failure was damage SQLite met in the file (SQLITE_CORRUPT). */
 int st_damaged(st_db_t *db);
+/* SQLite's PRAGMA quick_check of the file at path, opened read-only by itself (for a file
+ * st_open refused as damaged): its first row ("ok", or the damage found) or why it could not
+ * run, in out. Returns ST_OK when it ran. */
+int st_quick_check(const char *path, char *out, size_t len);
 /* The database file's absolute path ("" for an in-memory database). */
 const char *st_path(st_db_t *db);
 /* Gives the space of deleted rows back: WAL checkpoint, VACUUM, checkpoint (the WAL truncated

@@ -581,7 +581,7 @@ int st_open(const char *path, int flags, int busy_ms, st_db_t **out, char *err, 
 out_fail:
   if ((sqlite3_errcode(db->db) & 0xff) == SQLITE_CORRUPT)
     fail(err, errlen, rc, "%s is damaged (SQLite: %s): refusing to touch it (opjit doctor "
-         "--db PATH checks it; " ST_DAMAGED_ADVICE ")", path, sqlite3_errmsg(db->db));
+         "--db %s checks it; " ST_DAMAGED_ADVICE ")", path, sqlite3_errmsg(db->db), path);
   else
     fail(err, errlen, rc, "cannot use %s: %s (%s)", path, st_errstr(rc), sqlite3_errmsg(db->db));
   st_close(db);

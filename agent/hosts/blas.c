@@ -334,7 +334,7 @@ static void duel_original(void *self)
     original_once(o);
 }
 
-static int exiting(void) { return atomic_load_explicit(&ag_ending, memory_order_relaxed); }
+static int exiting(void) { return atomic_load_explicit(&ag_exiting, memory_order_relaxed); }
 
 static _Atomic unsigned late_calls; /* the library called once the exit had begun (the seam's) */
 
@@ -564,7 +564,7 @@ static int duel_operands(const ag_sig_t *key, uint32_t offsets, duel_ops_t *o)
 static int original_begin(void)
 {
   atomic_fetch_add(&ag_duels, 1); /* before the check: the exit sees it, or it sees exiting */
-  if (atomic_load(&ag_ending)) {
+  if (atomic_load(&ag_exiting)) {
     atomic_fetch_sub(&ag_duels, 1);
     return -1;
   }
@@ -577,7 +577,7 @@ static int original_end(void)
 {
   ag_tl.depth--;
   atomic_fetch_sub(&ag_duels, 1);
-  return atomic_load(&ag_ending) ? -2 : 0;
+  return atomic_load(&ag_exiting) ? -2 : 0;
 }
 
 int ag_blas_duel(const ag_sig_t *key, void *variant, const ag_vrun_t *run, uint32_t offsets,

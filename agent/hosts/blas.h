@@ -15,7 +15,7 @@
  * per call (1; more only for the tests' fault seam, a kernel made slower; -N: the original runs
  * N times per call, a kernel made to look faster). Returns 0 with *out filled, or
  * -1 when the signature cannot be duelled (not a BLAS operator, no original, its operands would
- * take more than 64 MB, no memory), -2 when the process is exiting (ag_ending: no verdict, and
+ * take more than 64 MB, no memory), -2 when the process is exiting (ag_exiting: no verdict, and
  * the kernel should not be published). The caller must not be inside an intercepted call. */
 int ag_blas_duel(const ag_sig_t *key, void *variant, const ag_vrun_t *run, uint32_t offsets,
                  int reps, uint64_t budget_ns, ag_duel_result_t *out);
@@ -27,7 +27,7 @@ int ag_blas_duel(const ag_sig_t *key, void *variant, const ag_vrun_t *run, uint3
  * to the type), values from the key's seed. Returns 1 when the kernel matched the original
  * within the bound and wrote nothing outside its result, 0 when it did not (*out says how),
  * -1 when it was not checked (not a BLAS operator, no original, operands over 64 MB, no memory,
- * the original wrote outside its result), -2 when the process is exiting (ag_ending: no
+ * the original wrote outside its result), -2 when the process is exiting (ag_exiting: no
  * verdict, and the kernel should not be published). The caller must not be inside an
  * intercepted call. */
 int ag_blas_check(const ag_sig_t *key, const jt_gemm_t *g, void *variant, const ag_vrun_t *run,

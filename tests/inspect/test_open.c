@@ -48,6 +48,15 @@ Test(open, a_damaged_profile_is_named_damaged_with_what_to_do)
   damage_root(db, "meta");
   refused_by_all(db, "is damaged");
   refused_by_all(db, ".recover");
+  /* doctor, which the message points at, still says where the damage lies */
+  proc_t d = opjit(NULL, (const char *[]){"doctor", "--db", db, "--json", NULL});
+  cr_expect_eq(d.status, 1, "%s", d.err);
+  cJSON *j = proc_json(&d), *dbj = cJSON_GetObjectItem(j, "database");
+  const char *qc = cJSON_GetStringValue(cJSON_GetObjectItem(dbj, "quick_check"));
+  cr_expect(qc && strstr(qc, "Page "), "quick_check: %s", qc ? qc : "none");
+  cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(dbj, "usable")));
+  cJSON_Delete(j);
+  proc_free(&d);
   char *db2 = path_in(dir, "q.db");
   craft_run(db2, 0, 0, 1, one, 1);
   damage_root(db2, "runs");

@@ -212,7 +212,7 @@ Test(reasons, a_signature_hot_at_the_exit_waits_for_a_later_run)
   cr_assert(strstr(h_output("exitcalls", "out"), "mismatches 0"), "%s",
             h_output("exitcalls", "out"));
   expect_state("sgemm NN 16x16x16 β=0", "waiting",
-               "hot as the program ended (hot after 64 calls): compiled when hot in a later run",
+               "hot as the program exited (hot after 64 calls): compiled when hot in a later run",
                1);
   cr_expect_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='queued'"), 0);
   cr_expect_null(strstr(h_output("exitcalls", "err"), "JIT ready"), "LLVM loaded at the exit: %s",
