@@ -1477,6 +1477,7 @@ void ag_before_exit(void)
   if (!ours())
     return;
   ag_tcount_book_held_all(1); /* _exit: perhaps from a signal handler */
+  atomic_store(&ag_exiting, 1); /* no coming back: nothing is queued or duelled now */
   stop_writer("exited", 1);
 }
 

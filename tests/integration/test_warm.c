@@ -242,7 +242,8 @@ Test(warm, a_program_that_execs_or_exits_at_once_before_the_warm_start_places_no
     cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE id=%d AND status='%s'"
                                " AND warm_ns IS NULL", i + 2, status[i]), 1, "%s", ends[i]);
     cr_assert_eq(events(i + 2, "loaded"), 0, "a kernel placed at the %s", ends[i]);
-    cr_assert_eq(events(i + 2, "queued"), 0, "a compile queued at the %s", ends[i]);
+    if (i == 0) /* an exec may fail and the program carry on: its queue goes on meanwhile */
+      cr_assert_eq(events(i + 2, "queued"), 0, "a compile queued at the %s", ends[i]);
   }
   cr_assert_eq(objects(), 1, "the stored kernel kept");
 }
