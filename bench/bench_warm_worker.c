@@ -4,11 +4,12 @@
  * each called about a millisecond's worth per pass, for P passes; writes each pass's wall time
  * (ms), the time of the process's first call (us: an agent activates in it) and the thread's
  * minor page faults in it, what a fresh page's first write costs this machine (us, the fastest
- * of 5 rounds of 64 pages, after the passes) and a checksum of the results to OUT. With "settle", it then lets the agent, when loaded, finish what its
- * passes started: waits until it has compiled what they queued
- * (opjit_settle, agent/opjit.h, 10 s at most), runs one more pass untimed (a kernel published
- * during the last pass has its first calls verified, and only a verified kernel is stored) and
- * waits again; writes "settle MS RC" (what that took, and the last wait's result) to OUT.
+ * of 5 rounds of 64 pages, after the passes) and a checksum of the results to OUT. With
+ * "settle", it then lets the agent, when loaded, finish what its passes started: waits until it
+ * has compiled what they queued (opjit_settle, agent/opjit.h, 10 s at most), runs one more pass
+ * untimed (a kernel published during the last pass has its first calls verified, and only a
+ * verified kernel is stored) and waits again; writes "settle MS RC" (what that took, and the
+ * last wait's result) to OUT.
  *   bench_warm_worker PASSES OUT [settle] */
 #define _GNU_SOURCE
 #include "bench.h"

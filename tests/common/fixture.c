@@ -58,3 +58,27 @@ int64_t fx_query(st_db_t *db, const char *sql)
   sqlite3_finalize(st);
   return v;
 }
+
+void fx_damage_root(const char *path, const char *table)
+{
+  sqlite3 *db;
+  sqlite3_stmt *st;
+  char sql[160];
+  int64_t v[2] = {0, 0};
+  snprintf(sql, sizeof sql, "SELECT (SELECT page_size FROM pragma_page_size), (SELECT rootpage "
+                            "FROM sqlite_master WHERE name='%s')", table);
+  cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK, "%s", path);
+  cr_assert_eq(sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL), SQLITE_OK,
+               "%s", sqlite3_errmsg(db));
+  cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+  if (sqlite3_step(st) == SQLITE_ROW)
+    v[0] = sqlite3_column_int64(st, 0), v[1] = sqlite3_column_int64(st, 1);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  cr_assert_gt(v[1], 1, "%s's root page in %s", table, path);
+  FILE *f = fopen(path, "r+b");
+  cr_assert_not_null(f, "%s", path);
+  cr_assert_eq(fseek(f, (long)((v[1] - 1) * v[0]), SEEK_SET), 0);
+  fwrite("\x0d\xff\xff\xff\xff\xff\xff\xff", 1, 8, f);
+  fclose(f);
+}

@@ -21,5 +21,8 @@ st_db_t *fx_open(const char *path, int flags);
 /* The first column of sql's first row on db as an integer, -1 when it has no row; fails the test
  * when sql does not prepare. */
 int64_t fx_query(st_db_t *db, const char *sql);
+/* Damages the root page of table in the SQLite file at path (its WAL checkpointed into it first):
+ * a b-tree page header SQLite refuses ("database disk image is malformed"). */
+void fx_damage_root(const char *path, const char *table);
 
 #endif

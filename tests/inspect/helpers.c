@@ -320,20 +320,6 @@ void sql_exec(const char *path, const char *sql)
   sqlite3_close(db);
 }
 
-int64_t sql_int(const char *path, const char *sql)
-{
-  sqlite3 *db;
-  sqlite3_stmt *st;
-  cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-  cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
-               sqlite3_errmsg(db));
-  cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s: no row", sql);
-  int64_t v = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  sqlite3_close(db);
-  return v;
-}
-
 int dead_pid(void)
 {
   pid_t pid = fork();

@@ -110,8 +110,6 @@ void craft_variants(const char *path, int64_t run, const fake_variant_t *v, size
                     const fake_event_t *ev, size_t nev);
 /* Executes sql on the database at path with plain SQLite; fails the test on error. */
 void sql_exec(const char *path, const char *sql);
-/* The first column of sql's first row on the database at path; fails the test without one. */
-int64_t sql_int(const char *path, const char *sql);
 /* The pid of a process that has exited and been reaped (so is not alive). */
 int dead_pid(void);
 int64_t now_ns(void);

@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include "helpers.h"
 
+#include "tests/common/fixture.h"
+
 #include <criterion/criterion.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -24,28 +26,13 @@ static void refused_by_all(const char *db, const char *needle)
   }
 }
 
-/* Damages the root page of table in db (checkpointed first): a b-tree header SQLite refuses. */
-static void damage_root(const char *db, const char *table)
-{
-  sql_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
-  char q[128];
-  snprintf(q, sizeof q, "SELECT rootpage FROM sqlite_master WHERE name='%s'", table);
-  int64_t size = sql_int(db, "PRAGMA page_size"), root = sql_int(db, q);
-  cr_assert_gt(root, 1, "%s's root page", table);
-  FILE *f = fopen(db, "r+b");
-  cr_assert_not_null(f);
-  cr_assert_eq(fseek(f, (long)((root - 1) * size), SEEK_SET), 0);
-  fwrite("\x0d\xff\xff\xff\xff\xff\xff\xff", 1, 8, f);
-  fclose(f);
-}
-
 /* Damage where the open reads (meta) refuses the file as damaged, not as someone else's;
  * damage in a table a command reads says so too, with what to do. */
 Test(open, a_damaged_profile_is_named_damaged_with_what_to_do)
 {
   char *dir = scratch_dir(), *db = path_in(dir, "p.db");
   craft_run(db, 0, 0, 1, one, 1);
-  damage_root(db, "meta");
+  fx_damage_root(db, "meta");
   refused_by_all(db, "is damaged");
   refused_by_all(db, ".recover");
   /* doctor, which the message points at, still says where the damage lies */
@@ -59,7 +46,7 @@ Test(open, a_damaged_profile_is_named_damaged_with_what_to_do)
   proc_free(&d);
   char *db2 = path_in(dir, "q.db");
   craft_run(db2, 0, 0, 1, one, 1);
-  damage_root(db2, "runs");
+  fx_damage_root(db2, "runs");
   proc_t p = opjit(NULL, (const char *[]){"runs", "--db", db2, NULL});
   cr_expect_eq(p.status, 1);
   cr_expect(strstr(p.err, "is damaged") && strstr(p.err, "opjit doctor"), "%s", p.err);

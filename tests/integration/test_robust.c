@@ -4,6 +4,8 @@
  * bit-identical and its exit status zero. */
 #include "harness.h"
 
+#include "tests/common/fixture.h"
+
 #include <criterion/criterion.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -89,20 +91,6 @@ static void remove_db(void)
   }
 }
 
-/* Damages the root page of table in h_db (checkpointed): a b-tree page header SQLite refuses. */
-static void damage_root(const char *table)
-{
-  sql(h_db, "PRAGMA wal_checkpoint(TRUNCATE)");
-  int64_t size = h_query(NULL, "PRAGMA page_size");
-  int64_t root = h_query(NULL, "SELECT rootpage FROM sqlite_master WHERE name='%s'", table);
-  cr_assert_gt(root, 1, "%s's root page", table);
-  FILE *f = fopen(h_db, "r+b");
-  cr_assert_not_null(f);
-  cr_assert_eq(fseek(f, (long)((root - 1) * size), SEEK_SET), 0);
-  fwrite("\x0d\xff\xff\xff\xff\xff\xff\xff", 1, 8, f);
-  fclose(f);
-}
-
 /* A profile SQLite finds damaged, where the open reads (the meta table), where the run is
  * recorded (runs; in a jit run the warm start's read of the profile would meet it again), or
  * where a jit run's warm start reads the profile (run_sigs, after the run's row was written):
@@ -118,7 +106,7 @@ Test(robust, a_damaged_profile_is_named_so_once_and_left_as_it_was)
   for (int i = 0; i < 4; i++) {
     remove_db();
     host_unchanged(cases[i].env, NULL);
-    damage_root(cases[i].table);
+    fx_damage_root(h_db, cases[i].table);
     char copy[200];
     snprintf(copy, sizeof copy, "%s.copy", h_db);
     copy_file(h_db, copy);
