@@ -1950,10 +1950,10 @@ static void atfork_parent(void)
 static void atfork_child(void)
 {
   atomic_store(&ag_duels, 0); /* a duel in flight was the parent's compile thread's */
-  atomic_store(&final_asked, 0); /* asked by an exec or _exit of the parent's other thread */
   ag_bg_after_fork_child();   /* ... and so was any background work */
   ag_spin_after_fork_child(); /* ... and the judge's looks at the other threads */
   ag_par_after_fork_child();  /* ... and the kernels' workers (par.h) */
+  atomic_store(&final_asked, 0); /* an exec's or _exit's of another of the parent's threads */
   if (ag_table) {
     ag_table_unlock(ag_table);
     ag_table_reset_counts(ag_table);

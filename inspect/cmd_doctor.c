@@ -853,9 +853,9 @@ static void print_report(const cJSON *doc)
     printf("  %-20s %s\n", "quick_check", str(d, "quick_check"));
     printf("  %-20s %s\n", "runs", str(d, "runs"));
     printf("  %-20s %s\n", "journal mode", str(d, "journal_mode"));
-  }
-  else if (cJSON_GetObjectItem(d, "quick_check"))
+  } else if (cJSON_GetObjectItem(d, "quick_check")) {
     printf("  %-20s %s\n", "quick_check", str(d, "quick_check"));
+  }
   printf("  %-20s %s\n", "file mode", str(d, "mode"));
   printf("  %-20s %s\n", "folder mode", str(d, "folder_mode"));
   if (cJSON_GetObjectItem(d, "note"))

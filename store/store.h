@@ -17,7 +17,7 @@
 #define ST_ERRORS(E)                                                                         \
   E(BUSY, "the database is locked by another process")                                       \
   E(READONLY, "the database is read-only")                                                   \
-  E(CORRUPT, "the file is damaged or not an SQLite database")                                 \
+  E(CORRUPT, "the file is damaged or not an SQLite database")                                \
   E(FULL, "the disk is full")                                                                \
   E(NEWER, "the database was written by a newer opjit")                                      \
   E(NOTOURS, "the file is an SQLite database but not an opjit profile")                      \
@@ -41,8 +41,8 @@ enum st_err {
 
 /* What to do with a damaged profile, said wherever damage is found (the open, a write, a read):
  * opjit never changes or deletes it. */
-#define ST_DAMAGED_ADVICE                                                                          \
-  "move it aside and the next run starts a new one, or salvage what SQLite can read: "            \
+#define ST_DAMAGED_ADVICE                                                                    \
+  "move it aside and the next run starts a new one, or salvage what SQLite can read: "       \
   "sqlite3 OLD .recover | sqlite3 NEW"
 
 enum st_open_flags {
