@@ -692,8 +692,9 @@ static void open_store(void)
 /* Handles a failed write: transient codes retry at the next flush, others stop recording. */
 static void write_failed(const char *what, int rc)
 {
-  if (store_dead)
-    return; /* said once: the first permanent failure stopped every write */
+  if (store_dead && (rc != ST_ECORRUPT || store_damaged))
+    return; /* said once: the first permanent failure stopped every write (damage found after
+               another is said too) */
   if (rc == ST_EBUSY || rc == ST_EFULL) {
     char msg[256];
     snprintf(msg, sizeof msg, "%s: %s", what, store->errstr(rc));
@@ -1477,7 +1478,7 @@ void ag_before_exit(void)
   if (!ours())
     return;
   ag_tcount_book_held_all(1); /* _exit: perhaps from a signal handler */
-  atomic_store(&ag_exiting, 1); /* no coming back: nothing is queued or duelled now */
+  atomic_store(&ag_exiting, 2); /* no coming back: nothing is queued or duelled now */
   stop_writer("exited", 1);
 }
 
@@ -1613,19 +1614,20 @@ static void collect_crashes(void)
     st_crash_t c = {r->run_id, r->pid, r->time_ns, r->in_jit ? &r->key : NULL, sizeof r->key,
                     r->generator, OPJIT_LLVM_VERSION, cpu_key, detail};
     st_crash_result_t res;
-    int rc = store->crash(db, &c, &res);
-    if (rc) {
+    int rc = store_dead ? ST_EIO : store->crash(db, &c, &res);
+    if (rc == ST_ECORRUPT)
+      write_failed("cannot record a crash", rc); /* the rest are not written either */
+    else if (rc && !store_dead)
       ag_log(AG_LOG_WARN, "cannot record a crash of run %lld: %s", (long long)r->run_id,
              store->errstr(rc));
-      continue;
-    }
-    ag_log(AG_LOG_WARN, "an earlier process on this database %s%s", r->in_jit ? "" : "died of ",
-           detail);
+    else if (!rc)
+      ag_log(AG_LOG_WARN, "an earlier process on this database %s%s", r->in_jit ? "" : "died of ",
+             detail);
     ag_entry_t *e = r->in_jit && r->generator == JT_GENERATOR_VERSION && ag_table
                         ? ag_table_get(ag_table, &r->key)
                         : NULL;
-    if (e) /* the event is this run's when the crashed run could not hold it */
-      ag_tier_crashed(e, !res.recorded, "%s", detail);
+    if (e) /* unrecorded, the crash still keeps this run on the original */
+      ag_tier_crashed(e, rc || !res.recorded, "%s", detail);
   }
 }
 
@@ -1954,6 +1956,8 @@ static void atfork_child(void)
   ag_spin_after_fork_child(); /* ... and the judge's looks at the other threads */
   ag_par_after_fork_child();  /* ... and the kernels' workers (par.h) */
   atomic_store(&final_asked, 0); /* an exec's or _exit's of another of the parent's threads */
+  int by_exit_now = 2; /* that _exit's (exit()'s, 1, goes on in a child an exit handler forks) */
+  atomic_compare_exchange_strong(&ag_exiting, &by_exit_now, 0);
   if (ag_table) {
     ag_table_unlock(ag_table);
     ag_table_reset_counts(ag_table);

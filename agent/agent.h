@@ -60,11 +60,12 @@ extern ag_opts_t ag_opts;          /* the options, parsed once */
  * library's locks, so the host's timings meanwhile are not booked, either side's. */
 extern _Atomic uint32_t ag_duels;
 /* Set when the process begins to exit (agent.c, exit_begins: its first exit handler where the
- * first call came from main; or at an _exit): no duel or check starts, a running duel stops at
- * its next round (the libraries it calls run their destructors later in the exit), no signature
- * is queued or compiled (the exit's _dl_fini would wait for LLVM's load). A fork child inherits
- * it: one forked by an exit handler goes on exiting. (An exec, which may fail, only stops the
- * warm start: agent.c, final_asked.) */
+ * first call came from main, 1; or at an _exit, 2): no duel or check starts, a running duel
+ * stops at its next round (the libraries it calls run their destructors later in the exit), no
+ * signature is queued or compiled (the exit's _dl_fini would wait for LLVM's load). A fork child
+ * inherits exit()'s: one forked by an exit handler goes on exiting (not an _exit's: another
+ * thread's fork raced it). (An exec, which may fail, only stops the warm start: agent.c,
+ * final_asked.) */
 extern _Atomic int ag_exiting;
 
 /* The folder libopjit.so was loaded from (its modules live beside it). */

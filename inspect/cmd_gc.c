@@ -93,7 +93,9 @@ static int cmd_gc(int argc, char **argv)
   int compact_rc = ST_OK;
   if (dry)
     rc = gc_copy(db, keep, older_than_ns, &res);
-  else if ((rc = st_gc(db, keep, older_than_ns, &res)))
+  else if ((rc = st_gc(db, keep, older_than_ns, &res)) == ST_ECORRUPT)
+    ins_db_failed(db, "clean up");
+  else if (rc)
     fprintf(stderr, "opjit: gc failed: %s\n", st_errstr(rc));
   int deleted =
       !rc && (res.runs || res.signatures || res.programs || res.machines || res.symbols ||

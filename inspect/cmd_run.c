@@ -124,9 +124,14 @@ static void report_runs(const char *dbopt, pid_t pid, int64_t launch_ns, int wst
     goto out;
   }
   /* The program's own runs (one per exec), its direct children's, and their fork lineage. */
-  st_rows_t *st = ins_query(db, ST_Q_RUN_TREE);
-  if (!st)
+  st_rows_t *st = NULL;
+  if (st_query(db, ST_Q_RUN_TREE, &st) != ST_OK) {
+    if (st_damaged(db)) /* the agent's own line named it */
+      no_run(&o, pid, wstatus, 1);
+    else
+      ins_db_failed(db, "query");
     goto out;
+  }
   st_rows_bind_int(st, 1, launch_ns);
   st_rows_bind_int(st, 2, pid);
   char line[1024] = "";
@@ -146,6 +151,11 @@ static void report_runs(const char *dbopt, pid_t pid, int64_t launch_ns, int wst
     if (calls > best_calls)
       best = id, best_calls = calls;
     n++;
+  }
+  if (rc != 0 && st_damaged(db)) { /* (as above) */
+    st_rows_close(st);
+    no_run(&o, pid, wstatus, 1);
+    goto out;
   }
   if (ins_rows_finish(db, st, rc))
     goto out;

@@ -40,7 +40,7 @@ Test(open, a_damaged_profile_is_named_damaged_with_what_to_do)
   cr_expect_eq(d.status, 1, "%s", d.err);
   cJSON *j = proc_json(&d), *dbj = cJSON_GetObjectItem(j, "database");
   const char *qc = cJSON_GetStringValue(cJSON_GetObjectItem(dbj, "quick_check"));
-  cr_expect(qc && strstr(qc, "Page "), "quick_check: %s", qc ? qc : "none");
+  cr_expect(qc && *qc && strcmp(qc, "ok") != 0, "quick_check: %s", qc ? qc : "none");
   cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(dbj, "usable")));
   cJSON_Delete(j);
   proc_free(&d);

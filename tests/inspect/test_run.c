@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "helpers.h"
 
+#include "tests/common/fixture.h"
+
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -196,6 +198,22 @@ Test(run, a_program_without_blas_calls_is_told_where_the_agents_message_is)
             (const char *[]){"run", "--db", db, "--", "true", NULL});
   cr_expect_eq(p.status, 0, "%s", p.err);
   cr_expect(strstr(p.err, "(OPJIT_LOG=warn shows its message)"), "%s", p.err);
+  proc_free(&p);
+}
+
+/* A damaged database: the agent's own line names it (it records nothing into it), so the
+ * launcher says only that the agent cannot record there, not the damage a second time. */
+Test(run, a_damaged_database_is_named_once_by_the_agent_not_again)
+{
+  char *dir = scratch_dir(), *db = path_in(dir, "p.db");
+  craft_run(db, 0, 0, 1, (const fake_sig_t[]){{.m = 8, .calls = 3}}, 1);
+  fx_damage_root(db, "runs");
+  proc_t p = opjit(NULL, (const char *[]){"run", "--db", db, "--", PYTHON, "-c",
+                                          NUMPY_100_SGEMM, NULL});
+  cr_expect_eq(p.status, 0, "%s", p.err);
+  cr_expect(strstr(p.err, " is damaged") && strstr(p.err, "the agent cannot record into the "
+                                                          "database"), "%s", p.err);
+  cr_expect_eq(occurrences(p.err, " is damaged"), 1, "%s", p.err);
   proc_free(&p);
 }
 

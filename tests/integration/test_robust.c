@@ -92,7 +92,7 @@ static void remove_db(void)
 }
 
 /* A profile SQLite finds damaged, where the open reads (the meta table), where the run is
- * recorded (runs; in a jit run the warm start's read of the profile would meet it again), or
+ * recorded (runs; in a jit run the warm start's read of the profile meets it again, unsaid), or
  * where a jit run's warm start reads the profile (run_sigs, after the run's row was written):
  * one message that says so and what to do, the host unchanged; where the damage stops the run's
  * first write, the file is left as it was. */
