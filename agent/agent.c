@@ -1614,7 +1614,7 @@ static void collect_crashes(void)
     st_crash_t c = {r->run_id, r->pid, r->time_ns, r->in_jit ? &r->key : NULL, sizeof r->key,
                     r->generator, OPJIT_LLVM_VERSION, cpu_key, detail};
     st_crash_result_t res;
-    int rc = store_dead ? ST_EIO : store->crash(db, &c, &res);
+    int rc = store_dead ? ST_EIO : store->crash(db, &c, &res); /* dead: the rest unrecorded */
     if (rc == ST_ECORRUPT)
       write_failed("cannot record a crash", rc); /* the rest are not written either */
     else if (rc && !store_dead)
@@ -1744,7 +1744,7 @@ static void warm_fleet(void)
     pthread_cond_wait(&warm_cond, &warm_mu);
   pthread_mutex_unlock(&warm_mu);
   if (!left || ending() || !ag_fleet_fetch(run_info()))
-    return; /* exiting: nothing would call what it places (warm_start) */
+    return; /* ending: nothing would call what it places (warm_start) */
   ag_warm_t w = {0};
   ag_fleet_warm(&w);
   ag_log(AG_LOG_INFO, "the fleet's part of the warm start, on the writer: %d kernels loaded, %d "

@@ -125,20 +125,16 @@ static void report_runs(const char *dbopt, pid_t pid, int64_t launch_ns, int wst
   }
   /* The program's own runs (one per exec), its direct children's, and their fork lineage. */
   st_rows_t *st = NULL;
-  if (st_query(db, ST_Q_RUN_TREE, &st) != ST_OK) {
-    if (st_damaged(db)) /* the agent's own line named it */
-      no_run(&o, pid, wstatus, 1);
-    else
-      ins_db_failed(db, "query");
-    goto out;
+  rc = st_query(db, ST_Q_RUN_TREE, &st) == ST_OK ? 1 : -1;
+  if (rc == 1) {
+    st_rows_bind_int(st, 1, launch_ns);
+    st_rows_bind_int(st, 2, pid);
   }
-  st_rows_bind_int(st, 1, launch_ns);
-  st_rows_bind_int(st, 2, pid);
   char line[1024] = "";
   size_t used = 0;
   int n = 0;
   int64_t best = 0, best_calls = -1;
-  while ((rc = st_rows_next(st)) == 1) {
+  while (rc == 1 && (rc = st_rows_next(st)) == 1) {
     int64_t id = st_rows_int(st, ST_TREE_ID), calls = st_rows_int(st, ST_TREE_CALLS);
     const char *status =
         ins_run_status(st_rows_text(st, ST_TREE_STATUS), st_rows_int(st, ST_TREE_PID),
@@ -152,13 +148,14 @@ static void report_runs(const char *dbopt, pid_t pid, int64_t launch_ns, int wst
       best = id, best_calls = calls;
     n++;
   }
-  if (rc != 0 && st_damaged(db)) { /* (as above) */
-    st_rows_close(st);
-    no_run(&o, pid, wstatus, 1);
+  st_rows_close(st);
+  if (rc != 0) { /* the query or a row failed: damage is the agent's own line's to name */
+    if (st_damaged(db))
+      no_run(&o, pid, wstatus, 1);
+    else
+      ins_db_failed(db, "read");
     goto out;
   }
-  if (ins_rows_finish(db, st, rc))
-    goto out;
   if (!n)
     no_run(&o, pid, wstatus, 0);
   else

@@ -314,7 +314,7 @@ int st_quick_check(const char *path, char *out, size_t len)
   sqlite3_stmt *st = NULL;
   int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
   if (rc == SQLITE_OK)
-    rc = sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &st, NULL);
+    rc = sqlite3_prepare_v2(db, sql[ST_Q_QUICK_CHECK], -1, &st, NULL);
   if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
     snprintf(out, len, "%s", (const char *)sqlite3_column_text(st, 0));
     rc = SQLITE_OK;
