@@ -1428,12 +1428,16 @@ AG_EXPORT int opjit_settle(long timeout_ms)
   return ag_tier_settle(left > 0 ? left : 0);
 }
 
-/* exit() has begun: no duel or check starts, and those running end at their next round (200 ms
- * at most are waited), before the host's libraries run their destructors. */
+/* exit() has begun: no duel or check starts, and those running end at their next round, before
+ * the host's libraries run their destructors. That is one library call at most (original_once
+ * looks at the exit before each), milliseconds, but a compile thread without a CPU on a loaded
+ * machine takes longer (AG_EXIT_DUEL_WAIT_MS): a call left running past that meets a finalised
+ * library. */
 static void exit_begins(void)
 {
   atomic_store(&ag_exiting, 1);
-  for (int ms = 0; atomic_load(&ag_duels) && ms < 200; ms++)
+  uint64_t until = ag_now_ns() + AG_EXIT_DUEL_WAIT_MS * 1000000ull;
+  while (atomic_load(&ag_duels) && ag_now_ns() < until)
     usleep(1000);
 }
 

@@ -65,7 +65,7 @@
 #define DUEL_MAX_NS 20000000ull
 /* A problem of more floating-point operations gets neither the check on scratch operands nor
  * the duel, timed or not (too_large): their original calls on the compile thread would still
- * run when a short program exits (the exit waits 200 ms for them, agent.c), and a library's
+ * run when a short program exits (the exit waits for them, agent.c), and a library's
  * destructor that stops its thread pool while such a call uses it leaves a pool thread asleep
  * with no job and no stop: numpy on its library's Prescott kernels (0.3.21), 6 float 2048^3
  * products, whose calls were never timed (hot by sampled CPU time), hung at exit 5 of 6 runs,

@@ -339,9 +339,9 @@ static int exiting(void) { return atomic_load_explicit(&ag_exiting, memory_order
 static _Atomic unsigned late_calls; /* the library called once the exit had begun (the seam's) */
 
 /* One call of the original on o's operands; returns a dot product's result (else 0). None once
- * the exit has begun: past the exit's wait (200 ms) the library may be finalised, and a check's
- * scratch (8 MB an operand at most, filled at random) or a sanitizer's pace can outlast that
- * wait. The duel and the check then end with "exiting" (original_end). */
+ * the exit has begun: past the exit's wait (agent.c, exit_begins) the library may be finalised,
+ * and a check's scratch (8 MB an operand at most, filled at random), a sanitizer's pace or a
+ * thread without a CPU can outlast that wait. The duel and the check then end with "exiting" (original_end). */
 static double original_once(const duel_ops_t *o)
 {
   if (exiting())
@@ -636,8 +636,9 @@ static void held_mark(const char *suffix)
 
 /* The tests' seam (OPJIT_TEST_FAULT=hold-check): the process's first check, counted, waits
  * for the exit to begin (30 s at most), then goes on as a check the exit interrupts would;
- * hold-check-late: 1 s later still, past the exit's wait (a check on large scratch under a
- * sanitizer). /tmp/opjit-held-PID tells the program it waits; /tmp/opjit-held-PID.done that it
+ * hold-check-late: 1 s past the exit's wait (AG_EXIT_DUEL_WAIT_MS; a check on large scratch
+ * under a sanitizer); hold-check-slow: 500 ms past the exit's beginning, within its wait (a
+ * compile thread without a CPU on a loaded machine). /tmp/opjit-held-PID tells the program it waits; /tmp/opjit-held-PID.done that it
  * is over, or .late that it called the library after the exit began (ag_blas_check). Returns
  * whether it held this check. */
 static int hold_until_exit(void)
@@ -645,13 +646,14 @@ static int hold_until_exit(void)
   static _Atomic int held;
   const char *fault = getenv("OPJIT_TEST_FAULT");
   int late = fault && !strcmp(fault, "hold-check-late");
-  if (!(late || (fault && !strcmp(fault, "hold-check"))) || atomic_exchange(&held, 1))
+  int slow = fault && !strcmp(fault, "hold-check-slow");
+  if (!(late || slow || (fault && !strcmp(fault, "hold-check"))) || atomic_exchange(&held, 1))
     return 0;
   held_mark("");
   for (int ms = 0; !exiting() && ms < 30000; ms++)
     usleep(1000);
-  if (late)
-    usleep(1000000);
+  if (late || slow)
+    usleep(late ? (AG_EXIT_DUEL_WAIT_MS + 1000) * 1000 : 500 * 1000);
   return 1;
 }
 

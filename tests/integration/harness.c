@@ -140,11 +140,12 @@ int h_run(const char *tag, int agent, const char *const *env, const char *const 
 
 const char *h_output(const char *tag, const char *ext)
 {
-  static char buf[1 << 16];
-  char path[160];
+  static char bufs[4][1 << 16]; /* four in turn: one message may print out and err */
+  static unsigned next;
+  char *buf = bufs[next++ % 4], path[160];
   snprintf(path, sizeof path, "%s/%s.%s", h_dir, tag, ext);
   FILE *f = fopen(path, "r");
-  size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  size_t n = f ? fread(buf, 1, sizeof bufs[0] - 1, f) : 0;
   if (f)
     fclose(f);
   buf[n] = 0;

@@ -37,7 +37,8 @@ const char *h_artefact(const char *path);
  * that run a host as nobody skip otherwise (a build folder inside a private home, say). */
 int h_nobody_can_use_build(void);
 
-/* The contents of h_dir/<tag>.<ext> (static buffer, NUL-terminated). */
+/* The contents of h_dir/<tag>.<ext>, NUL-terminated, in one of four static buffers used in
+ * turn (one message may quote both of a run's outputs). */
 const char *h_output(const char *tag, const char *ext);
 /* Lines of text that contain needle. */
 int h_count_lines(const char *text, const char *needle);

@@ -46,11 +46,12 @@
  *                    the handler (it runs once the agent's exit began) calls a 16x16x16 sgemm
  *                    200 times, checked: status 3 on a mismatch (main has printed by then)
  *   exitcheck [late] registers an exit handler of its own, then calls the 8x8x8 sgemm until
- *                    the agent's first check waits for the exit (OPJIT_TEST_FAULT=hold-check:
- *                    /tmp/opjit-held-PID; 60,000 calls at most), then exits at once, the check
+ *                    the agent's first check waits for the exit (OPJIT_TEST_FAULT=hold-check,
+ *                    or hold-check-slow, 500 ms past it: /tmp/opjit-held-PID; 60,000 calls at
+ *                    most), then exits at once, the check
  *                    still to run: the handler exits with status 3 unless the check is over
  *                    by then (/tmp/opjit-held-PID.done); late (hold-check-late: the check
- *                    outlasts the exit's wait): unless it ends within 3 s without calling the
+ *                    outlasts the exit's wait): unless it ends within 5 s without calling the
  *                    library (.late: it did)
  * Prints "calls N checked N mismatches M" and exits 1 when M > 0. */
 #define _GNU_SOURCE
@@ -63,6 +64,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -155,8 +157,37 @@ static void random_sig(gemm_sig_t *g, uint64_t *s)
 /* Elements an operand with rows x cols (as stored) and leading dimension ld spans. */
 static size_t extent(int rows, int cols, int ld) { return (size_t)ld * (size_t)(cols - 1) + (size_t)rows; }
 
+/* An operand of bytes between two PROT_NONE pages, ending where the page after it begins (or,
+ * with front, beginning where the page before it ends): a kernel that reads or writes past its
+ * operand's extent faults at once, where a heap block would hide it (or crash one run in a
+ * hundred, where the block was mapped and ended on its page). */
+static void *guarded(size_t bytes, int front)
+{
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE), span = (bytes + pg - 1) / pg * pg;
+  char *m = mmap(NULL, span + 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED || mprotect(m, pg, PROT_NONE) || mprotect(m + pg + span, pg, PROT_NONE)) {
+    perror("jit_prog: guarded operand");
+    exit(2);
+  }
+  return front ? m + pg : m + pg + span - bytes;
+}
+
+/* Which end the next call's operands are guarded at: each in turn. */
+static int next_front(void)
+{
+  static _Atomic unsigned turn;
+  return atomic_fetch_add(&turn, 1) % 2;
+}
+
+static void unguard(void *p, size_t bytes, int front)
+{
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE), span = (bytes + pg - 1) / pg * pg;
+  munmap(front ? (char *)p - pg : (char *)p + bytes - span - pg, span + 2 * pg);
+}
+
 /* Calls g through the process's BLAS, then the reference on copies; counts a mismatch when an
- * element differs by more than the bound (NaN where the reference has none included). */
+ * element differs by more than the bound (NaN where the reference has none included). The
+ * operands are guarded, every other call at their front. */
 static void call_and_check(const gemm_sig_t *g, uint64_t *s, int nan_c)
 {
   int an = g->ta == 'N', bn = g->tb == 'N';
@@ -166,7 +197,9 @@ static void call_and_check(const gemm_sig_t *g, uint64_t *s, int nan_c)
   int cr = g->row ? g->n : g->m, cc = g->row ? g->m : g->n;
   size_t na = extent(ar, ac, g->lda), nb = extent(br, bc, g->ldb), nc = extent(cr, cc, g->ldc);
   size_t es = g->f64 ? 8 : 4;
-  char *a = malloc(na * es), *b = malloc(nb * es), *c = malloc(nc * es), *r = malloc(nc * es);
+  int front = next_front();
+  char *a = guarded(na * es, front), *b = guarded(nb * es, front), *c = guarded(nc * es, front);
+  char *r = malloc(nc * es);
   char *aa = malloc(na * es), *ab = malloc(nb * es), *mag = malloc(nc * es);
   for (size_t i = 0; i < na + nb + nc; i++) {
     double v = ((double)(next(s) % 2001) - 1000) / 1000;
@@ -240,7 +273,8 @@ static void call_and_check(const gemm_sig_t *g, uint64_t *s, int nan_c)
   calls++;
   mismatches += bad != 0;
   pthread_mutex_unlock(&count_mu);
-  free(a), free(b), free(c), free(r), free(aa), free(ab), free(mag);
+  unguard(a, na * es, front), unguard(b, nb * es, front), unguard(c, nc * es, front);
+  free(r), free(aa), free(ab), free(mag);
 }
 
 /* Lets the compile thread work through its queue: opjit_settle (agent/opjit.h) waits for it
@@ -384,8 +418,10 @@ static void gemv_call(uint64_t *s, int f64, int api, int row, int trans, int m, 
   int lda = rows + pad;
   int xl = trans ? m : n, yl = trans ? n : m;
   size_t es = f64 ? 8 : 4;
-  char *a = malloc((size_t)lda * cols * es), *x = malloc((size_t)xl * inc * es);
-  char *y = malloc((size_t)yl * inc * es), *r = malloc((size_t)yl * inc * es);
+  int front = next_front();
+  size_t na = (size_t)lda * cols * es, nx = (size_t)xl * inc * es, ny = (size_t)yl * inc * es;
+  char *a = guarded(na, front), *x = guarded(nx, front), *y = guarded(ny, front);
+  char *r = malloc(ny);
   double *mag = malloc((size_t)yl * sizeof *mag);
   for (int i = 0; i < lda * cols; i++) {
     double v = ((double)(next(s) % 2001) - 1000) / 1000;
@@ -442,14 +478,16 @@ static void gemv_call(uint64_t *s, int f64, int api, int row, int trans, int m, 
             api ? "cblas" : "f77", f64 ? 'd' : 's', row ? "row" : "col", tc, m, n, inc, alpha, beta);
   calls++;
   mismatches += bad;
-  free(a), free(x), free(y), free(r), free(mag);
+  unguard(a, na, front), unguard(x, nx, front), unguard(y, ny, front);
+  free(r), free(mag);
 }
 
 /* One dot product or AXPY through the process's BLAS, checked in double precision. */
 static void vec_call(uint64_t *s, int f64, int api, int axpy, int n, int inc, double alpha)
 {
-  size_t es = f64 ? 8 : 4, len = (size_t)n * (size_t)inc;
-  char *x = malloc(len * es), *y = malloc(len * es), *y0 = malloc(len * es);
+  size_t es = f64 ? 8 : 4, len = (size_t)(n - 1) * (size_t)inc + 1; /* the vectors' extent */
+  int front = next_front();
+  char *x = guarded(len * es, front), *y = guarded(len * es, front), *y0 = malloc(len * es);
   for (size_t i = 0; i < len; i++) {
     double a = ((double)(next(s) % 2001) - 1000) / 1000, b = ((double)(next(s) % 2001) - 1000) / 1000;
     if (f64)
@@ -495,7 +533,8 @@ static void vec_call(uint64_t *s, int f64, int api, int axpy, int n, int inc, do
             f64 ? 'd' : 's', axpy ? "axpy" : "dot", n, inc, alpha);
   calls++;
   mismatches += bad;
-  free(x), free(y), free(y0);
+  unguard(x, len * es, front), unguard(y, len * es, front);
+  free(y0);
 }
 
 static void vec_sweep(int nsigs, int passes, uint64_t seed)
@@ -681,12 +720,12 @@ static int held_seen, held_late;
 
 /* exitcheck's exit handler, registered before the first call (so it runs after the exit
  * handlers the agent registers at that call, and before the libraries' destructors). With
- * late, the check outlasts the exit's wait: the handler waits for its end (3 s at most). */
+ * late, the check outlasts the exit's wait: the handler waits for its end (5 s at most). */
 static void check_over(void)
 {
   if (!held_seen)
     return;
-  for (int ms = 0; held_late && ms < 3000 && access(done_path, F_OK) != 0 &&
+  for (int ms = 0; held_late && ms < 5000 && access(done_path, F_OK) != 0 &&
                    access(late_path, F_OK) != 0;
        ms++)
     usleep(1000);
