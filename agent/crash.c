@@ -4,6 +4,7 @@
 #include "crash.h"
 #include "codemap.h"
 #include "jit/jit.h"
+#include "log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -13,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <ucontext.h>
@@ -64,9 +66,139 @@ static int is_handler(const struct sigaction *a)
                                   : a->sa_handler != SIG_DFL && a->sa_handler != SIG_IGN;
 }
 
+/* ---- the line a fatal fault leaves in the log (async-signal-safe: no stdio, no malloc) ---- */
+
+typedef struct line_s {
+  char b[400];
+  size_t n;
+} line_t;
+
+static void put(line_t *l, const char *s)
+{
+  while (s && *s && l->n < sizeof l->b)
+    l->b[l->n++] = *s++;
+}
+
+static void put_hex(line_t *l, uint64_t v)
+{
+  char d[16];
+  int k = 0;
+  do
+    d[k++] = "0123456789abcdef"[v & 15];
+  while ((v >>= 4));
+  put(l, "0x");
+  while (k && l->n < sizeof l->b)
+    l->b[l->n++] = d[--k];
+}
+
+static uint64_t hex_field(const char **p)
+{
+  uint64_t v = 0;
+  for (;; (*p)++) {
+    char c = **p;
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0)
+      return v;
+    v = v << 4 | (uint64_t)d;
+  }
+}
+
+/* One line of /proc/self/maps ("lo-hi perms offset dev inode path"): whether it maps pc, and
+ * then pc's file offset and the path's last component. */
+static int maps_line_holds(const char *s, uint64_t pc, uint64_t *off, const char **base)
+{
+  uint64_t lo = hex_field(&s);
+  if (*s++ != '-')
+    return 0;
+  uint64_t hi = hex_field(&s);
+  if (pc < lo || pc >= hi)
+    return 0;
+  for (int field = 0; field < 4 && *s; field++) { /* perms, offset, dev, inode */
+    while (*s == ' ')
+      s++;
+    if (field == 1)
+      *off = pc - lo + hex_field(&s);
+    while (*s && *s != ' ')
+      s++;
+  }
+  while (*s == ' ')
+    s++;
+  *base = s;
+  for (const char *c = s; *c; c++)
+    if (*c == '/')
+      *base = c + 1;
+  return 1;
+}
+
+/* Puts where pc lies: "libfoo.so.1+0x1234" from /proc/self/maps (open and read), or the bare
+ * address when no mapping with a name holds it. */
+static void put_code_at(line_t *l, uint64_t pc)
+{
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  char buf[1024], line[512];
+  size_t ln = 0;
+  int found = 0;
+  for (ssize_t got; !found && fd >= 0 && (got = read(fd, buf, sizeof buf)) > 0;)
+    for (ssize_t i = 0; i < got && !found; i++) {
+      if (buf[i] != '\n') {
+        if (ln < sizeof line - 1)
+          line[ln++] = buf[i];
+        continue;
+      }
+      line[ln] = 0;
+      ln = 0;
+      uint64_t off = 0;
+      const char *base = NULL;
+      if (maps_line_holds(line, pc, &off, &base) && base && *base) {
+        put(l, base);
+        put(l, "+");
+        put_hex(l, off);
+        found = 1;
+      }
+    }
+  if (fd >= 0)
+    close(fd);
+  if (!found)
+    put_hex(l, pc);
+}
+
+/* Says on the log, at error level, that the process dies of sig and where: the thread, the code
+ * (a JIT kernel by name, else the object and offset) and the address a SIGSEGV or SIGBUS
+ * touched. What a user (or a test) needs to tell whether opjit's code was the cause. */
+static void say_fatal(int sig, const siginfo_t *si, uint64_t pc, int in_jit, const char *name,
+                      uint64_t lo)
+{
+  line_t l = {.n = 0};
+  char thread[17] = "";
+  prctl(PR_GET_NAME, thread, 0, 0, 0);
+  put(&l, "the program dies of ");
+  put(&l, ag_crash_signame(sig));
+  if (sig == SIGSEGV || sig == SIGBUS) {
+    put(&l, " (address ");
+    put_hex(&l, (uint64_t)(uintptr_t)si->si_addr);
+    put(&l, ")");
+  }
+  put(&l, " on thread '");
+  put(&l, thread);
+  put(&l, "' at ");
+  if (in_jit == AG_CRASH_KERNEL) {
+    put(&l, "opjit's kernel ");
+    put(&l, name);
+    put(&l, "+");
+    put_hex(&l, pc - lo);
+    put(&l, ": the next run on this database drops it");
+  } else {
+    put_code_at(&l, pc);
+    put(&l, in_jit == AG_CRASH_TRIAL ? " while opjit compiled or tried a kernel: the next run on "
+                                       "this database leaves its signature on the original"
+                                     : " (not in opjit's kernels)");
+  }
+  ag_log_signal(AG_LOG_ERROR, l.b, l.n);
+}
+
 /* Writes the marker for a fault at the PC in ctx: always when the PC is in a JIT kernel, and for
  * any other fault when fatal (the process dies of it: the run is then marked crashed, with no
- * kernel to blame). Async-signal-safe. */
+ * kernel to blame); a fatal one is said on the log too (say_fatal). Async-signal-safe. */
 static void note(int sig, const siginfo_t *si, void *ctx, int fatal)
 {
   const ucontext_t *uc = ctx;
@@ -76,6 +208,9 @@ static void note(int sig, const siginfo_t *si, void *ctx, int fatal)
   int in_jit = ag_code_at_signal(pc, &lo, &hi, &name, &key) ? AG_CRASH_KERNEL
                : (key = trial) != NULL                      ? AG_CRASH_TRIAL
                                                             : AG_CRASH_OUTSIDE;
+  static _Atomic int said;
+  if (fatal && !atomic_exchange(&said, 1))
+    say_fatal(sig, si, pc, in_jit, name, lo);
   arm_t *a = atomic_load_explicit(&armed, memory_order_acquire);
   if ((!in_jit && !fatal) || !a || atomic_exchange(&written, 1))
     return;

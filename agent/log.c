@@ -66,3 +66,33 @@ void ag_log(int level, const char *fmt, ...)
     (void)w;
   }
 }
+
+void ag_log_signal(int level, const char *msg, size_t len)
+{
+  if (level > log_level)
+    return;
+  char buf[448];
+  size_t n = 0;
+  const char *head = "opjit[";
+  while (*head)
+    buf[n++] = *head++;
+  char digits[12];
+  int d = 0;
+  for (unsigned v = (unsigned)getpid(); v || !d; v /= 10)
+    digits[d++] = (char)('0' + v % 10);
+  while (d)
+    buf[n++] = digits[--d];
+  buf[n++] = ']', buf[n++] = ':', buf[n++] = ' ';
+  for (size_t i = 0; i < len && n < sizeof buf - 1; i++)
+    buf[n++] = msg[i];
+  buf[n++] = '\n';
+  /* The log file if a message opened it; else stderr, or the file opened now (pthread_once is
+   * no signal handler's). */
+  int fd = log_fd >= 0 ? log_fd : log_path ? open(log_path, O_WRONLY | O_APPEND | O_CLOEXEC) : 2;
+  if (fd < 0)
+    fd = 2;
+  ssize_t w = write(fd, buf, n);
+  (void)w;
+  if (fd != log_fd && fd != 2)
+    close(fd);
+}

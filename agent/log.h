@@ -5,6 +5,7 @@
 #define OPJIT_AGENT_LOG_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 
 enum ag_log_level {
   AG_LOG_ERROR = 0, /* the agent lost a capability (store, a host) */
@@ -20,6 +21,10 @@ void ag_log_setup(int level, const char *path);
 
 /* Formats and writes one line if level is enabled. */
 void ag_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* From a signal handler (async-signal-safe): writes "opjit[pid]: " msg "\n" with one write(2) if
+ * level is enabled, msg at most 400 bytes (truncated). */
+void ag_log_signal(int level, const char *msg, size_t len);
 
 /* Logs once per call site (per process): for conditions that would otherwise repeat. */
 #define ag_log_once(level, ...)                                                              \

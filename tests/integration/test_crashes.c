@@ -72,6 +72,12 @@ Test(crash, a_kernel_that_faults_is_recorded_by_the_next_run_and_never_compiled_
 {
   run_dies("c1", faulty, mixed, SIGILL);
   cr_assert_eq(markers(), 1, "the crashed process left its marker");
+  const char *err = h_output("c1", "err");
+  /* The check on scratch operands runs the new kernel first, on the compile thread. */
+  cr_assert_eq(h_count_lines(err, "the program dies of SIGILL on thread 'opjit-"), 1,
+               "the crash is said where it happened: %s", err);
+  cr_assert_eq(h_count_lines(err, "while opjit compiled or tried a kernel"), 1, "%s", err);
+  cr_assert_eq(h_count_lines(err, "dies of"), 1, "%s", err);
   run_ok("c2", env, mixed);
   cr_assert(strstr(h_output("c2", "out"), "mismatches 0"), "%s", h_output("c2", "out"));
   cr_assert_eq(markers(), 0, "the marker was read and deleted");
@@ -171,6 +177,10 @@ Test(crash, a_damaged_stored_kernel_crashes_one_run_and_is_never_placed_again)
   run_ok("d1", env, mixed);
   damage_object();
   run_dies("d2", env, mixed, SIGILL); /* placed, called on the program's thread */
+  cr_assert_eq(h_count_lines(h_output("d2", "err"), "the program dies of SIGILL on thread "
+                                                    "'jit_prog' at opjit's kernel "),
+               1, "%s", h_output("d2", "err"));
+  cr_assert_eq(h_count_lines(h_output("d2", "err"), "the next run on this database drops it"), 1);
   run_ok("d3", env, mixed);
   cr_assert(strstr(h_output("d3", "out"), "mismatches 0"), "%s", h_output("d3", "out"));
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE id=2 AND status='crashed'"), 1);
@@ -228,6 +238,11 @@ Test(chain, a_fault_in_the_program_kills_it_as_before_and_blames_no_kernel)
   int st = h_run("plain", 0, chain_env, argv);
   cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV, "without the agent: %d", st);
   run_dies("agent", chain_env, argv, SIGSEGV);
+  /* The line names the program's own code, found in /proc/self/maps. */
+  const char *err = h_output("agent", "err");
+  cr_assert_eq(h_count_lines(err, "the program dies of SIGSEGV (address 0x"), 1, "%s", err);
+  cr_assert_eq(h_count_lines(err, "on thread 'crash_prog' at crash_prog+0x"), 1, "%s", err);
+  cr_assert_eq(h_count_lines(err, "(not in opjit's kernels)"), 1, "%s", err);
   run_ok("next", chain_env, (const char *[]){CRASH_PROG, "handler", NULL});
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE id=1 AND status='crashed'"), 1,
                "the run says crashed, not lost");
