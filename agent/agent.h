@@ -169,7 +169,8 @@ extern AG_TLS ag_thread_t ag_tl;
  * have the compiles and the writes share its pinned thread's core while the others idle. A
  * process bound as a whole (taskset, a cpuset) keeps its binding. ag_note_process_cpus runs in
  * the agent's constructor; each agent thread starts with ag_agent_thread_begin, which names it
- * (name: at most 15 characters) and moves it there. */
+ * (name: at most 15 characters), moves it there and unblocks the fault signals for the crash
+ * hook (its creator blocked every signal). */
 void ag_note_process_cpus(void);
 void ag_agent_thread_begin(const char *name);
 /* pthread_create for the agent's own threads (every one of them starts here): threads.c's
