@@ -1429,15 +1429,18 @@ AG_EXPORT int opjit_settle(long timeout_ms)
 }
 
 /* exit() has begun: no duel or check starts, and those running end at their next round, before
- * the host's libraries run their destructors. That is one library call at most (original_once
- * looks at the exit before each), milliseconds, but a compile thread without a CPU on a loaded
- * machine takes longer (AG_EXIT_DUEL_WAIT_MS): a call left running past that meets a finalised
+ * the host's libraries run their destructors. They call the library no more (original_once
+ * looks at the exit before each call) and end in milliseconds, but a compile thread without a
+ * CPU on a loaded machine takes longer: the exit waits AG_EXIT_DUEL_WAIT_MS from its first
+ * step (this runs twice: agent_atexit), and a call left running past that meets a finalised
  * library. */
 static void exit_begins(void)
 {
+  static _Atomic uint64_t until;
+  uint64_t none = 0;
   atomic_store(&ag_exiting, 1);
-  uint64_t until = ag_now_ns() + AG_EXIT_DUEL_WAIT_MS * 1000000ull;
-  while (atomic_load(&ag_duels) && ag_now_ns() < until)
+  atomic_compare_exchange_strong(&until, &none, ag_now_ns() + AG_EXIT_DUEL_WAIT_MS * 1000000ull);
+  while (atomic_load(&ag_duels) && ag_now_ns() < atomic_load(&until))
     usleep(1000);
 }
 

@@ -59,9 +59,10 @@ extern ag_opts_t ag_opts;          /* the options, parsed once */
  * host's calls for the core (2 vCPUs are often one core's two hyperthreads) and for the
  * library's locks, so the host's timings meanwhile are not booked, either side's. */
 extern _Atomic uint32_t ag_duels;
-/* How long the exit waits for them (agent.c, exit_begins): the one library call in flight takes
- * milliseconds, or longer on a thread without a CPU (it was 200 ms: a compile thread can wait
- * that long for a CPU on a loaded 2-vCPU machine). The wait ends when the call does. */
+/* How long the exit waits for them (agent.c, exit_begins): a duel or check in flight calls the
+ * library no more once the exit began and ends in milliseconds, or longer on a thread without a
+ * CPU (it was 200 ms: a compile thread can wait that long for a CPU on a loaded 2-vCPU
+ * machine). The wait ends when they do. */
 #define AG_EXIT_DUEL_WAIT_MS 2000
 /* Set when the process begins to exit (agent.c, exit_begins: its first exit handler where the
  * first call came from main, 1; or at an _exit, 2): no duel or check starts, a running duel

@@ -66,10 +66,11 @@ static int is_handler(const struct sigaction *a)
                                   : a->sa_handler != SIG_DFL && a->sa_handler != SIG_IGN;
 }
 
-/* ---- the line a fatal fault leaves in the log (async-signal-safe: no stdio, no malloc) ---- */
+/* ---- the line a fatal fault leaves in the log (async-signal-safe: no stdio, no malloc; small
+ * frames, as the handler may run on a program's small alternate stack) ---------------------- */
 
 typedef struct line_s {
-  char b[400];
+  char b[320];
   size_t n;
 } line_t;
 
@@ -103,58 +104,86 @@ static uint64_t hex_field(const char **p)
   }
 }
 
-/* One line of /proc/self/maps ("lo-hi perms offset dev inode path"): whether it maps pc, and
- * then pc's file offset and the path's last component. */
-static int maps_line_holds(const char *s, uint64_t pc, uint64_t *off, const char **base)
+/* One line of /proc/self/maps, "lo-hi perms offset dev inode path": its range and file offset,
+ * and its path (NULL for an anonymous mapping), " (deleted)" cut off. */
+typedef struct map_s {
+  uint64_t lo, hi, off;
+  int readable;
+  char *path;
+} map_t;
+
+static int map_parse(char *s, map_t *m)
 {
-  uint64_t lo = hex_field(&s);
+  *m = (map_t){0};
+  m->lo = hex_field((const char **)&s);
   if (*s++ != '-')
-    return 0;
-  uint64_t hi = hex_field(&s);
-  if (pc < lo || pc >= hi)
-    return 0;
+    return -1;
+  m->hi = hex_field((const char **)&s);
   for (int field = 0; field < 4 && *s; field++) { /* perms, offset, dev, inode */
     while (*s == ' ')
       s++;
+    if (field == 0)
+      m->readable = *s == 'r';
     if (field == 1)
-      *off = pc - lo + hex_field(&s);
+      m->off = hex_field((const char **)&s);
     while (*s && *s != ' ')
       s++;
   }
   while (*s == ' ')
     s++;
-  *base = s;
-  for (const char *c = s; *c; c++)
-    if (*c == '/')
-      *base = c + 1;
-  return 1;
+  m->path = *s == '/' ? s : NULL;
+  size_t n = strlen(s);
+  if (m->path && n > 10 && !strcmp(s + n - 10, " (deleted)"))
+    s[n - 10] = 0;
+  return 0;
 }
 
-/* Puts where pc lies: "libfoo.so.1+0x1234" from /proc/self/maps (open and read), or the bare
- * address when no mapping with a name holds it. */
-static void put_code_at(line_t *l, uint64_t pc)
+/* Puts where pc lies as addr2line takes it: "libfoo.so.1+0x1234", the offset from the object's
+ * load base (its first mapping: what dladdr's dli_fbase gives) or, for an executable that is not
+ * position-independent, pc itself; the bare address when no object holds pc. Reads
+ * /proc/self/maps with open and read. */
+static __attribute__((noinline)) void put_code_at(line_t *l, uint64_t pc)
 {
-  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  char buf[1024], line[512];
+  enum { HEAD = 96 }; /* a line's fields before its path fit (a longer path keeps its end) */
+  char buf[512], line[320], base_path[256] = "";
+  uint64_t base = 0;
+  int header = 0; /* the object's ELF header is mapped readable at base */
   size_t ln = 0;
-  int found = 0;
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC), found = 0;
   for (ssize_t got; !found && fd >= 0 && (got = read(fd, buf, sizeof buf)) > 0;)
     for (ssize_t i = 0; i < got && !found; i++) {
       if (buf[i] != '\n') {
+        if (ln == sizeof line - 1 && buf[i] == '/')
+          ln = HEAD; /* too long: the path goes on from its next component */
         if (ln < sizeof line - 1)
           line[ln++] = buf[i];
         continue;
       }
       line[ln] = 0;
       ln = 0;
-      uint64_t off = 0;
-      const char *base = NULL;
-      if (maps_line_holds(line, pc, &off, &base) && base && *base) {
-        put(l, base);
-        put(l, "+");
-        put_hex(l, off);
-        found = 1;
+      map_t m;
+      if (map_parse(line, &m) || !m.path)
+        continue;
+      if (m.off == 0 || strcmp(m.path, base_path)) { /* an object's first mapping */
+        base = m.lo - m.off;
+        header = m.off == 0 && m.readable && m.hi - m.lo >= 64;
+        size_t k = 0;
+        for (; m.path[k] && k < sizeof base_path - 1; k++)
+          base_path[k] = m.path[k];
+        base_path[k] = 0;
       }
+      if (pc < m.lo || pc >= m.hi)
+        continue;
+      const char *last = m.path;
+      for (const char *c = m.path; *c; c++)
+        if (*c == '/')
+          last = c + 1;
+      const unsigned char *elf = (const unsigned char *)(uintptr_t)base;
+      put(l, last);
+      put(l, "+");
+      /* ET_EXEC (2) in the ELF header at the base: its addresses are absolute */
+      put_hex(l, header && elf[16] == 2 && elf[17] == 0 ? pc : pc - base);
+      found = 1;
     }
   if (fd >= 0)
     close(fd);
@@ -165,8 +194,8 @@ static void put_code_at(line_t *l, uint64_t pc)
 /* Says on the log, at error level, that the process dies of sig and where: the thread, the code
  * (a JIT kernel by name, else the object and offset) and the address a SIGSEGV or SIGBUS
  * touched. What a user (or a test) needs to tell whether opjit's code was the cause. */
-static void say_fatal(int sig, const siginfo_t *si, uint64_t pc, int in_jit, const char *name,
-                      uint64_t lo)
+static __attribute__((noinline)) void say_fatal(int sig, const siginfo_t *si, uint64_t pc,
+                                                int in_jit, const char *name, uint64_t lo)
 {
   line_t l = {.n = 0};
   char thread[17] = "";
@@ -196,9 +225,35 @@ static void say_fatal(int sig, const siginfo_t *si, uint64_t pc, int in_jit, con
   ag_log_signal(AG_LOG_ERROR, l.b, l.n);
 }
 
+/* Writes the marker: a's path for this process, the record written under another name, then
+ * renamed (a collector, each live process looks before it places or compiles a kernel, never
+ * claims a marker half written). */
+static __attribute__((noinline)) void write_marker(const arm_t *a, const ag_crash_rec_t *r)
+{
+  char path[sizeof a->prefix + 16], tmp[sizeof a->prefix + 16], digits[12];
+  size_t n = 0, d = 0;
+  while (a->prefix[n])
+    path[n] = a->prefix[n], n++;
+  for (uint32_t v = (uint32_t)r->pid; v || !d; v /= 10)
+    digits[d++] = (char)('0' + v % 10);
+  while (d)
+    path[n++] = digits[--d];
+  path[n] = 0;
+  for (size_t i = 0; i <= n; i++)
+    tmp[i] = path[i];
+  tmp[n] = '.', tmp[n + 1] = 'w', tmp[n + 2] = 0;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    ssize_t w = write(fd, r, sizeof *r);
+    (void)w; /* nothing to do about a short write in a dying process: the reader drops it */
+    close(fd);
+    rename(tmp, path);
+  }
+}
+
 /* Writes the marker for a fault at the PC in ctx: always when the PC is in a JIT kernel, and for
  * any other fault when fatal (the process dies of it: the run is then marked crashed, with no
- * kernel to blame); a fatal one is said on the log too (say_fatal). Async-signal-safe. */
+ * kernel to blame); then says a fatal one on the log (say_fatal). Async-signal-safe. */
 static void note(int sig, const siginfo_t *si, void *ctx, int fatal)
 {
   const ucontext_t *uc = ctx;
@@ -208,47 +263,27 @@ static void note(int sig, const siginfo_t *si, void *ctx, int fatal)
   int in_jit = ag_code_at_signal(pc, &lo, &hi, &name, &key) ? AG_CRASH_KERNEL
                : (key = trial) != NULL                      ? AG_CRASH_TRIAL
                                                             : AG_CRASH_OUTSIDE;
+  arm_t *a = atomic_load_explicit(&armed, memory_order_acquire);
+  if ((in_jit || fatal) && a && !atomic_exchange(&written, 1)) {
+    ag_crash_rec_t r;
+    memset(&r, 0, sizeof r);
+    memcpy(r.magic, AG_CRASH_MAGIC, sizeof r.magic);
+    r.size = sizeof r;
+    r.signo = sig, r.code = si->si_code, r.pid = (int32_t)getpid();
+    r.in_jit = in_jit, r.generator = JT_GENERATOR_VERSION, r.run_id = a->run_id;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    r.time_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    r.pc = pc, r.addr = (uint64_t)(uintptr_t)si->si_addr, r.lo = lo, r.hi = hi;
+    if (key)
+      memcpy(&r.key, key, sizeof r.key);
+    for (size_t i = 0; name && name[i] && i < sizeof r.name - 1; i++)
+      r.name[i] = name[i];
+    write_marker(a, &r);
+  }
   static _Atomic int said;
   if (fatal && !atomic_exchange(&said, 1))
     say_fatal(sig, si, pc, in_jit, name, lo);
-  arm_t *a = atomic_load_explicit(&armed, memory_order_acquire);
-  if ((!in_jit && !fatal) || !a || atomic_exchange(&written, 1))
-    return;
-  ag_crash_rec_t r;
-  memset(&r, 0, sizeof r);
-  memcpy(r.magic, AG_CRASH_MAGIC, sizeof r.magic);
-  r.size = sizeof r;
-  r.signo = sig, r.code = si->si_code, r.pid = (int32_t)getpid();
-  r.in_jit = in_jit, r.generator = JT_GENERATOR_VERSION, r.run_id = a->run_id;
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  r.time_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-  r.pc = pc, r.addr = (uint64_t)(uintptr_t)si->si_addr, r.lo = lo, r.hi = hi;
-  if (key)
-    memcpy(&r.key, key, sizeof r.key);
-  for (size_t i = 0; name && name[i] && i < sizeof r.name - 1; i++)
-    r.name[i] = name[i];
-  char path[sizeof a->prefix + 16], tmp[sizeof a->prefix + 16], digits[12];
-  size_t n = 0, d = 0;
-  while (a->prefix[n])
-    path[n] = a->prefix[n], n++;
-  for (uint32_t v = (uint32_t)r.pid; v || !d; v /= 10)
-    digits[d++] = (char)('0' + v % 10);
-  while (d)
-    path[n++] = digits[--d];
-  path[n] = 0;
-  /* Written under another name, then renamed: a collector (each live process looks before it
-   * places or compiles a kernel) never claims a marker half written. */
-  for (size_t i = 0; i <= n; i++)
-    tmp[i] = path[i];
-  tmp[n] = '.', tmp[n + 1] = 'w', tmp[n + 2] = 0;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd >= 0) {
-    ssize_t w = write(fd, &r, sizeof r);
-    (void)w; /* nothing to do about a short write in a dying process: the reader drops it */
-    close(fd);
-    rename(tmp, path);
-  }
 }
 
 /* The hook: notes a fault, then does what the program's own action would have done. The

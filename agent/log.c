@@ -12,7 +12,7 @@
 
 static int log_level = AG_LOG_WARN;
 static const char *log_path; /* NULL: stderr */
-static int log_fd = -1;      /* opened at the first message */
+static _Atomic int log_fd = -1; /* opened at the first message (a signal handler reads it) */
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
 void ag_log_setup(int level, const char *path)
@@ -71,7 +71,7 @@ void ag_log_signal(int level, const char *msg, size_t len)
 {
   if (level > log_level)
     return;
-  char buf[448];
+  char buf[384];
   size_t n = 0;
   const char *head = "opjit[";
   while (*head)
@@ -88,11 +88,11 @@ void ag_log_signal(int level, const char *msg, size_t len)
   buf[n++] = '\n';
   /* The log file if a message opened it; else stderr, or the file opened now (pthread_once is
    * no signal handler's). */
-  int fd = log_fd >= 0 ? log_fd : log_path ? open(log_path, O_WRONLY | O_APPEND | O_CLOEXEC) : 2;
+  int opened = log_fd, fd = opened;
   if (fd < 0)
-    fd = 2;
-  ssize_t w = write(fd, buf, n);
+    fd = log_path ? open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600) : 2;
+  ssize_t w = write(fd < 0 ? 2 : fd, buf, n);
   (void)w;
-  if (fd != log_fd && fd != 2)
+  if (opened < 0 && fd > 2)
     close(fd);
 }

@@ -23,7 +23,7 @@ void ag_log_setup(int level, const char *path);
 void ag_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* From a signal handler (async-signal-safe): writes "opjit[pid]: " msg "\n" with one write(2) if
- * level is enabled, msg at most 400 bytes (truncated). */
+ * level is enabled, the line at most 384 bytes (msg truncated). */
 void ag_log_signal(int level, const char *msg, size_t len);
 
 /* Logs once per call site (per process): for conditions that would otherwise repeat. */

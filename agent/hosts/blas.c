@@ -341,7 +341,8 @@ static _Atomic unsigned late_calls; /* the library called once the exit had begu
 /* One call of the original on o's operands; returns a dot product's result (else 0). None once
  * the exit has begun: past the exit's wait (agent.c, exit_begins) the library may be finalised,
  * and a check's scratch (8 MB an operand at most, filled at random), a sanitizer's pace or a
- * thread without a CPU can outlast that wait. The duel and the check then end with "exiting" (original_end). */
+ * thread without a CPU can outlast that wait. The duel and the check then end with "exiting"
+ * (original_end). */
 static double original_once(const duel_ops_t *o)
 {
   if (exiting())
@@ -638,9 +639,9 @@ static void held_mark(const char *suffix)
  * for the exit to begin (30 s at most), then goes on as a check the exit interrupts would;
  * hold-check-late: 1 s past the exit's wait (AG_EXIT_DUEL_WAIT_MS; a check on large scratch
  * under a sanitizer); hold-check-slow: 500 ms past the exit's beginning, within its wait (a
- * compile thread without a CPU on a loaded machine). /tmp/opjit-held-PID tells the program it waits; /tmp/opjit-held-PID.done that it
- * is over, or .late that it called the library after the exit began (ag_blas_check). Returns
- * whether it held this check. */
+ * compile thread without a CPU on a loaded machine). /tmp/opjit-held-PID tells the program it
+ * waits; /tmp/opjit-held-PID.done that it is over, or .late that it called the library after
+ * the exit began (ag_blas_check). Returns whether it held this check. */
 static int hold_until_exit(void)
 {
   static _Atomic int held;

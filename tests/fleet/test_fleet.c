@@ -143,7 +143,7 @@ static const char *sweep(const char *tag, char m, const char *extra, const char 
                        "OPJIT_LOG=info",
                        "OPJIT_WARM_WAIT_US=60000000",
                        "OPJIT_FLEET_PUSH_MS=200",
-                       "OPJIT_FLEET_WAIT_MS=30000", /* the final push (a backlog) on a loaded machine */
+                       "OPJIT_FLEET_WAIT_MS=30000", /* a final push of a backlog, loaded machine */
                        "OPJIT_TEST_FAULT=fast",
                        NULL};
   int st = h_run(tag, 1, env, (const char *[]){H_JIT_PROG, "sweep", "24", passes, seed, NULL});

@@ -419,23 +419,26 @@ static void gemv_call(uint64_t *s, int f64, int api, int row, int trans, int m, 
   int xl = trans ? m : n, yl = trans ? n : m;
   size_t es = f64 ? 8 : 4;
   int front = next_front();
-  size_t na = (size_t)lda * cols * es, nx = (size_t)xl * inc * es, ny = (size_t)yl * inc * es;
+  /* Elements each spans: a guard right after its last one */
+  size_t ae = extent(rows, cols, lda), xe = (size_t)(xl - 1) * inc + 1;
+  size_t ye = (size_t)(yl - 1) * inc + 1;
+  size_t na = ae * es, nx = xe * es, ny = ye * es;
   char *a = guarded(na, front), *x = guarded(nx, front), *y = guarded(ny, front);
   char *r = malloc(ny);
   double *mag = malloc((size_t)yl * sizeof *mag);
-  for (int i = 0; i < lda * cols; i++) {
+  for (size_t i = 0; i < ae; i++) {
     double v = ((double)(next(s) % 2001) - 1000) / 1000;
     f64 ? (((double *)a)[i] = v) : (((float *)a)[i] = (float)v);
   }
-  for (int i = 0; i < xl * inc; i++) {
+  for (size_t i = 0; i < xe; i++) {
     double v = ((double)(next(s) % 2001) - 1000) / 1000;
     f64 ? (((double *)x)[i] = v) : (((float *)x)[i] = (float)v);
   }
-  for (int i = 0; i < yl * inc; i++) {
+  for (size_t i = 0; i < ye; i++) {
     double v = ((double)(next(s) % 2001) - 1000) / 1000;
     f64 ? (((double *)y)[i] = v) : (((float *)y)[i] = (float)v);
   }
-  memcpy(r, y, (size_t)yl * inc * es);
+  memcpy(r, y, ny);
   /* Column-major view: op = transpose when trans differs from row. */
   char t = (trans != 0) != (row != 0) ? 'T' : 'N';
   for (int i = 0; i < yl; i++) { /* the bound: |alpha| sum |a||x| + |beta||y| */
