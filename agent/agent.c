@@ -1611,13 +1611,13 @@ static void collect_crashes(void)
                (unsigned long long)(r->pc - r->lo), (unsigned long long)(r->hi - r->lo),
                (long long)r->run_id, (int)r->pid);
     else if (r->in_jit == AG_CRASH_TRIAL)
-      snprintf(detail, sizeof detail, "crashed while its kernel was compiled or tried (%s at pc "
-               "0x%llx, run %lld, pid %d): the original serves until the generator changes",
-               ag_crash_signame(r->signo), (unsigned long long)r->pc, (long long)r->run_id,
-               (int)r->pid);
-    else
-      snprintf(detail, sizeof detail, "%s outside JIT code (pc 0x%llx): the program's own fault",
-               ag_crash_signame(r->signo), (unsigned long long)r->pc);
+      snprintf(detail, sizeof detail, "crashed while its kernel was compiled or tried (%s at %s, "
+               "run %lld, pid %d): the original serves until the generator changes",
+               ag_crash_signame(r->signo), r->name, (long long)r->run_id, (int)r->pid);
+    else /* opjit's own code is libopjit.so and its modules (libopjit-store.so, ...) */
+      snprintf(detail, sizeof detail, "%s at %s, outside JIT code: %s", ag_crash_signame(r->signo),
+               r->name, strncmp(r->name, "libopjit", 8) ? "the program's own fault"
+                                                        : "in opjit's own code, a bug to report");
     st_crash_t c = {r->run_id, r->pid, r->time_ns, r->in_jit ? &r->key : NULL, sizeof r->key,
                     r->generator, OPJIT_LLVM_VERSION, cpu_key, detail};
     st_crash_result_t res;

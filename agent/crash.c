@@ -195,7 +195,8 @@ static __attribute__((noinline)) void put_code_at(line_t *l, uint64_t pc)
  * (a JIT kernel by name, else the object and offset) and the address a SIGSEGV or SIGBUS
  * touched. What a user (or a test) needs to tell whether opjit's code was the cause. */
 static __attribute__((noinline)) void say_fatal(int sig, const siginfo_t *si, uint64_t pc,
-                                                int in_jit, const char *name, uint64_t lo)
+                                                int in_jit, const char *name, uint64_t lo,
+                                                const char *where)
 {
   line_t l = {.n = 0};
   char thread[17] = "";
@@ -217,7 +218,7 @@ static __attribute__((noinline)) void say_fatal(int sig, const siginfo_t *si, ui
     put_hex(&l, pc - lo);
     put(&l, ": the next run on this database drops it");
   } else {
-    put_code_at(&l, pc);
+    put(&l, where);
     put(&l, in_jit == AG_CRASH_TRIAL ? " while opjit compiled or tried a kernel: the next run on "
                                        "this database leaves its signature on the original"
                                      : " (not in opjit's kernels)");
@@ -263,6 +264,13 @@ static void note(int sig, const siginfo_t *si, void *ctx, int fatal)
   int in_jit = ag_code_at_signal(pc, &lo, &hi, &name, &key) ? AG_CRASH_KERNEL
                : (key = trial) != NULL                      ? AG_CRASH_TRIAL
                                                             : AG_CRASH_OUTSIDE;
+  /* Outside a kernel, where the PC is ("libc.so.6+0x1234"): the record's name, and the line's */
+  line_t where = {.n = 0};
+  if (in_jit != AG_CRASH_KERNEL && (in_jit || fatal))
+    put_code_at(&where, pc);
+  where.b[where.n < sizeof where.b ? where.n : sizeof where.b - 1] = 0;
+  if (in_jit != AG_CRASH_KERNEL)
+    name = where.b;
   arm_t *a = atomic_load_explicit(&armed, memory_order_acquire);
   if ((in_jit || fatal) && a && !atomic_exchange(&written, 1)) {
     ag_crash_rec_t r;
@@ -283,7 +291,7 @@ static void note(int sig, const siginfo_t *si, void *ctx, int fatal)
   }
   static _Atomic int said;
   if (fatal && !atomic_exchange(&said, 1))
-    say_fatal(sig, si, pc, in_jit, name, lo);
+    say_fatal(sig, si, pc, in_jit, name, lo, where.b);
 }
 
 /* The hook: notes a fault, then does what the program's own action would have done. The

@@ -26,7 +26,7 @@
 #define AG_CRASH_NAME 160         /* a kernel's name, NUL included, at most */
 
 enum {
-  AG_CRASH_OUTSIDE = 0, /* not in JIT code: the program's own fault (key, name unset) */
+  AG_CRASH_OUTSIDE = 0, /* not in JIT code: the program's own fault (key unset) */
   AG_CRASH_KERNEL,      /* the PC was inside a JIT kernel (key, name, lo, hi set) */
   AG_CRASH_TRIAL
 }; /* on a compile thread compiling, tuning or testing key's kernel,
@@ -45,7 +45,8 @@ typedef struct ag_crash_rec_s {
   uint64_t pc, addr;        /* the faulting instruction and address (si_addr) */
   uint64_t lo, hi;          /* the kernel's code */
   ag_sig_t key;             /* the signature that registered the kernel */
-  char name[AG_CRASH_NAME]; /* the kernel's name, NUL-terminated */
+  char name[AG_CRASH_NAME]; /* the kernel's name; outside a kernel, where the PC was by object
+                               and offset ("libc.so.6+0x1234") or address; NUL-terminated */
 } ag_crash_rec_t;
 
 /* Installs the hook for the four fault signals, once per process (later calls do nothing).

@@ -80,6 +80,9 @@ Test(crash, a_kernel_that_faults_is_recorded_by_the_next_run_and_never_compiled_
   cr_assert_eq(h_count_lines(err, "dies of"), 1, "%s", err);
   run_ok("c2", env, mixed);
   cr_assert(strstr(h_output("c2", "out"), "mismatches 0"), "%s", h_output("c2", "out"));
+  cr_assert_eq(h_count_lines(h_output("c2", "err"), "crashed while its kernel was compiled or "
+                                                    "tried (SIGILL at 0x"),
+               1, "%s", h_output("c2", "err"));
   cr_assert_eq(markers(), 0, "the marker was read and deleted");
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE id=1 AND status='crashed'"), 1);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events WHERE kind='crashed' AND sig_id=" SIG8
@@ -244,6 +247,11 @@ Test(chain, a_fault_in_the_program_kills_it_as_before_and_blames_no_kernel)
   cr_assert_eq(h_count_lines(err, "on thread 'crash_prog' at crash_prog+0x"), 1, "%s", err);
   cr_assert_eq(h_count_lines(err, "(not in opjit's kernels)"), 1, "%s", err);
   run_ok("next", chain_env, (const char *[]){CRASH_PROG, "handler", NULL});
+  cr_assert_eq(h_count_lines(h_output("next", "err"), "an earlier process on this database died "
+                                                      "of SIGSEGV at crash_prog+0x"),
+               1, "the next run names where: %s", h_output("next", "err"));
+  cr_assert_eq(h_count_lines(h_output("next", "err"), "outside JIT code: the program's own fault"),
+               1);
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM runs WHERE id=1 AND status='crashed'"), 1,
                "the run says crashed, not lost");
   cr_assert_eq(h_query(NULL, "SELECT count(*) FROM events"), 0, "no kernel is blamed");
