@@ -340,5 +340,8 @@ void ag_fleet_final(void)
   if (done) { /* an exec that fails starts the writer, and with it the thread, again */
     pthread_join(thread, NULL);
     started_pid = 0;
+  } else {
+    ag_log(AG_LOG_INFO, "the fleet's final push did not finish within %ld ms: what it did not "
+           "send stays in the local database for a later run to push", ms < exit_ms ? ms : exit_ms);
   }
 }
