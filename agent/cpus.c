@@ -2,11 +2,11 @@
 /* The agent's own threads' names and CPUs (agent.h: ag_agent_thread_begin). */
 #define _GNU_SOURCE
 #include "agent.h"
+#include "crash.h"
 
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,13 +99,7 @@ void ag_agent_thread_begin(const char *name)
   if (at < AG_AGENT_TIDS)
     atomic_store(&agent_tids[at], gettid());
   pthread_setname_np(pthread_self(), name);
-  /* Its creator blocked every signal (no host signal lands here), but a fault of its own must
-   * reach the crash hook: blocked, the kernel kills the process without it, unsaid. */
-  sigset_t faults;
-  sigemptyset(&faults);
-  sigaddset(&faults, SIGSEGV), sigaddset(&faults, SIGBUS);
-  sigaddset(&faults, SIGILL), sigaddset(&faults, SIGFPE);
-  pthread_sigmask(SIG_UNBLOCK, &faults, NULL);
+  ag_crash_unblock(); /* no host signal lands here, but its own faults reach the hook */
   cpu_set_t cur;
   if (have_process_cpus && pthread_getaffinity_np(pthread_self(), sizeof cur, &cur) == 0 &&
       (CPU_EQUAL(&cur, &process_cpus) ||

@@ -64,11 +64,7 @@ int ag_cq_spawn(void *(*fn)(void *), void *arg)
 {
   sigset_t all, old;
   pthread_t t;
-  sigfillset(&all);
-  /* Never a host signal on a compile thread, but its own faults reach the crash hook (crash.h):
-   * the kernel kills a thread that blocks a fault's signal without running any handler. */
-  sigdelset(&all, SIGSEGV), sigdelset(&all, SIGILL), sigdelset(&all, SIGBUS);
-  sigdelset(&all, SIGFPE);
+  sigfillset(&all); /* never a host signal here (its faults: ag_agent_thread_begin) */
   pthread_sigmask(SIG_SETMASK, &all, &old);
   int started = ag_agent_thread_create(&t, NULL, fn, arg) == 0;
   pthread_sigmask(SIG_SETMASK, &old, NULL);

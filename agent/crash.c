@@ -324,6 +324,15 @@ static void handler(int sig, siginfo_t *si, void *ctx)
   errno = saved;
 }
 
+void ag_crash_unblock(void)
+{
+  sigset_t faults;
+  sigemptyset(&faults);
+  for (size_t k = 0; k < NHOOKED; k++)
+    sigaddset(&faults, hooked[k]);
+  pthread_sigmask(SIG_UNBLOCK, &faults, NULL);
+}
+
 void ag_crash_install(void)
 {
   if (atomic_exchange(&installed, 1))

@@ -53,6 +53,10 @@ typedef struct ag_crash_rec_s {
  * Any thread; not from a signal handler. */
 void ag_crash_install(void);
 
+/* Unblocks the four fault signals on the calling thread (one of the agent's, whose creator
+ * blocked every signal): blocked, a fault kills the process without the hook, unsaid. */
+void ag_crash_unblock(void);
+
 /* The calling thread (a compile thread) compiles, tunes and tries key's kernel until
  * ag_crash_trial(NULL): a fault on it meanwhile blames key (AG_CRASH_TRIAL). */
 void ag_crash_trial(const ag_sig_t *key);

@@ -329,7 +329,8 @@ void ag_fleet_final(void)
   if (started_pid != getpid())
     return;
   long ms = ag_opts.num[AG_OPT_FLEET_WAIT_MS], exit_ms = ag_opts.num[AG_OPT_EXIT_WAIT_MS] / 2;
-  struct timespec dl = ag_deadline_after(CLOCK_MONOTONIC, ms < exit_ms ? ms : exit_ms);
+  long wait = ms < exit_ms ? ms : exit_ms;
+  struct timespec dl = ag_deadline_after(CLOCK_MONOTONIC, wait);
   pthread_mutex_lock(&mu);
   final_asked = 1;
   pthread_cond_broadcast(&cond);
@@ -342,6 +343,6 @@ void ag_fleet_final(void)
     started_pid = 0;
   } else {
     ag_log(AG_LOG_INFO, "the fleet's final push did not finish within %ld ms: what it did not "
-           "send stays in the local database for a later run to push", ms < exit_ms ? ms : exit_ms);
+           "send stays in the local database for a later run to push", wait);
   }
 }

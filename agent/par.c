@@ -130,9 +130,7 @@ static int start_workers(int want)
   if (st == 1 || !atomic_compare_exchange_strong(&pool.started, &st, 1))
     return 0; /* another call is starting them */
   sigset_t all, old;
-  sigfillset(&all);
-  sigdelset(&all, SIGSEGV), sigdelset(&all, SIGILL), sigdelset(&all, SIGBUS);
-  sigdelset(&all, SIGFPE);
+  sigfillset(&all); /* never a host signal on a worker (its faults: ag_agent_thread_begin) */
   pthread_sigmask(SIG_SETMASK, &all, &old);
   pool.start_gen = atomic_load(&pool.gen);
   pthread_attr_t at;
